@@ -1,0 +1,138 @@
+"""Plain data that crosses the seam between the search loop and the world.
+
+A ``TrialConfig`` is what the search proposes (one point of the space); a backend turns it into argv.
+A ``PromptResult`` is what measuring one prompt gives; ``LaunchInfo`` describes a started server.
+All figures are in the measured hardware's time: for the simulator, wall-clock times multiplied by its
+time scale.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+KnobValue = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One server configuration.
+
+    ``drafter`` is the drafter's name in the space, or None for the non-speculative baseline.
+    ``cuda_graph`` is whether CUDA graphs are on. ``knobs`` are the backend's speculative knobs
+    (SGLang: algorithm, num_steps, topk, num_draft_tokens; llama.cpp: spec_type, draft_n_max, ...),
+    empty for a baseline.
+    """
+
+    drafter: str | None
+    cuda_graph: bool = True
+    knobs: tuple[tuple[str, KnobValue], ...] = ()
+
+    @staticmethod
+    def make(drafter: str | None, cuda_graph: bool = True, **knobs: KnobValue) -> TrialConfig:
+        return TrialConfig(drafter=drafter, cuda_graph=bool(cuda_graph),
+                           knobs=tuple(sorted((k, v) for k, v in knobs.items() if v is not None)))
+
+    @staticmethod
+    def baseline(cuda_graph: bool = True) -> TrialConfig:
+        return TrialConfig(drafter=None, cuda_graph=bool(cuda_graph))
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.drafter is None
+
+    def knob(self, name: str, default: Any = None) -> Any:
+        for k, v in self.knobs:
+            if k == name:
+                return v
+        return default
+
+    @property
+    def knob_dict(self) -> dict[str, KnobValue]:
+        return dict(self.knobs)
+
+    def with_knobs(self, **changes: KnobValue) -> TrialConfig:
+        d = self.knob_dict
+        d.update(changes)
+        return TrialConfig.make(self.drafter, self.cuda_graph, **d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"drafter": self.drafter, "cuda_graph": self.cuda_graph, **self.knob_dict}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> TrialConfig:
+        d = dict(d)
+        drafter = d.pop("drafter", None)
+        if drafter in ("none", ""):
+            drafter = None
+        cuda_graph = d.pop("cuda_graph", True)
+        return TrialConfig.make(drafter, bool(cuda_graph), **d)
+
+    def key(self) -> str:
+        """Canonical string: two configs with the same key are the same server config."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    def label(self) -> str:
+        cg = "graphs on" if self.cuda_graph else "graphs off"
+        if self.is_baseline:
+            return f"baseline ({cg})"
+        inner = ", ".join(f"{k}={v}" for k, v in self.knobs)
+        return f"{self.drafter} [{inner}] ({cg})"
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    """The measurement of one prompt, in the measured hardware's seconds."""
+
+    index: int
+    completion_tokens: int
+    seconds: float
+    ttft_s: float | None = None
+    prompt_tokens: int | None = None
+    accept_length: float | None = None
+    text: str = ""
+    finish_reason: str | None = None
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self, with_text: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "index": self.index, "completion_tokens": self.completion_tokens, "seconds": self.seconds,
+            "tok_per_s": self.tok_per_s, "ttft_s": self.ttft_s, "prompt_tokens": self.prompt_tokens,
+            "accept_length": self.accept_length, "finish_reason": self.finish_reason,
+        }
+        if with_text:
+            d["text"] = self.text
+        return d
+
+
+@dataclass
+class LaunchInfo:
+    """What a runner knows about a server it started."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # only the variables we set, secrets redacted
+    effective: dict[str, Any] = field(default_factory=dict)  # settings as the server resolved them
+    startup_s: float = 0.0
+    log_path: str | None = None
+    pid: int | None = None
+    simulated: bool = False
+
+
+def summarize(results: list[PromptResult]) -> dict[str, Any]:
+    """The field report's summary: total tokens over total time, plus per-prompt figures."""
+    tokens = sum(r.completion_tokens for r in results)
+    seconds = sum(r.seconds for r in results)
+    accepts = [r.accept_length for r in results if r.accept_length is not None]
+    return {
+        "prompts": len(results),
+        "completion_tokens": tokens,
+        "seconds": seconds,
+        "tok_per_s": tokens / seconds if seconds > 0 else 0.0,
+        "per_prompt_tok_per_s": [r.tok_per_s for r in results],
+        "accept_length": (sum(accepts) / len(accepts)) if accepts else None,
+    }

@@ -1,0 +1,115 @@
+"""The exception tree of autotune.
+
+AutotuneError                      base of everything autotune raises on purpose
+ +-- UserError                     bad input: the CLI prints one paragraph and exits 2, nothing written
+ |    +-- SpaceError               a space file is invalid (file, line, field path, what was expected)
+ |    +-- ValidationFailed         static drafter/target checks found problems (``problems`` lists them)
+ |    +-- PortInUse                something we did not start answers on the server port
+ +-- InfeasibleConfig              a trial config the server would reject or silently rewrite (never launched)
+ +-- LaunchError                   the server did not come up; ``log_tail`` carries the end of its log
+ |    +-- ServerExited             the process exited during startup (``returncode``)
+ |    |    +-- ServerOOM           ... and its log says it ran out of memory
+ |    +-- StartupTimeout           not healthy within the startup timeout
+ +-- BenchmarkError                a request failed after bounded retries (HTTP error, truncated stream, timeout)
+ |    +-- ServerDied               the server process exited while being benchmarked
+ +-- DrafterNotEngaged             acceptance length stays near 1.0: the drafter is not doing anything
+"""
+
+from __future__ import annotations
+
+
+class AutotuneError(Exception):
+    """Base class of all errors autotune raises on purpose."""
+
+
+class UserError(AutotuneError):
+    """Bad input from the user. Reported as one paragraph, exit code 2, no traceback."""
+
+
+class SpaceError(UserError):
+    """An invalid space file.
+
+    ``path`` is the file, ``line`` the 1-based line when known, ``field`` the dotted field path
+    (``search.num_steps.low``), ``expected`` what was expected there.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.path = path
+        self.line = line
+        self.field = field
+        self.detail = message
+        where = ""
+        if path:
+            where = f"{path}"
+            if line:
+                where += f":{line}"
+            where += ": "
+        if field:
+            where += f"{field}: "
+        super().__init__(f"{where}{message}")
+
+
+class ValidationFailed(UserError):
+    """Static checks of the drafters against the target failed; ``problems`` has one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class PortInUse(UserError):
+    """Something that autotune did not start answers on the server port."""
+
+
+class InfeasibleConfig(AutotuneError):
+    """A config the server would reject or silently rewrite. It is recorded, never launched."""
+
+
+class LaunchError(AutotuneError):
+    """The server did not become healthy."""
+
+    kind = "launch-failed"
+
+    def __init__(self, message: str, *, log_tail: str = "", log_path: str | None = None) -> None:
+        self.log_tail = log_tail
+        self.log_path = log_path
+        super().__init__(message)
+
+
+class ServerExited(LaunchError):
+    kind = "exited"
+
+    def __init__(self, message: str, *, returncode: int | None = None, log_tail: str = "",
+                 log_path: str | None = None) -> None:
+        self.returncode = returncode
+        super().__init__(message, log_tail=log_tail, log_path=log_path)
+
+
+class ServerOOM(ServerExited):
+    kind = "oom"
+
+
+class StartupTimeout(LaunchError):
+    kind = "startup-timeout"
+
+
+class BenchmarkError(AutotuneError):
+    """A benchmark request failed after its bounded retries."""
+
+    kind = "benchmark-failed"
+
+
+class ServerDied(BenchmarkError):
+    kind = "server-died"
+
+    def __init__(self, message: str, *, returncode: int | None = None, log_tail: str = "") -> None:
+        self.returncode = returncode
+        self.log_tail = log_tail
+        super().__init__(message)
+
+
+class DrafterNotEngaged(AutotuneError):
+    """Acceptance length near 1.0: the drafter is not engaged (wrong algorithm flag or drafter/target pair)."""
+
+    kind = "drafter-not-engaged"
