@@ -5,12 +5,24 @@ A backend knows
   configs the server would reject or rewrite are unreachable, ``resolve`` returns the effective config the
   server will run or raises InfeasibleConfig),
 - how to launch it (``argv``, ``env``), with flag spelling chosen for the targeted server version,
-- how to read it (health path, resolved settings, acceptance from the final streamed chunk and /metrics).
+- how to read it (health path, resolved settings, acceptance from the final streamed chunk and /metrics),
+- how to talk to it for a benchmark (``request`` builds one streaming request, ``parse_chunk`` reads one
+  streamed JSON chunk), so that ``autotune.client`` stays backend-agnostic.
+
+The defaults below speak the OpenAI API (``/v1/completions`` or ``/v1/chat/completions``, SSE, usage via
+``stream_options.include_usage``), which every supported server offers.
+
+This module also holds the Prometheus text parser shared by the backends (``parse_prometheus``,
+``metric_total``).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import TrialConfig
@@ -21,9 +33,38 @@ if TYPE_CHECKING:
     from autotune.space import Space
 
 
+@dataclass(frozen=True)
+class ChunkInfo:
+    """What one streamed JSON chunk says, in a backend-independent form.
+
+    ``text`` is the text this chunk carries; when ``cumulative`` it is the whole output so far (SGLang's
+    native /generate), otherwise a delta to append. ``completion_tokens`` / ``prompt_tokens`` come from the
+    server's own count (usage or meta_info), never from counting chunks. ``accept_length`` is the request's
+    mean acceptance length (bonus token included) when the server reports it. ``final`` marks the chunk that
+    completes the request's accounting (finish reason and token counts are known). ``error`` is an error
+    the server reported inside the stream.
+    """
+
+    text: str | None = None
+    cumulative: bool = False
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    accept_length: float | None = None
+    finish_reason: str | None = None
+    final: bool = False
+    error: str | None = None
+
+
 class Backend(ABC):
     name: str = ""
     health_path: str = "/health"
+    #: the endpoint returning the settings as the server resolved them (None: the server has none)
+    info_path: str | None = None
+    #: tried when ``info_path`` answers 404 (deprecated aliases)
+    info_fallback_paths: tuple[str, ...] = ()
+    metrics_path: str | None = "/metrics"
+    #: True when acceptance is only available from /metrics deltas around each request (vLLM)
+    acceptance_from_metrics_deltas: bool = False
     #: knob names a space may search over (besides ``drafter`` and ``cuda_graph``)
     knob_names: tuple[str, ...] = ()
 
@@ -47,12 +88,185 @@ class Backend(ABC):
         """Configs worth trying first (the server's own defaults), already inside the space."""
         return []
 
+    def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:  # noqa: B027 - optional hook
+        """Optionally learn about the installed server (e.g. flag spelling from ``--help``)."""
+
     def read_effective(self, server_info: dict[str, Any]) -> dict[str, Any]:
         """Settings as resolved by the server, from its info endpoint's JSON."""
         return {}
 
-    info_path: str | None = None
+    def check_effective(self, config: TrialConfig, effective: Mapping[str, Any]) -> list[str]:
+        """Differences between the config we launched and what the server says it runs (empty: none)."""
+        return []
+
+    # -- benchmark requests -------------------------------------------------------------------------
+
+    def request(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        temperature: float,
+        api: str = "completions",
+        model: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """One streaming request for ``prompt``: (path, JSON body). Default: the OpenAI API."""
+        body: dict[str, Any] = {
+            "max_tokens": int(max_tokens),
+            "temperature": float(temperature),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if model:
+            body["model"] = model
+        if api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+            return "/v1/chat/completions", body
+        body["prompt"] = prompt
+        return "/v1/completions", body
+
+    def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
+        """Read one streamed JSON chunk. Default: OpenAI completions / chat completions chunks."""
+        return parse_openai_chunk(obj)
 
     def parse_final_chunk(self, chunk: dict[str, Any]) -> float | None:
         """Acceptance length from the last streamed chunk, if the server reports it."""
+        return self.parse_chunk(chunk).accept_length
+
+    def acceptance_from_metrics(
+        self, before: Mapping[str, float], after: Mapping[str, float]
+    ) -> float | None:
+        """Mean acceptance length of the requests between two /metrics scrapes (None: unknown)."""
         return None
+
+
+# -- OpenAI streaming chunks ---------------------------------------------------------------------------
+
+
+def parse_openai_chunk(obj: Mapping[str, Any]) -> ChunkInfo:
+    """An OpenAI ``/v1/completions`` or ``/v1/chat/completions`` streamed chunk.
+
+    With ``stream_options.include_usage`` the usage arrives in a last chunk with empty ``choices``; that
+    chunk (any chunk carrying ``usage.completion_tokens``) is ``final``.
+    """
+    if "error" in obj and obj.get("error"):
+        err = obj["error"]
+        return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, Mapping) else str(err))
+    text_parts: list[str] = []
+    finish: str | None = None
+    for choice in obj.get("choices") or ():
+        if not isinstance(choice, Mapping):
+            continue
+        t = choice.get("text")
+        if t is None and isinstance(choice.get("delta"), Mapping):
+            t = choice["delta"].get("content")
+        if t:
+            text_parts.append(str(t))
+        if choice.get("finish_reason"):
+            finish = str(choice["finish_reason"])
+    usage = obj.get("usage") if isinstance(obj.get("usage"), Mapping) else None
+    completion = _int_or_none(usage.get("completion_tokens")) if usage else None
+    prompt = _int_or_none(usage.get("prompt_tokens")) if usage else None
+    return ChunkInfo(
+        text="".join(text_parts) if text_parts else None,
+        cumulative=False,
+        completion_tokens=completion,
+        prompt_tokens=prompt,
+        finish_reason=finish,
+        final=completion is not None,
+    )
+
+
+def _int_or_none(v: Any) -> int | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_or_none(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+# -- Prometheus text format ----------------------------------------------------------------------------
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
+    r"(?:\{(?P<labels>.*)\})?"
+    r"\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
+)
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def _parse_labels(text: str) -> list[tuple[str, str]]:
+    labels: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(text):
+        m = _LABEL.match(text, pos)
+        if not m:
+            break
+        value = m.group(2).replace(r"\"", '"').replace(r"\n", "\n").replace("\\\\", "\\")
+        labels.append((m.group(1), value))
+        pos = m.end()
+    return sorted(labels)
+
+
+def series_key(name: str, labels: Mapping[str, str] | None = None) -> str:
+    """Canonical key of one series: ``name`` or ``name{a="x",b="y"}`` with labels sorted."""
+    if not labels:
+        return name
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Prometheus text exposition -> {series key: value}. Comments and malformed lines are skipped.
+
+    Keys are canonical (``series_key``): the metric name alone, or with its labels sorted. ``NaN`` and
+    ``+Inf`` parse as floats.
+    """
+    out: dict[str, float] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        labels = dict(_parse_labels(m.group("labels") or ""))
+        out[series_key(m.group("name"), labels)] = value
+    return out
+
+
+def metric_total(metrics: Mapping[str, float], name: str) -> float | None:
+    """Sum of every series of metric ``name`` (all label sets); None when the metric is absent."""
+    total = 0.0
+    found = False
+    for key, value in metrics.items():
+        if key == name or (key.startswith(name) and key[len(name) :].startswith("{")):
+            if math.isfinite(value):
+                total += value
+                found = True
+    return total if found else None
+
+
+__all__ = [
+    "Backend",
+    "ChunkInfo",
+    "metric_total",
+    "parse_openai_chunk",
+    "parse_prometheus",
+    "series_key",
+]

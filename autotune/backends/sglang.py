@@ -1,0 +1,523 @@
+"""SGLang (``python -m sglang.launch_server``): EAGLE / EAGLE-3 / STANDALONE speculative decoding.
+
+Knobs: ``num_steps`` (tree depth S), ``topk`` (branching k), ``num_draft_tokens`` (verified nodes N, root
+included). The rules SGLang applies (0.5.23, ``speculative_hook.py``) and how this module handles them:
+
+- All three must be passed, or SGLang auto-chooses all three: we always pass all three (resolved values).
+- ``topk == 1``: SGLang silently rewrites N to S+1, so N is never suggested then and resolves to S+1.
+- The draft tree has ``k + (S-1)*k^2`` candidates of which N-1 are kept: a larger N fails at run time, so
+  such configs are infeasible (never launched), and N < 2 too.
+
+Optuna encoding (``suggest``), designed so that no infeasible or silently rewritten config is reachable
+and every parameter name always carries the same distribution (TPE with ``group=True`` can model it):
+
+- ``drafter``: categorical over ``["none", *drafters]``; "none" is the baseline (no other params then,
+  besides ``cuda_graph``).
+- ``cuda_graph``: categorical over the space's booleans.
+- ``num_steps``: the space's range (suggest_int) or choices (categorical), minus steps values for which no
+  ``topk`` is feasible (then categorical over what is left).
+- ``topk``: the space's range/choices when all are feasible at this ``num_steps``; otherwise a parameter
+  named ``topk_s{S}`` over the feasible values at S (so that each name keeps one distribution).
+- ``num_draft_tokens``: only when topk > 1; the space's range/choices when every value is within the tree
+  bound at (S, k), otherwise ``num_draft_tokens_s{S}_k{k}`` over the feasible part.
+
+``params(config, space)`` gives the Optuna params of a config (for ``enqueue_trial``).
+
+Benchmark requests go to SGLang's native ``/generate`` (SSE, cumulative text, ``meta_info`` with
+``completion_tokens`` and, in the final chunk, ``spec_accept_length`` / ``spec_verify_ct``) because it carries
+the acceptance length per request. ``api: chat`` uses the OpenAI ``/v1/chat/completions`` endpoint instead
+(acceptance then unknown per request).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.backends.base import Backend, ChunkInfo, _float_or_none, _int_or_none, parse_openai_chunk
+from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig
+from autotune.space import Choices, IntRange, ParamSpec
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.space import Space
+
+#: the SGLang release targeted when the space does not name one
+DEFAULT_VERSION = "0.5.23"
+#: the newest release known to accept ``--disable-cuda-graph`` (deprecated there)
+_LAST_LEGACY_CUDA_GRAPH_FLAG = (0, 5, 23)
+
+LEGACY = "legacy"  # --disable-cuda-graph
+PER_PHASE = "per-phase"  # --disable-decode-cuda-graph --disable-prefill-cuda-graph
+
+KNOBS = ("num_steps", "topk", "num_draft_tokens")
+
+#: SGLang's own auto choice (steps, topk, num_draft_tokens) by target architecture
+_LLAMA_LIKE_DEFAULT = (5, 4, 8)
+_OTHER_DEFAULT = (3, 1, 4)
+_LLAMA_LIKE_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ImgGen", "GrokForCausalLM")
+
+
+def parse_version(version: str) -> tuple[int, ...]:
+    """``"0.5.23.post1"`` -> ``(0, 5, 23)``; leading numeric components only."""
+    parts: list[int] = []
+    for piece in version.strip().lstrip("vV").split("."):
+        m = re.match(r"\d+", piece)
+        if not m:
+            break
+        parts.append(int(m.group()))
+        if m.end() != len(piece):
+            break
+    if not parts:
+        raise ValueError(f"not a version: {version!r}")
+    return tuple(parts)
+
+
+def cuda_graph_spelling(version: str | None) -> str:
+    """How to turn CUDA graphs off for SGLang ``version``: ``LEGACY`` up to 0.5.23, ``PER_PHASE`` after."""
+    v = parse_version(version or DEFAULT_VERSION)
+    return LEGACY if v <= _LAST_LEGACY_CUDA_GRAPH_FLAG else PER_PHASE
+
+
+def flag_spelling_from_help(text: str) -> str | None:
+    """Decide the CUDA-graph flag spelling from ``launch_server --help`` output (None: can't tell)."""
+    if re.search(r"--disable-decode-cuda-graph\b", text):
+        return PER_PHASE
+    if re.search(r"--disable-cuda-graph\b", text):
+        return LEGACY
+    return None
+
+
+def cuda_graph_off_flags(spelling: str) -> list[str]:
+    if spelling == LEGACY:
+        return ["--disable-cuda-graph"]
+    if spelling == PER_PHASE:
+        return ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
+    raise ValueError(f"unknown CUDA-graph flag spelling {spelling!r}")
+
+
+def tree_bound(num_steps: int, topk: int) -> int:
+    """The largest feasible ``num_draft_tokens`` at (steps, topk): candidates + the root."""
+    return topk + (num_steps - 1) * topk * topk + 1
+
+
+def feasibility_reason(num_steps: int, topk: int, num_draft_tokens: int) -> str | None:
+    """Why (S, k, N) cannot run (None: it can). Assumes N already forced to S+1 when k == 1."""
+    if num_steps < 1:
+        return f"num_steps must be at least 1 but got {num_steps}"
+    if topk < 1:
+        return f"topk must be at least 1 but got {topk}"
+    if num_draft_tokens < 2:
+        return f"num_draft_tokens must be at least 2 but got {num_draft_tokens}"
+    bound = tree_bound(num_steps, topk)
+    if num_draft_tokens > bound:
+        return (
+            f"num_draft_tokens={num_draft_tokens} exceeds the draft tree: topk + (num_steps-1)*topk^2 = "
+            f"{bound - 1} candidates (+1 root) at num_steps={num_steps}, topk={topk}"
+        )
+    return None
+
+
+def _spec_values(spec: ParamSpec | None) -> list[int] | None:
+    if spec is None:
+        return None
+    if isinstance(spec, IntRange):
+        return spec.values()
+    if isinstance(spec, Choices):
+        return [int(v) for v in spec.values]
+    raise InfeasibleConfig(f"SGLang knobs are integers; got a float range {spec!r}")
+
+
+def _read_config_json(path: str | Path) -> dict[str, Any] | None:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        with p.open(encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _fallback_algorithm(space: Space, name: str) -> str:
+    """The algorithm for drafter ``name``: forced, or from its checkpoint's ``architectures``."""
+    drafter = space.drafter(name)
+    if drafter.algorithm:
+        return drafter.algorithm.upper()
+    cfg = _read_config_json(drafter.path)
+    if cfg is None:
+        raise InfeasibleConfig(
+            f"drafter {name!r}: cannot read {drafter.path}/config.json to tell EAGLE from EAGLE3; "
+            "set the drafter's algorithm explicitly"
+        )
+    archs = [str(a) for a in cfg.get("architectures") or ()]
+    if any("eagle3" in a.lower() for a in archs):
+        return "EAGLE3"
+    eagle_cfg = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    if any("eagle" in a.lower() for a in archs):
+        if "eagle_aux_hidden_state_layer_ids" in eagle_cfg or "eagle_aux_hidden_state_layer_ids" in cfg:
+            return "EAGLE3"
+        return "EAGLE"
+    if eagle_cfg:
+        return "EAGLE3" if eagle_cfg.get("use_aux_hidden_state", True) else "EAGLE"
+    return "STANDALONE"
+
+
+def resolved_algorithm(space: Space, name: str) -> str:
+    """``--speculative-algorithm`` for drafter ``name`` (``autotune.checks`` decides when it exists)."""
+    try:
+        from autotune.checks import resolved_algorithm as checks_resolved_algorithm
+    except ImportError:
+        return _fallback_algorithm(space, name)
+    return str(checks_resolved_algorithm(space, name)).upper()
+
+
+class SGLangBackend(Backend):
+    name = "sglang"
+    health_path = "/health"
+    info_path = "/server_info"
+    info_fallback_paths = ("/get_server_info",)
+    metrics_path = "/metrics"
+    knob_names = KNOBS
+
+    def __init__(self, *, cuda_graph_spelling: str | None = None) -> None:
+        if cuda_graph_spelling not in (None, LEGACY, PER_PHASE):
+            raise ValueError(
+                f"cuda_graph_spelling must be {LEGACY!r}, {PER_PHASE!r} or None "
+                f"but got {cuda_graph_spelling!r}"
+            )
+        #: set explicitly or by ``probe``; None = decided from the space's server version
+        self.cuda_graph_spelling = cuda_graph_spelling
+        self._incremental_output = False
+
+    # -- the space ----------------------------------------------------------------------------------
+
+    def _drafter_names(self, space: Space) -> list[str]:
+        return list(space.search.drafters) or [d.name for d in space.drafters]
+
+    def _auto_triple(self, space: Space) -> tuple[int, int, int]:
+        cfg = _read_config_json(space.server.model_path) if space.server.model_path else None
+        archs = [str(a) for a in (cfg or {}).get("architectures") or ()]
+        return _LLAMA_LIKE_DEFAULT if any(a in _LLAMA_LIKE_ARCHS for a in archs) else _OTHER_DEFAULT
+
+    def _knob_spec(self, space: Space, knob: str) -> ParamSpec:
+        spec = space.search.knobs.get(knob)
+        if spec is not None:
+            return spec
+        steps, topk, ndt = self._auto_triple(space)  # a knob not searched stays at SGLang's auto value
+        return Choices(({"num_steps": steps, "topk": topk, "num_draft_tokens": ndt}[knob],))
+
+    def _ndt_values(self, space: Space, steps: int, topk: int) -> list[int]:
+        """Feasible num_draft_tokens values at (steps, topk) for topk > 1."""
+        values = _spec_values(self._knob_spec(space, "num_draft_tokens")) or []
+        return [v for v in values if feasibility_reason(steps, topk, v) is None]
+
+    def _topk_values(self, space: Space, steps: int) -> list[int]:
+        values = _spec_values(self._knob_spec(space, "topk")) or []
+        return [k for k in values if k >= 1 and (k == 1 or self._ndt_values(space, steps, k))]
+
+    def _steps_values(self, space: Space) -> list[int]:
+        values = _spec_values(self._knob_spec(space, "num_steps")) or []
+        return [s for s in values if s >= 1 and self._topk_values(space, s)]
+
+    @staticmethod
+    def _suggest_int(trial: optuna.trial.BaseTrial, name: str, spec: ParamSpec, allowed: list[int]) -> int:
+        full = _spec_values(spec)
+        if isinstance(spec, IntRange) and allowed == full:
+            return int(trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log))
+        if isinstance(spec, IntRange) and allowed and allowed == full[: len(allowed)] and not spec.log:
+            # a prefix of the range: still an ordered integer range
+            return int(trial.suggest_int(name, allowed[0], allowed[-1], step=spec.step))
+        return int(trial.suggest_categorical(name, list(allowed)))
+
+    def _names(self, space: Space, steps: int, topk: int) -> tuple[str, str]:
+        topk_name = "topk"
+        if self._topk_values(space, steps) != (_spec_values(self._knob_spec(space, "topk")) or []):
+            topk_name = f"topk_s{steps}"
+        ndt_name = "num_draft_tokens"
+        if self._ndt_values(space, steps, topk) != (
+            _spec_values(self._knob_spec(space, "num_draft_tokens")) or []
+        ):
+            ndt_name = f"num_draft_tokens_s{steps}_k{topk}"
+        return topk_name, ndt_name
+
+    def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
+        drafter = trial.suggest_categorical("drafter", ["none", *self._drafter_names(space)])
+        cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
+        if drafter == "none":
+            return TrialConfig.baseline(cuda_graph)
+        steps_allowed = self._steps_values(space)
+        if not steps_allowed:
+            raise InfeasibleConfig("no feasible (num_steps, topk, num_draft_tokens) in the space")
+        steps = self._suggest_int(trial, "num_steps", self._knob_spec(space, "num_steps"), steps_allowed)
+        topk_allowed = self._topk_values(space, steps)
+        topk_name, _ = self._names(space, steps, 1)
+        topk = self._suggest_int(trial, topk_name, self._knob_spec(space, "topk"), topk_allowed)
+        if topk == 1:
+            ndt = steps + 1
+        else:
+            _, ndt_name = self._names(space, steps, topk)
+            ndt = self._suggest_int(
+                trial,
+                ndt_name,
+                self._knob_spec(space, "num_draft_tokens"),
+                self._ndt_values(space, steps, topk),
+            )
+        return TrialConfig.make(drafter, cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
+
+    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+        """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
+        if config.is_baseline:
+            return {"drafter": "none", "cuda_graph": bool(config.cuda_graph)}
+        eff = self.resolve(config, space)
+        steps, topk, ndt = (int(eff.knob(k)) for k in KNOBS)
+        topk_name, ndt_name = self._names(space, steps, topk)
+        out: dict[str, Any] = {
+            "drafter": config.drafter,
+            "cuda_graph": bool(config.cuda_graph),
+            "num_steps": steps,
+            topk_name: topk,
+        }
+        if topk > 1:
+            out[ndt_name] = ndt
+        return out
+
+    def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
+        if config.is_baseline:
+            return TrialConfig.baseline(config.cuda_graph)
+        try:
+            space.drafter(config.drafter or "")
+        except KeyError:
+            raise InfeasibleConfig(f"drafter {config.drafter!r} is not in the space") from None
+        unknown = sorted(set(config.knob_dict) - set(KNOBS))
+        if unknown:
+            raise InfeasibleConfig(f"unknown SGLang knobs {unknown}; expected {list(KNOBS)}")
+        steps = _int_or_none(config.knob("num_steps"))
+        topk = _int_or_none(config.knob("topk"))
+        ndt = _int_or_none(config.knob("num_draft_tokens"))
+        if steps is None or topk is None:
+            raise InfeasibleConfig(
+                "num_steps and topk are required (all three knobs are always passed, or SGLang picks its own)"
+            )
+        if topk == 1:
+            ndt = steps + 1
+        if ndt is None:
+            raise InfeasibleConfig("num_draft_tokens is required when topk > 1")
+        reason = feasibility_reason(steps, topk, ndt)
+        if reason:
+            raise InfeasibleConfig(reason)
+        return TrialConfig.make(
+            config.drafter, config.cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt
+        )
+
+    def defaults(self, space: Space) -> list[TrialConfig]:
+        """SGLang's auto choice for the target, per drafter, moved to the nearest feasible point."""
+        steps0, topk0, ndt0 = self._auto_triple(space)
+        graphs = [bool(b) for b in space.search.cuda_graph] or [True]
+        cuda_graph = True if True in graphs else graphs[0]
+        steps_allowed = self._steps_values(space)
+        if not steps_allowed:
+            return []
+
+        def nearest(values: list[int], target: int) -> int:
+            return min(values, key=lambda v: (abs(v - target), v))
+
+        steps = nearest(steps_allowed, steps0)
+        topk = nearest(self._topk_values(space, steps), topk0)
+        ndt = steps + 1 if topk == 1 else nearest(self._ndt_values(space, steps, topk), ndt0)
+        out: list[TrialConfig] = []
+        for name in self._drafter_names(space):
+            cfg = TrialConfig.make(name, cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
+            try:
+                out.append(self.resolve(cfg, space))
+            except InfeasibleConfig:
+                continue
+        return out
+
+    # -- launching ----------------------------------------------------------------------------------
+
+    def spelling_for(self, space: Space) -> str:
+        if self.cuda_graph_spelling is not None:
+            return self.cuda_graph_spelling
+        return cuda_graph_spelling(space.server.version)
+
+    def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:
+        """Read ``launch_server --help`` to pick the CUDA-graph flag spelling (unchanged on failure)."""
+        launcher = list(space.server.launcher) or [sys.executable, "-m", "sglang.launch_server"]
+        try:
+            proc = subprocess.run(
+                [*launcher, "--help"],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        spelling = flag_spelling_from_help(proc.stdout + proc.stderr)
+        if spelling is not None:
+            self.cuda_graph_spelling = spelling
+
+    def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
+        eff = self.resolve(config, space)
+        server = space.server
+        launcher = list(server.launcher) or [sys.executable, "-m", "sglang.launch_server"]
+        argv = [*launcher, "--model-path", server.model_path, "--host", server.host, "--port", str(int(port))]
+        if not eff.is_baseline:
+            drafter = space.drafter(eff.drafter or "")
+            argv += [
+                "--speculative-algorithm",
+                resolved_algorithm(space, drafter.name),
+                "--speculative-draft-model-path",
+                drafter.path,
+                "--speculative-num-steps",
+                str(eff.knob("num_steps")),
+                "--speculative-eagle-topk",
+                str(eff.knob("topk")),
+                "--speculative-num-draft-tokens",
+                str(eff.knob("num_draft_tokens")),
+            ]
+        if not eff.cuda_graph:
+            argv += cuda_graph_off_flags(self.spelling_for(space))
+        argv.append("--enable-metrics")
+        argv += [str(a) for a in server.extra_args]
+        self._incremental_output = "--incremental-streaming-output" in server.extra_args
+        return [str(a) for a in argv]
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def read_effective(self, server_info: dict[str, Any]) -> dict[str, Any]:
+        """From /server_info: algorithm, the three knobs, CUDA-graph state, version, running accept length."""
+        info: dict[str, Any] = dict(server_info)
+        nested = info.get("server_args")
+        if isinstance(nested, Mapping):
+            info = {**info, **nested}
+        algo = info.get("speculative_algorithm")
+        out: dict[str, Any] = {
+            "speculative_algorithm": str(algo).upper() if algo not in (None, "", "None") else None,
+            "num_steps": _int_or_none(info.get("speculative_num_steps")),
+            "topk": _int_or_none(info.get("speculative_eagle_topk")),
+            "num_draft_tokens": _int_or_none(info.get("speculative_num_draft_tokens")),
+            "cuda_graph": _cuda_graph_state(info),
+            "version": info.get("version"),
+        }
+        states = info.get("internal_states")
+        if isinstance(states, list) and states and isinstance(states[0], Mapping):
+            out["avg_spec_accept_length"] = _float_or_none(states[0].get("avg_spec_accept_length"))
+        return out
+
+    def check_effective(self, config: TrialConfig, effective: Mapping[str, Any]) -> list[str]:
+        problems: list[str] = []
+        if effective.get("cuda_graph") is not None and bool(effective["cuda_graph"]) != config.cuda_graph:
+            problems.append(
+                f"cuda_graph: launched {config.cuda_graph}, server runs {effective['cuda_graph']}"
+            )
+        if config.is_baseline:
+            if effective.get("speculative_algorithm"):
+                problems.append(
+                    f"baseline launched but server speculates ({effective['speculative_algorithm']})"
+                )
+            return problems
+        for knob in KNOBS:
+            got = effective.get(knob)
+            if got is not None and got != config.knob(knob):
+                problems.append(f"{knob}: launched {config.knob(knob)}, server runs {got}")
+        return problems
+
+    # -- benchmark requests -------------------------------------------------------------------------
+
+    def request(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        temperature: float,
+        api: str = "completions",
+        model: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """Native ``/generate`` (carries acceptance per request); ``api == "chat"``: OpenAI chat."""
+        if api == "chat":
+            return super().request(
+                prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model
+            )
+        return "/generate", {
+            "text": prompt,
+            "sampling_params": {"max_new_tokens": int(max_tokens), "temperature": float(temperature)},
+            "stream": True,
+        }
+
+    def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
+        if "meta_info" not in obj:
+            return parse_openai_chunk(obj)
+        return parse_generate_chunk(obj, cumulative=not self._incremental_output)
+
+
+def _cuda_graph_state(info: Mapping[str, Any]) -> bool | None:
+    keys = ("disable_cuda_graph", "disable_decode_cuda_graph", "disable_prefill_cuda_graph")
+    seen = [bool(info[k]) for k in keys if k in info and info[k] is not None]
+    backend = info.get("cuda_graph_backend_decode")
+    if backend is not None:
+        seen.append(str(backend).lower() == "disabled")
+    if not seen:
+        return None
+    return not any(seen)
+
+
+def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> ChunkInfo:
+    """One chunk of SGLang's native ``/generate`` stream.
+
+    ``meta_info.finish_reason`` is None until the last chunk, then e.g. ``{"type": "length", "length": 512}``;
+    the last chunk also has ``spec_accept_length`` (= completion_tokens / spec_verify_ct, bonus included).
+    """
+    if obj.get("error"):
+        err = obj["error"]
+        return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, Mapping) else str(err))
+    meta = obj.get("meta_info") if isinstance(obj.get("meta_info"), Mapping) else {}
+    completion = _int_or_none(meta.get("completion_tokens"))
+    fr = meta.get("finish_reason")
+    finish: str | None
+    if isinstance(fr, Mapping):
+        finish = str(fr.get("type")) if fr.get("type") is not None else "unknown"
+    else:
+        finish = str(fr) if fr else None
+    accept = _float_or_none(meta.get("spec_accept_length"))
+    verify = _int_or_none(meta.get("spec_verify_ct"))
+    if accept is None and verify and completion is not None and finish is not None:
+        accept = completion / verify
+    if accept is not None and accept <= 0:
+        accept = None
+    text = obj.get("text")
+    return ChunkInfo(
+        text=str(text) if text is not None else None,
+        cumulative=cumulative,
+        completion_tokens=completion,
+        prompt_tokens=_int_or_none(meta.get("prompt_tokens")),
+        accept_length=accept if finish is not None else None,
+        finish_reason=finish,
+        final=finish is not None and completion is not None,
+    )
+
+
+__all__ = [
+    "DEFAULT_VERSION",
+    "LEGACY",
+    "PER_PHASE",
+    "SGLangBackend",
+    "cuda_graph_off_flags",
+    "cuda_graph_spelling",
+    "feasibility_reason",
+    "flag_spelling_from_help",
+    "parse_generate_chunk",
+    "parse_version",
+    "resolved_algorithm",
+    "tree_bound",
+]
