@@ -1,0 +1,109 @@
+"""The live view of a running study (rich): current trial, prompt progress, best so far vs baseline, pruned count.
+
+On a terminal it is a live panel on stderr; elsewhere (CI, pipes) one plain line per finished trial.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from autotune.space import Space
+from autotune.study import Event
+
+
+class LiveView:
+    def __init__(self, space: Space, study_name: str, *, simulated: bool = False, quiet: bool = False,
+                 console: Console | None = None) -> None:
+        self.space = space
+        self.study_name = study_name
+        self.simulated = simulated
+        self.quiet = quiet
+        self.console = console or Console(file=sys.stderr)
+        self.live: Live | None = None
+        self.current: dict[str, Any] = {}
+        self.baselines: dict[str, float] = {}
+        self.best: tuple[float, str] | None = None
+        self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
+        self.recent: list[str] = []
+
+    def __enter__(self) -> LiveView:
+        if not self.quiet and self.console.is_terminal:
+            self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)  # type: ignore[arg-type]
+            self.live = None
+
+    def on_event(self, ev: Event) -> None:
+        d = ev.data
+        if ev.kind == "trial-start":
+            self.current = {"trial": ev.trial, "config": d["config"], "prompt": 0, "last": None}
+        elif ev.kind == "launched":
+            self.current["startup_s"] = d.get("startup_s")
+        elif ev.kind == "prompt":
+            self.current.update(prompt=d["index"] + 1, of=d["of"], last=d["tok_per_s"], acc=d.get("accept_length"))
+        elif ev.kind == "trial-end":
+            state = d["state"]
+            self.counts[state] = self.counts.get(state, 0) + 1
+            cfg = self.current.get("config", "?")
+            tps = d.get("tok_per_s")
+            if state == "COMPLETE" and tps is not None:
+                if cfg.startswith("baseline"):
+                    self.baselines[cfg] = tps
+                elif self.best is None or tps > self.best[0]:
+                    self.best = (tps, cfg)
+            speed = d.get("speedup")
+            line = f"#{ev.trial:<3} {state:<8} {cfg}"
+            if tps is not None:
+                line += f"  {tps:.1f} tok/s"
+            if speed is not None:
+                line += f"  x{speed:.2f}"
+            if d.get("reason"):
+                line += f"  ({d['reason']})"
+            self.recent = (self.recent + [line])[-8:]
+            self.current = {}
+            if self.live is None and not self.quiet:
+                self.console.print(line, highlight=False, markup=False)
+        elif ev.kind in ("confirm-start", "confirm-measure", "verdict", "note") and self.live is None and not self.quiet:
+            self.console.print(_describe(ev), highlight=False, markup=False)
+        if ev.kind in ("confirm-start", "confirm-measure", "verdict", "note"):
+            self.recent = (self.recent + [_describe(ev)])[-8:]
+        if self.live is not None:
+            self.live.update(self._render())
+
+    def _render(self) -> Group:
+        unit = "tok/s (simulated)" if self.simulated else "tok/s"
+        head = Text(f"autotune study {self.study_name}  ", style="bold")
+        head.append(f"complete {self.counts['COMPLETE']}  pruned {self.counts['PRUNED']}  failed {self.counts['FAIL']}")
+        t = Table.grid(padding=(0, 2))
+        for cfg, tps in self.baselines.items():
+            t.add_row(cfg, f"{tps:.1f} {unit}")
+        if self.best:
+            t.add_row("best so far: " + self.best[1], f"{self.best[0]:.1f} {unit}")
+        cur = Text("")
+        if self.current:
+            cur = Text(f"trial {self.current.get('trial')}: {self.current.get('config')}  "
+                       f"prompt {self.current.get('prompt', 0)}/{self.current.get('of', len(self.space.benchmark.prompts))}")
+            if self.current.get("last") is not None:
+                cur.append(f"  last {self.current['last']:.1f} {unit}")
+        return Group(head, t, cur, Text("\n".join(self.recent)))
+
+
+def _describe(ev: Event) -> str:
+    d = ev.data
+    if ev.kind == "confirm-start":
+        return f"confirming trials {d['candidates']} with {d['repeats']} interleaved repeats against fresh baselines"
+    if ev.kind == "confirm-measure":
+        return f"  confirm: {d['config']}: {d['tok_per_s']:.1f} tok/s"
+    if ev.kind == "verdict":
+        return f"verdict: {d['verdict']}"
+    return str(d.get("message", ""))

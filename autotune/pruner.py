@@ -1,0 +1,58 @@
+"""``BaselinePruner``: stop a trial once it has clearly lost to the baseline.
+
+Optuna's own pruners compare a trial with the best trial (Median, Wilcoxon). Ours compares it with the
+non-speculative baseline measured under the same CUDA-graph setting, prompt by prompt (``step`` = prompt
+index, the same prompt in every trial), and prunes once the one-sided upper confidence bound of the paired
+speedup falls below 1. Pruners are not stored in the storage: every worker constructs the same one.
+"""
+
+from __future__ import annotations
+
+import optuna
+from optuna.pruners import BasePruner
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.stats import PruneDecision, prune_decision
+
+BASELINE = "none"
+
+
+def find_baseline(study: optuna.Study, cuda_graph: object) -> FrozenTrial | None:
+    """The measured baseline trial (not a duplicate) for a CUDA-graph setting, or None."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if (t.params.get("drafter") == BASELINE and t.params.get("cuda_graph") == cuda_graph
+                and "duplicate_of" not in t.user_attrs and t.intermediate_values):
+            return t
+    return None
+
+
+def paired_values(trial: FrozenTrial, baseline: FrozenTrial) -> tuple[list[float], list[float]]:
+    steps = sorted(s for s in trial.intermediate_values if s in baseline.intermediate_values)
+    return ([trial.intermediate_values[s] for s in steps], [baseline.intermediate_values[s] for s in steps])
+
+
+class BaselinePruner(BasePruner):
+    def __init__(self, confidence: float = 0.95, min_prompts: int = 2, enabled: bool = True) -> None:
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1) but got {confidence}")
+        if min_prompts < 2:
+            raise ValueError(f"min_prompts must be at least 2 but got {min_prompts}")
+        self.confidence = confidence
+        self.min_prompts = min_prompts
+        self.enabled = enabled
+
+    def decide(self, study: optuna.Study, trial: FrozenTrial) -> PruneDecision | None:
+        """The decision with its numbers, or None when there is nothing to compare with."""
+        if trial.params.get("drafter", BASELINE) == BASELINE:
+            return None
+        baseline = find_baseline(study, trial.params.get("cuda_graph"))
+        if baseline is None:
+            return None
+        t, b = paired_values(trial, baseline)
+        return prune_decision(t, b, confidence=self.confidence, min_prompts=self.min_prompts)
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        if not self.enabled:
+            return False
+        d = self.decide(study, trial)
+        return bool(d and d.prune)

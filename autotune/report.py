@@ -1,0 +1,161 @@
+"""Study -> report: one dict (``report --json``), rendered as text and HTML elsewhere. Pure over the study."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import TrialConfig
+from autotune.pruner import BASELINE
+from autotune.stats import log_ratios, upper_bound
+
+VERDICT_TEXT = {
+    "speculation-wins": "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
+    "baseline-wins": "the baseline wins: no speculative config beats it",
+    "inconclusive": "inconclusive: no config is proven faster than the baseline; deploy the baseline",
+}
+
+
+def _trial_row(t: FrozenTrial) -> dict[str, Any]:
+    ua = t.user_attrs
+    return {
+        "number": t.number,
+        "state": t.state.name,
+        "role": ua.get("role"),
+        "params": dict(t.params),
+        "config": ua.get("effective") or ua.get("config"),
+        "tok_per_s": t.value if t.state == TrialState.COMPLETE else None,
+        "speedup": ua.get("speedup"),
+        "speedup_upper": ua.get("speedup_upper"),
+        "prompts_measured": len(t.intermediate_values),
+        "accept_length": ua.get("accept_length")
+        if ua.get("accept_length") is not None
+        else _mean([p.get("accept_length") for p in ua.get("prompts", [])]),
+        "startup_s": ua.get("startup_s"),
+        "duplicate_of": ua.get("duplicate_of"),
+        "prune_reason": ua.get("prune_reason") or ua.get("infeasible"),
+        "fail_kind": ua.get("fail_kind"),
+        "fail_reason": ua.get("fail_reason"),
+        "lossless": ua.get("lossless"),
+        "log_path": ua.get("log_path"),
+        "argv": ua.get("argv"),
+    }
+
+
+def _mean(xs: list[Any]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    out = {}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.params.get("drafter") == BASELINE and "duplicate_of" not in t.user_attrs:
+            key = "cuda_graph_on" if t.params.get("cuda_graph") else "cuda_graph_off"
+            out.setdefault(key, {"trial": t.number, "tok_per_s": t.value, "cuda_graph": bool(t.params.get("cuda_graph")),
+                                 "per_prompt_tok_per_s": [t.intermediate_values[s] for s in sorted(t.intermediate_values)]})
+    return out
+
+
+def build_report(study: optuna.Study) -> dict[str, Any]:
+    trials = study.get_trials(deepcopy=False)
+    rows = [_trial_row(t) for t in trials]
+    conf = study.user_attrs.get("confirmation") or {}
+    by_number = {t.number: t for t in trials}
+    base = baselines(study)
+    best = None
+    confirmed = []
+    for r in conf.get("results", []):
+        t = by_number.get(r["trial"])
+        confirmed.append({"trial": r["trial"], "config": r["config"], "speedup_ci": r["speedup_ci"],
+                          "tok_per_s": _mean(r["tok_per_s"]), "baseline_tok_per_s": _mean(r["baseline_tok_per_s"])})
+        if t is not None:
+            for row in rows:
+                if row["number"] == t.number:
+                    row["speedup_ci"] = r["speedup_ci"]
+    if conf.get("best") is not None:
+        r = next(c for c in confirmed if c["trial"] == conf["best"])
+        t = by_number[conf["best"]]
+        best = {"trial": t.number, "params": dict(t.params), "config": r["config"], "tok_per_s": r["tok_per_s"],
+                "speedup": r["speedup_ci"]["point"] if r["speedup_ci"] else None, "speedup_ci": r["speedup_ci"],
+                "search_tok_per_s": t.value, "accept_length": t.user_attrs.get("accept_length")}
+    if conf.get("done"):
+        v = conf["verdict"]
+        basis = "confirmed"
+    else:
+        v, basis = _unconfirmed_verdict(study)
+    recommended = recommend(study, v, best)
+    spec = [r for r in rows if r["role"] == "speculative"]
+    return {
+        "study": study.study_name,
+        "simulated": study.user_attrs.get("simulated"),
+        "units": study.user_attrs.get("units", "tok/s"),
+        "baseline": base,
+        "trials": rows,
+        "counts": {s.name: sum(1 for t in trials if t.state == s) for s in
+                   (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)},
+        "pruned_before_last_prompt": sum(1 for r in spec if r["state"] == "PRUNED" and r["prompts_measured"] > 0
+                                         and r["duplicate_of"] is None),
+        "best": best,
+        "confirmed": confirmed,
+        "verdict": v,
+        "verdict_basis": basis,
+        "verdict_text": VERDICT_TEXT[v],
+        "recommended": recommended,
+        "flags": _flags(rows),
+        "comparisons": "every speculative trial is compared with the baseline measured under the same CUDA-graph "
+                       "setting, prompt by prompt",
+    }
+
+
+def _unconfirmed_verdict(study: optuna.Study) -> tuple[str, str]:
+    """Without confirmation: baseline-wins only if every measured speculative trial clearly lost."""
+    spec = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.params.get("drafter") != BASELINE and "duplicate_of" not in t.user_attrs]
+    if not spec:
+        return "baseline-wins", "search (no speculative trial survived pruning)"
+    from autotune.pruner import find_baseline
+    for t in spec:
+        b = find_baseline(study, t.params.get("cuda_graph"))
+        if b is None:
+            return "inconclusive", "search only (not confirmed)"
+        steps = sorted(t.intermediate_values)
+        if upper_bound(log_ratios([t.intermediate_values[s] for s in steps],
+                                  [b.intermediate_values.get(s) for s in steps]), 0.95) >= 1.0:
+            return "inconclusive", "search only (not confirmed)"
+    return "baseline-wins", "search (every speculative trial lost to its baseline)"
+
+
+def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) -> dict[str, Any]:
+    """The config to deploy: the confirmed winner, else the fastest baseline. If a baseline under another
+    CUDA-graph setting is faster than the winner, that baseline is recommended instead (and said so)."""
+    base = baselines(study)
+    fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
+    fastest_cfg = TrialConfig.baseline(fastest["cuda_graph"]).to_dict() if fastest is not None else None
+    if verdict == "speculation-wins" and best is not None:
+        if fastest is not None and fastest["tok_per_s"] and best["tok_per_s"] and fastest["tok_per_s"] > best["tok_per_s"]:
+            return {"config": fastest_cfg, "trial": fastest["trial"], "tok_per_s": fastest["tok_per_s"],
+                    "why": "speculation wins against its own baseline, but a baseline under another CUDA-graph "
+                           "setting is faster still"}
+        return {"config": best["config"], "trial": best["trial"], "tok_per_s": best["tok_per_s"],
+                "speedup_ci": best["speedup_ci"], "why": "confirmed speculative winner"}
+    if fastest is None:
+        return {"config": None, "trial": None, "tok_per_s": None, "why": "no baseline measured yet"}
+    return {"config": fastest_cfg, "trial": fastest["trial"], "tok_per_s": fastest["tok_per_s"],
+            "why": "no speculative config is proven faster: deploy the fastest baseline"}
+
+
+def _flags(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for r in rows:
+        if r["fail_kind"] == "drafter-not-engaged":
+            out.append(f"trial {r['number']}: drafter not engaged: {r['fail_reason']}")
+        lossless = r.get("lossless")
+        if lossless and not lossless.get("ok", True):
+            out.append(f"trial {r['number']}: output diverges from the baseline at temperature 0 (matching prefix "
+                       f"{lossless['min_prefix_fraction']:.0%}): broken drafter, kernel or config")
+        if r["fail_kind"] == "oom":
+            out.append(f"trial {r['number']}: out of memory ({r['prune_reason']})")
+    return out

@@ -1,0 +1,519 @@
+"""The tuning loop: baselines first, then an Optuna search with baseline-relative pruning, then confirmation.
+
+This module talks to the world only through a ``Runner`` (which starts servers and measures prompts) and a
+``Clock``; the same orchestration runs against real servers, the simulator as a process, or the simulator's
+model in-process on a virtual clock.
+
+Outcome vocabulary (Optuna's): a measured config is COMPLETE (value = tok/s over the prompt set); a config
+that clearly lost to the baseline, or that the server would reject, or that ran out of memory is PRUNED (the
+last two are also marked infeasible with a constraint, so the sampler learns to avoid them); a server that
+crashed, hung, or whose drafter was not engaged is FAIL with the reason and the log tail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.backends.base import Backend
+from autotune.clock import Clock, MonotonicClock
+from autotune.config import PromptResult, TrialConfig, summarize
+from autotune.errors import (
+    AutotuneError,
+    BenchmarkError,
+    DrafterNotEngaged,
+    InfeasibleConfig,
+    LaunchError,
+    ServerOOM,
+    UserError,
+)
+from autotune.pruner import BASELINE, BaselinePruner, find_baseline
+from autotune.runner import Runner
+from autotune.space import Space
+from autotune.stats import Interval, common_prefix_fraction, log_ratios, speedup_interval, upper_bound, verdict
+
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+SIZE_KNOBS = ("num_draft_tokens", "draft_n_max", "num_speculative_tokens")
+MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
+
+
+@dataclass
+class Event:
+    """Progress for live views and logs; the loop never depends on who listens."""
+
+    kind: str  # trial-start, launched, prompt, trial-end, confirm-start, confirm-measure, verdict, note
+    trial: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+Listener = Callable[[Event], None]
+
+
+def _quiet(_: Event) -> None:
+    return None
+
+
+def study_name_for(space: Space, simulated: bool) -> str:
+    """Simulated studies never share a name (and so never mix figures) with real ones."""
+    return f"{space.name}-sim" if simulated else space.name
+
+
+def default_storage(space: Space, simulated: bool, studies_dir: str = "studies") -> str:
+    return space.storage or f"sqlite:///{studies_dir}/{study_name_for(space, simulated)}.db"
+
+
+def make_storage(url: str) -> optuna.storages.BaseStorage:
+    """RDB storage; heartbeats (stale RUNNING trials failed and retried once) for server databases."""
+    if url.startswith("sqlite"):
+        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
+    return optuna.storages.RDBStorage(
+        url, heartbeat_interval=60, grace_period=180,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+    )
+
+
+def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, constant_liar=True,
+            n_startup_trials=max(3, min(8, space.budget.n_trials // 4)),
+            warn_independent_sampling=False,
+        )
+
+
+def space_digest(space: Space) -> str:
+    """What must not change under a running study: the prompt set and its generation settings."""
+    b = space.benchmark
+    blob = json.dumps({"prompts": [[p.id, p.text] for p in b.prompts], "max_tokens": b.max_tokens,
+                       "temperature": b.temperature, "backend": space.server.backend}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def open_study(space: Space, storage: str | optuna.storages.BaseStorage, study_name: str, *,
+               seed: int | None = None, simulated: bool = False, create: bool = True,
+               label: dict[str, Any] | None = None) -> optuna.Study:
+    """Create or load the study; refuse to resume one measured with a different prompt set."""
+    st = make_storage(storage) if isinstance(storage, str) else storage
+    pruner = BaselinePruner(space.pruning.confidence, space.pruning.min_prompts, space.pruning.enabled)
+    sampler = make_sampler(space, seed)
+    if not create:
+        try:
+            return optuna.load_study(study_name=study_name, storage=st, sampler=sampler, pruner=pruner)
+        except KeyError:
+            raise UserError(f"no study named {study_name!r} in {storage if isinstance(storage, str) else 'storage'}"
+                            f": run `autotune study` first") from None
+    study = optuna.create_study(study_name=study_name, storage=st, sampler=sampler, pruner=pruner,
+                                direction="maximize", load_if_exists=True)
+    digest = space_digest(space)
+    attrs = study.user_attrs
+    if "space_digest" not in attrs:
+        study.set_metric_names(["tok_per_s"])
+        study.set_user_attr("space_digest", digest)
+        study.set_user_attr("space_name", space.name)
+        study.set_user_attr("backend", space.server.backend)
+        study.set_user_attr("simulated", label if simulated else None)
+        study.set_user_attr("prompt_ids", [p.id for p in space.benchmark.prompts])
+        study.set_user_attr("units", "simulated hardware tok/s" if simulated else "tok/s")
+    elif attrs["space_digest"] != digest:
+        raise UserError(
+            f"study {study_name!r} was measured with a different prompt set, max_tokens, temperature or backend; "
+            "its figures cannot be compared with new ones. Use a new `name:` in the space file or another --storage.")
+    return study
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _size(config: TrialConfig) -> int | None:
+    for k in SIZE_KNOBS:
+        v = config.knob(k)
+        if v is not None:
+            return int(v)
+    return None
+
+
+def _trials(study: optuna.Study, states=None) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=states)
+
+
+def _find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
+    for t in _trials(study, (TrialState.COMPLETE, TrialState.PRUNED)):
+        if (t.number != number and t.user_attrs.get("config_key") == key and "duplicate_of" not in t.user_attrs
+                and t.user_attrs.get("measured")):
+            return t
+    return None
+
+
+def _disengaged(study: optuna.Study, config: TrialConfig) -> FrozenTrial | None:
+    for t in _trials(study, (TrialState.FAIL,)):
+        if t.user_attrs.get("fail_kind") == DrafterNotEngaged.kind and t.params.get("drafter") == config.drafter:
+            return t
+    return None
+
+
+def _predicted_oom(study: optuna.Study, config: TrialConfig) -> FrozenTrial | None:
+    size = _size(config)
+    if size is None:
+        return None
+    for t in _trials(study, (TrialState.PRUNED,)):
+        if t.user_attrs.get("fail_kind") != ServerOOM.kind:
+            continue
+        eff = TrialConfig.from_dict(t.user_attrs.get("effective", {}))
+        other = _size(eff)
+        if eff.drafter == config.drafter and eff.cuda_graph == config.cuda_graph and other is not None \
+                and size >= other:
+            return t
+    return None
+
+
+def _consecutive_launch_failures(study: optuna.Study) -> int:
+    n = 0
+    for t in sorted(_trials(study, COUNTED), key=lambda t: t.number, reverse=True):
+        if t.user_attrs.get("fail_kind") in ("exited", "startup-timeout", "launch-failed"):
+            n += 1
+        elif t.user_attrs.get("measured"):
+            break
+    return n
+
+
+def lossless_check(texts: list[str], baseline_texts: list[str]) -> dict[str, Any]:
+    fractions = [common_prefix_fraction(b, t) for t, b in zip(texts, baseline_texts, strict=False)]
+    return {"prefix_fraction": fractions, "min_prefix_fraction": min(fractions) if fractions else None}
+
+
+# ---------------------------------------------------------------------------------------------- the search
+
+
+class Orchestrator:
+    """Runs the search phase and the confirmation phase of one study."""
+
+    def __init__(self, space: Space, backend: Backend, runner: Runner, study: optuna.Study, *,
+                 clock: Clock | None = None, listener: Listener | None = None) -> None:
+        self.space = space
+        self.backend = backend
+        self.runner = runner
+        self.study = study
+        self.clock = clock or MonotonicClock()
+        self.emit = listener or _quiet
+        self.pruner = BaselinePruner(space.pruning.confidence, space.pruning.min_prompts, space.pruning.enabled)
+
+    # -- budget -------------------------------------------------------------------------------------
+    def counted_trials(self) -> int:
+        return sum(1 for t in _trials(self.study, COUNTED) if not t.user_attrs.get("interrupted"))
+
+    def remaining(self, n_trials: int) -> int:
+        return max(0, n_trials - self.counted_trials())
+
+    def _recover_interrupted(self) -> None:
+        """Trials left RUNNING by a killed run (single-worker SQLite) are failed and re-queued."""
+        storage = self.study._storage
+        if not isinstance(storage, optuna.storages.RDBStorage) or not str(storage.engine.url).startswith("sqlite"):
+            return
+        for t in _trials(self.study, (TrialState.RUNNING,)):
+            storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            storage.set_trial_user_attr(t._trial_id, "fail_reason", "the orchestrator stopped during this trial")
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            self.study.enqueue_trial(t.params, skip_if_exists=False)
+
+    def _seed(self) -> None:
+        """Baselines first (one per CUDA-graph setting), then the server's own defaults."""
+        queued = {json.dumps(t.params, sort_keys=True) for t in _trials(self.study)}
+        seeds: list[dict[str, Any]] = [{"drafter": BASELINE, "cuda_graph": cg} for cg in self.space.search.cuda_graph]
+        for cfg in self.backend.defaults(self.space):
+            seeds.append(cfg.to_dict())
+        for params in seeds:
+            params = {k: v for k, v in params.items() if v is not None}
+            if params.get("drafter") is None:
+                params["drafter"] = BASELINE
+            if json.dumps(params, sort_keys=True) not in queued:
+                self.study.enqueue_trial(params, skip_if_exists=True)
+
+    def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:
+        self._recover_interrupted()
+        self._seed()
+        remaining = self.remaining(n_trials)
+        if remaining == 0:
+            self.emit(Event("note", data={"message": f"search budget of {n_trials} trials already used"}))
+            return
+        callbacks = [optuna.study.MaxTrialsCallback(
+            n_trials, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING))]
+        self.study.optimize(self.objective, n_trials=remaining, timeout=timeout_s,
+                            catch=(LaunchError, BenchmarkError, DrafterNotEngaged), callbacks=callbacks,
+                            gc_after_trial=False, show_progress_bar=False)
+
+    # -- one trial ----------------------------------------------------------------------------------
+    def objective(self, trial: optuna.Trial) -> float:
+        space = self.space
+        config = self.backend.suggest(trial, space)
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("role", "baseline" if config.is_baseline else "speculative")
+        self.emit(Event("trial-start", trial.number, {"config": config.label()}))
+        try:
+            eff = self.backend.resolve(config, space)
+        except InfeasibleConfig as e:
+            self._infeasible(trial, str(e))
+        trial.set_user_attr("effective", eff.to_dict())
+        key = eff.key()
+        trial.set_user_attr("config_key", key)
+
+        dup = _find_duplicate(self.study, key, trial.number)
+        if dup is not None:
+            return self._reuse(trial, dup)
+        if not eff.is_baseline:
+            bad = _disengaged(self.study, eff)
+            if bad is not None:
+                trial.set_user_attr("fail_kind", DrafterNotEngaged.kind)
+                msg = (f"drafter {eff.drafter!r} was not engaged in trial {bad.number} "
+                       f"({bad.user_attrs.get('fail_reason', '')}); not launched again")
+                trial.set_user_attr("fail_reason", msg)
+                self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": msg}))
+                raise DrafterNotEngaged(msg)
+            oom = _predicted_oom(self.study, eff)
+            if oom is not None:
+                self._infeasible(trial, f"trial {oom.number} ran out of memory at size {_size(TrialConfig.from_dict(oom.user_attrs['effective']))}; "
+                                        f"size {_size(eff)} is at least as large", kind=ServerOOM.kind)
+        baseline = None
+        if not eff.is_baseline:
+            baseline = find_baseline(self.study, eff.cuda_graph)
+        return self._measure(trial, eff, baseline)
+
+    def _infeasible(self, trial: optuna.Trial, reason: str, kind: str = "infeasible") -> None:
+        trial.set_user_attr("fail_kind", kind)
+        trial.set_user_attr("infeasible", reason)
+        trial.set_user_attr("feasible", False)
+        trial.set_constraint("feasible", 1.0)
+        self.emit(Event("trial-end", trial.number, {"state": "PRUNED", "reason": reason}))
+        raise optuna.TrialPruned(reason)
+
+    def _reuse(self, trial: optuna.Trial, dup: FrozenTrial) -> float:
+        trial.set_user_attr("duplicate_of", dup.number)
+        for k in ("speedup", "accept_length", "prompts", "baseline_trial", "lossless", "startup_s"):
+            if k in dup.user_attrs:
+                trial.set_user_attr(k, dup.user_attrs[k])
+        for step, v in sorted(dup.intermediate_values.items()):
+            trial.report(v, step)
+        self.emit(Event("trial-end", trial.number, {"state": dup.state.name, "reason": f"same server config as trial {dup.number}",
+                                                    "tok_per_s": dup.value}))
+        if dup.state == TrialState.PRUNED:
+            if dup.user_attrs.get("feasible") is False:
+                trial.set_constraint("feasible", 1.0)
+            raise optuna.TrialPruned(f"same server config as trial {dup.number}, which was pruned")
+        return float(dup.value)
+
+    def _measure(self, trial: optuna.Trial, config: TrialConfig, baseline: FrozenTrial | None) -> float:
+        space = self.space
+        prompts = space.benchmark.prompts
+        if baseline is not None:
+            trial.set_user_attr("baseline_trial", baseline.number)
+        try:
+            session = self.runner.launch(config)
+        except ServerOOM as e:
+            trial.set_user_attr("log_tail", e.log_tail[-4000:])
+            trial.set_user_attr("log_path", e.log_path)
+            self._infeasible(trial, f"out of memory at startup: {e}", kind=ServerOOM.kind)
+        except LaunchError as e:
+            trial.set_user_attr("fail_kind", e.kind)
+            trial.set_user_attr("fail_reason", str(e))
+            trial.set_user_attr("log_tail", e.log_tail[-4000:])
+            trial.set_user_attr("log_path", e.log_path)
+            self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": str(e)}))
+            if config.is_baseline:
+                raise UserError(f"the baseline server ({config.label()}) did not start: {e}\n"
+                                f"last lines of its log ({e.log_path}):\n{e.log_tail[-1500:]}") from e
+            if _consecutive_launch_failures(self.study) + 1 >= MAX_CONSECUTIVE_LAUNCH_FAILURES:
+                raise UserError(f"{MAX_CONSECUTIVE_LAUNCH_FAILURES} servers in a row failed to start; the last: {e}\n"
+                                f"log: {e.log_path}") from e
+            raise
+        results: list[PromptResult] = []
+        try:
+            info = session.info
+            trial.set_user_attr("argv", list(info.argv))
+            trial.set_user_attr("env", dict(info.env))
+            trial.set_user_attr("server_effective", info.effective)
+            trial.set_user_attr("startup_s", info.startup_s)
+            trial.set_user_attr("log_path", info.log_path)
+            trial.set_user_attr("measured", True)
+            self.emit(Event("launched", trial.number, {"startup_s": info.startup_s}))
+            session.warmup()
+            base_values = [baseline.intermediate_values.get(i) for i in range(len(prompts))] if baseline else None
+            for i in range(len(prompts)):
+                r = session.run_prompt(i)
+                results.append(r)
+                trial.report(r.tok_per_s, i)
+                trial.set_user_attr("prompts", [x.to_dict() for x in results])
+                self.emit(Event("prompt", trial.number, {"index": i, "of": len(prompts), "tok_per_s": r.tok_per_s,
+                                                         "accept_length": r.accept_length}))
+                if (i == 0 and not config.is_baseline and r.accept_length is not None
+                        and r.accept_length <= space.pruning.zero_accept_max):
+                    msg = (f"acceptance length {r.accept_length:.2f} after the first prompt: the drafter is not "
+                           f"engaged. Check --speculative-algorithm (an EAGLE-3 drafter needs EAGLE3) and that the "
+                           f"drafter was trained for this target")
+                    trial.set_user_attr("fail_kind", DrafterNotEngaged.kind)
+                    trial.set_user_attr("fail_reason", msg)
+                    self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": msg}))
+                    raise DrafterNotEngaged(msg)
+                if baseline is not None and i < len(prompts) - 1 and trial.should_prune():
+                    d = self.pruner.decide(self.study, self.study._storage.get_trial(trial._trial_id))
+                    reason = d.reason if d else "pruned"
+                    trial.set_user_attr("prune_reason", reason)
+                    trial.set_user_attr("speedup_upper", d.upper_bound if d else None)
+                    self._record_speedup(trial, results, baseline)
+                    self.emit(Event("trial-end", trial.number, {"state": "PRUNED", "reason": reason}))
+                    raise optuna.TrialPruned(reason)
+        except BenchmarkError as e:
+            trial.set_user_attr("fail_kind", e.kind)
+            trial.set_user_attr("fail_reason", str(e))
+            tail = getattr(e, "log_tail", "")
+            if tail:
+                trial.set_user_attr("log_tail", tail[-4000:])
+            self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": str(e)}))
+            raise
+        except KeyboardInterrupt:
+            trial.set_user_attr("interrupted", True)
+            raise
+        finally:
+            session.close()
+        summary = summarize(results)
+        trial.set_user_attr("accept_length", summary["accept_length"])
+        trial.set_user_attr("feasible", True)
+        if config.is_baseline:
+            trial.set_user_attr("outputs", [r.text for r in results])
+        else:
+            self._record_speedup(trial, results, baseline)
+            if baseline is not None and space.benchmark.temperature == 0:
+                check = lossless_check([r.text for r in results], baseline.user_attrs.get("outputs", []))
+                check["ok"] = (check["min_prefix_fraction"] is None
+                               or check["min_prefix_fraction"] >= space.verdict.lossless_min_prefix)
+                trial.set_user_attr("lossless", check)
+        self.emit(Event("trial-end", trial.number, {"state": "COMPLETE", "tok_per_s": summary["tok_per_s"],
+                                                    "speedup": self._speedup_of(results, baseline)}))
+        return summary["tok_per_s"]
+
+    def _record_speedup(self, trial: optuna.Trial, results: list[PromptResult], baseline: FrozenTrial | None) -> None:
+        s = self._speedup_of(results, baseline)
+        if s is not None:
+            trial.set_user_attr("speedup", s)
+
+    @staticmethod
+    def _speedup_of(results: list[PromptResult], baseline: FrozenTrial | None) -> float | None:
+        """Aggregate tok/s over the measured prompts divided by the baseline's over the same prompts."""
+        if baseline is None or not results:
+            return None
+        base_prompts = baseline.user_attrs.get("prompts", [])
+        n = len(results)
+        base_tokens = sum(p["completion_tokens"] for p in base_prompts[:n])
+        base_seconds = sum(p["seconds"] for p in base_prompts[:n])
+        tokens = sum(r.completion_tokens for r in results)
+        seconds = sum(r.seconds for r in results)
+        if base_seconds > 0 and seconds > 0 and base_tokens > 0:
+            return (tokens / seconds) / (base_tokens / base_seconds)
+        return None
+
+    # -- confirmation -------------------------------------------------------------------------------
+    def candidates(self) -> list[FrozenTrial]:
+        """The best few measured speculative configs worth confirming (not clearly losing, lossless)."""
+        space = self.space
+        seen: set[str] = set()
+        out = []
+        complete = [t for t in _trials(self.study, (TrialState.COMPLETE,))
+                    if t.params.get("drafter") != BASELINE and "duplicate_of" not in t.user_attrs
+                    and t.user_attrs.get("measured")]
+        for t in sorted(complete, key=lambda t: t.value or 0.0, reverse=True):
+            key = t.user_attrs.get("config_key")
+            if key in seen:
+                continue
+            if not t.user_attrs.get("lossless", {}).get("ok", True):
+                continue
+            baseline = find_baseline(self.study, t.params.get("cuda_graph"))
+            if baseline is None:
+                continue
+            tv = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
+            bv = [baseline.intermediate_values.get(s) for s in sorted(t.intermediate_values)]
+            if upper_bound(log_ratios(tv, bv), space.verdict.confidence) < 1.0:
+                continue
+            seen.add(key)
+            out.append(t)
+            if len(out) >= space.verdict.confirm_top:
+                break
+        return out
+
+    def confirm(self) -> dict[str, Any]:
+        """Re-measure the candidates ``repeats`` times, each round after a fresh baseline of the same
+        CUDA-graph setting (so drift cancels in the pair), and decide the verdict from paired intervals."""
+        space = self.space
+        cands = self.candidates()
+        keys = [t.user_attrs["config_key"] for t in cands]
+        previous = self.study.user_attrs.get("confirmation")
+        if previous and previous.get("keys") == keys and previous.get("done"):
+            return previous
+        state: dict[str, Any] = (previous if previous and previous.get("keys") == keys
+                                 else {"keys": keys, "rounds": [], "done": False})
+        self.emit(Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": space.verdict.repeats}))
+        graph_settings = sorted({t.params.get("cuda_graph") for t in cands}, key=str)
+        while len(state["rounds"]) < space.verdict.repeats and cands:
+            rnd: dict[str, Any] = {"baseline": {}, "candidates": {}}
+            for cg in graph_settings:
+                base_cfg = TrialConfig.baseline(bool(cg))
+                rnd["baseline"][str(cg)] = self._measure_once(base_cfg)
+                for t in cands:
+                    if t.params.get("cuda_graph") == cg:
+                        cfg = TrialConfig.from_dict(t.user_attrs["effective"])
+                        rnd["candidates"][str(t.number)] = self._measure_once(cfg)
+            state["rounds"].append(rnd)
+            self.study.set_user_attr("confirmation", state)
+        results = []
+        for t in cands:
+            cg = str(t.params.get("cuda_graph"))
+            pairs = [(r["candidates"].get(str(t.number)), r["baseline"].get(cg)) for r in state["rounds"]]
+            logs = [math.log(c / b) for c, b in pairs if c and b]
+            interval = speedup_interval(logs, space.verdict.confidence) if len(logs) >= 2 else None
+            results.append({"trial": t.number, "config": t.user_attrs["effective"],
+                            "tok_per_s": [c for c, _ in pairs], "baseline_tok_per_s": [b for _, b in pairs],
+                            "speedup_ci": interval.to_dict() if interval else None})
+        state["results"] = results
+        best = max((r for r in results if r["speedup_ci"]), key=lambda r: r["speedup_ci"]["point"], default=None)
+        if best is None:
+            state["verdict"] = verdict(None, space.verdict.min_gain)
+            state["best"] = None
+        else:
+            iv = Interval(**{k: best["speedup_ci"][k] for k in ("point", "low", "high", "n", "confidence")})
+            state["verdict"] = verdict(iv, space.verdict.min_gain)
+            state["best"] = best["trial"]
+        state["done"] = True
+        self.study.set_user_attr("confirmation", state)
+        self.emit(Event("verdict", data={"verdict": state["verdict"], "best": state["best"]}))
+        return state
+
+    def _measure_once(self, config: TrialConfig) -> float:
+        session = self.runner.launch(config)
+        try:
+            session.warmup()
+            results = [session.run_prompt(i) for i in range(len(self.space.benchmark.prompts))]
+        finally:
+            session.close()
+        tps = summarize(results)["tok_per_s"]
+        self.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))
+        return tps
+
+
+def run(space: Space, backend: Backend, runner: Runner, study: optuna.Study, *, n_trials: int | None = None,
+        clock: Clock | None = None, listener: Listener | None = None, confirm: bool = True) -> dict[str, Any]:
+    """Search, then confirm. Returns the confirmation state (verdict inside)."""
+    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=listener)
+    orch.search(n_trials if n_trials is not None else space.budget.n_trials, timeout_s=space.budget.timeout_s)
+    if not confirm:
+        return {}
+    return orch.confirm()
+
+
+__all__ = ["Event", "Orchestrator", "default_storage", "make_storage", "open_study", "run", "study_name_for",
+           "AutotuneError"]
