@@ -1,0 +1,639 @@
+"""llama.cpp ``llama-server``: draft-model speculative decoding (``--spec-type draft-simple`` and friends).
+
+Knobs: ``spec_type`` (``draft-simple``, ``draft-eagle3``, ...; the baseline is drafter "none", never a
+``spec_type`` of "none"), ``draft_n_max`` (tokens drafted per step, >= 1), ``draft_n_min`` (a draft shorter
+than this is discarded, 0..n_max), ``draft_p_min`` (drafting stops below this greedy probability, 0..1).
+The server's own defaults (0.3.36 / llama.cpp 0c1e570): draft-simple, n_max 3, n_min 0, p_min 0.0.
+Resolved configs always carry all four knobs and argv always passes all of them.
+
+Rules this module knows (llama.cpp, checked against its source):
+
+- ``-md`` alone does NOT speculate: a plain llama drafter needs ``--spec-type draft-simple``; we always pass
+  the type with a drafter.
+- Flag spelling changed: newer builds have ``--spec-draft-n-max/--spec-draft-n-min/--spec-draft-p-min``,
+  ``--spec-type`` and ``--spec-draft-model``; they still list ``--draft-max``/``--draft-min`` in ``--help`` but
+  as "the argument has been removed" (exit 1). Older releases know only ``--draft-max``, ``--draft-min``,
+  ``--draft-p-min``, ``-md/--model-draft`` and speculate whenever a draft model is given. ``flag_spelling``
+  reads ``--help`` text; ``LlamaCppBackend`` probes ``<server> --help`` once per binary (cached).
+- CUDA graphs have no flag: ``GGML_CUDA_DISABLE_GRAPHS=1`` turns them off (CUDA builds only).
+- ``/props`` reports ``speculative.types: none`` even while speculating: ``read_effective`` records it as
+  ``reported_spec_types`` and ``check_effective`` ignores it.
+
+Acceptance. The final streamed chunk carries ``timings.predicted_n`` (tokens generated), ``timings.draft_n``
+(draft tokens proposed) and ``timings.draft_n_accepted``; it does not carry the number of verify steps. Every
+target forward pass during generation yields exactly one token of its own plus the draft tokens it accepted,
+so ``accept_length = predicted_n / (predicted_n - draft_n_accepted)``: tokens per target forward pass, bonus
+token included, 1.0 when nothing is accepted -- the same quantity as SGLang's ``spec_accept_length``
+(completion tokens / verify passes). Steps where no draft was made (a draft under ``n_min``) count as passes
+yielding one token. ``/metrics`` gives the same from counter deltas (``tokens_predicted_total`` and
+``spec_decode_num_accepted_tokens_total``); when the token counter is missing it falls back to the
+server's log figure ``1 + accepted / drafts`` (per speculative verify step). ``acceptance_rate`` gives
+``accepted / drafted``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.backends.base import (
+    Backend,
+    ChunkInfo,
+    _float_or_none,
+    _int_or_none,
+    metric_total,
+    parse_openai_chunk,
+)
+from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig
+from autotune.space import Choices, FloatRange, IntRange, ParamSpec
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.space import Space
+
+KNOBS = ("spec_type", "draft_n_max", "draft_n_min", "draft_p_min")
+
+#: the llama-cpp-python release whose vendored llama.cpp ``scripts/llamacpp_setup.sh`` builds
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+
+#: the server's defaults for the draft knobs (common/common.h of the targeted release)
+DEFAULT_SPEC_TYPE = "draft-simple"
+DEFAULT_N_MAX = 3
+DEFAULT_N_MIN = 0
+DEFAULT_P_MIN = 0.0
+
+#: speculative types that run a draft model (``-md``); the others (ngram-*) need none
+DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+SPEC_TYPES = DRAFT_MODEL_TYPES + NGRAM_TYPES
+
+#: flag names by role for the newest known release, and for releases before the ``--spec-*`` rename
+NEW_SPELLING: dict[str, str | None] = {
+    "draft_model": "--spec-draft-model",
+    "spec_type": "--spec-type",
+    "draft_n_max": "--spec-draft-n-max",
+    "draft_n_min": "--spec-draft-n-min",
+    "draft_p_min": "--spec-draft-p-min",
+    "no_webui": None,
+    "parallel": "-np",
+}
+OLD_SPELLING: dict[str, str | None] = {
+    "draft_model": "--model-draft",
+    "spec_type": None,
+    "draft_n_max": "--draft-max",
+    "draft_n_min": "--draft-min",
+    "draft_p_min": "--draft-p-min",
+    "no_webui": None,
+    "parallel": "-np",
+}
+
+#: candidate names per role, preferred first
+_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "draft_model": ("--spec-draft-model", "--model-draft", "-md"),
+    "spec_type": ("--spec-type",),
+    "draft_n_max": ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
+    "draft_n_min": ("--spec-draft-n-min", "--draft-min", "--draft-n-min"),
+    "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
+    "no_webui": ("--no-webui", "--no-ui"),
+    "parallel": ("-np", "--parallel"),
+}
+
+_ENTRY = re.compile(r"^[ \t]{0,8}(-{1,2}[A-Za-z0-9][\w-]*(?:\s*,\s*-{1,2}[A-Za-z0-9][\w-]*)*)", re.M)
+
+
+def help_flags(help_text: str) -> set[str]:
+    """Every flag ``--help`` lists, minus those whose entry says the argument has been removed."""
+    flags: set[str] = set()
+    matches = list(_ENTRY.finditer(help_text))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(help_text)
+        entry = help_text[m.start() : end]
+        if re.search(r"has been removed", entry, re.I):
+            continue
+        flags.update(f.strip() for f in m.group(1).split(","))
+    return flags
+
+
+def flag_spelling(help_text: str) -> dict[str, str | None]:
+    """Flag name per role (``draft_model``, ``spec_type``, ``draft_n_max``, ``draft_n_min``, ``draft_p_min``,
+    ``no_webui``, ``parallel``) for the ``llama-server`` whose ``--help`` output is ``help_text``.
+
+    A role the binary lacks maps to None. Text that lists no draft-count flag at all (not a llama-server help)
+    gives ``NEW_SPELLING``.
+    """
+    flags = help_flags(help_text)
+    if not any(f in flags for f in _CANDIDATES["draft_n_max"]):
+        return dict(NEW_SPELLING)
+    return {role: next((c for c in names if c in flags), None) for role, names in _CANDIDATES.items()}
+
+
+_SPELLING_CACHE: dict[tuple[str, float], dict[str, str | None]] = {}
+
+
+def cache_dir() -> Path:
+    """Where ``scripts/llamacpp_setup.sh`` caches its build: ``$AUTOTUNE_CACHE`` or ``~/.cache/autotune``."""
+    root = os.environ.get("AUTOTUNE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "autotune")
+    return Path(root)
+
+
+def cached_server_path() -> Path:
+    return cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}" / "llama-server"
+
+
+def find_llama_server() -> str | None:
+    """The llama-server to run: ``$AUTOTUNE_LLAMA_SERVER``, else ``llama-server`` on PATH, else the setup
+    script's cached build; None when there is none."""
+    env = os.environ.get("AUTOTUNE_LLAMA_SERVER")
+    if env:
+        return env if os.path.isfile(env) and os.access(env, os.X_OK) else None
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return on_path
+    cached = cached_server_path()
+    if cached.is_file() and os.access(cached, os.X_OK):
+        return str(cached)
+    return None
+
+
+def accept_length(predicted_n: int | None, accepted: int | None) -> float | None:
+    """Tokens per target forward pass: ``predicted / (predicted - accepted)`` (None when not computable)."""
+    if predicted_n is None or accepted is None or predicted_n <= 0 or accepted < 0 or accepted >= predicted_n:
+        return None
+    return predicted_n / (predicted_n - accepted)
+
+
+def acceptance_rate(drafted: int | float | None, accepted: int | float | None) -> float | None:
+    """Fraction of drafted tokens the target accepted (None when nothing was drafted)."""
+    if drafted is None or accepted is None or drafted <= 0:
+        return None
+    return float(accepted) / float(drafted)
+
+
+def parse_timings(timings: Mapping[str, Any]) -> dict[str, Any]:
+    """The speculative figures of a final chunk's ``timings`` object."""
+    predicted = _int_or_none(timings.get("predicted_n"))
+    drafted = _int_or_none(timings.get("draft_n"))
+    accepted = _int_or_none(timings.get("draft_n_accepted"))
+    return {
+        "predicted_n": predicted,
+        "predicted_per_second": _float_or_none(timings.get("predicted_per_second")),
+        "draft_n": drafted,
+        "draft_n_accepted": accepted,
+        "accept_length": accept_length(predicted, accepted) if drafted else (1.0 if predicted else None),
+        "acceptance_rate": acceptance_rate(drafted, accepted),
+    }
+
+
+def _spec_values(spec: ParamSpec | None) -> list[Any] | None:
+    if spec is None:
+        return None
+    if isinstance(spec, IntRange):
+        return spec.values()
+    if isinstance(spec, Choices):
+        return list(spec.values)
+    return None
+
+
+class LlamaCppBackend(Backend):
+    """``llama-server`` with a draft GGUF model.
+
+    ``spelling`` fixes the flag names (e.g. ``flag_spelling(recorded_help)``); when None the backend probes
+    ``<server> --help`` once per binary the first time it builds argv (falling back to ``NEW_SPELLING``).
+    """
+
+    name = "llamacpp"
+    health_path = "/health"
+    info_path = "/props"
+    metrics_path = "/metrics"
+    knob_names = KNOBS
+
+    def __init__(self, spelling: Mapping[str, str | None] | None = None) -> None:
+        self.spelling: dict[str, str | None] | None = dict(spelling) if spelling is not None else None
+
+    # -- the space ----------------------------------------------------------------------------------
+
+    def _drafter_names(self, space: Space) -> list[str]:
+        return list(space.search.drafters) or [d.name for d in space.drafters]
+
+    def _default_type(self, space: Space, drafter: str) -> str:
+        try:
+            forced = space.drafter(drafter).algorithm
+        except KeyError:
+            forced = None
+        return str(forced).lower() if forced else DEFAULT_SPEC_TYPE
+
+    def _type_values(self, space: Space, drafter: str) -> list[str]:
+        values = _spec_values(space.search.knobs.get("spec_type"))
+        if values is None:
+            return [self._default_type(space, drafter)]
+        return [str(v) for v in values if str(v) in SPEC_TYPES]
+
+    def _n_max_values(self, space: Space) -> list[int]:
+        values = _spec_values(space.search.knobs.get("draft_n_max"))
+        if values is None:
+            return [DEFAULT_N_MAX]
+        return [int(v) for v in values if int(v) >= 1]
+
+    def _n_min_values(self, space: Space, n_max: int) -> list[int]:
+        values = _spec_values(space.search.knobs.get("draft_n_min"))
+        if values is None:
+            return [min(DEFAULT_N_MIN, n_max)]
+        return [int(v) for v in values if 0 <= int(v) <= n_max]
+
+    def _n_min_name(self, space: Space, n_max: int) -> str:
+        full = _spec_values(space.search.knobs.get("draft_n_min")) or []
+        return "draft_n_min" if self._n_min_values(space, n_max) == full else f"draft_n_min_le{n_max}"
+
+    @staticmethod
+    def _suggest_int(trial: optuna.trial.BaseTrial, name: str, spec: ParamSpec | None, allowed: list[int]) -> int:
+        if len(allowed) == 1 and spec is None:
+            return allowed[0]
+        full = _spec_values(spec)
+        if isinstance(spec, IntRange) and allowed == full:
+            return int(trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log))
+        if isinstance(spec, IntRange) and allowed and allowed == full[: len(allowed)] and not spec.log:
+            return int(trial.suggest_int(name, allowed[0], allowed[-1], step=spec.step))
+        return int(trial.suggest_categorical(name, list(allowed)))
+
+    def _suggest_p_min(self, trial: optuna.trial.BaseTrial, space: Space) -> float:
+        spec = space.search.knobs.get("draft_p_min")
+        if spec is None:
+            return DEFAULT_P_MIN
+        if isinstance(spec, FloatRange):
+            low, high = max(0.0, float(spec.low)), min(1.0, float(spec.high))
+            if low > high:
+                raise InfeasibleConfig(f"draft_p_min range [{spec.low}, {spec.high}] lies outside [0, 1]")
+            if (low, high) == (float(spec.low), float(spec.high)):
+                return float(trial.suggest_float("draft_p_min", low, high, log=spec.log))
+            return float(trial.suggest_float("draft_p_min_01", low, high, log=spec.log and low > 0))
+        values = [float(v) for v in _spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+        if not values:
+            raise InfeasibleConfig("no draft_p_min value of the space lies in [0, 1]")
+        return float(trial.suggest_categorical("draft_p_min", values))
+
+    def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
+        """Conditional space: ``drafter`` ("none" = baseline) and ``cuda_graph`` always; the knobs only with
+        a drafter. ``spec_type`` is searched only when the space lists it (else the drafter's forced
+        ``algorithm`` or draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (named
+        ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
+        drafter = trial.suggest_categorical("drafter", ["none", *self._drafter_names(space)])
+        cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
+        if drafter == "none":
+            return TrialConfig.baseline(cuda_graph)
+        types = self._type_values(space, drafter)
+        if not types:
+            raise InfeasibleConfig(f"no spec_type of the space is one of {list(SPEC_TYPES)}")
+        if "spec_type" in space.search.knobs:
+            spec_type = str(trial.suggest_categorical("spec_type", types))
+        else:
+            spec_type = types[0]
+        n_max_allowed = self._n_max_values(space)
+        if not n_max_allowed:
+            raise InfeasibleConfig("no draft_n_max value of the space is at least 1")
+        n_max = self._suggest_int(trial, "draft_n_max", space.search.knobs.get("draft_n_max"), n_max_allowed)
+        n_min_allowed = self._n_min_values(space, n_max)
+        if not n_min_allowed:
+            raise InfeasibleConfig(f"no draft_n_min value of the space lies in [0, draft_n_max={n_max}]")
+        n_min = self._suggest_int(
+            trial, self._n_min_name(space, n_max), space.search.knobs.get("draft_n_min"), n_min_allowed
+        )
+        p_min = self._suggest_p_min(trial, space)
+        return TrialConfig.make(
+            drafter, cuda_graph, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min
+        )
+
+    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+        """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
+        if config.is_baseline:
+            return {"drafter": "none", "cuda_graph": bool(config.cuda_graph)}
+        eff = self.resolve(config, space)
+        out: dict[str, Any] = {"drafter": eff.drafter, "cuda_graph": bool(eff.cuda_graph)}
+        knobs = space.search.knobs
+        if "spec_type" in knobs:
+            out["spec_type"] = eff.knob("spec_type")
+        n_max = int(eff.knob("draft_n_max"))
+        if "draft_n_max" in knobs:
+            out["draft_n_max"] = n_max
+        if "draft_n_min" in knobs:
+            out[self._n_min_name(space, n_max)] = int(eff.knob("draft_n_min"))
+        spec = knobs.get("draft_p_min")
+        if spec is not None:
+            clipped = isinstance(spec, FloatRange) and (max(0.0, spec.low), min(1.0, spec.high)) != (
+                spec.low,
+                spec.high,
+            )
+            out["draft_p_min_01" if clipped else "draft_p_min"] = float(eff.knob("draft_p_min"))
+        return out
+
+    def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
+        """All four knobs filled in (server defaults for the missing ones), or InfeasibleConfig."""
+        if config.is_baseline:
+            if config.knobs:
+                raise InfeasibleConfig(f"a baseline takes no knobs but got {config.knob_dict}")
+            return TrialConfig.baseline(config.cuda_graph)
+        try:
+            space.drafter(config.drafter or "")
+        except KeyError:
+            raise InfeasibleConfig(f"drafter {config.drafter!r} is not in the space") from None
+        unknown = sorted(set(config.knob_dict) - set(KNOBS))
+        if unknown:
+            raise InfeasibleConfig(f"unknown llama.cpp knobs {unknown}; expected some of {list(KNOBS)}")
+        spec_type = str(config.knob("spec_type") or self._default_type(space, config.drafter or "")).lower()
+        if spec_type == "none":
+            raise InfeasibleConfig("spec_type 'none' with a drafter: the baseline is drafter 'none'")
+        if spec_type not in SPEC_TYPES:
+            raise InfeasibleConfig(f"spec_type must be one of {list(SPEC_TYPES)} but got {spec_type!r}")
+        n_max = _int_or_none(config.knob("draft_n_max", DEFAULT_N_MAX))
+        n_min = _int_or_none(config.knob("draft_n_min", DEFAULT_N_MIN))
+        p_min = _float_or_none(config.knob("draft_p_min", DEFAULT_P_MIN))
+        if n_max is None or n_max < 1:
+            raise InfeasibleConfig(f"draft_n_max must be at least 1 but got {config.knob('draft_n_max')!r}")
+        if n_min is None or n_min < 0:
+            raise InfeasibleConfig(f"draft_n_min must be at least 0 but got {config.knob('draft_n_min')!r}")
+        if n_min > n_max:
+            raise InfeasibleConfig(f"draft_n_min ({n_min}) must not exceed draft_n_max ({n_max})")
+        if p_min is None or not 0.0 <= p_min <= 1.0:
+            raise InfeasibleConfig(f"draft_p_min must be in [0, 1] but got {config.knob('draft_p_min')!r}")
+        return TrialConfig.make(
+            config.drafter,
+            config.cuda_graph,
+            spec_type=spec_type,
+            draft_n_max=n_max,
+            draft_n_min=n_min,
+            draft_p_min=p_min,
+        )
+
+    def defaults(self, space: Space) -> list[TrialConfig]:
+        """The server's defaults (n_max 3, n_min 0, p_min 0.0) per drafter, moved to the nearest point of the space."""
+        graphs = [bool(b) for b in space.search.cuda_graph] or [True]
+        cuda_graph = True if True in graphs else graphs[0]
+        n_max_allowed = self._n_max_values(space)
+        if not n_max_allowed:
+            return []
+
+        def nearest(values: list[Any], target: float) -> Any:
+            return min(values, key=lambda v: (abs(v - target), v))
+
+        n_max = nearest(n_max_allowed, DEFAULT_N_MAX)
+        n_min_allowed = self._n_min_values(space, n_max)
+        if not n_min_allowed:
+            return []
+        n_min = nearest(n_min_allowed, DEFAULT_N_MIN)
+        spec = space.search.knobs.get("draft_p_min")
+        if isinstance(spec, FloatRange):
+            p_min = min(max(DEFAULT_P_MIN, spec.low, 0.0), spec.high, 1.0)
+        elif spec is not None:
+            values = [float(v) for v in _spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+            if not values:
+                return []
+            p_min = nearest(values, DEFAULT_P_MIN)
+        else:
+            p_min = DEFAULT_P_MIN
+        out: list[TrialConfig] = []
+        for name in self._drafter_names(space):
+            types = self._type_values(space, name)
+            if not types:
+                continue
+            spec_type = DEFAULT_SPEC_TYPE if DEFAULT_SPEC_TYPE in types else types[0]
+            cfg = TrialConfig.make(
+                name, cuda_graph, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min
+            )
+            try:
+                out.append(self.resolve(cfg, space))
+            except InfeasibleConfig:
+                continue
+        return out
+
+    # -- launching ----------------------------------------------------------------------------------
+
+    def launcher(self, space: Space) -> list[str]:
+        """``space.server.launcher``, else ``find_llama_server()``, else plain ``llama-server``."""
+        return list(space.server.launcher) or [find_llama_server() or "llama-server"]
+
+    def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:
+        """Learn the flag spelling from ``<server> --help`` (cached per binary; keeps NEW_SPELLING on failure)."""
+        if self.spelling is not None:
+            return
+        launcher = self.launcher(space)
+        exe = shutil.which(launcher[0]) or launcher[0]
+        try:
+            key = (os.path.realpath(exe), os.stat(exe).st_mtime)
+        except OSError:
+            return
+        cached = _SPELLING_CACHE.get(key)
+        if cached is None:
+            try:
+                proc = subprocess.run(
+                    [*launcher, "--help"],
+                    capture_output=True,
+                    text=True,
+                    errors="replace",
+                    timeout=timeout_s,
+                    check=False,
+                    stdin=subprocess.DEVNULL,
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                return
+            cached = flag_spelling(proc.stdout + proc.stderr)
+            _SPELLING_CACHE[key] = cached
+        self.spelling = dict(cached)
+
+    def spelling_for(self, space: Space) -> dict[str, str | None]:
+        if self.spelling is None:
+            self.probe(space)
+        return dict(self.spelling) if self.spelling is not None else dict(NEW_SPELLING)
+
+    @staticmethod
+    def context_size(space: Space) -> int:
+        """A context that fits the longest prompt plus ``max_tokens`` (each token covers at least one byte)."""
+        longest = max((len(p.text.encode("utf-8")) for p in space.benchmark.prompts), default=0)
+        need = longest + int(space.benchmark.max_tokens) + 64
+        return max(2048, -(-need // 256) * 256)
+
+    @staticmethod
+    def threads() -> int:
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # pragma: no cover - not Linux
+            return max(1, os.cpu_count() or 1)
+
+    def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
+        eff = self.resolve(config, space)
+        server = space.server
+        flags = self.spelling_for(space)
+        extra = [str(a) for a in server.extra_args]
+
+        def given(*names: str) -> bool:
+            return any(a == n or a.startswith(n + "=") for a in extra for n in names)
+
+        argv = [*self.launcher(space), "-m", server.model_path, "--host", server.host, "--port", str(int(port))]
+        argv.append("--metrics")
+        if not given("-c", "--ctx-size"):
+            argv += ["-c", str(self.context_size(space))]
+        if not given("-t", "--threads"):
+            argv += ["-t", str(self.threads())]
+        if flags.get("parallel") and not given("-np", "--parallel"):
+            argv += [str(flags["parallel"]), "1"]  # one slot: the benchmark is single-stream
+        if flags.get("no_webui") and not given("--no-webui", "--no-ui", "--webui"):
+            argv.append(str(flags["no_webui"]))
+        if not eff.is_baseline:
+            drafter = space.drafter(eff.drafter or "")
+            spec_type = str(eff.knob("spec_type"))
+            if flags.get("spec_type"):
+                argv += [str(flags["spec_type"]), spec_type]
+            elif spec_type != DEFAULT_SPEC_TYPE:
+                raise InfeasibleConfig(
+                    f"spec_type {spec_type!r} needs a llama-server with --spec-type; this one only drafts with -md"
+                )
+            if spec_type in DRAFT_MODEL_TYPES:
+                argv += [str(flags.get("draft_model") or "-md"), drafter.path]
+            for knob in ("draft_n_max", "draft_n_min", "draft_p_min"):
+                flag = flags.get(knob)
+                if flag is None:
+                    raise InfeasibleConfig(f"this llama-server has no flag for {knob}")
+                argv += [str(flag), _fmt(eff.knob(knob))]
+        argv += extra
+        return [str(a) for a in argv]
+
+    def env(self, config: TrialConfig, space: Space) -> dict[str, str]:
+        out = dict(space.server.env)
+        if not config.cuda_graph:
+            out["GGML_CUDA_DISABLE_GRAPHS"] = "1"
+        return out
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def read_effective(self, server_info: dict[str, Any]) -> dict[str, Any]:
+        """From ``/props``: model path, slots, context, build, and the (unreliable) reported spec types."""
+        dgs = server_info.get("default_generation_settings")
+        dgs = dgs if isinstance(dgs, Mapping) else {}
+        params = dgs.get("params") if isinstance(dgs.get("params"), Mapping) else {}
+        out: dict[str, Any] = {
+            "model_path": server_info.get("model_path"),
+            "total_slots": _int_or_none(server_info.get("total_slots")),
+            "n_ctx": _int_or_none(dgs.get("n_ctx")),
+            "build_info": server_info.get("build_info"),
+            "reported_spec_types": params.get("speculative.types"),
+        }
+        for knob, key in (
+            ("draft_n_max", "speculative.n_max"),
+            ("draft_n_min", "speculative.n_min"),
+            ("draft_p_min", "speculative.p_min"),
+        ):
+            if key in params:
+                out[knob] = _float_or_none(params[key]) if knob == "draft_p_min" else _int_or_none(params[key])
+        return out
+
+    def check_effective(self, config: TrialConfig, effective: Mapping[str, Any]) -> list[str]:
+        """Knob values the server reports that differ from what we launched (spec types are not compared:
+        ``/props`` reports ``none`` while speculating)."""
+        if config.is_baseline:
+            return []
+        problems: list[str] = []
+        for knob in ("draft_n_max", "draft_n_min"):
+            got = effective.get(knob)
+            if got is not None and int(got) != int(config.knob(knob)):
+                problems.append(f"{knob}: launched {config.knob(knob)}, server runs {got}")
+        got = effective.get("draft_p_min")
+        if got is not None and abs(float(got) - float(config.knob("draft_p_min"))) > 1e-4:
+            problems.append(f"draft_p_min: launched {config.knob('draft_p_min')}, server runs {got}")
+        return problems
+
+    # -- benchmark requests -------------------------------------------------------------------------
+
+    def request(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        temperature: float,
+        api: str = "completions",
+        model: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """The OpenAI request, with ``cache_prompt: false`` so that repeated prompts are measured alike."""
+        path, body = super().request(prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model)
+        body["cache_prompt"] = False
+        return path, body
+
+    def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
+        """An OpenAI chunk; a chunk carrying ``timings`` (llama.cpp's last ones) also gives the acceptance length."""
+        info = parse_openai_chunk(obj)
+        timings = obj.get("timings")
+        if info.error is not None or not isinstance(timings, Mapping):
+            return info
+        figures = parse_timings(timings)
+        if figures["accept_length"] is None:
+            return info
+        return ChunkInfo(
+            text=info.text,
+            cumulative=info.cumulative,
+            completion_tokens=info.completion_tokens,
+            prompt_tokens=info.prompt_tokens,
+            accept_length=figures["accept_length"],
+            finish_reason=info.finish_reason,
+            final=info.final,
+            error=info.error,
+        )
+
+    def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
+        """Tokens per target forward pass between two /metrics scrapes (see the module docstring)."""
+        d = metrics_delta(before, after)
+        if not d["drafts"]:
+            return None
+        if d["predicted"]:
+            length = accept_length(int(d["predicted"]), int(d["accepted"]))
+            if length is not None:
+                return length
+        return 1.0 + d["accepted"] / d["drafts"]
+
+
+def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Counter increases between two parsed /metrics scrapes: predicted tokens, drafted, accepted, drafts."""
+    names = {
+        "predicted": "llamacpp:tokens_predicted_total",
+        "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
+        "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
+        "drafts": "llamacpp:spec_decode_num_drafts_total",
+    }
+    out: dict[str, float] = {}
+    for key, name in names.items():
+        a = metric_total(after, name)
+        b = metric_total(before, name) or 0.0
+        out[key] = max(0.0, a - b) if a is not None else 0.0
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v) if v != int(v) else f"{v:.1f}"
+    return str(v)
+
+
+__all__ = [
+    "DEFAULT_N_MAX",
+    "DEFAULT_N_MIN",
+    "DEFAULT_P_MIN",
+    "DEFAULT_SPEC_TYPE",
+    "DRAFT_MODEL_TYPES",
+    "KNOBS",
+    "LLAMA_CPP_PYTHON_VERSION",
+    "NEW_SPELLING",
+    "OLD_SPELLING",
+    "SPEC_TYPES",
+    "LlamaCppBackend",
+    "accept_length",
+    "acceptance_rate",
+    "cached_server_path",
+    "find_llama_server",
+    "flag_spelling",
+    "help_flags",
+    "metrics_delta",
+    "parse_timings",
+]
