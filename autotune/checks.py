@@ -1,0 +1,494 @@
+"""Static checks of drafter checkpoints against the target, from their ``config.json`` files (no server).
+
+``check_space(space)`` returns a list of ``Problem``s: errors (a launch would be misconfigured or useless)
+and warnings (something could not be verified). ``derive_algorithm`` tells EAGLE-3 from EAGLE-1/2 drafters;
+``resolved_algorithm`` is what the backends launch with.
+
+What is checked, per drafter that the search uses:
+
+- the checkpoint directory and its ``config.json`` exist and parse;
+- EAGLE vs EAGLE-3 (the field report's trap: an EAGLE-3 drafter launched with ``--speculative-algorithm
+  EAGLE`` silently skips its fusion layer and accepts nothing); a forced ``algorithm`` contradicting the
+  checkpoint is an error, an undeterminable one without ``algorithm`` is an error too;
+- hidden size (``target_hidden_size`` or ``hidden_size``) against the target's ``hidden_size``;
+- EAGLE-3 aux hidden-state layer ids against the target's ``num_hidden_layers``;
+- ``draft_vocab_size`` against the vocabulary, and the ``d2t`` table in the weights when their headers can be
+  read without loading tensors (a safetensors index or safetensors headers); otherwise a warning;
+- ``max_position_embeddings`` of drafter and target against the longest prompt plus ``max_tokens``.
+
+The target's ``config.json`` missing is a warning (``model_path`` may be a hub id); the target-dependent
+checks are then skipped. llama.cpp drafters are GGUF files: only their existence is checked here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import ValidationFailed
+from autotune.space import DrafterSpec, Space
+
+__all__ = ["Problem", "check_space", "derive_algorithm", "estimate_tokens", "resolved_algorithm"]
+
+#: safetensors headers larger than this are not read (the header is JSON; real ones are kilobytes)
+_MAX_HEADER_BYTES = 64 << 20
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding. ``severity`` is ``"error"`` (refuse to launch) or ``"warning"`` (could not verify)."""
+
+    severity: str
+    message: str
+    drafter: str | None = None  # the drafter's name, None for the target / benchmark
+    field: str | None = None  # the space field it concerns, e.g. ``drafters[0].algorithm``
+    file: str | None = None  # the file it was found in (a config.json), when any
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# -- the algorithm -------------------------------------------------------------------------------------------
+
+
+def _eagle3_evidence(cfg: Mapping[str, Any]) -> list[str]:
+    """Why a drafter config looks like EAGLE-3 (empty: it does not)."""
+    why: list[str] = []
+    archs = _architectures(cfg)
+    if any("eagle3" in a.lower() for a in archs):
+        why.append("architectures: " + ", ".join(archs))
+    eagle = cfg.get("eagle_config")
+    if isinstance(eagle, Mapping):
+        if eagle.get("use_aux_hidden_state") is True:
+            why.append("eagle_config.use_aux_hidden_state: true")
+        if "eagle_aux_hidden_state_layer_ids" in eagle:
+            why.append(f"eagle_config.eagle_aux_hidden_state_layer_ids: {eagle['eagle_aux_hidden_state_layer_ids']}")
+    if "eagle_aux_hidden_state_layer_ids" in cfg:
+        why.append(f"eagle_aux_hidden_state_layer_ids: {cfg['eagle_aux_hidden_state_layer_ids']}")
+    if _is_int(cfg.get("num_aux_hidden_states")):
+        why.append(f"num_aux_hidden_states: {cfg['num_aux_hidden_states']}")
+    dv, v = cfg.get("draft_vocab_size"), cfg.get("vocab_size")
+    if _is_int(dv) and _is_int(v) and dv < v:
+        why.append(f"draft_vocab_size {dv} < vocab_size {v}")
+    return why
+
+
+def derive_algorithm(drafter_config: Mapping[str, Any]) -> str | None:
+    """``"EAGLE3"``, ``"EAGLE"`` or None (cannot tell) from a drafter's ``config.json`` contents.
+
+    EAGLE-3: ``architectures`` contain "Eagle3", or ``eagle_config.use_aux_hidden_state`` /
+    ``eagle_aux_hidden_state_layer_ids`` (in ``eagle_config`` or top-level) / ``num_aux_hidden_states`` are
+    present, or ``draft_vocab_size < vocab_size``. EAGLE (1/2): architectures like ``LlamaForCausalLMEagle``,
+    ``Qwen2ForCausalLMEagle`` without any EAGLE-3 signal.
+    """
+    if not isinstance(drafter_config, Mapping):
+        return None
+    if _eagle3_evidence(drafter_config):
+        return "EAGLE3"
+    if any("eagle" in a.lower() for a in _architectures(drafter_config)):
+        return "EAGLE"
+    return None
+
+
+def _family(algorithm: str) -> str:
+    """The checkpoint family an SGLang algorithm expects (NEXTN is SGLang's alias of EAGLE)."""
+    return {"NEXTN": "EAGLE"}.get(algorithm, algorithm)
+
+
+def resolved_algorithm(space: Space, drafter_name: str) -> str:
+    """The algorithm to launch drafter ``drafter_name`` with: its forced ``algorithm``, else derived from its
+    ``config.json``. Raises ValidationFailed when neither tells (the user must set ``algorithm``)."""
+    try:
+        drafter = space.drafter(drafter_name)
+    except KeyError:
+        raise ValidationFailed([f"no drafter named '{drafter_name}' in the space"]) from None
+    if drafter.algorithm:
+        return drafter.algorithm
+    cfg_path = Path(drafter.path) / "config.json"
+    cfg, why = _read_json(cfg_path)
+    if cfg is None:
+        raise ValidationFailed(
+            [
+                f"drafter {drafter.name}: cannot derive its algorithm: {why}; "
+                f"set algorithm: EAGLE3 (or EAGLE, STANDALONE) for it in the space"
+            ]
+        )
+    algo = derive_algorithm(cfg)
+    if algo is None:
+        raise ValidationFailed([_undeterminable(drafter, cfg)])
+    return algo
+
+
+def _undeterminable(drafter: DrafterSpec, cfg: Mapping[str, Any]) -> str:
+    archs = ", ".join(_architectures(cfg)) or "none"
+    return (
+        f"drafter {drafter.name}: cannot tell from its config.json (architectures: {archs}) whether it is an "
+        f"EAGLE-3 or EAGLE checkpoint; set algorithm: EAGLE3, EAGLE or STANDALONE for it in the space"
+    )
+
+
+# -- the checks ------------------------------------------------------------------------------------------------
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free upper-ish estimate of a text's token count: max(words * 1.3, chars / 4)."""
+    return math.ceil(max(len(text.split()) * 1.3, len(text) / 4))
+
+
+def check_space(space: Space) -> list[Problem]:
+    """Static checks of the searched drafters against the target (see the module docstring)."""
+    problems: list[Problem] = []
+    names = set(space.search.drafters) if space.search.drafters else {d.name for d in space.drafters}
+    drafters = [(i, d) for i, d in enumerate(space.drafters) if d.name in names]
+    if space.server.backend == "llamacpp":
+        for i, d in drafters:
+            if not Path(d.path).exists():
+                problems.append(
+                    Problem(
+                        "error", f"drafter {d.name}: model file {d.path} does not exist", d.name, f"drafters[{i}].path"
+                    )
+                )
+        return problems
+
+    need, longest = _context_needed(space)
+    target, target_file = _target_config(space, problems)
+    if target is not None:
+        _check_context(
+            problems,
+            "the target",
+            None,
+            "server.model_path",
+            target_file,
+            target,
+            need,
+            longest,
+            space.benchmark.max_tokens,
+        )
+    for i, d in drafters:
+        _check_drafter(space, i, d, target, problems, need, longest)
+    return problems
+
+
+def _target_config(space: Space, problems: list[Problem]) -> tuple[dict[str, Any] | None, str | None]:
+    path = Path(space.server.model_path) / "config.json"
+    cfg, why = _read_json(path)
+    if cfg is None:
+        problems.append(
+            Problem(
+                "warning",
+                f"target config.json not readable ({why}); if server.model_path is a hub id that is "
+                f"expected, but the drafter/target hidden size, layer and vocabulary checks are skipped",
+                None,
+                "server.model_path",
+                str(path),
+            )
+        )
+        return None, None
+    return _text_config(cfg), str(path)
+
+
+def _check_drafter(
+    space: Space,
+    i: int,
+    d: DrafterSpec,
+    target: dict[str, Any] | None,
+    problems: list[Problem],
+    need: int,
+    longest: int,
+) -> None:
+    def add(severity: str, message: str, field: str = "path", file: str | None = None) -> None:
+        problems.append(Problem(severity, f"drafter {d.name}: {message}", d.name, f"drafters[{i}].{field}", file))
+
+    root = Path(d.path)
+    if not root.exists():
+        if _HUB_ID.fullmatch(d.path) and d.algorithm:
+            add(
+                "warning",
+                f"{d.path} is not a local directory (a hub id?); it cannot be checked, the forced "
+                f"algorithm {d.algorithm} is trusted",
+            )
+        elif _HUB_ID.fullmatch(d.path):
+            add(
+                "error",
+                f"{d.path} is not a local directory (a hub id?); download the checkpoint and set path to "
+                f"its directory, or set algorithm to launch it unchecked",
+            )
+        else:
+            add("error", f"checkpoint directory {d.path} does not exist")
+        return
+    if not root.is_dir():
+        add("error", f"{d.path} is not a directory; expected a checkpoint directory with config.json")
+        return
+    cfg_path = root / "config.json"
+    raw, why = _read_json(cfg_path)
+    if raw is None:
+        add("error", f"cannot read its config.json: {why}", file=str(cfg_path))
+        return
+    cfg = _text_config(raw)
+    file = str(cfg_path)
+
+    derived = derive_algorithm(cfg)
+    forced = d.algorithm
+    if forced is None and derived is None:
+        problems.append(Problem("error", _undeterminable(d, cfg), d.name, f"drafters[{i}].algorithm", file))
+    elif forced is not None and derived is not None and _family(forced) != derived:
+        add("error", _contradiction(space, d.name, derived, forced, cfg), "algorithm", file)
+        return  # the shape checks below assume the right algorithm
+    algorithm = forced or derived
+    eagle = algorithm is not None and _family(algorithm) in ("EAGLE", "EAGLE3")
+
+    if target is not None and eagle:
+        _check_hidden(add, cfg, target, file)
+        if algorithm == "EAGLE3":
+            _check_aux_layers(add, cfg, target, file)
+        _check_vocab(add, root, cfg, target, file, algorithm)
+    elif eagle:
+        _check_vocab(add, root, cfg, None, file, algorithm)
+    _check_context(
+        problems,
+        f"drafter {d.name}",
+        d.name,
+        f"drafters[{i}].path",
+        file,
+        cfg,
+        need,
+        longest,
+        space.benchmark.max_tokens,
+    )
+
+
+def _contradiction(space: Space, name: str, derived: str, forced: str, cfg: Mapping[str, Any]) -> str:
+    flag = _algorithm_flag(space.server.backend, derived)
+    if derived == "EAGLE3":
+        evidence = "; ".join(_eagle3_evidence(cfg))
+        effect = {
+            "EAGLE": "SGLang would skip its fc fusion layer and accept nothing",
+            "NEXTN": "SGLang would skip its fc fusion layer and accept nothing (NEXTN is EAGLE)",
+        }.get(forced, "the target's auxiliary hidden states would never reach its fc fusion layer")
+        return (
+            f"is an EAGLE-3 checkpoint ({evidence}) but algorithm {forced} was forced: {effect}; "
+            f"use {flag} (set algorithm: EAGLE3 or leave it out)"
+        )
+    archs = ", ".join(_architectures(cfg)) or "none"
+    effect = {
+        "EAGLE3": "the target would feed it concatenated hidden states its fc layer was not trained for",
+    }.get(forced, "it would run without the target's hidden states it was trained on")
+    return (
+        f"is an EAGLE (1/2) checkpoint (architectures: {archs}; no auxiliary hidden-state layers) but algorithm "
+        f"{forced} was forced: {effect}; use {flag} (set algorithm: EAGLE or leave it out)"
+    )
+
+
+def _algorithm_flag(backend: str, algorithm: str) -> str:
+    if backend == "vllm":
+        return f'--speculative-config \'{{"method": "{algorithm.lower()}", ...}}\''
+    return f"--speculative-algorithm {algorithm}"
+
+
+def _check_hidden(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any], file: str) -> None:
+    t_hidden = target.get("hidden_size")
+    key = "target_hidden_size" if _is_int(cfg.get("target_hidden_size")) else "hidden_size"
+    d_hidden = cfg.get(key)
+    if _is_int(t_hidden) and _is_int(d_hidden) and d_hidden != t_hidden:
+        add(
+            "error",
+            f"{key} {d_hidden} does not match the target's hidden_size {t_hidden}: it was trained for a "
+            f"different model",
+            file=file,
+        )
+
+
+def _check_aux_layers(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any], file: str) -> None:
+    eagle = cfg.get("eagle_config")
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, Mapping) else None
+    key = "eagle_config.eagle_aux_hidden_state_layer_ids"
+    if ids is None:
+        ids, key = cfg.get("eagle_aux_hidden_state_layer_ids"), "eagle_aux_hidden_state_layer_ids"
+    if ids is None:
+        return  # SGLang then uses [2, N//2, N-3] of the target's layers
+    if not isinstance(ids, list) or not ids or not all(_is_int(x) for x in ids):
+        add("error", f"{key} should be a list of layer numbers, got {ids!r}", file=file)
+        return
+    n_layers = target.get("num_hidden_layers")
+    if not _is_int(n_layers):
+        return
+    bad = [x for x in ids if not 0 <= x < n_layers]
+    if bad:
+        add(
+            "error",
+            f"{key} {ids} names layer(s) {', '.join(map(str, bad))} but the target has {n_layers} layers "
+            f"(0..{n_layers - 1}): it was trained for a different model",
+            file=file,
+        )
+
+
+def _check_vocab(
+    add: Any, root: Path, cfg: Mapping[str, Any], target: Mapping[str, Any] | None, file: str, algorithm: str | None
+) -> None:
+    d_vocab = cfg.get("vocab_size") if _is_int(cfg.get("vocab_size")) else None
+    t_vocab = target.get("vocab_size") if target is not None and _is_int(target.get("vocab_size")) else None
+    if d_vocab is not None and t_vocab is not None and d_vocab != t_vocab:
+        add(
+            "warning",
+            f"vocab_size {d_vocab} differs from the target's vocab_size {t_vocab}: the drafter may have "
+            f"been trained with another tokenizer (padding differences are harmless)",
+            file=file,
+        )
+    full = d_vocab if d_vocab is not None else t_vocab
+    draft = cfg.get("draft_vocab_size")
+    if draft is None or full is None:
+        return
+    if not _is_int(draft) or draft < 1:
+        add("error", f"draft_vocab_size should be a positive integer, got {draft!r}", file=file)
+        return
+    if draft > full:
+        add("error", f"draft_vocab_size {draft} is larger than the vocabulary ({full})", file=file)
+    elif draft < full:
+        _check_d2t(add, root, draft, full)
+
+
+def _check_d2t(add: Any, root: Path, draft: int, full: int) -> None:
+    """A reduced draft vocabulary needs the ``d2t`` table (draft -> target token ids) in the weights."""
+    what = f"draft_vocab_size {draft} < vocab_size {full} needs a d2t tensor in the weights"
+    index = root / "model.safetensors.index.json"
+    if index.is_file():
+        data, why = _read_json(index)
+        weight_map = data.get("weight_map") if data is not None else None
+        if not isinstance(weight_map, Mapping):
+            add(
+                "warning",
+                f"{what}, but {index} is not readable ({why or 'no weight_map'}); not verified",
+                file=str(index),
+            )
+        elif not any(_is_d2t(k) for k in weight_map):
+            add(
+                "error",
+                f"{what}, but {index} lists none: SGLang could not map draft tokens to target tokens",
+                file=str(index),
+            )
+        return
+    shards = sorted(root.glob("*.safetensors"))
+    if shards:
+        names: set[str] = set()
+        for shard in shards:
+            keys = _safetensors_keys(shard)
+            if keys is None:
+                add("warning", f"{what}, but the header of {shard} is not readable; not verified", file=str(shard))
+                return
+            names |= keys
+        if not any(_is_d2t(k) for k in names):
+            add(
+                "error",
+                f"{what}, but the safetensors files in {root} have none: SGLang could not map draft tokens "
+                f"to target tokens",
+                file=str(shards[0]),
+            )
+        return
+    others = sorted(p.name for p in root.iterdir() if p.suffix in (".bin", ".pt", ".pth"))
+    if others:
+        add("warning", f"{what}; it cannot be verified without loading {others[0]} (PyTorch pickles are not read)")
+    else:
+        add("warning", f"{what}; no weight files in {root}, so it cannot be verified")
+
+
+def _is_d2t(name: str) -> bool:
+    return name == "d2t" or name.endswith(".d2t")
+
+
+def _safetensors_keys(path: Path) -> set[str] | None:
+    """Tensor names from a safetensors header (8-byte little-endian length, then JSON), None if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) != 8:
+                return None
+            (n,) = struct.unpack("<Q", head)
+            if n > _MAX_HEADER_BYTES:
+                return None
+            header = json.loads(f.read(n).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return {k for k in header if k != "__metadata__"} if isinstance(header, dict) else None
+
+
+def _context_needed(space: Space) -> tuple[int, int]:
+    """(estimated tokens of the longest prompt + max_tokens, tokens of the longest prompt)."""
+    longest = max((estimate_tokens(p.text) for p in space.benchmark.prompts), default=0)
+    return longest + space.benchmark.max_tokens, longest
+
+
+def _check_context(
+    problems: list[Problem],
+    who: str,
+    drafter: str | None,
+    field: str,
+    file: str | None,
+    cfg: Mapping[str, Any],
+    need: int,
+    longest: int,
+    max_tokens: int,
+) -> None:
+    mpe = cfg.get("max_position_embeddings")
+    if _is_int(mpe) and mpe < need:
+        problems.append(
+            Problem(
+                "error",
+                f"{who}: max_position_embeddings {mpe} is less than the longest prompt (~{longest} tokens, "
+                f"estimated) + benchmark.max_tokens {max_tokens} = {need}: positions past {mpe} degrade or fail",
+                drafter,
+                field,
+                file,
+            )
+        )
+
+
+# -- reading configs ---------------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the JSON object, "") or (None, why not)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(8 << 20)
+    except FileNotFoundError:
+        return None, f"{path} does not exist"
+    except OSError as e:
+        return None, f"{path}: {e.strerror or e}"
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        return None, f"{path} is not valid JSON ({e})"
+    if not isinstance(obj, dict):
+        return None, f"{path} is not a JSON object"
+    return obj, ""
+
+
+def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal configs (e.g. Kimi-K2.5's) nest the language model's settings under ``text_config``."""
+    for key in ("text_config", "language_config", "llm_config"):
+        inner = cfg.get(key)
+        if isinstance(inner, dict):
+            return {**cfg, **inner}
+    return cfg
+
+
+def _architectures(cfg: Mapping[str, Any]) -> list[str]:
+    archs = cfg.get("architectures")
+    if isinstance(archs, str):
+        return [archs]
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
