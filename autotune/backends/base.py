@@ -133,9 +133,7 @@ class Backend(ABC):
         """Acceptance length from the last streamed chunk, if the server reports it."""
         return self.parse_chunk(chunk).accept_length
 
-    def acceptance_from_metrics(
-        self, before: Mapping[str, float], after: Mapping[str, float]
-    ) -> float | None:
+    def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
         """Mean acceptance length of the requests between two /metrics scrapes (None: unknown)."""
         return None
 

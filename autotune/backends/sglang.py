@@ -191,8 +191,7 @@ class SGLangBackend(Backend):
     def __init__(self, *, cuda_graph_spelling: str | None = None) -> None:
         if cuda_graph_spelling not in (None, LEGACY, PER_PHASE):
             raise ValueError(
-                f"cuda_graph_spelling must be {LEGACY!r}, {PER_PHASE!r} or None "
-                f"but got {cuda_graph_spelling!r}"
+                f"cuda_graph_spelling must be {LEGACY!r}, {PER_PHASE!r} or None but got {cuda_graph_spelling!r}"
             )
         #: set explicitly or by ``probe``; None = decided from the space's server version
         self.cuda_graph_spelling = cuda_graph_spelling
@@ -243,9 +242,7 @@ class SGLangBackend(Backend):
         if self._topk_values(space, steps) != (_spec_values(self._knob_spec(space, "topk")) or []):
             topk_name = f"topk_s{steps}"
         ndt_name = "num_draft_tokens"
-        if self._ndt_values(space, steps, topk) != (
-            _spec_values(self._knob_spec(space, "num_draft_tokens")) or []
-        ):
+        if self._ndt_values(space, steps, topk) != (_spec_values(self._knob_spec(space, "num_draft_tokens")) or []):
             ndt_name = f"num_draft_tokens_s{steps}_k{topk}"
         return topk_name, ndt_name
 
@@ -314,9 +311,7 @@ class SGLangBackend(Backend):
         reason = feasibility_reason(steps, topk, ndt)
         if reason:
             raise InfeasibleConfig(reason)
-        return TrialConfig.make(
-            config.drafter, config.cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt
-        )
+        return TrialConfig.make(config.drafter, config.cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
 
     def defaults(self, space: Space) -> list[TrialConfig]:
         """SGLang's auto choice for the target, per drafter, moved to the nearest feasible point."""
@@ -418,14 +413,10 @@ class SGLangBackend(Backend):
     def check_effective(self, config: TrialConfig, effective: Mapping[str, Any]) -> list[str]:
         problems: list[str] = []
         if effective.get("cuda_graph") is not None and bool(effective["cuda_graph"]) != config.cuda_graph:
-            problems.append(
-                f"cuda_graph: launched {config.cuda_graph}, server runs {effective['cuda_graph']}"
-            )
+            problems.append(f"cuda_graph: launched {config.cuda_graph}, server runs {effective['cuda_graph']}")
         if config.is_baseline:
             if effective.get("speculative_algorithm"):
-                problems.append(
-                    f"baseline launched but server speculates ({effective['speculative_algorithm']})"
-                )
+                problems.append(f"baseline launched but server speculates ({effective['speculative_algorithm']})")
             return problems
         for knob in KNOBS:
             got = effective.get(knob)
@@ -446,9 +437,7 @@ class SGLangBackend(Backend):
     ) -> tuple[str, dict[str, Any]]:
         """Native ``/generate`` (carries acceptance per request); ``api == "chat"``: OpenAI chat."""
         if api == "chat":
-            return super().request(
-                prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model
-            )
+            return super().request(prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model)
         return "/generate", {
             "text": prompt,
             "sampling_params": {"max_new_tokens": int(max_tokens), "temperature": float(temperature)},

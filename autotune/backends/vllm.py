@@ -1,0 +1,194 @@
+"""vLLM (``vllm serve MODEL --speculative-config JSON``).
+
+vLLM needs a CUDA build of torch and cannot run on the machines this project is developed on: this backend
+is tested for its argv, its rules and its /metrics parsing only, never against a live vLLM.
+
+Knobs: ``method`` (eagle, eagle3, draft_model, ngram, mtp) and ``num_speculative_tokens`` (K >= 1).
+- The speculative config is passed as ONE argv element of JSON:
+  ``{"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size": 1}``; ``ngram`` has no model
+  and uses ``prompt_lookup_max`` / ``prompt_lookup_min`` instead; ``mtp`` uses the target's own MTP layers.
+- When the space does not search ``method`` it is derived from the drafter (forced algorithm or checkpoint:
+  EAGLE3 -> eagle3, EAGLE -> eagle, anything else -> draft_model). When it does, a drafter is only paired
+  with its own method or with the model-free ones (ngram, mtp): pairing an EAGLE-3 drafter with ``eagle``
+  is the silent acceptance collapse, so it is infeasible and never suggested. A method list that differs by
+  drafter is suggested as ``method_<drafter>`` (one distribution per parameter name).
+- CUDA graphs off: ``--enforce-eager``.
+- Acceptance: vLLM reports no per-request acceptance in the stream; it comes from the deltas of the
+  ``vllm:spec_decode_num_accepted_tokens_total`` / ``vllm:spec_decode_num_drafts_total`` counters around each
+  request (requests are measured one at a time): accept length = 1 + accepted / drafts.
+- Requests: OpenAI ``/v1/completions`` (or chat) streaming, tokens from ``usage`` (include_usage).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from autotune.backends.base import Backend, _int_or_none, metric_total
+from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig
+from autotune.space import Choices, IntRange
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.space import Space
+
+METHODS = ("eagle", "eagle3", "draft_model", "ngram", "mtp")
+MODEL_FREE_METHODS = ("ngram", "mtp")
+KNOBS = ("method", "num_speculative_tokens")
+
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+
+_ALGORITHM_TO_METHOD = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "MTP": "mtp", "NGRAM": "ngram"}
+
+
+def drafter_method(space: Space, name: str) -> str:
+    """The vLLM method matching drafter ``name`` (forced algorithm, else its checkpoint's config.json)."""
+    from autotune.backends.sglang import resolved_algorithm
+
+    forced = space.drafter(name).algorithm
+    if forced and forced.lower() in METHODS:
+        return forced.lower()
+    algo = resolved_algorithm(space, name)
+    return _ALGORITHM_TO_METHOD.get(algo.upper(), "draft_model")
+
+
+class VLLMBackend(Backend):
+    name = "vllm"
+    health_path = "/health"
+    info_path = "/version"
+    metrics_path = "/metrics"
+    acceptance_from_metrics_deltas = True
+    knob_names = KNOBS
+    prompt_lookup_max = 4
+    prompt_lookup_min = 1
+
+    def _drafter_names(self, space: Space) -> list[str]:
+        return list(space.search.drafters) or [d.name for d in space.drafters]
+
+    def _methods_for(self, space: Space, drafter: str) -> list[str]:
+        spec = space.search.knobs.get("method")
+        own = drafter_method(space, drafter)
+        if spec is None:
+            return [own]
+        values = [str(v) for v in (spec.values if isinstance(spec, Choices) else ())]
+        return [m for m in values if m in METHODS and (m == own or m in MODEL_FREE_METHODS)]
+
+    def _method_name(self, space: Space, drafter: str) -> str:
+        spec = space.search.knobs.get("method")
+        full = [str(v) for v in spec.values] if isinstance(spec, Choices) else []
+        return "method" if self._methods_for(space, drafter) == full else f"method_{drafter}"
+
+    def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
+        drafters = [d for d in self._drafter_names(space) if self._methods_for(space, d)]
+        drafter = trial.suggest_categorical("drafter", ["none", *drafters])
+        cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
+        if drafter == "none":
+            return TrialConfig.baseline(cuda_graph)
+        methods = self._methods_for(space, drafter)
+        if "method" in space.search.knobs:
+            method = str(trial.suggest_categorical(self._method_name(space, drafter), methods))
+        else:
+            method = methods[0]
+        spec = space.search.knobs.get("num_speculative_tokens")
+        if isinstance(spec, IntRange):
+            k = int(trial.suggest_int("num_speculative_tokens", max(1, spec.low), spec.high, step=spec.step))
+        elif isinstance(spec, Choices):
+            k = int(trial.suggest_categorical("num_speculative_tokens", [int(v) for v in spec.values if int(v) >= 1]))
+        else:
+            k = 3
+        return TrialConfig.make(drafter, cuda_graph, method=method, num_speculative_tokens=k)
+
+    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+        """The Optuna params ``suggest`` would produce for ``config``."""
+        if config.is_baseline:
+            return {"drafter": "none", "cuda_graph": bool(config.cuda_graph)}
+        eff = self.resolve(config, space)
+        out: dict[str, Any] = {"drafter": eff.drafter, "cuda_graph": eff.cuda_graph}
+        if "method" in space.search.knobs:
+            out[self._method_name(space, eff.drafter or "")] = eff.knob("method")
+        if "num_speculative_tokens" in space.search.knobs:
+            out["num_speculative_tokens"] = eff.knob("num_speculative_tokens")
+        return out
+
+    def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
+        if config.is_baseline:
+            return TrialConfig.baseline(config.cuda_graph)
+        try:
+            space.drafter(config.drafter or "")
+        except KeyError:
+            raise InfeasibleConfig(f"drafter {config.drafter!r} is not in the space") from None
+        unknown = sorted(set(config.knob_dict) - set(KNOBS))
+        if unknown:
+            raise InfeasibleConfig(f"unknown vLLM knobs {unknown}; expected {list(KNOBS)}")
+        own = drafter_method(space, config.drafter or "")
+        method = str(config.knob("method") or own)
+        if method not in METHODS:
+            raise InfeasibleConfig(f"method must be one of {list(METHODS)} but got {method!r}")
+        if method != own and method not in MODEL_FREE_METHODS:
+            raise InfeasibleConfig(
+                f"drafter {config.drafter!r} is a {own} drafter; method {method!r} would run it wrongly"
+            )
+        k = _int_or_none(config.knob("num_speculative_tokens"))
+        if k is None or k < 1:
+            raise InfeasibleConfig(f"num_speculative_tokens must be at least 1 but got {k}")
+        return TrialConfig.make(config.drafter, config.cuda_graph, method=method, num_speculative_tokens=k)
+
+    def speculative_config(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+        eff = self.resolve(config, space)
+        method = str(eff.knob("method"))
+        spec: dict[str, Any] = {"method": method, "num_speculative_tokens": int(eff.knob("num_speculative_tokens"))}
+        if method == "ngram":
+            spec["prompt_lookup_max"] = self.prompt_lookup_max
+            spec["prompt_lookup_min"] = self.prompt_lookup_min
+        elif method != "mtp":
+            spec["model"] = space.drafter(eff.drafter or "").path
+            spec["draft_tensor_parallel_size"] = 1
+        return spec
+
+    def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
+        eff = self.resolve(config, space)
+        server = space.server
+        launcher = list(server.launcher) or ["vllm", "serve"]
+        argv = [*launcher, server.model_path, "--host", server.host, "--port", str(int(port))]
+        if not eff.is_baseline:
+            argv += ["--speculative-config", json.dumps(self.speculative_config(eff, space), sort_keys=True)]
+        if not eff.cuda_graph:
+            argv.append("--enforce-eager")
+        argv += [str(a) for a in server.extra_args]
+        return [str(a) for a in argv]
+
+    def read_effective(self, server_info: dict[str, Any]) -> dict[str, Any]:
+        return {"version": server_info.get("version")}
+
+    def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
+        """1 + accepted/drafts over the counters' deltas; None when no draft was made or counters are missing."""
+        accepted = _delta(before, after, ACCEPTED)
+        drafts = _delta(before, after, DRAFTS)
+        if accepted is None or drafts is None or drafts <= 0 or accepted < 0:
+            return None
+        return 1.0 + accepted / drafts
+
+    @staticmethod
+    def draft_acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
+        """Accepted / proposed draft tokens over the deltas."""
+        accepted = _delta(before, after, ACCEPTED)
+        proposed = _delta(before, after, DRAFT_TOKENS)
+        if accepted is None or proposed is None or proposed <= 0:
+            return None
+        return accepted / proposed
+
+
+def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float | None:
+    a = metric_total(after, name)
+    if a is None:
+        return None
+    b = metric_total(before, name) or 0.0
+    return a - b
+
+
+__all__ = ["METHODS", "VLLMBackend", "drafter_method"]

@@ -1,0 +1,262 @@
+"""The streaming benchmark client: one prompt, one streamed request, one ``PromptResult``.
+
+Backend-agnostic: the backend builds the request (``Backend.request``) and reads each streamed JSON chunk
+(``Backend.parse_chunk``). The client
+- times the request on the injected monotonic clock: ``seconds`` from sending the request to the last chunk
+  that carried new text; ``ttft_s`` to the first one,
+- takes token counts from the server (usage / meta_info), never from counting chunks (one chunk can carry
+  several accepted tokens),
+- takes acceptance from the final chunk, or from /metrics deltas around the request for backends that only
+  report it there (``Backend.acceptance_from_metrics_deltas``),
+- retries a bounded number of times (``BenchmarkSpec.retries``) on HTTP 5xx, connection errors, malformed
+  chunks and truncated streams (no ``[DONE]`` or no final token count): a truncated stream is never counted.
+  4xx answers and timeouts are not retried (the request is wrong, or the server is hung: retrying would only
+  spend the budget). After that it raises ``BenchmarkError`` with the reason.
+
+Every request has a limit: httpx connect/read/write/pool timeouts, plus an overall deadline of
+``request_timeout_s`` checked between chunks (a server trickling bytes can't hold a request forever).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from autotune.backends.base import Backend, ChunkInfo, parse_prometheus
+from autotune.clock import Clock, MonotonicClock
+from autotune.config import PromptResult
+from autotune.errors import BenchmarkError
+
+if TYPE_CHECKING:
+    from autotune.space import Space
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (5xx, connection error, truncated or malformed stream)."""
+
+
+@dataclass
+class _Stream:
+    text: str = ""
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    accept_length: float | None = None
+    finish_reason: str | None = None
+    final: bool = False
+    done: bool = False
+    first_token_t: float | None = None
+    last_token_t: float | None = None
+
+    def add(self, info: ChunkInfo, now: float) -> None:
+        if info.text:
+            new_text = info.text if info.cumulative else self.text + info.text
+            if new_text != self.text:
+                if self.first_token_t is None:
+                    self.first_token_t = now
+                self.last_token_t = now
+                self.text = new_text
+        if info.completion_tokens is not None:
+            self.completion_tokens = info.completion_tokens
+        if info.prompt_tokens is not None:
+            self.prompt_tokens = info.prompt_tokens
+        if info.accept_length is not None:
+            self.accept_length = info.accept_length
+        if info.finish_reason is not None:
+            self.finish_reason = info.finish_reason
+        if info.final:
+            self.final = True
+
+
+class BenchmarkClient:
+    """One HTTP client per server session. Use as a context manager or call ``close()``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        backend: Backend,
+        *,
+        max_tokens: int = 1024,
+        temperature: float = 0.0,
+        api: str = "completions",
+        retries: int = 2,
+        model: str | None = None,
+        request_timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        retry_delay_s: float = 0.5,
+        clock: Clock | None = None,
+    ) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be at least 0 but got {retries}")
+        if request_timeout_s <= 0 or connect_timeout_s <= 0:
+            raise ValueError(
+                f"timeouts must be positive but got request={request_timeout_s}, connect={connect_timeout_s}"
+            )
+        self.backend = backend
+        self.max_tokens = int(max_tokens)
+        self.temperature = float(temperature)
+        self.api = api
+        self.retries = int(retries)
+        self.model = model
+        self.request_timeout_s = float(request_timeout_s)
+        self.retry_delay_s = float(retry_delay_s)
+        self.clock: Clock = clock or MonotonicClock()
+        self._timeout = httpx.Timeout(
+            connect=connect_timeout_s, read=request_timeout_s, write=connect_timeout_s, pool=connect_timeout_s
+        )
+        # trust_env=False: a proxy configured in the environment must not sit between us and a local server
+        self._http = httpx.Client(base_url=base_url, timeout=self._timeout, trust_env=False)
+
+    @classmethod
+    def for_space(cls, space: Space, backend: Backend, base_url: str, *, clock: Clock | None = None) -> BenchmarkClient:
+        """A client with the space's benchmark settings (tokens, temperature, API, retries, timeout)."""
+        b = space.benchmark
+        return cls(
+            base_url,
+            backend,
+            max_tokens=b.max_tokens,
+            temperature=b.temperature,
+            api=b.api,
+            retries=b.retries,
+            model=space.server.model_path or None,
+            request_timeout_s=space.server.request_timeout_s,
+            clock=clock,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> BenchmarkClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- small requests -----------------------------------------------------------------------------
+
+    def status(self, path: str, *, timeout_s: float) -> int | None:
+        """HTTP status of ``GET path`` (None: no answer within ``timeout_s``)."""
+        try:
+            resp = self._http.get(path, timeout=httpx.Timeout(timeout_s))
+        except httpx.HTTPError:
+            return None
+        return resp.status_code
+
+    def get_json(self, path: str, *, timeout_s: float = 10.0, fallbacks: tuple[str, ...] = ()) -> Any | None:
+        """JSON from ``GET path`` (trying ``fallbacks`` on 404); None when unavailable."""
+        for p in (path, *fallbacks):
+            try:
+                resp = self._http.get(p, timeout=httpx.Timeout(timeout_s))
+            except httpx.HTTPError:
+                return None
+            if resp.status_code == 404:
+                continue
+            if resp.status_code != 200:
+                return None
+            try:
+                return resp.json()
+            except ValueError:
+                return None
+        return None
+
+    def metrics(self, *, timeout_s: float = 10.0) -> dict[str, float] | None:
+        """The server's /metrics as {series: value}; None when unavailable."""
+        if not self.backend.metrics_path:
+            return None
+        try:
+            resp = self._http.get(self.backend.metrics_path, timeout=httpx.Timeout(timeout_s))
+        except httpx.HTTPError:
+            return None
+        if resp.status_code != 200:
+            return None
+        return parse_prometheus(resp.text)
+
+    # -- measuring ----------------------------------------------------------------------------------
+
+    def measure(self, prompt_index: int, prompt_text: str) -> PromptResult:
+        """Stream one completion for ``prompt_text``; seconds are this clock's (wall) seconds."""
+        reasons: list[str] = []
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.clock.sleep(self.retry_delay_s * attempt)
+            try:
+                return self._measure_once(prompt_index, prompt_text)
+            except _Retryable as e:
+                reasons.append(str(e))
+        raise BenchmarkError(f"prompt {prompt_index}: failed after {len(reasons)} attempt(s): " + "; ".join(reasons))
+
+    def _measure_once(self, index: int, prompt_text: str) -> PromptResult:
+        path, body = self.backend.request(
+            prompt_text, max_tokens=self.max_tokens, temperature=self.temperature, api=self.api, model=self.model
+        )
+        before = self.metrics() if self.backend.acceptance_from_metrics_deltas else None
+        s = _Stream()
+        t0 = self.clock.now()
+        deadline = t0 + self.request_timeout_s
+        try:
+            with self._http.stream("POST", path, json=body) as resp:
+                if resp.status_code >= 400:
+                    detail = _short(resp.read())
+                    if resp.status_code >= 500:
+                        raise _Retryable(f"HTTP {resp.status_code} from {path}: {detail}")
+                    raise BenchmarkError(f"prompt {index}: HTTP {resp.status_code} from {path}: {detail}")
+                for line in resp.iter_lines():
+                    now = self.clock.now()
+                    if now > deadline:
+                        raise BenchmarkError(f"prompt {index}: no complete answer within {self.request_timeout_s:g} s")
+                    line = line.strip()
+                    if not line.startswith("data:"):
+                        continue  # blank separators, comments, event:/id: lines
+                    data = line[len("data:") :].strip()
+                    if data == "[DONE]":
+                        s.done = True
+                        break
+                    try:
+                        obj = json.loads(data)
+                    except ValueError:
+                        raise _Retryable(f"malformed chunk {_short(data.encode())}") from None
+                    if not isinstance(obj, dict):
+                        raise _Retryable(f"unexpected chunk {_short(data.encode())}")
+                    info = self.backend.parse_chunk(obj)
+                    if info.error:
+                        raise _Retryable(f"server error in stream: {info.error}")
+                    s.add(info, now)
+        except httpx.TimeoutException as e:
+            if isinstance(e, httpx.ConnectTimeout):
+                raise _Retryable(f"connect timeout: {e}") from None
+            raise BenchmarkError(f"prompt {index}: timed out ({type(e).__name__}: {e})") from None
+        except httpx.TransportError as e:
+            raise _Retryable(f"{type(e).__name__}: {e}") from None
+        end = self.clock.now()
+        if not s.done:
+            raise _Retryable("stream ended without [DONE] (truncated)")
+        if not s.final or s.completion_tokens is None:
+            raise _Retryable("stream ended without the final token count (truncated)")
+        accept = s.accept_length
+        if accept is None and before is not None:
+            after = self.metrics()
+            if after is not None:
+                accept = self.backend.acceptance_from_metrics(before, after)
+        last = s.last_token_t if s.last_token_t is not None else end
+        return PromptResult(
+            index=index,
+            completion_tokens=int(s.completion_tokens),
+            seconds=max(last - t0, 0.0),
+            ttft_s=(s.first_token_t - t0) if s.first_token_t is not None else None,
+            prompt_tokens=s.prompt_tokens,
+            accept_length=accept,
+            text=s.text,
+            finish_reason=s.finish_reason,
+        )
+
+
+def _short(raw: bytes, limit: int = 200) -> str:
+    text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+__all__ = ["BenchmarkClient"]
