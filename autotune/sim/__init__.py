@@ -1,0 +1,71 @@
+"""The simulated SGLang server: a performance model of speculative decoding, served over real HTTP
+(``python -m autotune.sim``) or run in-process on a virtual clock (``ModelRunner``).
+
+``simulated_space(space)`` points a space at a scenario's stand-in checkpoints and at the simulator's launcher, so
+everything downstream (checks, argv, process supervision, the HTTP client) runs unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from autotune.errors import SpaceError
+from autotune.sim.args import ResolvedArgs, SimLaunchError, parse_launch_args
+from autotune.sim.prompts import FIELD_REPORT_PROMPTS
+from autotune.sim.runner import ModelRunner
+from autotune.sim.scenario import Scenario, ScenarioError, load_scenario, scenario_names
+from autotune.space import SimulateSpec, Space
+
+
+def sim_launcher(spec: SimulateSpec) -> tuple[str, ...]:
+    """The argv prefix that starts the simulator for ``spec``; SGLang flags follow it."""
+    return (
+        sys.executable,
+        "-m",
+        "autotune.sim",
+        "--scenario",
+        spec.scenario,
+        "--time-scale",
+        str(spec.time_scale),
+        "--seed",
+        str(spec.seed),
+    )
+
+
+def simulated_space(space: Space) -> Space:
+    """A copy of ``space`` that runs on the simulator: the target and each drafter point at the scenario's stand-in
+    checkpoints (matched by drafter name), and the launcher starts ``python -m autotune.sim``. Raises SpaceError."""
+    spec = space.simulate or SimulateSpec()
+    try:
+        scenario = load_scenario(spec.scenario)
+    except ScenarioError as e:
+        raise SpaceError(str(e), path=space.path, field="simulate.scenario") from None
+    drafters = []
+    for d in space.drafters:
+        sd = scenario.drafters.get(d.name)
+        if sd is None:
+            raise SpaceError(
+                f"drafter {d.name!r} has no stand-in in simulator scenario {scenario.name!r}; "
+                f"its drafters are: {', '.join(scenario.drafters)}",
+                path=space.path,
+                field=f"drafters.{d.name}",
+            )
+        drafters.append(dataclasses.replace(d, path=sd.dir))
+    server = dataclasses.replace(space.server, model_path=scenario.target_dir, launcher=sim_launcher(spec))
+    return dataclasses.replace(space, server=server, drafters=tuple(drafters), simulate=spec)
+
+
+__all__ = [
+    "FIELD_REPORT_PROMPTS",
+    "ModelRunner",
+    "ResolvedArgs",
+    "Scenario",
+    "ScenarioError",
+    "SimLaunchError",
+    "load_scenario",
+    "parse_launch_args",
+    "scenario_names",
+    "sim_launcher",
+    "simulated_space",
+]

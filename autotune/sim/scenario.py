@@ -1,0 +1,166 @@
+"""Scenarios: data files ``autotune/sim/scenarios/<name>.yaml`` plus stand-in checkpoint directories.
+
+A scenario names a target (a stand-in directory with a realistic ``config.json``, no weights), its hardware sets
+(CUDA graphs on and off), its drafters (stand-in directories and acceptance profiles), startup times and faults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+from autotune.sim.model import DrafterProfile, Hardware
+
+SCENARIO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
+
+
+class ScenarioError(ValueError):
+    """A scenario name or file that cannot be used."""
+
+
+@dataclass(frozen=True)
+class SimDrafter:
+    name: str
+    dir: str  # absolute path of the stand-in checkpoint
+    profile: DrafterProfile
+    config: dict[str, Any]
+    diverges: bool = False
+
+    @property
+    def is_eagle3(self) -> bool:
+        return any("Eagle3" in a for a in self.config.get("architectures", []))
+
+    @property
+    def hidden_size(self) -> int | None:
+        v = self.config.get("target_hidden_size", self.config.get("hidden_size"))
+        return int(v) if v is not None else None
+
+    @property
+    def max_positions(self) -> int | None:
+        v = self.config.get("max_position_embeddings")
+        return int(v) if v is not None else None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    target_name: str
+    target_dir: str
+    target_config: dict[str, Any]
+    family: str  # deepseek | llama | other: SGLang's auto-chosen speculative shape
+    load_s: float
+    speculative_s: float
+    cuda_graph_s: float
+    cuda_graph_speculative_s: float
+    graphs_on: Hardware
+    graphs_off: Hardware
+    drafters: dict[str, SimDrafter]
+    faults: tuple[str, ...] = ()
+    eos_after: int | None = None  # every request stops after this many tokens (finish_reason "stop"); None = never
+    category_offsets: dict[str, float] = field(default_factory=dict)
+
+    def hardware(self, cuda_graph: bool) -> Hardware:
+        return self.graphs_on if cuda_graph else self.graphs_off
+
+    def startup_s(self, *, speculative: bool, cuda_graph: bool) -> float:
+        """Hardware seconds from launch to healthy."""
+        t = self.load_s
+        if speculative:
+            t += self.speculative_s
+        if cuda_graph:
+            t += self.cuda_graph_s + (self.cuda_graph_speculative_s if speculative else 0.0)
+        return t
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.target_config.get("hidden_size", 0))
+
+    def drafter_by_path(self, path: str) -> SimDrafter | None:
+        """The scenario drafter a ``--speculative-draft-model-path`` value names: a bare drafter name, a directory
+        whose ``config.json`` carries ``autotune_sim.name``, or a directory named like a drafter."""
+        if path in self.drafters:
+            return self.drafters[path]
+        cfg_path = os.path.join(path, "config.json")
+        if os.path.isdir(path) and os.path.isfile(cfg_path):
+            try:
+                with open(cfg_path, encoding="utf-8") as f:
+                    cfg = json.load(f)
+            except (OSError, ValueError):
+                cfg = {}
+            name = (cfg.get("autotune_sim") or {}).get("name") if isinstance(cfg, dict) else None
+            if name in self.drafters:
+                return self.drafters[name]
+            base = os.path.basename(os.path.normpath(path))
+            if base in self.drafters:
+                return self.drafters[base]
+        return None
+
+
+def scenario_names() -> list[str]:
+    """Names of the scenarios shipped with the package, sorted."""
+    return sorted(f[:-5] for f in os.listdir(SCENARIO_DIR) if f.endswith(".yaml"))
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _hardware(d: dict[str, Any], where: str) -> Hardware:
+    try:
+        return Hardware(**d)
+    except TypeError as e:
+        raise ScenarioError(f"{where}: {e}") from None
+
+
+@lru_cache(maxsize=32)
+def load_scenario(name: str) -> Scenario:
+    """Load a shipped scenario by name. Raises ScenarioError naming the known scenarios."""
+    path = os.path.join(SCENARIO_DIR, f"{name}.yaml")
+    if not name or "/" in name or not os.path.isfile(path):
+        raise ScenarioError(f"unknown simulator scenario {name!r}; known: {', '.join(scenario_names())}")
+    with open(path, encoding="utf-8") as f:
+        raw = yaml.safe_load(f)
+    where = f"{path}"
+    try:
+        target = raw["target"]
+        startup = raw.get("startup", {})
+        drafters = {}
+        for dname, d in (raw.get("drafters") or {}).items():
+            ddir = os.path.join(SCENARIO_DIR, d["dir"])
+            drafters[dname] = SimDrafter(
+                name=dname,
+                dir=ddir,
+                profile=DrafterProfile(**d["profile"]),
+                config=_read_json(os.path.join(ddir, "config.json")),
+                diverges=bool(d.get("diverges", False)),
+            )
+        tdir = os.path.join(SCENARIO_DIR, target["dir"])
+        return Scenario(
+            name=raw.get("name", name),
+            description=raw.get("description", ""),
+            target_name=target["name"],
+            target_dir=tdir,
+            target_config=_read_json(os.path.join(tdir, "config.json")),
+            family=target.get("family", "other"),
+            load_s=float(startup.get("load_s", 60.0)),
+            speculative_s=float(startup.get("speculative_s", 0.0)),
+            cuda_graph_s=float(startup.get("cuda_graph_s", 0.0)),
+            cuda_graph_speculative_s=float(startup.get("cuda_graph_speculative_s", 0.0)),
+            graphs_on=_hardware(raw["hardware"]["graphs_on"], f"{where}: hardware.graphs_on"),
+            graphs_off=_hardware(raw["hardware"]["graphs_off"], f"{where}: hardware.graphs_off"),
+            drafters=drafters,
+            faults=tuple(raw.get("faults") or ()),
+            eos_after=raw.get("eos_after"),
+            category_offsets=dict(raw.get("category_offsets") or {}),
+        )
+    except (KeyError, TypeError, OSError, ValueError) as e:
+        if isinstance(e, ScenarioError):
+            raise
+        raise ScenarioError(f"{where}: invalid scenario ({type(e).__name__}: {e})") from None

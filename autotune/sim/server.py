@@ -1,0 +1,556 @@
+"""The simulated SGLang server: a real HTTP process with SGLang's endpoints, logs and timing.
+
+``python -m autotune.sim --scenario NAME [--time-scale X] [--seed N] [--fault F] [SGLang flags...]``
+
+Everything it serves comes from ``SimEngine`` (the same model the in-process ModelRunner uses). Wall-clock times are
+hardware times divided by ``--time-scale``. Streamed chunks carry every token a round accepted, sent at the round's
+time measured against a monotonic deadline, so sleeps do not accumulate error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from autotune.sim.args import SGLANG_VERSION, ResolvedArgs, SimLaunchError, parse_launch_args
+from autotune.sim.engine import Generation, SimEngine
+
+log = logging.getLogger("autotune.sim")
+
+DECODE_LOG_INTERVAL = 40
+
+
+class _DecodeLog:
+    """SGLang's periodic ``Decode batch`` line: every 40 decode rounds, over the interval (hardware time)."""
+
+    def __init__(self, engine: SimEngine) -> None:
+        self.engine = engine
+        self.lock = threading.Lock()
+        self.rounds = 0
+        self.tokens = 0
+        self.hw_ms = 0.0
+        self.last_throughput = 0.0
+
+    def add(self, tokens: int, hw_ms: float) -> None:
+        with self.lock:
+            self.rounds += 1
+            self.tokens += tokens
+            self.hw_ms += hw_ms
+            if self.rounds < DECODE_LOG_INTERVAL:
+                return
+            thr = self.tokens / (self.hw_ms / 1000.0) if self.hw_ms > 0 else 0.0
+            self.last_throughput = thr
+            shape = self.engine.shape
+            acc_len = self.tokens / self.rounds
+            if shape is not None:
+                acc_rate = acc_len / shape.num_draft_tokens
+                spec = f"accept len: {acc_len:.2f}, accept rate: {acc_rate:.2f}, "
+            else:
+                spec = ""
+            log.info(
+                "Decode batch, #running-req: 1, #token: %d, token usage: 0.01, %scuda graph: %s, "
+                "gen throughput (token/s): %.2f, #queue-req: 0",
+                self.tokens,
+                spec,
+                self.engine.args.cuda_graph,
+                thr,
+            )
+            self.rounds, self.tokens, self.hw_ms = 0, 0, 0.0
+
+
+class SimServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+    def __init__(self, args: ResolvedArgs, engine: SimEngine) -> None:
+        self.args = args
+        self.engine = engine
+        self.decode_log = _DecodeLog(engine)
+        self.started = time.monotonic()
+        self.ready_at = math.inf
+        self.launch_command = ""
+        super().__init__((args.host, args.port), _Handler)
+
+    @property
+    def ready(self) -> bool:
+        return time.monotonic() >= self.ready_at
+
+    def die(self, line: str) -> None:
+        log.error(line)
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+class _Truncate(Exception):
+    pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: SimServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s - %s", self.address_string(), format % args)
+
+    # -- plumbing --------------------------------------------------------------------------------------------------
+    def _json(self, code: int, obj: Any) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _text(self, code: int, text: str, ctype: str = "text/plain; charset=utf-8") -> None:
+        body = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _body(self) -> dict[str, Any]:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b"{}"
+        obj = json.loads(raw or b"{}")
+        if not isinstance(obj, dict):
+            raise ValueError("the request body must be a JSON object")
+        return obj
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _send_event(self, payload: str) -> None:
+        data = f"data: {payload}\n\n".encode()
+        self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def _end_stream(self) -> None:
+        self._send_event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+    # -- routes ----------------------------------------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        srv = self.server
+        if path in ("/health", "/health_generate", "/ready"):
+            if srv.ready:
+                self._text(200, "")
+            else:
+                self._text(503, "")
+        elif path in ("/server_info", "/get_server_info"):
+            if not srv.ready:
+                self._json(503, {"error": "server is starting"})
+                return
+            self._json(200, self._server_info())
+        elif path == "/get_model_info" or path == "/model_info":
+            self._json(200, {"model_path": srv.args.model_path, "is_generation": True})
+        elif path == "/v1/models":
+            self._json(
+                200, {"object": "list", "data": [{"id": self._model_name(), "object": "model", "owned_by": "sglang"}]}
+            )
+        elif path == "/metrics":
+            if not srv.args.enable_metrics:
+                self._text(404, "metrics are disabled; launch with --enable-metrics\n")
+            else:
+                self._text(200, self._metrics(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._json(404, {"error": f"not found: {path}"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path not in ("/generate", "/v1/completions", "/v1/chat/completions"):
+            self._json(404, {"error": f"not found: {path}"})
+            return
+        if not self.server.ready:
+            self._json(503, {"error": "server is starting"})
+            return
+        try:
+            body = self._body()
+        except ValueError as e:
+            self._json(400, {"error": f"invalid JSON body: {e}"})
+            return
+        try:
+            if path == "/generate":
+                self._generate(body)
+            else:
+                self._openai(body, chat=path.endswith("chat/completions"))
+        except _Truncate:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    # -- helpers ---------------------------------------------------------------------------------------------------
+    def _model_name(self) -> str:
+        a = self.server.args
+        return a.served_model_name or a.model_path
+
+    def _server_info(self) -> dict[str, Any]:
+        srv = self.server
+        a = srv.args
+        return {
+            "server_args": a.server_args(),
+            "version": SGLANG_VERSION,
+            "launch_command": srv.launch_command,
+            "internal_states": [
+                {
+                    "avg_spec_accept_length": srv.engine.avg_accept_length if a.speculative else None,
+                    "last_gen_throughput": srv.decode_log.last_throughput,
+                }
+            ],
+            "sim": {
+                "scenario": a.scenario.name,
+                "time_scale": a.time_scale,
+                "seed": a.seed,
+                "launch_index": srv.engine.launch_index,
+                "faults": [str(f) for f in a.faults],
+                "drafter": a.drafter.name if a.drafter else None,
+            },
+        }
+
+    def _metrics(self) -> str:
+        e = self.server.engine
+        shape = e.shape
+        name = self._model_name().replace('"', "")
+        label = f'{{model_name="{name}"}}'
+        acc_len = e.avg_accept_length if shape else 0.0
+        lines = []
+
+        def metric(name: str, kind: str, value: float, help_: str) -> None:
+            lines.append(f"# HELP sglang:{name} {help_}")
+            lines.append(f"# TYPE sglang:{name} {kind}")
+            lines.append(f"sglang:{name}{label} {value}")
+
+        metric("spec_accept_length", "gauge", acc_len, "The average acceptance length of speculative decoding.")
+        metric(
+            "spec_accept_rate",
+            "gauge",
+            acc_len / shape.num_draft_tokens if shape else 0.0,
+            "The average acceptance rate of speculative decoding.",
+        )
+        metric("spec_num_steps", "gauge", shape.steps if shape else 0, "speculative_num_steps.")
+        metric(
+            "spec_num_draft_tokens", "gauge", shape.num_draft_tokens if shape else 0, "speculative_num_draft_tokens."
+        )
+        metric("spec_verify_calls_total", "counter", e.verify_ct if shape else 0, "Number of verification rounds.")
+        metric("generation_tokens_total", "counter", e.generation_tokens, "Number of generation tokens processed.")
+        metric(
+            "gen_throughput", "gauge", self.server.decode_log.last_throughput, "The generation throughput (token/s)."
+        )
+        return "\n".join(lines) + "\n"
+
+    def _plan(self, prompt: str, max_new: int, temperature: float) -> tuple[Generation, str | None]:
+        e = self.server.engine
+        n = e.next_request()
+        fault = e.request_fault(n)
+        return e.generate(prompt, max_new, temperature=temperature, request_index=n), fault
+
+    def _stream_rounds(self, gen: Generation, fault: str | None, emit: Any) -> float:
+        """Emit the first token at TTFT and each round's tokens at the round's time. Returns wall seconds."""
+        srv = self.server
+        scale = srv.args.time_scale
+        plan = gen.plan
+        t0 = time.monotonic()
+        pieces = gen.pieces
+        sent = 0
+        last_ms = plan.ttft_ms
+        steps = [(plan.ttft_ms, min(1, plan.completion_tokens))]
+        steps += list(zip(plan.times_ms.tolist(), plan.tokens.tolist(), strict=True))
+        stop_after = len(steps) // 3 if fault in ("truncate", "crash") else None
+        for i, (at_ms, k) in enumerate(steps):
+            delay = t0 + at_ms / 1000.0 / scale - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if stop_after is not None and i >= max(stop_after, 1):
+                if fault == "crash":
+                    srv.die(
+                        f"Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was "
+                        f"encountered (request {gen.request_index})"
+                    )
+                log.error("Stream of request %d aborted (simulated truncated stream)", gen.request_index)
+                raise _Truncate()
+            chunk = pieces[sent : sent + k]
+            sent += k
+            final = sent >= plan.completion_tokens
+            emit("".join(chunk), sent, final)
+            if i > 0:
+                srv.decode_log.add(k, at_ms - last_ms)
+                last_ms = at_ms
+        return time.monotonic() - t0
+
+    def _spec_meta(self, gen: Generation) -> dict[str, Any]:
+        shape = self.server.engine.shape
+        p = gen.plan
+        if shape is None:
+            return {}
+        acc = p.accept_length
+        return {
+            "spec_accept_length": acc,
+            "spec_accept_rate": acc / shape.num_draft_tokens,
+            "spec_verify_ct": p.verify_ct,
+        }
+
+    def _fail_early(self, fault: str | None, gen: Generation) -> bool:
+        if fault == "http500":
+            log.error("Request %d failed (simulated HTTP 500)", gen.request_index)
+            self._json(500, {"object": "error", "message": "Internal server error (simulated)", "code": 500})
+            return True
+        return False
+
+    @staticmethod
+    def _finish_reason(gen: Generation) -> dict[str, Any]:
+        if gen.finish_reason == "length":
+            return {"type": "length", "length": gen.plan.completion_tokens}
+        return {"type": gen.finish_reason, "matched": None}
+
+    def _finish(self, gen: Generation) -> None:
+        self.server.engine.record(gen.plan.completion_tokens, gen.plan.verify_ct)
+
+    def _generate(self, body: dict[str, Any]) -> None:
+        sp = body.get("sampling_params") or {}
+        text = body.get("text")
+        if not isinstance(text, str):
+            self._json(400, {"error": "'text' must be a string"})
+            return
+        max_new = int(sp.get("max_new_tokens", 128))
+        temperature = float(sp.get("temperature", 1.0))
+        gen, fault = self._plan(text, max_new, temperature)
+        if self._fail_early(fault, gen):
+            return
+        p = gen.plan
+        rid = uuid.uuid4().hex
+        if not body.get("stream"):
+            wall = self._stream_rounds(gen, fault, lambda *_: None)
+            self._finish(gen)
+            meta = {
+                "id": rid,
+                "prompt_tokens": p.prompt_tokens,
+                "completion_tokens": p.completion_tokens,
+                "finish_reason": self._finish_reason(gen),
+                "e2e_latency": wall,
+                **self._spec_meta(gen),
+            }
+            self._json(200, {"text": gen.text, "meta_info": meta})
+            return
+        self._start_stream()
+        t0 = time.monotonic()
+
+        def emit(_delta: str, sent: int, final: bool) -> None:
+            meta: dict[str, Any] = {
+                "id": rid,
+                "prompt_tokens": p.prompt_tokens,
+                "completion_tokens": sent,
+                "finish_reason": self._finish_reason(gen) if final else None,
+            }
+            if final:
+                meta.update({"e2e_latency": time.monotonic() - t0, **self._spec_meta(gen)})
+            self._send_event(json.dumps({"text": "".join(gen.pieces[:sent]), "meta_info": meta}))
+
+        self._stream_rounds(gen, fault, emit)
+        self._finish(gen)
+        self._end_stream()
+
+    def _openai(self, body: dict[str, Any], chat: bool) -> None:
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                self._json(400, {"error": "'messages' must be a non-empty list"})
+                return
+            prompt = "\n".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1:
+                prompt = prompt[0]
+            if not isinstance(prompt, str):
+                self._json(400, {"error": "'prompt' must be a string"})
+                return
+        max_new = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        temperature = float(body.get("temperature", 1.0))
+        gen, fault = self._plan(prompt, max_new, temperature)
+        if self._fail_early(fault, gen):
+            return
+        p = gen.plan
+        cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        usage = {
+            "prompt_tokens": p.prompt_tokens,
+            "completion_tokens": p.completion_tokens,
+            "total_tokens": p.prompt_tokens + p.completion_tokens,
+        }
+        sglext = self._spec_meta(gen)
+        if not body.get("stream"):
+            self._stream_rounds(gen, fault, lambda *_: None)
+            self._finish(gen)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": gen.finish_reason, "logprobs": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": gen.text}
+            else:
+                choice["text"] = gen.text
+            self._json(
+                200,
+                {
+                    "id": cid,
+                    "object": "chat.completion" if chat else "text_completion",
+                    "created": created,
+                    "model": self._model_name(),
+                    "choices": [choice],
+                    "usage": usage,
+                    "sglext": sglext,
+                },
+            )
+            return
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self._start_stream()
+
+        def emit(delta: str, _sent: int, final: bool) -> None:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": gen.finish_reason if final else None,
+            }
+            if chat:
+                choice["delta"] = {"content": delta}
+            else:
+                choice["text"] = delta
+            chunk: dict[str, Any] = {
+                "id": cid,
+                "object": obj,
+                "created": created,
+                "model": self._model_name(),
+                "choices": [choice],
+                "usage": None,
+            }
+            if final:
+                chunk["sglext"] = sglext
+            self._send_event(json.dumps(chunk))
+
+        self._stream_rounds(gen, fault, emit)
+        self._finish(gen)
+        if include_usage:
+            self._send_event(
+                json.dumps(
+                    {
+                        "id": cid,
+                        "object": obj,
+                        "created": created,
+                        "model": self._model_name(),
+                        "choices": [],
+                        "usage": usage,
+                        "sglext": sglext,
+                    }
+                )
+            )
+        self._end_stream()
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="[%(asctime)s] %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        force=True,
+    )
+
+
+def _sleep_until(deadline: float, stop: threading.Event) -> bool:
+    """Wait until the monotonic ``deadline``; False if told to stop first."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        if stop.wait(min(left, 0.5)):
+            return False
+
+
+def _wait(stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    """Run the simulated server until SIGTERM/SIGINT. Returns the exit code."""
+    _setup_logging()
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("Received signal %d, shutting down.", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        args = parse_launch_args(argv)
+    except SimLaunchError as e:
+        for line in e.log.splitlines():
+            log.error(line)
+        return e.returncode
+    for line in args.log:
+        log.warning(line)
+    launch_index = args.launch_index if args.launch_index is not None else secrets.randbits(31)
+    engine = SimEngine(args, launch_index)
+    startup = engine.startup()
+    try:
+        server = SimServer(args, engine)
+    except OSError as e:
+        log.error(
+            "ERROR: [Errno %s] error while attempting to bind on address (%r, %d): %s",
+            e.errno,
+            args.host,
+            args.port,
+            e.strerror,
+        )
+        return 1
+    server.launch_command = " ".join(["python3", "-m", "sglang.launch_server", *argv])
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    t0 = time.monotonic()
+    scale = args.time_scale
+    code = 0
+    try:
+        lines = list(startup.log)
+        # spread the startup log over the (scaled) startup time: first half immediately, the rest at the end
+        half = max(len(lines) - 2, 1)
+        for line in lines[:half]:
+            log.info(line)
+        if startup.error is not None:
+            if _sleep_until(t0 + startup.seconds / scale, stop):
+                for line in startup.error.log.splitlines()[len(lines[:half]) :]:
+                    log.error(line)
+                code = startup.error.returncode
+        elif startup.never_healthy:
+            for line in lines[half:]:
+                log.info(line)
+            _wait(stop)
+        elif _sleep_until(t0 + startup.seconds / scale, stop):
+            server.ready_at = time.monotonic()
+            for line in lines[half:]:
+                log.info(line)
+            _wait(stop)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+        logging.shutdown()
+    return code
