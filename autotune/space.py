@@ -197,6 +197,7 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 #: files larger than this are refused before parsing (space files and prompts files)
 MAX_BYTES = 1 << 20
+_MAX_DEPTH = 50
 
 
 class _Map(dict):
@@ -214,7 +215,9 @@ class _Seq(list):
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases and merge keys, rejects duplicate keys, and records line numbers."""
+    """SafeLoader that refuses aliases, merge keys and deep nesting, rejects duplicate keys, records lines."""
+
+    _depth = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:  # type: ignore[override]
         if self.check_event(yaml.AliasEvent):
@@ -225,7 +228,13 @@ class _Loader(yaml.SafeLoader):
                 f"YAML aliases (*{event.anchor}) are not allowed in space files; write the value out",
                 event.start_mark,
             )
-        return super().compose_node(parent, index)
+        if self._depth >= _MAX_DEPTH:
+            raise ComposerError(None, None, f"nested more than {_MAX_DEPTH} levels deep", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _construct_map(loader: _Loader, node: Node) -> _Map:
@@ -295,31 +304,41 @@ def _read_text(path: Path, shown: str) -> str:
 
 def _parse_yaml(text: str, shown: str) -> Any:
     """Parse one YAML document with ``_Loader``; every failure is a SpaceError with a line."""
-    loader = _Loader(text)
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)
         return loader.get_single_data()
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark is not None else None
         problem = e.problem or "invalid YAML"
+        tag = re.match(r"could not determine a constructor for the tag '(.*)'", problem)
         if "'\\t'" in problem:
             msg = "invalid YAML: a tab character; YAML indentation must use spaces"
+        elif tag:
+            shown_tag = tag.group(1).replace("tag:yaml.org,2002:", "!!")
+            msg = f"the tag {shown_tag} is not allowed; space files are plain YAML (no Python objects)"
         elif isinstance(e, ComposerError | ConstructorError) and not e.context:
             msg = problem  # our own messages (aliases, duplicate keys, merge keys) and tag errors
         else:
             msg = f"invalid YAML: {problem}" + (f" ({e.context})" if e.context else "")
+            if problem.startswith("mapping values are not allowed"):
+                msg += "; check the indentation, and quote values that contain ': '"
         raise SpaceError(msg, path=shown, line=line) from None
     except yaml.reader.ReaderError as e:
         line = text[: e.position].count("\n") + 1
         raise SpaceError(
-            f"invalid YAML: character {e.character!r} is not allowed in YAML text", path=shown, line=line
+            f"invalid YAML: the control character U+{e.character:04X} is not allowed in YAML text",
+            path=shown,
+            line=line,
         ) from None
     except RecursionError:
         raise SpaceError("invalid YAML: nested too deeply", path=shown) from None
     except Exception as e:  # noqa: BLE001 - PyYAML raises ValueError & co. for odd explicit tags
         raise SpaceError(f"invalid YAML: {type(e).__name__}: {e}", path=shown) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 # -- describing values ------------------------------------------------------------------------------------
@@ -552,12 +571,12 @@ class _Reader:
 
     def str_list(self, v: Any, f: str, line: int | None, what: str, coerce_numbers: bool = False) -> tuple:
         if isinstance(v, str):
-            hint = ""
+            hint = "; argv lists only, a shell string is never split"
             try:
-                hint = f" (did you mean {_flow(shlex.split(v))}?)"
+                hint += f": write {_flow(shlex.split(v))}"
             except ValueError:
                 pass
-            raise self.expected(f, line, f"{what} (argv items, never a shell string)", v, hint)
+            raise self.expected(f, line, what, v, hint)
         if not isinstance(v, list):
             raise self.expected(f, line, what, v)
         out = []
@@ -599,7 +618,7 @@ class _Reader:
         return spec
 
     def launcher(self, v: Any, f: str, line: int | None) -> tuple[str, ...]:
-        out = self.str_list(v, f, line, "a non-empty list of strings (an argv prefix)")
+        out = self.str_list(v, f, line, "a list of strings (an argv prefix)")
         if not out:
             raise self.expected(f, line, "a non-empty list of strings (an argv prefix) or null", v)
         return out
@@ -1073,13 +1092,15 @@ def _fmt_num(x: float | None) -> str:
 
 
 def _flow(items: list[str]) -> str:
-    return (
-        "["
-        + ", ".join(
-            json.dumps(s) if (not s or s[0] in "\"'[]{}&*!|>%@`#" or ": " in s or s != s.strip()) else s for s in items
-        )
-        + "]"
-    )
+    """A YAML flow list of strings, quoting the items YAML would not read back as strings."""
+
+    def plain(item: str) -> bool:
+        try:
+            return isinstance(yaml.safe_load(item), str) and "," not in item and item == item.strip()
+        except yaml.YAMLError:
+            return False
+
+    return "[" + ", ".join(item if plain(item) else json.dumps(item) for item in items) + "]"
 
 
 def space_errors(path: str | os.PathLike[str]) -> list[SpaceError]:
