@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from autotune.space import BenchmarkSpec, DrafterSpec, IntRange, Prompt, SearchSpec, ServerSpec, Space
+
+
+def make_space(
+    *,
+    knobs=None,
+    drafters=(("good", "/m/draft-good.gguf", None), ("bad", "/m/draft-bad.gguf", None)),
+    cuda_graph=(True,),
+    launcher=("/opt/llama/llama-server",),
+    extra_args=(),
+    env=None,
+    model_path="/m/target.gguf",
+    max_tokens=64,
+    prompts=("hello there", "a longer prompt about mountains"),
+    port=30080,
+    **server,
+) -> Space:
+    return Space(
+        name="llamacpp-test",
+        server=ServerSpec(
+            backend="llamacpp",
+            model_path=model_path,
+            launcher=tuple(launcher),
+            extra_args=tuple(extra_args),
+            env=dict(env or {}),
+            port=port,
+            **server,
+        ),
+        drafters=tuple(DrafterSpec(name=n, path=p, algorithm=a) for n, p, a in drafters),
+        search=SearchSpec(
+            cuda_graph=tuple(cuda_graph),
+            knobs=dict(knobs if knobs is not None else {"draft_n_max": IntRange(1, 16)}),
+        ),
+        benchmark=BenchmarkSpec(
+            prompts=tuple(Prompt(id=f"p{i}", text=t) for i, t in enumerate(prompts)),
+            max_tokens=max_tokens,
+            warmup_requests=1,
+            retries=0,
+        ),
+    )
