@@ -27,13 +27,21 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("space", help="space file (YAML)")
-    p.add_argument("--simulate", action="store_true",
-                   help="use the built-in simulated server (scenario from the space's `simulate:` block)")
-    p.add_argument("--storage", help="Optuna storage URL (default: the space's `storage:` or sqlite:///studies/NAME.db)")
+    p.add_argument(
+        "--simulate",
+        action="store_true",
+        help="use the built-in simulated server (scenario from the space's `simulate:` block)",
+    )
+    p.add_argument(
+        "--storage", help="Optuna storage URL (default: the space's `storage:` or sqlite:///studies/NAME.db)"
+    )
     p.add_argument("--studies-dir", default="studies", help="where studies, logs and reports are written")
-    p.add_argument("--in-process", action="store_true",
-                   help="with --simulate: run the simulator's model in-process on a virtual clock (no processes, "
-                        "no waiting); for experiments")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="with --simulate: run the simulator's model in-process on a virtual clock (no processes, "
+        "no waiting); for experiments",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
 
 
@@ -51,8 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="measure one configuration (no study)")
     _add_common(b)
-    b.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config value: drafter=NAME|none, cuda_graph=true|false, or a backend knob (repeatable)")
+    b.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config value: drafter=NAME|none, cuda_graph=true|false, or a backend knob (repeatable)",
+    )
     b.add_argument("--json", action="store_true")
 
     r = sub.add_parser("report", help="summarise a study (text, --json, --html)")
@@ -127,9 +140,14 @@ class Context:
         sim = self.space.simulate
         clock = MonotonicClock()
         runner = ProcessRunner(
-            self.run_space, self.backend, log_dir=self.studies_dir / self.study_name / "logs", clock=clock,
-            time_scale=(sim.time_scale if (self.simulated and sim) else 1.0), simulated=self.simulated,
-            record_path=self.studies_dir / f"{self.study_name}.pids.json")
+            self.run_space,
+            self.backend,
+            log_dir=self.studies_dir / self.study_name / "logs",
+            clock=clock,
+            time_scale=(sim.time_scale if (self.simulated and sim) else 1.0),
+            simulated=self.simulated,
+            record_path=self.studies_dir / f"{self.study_name}.pids.json",
+        )
         return runner, clock
 
     def open_study(self, create: bool, seed: int | None = None):
@@ -137,15 +155,22 @@ class Context:
 
         if not create:
             self._require_existing()
-        return open_study(self.space, self.storage_url, self.study_name, seed=seed, simulated=self.simulated,
-                          create=create, label=self.label)
+        return open_study(
+            self.space,
+            self.storage_url,
+            self.study_name,
+            seed=seed,
+            simulated=self.simulated,
+            create=create,
+            label=self.label,
+        )
 
     def _require_existing(self) -> None:
         from autotune.errors import UserError
 
         url = self.storage_url
         if url.startswith("sqlite:///"):
-            path = Path(url[len("sqlite:///"):])
+            path = Path(url[len("sqlite:///") :])
             if not path.exists():
                 hint = ""
                 if not self.simulated and Path(str(path).replace(".db", "-sim.db")).exists():
@@ -164,9 +189,11 @@ def _port_preflight(ctx: Context) -> None:
         s.settimeout(0.5)
         busy = s.connect_ex((server.host if server.host not in ("0.0.0.0", "") else "127.0.0.1", server.port)) == 0
     if busy:
-        raise PortInUse(f"port {server.port} on {server.host} is already in use by another process (not started by "
-                        f"autotune; it will not be touched). Stop it, change server.port, or set "
-                        f"server.port_busy: next|wait in {ctx.args.space}")
+        raise PortInUse(
+            f"port {server.port} on {server.host} is already in use by another process (not started by "
+            f"autotune; it will not be touched). Stop it, change server.port, or set "
+            f"server.port_busy: next|wait in {ctx.args.space}"
+        )
 
 
 def _validate(ctx: Context) -> list[Any]:
@@ -189,8 +216,11 @@ def cmd_validate(ctx: Context) -> int:
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         return EXIT_USAGE
-    print(f"ok: {ctx.args.space}: {len(ctx.space.drafters)} drafter(s) checked"
-          + (f", {len(problems)} warning(s)" if problems else ""), file=sys.stderr)
+    print(
+        f"ok: {ctx.args.space}: {len(ctx.space.drafters)} drafter(s) checked"
+        + (f", {len(problems)} warning(s)" if problems else ""),
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -221,8 +251,16 @@ def cmd_study(ctx: Context) -> int:
     view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=args.json)
     n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
     with view:
-        st.run(ctx.run_space, ctx.backend, runner, study, n_trials=n_trials, clock=clock, listener=view.on_event,
-               confirm=not args.no_confirm)
+        st.run(
+            ctx.run_space,
+            ctx.backend,
+            runner,
+            study,
+            n_trials=n_trials,
+            clock=clock,
+            listener=view.on_event,
+            confirm=not args.no_confirm,
+        )
     report = build_report(study)
     _write_html(ctx, study, report, ctx.studies_dir / ctx.study_name / "report.html")
     if args.json:
@@ -231,9 +269,11 @@ def cmd_study(ctx: Context) -> int:
         from autotune.render import render_report
 
         render_report(report, sys.stdout)
-        print(f"\nreport: {ctx.studies_dir / ctx.study_name / 'report.html'}   "
-              f"export: autotune export {args.space}{' --simulate' if ctx.simulated else ''} --format sglang",
-              file=sys.stderr)
+        print(
+            f"\nreport: {ctx.studies_dir / ctx.study_name / 'report.html'}   "
+            f"export: autotune export {args.space}{' --simulate' if ctx.simulated else ''} --format sglang",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -281,8 +321,10 @@ def cmd_export(ctx: Context) -> int:
     from autotune.report import build_report
 
     if ctx.args.format == "sglang" and ctx.space.server.backend != "sglang":
-        raise UserError(f"--format sglang needs an SGLang space; this one's backend is {ctx.space.server.backend!r} "
-                        f"(use --format command)")
+        raise UserError(
+            f"--format sglang needs an SGLang space; this one's backend is {ctx.space.server.backend!r} "
+            f"(use --format command)"
+        )
     study = ctx.open_study(create=False)
     report = build_report(study)
     try:
@@ -308,8 +350,10 @@ def cmd_bench(ctx: Context) -> int:
         raise UserError(f"--set: unknown key(s) {', '.join(unknown)}; expected one of {', '.join(sorted(allowed))}")
     drafter = values.get("drafter")
     if drafter not in (None, "none") and drafter not in {d.name for d in ctx.space.drafters}:
-        raise UserError(f"--set drafter={drafter}: no such drafter in {ctx.args.space}; expected one of "
-                        f"{', '.join(['none'] + [d.name for d in ctx.space.drafters])}")
+        raise UserError(
+            f"--set drafter={drafter}: no such drafter in {ctx.args.space}; expected one of "
+            f"{', '.join(['none'] + [d.name for d in ctx.space.drafters])}"
+        )
     values.setdefault("cuda_graph", ctx.space.search.cuda_graph[0])
     config = TrialConfig.from_dict(values)
     from autotune.errors import InfeasibleConfig
@@ -330,21 +374,33 @@ def cmd_bench(ctx: Context) -> int:
             results.append(r)
             if not ctx.args.json:
                 acc = f"  accept length {r.accept_length:.2f}" if r.accept_length is not None else ""
-                print(f"  {prompt.id:<24} {r.completion_tokens:>6} tokens {r.seconds:8.2f} s {r.tok_per_s:8.1f} tok/s{acc}",
-                      file=sys.stderr)
+                print(
+                    f"  {prompt.id:<24} {r.completion_tokens:>6} tokens {r.seconds:8.2f} s "
+                    f"{r.tok_per_s:8.1f} tok/s{acc}",
+                    file=sys.stderr,
+                )
         info = session.info
     finally:
         session.close()
     summary = summarize(results)
-    out = {"config": eff.to_dict(), "simulated": ctx.label, "argv": info.argv, "startup_s": info.startup_s,
-           "server_effective": info.effective, "summary": summary, "prompts": [r.to_dict() for r in results]}
+    out = {
+        "config": eff.to_dict(),
+        "simulated": ctx.label,
+        "argv": info.argv,
+        "startup_s": info.startup_s,
+        "server_effective": info.effective,
+        "summary": summary,
+        "prompts": [r.to_dict() for r in results],
+    }
     if ctx.args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
         acc = summary["accept_length"]
-        print(f"{eff.label()}: {summary['tok_per_s']:.1f} tok/s ({summary['completion_tokens']} tokens in "
-              f"{summary['seconds']:.1f} s{'' if acc is None else f', accept length {acc:.2f}'})"
-              + (" [simulated]" if ctx.simulated else ""))
+        print(
+            f"{eff.label()}: {summary['tok_per_s']:.1f} tok/s ({summary['completion_tokens']} tokens in "
+            f"{summary['seconds']:.1f} s{'' if acc is None else f', accept length {acc:.2f}'})"
+            + (" [simulated]" if ctx.simulated else "")
+        )
     return EXIT_OK
 
 
@@ -352,8 +408,16 @@ def cmd_dashboard(ctx: Context) -> int:
     import subprocess
 
     ctx._require_existing()
-    argv = [sys.executable, "-m", "optuna_dashboard", ctx.storage_url, "--host", ctx.args.host, "--port",
-            str(ctx.args.port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "optuna_dashboard",
+        ctx.storage_url,
+        "--host",
+        ctx.args.host,
+        "--port",
+        str(ctx.args.port),
+    ]
     print(f"optuna-dashboard on http://{ctx.args.host}:{ctx.args.port}/ (Ctrl-C to stop)", file=sys.stderr)
     proc = subprocess.Popen(argv)
     try:
@@ -385,8 +449,15 @@ def _write_html(ctx: Context, study: Any, report: dict[str, Any], path: Path) ->
     write_html_report(study, report, path)
 
 
-COMMANDS = {"study": cmd_study, "bench": cmd_bench, "report": cmd_report, "export": cmd_export,
-            "validate": cmd_validate, "confirm": cmd_confirm, "dashboard": cmd_dashboard}
+COMMANDS = {
+    "study": cmd_study,
+    "bench": cmd_bench,
+    "report": cmd_report,
+    "export": cmd_export,
+    "validate": cmd_validate,
+    "confirm": cmd_confirm,
+    "dashboard": cmd_dashboard,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

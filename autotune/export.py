@@ -43,10 +43,14 @@ def bundle(space: Space, backend: Backend, report: dict[str, Any]) -> dict[str, 
         "config": config.to_dict(),
         "speculative": not config.is_baseline,
         "knobs": knobs,
-        "measured": {"tok_per_s": rec.get("tok_per_s"), "speedup_ci": rec.get("speedup_ci"),
-                     "units": report.get("units")},
+        "measured": {
+            "tok_per_s": rec.get("tok_per_s"),
+            "speedup_ci": rec.get("speedup_ci"),
+            "units": report.get("units"),
+        },
         "launch": {"argv": argv, "command": shlex.join(argv), "env": env},
-        "verify": "autotune bench " + shlex.quote(space.path or "SPACE")
+        "verify": "autotune bench "
+        + shlex.quote(space.path or "SPACE")
         + "".join(" --set " + shlex.quote(f"{k}={v}") for k, v in config.to_dict().items() if v is not None),
     }
 

@@ -24,10 +24,12 @@ def _figures(study: optuna.Study) -> list[tuple[str, Any]]:
     vis = optuna.visualization
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for title, fn in (("Optimization history", vis.plot_optimization_history),
-                          ("Per-prompt tok/s (intermediate values)", vis.plot_intermediate_values),
-                          ("Parameters", vis.plot_parallel_coordinate),
-                          ("Timeline", vis.plot_timeline)):
+        for title, fn in (
+            ("Optimization history", vis.plot_optimization_history),
+            ("Per-prompt tok/s (intermediate values)", vis.plot_intermediate_values),
+            ("Parameters", vis.plot_parallel_coordinate),
+            ("Timeline", vis.plot_timeline),
+        ):
             try:
                 figs.append((title, fn(study)))
             except Exception as e:  # a plot that cannot be drawn (too few trials) must not lose the report
@@ -37,17 +39,23 @@ def _figures(study: optuna.Study) -> list[tuple[str, Any]]:
 
 def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -> None:
     sim = report.get("simulated")
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>autotune: {_e(report['study'])}</title>",
-             "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}.PRUNED{color:#888}"
-             ".FAIL{color:#b00}.verdict{font-size:1.3em;padding:.6em;background:#f4f4f4;border-left:6px solid #36c}"
-             ".sim{background:#fff3cd;padding:.5em}</style></head><body>",
-             f"<h1>autotune study <code>{_e(report['study'])}</code></h1>"]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>autotune: {_e(report['study'])}</title>",
+        "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}.PRUNED{color:#888}"
+        ".FAIL{color:#b00}.verdict{font-size:1.3em;padding:.6em;background:#f4f4f4;border-left:6px solid #36c}"
+        ".sim{background:#fff3cd;padding:.5em}</style></head><body>",
+        f"<h1>autotune study <code>{_e(report['study'])}</code></h1>",
+    ]
     if sim:
-        parts.append(f"<p class='sim'>SIMULATED study (scenario {_e(sim.get('scenario'))}, time scale "
-                     f"{_e(sim.get('time_scale'))}): figures are in simulated hardware time.</p>")
-    parts.append(f"<p class='verdict' id='verdict'><b>{_e(report['verdict'])}</b> ({_e(report['verdict_basis'])}): "
-                 f"{_e(report['verdict_text'])}</p>")
+        parts.append(
+            f"<p class='sim'>SIMULATED study (scenario {_e(sim.get('scenario'))}, time scale "
+            f"{_e(sim.get('time_scale'))}): figures are in simulated hardware time.</p>"
+        )
+    parts.append(
+        f"<p class='verdict' id='verdict'><b>{_e(report['verdict'])}</b> ({_e(report['verdict_basis'])}): "
+        f"{_e(report['verdict_text'])}</p>"
+    )
     rec = report["recommended"]
     parts.append(f"<p>Recommended deployment: <code>{_e(rec.get('config'))}</code> ({_e(rec.get('why'))})</p>")
     parts.append("<h2>Baselines</h2><ul>")
@@ -55,25 +63,36 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         parts.append(f"<li>{_e(k)}: {_num(b['tok_per_s'])} tok/s (trial {b['trial']})</li>")
     parts.append(f"</ul><p>{_e(report['comparisons'])}.</p>")
     if report.get("confirmed"):
-        parts.append("<h2>Confirmation</h2><table><tr><th>trial</th><th>config</th><th>tok/s</th>"
-                     "<th>speedup</th><th>CI</th></tr>")
+        parts.append(
+            "<h2>Confirmation</h2><table><tr><th>trial</th><th>config</th><th>tok/s</th>"
+            "<th>speedup</th><th>CI</th></tr>"
+        )
         for c in report["confirmed"]:
             ci = c["speedup_ci"] or {}
-            parts.append(f"<tr><td>{c['trial']}</td><td>{_e(c['config'])}</td><td>{_num(c['tok_per_s'])}</td>"
-                         f"<td>{_num(ci.get('point'), '.3f')}</td><td>[{_num(ci.get('low'), '.3f')}, "
-                         f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.0f')}%</td></tr>")
+            parts.append(
+                f"<tr><td>{c['trial']}</td><td>{_e(c['config'])}</td><td>{_num(c['tok_per_s'])}</td>"
+                f"<td>{_num(ci.get('point'), '.3f')}</td><td>[{_num(ci.get('low'), '.3f')}, "
+                f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.0f')}%</td></tr>"
+            )
         parts.append("</table>")
     if report["flags"]:
         parts.append("<h2>Alarms</h2><ul>" + "".join(f"<li>{_e(f)}</li>" for f in report["flags"]) + "</ul>")
-    parts.append("<h2>Trials</h2><table id='trials'><tr><th>#</th><th>state</th><th>config</th><th>tok/s</th>"
-                 "<th>speedup</th><th>prompts</th><th>accept len</th><th>startup s</th><th>note</th></tr>")
+    parts.append(
+        "<h2>Trials</h2><table id='trials'><tr><th>#</th><th>state</th><th>config</th><th>tok/s</th>"
+        "<th>speedup</th><th>prompts</th><th>accept len</th><th>startup s</th><th>note</th></tr>"
+    )
     for r in report["trials"]:
-        note = r.get("prune_reason") or r.get("fail_reason") or (
-            f"same as #{r['duplicate_of']}" if r.get("duplicate_of") is not None else "")
-        parts.append(f"<tr class='{_e(r['state'])}'><td>{r['number']}</td><td>{_e(r['state'])}</td>"
-                     f"<td>{_e(r['config'])}</td><td>{_num(r['tok_per_s'])}</td><td>{_num(r['speedup'], '.3f')}</td>"
-                     f"<td>{r['prompts_measured']}</td><td>{_num(r['accept_length'], '.2f')}</td>"
-                     f"<td>{_num(r['startup_s'], '.0f')}</td><td>{_e(note)}</td></tr>")
+        note = (
+            r.get("prune_reason")
+            or r.get("fail_reason")
+            or (f"same as #{r['duplicate_of']}" if r.get("duplicate_of") is not None else "")
+        )
+        parts.append(
+            f"<tr class='{_e(r['state'])}'><td>{r['number']}</td><td>{_e(r['state'])}</td>"
+            f"<td>{_e(r['config'])}</td><td>{_num(r['tok_per_s'])}</td><td>{_num(r['speedup'], '.3f')}</td>"
+            f"<td>{r['prompts_measured']}</td><td>{_num(r['accept_length'], '.2f')}</td>"
+            f"<td>{_num(r['startup_s'], '.0f')}</td><td>{_e(note)}</td></tr>"
+        )
     parts.append("</table>")
     first = True
     for title, fig in _figures(study):

@@ -18,8 +18,15 @@ from autotune.study import Event
 
 
 class LiveView:
-    def __init__(self, space: Space, study_name: str, *, simulated: bool = False, quiet: bool = False,
-                 console: Console | None = None) -> None:
+    def __init__(
+        self,
+        space: Space,
+        study_name: str,
+        *,
+        simulated: bool = False,
+        quiet: bool = False,
+        console: Console | None = None,
+    ) -> None:
         self.space = space
         self.study_name = study_name
         self.simulated = simulated
@@ -73,7 +80,9 @@ class LiveView:
             self.current = {}
             if self.live is None and not self.quiet:
                 self.console.print(line, highlight=False, markup=False)
-        elif ev.kind in ("confirm-start", "confirm-measure", "verdict", "note") and self.live is None and not self.quiet:
+        elif (
+            ev.kind in ("confirm-start", "confirm-measure", "verdict", "note") and self.live is None and not self.quiet
+        ):
             self.console.print(_describe(ev), highlight=False, markup=False)
         if ev.kind in ("confirm-start", "confirm-measure", "verdict", "note"):
             self.recent = (self.recent + [_describe(ev)])[-8:]
@@ -91,8 +100,10 @@ class LiveView:
             t.add_row("best so far: " + self.best[1], f"{self.best[0]:.1f} {unit}")
         cur = Text("")
         if self.current:
-            cur = Text(f"trial {self.current.get('trial')}: {self.current.get('config')}  "
-                       f"prompt {self.current.get('prompt', 0)}/{self.current.get('of', len(self.space.benchmark.prompts))}")
+            cur = Text(
+                f"trial {self.current.get('trial')}: {self.current.get('config')}  "
+                f"prompt {self.current.get('prompt', 0)}/{self.current.get('of', len(self.space.benchmark.prompts))}"
+            )
             if self.current.get("last") is not None:
                 cur.append(f"  last {self.current['last']:.1f} {unit}")
         return Group(head, t, cur, Text("\n".join(self.recent)))

@@ -17,11 +17,20 @@ from autotune.stats import PruneDecision, prune_decision
 BASELINE = "none"
 
 
+def is_baseline_trial(t: FrozenTrial) -> bool:
+    """Baseline trials are enqueued with user attr role=baseline (the sampler never proposes them)."""
+    return t.user_attrs.get("role") == "baseline" or t.params.get("drafter") == BASELINE
+
+
 def find_baseline(study: optuna.Study, cuda_graph: object) -> FrozenTrial | None:
     """The measured baseline trial (not a duplicate) for a CUDA-graph setting, or None."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if (t.params.get("drafter") == BASELINE and t.params.get("cuda_graph") == cuda_graph
-                and "duplicate_of" not in t.user_attrs and t.intermediate_values):
+        if (
+            is_baseline_trial(t)
+            and t.params.get("cuda_graph") == cuda_graph
+            and "duplicate_of" not in t.user_attrs
+            and t.intermediate_values
+        ):
             return t
     return None
 
@@ -43,7 +52,7 @@ class BaselinePruner(BasePruner):
 
     def decide(self, study: optuna.Study, trial: FrozenTrial) -> PruneDecision | None:
         """The decision with its numbers, or None when there is nothing to compare with."""
-        if trial.params.get("drafter", BASELINE) == BASELINE:
+        if is_baseline_trial(trial) or "drafter" not in trial.params:
             return None
         baseline = find_baseline(study, trial.params.get("cuda_graph"))
         if baseline is None:

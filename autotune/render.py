@@ -12,13 +12,18 @@ def _fmt(x: Any, spec: str = ".1f") -> str:
 def render_report(report: dict[str, Any], out: IO[str]) -> None:
     w = out.write
     sim = report.get("simulated")
-    w(f"study {report['study']}" + (f"  [SIMULATED: scenario {sim['scenario']}, figures in simulated hardware time]"
-                                     if sim else "") + "\n")
+    w(
+        f"study {report['study']}"
+        + (f"  [SIMULATED: scenario {sim['scenario']}, figures in simulated hardware time]" if sim else "")
+        + "\n"
+    )
     for key, b in sorted(report["baseline"].items()):
         w(f"baseline ({key.replace('_', ' ')}): {_fmt(b['tok_per_s'])} tok/s (trial {b['trial']})\n")
     c = report["counts"]
-    w(f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report['pruned_before_last_prompt']} before their "
-      f"last prompt), {c['FAIL']} failed\n\n")
+    w(
+        f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report['pruned_before_last_prompt']} before their "
+        f"last prompt), {c['FAIL']} failed\n\n"
+    )
     w(f"{'#':>4} {'state':<9} {'config':<58} {'tok/s':>8} {'speedup':>8} {'prompts':>7} {'accept':>6}\n")
     for r in report["trials"]:
         cfg = r["config"] or {}
@@ -32,8 +37,11 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
             note = f"  = #{r['duplicate_of']}"
         elif r.get("fail_kind"):
             note = f"  {r['fail_kind']}"
-        w(f"{r['number']:>4} {r['state']:<9} {label[:58]:<58} {_fmt(r['tok_per_s']):>8} {_fmt(r['speedup'], '.2f'):>8} "
-          f"{r['prompts_measured']:>7} {_fmt(r['accept_length'], '.2f'):>6}{note}\n")
+        w(
+            f"{r['number']:>4} {r['state']:<9} {label[:58]:<58} {_fmt(r['tok_per_s']):>8} "
+            f"{_fmt(r['speedup'], '.2f'):>8} "
+            f"{r['prompts_measured']:>7} {_fmt(r['accept_length'], '.2f'):>6}{note}\n"
+        )
     if report["flags"]:
         w("\nalarms:\n")
         for f in report["flags"]:
@@ -42,8 +50,10 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     for cf in report.get("confirmed", []):
         ci = cf["speedup_ci"]
         if ci:
-            w(f"confirmed trial {cf['trial']}: speedup {ci['point']:.3f} "
-              f"[{ci['low']:.3f}, {ci['high']:.3f}] ({ci['confidence']:.0%} CI, {ci['n']} paired repeats)\n")
+            w(
+                f"confirmed trial {cf['trial']}: speedup {ci['point']:.3f} "
+                f"[{ci['low']:.3f}, {ci['high']:.3f}] ({ci['confidence']:.0%} CI, {ci['n']} paired repeats)\n"
+            )
     w(f"verdict: {report['verdict']} ({report['verdict_basis']}): {report['verdict_text']}\n")
     rec = report["recommended"]
     if rec.get("config"):

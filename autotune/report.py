@@ -8,7 +8,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import TrialConfig
-from autotune.pruner import BASELINE
+from autotune.pruner import is_baseline_trial
 from autotune.stats import log_ratios, upper_bound
 
 VERDICT_TEXT = {
@@ -52,10 +52,17 @@ def _mean(xs: list[Any]) -> float | None:
 def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
     out = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.params.get("drafter") == BASELINE and "duplicate_of" not in t.user_attrs:
+        if is_baseline_trial(t) and "duplicate_of" not in t.user_attrs:
             key = "cuda_graph_on" if t.params.get("cuda_graph") else "cuda_graph_off"
-            out.setdefault(key, {"trial": t.number, "tok_per_s": t.value, "cuda_graph": bool(t.params.get("cuda_graph")),
-                                 "per_prompt_tok_per_s": [t.intermediate_values[s] for s in sorted(t.intermediate_values)]})
+            out.setdefault(
+                key,
+                {
+                    "trial": t.number,
+                    "tok_per_s": t.value,
+                    "cuda_graph": bool(t.params.get("cuda_graph")),
+                    "per_prompt_tok_per_s": [t.intermediate_values[s] for s in sorted(t.intermediate_values)],
+                },
+            )
     return out
 
 
@@ -69,8 +76,15 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     confirmed = []
     for r in conf.get("results", []):
         t = by_number.get(r["trial"])
-        confirmed.append({"trial": r["trial"], "config": r["config"], "speedup_ci": r["speedup_ci"],
-                          "tok_per_s": _mean(r["tok_per_s"]), "baseline_tok_per_s": _mean(r["baseline_tok_per_s"])})
+        confirmed.append(
+            {
+                "trial": r["trial"],
+                "config": r["config"],
+                "speedup_ci": r["speedup_ci"],
+                "tok_per_s": _mean(r["tok_per_s"]),
+                "baseline_tok_per_s": _mean(r["baseline_tok_per_s"]),
+            }
+        )
         if t is not None:
             for row in rows:
                 if row["number"] == t.number:
@@ -78,9 +92,16 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     if conf.get("best") is not None:
         r = next(c for c in confirmed if c["trial"] == conf["best"])
         t = by_number[conf["best"]]
-        best = {"trial": t.number, "params": dict(t.params), "config": r["config"], "tok_per_s": r["tok_per_s"],
-                "speedup": r["speedup_ci"]["point"] if r["speedup_ci"] else None, "speedup_ci": r["speedup_ci"],
-                "search_tok_per_s": t.value, "accept_length": t.user_attrs.get("accept_length")}
+        best = {
+            "trial": t.number,
+            "params": dict(t.params),
+            "config": r["config"],
+            "tok_per_s": r["tok_per_s"],
+            "speedup": r["speedup_ci"]["point"] if r["speedup_ci"] else None,
+            "speedup_ci": r["speedup_ci"],
+            "search_tok_per_s": t.value,
+            "accept_length": t.user_attrs.get("accept_length"),
+        }
     if conf.get("done"):
         v = conf["verdict"]
         basis = "confirmed"
@@ -94,10 +115,13 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "units": study.user_attrs.get("units", "tok/s"),
         "baseline": base,
         "trials": rows,
-        "counts": {s.name: sum(1 for t in trials if t.state == s) for s in
-                   (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)},
-        "pruned_before_last_prompt": sum(1 for r in spec if r["state"] == "PRUNED" and r["prompts_measured"] > 0
-                                         and r["duplicate_of"] is None),
+        "counts": {
+            s.name: sum(1 for t in trials if t.state == s)
+            for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
+        },
+        "pruned_before_last_prompt": sum(
+            1 for r in spec if r["state"] == "PRUNED" and r["prompts_measured"] > 0 and r["duplicate_of"] is None
+        ),
         "best": best,
         "confirmed": confirmed,
         "verdict": v,
@@ -106,24 +130,33 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "recommended": recommended,
         "flags": _flags(rows),
         "comparisons": "every speculative trial is compared with the baseline measured under the same CUDA-graph "
-                       "setting, prompt by prompt",
+        "setting, prompt by prompt",
     }
 
 
 def _unconfirmed_verdict(study: optuna.Study) -> tuple[str, str]:
     """Without confirmation: baseline-wins only if every measured speculative trial clearly lost."""
-    spec = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.params.get("drafter") != BASELINE and "duplicate_of" not in t.user_attrs]
+    spec = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not is_baseline_trial(t) and "duplicate_of" not in t.user_attrs
+    ]
     if not spec:
         return "baseline-wins", "search (no speculative trial survived pruning)"
     from autotune.pruner import find_baseline
+
     for t in spec:
         b = find_baseline(study, t.params.get("cuda_graph"))
         if b is None:
             return "inconclusive", "search only (not confirmed)"
         steps = sorted(t.intermediate_values)
-        if upper_bound(log_ratios([t.intermediate_values[s] for s in steps],
-                                  [b.intermediate_values.get(s) for s in steps]), 0.95) >= 1.0:
+        if (
+            upper_bound(
+                log_ratios([t.intermediate_values[s] for s in steps], [b.intermediate_values.get(s) for s in steps]),
+                0.95,
+            )
+            >= 1.0
+        ):
             return "inconclusive", "search only (not confirmed)"
     return "baseline-wins", "search (every speculative trial lost to its baseline)"
 
@@ -135,16 +168,34 @@ def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) ->
     fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
     fastest_cfg = TrialConfig.baseline(fastest["cuda_graph"]).to_dict() if fastest is not None else None
     if verdict == "speculation-wins" and best is not None:
-        if fastest is not None and fastest["tok_per_s"] and best["tok_per_s"] and fastest["tok_per_s"] > best["tok_per_s"]:
-            return {"config": fastest_cfg, "trial": fastest["trial"], "tok_per_s": fastest["tok_per_s"],
-                    "why": "speculation wins against its own baseline, but a baseline under another CUDA-graph "
-                           "setting is faster still"}
-        return {"config": best["config"], "trial": best["trial"], "tok_per_s": best["tok_per_s"],
-                "speedup_ci": best["speedup_ci"], "why": "confirmed speculative winner"}
+        if (
+            fastest is not None
+            and fastest["tok_per_s"]
+            and best["tok_per_s"]
+            and fastest["tok_per_s"] > best["tok_per_s"]
+        ):
+            return {
+                "config": fastest_cfg,
+                "trial": fastest["trial"],
+                "tok_per_s": fastest["tok_per_s"],
+                "why": "speculation wins against its own baseline, but a baseline under another CUDA-graph "
+                "setting is faster still",
+            }
+        return {
+            "config": best["config"],
+            "trial": best["trial"],
+            "tok_per_s": best["tok_per_s"],
+            "speedup_ci": best["speedup_ci"],
+            "why": "confirmed speculative winner",
+        }
     if fastest is None:
         return {"config": None, "trial": None, "tok_per_s": None, "why": "no baseline measured yet"}
-    return {"config": fastest_cfg, "trial": fastest["trial"], "tok_per_s": fastest["tok_per_s"],
-            "why": "no speculative config is proven faster: deploy the fastest baseline"}
+    return {
+        "config": fastest_cfg,
+        "trial": fastest["trial"],
+        "tok_per_s": fastest["tok_per_s"],
+        "why": "no speculative config is proven faster: deploy the fastest baseline",
+    }
 
 
 def _flags(rows: list[dict[str, Any]]) -> list[str]:
@@ -154,8 +205,10 @@ def _flags(rows: list[dict[str, Any]]) -> list[str]:
             out.append(f"trial {r['number']}: drafter not engaged: {r['fail_reason']}")
         lossless = r.get("lossless")
         if lossless and not lossless.get("ok", True):
-            out.append(f"trial {r['number']}: output diverges from the baseline at temperature 0 (matching prefix "
-                       f"{lossless['min_prefix_fraction']:.0%}): broken drafter, kernel or config")
+            out.append(
+                f"trial {r['number']}: output diverges from the baseline at temperature 0 (matching prefix "
+                f"{lossless['min_prefix_fraction']:.0%}): broken drafter, kernel or config"
+            )
         if r["fail_kind"] == "oom":
             out.append(f"trial {r['number']}: out of memory ({r['prune_reason']})")
     return out

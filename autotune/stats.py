@@ -36,8 +36,7 @@ class Interval:
     confidence: float
 
     def to_dict(self) -> dict[str, float]:
-        return {"point": self.point, "low": self.low, "high": self.high, "n": self.n,
-                "confidence": self.confidence}
+        return {"point": self.point, "low": self.low, "high": self.high, "n": self.n, "confidence": self.confidence}
 
 
 def _t_quantile(q: float, df: int) -> float:
@@ -64,8 +63,7 @@ def speedup_interval(logs: Sequence[float], confidence: float = 0.95) -> Interva
         raise ValueError(f"an interval needs at least 2 paired samples but got {n}")
     m, sd = mean_sd(logs)
     half = _t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-    return Interval(point=math.exp(m), low=math.exp(m - half), high=math.exp(m + half), n=n,
-                    confidence=confidence)
+    return Interval(point=math.exp(m), low=math.exp(m - half), high=math.exp(m + half), n=n, confidence=confidence)
 
 
 def upper_bound(logs: Sequence[float], confidence: float) -> float:
@@ -85,8 +83,9 @@ class PruneDecision:
     reason: str
 
 
-def prune_decision(trial: Sequence[float], baseline: Sequence[float], *, confidence: float,
-                   min_prompts: int) -> PruneDecision:
+def prune_decision(
+    trial: Sequence[float], baseline: Sequence[float], *, confidence: float, min_prompts: int
+) -> PruneDecision:
     """Prune once the one-sided upper confidence bound of the paired speedup falls below 1.
 
     ``trial`` and ``baseline`` are per-prompt tok/s for the same prompts in the same order.
@@ -97,8 +96,12 @@ def prune_decision(trial: Sequence[float], baseline: Sequence[float], *, confide
         return PruneDecision(False, math.inf, n, f"only {n} paired prompts (need {max(2, min_prompts)})")
     ub = upper_bound(logs, confidence)
     if ub < 1.0:
-        return PruneDecision(True, ub, n, f"upper {confidence:.0%} bound of the speedup over the baseline is "
-                             f"{ub:.3f} < 1 after {n} prompts")
+        return PruneDecision(
+            True,
+            ub,
+            n,
+            f"upper {confidence:.0%} bound of the speedup over the baseline is {ub:.3f} < 1 after {n} prompts",
+        )
     return PruneDecision(False, ub, n, f"upper bound {ub:.3f} >= 1 after {n} prompts")
 
 

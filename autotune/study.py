@@ -35,7 +35,7 @@ from autotune.errors import (
     ServerOOM,
     UserError,
 )
-from autotune.pruner import BASELINE, BaselinePruner, find_baseline
+from autotune.pruner import BaselinePruner, find_baseline, is_baseline_trial
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.stats import Interval, common_prefix_fraction, log_ratios, speedup_interval, upper_bound, verdict
@@ -73,34 +73,69 @@ def default_storage(space: Space, simulated: bool, studies_dir: str = "studies")
 def make_storage(url: str) -> optuna.storages.BaseStorage:
     """RDB storage; heartbeats (stale RUNNING trials failed and retried once) for server databases."""
     if url.startswith("sqlite"):
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
+        storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
+        _sqlite_pragmas(storage)
+        return storage
     return optuna.storages.RDBStorage(
-        url, heartbeat_interval=60, grace_period=180,
+        url,
+        heartbeat_interval=60,
+        grace_period=180,
         heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
     )
+
+
+def _sqlite_pragmas(storage: optuna.storages.RDBStorage) -> None:
+    """WAL + synchronous=NORMAL: a commit no longer waits for an fsync (dozens of writes per trial), and a crash
+    still loses at most the last transaction, never the database."""
+    from sqlalchemy import event
+
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    event.listen(storage.engine, "connect", _on_connect)
+    storage.engine.dispose()
 
 
 def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, constant_liar=True,
+            seed=seed,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
             n_startup_trials=max(3, min(8, space.budget.n_trials // 4)),
-            warn_independent_sampling=False,
         )
 
 
 def space_digest(space: Space) -> str:
     """What must not change under a running study: the prompt set and its generation settings."""
     b = space.benchmark
-    blob = json.dumps({"prompts": [[p.id, p.text] for p in b.prompts], "max_tokens": b.max_tokens,
-                       "temperature": b.temperature, "backend": space.server.backend}, sort_keys=True)
+    blob = json.dumps(
+        {
+            "prompts": [[p.id, p.text] for p in b.prompts],
+            "max_tokens": b.max_tokens,
+            "temperature": b.temperature,
+            "backend": space.server.backend,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def open_study(space: Space, storage: str | optuna.storages.BaseStorage, study_name: str, *,
-               seed: int | None = None, simulated: bool = False, create: bool = True,
-               label: dict[str, Any] | None = None) -> optuna.Study:
+def open_study(
+    space: Space,
+    storage: str | optuna.storages.BaseStorage,
+    study_name: str,
+    *,
+    seed: int | None = None,
+    simulated: bool = False,
+    create: bool = True,
+    label: dict[str, Any] | None = None,
+) -> optuna.Study:
     """Create or load the study; refuse to resume one measured with a different prompt set."""
     st = make_storage(storage) if isinstance(storage, str) else storage
     pruner = BaselinePruner(space.pruning.confidence, space.pruning.min_prompts, space.pruning.enabled)
@@ -109,10 +144,13 @@ def open_study(space: Space, storage: str | optuna.storages.BaseStorage, study_n
         try:
             return optuna.load_study(study_name=study_name, storage=st, sampler=sampler, pruner=pruner)
         except KeyError:
-            raise UserError(f"no study named {study_name!r} in {storage if isinstance(storage, str) else 'storage'}"
-                            f": run `autotune study` first") from None
-    study = optuna.create_study(study_name=study_name, storage=st, sampler=sampler, pruner=pruner,
-                                direction="maximize", load_if_exists=True)
+            raise UserError(
+                f"no study named {study_name!r} in {storage if isinstance(storage, str) else 'storage'}"
+                f": run `autotune study` first"
+            ) from None
+    study = optuna.create_study(
+        study_name=study_name, storage=st, sampler=sampler, pruner=pruner, direction="maximize", load_if_exists=True
+    )
     digest = space_digest(space)
     attrs = study.user_attrs
     if "space_digest" not in attrs:
@@ -126,7 +164,8 @@ def open_study(space: Space, storage: str | optuna.storages.BaseStorage, study_n
     elif attrs["space_digest"] != digest:
         raise UserError(
             f"study {study_name!r} was measured with a different prompt set, max_tokens, temperature or backend; "
-            "its figures cannot be compared with new ones. Use a new `name:` in the space file or another --storage.")
+            "its figures cannot be compared with new ones. Use a new `name:` in the space file or another --storage."
+        )
     return study
 
 
@@ -147,8 +186,12 @@ def _trials(study: optuna.Study, states=None) -> list[FrozenTrial]:
 
 def _find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
     for t in _trials(study, (TrialState.COMPLETE, TrialState.PRUNED)):
-        if (t.number != number and t.user_attrs.get("config_key") == key and "duplicate_of" not in t.user_attrs
-                and t.user_attrs.get("measured")):
+        if (
+            t.number != number
+            and t.user_attrs.get("config_key") == key
+            and "duplicate_of" not in t.user_attrs
+            and t.user_attrs.get("measured")
+        ):
             return t
     return None
 
@@ -169,8 +212,12 @@ def _predicted_oom(study: optuna.Study, config: TrialConfig) -> FrozenTrial | No
             continue
         eff = TrialConfig.from_dict(t.user_attrs.get("effective", {}))
         other = _size(eff)
-        if eff.drafter == config.drafter and eff.cuda_graph == config.cuda_graph and other is not None \
-                and size >= other:
+        if (
+            eff.drafter == config.drafter
+            and eff.cuda_graph == config.cuda_graph
+            and other is not None
+            and size >= other
+        ):
             return t
     return None
 
@@ -196,8 +243,16 @@ def lossless_check(texts: list[str], baseline_texts: list[str]) -> dict[str, Any
 class Orchestrator:
     """Runs the search phase and the confirmation phase of one study."""
 
-    def __init__(self, space: Space, backend: Backend, runner: Runner, study: optuna.Study, *,
-                 clock: Clock | None = None, listener: Listener | None = None) -> None:
+    def __init__(
+        self,
+        space: Space,
+        backend: Backend,
+        runner: Runner,
+        study: optuna.Study,
+        *,
+        clock: Clock | None = None,
+        listener: Listener | None = None,
+    ) -> None:
         self.space = space
         self.backend = backend
         self.runner = runner
@@ -207,8 +262,14 @@ class Orchestrator:
         self.pruner = BaselinePruner(space.pruning.confidence, space.pruning.min_prompts, space.pruning.enabled)
 
     # -- budget -------------------------------------------------------------------------------------
-    def counted_trials(self) -> int:
-        return sum(1 for t in _trials(self.study, COUNTED) if not t.user_attrs.get("interrupted"))
+    def counted_trials(self, running: bool = False) -> int:
+        """Trials that used the budget: measured, failed or infeasible; not duplicates nor interrupted ones."""
+        states = COUNTED + ((TrialState.RUNNING,) if running else ())
+        return sum(
+            1
+            for t in _trials(self.study, states)
+            if not t.user_attrs.get("interrupted") and "duplicate_of" not in t.user_attrs
+        )
 
     def remaining(self, n_trials: int) -> int:
         return max(0, n_trials - self.counted_trials())
@@ -226,16 +287,17 @@ class Orchestrator:
 
     def _seed(self) -> None:
         """Baselines first (one per CUDA-graph setting), then the server's own defaults."""
-        queued = {json.dumps(t.params, sort_keys=True) for t in _trials(self.study)}
-        seeds: list[dict[str, Any]] = [{"drafter": BASELINE, "cuda_graph": cg} for cg in self.space.search.cuda_graph]
+        trials = _trials(self.study)
+        have_baseline = {t.params.get("cuda_graph") for t in trials if is_baseline_trial(t)}
+        for cg in self.space.search.cuda_graph:
+            if cg not in have_baseline:
+                self.study.enqueue_trial({"cuda_graph": cg}, user_attrs={"role": "baseline"})
+        queued = {json.dumps(t.params, sort_keys=True) for t in trials}
+        to_params = getattr(self.backend, "params", None)
         for cfg in self.backend.defaults(self.space):
-            seeds.append(cfg.to_dict())
-        for params in seeds:
-            params = {k: v for k, v in params.items() if v is not None}
-            if params.get("drafter") is None:
-                params["drafter"] = BASELINE
+            params = to_params(cfg, self.space) if to_params else cfg.to_dict()
             if json.dumps(params, sort_keys=True) not in queued:
-                self.study.enqueue_trial(params, skip_if_exists=True)
+                self.study.enqueue_trial(params, user_attrs={"role": "speculative", "seeded": "server default"})
 
     def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:
         self._recover_interrupted()
@@ -244,16 +306,36 @@ class Orchestrator:
         if remaining == 0:
             self.emit(Event("note", data={"message": f"search budget of {n_trials} trials already used"}))
             return
-        callbacks = [optuna.study.MaxTrialsCallback(
-            n_trials, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING))]
-        self.study.optimize(self.objective, n_trials=remaining, timeout=timeout_s,
-                            catch=(LaunchError, BenchmarkError, DrafterNotEngaged), callbacks=callbacks,
-                            gc_after_trial=False, show_progress_bar=False)
+        # Duplicates (the sampler proposing a config already measured) cost no server start and do not use the
+        # budget; a cap on all trials keeps a small, exhausted space from looping forever.
+        cap = len(_trials(self.study)) + 4 * remaining + 20
+        deadline = None if timeout_s is None else self.clock.now() + timeout_s
+
+        def budget_callback(study: optuna.Study, _t: FrozenTrial) -> None:
+            if self.counted_trials(running=True) >= n_trials or len(_trials(study)) >= cap:
+                study.stop()
+            if deadline is not None and self.clock.now() >= deadline:
+                study.stop()
+
+        while self.remaining(n_trials) > 0 and len(_trials(self.study)) < cap:
+            if deadline is not None and self.clock.now() >= deadline:
+                break
+            self.study.optimize(
+                self.objective,
+                n_trials=self.remaining(n_trials),
+                catch=(LaunchError, BenchmarkError, DrafterNotEngaged),
+                callbacks=[budget_callback],
+                gc_after_trial=False,
+                show_progress_bar=False,
+            )
 
     # -- one trial ----------------------------------------------------------------------------------
     def objective(self, trial: optuna.Trial) -> float:
         space = self.space
-        config = self.backend.suggest(trial, space)
+        if trial.user_attrs.get("role") == "baseline":
+            config = TrialConfig.baseline(bool(trial.suggest_categorical("cuda_graph", list(space.search.cuda_graph))))
+        else:
+            config = self.backend.suggest(trial, space)
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("role", "baseline" if config.is_baseline else "speculative")
         self.emit(Event("trial-start", trial.number, {"config": config.label()}))
@@ -272,15 +354,21 @@ class Orchestrator:
             bad = _disengaged(self.study, eff)
             if bad is not None:
                 trial.set_user_attr("fail_kind", DrafterNotEngaged.kind)
-                msg = (f"drafter {eff.drafter!r} was not engaged in trial {bad.number} "
-                       f"({bad.user_attrs.get('fail_reason', '')}); not launched again")
+                msg = (
+                    f"drafter {eff.drafter!r} was not engaged in trial {bad.number} "
+                    f"({bad.user_attrs.get('fail_reason', '')}); not launched again"
+                )
                 trial.set_user_attr("fail_reason", msg)
                 self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": msg}))
                 raise DrafterNotEngaged(msg)
             oom = _predicted_oom(self.study, eff)
             if oom is not None:
-                self._infeasible(trial, f"trial {oom.number} ran out of memory at size {_size(TrialConfig.from_dict(oom.user_attrs['effective']))}; "
-                                        f"size {_size(eff)} is at least as large", kind=ServerOOM.kind)
+                oom_size = _size(TrialConfig.from_dict(oom.user_attrs["effective"]))
+                self._infeasible(
+                    trial,
+                    f"trial {oom.number} ran out of memory at size {oom_size}; size {_size(eff)} is at least as large",
+                    kind=ServerOOM.kind,
+                )
         baseline = None
         if not eff.is_baseline:
             baseline = find_baseline(self.study, eff.cuda_graph)
@@ -301,8 +389,17 @@ class Orchestrator:
                 trial.set_user_attr(k, dup.user_attrs[k])
         for step, v in sorted(dup.intermediate_values.items()):
             trial.report(v, step)
-        self.emit(Event("trial-end", trial.number, {"state": dup.state.name, "reason": f"same server config as trial {dup.number}",
-                                                    "tok_per_s": dup.value}))
+        self.emit(
+            Event(
+                "trial-end",
+                trial.number,
+                {
+                    "state": dup.state.name,
+                    "reason": f"same server config as trial {dup.number}",
+                    "tok_per_s": dup.value,
+                },
+            )
+        )
         if dup.state == TrialState.PRUNED:
             if dup.user_attrs.get("feasible") is False:
                 trial.set_constraint("feasible", 1.0)
@@ -327,11 +424,15 @@ class Orchestrator:
             trial.set_user_attr("log_path", e.log_path)
             self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": str(e)}))
             if config.is_baseline:
-                raise UserError(f"the baseline server ({config.label()}) did not start: {e}\n"
-                                f"last lines of its log ({e.log_path}):\n{e.log_tail[-1500:]}") from e
+                raise UserError(
+                    f"the baseline server ({config.label()}) did not start: {e}\n"
+                    f"last lines of its log ({e.log_path}):\n{e.log_tail[-1500:]}"
+                ) from e
             if _consecutive_launch_failures(self.study) + 1 >= MAX_CONSECUTIVE_LAUNCH_FAILURES:
-                raise UserError(f"{MAX_CONSECUTIVE_LAUNCH_FAILURES} servers in a row failed to start; the last: {e}\n"
-                                f"log: {e.log_path}") from e
+                raise UserError(
+                    f"{MAX_CONSECUTIVE_LAUNCH_FAILURES} servers in a row failed to start; the last: {e}\n"
+                    f"log: {e.log_path}"
+                ) from e
             raise
         results: list[PromptResult] = []
         try:
@@ -339,24 +440,44 @@ class Orchestrator:
             trial.set_user_attr("argv", list(info.argv))
             trial.set_user_attr("env", dict(info.env))
             trial.set_user_attr("server_effective", info.effective)
+            check = getattr(self.backend, "check_effective", None)
+            if check is not None and info.effective:
+                mismatch = check(config, self.backend.read_effective(info.effective))
+                if mismatch:
+                    # the server runs something else than what was asked: never record it under the wrong config
+                    msg = "the server resolved a different config than launched: " + "; ".join(mismatch)
+                    trial.set_user_attr("fail_kind", "config-mismatch")
+                    trial.set_user_attr("fail_reason", msg)
+                    self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": msg}))
+                    raise BenchmarkError(msg)
             trial.set_user_attr("startup_s", info.startup_s)
             trial.set_user_attr("log_path", info.log_path)
             trial.set_user_attr("measured", True)
             self.emit(Event("launched", trial.number, {"startup_s": info.startup_s}))
             session.warmup()
-            base_values = [baseline.intermediate_values.get(i) for i in range(len(prompts))] if baseline else None
             for i in range(len(prompts)):
                 r = session.run_prompt(i)
                 results.append(r)
                 trial.report(r.tok_per_s, i)
                 trial.set_user_attr("prompts", [x.to_dict() for x in results])
-                self.emit(Event("prompt", trial.number, {"index": i, "of": len(prompts), "tok_per_s": r.tok_per_s,
-                                                         "accept_length": r.accept_length}))
-                if (i == 0 and not config.is_baseline and r.accept_length is not None
-                        and r.accept_length <= space.pruning.zero_accept_max):
-                    msg = (f"acceptance length {r.accept_length:.2f} after the first prompt: the drafter is not "
-                           f"engaged. Check --speculative-algorithm (an EAGLE-3 drafter needs EAGLE3) and that the "
-                           f"drafter was trained for this target")
+                self.emit(
+                    Event(
+                        "prompt",
+                        trial.number,
+                        {"index": i, "of": len(prompts), "tok_per_s": r.tok_per_s, "accept_length": r.accept_length},
+                    )
+                )
+                if (
+                    i == 0
+                    and not config.is_baseline
+                    and r.accept_length is not None
+                    and r.accept_length <= space.pruning.zero_accept_max
+                ):
+                    msg = (
+                        f"acceptance length {r.accept_length:.2f} after the first prompt: the drafter is not "
+                        f"engaged. Check --speculative-algorithm (an EAGLE-3 drafter needs EAGLE3) and that the "
+                        f"drafter was trained for this target"
+                    )
                     trial.set_user_attr("fail_kind", DrafterNotEngaged.kind)
                     trial.set_user_attr("fail_reason", msg)
                     self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": msg}))
@@ -391,11 +512,22 @@ class Orchestrator:
             self._record_speedup(trial, results, baseline)
             if baseline is not None and space.benchmark.temperature == 0:
                 check = lossless_check([r.text for r in results], baseline.user_attrs.get("outputs", []))
-                check["ok"] = (check["min_prefix_fraction"] is None
-                               or check["min_prefix_fraction"] >= space.verdict.lossless_min_prefix)
+                check["ok"] = (
+                    check["min_prefix_fraction"] is None
+                    or check["min_prefix_fraction"] >= space.verdict.lossless_min_prefix
+                )
                 trial.set_user_attr("lossless", check)
-        self.emit(Event("trial-end", trial.number, {"state": "COMPLETE", "tok_per_s": summary["tok_per_s"],
-                                                    "speedup": self._speedup_of(results, baseline)}))
+        self.emit(
+            Event(
+                "trial-end",
+                trial.number,
+                {
+                    "state": "COMPLETE",
+                    "tok_per_s": summary["tok_per_s"],
+                    "speedup": self._speedup_of(results, baseline),
+                },
+            )
+        )
         return summary["tok_per_s"]
 
     def _record_speedup(self, trial: optuna.Trial, results: list[PromptResult], baseline: FrozenTrial | None) -> None:
@@ -424,9 +556,11 @@ class Orchestrator:
         space = self.space
         seen: set[str] = set()
         out = []
-        complete = [t for t in _trials(self.study, (TrialState.COMPLETE,))
-                    if t.params.get("drafter") != BASELINE and "duplicate_of" not in t.user_attrs
-                    and t.user_attrs.get("measured")]
+        complete = [
+            t
+            for t in _trials(self.study, (TrialState.COMPLETE,))
+            if not is_baseline_trial(t) and "duplicate_of" not in t.user_attrs and t.user_attrs.get("measured")
+        ]
         for t in sorted(complete, key=lambda t: t.value or 0.0, reverse=True):
             key = t.user_attrs.get("config_key")
             if key in seen:
@@ -455,9 +589,12 @@ class Orchestrator:
         previous = self.study.user_attrs.get("confirmation")
         if previous and previous.get("keys") == keys and previous.get("done"):
             return previous
-        state: dict[str, Any] = (previous if previous and previous.get("keys") == keys
-                                 else {"keys": keys, "rounds": [], "done": False})
-        self.emit(Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": space.verdict.repeats}))
+        state: dict[str, Any] = (
+            previous if previous and previous.get("keys") == keys else {"keys": keys, "rounds": [], "done": False}
+        )
+        self.emit(
+            Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": space.verdict.repeats})
+        )
         graph_settings = sorted({t.params.get("cuda_graph") for t in cands}, key=str)
         while len(state["rounds"]) < space.verdict.repeats and cands:
             rnd: dict[str, Any] = {"baseline": {}, "candidates": {}}
@@ -476,9 +613,15 @@ class Orchestrator:
             pairs = [(r["candidates"].get(str(t.number)), r["baseline"].get(cg)) for r in state["rounds"]]
             logs = [math.log(c / b) for c, b in pairs if c and b]
             interval = speedup_interval(logs, space.verdict.confidence) if len(logs) >= 2 else None
-            results.append({"trial": t.number, "config": t.user_attrs["effective"],
-                            "tok_per_s": [c for c, _ in pairs], "baseline_tok_per_s": [b for _, b in pairs],
-                            "speedup_ci": interval.to_dict() if interval else None})
+            results.append(
+                {
+                    "trial": t.number,
+                    "config": t.user_attrs["effective"],
+                    "tok_per_s": [c for c, _ in pairs],
+                    "baseline_tok_per_s": [b for _, b in pairs],
+                    "speedup_ci": interval.to_dict() if interval else None,
+                }
+            )
         state["results"] = results
         best = max((r for r in results if r["speedup_ci"]), key=lambda r: r["speedup_ci"]["point"], default=None)
         if best is None:
@@ -505,8 +648,17 @@ class Orchestrator:
         return tps
 
 
-def run(space: Space, backend: Backend, runner: Runner, study: optuna.Study, *, n_trials: int | None = None,
-        clock: Clock | None = None, listener: Listener | None = None, confirm: bool = True) -> dict[str, Any]:
+def run(
+    space: Space,
+    backend: Backend,
+    runner: Runner,
+    study: optuna.Study,
+    *,
+    n_trials: int | None = None,
+    clock: Clock | None = None,
+    listener: Listener | None = None,
+    confirm: bool = True,
+) -> dict[str, Any]:
     """Search, then confirm. Returns the confirmation state (verdict inside)."""
     orch = Orchestrator(space, backend, runner, study, clock=clock, listener=listener)
     orch.search(n_trials if n_trials is not None else space.budget.n_trials, timeout_s=space.budget.timeout_s)
@@ -515,5 +667,13 @@ def run(space: Space, backend: Backend, runner: Runner, study: optuna.Study, *, 
     return orch.confirm()
 
 
-__all__ = ["Event", "Orchestrator", "default_storage", "make_storage", "open_study", "run", "study_name_for",
-           "AutotuneError"]
+__all__ = [
+    "Event",
+    "Orchestrator",
+    "default_storage",
+    "make_storage",
+    "open_study",
+    "run",
+    "study_name_for",
+    "AutotuneError",
+]

@@ -11,8 +11,8 @@ included). The rules SGLang applies (0.5.23, ``speculative_hook.py``) and how th
 Optuna encoding (``suggest``), designed so that no infeasible or silently rewritten config is reachable
 and every parameter name always carries the same distribution (TPE with ``group=True`` can model it):
 
-- ``drafter``: categorical over ``["none", *drafters]``; "none" is the baseline (no other params then,
-  besides ``cuda_graph``).
+- ``drafter``: categorical over the searched drafters. The baseline is not a search point: the study enqueues
+  it (params ``{"cuda_graph": X}``, user attr role=baseline) once per CUDA-graph setting.
 - ``cuda_graph``: categorical over the space's booleans.
 - ``num_steps``: the space's range (suggest_int) or choices (categorical), minus steps values for which no
   ``topk`` is feasible (then categorical over what is left).
@@ -31,14 +31,18 @@ the acceptance length per request. ``api: chat`` uses the OpenAI ``/v1/chat/comp
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune import checks
 from autotune.backends.base import Backend, ChunkInfo, _float_or_none, _int_or_none, parse_openai_chunk
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
@@ -103,6 +107,28 @@ def cuda_graph_off_flags(spelling: str) -> list[str]:
     raise ValueError(f"unknown CUDA-graph flag spelling {spelling!r}")
 
 
+def run_help(argv: list[str], *, timeout_s: float) -> str | None:
+    """stdout+stderr of ``argv`` (a ``--help`` command), or None when it can't run or overruns ``timeout_s``."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return out.decode("utf-8", "replace")
+
+
 def tree_bound(num_steps: int, topk: int) -> int:
     """The largest feasible ``num_draft_tokens`` at (steps, topk): candidates + the root."""
     return topk + (num_steps - 1) * topk * topk + 1
@@ -147,37 +173,12 @@ def _read_config_json(path: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _fallback_algorithm(space: Space, name: str) -> str:
-    """The algorithm for drafter ``name``: forced, or from its checkpoint's ``architectures``."""
-    drafter = space.drafter(name)
-    if drafter.algorithm:
-        return drafter.algorithm.upper()
-    cfg = _read_config_json(drafter.path)
-    if cfg is None:
-        raise InfeasibleConfig(
-            f"drafter {name!r}: cannot read {drafter.path}/config.json to tell EAGLE from EAGLE3; "
-            "set the drafter's algorithm explicitly"
-        )
-    archs = [str(a) for a in cfg.get("architectures") or ()]
-    if any("eagle3" in a.lower() for a in archs):
-        return "EAGLE3"
-    eagle_cfg = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    if any("eagle" in a.lower() for a in archs):
-        if "eagle_aux_hidden_state_layer_ids" in eagle_cfg or "eagle_aux_hidden_state_layer_ids" in cfg:
-            return "EAGLE3"
-        return "EAGLE"
-    if eagle_cfg:
-        return "EAGLE3" if eagle_cfg.get("use_aux_hidden_state", True) else "EAGLE"
-    return "STANDALONE"
-
-
 def resolved_algorithm(space: Space, name: str) -> str:
-    """``--speculative-algorithm`` for drafter ``name`` (``autotune.checks`` decides when it exists)."""
-    try:
-        from autotune.checks import resolved_algorithm as checks_resolved_algorithm
-    except ImportError:
-        return _fallback_algorithm(space, name)
-    return str(checks_resolved_algorithm(space, name)).upper()
+    """``--speculative-algorithm`` for drafter ``name`` (``autotune.checks`` decides; upper-cased).
+
+    Raises ``ValidationFailed`` when neither the space nor the drafter's config.json tells.
+    """
+    return str(checks.resolved_algorithm(space, name)).upper()
 
 
 class SGLangBackend(Backend):
@@ -247,10 +248,10 @@ class SGLangBackend(Backend):
         return topk_name, ndt_name
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        drafter = trial.suggest_categorical("drafter", ["none", *self._drafter_names(space)])
+        # the baseline is never proposed by the sampler: the study enqueues it (role=baseline, params
+        # {"cuda_graph": X}) once per CUDA-graph setting, so "none" is not among the drafter choices
+        drafter = str(trial.suggest_categorical("drafter", self._drafter_names(space)))
         cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
-        if drafter == "none":
-            return TrialConfig.baseline(cuda_graph)
         steps_allowed = self._steps_values(space)
         if not steps_allowed:
             raise InfeasibleConfig("no feasible (num_steps, topk, num_draft_tokens) in the space")
@@ -273,7 +274,7 @@ class SGLangBackend(Backend):
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
         """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
         if config.is_baseline:
-            return {"drafter": "none", "cuda_graph": bool(config.cuda_graph)}
+            return {"cuda_graph": bool(config.cuda_graph)}  # enqueued by the study with role=baseline
         eff = self.resolve(config, space)
         steps, topk, ndt = (int(eff.knob(k)) for k in KNOBS)
         topk_name, ndt_name = self._names(space, steps, topk)
@@ -345,20 +346,13 @@ class SGLangBackend(Backend):
         return cuda_graph_spelling(space.server.version)
 
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:
-        """Read ``launch_server --help`` to pick the CUDA-graph flag spelling (unchanged on failure)."""
+        """Read ``launch_server --help`` to pick the CUDA-graph flag spelling (unchanged on failure).
+
+        The help command runs in its own session and its whole group is killed if it overruns ``timeout_s``.
+        """
         launcher = list(space.server.launcher) or [sys.executable, "-m", "sglang.launch_server"]
-        try:
-            proc = subprocess.run(
-                [*launcher, "--help"],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return
-        spelling = flag_spelling_from_help(proc.stdout + proc.stderr)
+        text = run_help([*launcher, "--help"], timeout_s=timeout_s)
+        spelling = flag_spelling_from_help(text) if text else None
         if spelling is not None:
             self.cuda_graph_spelling = spelling
 

@@ -1,0 +1,103 @@
+"""A scripted runner at the seam: a deterministic landscape, no processes. Used to test the orchestration's
+logic in isolation; the same orchestration is tested end to end against the simulator elsewhere."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from autotune.config import LaunchInfo, PromptResult, TrialConfig
+from autotune.errors import ServerExited, ServerOOM
+from autotune.space import (
+    BenchmarkSpec,
+    Choices,
+    DrafterSpec,
+    IntRange,
+    Prompt,
+    SearchSpec,
+    ServerSpec,
+    Space,
+    VerdictSpec,
+)
+
+
+def make_space(n_trials: int = 20, cuda_graph=(True,), drafters=("good", "bad"), prompts: int = 5, **verdict) -> Space:
+    return Space(
+        name="t",
+        server=ServerSpec(backend="sglang", model_path="/nonexistent/target"),
+        drafters=tuple(DrafterSpec(name=d, path=f"/nonexistent/{d}", algorithm="EAGLE3") for d in drafters),
+        search=SearchSpec(
+            cuda_graph=tuple(cuda_graph),
+            knobs={"num_steps": IntRange(1, 6), "topk": Choices((1, 2, 4)), "num_draft_tokens": IntRange(2, 16)},
+        ),
+        benchmark=BenchmarkSpec(
+            prompts=tuple(Prompt(id=f"p{i}", text=f"prompt {i}") for i in range(prompts)), max_tokens=100
+        ),
+        budget=__import__("autotune.space", fromlist=["BudgetSpec"]).BudgetSpec(n_trials=n_trials),
+        verdict=VerdictSpec(**verdict),
+    )
+
+
+@dataclass
+class ScriptedRunner:
+    """tok/s = base * speed(config) * per-prompt factor * noise; accept length from a table."""
+
+    speed: dict  # drafter -> callable(config) -> speedup
+    base: float = 100.0
+    noise: float = 0.01
+    accept: dict = field(default_factory=dict)  # drafter -> accept length
+    oom_above: int | None = None
+    crash: set = field(default_factory=set)  # drafter names whose servers crash at startup
+    diverge: set = field(default_factory=set)
+    seed: int = 0
+    simulated: bool = True
+    launches: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.rng = random.Random(self.seed)
+
+    def launch(self, config: TrialConfig):
+        self.launches.append(config)
+        if config.drafter in self.crash:
+            raise ServerExited("server exited with code 1 during startup", returncode=1, log_tail="Traceback: boom")
+        if self.oom_above is not None and (config.knob("num_draft_tokens") or 0) > self.oom_above:
+            raise ServerOOM("out of memory", returncode=1, log_tail="torch.OutOfMemoryError: CUDA out of memory")
+        factor = 1.0 if config.is_baseline else self.speed[config.drafter](config)
+        start = math.exp(self.rng.gauss(0, self.noise))
+        return _Session(self, config, factor * start)
+
+
+class _Session:
+    def __init__(self, runner, config, factor):
+        self.runner, self.config, self.factor = runner, config, factor
+        self.info = LaunchInfo(argv=["fake", config.key()], effective={}, startup_s=60.0, simulated=True)
+        self.closed = False
+
+    def warmup(self):
+        pass
+
+    def run_prompt(self, i):
+        tps = self.runner.base * (1 + 0.1 * i) * self.factor * math.exp(self.runner.rng.gauss(0, 0.005))
+        acc = None if self.config.is_baseline else self.runner.accept.get(self.config.drafter, 2.5)
+        text = f"output of prompt {i} " * 20
+        if self.config.drafter in self.runner.diverge:
+            text = text[:10] + "XXXX" + text[14:]
+        return PromptResult(index=i, completion_tokens=100, seconds=100 / tps, accept_length=acc, text=text)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def space():
+    return make_space()
+
+
+@pytest.fixture(autouse=True)
+def _quiet_optuna():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
