@@ -376,7 +376,7 @@ class ProcessRunner:
 
     def launch(self, config: TrialConfig) -> ProcessSession:
         effective = self.backend.resolve(config, self.space)
-        if not self._probed and self.space.server.version is None:
+        if not self._probed and self.space.server.version is None and not self.simulated:
             self._probed = True
             self.backend.probe(self.space)
         port = self.choose_port()

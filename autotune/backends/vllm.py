@@ -25,6 +25,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from autotune import checks
 from autotune.backends.base import Backend, _int_or_none, metric_total
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
@@ -48,12 +49,10 @@ _ALGORITHM_TO_METHOD = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "M
 
 def drafter_method(space: Space, name: str) -> str:
     """The vLLM method matching drafter ``name`` (forced algorithm, else its checkpoint's config.json)."""
-    from autotune.backends.sglang import resolved_algorithm
-
     forced = space.drafter(name).algorithm
     if forced and forced.lower() in METHODS:
         return forced.lower()
-    algo = resolved_algorithm(space, name)
+    algo = str(checks.resolved_algorithm(space, name)).upper()
     return _ALGORITHM_TO_METHOD.get(algo.upper(), "draft_model")
 
 
@@ -85,10 +84,9 @@ class VLLMBackend(Backend):
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         drafters = [d for d in self._drafter_names(space) if self._methods_for(space, d)]
-        drafter = trial.suggest_categorical("drafter", ["none", *drafters])
+        # the baseline is enqueued by the study (role=baseline), never sampled: no "none" choice
+        drafter = str(trial.suggest_categorical("drafter", drafters))
         cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
-        if drafter == "none":
-            return TrialConfig.baseline(cuda_graph)
         methods = self._methods_for(space, drafter)
         if "method" in space.search.knobs:
             method = str(trial.suggest_categorical(self._method_name(space, drafter), methods))
@@ -106,7 +104,7 @@ class VLLMBackend(Backend):
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
         """The Optuna params ``suggest`` would produce for ``config``."""
         if config.is_baseline:
-            return {"drafter": "none", "cuda_graph": bool(config.cuda_graph)}
+            return {"cuda_graph": bool(config.cuda_graph)}
         eff = self.resolve(config, space)
         out: dict[str, Any] = {"drafter": eff.drafter, "cuda_graph": eff.cuda_graph}
         if "method" in space.search.knobs:
