@@ -1,7 +1,8 @@
 """SGLang launch flags as the simulator reads them, with SGLang's rules applied as SGLang applies them.
 
 ``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``--scenario``,
-``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``) and SGLang's flags. Unknown flags
+``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``, ``--sim-no-noise``) and SGLang's
+flags. Unknown flags
 are ignored with a log line. A command SGLang would refuse raises ``SimLaunchError`` whose ``log`` is what SGLang would
 have printed before exiting non-zero. Used by both the HTTP server and the in-process ``ModelRunner``.
 """
@@ -52,6 +53,7 @@ _BOOL_FLAGS = {
     "--disable-decode-cuda-graph": "disable_decode_cuda_graph",
     "--disable-prefill-cuda-graph": "disable_prefill_cuda_graph",
     "--enable-metrics": "enable_metrics",
+    "--sim-no-noise": "sim_no_noise",
 }
 _INT_FIELDS = (
     "speculative_num_steps",
@@ -112,6 +114,7 @@ class ResolvedArgs:
     launch_index: int | None = None  # None: the server draws one at random
     sim_load_time: float | None = None  # hardware seconds overriding the scenario's startup time
     faults: tuple[Fault, ...] = ()
+    noise: bool = True  # False (--sim-no-noise): no per-start / per-request time factors
     speculative_algorithm: str | None = None
     speculative_draft_model_path: str | None = None
     drafter: SimDrafter | None = None
@@ -298,6 +301,7 @@ def parse_launch_args(argv: list[str]) -> ResolvedArgs:
         launch_index=vals.get("launch_index"),
         sim_load_time=sim_load_time,
         faults=faults,
+        noise=not vals.get("sim_no_noise", False),
         disable_cuda_graph=bool(vals.get("disable_cuda_graph", False)),
         disable_decode_cuda_graph=bool(vals.get("disable_decode_cuda_graph", False)),
         disable_prefill_cuda_graph=bool(vals.get("disable_prefill_cuda_graph", False)),

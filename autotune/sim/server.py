@@ -101,6 +101,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     server: SimServer
+    arrived = 0.0
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s - %s", self.address_string(), format % args)
@@ -174,6 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"not found: {path}"})
 
     def do_POST(self) -> None:  # noqa: N802
+        self.arrived = time.monotonic()  # the request's clock starts when it arrives, not after planning
         path = self.path.split("?", 1)[0]
         if path not in ("/generate", "/v1/completions", "/v1/chat/completions"):
             self._json(404, {"error": f"not found: {path}"})
@@ -270,7 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
         srv = self.server
         scale = srv.args.time_scale
         plan = gen.plan
-        t0 = time.monotonic()
+        t0 = self.arrived
         pieces = gen.pieces
         sent = 0
         last_ms = plan.ttft_ms
@@ -353,7 +355,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"text": gen.text, "meta_info": meta})
             return
         self._start_stream()
-        t0 = time.monotonic()
+        t0 = self.arrived
 
         def emit(_delta: str, sent: int, final: bool) -> None:
             meta: dict[str, Any] = {
