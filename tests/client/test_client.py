@@ -1,0 +1,345 @@
+"""BenchmarkClient against a real tiny HTTP server (stdlib, in a thread, port 0)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from autotune.backends.sglang import SGLangBackend
+from autotune.backends.vllm import VLLMBackend
+from autotune.client import BenchmarkClient
+from autotune.errors import BenchmarkError
+
+Script = Callable[["Handler", int], None]
+
+
+class Server:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict]] = []
+        self.script: dict[str, Script] = {}
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        outer = self
+
+        class H(Handler):
+            server_ref = outer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def count(self, path: str) -> int:
+        with self.lock:
+            return sum(1 for m, p, _ in self.requests if p == path and m == "POST")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_ref: Server
+
+    def log_message(self, *a: object) -> None:
+        pass
+
+    def _dispatch(self, method: str) -> None:
+        n = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(n)) if n else {}
+        srv = self.server_ref
+        with srv.lock:
+            srv.requests.append((method, self.path, body))
+            nth = sum(1 for m, p, _ in srv.requests if p == self.path and m == method)
+        fn = srv.script.get(f"{method} {self.path}")
+        if fn is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        fn(self, nth)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    # helpers for scripts
+    def start_sse(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def event(self, obj: object) -> None:
+        data = obj if isinstance(obj, str) else json.dumps(obj)
+        self.wfile.write(f"data: {data}\n\n".encode())
+        self.wfile.flush()
+
+    def plain(self, code: int, text: str) -> None:
+        raw = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.close()
+
+
+def make_client(server: Server, backend=None, **kw) -> BenchmarkClient:
+    kw.setdefault("retries", 2)
+    kw.setdefault("retry_delay_s", 0.01)
+    kw.setdefault("request_timeout_s", 5.0)
+    kw.setdefault("max_tokens", 10)
+    return BenchmarkClient(server.url, backend or SGLangBackend(), **kw)
+
+
+def generate_ok(h: Handler, _n: int, *, first_delay: float = 0.0, accept: float | None = 2.5) -> None:
+    """10 tokens in 3 chunks (4 + 4 + 2 tokens per chunk), cumulative text."""
+    h.start_sse()
+    if first_delay:
+        time.sleep(first_delay)
+    text = ""
+    for i, (words, done) in enumerate([(["a", "b", "c", "d"], 4), (["e", "f", "g", "h"], 8), (["i", "j"], 10)]):
+        text += "".join(w + " " for w in words)
+        meta: dict = {"prompt_tokens": 7, "completion_tokens": done, "finish_reason": None}
+        if i == 2:
+            meta["finish_reason"] = {"type": "length", "length": 10}
+            if accept is not None:
+                meta["spec_accept_length"] = accept
+                meta["spec_verify_ct"] = 4
+        h.event({"text": text, "meta_info": meta})
+        time.sleep(0.02)
+    h.event("[DONE]")
+
+
+def test_sse_several_tokens_per_chunk(server):
+    server.script["POST /generate"] = lambda h, n: generate_ok(h, n, first_delay=0.15)
+    with make_client(server) as c:
+        r = c.measure(3, "hello")
+    assert r.index == 3
+    assert r.completion_tokens == 10  # from meta_info, not the 3 chunks
+    assert r.text == "a b c d e f g h i j "
+    assert r.accept_length == 2.5 and r.finish_reason == "length" and r.prompt_tokens == 7
+    assert 0.15 <= r.ttft_s < r.seconds < 2
+    assert r.seconds - r.ttft_s >= 0.035  # two more chunks 20 ms apart
+    method, path, body = server.requests[0]
+    assert body == {"text": "hello", "sampling_params": {"max_new_tokens": 10, "temperature": 0.0}, "stream": True}
+
+
+def test_baseline_has_no_acceptance(server):
+    server.script["POST /generate"] = lambda h, n: generate_ok(h, n, accept=None)
+    with make_client(server) as c:
+        assert c.measure(0, "x").accept_length is None
+
+
+def test_retries_on_500_then_succeeds(server):
+    def script(h: Handler, n: int) -> None:
+        if n <= 2:
+            h.plain(500, "internal error: scheduler busy")
+        else:
+            generate_ok(h, n)
+
+    server.script["POST /generate"] = script
+    with make_client(server, retries=2) as c:
+        assert c.measure(0, "x").completion_tokens == 10
+    assert server.count("/generate") == 3
+
+
+def test_500_forever_fails_after_bounded_retries(server):
+    server.script["POST /generate"] = lambda h, n: h.plain(503, "overloaded")
+    with make_client(server, retries=2) as c, pytest.raises(BenchmarkError) as ei:
+        c.measure(5, "x")
+    assert server.count("/generate") == 3
+    assert "prompt 5" in str(ei.value) and "HTTP 503" in str(ei.value) and "3 attempt" in str(ei.value)
+
+
+def test_4xx_is_not_retried(server):
+    server.script["POST /generate"] = lambda h, n: h.plain(400, "bad sampling params")
+    with make_client(server) as c, pytest.raises(BenchmarkError, match="HTTP 400"):
+        c.measure(0, "x")
+    assert server.count("/generate") == 1
+
+
+def truncated_no_done(h: Handler, _n: int) -> None:
+    h.start_sse()
+    h.event({"text": "a b ", "meta_info": {"completion_tokens": 2, "finish_reason": None}})
+
+
+def test_truncated_stream_never_counted(server):
+    server.script["POST /generate"] = truncated_no_done
+    with make_client(server, retries=1) as c, pytest.raises(BenchmarkError, match="truncated"):
+        c.measure(0, "x")
+    assert server.count("/generate") == 2
+
+
+def test_truncated_then_ok(server):
+    server.script["POST /generate"] = lambda h, n: truncated_no_done(h, n) if n == 1 else generate_ok(h, n)
+    with make_client(server, retries=1) as c:
+        assert c.measure(0, "x").completion_tokens == 10
+
+
+def test_done_without_final_count_is_truncated(server):
+    def script(h: Handler, _n: int) -> None:
+        h.start_sse()
+        h.event({"text": "a", "meta_info": {"completion_tokens": 1, "finish_reason": None}})
+        h.event("[DONE]")
+
+    server.script["POST /generate"] = script
+    with make_client(server, retries=0) as c, pytest.raises(BenchmarkError, match="final token count"):
+        c.measure(0, "x")
+
+
+def test_connection_dropped_mid_chunked_body_is_retried(server):
+    def script(h: Handler, n: int) -> None:
+        if n == 1:
+            h.send_response(200)
+            h.send_header("Content-Type", "text/event-stream")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            h.wfile.write(b'40\r\ndata: {"text": "a"')  # promises 64 bytes, sends fewer, then closes
+            h.wfile.flush()
+            h.close_connection = True
+        else:
+            generate_ok(h, n)
+
+    server.script["POST /generate"] = script
+    with make_client(server, retries=1) as c:
+        assert c.measure(0, "x").completion_tokens == 10
+    assert server.count("/generate") == 2
+
+
+def test_malformed_chunk_is_retried_then_fails(server):
+    def script(h: Handler, _n: int) -> None:
+        h.start_sse()
+        h.event("{not json")
+        h.event("[DONE]")
+
+    server.script["POST /generate"] = script
+    with make_client(server, retries=1) as c, pytest.raises(BenchmarkError, match="malformed chunk"):
+        c.measure(0, "x")
+    assert server.count("/generate") == 2
+
+
+def test_error_inside_stream(server):
+    def script(h: Handler, _n: int) -> None:
+        h.start_sse()
+        h.event({"error": {"message": "CUDA error: illegal memory access"}})
+        h.event("[DONE]")
+
+    server.script["POST /generate"] = script
+    with make_client(server, retries=0) as c, pytest.raises(BenchmarkError, match="illegal memory access"):
+        c.measure(0, "x")
+
+
+def test_slow_response_hits_read_timeout_not_retried(server):
+    def script(h: Handler, _n: int) -> None:
+        server.stop.wait(3)  # no headers for 3 s
+
+    server.script["POST /generate"] = script
+    with make_client(server, request_timeout_s=0.3, retries=2) as c:
+        t0 = time.monotonic()
+        with pytest.raises(BenchmarkError, match="timed out"):
+            c.measure(0, "x")
+    assert time.monotonic() - t0 < 2
+    assert server.count("/generate") == 1
+
+
+def test_trickling_stream_hits_overall_deadline(server):
+    def script(h: Handler, _n: int) -> None:
+        h.start_sse()
+        for i in range(100):
+            if server.stop.is_set():
+                return
+            h.event({"text": "x" * (i + 1), "meta_info": {"completion_tokens": i + 1, "finish_reason": None}})
+            time.sleep(0.05)
+
+    server.script["POST /generate"] = script
+    with make_client(server, request_timeout_s=0.4) as c:
+        t0 = time.monotonic()
+        with pytest.raises(BenchmarkError, match="no complete answer within"):
+            c.measure(0, "x")
+    assert time.monotonic() - t0 < 2
+
+
+def test_connection_refused_retried_then_fails():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    c = BenchmarkClient(f"http://127.0.0.1:{port}", SGLangBackend(), retries=1, retry_delay_s=0.01)
+    with c, pytest.raises(BenchmarkError, match="2 attempt"):
+        c.measure(0, "x")
+
+
+def openai_stream(h: Handler, _n: int) -> None:
+    h.start_sse()
+    for piece in [" The", " quick brown", " fox jumps"]:
+        h.event({"choices": [{"index": 0, "text": piece, "finish_reason": None}], "usage": None})
+    h.event({"choices": [{"index": 0, "text": " over", "finish_reason": "length"}], "usage": None})
+    h.event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 7, "total_tokens": 11}})
+    h.event("[DONE]")
+
+
+def test_openai_stream_with_metrics_delta_acceptance(server):
+    state = {"drafts": 100.0, "accepted": 150.0}
+
+    def metrics(h: Handler, _n: int) -> None:
+        h.plain(
+            200,
+            "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+            f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {state["drafts"]}\n'
+            f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {state["accepted"]}\n',
+        )
+
+    def completions(h: Handler, n: int) -> None:
+        state["drafts"] += 4
+        state["accepted"] += 6
+        openai_stream(h, n)
+
+    server.script["GET /metrics"] = metrics
+    server.script["POST /v1/completions"] = completions
+    with make_client(server, VLLMBackend(), model="m") as c:
+        r = c.measure(1, "x")
+    assert r.completion_tokens == 7 and r.text == " The quick brown fox jumps over"
+    assert r.finish_reason == "length" and r.prompt_tokens == 4
+    assert r.accept_length == pytest.approx(1 + 6 / 4)
+    body = next(b for m, p, b in server.requests if p == "/v1/completions")
+    assert body["stream_options"] == {"include_usage": True} and body["model"] == "m"
+
+
+def test_get_json_falls_back_on_404_and_status(server):
+    server.script["GET /get_server_info"] = lambda h, n: h.plain(200, json.dumps({"version": "0.4.0"}))
+    server.script["GET /health"] = lambda h, n: h.plain(503 if n == 1 else 200, "")
+    with make_client(server) as c:
+        assert c.get_json("/server_info", fallbacks=("/get_server_info",)) == {"version": "0.4.0"}
+        assert c.get_json("/nothing") is None
+        assert c.status("/health", timeout_s=1) == 503
+        assert c.status("/health", timeout_s=1) == 200
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="retries"):
+        BenchmarkClient("http://x", SGLangBackend(), retries=-1)
+    with pytest.raises(ValueError, match="timeouts"):
+        BenchmarkClient("http://x", SGLangBackend(), request_timeout_s=0)
