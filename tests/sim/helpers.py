@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
-import pytest
 
 from autotune.config import TrialConfig
 from autotune.sim import FIELD_REPORT_PROMPTS, simulated_space
@@ -172,8 +171,3 @@ def sim_process(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
-
-
-@pytest.fixture
-def kimi_space() -> Space:
-    return make_space()
