@@ -470,3 +470,21 @@ def test_llamacpp_drafters_are_files(tmp_path: Path):
 def test_problem_str_is_the_message():
     p = Problem("error", "drafter x: broken", "x", "drafters[0].path")
     assert str(p) == "drafter x: broken" and p.is_error
+
+
+# -- the shipped spaces on the simulator's stand-in checkpoints ----------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", ["eagle3.yaml", "llama-8b-eagle3.yaml"])
+def test_shipped_spaces_pass_on_the_simulators_checkpoints(name: str):
+    from autotune.sim import simulated_space
+    from autotune.space import load_space
+
+    space = simulated_space(load_space(REPO / "spaces" / name))
+    problems = check_space(space)
+    assert errors(problems) == []
+    # the stand-ins carry no weights: the d2t table is honestly reported as unverified
+    assert all("cannot be verified" in w for w in warnings(problems))
+    assert {resolved_algorithm(space, d.name) for d in space.drafters} == {"EAGLE3"}
