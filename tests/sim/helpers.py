@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -139,9 +140,10 @@ def sim_process(
     time_scale: float = 100.0,
     load_time: float | None = 0.0,
     launch_index: int | None = 0,
+    port: int | None = None,
 ) -> Iterator[SimProcess]:
-    """Start ``python -m autotune.sim`` on a free port; always stopped (TERM, then KILL) and reaped."""
-    port = free_port()
+    """Start ``python -m autotune.sim`` on ``port`` (default a free one); always stopped (TERM, then KILL), reaped."""
+    port = port or free_port()
     argv = [
         sys.executable,
         "-m",
@@ -171,3 +173,30 @@ def sim_process(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
+
+
+def sse_events(
+    url: str, path: str, body: dict, timeout: float = 30.0, client: httpx.Client | None = None
+) -> tuple[list[dict | str], list[float]]:
+    """POST ``body`` with stream=True; the decoded ``data:`` events ("[DONE]" as a string) and their arrival times
+    (seconds since the request was sent; pass a warm ``client`` to keep httpx's own set-up out of them)."""
+    events: list[dict | str] = []
+    times: list[float] = []
+    own = client is None
+    c = client or httpx.Client()
+    t0 = time.monotonic()
+    with c.stream("POST", url + path, json={**body, "stream": True}, timeout=timeout) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[6:]
+            events.append(data if data == "[DONE]" else json.loads(data))
+            times.append(time.monotonic() - t0)
+    if own:
+        c.close()
+    return events, times
+
+
+def completion_text(events: list[dict | str]) -> str:
+    return "".join(e["choices"][0]["text"] for e in events if isinstance(e, dict) and e.get("choices"))
