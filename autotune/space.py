@@ -385,7 +385,8 @@ def _item_line(s: Any, i: int, default: int | None) -> int | None:
 
 
 def _join(parent: str, key: Any) -> str:
-    return f"{parent}.{key}" if parent else str(key)
+    key = key if isinstance(key, str) else _describe(key)
+    return f"{parent}.{key}" if parent else key
 
 
 def _is_int(v: Any) -> bool:
