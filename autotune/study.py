@@ -15,6 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import socket
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +46,7 @@ from autotune.stats import Interval, common_prefix_fraction, log_ratios, speedup
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 SIZE_KNOBS = ("num_draft_tokens", "draft_n_max", "num_speculative_tokens")
 MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
+WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass
@@ -76,12 +80,22 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
         _sqlite_pragmas(storage)
         return storage
-    return optuna.storages.RDBStorage(
-        url,
-        heartbeat_interval=60,
-        grace_period=180,
-        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
-    )
+    import sqlalchemy.exc
+
+    # Workers started together race to create the schema on a fresh database: the loser retries (bounded).
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                heartbeat_interval=60,
+                grace_period=180,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+            )
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == 4:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _sqlite_pragmas(storage: optuna.storages.RDBStorage) -> None:
@@ -338,6 +352,7 @@ class Orchestrator:
             config = self.backend.suggest(trial, space)
         trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("role", "baseline" if config.is_baseline else "speculative")
+        trial.set_user_attr("worker", WORKER)
         self.emit(Event("trial-start", trial.number, {"config": config.label()}))
         try:
             eff = self.backend.resolve(config, space)
