@@ -149,11 +149,12 @@ def open_study(
     simulated: bool = False,
     create: bool = True,
     label: dict[str, Any] | None = None,
+    sampler: optuna.samplers.BaseSampler | None = None,
 ) -> optuna.Study:
     """Create or load the study; refuse to resume one measured with a different prompt set."""
     st = make_storage(storage) if isinstance(storage, str) else storage
     pruner = BaselinePruner(space.pruning.confidence, space.pruning.min_prompts, space.pruning.enabled)
-    sampler = make_sampler(space, seed)
+    sampler = sampler or make_sampler(space, seed)
     if not create:
         try:
             return optuna.load_study(study_name=study_name, storage=st, sampler=sampler, pruner=pruner)
