@@ -397,6 +397,11 @@ def _is_num(v: Any) -> bool:
     return (isinstance(v, int | float) and not isinstance(v, bool)) and (not isinstance(v, float) or math.isfinite(v))
 
 
+def _is_plain_number(v: Any) -> bool:
+    """A number that may stand for its string form (argv items, env values)."""
+    return _is_num(v) and (not isinstance(v, int) or v.bit_length() <= 128)
+
+
 # -- the knobs' value domains -------------------------------------------------------------------------------
 # kind, minimum, maximum. Knobs a backend adds without an entry here take any plain scalar.
 
@@ -557,12 +562,10 @@ class _Reader:
             if key not in schema:
                 self.errors.append(self.unknown_key(key, f, kl, keys))
                 continue
-            validator = schema[key]
-            self.attempt(
-                lambda validator=validator, key=key, value=value, kl=kl: out.__setitem__(
-                    key, validator(value, _join(f, key), kl)
-                )
-            )
+            try:
+                out[key] = schema[key](value, _join(f, key), kl)
+            except SpaceError as e:
+                self.errors.append(e)
         for key, what in (required or {}).items():
             if key not in m:
                 self.errors.append(self.error(_join(f, key), line, f"missing; expected {what}"))
@@ -583,7 +586,7 @@ class _Reader:
         out = []
         for i, item in enumerate(v):
             il = _item_line(v, i, line)
-            if coerce_numbers and _is_num(item):
+            if coerce_numbers and _is_plain_number(item):
                 item = str(item)
             if not isinstance(item, str) or item == "":
                 raise self.expected(f"{f}[{i}]", il, "a non-empty string", item)
@@ -610,10 +613,7 @@ class _Reader:
             "port_wait_s": self.pos,
         }
         d = self.fields(v, f, line, schema, required={"model_path": "the model directory or hub id"})
-        for key in ("launcher", "extra_args", "env"):
-            if d.get(key, 0) is None:
-                del d[key]
-        spec = ServerSpec(**d)
+        spec = ServerSpec(**{k: x for k, x in d.items() if x is not None})  # null: the default
         if "extra_args" in d and ("backend" in d or "backend" not in v):
             self.attempt(lambda: self.managed_flags(spec, v, f, line))
         return spec
@@ -632,7 +632,7 @@ class _Reader:
             kl = _key_line(v, key, line)
             if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
                 raise self.expected(_join(f, key), kl, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", key)
-            if _is_num(value):
+            if _is_plain_number(value):
                 value = str(value)
             if not isinstance(value, str):
                 hint = " (quote it)" if isinstance(value, bool) else ""
