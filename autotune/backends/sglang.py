@@ -463,12 +463,14 @@ def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> 
     """
     if obj.get("error"):
         err = obj["error"]
-        return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, Mapping) else str(err))
-    meta = obj.get("meta_info") if isinstance(obj.get("meta_info"), Mapping) else {}
+        return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, dict) else str(err))
+    meta = obj.get("meta_info")
+    if not isinstance(meta, dict):  # plain dict checks: this runs once per streamed chunk
+        meta = {}
     completion = _int_or_none(meta.get("completion_tokens"))
     fr = meta.get("finish_reason")
     finish: str | None
-    if isinstance(fr, Mapping):
+    if isinstance(fr, dict):
         finish = str(fr.get("type")) if fr.get("type") is not None else "unknown"
     else:
         finish = str(fr) if fr else None

@@ -291,7 +291,7 @@ def test_suggest_reaches_only_feasible_unrewritten_configs(sampler, knobs):
     study = optuna.create_study(sampler=sampler())
     distributions: dict[str, optuna.distributions.BaseDistribution] = {}
     seen_drafters = set()
-    for i in range(150):
+    for i in range(100):
         trial = study.ask()
         cfg = backend.suggest(trial, space)
         seen_drafters.add(cfg.drafter)
