@@ -552,10 +552,13 @@ class _Reader:
         line: int | None,
         schema: Mapping[str, _Validator],
         required: Mapping[str, str] | None = None,
+        complete: bool = False,
     ) -> dict[str, Any]:
-        """Validate a mapping key by key in file order; returns the valid values (errors are recorded)."""
+        """Validate a mapping key by key in file order; returns the valid values (errors are recorded).
+        With ``complete``, any invalid or missing key abandons the whole mapping (raises ``_Recorded``)."""
         keys = tuple(schema)
         m = self.mapping(v, f, line, keys)
+        n_errors = len(self.errors)
         out: dict[str, Any] = {}
         for key, value in m.items():
             kl = _key_line(m, key, line)
@@ -569,6 +572,8 @@ class _Reader:
         for key, what in (required or {}).items():
             if key not in m:
                 self.errors.append(self.error(_join(f, key), line, f"missing; expected {what}"))
+        if complete and len(self.errors) > n_errors:
+            raise _Recorded()
         return out
 
     # -- lists ------------------------------------------------------------------------------------------
@@ -661,19 +666,21 @@ class _Reader:
         ok = True
         for i, item in enumerate(v):
             p, il = f"{f}[{i}]", _item_line(v, i, line)
-            n_errors = len(self.errors)
-            d = self.fields(
-                item,
-                p,
-                il,
-                {
-                    "name": self.name,
-                    "path": lambda x, q, ln: self.str_(x, q, ln, "the checkpoint directory"),
-                    "algorithm": self.optional(self.algorithm),
-                },
-                required={"name": "a drafter name", "path": "the drafter checkpoint directory"},
-            )
-            if len(self.errors) > n_errors or "name" not in d or "path" not in d:
+            try:
+                d = self.fields(
+                    item,
+                    p,
+                    il,
+                    {
+                        "name": self.name,
+                        "path": lambda x, q, ln: self.str_(x, q, ln, "the checkpoint directory"),
+                        "algorithm": self.optional(self.algorithm),
+                    },
+                    required={"name": "a drafter name", "path": "the drafter checkpoint directory"},
+                    complete=True,
+                )
+            except SpaceError as e:  # this drafter is abandoned; report the others' problems too
+                self.errors.append(e)
                 ok = False
                 continue
             name = d["name"]
@@ -815,10 +822,8 @@ class _Reader:
                 "high": lambda x, p, ln: self.num(x, p, ln, lo, hi),
                 "log": self.bool_,
             }
-        n_errors = len(self.errors)
-        d = self.fields(v, f, line, schema, required={"low": "the lowest value", "high": "the highest value"})
-        if len(self.errors) > n_errors or "low" not in d or "high" not in d:
-            raise _Recorded()
+        required = {"low": "the lowest value", "high": "the highest value"}
+        d = self.fields(v, f, line, schema, required=required, complete=True)
         low, high, log = d["low"], d["high"], d.get("log", False)
         if high < low:
             raise self.expected(
@@ -844,7 +849,7 @@ class _Reader:
 
     def benchmark(self, v: Any, f: str, line: int | None) -> BenchmarkSpec:
         schema: dict[str, _Validator] = {
-            "prompts": lambda x, p, ln: self.prompts(x, p, ln),
+            "prompts": self.prompts,
             "prompts_file": self.optional(self.str_),
             "max_tokens": lambda x, p, ln: self.int_(x, p, ln, 1),
             "temperature": lambda x, p, ln: self.num(x, p, ln, 0),
@@ -852,11 +857,8 @@ class _Reader:
             "api": lambda x, p, ln: self.enum(x, p, ln, ("completions", "chat")),
             "retries": lambda x, p, ln: self.int_(x, p, ln, 0),
         }
-        n_errors = len(self.errors)
-        d = self.fields(v, f, line, schema)
+        d = self.fields(v, f, line, schema, complete=True)
         file_ = d.pop("prompts_file", None)
-        if len(self.errors) > n_errors:
-            raise _Recorded()
         if file_ is not None and "prompts" in d:
             raise self.error(
                 _join(f, "prompts_file"),
@@ -886,7 +888,6 @@ class _Reader:
                 prompt = Prompt(id=f"p{i}", text=self.str_(item, p, il, "a non-empty prompt text"))
                 idl = il
             elif isinstance(item, dict):
-                n_errors = len(self.errors)
                 d = self.fields(
                     item,
                     p,
@@ -897,9 +898,8 @@ class _Reader:
                         "category": self.optional(self.name),
                     },
                     required={"text": "the prompt text"},
+                    complete=True,
                 )
-                if len(self.errors) > n_errors:
-                    raise _Recorded()
                 d.setdefault("id", f"p{i}")
                 prompt = Prompt(**d)
                 idl = _key_line(item, "id", il)
@@ -1104,29 +1104,31 @@ def _flow(items: list[str]) -> str:
     return "[" + ", ".join(item if plain(item) else json.dumps(item) for item in items) + "]"
 
 
-def space_errors(path: str | os.PathLike[str]) -> list[SpaceError]:
-    """Every error found in a space file, in file order (empty when the file is valid)."""
+def _load(path: str | os.PathLike[str]) -> tuple[Space | None, list[SpaceError]]:
+    """(the space, []) or (None, every error in file order). Errors without a line (missing top-level keys) and
+    errors in a prompts file come last. An unreadable file or invalid YAML gives one error."""
     shown = os.fspath(path)
     try:
-        text = _read_text(Path(shown), shown)
-        doc = _parse_yaml(text, shown)
+        doc = _parse_yaml(_read_text(Path(shown), shown), shown)
     except SpaceError as e:
-        return [e]
+        return None, [e]
     reader = _Reader(shown, Path(shown).resolve().parent)
-    reader.attempt(lambda: reader.space(doc))
+    space = reader.attempt(lambda: reader.space(doc))
     errors = [e for e in reader.errors if not isinstance(e, _Recorded)]
-    # file order; errors without a line (missing top-level keys) after those with one
-    return sorted(errors, key=lambda e: (e.path != shown, e.line is None, e.line or 0))
+    if not errors:
+        return space, []
+    return None, sorted(errors, key=lambda e: (e.path != shown, e.line is None, e.line or 0))
+
+
+def space_errors(path: str | os.PathLike[str]) -> list[SpaceError]:
+    """Every error found in a space file, in file order (empty when the file is valid)."""
+    return _load(path)[1]
 
 
 def load_space(path: str | os.PathLike[str]) -> Space:
     """Read and validate a space file. Raises SpaceError (the first problem in file order)."""
-    shown = os.fspath(path)
-    text = _read_text(Path(shown), shown)
-    doc = _parse_yaml(text, shown)
-    reader = _Reader(shown, Path(shown).resolve().parent)
-    space = reader.attempt(lambda: reader.space(doc))
-    errors = [e for e in reader.errors if not isinstance(e, _Recorded)]
-    if errors or space is None:
-        raise sorted(errors, key=lambda e: (e.path != shown, e.line is None, e.line or 0))[0]
+    space, errors = _load(path)
+    if errors:
+        raise errors[0]
+    assert space is not None
     return space
