@@ -345,6 +345,17 @@ class ProcessRunner:
         self._launches = 0
         self._probed = False
 
+    def reap_leftovers(self) -> list[int]:
+        """Stop what a previous, killed orchestrator left in this runner's PID record (see ``reap_leftovers``)."""
+        if self.record is None:
+            return []
+        stopped = reap_leftovers(
+            self.record.path, term_timeout_s=self.term_timeout_s, kill_timeout_s=self.kill_timeout_s
+        )
+        if stopped:
+            log.warning("stopped %d server process(es) left by a previous run: %s", len(stopped), stopped)
+        return stopped
+
     # -- ports --------------------------------------------------------------------------------------
 
     def choose_port(self) -> int:

@@ -179,6 +179,36 @@ def test_keyboard_interrupt_during_launch_stops_server(tmp_path):
     # the autouse fixture asserts the child is gone
 
 
+def test_keyboard_interrupt_during_measurement_stops_server(tmp_path):
+    runner = make_runner(fake_space("healthy", delay=0.0), tmp_path)
+    session = runner.launch(SPEC)
+
+    class InterruptMidStream:
+        def __init__(self):
+            self.calls = 0
+
+        def now(self):
+            self.calls += 1
+            if self.calls == 3:  # after the request is sent, while chunks arrive
+                raise KeyboardInterrupt
+            return time.monotonic()
+
+        def sleep(self, s):
+            time.sleep(s)
+
+    session.client.clock = InterruptMidStream()
+    with pytest.raises(KeyboardInterrupt):
+        session.run_prompt(0)
+    assert session.closed and gone(session.info.pid)
+    assert PidRecord(tmp_path / "study.pids.json").read() == []
+
+
+def test_runner_reap_leftovers_method(tmp_path):
+    runner = make_runner(fake_space(), tmp_path)
+    assert runner.reap_leftovers() == []
+    assert ProcessRunner(fake_space(), SGLangBackend(), log_dir=tmp_path).reap_leftovers() == []
+
+
 def test_port_busy_fail_names_owner_and_never_kills(tmp_path):
     port = free_port()
     foreign = ForeignListener(port)
