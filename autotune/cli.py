@@ -328,10 +328,26 @@ def cmd_export(ctx: Context) -> int:
     study = ctx.open_study(create=False)
     report = build_report(study)
     try:
-        print(render(ctx.space, ctx.backend, report, ctx.args.format))
+        print(render(_deploy_space(ctx), ctx.backend, report, ctx.args.format))
     except ValueError as e:
         raise UserError(str(e)) from None
     return EXIT_OK
+
+
+def _deploy_space(ctx: Context) -> Any:
+    """The space to export from: the real one; after a simulated study, each drafter keeps the algorithm it ran
+    with (read from the simulator's stand-in checkpoint, since the real checkpoint may not be on this machine)."""
+    if not ctx.simulated:
+        return ctx.space
+    import dataclasses
+
+    from autotune.checks import resolved_algorithm
+
+    drafters = tuple(
+        d if d.algorithm else dataclasses.replace(d, algorithm=resolved_algorithm(ctx.run_space, d.name))
+        for d in ctx.space.drafters
+    )
+    return dataclasses.replace(ctx.space, drafters=drafters)
 
 
 def cmd_bench(ctx: Context) -> int:

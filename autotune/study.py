@@ -458,7 +458,10 @@ class Orchestrator:
             trial.set_user_attr("server_effective", info.effective)
             check = getattr(self.backend, "check_effective", None)
             if check is not None and info.effective:
-                mismatch = check(config, self.backend.read_effective(info.effective))
+                eff_read = info.effective
+                if "num_steps" not in eff_read and "cuda_graph" not in eff_read:  # raw server info
+                    eff_read = self.backend.read_effective(eff_read)
+                mismatch = check(config, eff_read)
                 if mismatch:
                     # the server runs something else than what was asked: never record it under the wrong config
                     msg = "the server resolved a different config than launched: " + "; ".join(mismatch)
