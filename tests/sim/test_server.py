@@ -79,7 +79,9 @@ def test_loading_then_healthy_info_and_metrics(tmp_path) -> None:
         final = chunks[-1]["meta_info"]
         assert final["completion_tokens"] == 200 and final["finish_reason"]["type"] == "length"
         assert final["prompt_tokens"] > 5 and final["e2e_latency"] > 0
-        assert final["spec_verify_ct"] == len(chunks)  # the first token from prefill counts as one round
+        # one chunk per round, except that rounds due within COALESCE_S wall seconds share a chunk at high scales
+        # (the first token from prefill counts as one round)
+        assert len(chunks) <= final["spec_verify_ct"] <= 200
         assert final["spec_accept_length"] == pytest.approx(200 / final["spec_verify_ct"])
         assert final["spec_accept_rate"] == pytest.approx(final["spec_accept_length"] / 16)
         assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
