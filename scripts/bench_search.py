@@ -1,0 +1,661 @@
+"""Search-efficiency benchmark: the real orchestration against a full grid, random search and the tuner without
+pruning, on the simulator's in-process model (virtual GPU time, no processes).
+
+Every method measures on ``autotune.sim.runner.ModelRunner`` with a ``VirtualClock`` that charges server startup,
+warm-up and every generated token in the simulated hardware's seconds. Methods:
+
+- ``grid``: SGLang's ``bench_speculative.py`` style: every feasible point of the space in its nested loop order
+  (drafter, CUDA graphs, then steps, topk, num_draft_tokens), one server start per point, every prompt, no pruning;
+  the baseline of a CUDA-graph setting is measured once, before that setting's first speculative point.
+  Recommendation: the point with the highest measured tok/s.
+- ``tuner``: ``autotune.study`` as shipped (TPE from ``make_sampler``, ``BaselinePruner``, baselines and SGLang's
+  default enqueued, dedup, confirmation, verdict). Recommendation: ``autotune.report.recommend`` after confirmation.
+- ``tuner_no_prune``: the same with pruning disabled.
+- ``random``: the same orchestration (baselines, defaults, dedup, confirmation) with ``optuna.samplers.RandomSampler``
+  and pruning disabled.
+- prototypes (``tuner_v2`` ...): proposed changes of the package, built here by subclassing / passing a sampler.
+
+Figures (per scenario, method and seed):
+- time to 2%: virtual GPU seconds until the TRUE (noise-free) tok/s of the config the method currently considers
+  best (highest measured tok/s among its completed measurements, baselines included) is first within 2% of the
+  true optimum. A run that never gets there counts its total time and is flagged (``reached`` false).
+- final regret: 1 - true(recommended) / true optimum; hit = regret <= 2%.
+- pruning: share of measured speculative trials pruned, share of their prompts saved, false prunes (pruned trials
+  whose true speedup over the baseline of the same CUDA-graph setting is above 1).
+- verdict right: the true verdict is speculation-wins if the best true speculative speedup (over its own baseline)
+  exceeds 1 + min_gain, baseline-wins if it is below 1; in between baseline-wins and inconclusive both count.
+
+True optimum = best noise-free expected tok/s (``ModelRunner.true_tok_per_s``) over every feasible grid point and
+every baseline of the space.
+
+    python scripts/bench_search.py                      # every scenario, 20 seeds, writes docs/benchmarks.{md,json}
+    python scripts/bench_search.py --seeds 3 --scenarios llama-edge --out /tmp/b
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import sys
+import time
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = Path(__file__).resolve().parent / "bench_scenarios"
+sys.path.insert(0, str(ROOT))
+
+from autotune.backends.sglang import SGLangBackend  # noqa: E402
+from autotune.clock import VirtualClock  # noqa: E402
+from autotune.config import TrialConfig, summarize  # noqa: E402
+from autotune.errors import LaunchError  # noqa: E402
+from autotune.pruner import BaselinePruner, find_baseline, is_baseline_trial, paired_values  # noqa: E402
+from autotune.report import build_report  # noqa: E402
+from autotune.space import Space, load_space  # noqa: E402
+from autotune.stats import PruneDecision, _t_quantile, log_ratios, mean_sd  # noqa: E402
+from autotune.study import Orchestrator, open_study  # noqa: E402
+
+#: name -> (space file relative to the repo, what the landscape shows)
+SCENARIOS: dict[str, tuple[str, str]] = {
+    "kimi": (
+        "spaces/eagle3.yaml",
+        "field report: Kimi-K2.5 8x RTX PRO 6000, weak drafters; graphs-on baseline ties the best speculative point",
+    ),
+    "llama": ("spaces/llama-8b-eagle3.yaml", "Llama-3.1-8B H100, strong EAGLE-3; deep wide trees win (~2.4x)"),
+    "kimi-k2drafter": (
+        "scripts/bench_scenarios/kimi-graphs-k2drafter.space.yaml",
+        "Kimi-K2.5 MoE with a good K2 drafter (what-if): short chains win",
+    ),
+    "llama-edge": (
+        "scripts/bench_scenarios/llama-edge.space.yaml",
+        "Llama-3.1-8B, very strong drafter, narrow space: optimum on the space's edge",
+    ),
+    "moe-a3b": (
+        "scripts/bench_scenarios/moe-a3b-h100.space.yaml",
+        "small-active MoE (A3B-like) H100: every speculative point loses, right verdict baseline-wins",
+    ),
+}
+METHODS = ("grid", "tuner", "tuner_no_prune", "random")
+#: proposed package changes, measured side by side with the shipped tuner (see make_method)
+PROTOTYPES: tuple[str, ...] = ("tuner_r5", "tuner_top3", "tuner_pm", "tuner_v2")
+#: sd of the log speedup of one trial start against one baseline start that prompts cannot show: both starts'
+#: own time factors (the reference: per-start sd 2-3%, so sqrt(2) * 2.5% for a ratio of two starts)
+START_PAIR_SD = 0.035
+WITHIN = 0.02
+
+# ------------------------------------------------------------------------------------------------ scenarios
+
+
+def _bench_scenario(path: Path) -> Any:
+    """A benchmark scenario file (same format as autotune/sim/scenarios/*.yaml); dirs resolve in scripts/
+    bench_scenarios/ first, then in the package's scenario directory."""
+    from autotune.sim.model import DrafterProfile, Hardware
+    from autotune.sim.scenario import SCENARIO_DIR, Scenario, SimDrafter
+
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+
+    def where(d: str) -> str:
+        mine = BENCH_DIR / d
+        return str(mine if mine.exists() else Path(SCENARIO_DIR) / d)
+
+    def cfg(d: str) -> dict[str, Any]:
+        with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
+            return json.load(f)
+
+    startup = raw.get("startup", {})
+    drafters = {}
+    for name, d in raw["drafters"].items():
+        ddir = where(d["dir"])
+        drafters[name] = SimDrafter(name=name, dir=ddir, profile=DrafterProfile(**d["profile"]), config=cfg(ddir))
+    tdir = where(raw["target"]["dir"])
+    return Scenario(
+        name=raw["name"],
+        description=raw.get("description", ""),
+        target_name=raw["target"]["name"],
+        target_dir=tdir,
+        target_config=cfg(tdir),
+        family=raw["target"].get("family", "other"),
+        load_s=float(startup.get("load_s", 60.0)),
+        speculative_s=float(startup.get("speculative_s", 0.0)),
+        cuda_graph_s=float(startup.get("cuda_graph_s", 0.0)),
+        cuda_graph_speculative_s=float(startup.get("cuda_graph_speculative_s", 0.0)),
+        graphs_on=Hardware(**raw["hardware"]["graphs_on"]),
+        graphs_off=Hardware(**raw["hardware"]["graphs_off"]),
+        drafters=drafters,
+        faults=tuple(raw.get("faults") or ()),
+    )
+
+
+def install_bench_scenarios() -> None:
+    """Let the simulator find the scenarios of scripts/bench_scenarios/ by name (the package loader only reads its
+    own directory). Patches the two module globals that resolve scenario names, in this process only."""
+    import autotune.sim as sim
+    import autotune.sim.args as sim_args
+    from autotune.sim import scenario as sim_scenario
+
+    if getattr(sim_args.load_scenario, "bench", False):
+        return
+    extra = {s.name: s for s in (_bench_scenario(p) for p in sorted(BENCH_DIR.glob("*.scenario.yaml")))}
+    original = sim_scenario.load_scenario
+
+    def load(name: str) -> Any:
+        return extra[name] if name in extra else original(name)
+
+    load.bench = True  # type: ignore[attr-defined]
+    sim.load_scenario = load
+    sim_args.load_scenario = load
+
+
+def quiet() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="optuna")
+
+
+def load(name: str, n_trials: int | None = None) -> Space:
+    from autotune.sim import simulated_space
+
+    install_bench_scenarios()
+    space = simulated_space(load_space(str(ROOT / SCENARIOS[name][0])))
+    if n_trials is not None:
+        space = dataclasses.replace(space, budget=dataclasses.replace(space.budget, n_trials=n_trials))
+    return space
+
+
+def no_pruning(space: Space) -> Space:
+    return dataclasses.replace(space, pruning=dataclasses.replace(space.pruning, enabled=False))
+
+
+def grid_points(space: Space, backend: SGLangBackend) -> list[TrialConfig]:
+    """Every feasible point in bench_speculative.py's loop order, a CUDA-graph setting's baseline first."""
+    out: list[TrialConfig] = []
+    seen_baseline: set[bool] = set()
+    drafters = list(space.search.drafters) or [d.name for d in space.drafters]
+    for d in drafters:
+        for cg in space.search.cuda_graph:
+            if cg not in seen_baseline:
+                seen_baseline.add(cg)
+                out.append(TrialConfig.baseline(cg))
+            for s in backend._steps_values(space):
+                for k in backend._topk_values(space, s):
+                    for n in [s + 1] if k == 1 else backend._ndt_values(space, s, k):
+                        out.append(TrialConfig.make(d, cg, num_steps=s, topk=k, num_draft_tokens=n))
+    return out
+
+
+def ground_truth(name: str) -> dict[str, Any]:
+    """Noise-free tok/s of every grid point and baseline; the optimum; the true verdict."""
+    from autotune.sim.runner import ModelRunner
+
+    quiet()
+    space = load(name)
+    backend = SGLangBackend()
+    runner = ModelRunner(space, backend, VirtualClock(), seed=0)
+    points = grid_points(space, backend)
+    truth = {c.key(): runner.true_tok_per_s(c) for c in points}
+    base = {c.cuda_graph: truth[c.key()] for c in points if c.is_baseline}
+    best_key = max(truth, key=truth.__getitem__)
+    spec = [(c, truth[c.key()] / base[c.cuda_graph]) for c in points if not c.is_baseline]
+    best_spec, best_speedup = max(spec, key=lambda x: x[1])
+    min_gain = space.verdict.min_gain
+    if best_speedup > 1 + min_gain:
+        right = ["speculation-wins"]
+    elif best_speedup < 1:
+        right = ["baseline-wins"]
+    else:
+        right = ["baseline-wins", "inconclusive"]
+    opt = truth[best_key]
+    return {
+        "truth": truth,
+        "optimum": {"config": json.loads(best_key), "tok_per_s": opt},
+        "baselines": {str(cg): v for cg, v in base.items()},
+        "best_speculative": {"config": best_spec.to_dict(), "speedup_vs_own_baseline": best_speedup},
+        "right_verdicts": right,
+        "grid_points": len(points),
+        "within_2pct_points": sum(v >= (1 - WITHIN) * opt for v in truth.values()),
+        "n_trials": space.budget.n_trials,
+        "n_prompts": len(space.benchmark.prompts),
+        "space": SCENARIOS[name][0],
+        "what": SCENARIOS[name][1],
+    }
+
+
+# ------------------------------------------------------------------------------------------------ methods
+
+
+class TimedOrchestrator(Orchestrator):
+    """The shipped orchestration; records the virtual time at which each trial ended."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.end_times: dict[int, float] = {}
+
+    def objective(self, trial: optuna.Trial) -> float:
+        try:
+            return super().objective(trial)
+        finally:
+            self.end_times[trial.number] = self.clock.now()
+
+
+class StartNoisePruner(BaselinePruner):
+    """Prototype: the upper bound also carries the start-to-start variance that all prompts of one start share.
+
+    The shipped rule is a t-bound over per-prompt log-ratios; those vary only prompt to prompt, while a server
+    start's whole speed moves by ~2.5% (and the baseline's too), so a config 2-3% faster than its baseline can look
+    'clearly slower' after a bad start. Here: ub = exp(mean + t_q * sqrt(sd^2 / n + START_PAIR_SD^2))."""
+
+    def decide(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> PruneDecision | None:
+        if is_baseline_trial(trial) or "drafter" not in trial.params:
+            return None
+        baseline = find_baseline(study, trial.params.get("cuda_graph"))
+        if baseline is None:
+            return None
+        logs = log_ratios(*paired_values(trial, baseline))
+        n = len(logs)
+        if n < max(2, self.min_prompts):
+            return PruneDecision(False, math.inf, n, f"only {n} paired prompts")
+        m, sd = mean_sd(logs)
+        ub = math.exp(m + _t_quantile(self.confidence, n - 1) * math.sqrt(sd * sd / n + START_PAIR_SD**2))
+        if ub < 1.0:
+            return PruneDecision(
+                True, ub, n, f"upper {self.confidence:.0%} bound (start noise included) {ub:.3f} < 1 after {n} prompts"
+            )
+        return PruneDecision(False, ub, n, f"upper bound {ub:.3f} >= 1 after {n} prompts")
+
+
+class StartNoiseOrchestrator(TimedOrchestrator):
+    def __init__(self, space: Space, backend: Any, runner: Any, study: optuna.Study, **kw: Any) -> None:
+        super().__init__(space, backend, runner, study, **kw)
+        p = space.pruning
+        self.pruner = StartNoisePruner(p.confidence, p.min_prompts, p.enabled)
+        study.pruner = self.pruner
+
+
+def _first_within(traj: list[tuple[float, float]], opt: float) -> float | None:
+    for t, v in traj:
+        if v >= (1 - WITHIN) * opt:
+            return t
+    return None
+
+
+def run_grid(name: str, seed: int, truth: dict[str, float], opt: float) -> dict[str, Any]:
+    from autotune.sim.runner import ModelRunner
+
+    quiet()
+    space = load(name)
+    backend = SGLangBackend()
+    clock = VirtualClock()
+    runner = ModelRunner(space, backend, clock, seed=seed)
+    best_v, best_key = -math.inf, None
+    traj: list[tuple[float, float]] = []
+    starts = 0
+    for cfg in grid_points(space, backend):
+        try:
+            session = runner.launch(cfg)
+        except LaunchError:
+            continue
+        starts += 1
+        try:
+            session.warmup()
+            results = [session.run_prompt(i) for i in range(len(space.benchmark.prompts))]
+        finally:
+            session.close()
+        v = summarize(results)["tok_per_s"]
+        if v > best_v:
+            best_v, best_key = v, cfg.key()
+        traj.append((clock.now(), truth[best_key]))
+    t2 = _first_within(traj, opt)
+    return {
+        "method": "grid",
+        "seed": seed,
+        "total_s": clock.now(),
+        "search_s": clock.now(),
+        "time_to_2pct_s": t2 if t2 is not None else clock.now(),
+        "reached": t2 is not None,
+        "recommended": json.loads(best_key) if best_key else None,
+        "regret": 1 - truth[best_key] / opt,
+        "server_starts": starts,
+        "verdict": None,
+        "charged": dict(clock.charged),
+    }
+
+
+def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.samplers.BaseSampler | None, type]:
+    """(space as run, sampler or None for the package's default, orchestrator class)."""
+    if method == "tuner":
+        return space, None, TimedOrchestrator
+    if method == "tuner_no_prune":
+        return no_pruning(space), None, TimedOrchestrator
+    if method == "random":
+        return no_pruning(space), optuna.samplers.RandomSampler(seed=seed), TimedOrchestrator
+    if method == "tuner_r5":  # confirmation: 5 repeats instead of 3
+        return _verdict(space, repeats=5), None, TimedOrchestrator
+    if method == "tuner_top3":  # confirmation: 3 candidates, 4 repeats
+        return _verdict(space, confirm_top=3, repeats=4), None, TimedOrchestrator
+    if method == "tuner_pm":  # pruner that knows a start's own noise
+        return space, None, StartNoiseOrchestrator
+    if method == "tuner_v2":  # both: start-noise-aware pruner and 3 candidates x 4 repeats
+        return _verdict(space, confirm_top=3, repeats=4), None, StartNoiseOrchestrator
+    raise ValueError(f"unknown method {method!r}")
+
+
+def _verdict(space: Space, **changes: Any) -> Space:
+    return dataclasses.replace(space, verdict=dataclasses.replace(space.verdict, **changes))
+
+
+def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float], opt: float) -> dict[str, Any]:
+    from autotune.sim.runner import ModelRunner
+
+    quiet()
+    base_space = load(name)
+    space, sampler, orch_cls = make_method(method, base_space, seed)
+    backend = SGLangBackend()
+    clock = VirtualClock()
+    runner = ModelRunner(space, backend, clock, seed=seed)
+    study = open_study(
+        space,
+        optuna.storages.InMemoryStorage(),
+        f"bench-{name}-{method}-{seed}",
+        seed=seed,
+        simulated=True,
+        sampler=sampler,
+    )
+    orch = orch_cls(space, backend, runner, study, clock=clock)
+    orch.search(space.budget.n_trials, timeout_s=space.budget.timeout_s)
+    search_s = clock.now()
+    state = orch.confirm()
+    total = clock.now()
+    trials = study.get_trials(deepcopy=False)
+
+    best_v, best_key = -math.inf, None
+    traj: list[tuple[float, float]] = []
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.number not in orch.end_times:
+            continue
+        if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None and t.value > best_v:
+            best_v, best_key = t.value, t.user_attrs["config_key"]
+        if best_key is not None:
+            traj.append((orch.end_times[t.number], truth[best_key]))
+    t2 = _first_within(traj, opt)
+
+    rec = build_report(study)["recommended"]["config"]
+    rec_key = TrialConfig.from_dict(rec).key()
+
+    measured = [
+        t
+        for t in trials
+        if t.user_attrs.get("role") == "speculative"
+        and t.user_attrs.get("measured")
+        and "duplicate_of" not in t.user_attrs
+    ]
+    pruned = [t for t in measured if t.state == optuna.trial.TrialState.PRUNED and "prune_reason" in t.user_attrs]
+    n_prompts = len(space.benchmark.prompts)
+    base_true = {cg: truth[TrialConfig.baseline(cg).key()] for cg in space.search.cuda_graph}
+
+    def true_speedup(t: optuna.trial.FrozenTrial) -> float:
+        eff = TrialConfig.from_dict(t.user_attrs["effective"])
+        return truth[eff.key()] / base_true[eff.cuda_graph]
+
+    false_prunes = [t for t in pruned if true_speedup(t) > 1.0]
+    return {
+        "method": method,
+        "seed": seed,
+        "total_s": total,
+        "search_s": search_s,
+        "time_to_2pct_s": t2 if t2 is not None else total,
+        "reached": t2 is not None,
+        "recommended": rec,
+        "regret": 1 - truth[rec_key] / opt,
+        "server_starts": runner.launches,
+        "verdict": state.get("verdict"),
+        "trials": len(trials),
+        "measured_speculative": len(measured),
+        "pruned": len(pruned),
+        "prompts_measured": sum(len(t.intermediate_values) for t in measured),
+        "prompts_saved": sum(n_prompts - len(t.intermediate_values) for t in pruned),
+        "false_prunes": len(false_prunes),
+        "false_prune_speedups": [round(true_speedup(t), 4) for t in false_prunes],
+        "charged": dict(clock.charged),
+    }
+
+
+def run_one(name: str, method: str, seed: int, truth: dict[str, float], opt: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    if method == "grid":
+        row = run_grid(name, seed, truth, opt)
+    else:
+        row = run_orchestrated(name, method, seed, truth, opt)
+    row["scenario"] = name
+    row["wall_s"] = time.perf_counter() - t0
+    return row
+
+
+# ------------------------------------------------------------------------------------------------ aggregation
+
+
+def _q(xs: list[float], q: float) -> float:
+    return float(np.quantile(np.asarray(xs, dtype=float), q)) if xs else float("nan")
+
+
+def aggregate(gt: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for method in sorted({r["method"] for r in rows}, key=lambda m: (m not in METHODS, m)):
+        rs = [r for r in rows if r["method"] == method]
+        t2 = [r["time_to_2pct_s"] for r in rs]
+        m: dict[str, Any] = {
+            "seeds": len(rs),
+            "time_to_2pct_median_s": _q(t2, 0.5),
+            "time_to_2pct_p90_s": _q(t2, 0.9),
+            "never_within_2pct": sum(not r["reached"] for r in rs),
+            "total_median_s": _q([r["total_s"] for r in rs], 0.5),
+            "server_starts_median": _q([r["server_starts"] for r in rs], 0.5),
+            "regret_median": _q([r["regret"] for r in rs], 0.5),
+            "regret_max": max(r["regret"] for r in rs),
+            "hit_rate_2pct": sum(r["regret"] <= WITHIN for r in rs) / len(rs),
+        }
+        if method != "grid":
+            measured = sum(r["measured_speculative"] for r in rs)
+            pruned = sum(r["pruned"] for r in rs)
+            m.update(
+                {
+                    "pruned_fraction": pruned / measured if measured else 0.0,
+                    "prompts_saved_fraction": (
+                        sum(r["prompts_saved"] for r in rs) / (measured * gt["n_prompts"]) if measured else 0.0
+                    ),
+                    "false_prunes": sum(r["false_prunes"] for r in rs),
+                    "false_prune_rate": sum(r["false_prunes"] for r in rs) / pruned if pruned else 0.0,
+                    "verdict_right_rate": sum(r["verdict"] in gt["right_verdicts"] for r in rs) / len(rs),
+                    "verdicts": {v: sum(r["verdict"] == v for r in rs) for v in sorted({r["verdict"] for r in rs})},
+                }
+            )
+        out[method] = m
+    return out
+
+
+def summary_for(gt: dict[str, Any], methods: dict[str, Any], tuner: str = "tuner") -> dict[str, Any]:
+    grid = methods.get("grid")
+    t = methods.get(tuner)
+    if not t:
+        return {}
+    return {
+        "gpu_time_ratio_vs_grid": (t["time_to_2pct_median_s"] / grid["time_to_2pct_median_s"]) if grid else None,
+        "gpu_time_ratio_vs_full_grid": (t["time_to_2pct_median_s"] / grid["total_median_s"]) if grid else None,
+        "hit_rate_2pct": t["hit_rate_2pct"],
+        "false_prune_rate": t["false_prune_rate"],
+        "verdict_right_rate": t["verdict_right_rate"],
+    }
+
+
+# ------------------------------------------------------------------------------------------------ output
+
+
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.0f}%"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "## Search efficiency (scripts/bench_search.py)",
+        "",
+        f"Produced by `{result['command']}` on {result['date']} ({result['machine']}); "
+        f"{result['seeds']} seeds per scenario and method, {result['wall_s'] / 60:.1f} min of machine time. "
+        "All figures are simulated: the in-process simulator (`ModelRunner`) on a virtual clock that charges server "
+        'startup, warm-up and every generated token in the simulated hardware\'s seconds ("GPU time").',
+        "",
+        "Definitions: *time to 2%* = virtual GPU time until the true (noise-free) tok/s of the config the method "
+        "currently considers best (its highest measured tok/s, baselines included) is within 2% of the true optimum "
+        "(best true tok/s over every feasible grid point and baseline); a run that never gets there counts its total "
+        "time (column *never*). *Ratio* = median tuner time to 2% / median grid time to 2%. *Hit* = share of seeds "
+        "whose final recommendation (after confirmation; the grid: its best measured point) is within 2% of the "
+        "optimum. *Pruned* = share of measured speculative trials stopped early; *saved* = share of their prompts "
+        "not measured; *false prunes* = pruned trials whose true speedup over their baseline was > 1. *Verdict* = "
+        "share of seeds with the right verdict (speculation-wins if the best true speedup > 1 + min_gain, "
+        "baseline-wins if < 1, else baseline-wins or inconclusive). Grid = every feasible point in "
+        "bench_speculative.py's nested order (drafter, CUDA graphs, steps, topk, N), one start each; random = "
+        "RandomSampler with the same orchestration (baselines, SGLang default, dedup, confirmation), pruning off.",
+        "",
+    ]
+    for name, sc in result["scenarios"].items():
+        gt = sc["ground_truth"]
+        opt = gt["optimum"]
+        lines += [
+            f"### {name}: {gt['what']}",
+            "",
+            f"Space `{gt['space']}`: {gt['grid_points']} feasible points ({gt['within_2pct_points']} within 2% of the "
+            f"optimum), budget {gt['n_trials']} trials, {gt['n_prompts']} prompts. True optimum "
+            f"{opt['tok_per_s']:.1f} tok/s at `{json.dumps(opt['config'])}`; baselines "
+            + ", ".join(f"graphs {'on' if k == 'True' else 'off'} {v:.1f}" for k, v in gt["baselines"].items())
+            + f"; best speculative speedup {gt['best_speculative']['speedup_vs_own_baseline']:.3f} "
+            f"(right verdict: {' or '.join(gt['right_verdicts'])}).",
+            "",
+            "| method | time to 2% median | p90 | never | ratio vs grid | total median | starts | hit | "
+            "regret median / max | pruned | saved | false prunes | verdict right |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        grid = sc["methods"].get("grid")
+        for method, m in sc["methods"].items():
+            ratio = m["time_to_2pct_median_s"] / grid["time_to_2pct_median_s"] if grid else None
+            lines.append(
+                f"| {method} | {_h(m['time_to_2pct_median_s'])} | {_h(m['time_to_2pct_p90_s'])} | "
+                f"{m['never_within_2pct']} | {_ratio(ratio)} | {_h(m['total_median_s'])} | "
+                f"{m['server_starts_median']:.0f} | {_pct(m['hit_rate_2pct'])} | "
+                f"{100 * m['regret_median']:.1f}% / {100 * m['regret_max']:.1f}% | "
+                f"{_pct(m.get('pruned_fraction'))} | {_pct(m.get('prompts_saved_fraction'))} | "
+                + (f"{m['false_prunes']} ({_pct(m['false_prune_rate'])})" if "false_prunes" in m else "-")
+                + f" | {_pct(m.get('verdict_right_rate'))} |"
+            )
+        lines.append("")
+    lines += ["### Targets (tuner)", "", "| scenario | ratio vs grid (<= 0.15) | hit (>= 95%) | false prunes (<= 2%) |"]
+    lines.append("|---|---|---|---|")
+    for name, sc in result["scenarios"].items():
+        for tuner in [k for k in sc["summary"]]:
+            s = sc["summary"][tuner]
+            lines.append(
+                f"| {name} ({tuner}) | {_ratio(s['gpu_time_ratio_vs_grid'])} | {_pct(s['hit_rate_2pct'])} | "
+                f"{_pct(s['false_prune_rate'])} |"
+            )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_outputs(out: Path, result: dict[str, Any]) -> None:
+    """docs/benchmarks.json gets the key ``search``; docs/benchmarks.md the search section (other sections kept)."""
+    out.mkdir(parents=True, exist_ok=True)
+    jpath = out / "benchmarks.json"
+    data = json.loads(jpath.read_text()) if jpath.exists() else {}
+    data["search"] = result
+    jpath.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+    replace_section(out / "benchmarks.md", "search", markdown(result))
+
+
+BEGIN = "<!-- begin {} -->"
+END = "<!-- end {} -->"
+
+
+def replace_section(path: Path, key: str, body: str) -> None:
+    """Replace (or append) the block between the section's markers; the rest of the file is kept."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    b, e = BEGIN.format(key), END.format(key)
+    block = f"{b}\n{body.rstrip()}\n{e}\n"
+    if b in text and e in text:
+        text = text[: text.index(b)] + block + text[text.index(e) + len(e) + 1 :]
+    else:
+        text = text.rstrip() + "\n\n" + block
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--out", default=str(ROOT / "docs"))
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS) + list(PROTOTYPES))
+    args = p.parse_args(argv)
+    from joblib import Parallel, delayed
+
+    quiet()
+    t0 = time.perf_counter()
+    gts = dict(
+        zip(
+            args.scenarios,
+            Parallel(n_jobs=args.jobs)(delayed(ground_truth)(n) for n in args.scenarios),
+            strict=True,
+        )
+    )
+    tasks = [
+        (n, m, s, gts[n]["truth"], gts[n]["optimum"]["tok_per_s"])
+        for n in args.scenarios
+        for m in args.methods
+        for s in range(args.seeds)
+    ]
+    # the longest first (the grids), so both workers stay busy to the end
+    tasks.sort(key=lambda t: (t[1] != "grid", -gts[t[0]]["grid_points"]))
+    rows = Parallel(n_jobs=args.jobs, verbose=0)(delayed(run_one)(*t) for t in tasks)
+    result: dict[str, Any] = {
+        "command": "python scripts/bench_search.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"optuna {optuna.__version__}",
+        "seeds": args.seeds,
+        "wall_s": time.perf_counter() - t0,
+        "within": WITHIN,
+        "scenarios": {},
+    }
+    for n in args.scenarios:
+        gt = {k: v for k, v in gts[n].items() if k != "truth"}
+        rs = [r for r in rows if r["scenario"] == n]
+        methods = aggregate(gts[n], rs)
+        tuners = [m for m in methods if m.startswith("tuner") and m != "tuner_no_prune"]
+        result["scenarios"][n] = {
+            "ground_truth": gt,
+            "methods": methods,
+            "summary": {t: summary_for(gt, methods, t) for t in tuners},
+            **({k: v for k, v in summary_for(gt, methods).items()} if "tuner" in methods else {}),
+            "runs": [{k: v for k, v in r.items() if k != "scenario"} for r in rs],
+        }
+    write_outputs(Path(args.out), result)
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""Smoke tests of the benchmark scripts with tiny settings: they run, and their outputs have the documented structure
+and sane values. No wall-clock assertions (the figures themselves are benchmarks, not tests)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import bench_overhead  # noqa: E402
+import bench_search  # noqa: E402
+
+
+def test_bench_search_tiny(tmp_path):
+    methods = ["grid", "tuner", "tuner_no_prune", "random", "tuner_pm"]
+    rc = bench_search.main(
+        ["--seeds", "1", "--jobs", "1", "--scenarios", "llama-edge", "--methods", *methods, "--out", str(tmp_path)]
+    )
+    assert rc == 0
+    data = json.loads((tmp_path / "benchmarks.json").read_text())
+    sc = data["search"]["scenarios"]["llama-edge"]
+    gt = sc["ground_truth"]
+    assert gt["grid_points"] > 0 and gt["within_2pct_points"] >= 1
+    assert gt["optimum"]["tok_per_s"] > max(gt["baselines"].values())  # speculation wins here
+    assert gt["right_verdicts"] == ["speculation-wins"]
+    assert set(sc["methods"]) == set(methods)
+    for key in ("gpu_time_ratio_vs_grid", "hit_rate_2pct", "false_prune_rate"):
+        assert key in sc
+    assert 0 <= sc["hit_rate_2pct"] <= 1 and 0 <= sc["false_prune_rate"] <= 1
+    assert sc["gpu_time_ratio_vs_grid"] > 0
+    grid = sc["methods"]["grid"]
+    assert grid["server_starts_median"] == gt["grid_points"]  # one start per feasible point
+    for name, m in sc["methods"].items():
+        assert 0 < m["time_to_2pct_median_s"] <= m["total_median_s"] * (1 + 1e-9) or m["never_within_2pct"], name
+        assert 0 <= m["regret_median"] <= 1
+    for r in sc["runs"]:
+        assert r["charged"]["startup"] > 0 and r["charged"]["generate"] > 0  # the clock charged starts and tokens
+        if r["method"] != "grid":
+            assert r["pruned"] <= r["measured_speculative"]
+            assert r["verdict"] in ("speculation-wins", "baseline-wins", "inconclusive")
+        if r["method"] in ("tuner_no_prune", "random"):
+            assert r["pruned"] == 0
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert "<!-- begin search -->" in md and "| grid |" in md and "llama-edge" in md
+
+
+def test_bench_scenarios_resolve():
+    bench_search.install_bench_scenarios()
+    for name in bench_search.SCENARIOS:
+        space = bench_search.load(name)
+        assert bench_search.grid_points(space, bench_search.SGLangBackend())
+
+
+def test_replace_section_keeps_other_sections(tmp_path):
+    p = tmp_path / "b.md"
+    bench_search.replace_section(p, "a", "A1")
+    bench_search.replace_section(p, "b", "B1")
+    bench_search.replace_section(p, "a", "A2")
+    text = p.read_text()
+    assert "A2" in text and "B1" in text and "A1" not in text
+
+
+@pytest.mark.slow
+def test_bench_overhead_tiny(tmp_path):
+    rc = bench_overhead.main(
+        ["--trials", "2", "--rates", "2000", "--requests", "2", "--max-tokens", "128", "--out", str(tmp_path)]
+    )
+    assert rc == 0
+    data = json.loads((tmp_path / "benchmarks.json").read_text())["overhead"]
+    o = data["overhead"]
+    assert o["trials_launched"] >= 1 and o["bare_start_median_s"] > 0
+    assert o["median_s"]["launch"] > 0 and o["median_s"]["close"] >= 0
+    assert "overhead_per_trial_median_s" in o and "overhead_proposed_poll" in data
+    (c,) = data["client"]
+    assert c["requests"] == 2 and c["measured_tok_per_s_median"] > 0
+    assert abs(c["server_lag_median"]) < 1  # the server's own timing is a sane fraction of its schedule
+    assert "<!-- begin overhead -->" in (tmp_path / "benchmarks.md").read_text()
