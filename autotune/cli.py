@@ -178,6 +178,22 @@ class Context:
                 raise UserError(f"no study at {path}{hint}: run `autotune study {self.args.space}` first")
 
 
+def _reap(ctx: Context) -> None:
+    """Stop servers a previous run of ours left behind (killed orchestrator), found by their recorded PID and start
+    time, never by name; before the port check, so our own leftover is not mistaken for a foreign process."""
+    record = ctx.studies_dir / f"{ctx.study_name}.pids.json"
+    if ctx.args.in_process or not record.exists():
+        return
+    from autotune.process import reap_leftovers
+
+    stopped = reap_leftovers(record)
+    if stopped:
+        print(
+            f"stopped {len(stopped)} server(s) left by an earlier run: pid {', '.join(map(str, stopped))}",
+            file=sys.stderr,
+        )
+
+
 def _port_preflight(ctx: Context) -> None:
     """A port already in use by something we did not start is a user error, found before anything is written."""
     from autotune.errors import PortInUse
@@ -241,12 +257,11 @@ def cmd_study(ctx: Context) -> int:
         _print_problems(problems)
         if errors:
             raise ValidationFailed([f"{p}" for p in errors] + ["the study was not started (nothing written)"])
+    _reap(ctx)
     _port_preflight(ctx)
     ctx.ensure_dirs()
     seed = args.seed if args.seed is not None else (ctx.space.simulate.seed if ctx.space.simulate else None)
     runner, clock = ctx.runner(seed=seed or 0)
-    if hasattr(runner, "reap_leftovers"):
-        runner.reap_leftovers()
     study = ctx.open_study(create=True, seed=seed)
     view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=args.json)
     n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
@@ -282,6 +297,7 @@ def cmd_confirm(ctx: Context) -> int:
     from autotune.study import Orchestrator
 
     study = ctx.open_study(create=False)
+    _reap(ctx)
     _port_preflight(ctx)
     ctx.ensure_dirs()
     runner, clock = ctx.runner()
@@ -378,6 +394,7 @@ def cmd_bench(ctx: Context) -> int:
         eff = ctx.backend.resolve(config, ctx.run_space)
     except InfeasibleConfig as e:
         raise UserError(f"this config would be rejected or rewritten by the server: {e}") from None
+    _reap(ctx)
     _port_preflight(ctx)
     ctx.ensure_dirs()
     runner, _ = ctx.runner()

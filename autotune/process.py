@@ -415,7 +415,11 @@ class ProcessRunner:
         info = LaunchInfo(
             argv=argv, env=_redacted(own_env), log_path=str(log_path), pid=proc.pid, simulated=self.simulated
         )
-        session = ProcessSession(self, proc, port, info, effective)
+        try:
+            session = ProcessSession(self, proc, port, info, effective)
+        except BaseException:  # e.g. Ctrl-C before the session exists: stop the process group we just started
+            _stop_fresh_group(proc)
+            raise
         try:
             session._track()
             self._wait_healthy(session, t0)
@@ -660,3 +664,17 @@ __all__ = [
     "port_owner",
     "reap_leftovers",
 ]
+
+
+def _stop_fresh_group(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """Stop a server we started moments ago (its own session, so its group id is its pid): TERM, then KILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=timeout_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -290,20 +290,23 @@ class Orchestrator:
         return max(0, n_trials - self.counted_trials())
 
     def _recover_interrupted(self) -> None:
-        """Trials left RUNNING by a killed run (single-worker SQLite) are failed and re-queued."""
-        storage = self.study._storage
+        """Trials left RUNNING by a killed run (single-worker SQLite) are failed and their configs re-queued.
+        (With a server database, Optuna's heartbeat fails and retries stale trials instead.)"""
+        storage = getattr(self.study._storage, "_backend", self.study._storage)
         if not isinstance(storage, optuna.storages.RDBStorage) or not str(storage.engine.url).startswith("sqlite"):
             return
         for t in _trials(self.study, (TrialState.RUNNING,)):
             storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             storage.set_trial_user_attr(t._trial_id, "fail_reason", "the orchestrator stopped during this trial")
             storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            self.study.enqueue_trial(t.params, skip_if_exists=False)
+            if not is_baseline_trial(t):  # baselines are re-queued by _seed
+                self.study.enqueue_trial(t.params, user_attrs={"role": "speculative", "requeued_from": t.number})
 
     def _seed(self) -> None:
         """Baselines first (one per CUDA-graph setting), then the server's own defaults."""
         trials = _trials(self.study)
-        have_baseline = {t.params.get("cuda_graph") for t in trials if is_baseline_trial(t)}
+        live = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
+        have_baseline = {t.params.get("cuda_graph") for t in trials if is_baseline_trial(t) and t.state in live}
         for cg in self.space.search.cuda_graph:
             if cg not in have_baseline:
                 self.study.enqueue_trial({"cuda_graph": cg}, user_attrs={"role": "baseline"})
@@ -346,6 +349,19 @@ class Orchestrator:
 
     # -- one trial ----------------------------------------------------------------------------------
     def objective(self, trial: optuna.Trial) -> float:
+        try:
+            return self._objective(trial)
+        except KeyboardInterrupt:
+            # the server was stopped by the session's close(); the trial does not use the budget and its config is
+            # measured again when the study resumes
+            trial.set_user_attr("interrupted", True)
+            if not trial.user_attrs.get("role") == "baseline":
+                self.study.enqueue_trial(
+                    dict(trial.params), user_attrs={"role": "speculative", "requeued_from": trial.number}
+                )
+            raise
+
+    def _objective(self, trial: optuna.Trial) -> float:
         space = self.space
         if trial.user_attrs.get("role") == "baseline":
             config = TrialConfig.baseline(bool(trial.suggest_categorical("cuda_graph", list(space.search.cuda_graph))))
@@ -516,9 +532,6 @@ class Orchestrator:
             if tail:
                 trial.set_user_attr("log_tail", tail[-4000:])
             self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": str(e)}))
-            raise
-        except KeyboardInterrupt:
-            trial.set_user_attr("interrupted", True)
             raise
         finally:
             session.close()

@@ -80,10 +80,23 @@ class SimLaunchError(Exception):
 class Fault:
     kind: str
     n: int | None = None
+    drafter: str | None = None  # ``KIND[:N]@NAME``: only servers speculating with drafter NAME ("none": the baseline)
 
     @staticmethod
     def parse(text: str) -> Fault:
-        """``crash-startup``, ``never-healthy``, ``crash-after:N``, ``oom-above:N``, ``http500:N``, ``truncate:N``."""
+        """``crash-startup``, ``never-healthy``, ``crash-after:N``, ``oom-above:N``, ``http500:N``, ``truncate:N``,
+        each optionally scoped to one drafter with ``@NAME`` (``@none`` for the non-speculative server)."""
+        text, _, scope = text.strip().partition("@")
+        if _ and not scope:
+            raise ValueError(f"fault {text + '@'!r}: name a drafter after '@'")
+        f = Fault._parse(text)
+        return Fault(f.kind, f.n, scope or None)
+
+    def applies_to(self, drafter: str | None) -> bool:
+        return self.drafter is None or self.drafter == (drafter or "none")
+
+    @staticmethod
+    def _parse(text: str) -> Fault:
         kind, _, num = text.strip().partition(":")
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {text!r}; expected one of {', '.join(FAULT_KINDS)} (with :N where needed)")
@@ -100,7 +113,8 @@ class Fault:
         return Fault(kind)
 
     def __str__(self) -> str:
-        return self.kind if self.n is None else f"{self.kind}:{self.n}"
+        base = self.kind if self.n is None else f"{self.kind}:{self.n}"
+        return base if self.drafter is None else f"{base}@{self.drafter}"
 
 
 @dataclass
@@ -328,6 +342,7 @@ def parse_launch_args(argv: list[str]) -> ResolvedArgs:
 
     algo = vals.get("speculative_algorithm")
     if algo is None:
+        args.faults = tuple(f for f in args.faults if f.applies_to(None))
         return args
     algo = str(algo).upper()
     if algo not in KNOWN_ALGORITHMS:
@@ -356,6 +371,7 @@ def parse_launch_args(argv: list[str]) -> ResolvedArgs:
         raise _not_loadable(draft, log)
     args.speculative_draft_model_path = draft
     args.drafter = drafter
+    args.faults = tuple(f for f in args.faults if f.applies_to(drafter.name if drafter else None))
 
     steps = vals.get("speculative_num_steps")
     topk = vals.get("speculative_eagle_topk")
