@@ -438,26 +438,28 @@ def cmd_bench(ctx: Context) -> int:
 
 
 def cmd_dashboard(ctx: Context) -> int:
+    import shutil
     import subprocess
 
+    from autotune.errors import UserError
+
     ctx._require_existing()
-    argv = [
-        sys.executable,
-        "-m",
-        "optuna_dashboard",
-        ctx.storage_url,
-        "--host",
-        ctx.args.host,
-        "--port",
-        str(ctx.args.port),
-    ]
+    exe = Path(sys.executable).parent / "optuna-dashboard"
+    found = str(exe) if exe.exists() else shutil.which("optuna-dashboard")
+    if not found:
+        raise UserError("optuna-dashboard is not installed in this environment (pip install optuna-dashboard)")
+    argv = [found, ctx.storage_url, "--host", ctx.args.host, "--port", str(ctx.args.port)]
     print(f"optuna-dashboard on http://{ctx.args.host}:{ctx.args.port}/ (Ctrl-C to stop)", file=sys.stderr)
-    proc = subprocess.Popen(argv)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     try:
         return proc.wait()
     except KeyboardInterrupt:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         return EXIT_OK
 
 

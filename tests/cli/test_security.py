@@ -19,8 +19,18 @@ def test_secret_env_values_are_never_written(tmp_path):
     r = autotune("study", str(space), "--simulate", "--no-confirm", "--studies-dir", str(studies))
     assert r.returncode == 0, r.stderr
     assert SECRET not in r.stdout + r.stderr
-    outputs = [autotune("report", str(space), "--simulate", "--json", "--html", str(tmp_path / "r.html"),
-                        "--studies-dir", str(studies))]
+    outputs = [
+        autotune(
+            "report",
+            str(space),
+            "--simulate",
+            "--json",
+            "--html",
+            str(tmp_path / "r.html"),
+            "--studies-dir",
+            str(studies),
+        )
+    ]
     for fmt in ("sglang", "yaml", "json"):
         outputs.append(autotune("export", str(space), "--simulate", "--format", fmt, "--studies-dir", str(studies)))
     for o in outputs:
