@@ -95,9 +95,9 @@ class LiveView:
         head.append(f"complete {self.counts['COMPLETE']}  pruned {self.counts['PRUNED']}  failed {self.counts['FAIL']}")
         t = Table.grid(padding=(0, 2))
         for cfg, tps in self.baselines.items():
-            t.add_row(cfg, f"{tps:.1f} {unit}")
+            t.add_row(Text(cfg), Text(f"{tps:.1f} {unit}"))
         if self.best:
-            t.add_row("best so far: " + self.best[1], f"{self.best[0]:.1f} {unit}")
+            t.add_row(Text("best so far: " + self.best[1]), Text(f"{self.best[0]:.1f} {unit}"))
         cur = Text("")
         if self.current:
             cur = Text(

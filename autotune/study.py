@@ -169,7 +169,9 @@ def open_study(
     digest = space_digest(space)
     attrs = study.user_attrs
     if "space_digest" not in attrs:
-        study.set_metric_names(["tok_per_s"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(["tok_per_s"])
         study.set_user_attr("space_digest", digest)
         study.set_user_attr("space_name", space.name)
         study.set_user_attr("backend", space.server.backend)
