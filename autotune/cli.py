@@ -495,10 +495,23 @@ COMMANDS = {
 }
 
 
+def _interrupt_on_termination() -> None:
+    """SIGTERM (a job scheduler, `kill`) and SIGHUP (a closed terminal) stop the run like Ctrl-C: the server we
+    started is stopped and the study stays resumable, instead of leaving a server holding GPUs."""
+    import signal
+
+    def _raise(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from autotune.errors import AutotuneError, UserError
 
+    _interrupt_on_termination()
     try:
         import optuna
 

@@ -237,3 +237,28 @@ def test_ctrl_c_stops_the_server_and_leaves_the_study_resumable(tmp_path):
     assert not [t for t in rep["trials"] if t["state"] == "RUNNING"]
     assert rep["baseline"]["cuda_graph_off"]["tok_per_s"] > 0
     _assert_clean(port)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_termination_signals_stop_the_server_like_ctrl_c(tmp_path, sig):
+    space, port = _space(tmp_path, n_trials=3)
+    argv = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "study",
+        str(space),
+        "--simulate",
+        "--studies-dir",
+        str(tmp_path / "studies"),
+        "--no-confirm",
+    ]
+    orch = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _ours(port):
+        time.sleep(0.05)
+    assert _ours(port), "no server started"
+    orch.send_signal(sig)
+    _, err = orch.communicate(timeout=60)
+    assert orch.returncode == 130, err
+    _assert_clean(port)
