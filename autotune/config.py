@@ -32,8 +32,11 @@ class TrialConfig:
 
     @staticmethod
     def make(drafter: str | None, cuda_graph: bool = True, **knobs: KnobValue) -> TrialConfig:
-        return TrialConfig(drafter=drafter, cuda_graph=bool(cuda_graph),
-                           knobs=tuple(sorted((k, v) for k, v in knobs.items() if v is not None)))
+        return TrialConfig(
+            drafter=drafter,
+            cuda_graph=bool(cuda_graph),
+            knobs=tuple(sorted((k, v) for k, v in knobs.items() if v is not None)),
+        )
 
     @staticmethod
     def baseline(cuda_graph: bool = True) -> TrialConfig:
@@ -101,9 +104,14 @@ class PromptResult:
 
     def to_dict(self, with_text: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "index": self.index, "completion_tokens": self.completion_tokens, "seconds": self.seconds,
-            "tok_per_s": self.tok_per_s, "ttft_s": self.ttft_s, "prompt_tokens": self.prompt_tokens,
-            "accept_length": self.accept_length, "finish_reason": self.finish_reason,
+            "index": self.index,
+            "completion_tokens": self.completion_tokens,
+            "seconds": self.seconds,
+            "tok_per_s": self.tok_per_s,
+            "ttft_s": self.ttft_s,
+            "prompt_tokens": self.prompt_tokens,
+            "accept_length": self.accept_length,
+            "finish_reason": self.finish_reason,
         }
         if with_text:
             d["text"] = self.text

@@ -33,8 +33,9 @@ class SpaceError(UserError):
     (``search.num_steps.low``), ``expected`` what was expected there.
     """
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
-                 field: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, path: str | None = None, line: int | None = None, field: str | None = None
+    ) -> None:
         self.path = path
         self.line = line
         self.field = field
@@ -80,8 +81,9 @@ class LaunchError(AutotuneError):
 class ServerExited(LaunchError):
     kind = "exited"
 
-    def __init__(self, message: str, *, returncode: int | None = None, log_tail: str = "",
-                 log_path: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, returncode: int | None = None, log_tail: str = "", log_path: str | None = None
+    ) -> None:
         self.returncode = returncode
         super().__init__(message, log_tail=log_tail, log_path=log_path)
 

@@ -12,7 +12,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.stats import PruneDecision, prune_decision
+from autotune.stats import START_NOISE, PruneDecision, prune_decision
 
 BASELINE = "none"
 
@@ -41,14 +41,19 @@ def paired_values(trial: FrozenTrial, baseline: FrozenTrial) -> tuple[list[float
 
 
 class BaselinePruner(BasePruner):
-    def __init__(self, confidence: float = 0.95, min_prompts: int = 2, enabled: bool = True) -> None:
+    def __init__(
+        self, confidence: float = 0.95, min_prompts: int = 2, enabled: bool = True, start_noise: float = START_NOISE
+    ) -> None:
+        if start_noise < 0:
+            raise ValueError(f"start_noise must be at least 0 but got {start_noise}")
         if not 0 < confidence < 1:
             raise ValueError(f"confidence must be in (0, 1) but got {confidence}")
-        if min_prompts < 2:
-            raise ValueError(f"min_prompts must be at least 2 but got {min_prompts}")
+        if min_prompts < 1:  # an interval needs 2 prompts whatever is asked: 1 behaves as 2
+            raise ValueError(f"min_prompts must be at least 1 but got {min_prompts}")
         self.confidence = confidence
         self.min_prompts = min_prompts
         self.enabled = enabled
+        self.start_noise = start_noise
 
     def decide(self, study: optuna.Study, trial: FrozenTrial) -> PruneDecision | None:
         """The decision with its numbers, or None when there is nothing to compare with."""
@@ -58,7 +63,9 @@ class BaselinePruner(BasePruner):
         if baseline is None:
             return None
         t, b = paired_values(trial, baseline)
-        return prune_decision(t, b, confidence=self.confidence, min_prompts=self.min_prompts)
+        return prune_decision(
+            t, b, confidence=self.confidence, min_prompts=self.min_prompts, start_noise=self.start_noise
+        )
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         if not self.enabled:

@@ -132,6 +132,9 @@ class PruningSpec:
     confidence: float = 0.95
     min_prompts: int = 2
     zero_accept_max: float = 1.1  # acceptance length at or below this after the first prompt: drafter not engaged
+    # sd of the log speedup between one server start and another that a single start's prompts cannot show (each
+    # start's whole speed moves by ~2.5%: sqrt(2) * 2.5% for a trial/baseline pair); widens the prune bound
+    start_noise: float = 0.035
 
 
 @dataclass(frozen=True)
@@ -143,8 +146,8 @@ class BudgetSpec:
 @dataclass(frozen=True)
 class VerdictSpec:
     min_gain: float = 0.02
-    confirm_top: int = 2
-    repeats: int = 3
+    confirm_top: int = 3
+    repeats: int = 4
     confidence: float = 0.95
     #: a trial whose output matches the baseline's for less than this fraction is flagged
     lossless_min_prefix: float = 0.9
@@ -966,6 +969,7 @@ class _Reader:
                     "confidence": self.confidence,
                     "min_prompts": lambda x, p, ln: self.int_(x, p, ln, 1),
                     "zero_accept_max": lambda x, p, ln: self.num(x, p, ln, 1),
+                    "start_noise": lambda x, p, ln: self.num(x, p, ln, 0, 0.5),
                 },
             )
         )

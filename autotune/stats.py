@@ -66,13 +66,20 @@ def speedup_interval(logs: Sequence[float], confidence: float = 0.95) -> Interva
     return Interval(point=math.exp(m), low=math.exp(m - half), high=math.exp(m + half), n=n, confidence=confidence)
 
 
-def upper_bound(logs: Sequence[float], confidence: float) -> float:
-    """One-sided upper confidence bound of the geometric-mean speedup (a ratio)."""
+#: default sd of the log speedup between server starts (see ``PruningSpec.start_noise``)
+START_NOISE = 0.035
+
+
+def upper_bound(logs: Sequence[float], confidence: float, start_noise: float = START_NOISE) -> float:
+    """One-sided upper confidence bound of the geometric-mean speedup (a ratio) of one trial start over one
+    baseline start. The prompts of one start share that start's speed, so the spread between prompts cannot show
+    the start-to-start noise: it is added as ``start_noise`` (sd of the log ratio), or the bound would be too
+    tight and good configs would be pruned on an unlucky start (measured: scripts/bench_search.py)."""
     n = len(logs)
     if n < 2:
         return math.inf
     m, sd = mean_sd(logs)
-    return math.exp(m + _t_quantile(confidence, n - 1) * sd / math.sqrt(n))
+    return math.exp(m + _t_quantile(confidence, n - 1) * math.sqrt(sd * sd / n + start_noise**2))
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,12 @@ class PruneDecision:
 
 
 def prune_decision(
-    trial: Sequence[float], baseline: Sequence[float], *, confidence: float, min_prompts: int
+    trial: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    confidence: float,
+    min_prompts: int,
+    start_noise: float = START_NOISE,
 ) -> PruneDecision:
     """Prune once the one-sided upper confidence bound of the paired speedup falls below 1.
 
@@ -94,7 +106,7 @@ def prune_decision(
     n = len(logs)
     if n < max(2, min_prompts):
         return PruneDecision(False, math.inf, n, f"only {n} paired prompts (need {max(2, min_prompts)})")
-    ub = upper_bound(logs, confidence)
+    ub = upper_bound(logs, confidence, start_noise)
     if ub < 1.0:
         return PruneDecision(
             True,

@@ -113,6 +113,11 @@ def _sqlite_pragmas(storage: optuna.storages.RDBStorage) -> None:
     storage.engine.dispose()
 
 
+def make_pruner(space: Space) -> BaselinePruner:
+    p = space.pruning
+    return BaselinePruner(p.confidence, p.min_prompts, p.enabled, p.start_noise)
+
+
 def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -153,7 +158,7 @@ def open_study(
 ) -> optuna.Study:
     """Create or load the study; refuse to resume one measured with a different prompt set."""
     st = make_storage(storage) if isinstance(storage, str) else storage
-    pruner = BaselinePruner(space.pruning.confidence, space.pruning.min_prompts, space.pruning.enabled)
+    pruner = make_pruner(space)
     sampler = sampler or make_sampler(space, seed)
     if not create:
         try:
@@ -276,7 +281,7 @@ class Orchestrator:
         self.study = study
         self.clock = clock or MonotonicClock()
         self.emit = listener or _quiet
-        self.pruner = BaselinePruner(space.pruning.confidence, space.pruning.min_prompts, space.pruning.enabled)
+        self.pruner = make_pruner(space)
 
     # -- budget -------------------------------------------------------------------------------------
     def counted_trials(self, running: bool = False) -> int:
@@ -606,7 +611,7 @@ class Orchestrator:
                 continue
             tv = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
             bv = [baseline.intermediate_values.get(s) for s in sorted(t.intermediate_values)]
-            if upper_bound(log_ratios(tv, bv), space.verdict.confidence) < 1.0:
+            if upper_bound(log_ratios(tv, bv), space.verdict.confidence, space.pruning.start_noise) < 1.0:
                 continue
             seen.add(key)
             out.append(t)
@@ -619,6 +624,19 @@ class Orchestrator:
         CUDA-graph setting (so drift cancels in the pair), and decide the verdict from paired intervals."""
         space = self.space
         cands = self.candidates()
+        if cands and (space.verdict.confirm_top == 0 or space.verdict.repeats < 2):
+            # configs worth confirming exist but the space asks for no (usable) confirmation: nothing is proven
+            state = {
+                "keys": [],
+                "rounds": [],
+                "results": [],
+                "best": None,
+                "done": True,
+                "verdict": "inconclusive",
+                "note": "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)",
+            }
+            self.study.set_user_attr("confirmation", state)
+            return state
         keys = [t.user_attrs["config_key"] for t in cands]
         previous = self.study.user_attrs.get("confirmation")
         if previous and previous.get("keys") == keys and previous.get("done"):
