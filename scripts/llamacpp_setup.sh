@@ -86,6 +86,10 @@ else
 fi
 
 if [[ "${AUTOTUNE_SKIP_MODELS:-0}" != "1" ]]; then
+    if ! "$PY" -c 'import gguf, numpy' >/dev/null 2>&1; then
+        log "$PY cannot import gguf and numpy: run '$PY -m pip install gguf numpy' (or pip install -e '.[llamacpp]'), or set PYTHON"
+        exit 1
+    fi
     PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m autotune.llamacpp_models "$MODELS_DIR" >&2
 fi
 
