@@ -2,8 +2,12 @@
 
 Backend-agnostic: the backend builds the request (``Backend.request``) and reads each streamed JSON chunk
 (``Backend.parse_chunk``). The client
-- times the request on the injected monotonic clock: ``seconds`` from sending the request to the last chunk
-  that carried new text; ``ttft_s`` to the first one,
+- times the request on the injected monotonic clock: ``seconds`` from sending the request (built and encoded
+  beforehand, so the client's own JSON/URL work is not timed) to the last chunk that carried new text; ``ttft_s``
+  to the first one,
+- reads each response to its end, also after ``[DONE]``, so the connection is reused by the next request (a
+  response closed early costs the next request a new TCP connection, and a simulated server a new thread: a
+  fixed ~2-5 ms per request that showed up as timing error at high token rates),
 - takes token counts from the server (usage / meta_info), never from counting chunks (one chunk can carry
   several accepted tokens),
 - takes acceptance from the final chunk, or from /metrics deltas around the request for backends that only
@@ -195,10 +199,12 @@ class BenchmarkClient:
         )
         before = self.metrics() if self.backend.acceptance_from_metrics_deltas else None
         s = _Stream()
+        request = self._http.build_request("POST", path, json=body)
         t0 = self.clock.now()
         deadline = t0 + self.request_timeout_s
         try:
-            with self._http.stream("POST", path, json=body) as resp:
+            resp = self._http.send(request, stream=True)
+            try:
                 if resp.status_code >= 400:
                     detail = _short(resp.read())
                     if resp.status_code >= 500:
@@ -207,14 +213,18 @@ class BenchmarkClient:
                 for line in resp.iter_lines():
                     now = self.clock.now()
                     if now > deadline:
+                        if s.done:
+                            break  # complete; a server still sending after [DONE] only costs its connection
                         raise BenchmarkError(f"prompt {index}: no complete answer within {self.request_timeout_s:g} s")
                     line = line.strip()
                     if not line.startswith("data:"):
                         continue  # blank separators, comments, event:/id: lines
                     data = line[len("data:") :].strip()
+                    if s.done:
+                        continue  # read to the end of the response: the connection stays reusable
                     if data == "[DONE]":
                         s.done = True
-                        break
+                        continue
                     try:
                         obj = json.loads(data)
                     except ValueError:
@@ -225,12 +235,16 @@ class BenchmarkClient:
                     if info.error:
                         raise _Retryable(f"server error in stream: {info.error}")
                     s.add(info, now)
+            finally:
+                resp.close()
         except httpx.TimeoutException as e:
-            if isinstance(e, httpx.ConnectTimeout):
-                raise _Retryable(f"connect timeout: {e}") from None
-            raise BenchmarkError(f"prompt {index}: timed out ({type(e).__name__}: {e})") from None
+            if not (s.done and s.final):  # else: only reading past [DONE] timed out, the answer was complete
+                if isinstance(e, httpx.ConnectTimeout):
+                    raise _Retryable(f"connect timeout: {e}") from None
+                raise BenchmarkError(f"prompt {index}: timed out ({type(e).__name__}: {e})") from None
         except httpx.TransportError as e:
-            raise _Retryable(f"{type(e).__name__}: {e}") from None
+            if not (s.done and s.final):  # else: dropped after [DONE], the answer was complete
+                raise _Retryable(f"{type(e).__name__}: {e}") from None
         end = self.clock.now()
         if not s.done:
             raise _Retryable("stream ended without [DONE] (truncated)")

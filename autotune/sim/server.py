@@ -106,6 +106,11 @@ class _Handler(BaseHTTPRequestHandler):
     server: SimServer
     arrived = 0.0
 
+    def parse_request(self) -> bool:
+        # a request's clock starts when its request line has been read, before Python parses its headers (~0.2 ms)
+        self.arrived = time.monotonic()
+        return super().parse_request()
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s - %s", self.address_string(), format % args)
 
@@ -146,8 +151,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
 
     def _end_stream(self) -> None:
-        self._send_event("[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
+        # [DONE] and the chunked body's terminator in one write: the client sees the response end with [DONE]
+        data = b"data: [DONE]\n\n"
+        self.wfile.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
 
     # -- routes ----------------------------------------------------------------------------------------------------
     def do_GET(self) -> None:  # noqa: N802
@@ -178,7 +184,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": f"not found: {path}"})
 
     def do_POST(self) -> None:  # noqa: N802
-        self.arrived = time.monotonic()  # the request's clock starts when it arrives, not after planning
         path = self.path.split("?", 1)[0]
         if path not in ("/generate", "/v1/completions", "/v1/chat/completions"):
             self._json(404, {"error": f"not found: {path}"})

@@ -343,3 +343,42 @@ def test_bad_arguments():
         BenchmarkClient("http://x", SGLangBackend(), retries=-1)
     with pytest.raises(ValueError, match="timeouts"):
         BenchmarkClient("http://x", SGLangBackend(), request_timeout_s=0)
+
+
+def chunked_ok(h: Handler, _n: int, *, stall_after_done: float = 0.0) -> None:
+    """One final chunk and [DONE] as HTTP/1.1 chunked transfer on a keep-alive connection (as SGLang streams)."""
+    h.send_response(200)
+    h.send_header("Content-Type", "text/event-stream")
+    h.send_header("Transfer-Encoding", "chunked")
+    h.end_headers()
+    meta = {"prompt_tokens": 3, "completion_tokens": 2, "finish_reason": {"type": "length", "length": 2}}
+    for ev in (json.dumps({"text": "a b ", "meta_info": meta}), "[DONE]"):
+        data = f"data: {ev}\n\n".encode()
+        h.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+    if stall_after_done:
+        time.sleep(stall_after_done)
+        h.close_connection = True
+        return
+    h.wfile.write(b"0\r\n\r\n")
+
+
+def test_responses_read_to_the_end_so_the_connection_is_reused(server):
+    ports: list[int] = []
+
+    def script(h: Handler, n: int) -> None:
+        ports.append(h.client_address[1])
+        chunked_ok(h, n)
+
+    server.script["POST /generate"] = script
+    with make_client(server) as c:
+        for _ in range(3):
+            assert c.measure(0, "x").completion_tokens == 2
+    assert len(ports) == 3 and len(set(ports)) == 1  # one TCP connection for all three requests
+
+
+def test_server_stalling_after_done_still_counts(server):
+    server.script["POST /generate"] = lambda h, n: chunked_ok(h, n, stall_after_done=1.0)
+    with make_client(server, request_timeout_s=0.3, retries=0) as c:
+        r = c.measure(0, "x")
+    assert r.completion_tokens == 2 and r.text == "a b "
+    assert server.count("/generate") == 1
