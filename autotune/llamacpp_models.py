@@ -12,6 +12,10 @@
   accepted, acceptance length above ~1.2) but too poor to pay for itself, and speculation with it loses.
   ``bad_noise`` large (e.g. 100) gives a draft that agrees only by chance.
 
+Draft confidence: the output head's random part is scaled by ``logit_scale`` so that the softmax is peaked
+like a trained model's (median top probability ~0.6 at the default 6; at 1 it would be ~0.01 and any
+``--spec-draft-p-min`` above that would stop every draft). Scaling keeps every greedy choice unchanged.
+
 Output hygiene: embedding dimension 0 is a constant channel that no layer writes to (the rows of
 ``attn_output`` and ``ffn_down`` for it are zero), so after the final RMS norm it is a positive constant;
 the output head gives every ordinary token a large weight on it and the byte/special tokens zero (their
@@ -86,6 +90,7 @@ class ModelSpec:
     ffn: int = 2048
     eps: float = 0.03
     bad_noise: float = 0.5
+    logit_scale: float = 6.0
     seed: int = 0
     dtype: str = "f32"  # f16 | f32
     context: int = 4096
@@ -101,6 +106,8 @@ class ModelSpec:
             )
         if self.eps < 0:
             raise ValueError(f"eps must be at least 0 but got {self.eps}")
+        if self.logit_scale <= 0:
+            raise ValueError(f"logit_scale must be positive but got {self.logit_scale}")
         if self.bad_noise < 0:
             raise ValueError(f"bad_noise must be at least 0 but got {self.bad_noise}")
         if self.dtype not in ("f16", "f32"):
@@ -146,7 +153,7 @@ def _params(spec: ModelSpec, seed: int, n_vocab: int, n_ordinary_from: int) -> d
 
     embd = rng.standard_normal((n_vocab, d), dtype=np.float32)
     embd[:, 0] = 1.0  # the constant channel
-    out = lin(n_vocab, d)
+    out = lin(n_vocab, d) * np.float32(spec.logit_scale)
     out[:, 0] = 0.0
     out[n_ordinary_from:, 0] = 40.0  # a bias every ordinary token gets and byte/special tokens don't
     out[:n_ordinary_from, :] = 0.0
@@ -184,7 +191,9 @@ def _noisy_head(out: Any, spec: ModelSpec, first_ordinary: int) -> Any:
     rng = np.random.default_rng(spec.seed + 1_000_003)
     noisy = out.copy()
     rows = noisy[first_ordinary:, 1:]
-    rows += (spec.bad_noise / np.sqrt(spec.width)) * rng.standard_normal(rows.shape, dtype=np.float32)
+    rows += (spec.bad_noise * spec.logit_scale / np.sqrt(spec.width)) * rng.standard_normal(
+        rows.shape, dtype=np.float32
+    )
     return noisy
 
 
@@ -283,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ffn", type=int, default=d.ffn)
     p.add_argument("--eps", type=float, default=d.eps)
     p.add_argument("--bad-noise", type=float, default=d.bad_noise)
+    p.add_argument("--logit-scale", type=float, default=d.logit_scale)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--dtype", choices=("f16", "f32"), default=d.dtype)
     p.add_argument("--force", action="store_true", help="rewrite even when present with the same parameters")
@@ -296,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ffn=a.ffn,
         eps=a.eps,
         bad_noise=a.bad_noise,
+        logit_scale=a.logit_scale,
         seed=a.seed,
         dtype=a.dtype,
     )

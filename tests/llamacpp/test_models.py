@@ -73,7 +73,7 @@ def test_good_draft_is_the_targets_first_layer_and_bad_draft_has_a_noisy_head(wr
     specials = np.array([ty != int(gguf.TokenType.NORMAL) for ty in types])
     assert np.all(bout[specials] == 0)
     noise = (bout - tout)[~specials, 1:]
-    assert noise.std() == pytest.approx(SMALL.bad_noise / np.sqrt(SMALL.width), rel=0.1)
+    assert noise.std() == pytest.approx(SMALL.bad_noise * SMALL.logit_scale / np.sqrt(SMALL.width), rel=0.1)
 
 
 def test_extra_layers_output_projections_scaled_by_eps(written):
@@ -117,6 +117,7 @@ def test_rewritten_only_when_parameters_change(tmp_path):
         ({"kv_heads": 3}, "kv_heads"),
         ({"eps": -1.0}, "eps"),
         ({"bad_noise": -1.0}, "bad_noise"),
+        ({"logit_scale": 0.0}, "logit_scale"),
         ({"dtype": "q4"}, "dtype"),
     ],
 )
