@@ -546,7 +546,8 @@ def main(argv: list[str]) -> int:
         )
         return 1
     server.launch_command = " ".join(["python3", "-m", "sglang.launch_server", *argv])
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    # serve_forever checks for shutdown every poll_interval: a short one makes SIGTERM -> exit quick
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     t0 = time.monotonic()
     scale = args.time_scale
