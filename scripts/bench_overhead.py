@@ -11,14 +11,21 @@ a real process (``python -m autotune.sim`` via ``autotune.sim.simulated_space``)
    token rates; timing error = client's seconds vs the simulator's noise-free schedule (``--sim-no-noise``,
    ``--launch-index 0``: the server streams exactly the plan ``SimEngine`` computes in-process).
 
+3. Reference reader: a minimal HTTP/1.1 client on a raw socket (request in one write, TCP_NODELAY, one keep-alive
+   connection) reads the same streams, interleaved with the client's requests: what is left of its error is the
+   server's and the loopback's, not the client's.
+
     python scripts/bench_overhead.py                   # writes docs/benchmarks.{md,json} (section "overhead")
     python scripts/bench_overhead.py --trials 3 --rates 2000 20000 --out /tmp/o
+    git archive COMMIT autotune | tar -x -C /tmp/old && python scripts/bench_overhead.py --before /tmp/old
+                                                       # the same measurements of COMMIT's package first, side by side
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import platform
 import socket
@@ -36,10 +43,13 @@ import httpx
 import optuna
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+#: the autotune package measured (default: this checkout); ``--before DIR`` runs this script again on another
+#: checkout's package (e.g. ``git archive COMMIT autotune``) with this variable set, for before/after figures
+PACKAGE_ROOT = Path(os.environ.get("AUTOTUNE_BENCH_PACKAGE") or ROOT)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from bench_search import replace_section  # noqa: E402
+
+sys.path.insert(0, str(PACKAGE_ROOT))
 
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
 from autotune.client import BenchmarkClient  # noqa: E402
@@ -155,10 +165,6 @@ class WallOrchestrator(Orchestrator):
             self.walls.append(time.perf_counter() - t0)
 
 
-#: prototype of a package change: health polls from 20 ms growing to at most 250 ms (shipped: 50 ms -> 1 s)
-PROPOSED_POLL = (0.02, 0.25)
-
-
 def measure_overhead(
     n_trials: int, time_scale: float, max_tokens: int, poll: tuple[float, float] | None = None
 ) -> dict[str, Any]:
@@ -248,8 +254,62 @@ class _E2EBackend(SGLangBackend):
         return super().parse_chunk(obj)
 
 
+class RawReader:
+    """Reference reader: HTTP/1.1 on one keep-alive raw socket with TCP_NODELAY, each request in one write; times
+    the last SSE event before ``[DONE]`` (perf_counter, like the client's clock)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _more(self) -> None:
+        data = self.sock.recv(65536)
+        if not data:
+            raise RuntimeError("the server closed the connection")
+        self.buf += data
+
+    def measure(self, path: str, body: dict[str, Any]) -> dict[str, float]:
+        raw = json.dumps(body).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(raw)}\r\n\r\n"
+        ).encode()
+        t0 = time.perf_counter()
+        self.sock.sendall(head + raw)
+        while b"\r\n\r\n" not in self.buf:
+            self._more()
+        first_byte = time.perf_counter() - t0
+        status, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        if b" 200 " not in status.split(b"\r\n", 1)[0] or b"chunked" not in status.lower():
+            raise RuntimeError(f"unexpected response head {status[:200]!r}")
+        last = None
+        while True:
+            while b"\r\n" not in self.buf:
+                self._more()
+            size_line, rest = self.buf.split(b"\r\n", 1)
+            size = int(size_line, 16)
+            while len(rest) < size + 2:
+                self._more()
+                size_line, rest = self.buf.split(b"\r\n", 1)
+            now = time.perf_counter()
+            chunk, self.buf = rest[:size], rest[size + 2 :]
+            if size == 0:
+                break
+            if any(e.startswith(b"data:") and e.strip() != b"data: [DONE]" for e in chunk.split(b"\n\n")):
+                last = now
+        if last is None:
+            raise RuntimeError("no data events")
+        return {"seconds": last - t0, "first_byte_s": first_byte}
+
+
 def measure_client(rate: float, max_tokens: int, requests: int) -> dict[str, Any]:
-    """The client against a baseline server streaming at ~``rate`` tok/s (wall)."""
+    """The client against a baseline server streaming at ~``rate`` tok/s (wall), and the reference reader on the
+    same server, request by request in turn."""
     hw_rate = 158.2  # the llama scenario's baseline tok/s (graphs on), simulated hardware
     scale = rate / hw_rate
     space = space_for(scale, max_tokens=max_tokens, extra=("--sim-no-noise", "--launch-index", "0"), prompts=5)
@@ -258,7 +318,7 @@ def measure_client(rate: float, max_tokens: int, requests: int) -> dict[str, Any
     argv = backend.argv(cfg, space, port=space.server.port, simulate=True)
     engine = SimEngine(parse_launch_args(sim_argv(argv)), 0)
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    rows = []
+    rows, raw_rows = [], []
     try:
         client = BenchmarkClient.for_space(space, backend, f"http://127.0.0.1:{space.server.port}")
         deadline = time.monotonic() + 60
@@ -268,9 +328,13 @@ def measure_client(rate: float, max_tokens: int, requests: int) -> dict[str, Any
             time.sleep(0.01)
         prompts = space.benchmark.prompts
         client.measure(0, prompts[0].text)  # warm-up (request 1)
+        reader = RawReader(space.server.port)
+        index = 2
         for n in range(requests):
             p = prompts[n % len(prompts)]
-            gen = engine.generate(p.text, max_tokens, temperature=0.0, request_index=n + 2)
+            # the client
+            gen = engine.generate(p.text, max_tokens, temperature=0.0, request_index=index)
+            index += 1
             scheduled = gen.plan.e2e_ms / 1000.0 / scale
             backend.e2e_latency = None
             c0 = time.process_time()
@@ -292,6 +356,16 @@ def measure_client(rate: float, max_tokens: int, requests: int) -> dict[str, Any
                     "cpu_share": cpu / wall if wall > 0 else 0.0,
                 }
             )
+            # the reference reader, same prompt, same request body
+            gen = engine.generate(p.text, max_tokens, temperature=0.0, request_index=index)
+            index += 1
+            scheduled = gen.plan.e2e_ms / 1000.0 / scale
+            path, body = backend.request(
+                p.text, max_tokens=max_tokens, temperature=0.0, api=space.benchmark.api, model=space.server.model_path
+            )
+            rr = reader.measure(path, body)
+            raw_rows.append({"error": rr["seconds"] / scheduled - 1.0, "fixed_ms": (rr["seconds"] - scheduled) * 1e3})
+        reader.close()
         client.close()
     finally:
         proc.terminate()
@@ -314,76 +388,147 @@ def measure_client(rate: float, max_tokens: int, requests: int) -> dict[str, Any
         "error_vs_server_e2e_max_abs": max(abs(r["error_vs_server"]) for r in rows),
         "server_lag_median": statistics.median(r["server_lag"] for r in rows),
         "client_cpu_share_median": statistics.median(r["cpu_share"] for r in rows),
+        "reference_error_median": statistics.median(r["error"] for r in raw_rows),
+        "reference_error_max_abs": max(abs(r["error"]) for r in raw_rows),
+        "reference_excess_ms_median": statistics.median(r["fixed_ms"] for r in raw_rows),
     }
 
 
 # ------------------------------------------------------------------------------------------------ output
 
 
+def _ms(x: float) -> str:
+    return f"{x * 1000:.0f} ms"
+
+
+def _pc(x: float) -> str:
+    return f"{100 * x:+.2f}%"
+
+
 def markdown(res: dict[str, Any]) -> str:
+    runs = [("after", res)]
+    if res.get("before"):
+        runs.insert(0, ("before", res["before"]))
+    cols = " | ".join(f"{k} ({r['package']})" for k, r in runs)
     o = res["overhead"]
-    m = o["median_s"]
     lines = [
         "## Orchestrator overhead and client accuracy (scripts/bench_overhead.py)",
         "",
         f"Produced by `{res['command']}` on {res['date']} ({res['machine']}), {res['wall_s']:.0f} s of machine time. "
         "Real processes and real HTTP: `ProcessRunner` starting `python -m autotune.sim` (llama scenario, load time "
         "0, time scale "
-        f"{o['time_scale']:g}), `BenchmarkClient` streaming, Optuna on SQLite; medians, measured side by side in "
-        "one run.",
+        f"{o['time_scale']:g}), `BenchmarkClient` streaming, Optuna on SQLite; medians."
+        + (
+            " *before* = the same script on the package of the commit named (its `autotune/` extracted with "
+            "`git archive`), run first in the same invocation; *after* = this checkout, right after it."
+            if len(runs) > 1
+            else ""
+        ),
         "",
         f"### Per trial ({o['trials_launched']} launched trials of {o['trials_total']}, max_tokens {o['max_tokens']})",
         "",
-        "| phase | median wall |",
-        "|---|---|",
-        f"| bare start of the server process (spawn to first /health 200, polled every 5 ms; not overhead) | "
-        f"{o['bare_start_median_s'] * 1000:.0f} ms |",
-        f"| launch by ProcessRunner (port check, spawn, health polling, /server_info) | {m['launch'] * 1000:.0f} ms |",
-        f"| of which beyond the bare start | {m['launch_beyond_bare'] * 1000:.0f} ms |",
-        f"| warm-up + prompts (wall) / client-measured generation | {(m['warmup'] + m['prompts']) * 1000:.0f} ms / "
-        f"{m['generation'] * 1000:.0f} ms |",
-        f"| teardown (TERM, wait for exit, port free) | {m['close'] * 1000:.0f} ms |",
-        f"| trial wall (objective) | {o['trial_wall_median_s'] * 1000:.0f} ms |",
-        f"| between trials (sampler, storage reads/writes outside the objective), per trial | "
-        f"{o['between_trials_per_trial_s'] * 1000:.0f} ms |",
-        f"| **overhead per trial** = trial wall - bare start - generation + between-trials | "
-        f"**{o['overhead_per_trial_median_s'] * 1000:.0f} ms** (target < 500 ms) |",
-        "",
-        f"Same measurement with the proposed health-poll schedule {PROPOSED_POLL} s (shipped "
-        f"{tuple(o['poll_interval_s'])}), run right after: launch beyond the bare start "
-        f"{res['overhead_proposed_poll']['median_s']['launch_beyond_bare'] * 1000:.0f} ms, overhead per trial "
-        f"**{res['overhead_proposed_poll']['overhead_per_trial_median_s'] * 1000:.0f} ms**.",
-        "",
-        "### Client throughput and timing error (one core, baseline stream, noise-free schedule)",
-        "",
-        "| target tok/s | client tok/s (median) | scheduled tok/s | client vs schedule: median / max abs | "
-        "excess ms (median) | first-to-last-token vs schedule: median / max abs | "
-        "server's own e2e_latency vs schedule | client vs server's e2e_latency: median / max abs | client CPU share |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| phase (median wall) | {cols} |",
+        "|---|" + "---|" * len(runs),
     ]
-    for c in res["client"]:
-        lines.append(
-            f"| {c['target_tok_per_s']:,.0f} | {c['measured_tok_per_s_median']:,.0f} | "
-            f"{c['scheduled_tok_per_s_median']:,.0f} | {100 * c['timing_error_median']:+.2f}% / "
-            f"{100 * c['timing_error_max_abs']:.2f}% | {c['excess_ms_median']:.1f} | "
-            f"{100 * c['decode_timing_error_median']:+.2f}% / {100 * c['decode_timing_error_max_abs']:.2f}% | "
-            f"{100 * c['server_lag_median']:+.2f}% | "
-            f"{100 * c['error_vs_server_e2e_median']:+.2f}% / {100 * c['error_vs_server_e2e_max_abs']:.2f}% | "
-            f"{100 * c['client_cpu_share_median']:.0f}% |"
-        )
+
+    def row(label: str, fn: Any) -> None:
+        lines.append(f"| {label} | " + " | ".join(fn(r) for _, r in runs) + " |")
+
+    row(
+        "bare start of the server process (spawn to first /health 200, polled every 5 ms; not overhead)",
+        lambda r: _ms(r["overhead"]["bare_start_median_s"]),
+    )
+    row(
+        "launch by ProcessRunner (port check, spawn, health polling, /server_info)",
+        lambda r: _ms(r["overhead"]["median_s"]["launch"]),
+    )
+    row("of which beyond the bare start", lambda r: _ms(r["overhead"]["median_s"]["launch_beyond_bare"]))
+    row(
+        "warm-up + prompts (wall) / client-measured generation",
+        lambda r: (
+            f"{_ms(r['overhead']['median_s']['warmup'] + r['overhead']['median_s']['prompts'])} / "
+            f"{_ms(r['overhead']['median_s']['generation'])}"
+        ),
+    )
+    row("teardown (TERM, wait for exit, port free)", lambda r: _ms(r["overhead"]["median_s"]["close"]))
+    row("trial wall (objective)", lambda r: _ms(r["overhead"]["trial_wall_median_s"]))
+    row(
+        "between trials (sampler, storage reads/writes outside the objective), per trial",
+        lambda r: _ms(r["overhead"]["between_trials_per_trial_s"]),
+    )
+    row(
+        "**overhead per trial** = trial wall - bare start - generation + between-trials (target < 500 ms)",
+        lambda r: f"**{_ms(r['overhead']['overhead_per_trial_median_s'])}**",
+    )
     lines += [
         "",
-        "Timing error = client-measured seconds (request sent to last token) / the simulator's scheduled duration - 1; "
+        f"### Client timing error (one core, baseline stream, noise-free schedule, {res['client'][0]['requests']} "
+        f"requests per rate and reader, max_tokens {res['client'][0]['max_tokens']})",
+        "",
+        "| target tok/s | run | client tok/s | client vs schedule: median / max abs | excess ms | "
+        "first-to-last-token vs schedule | server's e2e_latency vs schedule | client vs server's e2e_latency | "
+        "reference reader vs schedule: median / max abs (excess ms) | client CPU share |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, c in enumerate(res["client"]):
+        for label, r in runs:
+            c = r["client"][i]
+            ref = (
+                f"{_pc(c['reference_error_median'])} / {100 * c['reference_error_max_abs']:.2f}% "
+                f"({c['reference_excess_ms_median']:.1f})"
+                if "reference_error_median" in c
+                else "-"
+            )
+            lines.append(
+                f"| {c['target_tok_per_s']:,.0f} | {label} | {c['measured_tok_per_s_median']:,.0f} | "
+                f"{_pc(c['timing_error_median'])} / {100 * c['timing_error_max_abs']:.2f}% | "
+                f"{c['excess_ms_median']:.1f} | {_pc(c['decode_timing_error_median'])} | "
+                f"{_pc(c['server_lag_median'])} | {_pc(c['error_vs_server_e2e_median'])} | {ref} | "
+                f"{100 * c['client_cpu_share_median']:.0f}% |"
+            )
+    lines += [
+        "",
+        "Timing error = measured seconds (request sent to the last token) / the simulator's scheduled duration - 1; "
         "it includes the HTTP round trip and the simulator's own streaming lag (rounds due within 2 ms go out as one "
-        "chunk at the last one's time). Target: under 1% at 20,000 tok/s.",
+        "chunk at the last one's time). Reference reader = a raw-socket HTTP/1.1 reader (request in one write, "
+        "TCP_NODELAY, one keep-alive connection), interleaved request by request with the client on the same server. "
+        "Target: under 1% at 20,000 tok/s.",
         "",
     ]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import json
+def _package_label(root: Path) -> str:
+    """The commit of a git checkout, or what a ``--before`` directory's ``COMMIT`` file says, else its path."""
+    marker = root / "COMMIT"
+    if marker.exists():
+        return marker.read_text().strip()
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "autotune"], capture_output=True, text=True
+        ).stdout.strip()
+        return out.stdout.strip() + ("+changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return str(root)
 
+
+def measure_all(args: argparse.Namespace) -> dict[str, Any]:
+    import autotune
+
+    where = Path(autotune.__file__).resolve().parent.parent
+    if where != PACKAGE_ROOT.resolve():
+        raise RuntimeError(f"measuring the package in {where}, not in {PACKAGE_ROOT}")
+    return {
+        "package": _package_label(PACKAGE_ROOT),
+        "overhead": measure_overhead(args.trials, args.time_scale, args.max_tokens),
+        "client": [measure_client(r, args.max_tokens, args.requests) for r in args.rates],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trials", type=int, default=10, help="search trials for the overhead measurement")
     p.add_argument("--time-scale", type=float, default=10000.0)
@@ -391,29 +536,51 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=10, help="measured requests per rate")
     p.add_argument("--max-tokens", type=int, default=1024)
     p.add_argument("--out", default=str(ROOT / "docs"))
+    p.add_argument(
+        "--before",
+        metavar="DIR",
+        help="first measure the autotune package in DIR (DIR/autotune; a file DIR/COMMIT names it) the same way",
+    )
+    p.add_argument("--json-only", action="store_true", help=argparse.SUPPRESS)  # the --before child
     args = p.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     t0 = time.perf_counter()
-    overhead = measure_overhead(args.trials, args.time_scale, args.max_tokens)
-    proposed = measure_overhead(args.trials, args.time_scale, args.max_tokens, poll=PROPOSED_POLL)
-    client = [measure_client(r, args.max_tokens, args.requests) for r in args.rates]
+    if args.json_only:
+        print(json.dumps(measure_all(args)))
+        return 0
+    before = None
+    if args.before:
+        child = [a for a in (argv if argv is not None else sys.argv[1:])]
+        i = child.index("--before")
+        del child[i : i + 2]
+        env = {**os.environ, "AUTOTUNE_BENCH_PACKAGE": str(Path(args.before).resolve())}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env["AUTOTUNE_BENCH_PACKAGE"], env.get("PYTHONPATH")]))
+        # cwd too: the simulator runs as ``python -m autotune.sim``, which imports from the working directory first
+        out = subprocess.run(
+            [sys.executable, __file__, *child, "--json-only"],
+            env=env,
+            cwd=env["AUTOTUNE_BENCH_PACKAGE"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        before = json.loads(out.stdout.strip().splitlines()[-1])
     res = {
         "command": "python scripts/bench_overhead.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "wall_s": time.perf_counter() - t0,
-        "overhead": overhead,
-        "overhead_proposed_poll": proposed,
-        "client": client,
+        **measure_all(args),
+        "before": before,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    jpath = out / "benchmarks.json"
+    res["wall_s"] = time.perf_counter() - t0
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jpath = out_dir / "benchmarks.json"
     data = json.loads(jpath.read_text()) if jpath.exists() else {}
     data["overhead"] = res
     jpath.write_text(json.dumps(data, indent=1) + "\n")
-    replace_section(out / "benchmarks.md", "overhead", markdown(res))
+    replace_section(out_dir / "benchmarks.md", "overhead", markdown(res))
     print(markdown(res))
     return 0
 

@@ -13,7 +13,8 @@ warm-up and every generated token in the simulated hardware's seconds. Methods:
 - ``tuner_no_prune``: the same with pruning disabled.
 - ``random``: the same orchestration (baselines, defaults, dedup, confirmation) with ``optuna.samplers.RandomSampler``
   and pruning disabled.
-- prototypes (``tuner_v2`` ...): proposed changes of the package, built here by subclassing / passing a sampler.
+- ``tuner_prev`` (optional, not run by default): the package's defaults before the start-noise prune bound and
+  3 x 4 confirmation were shipped (``pruning.start_noise`` 0, ``verdict`` 2 candidates x 3 repeats), for comparison.
 
 Figures (per scenario, method and seed):
 - time to 2%: virtual GPU seconds until the TRUE (noise-free) tok/s of the config the method currently considers
@@ -53,16 +54,15 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = Path(__file__).resolve().parent / "bench_scenarios"
-sys.path.insert(0, str(ROOT))
+# the package measured: this checkout's, unless scripts/bench_overhead.py --before points at another one
+sys.path.insert(0, os.environ.get("AUTOTUNE_BENCH_PACKAGE") or str(ROOT))
 
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
 from autotune.clock import VirtualClock  # noqa: E402
 from autotune.config import TrialConfig, summarize  # noqa: E402
 from autotune.errors import LaunchError  # noqa: E402
-from autotune.pruner import BaselinePruner, find_baseline, is_baseline_trial, paired_values  # noqa: E402
 from autotune.report import build_report  # noqa: E402
 from autotune.space import Space, load_space  # noqa: E402
-from autotune.stats import PruneDecision, _t_quantile, log_ratios, mean_sd  # noqa: E402
 from autotune.study import Orchestrator, open_study  # noqa: E402
 
 #: name -> (space file relative to the repo, what the landscape shows)
@@ -86,11 +86,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     ),
 }
 METHODS = ("grid", "tuner", "tuner_no_prune", "random")
-#: proposed package changes, measured side by side with the shipped tuner (see make_method)
-PROTOTYPES: tuple[str, ...] = ("tuner_r5", "tuner_top3", "tuner_pm", "tuner_v2")
-#: sd of the log speedup of one trial start against one baseline start that prompts cannot show: both starts'
-#: own time factors (the reference: per-start sd 2-3%, so sqrt(2) * 2.5% for a ratio of two starts)
-START_PAIR_SD = 0.035
+#: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
+EXTRA_METHODS: tuple[str, ...] = ("tuner_prev",)
 WITHIN = 0.02
 
 # ------------------------------------------------------------------------------------------------ scenarios
@@ -247,40 +244,6 @@ class TimedOrchestrator(Orchestrator):
             self.end_times[trial.number] = self.clock.now()
 
 
-class StartNoisePruner(BaselinePruner):
-    """Prototype: the upper bound also carries the start-to-start variance that all prompts of one start share.
-
-    The shipped rule is a t-bound over per-prompt log-ratios; those vary only prompt to prompt, while a server
-    start's whole speed moves by ~2.5% (and the baseline's too), so a config 2-3% faster than its baseline can look
-    'clearly slower' after a bad start. Here: ub = exp(mean + t_q * sqrt(sd^2 / n + START_PAIR_SD^2))."""
-
-    def decide(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> PruneDecision | None:
-        if is_baseline_trial(trial) or "drafter" not in trial.params:
-            return None
-        baseline = find_baseline(study, trial.params.get("cuda_graph"))
-        if baseline is None:
-            return None
-        logs = log_ratios(*paired_values(trial, baseline))
-        n = len(logs)
-        if n < max(2, self.min_prompts):
-            return PruneDecision(False, math.inf, n, f"only {n} paired prompts")
-        m, sd = mean_sd(logs)
-        ub = math.exp(m + _t_quantile(self.confidence, n - 1) * math.sqrt(sd * sd / n + START_PAIR_SD**2))
-        if ub < 1.0:
-            return PruneDecision(
-                True, ub, n, f"upper {self.confidence:.0%} bound (start noise included) {ub:.3f} < 1 after {n} prompts"
-            )
-        return PruneDecision(False, ub, n, f"upper bound {ub:.3f} >= 1 after {n} prompts")
-
-
-class StartNoiseOrchestrator(TimedOrchestrator):
-    def __init__(self, space: Space, backend: Any, runner: Any, study: optuna.Study, **kw: Any) -> None:
-        super().__init__(space, backend, runner, study, **kw)
-        p = space.pruning
-        self.pruner = StartNoisePruner(p.confidence, p.min_prompts, p.enabled)
-        study.pruner = self.pruner
-
-
 def _first_within(traj: list[tuple[float, float]], opt: float) -> float | None:
     for t, v in traj:
         if v >= (1 - WITHIN) * opt:
@@ -338,14 +301,9 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
         return no_pruning(space), None, TimedOrchestrator
     if method == "random":
         return no_pruning(space), optuna.samplers.RandomSampler(seed=seed), TimedOrchestrator
-    if method == "tuner_r5":  # confirmation: 5 repeats instead of 3
-        return _verdict(space, repeats=5), None, TimedOrchestrator
-    if method == "tuner_top3":  # confirmation: 3 candidates, 4 repeats
-        return _verdict(space, confirm_top=3, repeats=4), None, TimedOrchestrator
-    if method == "tuner_pm":  # pruner that knows a start's own noise
-        return space, None, StartNoiseOrchestrator
-    if method == "tuner_v2":  # both: start-noise-aware pruner and 3 candidates x 4 repeats
-        return _verdict(space, confirm_top=3, repeats=4), None, StartNoiseOrchestrator
+    if method == "tuner_prev":  # the defaults before start_noise and 3 x 4 confirmation were shipped
+        prev = dataclasses.replace(space.pruning, start_noise=0.0)
+        return _verdict(dataclasses.replace(space, pruning=prev), confirm_top=2, repeats=3), None, TimedOrchestrator
     raise ValueError(f"unknown method {method!r}")
 
 
@@ -608,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "docs"))
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS) + list(PROTOTYPES))
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS) + list(EXTRA_METHODS))
     args = p.parse_args(argv)
     from joblib import Parallel, delayed
 
