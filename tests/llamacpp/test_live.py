@@ -12,8 +12,10 @@ Speed orderings are asserted with wide margins: a 2-core machine is noisy (up to
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,3 +233,75 @@ def test_removed_flag_makes_the_server_exit(space, tmp_path):
     with pytest.raises(ServerExited) as err:
         runner.launch(TrialConfig.baseline())
     assert "removed" in err.value.log_tail
+
+
+STUDY_SPACE = """\
+name: llamacpp-live-study
+server:
+  backend: llamacpp
+  model_path: {models}/target.gguf
+  launcher: [{server}]
+  port: 30280
+  port_busy: next
+  startup_timeout_s: 120
+  request_timeout_s: 120
+  extra_args: ["-t", "1"]
+drafters:
+  - {{name: good, path: {models}/draft-good.gguf}}
+  - {{name: bad, path: {models}/draft-bad.gguf}}
+search:
+  cuda_graph: [true]
+  draft_n_max: {{low: 1, high: 12}}
+benchmark:
+  prompts:
+    - The kettle on the stove began to whistle, and the old man looked up from his newspaper
+    - "Here is a short list of things to pack for a weekend in the mountains:"
+    - Dear members of the committee, thank you for the time you gave to our proposal last week
+  max_tokens: 64
+  temperature: 0
+  warmup_requests: 1
+  retries: 1
+pruning: {{enabled: true}}
+budget: {{n_trials: 4}}
+"""
+
+
+def test_a_real_study_end_to_end(tmp_path):
+    """``autotune study`` on the real server: the baseline, both drafters' server-default configs, a search trial."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(STUDY_SPACE.format(models=models_dir(), server=SERVER))
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    common = ["--storage", storage, "--studies-dir", str(tmp_path / "studies")]
+    before = _descendants()
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "study", str(space_file), *common, "--no-confirm", "--seed", "1"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (_descendants() - before)
+    report = subprocess.run(
+        [sys.executable, "-m", "autotune", "report", str(space_file), *common, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    data = json.loads(report.stdout)
+    trials = {t["number"]: t for t in data["trials"]}
+    assert len(trials) >= 4
+    assert data["baseline"]["cuda_graph_on"]["tok_per_s"] > 0
+    spec = [t for t in trials.values() if t["role"] == "speculative" and t["state"] == "COMPLETE"]
+    good = [t for t in spec if t["config"]["drafter"] == "good"]
+    bad = [t for t in spec if t["config"]["drafter"] == "bad"]
+    assert good and bad, [(t["number"], t["config"], t["state"]) for t in trials.values()]
+    assert max(t["speedup"] for t in good) > 1.15
+    assert max(t["speedup"] for t in bad) < max(t["speedup"] for t in good)
+    assert all(t["accept_length"] > 2.0 for t in good if t["config"]["draft_n_max"] >= 3)
+    assert all(t["lossless"] is None or t["lossless"]["ok"] for t in spec)
+    assert all("--spec-type" in t["argv"] for t in spec)
