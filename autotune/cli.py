@@ -286,7 +286,8 @@ def cmd_study(ctx: Context) -> int:
         render_report(report, sys.stdout)
         print(
             f"\nreport: {ctx.studies_dir / ctx.study_name / 'report.html'}   "
-            f"export: autotune export {args.space}{' --simulate' if ctx.simulated else ''} --format sglang",
+            f"export: autotune export {args.space}{' --simulate' if ctx.simulated else ''} --format "
+            f"{'sglang' if ctx.space.server.backend == 'sglang' else 'command'}",
             file=sys.stderr,
         )
     return EXIT_OK

@@ -389,7 +389,7 @@ class Orchestrator:
         dup = _find_duplicate(self.study, key, trial.number)
         if dup is not None:
             return self._reuse(trial, dup)
-        if not eff.is_baseline:
+        if not eff.is_baseline and getattr(self.backend, "not_engaged_is_per_drafter", True):
             bad = _disengaged(self.study, eff)
             if bad is not None:
                 trial.set_user_attr("fail_kind", DrafterNotEngaged.kind)
@@ -515,10 +515,14 @@ class Orchestrator:
                     and r.accept_length is not None
                     and r.accept_length <= space.pruning.zero_accept_max
                 ):
+                    hint = getattr(
+                        self.backend,
+                        "not_engaged_hint",
+                        "check that the drafter was trained for this target and the speculative settings",
+                    )
                     msg = (
                         f"acceptance length {r.accept_length:.2f} after the first prompt: the drafter is not "
-                        f"engaged. Check --speculative-algorithm (an EAGLE-3 drafter needs EAGLE3) and that the "
-                        f"drafter was trained for this target"
+                        f"engaged; {hint}"
                     )
                     trial.set_user_attr("fail_kind", DrafterNotEngaged.kind)
                     trial.set_user_attr("fail_reason", msg)

@@ -65,6 +65,11 @@ class Backend(ABC):
     metrics_path: str | None = "/metrics"
     #: True when acceptance is only available from /metrics deltas around each request (vLLM)
     acceptance_from_metrics_deltas: bool = False
+    #: a drafter found not engaged (acceptance ~1.0) is so in every config of this server (a wrong algorithm flag,
+    #: a drafter/target mismatch): its other configs are not launched. False where a knob can cause it.
+    not_engaged_is_per_drafter: bool = True
+    #: what to check when a drafter is not engaged (completes "the drafter is not engaged; ...")
+    not_engaged_hint: str = "check that the drafter was trained for this target and the speculative settings"
     #: knob names a space may search over (besides ``drafter`` and ``cuda_graph``)
     knob_names: tuple[str, ...] = ()
 

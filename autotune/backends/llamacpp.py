@@ -213,6 +213,11 @@ class LlamaCppBackend(Backend):
     info_path = "/props"
     metrics_path = "/metrics"
     knob_names = KNOBS
+    # draft_p_min can stop every draft: one config's zero acceptance says nothing about the drafter's others
+    not_engaged_is_per_drafter = False
+    not_engaged_hint = (
+        "check --spec-type, the draft model (same vocabulary as the target) and draft_p_min (a high value stops drafts)"
+    )
 
     def __init__(self, spelling: Mapping[str, str | None] | None = None) -> None:
         self.spelling: dict[str, str | None] | None = dict(spelling) if spelling is not None else None

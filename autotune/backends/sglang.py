@@ -188,6 +188,10 @@ class SGLangBackend(Backend):
     info_fallback_paths = ("/get_server_info",)
     metrics_path = "/metrics"
     knob_names = KNOBS
+    not_engaged_hint = (
+        "check --speculative-algorithm (an EAGLE-3 drafter needs EAGLE3) and that the drafter was trained for "
+        "this target"
+    )
 
     def __init__(self, *, cuda_graph_spelling: str | None = None) -> None:
         if cuda_graph_spelling not in (None, LEGACY, PER_PHASE):
