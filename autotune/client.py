@@ -2,9 +2,9 @@
 
 Backend-agnostic: the backend builds the request (``Backend.request``) and reads each streamed JSON chunk
 (``Backend.parse_chunk``). The client
-- times the request on the injected monotonic clock: ``seconds`` from sending the request (built and encoded
-  beforehand, so the client's own JSON/URL work is not timed) to the last chunk that carried new text; ``ttft_s``
-  to the first one,
+- times the request on the injected monotonic clock: ``seconds`` from sending the request (when its first byte
+  is written, from httpcore's trace hook: building and encoding it, the connection pool and a new connection's
+  set-up are not timed) to the last chunk that carried new text; ``ttft_s`` to the first one,
 - reads each response to its end, also after ``[DONE]``, so the connection is reused by the next request (a
   response closed early costs the next request a new TCP connection, and a simulated server a new thread: a
   fixed ~2-5 ms per request that showed up as timing error at high token rates),
@@ -199,7 +199,13 @@ class BenchmarkClient:
         )
         before = self.metrics() if self.backend.acceptance_from_metrics_deltas else None
         s = _Stream()
-        request = self._http.build_request("POST", path, json=body)
+        sent: list[float] = []
+
+        def trace(event: str, _info: dict[str, Any]) -> None:  # httpcore's hook: the request's bytes go out now
+            if not sent and event.endswith("send_request_headers.started"):
+                sent.append(self.clock.now())
+
+        request = self._http.build_request("POST", path, json=body, extensions={"trace": trace})
         t0 = self.clock.now()
         deadline = t0 + self.request_timeout_s
         try:
@@ -256,6 +262,7 @@ class BenchmarkClient:
             if after is not None:
                 accept = self.backend.acceptance_from_metrics(before, after)
         last = s.last_token_t if s.last_token_t is not None else end
+        t0 = sent[0] if sent else t0  # connection set-up and the client's own work before sending are not timed
         return PromptResult(
             index=index,
             completion_tokens=int(s.completion_tokens),

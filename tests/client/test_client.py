@@ -382,3 +382,26 @@ def test_server_stalling_after_done_still_counts(server):
         r = c.measure(0, "x")
     assert r.completion_tokens == 2 and r.text == "a b "
     assert server.count("/generate") == 1
+
+
+class _TickClock:
+    """Each reading is one second after the previous one."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        self.t += 1.0
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        pass
+
+
+def test_timed_from_when_the_request_is_written(server):
+    # readings: 1 = before sending (the deadline's start), 2 = httpcore starts writing the request, 3 = the only
+    # chunk with text: seconds and TTFT count from 2, not 1 (the pool, a connection set-up are not timed)
+    server.script["POST /generate"] = chunked_ok
+    with make_client(server, clock=_TickClock()) as c:
+        r = c.measure(0, "x")
+    assert r.seconds == 1.0 and r.ttft_s == 1.0
