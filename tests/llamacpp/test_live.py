@@ -305,3 +305,69 @@ def test_a_real_study_end_to_end(tmp_path):
     assert all(t["accept_length"] > 2.0 for t in good if t["config"]["draft_n_max"] >= 3)
     assert all(t["lossless"] is None or t["lossless"]["ok"] for t in spec)
     assert all("--spec-type" in t["argv"] for t in spec)
+
+
+LOSING_SPACE = """\
+name: llamacpp-live-losing
+server:
+  backend: llamacpp
+  model_path: {models}/target.gguf
+  launcher: [{server}]
+  port: 30380
+  port_busy: next
+  startup_timeout_s: 120
+  request_timeout_s: 120
+  extra_args: ["-t", "1"]
+drafters:
+  - {{name: bad, path: {models}/draft-bad.gguf}}
+search:
+  cuda_graph: [true]
+  draft_n_max: [10, 12]
+benchmark:
+  prompts:
+    - The kettle on the stove began to whistle, and the old man looked up from his newspaper
+    - "Here is a short list of things to pack for a weekend in the mountains:"
+    - Dear members of the committee, thank you for the time you gave to our proposal last week
+    - "def fibonacci(n):"
+    - The history of the printing press begins in the fifteenth century
+  max_tokens: 64
+  temperature: 0
+  warmup_requests: 1
+  retries: 1
+pruning: {{enabled: true, confidence: 0.95, min_prompts: 2}}
+budget: {{n_trials: 2}}
+"""
+
+
+def test_a_clearly_losing_config_is_pruned_before_its_last_prompt(tmp_path):
+    """The poor drafter drafting 10-12 tokens runs at about half the baseline's speed: pruned early, for real."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(LOSING_SPACE.format(models=models_dir(), server=SERVER))
+    common = ["--storage", f"sqlite:///{tmp_path / 'study.db'}", "--studies-dir", str(tmp_path / "studies")]
+    before = _descendants()
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "study", str(space_file), *common, "--no-confirm", "--seed", "0"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (_descendants() - before)
+    report = subprocess.run(
+        [sys.executable, "-m", "autotune", "report", str(space_file), *common, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    data = json.loads(report.stdout)
+    assert data["baseline"]["cuda_graph_on"]["tok_per_s"] > 0
+    spec = [t for t in data["trials"] if t["role"] == "speculative" and t["duplicate_of"] is None]
+    assert spec
+    pruned = [t for t in spec if t["state"] == "PRUNED" and 0 < t["prompts_measured"] < 5]
+    assert pruned, [(t["state"], t["prompts_measured"], t["speedup"]) for t in spec]
+    assert all(t["speedup"] < 0.9 and t["accept_length"] > 1.1 for t in pruned)
+    assert data["verdict"] == "baseline-wins"
