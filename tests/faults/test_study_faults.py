@@ -81,6 +81,29 @@ def _assert_clean(port):
         assert s.connect_ex(("127.0.0.1", port)) != 0, "the server port is still bound"
 
 
+def _orchestrator(space, studies, **popen):
+    """`autotune study --simulate --no-confirm` as a background process (to be signalled by the test)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "study",
+        str(space),
+        "--simulate",
+        "--studies-dir",
+        str(studies),
+        "--no-confirm",
+    ]
+    return subprocess.Popen(argv, cwd=REPO, **popen)
+
+
+def _wait_for_server(port, timeout_s=120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not _ours(port):
+        time.sleep(0.05)
+    assert _ours(port), "no server started"
+
+
 def test_crash_during_startup_is_recorded_with_log_tail_and_the_study_goes_on(tmp_path):
     space, port = _space(tmp_path, faults=["crash-startup@aq-medai"])
     r = _study(space, tmp_path)
@@ -162,18 +185,7 @@ def test_http_500_and_truncated_streams_are_retried_then_fail_with_the_reason(tm
 def test_orchestrator_killed_mid_trial_then_resumed(tmp_path):
     space, port = _space(tmp_path, n_trials=4, startup_timeout_s=1200)
     studies = tmp_path / "studies"
-    argv = [
-        sys.executable,
-        "-m",
-        "autotune",
-        "study",
-        str(space),
-        "--simulate",
-        "--studies-dir",
-        str(studies),
-        "--no-confirm",
-    ]
-    orch = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    orch = _orchestrator(space, studies, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     record = studies / "kimi-k25-eagle3-sim.pids.json"
     server_pid = None
     deadline = time.monotonic() + 120
@@ -210,22 +222,8 @@ def test_orchestrator_killed_mid_trial_then_resumed(tmp_path):
 def test_ctrl_c_stops_the_server_and_leaves_the_study_resumable(tmp_path):
     space, port = _space(tmp_path, n_trials=4)
     studies = tmp_path / "studies"
-    argv = [
-        sys.executable,
-        "-m",
-        "autotune",
-        "study",
-        str(space),
-        "--simulate",
-        "--studies-dir",
-        str(studies),
-        "--no-confirm",
-    ]
-    orch = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _ours(port):
-        time.sleep(0.05)
-    assert _ours(port), "no server started"
+    orch = _orchestrator(space, studies, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_server(port)
     orch.send_signal(signal.SIGINT)
     _, err = orch.communicate(timeout=60)
     assert orch.returncode == 130, err
@@ -242,22 +240,8 @@ def test_ctrl_c_stops_the_server_and_leaves_the_study_resumable(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_termination_signals_stop_the_server_like_ctrl_c(tmp_path, sig):
     space, port = _space(tmp_path, n_trials=3)
-    argv = [
-        sys.executable,
-        "-m",
-        "autotune",
-        "study",
-        str(space),
-        "--simulate",
-        "--studies-dir",
-        str(tmp_path / "studies"),
-        "--no-confirm",
-    ]
-    orch = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _ours(port):
-        time.sleep(0.05)
-    assert _ours(port), "no server started"
+    orch = _orchestrator(space, tmp_path / "studies", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_server(port)
     orch.send_signal(sig)
     _, err = orch.communicate(timeout=60)
     assert orch.returncode == 130, err
