@@ -10,6 +10,8 @@ from typing import Any
 
 import optuna
 
+from autotune.render import config_label
+
 
 def _e(x: Any) -> str:
     return html.escape("-" if x is None else str(x))
@@ -57,7 +59,9 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         f"{_e(report['verdict_text'])}</p>"
     )
     rec = report["recommended"]
-    parts.append(f"<p>Recommended deployment: <code>{_e(rec.get('config'))}</code> ({_e(rec.get('why'))})</p>")
+    parts.append(
+        f"<p>Recommended deployment: <code>{_e(config_label(rec.get('config')))}</code> ({_e(rec.get('why'))})</p>"
+    )
     parts.append("<h2>Baselines</h2><ul>")
     for k, b in sorted(report["baseline"].items()):
         parts.append(f"<li>{_e(k)}: {_num(b['tok_per_s'])} tok/s (trial {b['trial']})</li>")
@@ -70,7 +74,7 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         for c in report["confirmed"]:
             ci = c["speedup_ci"] or {}
             parts.append(
-                f"<tr><td>{c['trial']}</td><td>{_e(c['config'])}</td><td>{_num(c['tok_per_s'])}</td>"
+                f"<tr><td>{c['trial']}</td><td>{_e(config_label(c['config']))}</td><td>{_num(c['tok_per_s'])}</td>"
                 f"<td>{_num(ci.get('point'), '.3f')}</td><td>[{_num(ci.get('low'), '.3f')}, "
                 f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.0f')}%</td></tr>"
             )
@@ -89,7 +93,8 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         )
         parts.append(
             f"<tr class='{_e(r['state'])}'><td>{r['number']}</td><td>{_e(r['state'])}</td>"
-            f"<td>{_e(r['config'])}</td><td>{_num(r['tok_per_s'])}</td><td>{_num(r['speedup'], '.3f')}</td>"
+            f"<td>{_e(config_label(r['config']))}</td><td>{_num(r['tok_per_s'])}</td>"
+            f"<td>{_num(r['speedup'], '.3f')}</td>"
             f"<td>{r['prompts_measured']}</td><td>{_num(r['accept_length'], '.2f')}</td>"
             f"<td>{_num(r['startup_s'], '.0f')}</td><td>{_e(note)}</td></tr>"
         )

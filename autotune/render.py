@@ -9,6 +9,16 @@ def _fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def config_label(cfg: dict[str, Any] | None) -> str:
+    """``aq-medai num_steps=4,topk=1,... graphs off`` or ``baseline (graphs on)``."""
+    cfg = cfg or {}
+    graphs = "on" if cfg.get("cuda_graph", True) else "off"
+    if cfg.get("drafter") in (None, "none"):
+        return f"baseline (graphs {graphs})"
+    knobs = ",".join(f"{k}={v}" for k, v in cfg.items() if k not in ("drafter", "cuda_graph"))
+    return f"{cfg['drafter']} {knobs} graphs {graphs}"
+
+
 def render_report(report: dict[str, Any], out: IO[str]) -> None:
     w = out.write
     sim = report.get("simulated")
@@ -26,12 +36,7 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     )
     w(f"{'#':>4} {'state':<9} {'config':<58} {'tok/s':>8} {'speedup':>8} {'prompts':>7} {'accept':>6}\n")
     for r in report["trials"]:
-        cfg = r["config"] or {}
-        if not cfg or cfg.get("drafter") in (None, "none"):
-            label = f"baseline (graphs {'on' if cfg.get('cuda_graph', True) else 'off'})"
-        else:
-            knobs = ",".join(f"{k}={v}" for k, v in cfg.items() if k not in ("drafter", "cuda_graph"))
-            label = f"{cfg['drafter']} {knobs} graphs {'on' if cfg.get('cuda_graph') else 'off'}"
+        label = config_label(r["config"])
         note = ""
         if r.get("duplicate_of") is not None:
             note = f"  = #{r['duplicate_of']}"
