@@ -114,17 +114,30 @@ def bare_start(argv: list[str], port: int) -> float:
 
 
 class Timed:
-    """Wraps a runner: wall time of launch, warm-up, prompts and close of each session."""
+    """Wraps a runner: wall time of launch, warm-up, prompts and close of each session. Right before each launch
+    the same server argv is started bare (spawn to first /health 200, then stopped), so each trial's start is
+    compared with a bare start of the same config made moments before (paired: process starts on a shared
+    2-core machine vary by hundreds of ms between minutes)."""
 
-    def __init__(self, runner: ProcessRunner) -> None:
+    def __init__(self, runner: ProcessRunner, backend: SGLangBackend, space: Space) -> None:
         self.runner = runner
+        self.backend, self.space = backend, space
         self.simulated = runner.simulated
         self.rows: list[dict[str, float]] = []
 
     def launch(self, config: TrialConfig) -> Any:
+        port = self.space.server.port
+        bare = bare_start(self.backend.argv(config, self.space, port=port, simulate=True), port)
         t0 = time.perf_counter()
         session = self.runner.launch(config)
-        row = {"launch": time.perf_counter() - t0, "warmup": 0.0, "prompts": 0.0, "generation": 0.0, "close": 0.0}
+        row = {
+            "bare": bare,
+            "launch": time.perf_counter() - t0,
+            "warmup": 0.0,
+            "prompts": 0.0,
+            "generation": 0.0,
+            "close": 0.0,
+        }
         self.rows.append(row)
         return _TimedSession(session, row, self.runner.time_scale)
 
@@ -153,16 +166,25 @@ class _TimedSession:
 
 
 class WallOrchestrator(Orchestrator):
+    """Wall time of each trial's objective, less the paired bare start ``Timed`` makes in it."""
+
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self.walls: list[float] = []
 
     def objective(self, trial: optuna.Trial) -> float:
+        timed: Timed = self.runner
+        n = len(timed.rows)
         t0 = time.perf_counter()
         try:
             return super().objective(trial)
         finally:
-            self.walls.append(time.perf_counter() - t0)
+            wall = time.perf_counter() - t0
+            if len(timed.rows) > n:  # launched (duplicates are not)
+                row = timed.rows[-1]
+                wall -= row["bare"]
+                row["wall"] = wall
+            self.walls.append(wall)
 
 
 def measure_overhead(
@@ -171,10 +193,6 @@ def measure_overhead(
     space = space_for(time_scale, max_tokens=max_tokens)
     space = dataclasses.replace(space, budget=dataclasses.replace(space.budget, n_trials=n_trials))
     backend = SGLangBackend()
-    bares = []
-    for cfg in (TrialConfig.baseline(True), *backend.defaults(space)):
-        argv = backend.argv(cfg, space, port=space.server.port, simulate=True)
-        bares += [bare_start(argv, space.server.port) for _ in range(3)]
     with tempfile.TemporaryDirectory() as tmp:
         runner = ProcessRunner(
             space,
@@ -187,27 +205,24 @@ def measure_overhead(
         )
         if poll is not None:
             runner.poll_interval_s = poll
-        timed = Timed(runner)
+        timed = Timed(runner, backend, space)
         study = open_study(space, f"sqlite:///{tmp}/study.db", "overhead", seed=0, simulated=True)
         orch = WallOrchestrator(space, backend, timed, study)
         t0 = time.perf_counter()
         orch.search(n_trials)
         search_wall = time.perf_counter() - t0
         n_measured = len(timed.rows)
-    bare = statistics.median(bares)
-    rows = timed.rows
     per_trial = [
         {
             **r,
-            "overhead": w - bare - r["generation"],
-            "launch_beyond_bare": r["launch"] - bare,
+            "overhead": r["wall"] - r["bare"] - r["generation"],
+            "launch_beyond_bare": r["launch"] - r["bare"],
             "streaming_beyond_generation": r["warmup"] + r["prompts"] - r["generation"],
         }
-        for r, w in zip(rows, [w for w in orch.walls], strict=False)
+        for r in timed.rows
     ]
-    # trials without a launch (duplicates) have no row; the loop's own time between trials (sampler, storage
-    # reads) is the rest of the search wall
-    loop_rest = search_wall - sum(orch.walls)
+    # the loop's own time between trials (sampler, storage reads) is the rest of the search wall (bare starts out)
+    loop_rest = search_wall - sum(orch.walls) - sum(r["bare"] for r in timed.rows)
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in per_trial)
@@ -218,7 +233,7 @@ def measure_overhead(
         "trials_total": len(orch.walls),
         "time_scale": time_scale,
         "max_tokens": max_tokens,
-        "bare_start_median_s": bare,
+        "bare_start_median_s": statistics.median(r["bare"] for r in timed.rows),
         "median_s": {
             k: med(k)
             for k in (
@@ -435,14 +450,15 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(f"| {label} | " + " | ".join(fn(r) for _, r in runs) + " |")
 
     row(
-        "bare start of the server process (spawn to first /health 200, polled every 5 ms; not overhead)",
+        "bare start of the same server argv right before each launch (spawn to first /health 200, polled every 5 ms; "
+        "not overhead)",
         lambda r: _ms(r["overhead"]["bare_start_median_s"]),
     )
     row(
         "launch by ProcessRunner (port check, spawn, health polling, /server_info)",
         lambda r: _ms(r["overhead"]["median_s"]["launch"]),
     )
-    row("of which beyond the bare start", lambda r: _ms(r["overhead"]["median_s"]["launch_beyond_bare"]))
+    row("of which beyond the paired bare start", lambda r: _ms(r["overhead"]["median_s"]["launch_beyond_bare"]))
     row(
         "warm-up + prompts (wall) / client-measured generation",
         lambda r: (
@@ -451,7 +467,7 @@ def markdown(res: dict[str, Any]) -> str:
         ),
     )
     row("teardown (TERM, wait for exit, port free)", lambda r: _ms(r["overhead"]["median_s"]["close"]))
-    row("trial wall (objective)", lambda r: _ms(r["overhead"]["trial_wall_median_s"]))
+    row("trial wall (objective, less the paired bare start)", lambda r: _ms(r["overhead"]["trial_wall_median_s"]))
     row(
         "between trials (sampler, storage reads/writes outside the objective), per trial",
         lambda r: _ms(r["overhead"]["between_trials_per_trial_s"]),
