@@ -8,6 +8,11 @@ import sys
 from autotune.sim.server import main
 
 if __name__ == "__main__":
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        from autotune.sim.args import usage
+
+        print(usage())
+        sys.exit(0)
     code = main(sys.argv[1:])  # the server is closed and the log flushed when it returns
     sys.stdout.flush()
     sys.stderr.flush()

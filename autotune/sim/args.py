@@ -66,6 +66,29 @@ _INT_FIELDS = (
 )
 
 
+def usage() -> str:
+    """``python -m autotune.sim --help``: the flags the simulated server understands (others are ignored)."""
+    from autotune.sim.scenario import scenario_names
+
+    lines = [
+        "usage: python -m autotune.sim --scenario NAME --model-path PATH [--time-scale X] [--seed N] "
+        "[--fault KIND[:N][@DRAFTER]] ... [SGLang launch flags]",
+        "",
+        "A simulated SGLang server (autotune's test and demo stand-in for a GPU server).",
+        f"scenarios: {', '.join(scenario_names())}",
+        f"faults: {', '.join(FAULT_KINDS)} (N for {', '.join(_FAULTS_WITH_N)}; @DRAFTER scopes one to a drafter, "
+        "@none to the baseline)",
+        "",
+        "flags with a value:",
+        *(f"  {flag}" for flag in _VALUE_FLAGS),
+        "switches:",
+        *(f"  {flag}" for flag in _BOOL_FLAGS),
+        "",
+        "Other SGLang flags are accepted and ignored with a log line.",
+    ]
+    return "\n".join(lines)
+
+
 class SimLaunchError(Exception):
     """The simulated server refuses to start. ``log`` is the text it printed; ``returncode`` its exit status."""
 

@@ -205,3 +205,46 @@ def test_missing_value_and_bad_int() -> None:
     with pytest.raises(SimLaunchError) as e:
         parse_launch_args([*KIMI, *spec("EAGLE3", "custom-10k", 3, 1, 4), "--speculative-num-steps", "x"])
     assert "invalid int value" in e.value.log
+
+
+def test_faults_scoped_to_a_drafter_apply_only_to_its_servers() -> None:
+    from autotune.sim.args import parse_launch_args
+
+    base = [
+        "--scenario",
+        "kimi-k25-rtxpro6000",
+        "--model-path",
+        "kimi-k25",
+        "--fault",
+        "crash-after:3@aq-medai",
+        "--fault",
+        "http500:2",
+        "--fault",
+        "truncate:4@none",
+    ]
+    spec = [
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+        "--speculative-draft-model-path",
+    ]
+    assert {str(f) for f in parse_launch_args(base).faults} == {"http500:2", "truncate:4@none"}
+    assert {str(f) for f in parse_launch_args([*base, *spec, "aq-medai"]).faults} == {
+        "crash-after:3@aq-medai",
+        "http500:2",
+    }
+    assert {str(f) for f in parse_launch_args([*base, *spec, "custom-10k"]).faults} == {"http500:2"}
+
+
+def test_help_prints_usage_and_starts_nothing() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "autotune.sim", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    assert "--scenario" in r.stdout and "--disable-cuda-graph" in r.stdout and "kimi-k25-rtxpro6000" in r.stdout
