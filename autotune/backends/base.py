@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig
 
 if TYPE_CHECKING:
     import optuna
@@ -84,6 +85,21 @@ class Backend(ABC):
     @abstractmethod
     def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
         """The launch command as an argv list (never a shell string)."""
+
+    #: the server's name in messages ("SGLang", "llama.cpp", "vLLM")
+    display_name: str = ""
+
+    def require_known(self, config: TrialConfig, space: Space) -> None:
+        """A speculative config names a drafter of the space and only this backend's knobs (else InfeasibleConfig)."""
+        try:
+            space.drafter(config.drafter or "")
+        except KeyError:
+            raise InfeasibleConfig(f"drafter {config.drafter!r} is not in the space") from None
+        unknown = sorted(set(config.knob_dict) - set(self.knob_names))
+        if unknown:
+            raise InfeasibleConfig(
+                f"unknown {self.display_name or self.name} knobs {unknown}; expected some of {list(self.knob_names)}"
+            )
 
     def env(self, config: TrialConfig, space: Space) -> dict[str, str]:
         """Environment variables to set on top of the inherited environment."""

@@ -213,6 +213,7 @@ class LlamaCppBackend(Backend):
     info_path = "/props"
     metrics_path = "/metrics"
     knob_names = KNOBS
+    display_name = "llama.cpp"
     # draft_p_min can stop every draft: one config's zero acceptance says nothing about the drafter's others
     not_engaged_is_per_drafter = False
     not_engaged_hint = (
@@ -343,13 +344,7 @@ class LlamaCppBackend(Backend):
             if config.knobs:
                 raise InfeasibleConfig(f"a baseline takes no knobs but got {config.knob_dict}")
             return TrialConfig.baseline(config.cuda_graph)
-        try:
-            space.drafter(config.drafter or "")
-        except KeyError:
-            raise InfeasibleConfig(f"drafter {config.drafter!r} is not in the space") from None
-        unknown = sorted(set(config.knob_dict) - set(KNOBS))
-        if unknown:
-            raise InfeasibleConfig(f"unknown llama.cpp knobs {unknown}; expected some of {list(KNOBS)}")
+        self.require_known(config, space)
         spec_type = str(config.knob("spec_type") or self._default_type(space, config.drafter or "")).lower()
         if spec_type == "none":
             raise InfeasibleConfig("spec_type 'none' with a drafter: the baseline is drafter 'none'")

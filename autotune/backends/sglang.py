@@ -188,6 +188,7 @@ class SGLangBackend(Backend):
     info_fallback_paths = ("/get_server_info",)
     metrics_path = "/metrics"
     knob_names = KNOBS
+    display_name = "SGLang"
     not_engaged_hint = (
         "check --speculative-algorithm (an EAGLE-3 drafter needs EAGLE3) and that the drafter was trained for "
         "this target"
@@ -295,13 +296,7 @@ class SGLangBackend(Backend):
     def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
         if config.is_baseline:
             return TrialConfig.baseline(config.cuda_graph)
-        try:
-            space.drafter(config.drafter or "")
-        except KeyError:
-            raise InfeasibleConfig(f"drafter {config.drafter!r} is not in the space") from None
-        unknown = sorted(set(config.knob_dict) - set(KNOBS))
-        if unknown:
-            raise InfeasibleConfig(f"unknown SGLang knobs {unknown}; expected {list(KNOBS)}")
+        self.require_known(config, space)
         steps = _int_or_none(config.knob("num_steps"))
         topk = _int_or_none(config.knob("topk"))
         ndt = _int_or_none(config.knob("num_draft_tokens"))

@@ -63,6 +63,7 @@ class VLLMBackend(Backend):
     metrics_path = "/metrics"
     acceptance_from_metrics_deltas = True
     knob_names = KNOBS
+    display_name = "vLLM"
     prompt_lookup_max = 4
     prompt_lookup_min = 1
 
@@ -116,13 +117,7 @@ class VLLMBackend(Backend):
     def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
         if config.is_baseline:
             return TrialConfig.baseline(config.cuda_graph)
-        try:
-            space.drafter(config.drafter or "")
-        except KeyError:
-            raise InfeasibleConfig(f"drafter {config.drafter!r} is not in the space") from None
-        unknown = sorted(set(config.knob_dict) - set(KNOBS))
-        if unknown:
-            raise InfeasibleConfig(f"unknown vLLM knobs {unknown}; expected {list(KNOBS)}")
+        self.require_known(config, space)
         own = drafter_method(space, config.drafter or "")
         method = str(config.knob("method") or own)
         if method not in METHODS:
