@@ -30,7 +30,6 @@ from autotune.backends.base import Backend
 from autotune.clock import Clock, MonotonicClock
 from autotune.config import PromptResult, TrialConfig, summarize
 from autotune.errors import (
-    AutotuneError,
     BenchmarkError,
     DrafterNotEngaged,
     InfeasibleConfig,
@@ -218,6 +217,22 @@ def _find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial |
     return None
 
 
+RETRIED_FAILURES = ("exited", "startup-timeout", "launch-failed", "server-died", "benchmark-failed")
+
+
+def _failed_twice(study: optuna.Study, key: str) -> list[FrozenTrial]:
+    """Two launched trials of this server config that failed (crash, hang, benchmark failure), else []."""
+    failed = [
+        t
+        for t in _trials(study, (TrialState.FAIL,))
+        if t.user_attrs.get("config_key") == key
+        and t.user_attrs.get("fail_kind") in RETRIED_FAILURES
+        and not t.user_attrs.get("interrupted")
+        and not t.user_attrs.get("not_launched")
+    ]
+    return failed[:2] if len(failed) >= 2 else []
+
+
 def _disengaged(study: optuna.Study, config: TrialConfig) -> FrozenTrial | None:
     for t in _trials(study, (TrialState.FAIL,)):
         if t.user_attrs.get("fail_kind") == DrafterNotEngaged.kind and t.params.get("drafter") == config.drafter:
@@ -245,8 +260,15 @@ def _predicted_oom(study: optuna.Study, config: TrialConfig) -> FrozenTrial | No
 
 
 def _consecutive_launch_failures(study: optuna.Study) -> int:
+    """Servers that failed to start in a row since the last measured one. Once a speculative config has run, a
+    failing one is that config's problem (the study goes on): then 0."""
+    trials = _trials(study, COUNTED)
+    if any(t.user_attrs.get("measured") and not is_baseline_trial(t) for t in trials):
+        return 0
     n = 0
-    for t in sorted(_trials(study, COUNTED), key=lambda t: t.number, reverse=True):
+    for t in sorted(trials, key=lambda t: t.number, reverse=True):
+        if t.user_attrs.get("not_launched"):
+            continue
         if t.user_attrs.get("fail_kind") in ("exited", "startup-timeout", "launch-failed"):
             n += 1
         elif t.user_attrs.get("measured"):
@@ -389,6 +411,18 @@ class Orchestrator:
         dup = _find_duplicate(self.study, key, trial.number)
         if dup is not None:
             return self._reuse(trial, dup)
+        crashed = _failed_twice(self.study, key)
+        if crashed:
+            # a config whose server failed twice is not launched a third time (one retry covers transient faults)
+            msg = (
+                f"the same server config failed in trials {crashed[0].number} and {crashed[1].number}; "
+                "not launched again"
+            )
+            trial.set_user_attr("fail_kind", crashed[-1].user_attrs.get("fail_kind"))
+            trial.set_user_attr("fail_reason", msg)
+            trial.set_user_attr("not_launched", True)
+            self.emit(Event("trial-end", trial.number, {"state": "FAIL", "reason": msg}))
+            raise LaunchError(msg)
         if not eff.is_baseline and getattr(self.backend, "not_engaged_is_per_drafter", True):
             bad = _disengaged(self.study, eff)
             if bad is not None:
@@ -731,5 +765,4 @@ __all__ = [
     "open_study",
     "run",
     "study_name_for",
-    "AutotuneError",
 ]

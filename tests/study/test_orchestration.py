@@ -157,3 +157,25 @@ def test_two_cuda_graph_settings_each_get_their_own_baseline(tmp_path):
             b = study.trials[t.user_attrs["baseline_trial"]]
             assert b.params["cuda_graph"] == t.params["cuda_graph"]
     assert {t.params["cuda_graph"] for t in study.get_trials() if t.user_attrs["role"] == "baseline"} == {False, True}
+
+
+def test_a_config_that_failed_twice_is_not_launched_again_and_the_study_goes_on(tmp_path):
+    space = make_space(n_trials=24)
+    runner = ScriptedRunner(speed={"good": lambda c: 1.2, "bad": lambda c: 1.0}, crash={"bad"})
+    study = _study(space, tmp_path)
+    Orchestrator(space, SGLangBackend(), runner, study).search(24)
+    launched = {}
+    for c in runner.launches:
+        launched[c.key()] = launched.get(c.key(), 0) + 1
+    assert max(launched.values()) <= 2
+    skipped = [t for t in study.get_trials() if t.user_attrs.get("not_launched")]
+    assert all(t.state == TrialState.FAIL and "not launched again" in t.user_attrs["fail_reason"] for t in skipped)
+    assert any(t.state == TrialState.COMPLETE and t.params.get("drafter") == "good" for t in study.get_trials())
+
+
+def test_three_crashes_before_any_speculative_success_stop_the_study(tmp_path):
+    space = make_space(n_trials=10)
+    runner = ScriptedRunner(speed={}, crash={"good", "bad"})
+    study = _study(space, tmp_path)
+    with pytest.raises(UserError, match="3 servers in a row failed to start"):
+        Orchestrator(space, SGLangBackend(), runner, study).search(10)
