@@ -498,13 +498,19 @@ COMMANDS = {
 
 def _interrupt_on_termination() -> None:
     """SIGTERM (a job scheduler, `kill`) and SIGHUP (a closed terminal) stop the run like Ctrl-C: the server we
-    started is stopped and the study stays resumable, instead of leaving a server holding GPUs."""
+    started is stopped and the study stays resumable, instead of leaving a server holding GPUs. Only the first
+    signal interrupts: more Ctrl-C presses while the server is being stopped (bounded waits) do not cut that short."""
     import signal
 
+    fired = []
+
     def _raise(signum: int, _frame: object) -> None:
+        if fired:
+            return
+        fired.append(signum)
         raise KeyboardInterrupt(f"signal {signum}")
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise)
 
 

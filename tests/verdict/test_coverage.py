@@ -23,8 +23,13 @@ from ..cli.helpers import REPO
 
 def _one(seed: int) -> tuple[dict, float]:
     base = load_space(str(REPO / "spaces" / "llama-8b-eagle3.yaml"))
-    space = simulated_space(dataclasses.replace(base, budget=BudgetSpec(n_trials=14),
-                                                simulate=dataclasses.replace(base.simulate or SimulateSpec(), seed=seed)))
+    space = simulated_space(
+        dataclasses.replace(
+            base,
+            budget=BudgetSpec(n_trials=14),
+            simulate=dataclasses.replace(base.simulate or SimulateSpec(), seed=seed),
+        )
+    )
     backend = SGLangBackend()
     runner = ModelRunner(space, backend, VirtualClock(), seed=seed)
     study = open_study(space, optuna.storages.InMemoryStorage(), "cov", seed=seed)
