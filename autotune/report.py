@@ -8,7 +8,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import TrialConfig
-from autotune.pruner import is_baseline_trial
+from autotune.pruner import find_baseline, is_baseline_trial
 from autotune.stats import log_ratios, upper_bound
 
 VERDICT_TEXT = {
@@ -143,8 +143,6 @@ def _unconfirmed_verdict(study: optuna.Study) -> tuple[str, str]:
     ]
     if not spec:
         return "baseline-wins", "search (no speculative trial survived pruning)"
-    from autotune.pruner import find_baseline
-
     for t in spec:
         b = find_baseline(study, t.params.get("cuda_graph"))
         if b is None:

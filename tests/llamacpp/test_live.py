@@ -266,15 +266,14 @@ budget: {{n_trials: 4}}
 """
 
 
-def test_a_real_study_end_to_end(tmp_path):
-    """``autotune study`` on the real server: the baseline, both drafters' server-default configs, a search trial."""
+def _study_then_report(tmp_path, template: str, *, seed: int) -> dict:
+    """`autotune study --no-confirm` on the real server (no process of ours left after it), then `report --json`."""
     space_file = tmp_path / "space.yaml"
-    space_file.write_text(STUDY_SPACE.format(models=models_dir(), server=SERVER))
-    storage = f"sqlite:///{tmp_path / 'study.db'}"
-    common = ["--storage", storage, "--studies-dir", str(tmp_path / "studies")]
+    space_file.write_text(template.format(models=models_dir(), server=SERVER))
+    common = ["--storage", f"sqlite:///{tmp_path / 'study.db'}", "--studies-dir", str(tmp_path / "studies")]
     before = _descendants()
     proc = subprocess.run(
-        [sys.executable, "-m", "autotune", "study", str(space_file), *common, "--no-confirm", "--seed", "1"],
+        [sys.executable, "-m", "autotune", "study", str(space_file), *common, "--no-confirm", "--seed", str(seed)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -292,7 +291,12 @@ def test_a_real_study_end_to_end(tmp_path):
         cwd=tmp_path,
     )
     assert report.returncode == 0, report.stderr[-3000:]
-    data = json.loads(report.stdout)
+    return json.loads(report.stdout)
+
+
+def test_a_real_study_end_to_end(tmp_path):
+    """``autotune study`` on the real server: the baseline, both drafters' server-default configs, a search trial."""
+    data = _study_then_report(tmp_path, STUDY_SPACE, seed=1)
     trials = {t["number"]: t for t in data["trials"]}
     assert len(trials) >= 4
     assert data["baseline"]["cuda_graph_on"]["tok_per_s"] > 0
@@ -341,29 +345,7 @@ budget: {{n_trials: 2}}
 
 def test_a_clearly_losing_config_is_pruned_before_its_last_prompt(tmp_path):
     """The poor drafter drafting 10-12 tokens runs at about half the baseline's speed: pruned early, for real."""
-    space_file = tmp_path / "space.yaml"
-    space_file.write_text(LOSING_SPACE.format(models=models_dir(), server=SERVER))
-    common = ["--storage", f"sqlite:///{tmp_path / 'study.db'}", "--studies-dir", str(tmp_path / "studies")]
-    before = _descendants()
-    proc = subprocess.run(
-        [sys.executable, "-m", "autotune", "study", str(space_file), *common, "--no-confirm", "--seed", "0"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert not (_descendants() - before)
-    report = subprocess.run(
-        [sys.executable, "-m", "autotune", "report", str(space_file), *common, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-    )
-    data = json.loads(report.stdout)
+    data = _study_then_report(tmp_path, LOSING_SPACE, seed=0)
     assert data["baseline"]["cuda_graph_on"]["tok_per_s"] > 0
     spec = [t for t in data["trials"] if t["role"] == "speculative" and t["duplicate_of"] is None]
     assert spec
