@@ -112,8 +112,11 @@ def test_crash_during_startup_is_recorded_with_log_tail_and_the_study_goes_on(tm
     failed = _trials_of(rep, "aq-medai")
     assert failed and all(t["state"] == "FAIL" and t["fail_kind"] == "exited" for t in failed)
     assert all(t["fail_reason"] for t in failed)
-    good = [t for t in _trials_of(rep, "custom-10k") if t["state"] == "COMPLETE"]
-    assert good and all(t["prompts_measured"] == 3 for t in good)
+    # the other drafter's servers still start and are measured (complete, or pruned after measured prompts: both
+    # lose to the graphs-off baseline here, so which one depends on the noise)
+    measured = [t for t in _trials_of(rep, "custom-10k") if t["state"] in ("COMPLETE", "PRUNED") and t["argv"]]
+    assert measured and all(t["prompts_measured"] >= 1 for t in measured)
+    assert all(t["prompts_measured"] == 3 for t in measured if t["state"] == "COMPLETE")
     assert rep["baseline"]["cuda_graph_off"]["tok_per_s"] > 0
     _assert_clean(port)
 
