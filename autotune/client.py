@@ -2,9 +2,14 @@
 
 Backend-agnostic: the backend builds the request (``Backend.request``) and reads each streamed JSON chunk
 (``Backend.parse_chunk``). The client
-- times the request on the injected monotonic clock: ``seconds`` from sending the request (when its first byte
-  is written, from httpcore's trace hook: building and encoding it, the connection pool and a new connection's
-  set-up are not timed) to the last chunk that carried new text; ``ttft_s`` to the first one,
+- times the request on the injected monotonic clock, at the socket: ``seconds`` run from the first write of the
+  request's bytes (building it, the connection pool and a new connection's set-up are not timed) to the arrival of
+  the bytes of the last chunk that carried new text, ``ttft_s`` to the first one. Arrival = when the socket read that
+  completed those bytes returned, noted by a thin wrapper around httpcore's network stream (``_TimedStream``), so
+  HTTP/chunked parsing (h11), httpx's decoders and line splitting, and the client's own per-chunk work are not
+  counted (timed after them, they added 0.15-0.45 ms a request: 0.3-0.9% of a 51 ms stream at 20,000 tok/s),
+- splits the SSE stream into lines itself, on the raw bytes (LF, CRLF or CR, as SSE defines them; httpx's
+  ``iter_lines`` also splits on U+2028, U+0085..., which a server may send unescaped inside JSON text),
 - reads each response to its end, also after ``[DONE]``, so the connection is reused by the next request (a
   response closed early costs the next request a new TCP connection, and a simulated server a new thread: a
   fixed ~2-5 ms per request that showed up as timing error at high token rates),
@@ -24,9 +29,11 @@ Every request has a limit: httpx connect/read/write/pool timeouts, plus an overa
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import httpcore  # httpx's transport (a dependency of httpx): its network stream is where bytes arrive
 import httpx
 
 from autotune.backends.base import Backend, ChunkInfo, parse_prometheus
@@ -74,6 +81,86 @@ class _Stream:
             self.final = True
 
 
+class _TimedStream(httpcore.NetworkStream):
+    """A connection's network stream that notes on the client's clock when each request starts going out (the
+    first write after a read: HTTP/1.1 without pipelining writes a request only after the previous response was
+    read) and when each read returned, i.e. when the bytes it returns had all arrived."""
+
+    def __init__(self, inner: httpcore.NetworkStream, now: Callable[[], float]) -> None:
+        self._inner = inner
+        self._now = now
+        self._wrote = False
+        self.sent_t: float | None = None
+        self.read_t: float | None = None
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data = self._inner.read(max_bytes, timeout)
+        self.read_t = self._now()
+        self._wrote = False
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not self._wrote:
+            self._wrote = True
+            self.sent_t = self._now()
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
+        return _TimedStream(self._inner.start_tls(ssl_context, server_hostname, timeout), self._now)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _TimedBackend(httpcore.NetworkBackend):
+    """httpcore's network backend, with every connection's stream wrapped in a ``_TimedStream``."""
+
+    def __init__(self, inner: httpcore.NetworkBackend, now: Callable[[], float]) -> None:
+        self._inner = inner
+        self._now = now
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        return _TimedStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options), self._now)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        return _TimedStream(self._inner.connect_unix_socket(path, timeout, socket_options), self._now)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _timed_transport(now: Callable[[], float]) -> httpx.HTTPTransport:
+    """httpx's own transport (pool, limits, keep-alive, timeouts, exception mapping), its connections' streams timed.
+    httpx has no public setting for httpcore's network backend: the pool's is wrapped in place (if a future httpx
+    renames these, the client still works, timed at the response iterator instead: ``_timed_stream`` is None)."""
+    transport = httpx.HTTPTransport(trust_env=False)
+    pool = getattr(transport, "_pool", None)
+    inner = getattr(pool, "_network_backend", None)
+    if isinstance(inner, httpcore.NetworkBackend):
+        pool._network_backend = _TimedBackend(inner, now)  # type: ignore[union-attr]
+    return transport
+
+
+def _sse_lines(buf: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """Complete SSE lines in ``buf + data`` (ends: LF, CRLF or CR) and the incomplete rest."""
+    if b"\r" in data:  # a CRLF split across reads only adds an empty line, which SSE ignores
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    lines = (buf + data).split(b"\n")
+    return lines, lines.pop()
+
+
 class BenchmarkClient:
     """One HTTP client per server session. Use as a context manager or call ``close()``."""
 
@@ -111,7 +198,9 @@ class BenchmarkClient:
             connect=connect_timeout_s, read=request_timeout_s, write=connect_timeout_s, pool=connect_timeout_s
         )
         # trust_env=False: a proxy configured in the environment must not sit between us and a local server
-        self._http = httpx.Client(base_url=base_url, timeout=self._timeout, trust_env=False)
+        self._http = httpx.Client(
+            base_url=base_url, timeout=self._timeout, trust_env=False, transport=_timed_transport(self._now)
+        )
 
     @classmethod
     def for_space(cls, space: Space, backend: Backend, base_url: str, *, clock: Clock | None = None) -> BenchmarkClient:
@@ -128,6 +217,9 @@ class BenchmarkClient:
             request_timeout_s=space.server.request_timeout_s,
             clock=clock,
         )
+
+    def _now(self) -> float:
+        return self.clock.now()  # the clock may be replaced after construction
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -199,48 +291,34 @@ class BenchmarkClient:
         )
         before = self.metrics() if self.backend.acceptance_from_metrics_deltas else None
         s = _Stream()
-        sent: list[float] = []
-
-        def trace(event: str, _info: dict[str, Any]) -> None:  # httpcore's hook: the request's bytes go out now
-            if not sent and event.endswith("send_request_headers.started"):
-                sent.append(self.clock.now())
-
-        request = self._http.build_request("POST", path, json=body, extensions={"trace": trace})
+        request = self._http.build_request("POST", path, json=body)
         t0 = self.clock.now()
         deadline = t0 + self.request_timeout_s
         try:
             resp = self._http.send(request, stream=True)
             try:
+                stream = resp.extensions.get("network_stream")
+                timed = stream if isinstance(stream, _TimedStream) else None
+                if timed is not None and timed.sent_t is not None:
+                    t0 = timed.sent_t  # connection set-up and the client's own work before sending are not timed
                 if resp.status_code >= 400:
                     detail = _short(resp.read())
                     if resp.status_code >= 500:
                         raise _Retryable(f"HTTP {resp.status_code} from {path}: {detail}")
                     raise BenchmarkError(f"prompt {index}: HTTP {resp.status_code} from {path}: {detail}")
-                for line in resp.iter_lines():
-                    now = self.clock.now()
+                rest = b""
+                for data in resp.iter_bytes():
+                    # when these bytes arrived (the read that returned them), before any parsing
+                    now = timed.read_t if timed is not None and timed.read_t is not None else self.clock.now()
                     if now > deadline:
                         if s.done:
                             break  # complete; a server still sending after [DONE] only costs its connection
                         raise BenchmarkError(f"prompt {index}: no complete answer within {self.request_timeout_s:g} s")
-                    line = line.strip()
-                    if not line.startswith("data:"):
-                        continue  # blank separators, comments, event:/id: lines
-                    data = line[len("data:") :].strip()
-                    if s.done:
-                        continue  # read to the end of the response: the connection stays reusable
-                    if data == "[DONE]":
-                        s.done = True
-                        continue
-                    try:
-                        obj = json.loads(data)
-                    except ValueError:
-                        raise _Retryable(f"malformed chunk {_short(data.encode())}") from None
-                    if not isinstance(obj, dict):
-                        raise _Retryable(f"unexpected chunk {_short(data.encode())}")
-                    info = self.backend.parse_chunk(obj)
-                    if info.error:
-                        raise _Retryable(f"server error in stream: {info.error}")
-                    s.add(info, now)
+                    lines, rest = _sse_lines(rest, data)
+                    for line in lines:
+                        self._line(line, now, s)
+                if rest:
+                    self._line(rest, self.clock.now(), s)  # a last line without its newline
             finally:
                 resp.close()
         except httpx.TimeoutException as e:
@@ -262,7 +340,6 @@ class BenchmarkClient:
             if after is not None:
                 accept = self.backend.acceptance_from_metrics(before, after)
         last = s.last_token_t if s.last_token_t is not None else end
-        t0 = sent[0] if sent else t0  # connection set-up and the client's own work before sending are not timed
         return PromptResult(
             index=index,
             completion_tokens=int(s.completion_tokens),
@@ -273,6 +350,26 @@ class BenchmarkClient:
             text=s.text,
             finish_reason=s.finish_reason,
         )
+
+    def _line(self, line: bytes, now: float, s: _Stream) -> None:
+        """One SSE line (``now``: when it arrived): ``data:`` lines are chunks until ``[DONE]``; others are skipped."""
+        line = line.strip()
+        if not line.startswith(b"data:") or s.done:
+            return  # blank separators, comments, event:/id: lines; anything after [DONE] is only read to the end
+        data = line[len(b"data:") :].strip()
+        if data == b"[DONE]":
+            s.done = True
+            return
+        try:
+            obj = json.loads(data.decode("utf-8", "replace"))
+        except ValueError:
+            raise _Retryable(f"malformed chunk {_short(data)}") from None
+        if not isinstance(obj, dict):
+            raise _Retryable(f"unexpected chunk {_short(data)}")
+        info = self.backend.parse_chunk(obj)
+        if info.error:
+            raise _Retryable(f"server error in stream: {info.error}")
+        s.add(info, now)
 
 
 def _short(raw: bytes, limit: int = 200) -> str:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpcore
 import pytest
 
 from autotune.backends.sglang import SGLangBackend
@@ -384,24 +385,123 @@ def test_server_stalling_after_done_still_counts(server):
     assert server.count("/generate") == 1
 
 
-class _TickClock:
-    """Each reading is one second after the previous one."""
+class _ManualClock:
+    """Moves only when a test (or its server, from its thread) sets ``t``."""
 
     def __init__(self) -> None:
         self.t = 0.0
 
     def now(self) -> float:
-        self.t += 1.0
         return self.t
 
     def sleep(self, seconds: float) -> None:
-        pass
+        self.t += seconds
 
 
-def test_timed_from_when_the_request_is_written(server):
-    # readings: 1 = before sending (the deadline's start), 2 = httpcore starts writing the request, 3 = the only
-    # chunk with text: seconds and TTFT count from 2, not 1 (the pool, a connection set-up are not timed)
-    server.script["POST /generate"] = chunked_ok
-    with make_client(server, clock=_TickClock()) as c:
+def _chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in pieces)
+
+
+_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+_META = {"prompt_tokens": 3, "completion_tokens": 2, "finish_reason": {"type": "length", "length": 2}}
+
+
+def _sse(obj: object) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+
+
+def test_timed_from_the_first_write_of_the_request(server, monkeypatch):
+    # a slow connection set-up (50 s on the manual clock) is not timed: the clock starts when the request's first
+    # byte is written (50), not before the pool and connect (0); the response arrives at 60
+    clock = _ManualClock()
+    connect = httpcore.SyncBackend.connect_tcp
+
+    def slow_connect(self, *a, **kw):
+        clock.t += 50.0
+        return connect(self, *a, **kw)
+
+    def script(h: Handler, _n: int) -> None:
+        clock.t = 60.0
+        h.wfile.write(_HEAD + _chunked(_sse({"text": "a b ", "meta_info": _META}), _sse(b"[DONE]")) + b"0\r\n\r\n")
+
+    monkeypatch.setattr(httpcore.SyncBackend, "connect_tcp", slow_connect)
+    server.script["POST /generate"] = script
+    with make_client(server, clock=clock, request_timeout_s=1000.0) as c:
         r = c.measure(0, "x")
-    assert r.seconds == 1.0 and r.ttft_s == 1.0
+    assert r.seconds == 10.0 and r.ttft_s == 10.0
+
+
+def test_last_token_timed_when_its_bytes_arrive_not_after_parsing(server):
+    # both tokens' chunks arrive in one read at 1.0 (one write); parsing each chunk takes 100 s on the manual clock:
+    # the last token is timed at its bytes' arrival, not after the parsing of the chunks before it (101)
+    clock = _ManualClock()
+
+    class SlowParse(SGLangBackend):
+        def parse_chunk(self, obj):
+            clock.t += 100.0
+            return super().parse_chunk(obj)
+
+    def script(h: Handler, _n: int) -> None:
+        clock.t = 1.0
+        first = {"text": "a ", "meta_info": {**_META, "completion_tokens": 1, "finish_reason": None}}
+        body = _chunked(_sse(first), _sse({"text": "a b ", "meta_info": _META}), _sse(b"[DONE]"))
+        h.wfile.write(_HEAD + body + b"0\r\n\r\n")
+
+    server.script["POST /generate"] = script
+    with make_client(server, SlowParse(), clock=clock, request_timeout_s=1000.0) as c:
+        r = c.measure(0, "x")
+    assert r.text == "a b " and r.completion_tokens == 2
+    assert r.ttft_s == 1.0 and r.seconds == 1.0
+
+
+def test_event_split_across_reads_is_timed_when_its_last_bytes_arrive(server):
+    # the last chunk's event is cut in the middle of its JSON (inside one HTTP chunk); its second half is sent at
+    # 10.0: the token is timed then, and the split line is joined, not taken as malformed
+    clock = _ManualClock()
+
+    def script(h: Handler, _n: int) -> None:
+        last = _sse({"text": "a b ", "meta_info": _META})
+        piece = _sse({"text": "a ", "meta_info": {**_META, "completion_tokens": 1, "finish_reason": None}}) + last
+        cut = len(piece) - len(last) // 2
+        clock.t = 5.0
+        h.wfile.write(_HEAD + b"%x\r\n" % len(piece) + piece[:cut])
+        time.sleep(0.05)
+        clock.t = 10.0
+        h.wfile.write(piece[cut:] + b"\r\n" + _chunked(_sse(b"[DONE]")) + b"0\r\n\r\n")
+
+    server.script["POST /generate"] = script
+    with make_client(server, clock=clock, request_timeout_s=1000.0, retries=0) as c:
+        r = c.measure(0, "x")
+    assert r.text == "a b " and r.completion_tokens == 2
+    assert r.seconds == 10.0 and r.ttft_s in (5.0, 10.0)
+
+
+def test_unicode_line_separators_inside_text_are_not_line_ends(server):
+    # SSE lines end only at LF, CR or CRLF; a server may send U+2028, U+0085... unescaped inside JSON strings
+    text = "a\u2028b\x85c\u2029d\x1c "
+
+    def script(h: Handler, _n: int) -> None:
+        ev = json.dumps({"text": text, "meta_info": _META}, ensure_ascii=False).encode()
+        h.wfile.write(_HEAD + _chunked(_sse(ev), _sse(b"[DONE]")) + b"0\r\n\r\n")
+
+    server.script["POST /generate"] = script
+    with make_client(server, retries=0) as c:
+        r = c.measure(0, "x")
+    assert r.text == text and r.completion_tokens == 2
+
+
+def test_crlf_and_cr_line_ends(server):
+    # SSE allows CRLF and CR line ends too (sse-starlette writes CRLF); a CRLF may be split across two reads
+    def script(h: Handler, _n: int) -> None:
+        first = json.dumps({"text": "a ", "meta_info": {**_META, "completion_tokens": 1, "finish_reason": None}})
+        last = json.dumps({"text": "a b ", "meta_info": _META})
+        h.wfile.write(_HEAD + _chunked(f": ping\r\ndata: {first}\r".encode()))
+        time.sleep(0.02)
+        h.wfile.write(_chunked(f"\n\r\ndata: {last}\r\rdata: [DONE]\r\r".encode()) + b"0\r\n\r\n")
+
+    server.script["POST /generate"] = script
+    with make_client(server, retries=0) as c:
+        r = c.measure(0, "x")
+        assert r.text == "a b " and r.completion_tokens == 2 and r.ttft_s is not None and r.ttft_s <= r.seconds
+        assert c.measure(0, "x").text == "a b "  # and the connection is reused after such a response
+    assert server.count("/generate") == 2
