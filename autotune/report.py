@@ -83,6 +83,8 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
                 "speedup_ci": r["speedup_ci"],
                 "tok_per_s": _mean(r["tok_per_s"]),
                 "baseline_tok_per_s": _mean(r["baseline_tok_per_s"]),
+                "rounds": len(r["tok_per_s"]),
+                "dropped": bool(r.get("dropped", False)),
             }
         )
         if t is not None:

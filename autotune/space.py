@@ -141,6 +141,10 @@ class PruningSpec:
 class BudgetSpec:
     n_trials: int = 30
     timeout_s: float | None = None
+    #: the last trials of the budget picked by the surrogate (expected improvement over the best measured
+    #: config's posterior mean) instead of the sampler; None = a quarter of n_trials (SGLang spaces; backends
+    #: that cannot enumerate their space leave every trial to the sampler)
+    refine_trials: int | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,10 @@ class VerdictSpec:
     min_gain: float = 0.02
     confirm_top: int = 3
     repeats: int = 4
+    #: after ``repeats`` rounds, candidates not clearly slower than the leader race on, up to this many rounds
+    max_repeats: int = 8
+    #: one-sided confidence that a dropped candidate is slower than the leader of the race
+    race_confidence: float = 0.8
     confidence: float = 0.95
     #: a trial whose output matches the baseline's for less than this fraction is flagged
     lossless_min_prefix: float = 0.9
@@ -983,6 +991,7 @@ class _Reader:
                 {
                     "n_trials": lambda x, p, ln: self.int_(x, p, ln, 1),
                     "timeout_s": self.optional(self.pos),
+                    "refine_trials": self.optional(lambda x, p, ln: self.int_(x, p, ln, 0)),
                 },
             )
         )
@@ -997,6 +1006,8 @@ class _Reader:
                     "min_gain": lambda x, p, ln: self.num(x, p, ln, 0),
                     "confirm_top": lambda x, p, ln: self.int_(x, p, ln, 0),
                     "repeats": lambda x, p, ln: self.int_(x, p, ln, 1),
+                    "max_repeats": lambda x, p, ln: self.int_(x, p, ln, 1),
+                    "race_confidence": self.confidence,
                     "confidence": self.confidence,
                     "lossless_min_prefix": lambda x, p, ln: self.num(x, p, ln, 0, 1),
                 },

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -41,10 +42,14 @@ from autotune.pruner import BaselinePruner, find_baseline, is_baseline_trial
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.stats import Interval, common_prefix_fraction, log_ratios, speedup_interval, upper_bound, verdict
+from autotune.surrogate import Encoding, Surrogate
 
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 SIZE_KNOBS = ("num_draft_tokens", "draft_n_max", "num_speculative_tokens")
 MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
+MIN_SURROGATE_POINTS = 6
+REFINE_KAPPA = 2.0
+CANDIDATE_KAPPA = 2.0
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -281,6 +286,39 @@ def lossless_check(texts: list[str], baseline_texts: list[str]) -> dict[str, Any
     return {"prefix_fraction": fractions, "min_prefix_fraction": min(fractions) if fractions else None}
 
 
+def _mean_log(rounds: list[dict[str, Any]], key: str) -> float:
+    xs = [math.log(r["candidates"][key]) for r in rounds if r["candidates"].get(key)]
+    return sum(xs) / len(xs) if xs else -math.inf
+
+
+def race_survivors(rounds: list[dict[str, Any]], keys: list[str], spec: Any) -> list[str]:
+    """The candidates (trial numbers as strings) still racing after ``rounds`` of confirmation.
+
+    A candidate leaves the race once the one-sided ``spec.race_confidence`` upper bound of its mean log
+    tok/s ratio to the current leader, over the rounds both were measured in, is below 0: it is clearly
+    slower. The ratio is taken within a round (same fresh baseline, same conditions), so drift cancels. Dropped
+    candidates stay dropped; nobody is dropped before ``spec.repeats`` rounds."""
+    active = list(keys)
+    for i in range(spec.repeats, len(rounds) + 1):
+        done = rounds[:i]
+        if len(active) <= 1:
+            break
+        leader = max(active, key=lambda k, done=done: _mean_log(done, k))
+        keep = [leader]
+        for k in active:
+            if k == leader:
+                continue
+            diffs = [
+                math.log(r["candidates"][k] / r["candidates"][leader])
+                for r in done
+                if r["candidates"].get(k) and r["candidates"].get(leader)
+            ]
+            if len(diffs) < 2 or upper_bound(diffs, spec.race_confidence, 0.0) >= 1.0:
+                keep.append(k)
+        active = [k for k in active if k in keep]
+    return active
+
+
 # ---------------------------------------------------------------------------------------------- the search
 
 
@@ -346,35 +384,143 @@ class Orchestrator:
             if json.dumps(params, sort_keys=True) not in queued:
                 self.study.enqueue_trial(params, user_attrs={"role": "speculative", "seeded": "server default"})
 
+    def refine_count(self, n_trials: int) -> int:
+        """How many of the last trials the surrogate picks (``budget.refine_trials``; auto: a quarter)."""
+        if self.grid() is None:
+            return 0
+        r = self.space.budget.refine_trials
+        return min(n_trials, n_trials // 4 if r is None else r)
+
+    def grid(self) -> list[TrialConfig] | None:
+        if not hasattr(self, "_grid"):
+            grid_of = getattr(self.backend, "grid", None)
+            try:
+                self._grid = grid_of(self.space) if grid_of is not None else None
+            except InfeasibleConfig:
+                self._grid = None
+        return self._grid
+
     def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:
         self._recover_interrupted()
         self._seed()
-        remaining = self.remaining(n_trials)
-        if remaining == 0:
+        if self.remaining(n_trials) == 0:
             self.emit(Event("note", data={"message": f"search budget of {n_trials} trials already used"}))
             return
+        deadline = None if timeout_s is None else self.clock.now() + timeout_s
         # Duplicates (the sampler proposing a config already measured) cost no server start and do not use the
         # budget; a cap on all trials keeps a small, exhausted space from looping forever.
-        cap = len(_trials(self.study)) + 4 * remaining + 20
-        deadline = None if timeout_s is None else self.clock.now() + timeout_s
+        cap = len(_trials(self.study)) + 4 * self.remaining(n_trials) + 20
+        refine = self.refine_count(n_trials)
+        self._optimize(n_trials - refine, cap, deadline)  # the sampler's share
+        while self.remaining(n_trials) > 0 and len(_trials(self.study)) < cap:
+            if deadline is not None and self.clock.now() >= deadline:
+                return
+            config = self.refine_next()
+            if config is None:
+                break
+            params = self.backend.params(config, self.space)  # type: ignore[attr-defined]
+            self.study.enqueue_trial(params, user_attrs={"role": "speculative", "seeded": "surrogate"})
+            self._optimize(self.counted_trials() + 1, cap, deadline)
+        self._optimize(n_trials, cap, deadline)  # nothing left for the surrogate to try: the sampler goes on
+
+    def _optimize(self, target: int, cap: int, deadline: float | None) -> None:
+        """Run trials until ``target`` trials used the budget (or the cap or the deadline)."""
 
         def budget_callback(study: optuna.Study, _t: FrozenTrial) -> None:
-            if self.counted_trials(running=True) >= n_trials or len(_trials(study)) >= cap:
+            if self.counted_trials(running=True) >= target or len(_trials(study)) >= cap:
                 study.stop()
             if deadline is not None and self.clock.now() >= deadline:
                 study.stop()
 
-        while self.remaining(n_trials) > 0 and len(_trials(self.study)) < cap:
+        while self.remaining(target) > 0 and len(_trials(self.study)) < cap:
             if deadline is not None and self.clock.now() >= deadline:
                 break
             self.study.optimize(
                 self.objective,
-                n_trials=self.remaining(n_trials),
+                n_trials=self.remaining(target),
                 catch=(LaunchError, BenchmarkError, DrafterNotEngaged),
                 callbacks=[budget_callback],
                 gc_after_trial=False,
                 show_progress_bar=False,
             )
+
+    # -- the surrogate ------------------------------------------------------------------------------
+    def observations(self, confirmation: dict[str, Any] | None = None) -> list[tuple[TrialConfig, float]]:
+        """(effective config, log tok/s) of every measured speculative start. A pruned trial's few prompts are
+        scaled by its baseline (its paired speedup x the baseline's tok/s over all prompts), so that prompts of
+        different difficulty do not bias it; confirmation starts are re-anchored to the search's baseline
+        through their round's fresh baseline."""
+        out: list[tuple[TrialConfig, float]] = []
+        base_value: dict[Any, float] = {}
+        for t in _trials(self.study, (TrialState.COMPLETE, TrialState.PRUNED)):
+            if is_baseline_trial(t) or "duplicate_of" in t.user_attrs or not t.user_attrs.get("measured"):
+                continue
+            eff = t.user_attrs.get("effective")
+            if not eff:
+                continue
+            cfg = TrialConfig.from_dict(eff)
+            if t.state == TrialState.COMPLETE and t.value and t.value > 0:
+                out.append((cfg, math.log(t.value)))
+                continue
+            speedup = t.user_attrs.get("speedup")
+            if speedup and speedup > 0:
+                cg = bool(cfg.cuda_graph)
+                if cg not in base_value:
+                    b = find_baseline(self.study, cg)
+                    base_value[cg] = float(b.value) if b is not None and b.value else 0.0
+                if base_value[cg] > 0:
+                    out.append((cfg, math.log(speedup * base_value[cg])))
+        if confirmation:
+            by_number = {str(t.number): t for t in _trials(self.study)}
+            for rnd in confirmation.get("rounds", []):
+                for number, c in rnd.get("candidates", {}).items():
+                    t = by_number.get(number)
+                    if t is None or not c:
+                        continue
+                    cfg = TrialConfig.from_dict(t.user_attrs["effective"])
+                    b_round = rnd.get("baseline", {}).get(str(t.params.get("cuda_graph")))
+                    ref = find_baseline(self.study, bool(cfg.cuda_graph))
+                    if b_round and ref is not None and ref.value:
+                        out.append((cfg, math.log(c / b_round * ref.value)))
+        return out
+
+    def surrogate(self, confirmation: dict[str, Any] | None = None) -> Surrogate | None:
+        """The GP over log tok/s, or None with fewer than ``MIN_SURROGATE_POINTS`` observations or no grid."""
+        grid = self.grid()
+        obs = self.observations(confirmation)
+        if grid is None or len({c.key() for c, _ in obs}) < MIN_SURROGATE_POINTS:
+            return None
+        floor = max(self.space.pruning.start_noise / math.sqrt(2), 0.005)
+        return Surrogate(Encoding.from_configs(grid + [c for c, _ in obs]), obs, noise_floor=floor)
+
+    def refine_next(self) -> TrialConfig | None:
+        """The unmeasured config with the highest upper confidence bound (posterior mean + ``REFINE_KAPPA`` sd):
+        near the top but not yet measured, which is where a sharp optimum on the space's edge hides (expected
+        improvement, tried first, stayed next to lucky measurements: scripts/bench_search.py). None when there is
+        no surrogate or nothing left to try."""
+        model = self.surrogate()
+        grid = self.grid()
+        if model is None or grid is None:
+            return None
+        tried = {t.user_attrs.get("config_key") for t in _trials(self.study) if t.user_attrs.get("config_key")}
+        pool = [
+            c
+            for c in grid
+            if c.key() not in tried
+            and not (getattr(self.backend, "not_engaged_is_per_drafter", True) and _disengaged(self.study, c))
+            and _predicted_oom(self.study, c) is None
+        ]
+        if not pool:
+            return None
+        queued = {
+            json.dumps(t.params, sort_keys=True) for t in _trials(self.study, (TrialState.WAITING, TrialState.RUNNING))
+        }
+        mean, sd = model.predict(pool)
+        for i in np.argsort(-(mean + REFINE_KAPPA * sd), kind="stable"):
+            c = pool[int(i)]
+            if json.dumps(self.backend.params(c, self.space), sort_keys=True) not in queued:  # type: ignore[attr-defined]
+                return c
+        return None
 
     # -- one trial ----------------------------------------------------------------------------------
     def objective(self, trial: optuna.Trial) -> float:
@@ -629,37 +775,58 @@ class Orchestrator:
 
     # -- confirmation -------------------------------------------------------------------------------
     def candidates(self) -> list[FrozenTrial]:
-        """The best few measured speculative configs worth confirming (not clearly losing, lossless)."""
+        """The configs worth confirming (lossless, not clearly losing to their baseline): the best
+        ``verdict.confirm_top`` by the surrogate's posterior mean (by measured tok/s without a surrogate), plus
+        the fastest single measurement when the surrogate ranked it lower (a sharp peak on the space's edge is
+        what a smooth model underrates)."""
         space = self.space
-        seen: set[str] = set()
-        out = []
         complete = [
             t
             for t in _trials(self.study, (TrialState.COMPLETE,))
             if not is_baseline_trial(t) and "duplicate_of" not in t.user_attrs and t.user_attrs.get("measured")
         ]
-        for t in sorted(complete, key=lambda t: t.value or 0.0, reverse=True):
-            key = t.user_attrs.get("config_key")
-            if key in seen:
-                continue
+        measured = {t.number: math.log(t.value) if t.value and t.value > 0 else -math.inf for t in complete}
+        model = self.surrogate() if complete else None
+        score = dict(measured)
+        if model is not None:
+            # optimistic ranking (posterior mean + CANDIDATE_KAPPA sd): a config whose neighbours are also fast
+            # beats a lucky start, and a config on the space's edge, which a smooth model underrates, still gets
+            # its chance in the race (scripts/bench_search.py measured both)
+            mean, sd = model.predict([TrialConfig.from_dict(t.user_attrs["effective"]) for t in complete])
+            score = {t.number: float(m + CANDIDATE_KAPPA * v) for t, m, v in zip(complete, mean, sd, strict=True)}
+
+        def eligible(t: FrozenTrial) -> bool:
             if not t.user_attrs.get("lossless", {}).get("ok", True):
-                continue
+                return False
             baseline = find_baseline(self.study, t.params.get("cuda_graph"))
             if baseline is None:
-                continue
+                return False
             tv = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
             bv = [baseline.intermediate_values.get(s) for s in sorted(t.intermediate_values)]
-            if upper_bound(log_ratios(tv, bv), space.verdict.confidence, space.pruning.start_noise) < 1.0:
-                continue
-            seen.add(key)
-            out.append(t)
+            return upper_bound(log_ratios(tv, bv), space.verdict.confidence, space.pruning.start_noise) >= 1.0
+
+        seen: set[str] = set()
+        out: list[FrozenTrial] = []
+        for t in sorted(complete, key=lambda t: score[t.number], reverse=True):
             if len(out) >= space.verdict.confirm_top:
                 break
+            key = t.user_attrs.get("config_key")
+            if key not in seen and eligible(t):
+                seen.add(key)
+                out.append(t)
+        if model is not None and out:
+            fastest = next(
+                (t for t in sorted(complete, key=lambda t: measured[t.number], reverse=True) if eligible(t)), None
+            )
+            if fastest is not None and fastest.user_attrs.get("config_key") not in seen:
+                out.append(fastest)
         return out
 
     def confirm(self) -> dict[str, Any]:
-        """Re-measure the candidates ``repeats`` times, each round after a fresh baseline of the same
-        CUDA-graph setting (so drift cancels in the pair), and decide the verdict from paired intervals."""
+        """Re-measure the candidates in rounds, each round after a fresh baseline of the same CUDA-graph setting
+        (so drift cancels in the pair): ``verdict.repeats`` rounds of every candidate, then more rounds, up to
+        ``verdict.max_repeats``, of those still racing (see ``race_survivors``) while two or more are left. The
+        verdict comes from the paired interval of the best survivor."""
         space = self.space
         cands = self.candidates()
         if cands and (space.verdict.confirm_top == 0 or space.verdict.repeats < 2):
@@ -686,21 +853,33 @@ class Orchestrator:
             Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": space.verdict.repeats})
         )
         graph_settings = sorted({t.params.get("cuda_graph") for t in cands}, key=str)
-        while len(state["rounds"]) < space.verdict.repeats and cands:
+        max_rounds = max(space.verdict.repeats, space.verdict.max_repeats)
+        while cands:
+            active = race_survivors(state["rounds"], [str(t.number) for t in cands], space.verdict)
+            n = len(state["rounds"])
+            if n >= max_rounds or (n >= space.verdict.repeats and len(active) <= 1):
+                break
             rnd: dict[str, Any] = {"baseline": {}, "candidates": {}}
             for cg in graph_settings:
+                racing = [t for t in cands if t.params.get("cuda_graph") == cg and str(t.number) in active]
+                if not racing:
+                    continue
                 base_cfg = TrialConfig.baseline(bool(cg))
                 rnd["baseline"][str(cg)] = self._measure_once(base_cfg)
-                for t in cands:
-                    if t.params.get("cuda_graph") == cg:
-                        cfg = TrialConfig.from_dict(t.user_attrs["effective"])
-                        rnd["candidates"][str(t.number)] = self._measure_once(cfg)
+                for t in racing:
+                    cfg = TrialConfig.from_dict(t.user_attrs["effective"])
+                    rnd["candidates"][str(t.number)] = self._measure_once(cfg)
             state["rounds"].append(rnd)
             self.study.set_user_attr("confirmation", state)
         results = []
+        active = race_survivors(state["rounds"], [str(t.number) for t in cands], space.verdict)
         for t in cands:
             cg = str(t.params.get("cuda_graph"))
-            pairs = [(r["candidates"].get(str(t.number)), r["baseline"].get(cg)) for r in state["rounds"]]
+            pairs = [
+                (r["candidates"][str(t.number)], r["baseline"].get(cg))
+                for r in state["rounds"]
+                if r["candidates"].get(str(t.number))
+            ]
             logs = [math.log(c / b) for c, b in pairs if c and b]
             interval = speedup_interval(logs, space.verdict.confidence) if len(logs) >= 2 else None
             results.append(
@@ -710,10 +889,17 @@ class Orchestrator:
                     "tok_per_s": [c for c, _ in pairs],
                     "baseline_tok_per_s": [b for _, b in pairs],
                     "speedup_ci": interval.to_dict() if interval else None,
+                    "dropped": str(t.number) not in active,
                 }
             )
         state["results"] = results
-        best = max((r for r in results if r["speedup_ci"]), key=lambda r: r["speedup_ci"]["point"], default=None)
+        # the pick: the best point estimate among the candidates still racing (the others were clearly slower
+        # than the leader of their rounds)
+        best = max(
+            (r for r in results if r["speedup_ci"] and not r["dropped"]),
+            key=lambda r: r["speedup_ci"]["point"],
+            default=None,
+        )
         if best is None:
             state["verdict"] = verdict(None, space.verdict.min_gain)
             state["best"] = None

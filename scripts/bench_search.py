@@ -9,12 +9,15 @@ warm-up and every generated token in the simulated hardware's seconds. Methods:
   the baseline of a CUDA-graph setting is measured once, before that setting's first speculative point.
   Recommendation: the point with the highest measured tok/s.
 - ``tuner``: ``autotune.study`` as shipped (TPE from ``make_sampler``, ``BaselinePruner``, baselines and SGLang's
-  default enqueued, dedup, confirmation, verdict). Recommendation: ``autotune.report.recommend`` after confirmation.
+  default enqueued, dedup, the surrogate's last quarter of the budget, candidates ranked by the surrogate, racing
+  confirmation, verdict). Recommendation: ``autotune.report.recommend`` after confirmation.
 - ``tuner_no_prune``: the same with pruning disabled.
-- ``random``: the same orchestration (baselines, defaults, dedup, confirmation) with ``optuna.samplers.RandomSampler``
-  and pruning disabled.
+- ``tuner_no_refine``: the same with ``budget.refine_trials`` 0 (every trial from TPE).
+- ``random``: the same orchestration (baselines, defaults, dedup, confirmation) with ``optuna.samplers.RandomSampler``,
+  pruning disabled and no surrogate-picked trials.
 - ``tuner_prev`` (optional, not run by default): the package's defaults before the start-noise prune bound and
-  3 x 4 confirmation were shipped (``pruning.start_noise`` 0, ``verdict`` 2 candidates x 3 repeats), for comparison.
+  3 x 4 confirmation were shipped (``pruning.start_noise`` 0, ``verdict`` 2 candidates x 3 repeats, no race), for
+  comparison.
 
 Figures (per scenario, method and seed):
 - time to 2%: virtual GPU seconds until the TRUE (noise-free) tok/s of the config the method currently considers
@@ -85,7 +88,7 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "small-active MoE (A3B-like) H100: every speculative point loses, right verdict baseline-wins",
     ),
 }
-METHODS = ("grid", "tuner", "tuner_no_prune", "random")
+METHODS = ("grid", "tuner", "tuner_no_prune", "tuner_no_refine", "random")
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
 EXTRA_METHODS: tuple[str, ...] = ("tuner_prev",)
 WITHIN = 0.02
@@ -299,12 +302,19 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
         return space, None, TimedOrchestrator
     if method == "tuner_no_prune":
         return no_pruning(space), None, TimedOrchestrator
+    if method == "tuner_no_refine":
+        return _no_refine(space), None, TimedOrchestrator
     if method == "random":
-        return no_pruning(space), optuna.samplers.RandomSampler(seed=seed), TimedOrchestrator
+        return _no_refine(no_pruning(space)), optuna.samplers.RandomSampler(seed=seed), TimedOrchestrator
     if method == "tuner_prev":  # the defaults before start_noise and 3 x 4 confirmation were shipped
         prev = dataclasses.replace(space.pruning, start_noise=0.0)
-        return _verdict(dataclasses.replace(space, pruning=prev), confirm_top=2, repeats=3), None, TimedOrchestrator
+        prev_space = _no_refine(dataclasses.replace(space, pruning=prev))
+        return _verdict(prev_space, confirm_top=2, repeats=3, max_repeats=3), None, TimedOrchestrator
     raise ValueError(f"unknown method {method!r}")
+
+
+def _no_refine(space: Space) -> Space:
+    return dataclasses.replace(space, budget=dataclasses.replace(space.budget, refine_trials=0))
 
 
 def _verdict(space: Space, **changes: Any) -> Space:

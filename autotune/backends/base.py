@@ -109,6 +109,12 @@ class Backend(ABC):
         """Configs worth trying first (the server's own defaults), already inside the space."""
         return []
 
+    def grid(self, space: Space) -> list[TrialConfig] | None:
+        """Every feasible speculative config of the space (effective, no baselines), or None when the space is
+        not a finite grid (a float range) or the backend does not enumerate it. Used by the surrogate-guided
+        last trials of the search; without a grid those trials are left to the sampler."""
+        return None
+
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:  # noqa: B027 - optional hook
         """Optionally learn about the installed server (e.g. flag spelling from ``--help``)."""
 

@@ -337,6 +337,20 @@ class SGLangBackend(Backend):
                 continue
         return out
 
+    def grid(self, space: Space) -> list[TrialConfig] | None:
+        """Every feasible point, in bench_speculative.py's nested order (drafter, CUDA graphs, steps, topk, N)."""
+        for knob in KNOBS:
+            if _spec_values(self._knob_spec(space, knob)) is None:
+                return None
+        out: list[TrialConfig] = []
+        for d in self._drafter_names(space):
+            for cg in space.search.cuda_graph:
+                for s in self._steps_values(space):
+                    for k in self._topk_values(space, s):
+                        for n in [s + 1] if k == 1 else self._ndt_values(space, s, k):
+                            out.append(TrialConfig.make(d, bool(cg), num_steps=s, topk=k, num_draft_tokens=n))
+        return out
+
     # -- launching ----------------------------------------------------------------------------------
 
     def spelling_for(self, space: Space) -> str:
