@@ -263,13 +263,20 @@ class BenchmarkClient:
         """The server's /metrics as {series: value}; None when unavailable."""
         if not self.backend.metrics_path:
             return None
-        try:
-            resp = self._http.get(self.backend.metrics_path, timeout=httpx.Timeout(timeout_s))
-        except httpx.HTTPError:
-            return None
-        if resp.status_code != 200:
-            return None
-        return parse_prometheus(resp.text)
+        for attempt in range(2):
+            try:
+                resp = self._http.get(self.backend.metrics_path, timeout=httpx.Timeout(timeout_s))
+            except httpx.TransportError:
+                # a pooled keep-alive connection the server had just closed: one retry on a fresh connection
+                if attempt == 0:
+                    continue
+                return None
+            except httpx.HTTPError:
+                return None
+            if resp.status_code != 200:
+                return None
+            return parse_prometheus(resp.text)
+        return None
 
     # -- measuring ----------------------------------------------------------------------------------
 

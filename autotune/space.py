@@ -153,12 +153,17 @@ class VerdictSpec:
     confirm_top: int = 3
     repeats: int = 4
     #: after ``repeats`` rounds, candidates not clearly slower than the leader race on, up to this many rounds
-    max_repeats: int = 8
+    #: (None = twice ``repeats``; equal to ``repeats`` = no race)
+    max_repeats: int | None = None
     #: one-sided confidence that a dropped candidate is slower than the leader of the race
     race_confidence: float = 0.8
     confidence: float = 0.95
     #: a trial whose output matches the baseline's for less than this fraction is flagged
     lossless_min_prefix: float = 0.9
+
+    @property
+    def max_rounds(self) -> int:
+        return 2 * self.repeats if self.max_repeats is None else max(self.repeats, self.max_repeats)
 
 
 @dataclass(frozen=True)
@@ -997,7 +1002,7 @@ class _Reader:
         )
 
     def verdict(self, v: Any, f: str, line: int | None) -> VerdictSpec:
-        return VerdictSpec(
+        spec = VerdictSpec(
             **self.fields(
                 v,
                 f,
@@ -1006,13 +1011,21 @@ class _Reader:
                     "min_gain": lambda x, p, ln: self.num(x, p, ln, 0),
                     "confirm_top": lambda x, p, ln: self.int_(x, p, ln, 0),
                     "repeats": lambda x, p, ln: self.int_(x, p, ln, 1),
-                    "max_repeats": lambda x, p, ln: self.int_(x, p, ln, 1),
+                    "max_repeats": self.optional(lambda x, p, ln: self.int_(x, p, ln, 1)),
                     "race_confidence": self.confidence,
                     "confidence": self.confidence,
                     "lossless_min_prefix": lambda x, p, ln: self.num(x, p, ln, 0, 1),
                 },
             )
         )
+        if spec.max_repeats is not None and spec.max_repeats < spec.repeats:
+            raise self.error(
+                _join(f, "max_repeats"),
+                _key_line(v, "max_repeats", line),
+                f"expected at least repeats ({spec.repeats}: every candidate gets that many rounds), "
+                f"got {spec.max_repeats}",
+            )
+        return spec
 
     def simulate(self, v: Any, f: str, line: int | None) -> SimulateSpec:
         return SimulateSpec(

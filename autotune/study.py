@@ -853,7 +853,7 @@ class Orchestrator:
             Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": space.verdict.repeats})
         )
         graph_settings = sorted({t.params.get("cuda_graph") for t in cands}, key=str)
-        max_rounds = max(space.verdict.repeats, space.verdict.max_repeats)
+        max_rounds = space.verdict.max_rounds
         while cands:
             active = race_survivors(state["rounds"], [str(t.number) for t in cands], space.verdict)
             n = len(state["rounds"])

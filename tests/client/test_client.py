@@ -505,3 +505,21 @@ def test_crlf_and_cr_line_ends(server):
         assert r.text == "a b " and r.completion_tokens == 2 and r.ttft_s is not None and r.ttft_s <= r.seconds
         assert c.measure(0, "x").text == "a b "  # and the connection is reused after such a response
     assert server.count("/generate") == 2
+
+
+def test_metrics_retries_once_when_the_server_drops_the_connection(server):
+    """A keep-alive connection the server closes as the client reuses it (seen with llama-server): the scrape is
+    retried on a fresh connection instead of returning None; a second drop gives None."""
+
+    def metrics(h: Handler, n: int) -> None:
+        if n in (1, 3, 4):
+            h.close_connection = True  # no response at all: the client sees the connection closed
+            return
+        h.plain(200, 'vllm:spec_decode_num_drafts_total{engine="0"} 12\n')
+
+    server.script["GET /metrics"] = metrics
+    with make_client(server, VLLMBackend(), model="m") as c:
+        first = c.metrics()
+        assert first is not None and list(first.values()) == [12.0]
+        assert sum(1 for m, p, _ in server.requests if p == "/metrics") == 2
+        assert c.metrics() is None  # dropped twice in a row: unavailable, not an exception

@@ -1,0 +1,192 @@
+"""The surrogate's trials at the end of the search, the candidates it ranks, and the confirmation race."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.backends.sglang import SGLangBackend
+from autotune.report import build_report
+from autotune.space import BudgetSpec, VerdictSpec
+from autotune.study import Orchestrator, open_study, race_survivors, run
+
+from .conftest import ScriptedRunner, make_space
+
+
+def peak(c) -> float:
+    """Smooth in every knob, best at steps 5, topk 4, N 14 (inside make_space's grid)."""
+    s, k, n = c.knob("num_steps"), c.knob("topk"), c.knob("num_draft_tokens")
+    return 2.0 * math.exp(-0.03 * (s - 5) ** 2 - 0.15 * (math.log2(k) - 2) ** 2 - 0.004 * (n - 14) ** 2)
+
+
+def _space(n_trials=16, refine=None, **verdict):
+    space = make_space(n_trials=n_trials, drafters=("good",), **verdict)
+    return dataclasses.replace(space, budget=BudgetSpec(n_trials=n_trials, refine_trials=refine))
+
+
+def _counted(study):
+    return [
+        t
+        for t in study.get_trials()
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) and "duplicate_of" not in t.user_attrs
+    ]
+
+
+# -- the race (pure) ----------------------------------------------------------------------------------------
+
+
+def _rounds(values: dict[str, list[float]]) -> list[dict]:
+    n = max(len(v) for v in values.values())
+    return [
+        {"baseline": {"True": 100.0}, "candidates": {k: v[i] for k, v in values.items() if i < len(v)}}
+        for i in range(n)
+    ]
+
+
+def test_race_drops_a_clearly_slower_candidate_after_the_first_repeats_only():
+    spec = VerdictSpec(repeats=4, race_confidence=0.8)
+    fast = [200.0, 204.0, 198.0, 202.0]
+    slow = [180.0, 183.0, 179.0, 182.0]
+    assert race_survivors(_rounds({"1": fast[:3], "2": slow[:3]}), ["1", "2"], spec) == ["1", "2"]  # < repeats
+    assert race_survivors(_rounds({"1": fast, "2": slow}), ["1", "2"], spec) == ["1"]
+
+
+def test_race_keeps_near_ties_and_a_dropped_candidate_stays_dropped():
+    spec = VerdictSpec(repeats=4, race_confidence=0.8)
+    a = [200.0, 196.0, 204.0, 199.0, 201.0]
+    b = [198.0, 203.0, 197.0, 202.0, 199.0]  # a tie: both race on
+    assert race_survivors(_rounds({"1": a, "2": b}), ["1", "2"], spec) == ["1", "2"]
+    # candidate 3 was clearly slower after round 4; a lucky fifth start does not bring it back
+    c = [150.0, 152.0, 149.0, 151.0, 260.0]
+    assert race_survivors(_rounds({"1": a, "2": b, "3": c}), ["1", "2", "3"], spec) == ["1", "2"]
+
+
+# -- the search's last trials ---------------------------------------------------------------------------------
+
+
+def test_last_quarter_of_the_budget_is_picked_by_the_surrogate_and_lands_near_the_peak():
+    space = _space(n_trials=16)
+    runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=1)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=1)
+    Orchestrator(space, SGLangBackend(), runner, study).search(16)
+    counted = _counted(study)
+    assert len(counted) == 16
+    picked = [t for t in counted if t.user_attrs.get("seeded") == "surrogate"]
+    assert len(picked) == 4 and all(t.number > u.number for t in picked for u in counted if u not in picked)
+    keys = [t.user_attrs["config_key"] for t in counted]
+    assert len(keys) == len(set(keys))  # never a config already measured
+    # the surrogate's picks are where the landscape is high: better on average than the sampler's, and the best
+    # of them within 5% of the peak (2.0)
+    sampled = [t for t in counted if t not in picked and t.user_attrs.get("role") == "speculative"]
+    mean = lambda ts: sum(peak(_cfg(t)) for t in ts) / len(ts)  # noqa: E731
+    assert mean(picked) > mean(sampled)
+    assert max(peak(_cfg(t)) for t in picked) > 1.9
+
+
+def _cfg(t):
+    from autotune.config import TrialConfig
+
+    return TrialConfig.from_dict(t.user_attrs["effective"])
+
+
+def test_refine_trials_zero_leaves_every_trial_to_the_sampler():
+    space = _space(n_trials=12, refine=0)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=0)
+    Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study).search(12)
+    assert len(_counted(study)) == 12
+    assert not [t for t in study.get_trials() if t.user_attrs.get("seeded") == "surrogate"]
+
+
+def test_resumed_search_finishes_the_surrogates_share_without_repeating_it(tmp_path):
+    space = _space(n_trials=14)
+    url = f"sqlite:///{tmp_path}/s.db"
+    runner = ScriptedRunner(speed={"good": peak}, seed=3)
+    Orchestrator(space, SGLangBackend(), runner, open_study(space, url, "t", seed=3)).search(12)  # stopped early
+    study = open_study(space, url, "t", seed=3)
+    Orchestrator(space, SGLangBackend(), runner, study).search(14)
+    counted = _counted(study)
+    assert len(counted) == 14
+    picked = [t for t in counted if t.user_attrs.get("seeded") == "surrogate"]
+    # the first run (budget 12) left 3 to the surrogate; the resumed one (budget 14, share 3) adds the rest
+    assert len(picked) >= 3
+    assert len({t.user_attrs["config_key"] for t in counted}) == 14
+
+
+# -- candidates and the race in a study ------------------------------------------------------------------------
+
+
+def test_confirmation_races_close_candidates_and_recommends_a_survivor():
+    space = _space(n_trials=16, confirm_top=3, repeats=3, max_repeats=6)
+    runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=5)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=5)
+    orch = Orchestrator(space, SGLangBackend(), runner, study)
+    orch.search(16)
+    launches_before_confirm = len(runner.launches)
+    cands = orch.candidates()
+    assert 3 <= len(cands) <= 4  # confirm_top by the surrogate, plus the fastest single start if it was left out
+    state = orch.confirm()
+    rounds = state["rounds"]
+    assert 3 <= len(rounds) <= 6
+    results = {r["trial"]: r for r in state["results"]}
+    survivors = [n for n, r in results.items() if not r["dropped"]]
+    assert state["best"] in survivors
+    for r in state["results"]:
+        assert r["speedup_ci"]["n"] == len(r["tok_per_s"]) >= 3
+    keys = [str(t.number) for t in cands]
+    for i, rnd in enumerate(rounds):  # a round measures the candidates still racing after a fresh baseline
+        assert set(rnd["candidates"]) == set(race_survivors(rounds[:i], keys, space.verdict))
+        assert rnd["baseline"]
+    if len(survivors) >= 2:  # still close: the race ran to max_repeats
+        assert len(rounds) == 6
+    elif len(rounds) > 3:  # it stopped at the round that left one survivor
+        assert len(race_survivors(rounds[:-1], keys, space.verdict)) >= 2
+    starts = len(runner.launches) - launches_before_confirm
+    assert starts == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
+    assert build_report(study)["recommended"]["trial"] == state["best"]
+
+
+def test_without_the_race_every_candidate_gets_exactly_repeats_rounds():
+    space = _space(n_trials=14, confirm_top=3, repeats=3, max_repeats=3)
+    runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=2)
+    state = run(space, SGLangBackend(), runner, open_study(space, optuna.storages.InMemoryStorage(), "t", seed=2))
+    assert len(state["rounds"]) == 3
+    assert all(r["speedup_ci"]["n"] == 3 for r in state["results"])
+    best = next(r for r in state["results"] if r["trial"] == state["best"])
+    assert best["speedup_ci"]["point"] == max(r["speedup_ci"]["point"] for r in state["results"])
+
+
+class _StopAfter(ScriptedRunner):
+    """Raises KeyboardInterrupt at the n-th launch (Ctrl-C in the middle of confirmation)."""
+
+    stop_at: int = 10**9
+
+    def launch(self, config):
+        if len(self.launches) == self.stop_at:
+            raise KeyboardInterrupt
+        return super().launch(config)
+
+
+def test_interrupted_confirmation_resumes_from_its_recorded_rounds(tmp_path):
+    space = _space(n_trials=14, confirm_top=2, repeats=3, max_repeats=5)
+    url = f"sqlite:///{tmp_path}/s.db"
+    runner = _StopAfter(speed={"good": peak}, noise=0.02, seed=4)
+    study = open_study(space, url, "t", seed=4)
+    orch = Orchestrator(space, SGLangBackend(), runner, study)
+    orch.search(14)
+    runner.stop_at = len(runner.launches) + 7  # two full rounds (baseline + 2 candidates), then one more start
+    with pytest.raises(KeyboardInterrupt):
+        orch.confirm()
+    partial = study.user_attrs["confirmation"]
+    assert len(partial["rounds"]) == 2 and not partial["done"]
+
+    runner.stop_at = 10**9
+    before = len(runner.launches)
+    state = Orchestrator(space, SGLangBackend(), runner, open_study(space, url, "t", seed=4)).confirm()
+    assert state["done"] and state["keys"] == partial["keys"]
+    assert state["rounds"][:2] == partial["rounds"]  # the recorded rounds are kept, not measured again
+    new_starts = len(runner.launches) - before
+    assert new_starts == sum(len(r["baseline"]) + len(r["candidates"]) for r in state["rounds"][2:])
