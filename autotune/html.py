@@ -69,14 +69,15 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
     if report.get("confirmed"):
         parts.append(
             "<h2>Confirmation</h2><table><tr><th>trial</th><th>config</th><th>tok/s</th>"
-            "<th>speedup</th><th>CI</th></tr>"
+            "<th>speedup</th><th>CI</th><th>rounds</th></tr>"
         )
         for c in report["confirmed"]:
             ci = c["speedup_ci"] or {}
             parts.append(
                 f"<tr><td>{c['trial']}</td><td>{_e(config_label(c['config']))}</td><td>{_num(c['tok_per_s'])}</td>"
                 f"<td>{_num(ci.get('point'), '.3f')}</td><td>[{_num(ci.get('low'), '.3f')}, "
-                f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.0f')}%</td></tr>"
+                f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.0f')}%</td>"
+                f"<td>{ci.get('n', '')}{' (left the race)' if c.get('dropped') else ''}</td></tr>"
             )
         parts.append("</table>")
     if report["flags"]:

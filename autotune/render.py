@@ -57,7 +57,9 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
         if ci:
             w(
                 f"confirmed trial {cf['trial']}: speedup {ci['point']:.3f} "
-                f"[{ci['low']:.3f}, {ci['high']:.3f}] ({ci['confidence']:.0%} CI, {ci['n']} paired repeats)\n"
+                f"[{ci['low']:.3f}, {ci['high']:.3f}] ({ci['confidence']:.0%} CI, {ci['n']} paired repeats)"
+                + (" - left the race: clearly slower than the leader" if cf.get("dropped") else "")
+                + "\n"
             )
     w(f"verdict: {report['verdict']} ({report['verdict_basis']}): {report['verdict_text']}\n")
     rec = report["recommended"]
