@@ -142,7 +142,7 @@ class BudgetSpec:
     n_trials: int = 30
     timeout_s: float | None = None
     #: the last trials of the budget picked by the surrogate (expected improvement over the best measured
-    #: config's posterior mean) instead of the sampler; None = a quarter of n_trials (SGLang spaces; backends
+    #: config's posterior mean) instead of the sampler; None = half of n_trials (SGLang spaces; backends
     #: that cannot enumerate their space leave every trial to the sampler)
     refine_trials: int | None = None
 

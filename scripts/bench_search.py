@@ -9,7 +9,7 @@ warm-up and every generated token in the simulated hardware's seconds. Methods:
   the baseline of a CUDA-graph setting is measured once, before that setting's first speculative point.
   Recommendation: the point with the highest measured tok/s.
 - ``tuner``: ``autotune.study`` as shipped (TPE from ``make_sampler``, ``BaselinePruner``, baselines and SGLang's
-  default enqueued, dedup, the surrogate's last quarter of the budget, candidates ranked by the surrogate, racing
+  default enqueued, dedup, the surrogate's last half of the budget, candidates ranked by the surrogate, racing
   confirmation, verdict). Recommendation: ``autotune.report.recommend`` after confirmation.
 - ``tuner_no_prune``: the same with pruning disabled.
 - ``tuner_no_refine``: the same with ``budget.refine_trials`` 0 (every trial from TPE).

@@ -68,7 +68,7 @@ def test_race_keeps_near_ties_and_a_dropped_candidate_stays_dropped():
 # -- the search's last trials ---------------------------------------------------------------------------------
 
 
-def test_last_quarter_of_the_budget_is_picked_by_the_surrogate_and_lands_near_the_peak():
+def test_last_half_of_the_budget_is_picked_by_the_surrogate_and_lands_near_the_peak():
     space = _space(n_trials=16)
     runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=1)
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=1)
@@ -76,7 +76,7 @@ def test_last_quarter_of_the_budget_is_picked_by_the_surrogate_and_lands_near_th
     counted = _counted(study)
     assert len(counted) == 16
     picked = [t for t in counted if t.user_attrs.get("seeded") == "surrogate"]
-    assert len(picked) == 4 and all(t.number > u.number for t in picked for u in counted if u not in picked)
+    assert len(picked) == 8 and all(t.number > u.number for t in picked for u in counted if u not in picked)
     keys = [t.user_attrs["config_key"] for t in counted]
     assert len(keys) == len(set(keys))  # never a config already measured
     # the surrogate's picks are where the landscape is high: better on average than the sampler's, and the best
@@ -91,6 +91,20 @@ def _cfg(t):
     from autotune.config import TrialConfig
 
     return TrialConfig.from_dict(t.user_attrs["effective"])
+
+
+def test_the_sampler_fills_in_until_the_surrogate_has_enough_measured_configs():
+    from autotune.study import MIN_SURROGATE_POINTS
+
+    space = _space(n_trials=12, refine=12)  # everything to the surrogate: it still needs data first
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=0)
+    Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study).search(12)
+    counted = _counted(study)
+    assert len(counted) == 12
+    first = next(i for i, t in enumerate(counted) if t.user_attrs.get("seeded") == "surrogate")
+    measured_before = {t.user_attrs["config_key"] for t in counted[:first] if t.user_attrs.get("role") == "speculative"}
+    assert len(measured_before) == MIN_SURROGATE_POINTS
+    assert all(t.user_attrs.get("seeded") == "surrogate" for t in counted[first:])
 
 
 def test_refine_trials_zero_leaves_every_trial_to_the_sampler():
@@ -111,8 +125,8 @@ def test_resumed_search_finishes_the_surrogates_share_without_repeating_it(tmp_p
     counted = _counted(study)
     assert len(counted) == 14
     picked = [t for t in counted if t.user_attrs.get("seeded") == "surrogate"]
-    # the first run (budget 12) left 3 to the surrogate; the resumed one (budget 14, share 3) adds the rest
-    assert len(picked) >= 3
+    # the first run (budget 12) left 6 to the surrogate; the resumed one (budget 14, share 7) adds the rest
+    assert len(picked) >= 7
     assert len({t.user_attrs["config_key"] for t in counted}) == 14
 
 
@@ -177,7 +191,8 @@ def test_interrupted_confirmation_resumes_from_its_recorded_rounds(tmp_path):
     study = open_study(space, url, "t", seed=4)
     orch = Orchestrator(space, SGLangBackend(), runner, study)
     orch.search(14)
-    runner.stop_at = len(runner.launches) + 7  # two full rounds (baseline + 2 candidates), then one more start
+    per_round = 1 + len(orch.candidates())  # a fresh baseline and each candidate (one CUDA-graph setting)
+    runner.stop_at = len(runner.launches) + 2 * per_round + 1  # two full rounds, then one more start
     with pytest.raises(KeyboardInterrupt):
         orch.confirm()
     partial = study.user_attrs["confirmation"]
