@@ -238,19 +238,27 @@ def _failed_twice(study: optuna.Study, key: str) -> list[FrozenTrial]:
     return failed[:2] if len(failed) >= 2 else []
 
 
-def _disengaged(study: optuna.Study, config: TrialConfig) -> FrozenTrial | None:
-    for t in _trials(study, (TrialState.FAIL,)):
-        if t.user_attrs.get("fail_kind") == DrafterNotEngaged.kind and t.params.get("drafter") == config.drafter:
+def _disengaged(
+    study: optuna.Study, config: TrialConfig, trials: list[FrozenTrial] | None = None
+) -> FrozenTrial | None:
+    for t in _trials(study, (TrialState.FAIL,)) if trials is None else trials:
+        if (
+            t.state == TrialState.FAIL
+            and t.user_attrs.get("fail_kind") == DrafterNotEngaged.kind
+            and t.params.get("drafter") == config.drafter
+        ):
             return t
     return None
 
 
-def _predicted_oom(study: optuna.Study, config: TrialConfig) -> FrozenTrial | None:
+def _predicted_oom(
+    study: optuna.Study, config: TrialConfig, trials: list[FrozenTrial] | None = None
+) -> FrozenTrial | None:
     size = _size(config)
     if size is None:
         return None
-    for t in _trials(study, (TrialState.PRUNED,)):
-        if t.user_attrs.get("fail_kind") != ServerOOM.kind:
+    for t in _trials(study, (TrialState.PRUNED,)) if trials is None else trials:
+        if t.state != TrialState.PRUNED or t.user_attrs.get("fail_kind") != ServerOOM.kind:
             continue
         eff = TrialConfig.from_dict(t.user_attrs.get("effective", {}))
         other = _size(eff)
@@ -416,10 +424,11 @@ class Orchestrator:
         while self.remaining(n_trials) > 0 and len(_trials(self.study)) < cap:
             if deadline is not None and self.clock.now() >= deadline:
                 return
-            if self.surrogate() is None:  # too few measured configs yet: one more from the sampler
+            model = self.surrogate()
+            if model is None:  # too few measured configs yet: one more from the sampler
                 self._optimize(self.counted_trials() + 1, cap, deadline)
                 continue
-            config = self.refine_next()
+            config = self.refine_next(model)
             if config is None:
                 break
             params = self.backend.params(config, self.space)  # type: ignore[attr-defined]
@@ -497,27 +506,29 @@ class Orchestrator:
         floor = max(self.space.pruning.start_noise / math.sqrt(2), 0.005)
         return Surrogate(Encoding.from_configs(grid + [c for c, _ in obs]), obs, noise_floor=floor)
 
-    def refine_next(self) -> TrialConfig | None:
+    def refine_next(self, model: Surrogate | None = None) -> TrialConfig | None:
         """The unmeasured config with the highest upper confidence bound (posterior mean + ``REFINE_KAPPA`` sd):
         near the top but not yet measured, which is where a sharp optimum on the space's edge hides (expected
         improvement, tried first, stayed next to lucky measurements: scripts/bench_search.py). None when there is
         no surrogate or nothing left to try."""
-        model = self.surrogate()
+        model = model or self.surrogate()
         grid = self.grid()
         if model is None or grid is None:
             return None
-        tried = {t.user_attrs.get("config_key") for t in _trials(self.study) if t.user_attrs.get("config_key")}
+        trials = _trials(self.study)  # one read: the checks below run for every grid point
+        tried = {t.user_attrs.get("config_key") for t in trials if t.user_attrs.get("config_key")}
+        per_drafter = getattr(self.backend, "not_engaged_is_per_drafter", True)
         pool = [
             c
             for c in grid
             if c.key() not in tried
-            and not (getattr(self.backend, "not_engaged_is_per_drafter", True) and _disengaged(self.study, c))
-            and _predicted_oom(self.study, c) is None
+            and not (per_drafter and _disengaged(self.study, c, trials))
+            and _predicted_oom(self.study, c, trials) is None
         ]
         if not pool:
             return None
         queued = {
-            json.dumps(t.params, sort_keys=True) for t in _trials(self.study, (TrialState.WAITING, TrialState.RUNNING))
+            json.dumps(t.params, sort_keys=True) for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)
         }
         mean, sd = model.predict(pool)
         for i in np.argsort(-(mean + REFINE_KAPPA * sd), kind="stable"):
