@@ -205,3 +205,28 @@ def test_interrupted_confirmation_resumes_from_its_recorded_rounds(tmp_path):
     assert state["rounds"][:2] == partial["rounds"]  # the recorded rounds are kept, not measured again
     new_starts = len(runner.launches) - before
     assert new_starts == sum(len(r["baseline"]) + len(r["candidates"]) for r in state["rounds"][2:])
+
+
+def test_reports_mark_candidates_that_left_the_race(tmp_path):
+    import io
+
+    from autotune.html import write_html_report
+    from autotune.render import render_report
+
+    space = _space(n_trials=12, confirm_top=2, repeats=3)
+    runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=6)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=6)
+    run(space, SGLangBackend(), runner, study)
+    report = build_report(study)
+    assert len(report["confirmed"]) >= 2
+    for c in report["confirmed"]:
+        assert c["rounds"] == c["speedup_ci"]["n"]
+    for i, c in enumerate(report["confirmed"]):
+        c["dropped"] = i == 1  # as the race records it
+    out = io.StringIO()
+    render_report(report, out)
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("confirmed trial")]
+    assert "left the race" not in lines[0] and "left the race" in lines[1]
+    write_html_report(study, report, tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    assert html.count("(left the race)") == 1
