@@ -4,6 +4,8 @@ self-contained file (plotly.js inlined once, so it opens offline)."""
 from __future__ import annotations
 
 import html
+import os
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,10 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         parts.append(fig.to_html(full_html=False, include_plotlyjs=first))
         first = False
     parts.append("</body></html>")
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(parts), encoding="utf-8")
-    tmp.replace(path)
+    # a temp name of our own: workers sharing a study may write the same report at the same moment
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text("".join(parts), encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -202,7 +202,7 @@ def _write(path: Path, spec: ModelSpec, n_layers: int, tensors: dict[str, Any], 
     import numpy as np
 
     pieces, scores, types = vocabulary()
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # a name of our own: setups may run side by side
     w = gguf.GGUFWriter(str(tmp), "llama")
     w.add_name(name)
     w.add_context_length(spec.context)

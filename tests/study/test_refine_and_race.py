@@ -230,3 +230,33 @@ def test_reports_mark_candidates_that_left_the_race(tmp_path):
     write_html_report(study, report, tmp_path / "r.html")
     html = (tmp_path / "r.html").read_text()
     assert html.count("(left the race)") == 1
+
+
+def test_workers_writing_the_same_html_report_at_once_do_not_collide(tmp_path):
+    """Workers sharing a study each write its report.html at the end (seen failing in CI with PostgreSQL)."""
+    import threading
+
+    from autotune.html import write_html_report
+
+    space = _space(n_trials=8, confirm_top=1, repeats=2)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=0)
+    run(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study)
+    report = build_report(study)
+    path = tmp_path / "report.html"
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for _ in range(3):
+                write_html_report(study, report, path)
+        except BaseException as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert path.read_text().endswith("</body></html>")
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temp file left behind
