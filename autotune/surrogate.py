@@ -1,7 +1,7 @@
-"""A small Gaussian-process surrogate of the log speedup over the space's configs (pure; numpy only).
+"""A small Gaussian-process surrogate of log tok/s over the space's configs (pure; numpy only).
 
-Used twice: in the search's last trials (``search.refine_trials``: measure the configs with the highest expected
-improvement, which TPE's few samples near the top rarely hit exactly) and to rank and pick confirmation
+Used twice: in the search's last trials (``budget.refine_trials``: measure the unmeasured configs with the highest
+upper confidence bound, which TPE's few samples near the top rarely hit exactly) and to rank the confirmation
 candidates (one server start moves a whole measurement by ~2.5%, so the single best-measured config is a
 winner's-curse pick; a config whose neighbours are also fast is the safer one).
 
@@ -81,7 +81,7 @@ class Encoding:
 
 
 class Surrogate:
-    """GP posterior of log speedup given observations ``(config, log_speedup)`` (repeats allowed)."""
+    """GP posterior of log tok/s given observations ``(config, log_speedup)`` (repeats allowed)."""
 
     def __init__(
         self, encoding: Encoding, observations: Sequence[tuple[TrialConfig, float]], *, noise_floor: float = 0.025
@@ -156,7 +156,7 @@ class Surrogate:
         return best
 
     def predict(self, configs: Sequence[TrialConfig]) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and sd of the log speedup at each config."""
+        """Posterior mean and sd of log tok/s at each config."""
         lengths, signal, _noise, rho = self.params
         X = np.array([self.encoding.coords(c) for c in configs], dtype=float).reshape(len(configs), -1)
         g = np.array([self._groups.get(self.encoding.group(c), -1) for c in configs])
@@ -167,12 +167,4 @@ class Surrogate:
         return mean, np.sqrt(var)
 
 
-def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
-    """EI over ``best`` (a posterior mean) for a maximisation."""
-    from scipy.stats import norm
-
-    z = (mean - best) / sd
-    return (mean - best) * norm.cdf(z) + sd * norm.pdf(z)
-
-
-__all__ = ["Encoding", "Surrogate", "expected_improvement"]
+__all__ = ["Encoding", "Surrogate"]
