@@ -81,7 +81,7 @@ class Encoding:
 
 
 class Surrogate:
-    """GP posterior of log tok/s given observations ``(config, log_speedup)`` (repeats allowed)."""
+    """GP posterior of log tok/s given observations ``(config, log_tok_per_s)`` (repeats allowed)."""
 
     def __init__(
         self, encoding: Encoding, observations: Sequence[tuple[TrialConfig, float]], *, noise_floor: float = 0.025
