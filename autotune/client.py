@@ -234,20 +234,30 @@ class BenchmarkClient:
 
     # -- small requests -----------------------------------------------------------------------------
 
+    def _get(self, path: str, timeout_s: float) -> httpx.Response | None:
+        """``GET path``; None when there is no answer. A pooled keep-alive connection that the server closed just
+        as it was reused (seen with llama-server) is retried once, on a fresh connection; a refused or timed-out
+        connection is not (health polling has its own loop)."""
+        for attempt in range(2):
+            try:
+                return self._http.get(path, timeout=httpx.Timeout(timeout_s))
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                if attempt:
+                    return None
+            except httpx.HTTPError:
+                return None
+        return None
+
     def status(self, path: str, *, timeout_s: float) -> int | None:
         """HTTP status of ``GET path`` (None: no answer within ``timeout_s``)."""
-        try:
-            resp = self._http.get(path, timeout=httpx.Timeout(timeout_s))
-        except httpx.HTTPError:
-            return None
-        return resp.status_code
+        resp = self._get(path, timeout_s)
+        return None if resp is None else resp.status_code
 
     def get_json(self, path: str, *, timeout_s: float = 10.0, fallbacks: tuple[str, ...] = ()) -> Any | None:
         """JSON from ``GET path`` (trying ``fallbacks`` on 404); None when unavailable."""
         for p in (path, *fallbacks):
-            try:
-                resp = self._http.get(p, timeout=httpx.Timeout(timeout_s))
-            except httpx.HTTPError:
+            resp = self._get(p, timeout_s)
+            if resp is None:
                 return None
             if resp.status_code == 404:
                 continue
@@ -263,20 +273,10 @@ class BenchmarkClient:
         """The server's /metrics as {series: value}; None when unavailable."""
         if not self.backend.metrics_path:
             return None
-        for attempt in range(2):
-            try:
-                resp = self._http.get(self.backend.metrics_path, timeout=httpx.Timeout(timeout_s))
-            except httpx.TransportError:
-                # a pooled keep-alive connection the server had just closed: one retry on a fresh connection
-                if attempt == 0:
-                    continue
-                return None
-            except httpx.HTTPError:
-                return None
-            if resp.status_code != 200:
-                return None
-            return parse_prometheus(resp.text)
-        return None
+        resp = self._get(self.backend.metrics_path, timeout_s)
+        if resp is None or resp.status_code != 200:
+            return None
+        return parse_prometheus(resp.text)
 
     # -- measuring ----------------------------------------------------------------------------------
 

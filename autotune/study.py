@@ -12,6 +12,7 @@ crashed, hung, or whose drafter was not engaged is FAIL with the reason and the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -40,7 +41,7 @@ from autotune.errors import (
 )
 from autotune.pruner import BaselinePruner, find_baseline, is_baseline_trial
 from autotune.runner import Runner
-from autotune.space import Space
+from autotune.space import Space, VerdictSpec
 from autotune.stats import Interval, common_prefix_fraction, log_ratios, speedup_interval, upper_bound, verdict
 from autotune.surrogate import Encoding, Surrogate
 
@@ -299,7 +300,7 @@ def _mean_log(rounds: list[dict[str, Any]], key: str) -> float:
     return sum(xs) / len(xs) if xs else -math.inf
 
 
-def race_survivors(rounds: list[dict[str, Any]], keys: list[str], spec: Any) -> list[str]:
+def race_survivors(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictSpec) -> list[str]:
     """The candidates (trial numbers as strings) still racing after ``rounds`` of confirmation.
 
     A candidate leaves the race once the one-sided ``spec.race_confidence`` upper bound of its mean log
@@ -395,19 +396,18 @@ class Orchestrator:
     def refine_count(self, n_trials: int) -> int:
         """How many of the last trials the surrogate picks (``budget.refine_trials``; auto: half, the share that
         met the targets on every benchmark landscape where a quarter and three quarters each missed one)."""
-        if self.grid() is None:
+        if self.grid is None:
             return 0
         r = self.space.budget.refine_trials
         return min(n_trials, n_trials // 2 if r is None else r)
 
+    @functools.cached_property
     def grid(self) -> list[TrialConfig] | None:
-        if not hasattr(self, "_grid"):
-            grid_of = getattr(self.backend, "grid", None)
-            try:
-                self._grid = grid_of(self.space) if grid_of is not None else None
-            except InfeasibleConfig:
-                self._grid = None
-        return self._grid
+        """Every feasible speculative config (``Backend.grid``), enumerated once; None when not enumerable."""
+        try:
+            return self.backend.grid(self.space)
+        except InfeasibleConfig:
+            return None
 
     def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:
         self._recover_interrupted()
@@ -458,11 +458,10 @@ class Orchestrator:
             )
 
     # -- the surrogate ------------------------------------------------------------------------------
-    def observations(self, confirmation: dict[str, Any] | None = None) -> list[tuple[TrialConfig, float]]:
-        """(effective config, log tok/s) of every measured speculative start. A pruned trial's few prompts are
-        scaled by its baseline (its paired speedup x the baseline's tok/s over all prompts), so that prompts of
-        different difficulty do not bias it; confirmation starts are re-anchored to the search's baseline
-        through their round's fresh baseline."""
+    def observations(self) -> list[tuple[TrialConfig, float]]:
+        """(effective config, log tok/s) of every measured speculative start of the search. A pruned trial's few
+        prompts are scaled by its baseline (its paired speedup x the baseline's tok/s over all prompts), so that
+        prompts of different difficulty do not bias it."""
         out: list[tuple[TrialConfig, float]] = []
         base_value: dict[Any, float] = {}
         for t in _trials(self.study, (TrialState.COMPLETE, TrialState.PRUNED)):
@@ -483,25 +482,15 @@ class Orchestrator:
                     base_value[cg] = float(b.value) if b is not None and b.value else 0.0
                 if base_value[cg] > 0:
                     out.append((cfg, math.log(speedup * base_value[cg])))
-        if confirmation:
-            by_number = {str(t.number): t for t in _trials(self.study)}
-            for rnd in confirmation.get("rounds", []):
-                for number, c in rnd.get("candidates", {}).items():
-                    t = by_number.get(number)
-                    if t is None or not c:
-                        continue
-                    cfg = TrialConfig.from_dict(t.user_attrs["effective"])
-                    b_round = rnd.get("baseline", {}).get(str(t.params.get("cuda_graph")))
-                    ref = find_baseline(self.study, bool(cfg.cuda_graph))
-                    if b_round and ref is not None and ref.value:
-                        out.append((cfg, math.log(c / b_round * ref.value)))
         return out
 
-    def surrogate(self, confirmation: dict[str, Any] | None = None) -> Surrogate | None:
+    def surrogate(self) -> Surrogate | None:
         """The GP over log tok/s, or None with fewer than ``MIN_SURROGATE_POINTS`` observations or no grid."""
-        grid = self.grid()
-        obs = self.observations(confirmation)
-        if grid is None or len({c.key() for c, _ in obs}) < MIN_SURROGATE_POINTS:
+        grid = self.grid
+        if grid is None:
+            return None
+        obs = self.observations()
+        if len({c.key() for c, _ in obs}) < MIN_SURROGATE_POINTS:
             return None
         floor = max(self.space.pruning.start_noise / math.sqrt(2), 0.005)
         return Surrogate(Encoding.from_configs(grid + [c for c, _ in obs]), obs, noise_floor=floor)
@@ -512,7 +501,7 @@ class Orchestrator:
         improvement, tried first, stayed next to lucky measurements: scripts/bench_search.py). None when there is
         no surrogate or nothing left to try."""
         model = model or self.surrogate()
-        grid = self.grid()
+        grid = self.grid
         if model is None or grid is None:
             return None
         trials = _trials(self.study)  # one read: the checks below run for every grid point
@@ -810,10 +799,12 @@ class Orchestrator:
             mean, sd = model.predict([TrialConfig.from_dict(t.user_attrs["effective"]) for t in complete])
             score = {t.number: float(m + CANDIDATE_KAPPA * v) for t, m, v in zip(complete, mean, sd, strict=True)}
 
+        baselines = {cg: find_baseline(self.study, cg) for cg in {t.params.get("cuda_graph") for t in complete}}
+
         def eligible(t: FrozenTrial) -> bool:
             if not t.user_attrs.get("lossless", {}).get("ok", True):
                 return False
-            baseline = find_baseline(self.study, t.params.get("cuda_graph"))
+            baseline = baselines[t.params.get("cuda_graph")]
             if baseline is None:
                 return False
             tv = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]

@@ -177,19 +177,15 @@ def no_pruning(space: Space) -> Space:
 
 
 def grid_points(space: Space, backend: SGLangBackend) -> list[TrialConfig]:
-    """Every feasible point in bench_speculative.py's loop order, a CUDA-graph setting's baseline first."""
+    """Every feasible point (``SGLangBackend.grid``: bench_speculative.py's loop order), each CUDA-graph setting's
+    baseline right before its first point."""
     out: list[TrialConfig] = []
     seen_baseline: set[bool] = set()
-    drafters = list(space.search.drafters) or [d.name for d in space.drafters]
-    for d in drafters:
-        for cg in space.search.cuda_graph:
-            if cg not in seen_baseline:
-                seen_baseline.add(cg)
-                out.append(TrialConfig.baseline(cg))
-            for s in backend._steps_values(space):
-                for k in backend._topk_values(space, s):
-                    for n in [s + 1] if k == 1 else backend._ndt_values(space, s, k):
-                        out.append(TrialConfig.make(d, cg, num_steps=s, topk=k, num_draft_tokens=n))
+    for c in backend.grid(space) or []:
+        if c.cuda_graph not in seen_baseline:
+            seen_baseline.add(c.cuda_graph)
+            out.append(TrialConfig.baseline(c.cuda_graph))
+        out.append(c)
     return out
 
 
