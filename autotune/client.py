@@ -38,7 +38,7 @@ import httpx
 
 from autotune.backends.base import Backend, ChunkInfo, parse_prometheus
 from autotune.clock import Clock, MonotonicClock
-from autotune.config import PromptResult
+from autotune.config import PromptResult, ReferenceOutput
 from autotune.errors import BenchmarkError
 
 if TYPE_CHECKING:
@@ -356,6 +356,41 @@ class BenchmarkClient:
             accept_length=accept,
             text=s.text,
             finish_reason=s.finish_reason,
+        )
+
+    def reference(self, prompt_index: int, prompt_text: str, top_n: int) -> ReferenceOutput | None:
+        """One non-streamed temperature-0 answer with the ``top_n`` most likely tokens per position (not timed; the
+        lossless check's reference). Retried like ``measure`` on 5xx and connection errors; None when the server
+        answers without log-probabilities (or refuses the request with a 4xx: it does not support them)."""
+        path, body = self.backend.reference_request(
+            prompt_text, max_tokens=self.max_tokens, top_n=top_n, api=self.api, model=self.model
+        )
+        reasons: list[str] = []
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.clock.sleep(self.retry_delay_s * attempt)
+            try:
+                resp = self._http.post(path, json=body)
+            except httpx.TimeoutException as e:
+                raise BenchmarkError(
+                    f"prompt {prompt_index}: reference request timed out ({type(e).__name__}: {e})"
+                ) from None
+            except httpx.TransportError as e:
+                reasons.append(f"{type(e).__name__}: {e}")
+                continue
+            if resp.status_code >= 500:
+                reasons.append(f"HTTP {resp.status_code} from {path}: {_short(resp.content)}")
+                continue
+            if resp.status_code >= 400:
+                return None
+            try:
+                obj = resp.json()
+            except ValueError:
+                reasons.append(f"malformed answer {_short(resp.content)}")
+                continue
+            return self.backend.parse_reference(obj, prompt_index) if isinstance(obj, dict) else None
+        raise BenchmarkError(
+            f"prompt {prompt_index}: reference request failed after {len(reasons)} attempt(s): " + "; ".join(reasons)
         )
 
     def _line(self, line: bytes, now: float, s: _Stream) -> None:

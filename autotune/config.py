@@ -118,6 +118,56 @@ class PromptResult:
         return d
 
 
+@dataclass(frozen=True)
+class TokenChoice:
+    """One generated token of a reference answer, with the most likely tokens the server saw at that position.
+
+    ``top`` holds (token text, log-probability) pairs, most likely first; at temperature 0 the chosen token is
+    normally ``top[0]``. Log-probabilities are natural logs of the target's pre-sampling distribution."""
+
+    text: str
+    logprob: float | None = None
+    top: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def margin(self) -> float | None:
+        """How much more likely the best token was than the second best (nats); None with fewer than two."""
+        if len(self.top) < 2:
+            return None
+        return float(self.top[0][1]) - float(self.top[1][1])
+
+
+@dataclass(frozen=True)
+class ReferenceOutput:
+    """A temperature-0 answer to one prompt with per-token log-probabilities: what the lossless check compares a
+    speculative answer against. Measured once per baseline start, after its timed prompts (never timed itself:
+    asking for log-probabilities can slow a server)."""
+
+    index: int
+    text: str
+    tokens: tuple[TokenChoice, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Compact form for a trial record: tokens as ``[text, logprob, [[alt, logprob], ...]]``."""
+        return {
+            "index": self.index,
+            "text": self.text,
+            "tokens": [[t.text, t.logprob, [[a, lp] for a, lp in t.top]] for t in self.tokens],
+        }
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> ReferenceOutput:
+        tokens = tuple(
+            TokenChoice(
+                str(t[0]),
+                None if t[1] is None else float(t[1]),
+                tuple((str(a), float(lp)) for a, lp in (t[2] if len(t) > 2 else [])),
+            )
+            for t in d.get("tokens", [])
+        )
+        return ReferenceOutput(index=int(d.get("index", 0)), text=str(d.get("text", "")), tokens=tokens)
+
+
 @dataclass
 class LaunchInfo:
     """What a runner knows about a server it started."""

@@ -56,10 +56,16 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
             f"<p class='sim'>SIMULATED study (scenario {_e(sim.get('scenario'))}, time scale "
             f"{_e(sim.get('time_scale'))}): figures are in simulated hardware time.</p>"
         )
+    rests_on = report.get("verdict_rests_on", report["verdict_basis"])
     parts.append(
-        f"<p class='verdict' id='verdict'><b>{_e(report['verdict'])}</b> ({_e(report['verdict_basis'])}): "
+        f"<p class='verdict' id='verdict'><b>{_e(report['verdict'])}</b> ({_e(rests_on)}): "
         f"{_e(report['verdict_text'])}</p>"
     )
+    for e in report.get("exclusions", []):
+        parts.append(
+            f"<p class='excluded'>excluded trial {_e(e['trial'])} ({_e(config_label(e.get('config')))}): "
+            f"{_e(e['kind'])}: {_e(e['reason'])}</p>"
+        )
     rec = report["recommended"]
     parts.append(
         f"<p>Recommended deployment: <code>{_e(config_label(rec.get('config')))}</code> ({_e(rec.get('why'))})</p>"

@@ -116,5 +116,8 @@ def _describe(ev: Event) -> str:
     if ev.kind == "confirm-measure":
         return f"  confirm: {d['config']}: {d['tok_per_s']:.1f} tok/s"
     if ev.kind == "verdict":
-        return f"verdict: {d['verdict']}"
+        text = f"verdict: {d['verdict']}" + (f" ({d['basis']})" if d.get("basis") else "")
+        for e in d.get("excluded") or []:
+            text += f"\n  excluded trial {e['trial']}: {e['kind']}: {e['reason']}"
+        return text
     return str(d.get("message", ""))

@@ -7,9 +7,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import lossless
 from autotune.config import TrialConfig
 from autotune.pruner import find_baseline, is_baseline_trial
 from autotune.stats import log_ratios, upper_bound
+from autotune.study import find_exclusions
 
 VERDICT_TEXT = {
     "speculation-wins": "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
@@ -39,6 +41,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "fail_kind": ua.get("fail_kind"),
         "fail_reason": ua.get("fail_reason"),
         "lossless": ua.get("lossless"),
+        "lossless_summary": lossless.summary_line(ua["lossless"]) if ua.get("lossless") else None,
         "log_path": ua.get("log_path"),
         "argv": ua.get("argv"),
     }
@@ -81,6 +84,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
                 "trial": r["trial"],
                 "config": r["config"],
                 "speedup_ci": r["speedup_ci"],
+                "deploy_speedup_ci": r.get("deploy_speedup_ci"),
                 "tok_per_s": _mean(r["tok_per_s"]),
                 "baseline_tok_per_s": _mean(r["baseline_tok_per_s"]),
                 "rounds": len(r["tok_per_s"]),
@@ -99,18 +103,27 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
             "params": dict(t.params),
             "config": r["config"],
             "tok_per_s": r["tok_per_s"],
-            "speedup": r["speedup_ci"]["point"] if r["speedup_ci"] else None,
-            "speedup_ci": r["speedup_ci"],
+            "speedup": _headline(r)["point"] if _headline(r) else None,
+            "speedup_ci": _headline(r),
+            "same_setting_speedup_ci": r["speedup_ci"],
             "search_tok_per_s": t.value,
             "accept_length": t.user_attrs.get("accept_length"),
         }
+    fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
+    for row in rows:
+        row["speedup_vs_fastest"] = _vs_fastest(by_number[row["number"]], fastest)
     if conf.get("done"):
         v = conf["verdict"]
-        basis = "confirmed"
+        basis = conf.get("basis") or "confirmed"
+        rests_on = conf.get("rests_on") or basis
+        exclusions = conf.get("exclusions", [])
     else:
-        v, basis = _unconfirmed_verdict(study)
+        v, rests_on = _unconfirmed_verdict(study)
+        basis = "search"
+        exclusions = find_exclusions(study)
     recommended = recommend(study, v, best)
     spec = [r for r in rows if r["role"] == "speculative"]
+    floor = study.user_attrs.get("lossless_floor", [])
     return {
         "study": study.study_name,
         "simulated": study.user_attrs.get("simulated"),
@@ -128,12 +141,55 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "confirmed": confirmed,
         "verdict": v,
         "verdict_basis": basis,
-        "verdict_text": VERDICT_TEXT[v],
+        "verdict_rests_on": rests_on,
+        "verdict_text": _verdict_text(v, exclusions),
+        "exclusions": exclusions,
+        "fastest_baseline": fastest,
+        "lossless": {
+            "numerics": sum(len((r.get("lossless") or {}).get("numerics", [])) for r in rows),
+            "lossy_trials": [r["number"] for r in rows if r.get("lossless") and not r["lossless"].get("ok", True)],
+            "tolerance": next((r["lossless"].get("tolerance") for r in rows if r.get("lossless")), None),
+            "tolerance_source": next((r["lossless"].get("tolerance_source") for r in rows if r.get("lossless")), None),
+            "baseline_divergences": [f for f in floor if f.get("kind")],
+            "baselines_compared": sum(1 for f in floor if f.get("checked")),
+        },
         "recommended": recommended,
         "flags": _flags(rows),
-        "comparisons": "every speculative trial is compared with the baseline measured under the same CUDA-graph "
-        "setting, prompt by prompt",
+        "comparisons": "every speculative trial is paired with the baseline measured under the same CUDA-graph "
+        "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
+        "fastest baseline (what would be deployed without speculation)",
     }
+
+
+def _headline(r: dict[str, Any]) -> dict[str, Any] | None:
+    return r.get("deploy_speedup_ci") or r.get("speedup_ci")
+
+
+def _vs_fastest(t: FrozenTrial, fastest: dict[str, Any] | None) -> float | None:
+    """A trial's tok/s over its measured prompts divided by the fastest baseline's over the same prompts."""
+    if fastest is None or not t.intermediate_values or is_baseline_trial(t) or "duplicate_of" in t.user_attrs:
+        return None
+    base = fastest["per_prompt_tok_per_s"]
+    prompts = t.user_attrs.get("prompts") or []
+    steps = sorted(t.intermediate_values)
+    if len(prompts) >= len(steps) and all(p.get("seconds") for p in prompts[: len(steps)]):
+        tokens = sum(p["completion_tokens"] for p in prompts[: len(steps)])
+        seconds = sum(p["seconds"] for p in prompts[: len(steps)])
+        tps = tokens / seconds
+    else:
+        tps = _mean([t.intermediate_values[s] for s in steps])
+    ref = _mean([base[s] for s in steps if s < len(base)])
+    return tps / ref if tps and ref else None
+
+
+def _verdict_text(v: str, exclusions: list[dict[str, Any]]) -> str:
+    if v == "inconclusive" and exclusions:
+        kinds = sorted({e["kind"] for e in exclusions})
+        return (
+            f"inconclusive: no config is proven faster than the baseline, and {len(exclusions)} config(s) could not "
+            f"be weighed ({', '.join(kinds)}); deploy the baseline, and see the exclusions"
+        )
+    return VERDICT_TEXT[v]
 
 
 def _unconfirmed_verdict(study: optuna.Study) -> tuple[str, str]:
@@ -143,6 +199,9 @@ def _unconfirmed_verdict(study: optuna.Study) -> tuple[str, str]:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if not is_baseline_trial(t) and "duplicate_of" not in t.user_attrs
     ]
+    excluded = find_exclusions(study)
+    if excluded:
+        return "inconclusive", f"search only (not confirmed); {len(excluded)} config(s) excluded"
     if not spec:
         return "baseline-wins", "search (no speculative trial survived pruning)"
     for t in spec:
@@ -203,11 +262,12 @@ def _flags(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         if r["fail_kind"] == "drafter-not-engaged":
             out.append(f"trial {r['number']}: drafter not engaged: {r['fail_reason']}")
-        lossless = r.get("lossless")
-        if lossless and not lossless.get("ok", True):
+        record = r.get("lossless")
+        if record and not record.get("ok", True):
             out.append(
-                f"trial {r['number']}: output diverges from the baseline at temperature 0 (matching prefix "
-                f"{lossless['min_prefix_fraction']:.0%}): broken drafter, kernel or config"
+                f"trial {r['number']}: output diverges from the baseline at temperature 0 where the baseline was "
+                f"confident ({lossless.summary_line(record)}; matching prefix {record['min_prefix_fraction']:.0%}): "
+                "broken drafter, kernel or config"
             )
         if r["fail_kind"] == "oom":
             out.append(f"trial {r['number']}: out of memory ({r['prune_reason']})")

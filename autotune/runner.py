@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from autotune.config import LaunchInfo, PromptResult, TrialConfig
+from autotune.config import LaunchInfo, PromptResult, ReferenceOutput, TrialConfig
 
 
 class Session(Protocol):
@@ -25,6 +25,10 @@ class Session(Protocol):
 
     def run_prompt(self, index: int) -> PromptResult:
         """Measure prompt ``index`` of the space's fixed prompt set. Raises BenchmarkError/ServerDied."""
+
+    def reference(self, index: int, top_n: int) -> ReferenceOutput | None:
+        """Prompt ``index`` once more, not timed, with the ``top_n`` most likely tokens at every position (the
+        lossless check's reference). None when the server gives no log-probabilities."""
 
     def close(self) -> None:
         """Stop the server (and only what was started for it); idempotent."""

@@ -158,7 +158,12 @@ class VerdictSpec:
     #: one-sided confidence that a dropped candidate is slower than the leader of the race
     race_confidence: float = 0.8
     confidence: float = 0.95
-    #: a trial whose output matches the baseline's for less than this fraction is flagged
+    #: a divergence from the baseline's answer at a token where the baseline's best and the other's token are
+    #: within this many nats is a near-tie flip (numerics), not a failure; None: from the target's data type
+    #: (``autotune.lossless.TIE_TOLERANCE``)
+    tie_tolerance: float | None = None
+    #: without log-probabilities to classify a divergence: an answer matching the baseline's for less than this
+    #: fraction is flagged
     lossless_min_prefix: float = 0.9
 
     @property
@@ -171,6 +176,8 @@ class SimulateSpec:
     scenario: str = "kimi-k25-rtxpro6000"
     time_scale: float = 50.0
     seed: int = 0
+    #: probability that a prompt has a near tie (None: the scenario's, normally 0); passed as --near-ties
+    near_ties: float | None = None
 
 
 @dataclass(frozen=True)
@@ -1014,6 +1021,7 @@ class _Reader:
                     "max_repeats": self.optional(lambda x, p, ln: self.int_(x, p, ln, 1)),
                     "race_confidence": self.confidence,
                     "confidence": self.confidence,
+                    "tie_tolerance": self.optional(lambda x, p, ln: self.num(x, p, ln, 0)),
                     "lossless_min_prefix": lambda x, p, ln: self.num(x, p, ln, 0, 1),
                 },
             )
@@ -1037,6 +1045,7 @@ class _Reader:
                     "scenario": self.name,
                     "time_scale": self.pos,
                     "seed": lambda x, p, ln: self.int_(x, p, ln, 0),
+                    "near_ties": self.optional(lambda x, p, ln: self.num(x, p, ln, 0, 1)),
                 },
             )
         )

@@ -127,14 +127,3 @@ def verdict(interval: Interval | None, min_gain: float) -> str:
     if interval.high < 1.0:
         return "baseline-wins"
     return "inconclusive"
-
-
-def common_prefix_fraction(reference: str, other: str) -> float:
-    """Fraction of ``reference`` that ``other`` reproduces before the first difference (1.0 when equal)."""
-    if not reference:
-        return 1.0 if not other else 0.0
-    n = min(len(reference), len(other))
-    i = 0
-    while i < n and reference[i] == other[i]:
-        i += 1
-    return i / len(reference)

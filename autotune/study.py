@@ -28,9 +28,10 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import lossless
 from autotune.backends.base import Backend
 from autotune.clock import Clock, MonotonicClock
-from autotune.config import PromptResult, TrialConfig, summarize
+from autotune.config import PromptResult, ReferenceOutput, TrialConfig, summarize
 from autotune.errors import (
     BenchmarkError,
     DrafterNotEngaged,
@@ -42,7 +43,7 @@ from autotune.errors import (
 from autotune.pruner import BaselinePruner, find_baseline, is_baseline_trial
 from autotune.runner import Runner
 from autotune.space import Space, VerdictSpec
-from autotune.stats import Interval, common_prefix_fraction, log_ratios, speedup_interval, upper_bound, verdict
+from autotune.stats import Interval, log_ratios, speedup_interval, upper_bound, verdict
 from autotune.surrogate import Encoding, Surrogate
 
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -290,11 +291,6 @@ def _consecutive_launch_failures(study: optuna.Study) -> int:
     return n
 
 
-def lossless_check(texts: list[str], baseline_texts: list[str]) -> dict[str, Any]:
-    fractions = [common_prefix_fraction(b, t) for t, b in zip(texts, baseline_texts, strict=False)]
-    return {"prefix_fraction": fractions, "min_prefix_fraction": min(fractions) if fractions else None}
-
-
 def _mean_log(rounds: list[dict[str, Any]], key: str) -> float:
     xs = [math.log(r["candidates"][key]) for r in rounds if r["candidates"].get(key)]
     return sum(xs) / len(xs) if xs else -math.inf
@@ -352,6 +348,21 @@ class Orchestrator:
         self.emit = listener or _quiet
         self.pruner = make_pruner(space)
 
+    @functools.cached_property
+    def tie_tolerance(self) -> tuple[float, str]:
+        """The near-tie tolerance of the lossless check (nats) and where it comes from: the space's
+        ``verdict.tie_tolerance``, else the target's data type (``lossless.default_tolerance``)."""
+        if self.space.verdict.tie_tolerance is not None:
+            return float(self.space.verdict.tie_tolerance), "verdict.tie_tolerance"
+        dtype = lossless.model_dtype(self.space.server.model_path, self.space.server.extra_args)
+        return lossless.default_tolerance(dtype), f"default for {dtype}" if dtype else "default (data type unknown)"
+
+    def lossless_tolerance(self) -> float:
+        """The tolerance in force: the configured one, raised to the floor (the largest margin at which this
+        server's baselines diverged from each other: there, divergence is this server's numerics)."""
+        floor = lossless.floor(self.study.user_attrs.get("lossless_floor", []))
+        return max(self.tie_tolerance[0], floor)
+
     # -- budget -------------------------------------------------------------------------------------
     def counted_trials(self, running: bool = False) -> int:
         """Trials that used the budget: measured, failed or infeasible; not duplicates nor interrupted ones."""
@@ -388,10 +399,27 @@ class Orchestrator:
                 self.study.enqueue_trial({"cuda_graph": cg}, user_attrs={"role": "baseline"})
         queued = {json.dumps(t.params, sort_keys=True) for t in trials}
         to_params = getattr(self.backend, "params", None)
-        for cfg in self.backend.defaults(self.space):
+        for cfg in self.seed_configs():
             params = to_params(cfg, self.space) if to_params else cfg.to_dict()
-            if json.dumps(params, sort_keys=True) not in queued:
+            key = json.dumps(params, sort_keys=True)
+            if key not in queued:
+                queued.add(key)
                 self.study.enqueue_trial(params, user_attrs={"role": "speculative", "seeded": "server default"})
+
+    def seed_configs(self) -> list[TrialConfig]:
+        """The server's default config of every drafter under every CUDA-graph setting of the space, graphs on
+        first: each drafter x CUDA-graph combination is measured early, not left to the sampler's luck (on an H200
+        TPE once ran 12 of 16 trials with graphs off and never tried the best region with them on)."""
+        out: list[TrialConfig] = []
+        settings = sorted({bool(b) for b in self.space.search.cuda_graph}, reverse=True)
+        defaults = self.backend.defaults(self.space)
+        for cg in settings:
+            for cfg in defaults:
+                try:
+                    out.append(self.backend.resolve(TrialConfig(cfg.drafter, cg, cfg.knobs), self.space))
+                except InfeasibleConfig:
+                    continue
+        return out
 
     def refine_count(self, n_trials: int) -> int:
         """How many of the last trials the surrogate picks (``budget.refine_trials``; auto: half, the share that
@@ -720,6 +748,9 @@ class Orchestrator:
                     self._record_speedup(trial, results, baseline)
                     self.emit(Event("trial-end", trial.number, {"state": "PRUNED", "reason": reason}))
                     raise optuna.TrialPruned(reason)
+            if config.is_baseline and space.benchmark.temperature == 0:
+                refs = self._references(session, len(prompts))
+                trial.set_user_attr("reference", [r.to_dict() if r is not None else None for r in refs])
         except BenchmarkError as e:
             trial.set_user_attr("fail_kind", e.kind)
             trial.set_user_attr("fail_reason", str(e))
@@ -735,15 +766,15 @@ class Orchestrator:
         trial.set_user_attr("feasible", True)
         if config.is_baseline:
             trial.set_user_attr("outputs", [r.text for r in results])
+            if space.benchmark.temperature == 0:
+                self._baseline_floor(trial.number, config, [r.text for r in results])
         else:
             self._record_speedup(trial, results, baseline)
             if baseline is not None and space.benchmark.temperature == 0:
-                check = lossless_check([r.text for r in results], baseline.user_attrs.get("outputs", []))
-                check["ok"] = (
-                    check["min_prefix_fraction"] is None
-                    or check["min_prefix_fraction"] >= space.verdict.lossless_min_prefix
-                )
+                check = self.lossless_record([r.text for r in results], baseline)
                 trial.set_user_attr("lossless", check)
+                if not check["ok"]:
+                    self.emit(Event("note", trial.number, {"message": "lossy: " + lossless.summary_line(check)}))
         self.emit(
             Event(
                 "trial-end",
@@ -776,6 +807,61 @@ class Orchestrator:
         if base_seconds > 0 and seconds > 0 and base_tokens > 0:
             return (tokens / seconds) / (base_tokens / base_seconds)
         return None
+
+    # -- the lossless check -------------------------------------------------------------------------
+    def _references(self, session: Any, n: int) -> list[ReferenceOutput | None]:
+        """The baseline's reference answers (top tokens per position), one non-timed request per prompt; a
+        server without log-probabilities gives None for each (then the check falls back to the matching prefix)."""
+        reference = getattr(session, "reference", None)
+        if reference is None:
+            return [None] * n
+        out: list[ReferenceOutput | None] = []
+        for i in range(n):
+            try:
+                r = reference(i, lossless.REFERENCE_TOP_N)
+            except BenchmarkError as e:  # the measurement stands; the check falls back to the matching prefix
+                self.emit(Event("note", data={"message": f"no reference answer for prompt {i}: {e}"}))
+                r = None
+            out.append(r)
+            if r is None:  # the server gives none: do not ask again for every prompt
+                return out + [None] * (n - i - 1)
+        return out
+
+    def lossless_record(self, texts: list[str], baseline: FrozenTrial) -> dict[str, Any]:
+        """The lossless record of ``texts`` (one answer per prompt) against ``baseline``'s answers and references."""
+        refs = [ReferenceOutput.from_dict(r) if r else None for r in baseline.user_attrs.get("reference", [])]
+        record = lossless.check_outputs(
+            texts,
+            baseline.user_attrs.get("outputs", []),
+            refs,
+            tolerance=self.lossless_tolerance(),
+            min_prefix=self.space.verdict.lossless_min_prefix,
+        )
+        record["tolerance_source"] = self.tie_tolerance[1]
+        return record
+
+    def _baseline_floor(self, number: int, config: TrialConfig, texts: list[str]) -> None:
+        """Compare a new baseline's answers with every other baseline's (another CUDA-graph setting: other kernels
+        and batch shapes; a fresh start in confirmation): a divergence there is this server's own numerics. Each
+        classified divergence joins the study's ``lossless_floor``; a confident one raises the tolerance in force
+        (``lossless_tolerance``) and is reported."""
+        floor = list(self.study.user_attrs.get("lossless_floor", []))
+        for other in _trials(self.study, (TrialState.COMPLETE,)):
+            if other.number == number or not is_baseline_trial(other) or "duplicate_of" in other.user_attrs:
+                continue
+            if not other.user_attrs.get("outputs"):
+                continue
+            rec = lossless.check_outputs(
+                texts,
+                other.user_attrs["outputs"],
+                [ReferenceOutput.from_dict(r) if r else None for r in other.user_attrs.get("reference", [])],
+                tolerance=self.tie_tolerance[0],
+                min_prefix=self.space.verdict.lossless_min_prefix,
+            )
+            for d in rec["divergences"]:
+                floor.append({**d, "baseline": number, "against": other.number, "cuda_graph": config.cuda_graph})
+        floor.append({"baseline": number, "checked": True, "cuda_graph": config.cuda_graph})
+        self.study.set_user_attr("lossless_floor", floor)
 
     # -- confirmation -------------------------------------------------------------------------------
     def candidates(self) -> list[FrozenTrial]:
@@ -828,13 +914,29 @@ class Orchestrator:
                 out.append(fastest)
         return out
 
+    def exclusions(self) -> list[dict[str, Any]]:
+        return find_exclusions(self.study)
+
+    def fastest_baseline_setting(self) -> bool | None:
+        """The CUDA-graph setting of the fastest baseline of the search: what a user would deploy without
+        speculation, and so what the headline speedup is measured against."""
+        best: tuple[float, bool] | None = None
+        for cg in sorted({bool(b) for b in self.space.search.cuda_graph}, reverse=True):
+            b = find_baseline(self.study, cg)
+            if b is not None and b.value and (best is None or b.value > best[0]):
+                best = (float(b.value), cg)
+        return None if best is None else best[1]
+
     def confirm(self) -> dict[str, Any]:
         """Re-measure the candidates in rounds, each round after a fresh baseline of the same CUDA-graph setting
-        (so drift cancels in the pair): ``verdict.repeats`` rounds of every candidate, then more rounds, up to
-        ``verdict.max_repeats``, of those still racing (see ``race_survivors``) while two or more are left. The
-        verdict comes from the paired interval of the best survivor."""
+        (so drift cancels in the pair) and of the fastest baseline's setting (the deployable comparison):
+        ``verdict.repeats`` rounds of every candidate, then more rounds, up to ``verdict.max_repeats``, of those
+        still racing (see ``race_survivors``) while two or more are left. The verdict comes from the interval of
+        the best survivor against the fastest baseline; it names what it rests on (``basis``) and every excluded
+        config (``exclusions``), and is never "the baseline wins" while a config it could not weigh is left."""
         space = self.space
         cands = self.candidates()
+        excluded = self.exclusions()
         if cands and (space.verdict.confirm_top == 0 or space.verdict.repeats < 2):
             # configs worth confirming exist but the space asks for no (usable) confirmation: nothing is proven
             state = {
@@ -844,17 +946,23 @@ class Orchestrator:
                 "best": None,
                 "done": True,
                 "verdict": "inconclusive",
+                "basis": "not-confirmed",
+                "rests_on": "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)",
                 "note": "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)",
+                "exclusions": excluded,
             }
             self.study.set_user_attr("confirmation", state)
             return state
         keys = [t.user_attrs["config_key"] for t in cands]
         previous = self.study.user_attrs.get("confirmation")
-        if previous and previous.get("keys") == keys and previous.get("done"):
+        if previous and previous.get("keys") == keys and previous.get("done") and "rests_on" in previous:
             return previous
         state: dict[str, Any] = (
             previous if previous and previous.get("keys") == keys else {"keys": keys, "rounds": [], "done": False}
         )
+        if "deploy_cuda_graph" not in state:
+            state["deploy_cuda_graph"] = self.fastest_baseline_setting()
+        deploy_cg = state["deploy_cuda_graph"]
         self.emit(
             Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": space.verdict.repeats})
         )
@@ -870,24 +978,26 @@ class Orchestrator:
                 racing = [t for t in cands if t.params.get("cuda_graph") == cg and str(t.number) in active]
                 if not racing:
                     continue
-                base_cfg = TrialConfig.baseline(bool(cg))
-                rnd["baseline"][str(cg)] = self._measure_once(base_cfg)
+                rnd["baseline"][str(cg)] = self._measure_once(TrialConfig.baseline(bool(cg)))
                 for t in racing:
                     cfg = TrialConfig.from_dict(t.user_attrs["effective"])
                     rnd["candidates"][str(t.number)] = self._measure_once(cfg)
+            if deploy_cg is not None and str(deploy_cg) not in rnd["baseline"]:
+                # the candidates racing run under the other setting: the deployable baseline is measured too
+                rnd["baseline"][str(deploy_cg)] = self._measure_once(TrialConfig.baseline(bool(deploy_cg)))
             state["rounds"].append(rnd)
             self.study.set_user_attr("confirmation", state)
         results = []
         active = race_survivors(state["rounds"], [str(t.number) for t in cands], space.verdict)
         for t in cands:
             cg = str(t.params.get("cuda_graph"))
-            pairs = [
-                (r["candidates"][str(t.number)], r["baseline"].get(cg))
-                for r in state["rounds"]
-                if r["candidates"].get(str(t.number))
-            ]
+            rounds = [r for r in state["rounds"] if r["candidates"].get(str(t.number))]
+            pairs = [(r["candidates"][str(t.number)], r["baseline"].get(cg)) for r in rounds]
             logs = [math.log(c / b) for c, b in pairs if c and b]
             interval = speedup_interval(logs, space.verdict.confidence) if len(logs) >= 2 else None
+            dep = [(r["candidates"][str(t.number)], r["baseline"].get(str(deploy_cg))) for r in rounds]
+            dep_logs = [math.log(c / b) for c, b in dep if c and b]
+            dep_interval = speedup_interval(dep_logs, space.verdict.confidence) if len(dep_logs) >= 2 else None
             results.append(
                 {
                     "trial": t.number,
@@ -895,27 +1005,47 @@ class Orchestrator:
                     "tok_per_s": [c for c, _ in pairs],
                     "baseline_tok_per_s": [b for _, b in pairs],
                     "speedup_ci": interval.to_dict() if interval else None,
+                    "deploy_baseline_tok_per_s": [b for _, b in dep],
+                    "deploy_speedup_ci": dep_interval.to_dict() if dep_interval else None,
                     "dropped": str(t.number) not in active,
                 }
             )
         state["results"] = results
-        # the pick: the best point estimate among the candidates still racing (the others were clearly slower
-        # than the leader of their rounds)
+        state["exclusions"] = excluded
+        # the pick: the best point estimate against the fastest baseline among the candidates still racing (the
+        # others were clearly slower than the leader of their rounds)
         best = max(
-            (r for r in results if r["speedup_ci"] and not r["dropped"]),
-            key=lambda r: r["speedup_ci"]["point"],
+            (r for r in results if _headline(r) and not r["dropped"]),
+            key=lambda r: _headline(r)["point"],  # type: ignore[index]
             default=None,
         )
         if best is None:
             state["verdict"] = verdict(None, space.verdict.min_gain)
             state["best"] = None
         else:
-            iv = Interval(**{k: best["speedup_ci"][k] for k in ("point", "low", "high", "n", "confidence")})
+            h = _headline(best)
+            iv = Interval(**{k: h[k] for k in ("point", "low", "high", "n", "confidence")})  # type: ignore[index]
             state["verdict"] = verdict(iv, space.verdict.min_gain)
             state["best"] = best["trial"]
+        state["basis"] = (
+            "confirmed" if any(_headline(r) for r in results) else ("not-confirmed" if results else "search")
+        )
+        state["rests_on"] = _basis(results, excluded, deploy_cg)
+        if excluded and state["verdict"] != "speculation-wins":
+            state["verdict"] = "inconclusive"
         state["done"] = True
         self.study.set_user_attr("confirmation", state)
-        self.emit(Event("verdict", data={"verdict": state["verdict"], "best": state["best"]}))
+        self.emit(
+            Event(
+                "verdict",
+                data={
+                    "verdict": state["verdict"],
+                    "best": state["best"],
+                    "basis": state["rests_on"],
+                    "excluded": excluded,
+                },
+            )
+        )
         return state
 
     def _measure_once(self, config: TrialConfig) -> float:
@@ -926,8 +1056,112 @@ class Orchestrator:
         finally:
             session.close()
         tps = summarize(results)["tok_per_s"]
+        if config.is_baseline and self.space.benchmark.temperature == 0:
+            self._confirm_floor(config, [r.text for r in results])
         self.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))
         return tps
+
+    def _confirm_floor(self, config: TrialConfig, texts: list[str]) -> None:
+        """A fresh baseline start of confirmation against the search's baseline of the same setting: the floor."""
+        base = find_baseline(self.study, config.cuda_graph)
+        if base is None or not base.user_attrs.get("outputs"):
+            return
+        rec = lossless.check_outputs(
+            texts,
+            base.user_attrs["outputs"],
+            [ReferenceOutput.from_dict(r) if r else None for r in base.user_attrs.get("reference", [])],
+            tolerance=self.tie_tolerance[0],
+            min_prefix=self.space.verdict.lossless_min_prefix,
+        )
+        if rec["divergences"]:
+            floor = list(self.study.user_attrs.get("lossless_floor", []))
+            for d in rec["divergences"]:
+                floor.append({**d, "baseline": "confirmation", "against": base.number, "cuda_graph": config.cuda_graph})
+            self.study.set_user_attr("lossless_floor", floor)
+
+
+def find_exclusions(study: optuna.Study) -> list[dict[str, Any]]:
+    """Speculative configs the verdict cannot weigh, each with its reason: answers that diverge from the
+    baseline's where the baseline was confident (lossy), drafters that were not engaged, server configs that
+    failed and were never measured. A verdict with exclusions says so, and "the baseline wins" becomes
+    inconclusive: an excluded config might have won."""
+    trials = sorted(_trials(study), key=lambda t: t.number)
+    measured = {
+        t.user_attrs.get("config_key")
+        for t in trials
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and t.user_attrs.get("measured")
+    }
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for t in trials:
+        ua = t.user_attrs
+        if is_baseline_trial(t) or "duplicate_of" in ua or ua.get("interrupted"):
+            continue
+        cfg = ua.get("effective") or ua.get("config")
+        if t.state == TrialState.COMPLETE and not (ua.get("lossless") or {}).get("ok", True):
+            out.append(
+                {
+                    "trial": t.number,
+                    "kind": "lossy",
+                    "config": cfg,
+                    "speedup": ua.get("speedup"),
+                    "reason": "output differs from the baseline's where the baseline was confident: "
+                    + lossless.summary_line(ua["lossless"]),
+                }
+            )
+        elif t.state == TrialState.FAIL and ua.get("fail_kind") == DrafterNotEngaged.kind:
+            key = f"drafter:{t.params.get('drafter')}"
+            if key not in seen:
+                seen.add(key)
+                out.append({"trial": t.number, "kind": "not-engaged", "config": cfg, "reason": ua.get("fail_reason")})
+        elif (
+            t.state == TrialState.FAIL
+            and ua.get("fail_kind") in (*RETRIED_FAILURES, "config-mismatch")
+            and ua.get("config_key") not in measured
+        ):
+            key = f"config:{ua.get('config_key')}"
+            if key not in seen:
+                seen.add(key)
+                out.append(
+                    {
+                        "trial": t.number,
+                        "kind": "failed",
+                        "config": cfg,
+                        "reason": f"{ua.get('fail_kind')}: {ua.get('fail_reason')}",
+                    }
+                )
+    return out
+
+
+def _headline(result: dict[str, Any]) -> dict[str, Any] | None:
+    """A confirmed candidate's interval against the fastest baseline (the same-setting one when that is missing)."""
+    return result.get("deploy_speedup_ci") or result.get("speedup_ci")
+
+
+def _basis(results: list[dict[str, Any]], excluded: list[dict[str, Any]], deploy_cg: bool | None) -> str:
+    """What a verdict rests on, in words."""
+    graphs = {True: "graphs on", False: "graphs off"}.get(deploy_cg, "") if deploy_cg is not None else ""
+    confirmed = [r for r in results if _headline(r)]
+    if confirmed:
+        rounds = sorted({_headline(r)["n"] for r in confirmed})  # type: ignore[index]
+        n = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}"
+        text = f"confirmed: {len(confirmed)} candidate(s), {n} rounds each against fresh baselines" + (
+            f"; speedups against the fastest baseline ({graphs})" if graphs else ""
+        )
+    elif results:
+        text = "not confirmed: no candidate got two complete rounds"
+    elif excluded:
+        text = (
+            "search only: no speculative config left to confirm (each was excluded or clearly slower than its baseline)"
+        )
+    else:
+        text = "search only: no speculative config was worth confirming (each clearly slower than its baseline)"
+    if excluded:
+        kinds: dict[str, int] = {}
+        for e in excluded:
+            kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
+        text += "; excluded: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    return text
 
 
 def run(
@@ -953,6 +1187,7 @@ __all__ = [
     "Event",
     "Orchestrator",
     "default_storage",
+    "find_exclusions",
     "make_storage",
     "open_study",
     "run",

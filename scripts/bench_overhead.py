@@ -187,9 +187,7 @@ class WallOrchestrator(Orchestrator):
             self.walls.append(wall)
 
 
-def measure_overhead(
-    n_trials: int, time_scale: float, max_tokens: int, poll: tuple[float, float] | None = None
-) -> dict[str, Any]:
+def measure_overhead(n_trials: int, time_scale: float, max_tokens: int, poll: float | None = None) -> dict[str, Any]:
     space = space_for(time_scale, max_tokens=max_tokens)
     space = dataclasses.replace(space, budget=dataclasses.replace(space.budget, n_trials=n_trials))
     backend = SGLangBackend()
@@ -228,7 +226,7 @@ def measure_overhead(
         return statistics.median(r[key] for r in per_trial)
 
     return {
-        "poll_interval_s": list(poll or ProcessRunner.poll_interval_s),
+        "poll_interval_s": poll if poll is not None else ProcessRunner.poll_interval_s,
         "trials_launched": n_measured,
         "trials_total": len(orch.walls),
         "time_scale": time_scale,

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.config import TrialConfig
+from autotune.config import ReferenceOutput, TokenChoice, TrialConfig
 from autotune.errors import InfeasibleConfig
 
 if TYPE_CHECKING:
@@ -156,6 +156,30 @@ class Backend(ABC):
         """Read one streamed JSON chunk. Default: OpenAI completions / chat completions chunks."""
         return parse_openai_chunk(obj)
 
+    def reference_request(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        top_n: int,
+        api: str = "completions",
+        model: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """One non-streaming temperature-0 request for ``prompt`` that asks for the ``top_n`` most likely tokens at
+        every position (the lossless check's reference): (path, JSON body). Default: the OpenAI API."""
+        body: dict[str, Any] = {"max_tokens": int(max_tokens), "temperature": 0.0, "stream": False}
+        if model:
+            body["model"] = model
+        if api == "chat":
+            body.update(messages=[{"role": "user", "content": prompt}], logprobs=True, top_logprobs=int(top_n))
+            return "/v1/chat/completions", body
+        body.update(prompt=prompt, logprobs=int(top_n))
+        return "/v1/completions", body
+
+    def parse_reference(self, obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
+        """The reference answer in a ``reference_request`` response (None: no log-probabilities in it)."""
+        return parse_openai_logprobs(obj, index)
+
     def parse_final_chunk(self, chunk: dict[str, Any]) -> float | None:
         """Acceptance length from the last streamed chunk, if the server reports it."""
         return self.parse_chunk(chunk).accept_length
@@ -200,6 +224,68 @@ def parse_openai_chunk(obj: Mapping[str, Any]) -> ChunkInfo:
         finish_reason=finish,
         final=completion is not None,
     )
+
+
+def _token_texts(entries: list[Mapping[str, Any]]) -> list[str]:
+    """Each token's text; from its raw ``bytes`` when given, decoded incrementally so that a character split
+    across tokens belongs to the token that completes it (the texts then add up to the answer exactly)."""
+    if entries and all(isinstance(e.get("bytes"), list) for e in entries):
+        import codecs
+
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        out = []
+        try:
+            for e in entries:
+                out.append(dec.decode(bytes(int(b) for b in e["bytes"])))
+            out[-1] += dec.decode(b"", final=True)
+            return out
+        except (TypeError, ValueError):
+            pass
+    return [str(e.get("token", "")) for e in entries]
+
+
+def parse_openai_logprobs(obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
+    """A non-streamed OpenAI completion with log-probabilities: the legacy completions form (``tokens``,
+    ``token_logprobs``, ``top_logprobs`` as {token: logprob}; vLLM, SGLang) or the ``content`` list form (chat
+    completions; llama.cpp's completions with ``n_probs``)."""
+    choices = obj.get("choices") or []
+    if not choices or not isinstance(choices[0], Mapping):
+        return None
+    choice = choices[0]
+    text = choice.get("text")
+    if text is None and isinstance(choice.get("message"), Mapping):
+        text = choice["message"].get("content")
+    lp = choice.get("logprobs")
+    if not isinstance(lp, Mapping):
+        return None
+    tokens: list[TokenChoice] = []
+    content = lp.get("content")
+    if isinstance(content, list):
+        entries = [e for e in content if isinstance(e, Mapping)]
+        for e, t in zip(entries, _token_texts(entries), strict=True):
+            tops = [x for x in e.get("top_logprobs") or [] if isinstance(x, Mapping)]
+            top_texts = _token_texts(tops)
+            top = tuple(
+                (tt, float(x["logprob"])) for x, tt in zip(tops, top_texts, strict=True) if x.get("logprob") is not None
+            )
+            tokens.append(TokenChoice(t, _float_or_none(e.get("logprob")), _sorted_top(top)))
+    elif isinstance(lp.get("tokens"), list):
+        tops_list = lp.get("top_logprobs") or []
+        token_lps = lp.get("token_logprobs") or []
+        for i, t in enumerate(lp["tokens"]):
+            top_d = tops_list[i] if i < len(tops_list) and isinstance(tops_list[i], Mapping) else {}
+            top = tuple((str(k), float(v)) for k, v in top_d.items() if v is not None)
+            chosen = _float_or_none(token_lps[i]) if i < len(token_lps) else None
+            tokens.append(TokenChoice(str(t), chosen, _sorted_top(top)))
+    else:
+        return None
+    if text is None:
+        text = "".join(t.text for t in tokens)
+    return ReferenceOutput(index=index, text=str(text), tokens=tuple(tokens))
+
+
+def _sorted_top(top: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
+    return tuple(sorted(top, key=lambda x: -x[1]))
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -292,6 +378,7 @@ __all__ = [
     "ChunkInfo",
     "metric_total",
     "parse_openai_chunk",
+    "parse_openai_logprobs",
     "parse_prometheus",
     "series_key",
 ]

@@ -101,7 +101,7 @@ _CANDIDATES: dict[str, tuple[str, ...]] = {
     "draft_n_max": ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
     "draft_n_min": ("--spec-draft-n-min", "--draft-min", "--draft-n-min"),
     "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
-    "no_webui": ("--no-webui", "--no-ui"),
+    "no_webui": ("--no-ui", "--no-webui"),  # --no-webui is the older name (logged as deprecated where both exist)
     "parallel": ("-np", "--parallel"),
 }
 
@@ -285,14 +285,13 @@ class LlamaCppBackend(Backend):
         return float(trial.suggest_categorical("draft_p_min", values))
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        """Conditional space: ``drafter`` ("none" = baseline) and ``cuda_graph`` always; the knobs only with
-        a drafter. ``spec_type`` is searched only when the space lists it (else the drafter's forced
+        """Conditional space: ``drafter`` and ``cuda_graph`` always, then the knobs. The baseline is not among the
+        drafter choices: the study enqueues it once per CUDA-graph setting (role=baseline), so the sampler never
+        proposes it again. ``spec_type`` is searched only when the space lists it (else the drafter's forced
         ``algorithm`` or draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (named
         ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
-        drafter = trial.suggest_categorical("drafter", ["none", *self._drafter_names(space)])
+        drafter = trial.suggest_categorical("drafter", self._drafter_names(space))
         cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
-        if drafter == "none":
-            return TrialConfig.baseline(cuda_graph)
         types = self._type_values(space, drafter)
         if not types:
             raise InfeasibleConfig(f"no spec_type of the space is one of {list(SPEC_TYPES)}")
@@ -559,6 +558,24 @@ class LlamaCppBackend(Backend):
     ) -> tuple[str, dict[str, Any]]:
         """The OpenAI request, with ``cache_prompt: false`` so that repeated prompts are measured alike."""
         path, body = super().request(prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model)
+        body["cache_prompt"] = False
+        return path, body
+
+    def reference_request(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        top_n: int,
+        api: str = "completions",
+        model: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """The OpenAI request with llama.cpp's ``n_probs`` (its completions endpoint then answers with a
+        ``logprobs.content`` list of tokens, raw bytes and ``top_logprobs``); ``cache_prompt: false`` as measured."""
+        path, body = super().reference_request(prompt, max_tokens=max_tokens, top_n=top_n, api=api, model=model)
+        if api != "chat":
+            body.pop("logprobs", None)
+            body["n_probs"] = int(top_n)
         body["cache_prompt"] = False
         return path, body
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import checks
 from autotune.backends.base import Backend, ChunkInfo, _float_or_none, _int_or_none, parse_openai_chunk
-from autotune.config import TrialConfig
+from autotune.config import ReferenceOutput, TokenChoice, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.space import Choices, IntRange, ParamSpec
 
@@ -451,6 +451,32 @@ class SGLangBackend(Backend):
             "stream": True,
         }
 
+    def reference_request(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        top_n: int,
+        api: str = "completions",
+        model: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """Native ``/generate``, not streamed, with ``return_logprob``, ``top_logprobs_num`` and token texts."""
+        if api == "chat":
+            return super().reference_request(prompt, max_tokens=max_tokens, top_n=top_n, api=api, model=model)
+        return "/generate", {
+            "text": prompt,
+            "sampling_params": {"max_new_tokens": int(max_tokens), "temperature": 0.0},
+            "stream": False,
+            "return_logprob": True,
+            "top_logprobs_num": int(top_n),
+            "return_text_in_logprobs": True,
+        }
+
+    def parse_reference(self, obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
+        if "meta_info" not in obj:
+            return super().parse_reference(obj, index)
+        return parse_generate_logprobs(obj, index)
+
     def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
         if "meta_info" not in obj:
             return parse_openai_chunk(obj)
@@ -505,6 +531,35 @@ def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> 
     )
 
 
+def parse_generate_logprobs(obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
+    """SGLang's ``/generate`` answer with ``return_logprob``: ``meta_info.output_token_logprobs`` =
+    [[logprob, token_id, text], ...] and ``output_top_logprobs`` = one [[logprob, token_id, text], ...] list per
+    generated token (texts present with ``return_text_in_logprobs``)."""
+    meta = obj.get("meta_info")
+    if not isinstance(meta, Mapping):
+        return None
+    chosen = meta.get("output_token_logprobs")
+    tops = meta.get("output_top_logprobs")
+    if not isinstance(chosen, list):
+        return None
+    tokens: list[TokenChoice] = []
+    for i, entry in enumerate(chosen):
+        if not isinstance(entry, (list, tuple)) or len(entry) < 3:
+            return None
+        top_entries = tops[i] if isinstance(tops, list) and i < len(tops) and isinstance(tops[i], list) else []
+        top = tuple(
+            sorted(
+                ((str(e[2]), float(e[0])) for e in top_entries if isinstance(e, (list, tuple)) and len(e) >= 3),
+                key=lambda x: -x[1],
+            )
+        )
+        tokens.append(TokenChoice(str(entry[2] or ""), _float_or_none(entry[0]), top))
+    text = obj.get("text")
+    return ReferenceOutput(
+        index=index, text=str(text) if text is not None else "".join(t.text for t in tokens), tokens=tuple(tokens)
+    )
+
+
 __all__ = [
     "DEFAULT_VERSION",
     "LEGACY",
@@ -515,6 +570,7 @@ __all__ = [
     "feasibility_reason",
     "flag_spelling_from_help",
     "parse_generate_chunk",
+    "parse_generate_logprobs",
     "parse_version",
     "resolved_algorithm",
     "tree_bound",

@@ -19,8 +19,9 @@ from autotune.space import SimulateSpec, Space
 
 
 def sim_launcher(spec: SimulateSpec) -> tuple[str, ...]:
-    """The argv prefix that starts the simulator for ``spec``; SGLang flags follow it."""
-    return (
+    """The argv prefix that starts the simulator for ``spec``; SGLang flags follow it. ``--near-ties`` only when the
+    space sets ``near_ties`` (else the scenario's value applies)."""
+    argv: tuple[str, ...] = (
         sys.executable,
         "-m",
         "autotune.sim",
@@ -31,6 +32,9 @@ def sim_launcher(spec: SimulateSpec) -> tuple[str, ...]:
         "--seed",
         str(spec.seed),
     )
+    if spec.near_ties is not None:
+        argv += ("--near-ties", str(spec.near_ties))
+    return argv
 
 
 def simulated_space(space: Space) -> Space:

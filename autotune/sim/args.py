@@ -1,14 +1,15 @@
 """SGLang launch flags as the simulator reads them, with SGLang's rules applied as SGLang applies them.
 
 ``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``--scenario``,
-``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``, ``--sim-no-noise``) and SGLang's
-flags. Unknown flags
+``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``, ``--sim-no-noise``,
+``--near-ties``) and SGLang's flags. Unknown flags
 are ignored with a log line. A command SGLang would refuse raises ``SimLaunchError`` whose ``log`` is what SGLang would
 have printed before exiting non-zero. Used by both the HTTP server and the in-process ``ModelRunner``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,7 @@ _VALUE_FLAGS = {
     "--fault": "fault",
     "--launch-index": "launch_index",
     "--sim-load-time": "sim_load_time",
+    "--near-ties": "near_ties",
 }
 _BOOL_FLAGS = {
     "--disable-cuda-graph": "disable_cuda_graph",
@@ -152,6 +154,7 @@ class ResolvedArgs:
     sim_load_time: float | None = None  # hardware seconds overriding the scenario's startup time
     faults: tuple[Fault, ...] = ()
     noise: bool = True  # False (--sim-no-noise): no per-start / per-request time factors
+    near_ties: float = 0.0  # probability that a prompt has a near tie (--near-ties, else the scenario's)
     speculative_algorithm: str | None = None
     speculative_draft_model_path: str | None = None
     drafter: SimDrafter | None = None
@@ -319,6 +322,23 @@ def parse_launch_args(argv: list[str]) -> ResolvedArgs:
         raise _fail(f"autotune.sim: {e}", log, returncode=2) from None
     if not time_scale > 0:
         raise _fail(f"autotune.sim: --time-scale must be positive but got {time_scale}", log, returncode=2)
+    near_ties = scenario.near_ties
+    if "near_ties" in vals:
+        try:
+            near_ties = float(vals["near_ties"])
+        except ValueError:
+            near_ties = math.nan
+        if not 0.0 <= near_ties <= 1.0:
+            raise _fail(
+                f"autotune.sim: --near-ties must be a probability between 0 and 1 but got {vals['near_ties']!r}",
+                log,
+                returncode=2,
+            )
+    if near_ties > 0:
+        log.append(
+            f"INFO autotune.sim: near ties on (probability {near_ties:g} per prompt): a speculative server takes "
+            "the runner-up there"
+        )
     try:
         faults = tuple(Fault.parse(t) for t in (*scenario.faults, *fault_texts))
     except ValueError as e:
@@ -339,6 +359,7 @@ def parse_launch_args(argv: list[str]) -> ResolvedArgs:
         sim_load_time=sim_load_time,
         faults=faults,
         noise=not vals.get("sim_no_noise", False),
+        near_ties=near_ties,
         disable_cuda_graph=bool(vals.get("disable_cuda_graph", False)),
         disable_decode_cuda_graph=bool(vals.get("disable_decode_cuda_graph", False)),
         disable_prefill_cuda_graph=bool(vals.get("disable_prefill_cuda_graph", False)),

@@ -11,6 +11,7 @@ import math
 import threading
 from dataclasses import dataclass
 
+from autotune.config import ReferenceOutput, TokenChoice
 from autotune.sim.args import ResolvedArgs, SimLaunchError
 from autotune.sim.model import (
     DrafterProfile,
@@ -28,7 +29,7 @@ from autotune.sim.model import (
     t_cycle,
     t_prefill,
 )
-from autotune.sim.text import divergence_point, output_tokens
+from autotune.sim.text import Answer, divergence_point, near_tie_position
 
 #: the acceptance of an EAGLE-3 drafter run under --speculative-algorithm EAGLE (fusion layer skipped)
 NOT_ENGAGED = DrafterProfile(a=0.01, c=0.02, th=0.3, lam=1.0, kappa=120.0)
@@ -57,10 +58,21 @@ class Generation:
     pieces: list[str]  # the completion's tokens
     finish_reason: str
     request_index: int
+    answer: Answer | None = None  # how the tokens came about (their log-probabilities)
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    def choices(self, top_n: int) -> tuple[TokenChoice, ...]:
+        """Each token with the ``top_n`` most likely tokens at its position (``top_n`` capped at the vocabulary)."""
+        if self.answer is None:
+            return tuple(TokenChoice(p) for p in self.pieces)
+        return self.answer.choices(top_n)
+
+    def reference(self, index: int, top_n: int) -> ReferenceOutput:
+        """This answer as the lossless check's reference for prompt ``index``."""
+        return ReferenceOutput(index=index, text=self.text, tokens=self.choices(top_n))
 
 
 class SimEngine:
@@ -249,8 +261,18 @@ class SimEngine:
         sample_seed = None
         if temperature > 0:
             sample_seed = int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
-        pieces = output_tokens(prompt, new, diverge_at=diverge, sample_seed=sample_seed)
-        return Generation(plan, pieces, finish, n)
+        answer = self.answer(prompt, new, diverge_at=diverge, sample_seed=sample_seed)
+        return Generation(plan, list(answer.tokens()), finish, n, answer)
+
+    def answer(self, prompt: str, n: int, *, diverge_at: int | None, sample_seed: int | None) -> Answer:
+        """The text model of one answer. A near tie applies at temperature 0 to a server whose text is not broken:
+        a drafter loaded (any speculative config) takes the runner-up, the baseline keeps the best token. A broken
+        (diverging) drafter ignores near ties, so its first departure is always its lossy one."""
+        tie = None
+        if sample_seed is None and diverge_at is None:
+            tie = near_tie_position(prompt, self.args.near_ties)
+        flipped = tie is not None and self.args.drafter is not None
+        return Answer(prompt, n, diverge_at=diverge_at, sample_seed=sample_seed, tie_at=tie, flipped=flipped)
 
     def record(self, tokens: int, rounds: int) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.clock import VirtualClock
-from autotune.config import LaunchInfo, PromptResult, TrialConfig
+from autotune.config import LaunchInfo, PromptResult, ReferenceOutput, TrialConfig
 from autotune.errors import BenchmarkError, ServerDied, ServerExited, ServerOOM, StartupTimeout
 from autotune.sim.args import ResolvedArgs, SimLaunchError, parse_launch_args
 from autotune.sim.engine import Generation, SimEngine
@@ -193,6 +193,17 @@ class ModelSession:
             text=gen.text,
             finish_reason=gen.finish_reason,
         )
+
+    def reference(self, index: int, top_n: int) -> ReferenceOutput:
+        """Prompt ``index`` once more at temperature 0 and the space's max_tokens, with the ``top_n`` most likely
+        tokens at every position: what the HTTP server's ``/generate`` answers with ``return_logprob``. Charged to
+        the clock's "reference" ledger; a request like any other for faults, retries and the acceptance counters."""
+        bench = self.runner.space.benchmark
+        if not 0 <= index < len(bench.prompts):
+            raise IndexError(f"prompt index {index} out of range (the space has {len(bench.prompts)} prompts)")
+        p = bench.prompts[index]
+        gen = self._request(p.text, bench.max_tokens, 0.0, p.category, "reference")
+        return gen.reference(index, top_n)
 
     def close(self) -> None:
         self.closed = True

@@ -64,6 +64,7 @@ class Scenario:
     faults: tuple[str, ...] = ()
     eos_after: int | None = None  # every request stops after this many tokens (finish_reason "stop"); None = never
     category_offsets: dict[str, float] = field(default_factory=dict)
+    near_ties: float = 0.0  # probability that a prompt has a near tie (see autotune.sim.text); --near-ties overrides
 
     def hardware(self, cuda_graph: bool) -> Hardware:
         return self.graphs_on if cuda_graph else self.graphs_off
@@ -119,6 +120,12 @@ def _hardware(d: dict[str, Any], where: str) -> Hardware:
         raise ScenarioError(f"{where}: {e}") from None
 
 
+def _probability(v: object, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+        raise ScenarioError(f"{where}: expected a probability between 0 and 1, got {v!r}")
+    return float(v)
+
+
 @lru_cache(maxsize=32)
 def load_scenario(name: str) -> Scenario:
     """Load a shipped scenario by name. Raises ScenarioError naming the known scenarios."""
@@ -159,6 +166,7 @@ def load_scenario(name: str) -> Scenario:
             faults=tuple(raw.get("faults") or ()),
             eos_after=raw.get("eos_after"),
             category_offsets=dict(raw.get("category_offsets") or {}),
+            near_ties=_probability(raw.get("near_ties", 0.0), f"{where}: near_ties"),
         )
     except (KeyError, TypeError, OSError, ValueError) as e:
         if isinstance(e, ScenarioError):

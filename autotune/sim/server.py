@@ -22,6 +22,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from autotune.sim import logprobs
 from autotune.sim.args import SGLANG_VERSION, ResolvedArgs, SimLaunchError, parse_launch_args
 from autotune.sim.engine import Generation, SimEngine
 
@@ -346,6 +347,22 @@ class _Handler(BaseHTTPRequestHandler):
             return {"type": "length", "length": gen.plan.completion_tokens}
         return {"type": gen.finish_reason, "matched": None}
 
+    def _logprob_request(self, parse: Any, body: dict[str, Any]) -> int | None | bool:
+        """How many top log-probabilities ``body`` asks for (None: none asked). False: refused with a 400 (invalid
+        fields, or log-probabilities on a streamed request, which the simulator does not serve)."""
+        try:
+            top_n = parse(body)
+        except logprobs.LogprobRequestError as e:
+            self._json(400, {"error": str(e)})
+            return False
+        if top_n is not None and body.get("stream"):
+            self._json(
+                400,
+                {"error": "log-probabilities are not simulated on streamed requests; ask for them with stream false"},
+            )
+            return False
+        return top_n
+
     def _finish(self, gen: Generation) -> None:
         self.server.engine.record(gen.plan.completion_tokens, gen.plan.verify_ct)
 
@@ -357,12 +374,19 @@ class _Handler(BaseHTTPRequestHandler):
             return
         max_new = int(sp.get("max_new_tokens", 128))
         temperature = float(sp.get("temperature", 1.0))
+        top_n = self._logprob_request(logprobs.native_request, body)
+        if top_n is False:
+            return
         gen, fault = self._plan(text, max_new, temperature)
         if self._fail_early(fault, gen):
             return
         p = gen.plan
         rid = uuid.uuid4().hex
         if not body.get("stream"):
+            extra: dict[str, Any] = {}
+            if top_n is not None:  # built before the wait, so the answer leaves on time
+                with_text = bool(body.get("return_text_in_logprobs"))
+                extra = logprobs.native_meta(gen.choices(top_n), top_n, with_text=with_text)
             wall = self._stream_rounds(gen, fault, lambda *_: None)
             self._finish(gen)
             meta = {
@@ -372,6 +396,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "finish_reason": self._finish_reason(gen),
                 "e2e_latency": wall,
                 **self._spec_meta(gen),
+                **extra,
             }
             self._json(200, {"text": gen.text, "meta_info": meta})
             return
@@ -409,6 +434,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         max_new = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         temperature = float(body.get("temperature", 1.0))
+        top_n = self._logprob_request(logprobs.chat_request if chat else logprobs.completions_request, body)
+        if top_n is False:
+            return
         gen, fault = self._plan(prompt, max_new, temperature)
         if self._fail_early(fault, gen):
             return
@@ -423,9 +451,13 @@ class _Handler(BaseHTTPRequestHandler):
         }
         sglext = self._spec_meta(gen)
         if not body.get("stream"):
+            lp = None
+            if top_n is not None:  # built before the wait, so the answer leaves on time
+                fmt = logprobs.chat_logprobs if chat else logprobs.completions_logprobs
+                lp = fmt(gen.choices(top_n), top_n)
             self._stream_rounds(gen, fault, lambda *_: None)
             self._finish(gen)
-            choice: dict[str, Any] = {"index": 0, "finish_reason": gen.finish_reason, "logprobs": None}
+            choice: dict[str, Any] = {"index": 0, "finish_reason": gen.finish_reason, "logprobs": lp}
             if chat:
                 choice["message"] = {"role": "assistant", "content": gen.text}
             else:

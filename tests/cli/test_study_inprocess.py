@@ -91,4 +91,6 @@ def test_skipped_validation_trap_is_caught_by_the_zero_acceptance_alarm(tmp_path
     first = min(alarmed, key=lambda t: t["number"])
     assert first["prompts_measured"] == 1 and first["accept_length"] < 1.1
     assert any("not engaged" in f for f in rep["flags"])
-    assert rep["verdict"] == "baseline-wins"
+    # the trapped drafter was never weighed: the verdict says so instead of "the baseline wins"
+    assert rep["verdict"] == "inconclusive"
+    assert [e["kind"] for e in rep["exclusions"]] == ["not-engaged"]

@@ -58,3 +58,55 @@ def test_divergent_drafter_is_flagged_and_never_recommended(tmp_path):
     assert all(t["lossless"]["ok"] and t["lossless"]["min_prefix_fraction"] == 1.0 for t in fine)
     assert (rep["recommended"]["config"] or {}).get("drafter") != "divergent"
     assert all(c["config"]["drafter"] != "divergent" for c in rep["confirmed"])
+
+
+def test_near_ties_are_numerics_and_the_winner_is_still_found(tmp_path):
+    """The H200 case on the simulator: every speculative answer flips at a near tie (margin 0.004 nats) on every
+    prompt. The old minimum-prefix rule excluded every config and said the baseline wins; now each flip is
+    classified as numerics, nothing is excluded, and speculation wins."""
+    space = space_file(
+        tmp_path, base="llama-8b-eagle3.yaml", simulate={"scenario": "llama31-8b-h100", "near_ties": 1.0}
+    )
+    studies = tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "10", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    rep = report(space, studies)
+    measured = [t for t in rep["trials"] if t["role"] == "speculative" and t["state"] == "COMPLETE" and t["lossless"]]
+    assert measured
+    for t in measured:
+        assert t["lossless"]["ok"] and t["lossless"]["lossy"] == []
+        assert t["lossless"]["numerics"] == list(range(5))  # every prompt flipped, each at its near tie
+        assert all(abs(d["margin"] - 0.004) < 1e-9 for d in t["lossless"]["divergences"])
+        assert t["lossless"]["min_prefix_fraction"] < 0.9  # what the old rule vetoed
+    assert rep["exclusions"] == [] and rep["verdict"] == "speculation-wins"
+    assert rep["verdict_basis"] == "confirmed" and rep["confirmed"]
+    assert rep["lossless"]["tolerance_source"] == "default for bfloat16"
+
+
+def test_divergent_drafter_is_still_lossy_among_near_ties(tmp_path):
+    space = space_file(
+        tmp_path,
+        drafters=_drafters("divergent", "custom-10k"),
+        search={"drafters": ["divergent", "custom-10k"], "cuda_graph": [True]},
+        simulate={"scenario": "kimi-k25-rtxpro6000", "time_scale": 200, "near_ties": 1.0},
+    )
+    studies = tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "10", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    rep = report(space, studies)
+    by_drafter: dict[str, list] = {}
+    for t in rep["trials"]:
+        if t["state"] == "COMPLETE" and t["duplicate_of"] is None and t["lossless"]:
+            by_drafter.setdefault(t["config"]["drafter"], []).append(t)
+    assert by_drafter.get("divergent"), "the divergent drafter was never measured to completion"
+    for t in by_drafter["divergent"]:
+        assert not t["lossless"]["ok"] and t["lossless"]["lossy"]
+        assert all(
+            d["kind"] == "lossy" and (d["margin"] is None or d["margin"] > 0.25) for d in t["lossless"]["divergences"]
+        )
+    for t in by_drafter.get("custom-10k", []):
+        assert t["lossless"]["ok"] and set(t["lossless"]["numerics"]) == set(range(5))
+    assert {e["kind"] for e in rep["exclusions"]} == {"lossy"}
+    assert all(e["config"]["drafter"] == "divergent" for e in rep["exclusions"])
+    assert rep["verdict"] != "baseline-wins"  # an excluded config might have won: never "the baseline wins"
+    assert (rep["recommended"]["config"] or {}).get("drafter") != "divergent"

@@ -76,6 +76,7 @@ def make_space(
     startup_timeout_s: float = 900.0,
     algorithms: dict[str, str] | None = None,
     extra_args: tuple[str, ...] = (),
+    near_ties: float | None = None,
 ) -> Space:
     algorithms = algorithms or {}
     space = Space(
@@ -86,7 +87,7 @@ def make_space(
         benchmark=BenchmarkSpec(
             prompts=tuple(Prompt(id=i, text=t) for i, t in FIELD_REPORT_PROMPTS), max_tokens=max_tokens, retries=retries
         ),
-        simulate=SimulateSpec(scenario=scenario, time_scale=100.0, seed=seed),
+        simulate=SimulateSpec(scenario=scenario, time_scale=100.0, seed=seed, near_ties=near_ties),
     )
     return simulated_space(space)
 

@@ -122,7 +122,10 @@ def test_lossless_divergence_is_flagged_and_never_recommended(tmp_path):
     rep = build_report(study)
     assert any("diverges" in f for f in rep["flags"])
     assert rep["recommended"]["config"]["drafter"] is None
-    assert state["verdict"] == "baseline-wins"
+    # the only drafter's configs were excluded as lossy: nothing was weighed, so the baseline has not "won"
+    assert state["verdict"] == "inconclusive"
+    assert state["exclusions"] and {e["kind"] for e in state["exclusions"]} == {"lossy"}
+    assert "lossy" in state["rests_on"].split("excluded: ")[1] and "lossy" in rep["verdict_text"]
 
 
 def test_baseline_launch_failure_is_a_clear_user_error(tmp_path):
