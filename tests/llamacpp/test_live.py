@@ -308,6 +308,11 @@ def test_a_real_study_end_to_end(tmp_path):
     assert max(t["speedup"] for t in bad) < max(t["speedup"] for t in good)
     assert all(t["accept_length"] > 2.0 for t in good if t["config"]["draft_n_max"] >= 3)
     assert all(t["lossless"] is None or t["lossless"]["ok"] for t in spec)
+    # the baseline's reference answers came from the real server (n_probs): any divergence is classified, and the
+    # tolerance is the one for the target's type, read from the GGUF file
+    checked = [t["lossless"] for t in spec if t["lossless"]]
+    assert checked and all(c["unclassified"] == [] for c in checked)
+    assert {c["tolerance_source"] for c in checked} == {"default for float32"}
     assert all("--spec-type" in t["argv"] for t in spec)
 
 

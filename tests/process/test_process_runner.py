@@ -334,3 +334,33 @@ def test_log_tail(tmp_path):
     assert log_tail(p, lines=3) == "line 97\nline 98\nline 99"
     assert log_tail(tmp_path / "missing.log") == ""
     assert FAKE_SERVER.exists()
+
+
+class RecordingClock:
+    """The real monotonic clock, noting every sleep it is asked for."""
+
+    def __init__(self) -> None:
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        time.sleep(seconds)
+
+
+def test_health_is_polled_at_a_fixed_short_interval(tmp_path):
+    """startup_s is the server's start-up time within one poll interval: the poll never backs off (a back-off to
+    1 s reported 2.5-4.5 s for servers that were up in 2.0-2.9 s)."""
+    space = fake_space("healthy", delay=1.5)
+    clock = RecordingClock()
+    runner = make_runner(space, tmp_path, clock=clock)
+    session = runner.launch(SPEC)
+    try:
+        polls = [s for s in clock.sleeps if s > 0]
+        assert len(polls) >= 10  # 1.5 s of 503 answers at 50 ms
+        assert max(polls) <= ProcessRunner.poll_interval_s <= 0.1
+        assert session.info.startup_s >= 1.5
+    finally:
+        session.close()

@@ -52,6 +52,7 @@ class ScriptedRunner:
     oom_above: int | None = None
     crash: set = field(default_factory=set)  # drafter names whose servers crash at startup
     diverge: set = field(default_factory=set)
+    graph_gain: float = 1.0  # a baseline with CUDA graphs on runs this much faster than one with them off
     seed: int = 0
     simulated: bool = True
     launches: list = field(default_factory=list)
@@ -65,7 +66,10 @@ class ScriptedRunner:
             raise ServerExited("server exited with code 1 during startup", returncode=1, log_tail="Traceback: boom")
         if self.oom_above is not None and (config.knob("num_draft_tokens") or 0) > self.oom_above:
             raise ServerOOM("out of memory", returncode=1, log_tail="torch.OutOfMemoryError: CUDA out of memory")
-        factor = 1.0 if config.is_baseline else self.speed[config.drafter](config)
+        if config.is_baseline:
+            factor = self.graph_gain if config.cuda_graph else 1.0
+        else:
+            factor = self.speed[config.drafter](config)
         start = math.exp(self.rng.gauss(0, self.noise))
         return _Session(self, config, factor * start)
 
