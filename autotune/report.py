@@ -146,7 +146,9 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "exclusions": exclusions,
         "fastest_baseline": fastest,
         "lossless": {
-            "numerics": sum(len((r.get("lossless") or {}).get("numerics", [])) for r in rows),
+            "numerics": sum(
+                len((r.get("lossless") or {}).get("numerics", [])) for r in rows if r["duplicate_of"] is None
+            ),
             "lossy_trials": [r["number"] for r in rows if r.get("lossless") and not r["lossless"].get("ok", True)],
             "tolerance": next((r["lossless"].get("tolerance") for r in rows if r.get("lossless")), None),
             "tolerance_source": next((r["lossless"].get("tolerance_source") for r in rows if r.get("lossless")), None),

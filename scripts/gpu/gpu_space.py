@@ -1,0 +1,146 @@
+"""The space file of the GPU harness: one llama.cpp study space that ``sweep.py`` and ``autotune study`` both read,
+so the sweep's servers get exactly the argv and the benchmark client a study gives them.
+
+    python3 scripts/gpu/gpu_space.py OUT.yaml --server BIN --models DIR [--max-tokens 256] [--n-trials 16] ...
+
+Everything not written here keeps autotune's defaults (pruning, verdict, confirmation, budget.timeout_s): the
+study runs with default settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+#: the prompts of spaces/llamacpp-tiny.yaml
+PROMPTS = [
+    ("kettle", "The kettle on the stove began to whistle, and the old man looked up from his newspaper"),
+    ("list", "Here is a short list of things to pack for a weekend in the mountains:"),
+    ("code", 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'),
+    ("letter", "Dear members of the committee, thank you for the time you gave to our proposal last week"),
+]
+
+
+def _q(s: str) -> str:
+    """A YAML scalar: JSON strings are valid YAML flow scalars."""
+    return json.dumps(s)
+
+
+def space_yaml(
+    *,
+    name: str,
+    server: str,
+    models: str,
+    max_tokens: int = 256,
+    n_trials: int = 16,
+    cuda_graph: Sequence[bool] = (False, True),
+    draft_n_max: tuple[int, int] = (1, 16),
+    startup_timeout_s: float = 300.0,
+    port: int = 30080,
+    extra_args: Sequence[str] = (),
+    comment: str = "",
+) -> str:
+    m = Path(models)
+    lines = [
+        "# Written by scripts/gpu/gpu_space.py (the GPU harness); read by scripts/gpu/sweep.py and `autotune study`.",
+        *(f"# {c}" for c in comment.splitlines()),
+        f"name: {name}",
+        "",
+        "server:",
+        "  backend: llamacpp",
+        f"  model_path: {_q(str(m / 'target.gguf'))}",
+        f"  launcher: [{_q(server)}]",
+        "  host: 127.0.0.1",
+        f"  port: {int(port)}",
+        f"  startup_timeout_s: {startup_timeout_s:g}",
+        "  request_timeout_s: 120",
+        "  port_busy: next",
+    ]
+    if extra_args:
+        lines.append(f"  extra_args: [{', '.join(_q(a) for a in extra_args)}]")
+    lines += [
+        "",
+        "drafters:",
+        "  - name: good",
+        f"    path: {_q(str(m / 'draft-good.gguf'))}",
+        "  - name: bad",
+        f"    path: {_q(str(m / 'draft-bad.gguf'))}",
+        "",
+        "search:",
+        f"  cuda_graph: [{', '.join('true' if b else 'false' for b in cuda_graph)}]",
+        f"  draft_n_max: {{low: {int(draft_n_max[0])}, high: {int(draft_n_max[1])}}}",
+        "",
+        "benchmark:",
+        "  prompts:",
+    ]
+    for pid, text in PROMPTS:
+        lines += [f"    - id: {pid}", f"      text: {_q(text)}"]
+    lines += [
+        f"  max_tokens: {int(max_tokens)}",
+        "  temperature: 0",
+        "  warmup_requests: 1",
+        "  api: completions",
+        "",
+        f"budget: {{n_trials: {int(n_trials)}}}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _bools(text: str) -> list[bool]:
+    out = []
+    for part in text.split(","):
+        p = part.strip().lower()
+        if p in ("on", "true", "1", "yes"):
+            out.append(True)
+        elif p in ("off", "false", "0", "no"):
+            out.append(False)
+        elif p:
+            raise argparse.ArgumentTypeError(f"expected on/off/true/false but got {part!r}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("out", help="the space file to write")
+    p.add_argument("--name", default="llamacpp-gpu")
+    p.add_argument("--server", required=True, help="the llama-server binary (server.launcher)")
+    p.add_argument("--models", required=True, help="folder with target.gguf, draft-good.gguf, draft-bad.gguf")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--n-trials", type=int, default=16)
+    p.add_argument("--cuda-graph", type=_bools, default=[False, True], help="e.g. off,on (default) or on")
+    p.add_argument("--draft-n-max", default="1,16", help="LOW,HIGH (default 1,16)")
+    p.add_argument("--startup-timeout-s", type=float, default=300.0)
+    p.add_argument("--port", type=int, default=30080)
+    p.add_argument("--extra-args", default="", help="extra llama-server arguments, space-separated")
+    p.add_argument("--comment", default="")
+    a = p.parse_args(argv)
+    low, high = (int(x) for x in a.draft_n_max.split(","))
+    text = space_yaml(
+        name=a.name,
+        server=a.server,
+        models=a.models,
+        max_tokens=a.max_tokens,
+        n_trials=a.n_trials,
+        cuda_graph=a.cuda_graph,
+        draft_n_max=(low, high),
+        startup_timeout_s=a.startup_timeout_s,
+        port=a.port,
+        extra_args=a.extra_args.split(),
+        comment=a.comment,
+    )
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""The lossless check on real llama-server answers recorded on an NVIDIA H200 (scripts/gpu/, docs/benchmarks.md
+"Real GPU"): with an F16 target every speculative config, even the bad draft, departed from the baseline's text
+early on some prompts, at tokens where the baseline's two best choices were nearly tied. The old check (minimum
+matching prefix over prompts >= 0.9) vetoed every config there and the study said the baseline wins."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune import lossless
+from autotune.backends.llamacpp import LlamaCppBackend
+
+SAMPLE = Path(__file__).parent / "samples" / "h200-near-ties.json"
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict:
+    return json.loads(SAMPLE.read_text())
+
+
+def _refs(recorded: dict) -> list:
+    b = LlamaCppBackend()
+    n = len(recorded["prompts"])
+    raw = recorded["baseline_reference"]
+    return [b.parse_reference(raw[str(i)], i) if str(i) in raw else None for i in range(n)]
+
+
+def test_the_recorded_reference_is_the_baseline_answer(recorded):
+    refs = _refs(recorded)
+    for i, ref in enumerate(refs):
+        if ref is not None:
+            assert ref.text == recorded["texts"]["baseline"][i]
+            assert "".join(t.text for t in ref.tokens) == ref.text and len(ref.tokens) == 256
+
+
+@pytest.mark.parametrize("config", ["good", "bad"])
+def test_real_gpu_divergences_are_near_tie_flips_not_lossy(recorded, config):
+    refs = _refs(recorded)
+    texts = recorded["texts"][config]
+    base = recorded["texts"]["baseline"]
+    old_rule = min(lossless.prefix_fraction(b, t) for b, t in zip(base, texts, strict=True))
+    assert old_rule < 0.9  # what vetoed every config on the H200
+    for i in (0, 2):  # the prompts whose references were recorded
+        d = lossless.classify(base[i], texts[i], refs[i], lossless.default_tolerance("float16"), prompt=i)
+        assert d.kind == "numerics", d.describe()
+        assert d.margin is not None and d.margin < 0.03
+        # one of the baseline's own top choices at that token, a few hundredths of a nat below its best
+        assert d.other_token in [a for a, _ in refs[i].tokens[d.token].top[1:]]
+    # with a tolerance of zero the same flips are lossy: the tolerance is what tells numerics from a failure
+    d0 = lossless.classify(base[0], texts[0], refs[0], 0.0)
+    assert d0.kind == "lossy"
+
+
+def test_a_confident_divergence_on_the_recorded_answer_is_lossy(recorded):
+    ref = _refs(recorded)[0]
+    confident = [j for j, t in enumerate(ref.tokens) if t.margin is not None and t.margin > 2.0]
+    assert confident
+    j = confident[0]
+    start = sum(len(t.text) for t in ref.tokens[:j])
+    other = ref.text[:start] + ref.tokens[j].top[1][0] + ref.text[start + len(ref.tokens[j].text) :]
+    d = lossless.classify(ref.text, other, ref, lossless.default_tolerance("float16"))
+    assert d.kind == "lossy" and d.token == j and d.margin > 2.0
+    rec = lossless.check_outputs([other], [ref.text], [ref], tolerance=0.1, min_prefix=0.9)
+    assert not rec["ok"] and rec["lossy"] == [0]
