@@ -18,6 +18,9 @@ What is checked, per drafter that the search uses:
 
 The target's ``config.json`` missing is a warning (``model_path`` may be a hub id); the target-dependent
 checks are then skipped. llama.cpp drafters are GGUF files: only their existence is checked here.
+
+Which checks apply is the backend's choice (``Backend.check_drafters``): ``check_checkpoints`` for checkpoint
+directories (SGLang, vLLM), ``check_model_files`` for single model files (llama.cpp).
 """
 
 from __future__ import annotations
@@ -26,15 +29,26 @@ import json
 import math
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.errors import ValidationFailed
-from autotune.space import DrafterSpec, Space
 
-__all__ = ["Problem", "check_space", "derive_algorithm", "estimate_tokens", "resolved_algorithm"]
+if TYPE_CHECKING:
+    from autotune.backends.base import Backend
+    from autotune.space import DrafterSpec, Space
+
+__all__ = [
+    "Problem",
+    "check_checkpoints",
+    "check_model_files",
+    "check_space",
+    "derive_algorithm",
+    "estimate_tokens",
+    "resolved_algorithm",
+]
 
 #: safetensors headers larger than this are not read (the header is JSON; real ones are kilobytes)
 _MAX_HEADER_BYTES = 64 << 20
@@ -146,21 +160,20 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(max(len(text.split()) * 1.3, len(text) / 4))
 
 
-def check_space(space: Space) -> list[Problem]:
-    """Static checks of the searched drafters against the target (see the module docstring)."""
-    problems: list[Problem] = []
-    names = set(space.search.drafters) if space.search.drafters else {d.name for d in space.drafters}
-    drafters = [(i, d) for i, d in enumerate(space.drafters) if d.name in names]
-    if space.server.backend == "llamacpp":
-        for i, d in drafters:
-            if not Path(d.path).exists():
-                problems.append(
-                    Problem(
-                        "error", f"drafter {d.name}: model file {d.path} does not exist", d.name, f"drafters[{i}].path"
-                    )
-                )
-        return problems
+def check_space(space: Space, backend: Backend | None = None) -> list[Problem]:
+    """Static checks of the searched drafters against the target (see the module docstring), the ones the space's
+    backend (or ``backend``) applies: ``Backend.check_drafters``."""
+    if backend is None:
+        from autotune.backends import get_backend  # here, not above: the backends import this module
 
+        backend = get_backend(space.server.backend)
+    return backend.check_drafters(space)
+
+
+def check_checkpoints(space: Space, *, algorithm_flag: Callable[[str], str]) -> list[Problem]:
+    """The checks of checkpoint directories with a ``config.json`` (SGLang, vLLM); ``algorithm_flag`` spells the
+    launch option of an algorithm in messages (``Backend.algorithm_flag``)."""
+    problems: list[Problem] = []
     need, longest = _context_needed(space)
     target, target_file = _target_config(space, problems)
     if target is not None:
@@ -175,9 +188,24 @@ def check_space(space: Space) -> list[Problem]:
             longest,
             space.benchmark.max_tokens,
         )
-    for i, d in drafters:
-        _check_drafter(space, i, d, target, problems, need, longest)
+    for i, d in _searched_drafters(space):
+        _check_drafter(space, i, d, target, problems, need, longest, algorithm_flag)
     return problems
+
+
+def check_model_files(space: Space) -> list[Problem]:
+    """The check of drafters that are single model files (llama.cpp's GGUF): each file exists."""
+    return [
+        Problem("error", f"drafter {d.name}: model file {d.path} does not exist", d.name, f"drafters[{i}].path")
+        for i, d in _searched_drafters(space)
+        if not Path(d.path).exists()
+    ]
+
+
+def _searched_drafters(space: Space) -> list[tuple[int, DrafterSpec]]:
+    """(index in ``drafters``, drafter) of every drafter the search uses."""
+    names = set(space.searched_drafters())
+    return [(i, d) for i, d in enumerate(space.drafters) if d.name in names]
 
 
 def _target_config(space: Space, problems: list[Problem]) -> tuple[dict[str, Any] | None, str | None]:
@@ -206,11 +234,42 @@ def _check_drafter(
     problems: list[Problem],
     need: int,
     longest: int,
+    algorithm_flag: Callable[[str], str],
 ) -> None:
     def add(severity: str, message: str, field: str = "path", file: str | None = None) -> None:
         problems.append(Problem(severity, f"drafter {d.name}: {message}", d.name, f"drafters[{i}].{field}", file))
 
     root = Path(d.path)
+    if not _is_checkpoint_dir(add, d, root):
+        return
+    cfg_path = root / "config.json"
+    raw, why = _read_json(cfg_path)
+    if raw is None:
+        add("error", f"cannot read its config.json: {why}", file=str(cfg_path))
+        return
+    cfg, file = _text_config(raw), str(cfg_path)
+    derived, forced = derive_algorithm(cfg), d.algorithm
+    if forced is None and derived is None:
+        problems.append(Problem("error", _undeterminable(d, cfg), d.name, f"drafters[{i}].algorithm", file))
+    elif forced is not None and derived is not None and _family(forced) != derived:
+        add("error", _contradiction(algorithm_flag(derived), derived, forced, cfg), "algorithm", file)
+        return  # the shape checks below assume the right algorithm
+    _check_shapes(add, root, cfg, target, file, forced or derived)
+    _check_context(
+        problems,
+        f"drafter {d.name}",
+        d.name,
+        f"drafters[{i}].path",
+        file,
+        cfg,
+        need,
+        longest,
+        space.benchmark.max_tokens,
+    )
+
+
+def _is_checkpoint_dir(add: Any, d: DrafterSpec, root: Path) -> bool:
+    """Whether the drafter's path is a local directory (else the problem is added)."""
     if not root.exists():
         if _HUB_ID.fullmatch(d.path) and d.algorithm:
             add(
@@ -226,50 +285,29 @@ def _check_drafter(
             )
         else:
             add("error", f"checkpoint directory {d.path} does not exist")
-        return
+        return False
     if not root.is_dir():
         add("error", f"{d.path} is not a directory; expected a checkpoint directory with config.json")
-        return
-    cfg_path = root / "config.json"
-    raw, why = _read_json(cfg_path)
-    if raw is None:
-        add("error", f"cannot read its config.json: {why}", file=str(cfg_path))
-        return
-    cfg = _text_config(raw)
-    file = str(cfg_path)
+        return False
+    return True
 
-    derived = derive_algorithm(cfg)
-    forced = d.algorithm
-    if forced is None and derived is None:
-        problems.append(Problem("error", _undeterminable(d, cfg), d.name, f"drafters[{i}].algorithm", file))
-    elif forced is not None and derived is not None and _family(forced) != derived:
-        add("error", _contradiction(space, d.name, derived, forced, cfg), "algorithm", file)
-        return  # the shape checks below assume the right algorithm
-    algorithm = forced or derived
-    eagle = algorithm is not None and _family(algorithm) in ("EAGLE", "EAGLE3")
 
-    if target is not None and eagle:
+def _check_shapes(
+    add: Any, root: Path, cfg: Mapping[str, Any], target: Mapping[str, Any] | None, file: str, algorithm: str | None
+) -> None:
+    """An EAGLE drafter's hidden size and aux layers against the target (when its config was read), and its
+    vocabulary."""
+    if algorithm is None or _family(algorithm) not in ("EAGLE", "EAGLE3"):
+        return
+    if target is not None:
         _check_hidden(add, cfg, target, file)
         if algorithm == "EAGLE3":
             _check_aux_layers(add, cfg, target, file)
-        _check_vocab(add, root, cfg, target, file, algorithm)
-    elif eagle:
-        _check_vocab(add, root, cfg, None, file, algorithm)
-    _check_context(
-        problems,
-        f"drafter {d.name}",
-        d.name,
-        f"drafters[{i}].path",
-        file,
-        cfg,
-        need,
-        longest,
-        space.benchmark.max_tokens,
-    )
+    _check_vocab(add, root, cfg, target, file, algorithm)
 
 
-def _contradiction(space: Space, name: str, derived: str, forced: str, cfg: Mapping[str, Any]) -> str:
-    flag = _algorithm_flag(space.server.backend, derived)
+def _contradiction(flag: str, derived: str, forced: str, cfg: Mapping[str, Any]) -> str:
+    """Why a forced algorithm contradicts the checkpoint (``flag``: how to launch the derived one)."""
     if derived == "EAGLE3":
         evidence = "; ".join(_eagle3_evidence(cfg))
         effect = {
@@ -288,12 +326,6 @@ def _contradiction(space: Space, name: str, derived: str, forced: str, cfg: Mapp
         f"is an EAGLE (1/2) checkpoint (architectures: {archs}; no auxiliary hidden-state layers) but algorithm "
         f"{forced} was forced: {effect}; use {flag} (set algorithm: EAGLE or leave it out)"
     )
-
-
-def _algorithm_flag(backend: str, algorithm: str) -> str:
-    if backend == "vllm":
-        return f'--speculative-config \'{{"method": "{algorithm.lower()}", ...}}\''
-    return f"--speculative-algorithm {algorithm}"
 
 
 def _check_hidden(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any], file: str) -> None:

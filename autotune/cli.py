@@ -137,6 +137,8 @@ class Context:
         from autotune.clock import MonotonicClock
         from autotune.process import ProcessRunner
 
+        if self.backend.probe_before_argv and not self.simulated:
+            self.backend.probe(self.run_space)  # the installed server's flag names, whatever server.version says
         sim = self.space.simulate
         clock = MonotonicClock()
         runner = ProcessRunner(
@@ -215,7 +217,7 @@ def _port_preflight(ctx: Context) -> None:
 def _validate(ctx: Context) -> list[Any]:
     from autotune.checks import check_space
 
-    return check_space(ctx.run_space)
+    return check_space(ctx.run_space, ctx.backend)
 
 
 def _print_problems(problems: list[Any]) -> None:

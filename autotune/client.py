@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import httpcore  # httpx's transport (a dependency of httpx): its network stream is where bytes arrive
 import httpx
 
-from autotune.backends.base import Backend, ChunkInfo, parse_prometheus
+from autotune.backends.base import Backend, ChunkInfo, ChunkParser, parse_prometheus
 from autotune.clock import Clock, MonotonicClock
 from autotune.config import PromptResult, ReferenceOutput
 from autotune.errors import BenchmarkError
@@ -178,6 +178,7 @@ class BenchmarkClient:
         connect_timeout_s: float = 10.0,
         retry_delay_s: float = 0.5,
         clock: Clock | None = None,
+        chunk_parser: ChunkParser | None = None,
     ) -> None:
         if retries < 0:
             raise ValueError(f"retries must be at least 0 but got {retries}")
@@ -186,6 +187,7 @@ class BenchmarkClient:
                 f"timeouts must be positive but got request={request_timeout_s}, connect={connect_timeout_s}"
             )
         self.backend = backend
+        self.parse_chunk: ChunkParser = chunk_parser or backend.parse_chunk  # per launch: Backend.chunk_parser
         self.max_tokens = int(max_tokens)
         self.temperature = float(temperature)
         self.api = api
@@ -216,6 +218,7 @@ class BenchmarkClient:
             model=space.server.model_path or None,
             request_timeout_s=space.server.request_timeout_s,
             clock=clock,
+            chunk_parser=backend.chunk_parser(space),
         )
 
     def _now(self) -> float:
@@ -408,7 +411,7 @@ class BenchmarkClient:
             raise _Retryable(f"malformed chunk {_short(data)}") from None
         if not isinstance(obj, dict):
             raise _Retryable(f"unexpected chunk {_short(data)}")
-        info = self.backend.parse_chunk(obj)
+        info = self.parse_chunk(obj)
         if info.error:
             raise _Retryable(f"server error in stream: {info.error}")
         s.add(info, now)

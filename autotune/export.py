@@ -12,13 +12,17 @@ import yaml
 from autotune import __version__
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
-from autotune.space import Space, redact_env
+from autotune.redact import redact_env
+from autotune.space import Space
 
 FORMATS = ("sglang", "command", "yaml", "json")
 
 
 def launch_argv(space: Space, backend: Backend, config: TrialConfig) -> list[str]:
-    """The deployment launch command: the real server's (never the simulator's), on the space's port."""
+    """The deployment launch command: the real server's (never the simulator's), on the space's port; flags as the
+    installed server spells them where only ``probe`` can tell (``Backend.probe_before_argv``)."""
+    if backend.probe_before_argv:
+        backend.probe(space)
     return backend.argv(config, space, port=space.server.port, simulate=False)
 
 

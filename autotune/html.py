@@ -4,14 +4,13 @@ self-contained file (plotly.js inlined once, so it opens offline)."""
 from __future__ import annotations
 
 import html
-import os
-import threading
 import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
 
+from autotune._io import atomic_write
 from autotune.render import config_label
 
 
@@ -42,6 +41,20 @@ def _figures(study: optuna.Study) -> list[tuple[str, Any]]:
 
 
 def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -> None:
+    parts = [
+        *_head(report),
+        *_verdict(report),
+        *_baselines(report),
+        *_confirmation(report),
+        *_alarms(report),
+        *_trials(report),
+        *_plots(study),
+        "</body></html>",
+    ]
+    atomic_write(path, "".join(parts))  # workers sharing a study may write the same report at the same moment
+
+
+def _head(report: dict[str, Any]) -> list[str]:
     sim = report.get("simulated")
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>autotune: {_e(report['study'])}</title>",
@@ -56,11 +69,16 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
             f"<p class='sim'>SIMULATED study (scenario {_e(sim.get('scenario'))}, time scale "
             f"{_e(sim.get('time_scale'))}): figures are in simulated hardware time.</p>"
         )
+    return parts
+
+
+def _verdict(report: dict[str, Any]) -> list[str]:
+    """The verdict, the configs it could not weigh, and the recommended deployment."""
     rests_on = report.get("verdict_rests_on", report["verdict_basis"])
-    parts.append(
+    parts = [
         f"<p class='verdict' id='verdict'><b>{_e(report['verdict'])}</b> ({_e(rests_on)}): "
         f"{_e(report['verdict_text'])}</p>"
-    )
+    ]
     for e in report.get("exclusions", []):
         parts.append(
             f"<p class='excluded'>excluded trial {_e(e['trial'])} ({_e(config_label(e.get('config')))}): "
@@ -70,30 +88,47 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
     parts.append(
         f"<p>Recommended deployment: <code>{_e(config_label(rec.get('config')))}</code> ({_e(rec.get('why'))})</p>"
     )
-    parts.append("<h2>Baselines</h2><ul>")
+    return parts
+
+
+def _baselines(report: dict[str, Any]) -> list[str]:
+    parts = ["<h2>Baselines</h2><ul>"]
     for k, b in sorted(report["baseline"].items()):
         parts.append(f"<li>{_e(k)}: {_num(b['tok_per_s'])} tok/s (trial {b['trial']})</li>")
     parts.append(f"</ul><p>{_e(report['comparisons'])}.</p>")
-    if report.get("confirmed"):
+    return parts
+
+
+def _confirmation(report: dict[str, Any]) -> list[str]:
+    if not report.get("confirmed"):
+        return []
+    parts = [
+        "<h2>Confirmation</h2><table><tr><th>trial</th><th>config</th><th>tok/s</th>"
+        "<th>speedup</th><th>CI</th><th>rounds</th></tr>"
+    ]
+    for c in report["confirmed"]:
+        ci = c["speedup_ci"] or {}
         parts.append(
-            "<h2>Confirmation</h2><table><tr><th>trial</th><th>config</th><th>tok/s</th>"
-            "<th>speedup</th><th>CI</th><th>rounds</th></tr>"
+            f"<tr><td>{c['trial']}</td><td>{_e(config_label(c['config']))}</td><td>{_num(c['tok_per_s'])}</td>"
+            f"<td>{_num(ci.get('point'), '.3f')}</td><td>[{_num(ci.get('low'), '.3f')}, "
+            f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.0f')}%</td>"
+            f"<td>{ci.get('n', '')}{' (left the race)' if c.get('dropped') else ''}</td></tr>"
         )
-        for c in report["confirmed"]:
-            ci = c["speedup_ci"] or {}
-            parts.append(
-                f"<tr><td>{c['trial']}</td><td>{_e(config_label(c['config']))}</td><td>{_num(c['tok_per_s'])}</td>"
-                f"<td>{_num(ci.get('point'), '.3f')}</td><td>[{_num(ci.get('low'), '.3f')}, "
-                f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.0f')}%</td>"
-                f"<td>{ci.get('n', '')}{' (left the race)' if c.get('dropped') else ''}</td></tr>"
-            )
-        parts.append("</table>")
-    if report["flags"]:
-        parts.append("<h2>Alarms</h2><ul>" + "".join(f"<li>{_e(f)}</li>" for f in report["flags"]) + "</ul>")
-    parts.append(
+    parts.append("</table>")
+    return parts
+
+
+def _alarms(report: dict[str, Any]) -> list[str]:
+    if not report["flags"]:
+        return []
+    return ["<h2>Alarms</h2><ul>" + "".join(f"<li>{_e(f)}</li>" for f in report["flags"]) + "</ul>"]
+
+
+def _trials(report: dict[str, Any]) -> list[str]:
+    parts = [
         "<h2>Trials</h2><table id='trials'><tr><th>#</th><th>state</th><th>config</th><th>tok/s</th>"
         "<th>speedup</th><th>prompts</th><th>accept len</th><th>startup s</th><th>note</th></tr>"
-    )
+    ]
     for r in report["trials"]:
         note = (
             r.get("prune_reason")
@@ -108,6 +143,12 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
             f"<td>{_num(r['startup_s'], '.0f')}</td><td>{_e(note)}</td></tr>"
         )
     parts.append("</table>")
+    return parts
+
+
+def _plots(study: optuna.Study) -> list[str]:
+    """Optuna's plots; plotly.js is inlined with the first one only."""
+    parts: list[str] = []
     first = True
     for title, fig in _figures(study):
         parts.append(f"<h2>{_e(title)}</h2>")
@@ -116,11 +157,4 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
             continue
         parts.append(fig.to_html(full_html=False, include_plotlyjs=first))
         first = False
-    parts.append("</body></html>")
-    # a temp name of our own: workers sharing a study may write the same report at the same moment
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        tmp.write_text("".join(parts), encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    return parts

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune._io import atomic_path, atomic_write
+
 #: bump when the writer changes what it writes for the same parameters
 FORMAT_VERSION = 2
 
@@ -198,11 +200,15 @@ def _noisy_head(out: Any, spec: ModelSpec, first_ordinary: int) -> Any:
 
 
 def _write(path: Path, spec: ModelSpec, n_layers: int, tensors: dict[str, Any], name: str) -> None:
+    with atomic_path(path) as tmp:  # a name of our own: setups may run side by side
+        _write_gguf(tmp, spec, n_layers, tensors, name)
+
+
+def _write_gguf(tmp: Path, spec: ModelSpec, n_layers: int, tensors: dict[str, Any], name: str) -> None:
     import gguf
     import numpy as np
 
     pieces, scores, types = vocabulary()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # a name of our own: setups may run side by side
     w = gguf.GGUFWriter(str(tmp), "llama")
     w.add_name(name)
     w.add_context_length(spec.context)
@@ -233,7 +239,6 @@ def _write(path: Path, spec: ModelSpec, n_layers: int, tensors: dict[str, Any], 
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    os.replace(tmp, path)
 
 
 def _manifest(spec: ModelSpec) -> dict[str, Any]:
@@ -276,7 +281,7 @@ def write_models(
     target["output.weight"] = _noisy_head(target["output.weight"], spec, first_ordinary)
     _write(paths["draft-bad"], spec, spec.draft_layers, target, "autotune-tiny-draft-bad")
     del target
-    (out / MANIFEST).write_text(json.dumps(_manifest(spec), indent=2, sort_keys=True) + "\n")
+    atomic_write(out / MANIFEST, json.dumps(_manifest(spec), indent=2, sort_keys=True) + "\n")
     return paths
 
 

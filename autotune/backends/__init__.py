@@ -1,32 +1,29 @@
-"""Server backends. Adding a server is one module here plus one line in ``_BACKENDS``."""
+"""Server backends: the ``Backend`` ABC (``base``), one module per server, and the registry of their names."""
 
 from __future__ import annotations
 
-import importlib
+from typing import Any
 
-from autotune.backends.base import Backend
+from autotune.backends.base import Backend, ChunkParser, KnobDomain
+from autotune.backends.registry import backend_class, backend_names, get_backend, knob_domains
 
-#: knob names each backend can search over (besides ``drafter`` and ``cuda_graph``)
-KNOBS: dict[str, tuple[str, ...]] = {
-    "sglang": ("num_steps", "topk", "num_draft_tokens"),
-    "llamacpp": ("spec_type", "draft_n_max", "draft_n_min", "draft_p_min"),
-    "vllm": ("method", "num_speculative_tokens"),
-}
-
-_BACKENDS = {
-    "sglang": ("autotune.backends.sglang", "SGLangBackend"),
-    "llamacpp": ("autotune.backends.llamacpp", "LlamaCppBackend"),
-    "vllm": ("autotune.backends.vllm", "VLLMBackend"),
-}
-
-
-def backend_names() -> tuple[str, ...]:
-    return tuple(_BACKENDS)
+__all__ = [
+    "KNOBS",
+    "Backend",
+    "ChunkParser",
+    "KnobDomain",
+    "backend_class",
+    "backend_names",
+    "get_backend",
+    "knob_domains",
+]
 
 
-def get_backend(name: str) -> Backend:
-    module, cls = _BACKENDS[name]
-    return getattr(importlib.import_module(module), cls)()
-
-
-__all__ = ["KNOBS", "Backend", "backend_names", "get_backend"]
+def __getattr__(name: str) -> Any:
+    # KNOBS (knob names per backend) is read from the backend classes on first use: importing their modules here
+    # would import autotune.space, whose validator imports this package
+    if name == "KNOBS":
+        knobs: dict[str, tuple[str, ...]] = {n: backend_class(n).knob_names for n in backend_names()}
+        globals()["KNOBS"] = knobs
+        return knobs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,6 +12,14 @@ A backend knows
 The defaults below speak the OpenAI API (``/v1/completions`` or ``/v1/chat/completions``, SSE, usage via
 ``stream_options.include_usage``), which every supported server offers.
 
+What a backend declares for the space file (read by ``autotune.space`` through ``autotune.backends.registry``):
+``knob_domains`` (each knob's kind and bounds) and ``managed_flags`` (flags autotune sets itself, refused in
+``server.extra_args``).
+
+Probing the installed server (``probe``) is an explicit step: ``argv`` never runs anything. Reading a stream is
+per launch: ``chunk_parser(space)`` gives the reader for the space's server (``parse_chunk`` reads the server's
+default format).
+
 This module also holds the Prometheus text parser shared by the backends (``parse_prometheus``,
 ``metric_total``).
 """
@@ -21,17 +29,34 @@ from __future__ import annotations
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from autotune import checks
 from autotune.config import ReferenceOutput, TokenChoice, TrialConfig
 from autotune.errors import InfeasibleConfig
 
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.checks import Problem
     from autotune.space import Space
+
+
+@dataclass(frozen=True)
+class KnobDomain:
+    """The values a knob takes in a space file: ``kind`` ``"int"``, ``"float"``, ``"str"`` or ``"any"`` (any plain
+    scalar), between ``low`` and ``high`` inclusive (None: unbounded). The space validator checks values and ranges
+    against it; the backend's own rules (``resolve``) come on top."""
+
+    kind: str = "any"
+    low: float | None = None
+    high: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("int", "float", "str", "any"):
+            raise ValueError(f"kind must be int, float, str or any but got {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +81,10 @@ class ChunkInfo:
     error: str | None = None
 
 
+#: reads one streamed JSON chunk of one launch's server (``Backend.chunk_parser``)
+ChunkParser = Callable[[dict[str, Any]], ChunkInfo]
+
+
 class Backend(ABC):
     name: str = ""
     health_path: str = "/health"
@@ -71,12 +100,30 @@ class Backend(ABC):
     not_engaged_is_per_drafter: bool = True
     #: what to check when a drafter is not engaged (completes "the drafter is not engaged; ...")
     not_engaged_hint: str = "check that the drafter was trained for this target and the speculative settings"
-    #: knob names a space may search over (besides ``drafter`` and ``cuda_graph``)
+    #: knob names a space may search over (besides ``drafter`` and ``cuda_graph``), in the order of ``knob_domains``
     knob_names: tuple[str, ...] = ()
+    #: each knob's values in a space file (``search.<knob>``)
+    knob_domains: ClassVar[Mapping[str, KnobDomain]] = {}
+    #: flags autotune sets itself (``--spec-*``: every flag starting so); in ``server.extra_args`` they would fight the
+    #: search, so the space validator refuses them
+    managed_flags: tuple[str, ...] = ()
+    #: the knob whose larger values need more memory: after an out-of-memory startup, configs of the same drafter
+    #: and CUDA-graph setting with at least that value are not launched; None: no such knob
+    size_knob: str | None = None
+    #: True when ``argv`` for a real server depends on what ``probe`` learns whatever ``server.version`` says
+    #: (llama.cpp renamed flags between builds): whoever builds it for a real server calls ``probe`` first. False:
+    #: ``server.version`` decides and ``probe`` only stands in for an unknown version (SGLang).
+    probe_before_argv: bool = False
+    #: the server's name in messages ("SGLang", "llama.cpp", "vLLM")
+    display_name: str = ""
 
     @abstractmethod
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         """Ask Optuna for one config of ``space``. Baseline is drafter "none"."""
+
+    @abstractmethod
+    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+        """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
 
     @abstractmethod
     def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
@@ -84,10 +131,19 @@ class Backend(ABC):
 
     @abstractmethod
     def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
-        """The launch command as an argv list (never a shell string)."""
+        """The launch command as an argv list (never a shell string). Pure: it never runs anything (``probe``)."""
 
-    #: the server's name in messages ("SGLang", "llama.cpp", "vLLM")
-    display_name: str = ""
+    @classmethod
+    def sets_flag(cls, arg: str) -> bool:
+        """Whether ``arg`` (an item of ``server.extra_args``) is one of the ``managed_flags`` (``--flag`` or
+        ``--flag=value``; ``--prefix-*`` matches every flag starting with ``--prefix-``)."""
+        for flag in cls.managed_flags:
+            if flag.endswith("*"):
+                if arg.startswith(flag[:-1]):
+                    return True
+            elif arg == flag or arg.startswith(flag + "="):
+                return True
+        return False
 
     def require_known(self, config: TrialConfig, space: Space) -> None:
         """A speculative config names a drafter of the space and only this backend's knobs (else InfeasibleConfig)."""
@@ -116,7 +172,17 @@ class Backend(ABC):
         return None
 
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:  # noqa: B027 - optional hook
-        """Optionally learn about the installed server (e.g. flag spelling from ``--help``)."""
+        """Optionally learn about the installed server (e.g. flag spelling from ``--help``), for ``argv`` to use.
+        Runs the server's help command at most once per call; nothing else runs it (see ``probe_before_argv``)."""
+
+    def algorithm_flag(self, algorithm: str) -> str:
+        """How a launch with speculative ``algorithm`` (``EAGLE3``...) is spelled, for messages."""
+        return f"--speculative-algorithm {algorithm}"
+
+    def check_drafters(self, space: Space) -> list[Problem]:
+        """Static checks of the searched drafters against the target, no server (``autotune validate``). Default:
+        checkpoint directories with a ``config.json`` (``autotune.checks.check_checkpoints``)."""
+        return checks.check_checkpoints(space, algorithm_flag=self.algorithm_flag)
 
     def read_effective(self, server_info: dict[str, Any]) -> dict[str, Any]:
         """Settings as resolved by the server, from its info endpoint's JSON."""
@@ -153,8 +219,14 @@ class Backend(ABC):
         return "/v1/completions", body
 
     def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
-        """Read one streamed JSON chunk. Default: OpenAI completions / chat completions chunks."""
+        """Read one streamed JSON chunk of a server launched with its default output settings. Default: OpenAI
+        completions / chat completions chunks."""
         return parse_openai_chunk(obj)
+
+    def chunk_parser(self, space: Space) -> ChunkParser:
+        """The reader of streamed chunks for servers launched from ``space`` (its ``extra_args`` may change the
+        stream's form). Default: ``parse_chunk``."""
+        return self.parse_chunk
 
     def reference_request(
         self,
@@ -376,6 +448,8 @@ def metric_total(metrics: Mapping[str, float], name: str) -> float | None:
 __all__ = [
     "Backend",
     "ChunkInfo",
+    "ChunkParser",
+    "KnobDomain",
     "metric_total",
     "parse_openai_chunk",
     "parse_openai_logprobs",

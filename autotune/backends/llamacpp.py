@@ -14,7 +14,9 @@ Rules this module knows (llama.cpp, checked against its source):
   ``--spec-type`` and ``--spec-draft-model``; they still list ``--draft-max``/``--draft-min`` in ``--help`` but
   as "the argument has been removed" (exit 1). Older releases know only ``--draft-max``, ``--draft-min``,
   ``--draft-p-min``, ``-md/--model-draft`` and speculate whenever a draft model is given. ``flag_spelling``
-  reads ``--help`` text; ``LlamaCppBackend`` probes ``<server> --help`` once per binary (cached).
+  reads ``--help`` text; ``LlamaCppBackend.probe`` runs ``<server> --help`` once per binary (cached), and
+  whoever builds argv for a real server calls it first (``probe_before_argv``); argv alone uses what was
+  probed, else ``NEW_SPELLING``.
 - CUDA graphs have no flag: ``GGML_CUDA_DISABLE_GRAPHS=1`` turns them off (CUDA builds only).
 - ``/props`` reports ``speculative.types: none`` even while speculating: ``read_effective`` records it as
   ``reported_spec_types`` and ``check_effective`` ignores it.
@@ -33,6 +35,7 @@ server's log figure ``1 + accepted / drafts`` (per speculative verify step). ``a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -41,9 +44,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune import checks
 from autotune.backends.base import (
     Backend,
     ChunkInfo,
+    KnobDomain,
     _float_or_none,
     _int_or_none,
     metric_total,
@@ -56,9 +61,16 @@ from autotune.space import Choices, FloatRange, IntRange, ParamSpec
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.checks import Problem
     from autotune.space import Space
 
-KNOBS = ("spec_type", "draft_n_max", "draft_n_min", "draft_p_min")
+KNOB_DOMAINS = {
+    "spec_type": KnobDomain("str"),
+    "draft_n_max": KnobDomain("int", 1),
+    "draft_n_min": KnobDomain("int", 0),
+    "draft_p_min": KnobDomain("float", 0.0, 1.0),
+}
+KNOBS = tuple(KNOB_DOMAINS)
 
 #: the llama-cpp-python release whose vendored llama.cpp ``scripts/llamacpp_setup.sh`` builds
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -204,8 +216,8 @@ def _spec_values(spec: ParamSpec | None) -> list[Any] | None:
 class LlamaCppBackend(Backend):
     """``llama-server`` with a draft GGUF model.
 
-    ``spelling`` fixes the flag names (e.g. ``flag_spelling(recorded_help)``); when None the backend probes
-    ``<server> --help`` once per binary the first time it builds argv (falling back to ``NEW_SPELLING``).
+    ``spelling`` fixes the flag names (e.g. ``flag_spelling(recorded_help)``); when None, ``probe`` learns them
+    from ``<server> --help`` (once per binary), and until then argv uses ``NEW_SPELLING``.
     """
 
     name = "llamacpp"
@@ -213,6 +225,10 @@ class LlamaCppBackend(Backend):
     info_path = "/props"
     metrics_path = "/metrics"
     knob_names = KNOBS
+    knob_domains = KNOB_DOMAINS
+    managed_flags = ("--spec-*", "--draft-*", "--port", "--host", "-m", "--model", "-md", "--model-draft")
+    size_knob = "draft_n_max"
+    probe_before_argv = True  # the flag names changed between builds of one release: no version tells them
     display_name = "llama.cpp"
     # draft_p_min can stop every draft: one config's zero acceptance says nothing about the drafter's others
     not_engaged_is_per_drafter = False
@@ -224,9 +240,6 @@ class LlamaCppBackend(Backend):
         self.spelling: dict[str, str | None] | None = dict(spelling) if spelling is not None else None
 
     # -- the space ----------------------------------------------------------------------------------
-
-    def _drafter_names(self, space: Space) -> list[str]:
-        return list(space.search.drafters) or [d.name for d in space.drafters]
 
     def _default_type(self, space: Space, drafter: str) -> str:
         try:
@@ -290,7 +303,7 @@ class LlamaCppBackend(Backend):
         proposes it again. ``spec_type`` is searched only when the space lists it (else the drafter's forced
         ``algorithm`` or draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (named
         ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
-        drafter = trial.suggest_categorical("drafter", self._drafter_names(space))
+        drafter = trial.suggest_categorical("drafter", list(space.searched_drafters()))
         cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
         types = self._type_values(space, drafter)
         if not types:
@@ -385,18 +398,11 @@ class LlamaCppBackend(Backend):
         if not n_min_allowed:
             return []
         n_min = nearest(n_min_allowed, DEFAULT_N_MIN)
-        spec = space.search.knobs.get("draft_p_min")
-        if isinstance(spec, FloatRange):
-            p_min = min(max(DEFAULT_P_MIN, spec.low, 0.0), spec.high, 1.0)
-        elif spec is not None:
-            values = [float(v) for v in _spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
-            if not values:
-                return []
-            p_min = nearest(values, DEFAULT_P_MIN)
-        else:
-            p_min = DEFAULT_P_MIN
+        p_min = _nearest_p_min(space)
+        if p_min is None:
+            return []
         out: list[TrialConfig] = []
-        for name in self._drafter_names(space):
+        for name in space.searched_drafters():
             types = self._type_values(space, name)
             if not types:
                 continue
@@ -445,8 +451,7 @@ class LlamaCppBackend(Backend):
         self.spelling = dict(cached)
 
     def spelling_for(self, space: Space) -> dict[str, str | None]:
-        if self.spelling is None:
-            self.probe(space)
+        """The flag names argv uses: the given or probed ones, else ``NEW_SPELLING`` (never probes itself)."""
         return dict(self.spelling) if self.spelling is not None else dict(NEW_SPELLING)
 
     @staticmethod
@@ -483,29 +488,40 @@ class LlamaCppBackend(Backend):
         if flags.get("no_webui") and not given("--no-webui", "--no-ui", "--webui"):
             argv.append(str(flags["no_webui"]))
         if not eff.is_baseline:
-            drafter = space.drafter(eff.drafter or "")
-            spec_type = str(eff.knob("spec_type"))
-            if flags.get("spec_type"):
-                argv += [str(flags["spec_type"]), spec_type]
-            elif spec_type != DEFAULT_SPEC_TYPE:
-                raise InfeasibleConfig(
-                    f"spec_type {spec_type!r} needs a llama-server with --spec-type; this one only drafts with -md"
-                )
-            if spec_type in DRAFT_MODEL_TYPES:
-                argv += [str(flags.get("draft_model") or "-md"), drafter.path]
-            for knob in ("draft_n_max", "draft_n_min", "draft_p_min"):
-                flag = flags.get(knob)
-                if flag is None:
-                    raise InfeasibleConfig(f"this llama-server has no flag for {knob}")
-                argv += [str(flag), _fmt(eff.knob(knob))]
+            argv += self._draft_args(eff, space, flags)
         argv += extra
         return [str(a) for a in argv]
+
+    @staticmethod
+    def _draft_args(eff: TrialConfig, space: Space, flags: Mapping[str, str | None]) -> list[str]:
+        """The speculative flags of effective config ``eff``: type, draft model, n_max / n_min / p_min."""
+        drafter = space.drafter(eff.drafter or "")
+        spec_type = str(eff.knob("spec_type"))
+        out: list[str] = []
+        if flags.get("spec_type"):
+            out += [str(flags["spec_type"]), spec_type]
+        elif spec_type != DEFAULT_SPEC_TYPE:
+            raise InfeasibleConfig(
+                f"spec_type {spec_type!r} needs a llama-server with --spec-type; this one only drafts with -md"
+            )
+        if spec_type in DRAFT_MODEL_TYPES:
+            out += [str(flags.get("draft_model") or "-md"), drafter.path]
+        for knob in ("draft_n_max", "draft_n_min", "draft_p_min"):
+            flag = flags.get(knob)
+            if flag is None:
+                raise InfeasibleConfig(f"this llama-server has no flag for {knob}")
+            out += [str(flag), _fmt(eff.knob(knob))]
+        return out
 
     def env(self, config: TrialConfig, space: Space) -> dict[str, str]:
         out = dict(space.server.env)
         if not config.cuda_graph:
             out["GGML_CUDA_DISABLE_GRAPHS"] = "1"
         return out
+
+    def check_drafters(self, space: Space) -> list[Problem]:
+        """Drafters are GGUF files: each must exist (no checkpoint config to compare)."""
+        return checks.check_model_files(space)
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -588,16 +604,7 @@ class LlamaCppBackend(Backend):
         figures = parse_timings(timings)
         if figures["accept_length"] is None:
             return info
-        return ChunkInfo(
-            text=info.text,
-            cumulative=info.cumulative,
-            completion_tokens=info.completion_tokens,
-            prompt_tokens=info.prompt_tokens,
-            accept_length=figures["accept_length"],
-            finish_reason=info.finish_reason,
-            final=info.final,
-            error=info.error,
-        )
+        return dataclasses.replace(info, accept_length=figures["accept_length"])
 
     def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
         """Tokens per target forward pass between two /metrics scrapes (see the module docstring)."""
@@ -627,6 +634,17 @@ def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> di
     return out
 
 
+def _nearest_p_min(space: Space) -> float | None:
+    """The space's draft_p_min nearest the server's default (None: no value of the space lies in [0, 1])."""
+    spec = space.search.knobs.get("draft_p_min")
+    if spec is None:
+        return DEFAULT_P_MIN
+    if isinstance(spec, FloatRange):
+        return min(max(DEFAULT_P_MIN, spec.low, 0.0), spec.high, 1.0)
+    values = [float(v) for v in _spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+    return min(values, key=lambda v: (abs(v - DEFAULT_P_MIN), v)) if values else None
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return repr(v) if v != int(v) else f"{v:.1f}"
@@ -640,6 +658,7 @@ __all__ = [
     "DEFAULT_SPEC_TYPE",
     "DRAFT_MODEL_TYPES",
     "KNOBS",
+    "KNOB_DOMAINS",
     "LLAMA_CPP_PYTHON_VERSION",
     "NEW_SPELLING",
     "OLD_SPELLING",

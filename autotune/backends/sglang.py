@@ -26,12 +26,14 @@ and every parameter name always carries the same distribution (TPE with ``group=
 Benchmark requests go to SGLang's native ``/generate`` (SSE, cumulative text, ``meta_info`` with
 ``completion_tokens`` and, in the final chunk, ``spec_accept_length`` / ``spec_verify_ct``) because it carries
 the acceptance length per request. ``api: chat`` uses the OpenAI ``/v1/chat/completions`` endpoint instead
-(acceptance then unknown per request).
+(acceptance then unknown per request). A server launched with ``--incremental-streaming-output`` (in
+``server.extra_args``) streams deltas instead of the text so far: ``chunk_parser(space)`` reads them so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -43,7 +45,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends.base import Backend, ChunkInfo, _float_or_none, _int_or_none, parse_openai_chunk
+from autotune.backends.base import (
+    Backend,
+    ChunkInfo,
+    ChunkParser,
+    KnobDomain,
+    _float_or_none,
+    _int_or_none,
+    parse_openai_chunk,
+)
 from autotune.config import ReferenceOutput, TokenChoice, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.space import Choices, IntRange, ParamSpec
@@ -61,7 +71,15 @@ _LAST_LEGACY_CUDA_GRAPH_FLAG = (0, 5, 23)
 LEGACY = "legacy"  # --disable-cuda-graph
 PER_PHASE = "per-phase"  # --disable-decode-cuda-graph --disable-prefill-cuda-graph
 
-KNOBS = ("num_steps", "topk", "num_draft_tokens")
+#: tree depth S, branching k, verified nodes N (the root counts, so N >= 2)
+KNOB_DOMAINS = {
+    "num_steps": KnobDomain("int", 1),
+    "topk": KnobDomain("int", 1),
+    "num_draft_tokens": KnobDomain("int", 2),
+}
+KNOBS = tuple(KNOB_DOMAINS)
+#: the flag that makes ``/generate`` stream deltas instead of the text so far
+INCREMENTAL_OUTPUT_FLAG = "--incremental-streaming-output"
 
 #: SGLang's own auto choice (steps, topk, num_draft_tokens) by target architecture
 _LLAMA_LIKE_DEFAULT = (5, 4, 8)
@@ -173,6 +191,11 @@ def _read_config_json(path: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def incremental_output(space: Space) -> bool:
+    """Whether servers of ``space`` stream ``/generate`` text as deltas (``--incremental-streaming-output``)."""
+    return INCREMENTAL_OUTPUT_FLAG in space.server.extra_args
+
+
 def resolved_algorithm(space: Space, name: str) -> str:
     """``--speculative-algorithm`` for drafter ``name`` (``autotune.checks`` decides; upper-cased).
 
@@ -188,6 +211,9 @@ class SGLangBackend(Backend):
     info_fallback_paths = ("/get_server_info",)
     metrics_path = "/metrics"
     knob_names = KNOBS
+    knob_domains = KNOB_DOMAINS
+    managed_flags = ("--speculative-*", "--port", "--host", "--model-path", "--model", "--disable-cuda-graph")
+    size_knob = "num_draft_tokens"
     display_name = "SGLang"
     not_engaged_hint = (
         "check --speculative-algorithm (an EAGLE-3 drafter needs EAGLE3) and that the drafter was trained for "
@@ -201,12 +227,8 @@ class SGLangBackend(Backend):
             )
         #: set explicitly or by ``probe``; None = decided from the space's server version
         self.cuda_graph_spelling = cuda_graph_spelling
-        self._incremental_output = False
 
     # -- the space ----------------------------------------------------------------------------------
-
-    def _drafter_names(self, space: Space) -> list[str]:
-        return list(space.search.drafters) or [d.name for d in space.drafters]
 
     def _auto_triple(self, space: Space) -> tuple[int, int, int]:
         cfg = _read_config_json(space.server.model_path) if space.server.model_path else None
@@ -255,7 +277,7 @@ class SGLangBackend(Backend):
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         # the baseline is never proposed by the sampler: the study enqueues it (role=baseline, params
         # {"cuda_graph": X}) once per CUDA-graph setting, so "none" is not among the drafter choices
-        drafter = str(trial.suggest_categorical("drafter", self._drafter_names(space)))
+        drafter = str(trial.suggest_categorical("drafter", list(space.searched_drafters())))
         cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
         steps_allowed = self._steps_values(space)
         if not steps_allowed:
@@ -329,7 +351,7 @@ class SGLangBackend(Backend):
         topk = nearest(self._topk_values(space, steps), topk0)
         ndt = steps + 1 if topk == 1 else nearest(self._ndt_values(space, steps, topk), ndt0)
         out: list[TrialConfig] = []
-        for name in self._drafter_names(space):
+        for name in space.searched_drafters():
             cfg = TrialConfig.make(name, cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
             try:
                 out.append(self.resolve(cfg, space))
@@ -343,7 +365,7 @@ class SGLangBackend(Backend):
             if _spec_values(self._knob_spec(space, knob)) is None:
                 return None
         out: list[TrialConfig] = []
-        for d in self._drafter_names(space):
+        for d in space.searched_drafters():
             for cg in space.search.cuda_graph:
                 for s in self._steps_values(space):
                     for k in self._topk_values(space, s):
@@ -392,7 +414,6 @@ class SGLangBackend(Backend):
             argv += cuda_graph_off_flags(self.spelling_for(space))
         argv.append("--enable-metrics")
         argv += [str(a) for a in server.extra_args]
-        self._incremental_output = "--incremental-streaming-output" in server.extra_args
         return [str(a) for a in argv]
 
     # -- reading ------------------------------------------------------------------------------------
@@ -478,9 +499,21 @@ class SGLangBackend(Backend):
         return parse_generate_logprobs(obj, index)
 
     def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
+        """A ``/generate`` chunk (text so far: SGLang's default) or an OpenAI chunk."""
         if "meta_info" not in obj:
             return parse_openai_chunk(obj)
-        return parse_generate_chunk(obj, cumulative=not self._incremental_output)
+        return parse_generate_chunk(obj)
+
+    def chunk_parser(self, space: Space) -> ChunkParser:
+        """``parse_chunk``; for a server streaming deltas (``incremental_output``), with every chunk's text a delta."""
+        if not incremental_output(space):
+            return self.parse_chunk
+
+        def parse_deltas(obj: dict[str, Any]) -> ChunkInfo:
+            info = self.parse_chunk(obj)
+            return dataclasses.replace(info, cumulative=False) if info.cumulative else info
+
+        return parse_deltas
 
 
 def _cuda_graph_state(info: Mapping[str, Any]) -> bool | None:
@@ -562,6 +595,9 @@ def parse_generate_logprobs(obj: Mapping[str, Any], index: int) -> ReferenceOutp
 
 __all__ = [
     "DEFAULT_VERSION",
+    "INCREMENTAL_OUTPUT_FLAG",
+    "KNOBS",
+    "KNOB_DOMAINS",
     "LEGACY",
     "PER_PHASE",
     "SGLangBackend",
@@ -569,6 +605,7 @@ __all__ = [
     "cuda_graph_spelling",
     "feasibility_reason",
     "flag_spelling_from_help",
+    "incremental_output",
     "parse_generate_chunk",
     "parse_generate_logprobs",
     "parse_version",

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends.base import Backend, _int_or_none, metric_total
+from autotune.backends.base import Backend, KnobDomain, _int_or_none, metric_total
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.space import Choices, IntRange
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 METHODS = ("eagle", "eagle3", "draft_model", "ngram", "mtp")
 MODEL_FREE_METHODS = ("ngram", "mtp")
-KNOBS = ("method", "num_speculative_tokens")
+KNOB_DOMAINS = {"method": KnobDomain("str"), "num_speculative_tokens": KnobDomain("int", 1)}
+KNOBS = tuple(KNOB_DOMAINS)
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -63,12 +64,12 @@ class VLLMBackend(Backend):
     metrics_path = "/metrics"
     acceptance_from_metrics_deltas = True
     knob_names = KNOBS
+    knob_domains = KNOB_DOMAINS
+    managed_flags = ("--speculative-config", "--port", "--host")
+    size_knob = "num_speculative_tokens"
     display_name = "vLLM"
     prompt_lookup_max = 4
     prompt_lookup_min = 1
-
-    def _drafter_names(self, space: Space) -> list[str]:
-        return list(space.search.drafters) or [d.name for d in space.drafters]
 
     def _methods_for(self, space: Space, drafter: str) -> list[str]:
         spec = space.search.knobs.get("method")
@@ -84,7 +85,7 @@ class VLLMBackend(Backend):
         return "method" if self._methods_for(space, drafter) == full else f"method_{drafter}"
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        drafters = [d for d in self._drafter_names(space) if self._methods_for(space, d)]
+        drafters = [d for d in space.searched_drafters() if self._methods_for(space, d)]
         # the baseline is enqueued by the study (role=baseline), never sampled: no "none" choice
         drafter = str(trial.suggest_categorical("drafter", drafters))
         cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
@@ -155,6 +156,9 @@ class VLLMBackend(Backend):
         argv += [str(a) for a in server.extra_args]
         return [str(a) for a in argv]
 
+    def algorithm_flag(self, algorithm: str) -> str:
+        return f'--speculative-config \'{{"method": "{algorithm.lower()}", ...}}\''
+
     def read_effective(self, server_info: dict[str, Any]) -> dict[str, Any]:
         return {"version": server_info.get("version")}
 
@@ -184,4 +188,4 @@ def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -
     return a - b
 
 
-__all__ = ["METHODS", "VLLMBackend", "drafter_method"]
+__all__ = ["KNOBS", "KNOB_DOMAINS", "METHODS", "VLLMBackend", "drafter_method"]

@@ -461,8 +461,26 @@ def test_request_shapes():
 
 def test_incremental_output_flag_makes_chunks_deltas():
     backend = SGLangBackend()
+    parse = backend.chunk_parser(make_space(extra_args=("--incremental-streaming-output",)))
+    assert not parse({"text": "a", "meta_info": {}}).cumulative
+
+
+def test_chunk_parsing_carries_no_state_from_argv():
+    backend = SGLangBackend()
     backend.argv(TrialConfig.baseline(), make_space(extra_args=("--incremental-streaming-output",)), port=1)
-    assert not backend.parse_chunk({"text": "a", "meta_info": {}}).cumulative
+    assert backend.parse_chunk({"text": "a", "meta_info": {}}).cumulative  # SGLang's default stream form
+    assert backend.chunk_parser(make_space()) == backend.parse_chunk
+    assert backend.chunk_parser(make_space())({"text": "a", "meta_info": {}}).cumulative
+
+
+def test_the_client_of_a_launch_reads_its_stream_form():
+    from autotune.client import BenchmarkClient
+
+    space = make_space(extra_args=("--incremental-streaming-output",))
+    with BenchmarkClient.for_space(space, SGLangBackend(), "http://127.0.0.1:1") as client:
+        assert not client.parse_chunk({"text": "a", "meta_info": {}}).cumulative
+    with BenchmarkClient.for_space(make_space(), SGLangBackend(), "http://127.0.0.1:1") as client:
+        assert client.parse_chunk({"text": "a", "meta_info": {}}).cumulative
 
 
 def test_info_paths():

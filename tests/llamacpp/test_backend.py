@@ -199,11 +199,28 @@ def test_probe_reads_help_once_per_binary(tmp_path):
     exe.chmod(0o755)
     space = make_space(launcher=(str(exe),))
     first = LlamaCppBackend()
+    first.probe(space)  # an explicit step: argv never runs the server
     argv = first.argv(TrialConfig.make("good", draft_n_max=5), space, port=1)
     assert "--draft-max" in argv
     second = LlamaCppBackend()
     second.probe(space)
     assert second.spelling == first.spelling
+    assert calls.read_text().count("x") == 1
+
+
+def test_argv_never_probes_and_export_probes_first(tmp_path):
+    from autotune.export import launch_argv
+
+    calls = tmp_path / "calls"
+    exe = tmp_path / "llama-server-old"
+    exe.write_text(f'#!/bin/sh\necho x >> "{calls}"\ncat "{SAMPLES / "help-old.txt"}"\n')
+    exe.chmod(0o755)
+    space = make_space(launcher=(str(exe),))
+    b = LlamaCppBackend()
+    assert b.probe_before_argv
+    assert "--spec-draft-n-max" in b.argv(TrialConfig.make("good", draft_n_max=5), space, port=1)
+    assert not calls.exists() and b.spelling is None
+    assert "--draft-max" in launch_argv(space, b, TrialConfig.make("good", draft_n_max=5))
     assert calls.read_text().count("x") == 1
 
 

@@ -1,0 +1,184 @@
+"""The validated, typed form of a space file: frozen dataclasses every other module uses.
+
+``autotune.space.load_space`` builds them from a file; tests and tools may also build them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BenchmarkSpec",
+    "BudgetSpec",
+    "Choices",
+    "DrafterSpec",
+    "FloatRange",
+    "IntRange",
+    "ParamSpec",
+    "Prompt",
+    "PruningSpec",
+    "SearchSpec",
+    "ServerSpec",
+    "SimulateSpec",
+    "Space",
+    "VerdictSpec",
+]
+
+
+@dataclass(frozen=True)
+class IntRange:
+    low: int
+    high: int
+    step: int = 1
+    log: bool = False
+
+    def values(self) -> list[int]:
+        return list(range(self.low, self.high + 1, self.step))
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    low: float
+    high: float
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class Choices:
+    values: tuple[Any, ...]
+
+
+ParamSpec = IntRange | FloatRange | Choices
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    backend: str = "sglang"  # sglang | llamacpp | vllm
+    model_path: str = ""
+    version: str | None = None  # server version targeted (flag spelling); None = probe or newest known
+    launcher: tuple[str, ...] = ()  # argv prefix overriding the backend's default (e.g. a venv's python)
+    host: str = "127.0.0.1"
+    port: int = 30000
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 900.0
+    request_timeout_s: float = 600.0
+    port_busy: str = "fail"  # fail | wait | next
+    port_wait_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    name: str
+    path: str
+    algorithm: str | None = None  # forced algorithm; None = derived from the checkpoint's config.json
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    drafters: tuple[str, ...] = ()  # names from ``drafters``; default all
+    cuda_graph: tuple[bool, ...] = (True,)
+    knobs: Mapping[str, ParamSpec] = field(default_factory=dict)  # backend knob name -> range/choices
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str
+    category: str | None = None  # code, math, chat, summarization, creative (used by the simulator)
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    prompts: tuple[Prompt, ...] = ()
+    max_tokens: int = 1024
+    temperature: float = 0.0
+    warmup_requests: int = 1
+    api: str = "completions"  # completions | chat
+    retries: int = 2  # per request, for HTTP errors and truncated streams
+    prompts_file: str | None = None  # absolute path of the file the prompts came from, if any
+
+
+@dataclass(frozen=True)
+class PruningSpec:
+    enabled: bool = True
+    confidence: float = 0.95
+    min_prompts: int = 2
+    zero_accept_max: float = 1.1  # acceptance length at or below this after the first prompt: drafter not engaged
+    # sd of the log speedup between one server start and another that a single start's prompts cannot show (each
+    # start's whole speed moves by ~2.5%: sqrt(2) * 2.5% for a trial/baseline pair); widens the prune bound
+    start_noise: float = 0.035
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    n_trials: int = 30
+    timeout_s: float | None = None
+    #: the last trials of the budget picked by the surrogate (expected improvement over the best measured
+    #: config's posterior mean) instead of the sampler; None = half of n_trials (SGLang spaces; backends
+    #: that cannot enumerate their space leave every trial to the sampler)
+    refine_trials: int | None = None
+
+
+@dataclass(frozen=True)
+class VerdictSpec:
+    min_gain: float = 0.02
+    confirm_top: int = 3
+    repeats: int = 4
+    #: after ``repeats`` rounds, candidates not clearly slower than the leader race on, up to this many rounds
+    #: (None = twice ``repeats``; equal to ``repeats`` = no race)
+    max_repeats: int | None = None
+    #: one-sided confidence that a dropped candidate is slower than the leader of the race
+    race_confidence: float = 0.8
+    confidence: float = 0.95
+    #: a divergence from the baseline's answer at a token where the baseline's best and the other's token are
+    #: within this many nats is a near-tie flip (numerics), not a failure; None: from the target's data type
+    #: (``autotune.lossless.TIE_TOLERANCE``)
+    tie_tolerance: float | None = None
+    #: without log-probabilities to classify a divergence: an answer matching the baseline's for less than this
+    #: fraction is flagged
+    lossless_min_prefix: float = 0.9
+
+    @property
+    def max_rounds(self) -> int:
+        return 2 * self.repeats if self.max_repeats is None else max(self.repeats, self.max_repeats)
+
+
+@dataclass(frozen=True)
+class SimulateSpec:
+    scenario: str = "kimi-k25-rtxpro6000"
+    time_scale: float = 50.0
+    seed: int = 0
+    #: probability that a prompt has a near tie (None: the scenario's, normally 0); passed as --near-ties
+    near_ties: float | None = None
+
+
+@dataclass(frozen=True)
+class Space:
+    name: str
+    server: ServerSpec
+    drafters: tuple[DrafterSpec, ...]
+    search: SearchSpec
+    benchmark: BenchmarkSpec
+    pruning: PruningSpec = field(default_factory=PruningSpec)
+    budget: BudgetSpec = field(default_factory=BudgetSpec)
+    verdict: VerdictSpec = field(default_factory=VerdictSpec)
+    simulate: SimulateSpec | None = None
+    storage: str | None = None
+    path: str | None = None  # the file it was loaded from
+
+    def drafter(self, name: str) -> DrafterSpec:
+        for d in self.drafters:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    def searched_drafters(self) -> tuple[str, ...]:
+        """The names of the drafters the search uses: ``search.drafters``, else every drafter's."""
+        return self.search.drafters or tuple(d.name for d in self.drafters)
+
+    def storage_url(self) -> str:
+        """``storage``, or the default ``sqlite:///studies/<name>.db`` (relative to the working directory)."""
+        return self.storage or f"sqlite:///studies/{self.name}.db"

@@ -1,0 +1,547 @@
+"""The space file's schema: a parsed file in, a ``Space`` or every error in file order out.
+
+``load_space`` reads and validates a file; every error is a ``SpaceError`` naming the file, the line, the field
+path and what was expected. ``docs/space-reference.md`` documents every key. The knobs a backend searches, the
+values they take and the flags it sets itself come from the backend (``autotune.backends.registry``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from autotune.backends.base import KnobDomain
+from autotune.backends.registry import backend_class, backend_names, knob_domains
+from autotune.errors import SpaceError
+from autotune.space.checker import Checker, Recorded, Validator
+from autotune.space.describe import describe, fmt_num, is_int, is_num, is_plain_number, join, suggest
+from autotune.space.loader import LineSeq, item_line, key_line, parse_yaml, read_text
+from autotune.space.model import (
+    BenchmarkSpec,
+    BudgetSpec,
+    Choices,
+    DrafterSpec,
+    FloatRange,
+    IntRange,
+    ParamSpec,
+    Prompt,
+    PruningSpec,
+    SearchSpec,
+    ServerSpec,
+    SimulateSpec,
+    Space,
+    VerdictSpec,
+)
+
+__all__ = ["SpaceReader", "load_space", "space_errors"]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+_TOP_KEYS = ("name", "storage", "server", "drafters", "search", "benchmark", "pruning", "budget", "verdict", "simulate")
+_REQUIRED_TOP_KEYS = (
+    ("name", "a study name"),
+    ("server", "a server mapping"),
+    ("drafters", "a list of drafters"),
+    ("benchmark", "a benchmark mapping"),
+)
+#: a knob no backend declares (only reachable while the server section is invalid): any plain value
+_ANY = KnobDomain()
+
+
+class SpaceReader(Checker):
+    """Validates a parsed space file. Errors are collected; ``load_space`` raises the first in file order."""
+
+    # -- the whole file ---------------------------------------------------------------------------------
+
+    def space(self, doc: Any) -> Space | None:
+        top = self.top_level(doc)
+        name = self.section(top, "name", self.name)
+        storage = self.section(top, "storage", self.optional(self.storage))
+        server = self.section(top, "server", self.server)
+        drafters = self.section(top, "drafters", self.drafters)
+        backend = server.backend if server is not None else None
+        names = tuple(d.name for d in drafters) if drafters is not None else None
+        search = partial(self.search, backend=backend, drafter_names=names)
+        rest = {
+            "search": self.section(top, "search", search, SearchSpec(drafters=names or ())),
+            "benchmark": self.section(top, "benchmark", self.benchmark),
+            "pruning": self.section(top, "pruning", self.pruning, PruningSpec()),
+            "budget": self.section(top, "budget", self.budget, BudgetSpec()),
+            "verdict": self.section(top, "verdict", self.verdict, VerdictSpec()),
+            "simulate": self.section(top, "simulate", self.optional(self.simulate)),
+        }
+        if self.errors:
+            return None
+        return Space(name=name, server=server, drafters=drafters, storage=storage, path=self.path, **rest)
+
+    def top_level(self, doc: Any) -> dict:
+        """The file's mapping; unknown and missing top-level keys are recorded."""
+        if doc is None:
+            raise self.error(
+                "", None, "the file is empty; expected a mapping with name, server, drafters, search and benchmark"
+            )
+        top = self.mapping(doc, "", getattr(doc, "line", 1), _TOP_KEYS)
+        for key in top:
+            if key not in _TOP_KEYS:
+                self.errors.append(self.unknown_key(key, "", key_line(top, key, None), _TOP_KEYS))
+        for key, what in _REQUIRED_TOP_KEYS:
+            if key not in top:
+                self.errors.append(self.error(key, None, f"missing; expected {what}"))
+        return top
+
+    def section(self, top: dict, key: str, fn: Validator, default: Any = None) -> Any:
+        """Top-level section ``key`` validated by ``fn`` (``default`` when absent or invalid)."""
+        if key not in top:
+            return default
+        return self.attempt(lambda: fn(top[key], key, key_line(top, key, None)), default)
+
+    # -- server -----------------------------------------------------------------------------------------
+
+    def server(self, v: Any, f: str, line: int | None) -> ServerSpec:
+        schema: dict[str, Validator] = {
+            "backend": lambda x, p, ln: self.enum(x, p, ln, backend_names()),
+            "model_path": lambda x, p, ln: self.str_(x, p, ln, "a model directory or hub id"),
+            "version": self.optional(lambda x, p, ln: self.str_(x, p, ln, 'a version string like "0.5.23"')),
+            "launcher": self.optional(self.launcher),
+            "host": self.str_,
+            "port": lambda x, p, ln: self.int_(x, p, ln, 1, 65535),
+            "extra_args": self.optional(
+                lambda x, p, ln: self.str_list(x, p, ln, "a list of strings", coerce_numbers=True)
+            ),
+            "env": self.optional(self.env),
+            "startup_timeout_s": self.pos,
+            "request_timeout_s": self.pos,
+            "port_busy": lambda x, p, ln: self.enum(x, p, ln, ("fail", "wait", "next")),
+            "port_wait_s": self.pos,
+        }
+        d = self.fields(v, f, line, schema, required={"model_path": "the model directory or hub id"})
+        spec = ServerSpec(**{k: x for k, x in d.items() if x is not None})  # null: the default
+        if "extra_args" in d and ("backend" in d or "backend" not in v):
+            self.attempt(lambda: self.managed_flags(spec, v, f, line))
+        return spec
+
+    def launcher(self, v: Any, f: str, line: int | None) -> tuple[str, ...]:
+        out = self.str_list(v, f, line, "a list of strings (an argv prefix)")
+        if not out:
+            raise self.expected(f, line, "a non-empty list of strings (an argv prefix) or null", v)
+        return out
+
+    def env(self, v: Any, f: str, line: int | None) -> dict[str, str]:
+        if not isinstance(v, dict):
+            raise self.expected(f, line, "a mapping of variable names to strings", v)
+        out: dict[str, str] = {}
+        for key, value in v.items():
+            kl = key_line(v, key, line)
+            if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+                raise self.expected(join(f, key), kl, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", key)
+            if is_plain_number(value):
+                value = str(value)
+            if not isinstance(value, str):
+                hint = " (quote it)" if isinstance(value, bool) else ""
+                raise self.expected(join(f, key), kl, "a string", value, hint)
+            out[key] = value
+        return out
+
+    def managed_flags(self, spec: ServerSpec, raw: Any, f: str, line: int | None) -> None:
+        """No item of ``extra_args`` is a flag the backend sets itself (``Backend.managed_flags``)."""
+        extra = raw.get("extra_args") or []
+        sets_flag = backend_class(spec.backend).sets_flag
+        for i, arg in enumerate(spec.extra_args):
+            if sets_flag(arg):
+                raise self.error(
+                    f"{join(f, 'extra_args')}[{i}]",
+                    item_line(extra, i, line),
+                    f"{arg} is set by autotune itself (from the server, drafters and search "
+                    f"sections); remove it from extra_args",
+                )
+
+    # -- drafters ---------------------------------------------------------------------------------------
+
+    def drafters(self, v: Any, f: str, line: int | None) -> tuple[DrafterSpec, ...]:
+        if not isinstance(v, list) or not v:
+            raise self.expected(f, line, "a list of at least one drafter {name, path}", v)
+        out: list[DrafterSpec] = []
+        first: dict[str, int | None] = {}
+        ok = True
+        for i, item in enumerate(v):
+            p, il = f"{f}[{i}]", item_line(v, i, line)
+            try:
+                d = self.drafter_fields(item, p, il)
+            except SpaceError as e:  # this drafter is abandoned; report the others' problems too
+                self.errors.append(e)
+                ok = False
+                continue
+            name, nl = d["name"], key_line(item, "name", il)
+            if name == "none":
+                raise self.error(f"{p}.name", nl, "the name 'none' is reserved for the baseline; pick another")
+            if name in first:
+                raise self.error(f"{p}.name", nl, f"duplicate drafter name '{name}' (first at line {first[name]})")
+            first[name] = nl
+            out.append(DrafterSpec(**d))
+        if not ok:
+            raise Recorded()
+        return tuple(out)
+
+    def drafter_fields(self, v: Any, f: str, line: int | None) -> dict[str, Any]:
+        schema: dict[str, Validator] = {
+            "name": self.name,
+            "path": lambda x, q, ln: self.str_(x, q, ln, "the checkpoint directory"),
+            "algorithm": self.optional(self.algorithm),
+        }
+        required = {"name": "a drafter name", "path": "the drafter checkpoint directory"}
+        return self.fields(v, f, line, schema, required=required, complete=True)
+
+    def algorithm(self, v: Any, f: str, line: int | None) -> str:
+        if isinstance(v, str) and v.upper() in _ALGORITHMS:
+            return v.upper()
+        raise self.expected(
+            f,
+            line,
+            "one of " + ", ".join(_ALGORITHMS) + " (or leave it out to derive it)",
+            v,
+            suggest(v.upper() if isinstance(v, str) else v, _ALGORITHMS),
+        )
+
+    # -- search -----------------------------------------------------------------------------------------
+
+    def search(
+        self, v: Any, f: str, line: int | None, backend: str | None, drafter_names: tuple[str, ...] | None
+    ) -> SearchSpec:
+        if v is None:
+            return SearchSpec(drafters=drafter_names or ())
+        domains = knob_domains(backend)  # without a valid server section: every backend's knobs
+        valid = ("drafters", "cuda_graph", *(domains if backend else ()))
+        m = self.mapping(v, f, line, valid)
+        drafters: tuple[str, ...] = drafter_names or ()
+        cuda_graph: tuple[bool, ...] = (True,)
+        knobs: dict[str, ParamSpec] = {}
+        for key, value in m.items():
+            kl, p = key_line(m, key, line), join(f, key)
+            if key == "drafters":
+                drafters = self.attempt(partial(self.search_drafters, value, p, kl, drafter_names), drafters)
+            elif key == "cuda_graph":
+                cuda_graph = self.attempt(partial(self.bool_choices, value, p, kl), cuda_graph)
+            else:
+                spec = self.attempt(partial(self.knob, key, value, p, kl, backend, domains))
+                if spec is not None:
+                    knobs[key] = spec
+        return SearchSpec(drafters=drafters, cuda_graph=cuda_graph, knobs=knobs)
+
+    def knob(
+        self, key: Any, v: Any, f: str, line: int | None, backend: str | None, domains: dict[str, KnobDomain]
+    ) -> ParamSpec:
+        """Knob ``key`` of the search section (one of the backend's)."""
+        if backend and key not in domains:
+            valid = ("drafters", "cuda_graph", *domains)
+            raise self.error(
+                f,
+                line,
+                f"unknown knob {describe(key)} for backend {backend}{suggest(key, valid)}; "
+                f"expected one of {', '.join(valid)}",
+            )
+        if not isinstance(key, str):
+            raise self.expected(f, line, "a knob name", key)
+        return self.param(v, f, line, domains.get(key, _ANY))
+
+    def search_drafters(self, v: Any, f: str, line: int | None, names: tuple[str, ...] | None) -> tuple[str, ...]:
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list) or not items:
+            raise self.expected(f, line, "a non-empty list of drafter names", v)
+        out: list[str] = []
+        for i, item in enumerate(items):
+            p, il = f"{f}[{i}]", item_line(items, i, line)
+            if names is not None and item not in names:
+                raise self.expected(
+                    p, il, "one of the drafters' names (" + ", ".join(names) + ")", item, suggest(item, names)
+                )
+            if not isinstance(item, str):
+                raise self.expected(p, il, "a drafter name", item)
+            if item in out:
+                raise self.error(p, il, f"drafter '{item}' is listed twice")
+            out.append(item)
+        return tuple(out)
+
+    def bool_choices(self, v: Any, f: str, line: int | None) -> tuple[bool, ...]:
+        if isinstance(v, bool):
+            return (v,)
+        if not isinstance(v, list) or not v:
+            raise self.expected(f, line, "true, false or a non-empty list of them", v)
+        out: list[bool] = []
+        for i, item in enumerate(v):
+            il = item_line(v, i, line)
+            self.bool_(item, f"{f}[{i}]", il)
+            if item in out:
+                raise self.error(f"{f}[{i}]", il, f"{describe(item)} is listed twice")
+            out.append(item)
+        return tuple(out)
+
+    def param(self, v: Any, f: str, line: int | None, domain: KnobDomain) -> ParamSpec:
+        """A knob's values: a range ``{low, high, step, log}``, a list of choices, or one value."""
+        if isinstance(v, dict):
+            return self.range_(v, f, line, domain)
+        if isinstance(v, list):
+            if not v:
+                raise self.expected(f, line, "a non-empty list of choices or a range {low, high}", v)
+            out: list[Any] = []
+            for i, item in enumerate(v):
+                il = item_line(v, i, line)
+                value = self.knob_value(item, f"{f}[{i}]", il, domain)
+                if value in out and type(value) is type(out[out.index(value)]):
+                    raise self.error(f"{f}[{i}]", il, f"{describe(item)} is listed twice")
+                out.append(value)
+            return Choices(tuple(out))
+        return Choices((self.knob_value(v, f, line, domain),))
+
+    def knob_value(self, v: Any, f: str, line: int | None, domain: KnobDomain) -> Any:
+        kind, lo, hi = domain.kind, domain.low, domain.high
+        if kind == "int":
+            return self.int_(v, f, line, None if lo is None else int(lo), None if hi is None else int(hi))
+        if kind == "float":
+            return self.num(v, f, line, lo, hi)
+        if kind == "str":
+            return self.str_(v, f, line)
+        if isinstance(v, str | bool) or is_num(v):
+            return v
+        raise self.expected(f, line, "a plain value (string, number or boolean)", v)
+
+    def range_(self, v: dict, f: str, line: int | None, domain: KnobDomain) -> ParamSpec:
+        if domain.kind == "str":
+            raise self.expected(f, line, "a list of choices (ranges are only for numeric knobs)", v)
+        integer = domain.kind == "int" or (domain.kind == "any" and is_int(v.get("low")) and is_int(v.get("high")))
+        required = {"low": "the lowest value", "high": "the highest value"}
+        d = self.fields(v, f, line, self.range_schema(integer, domain), required=required, complete=True)
+        low, high, log = d["low"], d["high"], d.get("log", False)
+        if high < low:
+            raise self.expected(
+                join(f, "high"),
+                key_line(v, "high", line),
+                f"{'an integer' if integer else 'a number'} >= low ({fmt_num(low)})",
+                v["high"],
+            )
+        if log and low <= 0:
+            raise self.expected(
+                join(f, "low"), key_line(v, "low", line), "a value > 0 for a log-scaled range", v["low"]
+            )
+        if not integer:
+            return FloatRange(float(low), float(high), log=log)
+        step = d.get("step", 1)
+        if log and step != 1:
+            raise self.error(
+                join(f, "step"),
+                key_line(v, "step", line),
+                "expected no step (or 1) for a log-scaled range, got " + describe(step),
+            )
+        return IntRange(int(low), int(high), step=step, log=log)
+
+    def range_schema(self, integer: bool, domain: KnobDomain) -> dict[str, Validator]:
+        """The keys of a range: ``low``/``high`` within the knob's domain, ``step`` (integer ranges), ``log``."""
+        lo, hi = domain.low, domain.high
+        if not integer:
+            return {
+                "low": lambda x, p, ln: self.num(x, p, ln, lo, hi),
+                "high": lambda x, p, ln: self.num(x, p, ln, lo, hi),
+                "log": self.bool_,
+            }
+        ilo, ihi = (None if lo is None else int(lo)), (None if hi is None else int(hi))
+        return {
+            "low": lambda x, p, ln: self.int_(x, p, ln, ilo, ihi),
+            "high": lambda x, p, ln: self.int_(x, p, ln, ilo, ihi),
+            "step": lambda x, p, ln: self.int_(x, p, ln, 1),
+            "log": self.bool_,
+        }
+
+    # -- benchmark --------------------------------------------------------------------------------------
+
+    def benchmark(self, v: Any, f: str, line: int | None) -> BenchmarkSpec:
+        schema: dict[str, Validator] = {
+            "prompts": self.prompts,
+            "prompts_file": self.optional(self.str_),
+            "max_tokens": lambda x, p, ln: self.int_(x, p, ln, 1),
+            "temperature": lambda x, p, ln: self.num(x, p, ln, 0),
+            "warmup_requests": lambda x, p, ln: self.int_(x, p, ln, 0),
+            "api": lambda x, p, ln: self.enum(x, p, ln, ("completions", "chat")),
+            "retries": lambda x, p, ln: self.int_(x, p, ln, 0),
+        }
+        d = self.fields(v, f, line, schema, complete=True)
+        file_ = d.pop("prompts_file", None)
+        file_field, file_line = join(f, "prompts_file"), key_line(v, "prompts_file", line)
+        if file_ is not None and "prompts" in d:
+            raise self.error(file_field, file_line, "give either prompts or prompts_file, not both")
+        if file_ is not None:
+            d["prompts"], d["prompts_file"] = self.prompts_file(file_, file_field, file_line)
+        if "prompts" not in d:
+            raise self.error(
+                join(f, "prompts"),
+                line,
+                "no prompts; expected prompts (a list) or prompts_file (a file next to the space)",
+            )
+        return BenchmarkSpec(**d)
+
+    def prompts(self, v: Any, f: str, line: int | None) -> tuple[Prompt, ...]:
+        if not isinstance(v, list) or not v:
+            raise self.expected(f, line, "a non-empty list of prompts (strings or {id, text, category})", v)
+        out: list[Prompt] = []
+        first: dict[str, int | None] = {}
+        for i, item in enumerate(v):
+            p, il = f"{f}[{i}]", item_line(v, i, line)
+            prompt, idl = self.prompt(item, i, p, il)
+            if prompt.id in first:
+                raise self.error(
+                    f"{p}.id", idl, f"duplicate prompt id '{prompt.id}' (first at line {first[prompt.id]})"
+                )
+            first[prompt.id] = idl
+            out.append(prompt)
+        return tuple(out)
+
+    def prompt(self, v: Any, i: int, f: str, line: int | None) -> tuple[Prompt, int | None]:
+        """Prompt ``i`` (a text or a mapping ``{id, text, category}``) and the line of its id."""
+        if isinstance(v, str):
+            return Prompt(id=f"p{i}", text=self.str_(v, f, line, "a non-empty prompt text")), line
+        if not isinstance(v, dict):
+            raise self.expected(f, line, "a prompt text or a mapping {id, text, category}", v)
+        schema: dict[str, Validator] = {
+            "id": self.name,
+            "text": lambda x, q, ln: self.str_(x, q, ln, "a non-empty prompt text"),
+            "category": self.optional(self.name),
+        }
+        d = self.fields(v, f, line, schema, required={"text": "the prompt text"}, complete=True)
+        d.setdefault("id", f"p{i}")
+        return Prompt(**d), key_line(v, "id", line)
+
+    def prompts_file(self, v: str, f: str, line: int | None) -> tuple[tuple[Prompt, ...], str]:
+        """The prompts of the file ``v`` names (YAML/JSON list, JSON lines, or one prompt per line) and its path."""
+        target = (self.base_dir / os.path.expanduser(v)).resolve()
+        if not target.is_file():
+            raise self.error(
+                f,
+                line,
+                f"expected a prompts file, but {target} "
+                f"{'is not a file' if target.exists() else 'does not exist'} "
+                f"(relative paths are read from the space file's folder)",
+            )
+        sub = SpaceReader(str(target), target.parent)
+        text = read_text(target, str(target))
+        suffix = target.suffix.lower()
+        if suffix in (".yaml", ".yml", ".json"):
+            data = parse_yaml(text, str(target))
+            if isinstance(data, dict) and set(data) == {"prompts"}:
+                data = data["prompts"]
+            prompts = sub.attempt(lambda: sub.prompts(data, "", getattr(data, "line", None)))
+        elif suffix == ".jsonl":
+            items = _json_lines(text, str(target))
+            if not items:
+                raise self.error(f, line, f"the prompts file {target} has no prompts")
+            prompts = sub.attempt(lambda: sub.prompts(items, "", 1))
+        else:
+            lines = [ln for ln in text.splitlines() if ln.strip()]
+            if not lines:
+                raise self.error(f, line, f"the prompts file {target} has no prompts (one prompt per line)")
+            prompts = tuple(Prompt(id=f"p{i}", text=t) for i, t in enumerate(lines))
+        errors = sub.recorded_errors()
+        if errors:
+            raise errors[0]
+        return prompts, str(target)
+
+    # -- the study's settings ---------------------------------------------------------------------------
+
+    def pruning(self, v: Any, f: str, line: int | None) -> PruningSpec:
+        schema: dict[str, Validator] = {
+            "enabled": self.bool_,
+            "confidence": self.confidence,
+            "min_prompts": lambda x, p, ln: self.int_(x, p, ln, 1),
+            "zero_accept_max": lambda x, p, ln: self.num(x, p, ln, 1),
+            "start_noise": lambda x, p, ln: self.num(x, p, ln, 0, 0.5),
+        }
+        return PruningSpec(**self.fields(v, f, line, schema))
+
+    def budget(self, v: Any, f: str, line: int | None) -> BudgetSpec:
+        schema: dict[str, Validator] = {
+            "n_trials": lambda x, p, ln: self.int_(x, p, ln, 1),
+            "timeout_s": self.optional(self.pos),
+            "refine_trials": self.optional(lambda x, p, ln: self.int_(x, p, ln, 0)),
+        }
+        return BudgetSpec(**self.fields(v, f, line, schema))
+
+    def verdict(self, v: Any, f: str, line: int | None) -> VerdictSpec:
+        schema: dict[str, Validator] = {
+            "min_gain": lambda x, p, ln: self.num(x, p, ln, 0),
+            "confirm_top": lambda x, p, ln: self.int_(x, p, ln, 0),
+            "repeats": lambda x, p, ln: self.int_(x, p, ln, 1),
+            "max_repeats": self.optional(lambda x, p, ln: self.int_(x, p, ln, 1)),
+            "race_confidence": self.confidence,
+            "confidence": self.confidence,
+            "tie_tolerance": self.optional(lambda x, p, ln: self.num(x, p, ln, 0)),
+            "lossless_min_prefix": lambda x, p, ln: self.num(x, p, ln, 0, 1),
+        }
+        spec = VerdictSpec(**self.fields(v, f, line, schema))
+        if spec.max_repeats is not None and spec.max_repeats < spec.repeats:
+            raise self.error(
+                join(f, "max_repeats"),
+                key_line(v, "max_repeats", line),
+                f"expected at least repeats ({spec.repeats}: every candidate gets that many rounds), "
+                f"got {spec.max_repeats}",
+            )
+        return spec
+
+    def simulate(self, v: Any, f: str, line: int | None) -> SimulateSpec:
+        schema: dict[str, Validator] = {
+            "scenario": self.name,
+            "time_scale": self.pos,
+            "seed": lambda x, p, ln: self.int_(x, p, ln, 0),
+            "near_ties": self.optional(lambda x, p, ln: self.num(x, p, ln, 0, 1)),
+        }
+        return SimulateSpec(**self.fields(v, f, line, schema))
+
+    def storage(self, v: Any, f: str, line: int | None) -> str:
+        if isinstance(v, str) and "://" in v:
+            return v
+        raise self.expected(f, line, "an Optuna storage URL like sqlite:///studies/x.db or postgresql://host/db", v)
+
+
+def _json_lines(text: str, shown: str) -> LineSeq:
+    """The JSON value of each non-blank line, with its line number."""
+    items = LineSeq()
+    items.item_lines = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            items.append(json.loads(raw))
+        except ValueError as e:
+            raise SpaceError(f"invalid JSON: {e}", path=shown, line=n) from None
+        items.item_lines.append(n)
+    return items
+
+
+def _load(path: str | os.PathLike[str]) -> tuple[Space | None, list[SpaceError]]:
+    """(the space, []) or (None, every error in file order). Errors without a line (missing top-level keys) and
+    errors in a prompts file come last. An unreadable file or invalid YAML gives one error."""
+    shown = os.fspath(path)
+    try:
+        doc = parse_yaml(read_text(Path(shown), shown), shown)
+    except SpaceError as e:
+        return None, [e]
+    reader = SpaceReader(shown, Path(shown).resolve().parent)
+    space = reader.attempt(lambda: reader.space(doc))
+    errors = reader.recorded_errors()
+    if not errors:
+        return space, []
+    return None, sorted(errors, key=lambda e: (e.path != shown, e.line is None, e.line or 0))
+
+
+def space_errors(path: str | os.PathLike[str]) -> list[SpaceError]:
+    """Every error found in a space file, in file order (empty when the file is valid)."""
+    return _load(path)[1]
+
+
+def load_space(path: str | os.PathLike[str]) -> Space:
+    """Read and validate a space file. Raises SpaceError (the first problem in file order)."""
+    space, errors = _load(path)
+    if errors:
+        raise errors[0]
+    assert space is not None
+    return space
