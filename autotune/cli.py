@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -137,8 +136,6 @@ class Context:
         from autotune.clock import MonotonicClock
         from autotune.process import ProcessRunner
 
-        if self.backend.probe_before_argv and not self.simulated:
-            self.backend.probe(self.run_space)  # the installed server's flag names, whatever server.version says
         sim = self.space.simulate
         clock = MonotonicClock()
         runner = ProcessRunner(
@@ -203,10 +200,9 @@ def _port_preflight(ctx: Context) -> None:
     server = ctx.run_space.server
     if ctx.args.in_process or server.port_busy != "fail":
         return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        busy = s.connect_ex((server.host if server.host not in ("0.0.0.0", "") else "127.0.0.1", server.port)) == 0
-    if busy:
+    from autotune.process.ports import accepts_connections
+
+    if accepts_connections(server.host, server.port, timeout_s=0.5):
         raise PortInUse(
             f"port {server.port} on {server.host} is already in use by another process (not started by "
             f"autotune; it will not be touched). Stop it, change server.port, or set "

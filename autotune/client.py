@@ -24,6 +24,10 @@ Backend-agnostic: the backend builds the request (``Backend.request``) and reads
 
 Every request has a limit: httpx connect/read/write/pool timeouts, plus an overall deadline of
 ``request_timeout_s`` checked between chunks (a server trickling bytes can't hold a request forever).
+
+The seam to the network is an httpx transport (``transport=``): by default ``timed_transport`` (real sockets, timed
+as above); a given one (``httpx.MockTransport`` in tests, or ``timed_transport`` over another httpcore network
+backend) is used as it is, and a response that carries no ``_TimedStream`` is timed at the response iterator.
 """
 
 from __future__ import annotations
@@ -141,15 +145,18 @@ class _TimedBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def _timed_transport(now: Callable[[], float]) -> httpx.HTTPTransport:
-    """httpx's own transport (pool, limits, keep-alive, timeouts, exception mapping), its connections' streams timed.
-    httpx has no public setting for httpcore's network backend: the pool's is wrapped in place (if a future httpx
-    renames these, the client still works, timed at the response iterator instead: ``_timed_stream`` is None)."""
+def timed_transport(
+    now: Callable[[], float], *, network_backend: httpcore.NetworkBackend | None = None
+) -> httpx.HTTPTransport:
+    """httpx's own transport (pool, limits, keep-alive, timeouts, exception mapping), its connections' streams timed
+    on ``now``. ``network_backend``: the httpcore network backend whose streams are timed (default: httpx's own, real
+    sockets). httpx has no public setting for httpcore's network backend: the pool's is wrapped in place (if a future
+    httpx renames these, the client still works, timed at the response iterator instead: no ``_TimedStream``)."""
     transport = httpx.HTTPTransport(trust_env=False)
     pool = getattr(transport, "_pool", None)
     inner = getattr(pool, "_network_backend", None)
     if isinstance(inner, httpcore.NetworkBackend):
-        pool._network_backend = _TimedBackend(inner, now)  # type: ignore[union-attr]
+        pool._network_backend = _TimedBackend(network_backend or inner, now)  # type: ignore[union-attr]
     return transport
 
 
@@ -179,7 +186,10 @@ class BenchmarkClient:
         retry_delay_s: float = 0.5,
         clock: Clock | None = None,
         chunk_parser: ChunkParser | None = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
+        """``transport``: the seam to the network (default ``timed_transport``: real sockets, timed at the socket);
+        a given transport is used as it is, and timed at the response iterator unless it carries ``_TimedStream``s."""
         if retries < 0:
             raise ValueError(f"retries must be at least 0 but got {retries}")
         if request_timeout_s <= 0 or connect_timeout_s <= 0:
@@ -201,11 +211,22 @@ class BenchmarkClient:
         )
         # trust_env=False: a proxy configured in the environment must not sit between us and a local server
         self._http = httpx.Client(
-            base_url=base_url, timeout=self._timeout, trust_env=False, transport=_timed_transport(self._now)
+            base_url=base_url,
+            timeout=self._timeout,
+            trust_env=False,
+            transport=transport if transport is not None else timed_transport(self._now),
         )
 
     @classmethod
-    def for_space(cls, space: Space, backend: Backend, base_url: str, *, clock: Clock | None = None) -> BenchmarkClient:
+    def for_space(
+        cls,
+        space: Space,
+        backend: Backend,
+        base_url: str,
+        *,
+        clock: Clock | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> BenchmarkClient:
         """A client with the space's benchmark settings (tokens, temperature, API, retries, timeout)."""
         b = space.benchmark
         return cls(
@@ -219,6 +240,7 @@ class BenchmarkClient:
             request_timeout_s=space.server.request_timeout_s,
             clock=clock,
             chunk_parser=backend.chunk_parser(space),
+            transport=transport,
         )
 
     def _now(self) -> float:
@@ -422,4 +444,4 @@ def _short(raw: bytes, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-__all__ = ["BenchmarkClient"]
+__all__ = ["BenchmarkClient", "timed_transport"]

@@ -9,11 +9,12 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpcore
+import httpx
 import pytest
 
 from autotune.backends.sglang import SGLangBackend
 from autotune.backends.vllm import VLLMBackend
-from autotune.client import BenchmarkClient
+from autotune.client import BenchmarkClient, timed_transport
 from autotune.errors import BenchmarkError
 
 Script = Callable[["Handler", int], None]
@@ -410,23 +411,33 @@ def _sse(obj: object) -> bytes:
     return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
 
 
-def test_timed_from_the_first_write_of_the_request(server, monkeypatch):
+class _SlowConnect(httpcore.NetworkBackend):
+    """httpcore's own sockets, each connection's set-up taking 50 s on the manual clock."""
+
+    def __init__(self, clock: _ManualClock) -> None:
+        self.inner = httpcore.SyncBackend()
+        self.clock = clock
+
+    def connect_tcp(self, *a, **kw) -> httpcore.NetworkStream:
+        self.clock.t += 50.0
+        return self.inner.connect_tcp(*a, **kw)
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+def test_timed_from_the_first_write_of_the_request(server):
     # a slow connection set-up (50 s on the manual clock) is not timed: the clock starts when the request's first
     # byte is written (50), not before the pool and connect (0); the response arrives at 60
     clock = _ManualClock()
-    connect = httpcore.SyncBackend.connect_tcp
-
-    def slow_connect(self, *a, **kw):
-        clock.t += 50.0
-        return connect(self, *a, **kw)
 
     def script(h: Handler, _n: int) -> None:
         clock.t = 60.0
         h.wfile.write(_HEAD + _chunked(_sse({"text": "a b ", "meta_info": _META}), _sse(b"[DONE]")) + b"0\r\n\r\n")
 
-    monkeypatch.setattr(httpcore.SyncBackend, "connect_tcp", slow_connect)
     server.script["POST /generate"] = script
-    with make_client(server, clock=clock, request_timeout_s=1000.0) as c:
+    transport = timed_transport(clock.now, network_backend=_SlowConnect(clock))  # the seam, not a global patch
+    with make_client(server, clock=clock, request_timeout_s=1000.0, transport=transport) as c:
         r = c.measure(0, "x")
     assert r.seconds == 10.0 and r.ttft_s == 10.0
 
@@ -523,3 +534,55 @@ def test_metrics_retries_once_when_the_server_drops_the_connection(server):
         assert first is not None and list(first.values()) == [12.0]
         assert sum(1 for m, p, _ in server.requests if p == "/metrics") == 2
         assert c.metrics() is None  # dropped twice in a row: unavailable, not an exception
+
+
+# -- the transport seam: httpx.MockTransport, no socket ---------------------------------------------------------
+
+
+def _mock_client(handler: Callable[[httpx.Request], httpx.Response], **kw) -> BenchmarkClient:
+    kw.setdefault("retries", 1)
+    kw.setdefault("retry_delay_s", 0.0)
+    kw.setdefault("max_tokens", 10)
+    return BenchmarkClient("http://server.invalid", SGLangBackend(), transport=httpx.MockTransport(handler), **kw)
+
+
+def test_a_given_transport_is_used_and_timed_at_the_response_iterator():
+    # no _TimedStream behind a MockTransport: the request is timed from before sending (0) to the iteration that
+    # gave the last token's bytes (the handler answers at 5 on the manual clock)
+    clock = _ManualClock()
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        clock.t = 5.0
+        body = _sse({"text": "a b ", "meta_info": _META}) + _sse(b"[DONE]")
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=body)
+
+    with _mock_client(handler, clock=clock) as c:
+        r = c.measure(2, "hello")
+    assert r.index == 2 and r.text == "a b " and r.completion_tokens == 2 and r.finish_reason == "length"
+    assert r.seconds == 5.0 and r.ttft_s == 5.0
+    assert [(q.method, q.url.path) for q in seen] == [("POST", "/generate")]
+    assert json.loads(seen[0].content)["text"] == "hello"
+
+
+def test_mock_transport_retries_a_5xx_and_serves_small_requests():
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/health":
+            return httpx.Response(200)
+        if request.url.path == "/get_server_info":
+            return httpx.Response(200, json={"version": "0.4.0"})
+        if request.url.path == "/generate" and calls.count("POST /generate") == 1:
+            return httpx.Response(503, text="overloaded")
+        if request.url.path == "/generate":
+            return httpx.Response(200, content=_sse({"text": "a b ", "meta_info": _META}) + _sse(b"[DONE]"))
+        return httpx.Response(404)
+
+    with _mock_client(handler) as c:
+        assert c.status("/health", timeout_s=1) == 200
+        assert c.get_json("/server_info", fallbacks=("/get_server_info",)) == {"version": "0.4.0"}
+        assert c.measure(0, "x").completion_tokens == 2
+    assert calls.count("POST /generate") == 2

@@ -1,0 +1,222 @@
+"""``ServerProcess``: one server process we start, wait for and stop, owning everything about it.
+
+Modelled on mirakuru's ``StartCheckExecutor`` and pytest-xprocess's ``ProcessStarter``: the object owns its
+``Popen``, the tree of processes it started (``ProcessTree``), its log file and its PID record entry.
+
+- ``start()``: the argv list (never a shell) in its own session, stdin from /dev/null, stdout + stderr appended to
+  ``log_path`` after a ``# autotune: [argv...]`` line, ``env`` on top of our environment; the entry (pid,
+  create_time, argv, port, log path, children) goes in the PID record.
+- ``wait_ready(check, timeout_s=..., poll_interval_s=...)``: calls ``check(limit_s)`` every poll, on the injected
+  clock from the start, until it is True (ready) or ``timeout_s`` passed (False); each poll first checks the process
+  is alive: an exit raises ``ServerExited`` (``ServerOOM`` when the log says out of memory) with the return code
+  and the log's tail.
+- ``stop()``: SIGTERM to our process group and to every process of the tree (only those whose pid AND create_time
+  match what we saw), a bounded wait, SIGKILL to survivors, reaping, the exit code in ``returncode``, the PID
+  record entry removed, then a bounded wait for the port to be free (``port_freed``). Idempotent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from autotune.clock import Clock, MonotonicClock
+from autotune.errors import ServerExited, ServerOOM
+from autotune.process.logs import log_tail, looks_like_oom
+from autotune.process.pidrecord import PidRecord
+from autotune.process.ports import describe_owner, wait_port_free
+from autotune.process.tree import ProcessTree, stop_fresh_group
+
+log = logging.getLogger("autotune.process")
+
+
+class ServerProcess:
+    """One server process: ``start()``, ``wait_ready(check)``, measure it from outside, ``stop()``."""
+
+    #: the longest a single readiness check may take (wall seconds), whatever is left of the start-up limit
+    check_limit_s: float = 10.0
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        host: str,
+        port: int,
+        env: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
+        record: PidRecord | None = None,
+        term_timeout_s: float = 30.0,
+        kill_timeout_s: float = 10.0,
+        port_free_timeout_s: float = 15.0,
+    ) -> None:
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise TypeError(f"argv must be a non-empty list of strings but got {argv!r}")
+        for name, value in (
+            ("term_timeout_s", term_timeout_s),
+            ("kill_timeout_s", kill_timeout_s),
+            ("port_free_timeout_s", port_free_timeout_s),
+        ):
+            if value < 0:
+                raise ValueError(f"{name} must be at least 0 but got {value}")
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.host = host
+        self.port = int(port)
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.clock: Clock = clock or MonotonicClock()
+        self.record = record
+        self.term_timeout_s = float(term_timeout_s)
+        self.kill_timeout_s = float(kill_timeout_s)
+        self.port_free_timeout_s = float(port_free_timeout_s)
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.tree: ProcessTree | None = None
+        self.started_at: float | None = None  # on ``clock``, right after the process was spawned
+        self.returncode: int | None = None
+        self.port_freed: bool | None = None
+        self.stopped = False
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.popen is None else self.popen.pid
+
+    # -- starting -----------------------------------------------------------------------------------
+
+    def start(self) -> ServerProcess:
+        if self.popen is not None:
+            raise RuntimeError(f"server already started (pid {self.popen.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as logf:
+            logf.write(f"# autotune: {json.dumps(self.argv)}\n".encode())
+            logf.flush()
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+                close_fds=True,
+            )
+        try:
+            self.started_at = self.clock.now()
+            self.tree = ProcessTree(self.popen.pid)
+            self.tree.track()
+            if self.record is not None and self.tree.create_time is not None:
+                self.record.put(self._record_entry())
+        except BaseException:  # e.g. Ctrl-C right after the spawn: stop the process group we just started
+            stop_fresh_group(self.popen)
+            raise
+        return self
+
+    def _record_entry(self) -> dict[str, Any]:
+        assert self.popen is not None and self.tree is not None
+        return {
+            "pid": self.popen.pid,
+            "create_time": self.tree.create_time,
+            "argv": self.argv,
+            "port": self.port,
+            "log_path": str(self.log_path),
+            "orchestrator_pid": os.getpid(),
+            "children": self.tree.descendants(),
+        }
+
+    def track(self) -> None:
+        """Add the server's current descendants to what ``stop()`` stops (and to the PID record)."""
+        if self.tree is None or not self.tree.track():
+            return
+        if self.record is not None and self.tree.create_time is not None:
+            with contextlib.suppress(psutil.Error, OSError):
+                self.record.put(self._record_entry())
+
+    def wait_ready(self, check: Callable[[float], bool], *, timeout_s: float, poll_interval_s: float) -> bool:
+        """Poll ``check(limit_s)`` until True (ready) or ``timeout_s`` (wall) after the start passed (False)."""
+        popen, started_at = self._started()
+        deadline = started_at + timeout_s
+        while True:
+            rc = popen.poll()
+            if rc is not None:
+                raise self._exited_during_startup(rc)
+            remaining = deadline - self.clock.now()
+            if remaining <= 0:
+                return False
+            if check(max(0.05, min(self.check_limit_s, remaining))):
+                return True
+            self.clock.sleep(max(0.0, min(poll_interval_s, deadline - self.clock.now())))
+
+    def _exited_during_startup(self, rc: int) -> ServerExited:
+        tail = self.log_tail()
+        cls = ServerOOM if looks_like_oom(tail) else ServerExited
+        what = "ran out of memory" if cls is ServerOOM else "exited"
+        return cls(
+            f"server {what} during startup (return code {rc}); log: {self.log_path}",
+            returncode=rc,
+            log_tail=tail,
+            log_path=str(self.log_path),
+        )
+
+    def _started(self) -> tuple[subprocess.Popen[bytes], float]:
+        if self.popen is None or self.started_at is None:
+            raise RuntimeError("server not started")
+        return self.popen, self.started_at
+
+    # -- while it runs ------------------------------------------------------------------------------
+
+    def poll(self) -> int | None:
+        """The exit status, None while it runs (or before it started)."""
+        return None if self.popen is None else self.popen.poll()
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The exit status within ``timeout_s``; None when it still runs then."""
+        popen, _ = self._started()
+        try:
+            return popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        return log_tail(self.log_path, lines=lines)
+
+    # -- stopping -----------------------------------------------------------------------------------
+
+    def stop(self) -> int | None:
+        """Stop exactly what we started, reap it, remove the PID record entry, wait for the port; the exit code."""
+        if self.popen is None or self.stopped:
+            return self.returncode
+        self.stopped = True
+        popen = self.popen
+        try:
+            if self.tree is not None:
+                self.tree.stop(
+                    root_running=popen.poll() is None,
+                    term_timeout_s=self.term_timeout_s,
+                    kill_timeout_s=self.kill_timeout_s,
+                )
+            try:
+                self.returncode = popen.wait(timeout=self.kill_timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    popen.kill()
+                self.returncode = popen.wait(timeout=self.kill_timeout_s)
+        finally:
+            if self.record is not None:
+                with contextlib.suppress(OSError):
+                    self.record.remove(popen.pid)
+        self.port_freed = wait_port_free(self.host, self.port, timeout_s=self.port_free_timeout_s, clock=self.clock)
+        if not self.port_freed:
+            log.warning("port %s still in use after stopping the server (by %s)", self.port, describe_owner(self.port))
+        return self.returncode
+
+    def __enter__(self) -> ServerProcess:
+        return self if self.popen is not None else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

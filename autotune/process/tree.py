@@ -1,0 +1,152 @@
+"""Stopping a process tree: exactly the processes we started, never a pid that now belongs to someone else.
+
+A process is named by its pid AND its create_time (psutil checks create_time again before each signal), so a pid
+the system reused is never signalled. Stopping (``stop_processes``) sends SIGTERM to the process group and to each
+process, waits a bounded time, sends SIGKILL to survivors, and waits a bounded time again; ``ProcessTree`` is the
+tree of one started server: its root and every descendant seen so far.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+import psutil
+
+#: create_time of one process as seen twice by psutil agrees to well within this
+_CTIME_TOLERANCE_S = 0.05
+
+
+def alive(p: psutil.Process) -> bool:
+    """Running and not a zombie."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def pgid_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """The live processes of process group ``pgid``."""
+    return [p for p in psutil.process_iter() if pgid_of(p.pid) == pgid and alive(p)]
+
+
+def same_process(pid: int, create_time: float, argv: list[str] | None = None) -> psutil.Process | None:
+    """The live process ``pid`` if it is the one we recorded (create_time, and argv when given)."""
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - create_time) > _CTIME_TOLERANCE_S:
+            return None
+        if argv and not _argv_matches(p.cmdline(), argv):
+            return None
+        return p
+    except psutil.Error:
+        return None
+
+
+def _argv_matches(cmdline: list[str], argv: list[str]) -> bool:
+    if cmdline == argv:
+        return True
+    # a script started through its interpreter (shebang) shows as [interpreter, script, args...]
+    rest = argv[1:]
+    return bool(rest) and len(cmdline) > len(rest) and cmdline[-len(rest) :] == rest
+
+
+def stop_processes(procs: list[psutil.Process], pgid: int | None, term_timeout_s: float, kill_timeout_s: float) -> None:
+    """TERM (group + each), bounded wait, KILL survivors (group + each), bounded wait; on the monotonic clock.
+
+    Waiting polls the processes' state instead of ``psutil.wait_procs``, which would reap our direct child
+    and steal its exit status from ``Popen``.
+    """
+    for sig, timeout in ((signal.SIGTERM, term_timeout_s), (signal.SIGKILL, kill_timeout_s)):
+        living = [p for p in procs if alive(p)]
+        if pgid is not None and (living or sig == signal.SIGTERM):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+        for p in living:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(sig)
+        deadline = time.monotonic() + timeout
+        while (procs := [p for p in living if alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not procs:
+            return
+
+
+def stop_fresh_group(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """Stop a server started moments ago (its own session, so its group id is its pid): TERM, then KILL; reaped."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=timeout_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class ProcessTree:
+    """The processes of one started server: the root (started in its own session, so its pid is its process
+    group's id) and each descendant seen by ``track()``, with the command line it had then."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+        self.create_time: float | None = None  # the root's; None when psutil could not see it
+        self._procs: dict[int, psutil.Process] = {}  # pid -> Process (psutil checks create_time on signals)
+        self._cmdlines: dict[int, list[str]] = {}
+        try:
+            root = psutil.Process(root_pid)
+            self.create_time = root.create_time()
+            self._procs[root_pid] = root
+        except psutil.Error:
+            pass
+
+    def track(self) -> bool:
+        """Add the root's current descendants; True when new ones were added."""
+        root = self._procs.get(self.root_pid)
+        if root is None:
+            return False
+        try:
+            children = root.children(recursive=True)
+        except psutil.Error:
+            return False
+        added = False
+        for c in children:
+            if c.pid not in self._procs:
+                try:
+                    c.create_time()
+                    self._cmdlines[c.pid] = c.cmdline()
+                except psutil.Error:
+                    continue
+                self._procs[c.pid] = c
+                added = True
+        return added
+
+    def descendants(self) -> list[dict[str, Any]]:
+        """The descendants seen so far, as PID record entries (pid, create_time, cmdline)."""
+        return [
+            {"pid": pid, "create_time": p.create_time(), "cmdline": self._cmdlines.get(pid, [])}
+            for pid, p in self._procs.items()
+            if pid != self.root_pid
+        ]
+
+    def stop(self, *, root_running: bool, term_timeout_s: float, kill_timeout_s: float) -> None:
+        """Stop every live process of the tree and, while the root runs or any of ours lives, every member of the
+        root's process group (e.g. re-parented grandchildren we never saw as descendants)."""
+        self.track()
+        ours = [p for p in self._procs.values() if alive(p)]
+        pgid = self.root_pid if root_running or ours else None
+        if pgid is not None:
+            known = {p.pid for p in ours}
+            ours += [p for p in group_members(pgid) if p.pid not in known]
+        stop_processes(ours, pgid, term_timeout_s, kill_timeout_s)
