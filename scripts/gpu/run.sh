@@ -43,7 +43,8 @@
 #                   RAM, 3x the target's F16 size)
 #   MAX_TOKENS (256)  SERVER_EXTRA_ARGS (none)  STARTUP_TIMEOUT_S (300)  PORT (30080)
 #   SWEEP_REPEATS (2)  SWEEP_GRAPHS (on,off)  SWEEP_GOOD_N (1,2,3,4,5,6,7,8,10,12,16)  SWEEP_BAD_N (2,4,8; empty: none)
-#   SWEEP_BUDGET_S (420)  SWEEP_FRESH (0; 1 ignores an earlier sweep's results)
+#   SWEEP_BUDGET_S (450: the default plan took 431 s on an H200)
+#   SWEEP_FRESH (0; 1 ignores an earlier sweep's results)
 #   STUDY_TRIALS (16)  STUDY_GRAPHS (off,on)  STUDY_WALL_S (480)  STUDY_NAME (llamacpp-gpu)
 #   CALL_BUDGET_S   seconds this whole run.sh may take (e.g. 570 under a 600 s command limit): the build, sweep and
 #                   study limits above shrink to what is left when their stage starts
@@ -102,7 +103,7 @@ SWEEP_REPEATS="${SWEEP_REPEATS:-2}"
 SWEEP_GRAPHS="${SWEEP_GRAPHS:-on,off}"
 SWEEP_GOOD_N="${SWEEP_GOOD_N:-1,2,3,4,5,6,7,8,10,12,16}"
 SWEEP_BAD_N="${SWEEP_BAD_N-2,4,8}"  # empty: no bad drafter
-SWEEP_BUDGET_S="${SWEEP_BUDGET_S:-420}"
+SWEEP_BUDGET_S="${SWEEP_BUDGET_S:-450}"
 STUDY_TRIALS="${STUDY_TRIALS:-16}"
 STUDY_GRAPHS="${STUDY_GRAPHS:-off,on}"
 STUDY_WALL_S="${STUDY_WALL_S:-480}"
@@ -540,13 +541,13 @@ stage_study() {
 
 # ------------------------------------------------------------------------------------------------- dispatch
 
-(($# > 0)) || { sed -n '2,45p' "${BASH_SOURCE[0]}"; exit 2; }
+(($# > 0)) || { awk 'NR > 1 && /^set -euo/ {exit} NR > 1' "${BASH_SOURCE[0]}"; exit 2; }
 stages=()
 for s in "$@"; do
     case "$s" in
         all) stages+=(setup build models sweep study) ;;
         setup | build | models | sweep | study) stages+=("$s") ;;
-        -h | --help) sed -n '2,45p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h | --help) awk 'NR > 1 && /^set -euo/ {exit} NR > 1' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "run.sh: unknown stage $s (setup build models sweep study all)" >&2; exit 2 ;;
     esac
 done

@@ -3,7 +3,7 @@
 ``warmup``/``run_prompt`` (the streaming client a study measures with). The ground truth a study is checked against.
 
     python3 scripts/gpu/sweep.py SPACE.yaml --out DIR [--repeats 2] [--graphs on,off] [--good-n 1,2,...,16]
-                                 [--bad-n 2,4,8] [--budget-s 420] [--state PATH]
+                                 [--bad-n 2,4,8] [--budget-s 450] [--state PATH]
 
 Plan: the drafter ``bad`` at the ``--bad-n`` values of draft_n_max with ``--bad-graphs``, the baseline once per
 CUDA-graph setting, the drafter ``good`` at every ``--good-n`` value with each graph setting (alternating);
@@ -374,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--good-n", type=_ints, default=[1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16])
     ap.add_argument("--bad-n", type=_ints, default=[2, 4, 8])
     ap.add_argument("--bad-graphs", type=_graphs, default=[True], help="graph settings for the bad drafter (on)")
-    ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting servers after this (default 420)")
+    ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting servers after this (default 450)")
     ap.add_argument("--record-good", type=int, default=8, help="draft_n_max of the good config whose streams are saved")
     ap.add_argument("--record-bad", type=int, default=4, help="draft_n_max of the bad config whose streams are saved")
     ap.add_argument("--no-record", action="store_true", help="save no raw HTTP responses")
