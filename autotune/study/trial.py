@@ -257,7 +257,7 @@ class Objective:
         if bad is not None:
             raise DrafterNotEngaged(
                 f"drafter {eff.drafter!r} was not engaged in trial {bad.number} "
-                f"({TrialRecord(bad).attrs.get(records.FAIL_REASON, '')}); not launched again"
+                f"({TrialRecord(bad).fail_reason or ''}); not launched again"
             )
         oom = records.predicted_oom(study, eff, self.size_knob)
         if oom is not None:
