@@ -292,6 +292,7 @@ def cmd_study(ctx: Context) -> int:
 
 
 def cmd_confirm(ctx: Context) -> int:
+    from autotune.records import reopen_confirmation
     from autotune.report import build_report
     from autotune.study import Orchestrator
 
@@ -300,9 +301,7 @@ def cmd_confirm(ctx: Context) -> int:
     _port_preflight(ctx)
     ctx.ensure_dirs()
     runner, clock = ctx.runner()
-    prev = study.user_attrs.get("confirmation")
-    if prev:
-        study.set_user_attr("confirmation", {**prev, "done": False})
+    reopen_confirmation(study)
     Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock).confirm()
     report = build_report(study)
     if ctx.args.json:
@@ -366,8 +365,9 @@ def _deploy_space(ctx: Context) -> Any:
 
 
 def cmd_bench(ctx: Context) -> int:
-    from autotune.config import TrialConfig, summarize
+    from autotune.config import PromptResult, TrialConfig
     from autotune.errors import UserError
+    from autotune.measure import measure_config
 
     values: dict[str, Any] = {}
     for item in ctx.args.set:
@@ -397,24 +397,19 @@ def cmd_bench(ctx: Context) -> int:
     _port_preflight(ctx)
     ctx.ensure_dirs()
     runner, _ = ctx.runner()
-    session = runner.launch(eff)
-    try:
-        session.warmup()
-        results = []
-        for i, prompt in enumerate(ctx.space.benchmark.prompts):
-            r = session.run_prompt(i)
-            results.append(r)
-            if not ctx.args.json:
-                acc = f"  accept length {r.accept_length:.2f}" if r.accept_length is not None else ""
-                print(
-                    f"  {prompt.id:<24} {r.completion_tokens:>6} tokens {r.seconds:8.2f} s "
-                    f"{r.tok_per_s:8.1f} tok/s{acc}",
-                    file=sys.stderr,
-                )
-        info = session.info
-    finally:
-        session.close()
-    summary = summarize(results)
+    prompts = ctx.space.benchmark.prompts
+
+    def progress(i: int, r: PromptResult, _results: list[PromptResult]) -> None:
+        if not ctx.args.json:
+            acc = f"  accept length {r.accept_length:.2f}" if r.accept_length is not None else ""
+            print(
+                f"  {prompts[i].id:<24} {r.completion_tokens:>6} tokens {r.seconds:8.2f} s "
+                f"{r.tok_per_s:8.1f} tok/s{acc}",
+                file=sys.stderr,
+            )
+
+    m = measure_config(runner, eff, ctx.space, on_prompt=progress)
+    info, summary = m.info, m.summary
     out = {
         "config": eff.to_dict(),
         "simulated": ctx.label,
@@ -422,7 +417,7 @@ def cmd_bench(ctx: Context) -> int:
         "startup_s": info.startup_s,
         "server_effective": info.effective,
         "summary": summary,
-        "prompts": [r.to_dict() for r in results],
+        "prompts": [r.to_dict() for r in m.results],
     }
     if ctx.args.json:
         print(json.dumps(out, indent=2, default=str))

@@ -10,29 +10,13 @@ from __future__ import annotations
 
 import optuna
 from optuna.pruners import BasePruner
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
+from autotune.records import BASELINE_DRAFTER, PARAM_DRAFTER, TrialRecord, find_baseline, is_baseline_trial
 from autotune.stats import START_NOISE, PruneDecision, prune_decision
 
-BASELINE = "none"
-
-
-def is_baseline_trial(t: FrozenTrial) -> bool:
-    """Baseline trials are enqueued with user attr role=baseline (the sampler never proposes them)."""
-    return t.user_attrs.get("role") == "baseline" or t.params.get("drafter") == BASELINE
-
-
-def find_baseline(study: optuna.Study, cuda_graph: object) -> FrozenTrial | None:
-    """The measured baseline trial (not a duplicate) for a CUDA-graph setting, or None."""
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if (
-            is_baseline_trial(t)
-            and t.params.get("cuda_graph") == cuda_graph
-            and "duplicate_of" not in t.user_attrs
-            and t.intermediate_values
-        ):
-            return t
-    return None
+#: the baseline's drafter param (``autotune.records.BASELINE_DRAFTER``)
+BASELINE = BASELINE_DRAFTER
 
 
 def paired_values(trial: FrozenTrial, baseline: FrozenTrial) -> tuple[list[float], list[float]]:
@@ -57,9 +41,10 @@ class BaselinePruner(BasePruner):
 
     def decide(self, study: optuna.Study, trial: FrozenTrial) -> PruneDecision | None:
         """The decision with its numbers, or None when there is nothing to compare with."""
-        if is_baseline_trial(trial) or "drafter" not in trial.params:
+        r = TrialRecord(trial)
+        if r.is_baseline or PARAM_DRAFTER not in trial.params:
             return None
-        baseline = find_baseline(study, trial.params.get("cuda_graph"))
+        baseline = find_baseline(study, r.cuda_graph)
         if baseline is None:
             return None
         t, b = paired_values(trial, baseline)
@@ -72,3 +57,6 @@ class BaselinePruner(BasePruner):
             return False
         d = self.decide(study, trial)
         return bool(d and d.prune)
+
+
+__all__ = ["BASELINE", "BaselinePruner", "find_baseline", "is_baseline_trial", "paired_values"]

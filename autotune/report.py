@@ -7,11 +7,12 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import lossless
+from autotune import lossless, records
 from autotune.config import TrialConfig
-from autotune.pruner import find_baseline, is_baseline_trial
+from autotune.errors import DrafterNotEngaged, ServerOOM
+from autotune.records import TrialRecord, find_baseline, find_exclusions, is_baseline_trial
 from autotune.stats import log_ratios, upper_bound
-from autotune.study import find_exclusions
+from autotune.study.race import headline as _headline
 
 VERDICT_TEXT = {
     "speculation-wins": "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
@@ -21,29 +22,29 @@ VERDICT_TEXT = {
 
 
 def _trial_row(t: FrozenTrial) -> dict[str, Any]:
-    ua = t.user_attrs
+    r = TrialRecord(t)
     return {
         "number": t.number,
         "state": t.state.name,
-        "role": ua.get("role"),
+        "role": r.role,
         "params": dict(t.params),
-        "config": ua.get("effective") or ua.get("config"),
+        "config": r.shown_config,
         "tok_per_s": t.value if t.state == TrialState.COMPLETE else None,
-        "speedup": ua.get("speedup"),
-        "speedup_upper": ua.get("speedup_upper"),
+        "speedup": r.speedup,
+        "speedup_upper": r.speedup_upper,
         "prompts_measured": len(t.intermediate_values),
-        "accept_length": ua.get("accept_length")
-        if ua.get("accept_length") is not None
-        else _mean([p.get("accept_length") for p in ua.get("prompts", [])]),
-        "startup_s": ua.get("startup_s"),
-        "duplicate_of": ua.get("duplicate_of"),
-        "prune_reason": ua.get("prune_reason") or ua.get("infeasible"),
-        "fail_kind": ua.get("fail_kind"),
-        "fail_reason": ua.get("fail_reason"),
-        "lossless": ua.get("lossless"),
-        "lossless_summary": lossless.summary_line(ua["lossless"]) if ua.get("lossless") else None,
-        "log_path": ua.get("log_path"),
-        "argv": ua.get("argv"),
+        "accept_length": r.accept_length
+        if r.accept_length is not None
+        else _mean([p.get("accept_length") for p in r.prompts]),
+        "startup_s": r.startup_s,
+        "duplicate_of": r.duplicate_of,
+        "prune_reason": r.prune_reason or r.infeasible,
+        "fail_kind": r.fail_kind,
+        "fail_reason": r.fail_reason,
+        "lossless": r.lossless,
+        "lossless_summary": lossless.summary_line(r.lossless) if r.lossless else None,
+        "log_path": r.log_path,
+        "argv": r.argv,
     }
 
 
@@ -54,15 +55,16 @@ def _mean(xs: list[Any]) -> float | None:
 
 def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
     out = {}
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if is_baseline_trial(t) and "duplicate_of" not in t.user_attrs:
-            key = "cuda_graph_on" if t.params.get("cuda_graph") else "cuda_graph_off"
+    for t in records.trials(study, (TrialState.COMPLETE,)):
+        r = TrialRecord(t)
+        if r.is_baseline and not r.is_duplicate:
+            key = "cuda_graph_on" if r.cuda_graph else "cuda_graph_off"
             out.setdefault(
                 key,
                 {
                     "trial": t.number,
                     "tok_per_s": t.value,
-                    "cuda_graph": bool(t.params.get("cuda_graph")),
+                    "cuda_graph": bool(r.cuda_graph),
                     "per_prompt_tok_per_s": [t.intermediate_values[s] for s in sorted(t.intermediate_values)],
                 },
             )
@@ -70,9 +72,9 @@ def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
 
 
 def build_report(study: optuna.Study) -> dict[str, Any]:
-    trials = study.get_trials(deepcopy=False)
+    trials = records.trials(study)
     rows = [_trial_row(t) for t in trials]
-    conf = study.user_attrs.get("confirmation") or {}
+    conf: records.ConfirmationState = records.confirmation(study) or {}
     by_number = {t.number: t for t in trials}
     base = baselines(study)
     best = None
@@ -107,7 +109,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
             "speedup_ci": _headline(r),
             "same_setting_speedup_ci": r["speedup_ci"],
             "search_tok_per_s": t.value,
-            "accept_length": t.user_attrs.get("accept_length"),
+            "accept_length": TrialRecord(t).accept_length,
         }
     fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
     for row in rows:
@@ -122,12 +124,13 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         basis = "search"
         exclusions = find_exclusions(study)
     recommended = recommend(study, v, best)
-    spec = [r for r in rows if r["role"] == "speculative"]
-    floor = study.user_attrs.get("lossless_floor", [])
+    spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE]
+    floor = records.lossless_floor(study)
+    simulated, units = records.study_labels(study)
     return {
         "study": study.study_name,
-        "simulated": study.user_attrs.get("simulated"),
-        "units": study.user_attrs.get("units", "tok/s"),
+        "simulated": simulated,
+        "units": units,
         "baseline": base,
         "trials": rows,
         "counts": {
@@ -163,16 +166,13 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     }
 
 
-def _headline(r: dict[str, Any]) -> dict[str, Any] | None:
-    return r.get("deploy_speedup_ci") or r.get("speedup_ci")
-
-
 def _vs_fastest(t: FrozenTrial, fastest: dict[str, Any] | None) -> float | None:
     """A trial's tok/s over its measured prompts divided by the fastest baseline's over the same prompts."""
-    if fastest is None or not t.intermediate_values or is_baseline_trial(t) or "duplicate_of" in t.user_attrs:
+    r = TrialRecord(t)
+    if fastest is None or not t.intermediate_values or r.is_baseline or r.is_duplicate:
         return None
     base = fastest["per_prompt_tok_per_s"]
-    prompts = t.user_attrs.get("prompts") or []
+    prompts = r.prompts or []
     steps = sorted(t.intermediate_values)
     if len(prompts) >= len(steps) and all(p.get("seconds") for p in prompts[: len(steps)]):
         tokens = sum(p["completion_tokens"] for p in prompts[: len(steps)])
@@ -198,8 +198,8 @@ def _unconfirmed_verdict(study: optuna.Study) -> tuple[str, str]:
     """Without confirmation: baseline-wins only if every measured speculative trial clearly lost."""
     spec = [
         t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if not is_baseline_trial(t) and "duplicate_of" not in t.user_attrs
+        for t in records.trials(study, (TrialState.COMPLETE,))
+        if not is_baseline_trial(t) and not TrialRecord(t).is_duplicate
     ]
     excluded = find_exclusions(study)
     if excluded:
@@ -207,7 +207,7 @@ def _unconfirmed_verdict(study: optuna.Study) -> tuple[str, str]:
     if not spec:
         return "baseline-wins", "search (no speculative trial survived pruning)"
     for t in spec:
-        b = find_baseline(study, t.params.get("cuda_graph"))
+        b = find_baseline(study, TrialRecord(t).cuda_graph)
         if b is None:
             return "inconclusive", "search only (not confirmed)"
         steps = sorted(t.intermediate_values)
@@ -262,7 +262,7 @@ def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) ->
 def _flags(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     for r in rows:
-        if r["fail_kind"] == "drafter-not-engaged":
+        if r["fail_kind"] == DrafterNotEngaged.kind:
             out.append(f"trial {r['number']}: drafter not engaged: {r['fail_reason']}")
         record = r.get("lossless")
         if record and not record.get("ok", True):
@@ -271,6 +271,6 @@ def _flags(rows: list[dict[str, Any]]) -> list[str]:
                 f"confident ({lossless.summary_line(record)}; matching prefix {record['min_prefix_fraction']:.0%}): "
                 "broken drafter, kernel or config"
             )
-        if r["fail_kind"] == "oom":
+        if r["fail_kind"] == ServerOOM.kind:
             out.append(f"trial {r['number']}: out of memory ({r['prune_reason']})")
     return out

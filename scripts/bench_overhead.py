@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: checkout's package (e.g. ``git archive COMMIT autotune``) with this variable set, for before/after figures
 PACKAGE_ROOT = Path(os.environ.get("AUTOTUNE_BENCH_PACKAGE") or ROOT)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_search import replace_section  # noqa: E402
+from bench_common import replace_section  # noqa: E402
 
 sys.path.insert(0, str(PACKAGE_ROOT))
 
@@ -61,7 +61,7 @@ from autotune.sim.args import parse_launch_args  # noqa: E402
 from autotune.sim.engine import SimEngine  # noqa: E402
 from autotune.sim.runner import sim_argv  # noqa: E402
 from autotune.space import SimulateSpec, Space, load_space  # noqa: E402
-from autotune.study import Orchestrator, open_study  # noqa: E402
+from autotune.study import Event, Orchestrator, open_study  # noqa: E402
 
 SPACE = ROOT / "spaces" / "llama-8b-eagle3.yaml"
 
@@ -162,29 +162,40 @@ class _TimedSession:
     def close(self) -> None:
         t0 = time.perf_counter()
         self.s.close()
-        self.row["close"] += time.perf_counter() - t0
+        self.row["closed_at"] = time.perf_counter()
+        self.row["close"] += self.row["closed_at"] - t0
 
 
-class WallOrchestrator(Orchestrator):
-    """Wall time of each trial's objective, less the paired bare start ``Timed`` makes in it."""
+class TrialWalls:
+    """A listener: the wall time of each trial, from its ``trial-start`` event to its end, less the paired bare start
+    ``Timed`` made in it. The end is the ``trial-end`` event (the last thing a trial does), or the stop of the trial's
+    server when that came later (packages before issue #12, measured with ``--before``, announced the end of a pruned
+    or failed trial before stopping its server)."""
 
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self.walls: list[float] = []
+    def __init__(self, timed: Timed) -> None:
+        self.timed = timed
+        self.trials: list[dict[str, float]] = []
 
-    def objective(self, trial: optuna.Trial) -> float:
-        timed: Timed = self.runner
-        n = len(timed.rows)
-        t0 = time.perf_counter()
-        try:
-            return super().objective(trial)
-        finally:
-            wall = time.perf_counter() - t0
-            if len(timed.rows) > n:  # launched (duplicates are not)
-                row = timed.rows[-1]
+    def __call__(self, ev: Event) -> None:
+        if ev.kind == "trial-start":
+            self.trials.append({"start": time.perf_counter(), "rows": len(self.timed.rows)})
+        elif ev.kind == "trial-end" and self.trials:
+            self.trials[-1]["end"] = time.perf_counter()
+
+    def walls(self) -> list[float]:
+        """One wall per trial; each launched trial's row gets its ``wall`` too."""
+        out = []
+        rows = self.timed.rows
+        for k, t in enumerate(self.trials):
+            n_after = int(self.trials[k + 1]["rows"]) if k + 1 < len(self.trials) else len(rows)
+            row = rows[n_after - 1] if n_after > t["rows"] else None  # launched (duplicates are not)
+            end = max(t["end"], row.get("closed_at", 0.0)) if row is not None else t["end"]
+            wall = end - t["start"]
+            if row is not None:
                 wall -= row["bare"]
                 row["wall"] = wall
-            self.walls.append(wall)
+            out.append(wall)
+        return out
 
 
 def measure_overhead(n_trials: int, time_scale: float, max_tokens: int, poll: float | None = None) -> dict[str, Any]:
@@ -205,11 +216,13 @@ def measure_overhead(n_trials: int, time_scale: float, max_tokens: int, poll: fl
             runner.poll_interval_s = poll
         timed = Timed(runner, backend, space)
         study = open_study(space, f"sqlite:///{tmp}/study.db", "overhead", seed=0, simulated=True)
-        orch = WallOrchestrator(space, backend, timed, study)
+        trial_walls = TrialWalls(timed)
+        orch = Orchestrator(space, backend, timed, study, listener=trial_walls)
         t0 = time.perf_counter()
         orch.search(n_trials)
         search_wall = time.perf_counter() - t0
         n_measured = len(timed.rows)
+        walls = trial_walls.walls()
     per_trial = [
         {
             **r,
@@ -220,7 +233,7 @@ def measure_overhead(n_trials: int, time_scale: float, max_tokens: int, poll: fl
         for r in timed.rows
     ]
     # the loop's own time between trials (sampler, storage reads) is the rest of the search wall (bare starts out)
-    loop_rest = search_wall - sum(orch.walls) - sum(r["bare"] for r in timed.rows)
+    loop_rest = search_wall - sum(walls) - sum(r["bare"] for r in timed.rows)
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in per_trial)
@@ -228,7 +241,7 @@ def measure_overhead(n_trials: int, time_scale: float, max_tokens: int, poll: fl
     return {
         "poll_interval_s": poll if poll is not None else ProcessRunner.poll_interval_s,
         "trials_launched": n_measured,
-        "trials_total": len(orch.walls),
+        "trials_total": len(walls),
         "time_scale": time_scale,
         "max_tokens": max_tokens,
         "bare_start_median_s": statistics.median(r["bare"] for r in timed.rows),
@@ -245,9 +258,9 @@ def measure_overhead(n_trials: int, time_scale: float, max_tokens: int, poll: fl
                 "overhead",
             )
         },
-        "trial_wall_median_s": statistics.median(orch.walls),
-        "between_trials_per_trial_s": loop_rest / max(len(orch.walls), 1),
-        "overhead_per_trial_median_s": med("overhead") + loop_rest / max(len(orch.walls), 1),
+        "trial_wall_median_s": statistics.median(walls),
+        "between_trials_per_trial_s": loop_rest / max(len(walls), 1),
+        "overhead_per_trial_median_s": med("overhead") + loop_rest / max(len(walls), 1),
         "search_wall_s": search_wall,
     }
 

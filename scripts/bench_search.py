@@ -53,20 +53,24 @@ from typing import Any
 
 import numpy as np
 import optuna
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = Path(__file__).resolve().parent / "bench_scenarios"
-# the package measured: this checkout's, unless scripts/bench_overhead.py --before points at another one
-sys.path.insert(0, os.environ.get("AUTOTUNE_BENCH_PACKAGE") or str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
 
+from bench_common import replace_section  # noqa: E402
+
+from autotune import records  # noqa: E402
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
 from autotune.clock import VirtualClock  # noqa: E402
-from autotune.config import TrialConfig, summarize  # noqa: E402
+from autotune.config import TrialConfig  # noqa: E402
 from autotune.errors import LaunchError  # noqa: E402
+from autotune.measure import measure_config  # noqa: E402
 from autotune.report import build_report  # noqa: E402
+from autotune.sim.scenario import SCENARIO_DIR, Scenario, ScenarioLoader, read_scenario, scenario_loader  # noqa: E402
 from autotune.space import Space, load_space  # noqa: E402
-from autotune.study import Orchestrator, open_study  # noqa: E402
+from autotune.study import Event, Orchestrator, open_study  # noqa: E402
 
 #: name -> (space file relative to the repo, what the landscape shows)
 SCENARIOS: dict[str, tuple[str, str]] = {
@@ -96,64 +100,22 @@ WITHIN = 0.02
 # ------------------------------------------------------------------------------------------------ scenarios
 
 
-def _bench_scenario(path: Path) -> Any:
+def _bench_scenario(path: Path) -> Scenario:
     """A benchmark scenario file (same format as autotune/sim/scenarios/*.yaml); dirs resolve in scripts/
     bench_scenarios/ first, then in the package's scenario directory."""
-    from autotune.sim.model import DrafterProfile, Hardware
-    from autotune.sim.scenario import SCENARIO_DIR, Scenario, SimDrafter
-
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-
-    def where(d: str) -> str:
-        mine = BENCH_DIR / d
-        return str(mine if mine.exists() else Path(SCENARIO_DIR) / d)
-
-    def cfg(d: str) -> dict[str, Any]:
-        with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
-            return json.load(f)
-
-    startup = raw.get("startup", {})
-    drafters = {}
-    for name, d in raw["drafters"].items():
-        ddir = where(d["dir"])
-        drafters[name] = SimDrafter(name=name, dir=ddir, profile=DrafterProfile(**d["profile"]), config=cfg(ddir))
-    tdir = where(raw["target"]["dir"])
-    return Scenario(
-        name=raw["name"],
-        description=raw.get("description", ""),
-        target_name=raw["target"]["name"],
-        target_dir=tdir,
-        target_config=cfg(tdir),
-        family=raw["target"].get("family", "other"),
-        load_s=float(startup.get("load_s", 60.0)),
-        speculative_s=float(startup.get("speculative_s", 0.0)),
-        cuda_graph_s=float(startup.get("cuda_graph_s", 0.0)),
-        cuda_graph_speculative_s=float(startup.get("cuda_graph_speculative_s", 0.0)),
-        graphs_on=Hardware(**raw["hardware"]["graphs_on"]),
-        graphs_off=Hardware(**raw["hardware"]["graphs_off"]),
-        drafters=drafters,
-        faults=tuple(raw.get("faults") or ()),
-    )
+    return read_scenario(str(path), dirs=[str(BENCH_DIR), SCENARIO_DIR])
 
 
-def install_bench_scenarios() -> None:
-    """Let the simulator find the scenarios of scripts/bench_scenarios/ by name (the package loader only reads its
-    own directory). Patches the two module globals that resolve scenario names, in this process only."""
-    import autotune.sim as sim
-    import autotune.sim.args as sim_args
-    from autotune.sim import scenario as sim_scenario
+_LOADER: list[ScenarioLoader] = []  # read once per process (not functools.cache: joblib's workers pickle by value)
 
-    if getattr(sim_args.load_scenario, "bench", False):
-        return
-    extra = {s.name: s for s in (_bench_scenario(p) for p in sorted(BENCH_DIR.glob("*.scenario.yaml")))}
-    original = sim_scenario.load_scenario
 
-    def load(name: str) -> Any:
-        return extra[name] if name in extra else original(name)
-
-    load.bench = True  # type: ignore[attr-defined]
-    sim.load_scenario = load
-    sim_args.load_scenario = load
+def scenarios() -> ScenarioLoader:
+    """Scenario names as the benchmark resolves them: scripts/bench_scenarios/ besides the shipped scenarios (given
+    to ``simulated_space`` and ``ModelRunner``)."""
+    if not _LOADER:
+        extra = {s.name: s for s in (_bench_scenario(p) for p in sorted(BENCH_DIR.glob("*.scenario.yaml")))}
+        _LOADER.append(scenario_loader(extra))
+    return _LOADER[0]
 
 
 def quiet() -> None:
@@ -165,8 +127,7 @@ def quiet() -> None:
 def load(name: str, n_trials: int | None = None) -> Space:
     from autotune.sim import simulated_space
 
-    install_bench_scenarios()
-    space = simulated_space(load_space(str(ROOT / SCENARIOS[name][0])))
+    space = simulated_space(load_space(str(ROOT / SCENARIOS[name][0])), scenarios=scenarios())
     if n_trials is not None:
         space = dataclasses.replace(space, budget=dataclasses.replace(space.budget, n_trials=n_trials))
     return space
@@ -196,7 +157,7 @@ def ground_truth(name: str) -> dict[str, Any]:
     quiet()
     space = load(name)
     backend = SGLangBackend()
-    runner = ModelRunner(space, backend, VirtualClock(), seed=0)
+    runner = ModelRunner(space, backend, VirtualClock(), seed=0, scenarios=scenarios())
     points = grid_points(space, backend)
     truth = {c.key(): runner.true_tok_per_s(c) for c in points}
     base = {c.cuda_graph: truth[c.key()] for c in points if c.is_baseline}
@@ -229,18 +190,16 @@ def ground_truth(name: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ methods
 
 
-class TimedOrchestrator(Orchestrator):
-    """The shipped orchestration; records the virtual time at which each trial ended."""
+class EndTimes:
+    """A listener: the virtual time at which each trial ended (its ``trial-end`` event, the last thing it does)."""
 
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self.end_times: dict[int, float] = {}
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.at: dict[int, float] = {}
 
-    def objective(self, trial: optuna.Trial) -> float:
-        try:
-            return super().objective(trial)
-        finally:
-            self.end_times[trial.number] = self.clock.now()
+    def __call__(self, ev: Event) -> None:
+        if ev.kind == "trial-end" and ev.trial is not None:
+            self.at[ev.trial] = self.clock.now()
 
 
 def _first_within(traj: list[tuple[float, float]], opt: float) -> float | None:
@@ -257,22 +216,16 @@ def run_grid(name: str, seed: int, truth: dict[str, float], opt: float) -> dict[
     space = load(name)
     backend = SGLangBackend()
     clock = VirtualClock()
-    runner = ModelRunner(space, backend, clock, seed=seed)
+    runner = ModelRunner(space, backend, clock, seed=seed, scenarios=scenarios())
     best_v, best_key = -math.inf, None
     traj: list[tuple[float, float]] = []
     starts = 0
     for cfg in grid_points(space, backend):
         try:
-            session = runner.launch(cfg)
+            v = measure_config(runner, cfg, space).tok_per_s
         except LaunchError:
             continue
         starts += 1
-        try:
-            session.warmup()
-            results = [session.run_prompt(i) for i in range(len(space.benchmark.prompts))]
-        finally:
-            session.close()
-        v = summarize(results)["tok_per_s"]
         if v > best_v:
             best_v, best_key = v, cfg.key()
         traj.append((clock.now(), truth[best_key]))
@@ -292,20 +245,20 @@ def run_grid(name: str, seed: int, truth: dict[str, float], opt: float) -> dict[
     }
 
 
-def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.samplers.BaseSampler | None, type]:
-    """(space as run, sampler or None for the package's default, orchestrator class)."""
+def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.samplers.BaseSampler | None]:
+    """(space as run, sampler or None for the package's default)."""
     if method == "tuner":
-        return space, None, TimedOrchestrator
+        return space, None
     if method == "tuner_no_prune":
-        return no_pruning(space), None, TimedOrchestrator
+        return no_pruning(space), None
     if method == "tuner_no_refine":
-        return _no_refine(space), None, TimedOrchestrator
+        return _no_refine(space), None
     if method == "random":
-        return _no_refine(no_pruning(space)), optuna.samplers.RandomSampler(seed=seed), TimedOrchestrator
+        return _no_refine(no_pruning(space)), optuna.samplers.RandomSampler(seed=seed)
     if method == "tuner_prev":  # the defaults before start_noise and 3 x 4 confirmation were shipped
         prev = dataclasses.replace(space.pruning, start_noise=0.0)
         prev_space = _no_refine(dataclasses.replace(space, pruning=prev))
-        return _verdict(prev_space, confirm_top=2, repeats=3, max_repeats=3), None, TimedOrchestrator
+        return _verdict(prev_space, confirm_top=2, repeats=3, max_repeats=3), None
     raise ValueError(f"unknown method {method!r}")
 
 
@@ -322,10 +275,10 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
 
     quiet()
     base_space = load(name)
-    space, sampler, orch_cls = make_method(method, base_space, seed)
+    space, sampler = make_method(method, base_space, seed)
     backend = SGLangBackend()
     clock = VirtualClock()
-    runner = ModelRunner(space, backend, clock, seed=seed)
+    runner = ModelRunner(space, backend, clock, seed=seed, scenarios=scenarios())
     study = open_study(
         space,
         optuna.storages.InMemoryStorage(),
@@ -334,7 +287,8 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
         simulated=True,
         sampler=sampler,
     )
-    orch = orch_cls(space, backend, runner, study, clock=clock)
+    end_times = EndTimes(clock)
+    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=end_times)
     orch.search(space.budget.n_trials, timeout_s=space.budget.timeout_s)
     search_s = clock.now()
     state = orch.confirm()
@@ -344,30 +298,28 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
     best_v, best_key = -math.inf, None
     traj: list[tuple[float, float]] = []
     for t in sorted(trials, key=lambda t: t.number):
-        if t.number not in orch.end_times:
+        if t.number not in end_times.at:
             continue
         if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None and t.value > best_v:
-            best_v, best_key = t.value, t.user_attrs["config_key"]
+            best_v, best_key = t.value, records.TrialRecord(t).config_key
         if best_key is not None:
-            traj.append((orch.end_times[t.number], truth[best_key]))
+            traj.append((end_times.at[t.number], truth[best_key]))
     t2 = _first_within(traj, opt)
 
     rec = build_report(study)["recommended"]["config"]
     rec_key = TrialConfig.from_dict(rec).key()
 
-    measured = [
+    measured = [t for t in trials if records.is_measured_speculative(t)]
+    pruned = [
         t
-        for t in trials
-        if t.user_attrs.get("role") == "speculative"
-        and t.user_attrs.get("measured")
-        and "duplicate_of" not in t.user_attrs
+        for t in measured
+        if t.state == optuna.trial.TrialState.PRUNED and records.TrialRecord(t).prune_reason is not None
     ]
-    pruned = [t for t in measured if t.state == optuna.trial.TrialState.PRUNED and "prune_reason" in t.user_attrs]
     n_prompts = len(space.benchmark.prompts)
     base_true = {cg: truth[TrialConfig.baseline(cg).key()] for cg in space.search.cuda_graph}
 
     def true_speedup(t: optuna.trial.FrozenTrial) -> float:
-        eff = TrialConfig.from_dict(t.user_attrs["effective"])
+        eff = records.TrialRecord(t).effective_config()
         return truth[eff.key()] / base_true[eff.cuda_graph]
 
     false_prunes = [t for t in pruned if true_speedup(t) > 1.0]
@@ -548,22 +500,6 @@ def write_outputs(out: Path, result: dict[str, Any]) -> None:
     data["search"] = result
     jpath.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
     replace_section(out / "benchmarks.md", "search", markdown(result))
-
-
-BEGIN = "<!-- begin {} -->"
-END = "<!-- end {} -->"
-
-
-def replace_section(path: Path, key: str, body: str) -> None:
-    """Replace (or append) the block between the section's markers; the rest of the file is kept."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    b, e = BEGIN.format(key), END.format(key)
-    block = f"{b}\n{body.rstrip()}\n{e}\n"
-    if b in text and e in text:
-        text = text[: text.index(b)] + block + text[text.index(e) + len(e) + 1 :]
-    else:
-        text = text.rstrip() + "\n\n" + block
-    path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:

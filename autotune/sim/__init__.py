@@ -14,7 +14,15 @@ from autotune.errors import SpaceError
 from autotune.sim.args import ResolvedArgs, SimLaunchError, parse_launch_args
 from autotune.sim.prompts import FIELD_REPORT_PROMPTS
 from autotune.sim.runner import ModelRunner
-from autotune.sim.scenario import Scenario, ScenarioError, load_scenario, scenario_names
+from autotune.sim.scenario import (
+    Scenario,
+    ScenarioError,
+    ScenarioLoader,
+    load_scenario,
+    read_scenario,
+    scenario_loader,
+    scenario_names,
+)
 from autotune.space import SimulateSpec, Space
 
 
@@ -37,12 +45,13 @@ def sim_launcher(spec: SimulateSpec) -> tuple[str, ...]:
     return argv
 
 
-def simulated_space(space: Space) -> Space:
+def simulated_space(space: Space, *, scenarios: ScenarioLoader = load_scenario) -> Space:
     """A copy of ``space`` that runs on the simulator: the target and each drafter point at the scenario's stand-in
-    checkpoints (matched by drafter name), and the launcher starts ``python -m autotune.sim``. Raises SpaceError."""
+    checkpoints (matched by drafter name), and the launcher starts ``python -m autotune.sim``. ``scenarios``
+    resolves the scenario's name (default: the shipped ones; give the same to ``ModelRunner``). Raises SpaceError."""
     spec = space.simulate or SimulateSpec()
     try:
-        scenario = load_scenario(spec.scenario)
+        scenario = scenarios(spec.scenario)
     except ScenarioError as e:
         raise SpaceError(str(e), path=space.path, field="simulate.scenario") from None
     drafters = []
@@ -66,9 +75,12 @@ __all__ = [
     "ResolvedArgs",
     "Scenario",
     "ScenarioError",
+    "ScenarioLoader",
     "SimLaunchError",
     "load_scenario",
     "parse_launch_args",
+    "read_scenario",
+    "scenario_loader",
     "scenario_names",
     "sim_launcher",
     "simulated_space",

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.sim.scenario import Scenario, ScenarioError, SimDrafter, load_scenario, scenario_names
+from autotune.sim.scenario import Scenario, ScenarioError, ScenarioLoader, SimDrafter, load_scenario, scenario_names
 
 SGLANG_VERSION = "0.5.23"
 
@@ -294,14 +294,15 @@ def _target_ok(path: str, scenario: Scenario) -> bool:
     return os.path.isdir(path) and os.path.isfile(cfg)
 
 
-def parse_launch_args(argv: list[str]) -> ResolvedArgs:
-    """Parse the sim's and SGLang's launch flags and apply SGLang's rules. Raises SimLaunchError."""
+def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+    """Parse the sim's and SGLang's launch flags and apply SGLang's rules. Raises SimLaunchError. ``load`` resolves
+    ``--scenario`` (default: the shipped scenarios)."""
     vals, fault_texts, log = _split(list(argv))
     name = vals.get("scenario")
     if not name:
         raise _fail(f"autotune.sim: --scenario is required (one of {', '.join(scenario_names())})", log, returncode=2)
     try:
-        scenario = load_scenario(name)
+        scenario = load(name)
     except ScenarioError as e:
         raise _fail(f"autotune.sim: {e}", log, returncode=2) from None
     for key in _INT_FIELDS:

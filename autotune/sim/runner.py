@@ -16,6 +16,7 @@ from autotune.errors import BenchmarkError, ServerDied, ServerExited, ServerOOM,
 from autotune.sim.args import ResolvedArgs, SimLaunchError, parse_launch_args
 from autotune.sim.engine import Generation, SimEngine
 from autotune.sim.model import stable_hash
+from autotune.sim.scenario import ScenarioLoader, load_scenario
 
 if TYPE_CHECKING:
     from autotune.space import Space
@@ -55,16 +56,29 @@ def _launch_error(e: SimLaunchError, log_path: str | None = None) -> ServerExite
 
 
 class ModelRunner:
-    """The in-process simulator runner. ``seed`` varies the per-start noise between runners."""
+    """The in-process simulator runner. ``seed`` varies the per-start noise between runners; ``scenarios`` resolves
+    scenario names (``autotune.sim.scenario.scenario_loader`` adds scenarios that are not shipped)."""
 
     simulated = True
 
-    def __init__(self, space: Space, backend: _ArgvBackend, clock: VirtualClock, seed: int = 0) -> None:
+    def __init__(
+        self,
+        space: Space,
+        backend: _ArgvBackend,
+        clock: VirtualClock,
+        seed: int = 0,
+        *,
+        scenarios: ScenarioLoader = load_scenario,
+    ) -> None:
         self.space = space
         self.backend = backend
         self.clock = clock
         self.seed = int(seed)
+        self.scenarios = scenarios  # how the argv's --scenario name resolves
         self.launches = 0
+
+    def _parse(self, argv: list[str]) -> ResolvedArgs:
+        return parse_launch_args(sim_argv(argv), load=self.scenarios)
 
     def _argv(self, config: TrialConfig) -> list[str]:
         return list(self.backend.argv(config, self.space, port=self.space.server.port, simulate=True))
@@ -72,7 +86,7 @@ class ModelRunner:
     def resolve(self, config: TrialConfig) -> ResolvedArgs:
         """The simulator's resolved arguments for ``config``. Raises ServerExited when it would refuse them."""
         try:
-            return parse_launch_args(sim_argv(self._argv(config)))
+            return self._parse(self._argv(config))
         except SimLaunchError as e:
             raise _launch_error(e) from None
 
@@ -82,7 +96,7 @@ class ModelRunner:
         if hasattr(self.backend, "env"):
             env = dict(self.backend.env(config, self.space))  # type: ignore[attr-defined]
         try:
-            args = parse_launch_args(sim_argv(argv))
+            args = self._parse(argv)
         except SimLaunchError as e:
             self.clock.advance(ARG_FAILURE_S, "startup")
             raise _launch_error(e) from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -126,21 +127,36 @@ def _probability(v: object, where: str) -> float:
     return float(v)
 
 
+#: how a scenario name becomes a ``Scenario`` (``load_scenario``: the shipped ones; ``scenario_loader`` adds more)
+ScenarioLoader = Callable[[str], Scenario]
+
+
 @lru_cache(maxsize=32)
 def load_scenario(name: str) -> Scenario:
     """Load a shipped scenario by name. Raises ScenarioError naming the known scenarios."""
     path = os.path.join(SCENARIO_DIR, f"{name}.yaml")
     if not name or "/" in name or not os.path.isfile(path):
         raise ScenarioError(f"unknown simulator scenario {name!r}; known: {', '.join(scenario_names())}")
+    return read_scenario(path, name=name)
+
+
+def read_scenario(path: str, *, name: str | None = None, dirs: Sequence[str] | None = None) -> Scenario:
+    """A scenario file. Its stand-in directories (``dir:``) resolve in the first of ``dirs`` that has them, else
+    in the last (default: the package's scenario directory). Raises ScenarioError."""
+    dirs = [SCENARIO_DIR] if dirs is None else list(dirs)
+
+    def resolve(d: str) -> str:
+        return next((os.path.join(x, d) for x in dirs if os.path.exists(os.path.join(x, d))), os.path.join(dirs[-1], d))
+
     with open(path, encoding="utf-8") as f:
         raw = yaml.safe_load(f)
-    where = f"{path}"
+    origin = f"{path}"
     try:
         target = raw["target"]
         startup = raw.get("startup", {})
         drafters = {}
         for dname, d in (raw.get("drafters") or {}).items():
-            ddir = os.path.join(SCENARIO_DIR, d["dir"])
+            ddir = resolve(d["dir"])
             drafters[dname] = SimDrafter(
                 name=dname,
                 dir=ddir,
@@ -148,7 +164,7 @@ def load_scenario(name: str) -> Scenario:
                 config=_read_json(os.path.join(ddir, "config.json")),
                 diverges=bool(d.get("diverges", False)),
             )
-        tdir = os.path.join(SCENARIO_DIR, target["dir"])
+        tdir = resolve(target["dir"])
         return Scenario(
             name=raw.get("name", name),
             description=raw.get("description", ""),
@@ -160,15 +176,24 @@ def load_scenario(name: str) -> Scenario:
             speculative_s=float(startup.get("speculative_s", 0.0)),
             cuda_graph_s=float(startup.get("cuda_graph_s", 0.0)),
             cuda_graph_speculative_s=float(startup.get("cuda_graph_speculative_s", 0.0)),
-            graphs_on=_hardware(raw["hardware"]["graphs_on"], f"{where}: hardware.graphs_on"),
-            graphs_off=_hardware(raw["hardware"]["graphs_off"], f"{where}: hardware.graphs_off"),
+            graphs_on=_hardware(raw["hardware"]["graphs_on"], f"{origin}: hardware.graphs_on"),
+            graphs_off=_hardware(raw["hardware"]["graphs_off"], f"{origin}: hardware.graphs_off"),
             drafters=drafters,
             faults=tuple(raw.get("faults") or ()),
             eos_after=raw.get("eos_after"),
             category_offsets=dict(raw.get("category_offsets") or {}),
-            near_ties=_probability(raw.get("near_ties", 0.0), f"{where}: near_ties"),
+            near_ties=_probability(raw.get("near_ties", 0.0), f"{origin}: near_ties"),
         )
     except (KeyError, TypeError, OSError, ValueError) as e:
         if isinstance(e, ScenarioError):
             raise
-        raise ScenarioError(f"{where}: invalid scenario ({type(e).__name__}: {e})") from None
+        raise ScenarioError(f"{origin}: invalid scenario ({type(e).__name__}: {e})") from None
+
+
+def scenario_loader(extra: Mapping[str, Scenario]) -> ScenarioLoader:
+    """A loader that knows ``extra`` (by name) besides the shipped scenarios."""
+
+    def load(name: str) -> Scenario:
+        return extra[name] if name in extra else load_scenario(name)
+
+    return load

@@ -50,7 +50,7 @@ def test_bench_search_tiny(tmp_path):
 
 
 def test_bench_scenarios_resolve():
-    bench_search.install_bench_scenarios()
+    bench_search.scenarios()  # scripts/bench_scenarios/ besides the shipped scenarios
     for name in bench_search.SCENARIOS:
         space = bench_search.load(name)
         assert bench_search.grid_points(space, bench_search.SGLangBackend())

@@ -1,0 +1,615 @@
+"""The trial record: what a study stores about each trial (Optuna user attrs), and the queries over trials.
+
+Every user-attr key autotune writes or reads is named here, and nowhere else: the study writes a running trial
+through ``TrialWriter`` (Optuna refuses writes once a trial has finished), everyone reads through ``TrialRecord``
+or the queries below (the pruner, the search, confirmation, the report).
+
+Trial user attrs (``TrialRecord`` reads each as a property of the same name in lower case):
+
+| key | written | value |
+|---|---|---|
+| ``role`` | enqueued / trial start | ``baseline`` (enqueued, never proposed by the sampler) or ``speculative`` |
+| ``seeded`` | enqueued | ``server default`` (the first configs) or ``surrogate`` (the refinement's picks) |
+| ``requeued_from`` | enqueued | the number of the interrupted trial whose config this one measures again |
+| ``config`` / ``effective`` | trial start | the suggested config / the one the server runs (``TrialConfig.to_dict``) |
+| ``config_key`` | trial start | ``TrialConfig.key()`` of ``effective``: same key, same server config |
+| ``worker`` | trial start | ``host:pid`` of the worker that ran it |
+| ``duplicate_of`` | duplicate | the trial whose measurement this one copies (it costs no start and no budget) |
+| ``fail_kind`` / ``fail_reason`` | outcome | what ended it (an error's ``kind``: ``exited``, ``oom``, ...) |
+| ``infeasible`` / ``feasible`` | outcome | why the server would reject it (PRUNED) / False then, True once measured |
+| ``not_launched`` | outcome | True: refused before launch (its config failed twice) |
+| ``interrupted`` | outcome | True: the orchestrator stopped during it (it does not use the budget) |
+| ``prune_reason`` / ``speedup_upper`` | outcome | why it lost to its baseline / the upper bound of its speedup then |
+| ``baseline_trial`` | before launch | the baseline trial it is paired with |
+| ``argv`` / ``env`` / ``server_effective`` | launch | the launch command, the variables set, the server's own account |
+| ``startup_s`` / ``log_path`` / ``log_tail`` | launch | startup time, server log, its end (on failures) |
+| ``measured`` | launch | True once the server ran this config (the prompts follow) |
+| ``prompts`` | each prompt | ``PromptResult.to_dict()`` of each prompt measured so far |
+| ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
+| ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
+| ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
+
+Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units`` (set when
+the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation`` (``ConfirmationState``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypedDict
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import lossless
+from autotune.config import LaunchInfo, PromptResult, ReferenceOutput, TrialConfig
+from autotune.errors import (
+    BenchmarkError,
+    DrafterNotEngaged,
+    LaunchError,
+    ServerDied,
+    ServerExited,
+    ServerOOM,
+    StartupTimeout,
+)
+
+# ---------------------------------------------------------------------------------------------- keys
+
+ROLE = "role"
+SEEDED = "seeded"
+REQUEUED_FROM = "requeued_from"
+CONFIG = "config"
+EFFECTIVE = "effective"
+CONFIG_KEY = "config_key"
+WORKER = "worker"
+DUPLICATE_OF = "duplicate_of"
+FAIL_KIND = "fail_kind"
+FAIL_REASON = "fail_reason"
+INFEASIBLE = "infeasible"
+FEASIBLE = "feasible"
+NOT_LAUNCHED = "not_launched"
+INTERRUPTED = "interrupted"
+PRUNE_REASON = "prune_reason"
+SPEEDUP_UPPER = "speedup_upper"
+BASELINE_TRIAL = "baseline_trial"
+ARGV = "argv"
+ENV = "env"
+SERVER_EFFECTIVE = "server_effective"
+STARTUP_S = "startup_s"
+LOG_PATH = "log_path"
+LOG_TAIL = "log_tail"
+MEASURED = "measured"
+PROMPTS = "prompts"
+ACCEPT_LENGTH = "accept_length"
+SPEEDUP = "speedup"
+OUTPUTS = "outputs"
+REFERENCE = "reference"
+LOSSLESS = "lossless"
+
+# study user attrs
+SPACE_DIGEST = "space_digest"
+SPACE_NAME = "space_name"
+BACKEND = "backend"
+SIMULATED = "simulated"
+PROMPT_IDS = "prompt_ids"
+UNITS = "units"
+LOSSLESS_FLOOR = "lossless_floor"
+CONFIRMATION = "confirmation"
+
+# fmt: off
+TRIAL_KEYS = (
+    ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
+    INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, BASELINE_TRIAL, ARGV, ENV,
+    SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE,
+    LOSSLESS,
+)
+STUDY_KEYS = (SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION)
+# fmt: on
+
+#: what a duplicate copies from the trial it duplicates
+COPIED_BY_DUPLICATES = (SPEEDUP, ACCEPT_LENGTH, PROMPTS, BASELINE_TRIAL, LOSSLESS, STARTUP_S)
+
+# values, parameter and constraint names
+ROLE_BASELINE = "baseline"
+ROLE_SPECULATIVE = "speculative"
+SEEDED_DEFAULT = "server default"
+SEEDED_SURROGATE = "surrogate"
+#: Optuna parameter names every backend's ``suggest`` uses; the baseline is drafter "none"
+PARAM_DRAFTER = "drafter"
+PARAM_CUDA_GRAPH = "cuda_graph"
+BASELINE_DRAFTER = "none"
+#: the constraint (``trial.set_constraint``) that marks a trial infeasible (value 1.0; feasible is <= 0)
+CONSTRAINT_FEASIBLE = "feasible"
+#: log tail kept in a record (characters)
+LOG_TAIL_CHARS = 4000
+
+#: trials that used the budget (with these states, unless interrupted or duplicates)
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+#: failures of a launched server that one retry may cover (a config failing twice is not launched again)
+RETRIED_FAILURES = (ServerExited.kind, StartupTimeout.kind, LaunchError.kind, ServerDied.kind, BenchmarkError.kind)
+#: failures to start: several in a row before any speculative config ran stop the study
+START_FAILURES = (ServerExited.kind, StartupTimeout.kind, LaunchError.kind)
+#: a server that resolved another config than launched (listed as an exclusion)
+CONFIG_MISMATCH = "config-mismatch"
+
+
+class ConfirmationState(TypedDict, total=False):
+    """The study attr ``confirmation``: recorded after every round, so that a killed run resumes it."""
+
+    keys: list[str | None]  # the candidates' config keys
+    rounds: list[dict[str, Any]]  # {"baseline": {cuda_graph: tok/s}, "candidates": {trial number: tok/s}}
+    deploy_cuda_graph: bool | None  # the fastest search baseline's setting
+    results: list[dict[str, Any]]  # per candidate: tok/s, intervals (``autotune.study.race.candidate_result``)
+    exclusions: list[dict[str, Any]]  # ``find_exclusions``
+    best: int | None
+    verdict: str
+    basis: str  # confirmed | not-confirmed | search
+    rests_on: str  # what the verdict rests on, in words
+    note: str
+    done: bool
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+class TrialRecord:
+    """Typed read access to one trial's record (a ``FrozenTrial``, or the running ``optuna.Trial``)."""
+
+    __slots__ = ("trial", "attrs")
+
+    def __init__(self, trial: FrozenTrial | optuna.Trial) -> None:
+        self.trial = trial
+        self.attrs: dict[str, Any] = trial.user_attrs
+
+    @property
+    def role(self) -> str | None:
+        return self.attrs.get(ROLE)
+
+    @property
+    def is_baseline(self) -> bool:
+        """Baseline trials are enqueued with role=baseline (the sampler never proposes them)."""
+        return self.attrs.get(ROLE) == ROLE_BASELINE or self.trial.params.get(PARAM_DRAFTER) == BASELINE_DRAFTER
+
+    @property
+    def drafter(self) -> Any:
+        return self.trial.params.get(PARAM_DRAFTER)
+
+    @property
+    def cuda_graph(self) -> Any:
+        return self.trial.params.get(PARAM_CUDA_GRAPH)
+
+    @property
+    def seeded(self) -> str | None:
+        return self.attrs.get(SEEDED)
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        return self.attrs.get(CONFIG)
+
+    @property
+    def effective(self) -> dict[str, Any] | None:
+        return self.attrs.get(EFFECTIVE)
+
+    @property
+    def shown_config(self) -> dict[str, Any] | None:
+        """The effective config, else the suggested one (a config the server would reject has no effective one)."""
+        return self.attrs.get(EFFECTIVE) or self.attrs.get(CONFIG)
+
+    def effective_config(self) -> TrialConfig:
+        return TrialConfig.from_dict(self.attrs.get(EFFECTIVE) or {})
+
+    @property
+    def config_key(self) -> str | None:
+        return self.attrs.get(CONFIG_KEY)
+
+    @property
+    def duplicate_of(self) -> int | None:
+        return self.attrs.get(DUPLICATE_OF)
+
+    @property
+    def is_duplicate(self) -> bool:
+        return DUPLICATE_OF in self.attrs
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.attrs.get(MEASURED))
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.attrs.get(INTERRUPTED))
+
+    @property
+    def not_launched(self) -> bool:
+        return bool(self.attrs.get(NOT_LAUNCHED))
+
+    @property
+    def fail_kind(self) -> str | None:
+        return self.attrs.get(FAIL_KIND)
+
+    @property
+    def fail_reason(self) -> str | None:
+        return self.attrs.get(FAIL_REASON)
+
+    @property
+    def infeasible(self) -> str | None:
+        return self.attrs.get(INFEASIBLE)
+
+    @property
+    def feasible(self) -> bool | None:
+        return self.attrs.get(FEASIBLE)
+
+    @property
+    def prune_reason(self) -> str | None:
+        return self.attrs.get(PRUNE_REASON)
+
+    @property
+    def speedup_upper(self) -> float | None:
+        return self.attrs.get(SPEEDUP_UPPER)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.attrs.get(SPEEDUP)
+
+    @property
+    def accept_length(self) -> float | None:
+        return self.attrs.get(ACCEPT_LENGTH)
+
+    @property
+    def prompts(self) -> list[dict[str, Any]]:
+        return self.attrs.get(PROMPTS, [])
+
+    @property
+    def startup_s(self) -> float | None:
+        return self.attrs.get(STARTUP_S)
+
+    @property
+    def log_path(self) -> str | None:
+        return self.attrs.get(LOG_PATH)
+
+    @property
+    def argv(self) -> list[str] | None:
+        return self.attrs.get(ARGV)
+
+    @property
+    def baseline_trial(self) -> int | None:
+        return self.attrs.get(BASELINE_TRIAL)
+
+    @property
+    def outputs(self) -> list[str]:
+        return self.attrs.get(OUTPUTS, [])
+
+    def references(self) -> list[ReferenceOutput | None]:
+        return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
+
+    @property
+    def lossless(self) -> dict[str, Any] | None:
+        return self.attrs.get(LOSSLESS)
+
+    @property
+    def lossy(self) -> bool:
+        """A lossless record that says the answers diverged where the baseline was confident."""
+        return not (self.attrs.get(LOSSLESS) or {}).get("ok", True)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+class TrialWriter:
+    """Writes the running trial's record (Optuna accepts user attrs only while a trial runs)."""
+
+    __slots__ = ("trial",)
+
+    def __init__(self, trial: optuna.Trial) -> None:
+        self.trial = trial
+
+    def _set(self, key: str, value: Any) -> None:
+        self.trial.set_user_attr(key, value)
+
+    def started(self, config: TrialConfig, worker: str) -> None:
+        self._set(CONFIG, config.to_dict())
+        self._set(ROLE, ROLE_BASELINE if config.is_baseline else ROLE_SPECULATIVE)
+        self._set(WORKER, worker)
+
+    def resolved(self, effective: TrialConfig) -> None:
+        self._set(EFFECTIVE, effective.to_dict())
+        self._set(CONFIG_KEY, effective.key())
+
+    def duplicate(self, of: FrozenTrial) -> None:
+        self._set(DUPLICATE_OF, of.number)
+        for k in COPIED_BY_DUPLICATES:
+            if k in of.user_attrs:
+                self._set(k, of.user_attrs[k])
+
+    def failed(self, kind: str | None, reason: str, *, not_launched: bool = False) -> None:
+        self._set(FAIL_KIND, kind)
+        self._set(FAIL_REASON, reason)
+        if not_launched:
+            self._set(NOT_LAUNCHED, True)
+
+    def infeasible(self, kind: str, reason: str) -> None:
+        self._set(FAIL_KIND, kind)
+        self._set(INFEASIBLE, reason)
+        self._set(FEASIBLE, False)
+
+    def pruned(self, reason: str, upper: float | None) -> None:
+        self._set(PRUNE_REASON, reason)
+        self._set(SPEEDUP_UPPER, upper)
+
+    def server_log(self, tail: str, path: str | None) -> None:
+        """The log of a server that did not start."""
+        self._set(LOG_TAIL, tail[-LOG_TAIL_CHARS:])
+        self._set(LOG_PATH, path)
+
+    def log_tail(self, tail: str) -> None:
+        self._set(LOG_TAIL, tail[-LOG_TAIL_CHARS:])
+
+    def interrupted(self) -> None:
+        self._set(INTERRUPTED, True)
+
+    def baseline_trial(self, number: int) -> None:
+        self._set(BASELINE_TRIAL, number)
+
+    def launched(self, info: LaunchInfo) -> None:
+        self._set(ARGV, list(info.argv))
+        self._set(ENV, dict(info.env))
+        self._set(SERVER_EFFECTIVE, info.effective)
+
+    def measuring(self, info: LaunchInfo) -> None:
+        """The server runs the config it was asked for: from here on the trial is a measurement."""
+        self._set(STARTUP_S, info.startup_s)
+        self._set(LOG_PATH, info.log_path)
+        self._set(MEASURED, True)
+
+    def prompts(self, results: Sequence[PromptResult]) -> None:
+        self._set(PROMPTS, [x.to_dict() for x in results])
+
+    def references(self, refs: Sequence[ReferenceOutput | None]) -> None:
+        self._set(REFERENCE, [r.to_dict() if r is not None else None for r in refs])
+
+    def measured(self, accept_length: float | None) -> None:
+        self._set(ACCEPT_LENGTH, accept_length)
+        self._set(FEASIBLE, True)
+
+    def outputs(self, texts: list[str]) -> None:
+        self._set(OUTPUTS, texts)
+
+    def speedup(self, value: float) -> None:
+        self._set(SPEEDUP, value)
+
+    def lossless(self, record: dict[str, Any]) -> None:
+        self._set(LOSSLESS, record)
+
+
+def enqueue_baseline(study: optuna.Study, cuda_graph: bool) -> None:
+    study.enqueue_trial({PARAM_CUDA_GRAPH: cuda_graph}, user_attrs={ROLE: ROLE_BASELINE})
+
+
+def enqueue_speculative(
+    study: optuna.Study, params: dict[str, Any], *, seeded: str | None = None, requeued_from: int | None = None
+) -> None:
+    attrs: dict[str, Any] = {ROLE: ROLE_SPECULATIVE}
+    if seeded is not None:
+        attrs[SEEDED] = seeded
+    if requeued_from is not None:
+        attrs[REQUEUED_FROM] = requeued_from
+    study.enqueue_trial(params, user_attrs=attrs)
+
+
+# ---------------------------------------------------------------------------------------------- queries
+
+
+def trials(study: optuna.Study, states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=states)
+
+
+def is_baseline_trial(t: FrozenTrial) -> bool:
+    """Baseline trials are enqueued with user attr role=baseline (the sampler never proposes them)."""
+    return TrialRecord(t).is_baseline
+
+
+def find_baseline(study: optuna.Study, cuda_graph: object) -> FrozenTrial | None:
+    """The measured baseline trial (not a duplicate) for a CUDA-graph setting, or None."""
+    for t in trials(study, (TrialState.COMPLETE,)):
+        r = TrialRecord(t)
+        if r.is_baseline and r.cuda_graph == cuda_graph and not r.is_duplicate and t.intermediate_values:
+            return t
+    return None
+
+
+def is_counted(t: FrozenTrial) -> bool:
+    """Whether a trial (of a counted state) used the budget: not interrupted, not a duplicate."""
+    r = TrialRecord(t)
+    return not r.interrupted and not r.is_duplicate
+
+
+def counted_trials(study: optuna.Study, *, running: bool = False) -> int:
+    """Trials that used the budget: measured, failed or infeasible; not duplicates nor interrupted ones."""
+    states = COUNTED + ((TrialState.RUNNING,) if running else ())
+    return sum(1 for t in trials(study, states) if is_counted(t))
+
+
+def is_measured_speculative(t: FrozenTrial) -> bool:
+    """A speculative start that measured prompts (not a duplicate)."""
+    r = TrialRecord(t)
+    return not r.is_baseline and not r.is_duplicate and r.measured
+
+
+def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
+    """A measured trial (COMPLETE or PRUNED, not itself a duplicate) of the server config ``key``."""
+    for t in trials(study, (TrialState.COMPLETE, TrialState.PRUNED)):
+        r = TrialRecord(t)
+        if t.number != number and r.config_key == key and not r.is_duplicate and r.measured:
+            return t
+    return None
+
+
+def failed_twice(study: optuna.Study, key: str) -> list[FrozenTrial]:
+    """Two launched trials of this server config that failed (crash, hang, benchmark failure), else []."""
+    failed = [
+        t
+        for t in trials(study, (TrialState.FAIL,))
+        if (r := TrialRecord(t)).config_key == key
+        and r.fail_kind in RETRIED_FAILURES
+        and not r.interrupted
+        and not r.not_launched
+    ]
+    return failed[:2] if len(failed) >= 2 else []
+
+
+def disengaged(study: optuna.Study, config: TrialConfig, among: list[FrozenTrial] | None = None) -> FrozenTrial | None:
+    """A failed trial whose drafter (``config``'s) was found not engaged."""
+    for t in trials(study, (TrialState.FAIL,)) if among is None else among:
+        r = TrialRecord(t)
+        if t.state == TrialState.FAIL and r.fail_kind == DrafterNotEngaged.kind and r.drafter == config.drafter:
+            return t
+    return None
+
+
+def config_size(config: TrialConfig, size_knob: str | None) -> int | None:
+    """The config's tree size (its backend's ``size_knob``), None without one."""
+    v = config.knob(size_knob) if size_knob else None
+    return None if v is None else int(v)
+
+
+def predicted_oom(
+    study: optuna.Study, config: TrialConfig, size_knob: str | None, among: list[FrozenTrial] | None = None
+) -> FrozenTrial | None:
+    """A trial that ran out of memory with the same drafter and CUDA-graph setting at a size <= ``config``'s."""
+    size = config_size(config, size_knob)
+    if size is None:
+        return None
+    for t in trials(study, (TrialState.PRUNED,)) if among is None else among:
+        r = TrialRecord(t)
+        if t.state != TrialState.PRUNED or r.fail_kind != ServerOOM.kind:
+            continue
+        eff = TrialConfig.from_dict(r.effective or {})
+        other = config_size(eff, size_knob)
+        if (
+            eff.drafter == config.drafter
+            and eff.cuda_graph == config.cuda_graph
+            and other is not None
+            and size >= other
+        ):
+            return t
+    return None
+
+
+def consecutive_launch_failures(study: optuna.Study) -> int:
+    """Servers that failed to start in a row since the last measured one. Once a speculative config has run, a
+    failing one is that config's problem (the study goes on): then 0."""
+    counted = trials(study, COUNTED)
+    if any((r := TrialRecord(t)).measured and not r.is_baseline for t in counted):
+        return 0
+    n = 0
+    for t in sorted(counted, key=lambda t: t.number, reverse=True):
+        r = TrialRecord(t)
+        if r.not_launched:
+            continue
+        if r.fail_kind in START_FAILURES:
+            n += 1
+        elif r.measured:
+            break
+    return n
+
+
+def find_exclusions(study: optuna.Study) -> list[dict[str, Any]]:
+    """Speculative configs the verdict cannot weigh, each with its reason: answers that diverge from the
+    baseline's where the baseline was confident (lossy), drafters that were not engaged, server configs that
+    failed and were never measured. A verdict with exclusions says so, and "the baseline wins" becomes
+    inconclusive: an excluded config might have won."""
+    everything = sorted(trials(study), key=lambda t: t.number)
+    measured = {
+        TrialRecord(t).config_key
+        for t in everything
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and TrialRecord(t).measured
+    }
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for t in everything:
+        r = TrialRecord(t)
+        if r.is_baseline or r.is_duplicate or r.interrupted:
+            continue
+        cfg = r.shown_config
+        if t.state == TrialState.COMPLETE and r.lossy:
+            out.append(
+                {
+                    "trial": t.number,
+                    "kind": "lossy",
+                    "config": cfg,
+                    "speedup": r.speedup,
+                    "reason": "output differs from the baseline's where the baseline was confident: "
+                    + lossless.summary_line(r.lossless),  # type: ignore[arg-type]
+                }
+            )
+        elif t.state == TrialState.FAIL and r.fail_kind == DrafterNotEngaged.kind:
+            key = f"drafter:{r.drafter}"
+            if key not in seen:
+                seen.add(key)
+                out.append({"trial": t.number, "kind": "not-engaged", "config": cfg, "reason": r.fail_reason})
+        elif (
+            t.state == TrialState.FAIL
+            and r.fail_kind in (*RETRIED_FAILURES, CONFIG_MISMATCH)
+            and r.config_key not in measured
+        ):
+            key = f"config:{r.config_key}"
+            if key not in seen:
+                seen.add(key)
+                out.append(
+                    {"trial": t.number, "kind": "failed", "config": cfg, "reason": f"{r.fail_kind}: {r.fail_reason}"}
+                )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- study attrs
+
+
+def lossless_floor(study: optuna.Study) -> list[dict[str, Any]]:
+    """The divergences found between baselines (and each baseline compared: ``{"checked": True}``)."""
+    return list(study.user_attrs.get(LOSSLESS_FLOOR, []))
+
+
+def set_lossless_floor(study: optuna.Study, floor: list[dict[str, Any]]) -> None:
+    study.set_user_attr(LOSSLESS_FLOOR, floor)
+
+
+def confirmation(study: optuna.Study) -> ConfirmationState | None:
+    return study.user_attrs.get(CONFIRMATION)
+
+
+def set_confirmation(study: optuna.Study, state: ConfirmationState) -> None:
+    study.set_user_attr(CONFIRMATION, state)
+
+
+def reopen_confirmation(study: optuna.Study) -> None:
+    """Mark a recorded confirmation not done, so that it is run again (``autotune confirm``)."""
+    prev = confirmation(study)
+    if prev:
+        set_confirmation(study, {**prev, "done": False})
+
+
+def label_study(
+    study: optuna.Study,
+    *,
+    digest: str,
+    space_name: str,
+    backend: str,
+    simulated: bool,
+    label: dict[str, Any] | None,
+    prompt_ids: list[str],
+) -> None:
+    """A new study's labels; ``label`` (the scenario and time scale) is kept for simulated studies only."""
+    study.set_user_attr(SPACE_DIGEST, digest)
+    study.set_user_attr(SPACE_NAME, space_name)
+    study.set_user_attr(BACKEND, backend)
+    study.set_user_attr(SIMULATED, label if simulated else None)
+    study.set_user_attr(PROMPT_IDS, prompt_ids)
+    study.set_user_attr(UNITS, "simulated hardware tok/s" if simulated else "tok/s")
+
+
+def space_digest(study: optuna.Study) -> str | None:
+    return study.user_attrs.get(SPACE_DIGEST)
+
+
+def study_labels(study: optuna.Study) -> tuple[Any, str]:
+    """(simulated label or None, units) for reports."""
+    return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")

@@ -1,0 +1,39 @@
+"""The study's only access to Optuna's private members, each with why no public API does the job.
+
+- ``frozen(trial)``: the pruner's decision (its reason and upper bound, recorded in the trial) needs the running
+  trial as a ``FrozenTrial`` with the values it reported so far; ``optuna.Trial`` has no public accessor for it
+  (``Trial.should_prune`` hands the pruner its private copy, ``Trial._get_latest_trial()``).
+- ``single_worker_sqlite(study)`` and ``fail_interrupted(...)``: a trial left RUNNING by a killed run must be failed
+  with user attrs saying so. Optuna writes a trial's user attrs only through the ``Trial`` its objective holds, so
+  this goes to the storage: ``study._storage`` (an RDB storage is wrapped in the private ``_CachedStorage``, whose
+  ``_backend`` is the ``RDBStorage``; no public accessor returns the storage a study was opened with) and the
+  storage's trial id, ``FrozenTrial._trial_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+
+def frozen(trial: optuna.Trial) -> FrozenTrial:
+    """The running trial's current record (params, user attrs, intermediate values)."""
+    return trial.study._storage.get_trial(trial._trial_id)
+
+
+def single_worker_sqlite(study: optuna.Study) -> optuna.storages.RDBStorage | None:
+    """The study's ``RDBStorage`` when it is SQLite (one worker: a RUNNING trial there is one a killed run left),
+    else None (a server database has heartbeats, and other workers' trials run)."""
+    storage = getattr(study._storage, "_backend", study._storage)
+    if not isinstance(storage, optuna.storages.RDBStorage) or not str(storage.engine.url).startswith("sqlite"):
+        return None
+    return storage
+
+
+def fail_interrupted(storage: optuna.storages.RDBStorage, trial: FrozenTrial, attrs: dict[str, Any]) -> None:
+    """Write ``attrs`` into a RUNNING trial of another run, then mark it FAIL."""
+    for key, value in attrs.items():
+        storage.set_trial_user_attr(trial._trial_id, key, value)
+    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)

@@ -1,0 +1,213 @@
+"""The confirmation phase: the candidates worth confirming, rounds of fresh baselines and candidates (recorded
+after each round, so a killed run resumes them), the race, the exclusions and the verdict (``race``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import records
+from autotune.config import TrialConfig
+from autotune.measure import measure_config
+from autotune.records import ConfirmationState, TrialRecord
+from autotune.stats import log_ratios, upper_bound
+from autotune.study import race
+from autotune.study.context import StudyContext
+from autotune.study.events import Event
+from autotune.study.search import surrogate
+
+CANDIDATE_KAPPA = 2.0
+NOT_CONFIRMED = "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)"
+
+
+def candidates(ctx: StudyContext) -> list[FrozenTrial]:
+    """The configs worth confirming (lossless, not clearly losing to their baseline): the best
+    ``verdict.confirm_top`` by the surrogate's posterior mean (by measured tok/s without a surrogate), plus
+    the fastest single measurement when the surrogate ranked it lower (a sharp peak on the space's edge is
+    what a smooth model underrates)."""
+    space = ctx.space
+    complete = [t for t in records.trials(ctx.study, (TrialState.COMPLETE,)) if records.is_measured_speculative(t)]
+    measured = {t.number: math.log(t.value) if t.value and t.value > 0 else -math.inf for t in complete}
+    model = surrogate(ctx) if complete else None
+    score = dict(measured)
+    if model is not None:
+        # optimistic ranking (posterior mean + CANDIDATE_KAPPA sd): a config whose neighbours are also fast
+        # beats a lucky start, and a config on the space's edge, which a smooth model underrates, still gets
+        # its chance in the race (scripts/bench_search.py measured both)
+        mean, sd = model.predict([TrialRecord(t).effective_config() for t in complete])
+        score = {t.number: float(m + CANDIDATE_KAPPA * v) for t, m, v in zip(complete, mean, sd, strict=True)}
+
+    baselines = {cg: records.find_baseline(ctx.study, cg) for cg in {TrialRecord(t).cuda_graph for t in complete}}
+
+    def eligible(t: FrozenTrial) -> bool:
+        if TrialRecord(t).lossy:
+            return False
+        baseline = baselines[TrialRecord(t).cuda_graph]
+        if baseline is None:
+            return False
+        tv = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
+        bv = [baseline.intermediate_values.get(s) for s in sorted(t.intermediate_values)]
+        return upper_bound(log_ratios(tv, bv), space.verdict.confidence, space.pruning.start_noise) >= 1.0
+
+    seen: set[str | None] = set()
+    out: list[FrozenTrial] = []
+    for t in sorted(complete, key=lambda t: score[t.number], reverse=True):
+        if len(out) >= space.verdict.confirm_top:
+            break
+        key = TrialRecord(t).config_key
+        if key not in seen and eligible(t):
+            seen.add(key)
+            out.append(t)
+    if model is not None and out:
+        fastest = next(
+            (t for t in sorted(complete, key=lambda t: measured[t.number], reverse=True) if eligible(t)), None
+        )
+        if fastest is not None and TrialRecord(fastest).config_key not in seen:
+            out.append(fastest)
+    return out
+
+
+def fastest_baseline_setting(ctx: StudyContext) -> bool | None:
+    """The CUDA-graph setting of the fastest baseline of the search: what a user would deploy without
+    speculation, and so what the headline speedup is measured against."""
+    best: tuple[float, bool] | None = None
+    for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph}, reverse=True):
+        b = records.find_baseline(ctx.study, cg)
+        if b is not None and b.value and (best is None or b.value > best[0]):
+            best = (float(b.value), cg)
+    return None if best is None else best[1]
+
+
+def confirm(ctx: StudyContext) -> ConfirmationState:
+    """Re-measure the candidates in rounds, each round after a fresh baseline of the same CUDA-graph setting
+    (so drift cancels in the pair) and of the fastest baseline's setting (the deployable comparison):
+    ``verdict.repeats`` rounds of every candidate, then more rounds, up to ``verdict.max_repeats``, of those
+    still racing (see ``race.race_survivors``) while two or more are left. The verdict comes from the interval of
+    the best survivor against the fastest baseline; it names what it rests on (``basis``) and every excluded
+    config (``exclusions``), and is never "the baseline wins" while a config it could not weigh is left."""
+    spec = ctx.space.verdict
+    cands = candidates(ctx)
+    excluded = records.find_exclusions(ctx.study)
+    if cands and (spec.confirm_top == 0 or spec.repeats < 2):
+        # configs worth confirming exist but the space asks for no (usable) confirmation: nothing is proven
+        state = _not_confirmed(excluded)
+        records.set_confirmation(ctx.study, state)
+        return state
+    keys = [TrialRecord(t).config_key for t in cands]
+    previous = records.confirmation(ctx.study)
+    if previous and previous.get("keys") == keys and previous.get("done") and "rests_on" in previous:
+        return previous
+    # the same candidates: resume the recorded rounds (which of them still race is recomputed from the rounds)
+    state = previous if previous and previous.get("keys") == keys else {"keys": keys, "rounds": [], "done": False}
+    if "deploy_cuda_graph" not in state:
+        state["deploy_cuda_graph"] = fastest_baseline_setting(ctx)
+    ctx.emit(Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": spec.repeats}))
+    _rounds(ctx, cands, state)
+    _verdict(ctx, cands, state, excluded)
+    ctx.emit(
+        Event(
+            "verdict",
+            data={
+                "verdict": state["verdict"],
+                "best": state["best"],
+                "basis": state["rests_on"],
+                "excluded": excluded,
+            },
+        )
+    )
+    return state
+
+
+def _not_confirmed(excluded: list[dict[str, Any]]) -> ConfirmationState:
+    return {
+        "keys": [],
+        "rounds": [],
+        "results": [],
+        "best": None,
+        "done": True,
+        "verdict": "inconclusive",
+        "basis": "not-confirmed",
+        "rests_on": NOT_CONFIRMED,
+        "note": NOT_CONFIRMED,
+        "exclusions": excluded,
+    }
+
+
+def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState) -> None:
+    """Rounds until ``verdict.max_rounds``, or once ``verdict.repeats`` are done with one candidate left racing."""
+    spec = ctx.space.verdict
+    keys = [str(t.number) for t in cands]
+    graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
+    while cands:
+        active = race.race_survivors(state["rounds"], keys, spec)
+        n = len(state["rounds"])
+        if n >= spec.max_rounds or (n >= spec.repeats and len(active) <= 1):
+            break
+        state["rounds"].append(_round(ctx, cands, active, graph_settings, state["deploy_cuda_graph"]))
+        records.set_confirmation(ctx.study, state)
+
+
+def _round(
+    ctx: StudyContext, cands: list[FrozenTrial], active: list[str], graph_settings: list[Any], deploy_cg: bool | None
+) -> dict[str, Any]:
+    """A fresh baseline of each CUDA-graph setting with candidates still racing, then those candidates; and the
+    deployable baseline when no candidate racing runs under its setting."""
+    rnd: dict[str, Any] = {"baseline": {}, "candidates": {}}
+    for cg in graph_settings:
+        racing = [t for t in cands if TrialRecord(t).cuda_graph == cg and str(t.number) in active]
+        if not racing:
+            continue
+        rnd["baseline"][str(cg)] = _measure_once(ctx, TrialConfig.baseline(bool(cg)))
+        for t in racing:
+            rnd["candidates"][str(t.number)] = _measure_once(ctx, TrialRecord(t).effective_config())
+    if deploy_cg is not None and str(deploy_cg) not in rnd["baseline"]:
+        rnd["baseline"][str(deploy_cg)] = _measure_once(ctx, TrialConfig.baseline(bool(deploy_cg)))
+    return rnd
+
+
+def _verdict(
+    ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState, excluded: list[dict[str, Any]]
+) -> None:
+    spec = ctx.space.verdict
+    active = race.race_survivors(state["rounds"], [str(t.number) for t in cands], spec)
+    results = [
+        race.candidate_result(
+            t.number,
+            TrialRecord(t).effective or {},
+            TrialRecord(t).cuda_graph,
+            state["rounds"],
+            state["deploy_cuda_graph"],
+            confidence=spec.confidence,
+            dropped=str(t.number) not in active,
+        )
+        for t in cands
+    ]
+    state["results"] = results
+    state["exclusions"] = excluded
+    state.update(race.decide(results, excluded, state["deploy_cuda_graph"], spec.min_gain))  # type: ignore[typeddict-item]
+    state["done"] = True
+    records.set_confirmation(ctx.study, state)
+
+
+def _measure_once(ctx: StudyContext, config: TrialConfig) -> float:
+    m = measure_config(ctx.runner, config, ctx.space)
+    tps = m.tok_per_s
+    if config.is_baseline and ctx.space.benchmark.temperature == 0:
+        _confirm_floor(ctx, config, [r.text for r in m.results])
+    ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))
+    return tps
+
+
+def _confirm_floor(ctx: StudyContext, config: TrialConfig, texts: list[str]) -> None:
+    """A fresh baseline start of confirmation against the search's baseline of the same setting: the floor."""
+    base = records.find_baseline(ctx.study, config.cuda_graph)
+    if base is None or not TrialRecord(base).outputs:
+        return
+    rec = ctx.compare_outputs(texts, base, ctx.tie_tolerance[0])
+    if rec["divergences"]:
+        floor = records.lossless_floor(ctx.study)
+        for d in rec["divergences"]:
+            floor.append({**d, "baseline": "confirmation", "against": base.number, "cuda_graph": config.cuda_graph})
+        records.set_lossless_floor(ctx.study, floor)

@@ -1,0 +1,69 @@
+"""What every job of a study shares: the space, the backend, the seam to the world (runner and clock), the study,
+the listener, and what is derived from them once (the grid, the lossless check's tolerance)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune import lossless, records
+from autotune.backends.base import Backend
+from autotune.clock import Clock, MonotonicClock
+from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig
+from autotune.pruner import BaselinePruner
+from autotune.runner import Runner
+from autotune.space import Space
+from autotune.study.events import Listener, quiet
+from autotune.study.storage import make_pruner
+
+
+@dataclass
+class StudyContext:
+    space: Space
+    backend: Backend
+    runner: Runner
+    study: optuna.Study
+    clock: Clock = field(default_factory=MonotonicClock)
+    emit: Listener = quiet
+    pruner: BaselinePruner = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pruner = make_pruner(self.space)
+
+    @functools.cached_property
+    def grid(self) -> list[TrialConfig] | None:
+        """Every feasible speculative config (``Backend.grid``), enumerated once; None when not enumerable."""
+        try:
+            return self.backend.grid(self.space)
+        except InfeasibleConfig:
+            return None
+
+    @functools.cached_property
+    def tie_tolerance(self) -> tuple[float, str]:
+        """The near-tie tolerance of the lossless check (nats) and where it comes from: the space's
+        ``verdict.tie_tolerance``, else the target's data type (``lossless.default_tolerance``)."""
+        if self.space.verdict.tie_tolerance is not None:
+            return float(self.space.verdict.tie_tolerance), "verdict.tie_tolerance"
+        dtype = lossless.model_dtype(self.space.server.model_path, self.space.server.extra_args)
+        return lossless.default_tolerance(dtype), f"default for {dtype}" if dtype else "default (data type unknown)"
+
+    def lossless_tolerance(self) -> float:
+        """The tolerance in force: the configured one, raised to the floor (the largest margin at which this
+        server's baselines diverged from each other: there, divergence is this server's numerics)."""
+        return max(self.tie_tolerance[0], lossless.floor(records.lossless_floor(self.study)))
+
+    def compare_outputs(self, texts: list[str], baseline: FrozenTrial, tolerance: float) -> dict[str, Any]:
+        """``texts`` (one answer per prompt) against ``baseline``'s answers, judged at its reference answers."""
+        base = records.TrialRecord(baseline)
+        return lossless.check_outputs(
+            texts,
+            base.outputs,
+            base.references(),
+            tolerance=tolerance,
+            min_prefix=self.space.verdict.lossless_min_prefix,
+        )

@@ -1,0 +1,151 @@
+"""``Orchestrator``: one study's search and confirmation behind one object (what the CLI, the scripts and the
+tests drive). Each job lives in its own module; this class only holds the shared ``StudyContext`` and delegates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune import records
+from autotune.backends.base import Backend
+from autotune.clock import Clock, MonotonicClock
+from autotune.config import TrialConfig
+from autotune.pruner import BaselinePruner
+from autotune.records import ConfirmationState
+from autotune.runner import Runner
+from autotune.space import Space
+from autotune.study import confirm as _confirm
+from autotune.study import search as _search
+from autotune.study import trial as _trial
+from autotune.study.context import StudyContext
+from autotune.study.events import Listener, quiet
+from autotune.surrogate import Surrogate
+
+
+class Orchestrator:
+    """Runs the search phase and the confirmation phase of one study."""
+
+    def __init__(
+        self,
+        space: Space,
+        backend: Backend,
+        runner: Runner,
+        study: optuna.Study,
+        *,
+        clock: Clock | None = None,
+        listener: Listener | None = None,
+    ) -> None:
+        self.ctx = StudyContext(
+            space,
+            backend,
+            runner,
+            study,
+            MonotonicClock() if clock is None else clock,
+            quiet if listener is None else listener,
+        )
+        self._objective = _trial.Objective(self.ctx)
+
+    # -- what it was built with -----------------------------------------------------------------------
+    @property
+    def space(self) -> Space:
+        return self.ctx.space
+
+    @property
+    def backend(self) -> Backend:
+        return self.ctx.backend
+
+    @property
+    def runner(self) -> Runner:
+        return self.ctx.runner
+
+    @property
+    def study(self) -> optuna.Study:
+        return self.ctx.study
+
+    @property
+    def clock(self) -> Clock:
+        return self.ctx.clock
+
+    @property
+    def emit(self) -> Listener:
+        return self.ctx.emit
+
+    @property
+    def pruner(self) -> BaselinePruner:
+        return self.ctx.pruner
+
+    @property
+    def grid(self) -> list[TrialConfig] | None:
+        return self.ctx.grid
+
+    @property
+    def tie_tolerance(self) -> tuple[float, str]:
+        return self.ctx.tie_tolerance
+
+    def lossless_tolerance(self) -> float:
+        return self.ctx.lossless_tolerance()
+
+    # -- the search -----------------------------------------------------------------------------------
+    def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:
+        _search.search(self.ctx, self.objective, n_trials, timeout_s=timeout_s)
+
+    def objective(self, trial: optuna.Trial) -> float:
+        return self._objective(trial)
+
+    def counted_trials(self, running: bool = False) -> int:
+        return _search.counted_trials(self.ctx, running)
+
+    def remaining(self, n_trials: int) -> int:
+        return _search.remaining(self.ctx, n_trials)
+
+    def seed_configs(self) -> list[TrialConfig]:
+        return _search.seed_configs(self.ctx)
+
+    def refine_count(self, n_trials: int) -> int:
+        return _search.refine_count(self.ctx, n_trials)
+
+    def observations(self) -> list[tuple[TrialConfig, float]]:
+        return _search.observations(self.ctx)
+
+    def surrogate(self) -> Surrogate | None:
+        return _search.surrogate(self.ctx)
+
+    def refine_next(self, model: Surrogate | None = None) -> TrialConfig | None:
+        return _search.refine_next(self.ctx, model)
+
+    def lossless_record(self, texts: list[str], baseline: FrozenTrial) -> dict[str, Any]:
+        return _trial.lossless_record(self.ctx, texts, baseline)
+
+    # -- confirmation ---------------------------------------------------------------------------------
+    def candidates(self) -> list[FrozenTrial]:
+        return _confirm.candidates(self.ctx)
+
+    def exclusions(self) -> list[dict[str, Any]]:
+        return records.find_exclusions(self.study)
+
+    def fastest_baseline_setting(self) -> bool | None:
+        return _confirm.fastest_baseline_setting(self.ctx)
+
+    def confirm(self) -> ConfirmationState:
+        return _confirm.confirm(self.ctx)
+
+
+def run(
+    space: Space,
+    backend: Backend,
+    runner: Runner,
+    study: optuna.Study,
+    *,
+    n_trials: int | None = None,
+    clock: Clock | None = None,
+    listener: Listener | None = None,
+    confirm: bool = True,
+) -> ConfirmationState:
+    """Search, then confirm. Returns the confirmation state (verdict inside)."""
+    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=listener)
+    orch.search(n_trials if n_trials is not None else space.budget.n_trials, timeout_s=space.budget.timeout_s)
+    if not confirm:
+        return {}
+    return orch.confirm()

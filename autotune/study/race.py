@@ -1,0 +1,138 @@
+"""The confirmation's math, pure over the recorded rounds: who is still racing, each candidate's intervals, the
+pick and what the verdict rests on. A round is ``{"baseline": {cuda_graph: tok/s}, "candidates": {number: tok/s}}``
+(keys as strings, as the study records them)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from autotune.space import VerdictSpec
+from autotune.stats import Interval, speedup_interval, upper_bound, verdict
+
+
+def _mean_log(rounds: list[dict[str, Any]], key: str) -> float:
+    xs = [math.log(r["candidates"][key]) for r in rounds if r["candidates"].get(key)]
+    return sum(xs) / len(xs) if xs else -math.inf
+
+
+def race_survivors(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictSpec) -> list[str]:
+    """The candidates (trial numbers as strings) still racing after ``rounds`` of confirmation.
+
+    A candidate leaves the race once the one-sided ``spec.race_confidence`` upper bound of its mean log
+    tok/s ratio to the current leader, over the rounds both were measured in, is below 0: it is clearly
+    slower. The ratio is taken within a round (same fresh baseline, same conditions), so drift cancels. Dropped
+    candidates stay dropped; nobody is dropped before ``spec.repeats`` rounds."""
+    active = list(keys)
+    for i in range(spec.repeats, len(rounds) + 1):
+        done = rounds[:i]
+        if len(active) <= 1:
+            break
+        leader = max(active, key=lambda k, done=done: _mean_log(done, k))
+        keep = [leader]
+        for k in active:
+            if k == leader:
+                continue
+            diffs = [
+                math.log(r["candidates"][k] / r["candidates"][leader])
+                for r in done
+                if r["candidates"].get(k) and r["candidates"].get(leader)
+            ]
+            if len(diffs) < 2 or upper_bound(diffs, spec.race_confidence, 0.0) >= 1.0:
+                keep.append(k)
+        active = [k for k in active if k in keep]
+    return active
+
+
+def _interval(pairs: list[tuple[Any, Any]], confidence: float) -> dict[str, Any] | None:
+    logs = [math.log(c / b) for c, b in pairs if c and b]
+    return speedup_interval(logs, confidence).to_dict() if len(logs) >= 2 else None
+
+
+def candidate_result(
+    number: int,
+    config: dict[str, Any],
+    cuda_graph: Any,
+    rounds: list[dict[str, Any]],
+    deploy_cuda_graph: bool | None,
+    *,
+    confidence: float,
+    dropped: bool,
+) -> dict[str, Any]:
+    """One candidate's figures over the rounds it was measured in: against the fresh baseline of its own
+    CUDA-graph setting (``speedup_ci``) and against the deployable one (``deploy_speedup_ci``)."""
+    mine = [r for r in rounds if r["candidates"].get(str(number))]
+    pairs = [(r["candidates"][str(number)], r["baseline"].get(str(cuda_graph))) for r in mine]
+    dep = [(r["candidates"][str(number)], r["baseline"].get(str(deploy_cuda_graph))) for r in mine]
+    return {
+        "trial": number,
+        "config": config,
+        "tok_per_s": [c for c, _ in pairs],
+        "baseline_tok_per_s": [b for _, b in pairs],
+        "speedup_ci": _interval(pairs, confidence),
+        "deploy_baseline_tok_per_s": [b for _, b in dep],
+        "deploy_speedup_ci": _interval(dep, confidence),
+        "dropped": dropped,
+    }
+
+
+def headline(result: dict[str, Any]) -> dict[str, Any] | None:
+    """A confirmed candidate's interval against the fastest baseline (the same-setting one when that is missing)."""
+    return result.get("deploy_speedup_ci") or result.get("speedup_ci")
+
+
+def pick(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The best point estimate against the fastest baseline among the candidates still racing (the others were
+    clearly slower than the leader of their rounds)."""
+    return max(
+        (r for r in results if headline(r) and not r["dropped"]),
+        key=lambda r: headline(r)["point"],  # type: ignore[index]
+        default=None,
+    )
+
+
+def decide(
+    results: list[dict[str, Any]], excluded: list[dict[str, Any]], deploy_cuda_graph: bool | None, min_gain: float
+) -> dict[str, Any]:
+    """The verdict (``verdict``, ``best``, ``basis``, ``rests_on``) of confirmed ``results``: never
+    "the baseline wins" while a config could not be weighed (``excluded``)."""
+    best = pick(results)
+    out: dict[str, Any] = {}
+    if best is None:
+        out["verdict"] = verdict(None, min_gain)
+        out["best"] = None
+    else:
+        h = headline(best)
+        iv = Interval(**{k: h[k] for k in ("point", "low", "high", "n", "confidence")})  # type: ignore[index]
+        out["verdict"] = verdict(iv, min_gain)
+        out["best"] = best["trial"]
+    out["basis"] = "confirmed" if any(headline(r) for r in results) else ("not-confirmed" if results else "search")
+    out["rests_on"] = basis(results, excluded, deploy_cuda_graph)
+    if excluded and out["verdict"] != "speculation-wins":
+        out["verdict"] = "inconclusive"
+    return out
+
+
+def basis(results: list[dict[str, Any]], excluded: list[dict[str, Any]], deploy_cg: bool | None) -> str:
+    """What a verdict rests on, in words."""
+    graphs = {True: "graphs on", False: "graphs off"}.get(deploy_cg, "") if deploy_cg is not None else ""
+    confirmed = [r for r in results if headline(r)]
+    if confirmed:
+        rounds = sorted({headline(r)["n"] for r in confirmed})  # type: ignore[index]
+        n = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}"
+        text = f"confirmed: {len(confirmed)} candidate(s), {n} rounds each against fresh baselines" + (
+            f"; speedups against the fastest baseline ({graphs})" if graphs else ""
+        )
+    elif results:
+        text = "not confirmed: no candidate got two complete rounds"
+    elif excluded:
+        text = (
+            "search only: no speculative config left to confirm (each was excluded or clearly slower than its baseline)"
+        )
+    else:
+        text = "search only: no speculative config was worth confirming (each clearly slower than its baseline)"
+    if excluded:
+        kinds = Counter(e["kind"] for e in excluded)
+        text += "; excluded: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    return text

@@ -1,0 +1,230 @@
+"""The search phase: recover what a killed run left, seed the baselines and the server's defaults, then trials from
+TPE and, for the last share of the budget, from the Gaussian-process surrogate (``refine_next``), until the budget,
+a cap on all trials or the deadline."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import records
+from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig
+from autotune.records import TrialRecord
+from autotune.study import _optuna
+from autotune.study.context import StudyContext
+from autotune.study.events import Event
+from autotune.study.trial import FAILURES
+from autotune.surrogate import Encoding, Surrogate
+
+MIN_SURROGATE_POINTS = 6
+REFINE_KAPPA = 2.0
+
+Objective = Callable[[optuna.Trial], float]
+
+
+# ---------------------------------------------------------------------------------------------- budget
+
+
+def counted_trials(ctx: StudyContext, running: bool = False) -> int:
+    """Trials that used the budget: measured, failed or infeasible; not duplicates nor interrupted ones."""
+    return records.counted_trials(ctx.study, running=running)
+
+
+def remaining(ctx: StudyContext, n_trials: int) -> int:
+    return max(0, n_trials - counted_trials(ctx))
+
+
+def refine_count(ctx: StudyContext, n_trials: int) -> int:
+    """How many of the last trials the surrogate picks (``budget.refine_trials``; auto: half, the share that
+    met the targets on every benchmark landscape where a quarter and three quarters each missed one)."""
+    if ctx.grid is None:
+        return 0
+    r = ctx.space.budget.refine_trials
+    return min(n_trials, n_trials // 2 if r is None else r)
+
+
+# ---------------------------------------------------------------------------------------------- before the loop
+
+
+def recover_interrupted(ctx: StudyContext) -> None:
+    """Trials left RUNNING by a killed run (single-worker SQLite) are failed and their configs re-queued.
+    (With a server database, Optuna's heartbeat fails and retries stale trials instead.)"""
+    storage = _optuna.single_worker_sqlite(ctx.study)
+    if storage is None:
+        return
+    for t in records.trials(ctx.study, (TrialState.RUNNING,)):
+        _optuna.fail_interrupted(
+            storage,
+            t,
+            {records.INTERRUPTED: True, records.FAIL_REASON: "the orchestrator stopped during this trial"},
+        )
+        if not TrialRecord(t).is_baseline:  # baselines are re-queued by seed()
+            records.enqueue_speculative(ctx.study, t.params, requeued_from=t.number)
+
+
+def seed(ctx: StudyContext) -> None:
+    """Baselines first (one per CUDA-graph setting), then the server's own defaults."""
+    trials = records.trials(ctx.study)
+    live = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
+    have_baseline = {TrialRecord(t).cuda_graph for t in trials if TrialRecord(t).is_baseline and t.state in live}
+    for cg in ctx.space.search.cuda_graph:
+        if cg not in have_baseline:
+            records.enqueue_baseline(ctx.study, cg)
+    queued = {json.dumps(t.params, sort_keys=True) for t in trials}
+    for cfg in seed_configs(ctx):
+        params = ctx.backend.params(cfg, ctx.space)
+        key = json.dumps(params, sort_keys=True)
+        if key not in queued:
+            queued.add(key)
+            records.enqueue_speculative(ctx.study, params, seeded=records.SEEDED_DEFAULT)
+
+
+def seed_configs(ctx: StudyContext) -> list[TrialConfig]:
+    """The server's default config of every drafter under every CUDA-graph setting of the space, graphs on
+    first: each drafter x CUDA-graph combination is measured early, not left to the sampler's luck (on an H200
+    TPE once ran 12 of 16 trials with graphs off and never tried the best region with them on)."""
+    out: list[TrialConfig] = []
+    settings = sorted({bool(b) for b in ctx.space.search.cuda_graph}, reverse=True)
+    defaults = ctx.backend.defaults(ctx.space)
+    for cg in settings:
+        for cfg in defaults:
+            try:
+                out.append(ctx.backend.resolve(dataclasses.replace(cfg, cuda_graph=cg), ctx.space))
+            except InfeasibleConfig:
+                continue
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+
+
+def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s: float | None = None) -> None:
+    """Run the search until ``n_trials`` trials used the budget (resuming what the study already has)."""
+    recover_interrupted(ctx)
+    seed(ctx)
+    if remaining(ctx, n_trials) == 0:
+        ctx.emit(Event("note", data={"message": f"search budget of {n_trials} trials already used"}))
+        return
+    deadline = None if timeout_s is None else ctx.clock.now() + timeout_s
+    # Duplicates (the sampler proposing a config already measured) cost no server start and do not use the
+    # budget; a cap on all trials keeps a small, exhausted space from looping forever.
+    cap = len(records.trials(ctx.study)) + 4 * remaining(ctx, n_trials) + 20
+    refine = refine_count(ctx, n_trials)
+    _optimize(ctx, objective, n_trials - refine, cap, deadline)  # the sampler's share
+    while remaining(ctx, n_trials) > 0 and len(records.trials(ctx.study)) < cap:
+        if deadline is not None and ctx.clock.now() >= deadline:
+            return
+        model = surrogate(ctx)
+        if model is None:  # too few measured configs yet: one more from the sampler
+            _optimize(ctx, objective, counted_trials(ctx) + 1, cap, deadline)
+            continue
+        config = refine_next(ctx, model)
+        if config is None:
+            break
+        params = ctx.backend.params(config, ctx.space)
+        records.enqueue_speculative(ctx.study, params, seeded=records.SEEDED_SURROGATE)
+        _optimize(ctx, objective, counted_trials(ctx) + 1, cap, deadline)
+    _optimize(ctx, objective, n_trials, cap, deadline)  # nothing left for the surrogate to try: the sampler goes on
+
+
+def _optimize(ctx: StudyContext, objective: Objective, target: int, cap: int, deadline: float | None) -> None:
+    """Run trials until ``target`` trials used the budget (or the cap or the deadline)."""
+
+    def budget_callback(study: optuna.Study, _t: FrozenTrial) -> None:
+        if counted_trials(ctx, running=True) >= target or len(records.trials(study)) >= cap:
+            study.stop()
+        if deadline is not None and ctx.clock.now() >= deadline:
+            study.stop()
+
+    while remaining(ctx, target) > 0 and len(records.trials(ctx.study)) < cap:
+        if deadline is not None and ctx.clock.now() >= deadline:
+            break
+        ctx.study.optimize(
+            objective,
+            n_trials=remaining(ctx, target),
+            catch=FAILURES,
+            callbacks=[budget_callback],
+            gc_after_trial=False,
+            show_progress_bar=False,
+        )
+
+
+# ---------------------------------------------------------------------------------------------- the surrogate
+
+
+def observations(ctx: StudyContext) -> list[tuple[TrialConfig, float]]:
+    """(effective config, log tok/s) of every measured speculative start of the search. A pruned trial's few
+    prompts are scaled by its baseline (its paired speedup x the baseline's tok/s over all prompts), so that
+    prompts of different difficulty do not bias it."""
+    out: list[tuple[TrialConfig, float]] = []
+    base_value: dict[Any, float] = {}
+    for t in records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED)):
+        r = TrialRecord(t)
+        if not records.is_measured_speculative(t) or not r.effective:
+            continue
+        cfg = r.effective_config()
+        if t.state == TrialState.COMPLETE and t.value and t.value > 0:
+            out.append((cfg, math.log(t.value)))
+            continue
+        speedup = r.speedup
+        if speedup and speedup > 0:
+            cg = bool(cfg.cuda_graph)
+            if cg not in base_value:
+                b = records.find_baseline(ctx.study, cg)
+                base_value[cg] = float(b.value) if b is not None and b.value else 0.0
+            if base_value[cg] > 0:
+                out.append((cfg, math.log(speedup * base_value[cg])))
+    return out
+
+
+def surrogate(ctx: StudyContext) -> Surrogate | None:
+    """The GP over log tok/s, or None with fewer than ``MIN_SURROGATE_POINTS`` observations or no grid."""
+    grid = ctx.grid
+    if grid is None:
+        return None
+    obs = observations(ctx)
+    if len({c.key() for c, _ in obs}) < MIN_SURROGATE_POINTS:
+        return None
+    floor = max(ctx.space.pruning.start_noise / math.sqrt(2), 0.005)
+    return Surrogate(Encoding.from_configs(grid + [c for c, _ in obs]), obs, noise_floor=floor)
+
+
+def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfig | None:
+    """The unmeasured config with the highest upper confidence bound (posterior mean + ``REFINE_KAPPA`` sd):
+    near the top but not yet measured, which is where a sharp optimum on the space's edge hides (expected
+    improvement, tried first, stayed next to lucky measurements: scripts/bench_search.py). None when there is
+    no surrogate or nothing left to try."""
+    model = model or surrogate(ctx)
+    grid = ctx.grid
+    if model is None or grid is None:
+        return None
+    trials = records.trials(ctx.study)  # one read: the checks below run for every grid point
+    tried = {TrialRecord(t).config_key for t in trials if TrialRecord(t).config_key}
+    per_drafter = ctx.backend.not_engaged_is_per_drafter
+    size_knob = ctx.backend.size_knob
+    pool = [
+        c
+        for c in grid
+        if c.key() not in tried
+        and not (per_drafter and records.disengaged(ctx.study, c, trials))
+        and records.predicted_oom(ctx.study, c, size_knob, trials) is None
+    ]
+    if not pool:
+        return None
+    queued = {
+        json.dumps(t.params, sort_keys=True) for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)
+    }
+    mean, sd = model.predict(pool)
+    for i in np.argsort(-(mean + REFINE_KAPPA * sd), kind="stable"):
+        c = pool[int(i)]
+        if json.dumps(ctx.backend.params(c, ctx.space), sort_keys=True) not in queued:
+            return c
+    return None

@@ -1,0 +1,425 @@
+"""One trial: Optuna's objective, from the suggestion to its outcome.
+
+The steps (resolve, the checks that refuse a launch, launch, the config check, the prompts with the zero-acceptance
+alarm and pruning, the reference answers, the lossless record, the speedup) raise when the trial ends early;
+``Objective.__call__`` is the one place that settles the outcome, as ``optuna.study._optimize._run_trial`` does one
+level up: it records the reason, announces the trial's end (one ``trial-end`` event) and hands Optuna its vocabulary.
+
+What a step raises            outcome   recorded
+- (a value returned)          COMPLETE  speedup, lossless record, ...
+- ``Infeasible``              PRUNED    ``fail_kind`` (``infeasible`` or ``oom``), ``infeasible``, constraint feasible=1
+- ``LostToBaseline``          PRUNED    ``prune_reason``, ``speedup_upper``
+- ``SameAsPruned``            PRUNED    (a duplicate of a pruned trial; its constraint too)
+- ``LaunchError``             FAIL      ``fail_kind``, ``fail_reason``, the server's log; the baseline's, or the third
+                                        in a row before any speculative config ran, stops the study (``UserError``)
+- ``NotLaunched``             FAIL      ``fail_kind`` of the earlier failures, ``not_launched``
+- ``BenchmarkError``          FAIL      ``fail_kind``, ``fail_reason``, the log tail it carries
+- ``DrafterNotEngaged``       FAIL      ``fail_kind``, ``fail_reason``
+- ``KeyboardInterrupt``       FAIL      ``interrupted`` (it does not use the budget; the config is queued again)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import lossless, records
+from autotune.config import LaunchInfo, PromptResult, ReferenceOutput, TrialConfig, summarize
+from autotune.errors import (
+    AutotuneError,
+    BenchmarkError,
+    DrafterNotEngaged,
+    InfeasibleConfig,
+    LaunchError,
+    ServerOOM,
+    UserError,
+)
+from autotune.measure import run_prompts
+from autotune.records import TrialRecord, TrialWriter
+from autotune.runner import Session
+from autotune.study import _optuna
+from autotune.study.context import StudyContext
+from autotune.study.events import Event
+
+WORKER = f"{socket.gethostname()}:{os.getpid()}"
+MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
+
+
+# ---------------------------------------------------------------------------------------------- outcomes
+
+
+class Pruned(optuna.TrialPruned):
+    """PRUNED; ``reason`` goes into the ``trial-end`` event (Optuna logs ``message``)."""
+
+    infeasible = False
+
+    def __init__(self, reason: str, *, message: str | None = None) -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+    def event(self) -> dict[str, Any]:
+        return {"state": TrialState.PRUNED.name, "reason": self.reason}
+
+
+class Infeasible(Pruned):
+    """The server would reject the config, or it ran (or, by an earlier trial, would run) out of memory."""
+
+    infeasible = True
+
+    def __init__(self, reason: str, *, kind: str = "infeasible", launch_error: LaunchError | None = None) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.launch_error = launch_error
+
+
+class LostToBaseline(Pruned):
+    """The pruner's verdict between two prompts: the upper bound of the speedup is below 1."""
+
+    def __init__(self, reason: str, upper: float | None) -> None:
+        super().__init__(reason)
+        self.upper = upper
+
+
+class SameAsPruned(Pruned):
+    """A duplicate of a pruned trial: pruned too, infeasible if that one was."""
+
+    def __init__(self, dup: FrozenTrial) -> None:
+        super().__init__(
+            f"same server config as trial {dup.number}",
+            message=f"same server config as trial {dup.number}, which was pruned",
+        )
+        self.value = dup.value
+        self.infeasible = TrialRecord(dup).feasible is False
+
+    def event(self) -> dict[str, Any]:
+        return {**super().event(), "tok_per_s": self.value}
+
+
+class NotLaunched(AutotuneError):
+    """Refused before launch: the same server config failed twice (``kind``: how the last one failed)."""
+
+    def __init__(self, message: str, kind: str | None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+#: what FAILs a trial; Optuna records these as FAIL and goes on (anything else stops the study)
+FAILURES = (LaunchError, BenchmarkError, DrafterNotEngaged, NotLaunched)
+
+
+@dataclass
+class _Trial:
+    """One trial while it runs."""
+
+    trial: optuna.Trial
+    record: TrialWriter
+    config: TrialConfig | None = None  # the effective config, once resolved
+    launched: bool = False  # runner.launch was called
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+# ---------------------------------------------------------------------------------------------- the objective
+
+
+class Objective:
+    """Optuna's objective for the study of ``ctx``: tok/s over the prompt set (see the module's outcome table)."""
+
+    def __init__(self, ctx: StudyContext) -> None:
+        self.ctx = ctx
+        self.size_knob = ctx.backend.size_knob
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        t = _Trial(trial, TrialWriter(trial))
+        try:
+            value, end = self._run(t)
+        except KeyboardInterrupt:
+            self._interrupted(t)
+            raise
+        except Pruned as e:
+            self._pruned(t, e)
+            raise
+        except FAILURES as e:
+            self._failed(t, e)
+            fatal = self._fatal(t, e)
+            if fatal is not None:
+                raise fatal from e
+            raise
+        self._end(t, end)
+        return value
+
+    # -- outcomes -------------------------------------------------------------------------------------
+    def _end(self, t: _Trial, data: dict[str, Any]) -> None:
+        self.ctx.emit(Event("trial-end", t.number, data))
+
+    def _pruned(self, t: _Trial, e: Pruned) -> None:
+        if isinstance(e, Infeasible):
+            if e.launch_error is not None:
+                t.record.server_log(e.launch_error.log_tail, e.launch_error.log_path)
+            t.record.infeasible(e.kind, e.reason)
+        elif isinstance(e, LostToBaseline):
+            t.record.pruned(e.reason, e.upper)
+        if e.infeasible:
+            t.trial.set_constraint(records.CONSTRAINT_FEASIBLE, 1.0)
+        self._end(t, e.event())
+
+    def _failed(self, t: _Trial, e: Exception) -> None:
+        t.record.failed(getattr(e, "kind", None), str(e), not_launched=isinstance(e, NotLaunched))
+        if isinstance(e, LaunchError):
+            t.record.server_log(e.log_tail, e.log_path)
+        elif getattr(e, "log_tail", ""):
+            t.record.log_tail(e.log_tail)  # type: ignore[attr-defined]
+        self._end(t, {"state": TrialState.FAIL.name, "reason": str(e)})
+
+    def _fatal(self, t: _Trial, e: Exception) -> UserError | None:
+        """A failure that stops the study: the baseline did not start (nothing can be compared), or the third
+        server in a row did not start before any speculative config ran."""
+        if not (isinstance(e, LaunchError) and t.launched and t.config is not None):
+            return None
+        if t.config.is_baseline:
+            return UserError(
+                f"the baseline server ({t.config.label()}) did not start: {e}\n"
+                f"last lines of its log ({e.log_path}):\n{e.log_tail[-1500:]}"
+            )
+        if records.consecutive_launch_failures(self.ctx.study) + 1 >= MAX_CONSECUTIVE_LAUNCH_FAILURES:
+            return UserError(
+                f"{MAX_CONSECUTIVE_LAUNCH_FAILURES} servers in a row failed to start; the last: {e}\nlog: {e.log_path}"
+            )
+        return None
+
+    def _interrupted(self, t: _Trial) -> None:
+        """The server was stopped by the session's close(); the trial does not use the budget and its config is
+        measured again when the study resumes."""
+        t.record.interrupted()
+        if TrialRecord(t.trial).role != records.ROLE_BASELINE:
+            records.enqueue_speculative(self.ctx.study, dict(t.trial.params), requeued_from=t.number)
+
+    # -- the steps ------------------------------------------------------------------------------------
+    def _run(self, t: _Trial) -> tuple[float, dict[str, Any]]:
+        ctx = self.ctx
+        config = self._suggest(t.trial)
+        t.record.started(config, WORKER)
+        ctx.emit(Event("trial-start", t.number, {"config": config.label()}))
+        try:
+            eff = ctx.backend.resolve(config, ctx.space)
+        except InfeasibleConfig as e:
+            raise Infeasible(str(e)) from e
+        t.record.resolved(eff)
+        t.config = eff
+        dup = records.find_duplicate(ctx.study, eff.key(), t.number)
+        if dup is not None:
+            return self._reuse(t, dup)
+        self._refuse_known_failures(eff)
+        baseline = None if eff.is_baseline else records.find_baseline(ctx.study, eff.cuda_graph)
+        return self._measure(t, eff, baseline)
+
+    def _suggest(self, trial: optuna.Trial) -> TrialConfig:
+        space = self.ctx.space
+        if TrialRecord(trial).role == records.ROLE_BASELINE:
+            cg = trial.suggest_categorical(records.PARAM_CUDA_GRAPH, list(space.search.cuda_graph))
+            return TrialConfig.baseline(bool(cg))
+        return self.ctx.backend.suggest(trial, space)
+
+    def _reuse(self, t: _Trial, dup: FrozenTrial) -> tuple[float, dict[str, Any]]:
+        """A config whose server config was already measured copies that measurement (no start, no budget)."""
+        t.record.duplicate(dup)
+        for step, v in sorted(dup.intermediate_values.items()):
+            t.trial.report(v, step)
+        if dup.state == TrialState.PRUNED:
+            raise SameAsPruned(dup)
+        end = {"state": dup.state.name, "reason": f"same server config as trial {dup.number}", "tok_per_s": dup.value}
+        return float(dup.value), end  # type: ignore[arg-type]
+
+    def _refuse_known_failures(self, eff: TrialConfig) -> None:
+        """Configs not launched because of what earlier trials showed: the same server config failed twice (one
+        retry covers transient faults), the drafter was not engaged, a tree at least as large ran out of memory."""
+        study = self.ctx.study
+        crashed = records.failed_twice(study, eff.key())
+        if crashed:
+            raise NotLaunched(
+                f"the same server config failed in trials {crashed[0].number} and {crashed[1].number}; "
+                "not launched again",
+                TrialRecord(crashed[-1]).fail_kind,
+            )
+        if eff.is_baseline or not self.ctx.backend.not_engaged_is_per_drafter:
+            return
+        bad = records.disengaged(study, eff)
+        if bad is not None:
+            raise DrafterNotEngaged(
+                f"drafter {eff.drafter!r} was not engaged in trial {bad.number} "
+                f"({TrialRecord(bad).fail_reason or ''}); not launched again"
+            )
+        oom = records.predicted_oom(study, eff, self.size_knob)
+        if oom is not None:
+            oom_size = records.config_size(TrialRecord(oom).effective_config(), self.size_knob)
+            size = records.config_size(eff, self.size_knob)
+            raise Infeasible(
+                f"trial {oom.number} ran out of memory at size {oom_size}; size {size} is at least as large",
+                kind=ServerOOM.kind,
+            )
+
+    def _measure(self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None) -> tuple[float, dict[str, Any]]:
+        ctx = self.ctx
+        if baseline is not None:
+            t.record.baseline_trial(baseline.number)
+        session = self._launch(t, config)
+        with contextlib.closing(session):
+            self._check_config(t, config, session.info)
+            n = len(ctx.space.benchmark.prompts)
+            on_prompt = functools.partial(self._after_prompt, t, config, baseline, n)
+            results = run_prompts(session, n, on_prompt=on_prompt)
+            if config.is_baseline and ctx.space.benchmark.temperature == 0:
+                t.record.references(self._references(session, n))
+        return self._complete(t, config, baseline, results)
+
+    def _launch(self, t: _Trial, config: TrialConfig) -> Session:
+        t.launched = True
+        try:
+            return self.ctx.runner.launch(config)
+        except ServerOOM as e:
+            raise Infeasible(f"out of memory at startup: {e}", kind=ServerOOM.kind, launch_error=e) from e
+
+    def _check_config(self, t: _Trial, config: TrialConfig, info: LaunchInfo) -> None:
+        """Record the launch; a server that runs something else than what was asked is never recorded under the
+        wrong config (BenchmarkError)."""
+        t.record.launched(info)
+        if info.effective:
+            effective = info.effective
+            if "num_steps" not in effective and "cuda_graph" not in effective:  # raw server info
+                effective = self.ctx.backend.read_effective(effective)
+            mismatch = self.ctx.backend.check_effective(config, effective)
+            if mismatch:
+                raise BenchmarkError("the server resolved a different config than launched: " + "; ".join(mismatch))
+        t.record.measuring(info)
+        self.ctx.emit(Event("launched", t.number, {"startup_s": info.startup_s}))
+
+    def _after_prompt(
+        self,
+        t: _Trial,
+        config: TrialConfig,
+        baseline: FrozenTrial | None,
+        n: int,
+        i: int,
+        r: PromptResult,
+        results: list[PromptResult],
+    ) -> None:
+        t.trial.report(r.tok_per_s, i)
+        t.record.prompts(results)
+        self.ctx.emit(
+            Event("prompt", t.number, {"index": i, "of": n, "tok_per_s": r.tok_per_s, "accept_length": r.accept_length})
+        )
+        if i == 0 and not config.is_baseline:
+            self._alarm(r)
+        if baseline is not None and i < n - 1 and t.trial.should_prune():
+            d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
+            self._record_speedup(t, results, baseline)
+            raise LostToBaseline(d.reason if d else "pruned", d.upper_bound if d else None)
+
+    def _alarm(self, first: PromptResult) -> None:
+        """Acceptance at ~1.0 after the first prompt: the drafter does nothing (wrong algorithm, wrong target)."""
+        acc = first.accept_length
+        if acc is not None and acc <= self.ctx.space.pruning.zero_accept_max:
+            raise DrafterNotEngaged(
+                f"acceptance length {acc:.2f} after the first prompt: the drafter is not engaged; "
+                f"{self.ctx.backend.not_engaged_hint}"
+            )
+
+    def _references(self, session: Session, n: int) -> list[ReferenceOutput | None]:
+        """The baseline's reference answers (top tokens per position), one non-timed request per prompt; a
+        server without log-probabilities gives None for each (then the check falls back to the matching prefix)."""
+        reference = getattr(session, "reference", None)
+        if reference is None:
+            return [None] * n
+        out: list[ReferenceOutput | None] = []
+        for i in range(n):
+            try:
+                r = reference(i, lossless.REFERENCE_TOP_N)
+            except BenchmarkError as e:  # the measurement stands; the check falls back to the matching prefix
+                self.ctx.emit(Event("note", data={"message": f"no reference answer for prompt {i}: {e}"}))
+                r = None
+            out.append(r)
+            if r is None:  # the server gives none: do not ask again for every prompt
+                return out + [None] * (n - i - 1)
+        return out
+
+    def _complete(
+        self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None, results: list[PromptResult]
+    ) -> tuple[float, dict[str, Any]]:
+        ctx = self.ctx
+        summary = summarize(results)
+        t.record.measured(summary["accept_length"])
+        texts = [r.text for r in results]
+        if config.is_baseline:
+            t.record.outputs(texts)
+            if ctx.space.benchmark.temperature == 0:
+                baseline_floor(ctx, t.number, config, texts)
+        else:
+            self._record_speedup(t, results, baseline)
+            if baseline is not None and ctx.space.benchmark.temperature == 0:
+                check = lossless_record(ctx, texts, baseline)
+                t.record.lossless(check)
+                if not check["ok"]:
+                    ctx.emit(Event("note", t.number, {"message": "lossy: " + lossless.summary_line(check)}))
+        end = {
+            "state": TrialState.COMPLETE.name,
+            "tok_per_s": summary["tok_per_s"],
+            "speedup": speedup_of(results, baseline),
+        }
+        return summary["tok_per_s"], end
+
+    @staticmethod
+    def _record_speedup(t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None) -> None:
+        s = speedup_of(results, baseline)
+        if s is not None:
+            t.record.speedup(s)
+
+
+# ---------------------------------------------------------------------------------------------- the figures
+
+
+def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None) -> float | None:
+    """Aggregate tok/s over the measured prompts divided by the baseline's over the same prompts."""
+    if baseline is None or not results:
+        return None
+    base_prompts = TrialRecord(baseline).prompts
+    n = len(results)
+    base_tokens = sum(p["completion_tokens"] for p in base_prompts[:n])
+    base_seconds = sum(p["seconds"] for p in base_prompts[:n])
+    tokens = sum(r.completion_tokens for r in results)
+    seconds = sum(r.seconds for r in results)
+    if base_seconds > 0 and seconds > 0 and base_tokens > 0:
+        return (tokens / seconds) / (base_tokens / base_seconds)
+    return None
+
+
+def lossless_record(ctx: StudyContext, texts: list[str], baseline: FrozenTrial) -> dict[str, Any]:
+    """The lossless record of ``texts`` (one answer per prompt) against ``baseline``'s answers and references."""
+    record = ctx.compare_outputs(texts, baseline, ctx.lossless_tolerance())
+    record["tolerance_source"] = ctx.tie_tolerance[1]
+    return record
+
+
+def baseline_floor(ctx: StudyContext, number: int, config: TrialConfig, texts: list[str]) -> None:
+    """Compare a new baseline's answers with every other baseline's (another CUDA-graph setting: other kernels
+    and batch shapes; a fresh start in confirmation): a divergence there is this server's own numerics. Each
+    classified divergence joins the study's ``lossless_floor``; a confident one raises the tolerance in force
+    (``StudyContext.lossless_tolerance``) and is reported."""
+    floor = records.lossless_floor(ctx.study)
+    for other in records.trials(ctx.study, (TrialState.COMPLETE,)):
+        r = TrialRecord(other)
+        if other.number == number or not r.is_baseline or r.is_duplicate or not r.outputs:
+            continue
+        rec = ctx.compare_outputs(texts, other, ctx.tie_tolerance[0])
+        for d in rec["divergences"]:
+            floor.append({**d, "baseline": number, "against": other.number, "cuda_graph": config.cuda_graph})
+    floor.append({"baseline": number, "checked": True, "cuda_graph": config.cuda_graph})
+    records.set_lossless_floor(ctx.study, floor)
