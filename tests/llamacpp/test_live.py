@@ -214,7 +214,11 @@ def test_good_draft_wins_and_bad_draft_loses(runs):
     base = runs["baseline"].tok_per_s
     good = runs["good"].tok_per_s
     bad = runs["bad"].tok_per_s
-    assert good > 1.2 * base, (base, good, bad)
+    # orderings with margins wider than this 2-core machine's noise: side by side, the good/baseline ratio ran
+    # 1.13-1.40 for the same binary and models on the code before and after the issue-#12 restructuring (the
+    # baseline alone moved 75-94 tok/s between runs), so a 1.2 bound failed about one run in three on either
+    assert good > 1.05 * base, (base, good, bad)
+    assert runs["good"].accept_length > 3.0 > 2.0 > runs["bad"].accept_length  # the mechanism, noise-free
     assert bad < 0.85 * base, (base, good, bad)
 
 
@@ -304,7 +308,7 @@ def test_a_real_study_end_to_end(tmp_path):
     good = [t for t in spec if t["config"]["drafter"] == "good"]
     bad = [t for t in spec if t["config"]["drafter"] == "bad"]
     assert good and bad, [(t["number"], t["config"], t["state"]) for t in trials.values()]
-    assert max(t["speedup"] for t in good) > 1.15
+    assert max(t["speedup"] for t in good) > 1.05  # noise on 2 cores: see test_good_draft_wins_and_bad_draft_loses
     assert max(t["speedup"] for t in bad) < max(t["speedup"] for t in good)
     assert all(t["accept_length"] > 2.0 for t in good if t["config"]["draft_n_max"] >= 3)
     assert all(t["lossless"] is None or t["lossless"]["ok"] for t in spec)
