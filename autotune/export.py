@@ -19,11 +19,17 @@ FORMATS = ("sglang", "command", "yaml", "json")
 
 
 def launch_argv(space: Space, backend: Backend, config: TrialConfig) -> list[str]:
-    """The deployment launch command: the real server's (never the simulator's), on the space's port; flags as the
-    installed server spells them where only ``probe`` can tell (``Backend.probe_before_argv``)."""
+    """The deployment launch command: the real server's (never the simulator's), on the space's port, started by the
+    launcher the space names or else a plain one (``Backend.deploy_launcher``: ``python3 -m sglang.launch_server``,
+    never this machine's interpreter path); flags as the installed server spells them where only ``probe`` can tell
+    (``Backend.probe_before_argv``)."""
     if backend.probe_before_argv:
         backend.probe(space)
-    return backend.argv(config, space, port=space.server.port, simulate=False)
+    argv = backend.argv(config, space, port=space.server.port, simulate=False)
+    here, there = backend.launcher(space), backend.launcher(space, deploy=True)
+    if argv[: len(here)] == here:  # this machine's interpreter or cached build: the deployment host's plain one
+        argv = there + argv[len(here) :]
+    return argv
 
 
 def bundle(space: Space, backend: Backend, report: dict[str, Any]) -> dict[str, Any]:

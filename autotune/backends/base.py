@@ -157,6 +157,15 @@ class Backend(ABC):
                 f"unknown {self.display_name or self.name} knobs {unknown}; expected some of {list(self.knob_names)}"
             )
 
+    #: the command that starts this server on a deployment host when the space names no ``server.launcher``
+    #: (``export``): never this machine's own paths (its interpreter, a cached build)
+    deploy_launcher: tuple[str, ...] = ()
+
+    def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
+        """The argv prefix that starts the server: ``server.launcher`` when the space names one; otherwise this
+        machine's default, or with ``deploy`` the plain ``deploy_launcher`` a deployment host has."""
+        return list(space.server.launcher) or list(self.deploy_launcher)
+
     def env(self, config: TrialConfig, space: Space) -> dict[str, str]:
         """Environment variables to set on top of the inherited environment."""
         return dict(space.server.env)

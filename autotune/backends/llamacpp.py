@@ -418,9 +418,14 @@ class LlamaCppBackend(Backend):
 
     # -- launching ----------------------------------------------------------------------------------
 
-    def launcher(self, space: Space) -> list[str]:
-        """``space.server.launcher``, else ``find_llama_server()``, else plain ``llama-server``."""
-        return list(space.server.launcher) or [find_llama_server() or "llama-server"]
+    deploy_launcher = ("llama-server",)
+
+    def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
+        """``space.server.launcher``, else ``find_llama_server()`` (this machine's), else plain ``llama-server``
+        (also what a deployment host gets: ``deploy``)."""
+        if space.server.launcher or deploy:
+            return super().launcher(space, deploy=deploy)
+        return [find_llama_server() or "llama-server"]
 
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:
         """Learn the flag spelling from ``<server> --help`` (cached per binary; keeps NEW_SPELLING on failure)."""

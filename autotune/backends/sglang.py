@@ -391,10 +391,19 @@ class SGLangBackend(Backend):
         if spelling is not None:
             self.cuda_graph_spelling = spelling
 
+    deploy_launcher = ("python3", "-m", "sglang.launch_server")
+
+    def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
+        """``server.launcher``, else this interpreter's ``-m sglang.launch_server`` (SGLang installed beside
+        autotune), else for a deployment host a plain ``python3 -m sglang.launch_server``."""
+        if space.server.launcher or deploy:
+            return super().launcher(space, deploy=deploy)
+        return [sys.executable, "-m", "sglang.launch_server"]
+
     def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
         eff = self.resolve(config, space)
         server = space.server
-        launcher = list(server.launcher) or [sys.executable, "-m", "sglang.launch_server"]
+        launcher = self.launcher(space)
         argv = [*launcher, "--model-path", server.model_path, "--host", server.host, "--port", str(int(port))]
         if not eff.is_baseline:
             drafter = space.drafter(eff.drafter or "")

@@ -59,6 +59,7 @@ def drafter_method(space: Space, name: str) -> str:
 
 class VLLMBackend(Backend):
     name = "vllm"
+    deploy_launcher = ("vllm", "serve")
     health_path = "/health"
     info_path = "/version"
     metrics_path = "/metrics"
@@ -147,7 +148,7 @@ class VLLMBackend(Backend):
     def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
         eff = self.resolve(config, space)
         server = space.server
-        launcher = list(server.launcher) or ["vllm", "serve"]
+        launcher = self.launcher(space)
         argv = [*launcher, server.model_path, "--host", server.host, "--port", str(int(port))]
         if not eff.is_baseline:
             argv += ["--speculative-config", json.dumps(self.speculative_config(eff, space), sort_keys=True)]

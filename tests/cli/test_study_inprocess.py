@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 
 from .helpers import REPO, autotune, report
 
@@ -32,6 +33,9 @@ def test_eagle3_field_report_study_prunes_and_never_recommends_speculation(tmp_p
     assert "sglang.launch_server" in argv and "--model-path" in argv
     assert not [a for a in argv if a.startswith("--speculative")]
     assert "autotune.sim" not in e.stdout  # the deployment command is the real server's
+    # started the way a deployment host can: not with this machine's interpreter path
+    assert argv[argv.index("-m") - 1 : argv.index("-m") + 2] == ["python3", "-m", "sglang.launch_server"]
+    assert sys.executable not in e.stdout
     # re-running the finished command runs nothing new
     again = autotune(
         "study", str(space), "--simulate", "--in-process", "--n-trials", "12", "--studies-dir", str(studies)
