@@ -77,40 +77,8 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     conf: records.ConfirmationState = records.confirmation(study) or {}
     by_number = {t.number: t for t in trials}
     base = baselines(study)
-    best = None
-    confirmed = []
-    for r in conf.get("results", []):
-        t = by_number.get(r["trial"])
-        confirmed.append(
-            {
-                "trial": r["trial"],
-                "config": r["config"],
-                "speedup_ci": r["speedup_ci"],
-                "deploy_speedup_ci": r.get("deploy_speedup_ci"),
-                "tok_per_s": _mean(r["tok_per_s"]),
-                "baseline_tok_per_s": _mean(r["baseline_tok_per_s"]),
-                "rounds": len(r["tok_per_s"]),
-                "dropped": bool(r.get("dropped", False)),
-            }
-        )
-        if t is not None:
-            for row in rows:
-                if row["number"] == t.number:
-                    row["speedup_ci"] = r["speedup_ci"]
-    if conf.get("best") is not None:
-        r = next(c for c in confirmed if c["trial"] == conf["best"])
-        t = by_number[conf["best"]]
-        best = {
-            "trial": t.number,
-            "params": dict(t.params),
-            "config": r["config"],
-            "tok_per_s": r["tok_per_s"],
-            "speedup": _headline(r)["point"] if _headline(r) else None,
-            "speedup_ci": _headline(r),
-            "same_setting_speedup_ci": r["speedup_ci"],
-            "search_tok_per_s": t.value,
-            "accept_length": TrialRecord(t).accept_length,
-        }
+    confirmed = _confirmed(conf, rows)
+    best = _best(conf, confirmed, by_number)
     fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
     for row in rows:
         row["speedup_vs_fastest"] = _vs_fastest(by_number[row["number"]], fastest)
@@ -123,9 +91,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         v, rests_on = _unconfirmed_verdict(study)
         basis = "search"
         exclusions = find_exclusions(study)
-    recommended = recommend(study, v, best)
     spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE]
-    floor = records.lossless_floor(study)
     simulated, units = records.study_labels(study)
     return {
         "study": study.study_name,
@@ -148,21 +114,68 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "verdict_text": _verdict_text(v, exclusions),
         "exclusions": exclusions,
         "fastest_baseline": fastest,
-        "lossless": {
-            "numerics": sum(
-                len((r.get("lossless") or {}).get("numerics", [])) for r in rows if r["duplicate_of"] is None
-            ),
-            "lossy_trials": [r["number"] for r in rows if r.get("lossless") and not r["lossless"].get("ok", True)],
-            "tolerance": next((r["lossless"].get("tolerance") for r in rows if r.get("lossless")), None),
-            "tolerance_source": next((r["lossless"].get("tolerance_source") for r in rows if r.get("lossless")), None),
-            "baseline_divergences": [f for f in floor if f.get("kind")],
-            "baselines_compared": sum(1 for f in floor if f.get("checked")),
-        },
-        "recommended": recommended,
+        "lossless": _lossless_summary(rows, records.lossless_floor(study)),
+        "recommended": recommend(study, v, best),
         "flags": _flags(rows),
         "comparisons": "every speculative trial is paired with the baseline measured under the same CUDA-graph "
         "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
         "fastest baseline (what would be deployed without speculation)",
+    }
+
+
+def _confirmed(conf: records.ConfirmationState, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The confirmation's candidates as report rows; each trial row gets its confirmed interval."""
+    by_row = {row["number"]: row for row in rows}
+    out = []
+    for r in conf.get("results", []):
+        out.append(
+            {
+                "trial": r["trial"],
+                "config": r["config"],
+                "speedup_ci": r["speedup_ci"],
+                "deploy_speedup_ci": r.get("deploy_speedup_ci"),
+                "tok_per_s": _mean(r["tok_per_s"]),
+                "baseline_tok_per_s": _mean(r["baseline_tok_per_s"]),
+                "rounds": len(r["tok_per_s"]),
+                "dropped": bool(r.get("dropped", False)),
+            }
+        )
+        if r["trial"] in by_row:
+            by_row[r["trial"]]["speedup_ci"] = r["speedup_ci"]
+    return out
+
+
+def _best(
+    conf: records.ConfirmationState, confirmed: list[dict[str, Any]], by_number: dict[int, FrozenTrial]
+) -> dict[str, Any] | None:
+    """The confirmation's pick, with its headline interval (against the fastest baseline)."""
+    if conf.get("best") is None:
+        return None
+    r = next(c for c in confirmed if c["trial"] == conf["best"])
+    t = by_number[conf["best"]]
+    return {
+        "trial": t.number,
+        "params": dict(t.params),
+        "config": r["config"],
+        "tok_per_s": r["tok_per_s"],
+        "speedup": _headline(r)["point"] if _headline(r) else None,
+        "speedup_ci": _headline(r),
+        "same_setting_speedup_ci": r["speedup_ci"],
+        "search_tok_per_s": t.value,
+        "accept_length": TrialRecord(t).accept_length,
+    }
+
+
+def _lossless_summary(rows: list[dict[str, Any]], floor: list[dict[str, Any]]) -> dict[str, Any]:
+    """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor."""
+    checked = [r for r in rows if r.get("lossless")]
+    return {
+        "numerics": sum(len(r["lossless"].get("numerics", [])) for r in checked if r["duplicate_of"] is None),
+        "lossy_trials": [r["number"] for r in checked if not r["lossless"].get("ok", True)],
+        "tolerance": checked[0]["lossless"].get("tolerance") if checked else None,
+        "tolerance_source": checked[0]["lossless"].get("tolerance_source") if checked else None,
+        "baseline_divergences": [f for f in floor if f.get("kind")],
+        "baselines_compared": sum(1 for f in floor if f.get("checked")),
     }
 
 
