@@ -258,7 +258,7 @@ def _hf_dtype(config: Path) -> str | None:
     if isinstance(q, Mapping):
         bits = q.get("bits") or q.get("w_bit")
         method = str(q.get("quant_method", "")).lower()
-        if bits in (4, "4") or "awq" in method or "gptq" in method and bits in (None, 4):
+        if bits in (4, "4") or "awq" in method or ("gptq" in method and bits is None):
             return "4bit"
         if "fp8" in method or bits in (8, "8"):
             return "8bit"
