@@ -1,19 +1,41 @@
-"""``BaselinePruner``: stop a trial once it has clearly lost to the baseline.
+"""``BaselinePruner``: stop a trial once it has clearly lost, to the baseline or to the leader.
 
-Optuna's own pruners compare a trial with the best trial (Median, Wilcoxon). Ours compares it with the
-non-speculative baseline measured under the same CUDA-graph setting, prompt by prompt (``step`` = prompt
-index, the same prompt in every trial), and prunes once the one-sided upper confidence bound of the paired
-speedup falls below 1. Pruners are not stored in the storage: every worker constructs the same one.
+Optuna's own pruners compare a trial with the best trial (Median, Wilcoxon) by ranks or quantiles. Ours pairs a
+trial prompt by prompt (``step`` = prompt index, the same prompt in every trial) with two references:
+
+- the baseline: the non-speculative baseline measured under the same CUDA-graph setting. A config clearly slower
+  than it is a loss whatever else the study finds (``rule`` ``baseline``).
+- the leader: the fastest fully measured config of the study so far (baselines included; lossy trials are not
+  candidates). A config clearly slower than the leader cannot be the recommendation, so the GPU time goes to
+  contenders (``rule`` ``leader``).
+
+The baseline rule prunes once the one-sided upper confidence bound of the paired speedup over the baseline falls
+below 1; the leader rule once the bound over the leader falls below 1 - ``leader_margin`` (the leader's figure is
+the luckiest of many, and a config a few percent behind it may still be the optimum). The bound
+uses the study's pooled prompt-to-prompt spread (``stats.pooled_spread``: every other measured trial's per-prompt
+log ratios against the same kind of reference, from a conservative prior), the trial's own where it is larger, and
+the start-to-start noise. Pruners are not stored in the storage: every worker constructs the same one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 import optuna
 from optuna.pruners import BasePruner
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.records import BASELINE_DRAFTER, PARAM_DRAFTER, TrialRecord, find_baseline, is_baseline_trial
-from autotune.stats import START_NOISE, PruneDecision, prune_decision
+from autotune.stats import (
+    PRIOR_SPREAD,
+    START_NOISE,
+    PruneDecision,
+    Spread,
+    log_ratios,
+    pooled_spread,
+    prune_decision,
+)
 
 #: the baseline's drafter param (``autotune.records.BASELINE_DRAFTER``)
 BASELINE = BASELINE_DRAFTER
@@ -24,10 +46,73 @@ def paired_values(trial: FrozenTrial, baseline: FrozenTrial) -> tuple[list[float
     return ([trial.intermediate_values[s] for s in steps], [baseline.intermediate_values[s] for s in steps])
 
 
+def _measured(trials: Sequence[FrozenTrial], exclude: int) -> list[FrozenTrial]:
+    """Trials whose prompts count as evidence: measured starts (complete or pruned), not copies, not ``exclude``."""
+    out = []
+    for t in trials:
+        if t.number == exclude or t.state not in (TrialState.COMPLETE, TrialState.PRUNED):
+            continue
+        r = TrialRecord(t)
+        if r.is_duplicate or len(t.intermediate_values) < 2:
+            continue
+        out.append(t)
+    return out
+
+
+def leader_of(trials: Sequence[FrozenTrial], exclude: int = -1) -> FrozenTrial | None:
+    """The fastest fully measured trial (COMPLETE, not a copy, not lossy), baselines included; None if none."""
+    best: FrozenTrial | None = None
+    for t in trials:
+        if t.number == exclude or t.state != TrialState.COMPLETE or not t.intermediate_values or not t.value:
+            continue
+        r = TrialRecord(t)
+        if r.is_duplicate or r.lossy:
+            continue
+        if best is None or t.value > best.value:  # type: ignore[operator]
+            best = t
+    return best
+
+
+def spread_vs_baselines(study: optuna.Study, trials: Sequence[FrozenTrial], exclude: int) -> Spread | None:
+    """The pooled spread of per-prompt log ratios of every other measured speculative trial over its baseline."""
+    baselines: dict[object, FrozenTrial | None] = {}
+    groups = []
+    for t in _measured(trials, exclude):
+        r = TrialRecord(t)
+        if r.is_baseline or PARAM_DRAFTER not in t.params:
+            continue
+        if r.cuda_graph not in baselines:
+            baselines[r.cuda_graph] = find_baseline(study, r.cuda_graph)
+        b = baselines[r.cuda_graph]
+        if b is not None:
+            groups.append(log_ratios(*paired_values(t, b)))
+    return pooled_spread(groups, PRIOR_SPREAD)
+
+
+def spread_vs(reference: FrozenTrial, trials: Sequence[FrozenTrial], exclude: int) -> Spread | None:
+    """The pooled spread of per-prompt log ratios of every other measured trial over ``reference``."""
+    groups = [
+        log_ratios(*paired_values(t, reference))
+        for t in _measured(trials, exclude)
+        if t.number != reference.number
+    ]
+    return pooled_spread(groups, PRIOR_SPREAD)
+
+
 class BaselinePruner(BasePruner):
     def __init__(
-        self, confidence: float = 0.95, min_prompts: int = 2, enabled: bool = True, start_noise: float = START_NOISE
+        self,
+        confidence: float = 0.95,
+        min_prompts: int = 2,
+        enabled: bool = True,
+        start_noise: float = START_NOISE,
+        *,
+        leader: bool = True,
+        leader_margin: float = 0.05,
+        pooled: bool = True,
     ) -> None:
+        if not 0 <= leader_margin < 1:
+            raise ValueError(f"leader_margin must be in [0, 1) but got {leader_margin}")
         if start_noise < 0:
             raise ValueError(f"start_noise must be at least 0 but got {start_noise}")
         if not 0 < confidence < 1:
@@ -38,18 +123,41 @@ class BaselinePruner(BasePruner):
         self.min_prompts = min_prompts
         self.enabled = enabled
         self.start_noise = start_noise
+        self.leader = leader
+        self.leader_margin = leader_margin
+        self.pooled = pooled
 
     def decide(self, study: optuna.Study, trial: FrozenTrial) -> PruneDecision | None:
-        """The decision with its numbers, or None when there is nothing to compare with."""
+        """The decision with its numbers (the baseline rule's, or the leader rule's when that one prunes), or
+        None when there is nothing to compare with."""
         r = TrialRecord(trial)
         if r.is_baseline or PARAM_DRAFTER not in trial.params:
             return None
         baseline = find_baseline(study, r.cuda_graph)
         if baseline is None:
             return None
-        t, b = paired_values(trial, baseline)
-        return prune_decision(
-            t, b, confidence=self.confidence, min_prompts=self.min_prompts, start_noise=self.start_noise
+        everything = study.get_trials(deepcopy=False)
+        opts = {"confidence": self.confidence, "min_prompts": self.min_prompts, "start_noise": self.start_noise}
+        spread = spread_vs_baselines(study, everything, trial.number) if self.pooled else None
+        d = prune_decision(*paired_values(trial, baseline), spread=spread, against=baseline.number, **opts)
+        if d.prune or not self.leader:
+            return d
+        lead = leader_of(everything, exclude=trial.number)
+        if lead is None or lead.number == baseline.number:
+            return d
+        spread = spread_vs(lead, everything, trial.number) if self.pooled else None
+        t, lv = paired_values(trial, lead)
+        # the leader's figures shrunk by the margin: pruned only when clearly more than the margin slower
+        shrunk = [v * (1.0 - self.leader_margin) for v in lv]
+        dl = prune_decision(t, shrunk, spread=spread, rule="leader", against=lead.number, **opts)
+        if not dl.prune:
+            return d
+        ub = dl.upper_bound * (1.0 - self.leader_margin)
+        return dataclasses.replace(
+            dl,
+            upper_bound=ub,
+            reason=f"upper {self.confidence:.0%} bound of the speedup over the leader (trial {lead.number}) is "
+            f"{ub:.3f} < {1 - self.leader_margin:.2f} after {dl.n} prompts",
         )
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
@@ -59,4 +167,4 @@ class BaselinePruner(BasePruner):
         return bool(d and d.prune)
 
 
-__all__ = ["BASELINE", "BaselinePruner", "find_baseline", "is_baseline_trial", "paired_values"]
+__all__ = ["BASELINE", "BaselinePruner", "find_baseline", "is_baseline_trial", "leader_of", "paired_values"]

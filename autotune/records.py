@@ -19,7 +19,8 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``infeasible`` / ``feasible`` | outcome | why the server would reject it (PRUNED) / False then, True once measured |
 | ``not_launched`` | outcome | True: refused before launch (its config failed twice) |
 | ``interrupted`` | outcome | True: the orchestrator stopped during it (it does not use the budget) |
-| ``prune_reason`` / ``speedup_upper`` | outcome | why it lost to its baseline / the upper bound of its speedup then |
+| ``prune_reason`` / ``speedup_upper`` | outcome | why it lost / the upper bound of its speedup over the reference then |
+| ``prune_rule`` / ``pruned_against`` | outcome | ``baseline`` or ``leader`` / the reference trial it lost to |
 | ``baseline_trial`` | before launch | the baseline trial it is paired with |
 | ``argv`` / ``env`` / ``server_effective`` | launch | the launch command, the variables set, the server's own account |
 | ``startup_s`` / ``log_path`` / ``log_tail`` | launch | startup time, server log, its end (on failures) |
@@ -71,6 +72,8 @@ NOT_LAUNCHED = "not_launched"
 INTERRUPTED = "interrupted"
 PRUNE_REASON = "prune_reason"
 SPEEDUP_UPPER = "speedup_upper"
+PRUNE_RULE = "prune_rule"
+PRUNED_AGAINST = "pruned_against"
 BASELINE_TRIAL = "baseline_trial"
 ARGV = "argv"
 ENV = "env"
@@ -99,7 +102,7 @@ CONFIRMATION = "confirmation"
 # fmt: off
 TRIAL_KEYS = (
     ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
-    INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, BASELINE_TRIAL, ARGV, ENV,
+    INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST, BASELINE_TRIAL, ARGV, ENV,
     SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE,
     LOSSLESS,
 )
@@ -114,6 +117,7 @@ ROLE_BASELINE = "baseline"
 ROLE_SPECULATIVE = "speculative"
 SEEDED_DEFAULT = "server default"
 SEEDED_SURROGATE = "surrogate"
+SEEDED_DESIGN = "design"
 #: Optuna parameter names every backend's ``suggest`` uses; the baseline is drafter "none"
 PARAM_DRAFTER = "drafter"
 PARAM_CUDA_GRAPH = "cuda_graph"
@@ -247,6 +251,17 @@ class TrialRecord:
         return self.attrs.get(SPEEDUP_UPPER)
 
     @property
+    def prune_rule(self) -> str | None:
+        """``baseline`` or ``leader`` for a trial the pruner stopped (older studies: baseline)."""
+        if self.attrs.get(PRUNE_REASON) is None:
+            return None
+        return self.attrs.get(PRUNE_RULE, "baseline")
+
+    @property
+    def pruned_against(self) -> int | None:
+        return self.attrs.get(PRUNED_AGAINST)
+
+    @property
     def speedup(self) -> float | None:
         return self.attrs.get(SPEEDUP)
 
@@ -331,9 +346,13 @@ class TrialWriter:
         self._set(INFEASIBLE, reason)
         self._set(FEASIBLE, False)
 
-    def pruned(self, reason: str, upper: float | None) -> None:
+    def pruned(self, reason: str, upper: float | None, rule: str | None = None, against: int | None = None) -> None:
         self._set(PRUNE_REASON, reason)
         self._set(SPEEDUP_UPPER, upper)
+        if rule is not None:
+            self._set(PRUNE_RULE, rule)
+        if against is not None:
+            self._set(PRUNED_AGAINST, against)
 
     def server_log(self, tail: str, path: str | None) -> None:
         """The log of a server that did not start."""

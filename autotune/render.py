@@ -32,7 +32,7 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     c = report["counts"]
     w(
         f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report['pruned_before_last_prompt']} before their "
-        f"last prompt), {c['FAIL']} failed\n\n"
+        f"last prompt: {_pruned_by(report)}), {c['FAIL']} failed\n\n"
     )
     rows = report["trials"]
     labels = [config_label(r["config"]) for r in rows]
@@ -94,3 +94,8 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     rec = report["recommended"]
     if rec.get("config"):
         w(f"recommended: {rec['config']}  ({rec['why']})\n")
+
+
+def _pruned_by(report: dict[str, Any]) -> str:
+    by = report.get("pruned_by") or {}
+    return f"{by.get('baseline', 0)} slower than their baseline, {by.get('leader', 0)} slower than the leader"

@@ -39,6 +39,8 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "startup_s": r.startup_s,
         "duplicate_of": r.duplicate_of,
         "prune_reason": r.prune_reason or r.infeasible,
+        "prune_rule": r.prune_rule,
+        "pruned_against": r.pruned_against,
         "fail_kind": r.fail_kind,
         "fail_reason": r.fail_reason,
         "lossless": r.lossless,
@@ -106,6 +108,10 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "pruned_before_last_prompt": sum(
             1 for r in spec if r["state"] == "PRUNED" and r["prompts_measured"] > 0 and r["duplicate_of"] is None
         ),
+        "pruned_by": {
+            rule: sum(1 for r in spec if r["prune_rule"] == rule and r["duplicate_of"] is None)
+            for rule in ("baseline", "leader")
+        },
         "best": best,
         "confirmed": confirmed,
         "verdict": v,

@@ -70,16 +70,68 @@ def speedup_interval(logs: Sequence[float], confidence: float = 0.95) -> Interva
 START_NOISE = 0.035
 
 
-def upper_bound(logs: Sequence[float], confidence: float, start_noise: float = START_NOISE) -> float:
+@dataclass(frozen=True)
+class Spread:
+    """A pooled estimate of the sd of per-prompt log ratios around their trial's mean: ``sd`` with ``df``
+    degrees of freedom. The spread is a property of the prompt set and the server, shared by the configs of a
+    study, so every measured trial adds to it (``pooled_spread``)."""
+
+    sd: float
+    df: float
+
+    def __post_init__(self) -> None:
+        if self.sd < 0 or math.isnan(self.sd):
+            raise ValueError(f"spread sd must be at least 0 but got {self.sd}")
+        if self.df < 0:
+            raise ValueError(f"spread df must be at least 0 but got {self.df}")
+
+
+#: the spread a study starts from, before it has measured anything: a per-prompt sd of 0.25 in the log (prompts
+#: of one trial 25% apart, wider than any measured landscape: Kimi's prompts spread ~10%, the H200 run's ~5%)
+#: worth 3 degrees of freedom, so the first trials are judged conservatively and the study's own data take over
+PRIOR_SPREAD = Spread(sd=0.25, df=3.0)
+
+
+def pooled_spread(groups: Sequence[Sequence[float]], prior: Spread | None = PRIOR_SPREAD) -> Spread | None:
+    """The pooled within-group sd of ``groups`` (each: one trial's per-prompt log ratios), with ``prior`` as
+    ``prior.df`` pseudo-observations (the conjugate normal model's scaled inverse chi-square prior on the
+    variance). None when there is neither a prior nor a group of two or more values."""
+    ss = 0.0 if prior is None else prior.df * prior.sd**2
+    df = 0.0 if prior is None else prior.df
+    for g in groups:
+        if len(g) < 2:
+            continue
+        m = sum(g) / len(g)
+        ss += sum((x - m) ** 2 for x in g)
+        df += len(g) - 1
+    if df <= 0:
+        return None
+    return Spread(sd=math.sqrt(ss / df), df=df)
+
+
+def upper_bound(
+    logs: Sequence[float], confidence: float, start_noise: float = START_NOISE, spread: Spread | None = None
+) -> float:
     """One-sided upper confidence bound of the geometric-mean speedup (a ratio) of one trial start over one
-    baseline start. The prompts of one start share that start's speed, so the spread between prompts cannot show
-    the start-to-start noise: it is added as ``start_noise`` (sd of the log ratio), or the bound would be too
-    tight and good configs would be pruned on an unlucky start (measured: scripts/bench_search.py)."""
+    reference start (its baseline, or the leader). The prompts of one start share that start's speed, so the
+    spread between prompts cannot show the start-to-start noise: it is added as ``start_noise`` (sd of the log
+    ratio), or the bound would be too tight and good configs would be pruned on an unlucky start (measured:
+    scripts/bench_search.py).
+
+    Without ``spread`` the sd is the trial's own, with n - 1 degrees of freedom (two prompts: t = 6.3). With the
+    study's pooled ``spread`` (from other trials), the trial's own prompts join the pool; the sd used is the
+    pool's or the trial's own, whichever is larger (a config whose prompts differ more than the study's is
+    judged by its own), with the pool's degrees of freedom, so two prompts already give a usable bound."""
     n = len(logs)
     if n < 2:
         return math.inf
     m, sd = mean_sd(logs)
-    return math.exp(m + _t_quantile(confidence, n - 1) * math.sqrt(sd * sd / n + start_noise**2))
+    df: float = n - 1
+    if spread is not None and spread.df > 0:
+        total_df = spread.df + n - 1
+        pooled = math.sqrt((spread.df * spread.sd**2 + (n - 1) * sd * sd) / total_df)
+        sd, df = max(pooled, sd), total_df
+    return math.exp(m + float(_st.t.ppf(confidence, df)) * math.sqrt(sd * sd / n + start_noise**2))
 
 
 @dataclass(frozen=True)
@@ -88,6 +140,10 @@ class PruneDecision:
     upper_bound: float
     n: int
     reason: str
+    #: which reference the trial was compared with: ``baseline`` or ``leader``
+    rule: str = "baseline"
+    #: the reference trial's number, when known
+    against: int | None = None
 
 
 def prune_decision(
@@ -97,24 +153,31 @@ def prune_decision(
     confidence: float,
     min_prompts: int,
     start_noise: float = START_NOISE,
+    spread: Spread | None = None,
+    rule: str = "baseline",
+    against: int | None = None,
 ) -> PruneDecision:
-    """Prune once the one-sided upper confidence bound of the paired speedup falls below 1.
+    """Prune once the one-sided upper confidence bound of the paired speedup over the reference falls below 1.
 
-    ``trial`` and ``baseline`` are per-prompt tok/s for the same prompts in the same order.
+    ``trial`` and ``baseline`` (the reference: the baseline of the same CUDA-graph setting, or the leader) are
+    per-prompt tok/s for the same prompts in the same order.
     """
     logs = log_ratios(trial, baseline)
     n = len(logs)
+    what = "the baseline" if rule == "baseline" else f"the leader (trial {against})" if against is not None else rule
     if n < max(2, min_prompts):
-        return PruneDecision(False, math.inf, n, f"only {n} paired prompts (need {max(2, min_prompts)})")
-    ub = upper_bound(logs, confidence, start_noise)
+        return PruneDecision(False, math.inf, n, f"only {n} paired prompts (need {max(2, min_prompts)})", rule, against)
+    ub = upper_bound(logs, confidence, start_noise, spread)
     if ub < 1.0:
         return PruneDecision(
             True,
             ub,
             n,
-            f"upper {confidence:.0%} bound of the speedup over the baseline is {ub:.3f} < 1 after {n} prompts",
+            f"upper {confidence:.0%} bound of the speedup over {what} is {ub:.3f} < 1 after {n} prompts",
+            rule,
+            against,
         )
-    return PruneDecision(False, ub, n, f"upper bound {ub:.3f} >= 1 after {n} prompts")
+    return PruneDecision(False, ub, n, f"upper bound {ub:.3f} over {what} >= 1 after {n} prompts", rule, against)
 
 
 def verdict(interval: Interval | None, min_gain: float) -> str:

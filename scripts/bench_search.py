@@ -59,6 +59,7 @@ BENCH_DIR = Path(__file__).resolve().parent / "bench_scenarios"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
+import bench_landscapes  # noqa: E402
 from bench_common import replace_section  # noqa: E402
 
 from autotune import records  # noqa: E402
@@ -93,8 +94,10 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     ),
 }
 METHODS = ("grid", "tuner", "tuner_no_prune", "tuner_no_refine", "random")
+#: methods run on the generated landscapes
+LANDSCAPE_METHODS = ("grid", "random", "tuner")
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
-EXTRA_METHODS: tuple[str, ...] = ("tuner_prev",)
+EXTRA_METHODS: tuple[str, ...] = ("tuner_prev", "tuner_half", "tuner_no_leader", "tuner_no_design", "tuner_tpe_design", "tuner_margin0", "tuner_margin10")
 WITHIN = 0.02
 
 # ------------------------------------------------------------------------------------------------ scenarios
@@ -110,12 +113,54 @@ _LOADER: list[ScenarioLoader] = []  # read once per process (not functools.cache
 
 
 def scenarios() -> ScenarioLoader:
-    """Scenario names as the benchmark resolves them: scripts/bench_scenarios/ besides the shipped scenarios (given
-    to ``simulated_space`` and ``ModelRunner``)."""
+    """Scenario names as the benchmark resolves them: generated landscapes (``gen-NNN``) and scripts/
+    bench_scenarios/ besides the shipped scenarios (given to ``simulated_space`` and ``ModelRunner``)."""
     if not _LOADER:
         extra = {s.name: s for s in (_bench_scenario(p) for p in sorted(BENCH_DIR.glob("*.scenario.yaml")))}
-        _LOADER.append(scenario_loader(extra))
+        named = scenario_loader(extra)
+
+        def loader(name: str) -> Scenario:
+            return landscape(name).scenario if bench_landscapes.is_generated(name) else named(name)
+
+        _LOADER.append(loader)
     return _LOADER[0]
+
+
+_LANDSCAPES: dict[str, bench_landscapes.Landscape] = {}
+
+
+def _plausible(land: bench_landscapes.Landscape) -> bool:
+    """Baseline 15-600 tok/s and a best true speedup of 0.5-4x over a coarse sample of the grid."""
+    from autotune.sim import simulated_space
+    from autotune.sim.runner import ModelRunner
+
+    space = simulated_space(land.space, scenarios=lambda _n: land.scenario)
+    backend = SGLangBackend()
+    runner = ModelRunner(space, backend, VirtualClock(), scenarios=lambda _n: land.scenario)
+    grid = backend.grid(space) or []
+    if not grid:
+        return False
+    base = {cg: runner.true_tok_per_s(TrialConfig.baseline(cg)) for cg in space.search.cuda_graph}
+    if not all(15 <= b <= 600 for b in base.values()):
+        return False
+    sample = grid[:: max(1, len(grid) // 40)]
+    best = max(runner.true_tok_per_s(c) / base[c.cuda_graph] for c in sample)
+    return 0.5 <= best <= 4.0
+
+
+def landscape(name: str) -> bench_landscapes.Landscape:
+    """Generated landscape ``gen-NNN`` (the same in every process: drawn from its index)."""
+    if name not in _LANDSCAPES:
+        template = load_space(str(ROOT / "spaces/llama-8b-eagle3.yaml"))
+        _LANDSCAPES[name] = bench_landscapes.generate(bench_landscapes.index_of(name), template, _plausible)
+    return _LANDSCAPES[name]
+
+
+def describe(name: str) -> tuple[str, str]:
+    """(space, what the landscape shows)."""
+    if bench_landscapes.is_generated(name):
+        return "generated (scripts/bench_landscapes.py)", landscape(name).what
+    return SCENARIOS[name]
 
 
 def quiet() -> None:
@@ -127,7 +172,8 @@ def quiet() -> None:
 def load(name: str, n_trials: int | None = None) -> Space:
     from autotune.sim import simulated_space
 
-    space = simulated_space(load_space(str(ROOT / SCENARIOS[name][0])), scenarios=scenarios())
+    base = landscape(name).space if bench_landscapes.is_generated(name) else load_space(str(ROOT / SCENARIOS[name][0]))
+    space = simulated_space(base, scenarios=scenarios())
     if n_trials is not None:
         space = dataclasses.replace(space, budget=dataclasses.replace(space.budget, n_trials=n_trials))
     return space
@@ -182,8 +228,8 @@ def ground_truth(name: str) -> dict[str, Any]:
         "within_2pct_points": sum(v >= (1 - WITHIN) * opt for v in truth.values()),
         "n_trials": space.budget.n_trials,
         "n_prompts": len(space.benchmark.prompts),
-        "space": SCENARIOS[name][0],
-        "what": SCENARIOS[name][1],
+        "space": describe(name)[0],
+        "what": describe(name)[1],
     }
 
 
@@ -191,15 +237,22 @@ def ground_truth(name: str) -> dict[str, Any]:
 
 
 class EndTimes:
-    """A listener: the virtual time at which each trial ended (its ``trial-end`` event, the last thing it does)."""
+    """A listener: the virtual time at which each trial's measurement was known: the end of its last timed prompt
+    (a baseline's reference answers, asked after its timed prompts, delay the next trials, not this one's figure),
+    else its ``trial-end`` event."""
 
     def __init__(self, clock: VirtualClock) -> None:
         self.clock = clock
         self.at: dict[int, float] = {}
+        self._measured: dict[int, float] = {}
 
     def __call__(self, ev: Event) -> None:
-        if ev.kind == "trial-end" and ev.trial is not None:
-            self.at[ev.trial] = self.clock.now()
+        if ev.trial is None:
+            return
+        if ev.kind == "prompt" and ev.data.get("index") == ev.data.get("of", 0) - 1:
+            self._measured[ev.trial] = self.clock.now()
+        elif ev.kind == "trial-end":
+            self.at[ev.trial] = self._measured.get(ev.trial, self.clock.now())
 
 
 def _first_within(traj: list[tuple[float, float]], opt: float) -> float | None:
@@ -255,6 +308,18 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
         return _no_refine(space), None
     if method == "random":
         return _no_refine(no_pruning(space)), optuna.samplers.RandomSampler(seed=seed)
+    if method == "tuner_half":  # the surrogate's share as before the design: the last half
+        return dataclasses.replace(space, budget=dataclasses.replace(space.budget, refine_trials=space.budget.n_trials // 2)), None
+    if method == "tuner_no_leader":
+        return dataclasses.replace(space, pruning=dataclasses.replace(space.pruning, leader=False)), None
+    if method in ("tuner_margin0", "tuner_margin10"):
+        margin = 0.0 if method == "tuner_margin0" else 0.10
+        return dataclasses.replace(space, pruning=dataclasses.replace(space.pruning, leader_margin=margin)), None
+    if method == "tuner_no_design":
+        return dataclasses.replace(space, budget=dataclasses.replace(space.budget, design_trials=0)), None
+    if method == "tuner_tpe_design":  # the design, then TPE for the first half, the surrogate for the last
+        b = dataclasses.replace(space.budget, refine_trials=space.budget.n_trials // 2)
+        return dataclasses.replace(space, budget=b), None
     if method == "tuner_prev":  # the defaults before start_noise and 3 x 4 confirmation were shipped
         prev = dataclasses.replace(space.pruning, start_noise=0.0)
         prev_space = _no_refine(dataclasses.replace(space, pruning=prev))
@@ -322,7 +387,21 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
         eff = records.TrialRecord(t).effective_config()
         return truth[eff.key()] / base_true[eff.cuda_graph]
 
-    false_prunes = [t for t in pruned if true_speedup(t) > 1.0]
+    by_number = {t.number: t for t in trials}
+
+    def true_of(t: optuna.trial.FrozenTrial) -> float:
+        return truth[records.TrialRecord(t).effective_config().key()]
+
+    def false_prune(t: optuna.trial.FrozenTrial) -> bool:
+        """Baseline rule: its true speedup over its baseline is above 1. Leader rule: it is truly at least as fast
+        as the leader it lost to."""
+        r = records.TrialRecord(t)
+        if r.prune_rule == "leader" and r.pruned_against in by_number:
+            return true_of(t) >= true_of(by_number[r.pruned_against])
+        return true_speedup(t) > 1.0
+
+    false_prunes = [t for t in pruned if false_prune(t)]
+    by_rule = {rule: [t for t in pruned if records.TrialRecord(t).prune_rule == rule] for rule in ("baseline", "leader")}
     return {
         "method": method,
         "seed": seed,
@@ -340,6 +419,8 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
         "prompts_measured": sum(len(t.intermediate_values) for t in measured),
         "prompts_saved": sum(n_prompts - len(t.intermediate_values) for t in pruned),
         "false_prunes": len(false_prunes),
+        "pruned_by_rule": {k: len(v) for k, v in by_rule.items()},
+        "false_prunes_by_rule": {k: sum(false_prune(t) for t in v) for k, v in by_rule.items()},
         "false_prune_speedups": [round(true_speedup(t), 4) for t in false_prunes],
         "charged": dict(clock.charged),
     }
@@ -390,6 +471,12 @@ def aggregate(gt: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
                     ),
                     "false_prunes": sum(r["false_prunes"] for r in rs),
                     "false_prune_rate": sum(r["false_prunes"] for r in rs) / pruned if pruned else 0.0,
+                    "pruned_by_rule": {
+                        k: sum(r.get("pruned_by_rule", {}).get(k, 0) for r in rs) for k in ("baseline", "leader")
+                    },
+                    "false_prunes_by_rule": {
+                        k: sum(r.get("false_prunes_by_rule", {}).get(k, 0) for r in rs) for k in ("baseline", "leader")
+                    },
                     "verdict_right_rate": sum(r["verdict"] in gt["right_verdicts"] for r in rs) / len(rs),
                     "verdicts": {v: sum(r["verdict"] == v for r in rs) for v in sorted({r["verdict"] for r in rs})},
                 }
@@ -502,58 +589,190 @@ def write_outputs(out: Path, result: dict[str, Any]) -> None:
     replace_section(out / "benchmarks.md", "search", markdown(result))
 
 
+def run_all(
+    names: list[str], methods: list[str], seeds: int, jobs: int
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Ground truths and one row per (scenario, method, seed), run on ``jobs`` processes."""
+    from joblib import Parallel, delayed
+
+    gts = dict(zip(names, Parallel(n_jobs=jobs)(delayed(ground_truth)(n) for n in names), strict=True))
+    tasks = [
+        (n, m, s, gts[n]["truth"], gts[n]["optimum"]["tok_per_s"]) for n in names for m in methods for s in range(seeds)
+    ]
+    # the longest first (the grids), so both workers stay busy to the end
+    tasks.sort(key=lambda t: (t[1] != "grid", -gts[t[0]]["grid_points"]))
+    rows = Parallel(n_jobs=jobs, verbose=0)(delayed(run_one)(*t) for t in tasks)
+    return gts, rows
+
+
+def scenario_results(
+    names: list[str], gts: dict[str, dict[str, Any]], rows: list[dict[str, Any]], keep_runs: bool = True
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in names:
+        gt = {k: v for k, v in gts[n].items() if k != "truth"}
+        rs = [r for r in rows if r["scenario"] == n]
+        methods = aggregate(gts[n], rs)
+        tuners = [m for m in methods if m.startswith("tuner") and m != "tuner_no_prune"]
+        out[n] = {
+            "ground_truth": gt,
+            "methods": methods,
+            "summary": {t: summary_for(gt, methods, t) for t in tuners},
+            **({k: v for k, v in summary_for(gt, methods).items()} if "tuner" in methods else {}),
+            **({"runs": [{k: v for k, v in r.items() if k != "scenario"} for r in rs]} if keep_runs else {}),
+        }
+    return out
+
+
+def distribution(per: dict[str, Any], methods: list[str]) -> dict[str, Any]:
+    """Across generated landscapes, per method: the distribution of (median time to 2%) / (the full grid's time),
+    how often it is <= 15%, how often it is under the grid's own time to 2%, hit and false-prune rates over all
+    runs."""
+    out: dict[str, Any] = {}
+    for m in methods:
+        if m == "grid":
+            continue
+        ratios: list[float] = []
+        under = runs = hits = false_p = 0
+        by_rule: dict[str, int] = {}
+        false_rule: dict[str, int] = {}
+        for sc in per.values():
+            mm, grid = sc["methods"].get(m), sc["methods"].get("grid")
+            if not mm or not grid:
+                continue
+            ratios.append(mm["time_to_2pct_median_s"] / grid["total_median_s"])
+            under += mm["time_to_2pct_median_s"] < grid["time_to_2pct_median_s"]
+            runs += mm["seeds"]
+            hits += round(mm["hit_rate_2pct"] * mm["seeds"])
+            false_p += mm["false_prunes"]
+            for k, v in mm.get("pruned_by_rule", {}).items():
+                by_rule[k] = by_rule.get(k, 0) + v
+            for k, v in mm.get("false_prunes_by_rule", {}).items():
+                false_rule[k] = false_rule.get(k, 0) + v
+        pruned = sum(by_rule.values())
+        if not ratios:
+            continue
+        out[m] = {
+            "landscapes": len(ratios),
+            "ratio_vs_full_grid": {q: _q(ratios, float(q)) for q in ("0.1", "0.25", "0.5", "0.75", "0.9", "1.0")},
+            "share_within_15pct_of_full_grid": sum(r <= 0.15 for r in ratios) / len(ratios),
+            "share_under_grid_time_to_2pct": under / len(ratios),
+            "runs": runs,
+            "hit_rate_2pct": hits / runs if runs else float("nan"),
+            "pruned": pruned,
+            "pruned_by_rule": by_rule,
+            "false_prunes": false_p,
+            "false_prunes_by_rule": false_rule,
+            "false_prune_rate": false_p / pruned if pruned else 0.0,
+        }
+    return out
+
+
+def markdown_generated(result: dict[str, Any]) -> str:
+    lines = [
+        "## Search on generated landscapes (scripts/bench_search.py, scripts/bench_landscapes.py)",
+        "",
+        f"Produced by `{result['command']}` on {result['date']} ({result['machine']}); "
+        f"{result['landscapes']} landscapes nobody tuned (random but plausible: dense or MoE targets, 1-2 drafters, "
+        f"graph gains, start-up times, noise levels and spaces, each drawn from its index) x {result['seeds']} "
+        "seeds per method. Same definitions as above; time to 2% is counted from the first server start, warm-ups "
+        "and start-ups included. *Ratio* here = a method's median time to 2% / the full grid's GPU time on the "
+        "same landscape; its distribution over landscapes:",
+        "",
+        "| method | ratio p10 | p25 | median | p75 | p90 | max | <= 15% | under grid's time to 2% | hit (runs) | "
+        "pruned (baseline / leader rule) | false prunes (baseline / leader) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, d in result["distribution"].items():
+        q = d["ratio_vs_full_grid"]
+        fr = d["false_prunes_by_rule"]
+        br = d["pruned_by_rule"]
+        lines.append(
+            f"| {m} | {_ratio(q['0.1'])} | {_ratio(q['0.25'])} | {_ratio(q['0.5'])} | {_ratio(q['0.75'])} | "
+            f"{_ratio(q['0.9'])} | {_ratio(q['1.0'])} | {_pct(d['share_within_15pct_of_full_grid'])} | "
+            f"{_pct(d['share_under_grid_time_to_2pct'])} | {_pct(d['hit_rate_2pct'])} of {d['runs']} | "
+            f"{d['pruned']} ({br.get('baseline', 0)} / {br.get('leader', 0)}) | "
+            f"{d['false_prunes']} ({_pct(d['false_prune_rate'])}; {fr.get('baseline', 0)} / {fr.get('leader', 0)}) |"
+        )
+    lines += [
+        "",
+        "Per landscape (tuner): median time to 2% / full grid, hit rate, what it is:",
+        "",
+        "| landscape | grid points (within 2%) | best speedup | ratio vs full grid | vs grid's time to 2% | hit | what |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, sc in result["scenarios"].items():
+        gt, ms = sc["ground_truth"], sc["methods"]
+        t, g = ms.get("tuner"), ms.get("grid")
+        if not t or not g:
+            continue
+        lines.append(
+            f"| {name} | {gt['grid_points']} ({gt['within_2pct_points']}) | "
+            f"{gt['best_speculative']['speedup_vs_own_baseline']:.2f} | "
+            f"{_ratio(t['time_to_2pct_median_s'] / g['total_median_s'])} | "
+            f"{_ratio(t['time_to_2pct_median_s'] / g['time_to_2pct_median_s'])} | {_pct(t['hit_rate_2pct'])} | "
+            f"{gt['what']} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _meta(argv: list[str] | None, seeds: int, t0: float) -> dict[str, Any]:
+    return {
+        "command": "python scripts/bench_search.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"optuna {optuna.__version__}",
+        "seeds": seeds,
+        "wall_s": time.perf_counter() - t0,
+        "within": WITHIN,
+    }
+
+
+def write_generated(out: Path, result: dict[str, Any]) -> None:
+    """docs/benchmarks.json gets the key ``search_generated``; docs/benchmarks.md its section."""
+    out.mkdir(parents=True, exist_ok=True)
+    jpath = out / "benchmarks.json"
+    data = json.loads(jpath.read_text()) if jpath.exists() else {}
+    data["search_generated"] = result
+    jpath.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+    replace_section(out / "benchmarks.md", "search-generated", markdown_generated(result))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--out", default=str(ROOT / "docs"))
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
+    p.add_argument("--scenarios", nargs="*", default=list(SCENARIOS), choices=list(SCENARIOS))
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS) + list(EXTRA_METHODS))
-    args = p.parse_args(argv)
-    from joblib import Parallel, delayed
-
-    quiet()
-    t0 = time.perf_counter()
-    gts = dict(
-        zip(
-            args.scenarios,
-            Parallel(n_jobs=args.jobs)(delayed(ground_truth)(n) for n in args.scenarios),
-            strict=True,
-        )
+    p.add_argument("--landscapes", type=int, default=50, help="generated landscapes gen-000.. (0: none)")
+    p.add_argument("--landscape-start", type=int, default=0, help="index of the first generated landscape")
+    p.add_argument("--landscape-seeds", type=int, default=3)
+    p.add_argument(
+        "--landscape-methods", nargs="+", default=list(LANDSCAPE_METHODS), choices=list(METHODS) + list(EXTRA_METHODS)
     )
-    tasks = [
-        (n, m, s, gts[n]["truth"], gts[n]["optimum"]["tok_per_s"])
-        for n in args.scenarios
-        for m in args.methods
-        for s in range(args.seeds)
-    ]
-    # the longest first (the grids), so both workers stay busy to the end
-    tasks.sort(key=lambda t: (t[1] != "grid", -gts[t[0]]["grid_points"]))
-    rows = Parallel(n_jobs=args.jobs, verbose=0)(delayed(run_one)(*t) for t in tasks)
-    result: dict[str, Any] = {
-        "command": "python scripts/bench_search.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"optuna {optuna.__version__}",
-        "seeds": args.seeds,
-        "wall_s": time.perf_counter() - t0,
-        "within": WITHIN,
-        "scenarios": {},
-    }
-    for n in args.scenarios:
-        gt = {k: v for k, v in gts[n].items() if k != "truth"}
-        rs = [r for r in rows if r["scenario"] == n]
-        methods = aggregate(gts[n], rs)
-        tuners = [m for m in methods if m.startswith("tuner") and m != "tuner_no_prune"]
-        result["scenarios"][n] = {
-            "ground_truth": gt,
-            "methods": methods,
-            "summary": {t: summary_for(gt, methods, t) for t in tuners},
-            **({k: v for k, v in summary_for(gt, methods).items()} if "tuner" in methods else {}),
-            "runs": [{k: v for k, v in r.items() if k != "scenario"} for r in rs],
+    args = p.parse_args(argv)
+    quiet()
+    if args.scenarios:
+        t0 = time.perf_counter()
+        gts, rows = run_all(args.scenarios, args.methods, args.seeds, args.jobs)
+        result = {**_meta(argv, args.seeds, t0), "scenarios": scenario_results(args.scenarios, gts, rows)}
+        write_outputs(Path(args.out), result)
+        print(markdown(result))
+    if args.landscapes > 0:
+        t0 = time.perf_counter()
+        names = [f"{bench_landscapes.PREFIX}{i:03d}" for i in range(args.landscape_start, args.landscape_start + args.landscapes)]
+        gts, rows = run_all(names, args.landscape_methods, args.landscape_seeds, args.jobs)
+        per = scenario_results(names, gts, rows, keep_runs=False)
+        gen = {
+            **_meta(argv, args.landscape_seeds, t0),
+            "landscapes": len(names),
+            "distribution": distribution(per, args.landscape_methods),
+            "scenarios": per,
         }
-    write_outputs(Path(args.out), result)
-    print(markdown(result))
+        write_generated(Path(args.out), gen)
+        print(markdown_generated(gen))
     return 0
 
 

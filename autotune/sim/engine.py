@@ -89,7 +89,7 @@ class SimEngine:
             self.shape = SpecShape(
                 args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
             )
-        self.factor = start_factor(args.seed, launch_index) if args.noise else 1.0
+        self.factor = start_factor(args.seed, launch_index, self.scenario.start_noise_sd) if args.noise else 1.0
         self.cycle_ms = t_cycle(self.hw, self.shape)
         self._lock = threading.Lock()
         self.requests = 0
@@ -244,7 +244,7 @@ class SimEngine:
             key += (self.launch_index, n)
         factor = self.factor
         if self.args.noise:
-            factor *= request_factor(self.args.seed, self.launch_index, n)
+            factor *= request_factor(self.args.seed, self.launch_index, n, self.scenario.request_noise_sd)
         plan = plan_request(
             phases,
             max_new=new,

@@ -42,14 +42,14 @@ START_NOISE_SD = 0.025
 REQUEST_NOISE_SD = 0.005
 
 
-def start_factor(seed: int, launch_index: int) -> float:
-    """Multiplier of all of a server start's times (sd ~2.5%)."""
-    return math.exp(START_NOISE_SD * float(rng_for("start", seed, launch_index).standard_normal()))
+def start_factor(seed: int, launch_index: int, sd: float = START_NOISE_SD) -> float:
+    """Multiplier of all of a server start's times (sd ~2.5% unless the scenario says otherwise)."""
+    return math.exp(sd * float(rng_for("start", seed, launch_index).standard_normal()))
 
 
-def request_factor(seed: int, launch_index: int, request_index: int) -> float:
-    """Multiplier of one request's times (sd ~0.5%)."""
-    return math.exp(REQUEST_NOISE_SD * float(rng_for("request", seed, launch_index, request_index).standard_normal()))
+def request_factor(seed: int, launch_index: int, request_index: int, sd: float = REQUEST_NOISE_SD) -> float:
+    """Multiplier of one request's times (sd ~0.5% unless the scenario says otherwise)."""
+    return math.exp(sd * float(rng_for("request", seed, launch_index, request_index).standard_normal()))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from autotune.sim.model import DrafterProfile, Hardware
+from autotune.sim.model import REQUEST_NOISE_SD, START_NOISE_SD, DrafterProfile, Hardware
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
 
@@ -66,6 +66,8 @@ class Scenario:
     eos_after: int | None = None  # every request stops after this many tokens (finish_reason "stop"); None = never
     category_offsets: dict[str, float] = field(default_factory=dict)
     near_ties: float = 0.0  # probability that a prompt has a near tie (see autotune.sim.text); --near-ties overrides
+    start_noise_sd: float = START_NOISE_SD  # sd of the log of a server start's time factor
+    request_noise_sd: float = REQUEST_NOISE_SD  # sd of the log of one request's time factor
 
     def hardware(self, cuda_graph: bool) -> Hardware:
         return self.graphs_on if cuda_graph else self.graphs_off
@@ -183,6 +185,8 @@ def read_scenario(path: str, *, name: str | None = None, dirs: Sequence[str] | N
             eos_after=raw.get("eos_after"),
             category_offsets=dict(raw.get("category_offsets") or {}),
             near_ties=_probability(raw.get("near_ties", 0.0), f"{origin}: near_ties"),
+            start_noise_sd=float((raw.get("noise") or {}).get("start_sd", START_NOISE_SD)),
+            request_noise_sd=float((raw.get("noise") or {}).get("request_sd", REQUEST_NOISE_SD)),
         )
     except (KeyError, TypeError, OSError, ValueError) as e:
         if isinstance(e, ScenarioError):

@@ -110,6 +110,11 @@ class PruningSpec:
     # sd of the log speedup between one server start and another that a single start's prompts cannot show (each
     # start's whole speed moves by ~2.5%: sqrt(2) * 2.5% for a trial/baseline pair); widens the prune bound
     start_noise: float = 0.035
+    # also stop a trial once it is clearly slower than the fastest config measured so far (not only the baseline)
+    leader: bool = True
+    # the leader rule prunes once the upper bound of the speedup over the leader is below 1 - leader_margin: a
+    # config within a few percent of the leader may still be the optimum (the leader's figure is its luckiest)
+    leader_margin: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,8 @@ class BudgetSpec:
     #: config's posterior mean) instead of the sampler; None = half of n_trials (SGLang spaces; backends
     #: that cannot enumerate their space leave every trial to the sampler)
     refine_trials: int | None = None
+    #: space-filling design points measured after the server defaults (None = auto: enough for the surrogate)
+    design_trials: int | None = None
 
 
 @dataclass(frozen=True)

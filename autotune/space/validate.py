@@ -455,6 +455,8 @@ class SpaceReader(Checker):
             "min_prompts": lambda x, p, ln: self.int_(x, p, ln, 1),
             "zero_accept_max": lambda x, p, ln: self.num(x, p, ln, 1),
             "start_noise": lambda x, p, ln: self.num(x, p, ln, 0, 0.5),
+            "leader": self.bool_,
+            "leader_margin": lambda x, p, ln: self.num(x, p, ln, 0, 0.5),
         }
         return PruningSpec(**self.fields(v, f, line, schema))
 
@@ -463,6 +465,7 @@ class SpaceReader(Checker):
             "n_trials": lambda x, p, ln: self.int_(x, p, ln, 1),
             "timeout_s": self.optional(self.pos),
             "refine_trials": self.optional(lambda x, p, ln: self.int_(x, p, ln, 0)),
+            "design_trials": self.optional(lambda x, p, ln: self.int_(x, p, ln, 0)),
         }
         return BudgetSpec(**self.fields(v, f, line, schema))
 

@@ -5,6 +5,7 @@ a cap on all trials or the deadline."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from autotune import records
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
+from autotune.space import Choices
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
@@ -43,12 +45,15 @@ def remaining(ctx: StudyContext, n_trials: int) -> int:
 
 
 def refine_count(ctx: StudyContext, n_trials: int) -> int:
-    """How many of the last trials the surrogate picks (``budget.refine_trials``; auto: half, the share that
-    met the targets on every benchmark landscape where a quarter and three quarters each missed one)."""
+    """How many of the last trials the surrogate picks (``budget.refine_trials``; auto: every trial after the
+    baselines, the server defaults and the design, so the surrogate takes over as soon as it has its design)."""
     if ctx.grid is None:
         return 0
     r = ctx.space.budget.refine_trials
-    return min(n_trials, n_trials // 2 if r is None else r)
+    if r is None:
+        queued = len(records.trials(ctx.study, (TrialState.WAITING,)))
+        return max(0, n_trials - counted_trials(ctx) - queued)
+    return min(n_trials, r)
 
 
 # ---------------------------------------------------------------------------------------------- before the loop
@@ -70,8 +75,9 @@ def recover_interrupted(ctx: StudyContext) -> None:
             records.enqueue_speculative(ctx.study, t.params, requeued_from=t.number)
 
 
-def seed(ctx: StudyContext) -> None:
-    """Baselines first (one per CUDA-graph setting), then the server's own defaults."""
+def seed(ctx: StudyContext, n_trials: int | None = None) -> None:
+    """Baselines first (one per CUDA-graph setting), then the server's own defaults, then a space-filling design
+    (``design_configs``) when the space is a finite grid."""
     trials = records.trials(ctx.study)
     live = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
     have_baseline = {TrialRecord(t).cuda_graph for t in trials if TrialRecord(t).is_baseline and t.state in live}
@@ -85,6 +91,68 @@ def seed(ctx: StudyContext) -> None:
         if key not in queued:
             queued.add(key)
             records.enqueue_speculative(ctx.study, params, seeded=records.SEEDED_DEFAULT)
+    if n_trials is None or any(TrialRecord(t).seeded == records.SEEDED_DESIGN for t in trials):
+        return  # the design is drawn once per study (a resumed study keeps its own)
+    for cfg in design_configs(ctx, design_count(ctx, n_trials)):
+        params = ctx.backend.params(cfg, ctx.space)
+        key = json.dumps(params, sort_keys=True)
+        if key not in queued:
+            queued.add(key)
+            records.enqueue_speculative(ctx.study, params, seeded=records.SEEDED_DESIGN)
+
+
+def design_count(ctx: StudyContext, n_trials: int) -> int:
+    """How many design points follow the server defaults: enough that the surrogate can take over (defaults and
+    design together ``MIN_SURROGATE_POINTS`` + the number of numeric knobs), at most a quarter of the budget."""
+    if ctx.grid is None:
+        return 0
+    if ctx.space.budget.design_trials is not None:
+        return min(n_trials, ctx.space.budget.design_trials)
+    dims = len(Encoding.from_configs(ctx.grid).knobs)
+    target = MIN_SURROGATE_POINTS + dims
+    return max(0, min(n_trials // 4, target) - len(seed_configs(ctx)))
+
+
+def design_configs(ctx: StudyContext, count: int) -> list[TrialConfig]:
+    """``count`` grid points spread over the valid region: a scrambled Sobol sequence in the numeric knobs'
+    coordinates (``Encoding``: [0, 1], log2 for wide ranges), each point taken to the nearest valid config not yet
+    chosen (the defaults count as chosen). The drafter x CUDA-graph groups take turns, and so do the values of a
+    knob given as a list of choices (topk), so a thin slice of the valid region (topk 1 allows one tree size per
+    depth) is measured too. Seeded by the study's name, so a study and its resumption draw the same design."""
+    grid = ctx.grid
+    if not grid or count <= 0:
+        return []
+    enc = Encoding.from_configs(grid)
+    choice_knobs = [k for k in enc.knobs if isinstance(ctx.space.search.knobs.get(k), Choices)]
+    strata: dict[Any, list[TrialConfig]] = {}
+    for c in grid:
+        strata.setdefault((enc.group(c), tuple(c.knob(k) for k in choice_knobs)), []).append(c)
+    seed = int.from_bytes(hashlib.sha256(ctx.study.study_name.encode()).digest()[:4], "little")
+    rng = np.random.default_rng(seed)
+    groups = sorted({g for g, _ in strata}, key=repr)
+    values = {k: sorted({c.knob(k) for c in grid}) for k in choice_knobs}
+    for k in choice_knobs:
+        rng.shuffle(values[k])
+    free = [i for i, k in enumerate(enc.knobs) if k not in choice_knobs]
+    from scipy.stats import qmc
+
+    sobol = qmc.Sobol(d=max(1, len(free)), scramble=True, seed=seed)
+    points = sobol.random(1 << math.ceil(math.log2(max(2, 4 * count))))
+    taken = {c.key() for c in seed_configs(ctx)}
+    out: list[TrialConfig] = []
+    for i, x in enumerate(points):
+        if len(out) >= count:
+            break
+        stratum = (groups[i % len(groups)], tuple(values[k][(i // len(groups)) % len(values[k])] for k in choice_knobs))
+        pool = [c for c in strata.get(stratum, []) if c.key() not in taken]
+        if not pool:
+            continue
+        coords = np.asarray([[enc.coords(c)[j] for j in free] for c in pool], dtype=float).reshape(len(pool), -1)
+        dist = np.linalg.norm(coords - x[: coords.shape[1]], axis=1) if coords.shape[1] else np.zeros(len(pool))
+        c = pool[int(np.argmin(dist))]
+        taken.add(c.key())
+        out.append(c)
+    return out
 
 
 def seed_configs(ctx: StudyContext) -> list[TrialConfig]:
@@ -109,7 +177,7 @@ def seed_configs(ctx: StudyContext) -> list[TrialConfig]:
 def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s: float | None = None) -> None:
     """Run the search until ``n_trials`` trials used the budget (resuming what the study already has)."""
     recover_interrupted(ctx)
-    seed(ctx)
+    seed(ctx, n_trials)
     if remaining(ctx, n_trials) == 0:
         ctx.emit(Event("note", data={"message": f"search budget of {n_trials} trials already used"}))
         return

@@ -67,7 +67,7 @@ def _sqlite_pragmas(storage: optuna.storages.RDBStorage) -> None:
 
 def make_pruner(space: Space) -> BaselinePruner:
     p = space.pruning
-    return BaselinePruner(p.confidence, p.min_prompts, p.enabled, p.start_noise)
+    return BaselinePruner(p.confidence, p.min_prompts, p.enabled, p.start_noise, leader=p.leader, leader_margin=p.leader_margin)
 
 
 def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:

@@ -8,7 +8,8 @@ level up: it records the reason, announces the trial's end (one ``trial-end`` ev
 What a step raises            outcome   recorded
 - (a value returned)          COMPLETE  speedup, lossless record, ...
 - ``Infeasible``              PRUNED    ``fail_kind`` (``infeasible`` or ``oom``), ``infeasible``, constraint feasible=1
-- ``LostToBaseline``          PRUNED    ``prune_reason``, ``speedup_upper``
+- ``Lost``                    PRUNED    ``prune_reason``, ``speedup_upper``, ``prune_rule`` (baseline|leader),
+                                        ``pruned_against``
 - ``SameAsPruned``            PRUNED    (a duplicate of a pruned trial; its constraint too)
 - ``LaunchError``             FAIL      ``fail_kind``, ``fail_reason``, the server's log; the baseline's, or the third
                                         in a row before any speculative config ran, stops the study (``UserError``)
@@ -79,12 +80,22 @@ class Infeasible(Pruned):
         self.launch_error = launch_error
 
 
-class LostToBaseline(Pruned):
-    """The pruner's verdict between two prompts: the upper bound of the speedup is below 1."""
+class Lost(Pruned):
+    """The pruner's verdict between two prompts: the upper bound of the speedup over the baseline or over the
+    leader (``rule``) is below 1."""
 
-    def __init__(self, reason: str, upper: float | None) -> None:
+    def __init__(self, reason: str, upper: float | None, rule: str = "baseline", against: int | None = None) -> None:
         super().__init__(reason)
         self.upper = upper
+        self.rule = rule
+        self.against = against
+
+    def event(self) -> dict[str, Any]:
+        return {**super().event(), "rule": self.rule}
+
+
+#: the former name (the baseline was the only reference)
+LostToBaseline = Lost
 
 
 class SameAsPruned(Pruned):
@@ -166,8 +177,8 @@ class Objective:
             if e.launch_error is not None:
                 t.record.server_log(e.launch_error.log_tail, e.launch_error.log_path)
             t.record.infeasible(e.kind, e.reason)
-        elif isinstance(e, LostToBaseline):
-            t.record.pruned(e.reason, e.upper)
+        elif isinstance(e, Lost):
+            t.record.pruned(e.reason, e.upper, e.rule, e.against)
         if e.infeasible:
             t.trial.set_constraint(records.CONSTRAINT_FEASIBLE, 1.0)
         self._end(t, e.event())
@@ -322,7 +333,9 @@ class Objective:
         if baseline is not None and i < n - 1 and t.trial.should_prune():
             d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
             self._record_speedup(t, results, baseline)
-            raise LostToBaseline(d.reason if d else "pruned", d.upper_bound if d else None)
+            if d is None:
+                raise Lost("pruned", None)
+            raise Lost(d.reason, d.upper_bound, d.rule, d.against)
 
     def _alarm(self, first: PromptResult) -> None:
         """Acceptance at ~1.0 after the first prompt: the drafter does nothing (wrong algorithm, wrong target)."""

@@ -68,23 +68,62 @@ def test_race_keeps_near_ties_and_a_dropped_candidate_stays_dropped():
 # -- the search's last trials ---------------------------------------------------------------------------------
 
 
-def test_last_half_of_the_budget_is_picked_by_the_surrogate_and_lands_near_the_peak():
+def test_after_the_defaults_and_the_design_the_surrogate_picks_every_trial_and_lands_near_the_peak():
     space = _space(n_trials=16)
     runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=1)
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=1)
     Orchestrator(space, SGLangBackend(), runner, study).search(16)
     counted = _counted(study)
     assert len(counted) == 16
+    seeded = [t.user_attrs.get("seeded") for t in counted]
+    n_design = seeded.count("design")
+    # baseline, the server default, then the design: enough for the surrogate (MIN_SURROGATE_POINTS + 3 knobs, at
+    # most a quarter of the budget)
+    assert n_design == 16 // 4 - 1
     picked = [t for t in counted if t.user_attrs.get("seeded") == "surrogate"]
-    assert len(picked) == 8 and all(t.number > u.number for t in picked for u in counted if u not in picked)
+    # the surrogate takes over as soon as it has MIN_SURROGATE_POINTS measured configs (TPE fills in the gap
+    # between the design and that) and picks every trial from then on
+    from autotune.study import MIN_SURROGATE_POINTS
+
+    assert len(picked) == 16 - 1 - MIN_SURROGATE_POINTS
+    assert all(t.number > u.number for t in picked for u in counted if u not in picked)
     keys = [t.user_attrs["config_key"] for t in counted]
     assert len(keys) == len(set(keys))  # never a config already measured
-    # the surrogate's picks are where the landscape is high: better on average than the sampler's, and the best
+    # the surrogate's picks are where the landscape is high: better on average than the design's, and the best
     # of them within 5% of the peak (2.0)
-    sampled = [t for t in counted if t not in picked and t.user_attrs.get("role") == "speculative"]
+    design = [t for t in counted if t.user_attrs.get("seeded") == "design"]
     mean = lambda ts: sum(peak(_cfg(t)) for t in ts) / len(ts)  # noqa: E731
-    assert mean(picked) > mean(sampled)
+    assert mean(picked) > mean(design)
     assert max(peak(_cfg(t)) for t in picked) > 1.9
+
+
+def test_the_design_spreads_over_the_valid_region_and_is_drawn_once():
+    from autotune.study.context import StudyContext
+    from autotune.study.search import design_configs, seed_configs
+    from autotune.surrogate import Encoding
+
+    space = _space(n_trials=40)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=0)
+    ctx = StudyContext(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study)
+    design = design_configs(ctx, 8)
+    grid = {c.key() for c in ctx.grid}
+    assert len(design) == 8 and len({c.key() for c in design}) == 8
+    assert all(c.key() in grid for c in design)  # valid configs only (N <= S * k + 1 and the rest)
+    assert not {c.key() for c in design} & {c.key() for c in seed_configs(ctx)}
+    enc = Encoding.from_configs(ctx.grid)
+    coords = [enc.coords(c) for c in design]
+    for i, knob in enumerate(enc.knobs):  # every numeric knob's range is covered, not one corner
+        xs = [x[i] for x in coords]
+        assert min(xs) < 0.35 and max(xs) > 0.6, (knob, xs)
+    assert [c.key() for c in design_configs(ctx, 8)] == [c.key() for c in design]  # the same study, the same design
+    other = open_study(space, optuna.storages.InMemoryStorage(), "another", seed=0)
+    ctx2 = StudyContext(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), other)
+    assert [c.key() for c in design_configs(ctx2, 8)] != [c.key() for c in design]
+    # in a study, the design is queued once: a resumed search with a larger budget does not add another
+    Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study).search(12)
+    assert sum(t.user_attrs.get("seeded") == "design" for t in study.get_trials()) == 12 // 4 - 1
+    Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study).search(16)
+    assert sum(t.user_attrs.get("seeded") == "design" for t in study.get_trials()) == 12 // 4 - 1
 
 
 def _cfg(t):
@@ -125,8 +164,12 @@ def test_resumed_search_finishes_the_surrogates_share_without_repeating_it(tmp_p
     counted = _counted(study)
     assert len(counted) == 14
     picked = [t for t in counted if t.user_attrs.get("seeded") == "surrogate"]
-    # the first run (budget 12) left 6 to the surrogate; the resumed one (budget 14, share 7) adds the rest
-    assert len(picked) >= 7
+    # after the baseline, the default and the design (2 points: a quarter of 12, less the default) and TPE's
+    # fill-in up to MIN_SURROGATE_POINTS measured configs, the surrogate picks the rest of both runs' budgets
+    from autotune.study import MIN_SURROGATE_POINTS
+
+    assert sum(t.user_attrs.get("seeded") == "design" for t in counted) == 2
+    assert len(picked) == 14 - 1 - MIN_SURROGATE_POINTS
     assert len({t.user_attrs["config_key"] for t in counted}) == 14
 
 

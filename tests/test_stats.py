@@ -1,0 +1,73 @@
+"""autotune.stats: pooled spread, the prune bound with and without it, the prune decision."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats as st
+
+from autotune.stats import PRIOR_SPREAD, Spread, prune_decision, pooled_spread, upper_bound
+
+
+def test_pooled_spread_is_the_within_group_sd_with_the_prior_as_pseudo_observations() -> None:
+    g1, g2 = [0.1, 0.3], [0.0, 0.1, 0.2]  # within sums of squares: 0.02 and 0.02, df 1 and 2
+    no_prior = pooled_spread([g1, g2], prior=None)
+    assert no_prior is not None
+    assert no_prior.df == 3
+    assert no_prior.sd == pytest.approx(math.sqrt(0.04 / 3))
+    with_prior = pooled_spread([g1, g2], prior=Spread(sd=0.5, df=2))
+    assert with_prior is not None
+    assert with_prior.df == 5
+    assert with_prior.sd == pytest.approx(math.sqrt((2 * 0.25 + 0.04) / 5))
+
+
+def test_pooled_spread_ignores_groups_of_one_and_needs_something() -> None:
+    assert pooled_spread([[0.3], []], prior=None) is None
+    only_prior = pooled_spread([[0.3]], prior=PRIOR_SPREAD)
+    assert only_prior == PRIOR_SPREAD
+
+
+def test_the_pool_tightens_a_two_prompt_bound() -> None:
+    logs = [math.log(0.55), math.log(0.75)]  # a 0.64x config after two prompts that differ
+    alone = upper_bound(logs, 0.95, 0.035)
+    pooled = upper_bound(logs, 0.95, 0.035, Spread(sd=0.1, df=20))
+    assert alone > 1.0  # t(0.95, 1) = 6.3: the trial's own two prompts cannot prune it
+    assert pooled < 0.9
+    # the formula: the trial's own squares join the pool, the pool's df carry the t quantile
+    m = sum(logs) / 2
+    own = abs(logs[0] - logs[1]) / math.sqrt(2)
+    sd = max(math.sqrt((20 * 0.01 + own**2) / 21), own)
+    expected = math.exp(m + st.t.ppf(0.95, 21) * math.sqrt(sd * sd / 2 + 0.035**2))
+    assert pooled == pytest.approx(expected)
+
+
+def test_a_trial_whose_prompts_differ_more_than_the_pool_is_judged_by_its_own_spread() -> None:
+    logs = [math.log(0.5), math.log(0.95)]  # far apart
+    own_sd = abs(logs[0] - logs[1]) / math.sqrt(2)
+    ub = upper_bound(logs, 0.95, 0.0, Spread(sd=0.01, df=50))
+    m = sum(logs) / 2
+    assert ub == pytest.approx(math.exp(m + st.t.ppf(0.95, 51) * own_sd / math.sqrt(2)))
+
+
+def test_prune_decision_names_its_rule_and_reference() -> None:
+    d = prune_decision(
+        [50.0, 52.0, 51.0],
+        [100.0, 101.0, 99.0],
+        confidence=0.95,
+        min_prompts=2,
+        spread=Spread(0.05, 10),
+        rule="leader",
+        against=7,
+    )
+    assert d.prune and d.rule == "leader" and d.against == 7
+    assert "leader (trial 7)" in d.reason
+    keep = prune_decision([100.0, 101.0], [100.0, 99.0], confidence=0.95, min_prompts=2, spread=Spread(0.05, 10))
+    assert not keep.prune and keep.rule == "baseline" and keep.upper_bound > 1
+
+
+def test_spread_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="sd"):
+        Spread(sd=-1, df=2)
+    with pytest.raises(ValueError, match="df"):
+        Spread(sd=0.1, df=-1)
