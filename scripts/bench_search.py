@@ -97,8 +97,9 @@ METHODS = ("grid", "tuner", "tuner_no_prune", "tuner_no_refine", "random")
 #: methods run on the generated landscapes
 LANDSCAPE_METHODS = ("grid", "random", "tuner")
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
-EXTRA_METHODS: tuple[str, ...] = ("tuner_prev", "tuner_half", "tuner_no_leader", "tuner_no_design", "tuner_tpe_design", "tuner_margin0", "tuner_margin10")
+EXTRA_METHODS: tuple[str, ...] = ("tuner_prev", "tuner_half", "tuner_no_leader", "tuner_no_design", "tuner_tpe_design", "tuner_margin0", "tuner_margin10", "tuner_top5", "tuner_kappa0", "tuner_kappa1")
 WITHIN = 0.02
+_KAPPA = __import__("autotune.study.confirm", fromlist=["CANDIDATE_KAPPA"]).CANDIDATE_KAPPA
 
 # ------------------------------------------------------------------------------------------------ scenarios
 
@@ -312,7 +313,7 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
         return dataclasses.replace(space, budget=dataclasses.replace(space.budget, refine_trials=space.budget.n_trials // 2)), None
     if method == "tuner_no_leader":
         return dataclasses.replace(space, pruning=dataclasses.replace(space.pruning, leader=False)), None
-    if method in ("tuner_margin0", "tuner_margin10"):
+    if method in ("tuner_margin0", "tuner_margin10", "tuner_top5", "tuner_kappa0", "tuner_kappa1"):
         margin = 0.0 if method == "tuner_margin0" else 0.10
         return dataclasses.replace(space, pruning=dataclasses.replace(space.pruning, leader_margin=margin)), None
     if method == "tuner_no_design":
@@ -341,6 +342,10 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
     quiet()
     base_space = load(name)
     space, sampler = make_method(method, base_space, seed)
+    import autotune.study.confirm as confirm_module
+
+    # set for every run: joblib's workers are reused between tasks
+    confirm_module.CANDIDATE_KAPPA = {"tuner_kappa0": 0.0, "tuner_kappa1": 1.0}.get(method, _KAPPA)
     backend = SGLangBackend()
     clock = VirtualClock()
     runner = ModelRunner(space, backend, clock, seed=seed, scenarios=scenarios())
