@@ -92,9 +92,7 @@ def spread_vs_baselines(study: optuna.Study, trials: Sequence[FrozenTrial], excl
 def spread_vs(reference: FrozenTrial, trials: Sequence[FrozenTrial], exclude: int) -> Spread | None:
     """The pooled spread of per-prompt log ratios of every other measured trial over ``reference``."""
     groups = [
-        log_ratios(*paired_values(t, reference))
-        for t in _measured(trials, exclude)
-        if t.number != reference.number
+        log_ratios(*paired_values(t, reference)) for t in _measured(trials, exclude) if t.number != reference.number
     ]
     return pooled_spread(groups, PRIOR_SPREAD)
 

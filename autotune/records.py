@@ -19,7 +19,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``infeasible`` / ``feasible`` | outcome | why the server would reject it (PRUNED) / False then, True once measured |
 | ``not_launched`` | outcome | True: refused before launch (its config failed twice) |
 | ``interrupted`` | outcome | True: the orchestrator stopped during it (it does not use the budget) |
-| ``prune_reason`` / ``speedup_upper`` | outcome | why it lost / the upper bound of its speedup over the reference then |
+| ``prune_reason`` / ``speedup_upper`` | outcome | why it lost / the upper bound of its speedup over the reference |
 | ``prune_rule`` / ``pruned_against`` | outcome | ``baseline`` or ``leader`` / the reference trial it lost to |
 | ``baseline_trial`` | before launch | the baseline trial it is paired with |
 | ``argv`` / ``env`` / ``server_effective`` | launch | the launch command, the variables set, the server's own account |
@@ -30,12 +30,14 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
 | ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
 
-Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units`` (set when
-the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation`` (``ConfirmationState``).
+Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units``, ``seed``
+(set when the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation``
+(``ConfirmationState``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
@@ -98,15 +100,16 @@ PROMPT_IDS = "prompt_ids"
 UNITS = "units"
 LOSSLESS_FLOOR = "lossless_floor"
 CONFIRMATION = "confirmation"
+SEED = "seed"
 
 # fmt: off
 TRIAL_KEYS = (
     ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
-    INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST, BASELINE_TRIAL, ARGV, ENV,
-    SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE,
-    LOSSLESS,
+    INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST,
+    BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH,
+    SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS,
 )
-STUDY_KEYS = (SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION)
+STUDY_KEYS = (SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED)
 # fmt: on
 
 #: what a duplicate copies from the trial it duplicates
@@ -615,14 +618,26 @@ def label_study(
     simulated: bool,
     label: dict[str, Any] | None,
     prompt_ids: list[str],
+    seed: int | None = None,
 ) -> None:
-    """A new study's labels; ``label`` (the scenario and time scale) is kept for simulated studies only."""
+    """A new study's labels; ``label`` (the scenario and time scale) is kept for simulated studies only; ``seed``
+    (``--seed``) also seeds the search's design."""
+    if seed is not None:
+        study.set_user_attr(SEED, seed)
     study.set_user_attr(SPACE_DIGEST, digest)
     study.set_user_attr(SPACE_NAME, space_name)
     study.set_user_attr(BACKEND, backend)
     study.set_user_attr(SIMULATED, label if simulated else None)
     study.set_user_attr(PROMPT_IDS, prompt_ids)
     study.set_user_attr(UNITS, "simulated hardware tok/s" if simulated else "tok/s")
+
+
+def design_seed(study: optuna.Study) -> int:
+    """The seed of the search's design: the study's ``--seed``, else derived from its name (stable per study)."""
+    seed = study.user_attrs.get(SEED)
+    if isinstance(seed, int):
+        return seed
+    return int.from_bytes(hashlib.sha256(study.study_name.encode()).digest()[:4], "little")
 
 
 def space_digest(study: optuna.Study) -> str | None:

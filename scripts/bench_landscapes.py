@@ -95,8 +95,17 @@ def _hardware(rng: np.random.Generator, moe: bool) -> tuple[Hardware, Hardware, 
         active = int(rng.choice([2, 4, 8]))
         moe_kw = {"f_exp": _u(rng, 0.3, 0.8), "xi": _u(rng, 0.3, 0.7), "experts": experts, "active": active}
         kind = f"MoE {active}/{experts}"
-    on = Hardware(t_fix=t_fix, t_w=t_w, t_tok=t_tok, t_ds=t_ds, t_ext=t_ext, t_ovh=t_ovh, t_tree=t_tree,
-                  t_prefill_tok=0.02, **moe_kw)
+    on = Hardware(
+        t_fix=t_fix,
+        t_w=t_w,
+        t_tok=t_tok,
+        t_ds=t_ds,
+        t_ext=t_ext,
+        t_ovh=t_ovh,
+        t_tree=t_tree,
+        t_prefill_tok=0.02,
+        **moe_kw,
+    )
     launch = _u(rng, 1.1, 2.5)  # eager kernels: every launch costs more
     off = dataclasses.replace(
         on,
@@ -135,7 +144,10 @@ def _draw(rng: np.random.Generator, name: str, template: Space) -> Landscape:
     names = [f"eagle3-{i}" for i in range(n_drafters)]
     profiles = {
         d: DrafterProfile(
-            a=_u(rng, 0.3, 0.9), c=_u(rng, 0.2, 0.85), th=_u(rng, 0.2, 0.5), lam=_u(rng, 0.85, 1.0),
+            a=_u(rng, 0.3, 0.9),
+            c=_u(rng, 0.2, 0.85),
+            th=_u(rng, 0.2, 0.5),
+            lam=_u(rng, 0.85, 1.0),
             kappa=_u(rng, 40.0, 200.0),
         )
         for d in names
@@ -164,8 +176,12 @@ def _draw(rng: np.random.Generator, name: str, template: Space) -> Landscape:
         graphs_on=on,
         graphs_off=off,
         drafters={
-            d: SimDrafter(name=d, dir=str(ddirs[d]), profile=profiles[d],
-                          config=json.loads((ddirs[d] / "config.json").read_text()))
+            d: SimDrafter(
+                name=d,
+                dir=str(ddirs[d]),
+                profile=profiles[d],
+                config=json.loads((ddirs[d] / "config.json").read_text()),
+            )
             for d in names
         },
         category_offsets={k: v * offsets_scale for k, v in CATEGORY_OFFSETS.items()},
@@ -207,8 +223,8 @@ def generate(index: int, template: Space, plausible: Any = None) -> Landscape:
 
 
 def is_generated(name: str) -> bool:
-    return name.startswith(PREFIX) and name[len(PREFIX):].isdigit()
+    return name.startswith(PREFIX) and name[len(PREFIX) :].isdigit()
 
 
 def index_of(name: str) -> int:
-    return int(name[len(PREFIX):])
+    return int(name[len(PREFIX) :])

@@ -97,7 +97,18 @@ METHODS = ("grid", "tuner", "tuner_no_prune", "tuner_no_refine", "random")
 #: methods run on the generated landscapes
 LANDSCAPE_METHODS = ("grid", "random", "tuner")
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
-EXTRA_METHODS: tuple[str, ...] = ("tuner_prev", "tuner_half", "tuner_no_leader", "tuner_no_design", "tuner_tpe_design", "tuner_margin0", "tuner_margin10", "tuner_top5", "tuner_kappa0", "tuner_kappa1")
+EXTRA_METHODS: tuple[str, ...] = (
+    "tuner_prev",
+    "tuner_half",
+    "tuner_no_leader",
+    "tuner_no_design",
+    "tuner_tpe_design",
+    "tuner_margin0",
+    "tuner_margin10",
+    "tuner_top5",
+    "tuner_kappa0",
+    "tuner_kappa1",
+)
 WITHIN = 0.02
 _KAPPA = __import__("autotune.study.confirm", fromlist=["CANDIDATE_KAPPA"]).CANDIDATE_KAPPA
 
@@ -310,7 +321,9 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
     if method == "random":
         return _no_refine(no_pruning(space)), optuna.samplers.RandomSampler(seed=seed)
     if method == "tuner_half":  # the surrogate's share as before the design: the last half
-        return dataclasses.replace(space, budget=dataclasses.replace(space.budget, refine_trials=space.budget.n_trials // 2)), None
+        return dataclasses.replace(
+            space, budget=dataclasses.replace(space.budget, refine_trials=space.budget.n_trials // 2)
+        ), None
     if method == "tuner_no_leader":
         return dataclasses.replace(space, pruning=dataclasses.replace(space.pruning, leader=False)), None
     if method in ("tuner_margin0", "tuner_margin10", "tuner_top5", "tuner_kappa0", "tuner_kappa1"):
@@ -406,7 +419,9 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
         return true_speedup(t) > 1.0
 
     false_prunes = [t for t in pruned if false_prune(t)]
-    by_rule = {rule: [t for t in pruned if records.TrialRecord(t).prune_rule == rule] for rule in ("baseline", "leader")}
+    by_rule = {
+        rule: [t for t in pruned if records.TrialRecord(t).prune_rule == rule] for rule in ("baseline", "leader")
+    }
     return {
         "method": method,
         "seed": seed,
@@ -703,7 +718,8 @@ def markdown_generated(result: dict[str, Any]) -> str:
         "",
         "Per landscape (tuner): median time to 2% / full grid, hit rate, what it is:",
         "",
-        "| landscape | grid points (within 2%) | best speedup | ratio vs full grid | vs grid's time to 2% | hit | what |",
+        "| landscape | grid points (within 2%) | best speedup | ratio vs full grid | vs grid's time to 2% | hit | "
+        "what |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, sc in result["scenarios"].items():
@@ -767,7 +783,10 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(result))
     if args.landscapes > 0:
         t0 = time.perf_counter()
-        names = [f"{bench_landscapes.PREFIX}{i:03d}" for i in range(args.landscape_start, args.landscape_start + args.landscapes)]
+        names = [
+            f"{bench_landscapes.PREFIX}{i:03d}"
+            for i in range(args.landscape_start, args.landscape_start + args.landscapes)
+        ]
         gts, rows = run_all(names, args.landscape_methods, args.landscape_seeds, args.jobs)
         per = scenario_results(names, gts, rows, keep_runs=False)
         gen = {

@@ -23,8 +23,15 @@ def _values(scale: float, wobble: float = 0.08) -> dict[int, float]:
     return {i: 100 * scale * s * (1 + wobble * math.sin(3 * i + scale)) for i, s in enumerate(PROMPT_SHAPE)}
 
 
-def _add(study: optuna.Study, scale: float, *, baseline: bool = False, attrs: dict[str, Any] | None = None,
-         state: TrialState = TrialState.COMPLETE, steps: int | None = None) -> int:
+def _add(
+    study: optuna.Study,
+    scale: float,
+    *,
+    baseline: bool = False,
+    attrs: dict[str, Any] | None = None,
+    state: TrialState = TrialState.COMPLETE,
+    steps: int | None = None,
+) -> int:
     vals = _values(scale)
     if steps is not None:
         vals = {k: v for k, v in vals.items() if k < steps}

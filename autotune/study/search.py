@@ -5,7 +5,6 @@ a cap on all trials or the deadline."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -118,7 +117,8 @@ def design_configs(ctx: StudyContext, count: int) -> list[TrialConfig]:
     coordinates (``Encoding``: [0, 1], log2 for wide ranges), each point taken to the nearest valid config not yet
     chosen (the defaults count as chosen). The drafter x CUDA-graph groups take turns, and so do the values of a
     knob given as a list of choices (topk), so a thin slice of the valid region (topk 1 allows one tree size per
-    depth) is measured too. Seeded by the study's name, so a study and its resumption draw the same design."""
+    depth) is measured too. Seeded by the study's ``--seed`` (else its name), so a study and its resumption draw
+    the same design."""
     grid = ctx.grid
     if not grid or count <= 0:
         return []
@@ -127,7 +127,7 @@ def design_configs(ctx: StudyContext, count: int) -> list[TrialConfig]:
     strata: dict[Any, list[TrialConfig]] = {}
     for c in grid:
         strata.setdefault((enc.group(c), tuple(c.knob(k) for k in choice_knobs)), []).append(c)
-    seed = int.from_bytes(hashlib.sha256(ctx.study.study_name.encode()).digest()[:4], "little")
+    seed = records.design_seed(ctx.study)
     rng = np.random.default_rng(seed)
     groups = sorted({g for g, _ in strata}, key=repr)
     values = {k: sorted({c.knob(k) for c in grid}) for k in choice_knobs}

@@ -67,7 +67,9 @@ def _sqlite_pragmas(storage: optuna.storages.RDBStorage) -> None:
 
 def make_pruner(space: Space) -> BaselinePruner:
     p = space.pruning
-    return BaselinePruner(p.confidence, p.min_prompts, p.enabled, p.start_noise, leader=p.leader, leader_margin=p.leader_margin)
+    return BaselinePruner(
+        p.confidence, p.min_prompts, p.enabled, p.start_noise, leader=p.leader, leader_margin=p.leader_margin
+    )
 
 
 def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -137,6 +139,7 @@ def open_study(
             simulated=simulated,
             label=label,
             prompt_ids=[p.id for p in space.benchmark.prompts],
+            seed=seed,
         )
     elif recorded != digest:
         raise UserError(

@@ -83,9 +83,7 @@ def _replay(starts: list[dict], pruner: BaselinePruner) -> list[dict]:
             against = None
             if decision is not None and decision.against is not None:
                 against = _key(json.loads(study.trials[decision.against].user_attrs[records.CONFIG_KEY]))
-            out.append(
-                {"config": c, "rule": decision.rule if decision else None, "prompts": i + 1, "against": against}
-            )
+            out.append({"config": c, "rule": decision.rule if decision else None, "prompts": i + 1, "against": against})
     return out
 
 
@@ -100,7 +98,9 @@ def test_the_default_start_noise_is_what_the_h200_measured(starts: list[dict]) -
 
 
 def test_prompt_spreads_differ_by_config_so_the_larger_one_is_used(starts: list[dict]) -> None:
-    base = {(s["pass"], s["config"]["cuda_graph"]): s["tok_per_s"] for s in starts if s["config"].get("drafter") is None}
+    base = {
+        (s["pass"], s["config"]["cuda_graph"]): s["tok_per_s"] for s in starts if s["config"].get("drafter") is None
+    }
     groups = [
         log_ratios(s["tok_per_s"], base[(s["pass"], s["config"]["cuda_graph"])])
         for s in starts

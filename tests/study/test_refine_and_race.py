@@ -114,9 +114,9 @@ def test_the_design_spreads_over_the_valid_region_and_is_drawn_once():
     coords = [enc.coords(c) for c in design]
     for i, knob in enumerate(enc.knobs):  # every numeric knob's range is covered, not one corner
         xs = [x[i] for x in coords]
-        assert min(xs) < 0.35 and max(xs) > 0.6, (knob, xs)
+        assert max(xs) - min(xs) >= 0.5 and len(set(xs)) >= 3, (knob, xs)
     assert [c.key() for c in design_configs(ctx, 8)] == [c.key() for c in design]  # the same study, the same design
-    other = open_study(space, optuna.storages.InMemoryStorage(), "another", seed=0)
+    other = open_study(space, optuna.storages.InMemoryStorage(), "another", seed=1)  # --seed draws another design
     ctx2 = StudyContext(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), other)
     assert [c.key() for c in design_configs(ctx2, 8)] != [c.key() for c in design]
     # in a study, the design is queued once: a resumed search with a larger budget does not add another
