@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("dashboard", help="open the study in optuna-dashboard (bound to 127.0.0.1)")
     _add_common(d)
-    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     d.add_argument("--port", type=int, default=8080)
     return p
 
@@ -121,6 +121,13 @@ class Context:
         self.study_name = study_name_for(self.space, self.simulated)
         self.studies_dir = Path(args.studies_dir)
         self.storage_url = args.storage or default_storage(self.space, self.simulated, str(self.studies_dir))
+
+    @property
+    def artifact_dir(self) -> Path:
+        """The study's trial evidence (an Optuna filesystem artifact store): ``STUDIES/NAME/artifacts``."""
+        from autotune.evidence import artifact_dir
+
+        return artifact_dir(self.studies_dir, self.study_name)
 
     def ensure_dirs(self) -> None:
         self.studies_dir.mkdir(parents=True, exist_ok=True)
@@ -263,6 +270,8 @@ def cmd_study(ctx: Context) -> int:
     study = ctx.open_study(create=True, seed=seed)
     view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=args.json)
     n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
+    from autotune.evidence import Evidence
+
     with view:
         st.run(
             ctx.run_space,
@@ -273,6 +282,7 @@ def cmd_study(ctx: Context) -> int:
             clock=clock,
             listener=view.on_event,
             confirm=not args.no_confirm,
+            evidence=Evidence(ctx.artifact_dir),
         )
     report = build_report(study)
     _write_html(ctx, study, report, ctx.studies_dir / ctx.study_name / "report.html")
@@ -443,7 +453,15 @@ def cmd_dashboard(ctx: Context) -> int:
     if not found:
         raise UserError("optuna-dashboard is not installed in this environment (pip install optuna-dashboard)")
     argv = [found, ctx.storage_url, "--host", ctx.args.host, "--port", str(ctx.args.port)]
-    print(f"optuna-dashboard on http://{ctx.args.host}:{ctx.args.port}/ (Ctrl-C to stop)", file=sys.stderr)
+    artifacts = ctx.artifact_dir
+    if artifacts.is_dir():
+        argv += ["--artifact-dir", str(artifacts)]
+    print(
+        f"optuna-dashboard on http://{ctx.args.host}:{ctx.args.port}/ (Ctrl-C to stop); trial artifacts (server "
+        "logs, per-prompt results): "
+        + (str(artifacts) if artifacts.is_dir() else f"none ({artifacts} does not exist: a study from before them)"),
+        file=sys.stderr,
+    )
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     try:
         return proc.wait()
