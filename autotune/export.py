@@ -38,6 +38,8 @@ DEFAULT_IMAGES = {
     "vllm": ("vllm/vllm-openai:v{version}", "vllm/vllm-openai:latest"),
     "llamacpp": ("ghcr.io/ggml-org/llama.cpp:server-cuda", "ghcr.io/ggml-org/llama.cpp:server-cuda"),
 }
+
+
 class _NoAliases(yaml.SafeDumper):
     """Plain YAML without anchors (``&id001``) for dicts that appear twice (labels)."""
 
