@@ -29,6 +29,9 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
 | ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
 
+A trial's evidence for review (server log, per-prompt results and figure as Optuna artifacts, a dashboard note) is
+not a user attr: ``autotune.evidence`` writes it as the system attrs Optuna and optuna-dashboard define.
+
 Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units`` (set when
 the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation`` (``ConfirmationState``).
 """
