@@ -168,7 +168,7 @@ class Evidence:
         """Upload the server log (if there is one), the per-prompt results and their figure; save the note."""
         from optuna_dashboard import save_note
 
-        attrs = trial.user_attrs
+        attrs = records.TrialRecord(trial).attrs
         n = trial.number
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -105,7 +105,7 @@ def per_prompt(study: optuna.Study, report: dict[str, Any], units: str, sim: str
     confirmed = report.get("confirmed") or []
     if not fastest or not confirmed:
         return None
-    ids = study.user_attrs.get(records.PROMPT_IDS) or [str(i) for i in range(len(fastest["per_prompt_tok_per_s"]))]
+    ids = records.prompt_ids(study) or [str(i) for i in range(len(fastest["per_prompt_tok_per_s"]))]
     by_number = {t.number: t for t in records.trials(study)}
     fig = go.Figure()
     base = fastest["per_prompt_tok_per_s"]

@@ -613,6 +613,11 @@ def space_digest(study: optuna.Study) -> str | None:
     return study.user_attrs.get(SPACE_DIGEST)
 
 
+def prompt_ids(study: optuna.Study) -> list[str]:
+    """The ids of the study's prompts, in order (``prompt_ids``, set when the study is created)."""
+    return list(study.user_attrs.get(PROMPT_IDS) or [])
+
+
 def study_labels(study: optuna.Study) -> tuple[Any, str]:
     """(simulated label or None, units) for reports."""
     return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
