@@ -72,9 +72,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     r.add_argument("--html", metavar="PATH", help="also write an HTML report to PATH")
 
-    e = sub.add_parser("export", help="export the recommended deployment")
+    e = sub.add_parser("export", help="export the recommended deployment (or one trial's), with its provenance")
     _add_common(e)
-    e.add_argument("--format", choices=("sglang", "command", "yaml", "json"), default="yaml")
+    e.add_argument(
+        "--format",
+        default="yaml",
+        help="sglang|command (launch command), yaml|json (server args and provenance), env (shell env file), "
+        "compose (docker-compose service), k8s (Kubernetes Deployment); default yaml",
+    )
+    e.add_argument("--trial", type=int, help="export this trial's config instead of the recommended one")
+    e.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    e.add_argument("--image", help="compose/k8s: container image (default: the backend's image for server.version)")
+    e.add_argument("--gpus", type=int, help="compose/k8s: GPUs to reserve (default: from CUDA_VISIBLE_DEVICES or TP)")
+    e.add_argument("--name", help="compose/k8s: service / Deployment name (default: the space's name)")
+
+    rv = sub.add_parser(
+        "reverify", help="measure an exported config and its baseline again: does its speedup still hold?"
+    )
+    rv.add_argument("exported", help="a file written by `autotune export` (any format)")
+    rv.add_argument("--simulate", action="store_true", help="measure on the simulator (the space's `simulate:`)")
+    rv.add_argument("--repeats", type=int, help="interleaved rounds of baseline + config (default verdict.repeats)")
+    rv.add_argument("--space", dest="space_override", metavar="SPACE", help="space file (default: the one exported)")
+    rv.add_argument("--studies-dir", default="studies", help="where server logs are written")
+    rv.add_argument("--in-process", action="store_true", help="with --simulate: the simulator's model in-process")
+    rv.add_argument("--json", action="store_true", help="print the result as JSON")
+    rv.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
 
     v = sub.add_parser("validate", help="static checks of the space and its drafter checkpoints (no server)")
     _add_common(v)
@@ -85,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("dashboard", help="open the study in optuna-dashboard (bound to 127.0.0.1)")
     _add_common(d)
-    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     d.add_argument("--port", type=int, default=8080)
     return p
 
@@ -121,6 +143,13 @@ class Context:
         self.study_name = study_name_for(self.space, self.simulated)
         self.studies_dir = Path(args.studies_dir)
         self.storage_url = args.storage or default_storage(self.space, self.simulated, str(self.studies_dir))
+
+    @property
+    def artifact_dir(self) -> Path:
+        """The study's trial evidence (an Optuna filesystem artifact store): ``STUDIES/NAME/artifacts``."""
+        from autotune.evidence import artifact_dir
+
+        return artifact_dir(self.studies_dir, self.study_name)
 
     def ensure_dirs(self) -> None:
         self.studies_dir.mkdir(parents=True, exist_ok=True)
@@ -263,6 +292,8 @@ def cmd_study(ctx: Context) -> int:
     study = ctx.open_study(create=True, seed=seed)
     view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=args.json)
     n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
+    from autotune.evidence import Evidence
+
     with view:
         st.run(
             ctx.run_space,
@@ -273,6 +304,7 @@ def cmd_study(ctx: Context) -> int:
             clock=clock,
             listener=view.on_event,
             confirm=not args.no_confirm,
+            evidence=Evidence(ctx.artifact_dir),
         )
     report = build_report(study)
     _write_html(ctx, study, report, ctx.studies_dir / ctx.study_name / "report.html")
@@ -330,22 +362,87 @@ def cmd_report(ctx: Context) -> int:
 
 
 def cmd_export(ctx: Context) -> int:
+    from autotune._io import atomic_write
     from autotune.errors import UserError
-    from autotune.export import render
+    from autotune.export import FORMATS, Options, render
     from autotune.report import build_report
 
-    if ctx.args.format == "sglang" and ctx.space.server.backend != "sglang":
+    args = ctx.args
+    if args.format not in FORMATS:
+        raise UserError(f"--format {args.format}: unknown format; expected one of {', '.join(FORMATS)}")
+    if args.format == "sglang" and ctx.space.server.backend != "sglang":
         raise UserError(
             f"--format sglang needs an SGLang space; this one's backend is {ctx.space.server.backend!r} "
             f"(use --format command)"
         )
+    if args.gpus is not None and args.gpus < 1:
+        raise UserError(f"--gpus must be at least 1 but got {args.gpus}")
     study = ctx.open_study(create=False)
     report = build_report(study)
+    options = Options(image=args.image, gpus=args.gpus, name=args.name)
     try:
-        print(render(_deploy_space(ctx), ctx.backend, report, ctx.args.format))
+        text = render(
+            _deploy_space(ctx),
+            ctx.backend,
+            report,
+            args.format,
+            trial=args.trial,
+            options=options,
+            read_space=ctx.run_space if ctx.simulated else None,
+        )
     except ValueError as e:
         raise UserError(str(e)) from None
+    if args.output:
+        out = Path(args.output)
+        if not out.parent.is_dir():
+            raise UserError(f"-o {args.output}: no such directory {out.parent}")
+        atomic_write(out, text)
+        print(f"wrote {out} ({args.format})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return EXIT_OK
+
+
+def cmd_reverify(args: argparse.Namespace) -> int:
+    """Measure the exported config and its baseline again, interleaved; exit 0 when the speedup still holds
+    (the new interval overlaps the exported one), 1 when it does not."""
+    from autotune.errors import UserError
+    from autotune.export import read_provenance
+    from autotune.reverify import render_result, reverify
+
+    path = Path(args.exported)
+    if not path.is_file():
+        raise UserError(f"{args.exported}: no such file (expected a file written by `autotune export`)")
+    try:
+        prov = read_provenance(path.read_text(encoding="utf-8", errors="replace"), str(path))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    space = args.space_override or prov.get("space")
+    if not space:
+        raise UserError(f"{path}: the export names no space file; give one with --space")
+    if args.repeats is not None and args.repeats < 2:
+        raise UserError(f"--repeats must be at least 2 but got {args.repeats}")
+    if prov.get("simulated") and not args.simulate:
+        raise UserError(f"{path} was exported from a simulated study: re-verify it with --simulate")
+    ns = argparse.Namespace(
+        space=space,
+        simulate=args.simulate,
+        storage=None,
+        studies_dir=args.studies_dir,
+        in_process=args.in_process,
+        verbose=args.verbose,
+    )
+    ctx = Context(ns)
+    _reap(ctx)
+    _port_preflight(ctx)
+    ctx.ensure_dirs()
+    runner, _clock = ctx.runner(seed=ctx.space.simulate.seed if (ctx.simulated and ctx.space.simulate) else 0)
+    result = reverify(ctx.run_space, ctx.backend, runner, prov, repeats=args.repeats)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        render_result(result, sys.stdout)
+    return EXIT_OK if result["holds"] else EXIT_FAIL
 
 
 def _deploy_space(ctx: Context) -> Any:
@@ -443,7 +540,15 @@ def cmd_dashboard(ctx: Context) -> int:
     if not found:
         raise UserError("optuna-dashboard is not installed in this environment (pip install optuna-dashboard)")
     argv = [found, ctx.storage_url, "--host", ctx.args.host, "--port", str(ctx.args.port)]
-    print(f"optuna-dashboard on http://{ctx.args.host}:{ctx.args.port}/ (Ctrl-C to stop)", file=sys.stderr)
+    artifacts = ctx.artifact_dir
+    if artifacts.is_dir():
+        argv += ["--artifact-dir", str(artifacts)]
+    print(
+        f"optuna-dashboard on http://{ctx.args.host}:{ctx.args.port}/ (Ctrl-C to stop); trial artifacts (server "
+        "logs, per-prompt results): "
+        + (str(artifacts) if artifacts.is_dir() else f"none ({artifacts} does not exist: a study from before them)"),
+        file=sys.stderr,
+    )
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
     try:
         return proc.wait()
@@ -507,6 +612,10 @@ def _interrupt_on_termination() -> None:
         signal.signal(sig, _raise)
 
 
+#: commands that build their own context (their positional argument is not a space file)
+OWN_CONTEXT = {"reverify": cmd_reverify}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from autotune.errors import AutotuneError, UserError
@@ -516,6 +625,8 @@ def main(argv: list[str] | None = None) -> int:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING if args.verbose else optuna.logging.ERROR)
+        if args.command in OWN_CONTEXT:
+            return OWN_CONTEXT[args.command](args)
         ctx = Context(args)
         return COMMANDS[args.command](ctx)
     except UserError as e:

@@ -1,10 +1,10 @@
-"""The HTML report: verdict, baselines, confirmed intervals, the trial table and Optuna's plots, in one
-self-contained file (plotly.js inlined once, so it opens offline)."""
+"""The HTML report: verdict, baselines, confirmed intervals, the trial table and the review plots
+(``autotune.plots``), in one self-contained file (plotly.js inlined once, no request to any network: it opens
+offline)."""
 
 from __future__ import annotations
 
 import html
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +22,6 @@ def _num(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _figures(study: optuna.Study) -> list[tuple[str, Any]]:
-    figs = []
-    vis = optuna.visualization
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for title, fn in (
-            ("Optimization history", vis.plot_optimization_history),
-            ("Per-prompt tok/s (intermediate values)", vis.plot_intermediate_values),
-            ("Parameters", vis.plot_parallel_coordinate),
-            ("Timeline", vis.plot_timeline),
-        ):
-            try:
-                figs.append((title, fn(study)))
-            except Exception as e:  # a plot that cannot be drawn (too few trials) must not lose the report
-                figs.append((title, f"not available: {e}"))
-    return figs
-
-
 def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -> None:
     parts = [
         *_head(report),
@@ -48,7 +30,7 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         *_confirmation(report),
         *_alarms(report),
         *_trials(report),
-        *_plots(study),
+        *_plots(study, report),
         "</body></html>",
     ]
     atomic_write(path, "".join(parts))  # workers sharing a study may write the same report at the same moment
@@ -146,15 +128,19 @@ def _trials(report: dict[str, Any]) -> list[str]:
     return parts
 
 
-def _plots(study: optuna.Study) -> list[str]:
-    """Optuna's plots; plotly.js is inlined with the first one only."""
+def _plots(study: optuna.Study, report: dict[str, Any]) -> list[str]:
+    """The review plots (``autotune.plots``); plotly.js is inlined with the first one only."""
+    from autotune.plots import figures
+
     parts: list[str] = []
     first = True
-    for title, fig in _figures(study):
+    for key, title, fig in figures(study, report):
         parts.append(f"<h2>{_e(title)}</h2>")
-        if isinstance(fig, str):
-            parts.append(f"<p>{_e(fig)}</p>")
+        if fig is None:
+            parts.append(f"<p class='noplot' id='plot-{key}'>not available: nothing to draw yet</p>")
             continue
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=first))
+        parts.append(
+            fig.to_html(full_html=False, include_plotlyjs=first, div_id=f"plot-{key}", config={"displaylogo": False})
+        )
         first = False
     return parts

@@ -30,6 +30,9 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
 | ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
 
+A trial's evidence for review (server log, per-prompt results and figure as Optuna artifacts, a dashboard note) is
+not a user attr: ``autotune.evidence`` writes it as the system attrs Optuna and optuna-dashboard define.
+
 Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units``, ``seed``
 (set when the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation``
 (``ConfirmationState``).
@@ -642,6 +645,11 @@ def design_seed(study: optuna.Study) -> int:
 
 def space_digest(study: optuna.Study) -> str | None:
     return study.user_attrs.get(SPACE_DIGEST)
+
+
+def prompt_ids(study: optuna.Study) -> list[str]:
+    """The ids of the study's prompts, in order (``prompt_ids``, set when the study is created)."""
+    return list(study.user_attrs.get(PROMPT_IDS) or [])
 
 
 def study_labels(study: optuna.Study) -> tuple[Any, str]:

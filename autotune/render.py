@@ -1,12 +1,34 @@
-"""Report dict -> text for people (the JSON form is the report dict itself)."""
+"""Report dict -> the terminal (rich) for people (the JSON form is the report dict itself).
+
+Tables for the baselines, the best configs, the pruned and failed reasons and the trials; sentences (verdict,
+confirmed intervals, exclusions) as whole lines, never wrapped, so that they can be grepped. Colour only on a
+terminal; into a pipe or file the same text without escapes, 160 columns wide."""
 
 from __future__ import annotations
 
 from typing import IO, Any
 
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
 
 def _fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
+
+
+def _ci(ci: dict[str, Any] | None) -> str:
+    return "-" if not ci else f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.0f} s"
 
 
 def config_label(cfg: dict[str, Any] | None) -> str:
@@ -19,64 +41,55 @@ def config_label(cfg: dict[str, Any] | None) -> str:
     return f"{cfg['drafter']} {knobs} graphs {graphs}"
 
 
+def _console(out: IO[str]) -> Console:
+    tty = bool(getattr(out, "isatty", lambda: False)())
+    return Console(file=out, width=None if tty else 160, force_terminal=tty, no_color=not tty, highlight=False)
+
+
 def render_report(report: dict[str, Any], out: IO[str]) -> None:
-    w = out.write
+    con = _console(out)
+
+    def line(text: str, style: str | None = None) -> None:
+        con.print(Text(text, style=style or ""), soft_wrap=True)
+
     sim = report.get("simulated")
-    w(
+    line(
         f"study {report['study']}"
-        + (f"  [SIMULATED: scenario {sim['scenario']}, figures in simulated hardware time]" if sim else "")
-        + "\n"
+        + (f"  [SIMULATED: scenario {sim['scenario']}, figures in simulated hardware time]" if sim else ""),
+        "bold",
     )
-    for key, b in sorted(report["baseline"].items()):
-        w(f"baseline ({key.replace('_', ' ')}): {_fmt(b['tok_per_s'])} tok/s (trial {b['trial']})\n")
+    _baselines(con, report)
     c = report["counts"]
-    w(
+    line(
         f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report['pruned_before_last_prompt']} before their "
-        f"last prompt: {_pruned_by(report)}), {c['FAIL']} failed\n\n"
+        f"last prompt: {_pruned_by(report)}), {c['FAIL']} failed"
     )
-    rows = report["trials"]
-    labels = [config_label(r["config"]) for r in rows]
-    width = max([len("config"), *map(len, labels)])
-    w(
-        f"{'#':>4} {'state':<9} {'config':<{width}} {'tok/s':>8} {'speedup':>8} {'vs best':>8} {'prompts':>7} "
-        f"{'accept':>6}\n"
-    )
-    for r, label in zip(rows, labels, strict=True):
-        note = ""
-        if r.get("duplicate_of") is not None:
-            note = f"  = #{r['duplicate_of']}"
-        elif r.get("fail_kind"):
-            note = f"  {r['fail_kind']}"
-        elif r.get("lossless") and r.get("lossless_summary") != "identical":
-            note = f"  {r['lossless_summary']}"
-        w(
-            f"{r['number']:>4} {r['state']:<9} {label:<{width}} {_fmt(r['tok_per_s']):>8} "
-            f"{_fmt(r['speedup'], '.2f'):>8} {_fmt(r.get('speedup_vs_fastest'), '.2f'):>8} "
-            f"{r['prompts_measured']:>7} {_fmt(r['accept_length'], '.2f'):>6}{note}\n"
-        )
-    w("  (speedup: against the baseline of the same CUDA-graph setting; vs best: against the fastest baseline)\n")
+    _reasons(con, report)
+    _gpu(line, report)
+    _best(con, report)
+    _trials(con, report)
+    line("  (speedup: against the baseline of the same CUDA-graph setting; vs best: against the fastest baseline)")
     if report["flags"]:
-        w("\nalarms:\n")
+        line("")
+        line("alarms:", "bold red")
         for f in report["flags"]:
-            w(f"  - {f}\n")
-    w("\n")
+            line(f"  - {f}", "red")
+    line("")
     lo = report.get("lossless") or {}
     if lo.get("tolerance") is not None:
         floor = lo.get("baseline_divergences") or []
-        w(
+        line(
             f"lossless check: near-tie tolerance {lo['tolerance']:.3g} nats ({lo.get('tolerance_source')}); "
             f"{lo.get('numerics', 0)} near-tie flip(s) recorded as numerics; lossy trials: "
             f"{lo.get('lossy_trials') or 'none'}; baselines against each other: "
             + (f"{len(floor)} divergence(s)" if floor else "identical")
-            + "\n"
         )
     for cf in report.get("confirmed", []):
         ci = cf["speedup_ci"]
         dep = cf.get("deploy_speedup_ci")
-        label = config_label(cf.get("config"))
         if ci:
-            w(
-                f"confirmed trial {cf['trial']} ({label}): speedup {ci['point']:.3f} "
+            line(
+                f"confirmed trial {cf['trial']} ({config_label(cf.get('config'))}): speedup {ci['point']:.3f} "
                 f"[{ci['low']:.3f}, {ci['high']:.3f}] against its own baseline"
                 + (
                     f", {dep['point']:.3f} [{dep['low']:.3f}, {dep['high']:.3f}] against the fastest baseline"
@@ -85,15 +98,101 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
                 )
                 + f" ({ci['confidence']:.0%} CI, {ci['n']} paired repeats)"
                 + (" - left the race: clearly slower than the leader" if cf.get("dropped") else "")
-                + "\n"
             )
     for e in report.get("exclusions", []):
-        w(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}\n")
-    w(f"verdict: {report['verdict']} ({report.get('verdict_rests_on', report['verdict_basis'])})\n")
-    w(f"  {report['verdict_text']}\n")
+        line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
+    style = {"speculation-wins": "bold green", "baseline-wins": "bold", "inconclusive": "bold yellow"}
+    line(
+        f"verdict: {report['verdict']} ({report.get('verdict_rests_on', report['verdict_basis'])})",
+        style.get(report["verdict"]),
+    )
+    line(f"  {report['verdict_text']}")
     rec = report["recommended"]
     if rec.get("config"):
-        w(f"recommended: {rec['config']}  ({rec['why']})\n")
+        line(f"recommended: {rec['config']}  ({rec['why']})", "bold")
+
+
+def _baselines(con: Console, report: dict[str, Any]) -> None:
+    t = Table(title="baselines", title_justify="left", show_edge=False)
+    for col in ("CUDA graphs", "tok/s", "trial", "per prompt tok/s"):
+        t.add_column(col, justify="left" if col == "CUDA graphs" else "right")
+    for _key, b in sorted(report["baseline"].items()):
+        per = " ".join(f"{x:.0f}" for x in b.get("per_prompt_tok_per_s") or [])
+        t.add_row("on" if b["cuda_graph"] else "off", _fmt(b["tok_per_s"]), str(b["trial"]), per)
+    con.print(t)
+
+
+def _reasons(con: Console, report: dict[str, Any]) -> None:
+    reasons = report.get("reasons") or {}
+    rows = [(state, why, n) for state in ("PRUNED", "FAIL") for why, n in sorted((reasons.get(state) or {}).items())]
+    if not rows:
+        return
+    t = Table(title="pruned and failed, by reason", title_justify="left", show_edge=False)
+    t.add_column("state")
+    t.add_column("reason")
+    t.add_column("trials", justify="right")
+    for state, why, n in rows:
+        t.add_row(state, why, str(n))
+    con.print(t)
+
+
+def _gpu(line: Any, report: dict[str, Any]) -> None:
+    g = report.get("gpu_time")
+    if not g:
+        return
+    line(
+        f"GPU time: {_duration(g['total_s'])} ({_duration(g['search_s'])} search in {g['search_starts']} server "
+        f"starts, {_duration(g['confirmation_s'])} confirmation in {g['confirmation_starts']}); saved "
+        f"{_duration(g['saved_by_pruning_s'])} by pruning, {_duration(g['saved_by_dedup_s'])} by not re-measuring "
+        f"duplicates"
+    )
+
+
+def _best(con: Console, report: dict[str, Any]) -> None:
+    best = report.get("best_configs") or []
+    if not best:
+        return
+    t = Table(title="best configs (against the fastest baseline)", title_justify="left", show_edge=False)
+    for col in ("#", "config", "tok/s", "speedup", "confirmed interval", "accept"):
+        t.add_column(col, justify="left" if col == "config" else "right")
+    for b in best:
+        t.add_row(
+            str(b["trial"]),
+            config_label(b["config"]),
+            _fmt(b["tok_per_s"]),
+            _fmt(b["speedup"], ".3f"),
+            _ci(b.get("speedup_ci")),
+            _fmt(b.get("accept_length"), ".2f"),
+        )
+    con.print(t)
+
+
+def _trials(con: Console, report: dict[str, Any]) -> None:
+    t = Table(title="trials", title_justify="left", show_edge=False)
+    for col in ("#", "state", "config", "tok/s", "speedup", "vs best", "prompts", "accept", "note"):
+        t.add_column(col, justify="left" if col in ("state", "config", "note") else "right", overflow="fold")
+    colour = {"COMPLETE": "", "PRUNED": "dim", "FAIL": "red"}
+    for r in report["trials"]:
+        note = ""
+        if r.get("duplicate_of") is not None:
+            note = f"= #{r['duplicate_of']}"
+        elif r.get("fail_kind"):
+            note = r["fail_kind"]
+        elif r.get("lossless") and r.get("lossless_summary") != "identical":
+            note = r["lossless_summary"]
+        t.add_row(
+            str(r["number"]),
+            r["state"],
+            config_label(r["config"]),
+            _fmt(r["tok_per_s"]),
+            _fmt(r["speedup"], ".2f"),
+            _fmt(r.get("speedup_vs_fastest"), ".2f"),
+            str(r["prompts_measured"]),
+            _fmt(r["accept_length"], ".2f"),
+            note,
+            style=colour.get(r["state"], ""),
+        )
+    con.print(t)
 
 
 def _pruned_by(report: dict[str, Any]) -> str:

@@ -112,6 +112,9 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
             rule: sum(1 for r in spec if r["prune_rule"] == rule and r["duplicate_of"] is None)
             for rule in ("baseline", "leader")
         },
+        "reasons": _reasons(trials),
+        "gpu_time": gpu_time(trials, conf),
+        "best_configs": _best_configs(rows, confirmed),
         "best": best,
         "confirmed": confirmed,
         "verdict": v,
@@ -127,6 +130,113 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
         "fastest baseline (what would be deployed without speculation)",
     }
+
+
+def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
+    """Pruned and failed trials counted by why: lost to the baseline, infeasible, out of memory, same server config
+    as a pruned trial; each failure kind; interrupted."""
+    out: dict[str, dict[str, int]] = {"PRUNED": {}, "FAIL": {}}
+    for t in trials:
+        if t.state not in (TrialState.PRUNED, TrialState.FAIL):
+            continue
+        r = TrialRecord(t)
+        if r.interrupted:
+            why = "interrupted"
+        elif t.state == TrialState.PRUNED:
+            if r.is_duplicate:
+                why = "same server config as a pruned trial"
+            elif r.prune_reason:
+                why = "lost to the baseline"
+            elif r.fail_kind == ServerOOM.kind:
+                why = "out of memory"
+            else:
+                why = "infeasible (the server would reject or rewrite it)"
+        else:
+            why = r.fail_kind or "failed"
+        bucket = out[t.state.name]
+        bucket[why] = bucket.get(why, 0) + 1
+    return out
+
+
+def _start_seconds(t: FrozenTrial) -> float:
+    """A trial's server time: its startup plus its timed prompts (warm-up and reference answers not counted)."""
+    r = TrialRecord(t)
+    return (r.startup_s or 0.0) + sum(p.get("seconds") or 0.0 for p in r.prompts)
+
+
+def gpu_time(trials: list[FrozenTrial], conf: records.ConfirmationState) -> dict[str, Any]:
+    """Server time (hardware seconds the GPUs were held) spent by the search and confirmation, and what pruning
+    and deduplication saved. Pruning saved the prompts a pruned trial did not run (at its own mean time per prompt);
+    a duplicate saved the start and prompts of the trial it copies. Confirmation starts are estimated from their
+    tok/s, the prompt set's tokens and the search's startup times (the rounds record tok/s only)."""
+    by_number = {t.number: t for t in trials}
+    searched = spent = pruning = dedup = 0.0
+    starts = 0
+    n_prompts = max((len(TrialRecord(t).prompts) for t in trials if t.state == TrialState.COMPLETE), default=0)
+    for t in trials:
+        r = TrialRecord(t)
+        if r.is_duplicate:
+            orig = by_number.get(r.duplicate_of) if r.duplicate_of is not None else None
+            dedup += _start_seconds(orig) if orig is not None else 0.0
+            continue
+        if not r.measured and r.startup_s is None:
+            continue
+        starts += 1
+        searched += _start_seconds(t)
+        prompts = r.prompts
+        if t.state == TrialState.PRUNED and prompts and len(prompts) < n_prompts:
+            per = sum(p.get("seconds") or 0.0 for p in prompts) / len(prompts)
+            pruning += per * (n_prompts - len(prompts))
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
+    tokens = _mean([sum(p.get("completion_tokens") or 0 for p in TrialRecord(t).prompts) for t in complete])
+    startup = _mean([TrialRecord(t).startup_s for t in complete])
+    confirm_s, confirm_starts = 0.0, 0
+    for rnd in conf.get("rounds", []):
+        for tps in [*rnd.get("baseline", {}).values(), *rnd.get("candidates", {}).values()]:
+            if tps:
+                confirm_starts += 1
+                confirm_s += (startup or 0.0) + (tokens or 0.0) / tps
+    spent = searched + confirm_s
+    return {
+        "search_s": searched,
+        "search_starts": starts,
+        "confirmation_s": confirm_s,
+        "confirmation_starts": confirm_starts,
+        "total_s": spent,
+        "saved_by_pruning_s": pruning,
+        "saved_by_dedup_s": dedup,
+        "note": "server time: startups plus timed prompts (warm-up and reference answers not counted); "
+        "confirmation estimated from its tok/s",
+    }
+
+
+def _best_configs(rows: list[dict[str, Any]], confirmed: list[dict[str, Any]], n: int = 5) -> list[dict[str, Any]]:
+    """The fastest measured speculative configs against the fastest baseline, with the confirmed interval where
+    there is one."""
+    by_trial = {c["trial"]: c for c in confirmed}
+    spec = [
+        r
+        for r in rows
+        if r["role"] == records.ROLE_SPECULATIVE
+        and r["state"] == "COMPLETE"
+        and r["duplicate_of"] is None
+        and r.get("speedup_vs_fastest") is not None
+    ]
+    spec.sort(key=lambda r: r["speedup_vs_fastest"], reverse=True)
+    out = []
+    for r in spec[:n]:
+        c = by_trial.get(r["number"])
+        out.append(
+            {
+                "trial": r["number"],
+                "config": r["config"],
+                "tok_per_s": r["tok_per_s"],
+                "speedup": r["speedup_vs_fastest"],
+                "speedup_ci": (c.get("deploy_speedup_ci") or c.get("speedup_ci")) if c else None,
+                "accept_length": r["accept_length"],
+            }
+        )
+    return out
 
 
 def _confirmed(conf: records.ConfirmationState, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,8 +1,8 @@
 """Suite-wide settings.
 
-Tests that need a live service are marked (``postgres``, ``llamacpp``) and skip locally when it is missing. In CI
-(``CI=true``, where ``.ci/run`` starts PostgreSQL and builds llama-server) such a skip is turned into a failure:
-a green CI must mean those tests ran.
+Tests that need a live service are marked (``postgres``, ``llamacpp``, ``chromium``) and skip locally when it is
+missing. In CI (``CI=true``, where ``.ci/run`` starts PostgreSQL, builds llama-server and installs Chromium) such a
+skip is turned into a failure: a green CI must mean those tests ran.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-LIVE_MARKERS = ("postgres", "llamacpp")
+LIVE_MARKERS = ("postgres", "llamacpp", "chromium")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -15,6 +15,7 @@ from autotune.backends.base import Backend
 from autotune.clock import Clock, MonotonicClock
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
+from autotune.evidence import Evidence
 from autotune.pruner import BaselinePruner
 from autotune.runner import Runner
 from autotune.space import Space
@@ -30,6 +31,7 @@ class StudyContext:
     study: optuna.Study
     clock: Clock = field(default_factory=MonotonicClock)
     emit: Listener = quiet
+    evidence: Evidence | None = None  # where each trial's log, prompts and note go for the dashboard
     pruner: BaselinePruner = field(init=False)
 
     def __post_init__(self) -> None:

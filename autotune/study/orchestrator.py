@@ -12,6 +12,7 @@ from autotune import records
 from autotune.backends.base import Backend
 from autotune.clock import Clock, MonotonicClock
 from autotune.config import TrialConfig
+from autotune.evidence import Evidence
 from autotune.pruner import BaselinePruner
 from autotune.records import ConfirmationState
 from autotune.runner import Runner
@@ -36,6 +37,7 @@ class Orchestrator:
         *,
         clock: Clock | None = None,
         listener: Listener | None = None,
+        evidence: Evidence | None = None,
     ) -> None:
         self.ctx = StudyContext(
             space,
@@ -44,6 +46,7 @@ class Orchestrator:
             study,
             MonotonicClock() if clock is None else clock,
             quiet if listener is None else listener,
+            evidence,
         )
         self._objective = _trial.Objective(self.ctx)
 
@@ -142,9 +145,11 @@ def run(
     clock: Clock | None = None,
     listener: Listener | None = None,
     confirm: bool = True,
+    evidence: Evidence | None = None,
 ) -> ConfirmationState:
-    """Search, then confirm. Returns the confirmation state (verdict inside)."""
-    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=listener)
+    """Search, then confirm. Returns the confirmation state (verdict inside). With ``evidence``, each trial's log,
+    per-prompt results and note are written for the dashboard."""
+    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=listener, evidence=evidence)
     orch.search(n_trials if n_trials is not None else space.budget.n_trials, timeout_s=space.budget.timeout_s)
     if not confirm:
         return {}

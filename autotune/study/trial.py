@@ -133,6 +133,7 @@ class _Trial:
     record: TrialWriter
     config: TrialConfig | None = None  # the effective config, once resolved
     launched: bool = False  # runner.launch was called
+    results: list[PromptResult] | None = None  # the prompts measured so far (for the trial's evidence)
 
     @property
     def number(self) -> int:
@@ -170,7 +171,22 @@ class Objective:
 
     # -- outcomes -------------------------------------------------------------------------------------
     def _end(self, t: _Trial, data: dict[str, Any]) -> None:
+        self._evidence(t, data)
         self.ctx.emit(Event("trial-end", t.number, data))
+
+    def _evidence(self, t: _Trial, data: dict[str, Any]) -> None:
+        """The trial's log, per-prompt results and note for the dashboard (``autotune.evidence``), while it runs."""
+        evidence = self.ctx.evidence
+        if evidence is None:
+            return
+        results = t.results or [_prompt_result(p) for p in TrialRecord(t.trial).prompts]  # a duplicate's: copied
+        cg = t.config.cuda_graph if t.config is not None else None
+        base = None if t.config is None or t.config.is_baseline else records.find_baseline(self.ctx.study, cg)
+        per_prompt = [] if base is None else [base.intermediate_values[s] for s in sorted(base.intermediate_values)]
+        try:
+            evidence.attach(t.trial, data, results, [p.id for p in self.ctx.space.benchmark.prompts], per_prompt)
+        except OSError as e:  # evidence is for review: a full disk must not lose the measurement
+            self.ctx.emit(Event("note", t.number, {"message": f"trial evidence not written: {e}"}))
 
     def _pruned(self, t: _Trial, e: Pruned) -> None:
         if isinstance(e, Infeasible):
@@ -325,6 +341,7 @@ class Objective:
     ) -> None:
         t.trial.report(r.tok_per_s, i)
         t.record.prompts(results)
+        t.results = results
         self.ctx.emit(
             Event("prompt", t.number, {"index": i, "of": n, "tok_per_s": r.tok_per_s, "accept_length": r.accept_length})
         )
@@ -397,6 +414,12 @@ class Objective:
 
 
 # ---------------------------------------------------------------------------------------------- the figures
+
+
+def _prompt_result(d: dict[str, Any]) -> PromptResult:
+    """A recorded prompt (``PromptResult.to_dict``) read back."""
+    keys = ("index", "completion_tokens", "seconds", "ttft_s", "prompt_tokens", "accept_length", "finish_reason")
+    return PromptResult(**{k: d[k] for k in keys if k in d})
 
 
 def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None) -> float | None:

@@ -1,0 +1,113 @@
+"""Re-verify an export: start the exported config and its baseline again, interleaved (a fresh baseline, then the
+config, each round), and say whether the speedup still holds inside the exported interval.
+
+It holds when the new interval (paired log ratios of the rounds, t-interval at ``verdict.confidence``) overlaps the
+exported one: the two measurements agree. An export without an interval (a trial chosen with ``--trial`` that was
+never confirmed) holds when the new interval contains its measured speedup. Talks to the world only through a
+``Runner`` (``measure_config``), like the study.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import IO, Any
+
+from autotune.backends.base import Backend
+from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig, UserError
+from autotune.measure import measure_config
+from autotune.runner import Runner
+from autotune.space import Space
+from autotune.stats import speedup_interval
+
+
+def holds(new: dict[str, Any], exported: dict[str, Any] | None, exported_point: float | None) -> bool:
+    """Whether the re-measured interval agrees with the export: it overlaps the exported interval, or (no exported
+    interval) contains the exported point estimate."""
+    if exported:
+        return new["low"] <= exported["high"] and exported["low"] <= new["high"]
+    if exported_point is None:
+        return False
+    return new["low"] <= exported_point <= new["high"]
+
+
+def reverify(
+    space: Space,
+    backend: Backend,
+    runner: Runner,
+    provenance: dict[str, Any],
+    *,
+    repeats: int | None = None,
+    progress: Callable[[int, str, float], None] | None = None,
+) -> dict[str, Any]:
+    """Measure ``repeats`` rounds (default ``verdict.repeats``) of baseline then config; the result dict says
+    whether the speedup holds (``holds``) and carries both intervals and every round's tok/s."""
+    config = TrialConfig.from_dict(provenance["config"])
+    if config.is_baseline:
+        raise UserError(
+            f"the export of study {provenance.get('study')} deploys the baseline (no speculation): there is no "
+            "speedup to re-verify"
+        )
+    if config.drafter not in {d.name for d in space.drafters}:
+        raise UserError(f"the exported drafter {config.drafter!r} is not in the space {space.path}")
+    base = provenance.get("baseline") or {}
+    base_config = TrialConfig.from_dict(base.get("config") or {"drafter": None, "cuda_graph": config.cuda_graph})
+    try:
+        effective = backend.resolve(config, space)
+    except InfeasibleConfig as e:
+        raise UserError(f"the exported config would be rejected or rewritten by the server now: {e}") from None
+    n = repeats or space.verdict.repeats
+    rounds: list[dict[str, float]] = []
+    for i in range(n):
+        b = measure_config(runner, base_config, space).summary["tok_per_s"]
+        if progress:
+            progress(i, "baseline", b)
+        c = measure_config(runner, effective, space).summary["tok_per_s"]
+        if progress:
+            progress(i, "config", c)
+        rounds.append({"baseline": b, "config": c})
+    logs = [math.log(r["config"] / r["baseline"]) for r in rounds if r["config"] > 0 and r["baseline"] > 0]
+    if len(logs) < 2:
+        raise UserError("fewer than two rounds were measured: no interval (is a server answering with 0 tokens?)")
+    new = speedup_interval(logs, space.verdict.confidence).to_dict()
+    measured = provenance.get("measured") or {}
+    exported = measured.get("speedup_ci")
+    ok = holds(new, exported, measured.get("speedup"))
+    return {
+        "study": provenance.get("study"),
+        "trial": provenance.get("trial"),
+        "config": effective.to_dict(),
+        "baseline_config": base_config.to_dict(),
+        "simulated": provenance.get("simulated"),
+        "exported_speedup_ci": exported,
+        "exported_speedup": measured.get("speedup"),
+        "speedup_ci": new,
+        "still_wins": new["low"] > 1.0,
+        "holds": ok,
+        "rounds": rounds,
+    }
+
+
+def render_result(r: dict[str, Any], out: IO[str]) -> None:
+    def ci(x: dict[str, Any] | None) -> str:
+        return "-" if not x else f"{x['point']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
+
+    w = out.write
+    w(
+        f"re-verified trial {r['trial']} of study {r['study']}"
+        + (" [SIMULATED]" if r.get("simulated") else "")
+        + f": {len(r['rounds'])} interleaved rounds of baseline and config\n"
+    )
+    for i, x in enumerate(r["rounds"]):
+        w(f"  round {i + 1}: baseline {x['baseline']:.1f} tok/s, config {x['config']:.1f} tok/s\n")
+    exported = ci(r["exported_speedup_ci"]) if r["exported_speedup_ci"] else f"{r['exported_speedup']} (no interval)"
+    w(f"speedup now {ci(r['speedup_ci'])}; exported {exported}\n")
+    if r["holds"]:
+        w("holds: the speedup measured now agrees with the exported interval\n")
+    else:
+        w(
+            "does NOT hold: the speedup measured now lies outside the exported interval"
+            + ("" if r["still_wins"] else "; the config no longer beats its baseline")
+            + "\n"
+        )

@@ -1,0 +1,247 @@
+"""`autotune export`: every format parses in its own format, carries its provenance, keeps secrets out, and the
+SGLang command round-trips to the exported config through SGLang's own argument names."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.backends.sglang import SGLangBackend
+from autotune.config import TrialConfig
+from autotune.export import read_provenance
+from autotune.sim import load_scenario
+
+from .helpers import autotune, space_file
+
+SECRET = "hf_exp0rt-secret-never-written"
+FORMATS = ("sglang", "command", "yaml", "json", "env", "compose", "k8s")
+
+
+@pytest.fixture(scope="module")
+def won(tmp_path_factory):
+    """A simulated study where speculation wins (llama 8B, in-process), with a secret in the server's env."""
+    tmp = tmp_path_factory.mktemp("export")
+    space = space_file(
+        tmp, base="llama-8b-eagle3.yaml", server={"env": {"CUDA_VISIBLE_DEVICES": "0,1", "HF_TOKEN": SECRET}}
+    )
+    studies = tmp / "studies"
+    r = autotune(
+        "study", str(space), "--simulate", "--in-process", "--n-trials", "30", "--json", "--studies-dir", str(studies)
+    )
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["verdict"] == "speculation-wins"
+    return space, studies, rep, tmp
+
+
+def _export(won, fmt, *extra):
+    space, studies, _rep, _tmp = won
+    r = autotune("export", str(space), "--simulate", "--format", fmt, "--studies-dir", str(studies), *extra)
+    assert r.returncode == 0, r.stderr
+    assert SECRET not in r.stdout + r.stderr
+    return r.stdout
+
+
+def _check_provenance(p, rep, space):
+    assert p["study"] == "llama31-8b-eagle3-sim" and p["trial"] == rep["best"]["trial"]
+    assert p["simulated"]["scenario"] == "llama31-8b-h100"
+    m = p["measured"]
+    assert m["tok_per_s"] == pytest.approx(rep["best"]["tok_per_s"])
+    assert m["speedup_ci"] == rep["best"]["speedup_ci"] and m["speedup"] == pytest.approx(rep["best"]["speedup"])
+    assert p["baseline"]["trial"] == rep["fastest_baseline"]["trial"]
+    assert p["baseline"]["tok_per_s"] == pytest.approx(rep["fastest_baseline"]["tok_per_s"])
+    assert p["autotune_version"] and p["exported_at"].endswith("Z") and p["server_version"] == "0.5.23"
+    assert p["space"] == str(space)
+    # checkpoint fingerprints: the stand-ins' files, hashed
+    sc = load_scenario("llama31-8b-h100")
+    drafter = next(c for c in p["checkpoints"] if c["role"] == "drafter")
+    d = sc.drafters["eagle3-llama31-8b"].dir
+    assert drafter["config_json_sha256"] == hashlib.sha256(Path(d, "config.json").read_bytes()).hexdigest()
+    assert drafter["weight_index"] == "model.safetensors.index.json"
+    idx = Path(d, "model.safetensors.index.json").read_bytes()
+    assert drafter["weight_index_sha256"] == hashlib.sha256(idx).hexdigest()
+    assert drafter["path"] == "/models/EAGLE3-LLaMA3.1-Instruct-8B"  # the deployment's path
+    target = next(c for c in p["checkpoints"] if c["role"] == "target")
+    assert target["config_json_sha256"]
+
+
+def _json_bundle(won):
+    return json.loads(_export(won, "json"))
+
+
+def test_yaml_and_json_carry_the_config_and_provenance(won):
+    space, _s, rep, _t = won
+    j = _json_bundle(won)
+    y = yaml.safe_load(_export(won, "yaml"))
+    for b in (j, y):
+        assert b["config"] == rep["recommended"]["config"] and b["speculative"] is True
+        _check_provenance(b["provenance"], rep, space)
+        assert b["launch"]["env"]["HF_TOKEN"] == "***"
+    assert y["launch"]["argv"] == j["launch"]["argv"]
+
+
+def _sglang_parser():
+    """SGLang's own names for the flags autotune writes (python/sglang/srt/server_args.py, ``add_cli_args``): the
+    dest of each is the ``ServerArgs`` field, which /server_info reports and ``read_effective`` reads."""
+    p = argparse.ArgumentParser(allow_abbrev=False)
+    p.add_argument("--model-path", "--model")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--speculative-algorithm")
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model")
+    p.add_argument("--speculative-num-steps", type=int)
+    p.add_argument("--speculative-eagle-topk", type=int)
+    p.add_argument("--speculative-num-draft-tokens", type=int)
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--dtype")
+    return p
+
+
+def test_the_sglang_command_round_trips_to_the_same_config(won):
+    space, _s, rep, _t = won
+    out = _export(won, "sglang")
+    lines = out.strip().splitlines()
+    assert all(line.startswith("#") for line in lines[:-1])
+    argv = shlex.split(lines[-1])
+    env = dict(a.split("=", 1) for a in argv[: argv.index("python3")])
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,1", "HF_TOKEN": "$HF_TOKEN"}  # the secret from the deploying shell
+    assert argv[argv.index("python3") : argv.index("python3") + 3] == ["python3", "-m", "sglang.launch_server"]
+    ns, unknown = _sglang_parser().parse_known_args(argv[argv.index("python3") + 3 :])
+    assert unknown == []
+    eff = SGLangBackend().read_effective(vars(ns))
+    drafter = {"/models/EAGLE3-LLaMA3.1-Instruct-8B": "eagle3-llama31-8b"}[ns.speculative_draft_model_path]
+    back = TrialConfig.make(
+        drafter,
+        eff["cuda_graph"],
+        num_steps=eff["num_steps"],
+        topk=eff["topk"],
+        num_draft_tokens=eff["num_draft_tokens"],
+    )
+    assert back == TrialConfig.from_dict(rep["recommended"]["config"])
+    assert ns.speculative_algorithm == "EAGLE3" and ns.model_path == "/models/Llama-3.1-8B-Instruct"
+    _check_provenance(read_provenance(out), rep, space)
+
+
+def test_env_file_sources_in_a_posix_shell(won, tmp_path):
+    space, _s, rep, _t = won
+    out = _export(won, "env")
+    path = tmp_path / "server.env"
+    path.write_text(out)
+    shown = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'set -a; . "$1"; printf "%s\\0" "$SERVER_LAUNCHER" "$SERVER_ARGS" "$CUDA_VISIBLE_DEVICES" '
+            '"${HF_TOKEN-unset}"',
+            "_",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    ).stdout.split("\0")
+    argv = _json_bundle(won)["launch"]["argv"]
+    assert shlex.split(shown[0]) + shlex.split(shown[1]) == argv
+    assert shown[2] == "0,1" and shown[3] == "unset"  # the secret is named, never set
+    assert "HF_TOKEN is a secret" in out
+    _check_provenance(read_provenance(out), rep, space)
+
+
+def test_compose_service_runs_the_exact_argv_with_the_gpus(won):
+    space, _s, rep, _t = won
+    doc = yaml.safe_load(_export(won, "compose"))
+    ((name, svc),) = doc["services"].items()
+    assert name == "llama31-8b-eagle3"
+    assert svc["command"] == _json_bundle(won)["launch"]["argv"]
+    assert svc["image"] == "lmsysorg/sglang:v0.5.23"
+    dev = svc["deploy"]["resources"]["reservations"]["devices"][0]
+    assert dev["count"] == 2 and dev["capabilities"] == ["gpu"]  # CUDA_VISIBLE_DEVICES=0,1
+    assert svc["environment"] == {"CUDA_VISIBLE_DEVICES": "0,1", "HF_TOKEN": "${HF_TOKEN:?set HF_TOKEN}"}
+    assert "/models/EAGLE3-LLaMA3.1-Instruct-8B:/models/EAGLE3-LLaMA3.1-Instruct-8B:ro" in svc["volumes"]
+    _check_provenance(doc["x-autotune"], rep, space)
+
+
+def test_k8s_deployment_with_image_and_resources_as_parameters(won):
+    space, _s, rep, _t = won
+    text = _export(won, "k8s", "--image", "registry.local/sglang:pinned", "--gpus", "4", "--name", "Spec Llama")
+    doc = yaml.safe_load(text)
+    assert doc["apiVersion"] == "apps/v1" and doc["kind"] == "Deployment"
+    assert doc["metadata"]["name"] == "spec-llama"
+    spec = doc["spec"]
+    assert spec["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
+    (c,) = spec["template"]["spec"]["containers"]
+    assert c["image"] == "registry.local/sglang:pinned"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert c["command"] + c["args"] == _json_bundle(won)["launch"]["argv"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "spec-llama-secrets", "key": "HF_TOKEN"}
+    assert env["CUDA_VISIBLE_DEVICES"]["value"] == "0,1"
+    assert "&id" not in text  # plain YAML, no anchors
+    _check_provenance(read_provenance(text), rep, space)
+    default = yaml.safe_load(_export(won, "k8s"))
+    (c,) = default["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == "lmsysorg/sglang:v0.5.23" and c["resources"]["limits"]["nvidia.com/gpu"] == 2
+
+
+def test_no_format_leaks_the_secret_and_o_writes_the_same_atomically(won, tmp_path):
+    for fmt in FORMATS:
+        out = _export(won, fmt)
+        target = tmp_path / f"x.{fmt}"
+        _export(won, fmt, "-o", str(target))
+        written = target.read_text()
+        assert SECRET not in written
+        strip = [line for line in written.splitlines() if "exported" not in line]
+        assert strip == [line for line in out.splitlines() if "exported" not in line]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"x.{f}" for f in FORMATS)  # no temp files left
+
+
+def test_trial_exports_that_trials_config(won):
+    _space, _s, rep, _t = won
+    other = next(
+        t
+        for t in rep["trials"]
+        if t["state"] == "COMPLETE"
+        and t["role"] == "speculative"
+        and t["number"] != rep["best"]["trial"]
+        and t["duplicate_of"] is None
+    )
+    b = json.loads(_export(won, "json", "--trial", str(other["number"])))
+    assert b["trial"] == other["number"] and b["config"] == other["config"]
+    assert b["provenance"]["measured"]["speedup"] == pytest.approx(other["speedup"])
+    argv = b["launch"]["argv"]
+    assert argv[argv.index("--speculative-num-steps") + 1] == str(other["config"]["num_steps"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--format", "helm"), "--format helm: unknown format; expected one of sglang, command, yaml"),
+        (("--format", "yaml", "--trial", "999"), "--trial 999: no such trial"),
+        (("--format", "k8s", "--gpus", "0"), "--gpus must be at least 1 but got 0"),
+        (("--format", "yaml", "-o", "/nonexistent-dir/x.yaml"), "-o /nonexistent-dir/x.yaml: no such directory"),
+    ],
+)
+def test_bad_export_arguments_are_one_line_exit_2(won, extra, message):
+    space, studies, rep, _t = won
+    r = autotune("export", str(space), "--simulate", "--studies-dir", str(studies), *extra)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [f"autotune: error: {r.stderr.split('error: ', 1)[1].strip()}"]
+    assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_trial_that_was_not_measured_to_the_end_is_refused(won):
+    from autotune.export import _choose
+
+    _space, _s, rep, _t = won
+    row = {**rep["trials"][-1], "state": "PRUNED"}
+    with pytest.raises(ValueError, match=r"--trial 7: it was not measured to the end \(PRUNED\)"):
+        _choose({**rep, "trials": [{**row, "number": 7}]}, 7)

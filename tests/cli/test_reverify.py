@@ -1,0 +1,133 @@
+"""`autotune reverify EXPORTED_FILE`: the exported config and its baseline started again, interleaved; exit 0 when
+the speedup still holds inside the exported interval, 1 (with both intervals) when it does not."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+import yaml
+
+from autotune.reverify import holds
+
+from .helpers import autotune, space_file
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reverify")
+    space = space_file(tmp, base="llama-8b-eagle3.yaml", server={"port": _free_port()})
+    studies = tmp / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "30", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    files = {}
+    for fmt in ("k8s", "yaml", "sglang"):
+        files[fmt] = tmp / f"export.{fmt}"
+        e = autotune(
+            "export", str(space), "--simulate", "--format", fmt, "-o", str(files[fmt]), "--studies-dir", str(studies)
+        )
+        assert e.returncode == 0, e.stderr
+    return space, studies, files, tmp
+
+
+@pytest.mark.slow
+def test_a_winning_export_still_holds_on_real_simulator_processes(exported):
+    space, studies, files, _tmp = exported
+    r = autotune("reverify", str(files["k8s"]), "--simulate", "--json", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["holds"] is True and out["still_wins"] is True
+    assert len(out["rounds"]) == 4  # verdict.repeats
+    new, old = out["speedup_ci"], out["exported_speedup_ci"]
+    assert new["low"] <= old["high"] and old["low"] <= new["high"]
+    assert out["config"] == yaml.safe_load(files["yaml"].read_text())["config"]
+    assert len(list((studies / "llama31-8b-eagle3-sim" / "logs").glob("*.log"))) >= 8  # 8 real server starts
+
+
+def test_a_changed_scenario_makes_it_fail_with_both_intervals(exported):
+    space, studies, files, _tmp = exported
+    text = space.read_text()
+    regressed = space.with_name("space-regressed.yaml")
+    data = yaml.safe_load(text)
+    data["simulate"]["scenario"] = "llama31-8b-h100-regressed"
+    regressed.write_text(yaml.safe_dump(data, sort_keys=False))
+    for fmt in ("yaml", "sglang"):
+        r = autotune(
+            "reverify",
+            str(files[fmt]),
+            "--simulate",
+            "--in-process",
+            "--space",
+            str(regressed),
+            "--repeats",
+            "3",
+            "--studies-dir",
+            str(studies),
+        )
+        assert r.returncode == 1, r.stderr
+        assert "does NOT hold" in r.stdout and "no longer beats its baseline" in r.stdout
+        line = next(x for x in r.stdout.splitlines() if x.startswith("speedup now"))
+        assert line.count("[") == 2  # the new interval and the exported one
+        assert len([x for x in r.stdout.splitlines() if x.strip().startswith("round ")]) == 3
+
+
+def test_the_exported_scenario_in_process_holds(exported):
+    _space, studies, files, _tmp = exported
+    r = autotune("reverify", str(files["sglang"]), "--simulate", "--in-process", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "holds:" in r.stdout
+
+
+def test_bad_inputs_exit_2_with_one_line(exported, tmp_path):
+    space, studies, files, _tmp = exported
+    junk = tmp_path / "junk.yaml"
+    junk.write_text("a: 1\n")
+    cases = [
+        ((str(tmp_path / "missing.yaml"), "--simulate"), "no such file"),
+        ((str(junk), "--simulate"), "not an autotune export (no provenance found"),
+        ((str(files["yaml"]),), "exported from a simulated study: re-verify it with --simulate"),
+        ((str(files["yaml"]), "--simulate", "--repeats", "1"), "--repeats must be at least 2 but got 1"),
+    ]
+    for args, message in cases:
+        r = autotune("reverify", *args, "--studies-dir", str(studies))
+        assert r.returncode == 2, (args, r.stderr)
+        assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_a_baseline_export_has_nothing_to_reverify(tmp_path):
+    space = space_file(tmp_path, base="eagle3.yaml")  # the field report: the baseline wins
+    studies = tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "8", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "b.json"
+    assert (
+        autotune(
+            "export", str(space), "--simulate", "--format", "json", "-o", str(out), "--studies-dir", str(studies)
+        ).returncode
+        == 0
+    )
+    r = autotune("reverify", str(out), "--simulate", "--in-process", "--studies-dir", str(studies))
+    assert r.returncode == 2 and "deploys the baseline" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("new", "exported", "point", "ok"),
+    [
+        ((1.9, 2.1), (2.0, 2.2), 2.1, True),  # overlap
+        ((1.4, 1.5), (2.0, 2.2), 2.1, False),  # slower now
+        ((2.3, 2.5), (2.0, 2.2), 2.1, False),  # faster now: the export no longer describes it
+        ((1.9, 2.2), None, 2.0, True),  # no exported interval: its point inside the new one
+        ((1.9, 2.2), None, 2.3, False),
+    ],
+)
+def test_holds_is_overlap_of_the_intervals(new, exported, point, ok):
+    n = {"low": new[0], "high": new[1], "point": sum(new) / 2}
+    e = None if exported is None else {"low": exported[0], "high": exported[1], "point": sum(exported) / 2}
+    assert holds(n, e, point) is ok

@@ -1,0 +1,83 @@
+"""The report's review figures: pruned and failed counts by reason, GPU time spent and saved, the best configs; and
+the terminal rendering of them (rich, plain text into a pipe)."""
+
+from __future__ import annotations
+
+import io
+
+import optuna
+import pytest
+
+from autotune.backends.sglang import SGLangBackend
+from autotune.records import TrialRecord
+from autotune.render import render_report
+from autotune.report import build_report
+from autotune.study import open_study, run
+
+from .conftest import ScriptedRunner, make_space
+
+
+@pytest.fixture(scope="module")
+def study_and_report():
+    space = make_space(n_trials=16, drafters=("good", "bad", "crashy"), confirm_top=2, repeats=3)
+    runner = ScriptedRunner(
+        speed={"good": lambda c: 1.6, "bad": lambda c: 0.5, "crashy": lambda c: 1.0}, crash={"crashy"}, oom_above=12
+    )
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=3)
+    run(space, SGLangBackend(), runner, study)
+    return study, build_report(study), runner
+
+
+def test_reasons_count_every_pruned_and_failed_trial(study_and_report):
+    study, rep, _runner = study_and_report
+    reasons = rep["reasons"]
+    assert sum(reasons["PRUNED"].values()) == rep["counts"]["PRUNED"]
+    assert sum(reasons["FAIL"].values()) == rep["counts"]["FAIL"]
+    assert reasons["PRUNED"].get("lost to the baseline", 0) >= 1  # "bad" loses
+    assert reasons["FAIL"].get("exited", 0) >= 1  # "crashy" never starts
+
+
+def test_gpu_time_is_startups_plus_timed_prompts_and_pruning_savings(study_and_report):
+    study, rep, _runner = study_and_report
+    g = rep["gpu_time"]
+    measured = [t for t in study.get_trials() if TrialRecord(t).measured and not TrialRecord(t).is_duplicate]
+    assert g["search_starts"] == len(measured)
+    expected = sum(60.0 + sum(p["seconds"] for p in TrialRecord(t).prompts) for t in measured)  # startup_s = 60
+    assert g["search_s"] == pytest.approx(expected)
+    pruned = [t for t in measured if t.state == optuna.trial.TrialState.PRUNED and TrialRecord(t).prompts]
+    saved = 0.0
+    for t in pruned:
+        ps = TrialRecord(t).prompts
+        saved += sum(p["seconds"] for p in ps) / len(ps) * (5 - len(ps))
+    assert saved > 0 and g["saved_by_pruning_s"] == pytest.approx(saved)
+    rounds = study.user_attrs["confirmation"]["rounds"]
+    assert g["confirmation_starts"] == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
+    assert g["total_s"] == pytest.approx(g["search_s"] + g["confirmation_s"])
+
+
+def test_best_configs_are_the_fastest_speculative_with_their_intervals(study_and_report):
+    _study, rep, _runner = study_and_report
+    best = rep["best_configs"]
+    assert best and all(b["config"]["drafter"] == "good" for b in best)
+    assert [b["speedup"] for b in best] == sorted((b["speedup"] for b in best), reverse=True)
+    confirmed = {c["trial"] for c in rep["confirmed"]}
+    for b in best:
+        assert (b["speedup_ci"] is not None) == (b["trial"] in confirmed)
+
+
+def test_terminal_report_shows_tables_and_whole_lines(study_and_report):
+    _study, rep, _runner = study_and_report
+    out = io.StringIO()
+    render_report(rep, out)
+    text = out.getvalue()
+    assert "\x1b[" not in text  # no escapes into a pipe
+    assert "baselines" in text and "best configs (against the fastest baseline)" in text
+    assert "pruned and failed, by reason" in text and "lost to the baseline" in text and "exited" in text
+    gpu = next(line for line in text.splitlines() if line.startswith("GPU time: "))
+    assert "saved" in gpu and "by pruning" in gpu
+    verdict = next(line for line in text.splitlines() if line.startswith("verdict: "))
+    assert rep["verdict"] in verdict
+    best = rep["best_configs"][0]
+    ci = best["speedup_ci"]
+    if ci:
+        assert f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" in text
