@@ -483,11 +483,6 @@ def running_same_config(study: optuna.Study, key: str, number: int) -> FrozenTri
     return None
 
 
-def baselines_of(study: optuna.Study, cuda_graph: object) -> list[FrozenTrial]:
-    """Every baseline trial of a CUDA-graph setting (any state), oldest first."""
-    return [t for t in trials(study) if TrialRecord(t).is_baseline and TrialRecord(t).cuda_graph == cuda_graph]
-
-
 def is_measured_speculative(t: FrozenTrial) -> bool:
     """A speculative start that measured prompts (not a duplicate)."""
     r = TrialRecord(t)

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import records
+from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
@@ -77,11 +79,15 @@ def seed(ctx: StudyContext) -> None:
     """Baselines first (one per CUDA-graph setting), then the server's own defaults."""
     trials = records.trials(ctx.study)
     live = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
-    have_baseline = {TrialRecord(t).cuda_graph for t in trials if TrialRecord(t).is_baseline and t.state in live}
+    have_baseline = {
+        _optuna.params_of(t).get(records.PARAM_CUDA_GRAPH)
+        for t in trials
+        if TrialRecord(t).is_baseline and t.state in live
+    }
     for cg in ctx.space.search.cuda_graph:
         if cg not in have_baseline:
             records.enqueue_baseline(ctx.study, cg)
-    queued = {json.dumps(t.params, sort_keys=True) for t in trials}
+    queued = {json.dumps(_optuna.params_of(t), sort_keys=True) for t in trials}
     for cfg in seed_configs(ctx):
         params = ctx.backend.params(cfg, ctx.space)
         key = json.dumps(params, sort_keys=True)
@@ -152,6 +158,8 @@ def _next_target(ctx: StudyContext, n_trials: int) -> int:
 
 #: seconds (on the study's clock) between two looks at the study while waiting for other workers
 POLL_S = 2.0
+#: wall seconds a worker on a ``VirtualClock`` (``--in-process``) pauses between two looks
+IDLE_WALL_S = 0.05
 
 
 def trial_limit_s(ctx: StudyContext) -> float:
@@ -175,6 +183,8 @@ def idle(ctx: StudyContext) -> None:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(ctx.study)
     ctx.clock.sleep(POLL_S)
+    if type(ctx.clock) is VirtualClock:  # does not wait: a worker of an in-process study would spin on the database
+        time.sleep(IDLE_WALL_S)
 
 
 def _optimize(
@@ -290,7 +300,9 @@ def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfi
     if not pool:
         return None
     queued = {
-        json.dumps(t.params, sort_keys=True) for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)
+        json.dumps(_optuna.params_of(t), sort_keys=True)
+        for t in trials
+        if t.state in (TrialState.WAITING, TrialState.RUNNING)
     }
     mean, sd = model.predict(pool)
     for i in np.argsort(-(mean + REFINE_KAPPA * sd), kind="stable"):

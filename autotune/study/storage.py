@@ -55,7 +55,8 @@ def make_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
     for attempt in range(5):
         try:
             return _retrying(
-                lambda: RetryingRDBStorage(
+                lambda: _quietly(
+                    RetryingRDBStorage,
                     url,
                     engine_kwargs={"pool_pre_ping": True},
                     heartbeat_interval=interval,
@@ -72,6 +73,13 @@ def make_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
 
 
 # ---------------------------------------------------------------------------------------------- faults
+
+
+def _quietly(make: Any, *args: Any, **kwargs: Any) -> Any:
+    """``make(...)`` without Optuna's experimental-feature warnings (heartbeats are what workers rely on)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return make(*args, **kwargs)
 
 
 def _redact_url(url: str) -> str:

@@ -267,7 +267,7 @@ class Objective:
             found = records.find_baseline(ctx.study, config.cuda_graph)
             if found is not None:
                 return found
-            tries = records.baselines_of(ctx.study, config.cuda_graph)
+            tries = _baselines_of(ctx.study, config.cuda_graph)
             if not tries:
                 return None
             if not any(b.state == TrialState.RUNNING for b in tries):
@@ -276,9 +276,7 @@ class Objective:
                 last = tries[-1]
                 if TrialRecord(last).interrupted or records.is_lost(last):  # its worker stopped: queue it again
                     with study_lock(ctx.study):
-                        if not any(
-                            b.state == TrialState.WAITING for b in records.baselines_of(ctx.study, config.cuda_graph)
-                        ):
+                        if not any(b.state == TrialState.WAITING for b in _baselines_of(ctx.study, config.cuda_graph)):
                             records.enqueue_baseline(ctx.study, config.cuda_graph)
                     raise Requeued(f"the baseline of cuda_graph={config.cuda_graph} was interrupted; queued again")
                 raise UserError(
@@ -450,6 +448,15 @@ class Objective:
         s = speedup_of(results, baseline)
         if s is not None:
             t.record.speedup(s)
+
+
+def _baselines_of(study: optuna.Study, cuda_graph: object) -> list[FrozenTrial]:
+    """Every baseline trial of a CUDA-graph setting, queued ones included (any state), oldest first."""
+    return [
+        t
+        for t in records.trials(study)
+        if TrialRecord(t).is_baseline and _optuna.params_of(t).get(records.PARAM_CUDA_GRAPH) == cuda_graph
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- the figures
