@@ -270,6 +270,10 @@ class Objective:
             tries = _baselines_of(ctx.study, config.cuda_graph)
             if not tries:
                 return None
+            if any(b.state == TrialState.COMPLETE for b in tries):  # it ended between the two reads
+                found = records.find_baseline(ctx.study, config.cuda_graph)
+                if found is not None:
+                    return found
             if not any(b.state == TrialState.RUNNING for b in tries):
                 if any(b.state == TrialState.WAITING for b in tries):
                     raise Requeued(f"the baseline of cuda_graph={config.cuda_graph} is queued, not measured yet")
@@ -279,10 +283,12 @@ class Objective:
                         if not any(b.state == TrialState.WAITING for b in _baselines_of(ctx.study, config.cuda_graph)):
                             records.enqueue_baseline(ctx.study, config.cuda_graph)
                     raise Requeued(f"the baseline of cuda_graph={config.cuda_graph} was interrupted; queued again")
-                raise UserError(
-                    f"the baseline of cuda_graph={config.cuda_graph} (trial {last.number}) ended {last.state.name}: "
-                    f"{TrialRecord(last).fail_reason or 'its worker was lost'}"
-                )
+                if last.state == TrialState.FAIL:  # its server did not start: that worker stopped the study
+                    raise UserError(
+                        f"the baseline of cuda_graph={config.cuda_graph} (trial {last.number}) failed: "
+                        f"{TrialRecord(last).fail_reason}"
+                    )
+                return None
             if ctx.clock.now() - start > search.trial_limit_s(ctx):
                 raise Requeued(f"the baseline of cuda_graph={config.cuda_graph} took too long")
             search.idle(ctx)
