@@ -239,3 +239,41 @@ def test_storage_calls_ride_out_a_database_restart(tmp_path):
     finally:
         subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True, timeout=60)
         shutil.rmtree(datadir, ignore_errors=True)
+
+
+def _llama_space(tmp_path: Path, name: str) -> Path:
+    text = (REPO / "spaces" / "llama-8b-eagle3.yaml").read_text()
+    text = text.replace("name: llama31-8b-eagle3", f"name: {name}", 1).replace(
+        "port: 30000", f"port: {_free_port_block()}"
+    )
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_two_slots_give_the_budget_exactly_and_the_verdict_of_one(pg_url, tmp_path):
+    import json
+
+    name = f"scale-{uuid.uuid4().hex[:8]}"
+    space = _llama_space(tmp_path, name)
+    common = ["--simulate", "--in-process", "--n-trials", "12", "--json", "--skip-validation"]
+    two = subprocess.run(
+        _cli("study", str(space), *common, "--storage", pg_url, "--gpus", "0", "--gpus", "1",
+             "--studies-dir", str(tmp_path / "two")),
+        capture_output=True, text=True, cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr
+    one = subprocess.run(
+        _cli("study", str(space), *common, "--studies-dir", str(tmp_path / "one")),
+        capture_output=True, text=True, cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    r2, r1 = json.loads(two.stdout), json.loads(one.stdout)
+    assert r2["verdict"] == r1["verdict"] == "speculation-wins"
+    storage = optuna.storages.RDBStorage(pg_url)
+    study = optuna.load_study(study_name=f"{name}-sim", storage=storage)
+    assert records.counted_trials(study) == 12
+    assert len({t.user_attrs[records.WORKER] for t in study.trials}) == 2
+    assert records.confirmation(study)["done"]  # confirmed once, by the study command
+    optuna.delete_study(study_name=f"{name}-sim", storage=storage)
+    storage.engine.dispose()
