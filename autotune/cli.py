@@ -322,6 +322,7 @@ def cmd_study(ctx: Context) -> int:
     else:
         runner, clock = ctx.runner(seed=seed or 0, slot=slots[0] if slots else None)
         view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=args.json)
+        shared = not ctx.storage_url.startswith("sqlite")  # other workers may still be measuring
         with view:
             st.run(
                 ctx.run_space,
@@ -331,8 +332,10 @@ def cmd_study(ctx: Context) -> int:
                 n_trials=n_trials,
                 clock=clock,
                 listener=view.on_event,
-                confirm=not args.no_confirm,
+                confirm=not args.no_confirm and not shared,
             )
+            if shared and not args.no_confirm:
+                _confirm_after_workers(ctx, study, runner, clock, view.on_event)
     report = build_report(study)
     _write_html(ctx, study, report, ctx.studies_dir / ctx.study_name / "report.html")
     if args.json:
@@ -363,7 +366,6 @@ def _preflight_slots(ctx: Context, slots: list[Any]) -> None:
 def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int) -> None:
     """One ``autotune worker`` process per GPU slot, in parallel; then, once no trial of any worker runs, the
     confirmation once, on the first slot."""
-    from autotune import study as st
     from autotune import workers
     from autotune.errors import AutotuneError
 
@@ -392,10 +394,18 @@ def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_t
     if args.no_confirm:
         return
     runner, clock = ctx.runner(seed=seed or 0, slot=slots[0])
-    orch = st.Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock)
+    _confirm_after_workers(ctx, study, runner, clock, None)
+
+
+def _confirm_after_workers(ctx: Context, study: Any, runner: Any, clock: Any, listener: Any) -> None:
+    """The confirmation, once, after the trials of every worker of a shared study ended (bounded wait)."""
+    from autotune import study as st
+    from autotune import workers
+
+    orch = st.Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock, listener=listener)
     still = workers.wait_for_trials(study, st.search.trial_limit_s(orch.ctx))
     if still:
-        note(f"{still} trial(s) of other workers still running; confirming without them")
+        print(f"{still} trial(s) of other workers still running; confirming without them", file=sys.stderr)
     orch.confirm()
 
 
