@@ -225,8 +225,15 @@ def study_lock(study: optuna.Study, *, limit_s: float = 600.0) -> Iterator[None]
         lock.release()
 
 
+#: a lock holder that went silent (its node lost mid-lock) loses the lock after this long (PostgreSQL ends its
+#: idle transaction); holding it takes well under a second
+LOCK_IDLE_LIMIT_S = 120
+
+
 @contextlib.contextmanager
 def _pg_advisory_lock(rdb: optuna.storages.RDBStorage, name: str, limit_s: float) -> Iterator[None]:
+    """A transaction-level advisory lock on a connection of its own: released when the transaction ends (our
+    commit, the worker's death closing the connection, or ``LOCK_IDLE_LIMIT_S`` of silence)."""
     import sqlalchemy
 
     key = int.from_bytes(hashlib.sha256(f"autotune:{name}".encode()).digest()[:8], "big", signed=True)
@@ -234,9 +241,9 @@ def _pg_advisory_lock(rdb: optuna.storages.RDBStorage, name: str, limit_s: float
     def connect_and_lock() -> Any:
         conn = rdb.engine.connect()
         try:
-            conn.execute(sqlalchemy.text(f"SET lock_timeout = '{int(limit_s * 1000)}ms'"))
-            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
-            conn.commit()
+            conn.execute(sqlalchemy.text(f"SET LOCAL lock_timeout = '{int(limit_s * 1000)}ms'"))
+            conn.execute(sqlalchemy.text(f"SET LOCAL idle_in_transaction_session_timeout = '{LOCK_IDLE_LIMIT_S}s'"))
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
         except BaseException:
             conn.close()
             raise
@@ -247,10 +254,8 @@ def _pg_advisory_lock(rdb: optuna.storages.RDBStorage, name: str, limit_s: float
         yield
     finally:
         try:
-            conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-            conn.execute(sqlalchemy.text("RESET lock_timeout"))
-            conn.commit()
-        except Exception as e:  # closing the connection for good releases the lock on the server
+            conn.commit()  # ends the transaction: the lock and the SET LOCAL settings go with it
+        except Exception as e:  # the server ended the session (and the lock with it)
             _log.warning("storage: releasing the study lock failed (%s); dropping its connection", type(e).__name__)
             conn.invalidate()
         finally:

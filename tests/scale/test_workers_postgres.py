@@ -277,3 +277,47 @@ def test_two_slots_give_the_budget_exactly_and_the_verdict_of_one(pg_url, tmp_pa
     assert records.confirmation(study)["done"]  # confirmed once, by the study command
     optuna.delete_study(study_name=f"{name}-sim", storage=storage)
     storage.engine.dispose()
+
+
+def test_the_study_lock_spans_processes_and_dies_with_its_holder(pg_url):
+    """Held by another process, the lock waits; that process SIGKILLed while holding it, the lock is free."""
+    from autotune.study.storage import make_storage, study_lock
+
+    name = f"lock-{uuid.uuid4().hex[:8]}"
+    storage = make_storage(pg_url)
+    study = optuna.create_study(study_name=name, storage=storage)
+    holder_code = f"""
+import sys, time, optuna
+from autotune.study.storage import make_storage, study_lock
+study = optuna.load_study(study_name={name!r}, storage=make_storage({pg_url!r}))
+with study_lock(study):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+    holder = subprocess.Popen([sys.executable, "-c", holder_code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        got = []
+
+        def take():
+            with study_lock(study):
+                got.append(time.monotonic())
+
+        import threading
+
+        waiter = threading.Thread(target=take)
+        waiter.start()
+        time.sleep(1.0)
+        assert got == []  # the other process holds it
+        killed_at = time.monotonic()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        waiter.join(timeout=30)
+        assert got and got[0] - killed_at < 10  # released with the dead holder's connection
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        holder.stdout.close()
+    optuna.delete_study(study_name=name, storage=storage)
+    storage.engine.dispose()
