@@ -54,8 +54,8 @@ from autotune.space import Space  # noqa: E402
 from autotune.study import Orchestrator, make_pruner, make_sampler, open_study  # noqa: E402
 
 SLOTS = (1, 2, 4)
-#: scenarios run by default (bench_search's names): a clear winner and the field report's near-tie
-DEFAULT_SCENARIOS = ("llama", "kimi")
+#: scenarios run by default (bench_search's names): a clear winner, the field report's near-tie, an optimum on the edge
+DEFAULT_SCENARIOS = ("llama", "kimi", "llama-edge")
 WITHIN = bench_search.WITHIN
 
 

@@ -229,12 +229,23 @@ def _optimize(
                 prepare()
                 prepare = None
 
-            def claimed(trial: optuna.Trial) -> float:
+            current: list[optuna.Trial] = []
+
+            def claimed(trial: optuna.Trial, current: list[optuna.Trial] = current) -> float:
+                current.append(trial)
                 records.TrialWriter(trial).claimed()
                 held.close()  # the place is taken: other workers may start theirs
                 return objective(trial)
 
-            ctx.study.optimize(claimed, n_trials=1, catch=FAILURES, gc_after_trial=False, show_progress_bar=False)
+            try:
+                ctx.study.optimize(claimed, n_trials=1, catch=FAILURES, gc_after_trial=False, show_progress_bar=False)
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as e:
+                # another worker failed this trial while it ran (its heartbeats were late: a stalled worker, a
+                # database outage) and queued it again; this worker's server was stopped and it goes on
+                if not current or not _optuna.frozen(current[0]).state.is_finished():
+                    raise
+                n = current[0].number
+                ctx.emit(Event("note", n, {"message": f"trial {n} was failed by another worker meanwhile ({e})"}))
 
 
 # ---------------------------------------------------------------------------------------------- the surrogate

@@ -17,6 +17,7 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from autotune import records
+from autotune.backends.sglang import SGLangBackend
 from autotune.clock import ParallelClocks
 from autotune.process.pidrecord import PidRecord, reap_leftovers
 from autotune.space import load_space
@@ -202,3 +203,31 @@ def test_bench_scale_tiny(tmp_path):
     assert data["slots"]["2"]["speedup_vs_1_slot"] > 1  # two slots overlap their trials
     assert "<!-- begin scale -->" in (tmp_path / "benchmarks.md").read_text()
     assert Path(tmp_path / "benchmarks.md").read_text().count("| llama (40 trials) |") == 2
+
+
+def test_a_worker_goes_on_when_another_fails_its_trial_meanwhile():
+    """Late heartbeats (a stalled worker, a database outage): another worker fails the running trial as stale.
+    This worker's next write to it is refused; it stops that trial's server and goes on, the budget exact."""
+    from autotune.study import Orchestrator, open_study
+    from tests.study.conftest import ScriptedRunner, make_space
+
+    space = make_space(n_trials=8)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "stale", seed=0)
+    runner = ScriptedRunner(speed={"good": lambda c: 1.5, "bad": lambda c: 0.8})
+    failed = []
+    launch = runner.launch
+
+    def launch_then_fail_it_elsewhere(config):
+        session = launch(config)
+        if len(runner.launches) == 4:  # as fail_stale_trials in another worker would
+            (running,) = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            study._storage.set_trial_state_values(running._trial_id, TrialState.FAIL)
+            failed.append((running.number, session))
+        return session
+
+    runner.launch = launch_then_fail_it_elsewhere
+    Orchestrator(space, SGLangBackend(), runner, study).search(8)
+    ((number, session),) = failed
+    assert session.closed  # its server was stopped
+    assert records.is_lost(study.trials[number])
+    assert records.counted_trials(study) == 8
