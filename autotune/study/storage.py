@@ -138,7 +138,8 @@ _RETRIED = tuple(
         for n, v in vars(optuna.storages.RDBStorage).items()
         if callable(v) and not n.startswith("_") and n not in _NOT_RETRIED
     )
-) + ("_get_stale_trial_ids",)
+) + ("_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials", "_get_stale_trial_ids")
+#: (the private ones are what Optuna's cache in front of every RDB storage calls)
 
 
 class RetryingRDBStorage(optuna.storages.RDBStorage):
@@ -147,11 +148,24 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
     are replaced (``pool_pre_ping``)."""
 
 
+_nesting = threading.local()
+
+
 def _wrap(name: str) -> None:
     base = getattr(optuna.storages.RDBStorage, name)
 
     def method(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
-        return _retrying(lambda: base(self, *args, **kwargs), what=name)
+        if getattr(_nesting, "depth", 0):  # a retried call inside another one: the outer one retries
+            return base(self, *args, **kwargs)
+
+        def call() -> Any:
+            _nesting.depth = 1
+            try:
+                return base(self, *args, **kwargs)
+            finally:
+                _nesting.depth = 0
+
+        return _retrying(call, what=name)
 
     method.__name__ = name
     method.__doc__ = base.__doc__

@@ -196,50 +196,113 @@ def _pg_bin() -> Path | None:
     return found[-1].parent if found else None
 
 
-@pytest.mark.slow
-def test_storage_calls_ride_out_a_database_restart(tmp_path):
-    """A private PostgreSQL server (scripts/start_postgres.sh), stopped and started again under a storage in use:
-    calls made while it is down wait (backoff) and then succeed instead of failing the worker."""
-    bindir = _pg_bin()
-    if bindir is None or shutil.which("runuser") is None and os.getuid() == 0:
-        pytest.skip("PostgreSQL's binaries are not installed (scripts/start_postgres.sh installs them)")
-    # outside pytest's private tmp folder: the server runs as the postgres user when we are root
-    datadir = Path(os.environ.get("TMPDIR", "/tmp")) / f"autotune-pg-restart-{uuid.uuid4().hex[:8]}"
-    port = _free_port_block(1)
-    url = subprocess.run(
-        [str(REPO / "scripts" / "start_postgres.sh"), str(datadir), str(port)],
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout.strip().splitlines()[-1]  # fmt: skip
-    as_owner = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
-    pg_ctl = [*as_owner, str(bindir / "pg_ctl"), "-D", str(datadir)]
-    from autotune.study.storage import make_storage
+class PrivatePostgres:
+    """A PostgreSQL server of the test's own (scripts/start_postgres.sh), to stop and start under a study."""
 
-    try:
-        storage = make_storage(url, heartbeat_s=1)
-        study = optuna.create_study(study_name="restart", storage=storage, direction="maximize")
-        study.set_user_attr("before", 1)
-        subprocess.run([*pg_ctl, "-m", "fast", "stop"], check=True, capture_output=True, timeout=60)
-        # start it again a little later, while the next call is already waiting for it
-        restart = subprocess.Popen(
-            ["sh", "-c", f"sleep 2 && exec {' '.join(pg_ctl)} -l {datadir}/server.log -w -t 60 "
-             f"-o '-p {port} -c listen_addresses=127.0.0.1 -k {datadir}' start"],
+    def __init__(self) -> None:
+        bindir = _pg_bin()
+        if bindir is None or (shutil.which("runuser") is None and os.getuid() == 0):
+            pytest.skip("PostgreSQL's binaries are not installed (scripts/start_postgres.sh installs them)")
+        # outside pytest's private tmp folder: the server runs as the postgres user when we are root
+        self.datadir = Path(os.environ.get("TMPDIR", "/tmp")) / f"autotune-pg-restart-{uuid.uuid4().hex[:8]}"
+        self.port = _free_port_block(1)
+        self.url = subprocess.run(
+            [str(REPO / "scripts" / "start_postgres.sh"), str(self.datadir), str(self.port)],
+            capture_output=True, text=True, check=True, timeout=120,
+        ).stdout.strip().splitlines()[-1]  # fmt: skip
+        as_owner = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
+        self.pg_ctl = [*as_owner, str(bindir / "pg_ctl"), "-D", str(self.datadir)]
+
+    def stop(self) -> None:
+        subprocess.run([*self.pg_ctl, "-m", "fast", "stop"], check=True, capture_output=True, timeout=60)
+
+    def start_later(self, delay_s: float) -> subprocess.Popen:
+        opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.datadir}"
+        return subprocess.Popen(
+            ["sh", "-c", f"sleep {delay_s} && exec {' '.join(self.pg_ctl)} -l {self.datadir}/server.log -w -t 60 "
+             f"-o '{opts}' start"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        t0 = time.monotonic()
-        study.set_user_attr("after", 2)  # the server is down: retried with backoff until it is back
-        waited = time.monotonic() - t0
-        assert restart.wait(timeout=60) == 0
-        assert waited >= 1.0  # it did wait for the restart rather than succeed on a stale connection
-        fresh = make_storage(url)
-        again = optuna.load_study(study_name="restart", storage=fresh)
-        assert again.user_attrs == {"before": 1, "after": 2}
-        again.optimize(lambda t: 1.0, n_trials=1)
-        assert again.trials[0].value == 1.0
-        storage.engine.dispose()
-        fresh.engine.dispose()
+
+    def close(self) -> None:
+        subprocess.run([*self.pg_ctl, "-m", "immediate", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(self.datadir, ignore_errors=True)
+
+
+@pytest.fixture
+def private_pg():
+    pg = PrivatePostgres()
+    try:
+        yield pg
     finally:
-        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True, timeout=60)
-        shutil.rmtree(datadir, ignore_errors=True)
+        pg.close()
+
+
+@pytest.mark.slow
+def test_storage_calls_ride_out_a_database_restart(private_pg):
+    """Stopped and started again under a storage in use: calls made while it is down wait (backoff) and then
+    succeed instead of failing the worker."""
+    from autotune.study.storage import make_storage
+
+    url = private_pg.url
+    storage = make_storage(url, heartbeat_s=1)
+    study = optuna.create_study(study_name="restart", storage=storage, direction="maximize")
+    study.set_user_attr("before", 1)
+    private_pg.stop()
+    restart = private_pg.start_later(2)  # back while the next call is already waiting for it
+    t0 = time.monotonic()
+    study.set_user_attr("after", 2)  # the server is down: retried with backoff until it is back
+    waited = time.monotonic() - t0
+    assert restart.wait(timeout=60) == 0
+    assert waited >= 1.0  # it did wait for the restart rather than succeed on a stale connection
+    fresh = make_storage(url)
+    again = optuna.load_study(study_name="restart", storage=fresh)
+    assert again.user_attrs == {"before": 1, "after": 2}
+    again.optimize(lambda t: 1.0, n_trials=1)
+    assert again.trials[0].value == 1.0
+    storage.engine.dispose()
+    fresh.engine.dispose()
+
+
+@pytest.mark.slow
+def test_a_study_with_two_slots_rides_out_a_database_restart(private_pg, tmp_path):
+    """The database restarted in the middle of a two-slot study: the workers wait for it and the study
+    completes its budget exactly."""
+    name = f"scale-{uuid.uuid4().hex[:8]}"
+    space = _space(tmp_path, name)
+    argv = _cli(
+        "study", str(space), "--simulate", "--in-process", "--storage", private_pg.url, "--gpus", "0-7",
+        "--gpus", "8-15", "--n-trials", "16", "--no-confirm", "--heartbeat-s", "10", "--json", "--skip-validation",
+        "--studies-dir", str(tmp_path / "studies"),
+    )  # fmt: skip
+    parent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    storage = optuna.storages.RDBStorage(private_pg.url)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and parent.poll() is None:
+            try:
+                if records.counted_trials(optuna.load_study(study_name=f"{name}-sim", storage=storage)) >= 4:
+                    break
+            except KeyError:
+                pass
+            time.sleep(0.1)
+        storage.engine.dispose()
+        assert parent.poll() is None, "the study ended before the restart"
+        private_pg.stop()
+        restart = private_pg.start_later(3)
+        assert restart.wait(timeout=60) == 0
+        out, err = parent.communicate(timeout=600)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.communicate()
+    assert parent.returncode == 0, err
+    logs = "".join(p.read_text() for p in (tmp_path / "studies").rglob("worker.log"))
+    assert "retrying in" in logs  # the workers did meet the outage
+    study = optuna.load_study(study_name=f"{name}-sim", storage=storage)
+    assert records.counted_trials(study) == 16
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    storage.engine.dispose()
 
 
 def _llama_space(tmp_path: Path, name: str) -> Path:
