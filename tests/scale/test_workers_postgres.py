@@ -385,3 +385,41 @@ with study_lock(study):
         holder.stdout.close()
     optuna.delete_study(study_name=name, storage=storage)
     storage.engine.dispose()
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_study_stops_every_worker_and_server(pg_url, tmp_path):
+    name = f"scale-{uuid.uuid4().hex[:8]}"
+    space = _space(tmp_path, name)
+    argv = _cli(
+        "study", str(space), "--simulate", "--storage", pg_url, "--gpus", "0-7", "--gpus", "8-15",
+        "--n-trials", "20", "--no-confirm", "--json", "--skip-validation", "--studies-dir", str(tmp_path / "studies"),
+    )  # fmt: skip
+    parent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        tree: set[int] = set()
+        while time.monotonic() < deadline and parent.poll() is None:
+            kids = psutil.Process(parent.pid).children(recursive=True)
+            if len(kids) >= 4:  # two workers, each with its simulator server up
+                tree = {k.pid for k in kids}
+                break
+            time.sleep(0.1)
+        assert tree, "the workers' servers never came up"
+        parent.send_signal(signal.SIGTERM)
+        _out, err = parent.communicate(timeout=200)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.communicate()
+    assert parent.returncode == 130, err
+    assert "interrupted" in err
+    deadline = time.monotonic() + 10
+    while _sim_servers_of(tree) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _sim_servers_of(tree) == []  # every worker and every server it started: stopped
+    storage = optuna.storages.RDBStorage(pg_url)
+    study = optuna.load_study(study_name=f"{name}-sim", storage=storage)
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]  # settled as interrupted
+    optuna.delete_study(study_name=f"{name}-sim", storage=storage)
+    storage.engine.dispose()
