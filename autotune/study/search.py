@@ -285,7 +285,30 @@ def surrogate(ctx: StudyContext) -> Surrogate | None:
     if len({c.key() for c, _ in obs}) < MIN_SURROGATE_POINTS:
         return None
     floor = max(ctx.space.pruning.start_noise / math.sqrt(2), 0.005)
-    return Surrogate(Encoding.from_configs(grid + [c for c, _ in obs]), obs, noise_floor=floor)
+    encoding = Encoding.from_configs(grid + [c for c, _ in obs])
+    model = Surrogate(encoding, obs, noise_floor=floor)
+    seen = {c.key() for c, _ in obs}
+    pending = [c for c in running_configs(ctx) if c.key() not in seen]
+    if pending:  # parallel workers: what others are measuring now counts as measured at the model's mean
+        mean, _sd = model.predict(pending)
+        model = Surrogate(
+            encoding, obs + [(c, float(m)) for c, m in zip(pending, mean, strict=True)], noise_floor=floor
+        )
+    return model
+
+
+def running_configs(ctx: StudyContext) -> list[TrialConfig]:
+    """The effective speculative configs other workers are measuring right now (none with one worker: the
+    surrogate is consulted between trials). The surrogate counts them as measured at its own posterior mean
+    ("kriging believer"), so that parallel picks spread out instead of crowding one peak."""
+    out: list[TrialConfig] = []
+    for t in records.trials(ctx.study, (TrialState.RUNNING,)):
+        r = TrialRecord(t)
+        if not r.is_baseline and not r.is_duplicate and r.effective:
+            cfg = r.effective_config()
+            if not cfg.is_baseline:
+                out.append(cfg)
+    return out
 
 
 def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfig | None:
