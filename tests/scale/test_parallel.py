@@ -231,3 +231,25 @@ def test_a_worker_goes_on_when_another_fails_its_trial_meanwhile():
     assert session.closed  # its server was stopped
     assert records.is_lost(study.trials[number])
     assert records.counted_trials(study) == 8
+
+
+def test_the_surrogate_counts_what_other_workers_measure_now():
+    from autotune.records import TrialWriter
+    from autotune.study import search
+    from autotune.study.context import StudyContext
+
+    space = bench_scale.bench_search.load("llama-edge")
+    study, _timeline, runners = bench_scale.parallel_search(
+        space, 1, seed=0, name="kb", scenarios=bench_scale.bench_search.scenarios()
+    )
+    ctx = StudyContext(space, SGLangBackend(), runners[0], study)
+    model = search.surrogate(ctx)
+    tried = {records.TrialRecord(t).config_key for t in study.trials}
+    cfg = next(c for c in ctx.grid if c.key() not in tried)
+    _, sd_before = model.predict([cfg])
+    trial = study.ask()  # another worker's trial, measuring cfg right now
+    TrialWriter(trial).resolved(cfg)
+    assert [c.key() for c in search.running_configs(ctx)] == [cfg.key()]
+    _, sd_after = search.surrogate(ctx).predict([cfg])
+    assert sd_after[0] < 0.5 * sd_before[0]  # no longer unexplored: the next pick goes elsewhere
+    assert search.refine_next(ctx).key() != cfg.key()
