@@ -44,6 +44,17 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
 
 
+def _add_heartbeat(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--heartbeat-s",
+        type=int,
+        default=None,
+        metavar="S",
+        help="seconds between a running trial's heartbeats on a server database (default 60); a trial missing "
+        "3 in a row is failed and retried once",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="autotune", description="Tune speculative decoding for an LLM inference server.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -55,6 +66,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-confirm", action="store_true", help="search only (extra workers of a shared study)")
     s.add_argument("--json", action="store_true", help="print the final report as JSON")
     s.add_argument("--skip-validation", action="store_true", help="do not run the static drafter checks first")
+    s.add_argument(
+        "--gpus",
+        action="append",
+        default=[],
+        metavar="LIST",
+        help="a GPU slot (e.g. 0-3); repeat for one worker per slot in parallel (needs PostgreSQL --storage)",
+    )
+    _add_heartbeat(s)
+
+    w = sub.add_parser("worker", help="join a running study from another node or GPU slot (search only)")
+    _add_common(w)
+    w.add_argument("--gpus", metavar="LIST", help="this worker's GPUs (CUDA_VISIBLE_DEVICES), e.g. 4-7")
+    w.add_argument("--slot", type=int, default=0, help="slot number on this host: port offset and log folder")
+    w.add_argument("--seed", type=int, default=None, help="sampler seed")
+    w.add_argument("--json", action="store_true", help="no live view")
+    _add_heartbeat(w)
 
     b = sub.add_parser("bench", help="measure one configuration (no study)")
     _add_common(b)
@@ -155,28 +182,48 @@ class Context:
         self.studies_dir.mkdir(parents=True, exist_ok=True)
         (self.studies_dir / self.study_name / "logs").mkdir(parents=True, exist_ok=True)
 
-    def runner(self, seed: int = 0):
+    def runner(self, seed: int = 0, slot: Any = None):
+        """The runner (and its clock) of this host's only worker, or of GPU slot ``slot`` (``autotune.slots``)."""
+        space, log_dir = self.run_space, self.studies_dir / self.study_name / "logs"
+        if slot is not None:
+            from autotune.slots import slot_space
+
+            space, log_dir = slot_space(space, slot), log_dir / slot.name
         if self.simulated and self.args.in_process:
             from autotune.clock import VirtualClock
             from autotune.sim.runner import ModelRunner
 
             clock = VirtualClock()
-            return ModelRunner(self.run_space, self.backend, clock, seed=seed), clock
+            return ModelRunner(space, self.backend, clock, seed=seed), clock
         from autotune.clock import MonotonicClock
         from autotune.process import ProcessRunner
 
         sim = self.space.simulate
         clock = MonotonicClock()
         runner = ProcessRunner(
-            self.run_space,
+            space,
             self.backend,
-            log_dir=self.studies_dir / self.study_name / "logs",
+            log_dir=log_dir,
             clock=clock,
             time_scale=(sim.time_scale if (self.simulated and sim) else 1.0),
             simulated=self.simulated,
             record_path=self.studies_dir / f"{self.study_name}.pids.json",
         )
+        if slot is not None:
+            from autotune.slots import PORT_STRIDE
+
+            runner.next_port_tries = PORT_STRIDE  # port_busy: next stays inside the slot's ports
         return runner, clock
+
+    def slots(self, specs: list[str]) -> list[Any]:
+        """The GPU slots of ``--gpus`` (checked against the space's tensor-parallel size), [] without."""
+        if not specs:
+            return []
+        from autotune.slots import check_fits, make_slots
+
+        slots = make_slots(specs)
+        check_fits(slots, self.space, self.backend.parallel_size_flags, self.args.space)
+        return slots
 
     def open_study(self, create: bool, seed: int | None = None):
         from autotune.study import open_study
@@ -191,6 +238,7 @@ class Context:
             simulated=self.simulated,
             create=create,
             label=self.label,
+            heartbeat_s=getattr(self.args, "heartbeat_s", None),
         )
 
     def _require_existing(self) -> None:
@@ -222,11 +270,11 @@ def _reap(ctx: Context) -> None:
         )
 
 
-def _port_preflight(ctx: Context) -> None:
+def _port_preflight(ctx: Context, space: Any = None) -> None:
     """A port already in use by something we did not start is a user error, found before anything is written."""
     from autotune.errors import PortInUse
 
-    server = ctx.run_space.server
+    server = (space or ctx.run_space).server
     if ctx.args.in_process or server.port_busy != "fail":
         return
     from autotune.process.ports import accepts_connections
@@ -284,28 +332,41 @@ def cmd_study(ctx: Context) -> int:
         _print_problems(problems)
         if errors:
             raise ValidationFailed([f"{p}" for p in errors] + ["the study was not started (nothing written)"])
+    slots = ctx.slots(args.gpus)
+    if len(slots) > 1:
+        from autotune.workers import require_server_database
+
+        require_server_database(ctx.storage_url, f"--gpus with {len(slots)} slots")
     _reap(ctx)
-    _port_preflight(ctx)
+    _preflight_slots(ctx, slots)
     ctx.ensure_dirs()
     seed = args.seed if args.seed is not None else (ctx.space.simulate.seed if ctx.space.simulate else None)
-    runner, clock = ctx.runner(seed=seed or 0)
     study = ctx.open_study(create=True, seed=seed)
-    view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=args.json)
     n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
     from autotune.evidence import Evidence
+    from autotune.records import set_study_n_trials
 
-    with view:
-        st.run(
-            ctx.run_space,
-            ctx.backend,
-            runner,
-            study,
-            n_trials=n_trials,
-            clock=clock,
-            listener=view.on_event,
-            confirm=not args.no_confirm,
-            evidence=Evidence(ctx.artifact_dir),
-        )
+    set_study_n_trials(study, n_trials)  # what `autotune worker` on other nodes and slots reads
+    if len(slots) > 1:
+        _run_slots(ctx, study, slots, seed, n_trials)
+    else:
+        runner, clock = ctx.runner(seed=seed or 0, slot=slots[0] if slots else None)
+        view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=args.json)
+        shared = not ctx.storage_url.startswith("sqlite")  # other workers may still be measuring
+        with view:
+            st.run(
+                ctx.run_space,
+                ctx.backend,
+                runner,
+                study,
+                n_trials=n_trials,
+                clock=clock,
+                listener=view.on_event,
+                confirm=not args.no_confirm and not shared,
+                evidence=Evidence(ctx.artifact_dir),
+            )
+            if shared and not args.no_confirm:
+                _confirm_after_workers(ctx, study, runner, clock, view.on_event)
     report = build_report(study)
     _write_html(ctx, study, report, ctx.studies_dir / ctx.study_name / "report.html")
     if args.json:
@@ -320,6 +381,119 @@ def cmd_study(ctx: Context) -> int:
             f"{'sglang' if ctx.space.server.backend == 'sglang' else 'command'}",
             file=sys.stderr,
         )
+    return EXIT_OK
+
+
+def _preflight_slots(ctx: Context, slots: list[Any]) -> None:
+    if not slots:
+        _port_preflight(ctx)
+        return
+    from autotune.slots import slot_space
+
+    for sl in slots:
+        _port_preflight(ctx, slot_space(ctx.run_space, sl))
+
+
+def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int) -> None:
+    """One ``autotune worker`` process per GPU slot, in parallel; then, once no trial of any worker runs, the
+    confirmation once, on the first slot."""
+    from autotune import workers
+    from autotune.errors import AutotuneError
+
+    args = ctx.args
+
+    def note(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    results = workers.run_slots(
+        slots,
+        lambda sl: workers.worker_argv(args, sl, seed, ctx.storage_url),
+        ctx.studies_dir / ctx.study_name / "logs",
+        study,
+        n_trials,
+        progress=note,
+    )
+    _reap(ctx)  # the server of a worker that was killed (its PID record entry outlives it)
+    for w, code in results:
+        if code != 0:
+            note(f"slot {w.slot.index}: worker exited with code {code}; end of its log ({w.log_path}):\n{w.log_tail()}")
+    from autotune.records import counted_trials
+
+    left = max(0, n_trials - counted_trials(study))
+    if left > 0:
+        raise AutotuneError(f"the workers stopped with {left} of {n_trials} trials left; re-run to resume")
+    if args.no_confirm:
+        return
+    runner, clock = ctx.runner(seed=seed or 0, slot=slots[0])
+    _confirm_after_workers(ctx, study, runner, clock, None)
+
+
+def _confirm_after_workers(ctx: Context, study: Any, runner: Any, clock: Any, listener: Any) -> None:
+    """The confirmation, once, after the trials of every worker of a shared study ended (bounded wait)."""
+    from autotune import study as st
+    from autotune import workers
+
+    orch = st.Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock, listener=listener)
+    still = workers.wait_for_trials(study, st.search.trial_limit_s(orch.ctx))
+    if still:
+        print(f"{still} trial(s) of other workers still running; confirming without them", file=sys.stderr)
+    orch.confirm()
+
+
+def cmd_worker(ctx: Context) -> int:
+    """Join a running study: same space (checked), the study's budget, search only (no confirmation)."""
+    import dataclasses
+
+    from autotune import study as st
+    from autotune.live import LiveView
+    from autotune.records import study_n_trials
+    from autotune.study.storage import check_worker
+    from autotune.workers import require_server_database
+
+    args = ctx.args
+    require_server_database(ctx.storage_url, "autotune worker")
+    slot = None
+    if args.gpus:
+        from autotune.slots import Slot, check_fits, parse_gpus
+
+        slot = Slot(args.slot, parse_gpus(args.gpus), args.gpus)
+        check_fits([slot], ctx.space, ctx.backend.parallel_size_flags, args.space)
+    elif args.slot:
+        from autotune.errors import UserError
+
+        raise UserError("--slot needs --gpus (the slot's GPUs)")
+    study = ctx.open_study(create=False, seed=args.seed)
+    n_trials = study_n_trials(study) or ctx.space.budget.n_trials
+    check_worker(study, ctx.space, args.space)
+    _reap(ctx)
+    if slot is None:
+        _port_preflight(ctx)
+    else:
+        _preflight_slots(ctx, [slot])
+    ctx.ensure_dirs()
+    run_space = dataclasses.replace(ctx.run_space, budget=dataclasses.replace(ctx.run_space.budget, n_trials=n_trials))
+    runner, clock = ctx.runner(seed=args.seed or 0, slot=slot)
+    view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=args.json)
+    with view:
+        from autotune.evidence import Evidence
+
+        st.run(
+            run_space,
+            ctx.backend,
+            runner,
+            study,
+            n_trials=n_trials,
+            clock=clock,
+            listener=view.on_event,
+            confirm=False,
+            evidence=Evidence(ctx.artifact_dir),
+        )
+    from autotune.records import counted_trials
+
+    print(
+        f"worker done: {counted_trials(study)} of {n_trials} trials of study {ctx.study_name} used",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -585,6 +759,7 @@ def _write_html(ctx: Context, study: Any, report: dict[str, Any], path: Path) ->
 
 COMMANDS = {
     "study": cmd_study,
+    "worker": cmd_worker,
     "bench": cmd_bench,
     "report": cmd_report,
     "export": cmd_export,

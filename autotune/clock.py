@@ -45,3 +45,64 @@ class VirtualClock:
             raise ValueError(f"cannot advance a clock by a negative time ({seconds})")
         self._t += seconds
         self.charged[category] = self.charged.get(category, 0.0) + seconds
+
+
+class ParallelClocks:
+    """Virtual clocks of parallel workers (threads) on one timeline: a discrete-event simulation of GPU slots.
+
+    ``clock(i)`` is worker ``i``'s ``VirtualClock``. Exactly one worker runs at a time: the one whose clock is
+    the earliest (ties: the lower index); a worker that advances its clock waits until it is the earliest again,
+    so the workers' reads and writes of a shared study happen in the order of their virtual times, as parallel
+    servers would make them. A worker calls ``start(i)`` before its first step and ``done(i)`` at the end. A
+    worker must not advance its clock while it holds a lock another worker may wait for.
+    """
+
+    def __init__(self, n: int, *, limit_s: float = 600.0) -> None:
+        import threading
+
+        if n < 1:
+            raise ValueError(f"n must be at least 1 but got {n}")
+        self._cond = threading.Condition()
+        self._clocks = [_SlotClock(self, i) for i in range(n)]
+        self._active = set(range(n))
+        self.limit_s = limit_s  # wall seconds one worker waits for its turn before giving up (a deadlock)
+
+    def clock(self, i: int) -> VirtualClock:
+        return self._clocks[i]
+
+    def now(self) -> float:
+        """The latest time any worker reached."""
+        return max(c.now() for c in self._clocks)
+
+    def start(self, i: int) -> None:
+        with self._cond:
+            self._wait_turn(i)
+
+    def done(self, i: int) -> None:
+        with self._cond:
+            self._active.discard(i)
+            self._cond.notify_all()
+
+    def _earliest(self) -> int:
+        return min(self._active, key=lambda j: (self._clocks[j].now(), j))
+
+    def _wait_turn(self, i: int) -> None:
+        if not self._cond.wait_for(lambda: self._earliest() == i, timeout=self.limit_s):
+            raise TimeoutError(f"worker {i} waited {self.limit_s:g} s of wall time for its turn")
+
+    def _advanced(self, i: int) -> None:
+        with self._cond:
+            self._cond.notify_all()
+            if i in self._active:
+                self._wait_turn(i)
+
+
+class _SlotClock(VirtualClock):
+    def __init__(self, timeline: ParallelClocks, index: int) -> None:
+        super().__init__()
+        self._timeline = timeline
+        self._index = index
+
+    def advance(self, seconds: float, category: str = "other") -> None:
+        super().advance(seconds, category)
+        self._timeline._advanced(self._index)

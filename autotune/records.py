@@ -14,6 +14,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``config`` / ``effective`` | trial start | the suggested config / the one the server runs (``TrialConfig.to_dict``) |
 | ``config_key`` | trial start | ``TrialConfig.key()`` of ``effective``: same key, same server config |
 | ``worker`` | trial start | ``host:pid`` of the worker that ran it |
+| ``claimed`` | trial start | True: the trial took a place in the study's budget (under the study lock) |
 | ``duplicate_of`` | duplicate | the trial whose measurement this one copies (it costs no start and no budget) |
 | ``fail_kind`` / ``fail_reason`` | outcome | what ended it (an error's ``kind``: ``exited``, ``oom``, ...) |
 | ``infeasible`` / ``feasible`` | outcome | why the server would reject it (PRUNED) / False then, True once measured |
@@ -35,7 +36,8 @@ not a user attr: ``autotune.evidence`` writes it as the system attrs Optuna and 
 
 Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units``, ``seed``
 (set when the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation``
-(``ConfirmationState``).
+(``ConfirmationState``), ``worker_spec`` (what every worker must share: ``autotune.study.storage.worker_spec``),
+``n_trials`` (the budget the last ``autotune study`` set; ``autotune worker`` reads it).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ CONFIG = "config"
 EFFECTIVE = "effective"
 CONFIG_KEY = "config_key"
 WORKER = "worker"
+CLAIMED = "claimed"
 DUPLICATE_OF = "duplicate_of"
 FAIL_KIND = "fail_kind"
 FAIL_REASON = "fail_reason"
@@ -104,15 +107,20 @@ UNITS = "units"
 LOSSLESS_FLOOR = "lossless_floor"
 CONFIRMATION = "confirmation"
 SEED = "seed"
+WORKER_SPEC = "worker_spec"
+N_TRIALS = "n_trials"
 
 # fmt: off
 TRIAL_KEYS = (
-    ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
+    ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, CLAIMED, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
     INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST,
     BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH,
     SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS,
 )
-STUDY_KEYS = (SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED)
+STUDY_KEYS = (
+    SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
+    N_TRIALS,
+)
 # fmt: on
 
 #: what a duplicate copies from the trial it duplicates
@@ -326,6 +334,9 @@ class TrialWriter:
     def _set(self, key: str, value: Any) -> None:
         self.trial.set_user_attr(key, value)
 
+    def claimed(self) -> None:
+        self._set(CLAIMED, True)
+
     def started(self, config: TrialConfig, worker: str) -> None:
         self._set(CONFIG, config.to_dict())
         self._set(ROLE, ROLE_BASELINE if config.is_baseline else ROLE_SPECULATIVE)
@@ -420,6 +431,22 @@ def enqueue_speculative(
     study.enqueue_trial(params, user_attrs=attrs)
 
 
+def enqueue_retry(study: optuna.Study, lost: FrozenTrial, system_attrs: dict[str, Any]) -> None:
+    """Queue the config of a lost trial again (``autotune.study.storage.RetryLostTrial``): its params, the attrs
+    it was enqueued with (role, seeded) and ``requeued_from``, not what the lost attempt recorded."""
+    attrs = {k: lost.user_attrs[k] for k in (ROLE, SEEDED) if k in lost.user_attrs}
+    attrs[REQUEUED_FROM] = lost.number
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.WAITING,
+            params=lost.params,
+            distributions=lost.distributions,
+            user_attrs=attrs,
+            system_attrs=system_attrs,
+        )
+    )
+
+
 # ---------------------------------------------------------------------------------------------- queries
 
 
@@ -441,16 +468,43 @@ def find_baseline(study: optuna.Study, cuda_graph: object) -> FrozenTrial | None
     return None
 
 
+def is_lost(t: FrozenTrial) -> bool:
+    """A trial whose worker was lost (SIGKILL, node down) mid-trial: FAIL without an outcome of ours, failed by
+    Optuna's heartbeat check (``autotune.study.storage.RetryLostTrial`` queues its config once more)."""
+    return t.state == TrialState.FAIL and FAIL_REASON not in t.user_attrs and not t.user_attrs.get(INTERRUPTED)
+
+
 def is_counted(t: FrozenTrial) -> bool:
-    """Whether a trial (of a counted state) used the budget: not interrupted, not a duplicate."""
+    """Whether a trial (of a counted state) used the budget: not interrupted, not a duplicate, not lost."""
     r = TrialRecord(t)
-    return not r.interrupted and not r.is_duplicate
+    return not r.interrupted and not r.is_duplicate and not is_lost(t)
 
 
 def counted_trials(study: optuna.Study, *, running: bool = False) -> int:
     """Trials that used the budget: measured, failed or infeasible; not duplicates nor interrupted ones."""
     states = COUNTED + ((TrialState.RUNNING,) if running else ())
     return sum(1 for t in trials(study, states) if is_counted(t))
+
+
+def used_budget(study: optuna.Study, among: list[FrozenTrial] | None = None) -> tuple[int, int]:
+    """(finished trials that used the budget, running trials of any worker that claimed a place in it and may
+    still use it): what a worker weighs before it starts a trial."""
+    done = running = 0
+    for t in trials(study) if among is None else among:
+        if t.state in COUNTED and is_counted(t):
+            done += 1
+        elif t.state == TrialState.RUNNING and t.user_attrs.get(CLAIMED) and is_counted(t):
+            running += 1
+    return done, running
+
+
+def running_same_config(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
+    """A trial of another worker that is measuring the server config ``key`` right now (not a duplicate)."""
+    for t in trials(study, (TrialState.RUNNING,)):
+        r = TrialRecord(t)
+        if t.number != number and r.config_key == key and not r.is_duplicate:
+            return t
+    return None
 
 
 def is_measured_speculative(t: FrozenTrial) -> bool:
@@ -641,6 +695,22 @@ def design_seed(study: optuna.Study) -> int:
     if isinstance(seed, int):
         return seed
     return int.from_bytes(hashlib.sha256(study.study_name.encode()).digest()[:4], "little")
+
+
+def worker_spec(study: optuna.Study) -> dict[str, Any] | None:
+    return study.user_attrs.get(WORKER_SPEC)
+
+
+def set_worker_spec(study: optuna.Study, spec: dict[str, Any]) -> None:
+    study.set_user_attr(WORKER_SPEC, spec)
+
+
+def study_n_trials(study: optuna.Study) -> int | None:
+    return study.user_attrs.get(N_TRIALS)
+
+
+def set_study_n_trials(study: optuna.Study, n: int) -> None:
+    study.set_user_attr(N_TRIALS, int(n))
 
 
 def space_digest(study: optuna.Study) -> str | None:

@@ -116,6 +116,9 @@ class Backend(ABC):
     probe_before_argv: bool = False
     #: the server's name in messages ("SGLang", "llama.cpp", "vLLM")
     display_name: str = ""
+    #: flags of ``server.extra_args`` whose values multiply into the GPUs one server needs (tensor and pipeline
+    #: parallel sizes; ``autotune.slots.gpus_needed``); none: one GPU
+    parallel_size_flags: tuple[str, ...] = ()
 
     @abstractmethod
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:

@@ -214,6 +214,7 @@ class SGLangBackend(Backend):
     knob_domains = KNOB_DOMAINS
     managed_flags = ("--speculative-*", "--port", "--host", "--model-path", "--model", "--disable-cuda-graph")
     size_knob = "num_draft_tokens"
+    parallel_size_flags = ("--tp-size", "--tp", "--tensor-parallel-size", "--pp-size", "--pipeline-parallel-size")
     display_name = "SGLang"
     not_engaged_hint = (
         "check --speculative-algorithm (an EAGLE-3 drafter needs EAGLE3) and that the drafter was trained for "

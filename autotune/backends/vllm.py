@@ -68,6 +68,7 @@ class VLLMBackend(Backend):
     knob_domains = KNOB_DOMAINS
     managed_flags = ("--speculative-config", "--port", "--host")
     size_knob = "num_speculative_tokens"
+    parallel_size_flags = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp")
     display_name = "vLLM"
     prompt_lookup_max = 4
     prompt_lookup_min = 1

@@ -96,6 +96,15 @@ def _recorded_processes(entry: dict[str, Any]) -> tuple[list[psutil.Process], in
     return procs, pgid
 
 
+def _owner_alive(entry: dict[str, Any]) -> bool:
+    """Whether the orchestrator that recorded ``entry`` still runs (its pid and start time match a live process)."""
+    try:
+        pid, ctime = int(entry["orchestrator_pid"]), float(entry["orchestrator_create_time"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return same_process(pid, ctime) is not None
+
+
 def reap_leftovers(record_path: str | Path, *, term_timeout_s: float = 20.0, kill_timeout_s: float = 5.0) -> list[int]:
     """Stop the servers (and their recorded children) a previous orchestrator run left running.
 
@@ -105,7 +114,8 @@ def reap_leftovers(record_path: str | Path, *, term_timeout_s: float = 20.0, kil
     record = PidRecord(Path(record_path))
     if not record.path.exists():
         return []
-    entries = record.read()
+    # another worker on this host (a GPU slot, a second `autotune worker`) still runs its own servers: not ours
+    entries = [e for e in record.read() if not _owner_alive(e)]
     stopped: list[int] = []
     for e in entries:
         procs, pgid = _recorded_processes(e)

@@ -38,6 +38,14 @@ from autotune.process.tree import ProcessTree, stop_fresh_group
 log = logging.getLogger("autotune.process")
 
 
+def _own_create_time() -> float | None:
+    """This orchestrator's start time: with its pid, what tells ``reap_leftovers`` whether it still runs."""
+    try:
+        return psutil.Process().create_time()
+    except psutil.Error:
+        return None
+
+
 class ServerProcess:
     """One server process: ``start()``, ``wait_ready(check)``, measure it from outside, ``stop()``."""
 
@@ -126,6 +134,7 @@ class ServerProcess:
             "port": self.port,
             "log_path": str(self.log_path),
             "orchestrator_pid": os.getpid(),
+            "orchestrator_create_time": _own_create_time(),
             "children": self.tree.descendants(),
         }
 

@@ -3,6 +3,11 @@
 - ``frozen(trial)``: the pruner's decision (its reason and upper bound, recorded in the trial) needs the running
   trial as a ``FrozenTrial`` with the values it reported so far; ``optuna.Trial`` has no public accessor for it
   (``Trial.should_prune`` hands the pruner its private copy, ``Trial._get_latest_trial()``).
+- ``rdb_storage(study)``: the study lock (``storage.study_lock``) takes a PostgreSQL advisory lock on the
+  study's database engine, which only the ``RDBStorage`` holds.
+- ``params_of(trial)``: a queued (WAITING) trial, or one just taken from the queue, has no params yet: what it
+  will run is the private system attr ``fixed_params`` that ``Study.enqueue_trial`` writes; parallel workers
+  seeding or picking configs must see it.
 - ``single_worker_sqlite(study)`` and ``fail_interrupted(...)``: a trial left RUNNING by a killed run must be failed
   with user attrs saying so. Optuna writes a trial's user attrs only through the ``Trial`` its objective holds, so
   this goes to the storage: ``study._storage`` (an RDB storage is wrapped in the private ``_CachedStorage``, whose
@@ -21,6 +26,17 @@ from optuna.trial import FrozenTrial, TrialState
 def frozen(trial: optuna.Trial) -> FrozenTrial:
     """The running trial's current record (params, user attrs, intermediate values)."""
     return trial.study._storage.get_trial(trial._trial_id)
+
+
+def params_of(trial: FrozenTrial) -> dict[str, Any]:
+    """The params a trial has or, queued, will run with."""
+    return dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})
+
+
+def rdb_storage(study: optuna.Study) -> optuna.storages.RDBStorage | None:
+    """The study's ``RDBStorage`` (under Optuna's private cache wrapper), or None for other storages."""
+    storage = getattr(study._storage, "_backend", study._storage)
+    return storage if isinstance(storage, optuna.storages.RDBStorage) else None
 
 
 def single_worker_sqlite(study: optuna.Study) -> optuna.storages.RDBStorage | None:

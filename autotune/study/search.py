@@ -4,17 +4,21 @@ a cap on all trials or the deadline."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from autotune import records
+from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
@@ -22,6 +26,7 @@ from autotune.space import Choices
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.storage import study_lock
 from autotune.study.trial import FAILURES
 from autotune.surrogate import Encoding, Surrogate
 
@@ -79,11 +84,15 @@ def seed(ctx: StudyContext, n_trials: int | None = None) -> None:
     (``design_configs``) when the space is a finite grid."""
     trials = records.trials(ctx.study)
     live = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
-    have_baseline = {TrialRecord(t).cuda_graph for t in trials if TrialRecord(t).is_baseline and t.state in live}
+    have_baseline = {
+        _optuna.params_of(t).get(records.PARAM_CUDA_GRAPH)
+        for t in trials
+        if TrialRecord(t).is_baseline and t.state in live
+    }
     for cg in ctx.space.search.cuda_graph:
         if cg not in have_baseline:
             records.enqueue_baseline(ctx.study, cg)
-    queued = {json.dumps(t.params, sort_keys=True) for t in trials}
+    queued = {json.dumps(_optuna.params_of(t), sort_keys=True) for t in trials}
     for cfg in seed_configs(ctx):
         params = ctx.backend.params(cfg, ctx.space)
         key = json.dumps(params, sort_keys=True)
@@ -175,9 +184,12 @@ def seed_configs(ctx: StudyContext) -> list[TrialConfig]:
 
 
 def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s: float | None = None) -> None:
-    """Run the search until ``n_trials`` trials used the budget (resuming what the study already has)."""
+    """Run the search until ``n_trials`` trials used the budget (resuming what the study already has). Parallel
+    workers of one study (GPU slots, other nodes) share the budget exactly: each trial claims its place under the
+    study lock (``_optimize``), and the last worker waits for the others' running trials instead of stopping."""
     recover_interrupted(ctx)
-    seed(ctx, n_trials)
+    with study_lock(ctx.study):  # two workers never queue the baselines (or the design) twice
+        seed(ctx, n_trials)
     if remaining(ctx, n_trials) == 0:
         ctx.emit(Event("note", data={"message": f"search budget of {n_trials} trials already used"}))
         return
@@ -187,42 +199,121 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
     cap = len(records.trials(ctx.study)) + 4 * remaining(ctx, n_trials) + 20
     refine = refine_count(ctx, n_trials)
     _optimize(ctx, objective, n_trials - refine, cap, deadline)  # the sampler's share
-    while remaining(ctx, n_trials) > 0 and len(records.trials(ctx.study)) < cap:
+    while sum(records.used_budget(ctx.study)) < n_trials and len(records.trials(ctx.study)) < cap:
         if deadline is not None and ctx.clock.now() >= deadline:
             return
         model = surrogate(ctx)
         if model is None:  # too few measured configs yet: one more from the sampler
-            _optimize(ctx, objective, counted_trials(ctx) + 1, cap, deadline)
+            _optimize(ctx, objective, _next_target(ctx, n_trials), cap, deadline)
             continue
         config = refine_next(ctx, model)
         if config is None:
             break
         params = ctx.backend.params(config, ctx.space)
-        records.enqueue_speculative(ctx.study, params, seeded=records.SEEDED_SURROGATE)
-        _optimize(ctx, objective, counted_trials(ctx) + 1, cap, deadline)
-    _optimize(ctx, objective, n_trials, cap, deadline)  # nothing left for the surrogate to try: the sampler goes on
+
+        def enqueue(params: dict[str, Any] = params) -> None:
+            records.enqueue_speculative(ctx.study, params, seeded=records.SEEDED_SURROGATE)
+
+        _optimize(ctx, objective, _next_target(ctx, n_trials), cap, deadline, prepare=enqueue)
+    # nothing left for the surrogate to try: the sampler goes on; then wait for the other workers' last trials
+    _optimize(ctx, objective, n_trials, cap, deadline, wait=True)
 
 
-def _optimize(ctx: StudyContext, objective: Objective, target: int, cap: int, deadline: float | None) -> None:
-    """Run trials until ``target`` trials used the budget (or the cap or the deadline)."""
+def _next_target(ctx: StudyContext, n_trials: int) -> int:
+    """One more trial than what all workers have used or claimed."""
+    return min(n_trials, sum(records.used_budget(ctx.study)) + 1)
 
-    def budget_callback(study: optuna.Study, _t: FrozenTrial) -> None:
-        if counted_trials(ctx, running=True) >= target or len(records.trials(study)) >= cap:
-            study.stop()
+
+#: seconds (on the study's clock) between two looks at the study while waiting for other workers
+POLL_S = 2.0
+#: wall seconds a worker on a ``VirtualClock`` (``--in-process``) pauses between two looks
+IDLE_WALL_S = 0.05
+
+
+def trial_limit_s(ctx: StudyContext) -> float:
+    """The longest one trial can take (server start, warm-up, every prompt and reference answer with every
+    retry), plus three heartbeat grace periods: how long a worker waits for another worker's trial."""
+    from autotune.study.storage import GRACE_PERIOD_FACTOR, HEARTBEAT_INTERVAL_S
+
+    server, bench = ctx.space.server, ctx.space.benchmark
+    requests = bench.warmup_requests + 2 * len(bench.prompts)
+    return (
+        server.startup_timeout_s
+        + requests * server.request_timeout_s * (bench.retries + 1)
+        + (3 * GRACE_PERIOD_FACTOR * HEARTBEAT_INTERVAL_S)
+    )
+
+
+def idle(ctx: StudyContext) -> None:
+    """One wait for other workers: fail trials of lost workers (stale heartbeats; their configs are queued again),
+    then sleep ``POLL_S``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(ctx.study)
+    ctx.clock.sleep(POLL_S)
+    if type(ctx.clock) is VirtualClock:  # does not wait: a worker of an in-process study would spin on the database
+        time.sleep(IDLE_WALL_S)
+
+
+def _optimize(
+    ctx: StudyContext,
+    objective: Objective,
+    target: int,
+    cap: int,
+    deadline: float | None,
+    *,
+    wait: bool = False,
+    prepare: Callable[[], None] | None = None,
+) -> None:
+    """Run trials, one at a time, until ``target`` trials used the budget (or the cap or the deadline).
+
+    Each trial starts under the study lock: the worker counts what every worker used or claimed
+    (``records.used_budget``), ``prepare()`` queues its config if any (once), Optuna creates the trial, and the
+    trial claims its place (user attr ``claimed``) before the lock is released, so that parallel workers never
+    take the same last place. When the places left are all claimed by running trials of other workers, ``wait``
+    says whether to wait for them (one of them may end as a duplicate, or its worker may be lost and its trial
+    queued again) or to return."""
+    waited_since: float | None = None
+    while len(records.trials(ctx.study)) < cap:
         if deadline is not None and ctx.clock.now() >= deadline:
-            study.stop()
+            return
+        with contextlib.ExitStack() as held:
+            held.enter_context(study_lock(ctx.study))
+            done, running = records.used_budget(ctx.study)
+            if done >= target:
+                return
+            if done + running >= target:
+                held.close()
+                if not wait:
+                    return
+                waited_since = ctx.clock.now() if waited_since is None else waited_since
+                if ctx.clock.now() - waited_since > trial_limit_s(ctx):
+                    ctx.emit(Event("note", data={"message": "stopped waiting for other workers' trials"}))
+                    return
+                idle(ctx)
+                continue
+            waited_since = None
+            if prepare is not None:
+                prepare()
+                prepare = None
 
-    while remaining(ctx, target) > 0 and len(records.trials(ctx.study)) < cap:
-        if deadline is not None and ctx.clock.now() >= deadline:
-            break
-        ctx.study.optimize(
-            objective,
-            n_trials=remaining(ctx, target),
-            catch=FAILURES,
-            callbacks=[budget_callback],
-            gc_after_trial=False,
-            show_progress_bar=False,
-        )
+            current: list[optuna.Trial] = []
+
+            def claimed(trial: optuna.Trial, current: list[optuna.Trial] = current) -> float:
+                current.append(trial)
+                records.TrialWriter(trial).claimed()
+                held.close()  # the place is taken: other workers may start theirs
+                return objective(trial)
+
+            try:
+                ctx.study.optimize(claimed, n_trials=1, catch=FAILURES, gc_after_trial=False, show_progress_bar=False)
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as e:
+                # another worker failed this trial while it ran (its heartbeats were late: a stalled worker, a
+                # database outage) and queued it again; this worker's server was stopped and it goes on
+                if not current or not _optuna.frozen(current[0]).state.is_finished():
+                    raise
+                n = current[0].number
+                ctx.emit(Event("note", n, {"message": f"trial {n} was failed by another worker meanwhile ({e})"}))
 
 
 # ---------------------------------------------------------------------------------------------- the surrogate
@@ -262,7 +353,30 @@ def surrogate(ctx: StudyContext) -> Surrogate | None:
     if len({c.key() for c, _ in obs}) < MIN_SURROGATE_POINTS:
         return None
     floor = max(ctx.space.pruning.start_noise / math.sqrt(2), 0.005)
-    return Surrogate(Encoding.from_configs(grid + [c for c, _ in obs]), obs, noise_floor=floor)
+    encoding = Encoding.from_configs(grid + [c for c, _ in obs])
+    model = Surrogate(encoding, obs, noise_floor=floor)
+    seen = {c.key() for c, _ in obs}
+    pending = [c for c in running_configs(ctx) if c.key() not in seen]
+    if pending:  # parallel workers: what others are measuring now counts as measured at the model's mean
+        mean, _sd = model.predict(pending)
+        model = Surrogate(
+            encoding, obs + [(c, float(m)) for c, m in zip(pending, mean, strict=True)], noise_floor=floor
+        )
+    return model
+
+
+def running_configs(ctx: StudyContext) -> list[TrialConfig]:
+    """The effective speculative configs other workers are measuring right now (none with one worker: the
+    surrogate is consulted between trials). The surrogate counts them as measured at its own posterior mean
+    ("kriging believer"), so that parallel picks spread out instead of crowding one peak."""
+    out: list[TrialConfig] = []
+    for t in records.trials(ctx.study, (TrialState.RUNNING,)):
+        r = TrialRecord(t)
+        if not r.is_baseline and not r.is_duplicate and r.effective:
+            cfg = r.effective_config()
+            if not cfg.is_baseline:
+                out.append(cfg)
+    return out
 
 
 def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfig | None:
@@ -288,7 +402,9 @@ def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfi
     if not pool:
         return None
     queued = {
-        json.dumps(t.params, sort_keys=True) for t in trials if t.state in (TrialState.WAITING, TrialState.RUNNING)
+        json.dumps(_optuna.params_of(t), sort_keys=True)
+        for t in trials
+        if t.state in (TrialState.WAITING, TrialState.RUNNING)
     }
     mean, sd = model.predict(pool)
     for i in np.argsort(-(mean + REFINE_KAPPA * sd), kind="stable"):

@@ -3,13 +3,18 @@ several), and opening it with the sampler and pruner every worker must build ali
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
+import threading
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial
 
 from autotune import records
 from autotune.errors import UserError
@@ -26,28 +31,168 @@ def default_storage(space: Space, simulated: bool, studies_dir: str = "studies")
     return space.storage or f"sqlite:///{studies_dir}/{study_name_for(space, simulated)}.db"
 
 
-def make_storage(url: str) -> optuna.storages.BaseStorage:
-    """RDB storage; heartbeats (stale RUNNING trials failed and retried once) for server databases."""
+#: heartbeat of a running trial (seconds) and how long one may be missed before the trial is failed and retried
+HEARTBEAT_INTERVAL_S = 60
+GRACE_PERIOD_FACTOR = 3
+#: storage errors (connection refused or dropped, database restarted) are retried for this long, backing off
+STORAGE_RETRY_S = 120.0
+
+
+def make_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages.BaseStorage:
+    """RDB storage; for server databases heartbeats (a trial whose worker stops beating for ``GRACE_PERIOD_FACTOR``
+    heartbeats is failed and retried once, ``RetryLostTrial``) and retries of connection errors
+    (``RetryingRDBStorage``)."""
     if url.startswith("sqlite"):
         storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
         _sqlite_pragmas(storage)
         return storage
     import sqlalchemy.exc
 
+    interval = int(heartbeat_s or HEARTBEAT_INTERVAL_S)
+    if interval < 1:
+        raise UserError(f"the heartbeat interval must be at least 1 s but got {interval}")
     # Workers started together race to create the schema on a fresh database: the loser retries (bounded).
     for attempt in range(5):
         try:
-            return optuna.storages.RDBStorage(
-                url,
-                heartbeat_interval=60,
-                grace_period=180,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+            return _retrying(
+                lambda: _quietly(
+                    RetryingRDBStorage,
+                    url,
+                    engine_kwargs={"pool_pre_ping": True},
+                    heartbeat_interval=interval,
+                    grace_period=GRACE_PERIOD_FACTOR * interval,
+                    heartbeat_stale_trial_callback=RetryLostTrial(max_retry=1),
+                ),
+                what=f"connecting to {_redact_url(url)}",
             )
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
             if attempt == 4:
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+
+def _quietly(make: Any, *args: Any, **kwargs: Any) -> Any:
+    """``make(...)`` without Optuna's experimental-feature warnings (heartbeats are what workers rely on)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return make(*args, **kwargs)
+
+
+def _redact_url(url: str) -> str:
+    """The URL without its password."""
+    import re
+
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def _connection_error(e: BaseException) -> bool:
+    """Whether ``e`` (or what caused it) is a lost or refused database connection, not a bad request."""
+    import sqlalchemy.exc
+
+    seen = 0
+    while e is not None and seen < 5:
+        if isinstance(e, sqlalchemy.exc.DBAPIError) and e.connection_invalidated:
+            return True
+        if isinstance(e, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)):
+            return True
+        if isinstance(e, sqlalchemy.exc.DisconnectionError):
+            return True
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+        seen += 1
+    return False
+
+
+def _retrying(call: Any, *, what: str, limit_s: float | None = None, sleep: Any = time.sleep) -> Any:
+    """``call()``, retried with exponential backoff (0.25 s doubling to 8 s) while it fails with a connection
+    error, for at most ``limit_s`` (``STORAGE_RETRY_S``); then the last error."""
+    limit_s = STORAGE_RETRY_S if limit_s is None else limit_s
+    deadline = time.monotonic() + limit_s
+    delay = 0.25
+    while True:
+        try:
+            return call()
+        except Exception as e:
+            if not _connection_error(e) or time.monotonic() + delay > deadline:
+                raise
+            _log.warning("storage: %s failed (%s); retrying in %.2f s", what, type(e).__name__, delay)
+            sleep(delay)
+            delay = min(2 * delay, 8.0)
+
+
+_log = logging.getLogger("autotune.study")
+
+#: the storage calls retried on connection errors: every public method of ``RDBStorage`` (each is one transaction;
+#: a write whose commit went through but whose answer was lost is repeated: harmless for attrs, values and
+#: heartbeats) and the stale-trial query, not the schema tools
+_NOT_RETRIED = {
+    "upgrade", "get_current_version", "get_head_version", "get_all_versions", "remove_session",
+    "get_heartbeat_interval", "get_heartbeat_stale_trial_callback", "get_failed_trial_callback",
+}  # fmt: skip
+_RETRIED = tuple(
+    sorted(
+        n
+        for n, v in vars(optuna.storages.RDBStorage).items()
+        if callable(v) and not n.startswith("_") and n not in _NOT_RETRIED
+    )
+) + ("_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials", "_get_stale_trial_ids")
+#: (the private ones are what Optuna's cache in front of every RDB storage calls)
+
+
+class RetryingRDBStorage(optuna.storages.RDBStorage):
+    """An ``RDBStorage`` whose calls survive a restarted database or a dropped connection: each call in
+    ``_RETRIED`` is retried with backoff (``_retrying``) instead of failing the worker. Dead pooled connections
+    are replaced (``pool_pre_ping``)."""
+
+
+_nesting = threading.local()
+
+
+def _wrap(name: str) -> None:
+    base = getattr(optuna.storages.RDBStorage, name)
+
+    def method(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_nesting, "depth", 0):  # a retried call inside another one: the outer one retries
+            return base(self, *args, **kwargs)
+
+        def call() -> Any:
+            _nesting.depth = 1
+            try:
+                return base(self, *args, **kwargs)
+            finally:
+                _nesting.depth = 0
+
+        return _retrying(call, what=name)
+
+    method.__name__ = name
+    method.__doc__ = base.__doc__
+    setattr(RetryingRDBStorage, name, method)
+
+
+for _name in _RETRIED:
+    _wrap(_name)
+
+
+class RetryLostTrial:
+    """Optuna's heartbeat-stale callback: the trial of a lost worker (SIGKILL, node down) was failed by Optuna
+    (it does not use the budget: ``records.is_lost``); its config is queued again once (``max_retry``), with
+    the enqueued attrs only (role, seeded) and ``requeued_from``, not what the lost attempt had recorded.
+    (``optuna.storages.RetryHeartbeatStaleTrialCallback`` copies every user attr of the lost attempt.)"""
+
+    def __init__(self, max_retry: int = 1) -> None:
+        if max_retry < 0:
+            raise ValueError(f"max_retry must be at least 0 but got {max_retry}")
+        self.max_retry = max_retry
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        history = [*trial.system_attrs.get("retry_history", []), trial.number]
+        if len(history) > self.max_retry:
+            return
+        system_attrs = {**trial.system_attrs, "failed_trial": history[0], "retry_history": history}
+        records.enqueue_retry(study, trial, system_attrs)
 
 
 def _sqlite_pragmas(storage: optuna.storages.RDBStorage) -> None:
@@ -65,6 +210,75 @@ def _sqlite_pragmas(storage: optuna.storages.RDBStorage) -> None:
     storage.engine.dispose()
 
 
+# ---------------------------------------------------------------------------------------------- the study lock
+
+_local_locks: dict[str, threading.RLock] = {}
+_local_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def study_lock(study: optuna.Study, *, limit_s: float = 600.0) -> Iterator[None]:
+    """Mutual exclusion among every worker of ``study``: seeding and claiming a place in the budget happen under
+    it, so two workers never queue the same baselines or take the last trial twice. On PostgreSQL a session
+    advisory lock keyed by the study (released by the server if the worker dies); elsewhere (SQLite: one
+    worker; in-memory: threads of one process) a lock of this process. Waits at most ``limit_s``."""
+    from autotune.study import _optuna
+
+    rdb = _optuna.rdb_storage(study)
+    if rdb is not None and rdb.engine.dialect.name == "postgresql":
+        with _pg_advisory_lock(rdb, study.study_name, limit_s):
+            yield
+        return
+    with _local_guard:
+        lock = _local_locks.setdefault(f"{id(study._storage)}:{study.study_name}", threading.RLock())
+    if not lock.acquire(timeout=limit_s):
+        raise TimeoutError(f"the lock of study {study.study_name!r} was not free within {limit_s:g} s")
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+#: a lock holder that went silent (its node lost mid-lock) loses the lock after this long (PostgreSQL ends its
+#: idle transaction); holding it takes well under a second
+LOCK_IDLE_LIMIT_S = 120
+
+
+@contextlib.contextmanager
+def _pg_advisory_lock(rdb: optuna.storages.RDBStorage, name: str, limit_s: float) -> Iterator[None]:
+    """A transaction-level advisory lock on a connection of its own: released when the transaction ends (our
+    commit, the worker's death closing the connection, or ``LOCK_IDLE_LIMIT_S`` of silence)."""
+    import sqlalchemy
+
+    key = int.from_bytes(hashlib.sha256(f"autotune:{name}".encode()).digest()[:8], "big", signed=True)
+
+    def connect_and_lock() -> Any:
+        conn = rdb.engine.connect()
+        try:
+            conn.execute(sqlalchemy.text(f"SET LOCAL lock_timeout = '{int(limit_s * 1000)}ms'"))
+            conn.execute(sqlalchemy.text(f"SET LOCAL idle_in_transaction_session_timeout = '{LOCK_IDLE_LIMIT_S}s'"))
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    conn = _retrying(connect_and_lock, what="taking the study lock")
+    try:
+        yield
+    finally:
+        try:
+            conn.commit()  # ends the transaction: the lock and the SET LOCAL settings go with it
+        except Exception as e:  # the server ended the session (and the lock with it)
+            _log.warning("storage: releasing the study lock failed (%s); dropping its connection", type(e).__name__)
+            conn.invalidate()
+        finally:
+            conn.close()
+
+
+# ---------------------------------------------------------------------------------------------- sampler, pruner
+
+
 def make_pruner(space: Space) -> BaselinePruner:
     p = space.pruning
     return BaselinePruner(
@@ -72,15 +286,74 @@ def make_pruner(space: Space) -> BaselinePruner:
     )
 
 
+def sampler_settings(space: Space) -> dict[str, Any]:
+    """The TPE sampler's arguments (besides the seed): every worker of a study must build the same sampler."""
+    return {
+        "multivariate": True,
+        "group": True,
+        "constant_liar": True,  # parallel workers: a RUNNING trial counts as a bad result, so others go elsewhere
+        "n_startup_trials": max(3, min(8, space.budget.n_trials // 4)),
+    }
+
+
 def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            seed=seed,
-            multivariate=True,
-            group=True,
-            constant_liar=True,
-            n_startup_trials=max(3, min(8, space.budget.n_trials // 4)),
+        return optuna.samplers.TPESampler(seed=seed, **sampler_settings(space))
+
+
+def worker_spec(space: Space) -> dict[str, Any]:
+    """What every worker of a study must share, besides the prompt set (``space_digest``): the searched space,
+    the drafters' forced algorithms, pruning, the surrogate's share, the sampler and pruner. Paths, ports, hosts
+    and the environment may differ between nodes."""
+    import dataclasses
+
+    searched = space.searched_drafters()
+    spec = {
+        "space_digest": space_digest(space),
+        "search": {
+            "drafters": list(searched),
+            "cuda_graph": list(space.search.cuda_graph),
+            "knobs": {k: {"type": type(v).__name__, **dataclasses.asdict(v)} for k, v in space.search.knobs.items()},
+        },
+        "drafters": {d.name: {"algorithm": d.algorithm} for d in space.drafters if d.name in searched},
+        "pruning": dataclasses.asdict(space.pruning),
+        "budget": {"refine_trials": space.budget.refine_trials},
+        "sampler": {"type": "TPESampler", **sampler_settings(space)},
+        "pruner": {"type": "BaselinePruner"},
+    }
+    return json.loads(json.dumps(spec))  # tuples -> lists, as stored
+
+
+def spec_differences(recorded: dict[str, Any], mine: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two ``worker_spec`` dicts, each with both values."""
+    out: list[str] = []
+    for key in sorted(set(recorded) | set(mine)):
+        a, b = recorded.get(key), mine.get(key)
+        name = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += spec_differences(a, b, name + ".")
+        elif a != b:
+            out.append(f"{name}: the study has {json.dumps(a)}, this space file has {json.dumps(b)}")
+    return out
+
+
+def check_worker(study: optuna.Study, space: Space, space_path: str) -> None:
+    """A worker joining ``study`` must search the same space the same way: else a ``UserError`` naming the
+    differences (a study recorded before workers were checked takes this worker's spec)."""
+    recorded = records.worker_spec(study)
+    mine = worker_spec(space)
+    if recorded is None:
+        records.set_worker_spec(study, mine)
+        return
+    diffs = spec_differences(recorded, mine)
+    if diffs:
+        more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
+        raise UserError(
+            f"{space_path}: this worker's space differs from study {study.study_name!r}'s: "
+            + "; ".join(diffs[:3])
+            + more
+            + ". Give every worker the same space file (paths, ports and env may differ)."
         )
 
 
@@ -109,9 +382,10 @@ def open_study(
     create: bool = True,
     label: dict[str, Any] | None = None,
     sampler: optuna.samplers.BaseSampler | None = None,
+    heartbeat_s: int | None = None,
 ) -> optuna.Study:
     """Create or load the study; refuse to resume one measured with a different prompt set."""
-    st = make_storage(storage) if isinstance(storage, str) else storage
+    st = make_storage(storage, heartbeat_s=heartbeat_s) if isinstance(storage, str) else storage
     pruner = make_pruner(space)
     sampler = sampler or make_sampler(space, seed)
     if not create:
@@ -141,6 +415,8 @@ def open_study(
             prompt_ids=[p.id for p in space.benchmark.prompts],
             seed=seed,
         )
+        if sampler is None or isinstance(sampler, optuna.samplers.TPESampler):
+            records.set_worker_spec(study, worker_spec(space))
     elif recorded != digest:
         raise UserError(
             f"study {study_name!r} was measured with a different prompt set, max_tokens, temperature or backend; "

@@ -17,6 +17,12 @@ What a step raises            outcome   recorded
 - ``BenchmarkError``          FAIL      ``fail_kind``, ``fail_reason``, the log tail it carries
 - ``DrafterNotEngaged``       FAIL      ``fail_kind``, ``fail_reason``
 - ``KeyboardInterrupt``       FAIL      ``interrupted`` (it does not use the budget; the config is queued again)
+- ``Requeued``                FAIL      ``interrupted``, ``fail_reason``: its baseline is measured by nobody right
+                                        now (another worker was lost during it); the config is queued again
+
+Parallel workers: a trial whose server config another worker is measuring waits for that measurement and copies
+it (a duplicate); a speculative trial whose baseline another worker is still measuring starts its server, then
+waits for the baseline before its first prompt.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from autotune.runner import Session
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.storage import study_lock
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
@@ -121,8 +128,12 @@ class NotLaunched(AutotuneError):
         self.kind = kind
 
 
+class Requeued(AutotuneError):
+    """The trial cannot be measured now and does not use the budget: its config is queued again."""
+
+
 #: what FAILs a trial; Optuna records these as FAIL and goes on (anything else stops the study)
-FAILURES = (LaunchError, BenchmarkError, DrafterNotEngaged, NotLaunched)
+FAILURES = (LaunchError, BenchmarkError, DrafterNotEngaged, NotLaunched, Requeued)
 
 
 @dataclass
@@ -159,6 +170,11 @@ class Objective:
             raise
         except Pruned as e:
             self._pruned(t, e)
+            raise
+        except Requeued as e:
+            t.record.failed(None, str(e))
+            self._interrupted(t)
+            self._end(t, {"state": TrialState.FAIL.name, "reason": str(e)})
             raise
         except FAILURES as e:
             self._failed(t, e)
@@ -243,11 +259,66 @@ class Objective:
         t.record.resolved(eff)
         t.config = eff
         dup = records.find_duplicate(ctx.study, eff.key(), t.number)
+        if dup is None and self._await_same_config(t, eff):
+            dup = records.find_duplicate(ctx.study, eff.key(), t.number)
         if dup is not None:
             return self._reuse(t, dup)
         self._refuse_known_failures(eff)
         baseline = None if eff.is_baseline else records.find_baseline(ctx.study, eff.cuda_graph)
         return self._measure(t, eff, baseline)
+
+    def _await_same_config(self, t: _Trial, eff: TrialConfig) -> bool:
+        """Another worker is measuring this server config now: wait for its outcome (True when one came; a
+        lost worker's trial is failed by its heartbeat) rather than measure it twice."""
+        from autotune.study import search
+
+        other = records.running_same_config(self.ctx.study, eff.key(), t.number)
+        if other is None:
+            return False
+        self.ctx.emit(Event("note", t.number, {"message": f"same server config as running trial {other.number}"}))
+        start = self.ctx.clock.now()
+        while self.ctx.clock.now() - start < search.trial_limit_s(self.ctx):
+            search.idle(self.ctx)
+            if records.running_same_config(self.ctx.study, eff.key(), t.number) is None:
+                return True
+        return False
+
+    def _await_baseline(self, t: _Trial, config: TrialConfig) -> FrozenTrial | None:
+        """The baseline of ``config``'s CUDA-graph setting, waiting while another worker measures it. None when
+        the study has none (a single worker always measures its baselines first)."""
+        from autotune.study import search
+
+        ctx = self.ctx
+        start = ctx.clock.now()
+        while True:
+            found = records.find_baseline(ctx.study, config.cuda_graph)
+            if found is not None:
+                return found
+            tries = _baselines_of(ctx.study, config.cuda_graph)
+            if not tries:
+                return None
+            if any(b.state == TrialState.COMPLETE for b in tries):  # it ended between the two reads
+                found = records.find_baseline(ctx.study, config.cuda_graph)
+                if found is not None:
+                    return found
+            if not any(b.state == TrialState.RUNNING for b in tries):
+                if any(b.state == TrialState.WAITING for b in tries):
+                    raise Requeued(f"the baseline of cuda_graph={config.cuda_graph} is queued, not measured yet")
+                last = tries[-1]
+                if TrialRecord(last).interrupted or records.is_lost(last):  # its worker stopped: queue it again
+                    with study_lock(ctx.study):
+                        if not any(b.state == TrialState.WAITING for b in _baselines_of(ctx.study, config.cuda_graph)):
+                            records.enqueue_baseline(ctx.study, config.cuda_graph)
+                    raise Requeued(f"the baseline of cuda_graph={config.cuda_graph} was interrupted; queued again")
+                if last.state == TrialState.FAIL:  # its server did not start: that worker stopped the study
+                    raise UserError(
+                        f"the baseline of cuda_graph={config.cuda_graph} (trial {last.number}) failed: "
+                        f"{TrialRecord(last).fail_reason}"
+                    )
+                return None
+            if ctx.clock.now() - start > search.trial_limit_s(ctx):
+                raise Requeued(f"the baseline of cuda_graph={config.cuda_graph} took too long")
+            search.idle(ctx)
 
     def _suggest(self, trial: optuna.Trial) -> TrialConfig:
         space = self.ctx.space
@@ -296,10 +367,12 @@ class Objective:
 
     def _measure(self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None) -> tuple[float, dict[str, Any]]:
         ctx = self.ctx
-        if baseline is not None:
-            t.record.baseline_trial(baseline.number)
         session = self._launch(t, config)
         with contextlib.closing(session):
+            if baseline is None and not config.is_baseline:  # another worker measures it: start-ups overlap
+                baseline = self._await_baseline(t, config)
+            if baseline is not None:
+                t.record.baseline_trial(baseline.number)
             self._check_config(t, config, session.info)
             n = len(ctx.space.benchmark.prompts)
             on_prompt = functools.partial(self._after_prompt, t, config, baseline, n)
@@ -411,6 +484,15 @@ class Objective:
         s = speedup_of(results, baseline)
         if s is not None:
             t.record.speedup(s)
+
+
+def _baselines_of(study: optuna.Study, cuda_graph: object) -> list[FrozenTrial]:
+    """Every baseline trial of a CUDA-graph setting, queued ones included (any state), oldest first."""
+    return [
+        t
+        for t in records.trials(study)
+        if TrialRecord(t).is_baseline and _optuna.params_of(t).get(records.PARAM_CUDA_GRAPH) == cuda_graph
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- the figures
