@@ -43,6 +43,7 @@ def space_yaml(
     port: int = 30080,
     extra_args: Sequence[str] = (),
     comment: str = "",
+    concurrency: Sequence[int] = (),
 ) -> str:
     m = Path(models)
     lines = [
@@ -81,6 +82,7 @@ def space_yaml(
         lines += [f"    - id: {pid}", f"      text: {_q(text)}"]
     lines += [
         f"  max_tokens: {int(max_tokens)}",
+        *([f"  concurrency: [{', '.join(str(int(c)) for c in concurrency)}]"] if concurrency else []),
         "  temperature: 0",
         "  warmup_requests: 1",
         "  api: completions",
@@ -118,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=30080)
     p.add_argument("--extra-args", default="", help="extra llama-server arguments, space-separated")
     p.add_argument("--comment", default="")
+    p.add_argument("--concurrency", default="", help="load levels, e.g. 1,4,16 (default: none, one stream)")
     a = p.parse_args(argv)
     low, high = (int(x) for x in a.draft_n_max.split(","))
     text = space_yaml(
@@ -132,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=a.port,
         extra_args=a.extra_args.split(),
         comment=a.comment,
+        concurrency=[int(x) for x in a.concurrency.split(",") if x.strip()],
     )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,7 @@
 #   SWEEP_BUDGET_S (450: the default plan took 431 s on an H200)
 #   SWEEP_FRESH (0; 1 ignores an earlier sweep's results)
 #   STUDY_TRIALS (16)  STUDY_GRAPHS (off,on)  STUDY_WALL_S (480)  STUDY_NAME (llamacpp-gpu)
+#   STUDY_CONCURRENCY (none; e.g. 1,4,16: the study measures these load levels, llama-server gets -np slots)
 #   CALL_BUDGET_S   seconds this whole run.sh may take (e.g. 570 under a 600 s command limit): the build, sweep and
 #                   study limits above shrink to what is left when their stage starts
 #   GPU_DRY_RUN=1   tiny CPU models and a small plan, for trying the whole harness on a machine without a GPU
@@ -468,7 +469,7 @@ write_space() {
     "$PY" scripts/gpu/gpu_space.py "$SPACE" --name "$STUDY_NAME" --server "$SERVER" --models "$MODELS" \
         --max-tokens "$MAX_TOKENS" --n-trials "$STUDY_TRIALS" "--cuda-graph=$STUDY_GRAPHS" \
         --startup-timeout-s "$STARTUP_TIMEOUT_S" --port "$PORT" "--extra-args=$SERVER_EXTRA_ARGS" \
-        "--comment=models: $(tr -d '\n' <"$MODELS/models.json")"
+        "--comment=models: $(tr -d '\n' <"$MODELS/models.json")" "--concurrency=${STUDY_CONCURRENCY:-}"
 }
 
 stage_sweep() {
