@@ -49,15 +49,15 @@ def remaining(ctx: StudyContext, n_trials: int) -> int:
 
 
 def refine_count(ctx: StudyContext, n_trials: int) -> int:
-    """How many of the last trials the surrogate picks (``budget.refine_trials``; auto: every trial after the
-    baselines, the server defaults and the design, so the surrogate takes over as soon as it has its design)."""
+    """How many of the last trials the surrogate picks (``budget.refine_trials``; auto: the last half). Measured
+    (scripts/bench_search.py, 20 seeds): with the surrogate taking every trial after the design, llama-edge's
+    optimum on the space's edge was recommended in 90% of seeds; with TPE between the design and the last half,
+    100%, and the same on 50 generated landscapes (93% vs 94% of 150 runs within 2%, median time to 2% 0.017 vs
+    0.018 of the full grid's)."""
     if ctx.grid is None:
         return 0
     r = ctx.space.budget.refine_trials
-    if r is None:
-        queued = len(records.trials(ctx.study, (TrialState.WAITING,)))
-        return max(0, n_trials - counted_trials(ctx) - queued)
-    return min(n_trials, r)
+    return min(n_trials, n_trials // 2 if r is None else r)
 
 
 # ---------------------------------------------------------------------------------------------- before the loop
