@@ -12,6 +12,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial
 
+from autotune import objective
 from autotune.records import BASELINE_DRAFTER, PARAM_DRAFTER, TrialRecord, find_baseline, is_baseline_trial
 from autotune.stats import START_NOISE, PruneDecision, prune_decision
 
@@ -26,7 +27,15 @@ def paired_values(trial: FrozenTrial, baseline: FrozenTrial) -> tuple[list[float
 
 class BaselinePruner(BasePruner):
     def __init__(
-        self, confidence: float = 0.95, min_prompts: int = 2, enabled: bool = True, start_noise: float = START_NOISE
+        self,
+        confidence: float = 0.95,
+        min_prompts: int = 2,
+        enabled: bool = True,
+        start_noise: float = START_NOISE,
+        *,
+        levels: tuple[int, ...] = (1,),
+        weights: dict[int, float] | None = None,
+        n_prompts: int = 0,
     ) -> None:
         if start_noise < 0:
             raise ValueError(f"start_noise must be at least 0 but got {start_noise}")
@@ -38,6 +47,10 @@ class BaselinePruner(BasePruner):
         self.min_prompts = min_prompts
         self.enabled = enabled
         self.start_noise = start_noise
+        #: load levels (``autotune.objective``): with more than one, steps are prompts x levels
+        self.levels = tuple(levels)
+        self.weights = dict(weights or {})
+        self.n_prompts = int(n_prompts)
 
     def decide(self, study: optuna.Study, trial: FrozenTrial) -> PruneDecision | None:
         """The decision with its numbers, or None when there is nothing to compare with."""
@@ -47,6 +60,17 @@ class BaselinePruner(BasePruner):
         baseline = find_baseline(study, r.cuda_graph)
         if baseline is None:
             return None
+        if len(self.levels) > 1 and self.n_prompts > 0:
+            return objective.prune_decision(
+                trial.intermediate_values,
+                baseline.intermediate_values,
+                levels=self.levels,
+                weights=self.weights,
+                n_prompts=self.n_prompts,
+                confidence=self.confidence,
+                min_prompts=self.min_prompts,
+                start_noise=self.start_noise,
+            )
         t, b = paired_values(trial, baseline)
         return prune_decision(
             t, b, confidence=self.confidence, min_prompts=self.min_prompts, start_noise=self.start_noise

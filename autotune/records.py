@@ -28,6 +28,8 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
 | ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
+| ``levels`` | each load level | with ``benchmark.concurrency`` beyond [1]: ``LevelResult.summary()`` of each level measured so far, plus ``speedup`` (over the baseline's same level) and ``slo_broken`` (the limits it breaks) |
+| ``slo_broken`` | end | the levels (as strings) whose latency limits (``objective.slo``) this config breaks; constraint ``slo`` = their number |
 
 Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units`` (set when
 the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation`` (``ConfirmationState``).
@@ -85,6 +87,8 @@ SPEEDUP = "speedup"
 OUTPUTS = "outputs"
 REFERENCE = "reference"
 LOSSLESS = "lossless"
+LEVELS = "levels"
+SLO_BROKEN = "slo_broken"
 
 # study user attrs
 SPACE_DIGEST = "space_digest"
@@ -101,13 +105,13 @@ TRIAL_KEYS = (
     ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
     INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, BASELINE_TRIAL, ARGV, ENV,
     SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE,
-    LOSSLESS,
+    LOSSLESS, LEVELS, SLO_BROKEN,
 )
 STUDY_KEYS = (SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION)
 # fmt: on
 
 #: what a duplicate copies from the trial it duplicates
-COPIED_BY_DUPLICATES = (SPEEDUP, ACCEPT_LENGTH, PROMPTS, BASELINE_TRIAL, LOSSLESS, STARTUP_S)
+COPIED_BY_DUPLICATES = (SPEEDUP, ACCEPT_LENGTH, PROMPTS, BASELINE_TRIAL, LOSSLESS, STARTUP_S, LEVELS, SLO_BROKEN)
 
 # values, parameter and constraint names
 ROLE_BASELINE = "baseline"
@@ -120,6 +124,8 @@ PARAM_CUDA_GRAPH = "cuda_graph"
 BASELINE_DRAFTER = "none"
 #: the constraint (``trial.set_constraint``) that marks a trial infeasible (value 1.0; feasible is <= 0)
 CONSTRAINT_FEASIBLE = "feasible"
+#: the constraint that counts the load levels whose latency limits a config breaks (0: feasible)
+CONSTRAINT_SLO = "slo"
 #: log tail kept in a record (characters)
 LOG_TAIL_CHARS = 4000
 
@@ -286,6 +292,18 @@ class TrialRecord:
         return self.attrs.get(LOSSLESS)
 
     @property
+    def levels(self) -> list[dict[str, Any]]:
+        """Per-level summaries (empty without load levels)."""
+        return self.attrs.get(LEVELS, [])
+
+    def level_tok_per_s(self) -> dict[int, float]:
+        return {int(x["level"]): float(x["tok_per_s"]) for x in self.levels}
+
+    @property
+    def slo_broken(self) -> list[str]:
+        return self.attrs.get(SLO_BROKEN, [])
+
+    @property
     def lossy(self) -> bool:
         """A lossless record that says the answers diverged where the baseline was confident."""
         return not (self.attrs.get(LOSSLESS) or {}).get("ok", True)
@@ -378,6 +396,12 @@ class TrialWriter:
 
     def lossless(self, record: dict[str, Any]) -> None:
         self._set(LOSSLESS, record)
+
+    def levels(self, summaries: list[dict[str, Any]]) -> None:
+        self._set(LEVELS, summaries)
+
+    def slo_broken(self, levels: list[str]) -> None:
+        self._set(SLO_BROKEN, levels)
 
 
 def enqueue_baseline(study: optuna.Study, cuda_graph: bool) -> None:

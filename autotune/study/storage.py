@@ -67,7 +67,16 @@ def _sqlite_pragmas(storage: optuna.storages.RDBStorage) -> None:
 
 def make_pruner(space: Space) -> BaselinePruner:
     p = space.pruning
-    return BaselinePruner(p.confidence, p.min_prompts, p.enabled, p.start_noise)
+    levels = space.benchmark.concurrency
+    return BaselinePruner(
+        p.confidence,
+        p.min_prompts,
+        p.enabled,
+        p.start_noise,
+        levels=levels,
+        weights=space.objective.weights_for(levels),
+        n_prompts=len(space.benchmark.prompts),
+    )
 
 
 def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -85,15 +94,16 @@ def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
 def space_digest(space: Space) -> str:
     """What must not change under a running study: the prompt set and its generation settings."""
     b = space.benchmark
-    blob = json.dumps(
-        {
-            "prompts": [[p.id, p.text] for p in b.prompts],
-            "max_tokens": b.max_tokens,
-            "temperature": b.temperature,
-            "backend": space.server.backend,
-        },
-        sort_keys=True,
-    )
+    fields: dict[str, Any] = {
+        "prompts": [[p.id, p.text] for p in b.prompts],
+        "max_tokens": b.max_tokens,
+        "temperature": b.temperature,
+        "backend": space.server.backend,
+    }
+    if b.concurrency != (1,):  # the load levels and their weights define the objective (absent: as before)
+        fields["concurrency"] = list(b.concurrency)
+        fields["weights"] = {str(c): w for c, w in space.objective.weights_for(b.concurrency).items()}
+    blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
