@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="export the recommended deployment")
     _add_common(e)
-    e.add_argument("--format", choices=("sglang", "command", "yaml", "json"), default="yaml")
+    e.add_argument("--format", choices=("sglang", "command", "yaml", "json", "vllm"), default="yaml")
 
     v = sub.add_parser("validate", help="static checks of the space and its drafter checkpoints (no server)")
     _add_common(v)
@@ -342,6 +342,21 @@ def cmd_export(ctx: Context) -> int:
     study = ctx.open_study(create=False)
     report = build_report(study)
     try:
+        if ctx.space.benchmark.loaded:  # a per-load-level schedule (autotune.schedule)
+            from autotune import records, schedule
+            from autotune.export import render_schedule
+
+            rec = (report.get("recommended") or {}).get("config")
+            levels = ctx.space.benchmark.concurrency
+            sched = schedule.build(
+                records.level_rows(study),
+                levels,
+                rec,
+                backend=ctx.space.server.backend,
+                min_gain=ctx.space.verdict.min_gain,
+            )
+            print(render_schedule(_deploy_space(ctx), ctx.backend, report, sched, ctx.args.format))
+            return EXIT_OK
         print(render(_deploy_space(ctx), ctx.backend, report, ctx.args.format))
     except ValueError as e:
         raise UserError(str(e)) from None

@@ -15,7 +15,7 @@ from autotune.config import TrialConfig
 from autotune.redact import redact_env
 from autotune.space import Space
 
-FORMATS = ("sglang", "command", "yaml", "json")
+FORMATS = ("sglang", "command", "yaml", "json", "vllm")
 
 
 def launch_argv(space: Space, backend: Backend, config: TrialConfig) -> list[str]:
@@ -69,10 +69,52 @@ def render(space: Space, backend: Backend, report: dict[str, Any], fmt: str) -> 
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
     b = bundle(space, backend, report)
-    if fmt in ("sglang", "command"):
+    if fmt in ("sglang", "command", "vllm"):
         env = b["launch"]["env"]
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
         return (prefix + " " if prefix else "") + b["launch"]["command"]
     if fmt == "json":
         return json.dumps(b, indent=2)
     return yaml.safe_dump(b, sort_keys=False)
+
+
+def render_schedule(
+    space: Space, backend: Backend, report: dict[str, Any], schedule_: dict[str, Any], fmt: str
+) -> str:
+    """A per-load-level schedule (``autotune.schedule``) in an engine's format: ``vllm`` the
+    ``--speculative-config`` JSON with ``num_speculative_tokens_per_batch_size``; ``sglang`` the launch command
+    with ``--speculative-adaptive`` and the adaptive config file's JSON; other formats add the schedule to the
+    bundle. Each starts with the schedule as a table (comment lines)."""
+    from autotune import schedule
+
+    table = "\n".join("# " + line for line in schedule.render_text(schedule_).splitlines())
+    static = schedule_["static"]
+    drafter = space.drafter(static["drafter"]) if static.get("drafter") else None
+    if fmt == "vllm":
+        if drafter is None:
+            return table + "\n# speculation loses at every level: launch without --speculative-config"
+        method = _method(space, drafter.name)
+        cfg = schedule.vllm_config(schedule_, method=method, model=drafter.path)
+        return table + "\n--speculative-config " + shlex.quote(json.dumps(cfg, sort_keys=True))
+    if fmt == "sglang":
+        cmd = render(space, backend, report, "sglang")
+        if drafter is None or not schedule_["on_up_to"]:
+            return table + "\n" + cmd
+        file_ = {**schedule.sglang_adaptive(schedule_)}
+        note = "# write the JSON below to adaptive.json (topk 1 only)"
+        return "\n".join(
+            [table, cmd + " --speculative-adaptive --speculative-adaptive-config adaptive.json", note, json.dumps(file_)]
+        )
+    b = bundle(space, backend, report)
+    b["schedule"] = schedule_
+    return json.dumps(b, indent=2) if fmt == "json" else yaml.safe_dump(b, sort_keys=False)
+
+
+def _method(space: Space, drafter: str) -> str:
+    """vLLM's method name for a drafter (eagle3 / eagle / draft_model)."""
+    if space.server.backend == "sglang":
+        from autotune.backends.sglang import resolved_algorithm
+
+        return resolved_algorithm(space, drafter).lower()
+    algo = space.drafter(drafter).algorithm
+    return algo.lower() if algo else "eagle3"

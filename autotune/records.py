@@ -637,3 +637,14 @@ def space_digest(study: optuna.Study) -> str | None:
 def study_labels(study: optuna.Study) -> tuple[Any, str]:
     """(simulated label or None, units) for reports."""
     return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
+
+
+def level_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """Measured speculative trials with load levels, as ``autotune.schedule.build`` reads them."""
+    out = []
+    for t in trials(study, (TrialState.COMPLETE,)):
+        r = TrialRecord(t)
+        if r.is_baseline or r.is_duplicate or not r.levels:
+            continue
+        out.append({"trial": t.number, "config": r.effective, "levels": r.levels, "lossy": r.lossy})
+    return out
