@@ -325,7 +325,10 @@ class BenchmarkClient:
     def _measure_once(self, index: int, prompt_text: str, max_tokens: int | None = None) -> PromptResult:
         path, body = self.backend.request(
             prompt_text,
-            max_tokens=self.max_tokens if max_tokens is None else int(max_tokens), temperature=self.temperature, api=self.api, model=self.model
+            max_tokens=self.max_tokens if max_tokens is None else int(max_tokens),
+            temperature=self.temperature,
+            api=self.api,
+            model=self.model,
         )
         before = self.metrics() if self.backend.acceptance_from_metrics_deltas else None
         s = _Stream()

@@ -78,9 +78,7 @@ def render(space: Space, backend: Backend, report: dict[str, Any], fmt: str) -> 
     return yaml.safe_dump(b, sort_keys=False)
 
 
-def render_schedule(
-    space: Space, backend: Backend, report: dict[str, Any], schedule_: dict[str, Any], fmt: str
-) -> str:
+def render_schedule(space: Space, backend: Backend, report: dict[str, Any], schedule_: dict[str, Any], fmt: str) -> str:
     """A per-load-level schedule (``autotune.schedule``) in an engine's format: ``vllm`` the
     ``--speculative-config`` JSON with ``num_speculative_tokens_per_batch_size``; ``sglang`` the launch command
     with ``--speculative-adaptive`` and the adaptive config file's JSON; other formats add the schedule to the
@@ -103,7 +101,12 @@ def render_schedule(
         file_ = {**schedule.sglang_adaptive(schedule_)}
         note = "# write the JSON below to adaptive.json (topk 1 only)"
         return "\n".join(
-            [table, cmd + " --speculative-adaptive --speculative-adaptive-config adaptive.json", note, json.dumps(file_)]
+            [
+                table,
+                cmd + " --speculative-adaptive --speculative-adaptive-config adaptive.json",
+                note,
+                json.dumps(file_),
+            ]
         )
     b = bundle(space, backend, report)
     b["schedule"] = schedule_

@@ -28,8 +28,8 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
 | ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
-| ``levels`` | each load level | with ``benchmark.concurrency`` beyond [1]: ``LevelResult.summary()`` of each level measured so far, plus ``speedup`` (over the baseline's same level) and ``slo_broken`` (the limits it breaks) |
-| ``slo_broken`` | end | the levels (as strings) whose latency limits (``objective.slo``) this config breaks; constraint ``slo`` = their number |
+| ``levels`` | each level | with load levels: ``LevelResult.summary()`` per level so far, ``speedup``, ``slo_broken`` |
+| ``slo_broken`` | end | levels (strings) breaking ``objective.slo``; constraint ``slo`` = their number |
 
 Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units`` (set when
 the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation`` (``ConfirmationState``).

@@ -87,6 +87,20 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
                 + (" - left the race: clearly slower than the leader" if cf.get("dropped") else "")
                 + "\n"
             )
+    load = report.get("load")
+    if load:
+        w(f"per level (trial {load['trial']}, search measurement):\n")
+        w("  streams     tok/s  speedup  per-stream  ITL p50/p99 ms   TTFT p50/p99 ms  accept  failed\n")
+        for x in load["levels"]:
+            slo = "  SLO broken: " + "; ".join(x["slo_broken"]) if x.get("slo_broken") else ""
+            w(
+                f"  {x['level']:>7} {_fmt(x.get('tok_per_s')):>9} {_fmt(x.get('speedup'), '.2f'):>8} "
+                f"{_fmt(x.get('stream_tok_per_s')):>11} "
+                f"{_fmt(x.get('itl_p50_ms')):>6}/{_fmt(x.get('itl_p99_ms')):<7} "
+                f"{_fmt(x.get('ttft_p50_ms')):>8}/{_fmt(x.get('ttft_p99_ms')):<8} "
+                f"{_fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}\n"
+            )
+        w(f"  {load['text']}\n")
     for e in report.get("exclusions", []):
         w(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}\n")
     w(f"verdict: {report['verdict']} ({report.get('verdict_rests_on', report['verdict_basis'])})\n")

@@ -45,7 +45,30 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "lossless_summary": lossless.summary_line(r.lossless) if r.lossless else None,
         "log_path": r.log_path,
         "argv": r.argv,
+        "levels": r.levels,  # with load levels: each level's figures (LevelResult.summary + speedup, slo_broken)
+        "slo_broken": r.slo_broken,
     }
+
+
+def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None) -> dict[str, Any] | None:
+    """With load levels: the best trial's per-level figures and the per-level verdict ("speculation wins up to 64
+    streams, loses from 256"), from its search measurement; None without levels."""
+    by = {r["number"]: r for r in rows}
+    row = by.get(best.get("trial")) if best else None
+    if not row or not row.get("levels"):
+        return None
+    levels = row["levels"]
+    wins = [x["level"] for x in levels if (x.get("speedup") or 0) > 1.0 and not x.get("slo_broken")]
+    loses = [x["level"] for x in levels if x["level"] not in wins]
+    if not loses:
+        text = f"speculation wins at every level (up to {levels[-1]['level']} streams)"
+    elif not wins:
+        text = "speculation loses at every level"
+    else:
+        first_loss = min(loses)
+        up = [c for c in wins if c < first_loss]
+        text = (f"speculation wins up to {max(up)} streams, " if up else "speculation ") + f"loses from {first_loss}"
+    return {"trial": row["number"], "levels": levels, "text": text}
 
 
 def _mean(xs: list[Any]) -> float | None:
@@ -117,6 +140,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "lossless": _lossless_summary(rows, records.lossless_floor(study)),
         "recommended": recommend(study, v, best),
         "flags": _flags(rows),
+        "load": _load(rows, best),
         "comparisons": "every speculative trial is paired with the baseline measured under the same CUDA-graph "
         "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
         "fastest baseline (what would be deployed without speculation)",

@@ -56,7 +56,15 @@ def build(
             out.append({"level": c, "draft": 0, "trial": None, "config": None, "speedup": best[0] if best else None})
             continue
         s, r = best
-        out.append({"level": c, "draft": int(r["config"].get(knob) or 0), "trial": r.get("trial"), "config": dict(r["config"]), "speedup": s})
+        out.append(
+            {
+                "level": c,
+                "draft": int(r["config"].get(knob) or 0),
+                "trial": r.get("trial"),
+                "config": dict(r["config"]),
+                "speedup": s,
+            }
+        )
     on = [x["level"] for x in out if x["draft"] > 0]
     static_out = {k: static.get(k) for k in ("drafter", "cuda_graph", *STATIC_KNOBS) if static.get(k) is not None}
     return {"static": static_out, "draft_knob": knob, "levels": out, "on_up_to": max(on) if on else None}

@@ -144,7 +144,9 @@ class Finished:
     end_ms: float
 
 
-def closed_loop(batcher: Batcher, submit: Callable[[int], Seq | None], n: int, streams: int) -> tuple[list[Finished], float]:
+def closed_loop(
+    batcher: Batcher, submit: Callable[[int], Seq | None], n: int, streams: int
+) -> tuple[list[Finished], float]:
     """``streams`` clients at once, each sending its next request the moment its last one ended, until ``n``
     were sent (``submit(i)`` makes request ``i``; None: it failed at once and the client sends the next).
     Returns the finished requests in the order they ended and the hardware ms from the first send to the end."""

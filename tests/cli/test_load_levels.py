@@ -1,0 +1,88 @@
+"""Load levels through the CLI: a study of the shipped load space on the in-process simulator, its per-level
+report, the schedule exported in vLLM's and SGLang's formats, and bad load settings refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from .helpers import REPO, autotune, report
+
+
+def test_load_study_reports_levels_and_exports_schedules(tmp_path):
+    studies = tmp_path / "studies"
+    space = REPO / "spaces" / "llama-8b-load.yaml"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "16", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    assert "per level" in r.stdout and "streams" in r.stdout
+    rep = report(space, studies)
+    load = rep["load"]
+    assert [x["level"] for x in load["levels"]] == [1, 8, 32, 64, 256]
+    for x in load["levels"]:
+        assert {
+            "tok_per_s",
+            "stream_tok_per_s",
+            "itl_p50_ms",
+            "itl_p99_ms",
+            "ttft_p50_ms",
+            "ttft_p99_ms",
+            "accept_length",
+            "failed",
+            "speedup",
+        } <= set(x)
+    sp = [x["speedup"] for x in load["levels"]]
+    assert sp[0] > 1.5 and sp[-1] < 1.0 and sp == sorted(sp, reverse=True)
+    assert "loses from 256" in load["text"]
+    # aggregate tok/s grows with load even where speculation stops paying
+    tps = [x["tok_per_s"] for x in load["levels"]]
+    assert tps == sorted(tps)
+
+    v = autotune("export", str(space), "--simulate", "--format", "vllm", "--studies-dir", str(studies))
+    assert v.returncode == 0, v.stderr
+    flag_line = [ln for ln in v.stdout.splitlines() if ln.startswith("--speculative-config")][0]
+    cfg = json.loads(shlex.split(flag_line)[1])
+    assert set(cfg) == {"method", "model", "num_speculative_tokens", "num_speculative_tokens_per_batch_size"}
+    ranges = cfg["num_speculative_tokens_per_batch_size"]
+    assert ranges[0][0] == 1 and ranges[-1][1] == 256 and ranges[-1][2] == 0  # off at 256 streams
+    ks = [k for _, _, k in ranges]
+    assert ks == sorted(ks, reverse=True) and ks[0] >= 1
+    assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+    s = autotune("export", str(space), "--simulate", "--format", "sglang", "--studies-dir", str(studies))
+    assert s.returncode == 0, s.stderr
+    lines = [ln for ln in s.stdout.splitlines() if not ln.startswith("#")]
+    argv = shlex.split(lines[0].split(" ", 1)[1])  # after CUDA_VISIBLE_DEVICES=0
+    assert "--speculative-adaptive" in argv
+    assert argv[argv.index("--max-running-requests") + 1] == "256"
+    adaptive = json.loads(lines[-1])
+    assert (
+        adaptive["candidate_steps"] == sorted(set(adaptive["candidate_steps"])) and adaptive["candidate_steps"][0] >= 1
+    )
+
+
+def _write(tmp_path, text: str):
+    src = (REPO / "spaces" / "llama-8b-load.yaml").read_text()
+    p = tmp_path / "load.yaml"
+    p.write_text(src.replace("  concurrency: [1, 8, 32, 64, 256]\n", text))
+    return p
+
+
+def test_bad_load_settings_are_refused_before_anything_runs(tmp_path):
+    p = _write(tmp_path, "  concurrency: [8, 32]\n")
+    r = autotune("validate", str(p), "--simulate")
+    assert r.returncode == 2 and "benchmark.concurrency" in r.stderr and "starting with 1" in r.stderr
+    assert "Traceback" not in r.stderr
+    p = _write(tmp_path, "  concurrency: [1, 32, 8]\n")
+    r = autotune("validate", str(p), "--simulate")
+    assert r.returncode == 2 and "increasing order" in r.stderr
+    src = (REPO / "spaces" / "llama-8b-load.yaml").read_text()
+    p = tmp_path / "small.yaml"
+    p.write_text(
+        src.replace("extra_args: [--dtype, bfloat16]", 'extra_args: [--dtype, bfloat16, --max-running-requests, "48"]')
+    )
+    r = autotune("validate", str(p), "--simulate")
+    assert r.returncode == 2 and "--max-running-requests 48 does not cover the highest load level 256" in r.stderr
+    p = tmp_path / "weights.yaml"
+    p.write_text(src.replace("weights: {1: 0.1,", "weights: {2: 0.5, 1: 0.1,"))
+    r = autotune("validate", str(p), "--simulate")
+    assert r.returncode == 2 and "objective.weights" in r.stderr and "level 2" in r.stderr
