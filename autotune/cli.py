@@ -348,8 +348,9 @@ def cmd_export(ctx: Context) -> int:
 
             rec = (report.get("recommended") or {}).get("config")
             levels = ctx.space.benchmark.concurrency
+            rows = records.confirmed_level_rows(study) or records.level_rows(study)
             sched = schedule.build(
-                records.level_rows(study),
+                rows,
                 levels,
                 rec,
                 backend=ctx.space.server.backend,

@@ -153,6 +153,10 @@ class ConfirmationState(TypedDict, total=False):
     rests_on: str  # what the verdict rests on, in words
     note: str
     done: bool
+    # with load levels (``autotune.study.levels``)
+    level_results: dict[str, dict[str, Any]]  # per candidate: {level: interval against the same-round baseline}
+    level_verdicts: list[dict[str, Any]]  # per level: the best candidate, its interval and the level's verdict
+    level_text: str  # "speculation wins up to 8 streams, loses from 32"
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -647,4 +651,25 @@ def level_rows(study: optuna.Study) -> list[dict[str, Any]]:
         if r.is_baseline or r.is_duplicate or not r.levels:
             continue
         out.append({"trial": t.number, "config": r.effective, "levels": r.levels, "lossy": r.lossy})
+    return out
+
+
+def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """The confirmed candidates' per-level speedups (interval points) as ``autotune.schedule.build`` reads them;
+    [] without a per-level confirmation. Latency limits broken in the search still count."""
+    conf = confirmation(study) or {}
+    per = conf.get("level_results") or {}
+    out = []
+    for number, ivs in per.items():
+        t = next((x for x in trials(study) if x.number == int(number)), None)
+        if t is None:
+            continue
+        r = TrialRecord(t)
+        broken = {int(x["level"]): x.get("slo_broken") for x in r.levels}
+        levels = [
+            {"level": int(c), "speedup": iv["point"], "slo_broken": broken.get(int(c)) or []}
+            for c, iv in ivs.items()
+            if iv
+        ]
+        out.append({"trial": t.number, "config": r.effective, "levels": levels, "lossy": r.lossy})
     return out

@@ -100,7 +100,13 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
                 f"{_fmt(x.get('ttft_p50_ms')):>8}/{_fmt(x.get('ttft_p99_ms')):<8} "
                 f"{_fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}\n"
             )
-        w(f"  {load['text']}\n")
+        w(f"  {load['text']} (search)\n")
+        for v in load.get("confirmed") or []:
+            ci = v.get("speedup_ci")
+            iv = f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "-"
+            w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
+        if load.get("confirmed_text"):
+            w(f"  per level: {load['confirmed_text']}\n")
     for e in report.get("exclusions", []):
         w(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}\n")
     w(f"verdict: {report['verdict']} ({report.get('verdict_rests_on', report['verdict_basis'])})\n")

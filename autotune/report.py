@@ -27,6 +27,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "number": t.number,
         "state": t.state.name,
         "role": r.role,
+        "seeded": r.seeded,
         "params": dict(t.params),
         "config": r.shown_config,
         "tok_per_s": t.value if t.state == TrialState.COMPLETE else None,
@@ -50,9 +51,10 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
     }
 
 
-def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None) -> dict[str, Any] | None:
-    """With load levels: the best trial's per-level figures and the per-level verdict ("speculation wins up to 64
-    streams, loses from 256"), from its search measurement; None without levels."""
+def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[str, Any]) -> dict[str, Any] | None:
+    """With load levels: the best trial's per-level figures with the per-level verdict of its search measurement
+    ("speculation wins up to 64 streams, loses from 256"), and confirmation's per-level winners and verdicts
+    (``confirmed``, ``confirmed_text``); None without levels."""
     by = {r["number"]: r for r in rows}
     row = by.get(best.get("trial")) if best else None
     if not row or not row.get("levels"):
@@ -68,7 +70,13 @@ def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None) -> dict[str, 
         first_loss = min(loses)
         up = [c for c in wins if c < first_loss]
         text = (f"speculation wins up to {max(up)} streams, " if up else "speculation ") + f"loses from {first_loss}"
-    return {"trial": row["number"], "levels": levels, "text": text}
+    return {
+        "trial": row["number"],
+        "levels": levels,
+        "text": text,
+        "confirmed": conf.get("level_verdicts"),
+        "confirmed_text": conf.get("level_text"),
+    }
 
 
 def _mean(xs: list[Any]) -> float | None:
@@ -140,7 +148,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "lossless": _lossless_summary(rows, records.lossless_floor(study)),
         "recommended": recommend(study, v, best),
         "flags": _flags(rows),
-        "load": _load(rows, best),
+        "load": _load(rows, best, conf),
         "comparisons": "every speculative trial is paired with the baseline measured under the same CUDA-graph "
         "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
         "fastest baseline (what would be deployed without speculation)",

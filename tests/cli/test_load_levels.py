@@ -33,6 +33,16 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     sp = [x["speedup"] for x in load["levels"]]
     assert sp[0] > 1.5 and sp[-1] < 1.0 and sp == sorted(sp, reverse=True)
     assert "loses from 256" in load["text"]
+    # confirmation gives an interval per level; the winner of each level is among the candidates
+    conf = load["confirmed"]
+    assert [v["level"] for v in conf] == [1, 8, 32, 64, 256]
+    assert conf[0]["verdict"] == "speculation-wins" and conf[-1]["verdict"] == "baseline-wins"
+    assert all(v["speedup_ci"]["low"] <= v["speedup_ci"]["point"] <= v["speedup_ci"]["high"] for v in conf)
+    assert load["confirmed_text"].startswith("speculation wins up to") and "loses from 256" in load["confirmed_text"]
+    # the best config's draft-length ladder was measured after the search
+    ladder = [t for t in rep["trials"] if t.get("seeded") == "ladder"]
+    assert ladder and len({t["config"]["drafter"] for t in ladder}) == 1
+    assert len({t["config"]["num_steps"] for t in ladder}) == len(ladder)
     # aggregate tok/s grows with load even where speculation stops paying
     tps = [x["tok_per_s"] for x in load["levels"]]
     assert tps == sorted(tps)
@@ -45,7 +55,7 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     ranges = cfg["num_speculative_tokens_per_batch_size"]
     assert ranges[0][0] == 1 and ranges[-1][1] == 256 and ranges[-1][2] == 0  # off at 256 streams
     ks = [k for _, _, k in ranges]
-    assert ks == sorted(ks, reverse=True) and ks[0] >= 1
+    assert ks == sorted(ks, reverse=True) and ks[0] > ks[-2] >= 1  # the draft length falls with load, then off
     assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
 
     s = autotune("export", str(space), "--simulate", "--format", "sglang", "--studies-dir", str(studies))
