@@ -142,9 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             h = "-"
             if level in args.http_levels:
                 h = f"{http(scenario, drafter, cg, level, cc, args.time_scale):.3f}x (scale {args.time_scale:g})"
-            lines.append(
-                f"| {scenario} | {level} | {r['base']:.0f} | {_short(bc)} | {bs:.3f}x | {_short(cc)} | {cs:.3f}x | {h} |"
-            )
+            cells = [scenario, str(level), f"{r['base']:.0f}", _short(bc), f"{bs:.3f}x", _short(cc), f"{cs:.3f}x", h]
+            lines.append("| " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
     table = "\n".join(lines)
     if not args.no_write:
