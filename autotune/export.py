@@ -81,8 +81,9 @@ def render(space: Space, backend: Backend, report: dict[str, Any], fmt: str) -> 
 def render_schedule(space: Space, backend: Backend, report: dict[str, Any], schedule_: dict[str, Any], fmt: str) -> str:
     """A per-load-level schedule (``autotune.schedule``) in an engine's format: ``vllm`` the
     ``--speculative-config`` JSON with ``num_speculative_tokens_per_batch_size``; ``sglang`` the launch command
-    with ``--speculative-adaptive`` and the adaptive config file's JSON; other formats add the schedule to the
-    bundle. Each starts with the schedule as a table (comment lines)."""
+    with ``--speculative-adaptive`` and the adaptive config file's JSON; ``command`` the recommended static
+    config's command (engines without schedules: llama.cpp); ``yaml``/``json`` add the schedule to the bundle.
+    The text formats start with the schedule as a table (comment lines)."""
     from autotune import schedule
 
     table = "\n".join("# " + line for line in schedule.render_text(schedule_).splitlines())
@@ -108,6 +109,8 @@ def render_schedule(space: Space, backend: Backend, report: dict[str, Any], sche
                 json.dumps(file_),
             ]
         )
+    if fmt == "command":  # an engine without schedules (llama.cpp): the recommended static config
+        return table + "\n" + render(space, backend, report, "command")
     b = bundle(space, backend, report)
     b["schedule"] = schedule_
     return json.dumps(b, indent=2) if fmt == "json" else yaml.safe_dump(b, sort_keys=False)

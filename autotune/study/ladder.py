@@ -22,6 +22,23 @@ from autotune.study import search as _search
 from autotune.study.context import StudyContext
 
 SEEDED_LADDER = "ladder"
+#: at most this many rungs, spread evenly on a log scale over the range (the ends always in)
+MAX_RUNGS = 6
+
+
+def rungs(values: list[int], most: int = MAX_RUNGS) -> list[int]:
+    """``values`` (sorted), thinned to ``most`` spread evenly on a log scale, the smallest and largest kept."""
+    values = sorted(set(values))
+    if len(values) <= most:
+        return values
+    import math
+
+    lo, hi = math.log(max(values[0], 1)), math.log(max(values[-1], 1))
+    picks = {values[0], values[-1]}
+    for i in range(1, most - 1):
+        target = math.exp(lo + (hi - lo) * i / (most - 1))
+        picks.add(min(values, key=lambda v: (abs(v - target), v)))
+    return sorted(picks)
 
 
 def ladder_configs(ctx: StudyContext) -> list[TrialConfig]:
@@ -44,7 +61,7 @@ def ladder_configs(ctx: StudyContext) -> list[TrialConfig]:
         return []
     keys = {TrialRecord(t).config_key for t in records.trials(ctx.study)}
     out = []
-    for v in values:
+    for v in rungs(values):
         changes = {knob: v}
         if space.server.backend == "sglang" and best.knob("topk") == 1:
             changes["num_draft_tokens"] = v + 1  # a chain: SGLang verifies steps + 1 tokens
