@@ -435,6 +435,9 @@ def cmd_bench(ctx: Context) -> int:
         "summary": summary,
         "prompts": [r.to_dict() for r in m.results],
     }
+    if m.levels:  # load levels: each level's figures and the objective
+        out["levels"] = [lv.summary() for lv in m.levels]
+        out["objective_tok_per_s"] = m.tok_per_s
     if ctx.args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
@@ -444,6 +447,12 @@ def cmd_bench(ctx: Context) -> int:
             f"{summary['seconds']:.1f} s{'' if acc is None else f', accept length {acc:.2f}'})"
             + (" [simulated]" if ctx.simulated else "")
         )
+        if m.levels:
+            from autotune.live import level_line
+
+            for d in out["levels"]:
+                print("  " + level_line(None, d).split(" ", 1)[1])
+            print(f"  objective (weighted geometric mean over the levels): {m.tok_per_s:.1f} tok/s")
     return EXIT_OK
 
 

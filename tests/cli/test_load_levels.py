@@ -96,3 +96,38 @@ def test_bad_load_settings_are_refused_before_anything_runs(tmp_path):
     p.write_text(src.replace("weights: {1: 0.1,", "weights: {2: 0.5, 1: 0.1,"))
     r = autotune("validate", str(p), "--simulate")
     assert r.returncode == 2 and "objective.weights" in r.stderr and "level 2" in r.stderr
+
+
+def test_a_level_breaking_the_latency_limit_counts_as_lost(tmp_path):
+    """objective.slo: a level whose p99 inter-token latency is above the limit makes the Optuna constraint 'slo'
+    positive (the sampler ranks the config after feasible ones) and the schedule never runs a config there."""
+    import optuna
+
+    src = (REPO / "spaces" / "llama-8b-load.yaml").read_text()
+    p = tmp_path / "slo.yaml"
+    p.write_text(src.replace("slo: {itl_p99_ms: 60, ttft_p99_ms: 4000}", "slo: {itl_p99_ms: 7}"))
+    studies = tmp_path / "studies"
+    r = autotune("study", str(p), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    rep = report(p, studies)
+    spec = [t for t in rep["trials"] if t["role"] == "speculative" and t["state"] == "COMPLETE"]
+    assert spec
+    for t in spec:
+        broken = {x["level"] for x in t["levels"] if x["slo_broken"]}
+        assert broken == {int(c) for c in t["slo_broken"]}
+        assert {x["level"] for x in t["levels"] if x["itl_p99_ms"] > 7} == broken
+    assert any(t["slo_broken"] for t in spec)
+    study = optuna.load_study(study_name="llama31-8b-load-sim", storage=f"sqlite:///{studies}/llama31-8b-load-sim.db")
+    for t in study.get_trials():
+        row = next(x for x in rep["trials"] if x["number"] == t.number)
+        if row["slo_broken"]:
+            assert t.constraints.get("slo") == float(len(row["slo_broken"]))
+    j = autotune("export", str(p), "--simulate", "--format", "json", "--studies-dir", str(studies))
+    assert j.returncode == 0, j.stderr
+    levels = json.loads(j.stdout)["schedule"]["levels"]
+    by_number = {t["number"]: t for t in rep["trials"]}
+    for x in levels:  # a config runs at no level where it broke the limit
+        if x["draft"]:
+            lv = next(y for y in by_number[x["trial"]]["levels"] if y["level"] == x["level"])
+            assert not lv["slo_broken"] and lv["itl_p99_ms"] <= 7
+    assert any(x["draft"] == 0 for x in levels)
