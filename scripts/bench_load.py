@@ -44,6 +44,7 @@ from autotune.config import LevelResult, TrialConfig  # noqa: E402
 from autotune.errors import LaunchError  # noqa: E402
 from autotune.report import build_report  # noqa: E402
 from autotune.sim import ModelRunner, simulated_space  # noqa: E402
+from autotune.sim.scenario import SCENARIO_DIR, ScenarioLoader, read_scenario, scenario_loader  # noqa: E402
 from autotune.space import Space, load_space  # noqa: E402
 from autotune.study import Orchestrator, open_study  # noqa: E402
 
@@ -52,7 +53,12 @@ SCENARIOS = {
         "scripts/bench_scenarios/llama-load.space.yaml",
         "Llama-3.1-8B H100 + EAGLE-3, levels 1-256: the gain shrinks with load, the best chain shortens, off at 256",
     ),
+    "moe-load": (
+        "scripts/bench_scenarios/moe-load.space.yaml",
+        "gpt-oss-120B-like MoE H100 + EAGLE-3: a modest gain kept under load, the best draft shortens",
+    ),
 }
+BENCH_DIR = Path(__file__).resolve().parent / "bench_scenarios"
 OBJECTIVE_WITHIN = 0.02
 LEVEL_WITHIN = 0.03
 FALSE_PRUNE_ABOVE = 1.02
@@ -63,8 +69,17 @@ def quiet() -> None:
     warnings.filterwarnings("ignore")
 
 
+def scenarios() -> ScenarioLoader:
+    """The shipped scenarios plus scripts/bench_scenarios/*.scenario.yaml (stand-ins resolve there first)."""
+    extra = {}
+    for path in sorted(BENCH_DIR.glob("*.scenario.yaml")):
+        sc = read_scenario(str(path), dirs=[str(BENCH_DIR), SCENARIO_DIR])
+        extra[sc.name] = sc
+    return scenario_loader(extra)
+
+
 def load(name: str) -> Space:
-    return simulated_space(load_space(ROOT / SCENARIOS[name][0]))
+    return simulated_space(load_space(ROOT / SCENARIOS[name][0]), scenarios=scenarios())
 
 
 def no_noise(space: Space) -> Space:
@@ -95,7 +110,7 @@ def ground_truth(name: str) -> dict[str, Any]:
     space = no_noise(load(name))
     levels = space.benchmark.concurrency
     weights = space.objective.weights_for(levels)
-    runner = ModelRunner(space, SGLangBackend(), VirtualClock(), seed=0)
+    runner = ModelRunner(space, SGLangBackend(), VirtualClock(), seed=0, scenarios=scenarios())
     per: dict[str, dict[int, float]] = {}
     for cfg in points(space):
         try:
@@ -122,7 +137,7 @@ def run_grid(name: str, truth: dict[str, Any]) -> dict[str, Any]:
     quiet()
     space = load(name)
     clock = VirtualClock()
-    runner = ModelRunner(space, SGLangBackend(), clock, seed=0)
+    runner = ModelRunner(space, SGLangBackend(), clock, seed=0, scenarios=scenarios())
     levels = space.benchmark.concurrency
     best: dict[int, tuple[float, str]] = {}
     starts = 0
@@ -144,7 +159,7 @@ def run_tuner(name: str, seed: int, truth: dict[str, Any]) -> dict[str, Any]:
     space = load(name)
     backend = SGLangBackend()
     clock = VirtualClock()
-    runner = ModelRunner(space, backend, clock, seed=seed)
+    runner = ModelRunner(space, backend, clock, seed=seed, scenarios=scenarios())
     study = open_study(space, optuna.storages.InMemoryStorage(), f"bench-{name}-{seed}", seed=seed, simulated=True)
     orch = Orchestrator(space, backend, runner, study, clock=clock)
     orch.search(space.budget.n_trials)
@@ -157,7 +172,7 @@ def run_tuner(name: str, seed: int, truth: dict[str, Any]) -> dict[str, Any]:
     rows = records.confirmed_level_rows(study) or records.level_rows(study)
     sched = schedule.build(rows, levels, rec, backend="sglang", min_gain=space.verdict.min_gain)
     per = truth["per_level"]
-    base_key = TrialConfig.baseline(True).key()
+    base_key = TrialConfig.baseline(True).key()  # the bench spaces search graphs on only
     # the schedule: at each level the config it runs there (the baseline where it is off)
     schedule_regret = {}
     for x in sched["levels"]:

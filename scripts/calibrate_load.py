@@ -18,11 +18,13 @@ import argparse
 import socket
 import sys
 import tempfile
+from pathlib import Path
 
 from autotune.backends.sglang import SGLangBackend
 from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
 from autotune.sim import FIELD_REPORT_PROMPTS, ModelRunner, simulated_space
+from autotune.sim.scenario import SCENARIO_DIR, ScenarioLoader, read_scenario, scenario_loader
 from autotune.space import BenchmarkSpec, DrafterSpec, Prompt, SearchSpec, ServerSpec, SimulateSpec, Space
 
 BEGIN = "<!-- load-calibration:begin (scripts/calibrate_load.py writes this table) -->"
@@ -31,7 +33,19 @@ LEVELS = (1, 8, 32, 64, 128, 256)
 SCENARIOS = {
     "llama31-8b-h100": ("eagle3-llama31-8b", True),
     "kimi-k25-rtxpro6000": ("custom-10k", True),
+    "bench-moe-load-h100": ("eagle3-a3b", True),  # scripts/bench_scenarios/ (in-process only: not shipped)
 }
+BENCH_DIR = Path(__file__).resolve().parent / "bench_scenarios"
+
+
+def scenarios() -> ScenarioLoader:
+    extra = {}
+    for path in sorted(BENCH_DIR.glob("*.scenario.yaml")):
+        sc = read_scenario(str(path), dirs=[str(BENCH_DIR), SCENARIO_DIR])
+        extra[sc.name] = sc
+    return scenario_loader(extra)
+
+
 TREES = ((5, 8, 32), (6, 8, 64), (3, 4, 16))
 
 
@@ -54,7 +68,7 @@ def _space(scenario: str, drafter: str, level: int, *, port: int = 30000, scale:
         ),
         simulate=SimulateSpec(scenario=scenario, time_scale=scale, seed=0),
     )
-    return simulated_space(space)
+    return simulated_space(space, scenarios=scenarios())
 
 
 def configs(drafter: str, cuda_graph: bool) -> list[TrialConfig]:
@@ -69,7 +83,7 @@ def _short(c: TrialConfig) -> str:
 
 def in_process(scenario: str, drafter: str, cuda_graph: bool, level: int) -> dict:
     space = _space(scenario, drafter, level)
-    runner = ModelRunner(space, SGLangBackend(), VirtualClock(), seed=0)
+    runner = ModelRunner(space, SGLangBackend(), VirtualClock(), seed=0, scenarios=scenarios())
 
     def tps(cfg: TrialConfig) -> float:
         s = runner.launch(cfg)
@@ -140,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             r = in_process(scenario, drafter, cg, level)
             (bs, bc), (cs, cc) = r["best"], r["chain"]
             h = "-"
-            if level in args.http_levels:
+            if level in args.http_levels and not scenario.startswith("bench-"):
                 h = f"{http(scenario, drafter, cg, level, cc, args.time_scale):.3f}x (scale {args.time_scale:g})"
             cells = [scenario, str(level), f"{r['base']:.0f}", _short(bc), f"{bs:.3f}x", _short(cc), f"{cs:.3f}x", h]
             lines.append("| " + " | ".join(cells) + " |")

@@ -310,6 +310,7 @@ class Hardware:
     t_kv: float = 0.0  # KV-cache read per context token of every sequence beyond the first
     t_dtok: float = 0.0  # draft model: ms per extra sequence x topk per draft step
     t_seq: float = 0.0  # speculative bookkeeping (sampling, tree masks, accept) per extra sequence
+    xi_batch: float | None = None  # how much another sequence's token adds to the experts read (None: xi)
 
     @property
     def t_target(self) -> float:
@@ -339,14 +340,17 @@ def t_cycle(hw: Hardware, shape: SpecShape | None) -> float:
 
 def t_verify_batch(hw: Hardware, batch: int, n: int, context: float) -> float:
     """One target forward over ``batch`` sequences of ``n`` tokens each (``n`` = 1 without speculation), with
-    ``context`` tokens of KV cache per sequence on average. Memory-bound (weights, experts, KV reads) until
+    ``context`` tokens of KV cache per sequence on average. Experts are read as by ``(1 + xi_batch (batch - 1)) *
+    (1 + xi (n - 1))`` independent tokens. Memory-bound (weights, experts, KV reads) until
     the compute of ``batch * n`` tokens (``t_flop`` each) exceeds it; ``t_tok`` per token on top. At ``batch`` 1
     it is ``t_verify(hw, n)`` (``t_target`` for ``n`` = 1)."""
     tokens = batch * n
     moe = 1.0
     if hw.f_exp > 0 and hw.experts > 0 and hw.active > 0:
         frac = hw.active / hw.experts
-        n_eff = 1.0 + hw.xi * (tokens - 1)
+        # a sequence's verified tokens route alike (xi); other sequences' tokens add xi_batch of one each
+        xi_b = hw.xi if hw.xi_batch is None else hw.xi_batch
+        n_eff = (1.0 + xi_b * (batch - 1)) * (1.0 + hw.xi * (n - 1))
         moe = (1.0 - (1.0 - frac) ** n_eff) / frac
     memory = hw.t_w * ((1.0 - hw.f_exp) + hw.f_exp * moe) + hw.t_kv * (batch - 1) * context
     compute = hw.t_flop * tokens
