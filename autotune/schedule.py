@@ -3,7 +3,7 @@ use, and that schedule in each engine's own format. Pure (plain dicts in, plain 
 
 The static part (drafter, CUDA graphs, topk) is the recommended config's; at each level the draft length is the
 best measured config sharing that static part (highest speedup over the baseline's same level, within the latency
-limits there). A level where none clears ``1 + min_gain`` turns speculation off there and at every level above
+limits there; within 1% of it, the shortest draft). A level where none clears ``1 + min_gain`` turns speculation off there and at every level above
 it (the gain shrinks with load).
 """
 
@@ -15,6 +15,9 @@ from typing import Any
 
 #: the knob that is the draft length, per backend (SGLang: draft steps; llama.cpp: the longest draft)
 DRAFT_KNOB = {"sglang": "num_steps", "vllm": "num_speculative_tokens", "llamacpp": "draft_n_max"}
+#: at a level, configs within this share of the best speedup count as tied; the shortest draft among them is taken
+#: (vLLM PR #49163's rule: ties within 1% go to the smaller K)
+TIE = 0.01
 #: knobs that stay fixed across levels (besides drafter and CUDA graphs)
 STATIC_KNOBS = ("topk", "spec_type", "method")
 
@@ -44,13 +47,11 @@ def build(
     out: list[dict[str, Any]] = []
     off = False
     for c in levels:
-        best = None
-        for r in same:
-            s = _speedup(r, c)
-            if s is None or _broken(r, c):
-                continue
-            if best is None or s > best[0]:
-                best = (s, r)
+        scored = [(s, r) for r in same if (s := _speedup(r, c)) is not None and not _broken(r, c)]
+        best = max(scored, key=lambda x: x[0], default=None)
+        if best is not None:  # ties within TIE go to the shorter draft (less compute, safer as load grows)
+            close = [x for x in scored if x[0] >= best[0] * (1.0 - TIE)]
+            best = min(close, key=lambda x: (int(x[1]["config"].get(knob) or 0), -x[0]))
         if off or best is None or best[0] < 1.0 + min_gain:
             off = True
             out.append({"level": c, "draft": 0, "trial": None, "config": None, "speedup": best[0] if best else None})

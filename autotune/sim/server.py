@@ -138,6 +138,14 @@ class _Scheduler:
         return t, group
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:  # a broken scheduler is a crashed server, never a silent hang
+            log.error("Scheduler hit an exception: %s: %s", type(e).__name__, e)
+            logging.shutdown()
+            os._exit(1)
+
+    def _loop(self) -> None:
         t: float | None = None
         while True:
             with self.cond:

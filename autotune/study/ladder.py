@@ -1,15 +1,20 @@
-"""With load levels, after the search: the draft-length ladder of the best config, so each level's winner is
-measured, not left to the sampler's luck.
+"""With load levels, after the search: each level's likely winner and the draft-length ladder of the best config,
+so each level's winner is measured, not left to the sampler's luck (it ranks by the objective).
+
+Per level a surrogate of that level's log tok/s picks the unmeasured grid point it ranks highest (``level_picks``).
 
 The best measured speculative config's static part (drafter, CUDA graphs, topk) is kept and its draft length
 (``autotune.schedule.DRAFT_KNOB``: SGLang's steps, llama.cpp's longest draft) goes through every value of its
 range in the space that the server accepts; configs already measured are not launched again (a resumed study
-measures only the rest). These trials (user attr ``seeded=ladder``) go through the same objective and use the
+measures only the rest). These trials (user attr ``seeded`` ``level`` or ``ladder``) go through the same objective and use the
 budget like any other; the per-level confirmation then races each level's winner.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from optuna.trial import TrialState
 
 from autotune import records
@@ -20,8 +25,11 @@ from autotune.schedule import DRAFT_KNOB
 from autotune.space import Choices, IntRange
 from autotune.study import search as _search
 from autotune.study.context import StudyContext
+from autotune.surrogate import Encoding, Surrogate
 
 SEEDED_LADDER = "ladder"
+#: user attr ``seeded`` of a level's surrogate pick
+SEEDED_LEVEL = "level"
 #: at most this many rungs, spread evenly on a log scale over the range (the ends always in)
 MAX_RUNGS = 6
 
@@ -31,8 +39,6 @@ def rungs(values: list[int], most: int = MAX_RUNGS) -> list[int]:
     values = sorted(set(values))
     if len(values) <= most:
         return values
-    import math
-
     lo, hi = math.log(max(values[0], 1)), math.log(max(values[-1], 1))
     picks = {values[0], values[-1]}
     for i in range(1, most - 1):
@@ -75,11 +81,52 @@ def ladder_configs(ctx: StudyContext) -> list[TrialConfig]:
     return out
 
 
+def level_picks(ctx: StudyContext) -> list[TrialConfig]:
+    """Per load level, the unmeasured grid point a surrogate of that level's log tok/s ranks highest (posterior mean
+    + ``REFINE_KAPPA`` sd), when it could beat the level's best measurement: the search ranks by the objective, so a
+    config that wins only at one level (a deep tree at one stream) would otherwise never be measured. Levels where
+    every measured config clearly loses to the baseline (best speedup below 0.9) get none."""
+    space = ctx.space
+    grid = ctx.grid
+    if not space.benchmark.loaded or grid is None:
+        return []
+    done = [t for t in records.trials(ctx.study, (TrialState.COMPLETE,)) if records.is_measured_speculative(t)]
+    keys = {TrialRecord(t).config_key for t in records.trials(ctx.study)}
+    floor = max(space.pruning.start_noise / math.sqrt(2), 0.005)
+    picks: list[TrialConfig] = []
+    for c in space.benchmark.concurrency:
+        obs = []
+        best_speedup = 0.0
+        for t in done:
+            r = TrialRecord(t)
+            x = next((x for x in r.levels if int(x["level"]) == c), None)
+            if x is None or not x.get("tok_per_s") or r.lossy or x.get("slo_broken"):
+                continue
+            obs.append((r.effective_config(), math.log(float(x["tok_per_s"]))))
+            best_speedup = max(best_speedup, float(x.get("speedup") or 0.0))
+        if len({cfg.key() for cfg, _ in obs}) < _search.MIN_SURROGATE_POINTS or best_speedup < 0.9:
+            continue
+        model = Surrogate(Encoding.from_configs(grid + [cfg for cfg, _ in obs]), obs, noise_floor=floor)
+        pool = [g for g in grid if g.key() not in keys]
+        if not pool:
+            continue
+        mean, sd = model.predict(pool)
+        ucb = mean + _search.REFINE_KAPPA * sd
+        i = int(np.argmax(ucb))
+        if ucb[i] > max(v for _, v in obs):
+            keys.add(pool[i].key())
+            picks.append(pool[i])
+    return picks
+
+
 def run(ctx: StudyContext, objective: _search.Objective, *, deadline: float | None = None) -> int:
-    """Measure the ladder's unmeasured rungs; returns how many were queued."""
-    configs = ladder_configs(ctx)
-    for cfg in configs:
-        records.enqueue_speculative(ctx.study, ctx.backend.params(cfg, ctx.space), seeded=SEEDED_LADDER)
+    """Measure each level's surrogate pick and the ladder's unmeasured rungs; returns how many were queued."""
+    picks = level_picks(ctx)
+    taken = {c.key() for c in picks}
+    rungs_ = [c for c in ladder_configs(ctx) if c.key() not in taken]
+    configs = picks + rungs_
+    for cfg, seeded in [*((c, SEEDED_LEVEL) for c in picks), *((c, SEEDED_LADDER) for c in rungs_)]:
+        records.enqueue_speculative(ctx.study, ctx.backend.params(cfg, ctx.space), seeded=seeded)
     if configs:
         target = _search.counted_trials(ctx) + len(configs)
         cap = len(records.trials(ctx.study)) + 2 * len(configs) + 4

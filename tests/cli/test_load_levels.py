@@ -17,7 +17,7 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     assert "per level" in r.stdout and "streams" in r.stdout
     rep = report(space, studies)
     load = rep["load"]
-    assert [x["level"] for x in load["levels"]] == [1, 8, 32, 64, 256]
+    assert [x["level"] for x in load["levels"]] == [1, 8, 32, 64, 128, 256]
     for x in load["levels"]:
         assert {
             "tok_per_s",
@@ -35,14 +35,16 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     assert "loses from 256" in load["text"]
     # confirmation gives an interval per level; the winner of each level is among the candidates
     conf = load["confirmed"]
-    assert [v["level"] for v in conf] == [1, 8, 32, 64, 256]
+    assert [v["level"] for v in conf] == [1, 8, 32, 64, 128, 256]
     assert conf[0]["verdict"] == "speculation-wins" and conf[-1]["verdict"] == "baseline-wins"
     assert all(v["speedup_ci"]["low"] <= v["speedup_ci"]["point"] <= v["speedup_ci"]["high"] for v in conf)
     assert load["confirmed_text"].startswith("speculation wins up to") and "loses from 256" in load["confirmed_text"]
     # the best config's draft-length ladder was measured after the search
     ladder = [t for t in rep["trials"] if t.get("seeded") == "ladder"]
-    assert ladder and len({t["config"]["drafter"] for t in ladder}) == 1
+    assert ladder and len({(t["config"]["drafter"], t["config"]["topk"]) for t in ladder}) == 1
     assert len({t["config"]["num_steps"] for t in ladder}) == len(ladder)
+    # and, per level, the config a surrogate of that level ranked highest
+    assert any(t.get("seeded") == "level" for t in rep["trials"])
     # aggregate tok/s grows with load even where speculation stops paying
     tps = [x["tok_per_s"] for x in load["levels"]]
     assert tps == sorted(tps)
@@ -73,7 +75,7 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
 def _write(tmp_path, text: str):
     src = (REPO / "spaces" / "llama-8b-load.yaml").read_text()
     p = tmp_path / "load.yaml"
-    p.write_text(src.replace("  concurrency: [1, 8, 32, 64, 256]\n", text))
+    p.write_text(src.replace("  concurrency: [1, 8, 32, 64, 128, 256]\n", text))
     return p
 
 
