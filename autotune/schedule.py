@@ -3,8 +3,8 @@ use, and that schedule in each engine's own format. Pure (plain dicts in, plain 
 
 The static part (drafter, CUDA graphs, topk) is the recommended config's; at each level the draft length is the
 best measured config sharing that static part (highest speedup over the baseline's same level, within the latency
-limits there; within 1% of it, the shortest draft). A level where none clears ``1 + min_gain`` turns speculation off there and at every level above
-it (the gain shrinks with load).
+limits there; within 1% of it, the shortest draft). A level where none clears ``1 + min_gain`` turns speculation
+off there and at every level above it (the gain shrinks with load).
 """
 
 from __future__ import annotations

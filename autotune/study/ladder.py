@@ -6,8 +6,8 @@ Per level a surrogate of that level's log tok/s picks the unmeasured grid point 
 The best measured speculative config's static part (drafter, CUDA graphs, topk) is kept and its draft length
 (``autotune.schedule.DRAFT_KNOB``: SGLang's steps, llama.cpp's longest draft) goes through every value of its
 range in the space that the server accepts; configs already measured are not launched again (a resumed study
-measures only the rest). These trials (user attr ``seeded`` ``level`` or ``ladder``) go through the same objective and use the
-budget like any other; the per-level confirmation then races each level's winner.
+measures only the rest). These trials (user attr ``seeded``: ``level`` or ``ladder``) go through the same
+objective and use the budget like any other; the per-level confirmation then races each level's winner.
 """
 
 from __future__ import annotations
