@@ -30,6 +30,8 @@ from autotune.sim.engine import Generation, SimEngine
 
 #: rounds due within this many wall-clock seconds of each other are streamed as one chunk
 COALESCE_S = 0.002
+#: running requests up to which the coalescing window is COALESCE_S; above, it grows in proportion
+COALESCE_BATCH = 8
 #: longest wall wait for the scheduler's next tokens before a stream gives up (a bound, never reached normally)
 STREAM_WAIT_S = 3600.0
 
@@ -85,8 +87,9 @@ class _Scheduler:
     Steps are chained deadline after deadline (a late wake-up does not shift the next step), starting at the
     arrival of the request that ends an idle spell; each step's requests get their tokens when it ends. Decode
     steps due within ``COALESCE_S`` wall of each other are delivered together at the last one's time (at high
-    time scales per-chunk Python overhead would otherwise make streams fall behind); a prefill step is always
-    delivered on its own, and requests arriving meanwhile join at the next step."""
+    time scales per-chunk Python overhead would otherwise make streams fall behind; with more than
+    ``COALESCE_BATCH`` requests running the window grows in proportion, as each step writes a chunk per request);
+    a prefill step is always delivered on its own, and requests arriving meanwhile join at the next step."""
 
     def __init__(self, engine: SimEngine, decode_log: _DecodeLog) -> None:
         self.batcher = engine.batcher()
@@ -121,12 +124,14 @@ class _Scheduler:
         the next group); a prefill step, or requests waiting, end the group."""
         group: list[Step] = []
         first_end = None
+        # a wider window for big batches: every step writes one chunk per running request
+        window = COALESCE_S * max(1.0, len(self.batcher.running) / COALESCE_BATCH)
         while True:
             step, self._pending = (self._pending, None) if self._pending is not None else (self.batcher.step(), None)
             if step is None:
                 break
             end = t + step.ms / 1000.0 / self.scale
-            if first_end is not None and (step.prefill or end - first_end > COALESCE_S):
+            if first_end is not None and (step.prefill or end - first_end > window):
                 self._pending = step
                 break
             t = end
