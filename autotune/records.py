@@ -32,7 +32,8 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``slo_broken`` | end | levels (strings) breaking ``objective.slo``; constraint ``slo`` = their number |
 
 Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units`` (set when
-the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation`` (``ConfirmationState``).
+the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation`` (``ConfirmationState``),
+``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search).
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ PROMPT_IDS = "prompt_ids"
 UNITS = "units"
 LOSSLESS_FLOOR = "lossless_floor"
 CONFIRMATION = "confirmation"
+LEVEL_PHASE = "level_phase"
 
 # fmt: off
 TRIAL_KEYS = (
@@ -107,7 +109,9 @@ TRIAL_KEYS = (
     SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE,
     LOSSLESS, LEVELS, SLO_BROKEN,
 )
-STUDY_KEYS = (SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION)
+STUDY_KEYS = (
+    SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, LEVEL_PHASE,
+)
 # fmt: on
 
 #: what a duplicate copies from the trial it duplicates
@@ -598,6 +602,15 @@ def lossless_floor(study: optuna.Study) -> list[dict[str, Any]]:
 
 def set_lossless_floor(study: optuna.Study, floor: list[dict[str, Any]]) -> None:
     study.set_user_attr(LOSSLESS_FLOOR, floor)
+
+
+def level_phase(study: optuna.Study) -> dict[str, Any]:
+    """With load levels: how far the phase after the search got (``rounds`` of per-level picks, ``ladder`` done)."""
+    return dict(study.user_attrs.get(LEVEL_PHASE) or {})
+
+
+def set_level_phase(study: optuna.Study, state: dict[str, Any]) -> None:
+    study.set_user_attr(LEVEL_PHASE, state)
 
 
 def confirmation(study: optuna.Study) -> ConfirmationState | None:

@@ -30,6 +30,9 @@ from autotune.surrogate import Encoding, Surrogate
 SEEDED_LADDER = "ladder"
 #: user attr ``seeded`` of a level's surrogate pick
 SEEDED_LEVEL = "level"
+#: rounds of per-level picks (each refits on the last round's measurements; a level gets none once its surrogate's
+#: best upper bound no longer beats its best measurement)
+LEVEL_ROUNDS = 2
 #: at most this many rungs, spread evenly on a log scale over the range (the ends always in)
 MAX_RUNGS = 6
 
@@ -121,11 +124,26 @@ def level_picks(ctx: StudyContext) -> list[TrialConfig]:
 
 def run(ctx: StudyContext, objective: _search.Objective, *, deadline: float | None = None) -> int:
     """Measure each level's surrogate pick and the ladder's unmeasured rungs; returns how many were queued."""
-    picks = level_picks(ctx)
-    taken = {c.key() for c in picks}
-    rungs_ = [c for c in ladder_configs(ctx) if c.key() not in taken]
-    configs = picks + rungs_
-    for cfg, seeded in [*((c, SEEDED_LEVEL) for c in picks), *((c, SEEDED_LADDER) for c in rungs_)]:
+    n = 0
+    done = records.level_phase(ctx.study)  # a resumed study does not start the phase over
+    for r in range(int(done.get("rounds", 0)), LEVEL_ROUNDS):  # each round refits on the last one's measurements
+        picks = level_picks(ctx)
+        if picks:
+            n += _measure(ctx, objective, picks, SEEDED_LEVEL, deadline)
+        done = {**done, "rounds": r + 1}
+        records.set_level_phase(ctx.study, done)
+        if not picks:
+            break
+    if not done.get("ladder"):
+        n += _measure(ctx, objective, ladder_configs(ctx), SEEDED_LADDER, deadline)
+        records.set_level_phase(ctx.study, {**done, "rounds": LEVEL_ROUNDS, "ladder": True})
+    return n
+
+
+def _measure(
+    ctx: StudyContext, objective: _search.Objective, configs: list[TrialConfig], seeded: str, deadline: float | None
+) -> int:
+    for cfg in configs:
         records.enqueue_speculative(ctx.study, ctx.backend.params(cfg, ctx.space), seeded=seeded)
     if configs:
         target = _search.counted_trials(ctx) + len(configs)

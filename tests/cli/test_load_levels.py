@@ -49,6 +49,13 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     tps = [x["tok_per_s"] for x in load["levels"]]
     assert tps == sorted(tps)
 
+    # re-running the finished study measures nothing new (the phase after the search is recorded)
+    again = autotune(
+        "study", str(space), "--simulate", "--in-process", "--n-trials", "16", "--studies-dir", str(studies)
+    )
+    assert again.returncode == 0, again.stderr
+    assert len(report(space, studies)["trials"]) == len(rep["trials"])
+
     v = autotune("export", str(space), "--simulate", "--format", "vllm", "--studies-dir", str(studies))
     assert v.returncode == 0, v.stderr
     flag_line = [ln for ln in v.stdout.splitlines() if ln.startswith("--speculative-config")][0]
