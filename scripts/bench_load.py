@@ -184,8 +184,9 @@ def run_tuner(name: str, seed: int, truth: dict[str, Any]) -> dict[str, Any]:
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     for v in state.get("level_verdicts") or []:
         c = int(v["level"])
-        key = base_key
-        if v["trial"] is not None and v["verdict"] != "baseline-wins":
+        key = base_key  # where the best candidate's point estimate is not above 1, the baseline is the winner
+        ci = v.get("speedup_ci") or {}
+        if v["trial"] is not None and v["verdict"] != "baseline-wins" and ci.get("point", 0.0) > 1.0:
             key = records.TrialRecord(by_number[int(v["trial"])]).effective_config().key()
         level_regret[c] = 1 - per[key][c] / truth["level_best"][c]
     trials = study.get_trials(deepcopy=False)
@@ -301,10 +302,14 @@ def main(argv: list[str] | None = None) -> int:
             "## Load levels (`scripts/bench_load.py`)\n\n"
             "The tuner with `benchmark.concurrency` against `bench_speculative.py`'s per-batch-size grid (one start "
             "per (level, config)), on the in-process simulator (virtual GPU time, continuous batching). "
-            f"{args.seeds} seeds. Raw rows: `docs/benchmarks-load.json`.\n\n"
+            f"{args.seeds} seeds per scenario. Raw rows: `docs/benchmarks-load.json`.\n\n"
         )
-        replace_section(out / "benchmarks.md", "load-levels", intro + "\n\n".join(sections))
-        (out / "benchmarks-load.json").write_text(json.dumps(raw, indent=1, default=str))
+        replace_section(out / "benchmarks.md", "load-levels", intro.rstrip())
+        for name, md in zip(args.scenarios, sections, strict=True):
+            replace_section(out / "benchmarks.md", f"load-levels-{name}", md)
+        path = out / "benchmarks-load.json"
+        old = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**old, **raw}, indent=1, default=str))
     return 0
 
 
