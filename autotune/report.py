@@ -57,6 +57,9 @@ def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[st
     (``confirmed``, ``confirmed_text``); None without levels."""
     by = {r["number"]: r for r in rows}
     row = by.get(best.get("trial")) if best else None
+    if row is None:  # nothing confirmed yet: the search's best measurement of the objective
+        spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE and r["levels"] and r["tok_per_s"]]
+        row = max(spec, key=lambda r: r["tok_per_s"], default=None)
     if not row or not row.get("levels"):
         return None
     levels = row["levels"]
