@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         default="yaml",
         help="sglang|command (launch command), yaml|json (server args and provenance), env (shell env file), "
-        "compose (docker-compose service), k8s (Kubernetes Deployment); default yaml",
+        "compose (docker-compose service), k8s (Kubernetes Deployment), vllm (with load levels: the "
+        "--speculative-config schedule); default yaml",
     )
     e.add_argument("--trial", type=int, help="export this trial's config instead of the recommended one")
     e.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
@@ -555,15 +556,32 @@ def cmd_export(ctx: Context) -> int:
     report = build_report(study)
     options = Options(image=args.image, gpus=args.gpus, name=args.name)
     try:
-        text = render(
-            _deploy_space(ctx),
-            ctx.backend,
-            report,
-            args.format,
-            trial=args.trial,
-            options=options,
-            read_space=ctx.run_space if ctx.simulated else None,
-        )
+        if ctx.space.benchmark.loaded and args.format in ("sglang", "command", "vllm", "yaml", "json"):
+            # a per-load-level schedule (autotune.schedule)
+            from autotune import records, schedule
+            from autotune.export import render_schedule
+
+            rec = (report.get("recommended") or {}).get("config")
+            levels = ctx.space.benchmark.concurrency
+            rows = records.confirmed_level_rows(study) or records.level_rows(study)
+            sched = schedule.build(
+                rows,
+                levels,
+                rec,
+                backend=ctx.space.server.backend,
+                min_gain=ctx.space.verdict.min_gain,
+            )
+            text = render_schedule(_deploy_space(ctx), ctx.backend, report, sched, args.format) + "\n"
+        else:
+            text = render(
+                _deploy_space(ctx),
+                ctx.backend,
+                report,
+                args.format,
+                trial=args.trial,
+                options=options,
+                read_space=ctx.run_space if ctx.simulated else None,
+            )
     except ValueError as e:
         raise UserError(str(e)) from None
     if args.output:
@@ -690,6 +708,9 @@ def cmd_bench(ctx: Context) -> int:
         "summary": summary,
         "prompts": [r.to_dict() for r in m.results],
     }
+    if m.levels:  # load levels: each level's figures and the objective
+        out["levels"] = [lv.summary() for lv in m.levels]
+        out["objective_tok_per_s"] = m.tok_per_s
     if ctx.args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
@@ -699,6 +720,12 @@ def cmd_bench(ctx: Context) -> int:
             f"{summary['seconds']:.1f} s{'' if acc is None else f', accept length {acc:.2f}'})"
             + (" [simulated]" if ctx.simulated else "")
         )
+        if m.levels:
+            from autotune.live import level_line
+
+            for d in out["levels"]:
+                print("  " + level_line(None, d).split(" ", 1)[1])
+            print(f"  objective (weighted geometric mean over the levels): {m.tok_per_s:.1f} tok/s")
     return EXIT_OK
 
 

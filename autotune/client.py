@@ -187,6 +187,7 @@ class BenchmarkClient:
         clock: Clock | None = None,
         chunk_parser: ChunkParser | None = None,
         transport: httpx.BaseTransport | None = None,
+        max_connections: int = 100,
     ) -> None:
         """``transport``: the seam to the network (default ``timed_transport``: real sockets, timed at the socket);
         a given transport is used as it is, and timed at the response iterator unless it carries ``_TimedStream``s."""
@@ -215,6 +216,8 @@ class BenchmarkClient:
             timeout=self._timeout,
             trust_env=False,
             transport=transport if transport is not None else timed_transport(self._now),
+            # every stream of a load level has its own connection, kept alive for the next request
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
 
     @classmethod
@@ -241,6 +244,7 @@ class BenchmarkClient:
             clock=clock,
             chunk_parser=backend.chunk_parser(space),
             transport=transport,
+            max_connections=max(100, max(b.concurrency) + 4),
         )
 
     def _now(self) -> float:
@@ -305,21 +309,26 @@ class BenchmarkClient:
 
     # -- measuring ----------------------------------------------------------------------------------
 
-    def measure(self, prompt_index: int, prompt_text: str) -> PromptResult:
-        """Stream one completion for ``prompt_text``; seconds are this clock's (wall) seconds."""
+    def measure(self, prompt_index: int, prompt_text: str, *, max_tokens: int | None = None) -> PromptResult:
+        """Stream one completion for ``prompt_text`` (``max_tokens``: the client's unless given); seconds are this
+        clock's (wall) seconds. Safe to call from several threads at once (a load level's streams)."""
         reasons: list[str] = []
         for attempt in range(self.retries + 1):
             if attempt:
                 self.clock.sleep(self.retry_delay_s * attempt)
             try:
-                return self._measure_once(prompt_index, prompt_text)
+                return self._measure_once(prompt_index, prompt_text, max_tokens)
             except _Retryable as e:
                 reasons.append(str(e))
         raise BenchmarkError(f"prompt {prompt_index}: failed after {len(reasons)} attempt(s): " + "; ".join(reasons))
 
-    def _measure_once(self, index: int, prompt_text: str) -> PromptResult:
+    def _measure_once(self, index: int, prompt_text: str, max_tokens: int | None = None) -> PromptResult:
         path, body = self.backend.request(
-            prompt_text, max_tokens=self.max_tokens, temperature=self.temperature, api=self.api, model=self.model
+            prompt_text,
+            max_tokens=self.max_tokens if max_tokens is None else int(max_tokens),
+            temperature=self.temperature,
+            api=self.api,
+            model=self.model,
         )
         before = self.metrics() if self.backend.acceptance_from_metrics_deltas else None
         s = _Stream()

@@ -194,3 +194,83 @@ def summarize(results: list[PromptResult]) -> dict[str, Any]:
         "per_prompt_tok_per_s": [r.tok_per_s for r in results],
         "accept_length": (sum(accepts) / len(accepts)) if accepts else None,
     }
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100, linear interpolation between order statistics); None without values."""
+    if not values:
+        return None
+    v = sorted(values)
+    pos = (len(v) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One load level of one server start: ``level`` streams at once over the prompt set (level 1: the prompts one
+    after another). ``requests`` in the order they were sent; ``seconds`` is the level's wall time in the measured
+    hardware's seconds (first request sent to last token; at level 1 the sum of the requests' times, as
+    ``summarize`` counts them); ``failed``: requests that failed after their retries."""
+
+    level: int
+    requests: tuple[PromptResult, ...]
+    seconds: float
+    failed: int = 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(r.completion_tokens for r in self.requests)
+
+    @property
+    def tok_per_s(self) -> float:
+        """Aggregate output tok/s: completion tokens over the level's wall time."""
+        return self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def per_prompt_tok_per_s(self) -> dict[int, float]:
+        """Per-stream tok/s of each prompt (the mean over its requests at this level)."""
+        by: dict[int, list[float]] = {}
+        for r in self.requests:
+            by.setdefault(r.index, []).append(r.tok_per_s)
+        return {i: sum(v) / len(v) for i, v in sorted(by.items())}
+
+    def summary(self) -> dict[str, Any]:
+        """The level's figures: aggregate and per-stream tok/s, inter-token latency (a request's time after its
+        first token over its tokens after the first) and TTFT at p50/p99 over the requests (ms), acceptance
+        length (mean over requests), requests and failures."""
+        itl = [
+            (r.seconds - r.ttft_s) / (r.completion_tokens - 1) * 1000.0
+            for r in self.requests
+            if r.ttft_s is not None and r.completion_tokens > 1
+        ]
+        ttft = [r.ttft_s * 1000.0 for r in self.requests if r.ttft_s is not None]
+        accepts = [r.accept_length for r in self.requests if r.accept_length is not None]
+        streams = [r.tok_per_s for r in self.requests]
+        return {
+            "level": self.level,
+            "requests": len(self.requests),
+            "failed": self.failed,
+            "completion_tokens": self.completion_tokens,
+            "seconds": self.seconds,
+            "tok_per_s": self.tok_per_s,
+            "stream_tok_per_s": sum(streams) / len(streams) if streams else 0.0,
+            "itl_p50_ms": _percentile(itl, 50),
+            "itl_p99_ms": _percentile(itl, 99),
+            "ttft_p50_ms": _percentile(ttft, 50),
+            "ttft_p99_ms": _percentile(ttft, 99),
+            "accept_length": sum(accepts) / len(accepts) if accepts else None,
+            "per_prompt_tok_per_s": {str(i): v for i, v in self.per_prompt_tok_per_s().items()},
+        }
+
+    @staticmethod
+    def sequential(results: list[PromptResult]) -> LevelResult:
+        """Level 1 from the prompts measured one after another."""
+        return LevelResult(1, tuple(results), sum(r.seconds for r in results))
+
+
+def level_requests(level: int, n_prompts: int) -> list[int]:
+    """The prompt indices a level sends, in order: the prompts cycled to max(prompts, 2 x level) requests."""
+    if n_prompts <= 0:
+        return []
+    return [i % n_prompts for i in range(max(n_prompts, 2 * int(level)))]

@@ -409,6 +409,7 @@ FORMATS: dict[str, Callable[[dict[str, Any], Options], str]] = {
     "env": fmt_env,
     "compose": fmt_compose,
     "k8s": fmt_k8s,
+    "vllm": fmt_command,  # without load levels: the launch command; with them, the schedule (render_schedule)
 }
 
 
@@ -456,3 +457,51 @@ def _checked(p: Any, where: str) -> dict[str, Any]:
     if missing:
         raise ValueError(f"{where}: the provenance lacks {', '.join(missing)} (exported by an older autotune?)")
     return p
+
+
+def render_schedule(space: Space, backend: Backend, report: dict[str, Any], schedule_: dict[str, Any], fmt: str) -> str:
+    """A per-load-level schedule (``autotune.schedule``) in an engine's format: ``vllm`` the
+    ``--speculative-config`` JSON with ``num_speculative_tokens_per_batch_size``; ``sglang`` the launch command
+    with ``--speculative-adaptive`` and the adaptive config file's JSON; ``command`` the recommended static
+    config's command (engines without schedules: llama.cpp); ``yaml``/``json`` add the schedule to the bundle.
+    The text formats start with the schedule as a table (comment lines)."""
+    from autotune import schedule
+
+    table = "\n".join("# " + line for line in schedule.render_text(schedule_).splitlines())
+    static = schedule_["static"]
+    drafter = space.drafter(static["drafter"]) if static.get("drafter") else None
+    if fmt == "vllm":
+        if drafter is None:
+            return table + "\n# speculation loses at every level: launch without --speculative-config"
+        method = _method(space, drafter.name)
+        cfg = schedule.vllm_config(schedule_, method=method, model=drafter.path)
+        return table + "\n--speculative-config " + shlex.quote(json.dumps(cfg, sort_keys=True))
+    if fmt == "sglang":
+        cmd = render(space, backend, report, "sglang")
+        if drafter is None or not schedule_["on_up_to"]:
+            return table + "\n" + cmd
+        file_ = {**schedule.sglang_adaptive(schedule_)}
+        note = "# write the JSON below to adaptive.json (topk 1 only)"
+        return "\n".join(
+            [
+                table,
+                cmd + " --speculative-adaptive --speculative-adaptive-config adaptive.json",
+                note,
+                json.dumps(file_),
+            ]
+        )
+    if fmt == "command":  # an engine without schedules (llama.cpp): the recommended static config
+        return table + "\n" + render(space, backend, report, "command")
+    b = bundle(space, backend, report)
+    b["schedule"] = schedule_
+    return json.dumps(b, indent=2) if fmt == "json" else yaml.safe_dump(b, sort_keys=False)
+
+
+def _method(space: Space, drafter: str) -> str:
+    """vLLM's method name for a drafter (eagle3 / eagle / draft_model)."""
+    if space.server.backend == "sglang":
+        from autotune.backends.sglang import resolved_algorithm
+
+        return resolved_algorithm(space, drafter).lower()
+    algo = space.drafter(drafter).algorithm
+    return algo.lower() if algo else "eagle3"

@@ -58,6 +58,12 @@ class LiveView:
             self.current["startup_s"] = d.get("startup_s")
         elif ev.kind == "prompt":
             self.current.update(prompt=d["index"] + 1, of=d["of"], last=d["tok_per_s"], acc=d.get("accept_length"))
+        elif ev.kind == "level":
+            self.current["level"] = d
+            line = level_line(ev.trial, d)
+            self.recent = (self.recent + [line])[-8:]
+            if self.live is None and not self.quiet:
+                self.console.print(line, highlight=False, markup=False)
         elif ev.kind == "trial-end":
             state = d["state"]
             self.counts[state] = self.counts.get(state, 0) + 1
@@ -107,6 +113,20 @@ class LiveView:
             if self.current.get("last") is not None:
                 cur.append(f"  last {self.current['last']:.1f} {unit}")
         return Group(head, t, cur, Text("\n".join(self.recent)))
+
+
+def level_line(trial: int | None, d: dict) -> str:
+    """One load level of a trial: aggregate tok/s, speedup over the baseline's level, p99 latencies, failures."""
+    line = f"#{trial} {d.get('level')} streams: {d.get('tok_per_s') or 0:.1f} tok/s"
+    if d.get("speedup") is not None:
+        line += f" x{d['speedup']:.2f}"
+    if d.get("itl_p99_ms") is not None:
+        line += f"  ITL p99 {d['itl_p99_ms']:.1f} ms"
+    if d.get("ttft_p99_ms") is not None:
+        line += f"  TTFT p99 {d['ttft_p99_ms']:.0f} ms"
+    if d.get("failed"):
+        line += f"  {d['failed']} failed"
+    return line
 
 
 def _describe(ev: Event) -> str:

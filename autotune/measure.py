@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.config import LaunchInfo, PromptResult, TrialConfig, summarize
+from autotune.config import LaunchInfo, LevelResult, PromptResult, TrialConfig, summarize
+from autotune.objective import weighted_value
 from autotune.runner import Runner, Session
 from autotune.space import Space
 
@@ -20,10 +21,16 @@ from autotune.space import Space
 OnPrompt = Callable[[int, PromptResult, list[PromptResult]], None]
 
 
+#: called after each load level beyond 1 with its result and the levels so far (itself included); may raise to stop
+OnLevel = Callable[[LevelResult, list[LevelResult]], None]
+
+
 @dataclass(frozen=True)
 class Measurement:
     info: LaunchInfo
     results: list[PromptResult]
+    levels: tuple[LevelResult, ...] = ()  # with load levels: every level (level 1 from ``results``)
+    weights: dict[int, float] | None = None
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -31,7 +38,30 @@ class Measurement:
 
     @property
     def tok_per_s(self) -> float:
+        """tok/s over the prompt set; with load levels the objective (``autotune.objective.weighted_value``)."""
+        if len(self.levels) > 1 and self.weights:
+            return weighted_value({lv.level: lv.tok_per_s for lv in self.levels}, self.weights)
         return self.summary["tok_per_s"]
+
+
+def run_levels(
+    session: Session, space: Space, results: list[PromptResult], *, on_level: OnLevel | None = None
+) -> list[LevelResult]:
+    """Level 1 from the prompts measured one after another (``results``), then each higher level of
+    ``benchmark.concurrency`` in order on the same server (its own warm-up first). A session without
+    ``run_level`` cannot measure load levels (TypeError)."""
+    levels = [LevelResult.sequential(results)]
+    for c in space.benchmark.concurrency:
+        if c <= 1:
+            continue
+        run_level = getattr(session, "run_level", None)
+        if run_level is None:
+            raise TypeError(f"{type(session).__name__} cannot measure load levels (no run_level)")
+        lv = run_level(c)
+        levels.append(lv)
+        if on_level is not None:
+            on_level(lv, levels)
+    return levels
 
 
 @contextlib.contextmanager
@@ -62,4 +92,8 @@ def measure_config(
     """Launch ``config``, warm up, measure every prompt of ``space``, stop the server."""
     with started(runner, config) as session:
         results = run_prompts(session, len(space.benchmark.prompts), on_prompt=on_prompt)
-        return Measurement(session.info, results)
+        if not space.benchmark.loaded:
+            return Measurement(session.info, results)
+        levels = run_levels(session, space, results)
+        weights = space.objective.weights_for(space.benchmark.concurrency)
+        return Measurement(session.info, results, tuple(levels), weights)

@@ -26,6 +26,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import objective
 from autotune.records import BASELINE_DRAFTER, PARAM_DRAFTER, TrialRecord, find_baseline, is_baseline_trial
 from autotune.stats import (
     PRIOR_SPREAD,
@@ -108,6 +109,9 @@ class BaselinePruner(BasePruner):
         leader: bool = True,
         leader_margin: float = 0.05,
         pooled: bool = True,
+        levels: tuple[int, ...] = (1,),
+        weights: dict[int, float] | None = None,
+        n_prompts: int = 0,
     ) -> None:
         if not 0 <= leader_margin < 1:
             raise ValueError(f"leader_margin must be in [0, 1) but got {leader_margin}")
@@ -124,6 +128,10 @@ class BaselinePruner(BasePruner):
         self.leader = leader
         self.leader_margin = leader_margin
         self.pooled = pooled
+        #: load levels (``autotune.objective``): with more than one, steps are prompts x levels
+        self.levels = tuple(levels)
+        self.weights = dict(weights or {})
+        self.n_prompts = int(n_prompts)
 
     def decide(self, study: optuna.Study, trial: FrozenTrial) -> PruneDecision | None:
         """The decision with its numbers (the baseline rule's, or the leader rule's when that one prunes), or
@@ -134,6 +142,17 @@ class BaselinePruner(BasePruner):
         baseline = find_baseline(study, r.cuda_graph)
         if baseline is None:
             return None
+        if len(self.levels) > 1 and self.n_prompts > 0:
+            return objective.prune_decision(
+                trial.intermediate_values,
+                baseline.intermediate_values,
+                levels=self.levels,
+                weights=self.weights,
+                n_prompts=self.n_prompts,
+                confidence=self.confidence,
+                min_prompts=self.min_prompts,
+                start_noise=self.start_noise,
+            )
         everything = study.get_trials(deepcopy=False)
         opts = {"confidence": self.confidence, "min_prompts": self.min_prompts, "start_noise": self.start_noise}
         spread = spread_vs_baselines(study, everything, trial.number) if self.pooled else None

@@ -30,6 +30,8 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
 | ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
+| ``levels`` | each level | with load levels: ``LevelResult.summary()`` per level so far, ``speedup``, ``slo_broken`` |
+| ``slo_broken`` | end | levels (strings) breaking ``objective.slo``; constraint ``slo`` = their number |
 
 A trial's evidence for review (server log, per-prompt results and figure as Optuna artifacts, a dashboard note) is
 not a user attr: ``autotune.evidence`` writes it as the system attrs Optuna and optuna-dashboard define.
@@ -37,7 +39,8 @@ not a user attr: ``autotune.evidence`` writes it as the system attrs Optuna and 
 Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units``, ``seed``
 (set when the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation``
 (``ConfirmationState``), ``worker_spec`` (what every worker must share: ``autotune.study.storage.worker_spec``),
-``n_trials`` (the budget the last ``autotune study`` set; ``autotune worker`` reads it).
+``n_trials`` (the budget the last ``autotune study`` set; ``autotune worker`` reads it),
+``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search).
 """
 
 from __future__ import annotations
@@ -96,6 +99,8 @@ SPEEDUP = "speedup"
 OUTPUTS = "outputs"
 REFERENCE = "reference"
 LOSSLESS = "lossless"
+LEVELS = "levels"
+SLO_BROKEN = "slo_broken"
 
 # study user attrs
 SPACE_DIGEST = "space_digest"
@@ -109,22 +114,23 @@ CONFIRMATION = "confirmation"
 SEED = "seed"
 WORKER_SPEC = "worker_spec"
 N_TRIALS = "n_trials"
+LEVEL_PHASE = "level_phase"
 
 # fmt: off
 TRIAL_KEYS = (
     ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, CLAIMED, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
     INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST,
     BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH,
-    SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS,
+    SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN,
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
-    N_TRIALS,
+    N_TRIALS, LEVEL_PHASE,
 )
 # fmt: on
 
 #: what a duplicate copies from the trial it duplicates
-COPIED_BY_DUPLICATES = (SPEEDUP, ACCEPT_LENGTH, PROMPTS, BASELINE_TRIAL, LOSSLESS, STARTUP_S)
+COPIED_BY_DUPLICATES = (SPEEDUP, ACCEPT_LENGTH, PROMPTS, BASELINE_TRIAL, LOSSLESS, STARTUP_S, LEVELS, SLO_BROKEN)
 
 # values, parameter and constraint names
 ROLE_BASELINE = "baseline"
@@ -138,6 +144,8 @@ PARAM_CUDA_GRAPH = "cuda_graph"
 BASELINE_DRAFTER = "none"
 #: the constraint (``trial.set_constraint``) that marks a trial infeasible (value 1.0; feasible is <= 0)
 CONSTRAINT_FEASIBLE = "feasible"
+#: the constraint that counts the load levels whose latency limits a config breaks (0: feasible)
+CONSTRAINT_SLO = "slo"
 #: log tail kept in a record (characters)
 LOG_TAIL_CHARS = 4000
 
@@ -165,6 +173,10 @@ class ConfirmationState(TypedDict, total=False):
     rests_on: str  # what the verdict rests on, in words
     note: str
     done: bool
+    # with load levels (``autotune.study.levels``)
+    level_results: dict[str, dict[str, Any]]  # per candidate: {level: interval against the same-round baseline}
+    level_verdicts: list[dict[str, Any]]  # per level: the best candidate, its interval and the level's verdict
+    level_text: str  # "speculation wins up to 8 streams, loses from 32"
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -315,6 +327,18 @@ class TrialRecord:
         return self.attrs.get(LOSSLESS)
 
     @property
+    def levels(self) -> list[dict[str, Any]]:
+        """Per-level summaries (empty without load levels)."""
+        return self.attrs.get(LEVELS, [])
+
+    def level_tok_per_s(self) -> dict[int, float]:
+        return {int(x["level"]): float(x["tok_per_s"]) for x in self.levels}
+
+    @property
+    def slo_broken(self) -> list[str]:
+        return self.attrs.get(SLO_BROKEN, [])
+
+    @property
     def lossy(self) -> bool:
         """A lossless record that says the answers diverged where the baseline was confident."""
         return not (self.attrs.get(LOSSLESS) or {}).get("ok", True)
@@ -414,6 +438,12 @@ class TrialWriter:
 
     def lossless(self, record: dict[str, Any]) -> None:
         self._set(LOSSLESS, record)
+
+    def levels(self, summaries: list[dict[str, Any]]) -> None:
+        self._set(LEVELS, summaries)
+
+    def slo_broken(self, levels: list[str]) -> None:
+        self._set(SLO_BROKEN, levels)
 
 
 def enqueue_baseline(study: optuna.Study, cuda_graph: bool) -> None:
@@ -651,6 +681,15 @@ def set_lossless_floor(study: optuna.Study, floor: list[dict[str, Any]]) -> None
     study.set_user_attr(LOSSLESS_FLOOR, floor)
 
 
+def level_phase(study: optuna.Study) -> dict[str, Any]:
+    """With load levels: how far the phase after the search got (``rounds`` of per-level picks, ``ladder`` done)."""
+    return dict(study.user_attrs.get(LEVEL_PHASE) or {})
+
+
+def set_level_phase(study: optuna.Study, state: dict[str, Any]) -> None:
+    study.set_user_attr(LEVEL_PHASE, state)
+
+
 def confirmation(study: optuna.Study) -> ConfirmationState | None:
     return study.user_attrs.get(CONFIRMATION)
 
@@ -725,3 +764,35 @@ def prompt_ids(study: optuna.Study) -> list[str]:
 def study_labels(study: optuna.Study) -> tuple[Any, str]:
     """(simulated label or None, units) for reports."""
     return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
+
+
+def level_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """Measured speculative trials with load levels, as ``autotune.schedule.build`` reads them."""
+    out = []
+    for t in trials(study, (TrialState.COMPLETE,)):
+        r = TrialRecord(t)
+        if r.is_baseline or r.is_duplicate or not r.levels:
+            continue
+        out.append({"trial": t.number, "config": r.effective, "levels": r.levels, "lossy": r.lossy})
+    return out
+
+
+def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """The confirmed candidates' per-level speedups (interval points) as ``autotune.schedule.build`` reads them;
+    [] without a per-level confirmation. Latency limits broken in the search still count."""
+    conf = confirmation(study) or {}
+    per = conf.get("level_results") or {}
+    out = []
+    for number, ivs in per.items():
+        t = next((x for x in trials(study) if x.number == int(number)), None)
+        if t is None:
+            continue
+        r = TrialRecord(t)
+        broken = {int(x["level"]): x.get("slo_broken") for x in r.levels}
+        levels = [
+            {"level": int(c), "speedup": iv["point"], "slo_broken": broken.get(int(c)) or []}
+            for c, iv in ivs.items()
+            if iv
+        ]
+        out.append({"trial": t.number, "config": r.effective, "levels": levels, "lossy": r.lossy})
+    return out

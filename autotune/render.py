@@ -99,6 +99,30 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
                 + f" ({ci['confidence']:.0%} CI, {ci['n']} paired repeats)"
                 + (" - left the race: clearly slower than the leader" if cf.get("dropped") else "")
             )
+    load = report.get("load")
+    if load:
+
+        def w(text: str) -> None:
+            line(text.rstrip("\n"))
+
+        w(f"per level (trial {load['trial']}, search measurement):\n")
+        w("  streams     tok/s  speedup  per-stream  ITL p50/p99 ms   TTFT p50/p99 ms  accept  failed\n")
+        for x in load["levels"]:
+            slo = "  SLO broken: " + "; ".join(x["slo_broken"]) if x.get("slo_broken") else ""
+            w(
+                f"  {x['level']:>7} {_fmt(x.get('tok_per_s')):>9} {_fmt(x.get('speedup'), '.2f'):>8} "
+                f"{_fmt(x.get('stream_tok_per_s')):>11} "
+                f"{_fmt(x.get('itl_p50_ms')):>6}/{_fmt(x.get('itl_p99_ms')):<7} "
+                f"{_fmt(x.get('ttft_p50_ms')):>8}/{_fmt(x.get('ttft_p99_ms')):<8} "
+                f"{_fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}\n"
+            )
+        w(f"  {load['text']} (search)\n")
+        for v in load.get("confirmed") or []:
+            ci = v.get("speedup_ci")
+            iv = f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "-"
+            w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
+        if load.get("confirmed_text"):
+            w(f"  per level: {load['confirmed_text']}\n")
     for e in report.get("exclusions", []):
         line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
     style = {"speculation-wins": "bold green", "baseline-wins": "bold", "inconclusive": "bold yellow"}

@@ -27,6 +27,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "number": t.number,
         "state": t.state.name,
         "role": r.role,
+        "seeded": r.seeded,
         "params": dict(t.params),
         "config": r.shown_config,
         "tok_per_s": t.value if t.state == TrialState.COMPLETE else None,
@@ -47,6 +48,39 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "lossless_summary": lossless.summary_line(r.lossless) if r.lossless else None,
         "log_path": r.log_path,
         "argv": r.argv,
+        "levels": r.levels,  # with load levels: each level's figures (LevelResult.summary + speedup, slo_broken)
+        "slo_broken": r.slo_broken,
+    }
+
+
+def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[str, Any]) -> dict[str, Any] | None:
+    """With load levels: the best trial's per-level figures with the per-level verdict of its search measurement
+    ("speculation wins up to 64 streams, loses from 256"), and confirmation's per-level winners and verdicts
+    (``confirmed``, ``confirmed_text``); None without levels."""
+    by = {r["number"]: r for r in rows}
+    row = by.get(best.get("trial")) if best else None
+    if row is None:  # nothing confirmed yet: the search's best measurement of the objective
+        spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE and r["levels"] and r["tok_per_s"]]
+        row = max(spec, key=lambda r: r["tok_per_s"], default=None)
+    if not row or not row.get("levels"):
+        return None
+    levels = row["levels"]
+    wins = [x["level"] for x in levels if (x.get("speedup") or 0) > 1.0 and not x.get("slo_broken")]
+    loses = [x["level"] for x in levels if x["level"] not in wins]
+    if not loses:
+        text = f"speculation wins at every level (up to {levels[-1]['level']} streams)"
+    elif not wins:
+        text = "speculation loses at every level"
+    else:
+        first_loss = min(loses)
+        up = [c for c in wins if c < first_loss]
+        text = (f"speculation wins up to {max(up)} streams, " if up else "speculation ") + f"loses from {first_loss}"
+    return {
+        "trial": row["number"],
+        "levels": levels,
+        "text": text,
+        "confirmed": conf.get("level_verdicts"),
+        "confirmed_text": conf.get("level_text"),
     }
 
 
@@ -126,6 +160,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "lossless": _lossless_summary(rows, records.lossless_floor(study)),
         "recommended": recommend(study, v, best),
         "flags": _flags(rows),
+        "load": _load(rows, best, conf),
         "comparisons": "every speculative trial is paired with the baseline measured under the same CUDA-graph "
         "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
         "fastest baseline (what would be deployed without speculation)",

@@ -132,6 +132,38 @@ class Backend(ABC):
     def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
         """The effective config the server would run. Raises InfeasibleConfig for configs it would reject."""
 
+    #: flags sized from the highest load level (``benchmark.concurrency``): each gets that level unless
+    #: ``server.extra_args`` gives it; a given value below the level is an error (``level_flag_problems``)
+    level_flags: tuple[str, ...] = ()
+
+    def level_args(self, space: Space) -> list[str]:
+        """``flag N`` for each of ``level_flags`` not in ``server.extra_args`` (N: the highest load level); []
+        without load levels, so single-stream launch commands stay as they were."""
+        if not space.benchmark.loaded:
+            return []
+        top = str(max(space.benchmark.concurrency))
+        out: list[str] = []
+        for flag in self.level_flags:
+            if flag_value(space.server.extra_args, flag) is None:
+                out += [flag, top]
+        return out
+
+    @classmethod
+    def level_flag_problems(cls, extra_args: tuple[str, ...], top: int) -> list[str]:
+        """Values in ``extra_args`` of ``level_flags`` that do not cover ``top`` streams at once."""
+        out = []
+        for flag in cls.level_flags:
+            v = flag_value(extra_args, flag)
+            if v is None:
+                continue
+            try:
+                ok = int(v) >= top
+            except ValueError:
+                ok = False
+            if not ok:
+                out.append(f"{flag} {v} does not cover the highest load level {top} (benchmark.concurrency)")
+        return out
+
     @abstractmethod
     def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
         """The launch command as an argv list (never a shell string). Pure: it never runs anything (``probe``)."""
@@ -468,3 +500,15 @@ __all__ = [
     "parse_prometheus",
     "series_key",
 ]
+
+
+def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
+    """The value given to ``flag`` in an argv list (``flag V`` or ``flag=V``; the last one wins), else None."""
+    value = None
+    items = [str(a) for a in args]
+    for i, a in enumerate(items):
+        if a == flag and i + 1 < len(items):
+            value = items[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1 :]
+    return value

@@ -461,10 +461,16 @@ class LlamaCppBackend(Backend):
 
     @staticmethod
     def context_size(space: Space) -> int:
-        """A context that fits the longest prompt plus ``max_tokens`` (each token covers at least one byte)."""
+        """A context that fits the longest prompt plus ``max_tokens`` (each token covers at least one byte) in
+        every slot: llama-server splits its context evenly between its ``-np`` slots."""
         longest = max((len(p.text.encode("utf-8")) for p in space.benchmark.prompts), default=0)
         need = longest + int(space.benchmark.max_tokens) + 64
-        return max(2048, -(-need // 256) * 256)
+        return max(2048, -(-need // 256) * 256) * LlamaCppBackend.slots(space)
+
+    @staticmethod
+    def slots(space: Space) -> int:
+        """Parallel slots: the highest load level (1 without levels)."""
+        return max(space.benchmark.concurrency)
 
     @staticmethod
     def threads() -> int:
@@ -489,7 +495,8 @@ class LlamaCppBackend(Backend):
         if not given("-t", "--threads"):
             argv += ["-t", str(self.threads())]
         if flags.get("parallel") and not given("-np", "--parallel"):
-            argv += [str(flags["parallel"]), "1"]  # one slot: the benchmark is single-stream
+            # one slot per stream of the highest load level (one without levels: the benchmark is single-stream)
+            argv += [str(flags["parallel"]), str(self.slots(space))]
         if flags.get("no_webui") and not given("--no-webui", "--no-ui", "--webui"):
             argv.append(str(flags["no_webui"]))
         if not eff.is_baseline:

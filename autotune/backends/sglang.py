@@ -213,6 +213,9 @@ class SGLangBackend(Backend):
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
     managed_flags = ("--speculative-*", "--port", "--host", "--model-path", "--model", "--disable-cuda-graph")
+    #: with load levels: every level's streams run at once (a speculative server defaults to 48) and stay
+    #: inside the captured CUDA graphs
+    level_flags = ("--max-running-requests", "--cuda-graph-max-bs")
     size_knob = "num_draft_tokens"
     parallel_size_flags = ("--tp-size", "--tp", "--tensor-parallel-size", "--pp-size", "--pipeline-parallel-size")
     display_name = "SGLang"
@@ -423,6 +426,7 @@ class SGLangBackend(Backend):
         if not eff.cuda_graph:
             argv += cuda_graph_off_flags(self.spelling_for(space))
         argv.append("--enable-metrics")
+        argv += self.level_args(space)
         argv += [str(a) for a in server.extra_args]
         return [str(a) for a in argv]
 

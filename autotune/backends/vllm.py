@@ -67,6 +67,8 @@ class VLLMBackend(Backend):
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
     managed_flags = ("--speculative-config", "--port", "--host")
+    #: with load levels: the scheduler admits every stream of the highest level at once
+    level_flags = ("--max-num-seqs",)
     size_knob = "num_speculative_tokens"
     parallel_size_flags = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp")
     display_name = "vLLM"
@@ -155,6 +157,7 @@ class VLLMBackend(Backend):
             argv += ["--speculative-config", json.dumps(self.speculative_config(eff, space), sort_keys=True)]
         if not eff.cuda_graph:
             argv.append("--enforce-eager")
+        argv += self.level_args(space)
         argv += [str(a) for a in server.extra_args]
         return [str(a) for a in argv]
 

@@ -7,11 +7,12 @@ It measures prompts with its ``BenchmarkClient`` (wall seconds times ``time_scal
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from autotune.client import BenchmarkClient
-from autotune.config import LaunchInfo, PromptResult, ReferenceOutput, TrialConfig
+from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, level_requests
 from autotune.errors import BenchmarkError, ServerDied
 from autotune.process.server import ServerProcess
 
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     from autotune.space import BenchmarkSpec
 
 _T = TypeVar("_T")
+
+#: max_tokens of a load level's warm-up requests
+LEVEL_WARMUP_TOKENS = 64
 
 
 class ProcessSession:
@@ -85,11 +89,13 @@ class ProcessSession:
     def _measure(self, index: int, text: str) -> PromptResult:
         return self._call(index, lambda: self._scaled(self.client.measure(index, text)))
 
-    def _call(self, index: int, request: Callable[[], _T]) -> _T:
-        """One request to the server; a failure of a server that has exited is ``ServerDied``."""
+    def _call(self, index: int, request: Callable[[], _T], *, track: bool = True) -> _T:
+        """One request to the server; a failure of a server that has exited is ``ServerDied``. ``track``: note
+        the server's descendants first (a load level's streams leave that to the level, once)."""
         if self.closed:
             raise BenchmarkError("the session is closed")
-        self.server.track()
+        if track:
+            self.server.track()
         try:
             return request()
         except BenchmarkError as e:
@@ -121,6 +127,78 @@ class ProcessSession:
 
     def run_prompt(self, index: int) -> PromptResult:
         return self._measure(index, self._prompt_text(index))
+
+    def run_level(self, level: int) -> LevelResult:
+        """``level`` streams at once, each sending its next request when its last one ended: first ``level``
+        warm-up requests (prompt 0, 64 tokens; none with ``warmup_requests`` 0), then the prompts cycled to
+        max(prompts, 2 x level) requests. Token counts from the server's usage; the level's time runs from the
+        first request sent to the last one's end (hardware seconds). A request that fails after its retries is
+        counted in ``failed``; a server that exits is ``ServerDied``."""
+        if level < 1:
+            raise ValueError(f"a load level must be at least 1 but got {level}")
+        if self.benchmark.warmup_requests > 0 and self.benchmark.prompts:
+            self._streams([0] * level, level, max_tokens=min(LEVEL_WARMUP_TOKENS, self.benchmark.max_tokens))
+        indices = level_requests(level, len(self.benchmark.prompts))
+        results, wall, failed = self._streams(indices, level)
+        return LevelResult(level, tuple(self._scaled(r) for r in results), wall * self.time_scale, failed)
+
+    def _streams(
+        self, indices: list[int], streams: int, *, max_tokens: int | None = None
+    ) -> tuple[list[PromptResult], float, int]:
+        prompts = self.benchmark.prompts
+        lock = threading.Lock()
+        out: list[PromptResult | None] = [None] * len(indices)
+        state = {"next": 0, "failed": 0, "end": 0.0}
+        died: list[BaseException] = []
+        clock = self.client.clock
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    k = state["next"]
+                    if k >= len(indices) or died:
+                        return
+                    state["next"] = k + 1
+                i = indices[k]
+                try:
+                    r = self._call(
+                        i, lambda i=i: self.client.measure(i, prompts[i].text, max_tokens=max_tokens), track=False
+                    )
+                except ServerDied as e:
+                    with lock:
+                        died.append(e)
+                    return
+                except BenchmarkError:
+                    with lock:
+                        state["failed"] += 1
+                    continue
+                now = clock.now()
+                with lock:
+                    out[k] = r
+                    state["end"] = max(state["end"], now)
+
+        self.server.track()
+        t0 = clock.now()
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(streams, len(indices)))]
+        for th in threads:
+            th.start()
+        # a bound on the whole level: every request's own limit, one after another per stream, plus retries
+        per_stream = -(-len(indices) // max(len(threads), 1))
+        limit = (self.client.request_timeout_s + 5.0) * per_stream * (self.client.retries + 1)
+        try:
+            for th in threads:
+                th.join(max(limit - (clock.now() - t0), 0.0))
+        except KeyboardInterrupt:
+            self.close()
+            raise
+        if any(th.is_alive() for th in threads):
+            raise BenchmarkError(f"a load level of {streams} streams did not finish within {limit:.0f} s")
+        if died:
+            raise died[0]
+        results = [r for r in out if r is not None]
+        if not results:
+            raise BenchmarkError(f"every request of the load level of {streams} streams failed")
+        return results, max(state["end"] - t0, 0.0), int(state["failed"])
 
     def reference(self, index: int, top_n: int) -> ReferenceOutput | None:
         text = self._prompt_text(index)

@@ -42,6 +42,8 @@ _VALUE_FLAGS = {
     "--host": "host",
     "--port": "port",
     "--served-model-name": "served_model_name",
+    "--max-running-requests": "max_running_requests",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs",
     "--scenario": "scenario",
     "--time-scale": "time_scale",
     "--seed": "seed",
@@ -65,6 +67,8 @@ _INT_FIELDS = (
     "port",
     "seed",
     "launch_index",
+    "max_running_requests",
+    "cuda_graph_max_bs",
 )
 
 
@@ -170,6 +174,8 @@ class ResolvedArgs:
     port: int = 30000
     enable_metrics: bool = False
     served_model_name: str | None = None
+    max_running_requests: int | None = None  # None: SGLang's default (48 for a speculative server)
+    cuda_graph_max_bs: int | None = None  # None: the simulator's default (autotune.sim.batch.DEFAULT_GRAPH_MAX_BS)
     log: list[str] = field(default_factory=list)  # lines printed while parsing (warnings, ignored flags)
 
     @property
@@ -215,8 +221,24 @@ class ResolvedArgs:
             "cuda_graph_backend_decode": "disabled" if not self.cuda_graph else self.cuda_graph_backend_decode,
             "enable_metrics": self.enable_metrics,
             "decode_log_interval": 40,
-            "max_running_requests": 48 if self.speculative else None,
+            "max_running_requests": self.effective_max_running,
+            "cuda_graph_max_bs": self.effective_graph_max_bs if self.cuda_graph else None,
         }
+
+    @property
+    def effective_max_running(self) -> int | None:
+        """The concurrent requests the server runs: the flag, else 48 for a speculative server (SGLang's default)."""
+        from autotune.sim.batch import SPECULATIVE_MAX_RUNNING
+
+        if self.max_running_requests is not None:
+            return self.max_running_requests
+        return SPECULATIVE_MAX_RUNNING if self.speculative else None
+
+    @property
+    def effective_graph_max_bs(self) -> int:
+        from autotune.sim.batch import DEFAULT_GRAPH_MAX_BS
+
+        return self.cuda_graph_max_bs if self.cuda_graph_max_bs is not None else DEFAULT_GRAPH_MAX_BS
 
 
 def _split(argv: list[str]) -> tuple[dict[str, Any], list[str], list[str]]:
@@ -370,6 +392,8 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
         port=int(vals.get("port", 30000)),
         enable_metrics=bool(vals.get("enable_metrics", False)),
         served_model_name=vals.get("served_model_name"),
+        max_running_requests=vals.get("max_running_requests"),
+        cuda_graph_max_bs=vals.get("cuda_graph_max_bs"),
         log=log,
     )
     if args.cuda_graph_backend_decode not in ("full", "breakable", "disabled"):

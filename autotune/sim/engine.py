@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from autotune.config import ReferenceOutput, TokenChoice
 from autotune.sim.args import ResolvedArgs, SimLaunchError
+from autotune.sim.batch import Batcher, Seq
 from autotune.sim.model import (
     DrafterProfile,
     Phase,
@@ -59,6 +60,7 @@ class Generation:
     finish_reason: str
     request_index: int
     answer: Answer | None = None  # how the tokens came about (their log-probabilities)
+    factor: float = 1.0  # the noise factor of its times (start x request)
 
     @property
     def text(self) -> str:
@@ -262,7 +264,23 @@ class SimEngine:
         if temperature > 0:
             sample_seed = int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
         answer = self.answer(prompt, new, diverge_at=diverge, sample_seed=sample_seed)
-        return Generation(plan, list(answer.tokens()), finish, n, answer)
+        return Generation(plan, list(answer.tokens()), finish, n, answer, factor)
+
+    def batcher(self) -> Batcher:
+        """A continuous-batching scheduler for this server start (its flags: max running, graph batch sizes)."""
+        return Batcher(
+            self.scenario.hardware,
+            cuda_graph=self.args.cuda_graph,
+            shape=self.shape,
+            graph_max_bs=self.args.effective_graph_max_bs,
+            max_running=self.args.effective_max_running,
+        )
+
+    @staticmethod
+    def seq(gen: Generation, key: object = None) -> Seq:
+        """``gen`` as a request of the scheduler (its rounds' tokens; its times come from the batch)."""
+        p = gen.plan
+        return Seq(key, p.prompt_tokens, p.completion_tokens, p.tokens, gen.factor)
 
     def answer(self, prompt: str, n: int, *, diverge_at: int | None, sample_seed: int | None) -> Answer:
         """The text model of one answer. A near tie applies at temperature 0 to a server whose text is not broken:

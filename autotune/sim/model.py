@@ -305,6 +305,12 @@ class Hardware:
     experts: int = 0
     active: int = 0
     t_prefill_tok: float = 0.05  # prefill cost per prompt token
+    # batching (zero at one sequence, so single-stream figures do not depend on them; see ``t_cycle_batch``)
+    t_flop: float = 0.0  # compute roof: ms per verified token when the step is compute-bound
+    t_kv: float = 0.0  # KV-cache read per context token of every sequence beyond the first
+    t_dtok: float = 0.0  # draft model: ms per extra sequence x topk per draft step
+    t_seq: float = 0.0  # speculative bookkeeping (sampling, tree masks, accept) per extra sequence
+    xi_batch: float | None = None  # how much another sequence's token adds to the experts read (None: xi)
 
     @property
     def t_target(self) -> float:
@@ -327,6 +333,41 @@ def t_cycle(hw: Hardware, shape: SpecShape | None) -> float:
     if shape is None:
         return hw.t_target
     t = shape.steps * hw.t_ds + hw.t_ext + t_verify(hw, shape.num_draft_tokens) + hw.t_ovh
+    if shape.topk > 1:
+        t += hw.t_tree
+    return t
+
+
+def t_verify_batch(hw: Hardware, batch: int, n: int, context: float) -> float:
+    """One target forward over ``batch`` sequences of ``n`` tokens each (``n`` = 1 without speculation), with
+    ``context`` tokens of KV cache per sequence on average. Experts are read as by ``(1 + xi_batch (batch - 1)) *
+    (1 + xi (n - 1))`` independent tokens. Memory-bound (weights, experts, KV reads) until
+    the compute of ``batch * n`` tokens (``t_flop`` each) exceeds it; ``t_tok`` per token on top. At ``batch`` 1
+    it is ``t_verify(hw, n)`` (``t_target`` for ``n`` = 1)."""
+    tokens = batch * n
+    moe = 1.0
+    if hw.f_exp > 0 and hw.experts > 0 and hw.active > 0:
+        frac = hw.active / hw.experts
+        # a sequence's verified tokens route alike (xi); other sequences' tokens add xi_batch of one each
+        xi_b = hw.xi if hw.xi_batch is None else hw.xi_batch
+        n_eff = (1.0 + xi_b * (batch - 1)) * (1.0 + hw.xi * (n - 1))
+        moe = (1.0 - (1.0 - frac) ** n_eff) / frac
+    memory = hw.t_w * ((1.0 - hw.f_exp) + hw.f_exp * moe) + hw.t_kv * (batch - 1) * context
+    compute = hw.t_flop * tokens
+    extra = tokens if n > 1 else tokens - 1  # a plain step's one token is part of t_target
+    return hw.t_fix + max(memory, compute) + hw.t_tok * extra
+
+
+def t_cycle_batch(hw: Hardware, shape: SpecShape | None, batch: int, context: float = 0.0) -> float:
+    """Milliseconds per decode step of ``batch`` running sequences (each emits one round's tokens). The draft
+    runs ``steps`` passes over ``batch x topk`` tokens, the verify pass checks ``batch x num_draft_tokens``.
+    Equal to ``t_cycle(hw, shape)`` at ``batch`` 1."""
+    b = max(int(batch), 1)
+    if shape is None:
+        return t_verify_batch(hw, b, 1, context)
+    extra = b - 1
+    t = shape.steps * (hw.t_ds + hw.t_dtok * extra * shape.topk) + hw.t_ext + hw.t_dtok * extra
+    t += t_verify_batch(hw, b, shape.num_draft_tokens, context) + hw.t_ovh + hw.t_seq * extra
     if shape.topk > 1:
         t += hw.t_tree
     return t

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from autotune.clock import VirtualClock
-from autotune.config import LaunchInfo, PromptResult, ReferenceOutput, TrialConfig
+from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, level_requests
 from autotune.errors import BenchmarkError, ServerDied, ServerExited, ServerOOM, StartupTimeout
 from autotune.sim.args import ResolvedArgs, SimLaunchError, parse_launch_args
+from autotune.sim.batch import Seq, closed_loop
 from autotune.sim.engine import Generation, SimEngine
 from autotune.sim.model import stable_hash
 from autotune.sim.scenario import ScenarioLoader, load_scenario
@@ -207,6 +208,73 @@ class ModelSession:
             text=gen.text,
             finish_reason=gen.finish_reason,
         )
+
+    def run_level(self, level: int) -> LevelResult:
+        """``level`` streams at once (continuous batching, ``autotune.sim.batch``): first ``level`` warm-up requests
+        (prompt 0, 64 tokens, all at once; ``warmup_requests`` 0 skips them), then the prompts cycled to
+        max(prompts, 2 x level) requests, each stream sending its next request when its last one ended. HTTP 500s
+        and truncated streams are retried up to ``benchmark.retries`` times, then counted as failed; a crash is
+        ``ServerDied``. Charged to the clock's "warmup" and "generate" ledgers."""
+        bench = self.runner.space.benchmark
+        if level < 1:
+            raise ValueError(f"a load level must be at least 1 but got {level}")
+        if bench.warmup_requests > 0 and bench.prompts:
+            self._level([0] * level, min(WARMUP_MAX_TOKENS, bench.max_tokens), level, "warmup")
+        indices = level_requests(level, len(bench.prompts))
+        results, seconds, failed = self._level(indices, bench.max_tokens, level, "generate")
+        return LevelResult(level, tuple(results), seconds, failed)
+
+    def _level(
+        self, indices: list[int], max_tokens: int, streams: int, ledger: str
+    ) -> tuple[list[PromptResult], float, int]:
+        bench = self.runner.space.benchmark
+        retries = max(int(bench.retries), 0)
+        failed = 0
+        batcher = self.engine.batcher()
+
+        def submit(k: int) -> Seq | None:
+            nonlocal failed
+            i = indices[k]
+            p = bench.prompts[i]
+            for _ in range(retries + 1):
+                self._check_alive()
+                n = self.engine.next_request()
+                fault = self.engine.request_fault(n)
+                if fault == "crash":
+                    self.dead = True
+                    raise ServerDied(
+                        f"the server process exited during request {n} (code 1)", returncode=1, log_tail=self._crash_log
+                    )
+                if fault is not None:
+                    continue
+                gen = self.engine.generate(
+                    p.text, max_tokens, temperature=bench.temperature, category=p.category, request_index=n
+                )
+                self.engine.record(gen.plan.completion_tokens, gen.plan.verify_ct)
+                return self.engine.seq(gen, (i, gen))
+            failed += 1
+            return None
+
+        done, ms = closed_loop(batcher, submit, len(indices), streams)
+        self.runner.clock.advance(ms / 1000.0, ledger)
+        order = sorted(done, key=lambda f: (f.sent_ms, id(f.seq)))
+        results = []
+        for f in order:
+            i, gen = f.seq.key  # type: ignore[misc]
+            plan = gen.plan
+            results.append(
+                PromptResult(
+                    index=i,
+                    completion_tokens=plan.completion_tokens,
+                    seconds=(f.end_ms - f.sent_ms) / 1000.0,
+                    ttft_s=(f.first_ms - f.sent_ms) / 1000.0,
+                    prompt_tokens=plan.prompt_tokens,
+                    accept_length=plan.accept_length if self.engine.shape is not None else None,
+                    text=gen.text,
+                    finish_reason=gen.finish_reason,
+                )
+            )
+        return results, ms / 1000.0, failed
 
     def reference(self, index: int, top_n: int) -> ReferenceOutput:
         """Prompt ``index`` once more at temperature 0 and the space's max_tokens, with the ``top_n`` most likely

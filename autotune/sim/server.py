@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import queue
 import secrets
 import signal
 import sys
@@ -24,10 +25,15 @@ from typing import Any
 
 from autotune.sim import logprobs
 from autotune.sim.args import SGLANG_VERSION, ResolvedArgs, SimLaunchError, parse_launch_args
+from autotune.sim.batch import Seq, Step
 from autotune.sim.engine import Generation, SimEngine
 
 #: rounds due within this many wall-clock seconds of each other are streamed as one chunk
 COALESCE_S = 0.002
+#: running requests up to which the coalescing window is COALESCE_S; above, it grows in proportion
+COALESCE_BATCH = 8
+#: longest wall wait for the scheduler's next tokens before a stream gives up (a bound, never reached normally)
+STREAM_WAIT_S = 3600.0
 
 log = logging.getLogger("autotune.sim")
 
@@ -44,9 +50,11 @@ class _DecodeLog:
         self.tokens = 0
         self.hw_ms = 0.0
         self.last_throughput = 0.0
+        self.running = 1
 
-    def add(self, tokens: int, hw_ms: float) -> None:
+    def add(self, tokens: int, hw_ms: float, running: int = 1) -> None:
         with self.lock:
+            self.running = running
             self.rounds += 1
             self.tokens += tokens
             self.hw_ms += hw_ms
@@ -62,14 +70,116 @@ class _DecodeLog:
             else:
                 spec = ""
             log.info(
-                "Decode batch, #running-req: 1, #token: %d, token usage: 0.01, %scuda graph: %s, "
+                "Decode batch, #running-req: %d, #token: %d, token usage: 0.01, %scuda graph: %s, "
                 "gen throughput (token/s): %.2f, #queue-req: 0",
+                self.running,
                 self.tokens,
                 spec,
                 self.engine.args.cuda_graph,
                 thr,
             )
             self.rounds, self.tokens, self.hw_ms = 0, 0, 0.0
+
+
+class _Scheduler:
+    """The continuous-batching scheduler thread (``autotune.sim.batch.Batcher`` against the monotonic clock).
+
+    Steps are chained deadline after deadline (a late wake-up does not shift the next step), starting at the
+    arrival of the request that ends an idle spell; each step's requests get their tokens when it ends. Decode
+    steps due within ``COALESCE_S`` wall of each other are delivered together at the last one's time (at high
+    time scales per-chunk Python overhead would otherwise make streams fall behind; with more than
+    ``COALESCE_BATCH`` requests running the window grows in proportion, as each step writes a chunk per request);
+    a prefill step is always delivered on its own, and requests arriving meanwhile join at the next step."""
+
+    def __init__(self, engine: SimEngine, decode_log: _DecodeLog) -> None:
+        self.batcher = engine.batcher()
+        self.scale = engine.args.time_scale
+        self.decode_log = decode_log
+        self.cond = threading.Condition()
+        self.queues: dict[int, queue.SimpleQueue[tuple[int, int, bool]]] = {}
+        self.arrivals: dict[int, float] = {}
+        self.last_end = 0.0
+        self._pending: Step | None = None  # computed, delivered with the next group
+        self.thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
+        self.thread.start()
+
+    def submit(self, seq: Seq, arrived: float) -> queue.SimpleQueue[tuple[int, int, bool]]:
+        q: queue.SimpleQueue[tuple[int, int, bool]] = queue.SimpleQueue()
+        with self.cond:
+            self.queues[id(seq)] = q
+            self.arrivals[id(seq)] = arrived
+            self.batcher.add(seq)
+            self.cond.notify()
+        return q
+
+    def cancel(self, seq: Seq) -> None:
+        with self.cond:
+            self.batcher.cancel(seq)
+            self.queues.pop(id(seq), None)
+            self.arrivals.pop(id(seq), None)
+
+    def _group(self, t: float) -> tuple[float, list[Step]]:
+        """Steps from wall time ``t`` on, to be delivered together (called with the lock held): the first step,
+        then the next ones while they end within ``COALESCE_S`` of the first (a step computed past that waits for
+        the next group); a prefill step, or requests waiting, end the group."""
+        group: list[Step] = []
+        first_end = None
+        # a wider window for big batches: every step writes one chunk per running request
+        window = COALESCE_S * max(1.0, len(self.batcher.running) / COALESCE_BATCH)
+        while True:
+            step, self._pending = (self._pending, None) if self._pending is not None else (self.batcher.step(), None)
+            if step is None:
+                break
+            end = t + step.ms / 1000.0 / self.scale
+            if first_end is not None and (step.prefill or end - first_end > window):
+                self._pending = step
+                break
+            t = end
+            group.append(step)
+            if first_end is None:
+                first_end = end
+            if step.prefill or self.batcher.waiting:
+                break
+        return t, group
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:  # a broken scheduler is a crashed server, never a silent hang
+            log.error("Scheduler hit an exception: %s: %s", type(e).__name__, e)
+            logging.shutdown()
+            os._exit(1)
+
+    def _loop(self) -> None:
+        t: float | None = None
+        while True:
+            with self.cond:
+                while self.batcher.idle and self._pending is None:
+                    t = None
+                    self.cond.wait()
+                if t is None:
+                    arrived = min((self.arrivals.get(id(s), 0.0) for s in self.batcher.waiting), default=0.0)
+                    t = max(arrived, self.last_end)
+                t, group = self._group(t)
+            delay = t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self.last_end = t
+            with self.cond:
+                out: dict[int, list[int | bool]] = {}
+                for step in group:
+                    for em in step.emissions:
+                        cur = out.setdefault(id(em.seq), [0, 0, False])
+                        cur[0], cur[1], cur[2] = em.round, int(cur[1]) + em.tokens, em.finished
+                    if not step.prefill:
+                        self.decode_log.add(sum(em.tokens for em in step.emissions), step.ms, step.batch)
+                for key, (rnd, k, fin) in out.items():
+                    q = self.queues.get(key)
+                    if q is not None:
+                        q.put((int(rnd), int(k), bool(fin)))
+                    if fin:
+                        self.queues.pop(key, None)
+                        self.arrivals.pop(key, None)
 
 
 class SimServer(ThreadingHTTPServer):
@@ -81,6 +191,7 @@ class SimServer(ThreadingHTTPServer):
         self.args = args
         self.engine = engine
         self.decode_log = _DecodeLog(engine)
+        self.scheduler = _Scheduler(engine, self.decode_log)
         self.started = time.monotonic()
         self.ready_at = math.inf
         self.launch_command = ""
@@ -277,49 +388,39 @@ class _Handler(BaseHTTPRequestHandler):
         return e.generate(prompt, max_new, temperature=temperature, request_index=n), fault
 
     def _stream_rounds(self, gen: Generation, fault: str | None, emit: Any) -> float:
-        """Emit the first token at TTFT and each round's tokens at the round's time. Returns wall seconds."""
+        """Hand the request to the batch scheduler and emit its tokens as its steps end: the first token after
+        the prefill step, then each decode step's (steps that end within COALESCE_S wall of each other come as
+        one chunk). Returns wall seconds from the request's arrival."""
         srv = self.server
-        scale = srv.args.time_scale
         plan = gen.plan
         t0 = self.arrived
         pieces = gen.pieces
+        seq = srv.engine.seq(gen)
+        steps = int(plan.tokens.size) + 1
+        stop_after = steps // 3 if fault in ("truncate", "crash") else None
+        q = srv.scheduler.submit(seq, t0)
         sent = 0
-        last_ms = plan.ttft_ms
-        steps = [(plan.ttft_ms, min(1, plan.completion_tokens))]
-        steps += list(zip(plan.times_ms.tolist(), plan.tokens.tolist(), strict=True))
-        stop_after = len(steps) // 3 if fault in ("truncate", "crash") else None
-        # Rounds due within COALESCE_S (wall) of each other go out as one chunk at the LAST one's time: tokens are
-        # never early, the final token is sent exactly on time, and at high time scales the stream no longer falls
-        # behind on per-chunk Python overhead (~0.1 ms a chunk). At real-time scales rounds are further apart than
-        # the window and every round is its own chunk, as on SGLang.
-        groups: list[list[int]] = []
-        for i, (at_ms, _k) in enumerate(steps):
-            if i > 1 and groups and (at_ms - steps[groups[-1][0]][0]) / 1000.0 / scale <= COALESCE_S:
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-        for group in groups:
-            at_ms = steps[group[-1]][0]
-            delay = t0 + at_ms / 1000.0 / scale - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            if stop_after is not None and group[-1] >= max(stop_after, 1):
-                if fault == "crash":
-                    srv.die(
-                        f"Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was "
-                        f"encountered (request {gen.request_index})"
-                    )
-                log.error("Stream of request %d aborted (simulated truncated stream)", gen.request_index)
-                raise _Truncate()
-            k = sum(steps[i][1] for i in group)
-            chunk = pieces[sent : sent + k]
-            sent += k
-            final = sent >= plan.completion_tokens
-            emit("".join(chunk), sent, final)
-            for i in group:
-                if i > 0:
-                    srv.decode_log.add(steps[i][1], steps[i][0] - last_ms)
-                    last_ms = steps[i][0]
+        try:
+            while True:
+                try:
+                    last_round, k, finished = q.get(timeout=STREAM_WAIT_S)
+                except queue.Empty:
+                    raise _Truncate() from None
+                if stop_after is not None and last_round >= max(stop_after, 1):
+                    if fault == "crash":
+                        srv.die(
+                            f"Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was "
+                            f"encountered (request {gen.request_index})"
+                        )
+                    log.error("Stream of request %d aborted (simulated truncated stream)", gen.request_index)
+                    raise _Truncate()
+                chunk = pieces[sent : sent + k]
+                sent += k
+                emit("".join(chunk), sent, finished)
+                if finished:
+                    break
+        finally:
+            srv.scheduler.cancel(seq)
         return time.monotonic() - t0
 
     def _spec_meta(self, gen: Generation) -> dict[str, Any]:

@@ -16,12 +16,14 @@ __all__ = [
     "DrafterSpec",
     "FloatRange",
     "IntRange",
+    "ObjectiveSpec",
     "ParamSpec",
     "Prompt",
     "PruningSpec",
     "SearchSpec",
     "ServerSpec",
     "SimulateSpec",
+    "SloSpec",
     "Space",
     "VerdictSpec",
 ]
@@ -99,6 +101,17 @@ class BenchmarkSpec:
     api: str = "completions"  # completions | chat
     retries: int = 2  # per request, for HTTP errors and truncated streams
     prompts_file: str | None = None  # absolute path of the file the prompts came from, if any
+    #: load levels (streams at once), lowest first; (1,) = one stream at a time, today's measurement
+    concurrency: tuple[int, ...] = (1,)
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        return self.concurrency
+
+    @property
+    def loaded(self) -> bool:
+        """Whether any level runs more than one stream at once."""
+        return any(c > 1 for c in self.concurrency)
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,29 @@ class VerdictSpec:
 
 
 @dataclass(frozen=True)
+class SloSpec:
+    """Latency limits per level (ms); None = no limit. A level that breaks one counts as lost for that config."""
+
+    itl_p99_ms: float | None = None
+    ttft_p99_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """The traffic mix: a weight per load level (None = equal weights over ``benchmark.concurrency``)."""
+
+    weights: Mapping[int, float] | None = None
+    slo: SloSpec = field(default_factory=SloSpec)
+
+    def weights_for(self, levels: tuple[int, ...]) -> dict[int, float]:
+        """Normalised weights over ``levels`` (a level without a weight gets 0; none given: equal weights)."""
+        if not self.weights:
+            return {c: 1.0 / len(levels) for c in levels}
+        total = sum(float(self.weights.get(c, 0.0)) for c in levels)
+        return {c: float(self.weights.get(c, 0.0)) / total for c in levels}
+
+
+@dataclass(frozen=True)
 class SimulateSpec:
     scenario: str = "kimi-k25-rtxpro6000"
     time_scale: float = 50.0
@@ -173,6 +209,7 @@ class Space:
     budget: BudgetSpec = field(default_factory=BudgetSpec)
     verdict: VerdictSpec = field(default_factory=VerdictSpec)
     simulate: SimulateSpec | None = None
+    objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
     storage: str | None = None
     path: str | None = None  # the file it was loaded from
 

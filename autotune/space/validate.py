@@ -27,12 +27,14 @@ from autotune.space.model import (
     DrafterSpec,
     FloatRange,
     IntRange,
+    ObjectiveSpec,
     ParamSpec,
     Prompt,
     PruningSpec,
     SearchSpec,
     ServerSpec,
     SimulateSpec,
+    SloSpec,
     Space,
     VerdictSpec,
 )
@@ -41,7 +43,19 @@ __all__ = ["SpaceReader", "load_space", "space_errors"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
-_TOP_KEYS = ("name", "storage", "server", "drafters", "search", "benchmark", "pruning", "budget", "verdict", "simulate")
+_TOP_KEYS = (
+    "name",
+    "storage",
+    "server",
+    "drafters",
+    "search",
+    "benchmark",
+    "objective",
+    "pruning",
+    "budget",
+    "verdict",
+    "simulate",
+)
 _REQUIRED_TOP_KEYS = (
     ("name", "a study name"),
     ("server", "a server mapping"),
@@ -74,6 +88,13 @@ class SpaceReader(Checker):
             "verdict": self.section(top, "verdict", self.verdict, VerdictSpec()),
             "simulate": self.section(top, "simulate", self.optional(self.simulate)),
         }
+        bench = rest["benchmark"]
+        levels = bench.concurrency if bench is not None else None
+        if server is not None and bench is not None and bench.loaded:
+            for problem in backend_class(server.backend).level_flag_problems(server.extra_args, max(levels)):
+                line = key_line(top.get("server"), "extra_args", None)
+                self.errors.append(self.error("server.extra_args", line, problem))
+        rest["objective"] = self.section(top, "objective", partial(self.objective, levels=levels), ObjectiveSpec())
         if self.errors:
             return None
         return Space(name=name, server=server, drafters=drafters, storage=storage, path=self.path, **rest)
@@ -365,6 +386,7 @@ class SpaceReader(Checker):
             "warmup_requests": lambda x, p, ln: self.int_(x, p, ln, 0),
             "api": lambda x, p, ln: self.enum(x, p, ln, ("completions", "chat")),
             "retries": lambda x, p, ln: self.int_(x, p, ln, 0),
+            "concurrency": self.concurrency,
         }
         d = self.fields(v, f, line, schema, complete=True)
         file_ = d.pop("prompts_file", None)
@@ -380,6 +402,57 @@ class SpaceReader(Checker):
                 "no prompts; expected prompts (a list) or prompts_file (a file next to the space)",
             )
         return BenchmarkSpec(**d)
+
+    def concurrency(self, v: Any, f: str, line: int | None) -> tuple[int, ...]:
+        """Load levels: distinct whole numbers >= 1, in increasing order (measured lowest first)."""
+        if not isinstance(v, list) or not v:
+            raise self.expected(f, line, "a non-empty list of load levels (streams at once), e.g. [1, 8, 32, 64]", v)
+        levels = [self.int_(x, f"{f}[{i}]", item_line(v, i, line), 1, 4096) for i, x in enumerate(v)]
+        if any(b <= a for a, b in zip(levels, levels[1:], strict=False)):
+            raise self.expected(f, line, "distinct levels in increasing order, e.g. [1, 8, 32, 64]", v)
+        if levels[0] != 1:
+            raise self.expected(
+                f,
+                line,
+                "a list starting with 1 (one stream at a time is always measured first: the drafter alarm and the "
+                "lossless check need single-stream answers; give it weight 0 in objective.weights if it does not "
+                "matter to you)",
+                v,
+            )
+        return tuple(levels)
+
+    def objective(self, v: Any, f: str, line: int | None, levels: tuple[int, ...] | None) -> ObjectiveSpec:
+        schema: dict[str, Validator] = {"weights": self.optional(self.weights), "slo": self.slo}
+        d = self.fields(v, f, line, schema)
+        weights = d.get("weights")
+        if weights is not None and levels is not None:
+            wf, wl = join(f, "weights"), key_line(v, "weights", line)
+            missing = [c for c in weights if c not in levels]
+            if missing:
+                raise self.error(
+                    wf, wl, f"level {missing[0]} is not in benchmark.concurrency {list(levels)}; weigh those levels"
+                )
+            if sum(weights.get(c, 0.0) for c in levels) <= 0:
+                raise self.error(wf, wl, "expected at least one positive weight")
+        return ObjectiveSpec(**d)
+
+    def weights(self, v: Any, f: str, line: int | None) -> dict[int, float]:
+        if not isinstance(v, dict) or not v:
+            raise self.expected(f, line, "a mapping of load level to weight, e.g. {1: 0.2, 32: 0.8}", v)
+        out: dict[int, float] = {}
+        for key, w in v.items():
+            kl = key_line(v, key, line)
+            if isinstance(key, bool) or not isinstance(key, int) or key < 1:
+                raise self.expected(f, kl, "load levels (whole numbers >= 1) as keys", key)
+            out[key] = self.num(w, join(f, str(key)), kl, 0)
+        return out
+
+    def slo(self, v: Any, f: str, line: int | None) -> SloSpec:
+        schema: dict[str, Validator] = {
+            "itl_p99_ms": self.optional(self.pos),
+            "ttft_p99_ms": self.optional(self.pos),
+        }
+        return SloSpec(**self.fields(v, f, line, schema))
 
     def prompts(self, v: Any, f: str, line: int | None) -> tuple[Prompt, ...]:
         if not isinstance(v, list) or not v:

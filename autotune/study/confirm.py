@@ -16,6 +16,7 @@ from autotune.stats import log_ratios, upper_bound
 from autotune.study import race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.levels import level_intervals, level_verdicts, summary_text
 from autotune.study.search import surrogate
 
 CANDIDATE_KAPPA = 2.0
@@ -47,6 +48,9 @@ def candidates(ctx: StudyContext) -> list[FrozenTrial]:
         baseline = baselines[TrialRecord(t).cuda_graph]
         if baseline is None:
             return False
+        if space.benchmark.loaded:  # the objective's bound over prompts x levels
+            d = ctx.pruner.decide(ctx.study, t)
+            return d is None or d.upper_bound >= 1.0
         tv = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
         bv = [baseline.intermediate_values.get(s) for s in sorted(t.intermediate_values)]
         return upper_bound(log_ratios(tv, bv), space.verdict.confidence, space.pruning.start_noise) >= 1.0
@@ -65,7 +69,32 @@ def candidates(ctx: StudyContext) -> list[FrozenTrial]:
             (t for t in sorted(complete, key=lambda t: measured[t.number], reverse=True) if eligible(t)), None
         )
         if fastest is not None and TrialRecord(fastest).config_key not in seen:
+            seen.add(TrialRecord(fastest).config_key)
             out.append(fastest)
+    if space.benchmark.loaded and out:
+        out += _level_winners(ctx, complete, seen, eligible)
+    return out
+
+
+def _level_winners(
+    ctx: StudyContext, complete: list[FrozenTrial], seen: set[str | None], eligible: Any
+) -> list[FrozenTrial]:
+    """With load levels: the search's best measured config at each level (by its speedup over the baseline's same
+    level, within the latency limits there) that is not a candidate yet, so each level's winner is confirmed."""
+    out: list[FrozenTrial] = []
+    for c in ctx.space.benchmark.concurrency:
+        best: tuple[float, FrozenTrial] | None = None
+        for t in complete:
+            x = next((x for x in TrialRecord(t).levels if int(x["level"]) == c), None)
+            if x is None or x.get("speedup") is None or x.get("slo_broken"):
+                continue
+            if best is None or x["speedup"] > best[0]:
+                best = (float(x["speedup"]), t)
+        if best is not None and best[0] > 1.0:
+            key = TrialRecord(best[1]).config_key
+            if key not in seen and eligible(best[1]):
+                seen.add(key)
+                out.append(best[1])
     return out
 
 
@@ -155,15 +184,21 @@ def _round(
     """A fresh baseline of each CUDA-graph setting with candidates still racing, then those candidates; and the
     deployable baseline when no candidate racing runs under its setting."""
     rnd: dict[str, Any] = {"baseline": {}, "candidates": {}}
+    lv: dict[str, dict[str, Any]] = {"baseline": {}, "candidates": {}}  # per-level tok/s (with load levels)
     for cg in graph_settings:
         racing = [t for t in cands if TrialRecord(t).cuda_graph == cg and str(t.number) in active]
         if not racing:
             continue
-        rnd["baseline"][str(cg)] = _measure_once(ctx, TrialConfig.baseline(bool(cg)))
+        rnd["baseline"][str(cg)] = _measure_once(ctx, TrialConfig.baseline(bool(cg)), lv["baseline"], str(cg))
         for t in racing:
-            rnd["candidates"][str(t.number)] = _measure_once(ctx, TrialRecord(t).effective_config())
+            key = str(t.number)
+            rnd["candidates"][key] = _measure_once(ctx, TrialRecord(t).effective_config(), lv["candidates"], key)
     if deploy_cg is not None and str(deploy_cg) not in rnd["baseline"]:
-        rnd["baseline"][str(deploy_cg)] = _measure_once(ctx, TrialConfig.baseline(bool(deploy_cg)))
+        rnd["baseline"][str(deploy_cg)] = _measure_once(
+            ctx, TrialConfig.baseline(bool(deploy_cg)), lv["baseline"], str(deploy_cg)
+        )
+    if ctx.space.benchmark.loaded:
+        rnd["levels"] = lv
     return rnd
 
 
@@ -185,15 +220,31 @@ def _verdict(
         for t in cands
     ]
     state["results"] = results
+    if ctx.space.benchmark.loaded:
+        levels = list(ctx.space.benchmark.concurrency)
+        per = {
+            str(t.number): level_intervals(
+                t.number, TrialRecord(t).cuda_graph, state["rounds"], levels, confidence=spec.confidence
+            )
+            for t in cands
+        }
+        state["level_results"] = per
+        state["level_verdicts"] = level_verdicts(per, levels, spec.min_gain)
+        state["level_text"] = summary_text(state["level_verdicts"])
     state["exclusions"] = excluded
     state.update(race.decide(results, excluded, state["deploy_cuda_graph"], spec.min_gain))  # type: ignore[typeddict-item]
     state["done"] = True
     records.set_confirmation(ctx.study, state)
 
 
-def _measure_once(ctx: StudyContext, config: TrialConfig) -> float:
+def _measure_once(
+    ctx: StudyContext, config: TrialConfig, levels: dict[str, Any] | None = None, key: str | None = None
+) -> float:
+    """One start of ``config``: its objective (tok/s without load levels); each level's tok/s into ``levels[key]``."""
     m = measure_config(ctx.runner, config, ctx.space)
     tps = m.tok_per_s
+    if levels is not None and key is not None and m.levels:
+        levels[key] = {str(lv.level): lv.tok_per_s for lv in m.levels}
     if config.is_baseline and ctx.space.benchmark.temperature == 0:
         _confirm_floor(ctx, config, [r.text for r in m.results])
     ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))

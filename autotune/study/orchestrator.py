@@ -18,6 +18,7 @@ from autotune.records import ConfirmationState
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.study import confirm as _confirm
+from autotune.study import ladder as _ladder
 from autotune.study import search as _search
 from autotune.study import trial as _trial
 from autotune.study.context import StudyContext
@@ -93,6 +94,8 @@ class Orchestrator:
     # -- the search -----------------------------------------------------------------------------------
     def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:
         _search.search(self.ctx, self.objective, n_trials, timeout_s=timeout_s)
+        if self.space.benchmark.loaded:  # each level's winner measured: the best config's draft-length ladder
+            _ladder.run(self.ctx, self.objective)
 
     def objective(self, trial: optuna.Trial) -> float:
         return self._objective(trial)

@@ -281,8 +281,17 @@ def _pg_advisory_lock(rdb: optuna.storages.RDBStorage, name: str, limit_s: float
 
 def make_pruner(space: Space) -> BaselinePruner:
     p = space.pruning
+    levels = space.benchmark.concurrency
     return BaselinePruner(
-        p.confidence, p.min_prompts, p.enabled, p.start_noise, leader=p.leader, leader_margin=p.leader_margin
+        p.confidence,
+        p.min_prompts,
+        p.enabled,
+        p.start_noise,
+        leader=p.leader,
+        leader_margin=p.leader_margin,
+        levels=levels,
+        weights=space.objective.weights_for(levels),
+        n_prompts=len(space.benchmark.prompts),
     )
 
 
@@ -360,15 +369,16 @@ def check_worker(study: optuna.Study, space: Space, space_path: str) -> None:
 def space_digest(space: Space) -> str:
     """What must not change under a running study: the prompt set and its generation settings."""
     b = space.benchmark
-    blob = json.dumps(
-        {
-            "prompts": [[p.id, p.text] for p in b.prompts],
-            "max_tokens": b.max_tokens,
-            "temperature": b.temperature,
-            "backend": space.server.backend,
-        },
-        sort_keys=True,
-    )
+    fields: dict[str, Any] = {
+        "prompts": [[p.id, p.text] for p in b.prompts],
+        "max_tokens": b.max_tokens,
+        "temperature": b.temperature,
+        "backend": space.server.backend,
+    }
+    if b.concurrency != (1,):  # the load levels and their weights define the objective (absent: as before)
+        fields["concurrency"] = list(b.concurrency)
+        fields["weights"] = {str(c): w for c, w in space.objective.weights_for(b.concurrency).items()}
+    blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -37,8 +37,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import lossless, records
-from autotune.config import LaunchInfo, PromptResult, ReferenceOutput, TrialConfig, summarize
+from autotune import lossless, objective, records
+from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, summarize
 from autotune.errors import (
     AutotuneError,
     BenchmarkError,
@@ -48,7 +48,7 @@ from autotune.errors import (
     ServerOOM,
     UserError,
 )
-from autotune.measure import run_prompts
+from autotune.measure import run_levels, run_prompts
 from autotune.records import TrialRecord, TrialWriter
 from autotune.runner import Session
 from autotune.study import _optuna
@@ -57,6 +57,8 @@ from autotune.study.events import Event
 from autotune.study.storage import study_lock
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
+#: what a ``level`` event carries (the live view shows it)
+LEVEL_EVENT_KEYS = ("level", "tok_per_s", "speedup", "stream_tok_per_s", "itl_p99_ms", "ttft_p99_ms", "failed")
 MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
 
 
@@ -379,7 +381,45 @@ class Objective:
             results = run_prompts(session, n, on_prompt=on_prompt)
             if config.is_baseline and ctx.space.benchmark.temperature == 0:
                 t.record.references(self._references(session, n))
-        return self._complete(t, config, baseline, results)
+            levels = None
+            if ctx.space.benchmark.loaded:
+                on_level = functools.partial(self._after_level, t, config, baseline, n)
+                levels = run_levels(session, ctx.space, results, on_level=on_level)
+        return self._complete(t, config, baseline, results, levels)
+
+    def _level_summaries(self, levels: list[LevelResult], baseline: FrozenTrial | None) -> list[dict[str, Any]]:
+        """Each level's figures, its speedup over the baseline's same level and the latency limits it breaks."""
+        base = TrialRecord(baseline).level_tok_per_s() if baseline is not None else {}
+        out = []
+        for lv in levels:
+            d = lv.summary()
+            b = base.get(lv.level)
+            d["speedup"] = d["tok_per_s"] / b if b and d["tok_per_s"] > 0 else None
+            d["slo_broken"] = objective.slo_broken(d, self.ctx.space.objective.slo)
+            out.append(d)
+        return out
+
+    def _after_level(
+        self,
+        t: _Trial,
+        config: TrialConfig,
+        baseline: FrozenTrial | None,
+        n: int,
+        lv: LevelResult,
+        levels: list[LevelResult],
+    ) -> None:
+        """Report the level's prompts as pruning steps (prompts x levels), record every level so far, and prune
+        before the last level once the objective's upper bound is below 1."""
+        order = self.ctx.space.benchmark.concurrency
+        li = order.index(lv.level)
+        for i, v in lv.per_prompt_tok_per_s().items():
+            t.trial.report(v, objective.step_of(li, i, n))
+        summaries = self._level_summaries(levels, baseline)
+        t.record.levels(summaries)
+        self.ctx.emit(Event("level", t.number, {k: summaries[-1].get(k) for k in LEVEL_EVENT_KEYS}))
+        if baseline is not None and li < len(order) - 1 and t.trial.should_prune():
+            d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
+            raise LostToBaseline(d.reason if d else "pruned", d.upper_bound if d else None)
 
     def _launch(self, t: _Trial, config: TrialConfig) -> Session:
         t.launched = True
@@ -455,8 +495,15 @@ class Objective:
         return out
 
     def _complete(
-        self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None, results: list[PromptResult]
+        self,
+        t: _Trial,
+        config: TrialConfig,
+        baseline: FrozenTrial | None,
+        results: list[PromptResult],
+        levels: list[LevelResult] | None = None,
     ) -> tuple[float, dict[str, Any]]:
+        if levels is not None:
+            return self._complete_levels(t, config, baseline, results, levels)
         ctx = self.ctx
         summary = summarize(results)
         t.record.measured(summary["accept_length"])
@@ -478,6 +525,34 @@ class Objective:
             "speedup": speedup_of(results, baseline),
         }
         return summary["tok_per_s"], end
+
+    def _complete_levels(
+        self,
+        t: _Trial,
+        config: TrialConfig,
+        baseline: FrozenTrial | None,
+        results: list[PromptResult],
+        levels: list[LevelResult],
+    ) -> tuple[float, dict[str, Any]]:
+        """With load levels: the value is the objective (weighted geometric mean of the levels' tok/s), the
+        speedup the objective's over the baseline's; levels breaking a latency limit make the ``slo`` constraint
+        positive (the sampler ranks the config after feasible ones)."""
+        ctx = self.ctx
+        value, end = self._complete(t, config, baseline, results)  # the single-stream records and checks
+        summaries = self._level_summaries(levels, baseline)
+        t.record.levels(summaries)
+        weights = ctx.space.objective.weights_for(ctx.space.benchmark.concurrency)
+        value = objective.weighted_value({lv.level: lv.tok_per_s for lv in levels}, weights)
+        broken = [str(d["level"]) for d in summaries if d["slo_broken"]]
+        t.record.slo_broken(broken)
+        if broken:
+            t.trial.set_constraint(records.CONSTRAINT_SLO, float(len(broken)))
+        speedup = None
+        if baseline is not None and baseline.value:
+            speedup = value / float(baseline.value)
+            t.record.speedup(speedup)
+        end = {**end, "tok_per_s": value, "speedup": speedup, "slo_broken": broken}
+        return value, end
 
     @staticmethod
     def _record_speedup(t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None) -> None:

@@ -362,3 +362,104 @@ def test_a_clearly_losing_config_is_pruned_before_its_last_prompt(tmp_path):
     assert pruned, [(t["state"], t["prompts_measured"], t["speedup"]) for t in spec]
     assert all(t["speedup"] < 0.9 and t["accept_length"] > 1.1 for t in pruned)
     assert data["verdict"] == "baseline-wins"
+
+
+def test_a_study_with_two_load_levels_on_parallel_slots(tmp_path):
+    """benchmark.concurrency [1, 4] against the real llama-server: one start per config with -np 4 slots (and a
+    context that fits them), 4 real streams at once at level 4, token counts from usage; the study ends with a
+    per-level table and a deployable command for the slots."""
+    import yaml
+
+    models = models_dir()
+    space_path = tmp_path / "load.yaml"
+    space_path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "llamacpp-load",
+                "server": {
+                    "backend": "llamacpp",
+                    "model_path": str(models / "target.gguf"),
+                    "launcher": [str(SERVER)],
+                    "port": 30280,
+                    "port_busy": "next",
+                    "extra_args": ["-t", "1"],
+                    "startup_timeout_s": 120,
+                    "request_timeout_s": 120,
+                },
+                "drafters": [{"name": "good", "path": str(models / "draft-good.gguf")}],
+                "search": {"draft_n_max": [2, 6]},
+                "benchmark": {
+                    "prompts": list(PROMPTS[:2]),
+                    "max_tokens": 32,
+                    "temperature": 0,
+                    "warmup_requests": 1,
+                    "retries": 1,
+                    "concurrency": [1, 4],
+                },
+                "budget": {"n_trials": 2},
+                "verdict": {"confirm_top": 1, "repeats": 2, "min_gain": 0.05},
+            },
+            sort_keys=False,
+        )
+    )
+    before = _descendants()
+    env = {**os.environ}
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "study",
+            str(space_path),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    deadline = time.monotonic() + 10
+    while (left := _descendants() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"processes left behind: {left}"
+    measured = [t for t in rep["trials"] if t["state"] == "COMPLETE" and t["duplicate_of"] is None]
+    assert measured
+    for t in measured:
+        assert [x["level"] for x in t["levels"]] == [1, 4]
+        one, four = t["levels"]
+        assert one["requests"] == 2 and four["requests"] == 8 and four["failed"] == 0
+        assert four["completion_tokens"] == 8 * 32  # from usage, every request to max_tokens
+        assert four["tok_per_s"] > 0 and four["itl_p99_ms"] > 0 and four["ttft_p99_ms"] > 0
+        argv = t["argv"]
+        assert argv[argv.index("-np") + 1] == "4"
+        assert int(argv[argv.index("-c") + 1]) >= 4 * 2048  # llama-server splits the context between slots
+    assert rep["load"] is not None and [x["level"] for x in rep["load"]["levels"]] == [1, 4]
+    e = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "export",
+            str(space_path),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--format",
+            "command",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert e.returncode == 0, e.stderr
+    assert "-np 4" in e.stdout and "streams:" in e.stdout  # the schedule table, then the static command

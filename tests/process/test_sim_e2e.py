@@ -148,3 +148,25 @@ def test_oom_above_is_server_oom(tmp_path):
 def test_simulated_space_launcher_is_used(tmp_path):
     space = sim_space()
     assert dataclasses.replace(space).server.launcher[1:3] == ("-m", "autotune.sim")
+
+
+def test_load_levels_over_real_concurrent_http_streams(tmp_path):
+    """benchmark.concurrency [1, 4]: one server start, level 4 runs 4 real HTTP streams at once (continuous
+    batching in the simulator); aggregate tok/s grows well beyond one stream's, token counts come from usage."""
+    space = sim_space()
+    space = dataclasses.replace(space, benchmark=dataclasses.replace(space.benchmark, concurrency=(1, 4)))
+    runner = runner_for(space, tmp_path)
+    cfg = TrialConfig.make(DRAFTER, True, num_steps=3, topk=1, num_draft_tokens=4)
+    with runner.launch(cfg) as session:
+        assert session.info.argv[session.info.argv.index("--max-running-requests") + 1] == "4"
+        session.warmup()
+        one = [session.run_prompt(i) for i in range(2)]
+        lv = session.run_level(4)
+    assert lv.level == 4 and lv.failed == 0
+    assert len(lv.requests) == 8 and {r.index for r in lv.requests} == {0, 1}
+    assert all(r.completion_tokens == 256 for r in lv.requests)
+    single = summarize(one)["tok_per_s"]
+    assert lv.tok_per_s > 2.5 * single
+    s = lv.summary()
+    assert s["itl_p99_ms"] >= s["itl_p50_ms"] > 0 and s["ttft_p99_ms"] >= s["ttft_p50_ms"] > 0
+    assert s["stream_tok_per_s"] < single  # each stream is slower under load

@@ -1,0 +1,152 @@
+"""With load levels, after the search: each level's likely winner and the draft-length ladder of the best config,
+so each level's winner is measured, not left to the sampler's luck (it ranks by the objective).
+
+Per level a surrogate of that level's log tok/s picks the unmeasured grid point it ranks highest (``level_picks``).
+
+The best measured speculative config's static part (drafter, CUDA graphs, topk) is kept and its draft length
+(``autotune.schedule.DRAFT_KNOB``: SGLang's steps, llama.cpp's longest draft) goes through every value of its
+range in the space that the server accepts; configs already measured are not launched again (a resumed study
+measures only the rest). These trials (user attr ``seeded``: ``level`` or ``ladder``) go through the same
+objective and use the budget like any other; the per-level confirmation then races each level's winner.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from optuna.trial import TrialState
+
+from autotune import records
+from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig
+from autotune.records import TrialRecord
+from autotune.schedule import DRAFT_KNOB
+from autotune.space import Choices, IntRange
+from autotune.study import search as _search
+from autotune.study.context import StudyContext
+from autotune.surrogate import Encoding, Surrogate
+
+SEEDED_LADDER = "ladder"
+#: user attr ``seeded`` of a level's surrogate pick
+SEEDED_LEVEL = "level"
+#: rounds of per-level picks (each refits on the last round's measurements; a level gets none once its surrogate's
+#: best upper bound no longer beats its best measurement)
+LEVEL_ROUNDS = 2
+#: at most this many rungs, spread evenly on a log scale over the range (the ends always in)
+MAX_RUNGS = 6
+
+
+def rungs(values: list[int], most: int = MAX_RUNGS) -> list[int]:
+    """``values`` (sorted), thinned to ``most`` spread evenly on a log scale, the smallest and largest kept."""
+    values = sorted(set(values))
+    if len(values) <= most:
+        return values
+    lo, hi = math.log(max(values[0], 1)), math.log(max(values[-1], 1))
+    picks = {values[0], values[-1]}
+    for i in range(1, most - 1):
+        target = math.exp(lo + (hi - lo) * i / (most - 1))
+        picks.add(min(values, key=lambda v: (abs(v - target), v)))
+    return sorted(picks)
+
+
+def ladder_configs(ctx: StudyContext) -> list[TrialConfig]:
+    """The unmeasured rungs of the best speculative config's draft-length ladder ([] without load levels)."""
+    space = ctx.space
+    if not space.benchmark.loaded:
+        return []
+    done = [t for t in records.trials(ctx.study, (TrialState.COMPLETE,)) if records.is_measured_speculative(t)]
+    done = [t for t in done if not TrialRecord(t).lossy and t.value]
+    if not done:
+        return []
+    best = TrialRecord(max(done, key=lambda t: float(t.value or 0.0))).effective_config()
+    knob = DRAFT_KNOB.get(space.server.backend, "num_steps")
+    domain = space.search.knobs.get(knob)
+    if isinstance(domain, IntRange):
+        values = domain.values()
+    elif isinstance(domain, Choices):
+        values = sorted(v for v in domain.values if isinstance(v, int))
+    else:
+        return []
+    keys = {TrialRecord(t).config_key for t in records.trials(ctx.study)}
+    out = []
+    for v in rungs(values):
+        changes = {knob: v}
+        if space.server.backend == "sglang" and best.knob("topk") == 1:
+            changes["num_draft_tokens"] = v + 1  # a chain: SGLang verifies steps + 1 tokens
+        try:
+            cfg = ctx.backend.resolve(best.with_knobs(**changes), space)
+        except InfeasibleConfig:
+            continue
+        if cfg.key() not in keys:
+            keys.add(cfg.key())
+            out.append(cfg)
+    return out
+
+
+def level_picks(ctx: StudyContext) -> list[TrialConfig]:
+    """Per load level, the unmeasured grid point a surrogate of that level's log tok/s ranks highest (posterior mean
+    + ``REFINE_KAPPA`` sd), when it could beat the level's best measurement: the search ranks by the objective, so a
+    config that wins only at one level (a deep tree at one stream) would otherwise never be measured. Levels where
+    every measured config clearly loses to the baseline (best speedup below 0.9) get none."""
+    space = ctx.space
+    grid = ctx.grid
+    if not space.benchmark.loaded or grid is None:
+        return []
+    done = [t for t in records.trials(ctx.study, (TrialState.COMPLETE,)) if records.is_measured_speculative(t)]
+    keys = {TrialRecord(t).config_key for t in records.trials(ctx.study)}
+    floor = max(space.pruning.start_noise / math.sqrt(2), 0.005)
+    picks: list[TrialConfig] = []
+    for c in space.benchmark.concurrency:
+        obs = []
+        best_speedup = 0.0
+        for t in done:
+            r = TrialRecord(t)
+            x = next((x for x in r.levels if int(x["level"]) == c), None)
+            if x is None or not x.get("tok_per_s") or r.lossy or x.get("slo_broken"):
+                continue
+            obs.append((r.effective_config(), math.log(float(x["tok_per_s"]))))
+            best_speedup = max(best_speedup, float(x.get("speedup") or 0.0))
+        if len({cfg.key() for cfg, _ in obs}) < _search.MIN_SURROGATE_POINTS or best_speedup < 0.9:
+            continue
+        model = Surrogate(Encoding.from_configs(grid + [cfg for cfg, _ in obs]), obs, noise_floor=floor)
+        pool = [g for g in grid if g.key() not in keys]
+        if not pool:
+            continue
+        mean, sd = model.predict(pool)
+        ucb = mean + _search.REFINE_KAPPA * sd
+        i = int(np.argmax(ucb))
+        if ucb[i] > max(v for _, v in obs):
+            keys.add(pool[i].key())
+            picks.append(pool[i])
+    return picks
+
+
+def run(ctx: StudyContext, objective: _search.Objective, *, deadline: float | None = None) -> int:
+    """Measure each level's surrogate pick and the ladder's unmeasured rungs; returns how many were queued."""
+    n = 0
+    done = records.level_phase(ctx.study)  # a resumed study does not start the phase over
+    for r in range(int(done.get("rounds", 0)), LEVEL_ROUNDS):  # each round refits on the last one's measurements
+        picks = level_picks(ctx)
+        if picks:
+            n += _measure(ctx, objective, picks, SEEDED_LEVEL, deadline)
+        done = {**done, "rounds": r + 1}
+        records.set_level_phase(ctx.study, done)
+        if not picks:
+            break
+    if not done.get("ladder"):
+        n += _measure(ctx, objective, ladder_configs(ctx), SEEDED_LADDER, deadline)
+        records.set_level_phase(ctx.study, {**done, "rounds": LEVEL_ROUNDS, "ladder": True})
+    return n
+
+
+def _measure(
+    ctx: StudyContext, objective: _search.Objective, configs: list[TrialConfig], seeded: str, deadline: float | None
+) -> int:
+    for cfg in configs:
+        records.enqueue_speculative(ctx.study, ctx.backend.params(cfg, ctx.space), seeded=seeded)
+    if configs:
+        target = _search.counted_trials(ctx) + len(configs)
+        cap = len(records.trials(ctx.study)) + 2 * len(configs) + 4
+        _search._optimize(ctx, objective, target, cap, deadline)
+    return len(configs)

@@ -1,0 +1,68 @@
+"""Per-level confirmation, pure over the recorded rounds: each candidate's interval at each load level, the
+winner of each level and the per-level verdict ("speculation wins up to 8 streams, loses from 32").
+
+A round with load levels also records ``{"levels": {"baseline": {cuda_graph: {level: tok/s}}, "candidates":
+{number: {level: tok/s}}}}`` (keys as strings); every start measures every level, so these come with the
+objective's rounds at no extra start."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from autotune.stats import Interval, speedup_interval, verdict
+
+
+def level_intervals(
+    number: int, cuda_graph: Any, rounds: list[dict[str, Any]], levels: list[int], *, confidence: float
+) -> dict[str, dict[str, Any] | None]:
+    """``{level: interval}`` of candidate ``number`` against the same round's fresh baseline of its setting."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for c in levels:
+        logs = []
+        for r in rounds:
+            lv = r.get("levels") or {}
+            cand = (lv.get("candidates") or {}).get(str(number)) or {}
+            base = (lv.get("baseline") or {}).get(str(cuda_graph)) or {}
+            t, b = cand.get(str(c)), base.get(str(c))
+            if t and b:
+                logs.append(math.log(t / b))
+        out[str(c)] = speedup_interval(logs, confidence).to_dict() if len(logs) >= 2 else None
+    return out
+
+
+def level_verdicts(
+    per_candidate: dict[str, dict[str, dict[str, Any] | None]], levels: list[int], min_gain: float
+) -> list[dict[str, Any]]:
+    """For each level the candidate with the best point estimate there, its interval and the level's verdict."""
+    out = []
+    for c in levels:
+        best: tuple[float, str, dict[str, Any]] | None = None
+        for number, ivs in per_candidate.items():
+            iv = ivs.get(str(c))
+            if iv and (best is None or iv["point"] > best[0]):
+                best = (iv["point"], number, iv)
+        if best is None:
+            out.append({"level": c, "trial": None, "speedup_ci": None, "verdict": verdict(None, min_gain)})
+            continue
+        iv = best[2]
+        interval = Interval(**{k: iv[k] for k in ("point", "low", "high", "n", "confidence")})
+        out.append({"level": c, "trial": int(best[1]), "speedup_ci": iv, "verdict": verdict(interval, min_gain)})
+    return out
+
+
+def summary_text(verdicts: list[dict[str, Any]]) -> str:
+    """ "speculation wins up to 8 streams, loses from 32" (the levels in between: inconclusive)."""
+    wins = [v["level"] for v in verdicts if v["verdict"] == "speculation-wins"]
+    loses = [v["level"] for v in verdicts if v["verdict"] == "baseline-wins"]
+    if wins and not loses:
+        tail = "" if len(wins) == len(verdicts) else " (inconclusive above)"
+        return f"speculation wins up to {max(wins)} streams{tail}"
+    if loses and not wins:
+        return f"speculation loses from {min(loses)} streams"
+    if wins and loses:
+        first_loss = min(loses)
+        below = [c for c in wins if c < first_loss]
+        head = f"speculation wins up to {max(below)} streams" if below else f"speculation wins at {max(wins)} streams"
+        return f"{head}, loses from {first_loss}"
+    return "inconclusive at every level"
