@@ -165,8 +165,12 @@ class Evidence:
         prompt_ids: Sequence[str],
         baseline: Sequence[float],
     ) -> None:
-        """Upload the server log (if there is one), the per-prompt results and their figure; save the note."""
-        from optuna_dashboard import save_note
+        """Upload the server log (if there is one), the per-prompt results and their figure; save the note (when
+        optuna-dashboard is installed: a tuning host without it still keeps the artifacts)."""
+        try:
+            from optuna_dashboard import save_note
+        except ImportError:
+            save_note = None
 
         attrs = records.TrialRecord(trial).attrs
         n = trial.number
@@ -186,7 +190,8 @@ class Evidence:
                     f"trial {n}: tok/s per prompt", [r.tok_per_s for r in results], baseline, prompt_ids
                 )
                 self._upload(trial, figure.encode(), FIGURE_NAME.format(n=n), "image/svg+xml")
-            save_note(trial, trial_note(n, attrs, outcome, prompt_ids))
+            if save_note is not None:
+                save_note(trial, trial_note(n, attrs, outcome, prompt_ids))
 
     def _upload(self, trial: optuna.Trial, data: bytes, name: str, mimetype: str) -> None:
         from optuna.artifacts import upload_artifact
