@@ -778,8 +778,14 @@ def _parse_value(v: str) -> Any:
 
 
 def _write_html(ctx: Context, study: Any, report: dict[str, Any], path: Path) -> None:
-    from autotune.html import write_html_report
-
+    """The study's HTML report. A host without the plotting package (an incomplete install) still gets the
+    study, its report and its exit code: the HTML is skipped with one line saying why."""
+    try:
+        from autotune.html import write_html_report
+        from autotune.plots import figures  # noqa: F401 - imports plotly
+    except ImportError as e:
+        print(f"autotune: HTML report skipped ({e}; pip install -e . installs it)", file=sys.stderr)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     write_html_report(study, report, path)
 

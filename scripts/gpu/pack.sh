@@ -113,8 +113,9 @@ installed_version() {
 if [[ -n "${WHEELS:-}" ]]; then
     read -r -a specs <<<"$WHEELS"
 else
-    names=(optuna alembic SQLAlchemy Mako colorlog gguf typing_extensions MarkupSafe)
-    [[ "${PACK_PLOTLY:-0}" == "1" ]] && names+=(plotly)
+    # plotly (the HTML report's plots; narwhals is on the machine) and optuna-dashboard (-> bottle: the dashboard
+    # notes) are autotune dependencies too: without them the H200 study of 2026-12-01 ended with an import error
+    names=(optuna alembic SQLAlchemy Mako colorlog gguf typing_extensions MarkupSafe plotly optuna-dashboard bottle)
     specs=()
     for n in "${names[@]}"; do
         v="$(installed_version "$n")" || { log "$n is not installed in $PY: install it or set WHEELS"; exit 1; }
