@@ -19,7 +19,10 @@ import bench_search  # noqa: E402
 def test_bench_search_tiny(tmp_path):
     methods = ["grid", "tuner", "tuner_no_prune", "random", "tuner_prev"]
     rc = bench_search.main(
-        ["--seeds", "1", "--jobs", "1", "--scenarios", "llama-edge", "--methods", *methods, "--out", str(tmp_path)]
+        [
+            *("--seeds", "1", "--jobs", "1", "--scenarios", "llama-edge", "--methods", *methods),
+            *("--landscapes", "0", "--out", str(tmp_path)),
+        ]
     )
     assert rc == 0
     data = json.loads((tmp_path / "benchmarks.json").read_text())
@@ -81,3 +84,33 @@ def test_bench_overhead_tiny(tmp_path):
     assert abs(c["server_lag_median"]) < 1  # the server's own timing is a sane fraction of its schedule
     assert abs(c["reference_error_median"]) < 1  # the raw-socket reader read the same streams to the end
     assert "<!-- begin overhead -->" in (tmp_path / "benchmarks.md").read_text()
+
+
+def test_generated_landscapes_are_plausible_reproducible_and_benchmarked(tmp_path):
+    """Two generated landscapes, one seed: the generator's draws are the same from their index, plausible (the
+    ground truth's baseline and best speedup in range), and the distribution section is written."""
+    a, b = bench_search.landscape("gen-000"), bench_search.landscape("gen-001")
+    again = bench_search.bench_landscapes.generate(
+        0, bench_search.load_space(str(bench_search.ROOT / "spaces/llama-8b-eagle3.yaml")), bench_search._plausible
+    )
+    assert a.scenario.graphs_on == again.scenario.graphs_on and a.space.search == again.space.search
+    assert a.what != b.what
+    rc = bench_search.main(
+        [
+            *("--scenarios", "--landscapes", "2", "--landscape-seeds", "1", "--jobs", "1"),
+            *("--landscape-methods", "grid", "tuner", "--out", str(tmp_path)),
+        ]
+    )
+    assert rc == 0
+    data = json.loads((tmp_path / "benchmarks.json").read_text())["search_generated"]
+    assert set(data["scenarios"]) == {"gen-000", "gen-001"}
+    for sc in data["scenarios"].values():
+        gt = sc["ground_truth"]
+        base = max(gt["baselines"].values())
+        assert 15 <= base <= 600 and 0.5 <= gt["best_speculative"]["speedup_vs_own_baseline"] <= 4.0
+        assert sc["methods"]["grid"]["server_starts_median"] == gt["grid_points"]
+    d = data["distribution"]["tuner"]
+    assert d["landscapes"] == 2 and d["runs"] == 2 and 0 <= d["hit_rate_2pct"] <= 1
+    assert 0 < d["ratio_vs_full_grid"]["0.5"] <= 1
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert "<!-- begin search-generated -->" in md and "gen-001" in md
