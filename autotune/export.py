@@ -477,7 +477,7 @@ def render_schedule(space: Space, backend: Backend, report: dict[str, Any], sche
         cfg = schedule.vllm_config(schedule_, method=method, model=drafter.path)
         return table + "\n--speculative-config " + shlex.quote(json.dumps(cfg, sort_keys=True))
     if fmt == "sglang":
-        cmd = render(space, backend, report, "sglang")
+        cmd = render(space, backend, report, "sglang").rstrip("\n")
         if drafter is None or not schedule_["on_up_to"]:
             return table + "\n" + cmd
         file_ = {**schedule.sglang_adaptive(schedule_)}
@@ -492,7 +492,7 @@ def render_schedule(space: Space, backend: Backend, report: dict[str, Any], sche
         )
     if fmt == "command":  # an engine without schedules (llama.cpp): the recommended static config
         return table + "\n" + render(space, backend, report, "command")
-    b = bundle(space, backend, report)
+    b = _public(bundle(space, backend, report))
     b["schedule"] = schedule_
     return json.dumps(b, indent=2) if fmt == "json" else yaml.safe_dump(b, sort_keys=False)
 

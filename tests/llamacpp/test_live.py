@@ -306,7 +306,15 @@ def test_a_real_study_end_to_end(tmp_path):
     assert data["baseline"]["cuda_graph_on"]["tok_per_s"] > 0
     spec = [t for t in trials.values() if t["role"] == "speculative" and t["state"] == "COMPLETE"]
     good = [t for t in spec if t["config"]["drafter"] == "good"]
-    bad = [t for t in spec if t["config"]["drafter"] == "bad"]
+    # the bad draft may be stopped early (a clear loser is pruned by its second prompt): measured either way
+    bad = [
+        t
+        for t in trials.values()
+        if t["role"] == "speculative"
+        and t["config"]["drafter"] == "bad"
+        and t["state"] in ("COMPLETE", "PRUNED")
+        and t["speedup"] is not None
+    ]
     assert good and bad, [(t["number"], t["config"], t["state"]) for t in trials.values()]
     assert max(t["speedup"] for t in good) > 1.05  # noise on 2 cores: see test_good_draft_wins_and_bad_draft_loses
     assert max(t["speedup"] for t in bad) < max(t["speedup"] for t in good)
