@@ -82,8 +82,19 @@ def spread_vs_baselines(study: optuna.Study, trials: Sequence[FrozenTrial], excl
         r = TrialRecord(t)
         if r.is_baseline or PARAM_DRAFTER not in t.params:
             continue
-        if r.cuda_graph not in baselines:
-            baselines[r.cuda_graph] = find_baseline(study, r.cuda_graph)
+        if r.cuda_graph not in baselines:  # from the trials already read: no second storage read per setting
+            baselines[r.cuda_graph] = next(
+                (
+                    b
+                    for b in trials
+                    if b.state == TrialState.COMPLETE
+                    and TrialRecord(b).is_baseline
+                    and TrialRecord(b).cuda_graph == r.cuda_graph
+                    and not TrialRecord(b).is_duplicate
+                    and b.intermediate_values
+                ),
+                None,
+            )
         b = baselines[r.cuda_graph]
         if b is not None:
             groups.append(log_ratios(*paired_values(t, b)))
