@@ -17,12 +17,14 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
+import yaml
 from optuna.trial import TrialState
 
 from autotune import records
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
+N_PROMPTS = len(yaml.safe_load((REPO / "spaces" / "eagle3.yaml").read_text())["benchmark"]["prompts"])
 
 
 @pytest.fixture
@@ -31,6 +33,21 @@ def pg_url():
     if not url:
         pytest.skip("AUTOTUNE_TEST_POSTGRES_URL is not set (scripts/start_postgres.sh prints one)")
     return url
+
+
+@pytest.fixture
+def rdb():
+    """Wraps the storages a test makes, so that their connections are closed even when an assertion fails (an
+    open psycopg connection collected later is a warning, which this suite turns into an error, in another test)."""
+    made = []
+
+    def keep(storage):
+        made.append(storage)
+        return storage
+
+    yield keep
+    for storage in made:
+        storage.engine.dispose()
 
 
 def _free_port_block(n: int = 40) -> int:
@@ -79,10 +96,18 @@ def _sim_servers_of(pids: set[int]) -> list[psutil.Process]:
     return out
 
 
+def _mid_measurement(t: optuna.trial.FrozenTrial) -> bool:
+    """A speculative trial whose server is up and whose prompts are under way (some recorded, not all)."""
+    r = records.TrialRecord(t)
+    done = len(r.attrs.get(records.PROMPTS) or [])
+    return not r.is_baseline and r.measured and 0 < done < N_PROMPTS
+
+
 @pytest.mark.slow
-def test_three_slots_one_worker_sigkilled_mid_trial(pg_url, tmp_path):
+def test_three_slots_one_worker_sigkilled_mid_trial(pg_url, tmp_path, rdb):
     name = f"scale-{uuid.uuid4().hex[:8]}"
-    space = _space(tmp_path, name)
+    # a slower simulated clock than the quick start's, so that a trial spends long enough measuring to be caught
+    space = _space(tmp_path, name, **{"time_scale: 200": "time_scale: 60"})
     n_trials = 10
     argv = _cli(
         "study", str(space), "--simulate", "--storage", pg_url, "--gpus", "0-7", "--gpus", "8-15", "--gpus", "16-23",
@@ -90,25 +115,32 @@ def test_three_slots_one_worker_sigkilled_mid_trial(pg_url, tmp_path):
         "--studies-dir", str(tmp_path / "studies"),
     )  # fmt: skip
     parent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    storage = optuna.storages.RDBStorage(pg_url)
+    storage = rdb(optuna.storages.RDBStorage(pg_url))
     killed_worker = None
     orphans: set[int] = set()
     try:
         deadline = time.monotonic() + 300
         while killed_worker is None and time.monotonic() < deadline and parent.poll() is None:
-            time.sleep(0.2)
+            time.sleep(0.1)
             try:
                 study = optuna.load_study(study_name=f"{name}-sim", storage=storage)
             except KeyError:
                 continue
             for t in study.get_trials(states=(TrialState.RUNNING,)):
-                r = records.TrialRecord(t)
-                if r.is_baseline or not r.measured or not r.attrs.get(records.PROMPTS):
-                    continue  # a speculative trial whose server is up and whose prompts are under way
+                if not _mid_measurement(t):
+                    continue
                 pid = int(str(t.user_attrs[records.WORKER]).rsplit(":", 1)[1])
                 worker = psutil.Process(pid)
-                orphans = {c.pid for c in worker.children(recursive=True)}
-                if not orphans:  # the trial ended (its server stopped) since we looked: catch another one
+                # Frozen first, so that it cannot stop its server between our look and the kill; then the trial
+                # must still be mid-measurement and its server still up after a pause (a server being stopped
+                # by a prune or the last prompt would be gone by then).
+                worker.send_signal(signal.SIGSTOP)
+                time.sleep(0.5)
+                now = storage.get_trial(t._trial_id)
+                orphans = {c.pid for c in worker.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE}
+                if now.state != TrialState.RUNNING or not _mid_measurement(now) or not orphans:
+                    worker.send_signal(signal.SIGCONT)  # between prompts' records or stopping its server: another
+                    orphans = set()
                     continue
                 worker.send_signal(signal.SIGKILL)
                 killed_worker = str(t.user_attrs[records.WORKER])
@@ -149,7 +181,7 @@ def test_three_slots_one_worker_sigkilled_mid_trial(pg_url, tmp_path):
     storage.engine.dispose()
 
 
-def test_a_worker_with_another_space_is_refused_naming_the_difference(pg_url, tmp_path):
+def test_a_worker_with_another_space_is_refused_naming_the_difference(pg_url, tmp_path, rdb):
     name = f"scale-{uuid.uuid4().hex[:8]}"
     space = _space(tmp_path, name)
     first = subprocess.run(
@@ -176,7 +208,7 @@ def test_a_worker_with_another_space_is_refused_naming_the_difference(pg_url, tm
     )  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert "3 of 3 trials" in ok.stderr
-    storage = optuna.storages.RDBStorage(pg_url)
+    storage = rdb(optuna.storages.RDBStorage(pg_url))
     optuna.delete_study(study_name=f"{name}-sim", storage=storage)
     storage.engine.dispose()
 
@@ -239,13 +271,13 @@ def private_pg():
 
 
 @pytest.mark.slow
-def test_storage_calls_ride_out_a_database_restart(private_pg):
+def test_storage_calls_ride_out_a_database_restart(private_pg, rdb):
     """Stopped and started again under a storage in use: calls made while it is down wait (backoff) and then
     succeed instead of failing the worker."""
     from autotune.study.storage import make_storage
 
     url = private_pg.url
-    storage = make_storage(url, heartbeat_s=1)
+    storage = rdb(make_storage(url, heartbeat_s=1))
     study = optuna.create_study(study_name="restart", storage=storage, direction="maximize")
     study.set_user_attr("before", 1)
     private_pg.stop()
@@ -255,7 +287,7 @@ def test_storage_calls_ride_out_a_database_restart(private_pg):
     waited = time.monotonic() - t0
     assert restart.wait(timeout=60) == 0
     assert waited >= 1.0  # it did wait for the restart rather than succeed on a stale connection
-    fresh = make_storage(url)
+    fresh = rdb(make_storage(url))
     again = optuna.load_study(study_name="restart", storage=fresh)
     assert again.user_attrs == {"before": 1, "after": 2}
     again.optimize(lambda t: 1.0, n_trials=1)
@@ -265,7 +297,7 @@ def test_storage_calls_ride_out_a_database_restart(private_pg):
 
 
 @pytest.mark.slow
-def test_a_study_with_two_slots_rides_out_a_database_restart(private_pg, tmp_path):
+def test_a_study_with_two_slots_rides_out_a_database_restart(private_pg, tmp_path, rdb):
     """The database restarted in the middle of a two-slot study: the workers wait for it and the study
     completes its budget exactly."""
     name = f"scale-{uuid.uuid4().hex[:8]}"
@@ -276,7 +308,7 @@ def test_a_study_with_two_slots_rides_out_a_database_restart(private_pg, tmp_pat
         "--studies-dir", str(tmp_path / "studies"),
     )  # fmt: skip
     parent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    storage = optuna.storages.RDBStorage(private_pg.url)
+    storage = rdb(optuna.storages.RDBStorage(private_pg.url))
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and parent.poll() is None:
@@ -315,7 +347,7 @@ def _llama_space(tmp_path: Path, name: str) -> Path:
     return p
 
 
-def test_two_slots_give_the_budget_exactly_and_the_verdict_of_one(pg_url, tmp_path):
+def test_two_slots_give_the_budget_exactly_and_the_verdict_of_one(pg_url, tmp_path, rdb):
     import json
 
     name = f"scale-{uuid.uuid4().hex[:8]}"
@@ -334,7 +366,7 @@ def test_two_slots_give_the_budget_exactly_and_the_verdict_of_one(pg_url, tmp_pa
     assert one.returncode == 0, one.stderr
     r2, r1 = json.loads(two.stdout), json.loads(one.stdout)
     assert r2["verdict"] == r1["verdict"] == "speculation-wins"
-    storage = optuna.storages.RDBStorage(pg_url)
+    storage = rdb(optuna.storages.RDBStorage(pg_url))
     study = optuna.load_study(study_name=f"{name}-sim", storage=storage)
     assert records.counted_trials(study) == 12
     assert len({t.user_attrs[records.WORKER] for t in study.trials}) == 2
@@ -343,12 +375,12 @@ def test_two_slots_give_the_budget_exactly_and_the_verdict_of_one(pg_url, tmp_pa
     storage.engine.dispose()
 
 
-def test_the_study_lock_spans_processes_and_dies_with_its_holder(pg_url):
+def test_the_study_lock_spans_processes_and_dies_with_its_holder(pg_url, rdb):
     """Held by another process, the lock waits; that process SIGKILLed while holding it, the lock is free."""
     from autotune.study.storage import make_storage, study_lock
 
     name = f"lock-{uuid.uuid4().hex[:8]}"
-    storage = make_storage(pg_url)
+    storage = rdb(make_storage(pg_url))
     study = optuna.create_study(study_name=name, storage=storage)
     holder_code = f"""
 import sys, time, optuna
@@ -388,7 +420,7 @@ with study_lock(study):
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_study_stops_every_worker_and_server(pg_url, tmp_path):
+def test_sigterm_to_the_study_stops_every_worker_and_server(pg_url, tmp_path, rdb):
     name = f"scale-{uuid.uuid4().hex[:8]}"
     space = _space(tmp_path, name)
     argv = _cli(
@@ -418,7 +450,7 @@ def test_sigterm_to_the_study_stops_every_worker_and_server(pg_url, tmp_path):
     while _sim_servers_of(tree) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _sim_servers_of(tree) == []  # every worker and every server it started: stopped
-    storage = optuna.storages.RDBStorage(pg_url)
+    storage = rdb(optuna.storages.RDBStorage(pg_url))
     study = optuna.load_study(study_name=f"{name}-sim", storage=storage)
     assert not [t for t in study.trials if t.state == TrialState.RUNNING]  # settled as interrupted
     optuna.delete_study(study_name=f"{name}-sim", storage=storage)
