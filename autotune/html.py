@@ -93,7 +93,7 @@ def _confirmation(report: dict[str, Any]) -> list[str]:
         parts.append(
             f"<tr><td>{c['trial']}</td><td>{_e(config_label(c['config']))}</td><td>{_num(c['tok_per_s'])}</td>"
             f"<td>{_num(ci.get('point'), '.3f')}</td><td>[{_num(ci.get('low'), '.3f')}, "
-            f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.0f')}%</td>"
+            f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.4g')}%</td>"
             f"<td>{ci.get('n', '')}{' (left the race)' if c.get('dropped') else ''}</td></tr>"
         )
     parts.append("</table>")

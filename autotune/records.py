@@ -173,6 +173,7 @@ class ConfirmationState(TypedDict, total=False):
     rests_on: str  # what the verdict rests on, in words
     note: str
     done: bool
+    confidence: float  # of the verdict's intervals: the space's, or a stricter one after extra rounds
     # with load levels (``autotune.study.levels``)
     level_results: dict[str, dict[str, Any]]  # per candidate: {level: interval against the same-round baseline}
     level_verdicts: list[dict[str, Any]]  # per level: the best candidate, its interval and the level's verdict

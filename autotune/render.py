@@ -96,7 +96,7 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
                     if dep and dep != ci
                     else ""
                 )
-                + f" ({ci['confidence']:.0%} CI, {ci['n']} paired repeats)"
+                + f" ({ci['confidence'] * 100:.4g}% CI, {ci['n']} paired repeats)"
                 + (" - left the race: clearly slower than the leader" if cf.get("dropped") else "")
             )
     load = report.get("load")

@@ -147,8 +147,9 @@ class VerdictSpec:
     min_gain: float = 0.02
     confirm_top: int = 3
     repeats: int = 4
-    #: after ``repeats`` rounds, candidates not clearly slower than the leader race on, up to this many rounds
-    #: (None = twice ``repeats``; equal to ``repeats`` = no race)
+    #: the most rounds: after ``repeats``, candidates not clearly slower than the leader race on, and an open
+    #: verdict gets more rounds of its pick (``race.next_round``) (None = twice ``repeats``; equal to ``repeats``:
+    #: neither)
     max_repeats: int | None = None
     #: one-sided confidence that a dropped candidate is slower than the leader of the race
     race_confidence: float = 0.8

@@ -16,7 +16,6 @@ from autotune.stats import log_ratios, upper_bound
 from autotune.study import race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
-from autotune.study.levels import level_intervals, level_verdicts, summary_text
 from autotune.study.search import surrogate
 
 CANDIDATE_KAPPA = 2.0
@@ -165,17 +164,28 @@ def _not_confirmed(excluded: list[dict[str, Any]]) -> ConfirmationState:
 
 
 def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState) -> None:
-    """Rounds until ``verdict.max_rounds``, or once ``verdict.repeats`` are done with one candidate left racing."""
+    """Rounds as ``race.next_round`` asks for them (the race, then more rounds while the verdict is open)."""
     spec = ctx.space.verdict
-    keys = [str(t.number) for t in cands]
+    info = _info(cands)
+    levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
-    while cands:
-        active = race.race_survivors(state["rounds"], keys, spec)
-        n = len(state["rounds"])
-        if n >= spec.max_rounds or (n >= spec.repeats and len(active) <= 1):
+    while True:
+        active = race.next_round(state["rounds"], info, spec, state["deploy_cuda_graph"], levels)
+        if not active:
             break
+        n = len(state["rounds"])
+        if n >= spec.repeats and len(race.race_survivors(state["rounds"], [str(t.number) for t in cands], spec)) <= 1:
+            ctx.emit(Event("confirm-extend", data={"rounds": n, "candidates": active}))
         state["rounds"].append(_round(ctx, cands, active, graph_settings, state["deploy_cuda_graph"]))
         records.set_confirmation(ctx.study, state)
+
+
+def _info(cands: list[FrozenTrial]) -> list[race.Candidate]:
+    return [(t.number, TrialRecord(t).effective or {}, TrialRecord(t).cuda_graph) for t in cands]
+
+
+def _levels(ctx: StudyContext) -> list[int] | None:
+    return list(ctx.space.benchmark.concurrency) if ctx.space.benchmark.loaded else None
 
 
 def _round(
@@ -206,33 +216,12 @@ def _verdict(
     ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState, excluded: list[dict[str, Any]]
 ) -> None:
     spec = ctx.space.verdict
-    active = race.race_survivors(state["rounds"], [str(t.number) for t in cands], spec)
-    results = [
-        race.candidate_result(
-            t.number,
-            TrialRecord(t).effective or {},
-            TrialRecord(t).cuda_graph,
-            state["rounds"],
-            state["deploy_cuda_graph"],
-            confidence=spec.confidence,
-            dropped=str(t.number) not in active,
-        )
-        for t in cands
-    ]
-    state["results"] = results
-    if ctx.space.benchmark.loaded:
-        levels = list(ctx.space.benchmark.concurrency)
-        per = {
-            str(t.number): level_intervals(
-                t.number, TrialRecord(t).cuda_graph, state["rounds"], levels, confidence=spec.confidence
-            )
-            for t in cands
-        }
-        state["level_results"] = per
-        state["level_verdicts"] = level_verdicts(per, levels, spec.min_gain)
-        state["level_text"] = summary_text(state["level_verdicts"])
+    seen = race.look(state["rounds"], _info(cands), spec, state["deploy_cuda_graph"], _levels(ctx))
+    for key in ("results", "level_results", "level_verdicts", "level_text", "confidence"):
+        if key in seen:
+            state[key] = seen[key]  # type: ignore[literal-required]
     state["exclusions"] = excluded
-    state.update(race.decide(results, excluded, state["deploy_cuda_graph"], spec.min_gain))  # type: ignore[typeddict-item]
+    state.update(race.decide(seen["results"], excluded, state["deploy_cuda_graph"], spec.min_gain))  # type: ignore[typeddict-item]
     state["done"] = True
     records.set_confirmation(ctx.study, state)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from autotune.space import VerdictSpec
 from autotune.stats import Interval, speedup_interval, upper_bound, verdict
+from autotune.study.levels import level_intervals, level_verdicts, summary_text
 
 
 def _mean_log(rounds: list[dict[str, Any]], key: str) -> float:
@@ -43,6 +44,29 @@ def race_survivors(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictS
                 keep.append(k)
         active = [k for k in active if k in keep]
     return active
+
+
+def first_look(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictSpec) -> int | None:
+    """The number of rounds at which the race alone ends (``spec.repeats`` done and at most one candidate racing,
+    or ``spec.max_rounds``): the verdict's first look. None while fewer rounds are recorded."""
+    for n in range(spec.repeats, spec.max_rounds + 1):
+        if n > len(rounds):
+            return None
+        if n >= spec.max_rounds or len(race_survivors(rounds[:n], keys, spec)) <= 1:
+            return n
+    return None
+
+
+def look_confidence(spec: VerdictSpec, first: int | None, n: int) -> float:
+    """The confidence of the verdict's interval after ``n`` rounds. At the first look, the space's own. An
+    inconclusive verdict gets more rounds, up to ``spec.max_rounds``, and a look after each; each of those looks
+    spends an equal share of the space's error (Bonferroni over the extra looks allowed), so that looking again
+    cannot turn a config that is not ``min_gain`` faster into a winner much more often than one look would
+    (measured in tests/verdict/test_sequential.py)."""
+    if first is None or n <= first:
+        return spec.confidence
+    extra = max(1, spec.max_rounds - first)
+    return 1.0 - (1.0 - spec.confidence) / extra
 
 
 def _interval(pairs: list[tuple[Any, Any]], confidence: float) -> dict[str, Any] | None:
@@ -136,3 +160,64 @@ def basis(results: list[dict[str, Any]], excluded: list[dict[str, Any]], deploy_
         kinds = Counter(e["kind"] for e in excluded)
         text += "; excluded: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     return text
+
+
+# ------------------------------------------------------------------------------------------ looks and rounds
+
+#: a candidate as the confirmation's math needs it: (trial number, effective config, CUDA-graph setting)
+Candidate = tuple[int, dict[str, Any], Any]
+
+
+def look(
+    rounds: list[dict[str, Any]],
+    cands: list[Candidate],
+    spec: VerdictSpec,
+    deploy_cuda_graph: bool | None,
+    levels: list[int] | None = None,
+) -> dict[str, Any]:
+    """The verdict the recorded rounds give at this look's confidence (``look_confidence``): each candidate's
+    result, the pick and, with load levels, each level's interval and verdict. Exclusions are left out here (see
+    ``decide``): more rounds cannot weigh a config that could not be measured."""
+    keys = [str(n) for n, _, _ in cands]
+    conf = look_confidence(spec, first_look(rounds, keys, spec), len(rounds))
+    active = race_survivors(rounds, keys, spec)
+    results = [
+        candidate_result(n, config, cg, rounds, deploy_cuda_graph, confidence=conf, dropped=str(n) not in active)
+        for n, config, cg in cands
+    ]
+    out: dict[str, Any] = {"results": results, "confidence": conf}
+    if levels:
+        per = {str(n): level_intervals(n, cg, rounds, levels, confidence=conf) for n, _, cg in cands}
+        out["level_results"] = per
+        out["level_verdicts"] = level_verdicts(per, levels, spec.min_gain)
+        out["level_text"] = summary_text(out["level_verdicts"])
+    out.update(decide(results, [], deploy_cuda_graph, spec.min_gain))
+    return out
+
+
+def next_round(
+    rounds: list[dict[str, Any]],
+    cands: list[Candidate],
+    spec: VerdictSpec,
+    deploy_cuda_graph: bool | None,
+    levels: list[int] | None = None,
+) -> list[str]:
+    """Which candidates the next round measures (none: confirmation is over). Every candidate for
+    ``spec.repeats`` rounds, then those still racing while two or more are; then, while the verdict is
+    inconclusive, the candidates it hangs on (the pick, and with load levels the best of each undecided level),
+    up to ``spec.max_rounds`` rounds in all."""
+    keys = [str(n) for n, _, _ in cands]
+    n = len(rounds)
+    if not cands or n >= spec.max_rounds:
+        return []
+    active = race_survivors(rounds, keys, spec)
+    if n < spec.repeats or len(active) > 1:
+        return active
+    seen = look(rounds, cands, spec, deploy_cuda_graph, levels)
+    out: list[str] = []
+    if seen["verdict"] == "inconclusive" and seen["best"] is not None:
+        out.append(str(seen["best"]))
+    for lv in seen.get("level_verdicts") or []:
+        if lv["verdict"] == "inconclusive" and lv["trial"] is not None and str(lv["trial"]) not in out:
+            out.append(str(lv["trial"]))
+    return out
