@@ -106,7 +106,8 @@ def test_the_orchestrated_confirmation_extends_an_open_verdict_and_records_its_c
             # the first look was open; each extra round measured only what next_round asked for
             assert race.look(rounds[:first], cands, space.verdict, True)["verdict"] == "inconclusive"
             for i in range(first, len(rounds)):
-                assert sorted(rounds[i]["candidates"]) == sorted(race.next_round(rounds[:i], cands, space.verdict, True))
+                asked = race.next_round(rounds[:i], cands, space.verdict, True)
+                assert sorted(rounds[i]["candidates"]) == sorted(asked)
             assert state["confidence"] == pytest.approx(1 - 0.05 / (space.verdict.max_rounds - first))
         else:
             assert state["confidence"] == space.verdict.confidence
