@@ -203,9 +203,9 @@ def next_round(
     levels: list[int] | None = None,
 ) -> list[str]:
     """Which candidates the next round measures (none: confirmation is over). Every candidate for
-    ``spec.repeats`` rounds, then those still racing while two or more are; then, while the verdict is
-    inconclusive, the candidates it hangs on (the pick, and with load levels the best of each undecided level),
-    up to ``spec.max_rounds`` rounds in all."""
+    ``spec.repeats`` rounds, then those still racing while two or more are; then, while it is open whether the
+    pick clears ``1 + min_gain`` (its interval straddles it), the pick, and with load levels the best of each
+    level where that is open, up to ``spec.max_rounds`` rounds in all."""
     keys = [str(n) for n, _, _ in cands]
     n = len(rounds)
     if not cands or n >= spec.max_rounds:
@@ -214,10 +214,18 @@ def next_round(
     if n < spec.repeats or len(active) > 1:
         return active
     seen = look(rounds, cands, spec, deploy_cuda_graph, levels)
+    bar = 1.0 + spec.min_gain
     out: list[str] = []
-    if seen["verdict"] == "inconclusive" and seen["best"] is not None:
-        out.append(str(seen["best"]))
+    best = next((r for r in seen["results"] if r["trial"] == seen["best"]), None)
+    if best is not None and _could_win(headline(best), bar):
+        out.append(str(best["trial"]))
     for lv in seen.get("level_verdicts") or []:
-        if lv["verdict"] == "inconclusive" and lv["trial"] is not None and str(lv["trial"]) not in out:
+        if lv["trial"] is not None and _could_win(lv["speedup_ci"], bar) and str(lv["trial"]) not in out:
             out.append(str(lv["trial"]))
     return out
+
+
+def _could_win(interval: dict[str, Any] | None, bar: float) -> bool:
+    """Open on the one question more rounds can answer: whether it clears the bar (an interval entirely below it
+    is no winner, whether or not it also proves a loss; for a schedule both mean off)."""
+    return interval is not None and interval["low"] <= bar < interval["high"]
