@@ -175,7 +175,15 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
             break
         n = len(state["rounds"])
         if n >= spec.repeats and len(race.race_survivors(state["rounds"], [str(t.number) for t in cands], spec)) <= 1:
-            ctx.emit(Event("confirm-extend", data={"rounds": n, "candidates": active}))
+            ctx.emit(
+                Event(
+                    "note",
+                    data={
+                        "message": f"after {n} rounds it is still open whether trial(s) {', '.join(active)} clear "
+                        f"the {spec.min_gain:.0%} bar: one more round (at most {spec.max_rounds} in all)"
+                    },
+                )
+            )
         state["rounds"].append(_round(ctx, cands, active, graph_settings, state["deploy_cuda_graph"]))
         records.set_confirmation(ctx.study, state)
 
