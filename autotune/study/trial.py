@@ -460,12 +460,13 @@ class Objective:
         )
         if i == 0 and not config.is_baseline:
             self._alarm(r)
-        if baseline is not None and i < n - 1 and t.trial.should_prune():
+        if baseline is not None and i < n - 1 and self.ctx.pruner.enabled:
+            # one decision per prompt, with its numbers (the study's pruner is the same rule: Optuna's
+            # should_prune() would compute it a second time)
             d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
-            self._record_speedup(t, results, baseline)
-            if d is None:
-                raise Lost("pruned", None)
-            raise Lost(d.reason, d.upper_bound, d.rule, d.against)
+            if d is not None and d.prune:
+                self._record_speedup(t, results, baseline)
+                raise Lost(d.reason, d.upper_bound, d.rule, d.against)
 
     def _alarm(self, first: PromptResult) -> None:
         """Acceptance at ~1.0 after the first prompt: the drafter does nothing (wrong algorithm, wrong target)."""
