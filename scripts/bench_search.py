@@ -710,7 +710,8 @@ def markdown_generated(result: dict[str, Any]) -> str:
         lines.append(
             f"| {m} | {_ratio(q['0.1'])} | {_ratio(q['0.25'])} | {_ratio(q['0.5'])} | {_ratio(q['0.75'])} | "
             f"{_ratio(q['0.9'])} | {_ratio(q['1.0'])} | {_pct(d['share_within_15pct_of_full_grid'])} | "
-            f"{_pct(d['share_under_grid_time_to_2pct'])} | {_pct(d['hit_rate_2pct'])} of {d['runs']} | "
+            f"{_pct(d['share_under_grid_time_to_2pct'])} | {round(d['hit_rate_2pct'] * d['runs'])}/{d['runs']} "
+            f"({d['hit_rate_2pct']:.1%}) | "
             f"{d['pruned']} ({br.get('baseline', 0)} / {br.get('leader', 0)}) | "
             f"{d['false_prunes']} ({_pct(d['false_prune_rate'])}; {fr.get('baseline', 0)} / {fr.get('leader', 0)}) |"
         )

@@ -204,8 +204,8 @@ def next_round(
 ) -> list[str]:
     """Which candidates the next round measures (none: confirmation is over). Every candidate for
     ``spec.repeats`` rounds, then those still racing while two or more are; then, while it is open whether the
-    pick clears ``1 + min_gain`` (its interval straddles it), the pick, and with load levels the best of each
-    level where that is open, up to ``spec.max_rounds`` rounds in all."""
+    pick clears ``1 + min_gain`` (its point estimate above it, its interval's low end not), the pick, and with
+    load levels the best of each level where that is open, up to ``spec.max_rounds`` rounds in all."""
     keys = [str(n) for n, _, _ in cands]
     n = len(rounds)
     if not cands or n >= spec.max_rounds:
@@ -226,6 +226,8 @@ def next_round(
 
 
 def _could_win(interval: dict[str, Any] | None, bar: float) -> bool:
-    """Open on the one question more rounds can answer: whether it clears the bar (an interval entirely below it
-    is no winner, whether or not it also proves a loss; for a schedule both mean off)."""
-    return interval is not None and interval["low"] <= bar < interval["high"]
+    """Open on the one question more rounds can answer: whether it clears the bar. The point estimate must be
+    above it: more rounds shrink the interval around the point, so one below the bar will not clear it (a tie with
+    the baseline would only buy rounds towards "inconclusive"), and an interval below the bar is no winner,
+    whether or not it also proves a loss (for a schedule both mean off)."""
+    return interval is not None and interval["low"] <= bar < interval["point"]
