@@ -49,7 +49,7 @@ def _rate(true: float, spec: VerdictSpec, n: int = 3000, sd: float = 0.035) -> t
 
 def test_looking_again_does_not_turn_a_config_at_the_bar_into_a_winner_much_more_often():
     """A config exactly ``min_gain`` faster: one look at 95% calls it a winner 2.5% of the time. Extra looks at
-    the space's own confidence would call it one 6.4% of the time (measured with this test's draws); the stricter
+    the space's own confidence would call it one 6.1% of the time (measured with this test's draws); the stricter
     looks keep it at 2.9%."""
     spec = VerdictSpec(repeats=4, max_repeats=8, confidence=0.95, min_gain=0.02)
     false_win, _ = _rate(1.02, spec)
