@@ -28,6 +28,7 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         *_verdict(report),
         *_baselines(report),
         *_confirmation(report),
+        *_levels(report),
         *_alarms(report),
         *_trials(report),
         *_plots(study, report),
@@ -95,6 +96,41 @@ def _confirmation(report: dict[str, Any]) -> list[str]:
             f"<td>{_num(ci.get('point'), '.3f')}</td><td>[{_num(ci.get('low'), '.3f')}, "
             f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.4g')}%</td>"
             f"<td>{ci.get('n', '')}{' (left the race)' if c.get('dropped') else ''}</td></tr>"
+        )
+    parts.append("</table>")
+    return parts
+
+
+def _levels(report: dict[str, Any]) -> list[str]:
+    """With load levels: per level, the search's best trial there and the confirmation's winner, interval and
+    verdict (the table ``autotune report`` prints)."""
+    load = report.get("load")
+    if not load or not load.get("levels"):
+        return []
+    confirmed = {int(v["level"]): v for v in load.get("confirmed") or []}
+    parts = [
+        f"<h2>Load levels</h2><p>Search (trial {_e(load.get('trial'))}): {_e(load.get('text'))}"
+        + (f"; confirmed: {_e(load.get('confirmed_text'))}" if load.get("confirmed_text") else "")
+        + "</p><table><tr><th>streams</th><th>tok/s</th><th>per stream</th><th>speedup</th><th>ITL p99 ms</th>"
+        "<th>TTFT p99 ms</th><th>failed</th><th>confirmed winner</th><th>CI</th><th>verdict</th></tr>"
+    ]
+    for x in load["levels"]:
+        c = int(x["level"])
+        v = confirmed.get(c) or {}
+        ci = v.get("speedup_ci") or {}
+        ci_text = (
+            f"{_num(ci.get('point'), '.3f')} [{_num(ci.get('low'), '.3f')}, {_num(ci.get('high'), '.3f')}] "
+            f"{_num((ci.get('confidence') or 0) * 100, '.4g')}%"
+            if ci
+            else "-"
+        )
+        broken = " (latency limit broken)" if x.get("slo_broken") else ""
+        parts.append(
+            f"<tr id='level-{c}'><td>{c}</td><td>{_num(x.get('tok_per_s'))}</td>"
+            f"<td>{_num(x.get('stream_tok_per_s'))}</td><td>{_num(x.get('speedup'), '.3f')}{broken}</td>"
+            f"<td>{_num(x.get('itl_p99_ms'))}</td><td>{_num(x.get('ttft_p99_ms'), '.0f')}</td>"
+            f"<td>{_e(x.get('failed', 0))}</td><td>{_e(v.get('trial'))}</td><td>{ci_text}</td>"
+            f"<td>{_e(v.get('verdict'))}</td></tr>"
         )
     parts.append("</table>")
     return parts

@@ -44,6 +44,13 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     assert all(v["speedup_ci"]["low"] <= v["speedup_ci"]["point"] <= v["speedup_ci"]["high"] for v in conf)
     assert load["confirmed_text"].startswith("speculation wins up to")
     assert "up to 256" not in load["confirmed_text"]
+    # the HTML report has the same per-level table: every level, the confirmed winner and verdict there
+    page = next(studies.rglob("report.html")).read_text()
+    assert "<h2>Load levels</h2>" in page and load["confirmed_text"] in page
+    for v in conf:
+        row = page.split(f"<tr id='level-{v['level']}'>", 1)[1].split("</tr>", 1)[0]
+        assert f"<td>{v['trial']}</td>" in row and f"<td>{v['verdict']}</td>" in row
+        assert f"{v['speedup_ci']['point']:.3f} [" in row
     # the best config's draft-length ladder was measured after the search
     ladder = [t for t in rep["trials"] if t.get("seeded") == "ladder"]
     assert ladder and len({(t["config"]["drafter"], t["config"]["topk"]) for t in ladder}) == 1

@@ -1,0 +1,28 @@
+"""The HTML report's per-level table, on the report of the real H200 load-level study (docs/gpu-runs)."""
+
+from __future__ import annotations
+
+import json
+
+from autotune.html import _levels
+
+from .helpers import REPO
+
+H200 = REPO / "docs" / "gpu-runs" / "2026-12-01-h200-load" / "resumed" / "report.json"
+
+
+def test_the_h200_load_study_gets_a_row_per_level_with_its_confirmed_verdict():
+    report = json.loads(H200.read_text())
+    page = "".join(_levels(report))
+    assert "<h2>Load levels</h2>" in page and "speculation wins up to 4 streams (inconclusive above)" in page
+    rows = {c: page.split(f"<tr id='level-{c}'>", 1)[1].split("</tr>", 1)[0] for c in (1, 4, 16)}
+    # what the H200 measured: confirmed 1.92x and 2.17x at 1 and 4 streams, 1.16x [0.99, 1.35] at 16
+    assert "1.918 [1.829, 2.012] 95%" in rows[1] and "<td>speculation-wins</td>" in rows[1]
+    assert "2.174 [2.062, 2.293] 95%" in rows[4] and "<td>speculation-wins</td>" in rows[4]
+    assert "1.156 [0.986, 1.354] 95%" in rows[16] and "<td>inconclusive</td>" in rows[16]
+
+
+def test_a_single_stream_report_has_no_level_table():
+    report = json.loads(H200.read_text())
+    report.pop("load")
+    assert _levels(report) == []
