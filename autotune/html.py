@@ -22,6 +22,12 @@ def _num(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _range(ci: dict[str, Any]) -> str:
+    """An interval's ends and the confidence it was taken at: ``[1.829, 2.012] 95%``."""
+    conf = _num((ci.get("confidence") or 0) * 100, ".4g")
+    return f"[{_num(ci.get('low'), '.3f')}, {_num(ci.get('high'), '.3f')}] {conf}%"
+
+
 def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -> None:
     parts = [
         *_head(report),
@@ -93,8 +99,7 @@ def _confirmation(report: dict[str, Any]) -> list[str]:
         ci = c["speedup_ci"] or {}
         parts.append(
             f"<tr><td>{c['trial']}</td><td>{_e(config_label(c['config']))}</td><td>{_num(c['tok_per_s'])}</td>"
-            f"<td>{_num(ci.get('point'), '.3f')}</td><td>[{_num(ci.get('low'), '.3f')}, "
-            f"{_num(ci.get('high'), '.3f')}] {_num((ci.get('confidence') or 0) * 100, '.4g')}%</td>"
+            f"<td>{_num(ci.get('point'), '.3f')}</td><td>{_range(ci)}</td>"
             f"<td>{ci.get('n', '')}{' (left the race)' if c.get('dropped') else ''}</td></tr>"
         )
     parts.append("</table>")
@@ -118,12 +123,7 @@ def _levels(report: dict[str, Any]) -> list[str]:
         c = int(x["level"])
         v = confirmed.get(c) or {}
         ci = v.get("speedup_ci") or {}
-        ci_text = (
-            f"{_num(ci.get('point'), '.3f')} [{_num(ci.get('low'), '.3f')}, {_num(ci.get('high'), '.3f')}] "
-            f"{_num((ci.get('confidence') or 0) * 100, '.4g')}%"
-            if ci
-            else "-"
-        )
+        ci_text = f"{_num(ci.get('point'), '.3f')} {_range(ci)}" if ci else "-"
         broken = " (latency limit broken)" if x.get("slo_broken") else ""
         parts.append(
             f"<tr id='level-{c}'><td>{c}</td><td>{_num(x.get('tok_per_s'))}</td>"

@@ -174,7 +174,7 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
         if not active:
             break
         n = len(state["rounds"])
-        if n >= spec.repeats and len(race.race_survivors(state["rounds"], [str(t.number) for t in cands], spec)) <= 1:
+        if race.still_racing(state["rounds"], [str(t.number) for t in cands], spec) is None:
             ctx.emit(
                 Event(
                     "note",

@@ -46,13 +46,20 @@ def race_survivors(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictS
     return active
 
 
+def still_racing(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictSpec) -> list[str] | None:
+    """The candidates the race still measures after ``rounds`` (every one for ``spec.repeats`` rounds, then those
+    not clearly slower while two or more are), or None once the race is over (what follows is extra rounds)."""
+    active = race_survivors(rounds, keys, spec)
+    return active if len(rounds) < spec.repeats or len(active) > 1 else None
+
+
 def first_look(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictSpec) -> int | None:
     """The number of rounds at which the race alone ends (``spec.repeats`` done and at most one candidate racing,
     or ``spec.max_rounds``): the verdict's first look. None while fewer rounds are recorded."""
     for n in range(spec.repeats, spec.max_rounds + 1):
         if n > len(rounds):
             return None
-        if n >= spec.max_rounds or len(race_survivors(rounds[:n], keys, spec)) <= 1:
+        if n >= spec.max_rounds or still_racing(rounds[:n], keys, spec) is None:
             return n
     return None
 
@@ -207,12 +214,11 @@ def next_round(
     pick clears ``1 + min_gain`` (its point estimate above it, its interval's low end not), the pick, and with
     load levels the best of each level where that is open, up to ``spec.max_rounds`` rounds in all."""
     keys = [str(n) for n, _, _ in cands]
-    n = len(rounds)
-    if not cands or n >= spec.max_rounds:
+    if not cands or len(rounds) >= spec.max_rounds:
         return []
-    active = race_survivors(rounds, keys, spec)
-    if n < spec.repeats or len(active) > 1:
-        return active
+    racing = still_racing(rounds, keys, spec)
+    if racing is not None:
+        return racing
     seen = look(rounds, cands, spec, deploy_cuda_graph, levels)
     bar = 1.0 + spec.min_gain
     out: list[str] = []
