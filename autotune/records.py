@@ -40,7 +40,8 @@ Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, 
 (set when the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation``
 (``ConfirmationState``), ``worker_spec`` (what every worker must share: ``autotune.study.storage.worker_spec``),
 ``n_trials`` (the budget the last ``autotune study`` set; ``autotune worker`` reads it),
-``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search).
+``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search),
+``baseline_check`` (fresh baseline rounds measured when the search left nothing to confirm).
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ SEED = "seed"
 WORKER_SPEC = "worker_spec"
 N_TRIALS = "n_trials"
 LEVEL_PHASE = "level_phase"
+BASELINE_CHECK = "baseline_check"
 
 # fmt: off
 TRIAL_KEYS = (
@@ -125,7 +127,7 @@ TRIAL_KEYS = (
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
-    N_TRIALS, LEVEL_PHASE,
+    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK,
 )
 # fmt: on
 
@@ -178,6 +180,10 @@ class ConfirmationState(TypedDict, total=False):
     level_results: dict[str, dict[str, Any]]  # per candidate: {level: interval against the same-round baseline}
     level_verdicts: list[dict[str, Any]]  # per level: the best candidate, its interval and the level's verdict
     level_text: str  # "speculation wins up to 8 streams, loses from 32"
+    # the search's baseline against confirmation's fresh ones (``autotune.study.baseline_check``)
+    baseline_check: list[dict[str, Any]]
+    suspect_prunes: list[dict[str, Any]]  # baseline-rule prunes that a fast search baseline may have caused
+    check_rounds: list[dict[str, Any]]  # fresh baselines alone, when the search left nothing to confirm
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -689,6 +695,16 @@ def level_phase(study: optuna.Study) -> dict[str, Any]:
 
 def set_level_phase(study: optuna.Study, state: dict[str, Any]) -> None:
     study.set_user_attr(LEVEL_PHASE, state)
+
+
+def baseline_check_rounds(study: optuna.Study) -> list[dict[str, Any]]:
+    """Rounds of fresh baselines alone, measured when the search left nothing to confirm (so that "the baseline
+    wins" does not rest on a single baseline start); ``autotune.study.baseline_check``."""
+    return list(study.user_attrs.get(BASELINE_CHECK) or [])
+
+
+def set_baseline_check_rounds(study: optuna.Study, rounds: list[dict[str, Any]]) -> None:
+    study.set_user_attr(BASELINE_CHECK, rounds)
 
 
 def confirmation(study: optuna.Study) -> ConfirmationState | None:

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from autotune.study import baseline_check
+
 
 def _fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
@@ -123,6 +125,8 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
             w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
         if load.get("confirmed_text"):
             w(f"  per level: {load['confirmed_text']}\n")
+    for c in report.get("baseline_check") or []:
+        line(baseline_check.text(c), "yellow" if c["flagged"] else None)
     for e in report.get("exclusions", []):
         line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
     style = {"speculation-wins": "bold green", "baseline-wins": "bold", "inconclusive": "bold yellow"}

@@ -154,8 +154,10 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "verdict": v,
         "verdict_basis": basis,
         "verdict_rests_on": rests_on,
-        "verdict_text": _verdict_text(v, exclusions),
+        "verdict_text": _verdict_text(v, exclusions, conf.get("suspect_prunes") or []),
         "exclusions": exclusions,
+        "baseline_check": conf.get("baseline_check") or [],
+        "suspect_prunes": conf.get("suspect_prunes") or [],
         "fastest_baseline": fastest,
         "lossless": _lossless_summary(rows, records.lossless_floor(study)),
         "recommended": recommend(study, v, best),
@@ -226,7 +228,7 @@ def gpu_time(trials: list[FrozenTrial], conf: records.ConfirmationState) -> dict
     tokens = _mean([sum(p.get("completion_tokens") or 0 for p in TrialRecord(t).prompts) for t in complete])
     startup = _mean([TrialRecord(t).startup_s for t in complete])
     confirm_s, confirm_starts = 0.0, 0
-    for rnd in conf.get("rounds", []):
+    for rnd in [*conf.get("check_rounds", []), *conf.get("rounds", [])]:
         for tps in [*rnd.get("baseline", {}).values(), *rnd.get("candidates", {}).values()]:
             if tps:
                 confirm_starts += 1
@@ -348,7 +350,14 @@ def _vs_fastest(t: FrozenTrial, fastest: dict[str, Any] | None) -> float | None:
     return tps / ref if tps and ref else None
 
 
-def _verdict_text(v: str, exclusions: list[dict[str, Any]]) -> str:
+def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]] | None = None) -> str:
+    if v == "inconclusive" and suspects and not exclusions:
+        numbers = ", ".join(str(p["trial"]) for p in suspects)
+        return (
+            f"inconclusive: no confirmed config is proven faster than the baseline, but {len(suspects)} config(s) "
+            f"(trial(s) {numbers}) were pruned against a search baseline that ran faster than confirmation's fresh "
+            f"ones; deploy the baseline, or weigh them: autotune export --trial N -o F, then autotune reverify F"
+        )
     if v == "inconclusive" and exclusions:
         kinds = sorted({e["kind"] for e in exclusions})
         return (

@@ -13,7 +13,7 @@ from autotune.config import TrialConfig
 from autotune.measure import measure_config
 from autotune.records import ConfirmationState, TrialRecord
 from autotune.stats import log_ratios, upper_bound
-from autotune.study import race
+from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.search import surrogate
@@ -22,13 +22,22 @@ CANDIDATE_KAPPA = 2.0
 NOT_CONFIRMED = "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)"
 
 
-def candidates(ctx: StudyContext) -> list[FrozenTrial]:
+def candidates(ctx: StudyContext, scale: dict[str, float] | None = None) -> list[FrozenTrial]:
     """The configs worth confirming (lossless, not clearly losing to their baseline): the best
     ``verdict.confirm_top`` by the surrogate's posterior mean (by measured tok/s without a surrogate), plus
     the fastest single measurement when the surrogate ranked it lower (a sharp peak on the space's edge is
-    what a smooth model underrates)."""
+    what a smooth model underrates).
+
+    ``scale`` (``{cuda_graph: fresh baselines / search baseline}``, from ``baseline_check.fast``): judged against
+    the search's baseline scaled by it, and the trials the baseline rule pruned are weighed too."""
     space = ctx.space
     complete = [t for t in records.trials(ctx.study, (TrialState.COMPLETE,)) if records.is_measured_speculative(t)]
+    if scale:
+        complete += [
+            t
+            for t in records.trials(ctx.study, (TrialState.PRUNED,))
+            if records.is_measured_speculative(t) and TrialRecord(t).prune_rule == "baseline" and t.intermediate_values
+        ]
     measured = {t.number: math.log(t.value) if t.value and t.value > 0 else -math.inf for t in complete}
     model = surrogate(ctx) if complete else None
     score = dict(measured)
@@ -47,11 +56,12 @@ def candidates(ctx: StudyContext) -> list[FrozenTrial]:
         baseline = baselines[TrialRecord(t).cuda_graph]
         if baseline is None:
             return False
+        ratio = (scale or {}).get(str(TrialRecord(t).cuda_graph), 1.0)
         if space.benchmark.loaded:  # the objective's bound over prompts x levels
             d = ctx.pruner.decide(ctx.study, t)
-            return d is None or d.upper_bound >= 1.0
+            return d is None or d.upper_bound / ratio >= 1.0
         tv = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
-        bv = [baseline.intermediate_values.get(s) for s in sorted(t.intermediate_values)]
+        bv = [_scaled(baseline.intermediate_values.get(s), ratio) for s in sorted(t.intermediate_values)]
         return upper_bound(log_ratios(tv, bv), space.verdict.confidence, space.pruning.start_noise) >= 1.0
 
     seen: set[str | None] = set()
@@ -73,6 +83,10 @@ def candidates(ctx: StudyContext) -> list[FrozenTrial]:
     if space.benchmark.loaded and out:
         out += _level_winners(ctx, complete, seen, eligible)
     return out
+
+
+def _scaled(v: float | None, ratio: float) -> float | None:
+    return None if v is None else v * ratio
 
 
 def _level_winners(
@@ -117,6 +131,11 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
     config (``exclusions``), and is never "the baseline wins" while a config it could not weigh is left."""
     spec = ctx.space.verdict
     cands = candidates(ctx)
+    if not cands and spec.confirm_top > 0 and spec.repeats >= 2 and _any_measured(ctx):
+        # "the baseline wins" on the search's figures alone rests on one baseline start: check it first
+        ratios = baseline_check.fast(_checks(ctx, _baseline_only_rounds(ctx)))
+        if ratios:
+            cands = candidates(ctx, scale=ratios)
     excluded = records.find_exclusions(ctx.study)
     if cands and (spec.confirm_top == 0 or spec.repeats < 2):
         # configs worth confirming exist but the space asks for no (usable) confirmation: nothing is proven
@@ -230,8 +249,87 @@ def _verdict(
             state[key] = seen[key]  # type: ignore[literal-required]
     state["exclusions"] = excluded
     state.update(race.decide(seen["results"], excluded, state["deploy_cuda_graph"], spec.min_gain))  # type: ignore[typeddict-item]
+    _check_baselines(ctx, state)
     state["done"] = True
     records.set_confirmation(ctx.study, state)
+
+
+def _any_measured(ctx: StudyContext) -> bool:
+    return any(
+        records.is_measured_speculative(t) for t in records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED))
+    )
+
+
+def _baseline_only_rounds(ctx: StudyContext) -> list[dict[str, Any]]:
+    """``baseline_check.CHECK_ROUNDS`` rounds of fresh baselines of each setting the search measured (recorded after
+    each, so a resumed study does not measure them again)."""
+    rounds = records.baseline_check_rounds(ctx.study)
+    settings = [cg for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph}, reverse=True)]
+    settings = [cg for cg in settings if records.find_baseline(ctx.study, cg) is not None]
+    while settings and len(rounds) < baseline_check.CHECK_ROUNDS:
+        ctx.emit(
+            Event(
+                "note",
+                data={
+                    "message": "nothing is left to confirm: a fresh baseline start checks the search's before the "
+                    f"verdict ({len(rounds) + 1} of {baseline_check.CHECK_ROUNDS})"
+                },
+            )
+        )
+        rounds.append(
+            {"baseline": {str(cg): _measure_once(ctx, TrialConfig.baseline(cg)) for cg in settings}, "candidates": {}}
+        )
+        records.set_baseline_check_rounds(ctx.study, rounds)
+    return rounds
+
+
+def _checks(ctx: StudyContext, rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``baseline_check.check`` of the search's baselines against the fresh ones in ``rounds``."""
+    search: dict[str, float] = {}
+    for key in sorted({k for r in rounds for k in r.get("baseline") or {}}):
+        b = records.find_baseline(ctx.study, {"True": True, "False": False}.get(key, key))
+        if b is not None and b.value:
+            search[key] = float(b.value)
+    return baseline_check.check(
+        rounds, search, confidence=ctx.space.verdict.confidence, start_noise=ctx.space.pruning.start_noise
+    )
+
+
+def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
+    """The search's baseline of each setting against confirmation's fresh ones (``baseline_check``): recorded, said
+    in the live view when it is off, and while a config pruned against a baseline that ran fast might have won,
+    the verdict is not "the baseline wins"."""
+    extra = records.baseline_check_rounds(ctx.study)
+    if extra:
+        state["check_rounds"] = extra
+    checks = _checks(ctx, [*extra, *state["rounds"]])
+    pruned = [
+        {"trial": t.number, "cuda_graph": str(TrialRecord(t).cuda_graph), "speedup_upper": TrialRecord(t).speedup_upper}
+        for t in records.trials(ctx.study, (TrialState.PRUNED,))
+        if TrialRecord(t).prune_rule == "baseline" and not TrialRecord(t).is_duplicate
+    ]
+    confirmed = {str(r["trial"]) for r in state.get("results") or []}
+    # after the check before a search-only verdict found the baseline fast, the candidates were chosen against the
+    # fresh baselines from every measured config (pruned ones too): nothing was left unweighed
+    rescued = bool(extra) and bool(baseline_check.fast(_checks(ctx, extra)))
+    sus = [] if rescued else [p for p in baseline_check.suspects(checks, pruned) if str(p["trial"]) not in confirmed]
+    if rescued:
+        state["rests_on"] += (
+            "; the search's baseline ran faster than fresh starts of it, so the candidates were chosen against those"
+        )
+    state["baseline_check"] = checks
+    state["suspect_prunes"] = sus
+    for c in checks:
+        if c["flagged"]:
+            ctx.emit(Event("note", data={"message": baseline_check.text(c)}))
+    if sus:
+        numbers = ", ".join(str(p["trial"]) for p in sus)
+        state["rests_on"] += (
+            f"; {len(sus)} config(s) pruned against a search baseline that ran fast (trial(s) {numbers}) were not "
+            "weighed against the fresh baselines"
+        )
+        if state["verdict"] == "baseline-wins":
+            state["verdict"] = "inconclusive"
 
 
 def _measure_once(

@@ -1,0 +1,111 @@
+"""The baseline check, pure over the recorded rounds: did the search's single baseline start run at the speed of
+confirmation's fresh baseline starts of the same CUDA-graph setting?
+
+The search measures each baseline once, at its first start, and every search decision rests on it: the speedups it
+shows, the baseline rule's prunes, which configs are worth confirming. On a real GPU one start can be off: on an
+H200 the search's baseline ran 1622 tok/s and confirmation's four fresh ones 1844 (docs/benchmarks.md, "Real GPU:
+the extra confirmation rounds"). Confirmation's verdict does not depend on it (each round pairs a candidate with a
+fresh baseline), but the search's figures do:
+
+- search baseline **slow** (fresh ones faster): the search's speedups were too high and its pruning lenient (time
+  lost, nothing missed); the check says so.
+- search baseline **fast** (fresh ones slower): the search's speedups were too low, so a config pruned by the
+  baseline rule may have been a winner. The trials so pruned whose upper bound, corrected by the check's ratio,
+  reaches 1 are *suspect*: the verdict cannot be "the baseline wins" while one is left (``apply``).
+
+The search's start counts as one more draw of the fresh starts' distribution: it is flagged when it falls outside
+the ``confidence`` prediction interval of the fresh starts. Their spread is pooled with the space's
+``pruning.start_noise`` (the start-to-start noise the pruner already allows for) as a prior worth ``PRIOR_DF``
+degrees of freedom, so that two fresh starts are enough to catch a start that is off by 10% or more.
+
+When the search left nothing to confirm (every config clearly slower than its baseline), confirmation measures
+``CHECK_ROUNDS`` fresh baselines alone before it says "the baseline wins"; if the search's baseline ran fast, the
+configs it made look slow are confirmed against the fresh ones (``autotune.study.confirm``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from scipy import stats as _st
+
+#: fresh baseline starts measured when nothing is left to confirm
+CHECK_ROUNDS = 2
+#: degrees of freedom of the prior spread (``pruning.start_noise``)
+PRIOR_DF = 3
+
+
+def check(
+    rounds: list[dict[str, Any]], search: Mapping[str, float], *, confidence: float, start_noise: float
+) -> list[dict[str, Any]]:
+    """Per CUDA-graph setting (keys as the rounds record them: ``"True"``/``"False"``) with a search baseline and
+    two or more fresh ones: the fresh starts' geometric mean against the search's value and whether it is flagged."""
+    out = []
+    for cg, value in sorted(search.items()):
+        fresh = [float(r["baseline"][cg]) for r in rounds if (r.get("baseline") or {}).get(cg)]
+        if len(fresh) < 2 or not value or value <= 0:
+            continue
+        logs = [math.log(f / value) for f in fresh]
+        n = len(logs)
+        mean = statistics.fmean(logs)
+        ss = sum((x - mean) ** 2 for x in logs)
+        df = PRIOR_DF + n - 1
+        sd = math.sqrt((PRIOR_DF * start_noise**2 + ss) / df)
+        limit = float(_st.t.ppf(0.5 + confidence / 2, df)) * sd * math.sqrt(1 + 1 / n)
+        out.append(
+            {
+                "cuda_graph": cg,
+                "search_tok_per_s": float(value),
+                "fresh_tok_per_s": float(math.exp(statistics.fmean(math.log(f) for f in fresh))),
+                "fresh": fresh,
+                "ratio": math.exp(mean),
+                "limit": math.exp(limit),
+                "flagged": abs(mean) > limit,
+            }
+        )
+    return out
+
+
+def fast(checks: list[dict[str, Any]]) -> dict[str, float]:
+    """``{cuda_graph: ratio}`` of the settings whose search baseline was flagged as fast (ratio below 1)."""
+    return {c["cuda_graph"]: float(c["ratio"]) for c in checks if c["flagged"] and c["ratio"] < 1.0}
+
+
+def suspects(checks: list[dict[str, Any]], pruned: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trials pruned by the baseline rule, under a setting whose search baseline was flagged as *fast*, whose
+    upper bound corrected by the check's ratio (the fresh baselines' speed over the search's) is at least 1.
+    ``pruned``: ``{"trial", "cuda_graph" (as the rounds' keys), "speedup_upper"}`` of each such trial."""
+    ratios = fast(checks)
+    out = []
+    for p in pruned:
+        ratio = ratios.get(p["cuda_graph"])
+        upper = p.get("speedup_upper")
+        if ratio is None or upper is None:
+            continue
+        corrected = float(upper) / ratio
+        if corrected >= 1.0:
+            out.append({**p, "corrected_upper": corrected})
+    return out
+
+
+def text(c: dict[str, Any]) -> str:
+    """One line for the report and the live view."""
+    graphs = {"True": "graphs on", "False": "graphs off"}.get(str(c["cuda_graph"]), str(c["cuda_graph"]))
+    head = (
+        f"baseline check ({graphs}): the search's baseline ran {c['search_tok_per_s']:.1f} tok/s, confirmation's "
+        f"{len(c['fresh'])} fresh starts {c['fresh_tok_per_s']:.1f} ({c['ratio'] - 1:+.1%})"
+    )
+    if not c["flagged"]:
+        return f"{head}: within the start-to-start noise"
+    if c["ratio"] > 1.0:
+        return (
+            f"{head}: the search's baseline start was slow, so the search's speedups are about "
+            f"{c['ratio'] - 1:.0%} too high (pruning was lenient; the verdict rests on confirmation's paired rounds)"
+        )
+    return (
+        f"{head}: the search's baseline start was fast, so the search's speedups are about {1 - c['ratio']:.0%} "
+        f"too low and configs pruned against it may have been winners"
+    )

@@ -1,0 +1,127 @@
+"""The baseline check: the search's single baseline start against confirmation's fresh ones.
+
+On an H200 the search's baseline ran 1622 tok/s and confirmation's four fresh ones 1844 (+13.7%;
+docs/gpu-runs/2026-12-01-h200-ext-check): the search's speedups were inflated. The other way round, a baseline start
+that runs fast makes every config look slower, and a study that prunes them all would say "the baseline wins" on
+one start. Tested on the pure check (recorded H200 figures, false-alarm rate by Monte Carlo) and end to end with a
+scripted runner whose first baseline start runs off.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import optuna
+import pytest
+
+from autotune.backends.sglang import SGLangBackend
+from autotune.report import build_report
+from autotune.study import Orchestrator, baseline_check, open_study
+
+from ..study.conftest import ScriptedRunner, make_space
+
+H200_SEARCH = 1622.312818501145  # the search's baseline, docs/gpu-runs/2026-12-01-h200-ext-check/resumed/report.json
+H200_FRESH_MEAN = 1843.815525779781  # the mean of confirmation's four fresh baselines there
+
+
+def _rounds(values: list[float], cg: str = "True") -> list[dict]:
+    return [{"baseline": {cg: v}, "candidates": {}} for v in values]
+
+
+def test_the_h200_search_baseline_is_flagged_as_slow():
+    fresh = [H200_FRESH_MEAN * f for f in (0.99, 1.01, 1.005, 0.995)]  # the per-round spread was not recorded: 1%
+    [c] = baseline_check.check(_rounds(fresh), {"True": H200_SEARCH}, confidence=0.95, start_noise=0.035)
+    assert c["flagged"] and c["ratio"] == pytest.approx(H200_FRESH_MEAN / H200_SEARCH, rel=1e-3)
+    text = baseline_check.text(c)
+    assert "slow" in text and "14% too high" in text and "+13.6%" in text
+
+
+def test_a_baseline_within_the_noise_is_not_flagged_and_a_wide_spread_widens_the_limit():
+    fresh = [1844.0, 1810.0, 1870.0, 1830.0]
+    [c] = baseline_check.check(_rounds(fresh), {"True": 1800.0}, confidence=0.95, start_noise=0.035)
+    assert not c["flagged"] and "within the start-to-start noise" in baseline_check.text(c)
+    # fresh starts 20% apart: 14% off is no longer outside their prediction interval
+    wide = [1500.0, 1850.0, 2200.0, 1840.0]
+    [w] = baseline_check.check(_rounds(wide), {"True": H200_SEARCH}, confidence=0.95, start_noise=0.035)
+    assert not w["flagged"] and w["limit"] > 1.2
+
+
+def test_two_fresh_starts_catch_a_fast_baseline_and_settings_are_checked_apart():
+    rounds = [{"baseline": {"True": 100.0, "False": 80.0}}, {"baseline": {"True": 101.0, "False": 81.0}}]
+    checks = baseline_check.check(rounds, {"True": 125.0, "False": 80.5}, confidence=0.95, start_noise=0.035)
+    by = {c["cuda_graph"]: c for c in checks}
+    assert by["True"]["flagged"] and by["True"]["ratio"] < 0.85 and not by["False"]["flagged"]
+    assert baseline_check.fast(checks) == {"True": pytest.approx(by["True"]["ratio"])}
+    assert "too low" in baseline_check.text(by["True"])
+    # one fresh start is not a check
+    assert baseline_check.check(rounds[:1], {"True": 125.0}, confidence=0.95, start_noise=0.035) == []
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_false_alarms_stay_near_the_confidence_when_the_noise_is_the_spaces(n: int):
+    rng = random.Random(n)
+    flagged = 0
+    trials = 4000
+    for _ in range(trials):
+        draw = [1000.0 * math.exp(rng.gauss(0, 0.035)) for _ in range(n + 1)]
+        [c] = baseline_check.check(_rounds(draw[1:]), {"True": draw[0]}, confidence=0.95, start_noise=0.035)
+        flagged += c["flagged"]
+    assert flagged / trials < 0.07
+
+
+def test_suspects_are_baseline_rule_prunes_whose_corrected_bound_reaches_one():
+    checks = [
+        {"cuda_graph": "True", "ratio": 0.8, "flagged": True},
+        {"cuda_graph": "False", "ratio": 0.8, "flagged": False},
+    ]
+    pruned = [
+        {"trial": 3, "cuda_graph": "True", "speedup_upper": 0.85},  # 0.85 / 0.8 = 1.06: may have won
+        {"trial": 4, "cuda_graph": "True", "speedup_upper": 0.7},  # 0.875: lost whatever the baseline
+        {"trial": 5, "cuda_graph": "False", "speedup_upper": 0.95},  # its setting's baseline was not off
+    ]
+    [s] = baseline_check.suspects(checks, pruned)
+    assert s["trial"] == 3 and s["corrected_upper"] == pytest.approx(1.0625)
+
+
+def _run(first_baseline: float, speed: float, seed: int = 0):
+    space = make_space(n_trials=10, drafters=("good",), confirm_top=2, repeats=4)
+    runner = ScriptedRunner(speed={"good": lambda c: speed}, noise=0.01, seed=seed, first_baseline=first_baseline)
+    study = open_study(space, optuna.storages.InMemoryStorage(), f"bc-{first_baseline}-{speed}-{seed}", seed=seed)
+    orch = Orchestrator(space, SGLangBackend(), runner, study)
+    orch.search(10)
+    return orch.confirm(), study, runner
+
+
+def test_a_fast_first_baseline_no_longer_buries_a_winner():
+    """Every config truly 1.08x; the search's baseline start ran 1.25x fast, so all of them look 0.86x and the
+    search leaves nothing to confirm. Two fresh baseline starts find it fast, the configs are judged against them,
+    and the verdict is the truth instead of "the baseline wins"."""
+    state, study, runner = _run(first_baseline=1.25, speed=1.08)
+    assert len(state["check_rounds"]) == 2
+    [c] = state["baseline_check"]
+    assert c["flagged"] and c["ratio"] < 0.85
+    assert state["verdict"] == "speculation-wins" and state["basis"] == "confirmed"
+    assert "chosen against those" in state["rests_on"]
+    rep = build_report(study)
+    assert rep["gpu_time"]["confirmation_starts"] == sum(
+        len(r["baseline"]) + len(r["candidates"]) for r in state["check_rounds"] + state["rounds"]
+    )
+
+
+def test_a_true_loser_still_loses_after_the_check():
+    state, study, runner = _run(first_baseline=1.0, speed=0.8)
+    assert len(state["check_rounds"]) == 2 and not state["baseline_check"][0]["flagged"]
+    assert state["verdict"] == "baseline-wins" and state["rounds"] == []
+    assert sum(1 for c in runner.launches if c.is_baseline) == 3  # the search's one and the check's two
+
+
+def test_a_slow_first_baseline_is_said_and_the_verdict_rests_on_the_paired_rounds():
+    state, study, _ = _run(first_baseline=0.85, speed=1.08)
+    [c] = state["baseline_check"]
+    assert c["flagged"] and c["ratio"] > 1.1 and "check_rounds" not in state
+    assert state["verdict"] == "speculation-wins"
+    best = next(r for r in state["results"] if r["trial"] == state["best"])
+    assert best["speedup_ci"]["point"] == pytest.approx(1.08, abs=0.03)  # not the search's inflated ~1.27x
+    rep = build_report(study)
+    assert rep["baseline_check"] == state["baseline_check"]
