@@ -180,6 +180,7 @@ class ConfirmationState(TypedDict, total=False):
     level_results: dict[str, dict[str, Any]]  # per candidate: {level: interval against the same-round baseline}
     level_verdicts: list[dict[str, Any]]  # per level: the best candidate, its interval and the level's verdict
     level_text: str  # "speculation wins up to 8 streams, loses from 32"
+    level_only: list[str]  # candidates confirmed for a level's sake (``race.level_only_out``)
     # the search's baseline against confirmation's fresh ones (``autotune.study.baseline_check``)
     baseline_check: list[dict[str, Any]]
     suspect_prunes: list[dict[str, Any]]  # baseline-rule prunes that a fast search baseline may have caused

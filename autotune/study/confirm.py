@@ -19,14 +19,24 @@ from autotune.study.events import Event
 from autotune.study.search import surrogate
 
 CANDIDATE_KAPPA = 2.0
+#: with load levels, the fastest measured configs per level confirmed for that level's sake (``_level_winners``)
+LEVEL_CANDIDATES = 2
 NOT_CONFIRMED = "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)"
 
 
 def candidates(ctx: StudyContext, scale: dict[str, float] | None = None) -> list[FrozenTrial]:
-    """The configs worth confirming (lossless, not clearly losing to their baseline): the best
-    ``verdict.confirm_top`` by the surrogate's posterior mean (by measured tok/s without a surrogate), plus
-    the fastest single measurement when the surrogate ranked it lower (a sharp peak on the space's edge is
-    what a smooth model underrates).
+    """``candidate_sets``, the objective's first."""
+    ours, levels = candidate_sets(ctx, scale)
+    return ours + levels
+
+
+def candidate_sets(
+    ctx: StudyContext, scale: dict[str, float] | None = None
+) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+    """(the objective's candidates, the level-only ones: ``_level_winners``). The objective's are the configs
+    worth confirming (lossless, not clearly losing to their baseline): the best ``verdict.confirm_top`` by the
+    surrogate's posterior mean (by measured tok/s without a surrogate), plus the fastest single measurement when
+    the surrogate ranked it lower (a sharp peak on the space's edge is what a smooth model underrates).
 
     ``scale`` (``{cuda_graph: fresh baselines / search baseline}``, from ``baseline_check.fast``): judged against
     the search's baseline scaled by it, and the trials the baseline rule pruned are weighed too."""
@@ -81,33 +91,34 @@ def candidates(ctx: StudyContext, scale: dict[str, float] | None = None) -> list
             seen.add(TrialRecord(fastest).config_key)
             out.append(fastest)
     if space.benchmark.loaded and out:
-        out += _level_winners(ctx, complete, seen, eligible)
-    return out
+        return out, _level_winners(ctx, complete, seen)
+    return out, []
 
 
 def _scaled(v: float | None, ratio: float) -> float | None:
     return None if v is None else v * ratio
 
 
-def _level_winners(
-    ctx: StudyContext, complete: list[FrozenTrial], seen: set[str | None], eligible: Any
-) -> list[FrozenTrial]:
-    """With load levels: the search's best measured config at each level (by its speedup over the baseline's same
-    level, within the latency limits there) that is not a candidate yet, so each level's winner is confirmed."""
+def _level_winners(ctx: StudyContext, complete: list[FrozenTrial], seen: set[str | None]) -> list[FrozenTrial]:
+    """With load levels: the ``LEVEL_CANDIDATES`` fastest measured configs at each level (by their speedup over the
+    baseline's same level, above 1 and within the latency limits there) that are not candidates yet, so that each
+    level's winner is confirmed. On a level's plateau the single fastest measurement is often a lucky start, so two
+    are taken; they are judged by their level, not by the objective (a deep tree that wins at one stream loses the
+    objective), and the race keeps them only while they lead a level (``race.level_only_out``)."""
     out: list[FrozenTrial] = []
     for c in ctx.space.benchmark.concurrency:
-        best: tuple[float, FrozenTrial] | None = None
+        ranked: list[tuple[float, FrozenTrial]] = []
         for t in complete:
             x = next((x for x in TrialRecord(t).levels if int(x["level"]) == c), None)
-            if x is None or x.get("speedup") is None or x.get("slo_broken"):
+            if x is None or x.get("speedup") is None or x.get("slo_broken") or TrialRecord(t).lossy:
                 continue
-            if best is None or x["speedup"] > best[0]:
-                best = (float(x["speedup"]), t)
-        if best is not None and best[0] > 1.0:
-            key = TrialRecord(best[1]).config_key
-            if key not in seen and eligible(best[1]):
+            ranked.append((float(x["speedup"]), t))
+        ranked.sort(key=lambda p: (p[0], -p[1].number), reverse=True)
+        for speedup, t in ranked[:LEVEL_CANDIDATES]:
+            key = TrialRecord(t).config_key
+            if speedup > 1.0 and key not in seen:
                 seen.add(key)
-                out.append(best[1])
+                out.append(t)
     return out
 
 
@@ -130,12 +141,13 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
     the best survivor against the fastest baseline; it names what it rests on (``basis``) and every excluded
     config (``exclusions``), and is never "the baseline wins" while a config it could not weigh is left."""
     spec = ctx.space.verdict
-    cands = candidates(ctx)
-    if not cands and spec.confirm_top > 0 and spec.repeats >= 2 and _any_measured(ctx):
+    ours, level_only = candidate_sets(ctx)
+    if not ours and spec.confirm_top > 0 and spec.repeats >= 2 and _any_measured(ctx):
         # "the baseline wins" on the search's figures alone rests on one baseline start: check it first
         ratios = baseline_check.fast(_checks(ctx, _baseline_only_rounds(ctx)))
         if ratios:
-            cands = candidates(ctx, scale=ratios)
+            ours, level_only = candidate_sets(ctx, scale=ratios)
+    cands = ours + level_only
     excluded = records.find_exclusions(ctx.study)
     if cands and (spec.confirm_top == 0 or spec.repeats < 2):
         # configs worth confirming exist but the space asks for no (usable) confirmation: nothing is proven
@@ -148,6 +160,7 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
         return previous
     # the same candidates: resume the recorded rounds (which of them still race is recomputed from the rounds)
     state = previous if previous and previous.get("keys") == keys else {"keys": keys, "rounds": [], "done": False}
+    state["level_only"] = [str(t.number) for t in level_only]
     if "deploy_cuda_graph" not in state:
         state["deploy_cuda_graph"] = fastest_baseline_setting(ctx)
     ctx.emit(Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": spec.repeats}))
@@ -189,7 +202,7 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
     levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
     while True:
-        active = race.next_round(state["rounds"], info, spec, state["deploy_cuda_graph"], levels)
+        active = race.next_round(state["rounds"], info, spec, state["deploy_cuda_graph"], levels, _level_only(state))
         if not active:
             break
         n = len(state["rounds"])
@@ -205,6 +218,10 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
             )
         state["rounds"].append(_round(ctx, cands, active, graph_settings, state["deploy_cuda_graph"]))
         records.set_confirmation(ctx.study, state)
+
+
+def _level_only(state: ConfirmationState) -> frozenset[str]:
+    return frozenset(state.get("level_only") or [])
 
 
 def _info(cands: list[FrozenTrial]) -> list[race.Candidate]:
@@ -243,7 +260,7 @@ def _verdict(
     ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState, excluded: list[dict[str, Any]]
 ) -> None:
     spec = ctx.space.verdict
-    seen = race.look(state["rounds"], _info(cands), spec, state["deploy_cuda_graph"], _levels(ctx))
+    seen = race.look(state["rounds"], _info(cands), spec, state["deploy_cuda_graph"], _levels(ctx), _level_only(state))
     for key in ("results", "level_results", "level_verdicts", "level_text", "confidence"):
         if key in seen:
             state[key] = seen[key]  # type: ignore[literal-required]

@@ -175,17 +175,38 @@ def basis(results: list[dict[str, Any]], excluded: list[dict[str, Any]], deploy_
 Candidate = tuple[int, dict[str, Any], Any]
 
 
+#: rounds a level-only candidate (confirmed for one level's sake, ``confirm._level_winners``) gets before it must
+#: have the best point estimate at some level to stay (scripts/bench_load.py measured 2 against none)
+LEVEL_ONLY_ROUNDS = 2
+
+
+def level_only_out(
+    rounds: list[dict[str, Any]], cands: list[Candidate], levels: list[int] | None, level_only: frozenset[str]
+) -> set[str]:
+    """The level-only candidates that, after ``LEVEL_ONLY_ROUNDS`` rounds, have the best point estimate at no
+    level (against every candidate, over those rounds): they are measured no more and weigh in no verdict."""
+    if not levels or not level_only or len(rounds) < LEVEL_ONLY_ROUNDS:
+        return set()
+    done = rounds[:LEVEL_ONLY_ROUNDS]
+    per = {str(n): level_intervals(n, cg, done, levels, confidence=0.95) for n, _, cg in cands}
+    leaders = {str(v["trial"]) for v in level_verdicts(per, levels, 0.0) if v["trial"] is not None}
+    return {k for k in level_only if k not in leaders}
+
+
 def look(
     rounds: list[dict[str, Any]],
     cands: list[Candidate],
     spec: VerdictSpec,
     deploy_cuda_graph: bool | None,
     levels: list[int] | None = None,
+    level_only: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The verdict the recorded rounds give at this look's confidence (``look_confidence``): each candidate's
     result, the pick and, with load levels, each level's interval and verdict. Exclusions are left out here (see
-    ``decide``): more rounds cannot weigh a config that could not be measured."""
-    keys = [str(n) for n, _, _ in cands]
+    ``decide``): more rounds cannot weigh a config that could not be measured. ``level_only``: the candidates
+    confirmed for a level's sake (``level_only_out``)."""
+    gone = level_only_out(rounds, cands, levels, level_only)
+    keys = [str(n) for n, _, _ in cands if str(n) not in gone]
     conf = look_confidence(spec, first_look(rounds, keys, spec), len(rounds))
     active = race_survivors(rounds, keys, spec)
     results = [
@@ -194,7 +215,9 @@ def look(
     ]
     out: dict[str, Any] = {"results": results, "confidence": conf}
     if levels:
-        per = {str(n): level_intervals(n, cg, rounds, levels, confidence=conf) for n, _, cg in cands}
+        per = {
+            str(n): level_intervals(n, cg, rounds, levels, confidence=conf) for n, _, cg in cands if str(n) not in gone
+        }
         out["level_results"] = per
         out["level_verdicts"] = level_verdicts(per, levels, spec.min_gain)
         out["level_text"] = summary_text(out["level_verdicts"])
@@ -208,18 +231,21 @@ def next_round(
     spec: VerdictSpec,
     deploy_cuda_graph: bool | None,
     levels: list[int] | None = None,
+    level_only: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Which candidates the next round measures (none: confirmation is over). Every candidate for
-    ``spec.repeats`` rounds, then those still racing while two or more are; then, while it is open whether the
-    pick clears ``1 + min_gain`` (its point estimate above it, its interval's low end not), the pick, and with
-    load levels the best of each level where that is open, up to ``spec.max_rounds`` rounds in all."""
-    keys = [str(n) for n, _, _ in cands]
+    ``spec.repeats`` rounds (a level-only one: ``LEVEL_ONLY_ROUNDS``, then only while it leads a level), then those
+    still racing while two or more are; then, while it is open whether the pick clears ``1 + min_gain`` (its point
+    estimate above it, its interval's low end not), the pick, and with load levels the best of each level where
+    that is open, up to ``spec.max_rounds`` rounds in all."""
+    gone = level_only_out(rounds, cands, levels, level_only)
+    keys = [str(n) for n, _, _ in cands if str(n) not in gone]
     if not cands or len(rounds) >= spec.max_rounds:
         return []
     racing = still_racing(rounds, keys, spec)
     if racing is not None:
         return racing
-    seen = look(rounds, cands, spec, deploy_cuda_graph, levels)
+    seen = look(rounds, cands, spec, deploy_cuda_graph, levels, level_only)
     bar = 1.0 + spec.min_gain
     out: list[str] = []
     best = next((r for r in seen["results"] if r["trial"] == seen["best"]), None)
