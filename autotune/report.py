@@ -12,6 +12,7 @@ from autotune.config import TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import TrialRecord, find_baseline, find_exclusions, is_baseline_trial
 from autotune.stats import log_ratios, upper_bound
+from autotune.study.levels import summary_text
 from autotune.study.race import headline as _headline
 
 VERDICT_TEXT = {
@@ -65,16 +66,16 @@ def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[st
     if not row or not row.get("levels"):
         return None
     levels = row["levels"]
-    wins = [x["level"] for x in levels if (x.get("speedup") or 0) > 1.0 and not x.get("slo_broken")]
-    loses = [x["level"] for x in levels if x["level"] not in wins]
-    if not loses:
-        text = f"speculation wins at every level (up to {levels[-1]['level']} streams)"
-    elif not wins:
-        text = "speculation loses at every level"
-    else:
-        first_loss = min(loses)
-        up = [c for c in wins if c < first_loss]
-        text = (f"speculation wins up to {max(up)} streams, " if up else "speculation ") + f"loses from {first_loss}"
+    won = [
+        {
+            "level": x["level"],
+            "verdict": "speculation-wins"
+            if (x.get("speedup") or 0) > 1.0 and not x.get("slo_broken")
+            else "baseline-wins",
+        }
+        for x in levels
+    ]
+    text = summary_text(won)
     return {
         "trial": row["number"],
         "levels": levels,

@@ -51,18 +51,30 @@ def level_verdicts(
     return out
 
 
+def _streams(n: int) -> str:
+    return f"{n} stream" if n == 1 else f"{n} streams"
+
+
 def summary_text(verdicts: list[dict[str, Any]]) -> str:
     """ "speculation wins up to 8 streams, loses from 32" (the levels in between: inconclusive)."""
     wins = [v["level"] for v in verdicts if v["verdict"] == "speculation-wins"]
     loses = [v["level"] for v in verdicts if v["verdict"] == "baseline-wins"]
+    lowest = min((v["level"] for v in verdicts), default=None)
+
+    def up_to(n: int) -> str:
+        return f"at {_streams(n)}" if n == lowest else f"up to {_streams(n)}"
+
+    if wins and len(wins) == len(verdicts) > 1:
+        return f"speculation wins at every level (up to {_streams(max(wins))})"
     if wins and not loses:
-        tail = "" if len(wins) == len(verdicts) else " (inconclusive above)"
-        return f"speculation wins up to {max(wins)} streams{tail}"
+        return f"speculation wins {up_to(max(wins))}" + ("" if len(wins) == len(verdicts) else " (inconclusive above)")
+    if loses and len(loses) == len(verdicts):
+        return "speculation loses at every level"
     if loses and not wins:
-        return f"speculation loses from {min(loses)} streams"
+        return f"speculation loses from {_streams(min(loses))}"
     if wins and loses:
         first_loss = min(loses)
         below = [c for c in wins if c < first_loss]
-        head = f"speculation wins up to {max(below)} streams" if below else f"speculation wins at {max(wins)} streams"
+        head = f"speculation wins {up_to(max(below))}" if below else f"speculation wins at {_streams(max(wins))}"
         return f"{head}, loses from {first_loss}"
     return "inconclusive at every level"

@@ -88,3 +88,19 @@ def test_schedule_draft_falls_with_load_and_turns_off_from_the_first_loss():
     rows[0]["lossy"] = True
     sched = schedule.build(rows, (1, 8, 64, 256), rows[1]["config"], backend="sglang", min_gain=0.02)
     assert sched["levels"][0]["draft"] == 3
+
+
+def test_the_per_level_verdict_reads_right_at_one_stream_and_at_every_level():
+    from autotune.study.levels import summary_text
+
+    def v(*pairs):
+        return [{"level": c, "verdict": x} for c, x in pairs]
+
+    w, b, i = "speculation-wins", "baseline-wins", "inconclusive"
+    assert summary_text(v((1, w), (16, b))) == "speculation wins at 1 stream, loses from 16"
+    assert summary_text(v((1, w), (4, w), (16, i))) == "speculation wins up to 4 streams (inconclusive above)"
+    assert summary_text(v((1, w), (8, w))) == "speculation wins at every level (up to 8 streams)"
+    assert summary_text(v((1, b), (8, b))) == "speculation loses at every level"
+    assert summary_text(v((1, i), (8, b))) == "speculation loses from 8 streams"
+    assert summary_text(v((1, w), (8, i), (32, b))) == "speculation wins at 1 stream, loses from 32"
+    assert summary_text(v((1, i), (8, i))) == "inconclusive at every level"
