@@ -103,6 +103,13 @@ def _mid_measurement(t: optuna.trial.FrozenTrial) -> bool:
     return not r.is_baseline and r.measured and 0 < done < N_PROMPTS
 
 
+def _reap(proc: subprocess.Popen) -> None:
+    """Kill the study this test started if it is still running (a failed assertion left it), and collect it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
 @pytest.mark.slow
 def test_three_slots_one_worker_sigkilled_mid_trial(pg_url, tmp_path, rdb):
     name = f"scale-{uuid.uuid4().hex[:8]}"
@@ -148,9 +155,7 @@ def test_three_slots_one_worker_sigkilled_mid_trial(pg_url, tmp_path, rdb):
         assert killed_worker is not None, "no speculative trial was caught mid-measurement"
         out, err = parent.communicate(timeout=600)
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.communicate()
+        _reap(parent)
     assert parent.returncode == 0, err
     assert "slot" in err and "exited with code -9" in err  # the parent names the lost worker
 
@@ -325,9 +330,7 @@ def test_a_study_with_two_slots_rides_out_a_database_restart(private_pg, tmp_pat
         assert restart.wait(timeout=60) == 0
         out, err = parent.communicate(timeout=600)
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.communicate()
+        _reap(parent)
     assert parent.returncode == 0, err
     logs = "".join(p.read_text() for p in (tmp_path / "studies").rglob("worker.log"))
     assert "retrying in" in logs  # the workers did meet the outage
@@ -441,9 +444,7 @@ def test_sigterm_to_the_study_stops_every_worker_and_server(pg_url, tmp_path, rd
         parent.send_signal(signal.SIGTERM)
         _out, err = parent.communicate(timeout=200)
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.communicate()
+        _reap(parent)
     assert parent.returncode == 130, err
     assert "interrupted" in err
     deadline = time.monotonic() + 10
