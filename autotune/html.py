@@ -12,6 +12,7 @@ import optuna
 
 from autotune._io import atomic_write
 from autotune.render import config_label
+from autotune.study import baseline_check
 
 
 def _e(x: Any) -> str:
@@ -84,7 +85,11 @@ def _baselines(report: dict[str, Any]) -> list[str]:
     parts = ["<h2>Baselines</h2><ul>"]
     for k, b in sorted(report["baseline"].items()):
         parts.append(f"<li>{_e(k)}: {_num(b['tok_per_s'])} tok/s (trial {b['trial']})</li>")
-    parts.append(f"</ul><p>{_e(report['comparisons'])}.</p>")
+    parts.append("</ul>")
+    for c in report.get("baseline_check") or []:  # the search's baseline start against confirmation's fresh ones
+        cls = "excluded" if c["flagged"] else "check"
+        parts.append(f"<p class='{cls}' id='baseline-check-{_e(c['cuda_graph'])}'>{_e(baseline_check.text(c))}</p>")
+    parts.append(f"<p>{_e(report['comparisons'])}.</p>")
     return parts
 
 
