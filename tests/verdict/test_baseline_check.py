@@ -9,6 +9,7 @@ scripted runner whose first baseline start runs off.
 
 from __future__ import annotations
 
+import io
 import math
 import random
 
@@ -16,6 +17,7 @@ import optuna
 import pytest
 
 from autotune.backends.sglang import SGLangBackend
+from autotune.render import render_report
 from autotune.report import build_report
 from autotune.study import Orchestrator, baseline_check, open_study
 
@@ -125,3 +127,7 @@ def test_a_slow_first_baseline_is_said_and_the_verdict_rests_on_the_paired_round
     assert best["speedup_ci"]["point"] == pytest.approx(1.08, abs=0.03)  # not the search's inflated ~1.27x
     rep = build_report(study)
     assert rep["baseline_check"] == state["baseline_check"]
+    out = io.StringIO()
+    render_report(rep, out)
+    assert "baseline check (graphs on): the search's baseline ran" in out.getvalue()
+    assert "start was slow" in out.getvalue()
