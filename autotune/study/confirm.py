@@ -331,8 +331,8 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
     rescued = bool(extra) and bool(baseline_check.fast(_checks(ctx, extra)))
     sus = [] if rescued else [p for p in baseline_check.suspects(checks, pruned) if str(p["trial"]) not in confirmed]
     if rescued:
-        state["rests_on"] += (
-            "; the search's baseline ran faster than fresh starts of it, so the candidates were chosen against those"
+        state["rests_on"] += "; the search's baseline ran faster than fresh starts of it, " + (
+            "so the candidates were chosen against those" if state["rounds"] else "and no config beat those either"
         )
     state["baseline_check"] = checks
     state["suspect_prunes"] = sus

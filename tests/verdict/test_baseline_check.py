@@ -131,3 +131,10 @@ def test_a_slow_first_baseline_is_said_and_the_verdict_rests_on_the_paired_round
     render_report(rep, out)
     assert "baseline check (graphs on): the search's baseline ran" in out.getvalue()
     assert "start was slow" in out.getvalue()
+
+
+def test_a_fast_first_baseline_over_true_losers_still_ends_in_baseline_wins():
+    state, _, _ = _run(first_baseline=1.25, speed=0.7)
+    assert state["baseline_check"][0]["flagged"] and state["baseline_check"][0]["ratio"] < 0.85
+    assert state["rounds"] == [] and state["verdict"] == "baseline-wins"
+    assert state["rests_on"].endswith("and no config beat those either")
