@@ -41,7 +41,7 @@ Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, 
 (``ConfirmationState``), ``worker_spec`` (what every worker must share: ``autotune.study.storage.worker_spec``),
 ``n_trials`` (the budget the last ``autotune study`` set; ``autotune worker`` reads it),
 ``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search),
-``baseline_check`` (fresh baseline rounds measured when the search left nothing to confirm).
+``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ SEED = "seed"
 WORKER_SPEC = "worker_spec"
 N_TRIALS = "n_trials"
 LEVEL_PHASE = "level_phase"
-BASELINE_CHECK = "baseline_check"
+BASELINE_CHECK_ROUNDS = "baseline_check_rounds"
 
 # fmt: off
 TRIAL_KEYS = (
@@ -127,7 +127,7 @@ TRIAL_KEYS = (
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
-    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK,
+    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS,
 )
 # fmt: on
 
@@ -701,11 +701,11 @@ def set_level_phase(study: optuna.Study, state: dict[str, Any]) -> None:
 def baseline_check_rounds(study: optuna.Study) -> list[dict[str, Any]]:
     """Rounds of fresh baselines alone, measured when the search left nothing to confirm (so that "the baseline
     wins" does not rest on a single baseline start); ``autotune.study.baseline_check``."""
-    return list(study.user_attrs.get(BASELINE_CHECK) or [])
+    return list(study.user_attrs.get(BASELINE_CHECK_ROUNDS) or [])
 
 
 def set_baseline_check_rounds(study: optuna.Study, rounds: list[dict[str, Any]]) -> None:
-    study.set_user_attr(BASELINE_CHECK, rounds)
+    study.set_user_attr(BASELINE_CHECK_ROUNDS, rounds)
 
 
 def confirmation(study: optuna.Study) -> ConfirmationState | None:

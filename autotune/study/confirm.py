@@ -281,8 +281,11 @@ def _baseline_only_rounds(ctx: StudyContext) -> list[dict[str, Any]]:
     """``baseline_check.CHECK_ROUNDS`` rounds of fresh baselines of each setting the search measured (recorded after
     each, so a resumed study does not measure them again)."""
     rounds = records.baseline_check_rounds(ctx.study)
-    settings = [cg for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph}, reverse=True)]
-    settings = [cg for cg in settings if records.find_baseline(ctx.study, cg) is not None]
+    settings = [
+        cg
+        for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph}, reverse=True)
+        if records.find_baseline(ctx.study, cg) is not None
+    ]
     while settings and len(rounds) < baseline_check.CHECK_ROUNDS:
         ctx.emit(
             Event(
@@ -320,15 +323,15 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
     if extra:
         state["check_rounds"] = extra
     checks = _checks(ctx, [*extra, *state["rounds"]])
+    # after the check before a search-only verdict found the baseline fast (``confirm``), the candidates were chosen
+    # against the fresh baselines from every measured config, pruned ones too: nothing was left unweighed
+    rescued = bool(extra) and bool(baseline_check.fast(_checks(ctx, extra)))
     pruned = [
         {"trial": t.number, "cuda_graph": str(TrialRecord(t).cuda_graph), "speedup_upper": TrialRecord(t).speedup_upper}
         for t in records.trials(ctx.study, (TrialState.PRUNED,))
         if TrialRecord(t).prune_rule == "baseline" and not TrialRecord(t).is_duplicate
     ]
     confirmed = {str(r["trial"]) for r in state.get("results") or []}
-    # after the check before a search-only verdict found the baseline fast, the candidates were chosen against the
-    # fresh baselines from every measured config (pruned ones too): nothing was left unweighed
-    rescued = bool(extra) and bool(baseline_check.fast(_checks(ctx, extra)))
     sus = [] if rescued else [p for p in baseline_check.suspects(checks, pruned) if str(p["trial"]) not in confirmed]
     if rescued:
         state["rests_on"] += "; the search's baseline ran faster than fresh starts of it, " + (
