@@ -66,7 +66,7 @@ def test_a_candidate_out_of_the_race_weighs_in_no_level_verdict():
 
 def test_level_candidates_are_judged_by_their_level_and_leave_the_race_on_the_simulator():
     """Seed 7 of the Llama load landscape (scripts/bench_load.py): the deep trees (topk 4, 15-16 draft tokens) are the
-    fastest measured at 1 and 8 streams but lose the objective (0.33-0.45x from 128 streams up), so its bound
+    fastest measured at 1 and 8 streams but lose the objective (0.33-0.50x from 128 streams up), so its bound
     would have kept them out."""
     space = simulated_space(load_space(str(ROOT / "scripts/bench_scenarios/llama-load.space.yaml")))
     backend = SGLangBackend()
