@@ -1,0 +1,95 @@
+"""A behaviour snapshot for refactorings: run seeded in-process simulated studies and write what they recorded.
+
+Usage: python scripts/snapshot_behaviour.py OUT.json [--quick]
+
+For each shipped simulated space it runs
+`autotune study SPACE --simulate --in-process --seed S` into a temporary studies folder, then writes:
+every trial's state, params, value, intermediate values and user attrs; the study's user attrs; `report --json`;
+and every export format. Wall-clock fields (Optuna's datetimes, anything named like a wall time) are dropped, so
+two runs of the same code give the same file; `diff` two snapshots taken before and after a change to show that
+behaviour did not move. (The benchmark scenarios: `scripts/bench_search.py --seeds N --scenarios S --out D`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACES = [
+    ("spaces/eagle3.yaml", 3, 12),
+    ("spaces/llama-8b-eagle3.yaml", 5, 16),
+    ("spaces/llama-8b-load.yaml", 7, None),
+]
+FORMATS = ["sglang", "command", "yaml", "json", "env", "compose", "k8s", "vllm"]
+WALL = ("datetime", "wall", "elapsed", "started_at", "finished_at", "created_at", "_s_real", "date")
+
+
+def _clean(value):
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if not any(w in str(k) for w in WALL)}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _autotune(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=900)
+
+
+def snapshot_space(space: str, seed: int, n_trials: int | None, studies: Path) -> dict:
+    import optuna
+
+    common = ["--simulate", "--in-process", "--studies-dir", str(studies)]
+    run = ["study", space, *common, "--seed", str(seed), "--json"]
+    if n_trials:
+        run += ["--n-trials", str(n_trials)]
+    study_run = _autotune(*run)
+    out: dict = {"study_rc": study_run.returncode}
+    dbs = sorted(studies.glob("*.db"))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for db in dbs:
+        for summary in optuna.get_all_study_summaries(f"sqlite:///{db}"):
+            st = optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{db}")
+            out["study_attrs"] = _clean(dict(st.user_attrs))
+            out["trials"] = [
+                _clean({"number": t.number, "state": t.state.name, "params": t.params, "value": t.value,
+                        "intermediate": {str(k): v for k, v in sorted(t.intermediate_values.items())},
+                        "user_attrs": dict(t.user_attrs)})
+                for t in st.trials
+            ]
+    report = _autotune("report", space, *common[:1], "--studies-dir", str(studies), "--json")
+    out["report_rc"] = report.returncode
+    out["report"] = _clean(json.loads(report.stdout)) if report.returncode == 0 else report.stderr
+    out["exports"] = {}
+    for fmt in FORMATS:
+        ex = _autotune("export", space, "--simulate", "--studies-dir", str(studies), "--format", fmt)
+        text = ex.stdout if ex.returncode == 0 else f"rc={ex.returncode} {ex.stderr.strip()}"
+        out["exports"][fmt] = [line for line in text.splitlines() if not any(w in line.lower() for w in
+                                                                                ("date", "exported", "autotune_version"))]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--quick", action="store_true", help="the first two spaces only")
+    args = ap.parse_args()
+    result = {}
+    spaces = SPACES[:2] if args.quick else SPACES
+    for space, seed, n_trials in spaces:
+        with tempfile.TemporaryDirectory(prefix="autotune-snap-") as tmp:
+            result[space] = snapshot_space(space, seed, n_trials, Path(tmp))
+            print(f"{space}: study rc {result[space]['study_rc']}, "
+                  f"{len(result[space].get('trials', []))} trials", file=sys.stderr)
+    Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
