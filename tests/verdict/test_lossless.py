@@ -155,3 +155,45 @@ def test_gguf_written_by_the_test_model_writer_is_f16(tmp_path) -> None:
     spec = ModelSpec(width=64, layers=2, draft_layers=1, heads=2, kv_heads=1, ffn=128, dtype="f16")
     paths = write_models(tmp_path, spec)
     assert lossless.gguf_dtype(paths["target"]) == "float16"
+
+
+# the H200 llama.cpp load study of issue #22: draft_n_max 16 (a 17-token verify batch, F16 target, tolerance 0.1)
+# flipped once at 0.124 nats, every other flip of that study was 0.012-0.06
+WIDE = ref(
+    ("The", [("The", -0.1), ("A", -3.0)]),
+    (" cat", [(" cat", -0.600), (" dog", -0.724), (" cow", -4.0)]),
+    (" sat", [(" sat", -0.2), (" ran", -2.5)]),
+)
+
+
+def test_one_flip_just_past_the_tolerance_is_borderline_not_proof_of_loss() -> None:
+    d = lossless.classify(WIDE.text, "The dog sat", WIDE, 0.1)
+    assert d.kind == "borderline" and d.margin == pytest.approx(0.124)
+    assert "borderline" in d.describe()
+    rec = lossless.check_outputs(
+        ["The dog sat", "same"], [WIDE.text, "same"], [WIDE, None], tolerance=0.1, min_prefix=0.9
+    )
+    assert rec["ok"] and rec["lossy"] == [] and rec["borderline"] == [0]
+    assert "borderline" in lossless.summary_line(rec)
+
+
+def test_borderline_flips_on_two_prompts_are_lossy() -> None:
+    rec = lossless.check_outputs(
+        ["The dog sat", "The dog sat"], [WIDE.text, WIDE.text], [WIDE, WIDE], tolerance=0.1, min_prefix=0.9
+    )
+    assert not rec["ok"] and rec["lossy"] == [0, 1] and rec["borderline"] == [0, 1]
+
+
+def test_the_borderline_band_is_capped_in_nats() -> None:
+    """A coarse type's wide tolerance does not stretch the band: bfloat16 (0.5) reaches 0.75, not 1.5, so a
+    departure of a whole nat (a broken drafter; the simulator's divergent stand-in departs by 1-6) stays lossy."""
+    assert lossless.borderline_limit(0.1) == pytest.approx(0.3)
+    assert lossless.borderline_limit(0.5) == pytest.approx(0.75)
+    whole_nat = ref(("A", [("A", -0.2), ("B", -1.2)]))
+    assert lossless.classify("A", "B", whole_nat, 0.5).kind == "lossy"
+    assert lossless.classify("A", "B", whole_nat, 0.8).kind == "borderline"
+
+
+def test_records_without_a_borderline_flip_keep_their_shape() -> None:
+    rec = lossless.check_outputs(["The dog ran away."], [BASE.text], [BASE], tolerance=0.05, min_prefix=0.9)
+    assert "borderline" not in rec
