@@ -1,0 +1,137 @@
+"""What a study will cost before it starts: its phases, the server starts each may take and the GPU time (pure).
+
+The counts follow the study's own rules: the search takes at most ``budget.n_trials`` starts (fewer when configs
+are duplicates or the budget was partly used before a resume); confirmation measures up to ``verdict.confirm_top``
+candidates plus the fastest single measurement (plus two per load level, for their first two rounds), each round
+a fresh baseline of every CUDA-graph setting and each candidate still racing, ``verdict.repeats`` rounds and at
+most ``verdict.max_repeats``. A start costs the server's start-up, the warm-up and the prompts (each load level's
+requests at its number of streams); the figures come from the study's own measurements when it has any, else
+from the simulator's scenario, else from ``budget.estimate`` in the space. Estimates, not promises: pruning ends
+many starts after a few prompts, and the race often ends before ``max_repeats``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autotune.config import level_requests
+
+#: level-only confirmation candidates per load level, and their rounds (``study.confirm`` / ``study.race``)
+LEVEL_CANDIDATES = 2
+LEVEL_ONLY_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What one server start costs: ``startup_s`` to healthy, ``request_s`` for one prompt of ``max_tokens`` on
+    the baseline at one stream; ``source`` says where the figures come from."""
+
+    startup_s: float
+    request_s: float
+    source: str
+
+    def start_s(self, *, n_prompts: int, warmup: int, levels: Sequence[int]) -> float:
+        """Seconds of one start: start-up, warm-up, the prompts at one stream and each higher level's requests
+        (C streams at once take about as long per round as one: a level's time is its requests / C rounds)."""
+        t = self.startup_s + (warmup + n_prompts) * self.request_s
+        for level in levels:
+            if level > 1:
+                t += math.ceil(len(level_requests(level, n_prompts)) / level) * self.request_s
+        return t
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    starts: int  # the starts the phase takes as planned
+    starts_max: int  # the most it may take
+    note: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    phases: tuple[Phase, ...]
+    start_s: float | None  # seconds of one start; None: no figures (the plan gives counts only)
+    gpus: int  # GPUs one server uses
+    kept: int  # trials a resumed study already has
+    costs: Costs | None
+
+    @property
+    def starts(self) -> tuple[int, int]:
+        return sum(p.starts for p in self.phases), sum(p.starts_max for p in self.phases)
+
+    @property
+    def gpu_s(self) -> tuple[float, float] | None:
+        """(planned, at most) GPU seconds: server time x GPUs per server."""
+        if self.start_s is None:
+            return None
+        lo, hi = self.starts
+        return lo * self.start_s * self.gpus, hi * self.start_s * self.gpus
+
+
+def plan(
+    *,
+    n_trials: int,
+    used: int,
+    graph_settings: int,
+    levels: Sequence[int],
+    confirm_top: int,
+    repeats: int,
+    max_repeats: int,
+    confirm: bool,
+    n_prompts: int,
+    warmup: int,
+    gpus: int,
+    costs: Costs | None,
+) -> Plan:
+    """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume)."""
+    search_left = max(0, n_trials - used)
+    phases = [Phase("search", search_left, search_left, f"{n_trials} trials in the budget, {used} used")]
+    if confirm and confirm_top > 0 and repeats >= 2:
+        cands = confirm_top + 1
+        level_only = LEVEL_CANDIDATES * len([c for c in levels if c > 1]) if len(levels) > 1 else 0
+        per_round = min(graph_settings, cands) + cands
+        lo = repeats * per_round + min(LEVEL_ONLY_ROUNDS, repeats) * level_only
+        hi = max(repeats, max_repeats) * per_round + LEVEL_ONLY_ROUNDS * level_only
+        note = (
+            f"{repeats}-{max(repeats, max_repeats)} rounds of up to {cands} candidates and "
+            f"{min(graph_settings, cands)} fresh baseline(s)"
+            + (f", {level_only} level-only candidates for {LEVEL_ONLY_ROUNDS} rounds" if level_only else "")
+        )
+        phases.append(Phase("confirmation", lo, hi, note))
+    start_s = costs.start_s(n_prompts=n_prompts, warmup=warmup, levels=levels) if costs else None
+    return Plan(tuple(phases), start_s, max(1, gpus), used, costs)
+
+
+def _hours(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 360 else f"{s / 60:.0f} min"
+
+
+def render(p: Plan) -> str:
+    """Two or three lines: the phases with their starts, then the estimated GPU time and where its figures come
+    from."""
+    parts = []
+    for ph in p.phases:
+        n = f"{ph.starts}" if ph.starts == ph.starts_max else f"{ph.starts}-{ph.starts_max}"
+        parts.append(f"{ph.name} {n} server starts ({ph.note})")
+    lo, hi = p.starts
+    lines = [f"plan: {'; '.join(parts)}; {lo if lo == hi else f'{lo}-{hi}'} starts in all"]
+    g = p.gpu_s
+    if g is None or p.costs is None:
+        lines.append(
+            "estimated GPU time: unknown until the first start (set budget.estimate: {startup_s: S, tok_per_s: T} "
+            "in the space for an estimate now)"
+        )
+    else:
+        per = f"{p.gpus} GPUs x " if p.gpus > 1 else ""
+        span = _hours(g[0]) if math.isclose(g[0], g[1]) else f"{_hours(g[0])} (at most {_hours(g[1])})"
+        lines.append(
+            f"estimated GPU time: {span}: {per}{p.start_s:.0f} s a start (start-up {p.costs.startup_s:.0f} s, "
+            f"{p.costs.request_s:.0f} s a prompt; {p.costs.source})"
+        )
+    return "\n".join(lines)
+
+
+__all__ = ["Costs", "Phase", "Plan", "plan", "render"]

@@ -1,0 +1,58 @@
+"""The plan before the bill (pure): starts per phase and the GPU time they cost."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import plan as planmod
+from autotune.plan import Costs
+
+
+def _plan(**kw):
+    args = dict(
+        n_trials=12, used=0, graph_settings=2, levels=(1,), confirm_top=3, repeats=4, max_repeats=8, confirm=True,
+        n_prompts=5, warmup=1, gpus=8, costs=Costs(startup_s=600.0, request_s=10.0, source="test"),
+    )
+    args.update(kw)
+    return planmod.plan(**args)
+
+
+def test_the_quick_start_plan_counts_search_and_confirmation_starts():
+    p = _plan()
+    assert [(ph.name, ph.starts, ph.starts_max) for ph in p.phases] == [("search", 12, 12), ("confirmation", 24, 48)]
+    assert p.starts == (36, 60)
+    # one start: 600 s start-up + (1 warm-up + 5 prompts) x 10 s = 660 s, on 8 GPUs
+    assert p.start_s == pytest.approx(660.0)
+    assert p.gpu_s == pytest.approx((36 * 660.0 * 8, 60 * 660.0 * 8))
+    text = planmod.render(p)
+    assert "search 12 server starts" in text and "confirmation 24-48 server starts" in text
+    assert "36-60 starts in all" in text and "8 GPUs x 660 s a start" in text and "52.8 h (at most 88.0 h)" in text
+
+
+def test_a_resumed_study_plans_only_what_is_left_of_its_budget():
+    p = _plan(used=9)
+    assert p.phases[0].starts == 3 and "9 used" in p.phases[0].note
+
+
+def test_without_confirmation_only_the_search_is_planned():
+    for kw in ({"confirm": False}, {"confirm_top": 0}, {"repeats": 1}):
+        assert [ph.name for ph in _plan(**kw).phases] == ["search"]
+
+
+def test_one_cuda_graph_setting_takes_one_fresh_baseline_a_round():
+    p = _plan(graph_settings=1, repeats=4, max_repeats=4)
+    assert p.phases[1].starts == p.phases[1].starts_max == 4 * (1 + 4)
+
+
+def test_load_levels_add_level_only_candidates_and_level_time():
+    p = _plan(levels=(1, 8, 32), graph_settings=1, repeats=4, max_repeats=8)
+    # two level-only candidates per level above 1, for two rounds
+    assert p.phases[1].starts == 4 * 5 + 2 * 4 and p.phases[1].starts_max == 8 * 5 + 2 * 4
+    # level 8: 16 requests at 8 streams = 2 rounds; level 32: 64 requests at 32 = 2 rounds
+    assert p.start_s == pytest.approx(600.0 + 6 * 10.0 + 2 * 10.0 + 2 * 10.0)
+
+
+def test_without_figures_the_plan_gives_counts_and_says_how_to_get_an_estimate():
+    p = _plan(costs=None)
+    assert p.gpu_s is None
+    assert "unknown until the first start" in planmod.render(p) and "budget.estimate" in planmod.render(p)
