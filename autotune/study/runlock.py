@@ -1,0 +1,142 @@
+"""One study, one orchestrator: the run lock that keeps a second `autotune study` off a study that is running.
+
+Taken before the study is opened or created, held until the run ends, released by the operating system or the
+database server when the process dies (no stale locks to clean up):
+
+- SQLite (and any storage that is a file): an exclusive ``flock`` on ``DB.NAME.lock`` beside the database file,
+  with the holder's pid, host and start time written in it for the message;
+- PostgreSQL: a session advisory lock on a connection of its own, its ``application_name`` naming the holder;
+- in-memory storages: nothing to share, no lock.
+
+Workers (``autotune worker``) join a running study on purpose and take only the per-trial study lock
+(``storage.study_lock``); this lock is for the one process that seeds, searches and confirms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import UserError
+
+
+def holder_text(pid: Any, host: Any, since: Any) -> str:
+    return f"pid {pid} on {host}" + (f" since {since}" if since else "")
+
+
+def _busy(study_name: str, holder: str, where: str) -> UserError:
+    return UserError(
+        f"study {study_name!r} is being run by another autotune ({holder}; lock {where}): one study, one "
+        "orchestrator. Wait for it to finish or stop it (Ctrl-C; it resumes with the same command), or add "
+        "parallel workers with `autotune worker` on a server database"
+    )
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH`` URL; None for other URLs and in-memory SQLite."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url[len("sqlite:///") :].split("?", 1)[0]
+    return None if path in ("", ":memory:") else Path(path)
+
+
+@contextlib.contextmanager
+def _file_lock(db: Path, study_name: str) -> Iterator[None]:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in study_name)
+    path = db.parent / f"{db.name}.{safe}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except (OSError, ValueError):
+                info = {}
+            raise _busy(
+                study_name, holder_text(info.get("pid", "?"), info.get("host", "?"), info.get("since")), str(path)
+            ) from None
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _pg_lock(url: str, study_name: str) -> Iterator[None]:
+    import sqlalchemy
+
+    key = int.from_bytes(hashlib.sha256(f"autotune-run:{study_name}".encode()).digest()[:8], "big", signed=True)
+    me = f"autotune study pid {os.getpid()} on {socket.gethostname()}"[:63]
+    engine = sqlalchemy.create_engine(
+        url, poolclass=sqlalchemy.pool.NullPool, connect_args={"application_name": me, "connect_timeout": 30}
+    )
+    conn = engine.connect()
+    try:
+        got = conn.execute(sqlalchemy.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+        conn.commit()
+        if not got:
+            u = key & 0xFFFFFFFFFFFFFFFF  # the lock's two 32-bit halves, as pg_locks shows them (classid, objid)
+            row = conn.execute(
+                sqlalchemy.text(
+                    "SELECT a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
+                    "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+                    "AND l.objsubid = 1 AND l.classid::bigint = :hi AND l.objid::bigint = :lo"
+                ),
+                {"hi": u >> 32, "lo": u & 0xFFFFFFFF},
+            ).first()
+            holder = (
+                f"{row[0] or 'a session'} ({row[1] or 'local'}, since {row[2]:%Y-%m-%d %H:%M:%S})"
+                if row
+                else "another session"
+            )
+            raise _busy(study_name, holder, "a PostgreSQL advisory lock")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):  # the session may be gone; its end released the lock
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                conn.commit()
+    finally:
+        conn.close()
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def run_lock(storage: Any, study_name: str) -> Iterator[None]:
+    """Hold the run lock of ``study_name`` in ``storage`` (a URL; storage objects and in-memory URLs need none).
+    Raises UserError (exit 2) naming the holder when another run has it."""
+    if not isinstance(storage, str):
+        yield
+        return
+    db = sqlite_path(storage)
+    if db is not None:
+        with _file_lock(db, study_name):
+            yield
+        return
+    if storage.startswith(("postgresql", "postgres")):
+        with _pg_lock(storage, study_name):
+            yield
+        return
+    yield
+
+
+__all__ = ["holder_text", "run_lock", "sqlite_path"]
