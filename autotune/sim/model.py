@@ -86,9 +86,10 @@ CATEGORY_OFFSETS: dict[str, float] = {
     "chat": 0.0,
     "summarization": -0.45,
     "creative": -0.55,
-    # only when a prompt's category says so (no keyword infers these): an edited copy of code in the prompt, an
-    # answer quoting a document given in the prompt
-    "code-edit": 0.3,
+    # only when a prompt's category says so (no keyword infers these): an edited copy of code in the prompt (an
+    # EAGLE-3 head's 32k draft vocabulary misses the code's own identifiers, so no code bonus), an answer quoting
+    # a document given in the prompt
+    "code-edit": 0.0,
     "retrieval": -0.2,
 }
 #: logit offset at temperature 1 (scaled linearly below 1)
@@ -559,15 +560,15 @@ def prompt_repetition(text: str, category: str | None = None) -> float:
     """How much this prompt's answer repeats the prompt and itself, in [0, 1].
 
     The category's figure (``REPETITION``; an unknown or missing category counts as its keyword-inferred one) and,
-    from the text, ``share x min(1, quoted words / 120) x (1 for an edit or summary instruction, else 0.6)`` where
-    ``share`` is the share of the prompt in code blocks or quotes: the larger of the two."""
+    from the text, ``min(1, share / 0.6) x min(1, quoted words / 60) x (0.95 for an edit or summary instruction,
+    else 0.6)`` where ``share`` is the share of the prompt's words in code blocks or quotes: the larger of the two."""
     cat = (category or "").strip().lower().replace("summarisation", "summarization")
     if cat not in REPETITION:
         cat = infer_category(text)
     share, quoted = quoted_share(text)
     low = " " + re.sub(r"\s+", " ", text.lower()) + " "
-    instruct = 1.0 if any(w in low for w in (*_EDIT_WORDS, *_QUOTE_WORDS)) else 0.6
-    from_text = min(1.0, share * min(1.0, quoted / 120.0) * instruct / 0.8)
+    instruct = 0.95 if any(w in low for w in (*_EDIT_WORDS, *_QUOTE_WORDS)) else 0.6
+    from_text = min(1.0, share / 0.6) * min(1.0, quoted / 60.0) * instruct
     return max(REPETITION.get(cat, REPETITION["chat"]), from_text)
 
 
@@ -581,9 +582,9 @@ class NgramProfile:
     (no draft model to extend or sample)."""
 
     a_lo: float = 0.10
-    a_hi: float = 0.86
+    a_hi: float = 0.91
     lam_lo: float = 0.45
-    lam_hi: float = 0.97
+    lam_hi: float = 0.99
     c: float = 0.2
     th: float = 0.4
     kappa: float = 40.0
