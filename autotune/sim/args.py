@@ -9,6 +9,7 @@ have printed before exiting non-zero. Used by both the HTTP server and the in-pr
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -20,7 +21,33 @@ SGLANG_VERSION = "0.5.23"
 
 #: algorithm names SGLang accepts (upper-cased); NEXTN is an alias of EAGLE
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
-SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3")
+SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+#: target architectures whose draft model path defaults to the target (their MTP/NextN layers), from
+#: ``_handle_eagle_family`` in SGLang 0.5.23's ``arg_groups/speculative_hook.py``
+MTP_ARCHITECTURES = (
+    "DeepseekV32ForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "DeepseekV4ForCausalLM",
+    "Glm4MoeForCausalLM",
+    "Glm4MoeLiteForCausalLM",
+    "GlmMoeDsaForCausalLM",
+    "BailingMoeForCausalLM",
+    "BailingMoeV2ForCausalLM",
+    "BailingMoeV2_5ForCausalLM",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "HYV3ForCausalLM",
+    "HYV4ForCausalLM",
+    "Qwen4ExpForConditionalGeneration",
+)
+#: SGLang's n-gram defaults (``arg_groups/fields/spec.py``)
+NGRAM_DEFAULTS = {
+    "speculative_ngram_min_bfs_breadth": 1,
+    "speculative_ngram_max_bfs_breadth": 10,
+    "speculative_ngram_match_type": "BFS",
+    "speculative_ngram_max_trie_depth": 18,
+    "speculative_ngram_capacity": 10 * 1000 * 1000,
+}
 
 FAULT_KINDS = ("crash-startup", "never-healthy", "crash-after", "oom-above", "http500", "truncate")
 _FAULTS_WITH_N = ("crash-after", "oom-above", "http500", "truncate")
@@ -43,7 +70,14 @@ _VALUE_FLAGS = {
     "--port": "port",
     "--served-model-name": "served_model_name",
     "--max-running-requests": "max_running_requests",
-    "--cuda-graph-max-bs": "cuda_graph_max_bs",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs",  # SGLang before 0.5.23
+    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",  # SGLang 0.5.23's per-phase spelling
+    "--speculative-adaptive-config": "speculative_adaptive_config",
+    "--speculative-ngram-min-bfs-breadth": "speculative_ngram_min_bfs_breadth",
+    "--speculative-ngram-max-bfs-breadth": "speculative_ngram_max_bfs_breadth",
+    "--speculative-ngram-match-type": "speculative_ngram_match_type",
+    "--speculative-ngram-max-trie-depth": "speculative_ngram_max_trie_depth",
+    "--speculative-ngram-capacity": "speculative_ngram_capacity",
     "--scenario": "scenario",
     "--time-scale": "time_scale",
     "--seed": "seed",
@@ -58,6 +92,7 @@ _BOOL_FLAGS = {
     "--disable-prefill-cuda-graph": "disable_prefill_cuda_graph",
     "--enable-metrics": "enable_metrics",
     "--sim-no-noise": "sim_no_noise",
+    "--speculative-adaptive": "speculative_adaptive",
 }
 _INT_FIELDS = (
     "speculative_num_steps",
@@ -69,6 +104,10 @@ _INT_FIELDS = (
     "launch_index",
     "max_running_requests",
     "cuda_graph_max_bs",
+    "speculative_ngram_min_bfs_breadth",
+    "speculative_ngram_max_bfs_breadth",
+    "speculative_ngram_max_trie_depth",
+    "speculative_ngram_capacity",
 )
 
 
@@ -165,6 +204,18 @@ class ResolvedArgs:
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
+    #: what runs: EAGLE, EAGLE3, MTP (the target's own layers: NEXTN, or EAGLE with the draft path defaulted to
+    #: an MTP target), STANDALONE, NGRAM; None without speculation
+    method: str | None = None
+    speculative_adaptive: bool = False
+    speculative_adaptive_config: str | None = None
+    adaptive_config: dict[str, Any] | None = None  # the loaded adaptive config (SGLang's default when no file)
+    mtp_missing: bool = False  # the draft path defaulted to a target with no MTP layers: the start fails
+    speculative_ngram_min_bfs_breadth: int = NGRAM_DEFAULTS["speculative_ngram_min_bfs_breadth"]
+    speculative_ngram_max_bfs_breadth: int = NGRAM_DEFAULTS["speculative_ngram_max_bfs_breadth"]
+    speculative_ngram_match_type: str = NGRAM_DEFAULTS["speculative_ngram_match_type"]
+    speculative_ngram_max_trie_depth: int = NGRAM_DEFAULTS["speculative_ngram_max_trie_depth"]
+    speculative_ngram_capacity: int = NGRAM_DEFAULTS["speculative_ngram_capacity"]
     disable_cuda_graph: bool = False
     disable_decode_cuda_graph: bool = False
     disable_prefill_cuda_graph: bool = False
@@ -200,7 +251,12 @@ class ResolvedArgs:
     def startup_s(self) -> float:
         if self.sim_load_time is not None:
             return self.sim_load_time
-        return self.scenario.startup_s(speculative=self.speculative, cuda_graph=self.cuda_graph)
+        t = self.scenario.startup_s(speculative=self.speculative, cuda_graph=self.cuda_graph)
+        if self.speculative_adaptive and self.cuda_graph and self.adaptive_config is not None:
+            # SGLang's AdaptiveController.init_states captures draft/verify graphs for every candidate step
+            extra = sum(1 for s in load_adaptive_config_steps(self.adaptive_config) if s > 0) - 1
+            t += self.scenario.cuda_graph_speculative_s * max(extra, 0)
+        return t
 
     def server_args(self) -> dict[str, Any]:
         """SGLang's ``server_args`` as /server_info reports them."""
@@ -215,6 +271,13 @@ class ResolvedArgs:
             "speculative_num_steps": self.speculative_num_steps,
             "speculative_eagle_topk": self.speculative_eagle_topk,
             "speculative_num_draft_tokens": self.speculative_num_draft_tokens,
+            "speculative_adaptive": self.speculative_adaptive,
+            "speculative_adaptive_config": self.speculative_adaptive_config,
+            "speculative_ngram_min_bfs_breadth": self.speculative_ngram_min_bfs_breadth,
+            "speculative_ngram_max_bfs_breadth": self.speculative_ngram_max_bfs_breadth,
+            "speculative_ngram_match_type": self.speculative_ngram_match_type,
+            "speculative_ngram_max_trie_depth": self.speculative_ngram_max_trie_depth,
+            "speculative_ngram_capacity": self.speculative_ngram_capacity,
             "disable_cuda_graph": not self.cuda_graph,
             "disable_decode_cuda_graph": not self.cuda_graph,
             "disable_prefill_cuda_graph": self.disable_cuda_graph or self.disable_prefill_cuda_graph,
@@ -409,42 +472,234 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
             "and --disable-prefill-cuda-graph"
         )
 
+    if "speculative_ngram_match_type" in vals:
+        mt = str(vals["speculative_ngram_match_type"])
+        if mt not in ("BFS", "PROB"):
+            raise _fail(
+                f"launch_server.py: error: argument --speculative-ngram-match-type: invalid choice: '{mt}' "
+                "(choose from 'BFS', 'PROB')",
+                log,
+                returncode=2,
+            )
+    for key in NGRAM_DEFAULTS:
+        if key in vals:
+            setattr(args, key, vals[key])
+    args.speculative_adaptive = bool(vals.get("speculative_adaptive", False))
+    args.speculative_adaptive_config = vals.get("speculative_adaptive_config")
+
     algo = vals.get("speculative_algorithm")
     if algo is None:
+        args.speculative_adaptive = False  # nothing to adapt: the worker that reads it never starts
         args.faults = tuple(f for f in args.faults if f.applies_to(None))
         return args
-    algo = str(algo).upper()
-    if algo not in KNOWN_ALGORITHMS:
-        raise _traceback(f"ValueError: Unknown speculative algorithm name: {algo}", log, "fields/spec.py")
-    if algo == "NEXTN":
-        algo = "EAGLE"
-    if algo not in SIMULATED_ALGORITHMS:
-        raise _fail(f"autotune.sim: speculative algorithm {algo} is not simulated (only EAGLE, EAGLE3, NEXTN)", log)
+    requested = str(algo).upper()
+    if requested not in KNOWN_ALGORITHMS:
+        raise _traceback(f"ValueError: Unknown speculative algorithm name: {requested}", log, "fields/spec.py")
+    if requested not in SIMULATED_ALGORITHMS:
+        raise _fail(
+            f"autotune.sim: speculative algorithm {requested} is not simulated "
+            f"(only {', '.join(SIMULATED_ALGORITHMS)})",
+            log,
+        )
+    algo = "EAGLE" if requested == "NEXTN" else requested  # _resolve_speculative_algorithm_alias
     args.speculative_algorithm = algo
 
+    steps = vals.get("speculative_num_steps")
+    topk = vals.get("speculative_eagle_topk")
+    ndt = vals.get("speculative_num_draft_tokens")
+
+    # handle_speculative_decoding: the adaptive checks run before the algorithm's own handler
+    if args.speculative_adaptive:
+        reason = _adaptive_unsupported_reason(algo, topk)
+        if reason is not None:
+            log.append(
+                f"WARNING speculative_hook.py: speculative_adaptive disabled: {reason}. "
+                "Falling back to static speculative params."
+            )
+            args.speculative_adaptive = False
+        else:
+            config, candidates = _load_adaptive_config(args.speculative_adaptive_config, log)
+            args.adaptive_config = config
+            if topk is None:
+                topk = 1
+            if steps is None:
+                steps = candidates[len(candidates) // 2]
+            if steps not in candidates:
+                raise _traceback(
+                    f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
+                    f"{candidates}. Pass one of those values.",
+                    log,
+                )
+            ndt = steps + 1
+            log.append(
+                f"INFO adaptive_spec_params.py: AdaptiveSpeculativeParams initialized: steps={steps}, "
+                f"candidate_steps={candidates}"
+            )
+
+    if algo == "NGRAM":
+        return _resolve_ngram(args, vals, steps, ndt, log)
+    return _resolve_eagle_family(args, vals, requested, steps, topk, ndt, log)
+
+
+def load_adaptive_config_steps(config: dict[str, Any]) -> list[int]:
+    """The union of a loaded adaptive config's candidate steps."""
+    out: set[int] = set()
+    for key, entry in config.items():
+        if key.isdigit():
+            out.update(entry["candidate_steps"])
+    return sorted(out)
+
+
+def _adaptive_unsupported_reason(algo: str, topk: int | None) -> str | None:
+    """SGLang's ``adaptive_unsupported_reason`` for what the simulator models (no attention DP, multi-layer EAGLE,
+    two-batch overlap or PD multiplexing in a simulated launch)."""
+    if algo not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
+    if topk is not None and topk != 1:
+        return f"speculative_eagle_topk={topk} (only topk=1 is supported)"
+    return None
+
+
+def load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
+    """SGLang's ``_load_adaptive_config`` + ``resolve_candidate_steps_from_config``: (the config, the union of its
+    batch-size slots' candidate steps). Raises what SGLang raises (OSError, ValueError, AttributeError) with its
+    messages."""
+    from autotune.sim.model import DEFAULT_ADAPTIVE_CONFIG
+
+    if path is not None:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    else:
+        cfg = DEFAULT_ADAPTIVE_CONFIG
+    if not isinstance(cfg, dict):
+        raise AttributeError(f"'{type(cfg).__name__}' object has no attribute 'items'")
+    bs_entries: dict[int, dict] = {}
+    for key, entry in cfg.items():
+        if not key.isdigit():
+            continue
+        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict):
+            raise AttributeError(f"'{type(entry).__name__}' object has no attribute 'get'")
+        if not isinstance(steps, list) or not steps or not all(isinstance(s, int) and s >= 0 for s in steps):
+            raise ValueError(f"BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}")
+        bs_entries[int(key)] = entry
+    if not bs_entries:
+        raise ValueError(
+            "speculative_adaptive_config must contain at least one integer-string "
+            f'BS key, e.g. {{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(cfg.keys())}'
+        )
+    candidates: set[int] = set()
+    for entry in bs_entries.values():
+        candidates.update(entry["candidate_steps"])
+    return cfg, sorted(candidates)
+
+
+def _load_adaptive_config(path: str | None, log: list[str]) -> tuple[dict[str, Any], list[int]]:
+    try:
+        return load_adaptive_config(path)
+    except json.JSONDecodeError as e:
+        raise _traceback(f"json.decoder.JSONDecodeError: {e}", log, "../speculative/adaptive_spec_params.py") from None
+    except OSError as e:
+        raise _traceback(f"{type(e).__name__}: {e}", log, "../speculative/adaptive_spec_params.py") from None
+    except (ValueError, AttributeError) as e:
+        raise _traceback(f"{type(e).__name__}: {e}", log, "../speculative/adaptive_spec_params.py") from None
+
+
+def _resolve_ngram(
+    args: ResolvedArgs, vals: dict[str, Any], steps: int | None, ndt: int | None, log: list[str]
+) -> ResolvedArgs:
+    """SGLang's ``_handle_ngram``: topk := max BFS breadth, 12 draft tokens by default, steps := ndt // topk."""
+    if args.max_running_requests is None:
+        log.append(
+            "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can "
+            "override this by explicitly setting --max-running-requests."
+        )
+    topk = args.speculative_ngram_max_bfs_breadth
+    if ndt is None:
+        ndt = 12
+        log.append(
+            "WARNING speculative_hook.py: speculative_num_draft_tokens is set to 12 by default for ngram speculative "
+            "decoding. You can override this by explicitly setting --speculative-num-draft-tokens."
+        )
+    if steps is None:
+        if topk == 0:
+            raise _traceback("ZeroDivisionError: integer division or modulo by zero", log, "speculative_hook.py")
+        steps = ndt // topk
+    log.append(
+        "WARNING speculative_hook.py: The mixed chunked prefill are disabled because of using ngram speculative "
+        "decoding."
+    )
+    if ndt < 2 or topk < 1 or args.speculative_ngram_max_trie_depth < 1:
+        raise _traceback(
+            f"AssertionError: ngram needs speculative_num_draft_tokens >= 2, a BFS breadth >= 1 and a trie depth "
+            f">= 1 (got {ndt}, {topk}, {args.speculative_ngram_max_trie_depth})",
+            log,
+            "../speculative/ngram_worker.py",
+        )
+    args.method = "NGRAM"
+    args.speculative_draft_model_path = vals.get("speculative_draft_model_path")
+    args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, ndt
+    args.faults = tuple(f for f in args.faults if f.applies_to("ngram"))
+    return args
+
+
+def _resolve_eagle_family(
+    args: ResolvedArgs,
+    vals: dict[str, Any],
+    requested: str,
+    steps: int | None,
+    topk: int | None,
+    ndt: int | None,
+    log: list[str],
+) -> ResolvedArgs:
+    """SGLang's ``_handle_eagle_family`` (EAGLE, EAGLE3 (NEXTN is EAGLE by now), STANDALONE)."""
+    scenario = args.scenario
+    algo = args.speculative_algorithm
+    assert algo is not None
     draft = vals.get("speculative_draft_model_path")
+    if scenario.target_architecture in MTP_ARCHITECTURES:
+        if not draft:
+            draft = args.model_path  # the target's own MTP layers
+        else:
+            log.append(
+                "WARNING speculative_hook.py: DeepSeek MTP does not require setting speculative_draft_model_path."
+            )
     if not draft:
         raise _traceback(
             "AssertionError: --speculative-draft-model-path is required for EAGLE/EAGLE3 "
             "(this target has no NextN/MTP layers)",
             log,
         )
-    drafter = scenario.drafter_by_path(draft)
-    if drafter is None:
-        if os.path.isdir(draft) and os.path.isfile(os.path.join(draft, "config.json")):
-            raise _fail(
-                f"autotune.sim: {draft} is a checkpoint the scenario {scenario.name} does not know "
-                f"(its drafters: {', '.join(scenario.drafters)})",
-                log,
-            )
-        raise _not_loadable(draft, log)
+    if draft in (args.model_path, scenario.target_name, scenario.target_dir):
+        drafter = scenario.mtp
+        if drafter is None:
+            args.mtp_missing = True  # loads the target as its own NextN draft: fails at weight loading
+    else:
+        drafter = scenario.drafter_by_path(draft)
+        if drafter is None:
+            if os.path.isdir(draft) and os.path.isfile(os.path.join(draft, "config.json")):
+                raise _fail(
+                    f"autotune.sim: {draft} is a checkpoint the scenario {scenario.name} does not know "
+                    f"(its drafters: {', '.join(scenario.drafters)})",
+                    log,
+                )
+            raise _not_loadable(draft, log)
     args.speculative_draft_model_path = draft
     args.drafter = drafter
-    args.faults = tuple(f for f in args.faults if f.applies_to(drafter.name if drafter else None))
+    if algo == "STANDALONE":
+        args.method = "STANDALONE"
+    elif drafter is not None and drafter.kind == "mtp" or args.mtp_missing:
+        args.method = "MTP" if algo == "EAGLE" else algo
+    else:
+        args.method = algo
+    name = drafter.name if drafter is not None else "mtp"
+    args.faults = tuple(f for f in args.faults if f.applies_to(name))
+    if args.max_running_requests is None:
+        log.append(
+            "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can "
+            "override this by explicitly setting --max-running-requests."
+        )
 
-    steps = vals.get("speculative_num_steps")
-    topk = vals.get("speculative_eagle_topk")
-    ndt = vals.get("speculative_num_draft_tokens")
     if steps is None:
         if topk is not None or ndt is not None:
             raise _traceback(
@@ -452,7 +707,10 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
                 "when speculative_num_steps is unset",
                 log,
             )
-        steps, topk, ndt = (5, 4, 8) if scenario.family == "llama" else (3, 1, 4)
+        if algo == "STANDALONE":
+            steps, topk, ndt = 3, 1, 4
+        else:
+            steps, topk, ndt = (5, 4, 8) if scenario.family == "llama" else (3, 1, 4)
         log.append(
             f"INFO speculative_hook.py: auto-chose speculative_num_steps={steps}, "
             f"speculative_eagle_topk={topk}, speculative_num_draft_tokens={ndt} for this model"

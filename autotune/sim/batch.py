@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.sim.model import Hardware, SpecShape, t_cycle_batch, t_prefill
+from autotune.sim.model import AdaptiveController, Hardware, SpecShape, t_cycle_adaptive, t_cycle_batch, t_prefill
 
 #: CUDA-graph batch sizes captured when the launch does not say (SGLang picks by GPU memory and tp size)
 DEFAULT_GRAPH_MAX_BS = 160
@@ -40,9 +40,14 @@ class Seq:
     rounds_done: int = 0
     emitted: int = 0
     prefilled: bool = False
+    #: an adaptive server's request: ``sampler(steps, emitted)`` draws its round at the batch's steps (``tokens``
+    #: is then only the nominal plan)
+    sampler: Callable[[int, int], int] | None = None
 
     @property
     def finished(self) -> bool:
+        if self.sampler is not None:
+            return self.prefilled and self.emitted >= self.completion_tokens
         return self.prefilled and self.rounds_done >= int(self.tokens.size)
 
 
@@ -73,8 +78,10 @@ class Batcher:
         shape: SpecShape | None,
         graph_max_bs: int | None = None,
         max_running: int | None = None,
+        adaptive: AdaptiveController | None = None,
     ) -> None:
         self.hardware = hardware
+        self.adaptive = adaptive  # SGLang's adaptive controller: the steps of each decode step, fed its verifies
         self.cuda_graph = bool(cuda_graph)
         self.shape = shape
         self.graph_max_bs = DEFAULT_GRAPH_MAX_BS if graph_max_bs is None else int(graph_max_bs)
@@ -122,6 +129,8 @@ class Batcher:
         batch = self.running
         b = len(batch)
         context = sum(s.prompt_tokens + s.emitted for s in batch) / b
+        if self.adaptive is not None:
+            return self._adaptive_step(b, context)
         ms = t_cycle_batch(self._hw(b), self.shape, b, context) * (sum(s.factor for s in batch) / b)
         step = Step(ms, b, False)
         for s in list(batch):
@@ -131,6 +140,29 @@ class Batcher:
             step.emissions.append(Emission(s, k, s.rounds_done, s.finished))
             if s.finished:
                 self.running.remove(s)
+        return step
+
+    def _adaptive_step(self, b: int, context: float) -> Step:
+        """A decode step of an adaptive server: every request runs the steps the controller has for this batch
+        size, the controller then sees each request's accepted drafts (SGLang: switching swaps prebuilt runtime
+        states, so it costs nothing here)."""
+        assert self.adaptive is not None
+        steps = self.adaptive.steps(b)
+        batch = self.running
+        ms = t_cycle_adaptive(self._hw(b), steps, b, context) * (sum(s.factor for s in batch) / b)
+        step = Step(ms, b, False)
+        accepted = []
+        for s in list(batch):
+            assert s.sampler is not None
+            length = s.sampler(steps, s.emitted)
+            accepted.append(length - 1)
+            k = min(length, s.completion_tokens - s.emitted)
+            s.rounds_done += 1
+            s.emitted += k
+            step.emissions.append(Emission(s, k, s.rounds_done, s.finished))
+            if s.finished:
+                self.running.remove(s)
+        self.adaptive.on_verify(accepted, b)
         return step
 
 

@@ -7,27 +7,36 @@ time scale when it sleeps.
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from autotune.config import ReferenceOutput, TokenChoice
 from autotune.sim.args import ResolvedArgs, SimLaunchError
 from autotune.sim.batch import Batcher, Seq
 from autotune.sim.model import (
+    AdaptiveController,
     DrafterProfile,
+    Hardware,
     Phase,
     RequestPlan,
     SpecShape,
     accept_length_distribution,
     count_prompt_tokens,
+    expected_adaptive_request_ms,
     expected_request_ms,
+    ngram_shape,
     plan_request,
     prompt_acceptance,
     request_factor,
     rng_for,
     start_factor,
     t_cycle,
+    t_cycle_adaptive,
     t_prefill,
 )
 from autotune.sim.text import Answer, divergence_point, near_tie_position
@@ -61,6 +70,7 @@ class Generation:
     request_index: int
     answer: Answer | None = None  # how the tokens came about (their log-probabilities)
     factor: float = 1.0  # the noise factor of its times (start x request)
+    sampler: Callable[[int, int], int] | None = None  # adaptive server: draws a round's length at the batch's steps
 
     @property
     def text(self) -> str:
@@ -84,19 +94,54 @@ class SimEngine:
         self.args = args
         self.scenario = args.scenario
         self.launch_index = launch_index
-        self.hw = self.scenario.hardware(args.cuda_graph)
+        self.hw = self.hardware(args.cuda_graph)
         self.shape: SpecShape | None = None
+        self.accept_shape: SpecShape | None = None  # the tree acceptance is computed on (NGRAM: the trie's)
         if args.speculative:
-            assert args.speculative_num_steps and args.speculative_eagle_topk and args.speculative_num_draft_tokens
+            assert args.speculative_eagle_topk and args.speculative_num_draft_tokens
             self.shape = SpecShape(
-                args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens
+                max(args.speculative_num_steps or 0, 1), args.speculative_eagle_topk, args.speculative_num_draft_tokens
             )
+            self.accept_shape = self.shape
+            if args.method == "NGRAM":
+                self.accept_shape = ngram_shape(
+                    args.speculative_num_draft_tokens,
+                    args.speculative_eagle_topk,
+                    args.speculative_ngram_max_trie_depth,
+                )
+        #: SGLang's adaptive controller of this server start (its state lives as long as the server)
+        self.adaptive: AdaptiveController | None = None
+        self._expected_adaptive: AdaptiveController | None = None
+        if args.speculative_adaptive and self.shape is not None:
+            assert args.adaptive_config is not None and args.speculative_num_steps is not None
+            self.adaptive = self.new_controller()
+            self._expected_adaptive = self.new_controller()
         self.factor = start_factor(args.seed, launch_index, self.scenario.start_noise_sd) if args.noise else 1.0
         self.cycle_ms = t_cycle(self.hw, self.shape)
+        self._batched = False  # a batch scheduler was made: requests' plans are nominal (see generate)
         self._lock = threading.Lock()
         self.requests = 0
         self.generation_tokens = 0
         self.verify_ct = 0
+
+    def hardware(self, cuda_graph: bool) -> Hardware:
+        """The scenario's hardware set with this method's draft costs (n-gram lookup, a standalone model's
+        forward, an MTP layer) in place; the scenario's own set for EAGLE heads and the baseline."""
+        hw = self.scenario.hardware(cuda_graph)
+        if self.args.method == "NGRAM":
+            return self.scenario.ngram.hardware(hw)
+        d = self.args.drafter
+        return d.hardware(hw, cuda_graph) if d is not None else hw
+
+    def new_controller(self) -> AdaptiveController:
+        """A fresh adaptive controller at the launch's initial steps, its batch sizes padded to the captured
+        CUDA-graph sizes (1, 2, 4, 8, then multiples of 8 up to the graph limit; SGLang's default capture list)."""
+        assert self.args.adaptive_config is not None and self.args.speculative_num_steps is not None
+        bs = None
+        if self.args.cuda_graph:
+            top = self.args.effective_graph_max_bs
+            bs = sorted({b for b in (1, 2, 4, 8, *range(16, top + 1, 8)) if b <= top})
+        return AdaptiveController(self.args.speculative_num_steps, self.args.adaptive_config, bs)
 
     # -- startup ---------------------------------------------------------------------------------------------------
     def profile(self) -> DrafterProfile | None:
@@ -124,7 +169,33 @@ class SimEngine:
                 ),
             )
         d = a.drafter
-        if d is not None:
+        if a.mtp_missing:
+            log.append(f"Load weight end. type={self.scenario.target_architecture}, drafter={a.model_path}")
+            return Startup(
+                load,
+                tuple(log),
+                _crash(
+                    log,
+                    f"AssertionError: Only 1 nextn layer is supported (the target's config.json has "
+                    f"num_nextn_predict_layers={self.scenario.mtp_layers})",
+                ),
+            )
+        if d is not None and a.method == "STANDALONE" and d.kind != "standalone":
+            log.append(
+                f"Load weight end. type={self.scenario.target_architecture}, drafter={a.speculative_draft_model_path}"
+            )
+            if d.kind == "mtp":
+                err = SimLaunchError(OOM_LINE, log="\n".join([*log, *_tb(OOM_LINE)]), returncode=1, oom=True)
+                return Startup(load, tuple(log), err)  # the whole target loaded a second time as the draft
+            arch = (d.config.get("architectures") or ["?"])[0]
+            return Startup(
+                load,
+                tuple(log),
+                _crash(
+                    log, f"ValueError: Model architectures ['{arch}'] are not supported as a standalone draft model"
+                ),
+            )
+        if d is not None and a.method != "STANDALONE":
             log.append(f"Load weight end. type=DeepseekV3ForCausalLM, drafter={a.speculative_draft_model_path}")
             if d.hidden_size is not None and d.hidden_size != self.scenario.hidden_size:
                 h, th = d.hidden_size, self.scenario.hidden_size
@@ -149,6 +220,8 @@ class SimEngine:
                         log, (f"RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x{3 * h} and {2 * h}x{h})")
                     ),
                 )
+        elif d is not None:
+            log.append(f"Load weight end. drafter={a.speculative_draft_model_path} (standalone)")
         else:
             log.append("Load weight end.")
         oom = a.fault("oom-above")
@@ -183,15 +256,18 @@ class SimEngine:
                 return kind
         return None
 
-    def _phases(
-        self, prompt: str, prompt_tokens: int, max_new: int, temperature: float, category: str | None
-    ) -> list[Phase]:
+    def prompt_profile(
+        self, prompt: str, temperature: float = 0.0, category: str | None = None
+    ) -> tuple[float, DrafterProfile] | None:
+        """(a_p, the profile) of this prompt under this server's drafter (None without speculation)."""
+        if self.args.method == "NGRAM":
+            return self.scenario.ngram.prompt_profile(
+                prompt, seed=self.args.seed, category=category, temperature=temperature
+            )
         prof = self.profile()
-        if prof is None or self.shape is None:
-            return [Phase((1.0,), max_new)]
         d = self.args.drafter
-        assert d is not None
-        s = self.shape
+        if prof is None or d is None:
+            return None
         a_p = prompt_acceptance(
             prof,
             prompt,
@@ -201,9 +277,26 @@ class SimEngine:
             temperature=temperature,
             offsets=self.scenario.category_offsets or None,
         )
+        return a_p, prof
+
+    def _phases(
+        self,
+        prompt: str,
+        prompt_tokens: int,
+        max_new: int,
+        temperature: float,
+        category: str | None,
+        shape: SpecShape | None = None,
+    ) -> list[Phase]:
+        pp = self.prompt_profile(prompt, temperature, category)
+        s = shape or self.accept_shape
+        if pp is None or s is None:
+            return [Phase((1.0,), max_new)]
+        a_p, prof = pp
+        d = self.args.drafter
         dist = accept_length_distribution(round(a_p, 6), prof.c, prof.th, prof.lam, s.steps, s.topk, s.num_draft_tokens)
         phases = []
-        limit = d.max_positions
+        limit = d.max_positions if d is not None else None
         if limit is not None and prompt_tokens + max_new > limit:
             until = max(limit - prompt_tokens, 1)
             phases.append(Phase(dist, until))
@@ -226,13 +319,28 @@ class SimEngine:
         temperature: float = 0.0,
         category: str | None = None,
         request_index: int | None = None,
+        alone: bool | None = None,
     ) -> Generation:
-        """Plan one request: its chunks, times (with noise) and text."""
+        """Plan one request: its chunks, times (with noise) and text. ``alone``: the request runs by itself, its
+        plan's times are its times (an adaptive server's controller moves with its rounds); False: it joins the
+        batch scheduler, which drives the controller (the plan is then nominal); None: alone unless this engine
+        made a batch scheduler."""
         n = self.next_request() if request_index is None else request_index
         prompt_tokens = count_prompt_tokens(prompt)
         new, finish = self._completion_length(int(max_new))
-        phases = self._phases(prompt, prompt_tokens, new, temperature, category)
         s = self.shape
+        if self.adaptive is not None:
+            return self._generate_adaptive(
+                prompt,
+                prompt_tokens,
+                new,
+                finish,
+                n,
+                temperature,
+                category,
+                not self._batched if alone is None else alone,
+            )
+        phases = self._phases(prompt, prompt_tokens, new, temperature, category)
         key: tuple[object, ...] = (
             "rounds",
             prompt,
@@ -266,21 +374,93 @@ class SimEngine:
         answer = self.answer(prompt, new, diverge_at=diverge, sample_seed=sample_seed)
         return Generation(plan, list(answer.tokens()), finish, n, answer, factor)
 
+    # -- the adaptive controller ------------------------------------------------------------------------------------
+    def _sampler(
+        self, prompt: str, prompt_tokens: int, temperature: float, category: str | None, rng: np.random.Generator
+    ) -> Callable[[int, int], int]:
+        """``draw(steps, emitted)``: one round's accepted length L at ``steps`` (a chain, topk 1) with ``emitted``
+        tokens already out (past the drafter's position limit its acceptance collapses)."""
+        pp = self.prompt_profile(prompt, temperature, category)
+        assert pp is not None
+        a_p, prof = pp
+        d = self.args.drafter
+        limit = d.max_positions if d is not None else None
+
+        def draw(steps: int, emitted: int) -> int:
+            if steps <= 0:
+                return 1
+            p = prof
+            a = round(a_p, 6)
+            if limit is not None and prompt_tokens + emitted >= limit:
+                p, a = PAST_POSITIONS, PAST_POSITIONS.a
+            dist = accept_length_distribution(a, p.c, p.th, p.lam, steps, 1, steps + 1)
+            return int(np.searchsorted(np.cumsum(dist), rng.random(), side="right")) + 1
+
+        return draw
+
+    def _generate_adaptive(
+        self,
+        prompt: str,
+        prompt_tokens: int,
+        new: int,
+        finish: str,
+        n: int,
+        temperature: float,
+        category: str | None,
+        alone: bool,
+    ) -> Generation:
+        """One request on an adaptive server: round by round, each at the steps the controller has then, the
+        controller fed each round's accepted drafts (SGLang's on_verify_complete). Alone, the live controller
+        moves; otherwise a copy plans a nominal request and the batch scheduler drives the live one."""
+        assert self.adaptive is not None
+        controller = self.adaptive if alone else copy.deepcopy(self.adaptive)
+        key = ("adaptive-rounds", prompt, self.args.method, self.args.seed, new, self.launch_index, n)
+        factor = self.factor
+        if self.args.noise:
+            factor *= request_factor(self.args.seed, self.launch_index, n, self.scenario.request_noise_sd)
+        draw = self._sampler(prompt, prompt_tokens, temperature, category, rng_for(*key))
+        ttft = t_prefill(self.hw, prompt_tokens, True) * factor
+        tokens: list[int] = []
+        times: list[float] = []
+        produced, t = min(1, new), ttft
+        while produced < new:
+            steps = controller.steps(1)
+            length = draw(steps, produced)
+            t += t_cycle_adaptive(self.hw, steps) * factor
+            controller.on_verify([length - 1], 1)
+            k = min(length, new - produced)
+            produced += k
+            tokens.append(k)
+            times.append(t)
+        plan = RequestPlan(prompt_tokens, new, ttft, np.asarray(tokens, dtype=np.int64), np.asarray(times, dtype=float))
+        sample_seed = None
+        if temperature > 0:
+            sample_seed = int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
+        gen = Generation(plan, [], finish, n, None, factor)
+        answer = self.answer(prompt, new, diverge_at=None, sample_seed=sample_seed)
+        gen.pieces, gen.answer = list(answer.tokens()), answer
+        gen.sampler = self._sampler(prompt, prompt_tokens, temperature, category, rng_for(*key, "batch"))
+        return gen
+
     def batcher(self) -> Batcher:
-        """A continuous-batching scheduler for this server start (its flags: max running, graph batch sizes)."""
+        """A continuous-batching scheduler for this server start (its flags: max running, graph batch sizes; an
+        adaptive server's controller)."""
+        self._batched = True
         return Batcher(
-            self.scenario.hardware,
+            self.hardware,
             cuda_graph=self.args.cuda_graph,
             shape=self.shape,
             graph_max_bs=self.args.effective_graph_max_bs,
             max_running=self.args.effective_max_running,
+            adaptive=self.adaptive,
         )
 
     @staticmethod
     def seq(gen: Generation, key: object = None) -> Seq:
-        """``gen`` as a request of the scheduler (its rounds' tokens; its times come from the batch)."""
+        """``gen`` as a request of the scheduler (its rounds' tokens, or on an adaptive server its sampler of
+        rounds at the batch's steps; its times come from the batch)."""
         p = gen.plan
-        return Seq(key, p.prompt_tokens, p.completion_tokens, p.tokens, gen.factor)
+        return Seq(key, p.prompt_tokens, p.completion_tokens, p.tokens, gen.factor, sampler=gen.sampler)
 
     def answer(self, prompt: str, n: int, *, diverge_at: int | None, sample_seed: int | None) -> Answer:
         """The text model of one answer. A near tie applies at temperature 0 to a server whose text is not broken:
@@ -303,9 +483,27 @@ class SimEngine:
             return self.generation_tokens / self.verify_ct if self.verify_ct else 0.0
 
     def expected_ms(self, prompt: str, max_new: int, *, temperature: float = 0.0, category: str | None = None) -> float:
-        """Noise-free expected hardware milliseconds of one request (the 'true' figure)."""
+        """Noise-free expected hardware milliseconds of one request (the 'true' figure). On an adaptive server the
+        expected controller carries its state from one call to the next, as the server's does between requests."""
         prompt_tokens = count_prompt_tokens(prompt)
         new, _ = self._completion_length(int(max_new))
+        if self._expected_adaptive is not None:
+            pp = self.prompt_profile(prompt, temperature, category)
+            assert pp is not None
+            a_p, prof = pp
+
+            def dist_for(steps: int) -> tuple[float, ...]:
+                if steps <= 0:
+                    return (1.0,)
+                return accept_length_distribution(round(a_p, 6), prof.c, prof.th, prof.lam, steps, 1, steps + 1)
+
+            return expected_adaptive_request_ms(
+                self._expected_adaptive,
+                dist_for,
+                max_new=new,
+                prefill_ms=t_prefill(self.hw, prompt_tokens, True),
+                cycle_for=lambda steps: t_cycle_adaptive(self.hw, steps),
+            )
         phases = self._phases(prompt, prompt_tokens, new, temperature, category)
         return expected_request_ms(
             phases,

@@ -14,10 +14,12 @@ the simulated hardware inside this module; callers convert to seconds.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -84,6 +86,11 @@ CATEGORY_OFFSETS: dict[str, float] = {
     "chat": 0.0,
     "summarization": -0.45,
     "creative": -0.55,
+    # only when a prompt's category says so (no keyword infers these): an edited copy of code in the prompt (an
+    # EAGLE-3 head's 32k draft vocabulary misses the code's own identifiers, so no code bonus), an answer quoting
+    # a document given in the prompt
+    "code-edit": 0.0,
+    "retrieval": -0.2,
 }
 #: logit offset at temperature 1 (scaled linearly below 1)
 TEMPERATURE_OFFSET = -0.45
@@ -489,3 +496,288 @@ def expected_request_ms(phases: list[Phase], *, max_new: int, prefill_ms: float,
         rounds += (need + overshoot) / mean
         produced = target
     return prefill_ms + rounds * cycle_ms
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# methods beyond EAGLE: n-gram lookup, MTP, a standalone draft model (their costs), SGLang's adaptive controller
+
+
+def method_hardware(hw: Hardware, overrides: dict[str, float] | None) -> Hardware:
+    """``hw`` with a method's own draft costs (``t_ds``, ``t_ext``, ``t_ovh``, ``t_dtok``, ``t_seq`` ...) in place."""
+    if not overrides:
+        return hw
+    return replace(hw, **overrides)
+
+
+#: how much an answer repeats its prompt and itself, per prompt category (0: nothing to copy, 1: an edited copy)
+REPETITION: dict[str, float] = {
+    "code-edit": 0.92,
+    "retrieval": 0.72,
+    "summarization": 0.55,
+    "code": 0.32,
+    "math": 0.28,
+    "chat": 0.12,
+    "creative": 0.04,
+}
+
+_EDIT_WORDS = (
+    "rewrite",
+    "edit",
+    "fix",
+    "change",
+    "rename",
+    "refactor",
+    "modify",
+    "update",
+    "replace",
+    "add a",
+    "add an",
+    "convert",
+    "translate",
+    "reformat",
+)
+_QUOTE_WORDS = ("summarize", "summarise", "summary", "quote", "extract", "according to", "based on the", "document")
+
+
+def quoted_share(text: str) -> tuple[float, int]:
+    """(share of the prompt's words inside code fences, indented code or quoted lines, number of those words)."""
+    words = 0
+    quoted = 0
+    fenced = False
+    for line in text.splitlines():
+        n = len(line.split())
+        words += n
+        s = line.strip()
+        if s.startswith("```") or s.startswith('"""'):
+            fenced = not fenced
+            continue
+        if fenced or line.startswith("    ") or line.startswith("\t") or s.startswith(">"):
+            quoted += n
+    return (quoted / words if words else 0.0), quoted
+
+
+def prompt_repetition(text: str, category: str | None = None) -> float:
+    """How much this prompt's answer repeats the prompt and itself, in [0, 1].
+
+    The category's figure (``REPETITION``; an unknown or missing category counts as its keyword-inferred one) and,
+    from the text, ``min(1, share / 0.6) x min(1, quoted words / 60) x (0.95 for an edit or summary instruction,
+    else 0.6)`` where ``share`` is the share of the prompt's words in code blocks or quotes: the larger of the two."""
+    cat = (category or "").strip().lower().replace("summarisation", "summarization")
+    if cat not in REPETITION:
+        cat = infer_category(text)
+    share, quoted = quoted_share(text)
+    low = " " + re.sub(r"\s+", " ", text.lower()) + " "
+    instruct = 0.95 if any(w in low for w in (*_EDIT_WORDS, *_QUOTE_WORDS)) else 0.6
+    from_text = min(1.0, share / 0.6) * min(1.0, quoted / 60.0) * instruct
+    return max(REPETITION.get(cat, REPETITION["chat"]), from_text)
+
+
+@dataclass(frozen=True)
+class NgramProfile:
+    """The n-gram (prompt lookup) drafter: per prompt repetition r in [0, 1] sets its rank-1 acceptance
+    ``a_lo + (a_hi - a_lo) r`` (a Beta spread of concentration ``kappa`` around it) and its per-depth decay
+    ``lam_lo + (lam_hi - lam_lo) r`` (steep for prompts with nothing to copy). ``c``, ``th``: the other trie
+    continuations, as for a model drafter. Costs (ms): ``t_lookup`` per round (the CPU trie lookup and the
+    draft's copy to the GPU), ``t_lookup_seq`` per extra sequence of a batch, ``t_ovh`` the round's bookkeeping
+    (no draft model to extend or sample)."""
+
+    a_lo: float = 0.10
+    a_hi: float = 0.91
+    lam_lo: float = 0.45
+    lam_hi: float = 0.99
+    c: float = 0.2
+    th: float = 0.4
+    kappa: float = 40.0
+    t_lookup: float = 0.3
+    t_lookup_seq: float = 0.02
+    t_ovh: float = 1.2
+
+    def __post_init__(self) -> None:
+        for name in ("a_lo", "a_hi", "lam_lo", "lam_hi", "c", "th"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"ngram profile {name} must be in [0, 1] but got {v}")
+        if self.kappa <= 0:
+            raise ValueError(f"ngram profile kappa must be positive but got {self.kappa}")
+
+    def hardware(self, hw: Hardware) -> Hardware:
+        """The round's costs: no draft model (``t_ds`` 0), the lookup in ``t_ext``, extra sequences' in ``t_seq``."""
+        return replace(
+            hw, t_ds=0.0, t_ext=self.t_lookup, t_ovh=self.t_ovh, t_dtok=0.0, t_seq=hw.t_seq + self.t_lookup_seq
+        )
+
+    def prompt_profile(
+        self, prompt: str, *, seed: int, category: str | None = None, temperature: float = 0.0
+    ) -> tuple[float, DrafterProfile]:
+        """(a_p, this prompt's profile): the repetition-driven acceptance, fixed per (prompt, seed, temperature)."""
+        r = prompt_repetition(prompt, category)
+        t = min(max(float(temperature), 0.0), 1.0)
+        mu = _sigmoid(_logit(self.a_lo + (self.a_hi - self.a_lo) * r) + TEMPERATURE_OFFSET * t)
+        rng = rng_for("ngram_a_p", prompt, seed, round(t, 3))
+        a_p = float(rng.beta(mu * self.kappa, (1.0 - mu) * self.kappa))
+        lam = self.lam_lo + (self.lam_hi - self.lam_lo) * r
+        return a_p, DrafterProfile(a=min(max(a_p, 0.0), 1.0), c=self.c, th=self.th, lam=lam, kappa=self.kappa)
+
+
+def ngram_shape(num_draft_tokens: int, breadth: int, max_trie_depth: int) -> SpecShape:
+    """The tree an n-gram lookup can fill: ``num_draft_tokens - 1`` nodes, up to ``max_trie_depth`` deep, each
+    level at most ``breadth`` wide (SGLang's --speculative-ngram-max-bfs-breadth, its resolved topk)."""
+    n = max(int(num_draft_tokens), 2)
+    depth = max(1, min(n - 1, int(max_trie_depth)))
+    return SpecShape(depth, max(int(breadth), 1), n)
+
+
+#: SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG (speculative/adaptive_spec_params.py)
+DEFAULT_ADAPTIVE_CONFIG: dict[str, dict] = {
+    "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0},
+    "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+    "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+    "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+}
+
+
+class AdaptiveSlot:
+    """SGLang's ``AdaptiveStepSlot``: an EMA of the accepted draft tokens per verify (batch mean) picks num_steps
+    among the slot's candidates, every ``update_interval`` verifies after ``warmup_batches``."""
+
+    def __init__(self, initial_steps: int, cfg: dict) -> None:
+        self.candidate_steps = sorted(set(cfg["candidate_steps"]))
+        self.ema_alpha = float(cfg.get("ema_alpha", 0.2))
+        self.update_interval = int(cfg.get("update_interval", 5))
+        self.warmup_batches = int(cfg.get("warmup_batches", 10))
+        self.down_hysteresis = float(cfg.get("down_hysteresis", -0.25))
+        self.up_hysteresis = float(cfg.get("up_hysteresis", 0.0))
+        self.ceiling_coeff = float(cfg.get("ceiling_coeff", 0))
+        if initial_steps in self.candidate_steps:
+            self.current_steps = initial_steps
+        else:
+            self.current_steps = self.candidate_steps[len(self.candidate_steps) // 2]
+        self.ema_accept_len = float(self.current_steps - 1)
+        self._batch_count = 0
+        self.switches = 0
+
+    def update(self, accepted_drafts: list[float]) -> bool:
+        if not accepted_drafts:
+            return False
+        if self.current_steps > 0:
+            avg = sum(accepted_drafts) / len(accepted_drafts)
+            self.ema_accept_len = (1 - self.ema_alpha) * self.ema_accept_len + self.ema_alpha * avg
+        self._batch_count += 1
+        if self._batch_count <= self.warmup_batches:
+            return False
+        if (self._batch_count - self.warmup_batches) % self.update_interval != 0:
+            return False
+        return self._recompute()
+
+    def _recompute(self) -> bool:
+        old = self.current_steps
+        idx = self.candidate_steps.index(old)
+        old_idx = idx
+        if old == 0:
+            idx = min(idx + 1, len(self.candidate_steps) - 1)
+            target = self.candidate_steps[idx]
+            if target > 0 and self.ema_accept_len < 0:
+                self.ema_accept_len = float(target - 1)
+            return self._apply(old, target)
+        while idx > 0:
+            prev = self.candidate_steps[idx - 1]
+            drop = (0.5 if prev == 0 else prev - 0.5) + self.down_hysteresis
+            if self.ema_accept_len <= drop:
+                idx -= 1
+            else:
+                break
+        if not idx < old_idx:
+            while idx < len(self.candidate_steps) - 1:
+                if self.ema_accept_len > self.candidate_steps[idx] - 0.5 + self.up_hysteresis:
+                    idx += 1
+                else:
+                    break
+        target = self.candidate_steps[idx]
+        if self.ceiling_coeff > 0:
+            ceiling = max(1, math.ceil(self.ema_accept_len * self.ceiling_coeff))
+            if ceiling < target <= old:
+                while idx > 0 and self.candidate_steps[idx] > ceiling:
+                    idx -= 1
+                target = self.candidate_steps[idx]
+        return self._apply(old, target)
+
+    def _apply(self, old: int, target: int) -> bool:
+        if target != old:
+            self.current_steps = target
+            self.switches += 1
+            return True
+        return False
+
+
+class AdaptiveController:
+    """SGLang's ``AdaptiveSpeculativeParams``: one ``AdaptiveSlot`` per batch-size key of the config; a batch is
+    padded up to a captured CUDA-graph batch size, then routed to the largest key not above it (the smallest key
+    below every key)."""
+
+    def __init__(self, initial_steps: int, config: dict, cuda_graph_bs: list[int] | None = None) -> None:
+        entries = {int(k): v for k, v in config.items() if k.isdigit()}
+        self.bs_keys = sorted(entries)
+        self.slots = {bs: AdaptiveSlot(initial_steps, {**config, **entries[bs]}) for bs in self.bs_keys}
+        self.cuda_graph_bs = sorted(cuda_graph_bs) if cuda_graph_bs else None
+
+    @property
+    def candidate_steps(self) -> list[int]:
+        return sorted({s for slot in self.slots.values() for s in slot.candidate_steps})
+
+    def slot(self, batch: int) -> AdaptiveSlot:
+        b = batch
+        if self.cuda_graph_bs is not None:
+            i = bisect.bisect_left(self.cuda_graph_bs, batch)
+            b = self.cuda_graph_bs[i] if i < len(self.cuda_graph_bs) else batch
+        i = bisect.bisect_right(self.bs_keys, b) - 1
+        return self.slots[self.bs_keys[max(0, i)]]
+
+    def steps(self, batch: int) -> int:
+        return self.slot(batch).current_steps
+
+    def on_verify(self, accepted_drafts: list[float], batch: int) -> None:
+        self.slot(batch).update(accepted_drafts)
+
+    @property
+    def switches(self) -> int:
+        return sum(s.switches for s in self.slots.values())
+
+
+def adaptive_shape(steps: int) -> SpecShape | None:
+    """The chain SGLang's adaptive worker runs at ``steps`` (None: steps 0, no drafting)."""
+    return SpecShape(steps, 1, steps + 1) if steps > 0 else None
+
+
+def t_cycle_adaptive(hw: Hardware, steps: int, batch: int = 1, context: float = 0.0) -> float:
+    """A decode step of the adaptive worker at ``steps``; at 0 a plain target step plus the speculative bookkeeping
+    (the worker still runs its verify path without drafts)."""
+    shape = adaptive_shape(steps)
+    if shape is None:
+        return t_cycle_batch(hw, None, batch, context) + hw.t_ovh + hw.t_seq * (max(int(batch), 1) - 1)
+    return t_cycle_batch(hw, shape, batch, context)
+
+
+def expected_adaptive_request_ms(
+    controller: AdaptiveController,
+    dist_for: Callable[[int], tuple[float, ...]],
+    *,
+    max_new: int,
+    prefill_ms: float,
+    cycle_for: Callable[[int], float],
+) -> float:
+    """Noise-free expected duration of one request under the adaptive controller (one stream): the controller fed
+    each round's expected accepted drafts (a mean-field run of its EMA), the request's rounds charged at the steps
+    in force; ``controller`` carries its state on to the next request, as the server's does."""
+    if max_new <= 1:
+        return prefill_ms
+    produced = 1.0
+    ms = prefill_ms
+    while produced < max_new:
+        s = controller.steps(1)
+        dist = dist_for(s)
+        mean = sum((i + 1) * p for i, p in enumerate(dist))
+        step = min(mean, max_new - produced)
+        ms += cycle_for(s) * step / mean
+        produced += mean
+        controller.on_verify([mean - 1.0], 1)
+    return ms

@@ -165,7 +165,9 @@ class ModelSession:
             self._check_alive()
             n = self.engine.next_request()
             fault = self.engine.request_fault(n)
-            gen = self.engine.generate(text, max_tokens, temperature=temperature, category=category, request_index=n)
+            gen = self.engine.generate(
+                text, max_tokens, temperature=temperature, category=category, request_index=n, alone=True
+            )
             if fault is None:
                 self.engine.record(gen.plan.completion_tokens, gen.plan.verify_ct)
                 clock.advance(gen.plan.e2e_ms / 1000.0, ledger)
@@ -248,7 +250,7 @@ class ModelSession:
                 if fault is not None:
                     continue
                 gen = self.engine.generate(
-                    p.text, max_tokens, temperature=bench.temperature, category=p.category, request_index=n
+                    p.text, max_tokens, temperature=bench.temperature, category=p.category, request_index=n, alone=False
                 )
                 self.engine.record(gen.plan.completion_tokens, gen.plan.verify_ct)
                 return self.engine.seq(gen, (i, gen))

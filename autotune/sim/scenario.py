@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from autotune.sim.model import REQUEST_NOISE_SD, START_NOISE_SD, DrafterProfile, Hardware
+from autotune.sim.model import REQUEST_NOISE_SD, START_NOISE_SD, DrafterProfile, Hardware, NgramProfile, method_hardware
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
 
@@ -31,6 +31,12 @@ class SimDrafter:
     profile: DrafterProfile
     config: dict[str, Any]
     diverges: bool = False
+    kind: str = "eagle"  # eagle (an EAGLE/EAGLE-3 head) | standalone (a small full model) | mtp (the target's own)
+    costs: dict[bool, dict[str, float]] = field(default_factory=dict)  # per CUDA graphs on/off: Hardware overrides
+
+    def hardware(self, hw: Hardware, cuda_graph: bool) -> Hardware:
+        """``hw`` with this drafter's own draft costs (a standalone model's forward, an MTP layer) in place."""
+        return method_hardware(hw, self.costs.get(cuda_graph))
 
     @property
     def is_eagle3(self) -> bool:
@@ -68,6 +74,18 @@ class Scenario:
     near_ties: float = 0.0  # probability that a prompt has a near tie (see autotune.sim.text); --near-ties overrides
     start_noise_sd: float = START_NOISE_SD  # sd of the log of a server start's time factor
     request_noise_sd: float = REQUEST_NOISE_SD  # sd of the log of one request's time factor
+    mtp: SimDrafter | None = None  # the target's own MTP layer as a drafter (NEXTN), when the scenario gives one
+    ngram: NgramProfile = field(default_factory=NgramProfile)  # the model-free n-gram drafter on this hardware
+
+    @property
+    def mtp_layers(self) -> int:
+        """The target's MTP (NextN) layers, from its config.json."""
+        return int(self.target_config.get("num_nextn_predict_layers") or 0)
+
+    @property
+    def target_architecture(self) -> str:
+        archs = self.target_config.get("architectures") or [""]
+        return str(archs[0])
 
     def hardware(self, cuda_graph: bool) -> Hardware:
         return self.graphs_on if cuda_graph else self.graphs_off
@@ -90,6 +108,8 @@ class Scenario:
         whose ``config.json`` carries ``autotune_sim.name``, or a directory named like a drafter."""
         if path in self.drafters:
             return self.drafters[path]
+        if self.mtp is not None and path in (self.target_name, self.target_dir, self.mtp.name):
+            return self.mtp
         cfg_path = os.path.join(path, "config.json")
         if os.path.isdir(path) and os.path.isfile(cfg_path):
             try:
@@ -121,6 +141,19 @@ def _hardware(d: dict[str, Any], where: str) -> Hardware:
         return Hardware(**d)
     except TypeError as e:
         raise ScenarioError(f"{where}: {e}") from None
+
+
+def _costs(d: dict[str, Any] | None, where: str) -> dict[bool, dict[str, float]]:
+    """``{graphs_on: {t_ds: ...}, graphs_off: {...}}`` -> {True: ..., False: ...}, names checked against Hardware."""
+    out: dict[bool, dict[str, float]] = {}
+    fields = set(Hardware.__dataclass_fields__)
+    for key, on in (("graphs_on", True), ("graphs_off", False)):
+        vals = dict((d or {}).get(key) or {})
+        bad = sorted(set(vals) - fields)
+        if bad:
+            raise ScenarioError(f"{where}.{key}: unknown hardware field(s) {', '.join(bad)}")
+        out[on] = {k: float(v) for k, v in vals.items()}
+    return out
 
 
 def _probability(v: object, where: str) -> float:
@@ -165,14 +198,31 @@ def read_scenario(path: str, *, name: str | None = None, dirs: Sequence[str] | N
                 profile=DrafterProfile(**d["profile"]),
                 config=_read_json(os.path.join(ddir, "config.json")),
                 diverges=bool(d.get("diverges", False)),
+                kind=str(d.get("kind", "eagle")),
+                costs=_costs(d.get("costs"), f"{origin}: drafters.{dname}.costs"),
             )
+            if drafters[dname].kind not in ("eagle", "standalone"):
+                raise ScenarioError(f"{origin}: drafters.{dname}.kind must be eagle or standalone")
         tdir = resolve(target["dir"])
+        tconfig = _read_json(os.path.join(tdir, "config.json"))
+        mtp = None
+        if target.get("mtp") is not None:
+            if not int(tconfig.get("num_nextn_predict_layers") or 0):
+                raise ScenarioError(f"{origin}: target.mtp given but the target's config.json has no MTP layers")
+            mtp = SimDrafter(
+                name="mtp",
+                dir=tdir,
+                profile=DrafterProfile(**target["mtp"]["profile"]),
+                config=tconfig,
+                kind="mtp",
+                costs=_costs(target["mtp"].get("costs"), f"{origin}: target.mtp.costs"),
+            )
         return Scenario(
             name=raw.get("name", name),
             description=raw.get("description", ""),
             target_name=target["name"],
             target_dir=tdir,
-            target_config=_read_json(os.path.join(tdir, "config.json")),
+            target_config=tconfig,
             family=target.get("family", "other"),
             load_s=float(startup.get("load_s", 60.0)),
             speculative_s=float(startup.get("speculative_s", 0.0)),
@@ -187,6 +237,8 @@ def read_scenario(path: str, *, name: str | None = None, dirs: Sequence[str] | N
             near_ties=_probability(raw.get("near_ties", 0.0), f"{origin}: near_ties"),
             start_noise_sd=float((raw.get("noise") or {}).get("start_sd", START_NOISE_SD)),
             request_noise_sd=float((raw.get("noise") or {}).get("request_sd", REQUEST_NOISE_SD)),
+            mtp=mtp,
+            ngram=NgramProfile(**(raw.get("ngram") or {})),
         )
     except (KeyError, TypeError, OSError, ValueError) as e:
         if isinstance(e, ScenarioError):
