@@ -16,7 +16,7 @@ So a divergence is judged at its first token, against the baseline's own log-pro
 - ``borderline``: just past the tolerance (at most ``BORDERLINE_FACTOR`` times it, and at most
   ``BORDERLINE_NATS`` past it): rounding grows with the verify batch's width (an H200 F16 run flipped at 0.124
   nats in a 17-token verify batch while every other flip of that study was 0.012-0.06), so one such flip is not
-  proof of loss; on two or more prompts of a trial it is (``check_outputs``);
+  proof of loss; with a second prompt of the trial departing too (borderline or worse) it is (``check_outputs``);
 - ``lossy``: the baseline was confident (the other token is further below its best, or not among its top tokens
   at all): a broken drafter, kernel or config;
 - ``unclassified``: the server gave no log-probabilities for that position; callers fall back to the share of
@@ -48,7 +48,7 @@ KINDS = ("identical", "numerics", "borderline", "lossy", "unclassified")
 BORDERLINE_FACTOR = 3.0
 #: ... and by at most this many nats past the tolerance (so a coarse type's wide tolerance does not stretch it)
 BORDERLINE_NATS = 0.25
-#: borderline prompts in one trial that make it lossy
+#: prompts of one trial that depart (borderline or worse) that make its borderline flips lossy
 BORDERLINE_PROMPTS_LOSSY = 2
 
 #: top tokens asked for per position in reference answers
@@ -196,19 +196,18 @@ def check_outputs(
 ) -> dict[str, Any]:
     """One trial's lossless record: every prompt's divergence, and ``ok`` = no prompt is lossy (an unclassified
     divergence counts as lossy when its matching prefix is below ``min_prefix``: the rule without
-    log-probabilities; borderline flips count as lossy once ``BORDERLINE_PROMPTS_LOSSY`` prompts have one)."""
+    log-probabilities; borderline flips count as lossy once ``BORDERLINE_PROMPTS_LOSSY`` prompts depart)."""
     divs = []
     for i, (t, b) in enumerate(zip(texts, baseline_texts, strict=False)):
         ref = references[i] if i < len(references) else None
         divs.append(classify(b, t, ref, tolerance, prompt=i))
     borderline = [d.prompt for d in divs if d.kind == "borderline"]
-    lossy = [
-        d.prompt
-        for d in divs
-        if d.kind == "lossy"
-        or (d.kind == "unclassified" and d.prefix_fraction < min_prefix)
-        or (d.kind == "borderline" and len(borderline) >= BORDERLINE_PROMPTS_LOSSY)
+    departed = [
+        d.prompt for d in divs if d.kind == "lossy" or (d.kind == "unclassified" and d.prefix_fraction < min_prefix)
     ]
+    # a borderline flip is proof of loss once another prompt of the trial departs too (borderline or worse)
+    proof = len(borderline) + len(departed) >= BORDERLINE_PROMPTS_LOSSY
+    lossy = sorted(departed + (borderline if proof else []))
     record = {
         "ok": not lossy,
         "tolerance": tolerance,

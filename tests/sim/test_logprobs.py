@@ -288,6 +288,7 @@ def test_the_lossless_check_reads_near_ties_as_numerics_and_the_broken_drafter_a
     fast_engine = SimEngine(parse_launch_args([*flags, "custom-10k"]), 0)
     broken_engine = SimEngine(parse_launch_args([*flags, "divergent"]), 0)
     for tolerance in (lossless.default_tolerance("bfloat16"), max(lossless.TIE_TOLERANCE.values())):
+        bases, brokens, refs = [], [], []
         for k in range(60):
             prompt = f"Question {k}: how does item {k * 7} work?"
             base = base_engine.generate(prompt, 260, temperature=0).reference(0, lossless.REFERENCE_TOP_N)
@@ -297,4 +298,12 @@ def test_the_lossless_check_reads_near_ties_as_numerics_and_the_broken_drafter_a
             assert (tie.kind, tie.token) == ("numerics", near_tie_position(prompt, 1.0)), tie
             assert tie.margin == pytest.approx(NEAR_TIE_MARGIN, abs=1e-9)
             bad = lossless.classify(base.text, broken, base, tolerance)
-            assert bad.kind == "lossy" and bad.token is not None and bad.token >= 20, bad
+            # at the widest (4-bit) tolerance a departure of 1.5-1.75 nats is borderline on its own prompt ...
+            assert bad.kind in ("lossy", "borderline") and bad.token is not None and bad.token >= 20, bad
+            assert bad.kind == "lossy" or tolerance == max(lossless.TIE_TOLERANCE.values())
+            bases.append(base.text)
+            brokens.append(broken)
+            refs.append(base)
+        # ... and the trial is lossy on every prompt: borderline flips on two or more prompts are proof of loss
+        rec = lossless.check_outputs(brokens, bases, refs, tolerance=tolerance, min_prefix=0.9)
+        assert not rec["ok"] and rec["lossy"] == list(range(60))

@@ -197,3 +197,10 @@ def test_the_borderline_band_is_capped_in_nats() -> None:
 def test_records_without_a_borderline_flip_keep_their_shape() -> None:
     rec = lossless.check_outputs(["The dog ran away."], [BASE.text], [BASE], tolerance=0.05, min_prefix=0.9)
     assert "borderline" not in rec
+
+
+def test_a_borderline_flip_beside_a_lossy_prompt_is_lossy_too() -> None:
+    rec = lossless.check_outputs(
+        ["The dog sat", "The cat ran."], [WIDE.text, BASE.text], [WIDE, BASE], tolerance=0.1, min_prefix=0.9
+    )
+    assert not rec["ok"] and rec["lossy"] == [0, 1] and rec["borderline"] == [0]
