@@ -8,8 +8,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +16,6 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import records
-from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
@@ -26,8 +23,9 @@ from autotune.space import Choices
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.outcomes import FAILURES
 from autotune.study.storage import study_lock
-from autotune.study.trial import FAILURES
+from autotune.study.waiting import idle, trial_limit_s
 from autotune.surrogate import Encoding, Surrogate
 
 MIN_SURROGATE_POINTS = 6
@@ -222,37 +220,6 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
 def _next_target(ctx: StudyContext, n_trials: int) -> int:
     """One more trial than what all workers have used or claimed."""
     return min(n_trials, sum(records.used_budget(ctx.study)) + 1)
-
-
-#: seconds (on the study's clock) between two looks at the study while waiting for other workers
-POLL_S = 2.0
-#: wall seconds a worker on a ``VirtualClock`` (``--in-process``) pauses between two looks
-IDLE_WALL_S = 0.05
-
-
-def trial_limit_s(ctx: StudyContext) -> float:
-    """The longest one trial can take (server start, warm-up, every prompt and reference answer with every
-    retry), plus three heartbeat grace periods: how long a worker waits for another worker's trial."""
-    from autotune.study.storage import GRACE_PERIOD_FACTOR, HEARTBEAT_INTERVAL_S
-
-    server, bench = ctx.space.server, ctx.space.benchmark
-    requests = bench.warmup_requests + 2 * len(bench.prompts)
-    return (
-        server.startup_timeout_s
-        + requests * server.request_timeout_s * (bench.retries + 1)
-        + (3 * GRACE_PERIOD_FACTOR * HEARTBEAT_INTERVAL_S)
-    )
-
-
-def idle(ctx: StudyContext) -> None:
-    """One wait for other workers: fail trials of lost workers (stale heartbeats; their configs are queued again),
-    then sleep ``POLL_S``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(ctx.study)
-    ctx.clock.sleep(POLL_S)
-    if type(ctx.clock) is VirtualClock:  # does not wait: a worker of an in-process study would spin on the database
-        time.sleep(IDLE_WALL_S)
 
 
 def _optimize(
