@@ -24,12 +24,13 @@ from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.outcomes import FAILURES
+from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
 from autotune.surrogate import Encoding, Surrogate
 
-MIN_SURROGATE_POINTS = 6
-REFINE_KAPPA = 2.0
+MIN_SURROGATE_POINTS = DEFAULT_POLICIES.refine.min_points
+REFINE_KAPPA = DEFAULT_POLICIES.refine.kappa
 
 Objective = Callable[[optuna.Trial], float]
 
@@ -109,13 +110,13 @@ def seed(ctx: StudyContext, n_trials: int | None = None) -> None:
 
 def design_count(ctx: StudyContext, n_trials: int) -> int:
     """How many design points follow the server defaults: enough that the surrogate can take over (defaults and
-    design together ``MIN_SURROGATE_POINTS`` + the number of numeric knobs), at most a quarter of the budget."""
+    design together ``policies.refine.min_points`` + the number of numeric knobs), at most a quarter of the budget."""
     if ctx.grid is None:
         return 0
     if ctx.space.budget.design_trials is not None:
         return min(n_trials, ctx.space.budget.design_trials)
     dims = len(Encoding.from_configs(ctx.grid).knobs)
-    target = MIN_SURROGATE_POINTS + dims
+    target = ctx.policies.refine.min_points + dims
     return max(0, min(n_trials // 4, target) - len(seed_configs(ctx)))
 
 
@@ -312,12 +313,12 @@ def observations(ctx: StudyContext) -> list[tuple[TrialConfig, float]]:
 
 
 def surrogate(ctx: StudyContext) -> Surrogate | None:
-    """The GP over log tok/s, or None with fewer than ``MIN_SURROGATE_POINTS`` observations or no grid."""
+    """The GP over log tok/s, or None with fewer than ``policies.refine.min_points`` observations or no grid."""
     grid = ctx.grid
     if grid is None:
         return None
     obs = observations(ctx)
-    if len({c.key() for c, _ in obs}) < MIN_SURROGATE_POINTS:
+    if len({c.key() for c, _ in obs}) < ctx.policies.refine.min_points:
         return None
     floor = max(ctx.space.pruning.start_noise / math.sqrt(2), 0.005)
     encoding = Encoding.from_configs(grid + [c for c, _ in obs])
@@ -347,7 +348,7 @@ def running_configs(ctx: StudyContext) -> list[TrialConfig]:
 
 
 def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfig | None:
-    """The unmeasured config with the highest upper confidence bound (posterior mean + ``REFINE_KAPPA`` sd):
+    """The unmeasured config with the highest upper confidence bound (posterior mean + ``policies.refine.kappa`` sd):
     near the top but not yet measured, which is where a sharp optimum on the space's edge hides (expected
     improvement, tried first, stayed next to lucky measurements: scripts/bench_search.py). None when there is
     no surrogate or nothing left to try."""
@@ -374,7 +375,7 @@ def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfi
         if t.state in (TrialState.WAITING, TrialState.RUNNING)
     }
     mean, sd = model.predict(pool)
-    for i in np.argsort(-(mean + REFINE_KAPPA * sd), kind="stable"):
+    for i in np.argsort(-(mean + ctx.policies.refine.kappa * sd), kind="stable"):
         c = pool[int(i)]
         if json.dumps(ctx.backend.params(c, ctx.space), sort_keys=True) not in queued:
             return c

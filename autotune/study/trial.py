@@ -63,13 +63,14 @@ from autotune.study.outcomes import (
     Requeued,
     SameAsPruned,
 )
+from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 #: what a ``level`` event carries (the live view shows it)
 LEVEL_EVENT_KEYS = ("level", "tok_per_s", "speedup", "stream_tok_per_s", "itl_p99_ms", "ttft_p99_ms", "failed")
-MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
+MAX_CONSECUTIVE_LAUNCH_FAILURES = DEFAULT_POLICIES.stop.max_launch_failures
 
 
 @dataclass
@@ -169,9 +170,10 @@ class Objective:
                 f"the baseline server ({t.config.label()}) did not start: {e}\n"
                 f"last lines of its log ({e.log_path}):\n{e.log_tail[-1500:]}"
             )
-        if records.consecutive_launch_failures(self.ctx.study) + 1 >= MAX_CONSECUTIVE_LAUNCH_FAILURES:
+        limit = self.ctx.policies.stop.max_launch_failures
+        if records.consecutive_launch_failures(self.ctx.study) + 1 >= limit:
             return UserError(
-                f"{MAX_CONSECUTIVE_LAUNCH_FAILURES} servers in a row failed to start; the last: {e}\nlog: {e.log_path}"
+                f"{limit} servers in a row failed to start; the last: {e}\nlog: {e.log_path}"
             )
         return None
 
