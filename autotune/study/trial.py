@@ -172,9 +172,7 @@ class Objective:
             )
         limit = self.ctx.policies.stop.max_launch_failures
         if records.consecutive_launch_failures(self.ctx.study) + 1 >= limit:
-            return UserError(
-                f"{limit} servers in a row failed to start; the last: {e}\nlog: {e.log_path}"
-            )
+            return UserError(f"{limit} servers in a row failed to start; the last: {e}\nlog: {e.log_path}")
         return None
 
     def _interrupted(self, t: _Trial) -> None:
@@ -412,13 +410,10 @@ class Objective:
     def _references(self, session: Session, n: int) -> list[ReferenceOutput | None]:
         """The baseline's reference answers (top tokens per position), one non-timed request per prompt; a
         server without log-probabilities gives None for each (then the check falls back to the matching prefix)."""
-        reference = getattr(session, "reference", None)
-        if reference is None:
-            return [None] * n
         out: list[ReferenceOutput | None] = []
         for i in range(n):
             try:
-                r = reference(i, lossless.REFERENCE_TOP_N)
+                r = session.reference(i, lossless.REFERENCE_TOP_N)
             except BenchmarkError as e:  # the measurement stands; the check falls back to the matching prefix
                 self.ctx.emit(Event("note", data={"message": f"no reference answer for prompt {i}: {e}"}))
                 r = None
