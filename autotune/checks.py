@@ -164,7 +164,7 @@ def check_space(space: Space, backend: Backend | None = None) -> list[Problem]:
     """Static checks of the searched drafters against the target (see the module docstring), the ones the space's
     backend (or ``backend``) applies: ``Backend.check_drafters``."""
     if backend is None:
-        from autotune.backends import get_backend  # here, not above: the backends import this module
+        from autotune.backends.registry import get_backend  # not the backends: they import this module
 
         backend = get_backend(space.server.backend)
     return backend.check_drafters(space)

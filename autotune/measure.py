@@ -48,16 +48,12 @@ def run_levels(
     session: Session, space: Space, results: list[PromptResult], *, on_level: OnLevel | None = None
 ) -> list[LevelResult]:
     """Level 1 from the prompts measured one after another (``results``), then each higher level of
-    ``benchmark.concurrency`` in order on the same server (its own warm-up first). A session without
-    ``run_level`` cannot measure load levels (TypeError)."""
+    ``benchmark.concurrency`` in order on the same server (``Session.run_level``: its own warm-up first)."""
     levels = [LevelResult.sequential(results)]
     for c in space.benchmark.concurrency:
         if c <= 1:
             continue
-        run_level = getattr(session, "run_level", None)
-        if run_level is None:
-            raise TypeError(f"{type(session).__name__} cannot measure load levels (no run_level)")
-        lv = run_level(c)
+        lv = session.run_level(c)
         levels.append(lv)
         if on_level is not None:
             on_level(lv, levels)

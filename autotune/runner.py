@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from autotune.config import LaunchInfo, PromptResult, ReferenceOutput, TrialConfig
+from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig
 
 
 class Session(Protocol):
+    """What the study and ``autotune.measure`` call on a started server; nothing else is looked up on it."""
+
     info: LaunchInfo
 
     def warmup(self) -> None:
@@ -25,6 +27,10 @@ class Session(Protocol):
 
     def run_prompt(self, index: int) -> PromptResult:
         """Measure prompt ``index`` of the space's fixed prompt set. Raises BenchmarkError/ServerDied."""
+
+    def run_level(self, level: int) -> LevelResult:
+        """Load level ``level``: that many concurrent streams over the prompt set on the same server, after its
+        own warm-up. Raises BenchmarkError/ServerDied."""
 
     def reference(self, index: int, top_n: int) -> ReferenceOutput | None:
         """Prompt ``index`` once more, not timed, with the ``top_n`` most likely tokens at every position (the

@@ -71,7 +71,7 @@ from autotune.measure import measure_config  # noqa: E402
 from autotune.report import build_report  # noqa: E402
 from autotune.sim.scenario import SCENARIO_DIR, Scenario, ScenarioLoader, read_scenario, scenario_loader  # noqa: E402
 from autotune.space import Space, load_space  # noqa: E402
-from autotune.study import Event, Orchestrator, open_study  # noqa: E402
+from autotune.study import CandidatePolicy, Event, Orchestrator, Policies, open_study  # noqa: E402
 
 #: name -> (space file relative to the repo, what the landscape shows)
 SCENARIOS: dict[str, tuple[str, str]] = {
@@ -110,7 +110,6 @@ EXTRA_METHODS: tuple[str, ...] = (
     "tuner_kappa1",
 )
 WITHIN = 0.02
-_KAPPA = __import__("autotune.study.confirm", fromlist=["CANDIDATE_KAPPA"]).CANDIDATE_KAPPA
 
 # ------------------------------------------------------------------------------------------------ scenarios
 
@@ -341,6 +340,13 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
     raise ValueError(f"unknown method {method!r}")
 
 
+def policies_for(method: str) -> Policies:
+    """The study's policies under ``method``: the kappa variants rank confirmation candidates by posterior mean
+    + 0 or 1 sd instead of the shipped 2."""
+    kappa = {"tuner_kappa0": 0.0, "tuner_kappa1": 1.0}.get(method)
+    return Policies() if kappa is None else Policies(candidates=CandidatePolicy(kappa=kappa))
+
+
 def _no_refine(space: Space) -> Space:
     return dataclasses.replace(space, budget=dataclasses.replace(space.budget, refine_trials=0))
 
@@ -355,10 +361,6 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
     quiet()
     base_space = load(name)
     space, sampler = make_method(method, base_space, seed)
-    import autotune.study.confirm as confirm_module
-
-    # set for every run: joblib's workers are reused between tasks
-    confirm_module.CANDIDATE_KAPPA = {"tuner_kappa0": 0.0, "tuner_kappa1": 1.0}.get(method, _KAPPA)
     backend = SGLangBackend()
     clock = VirtualClock()
     runner = ModelRunner(space, backend, clock, seed=seed, scenarios=scenarios())
@@ -371,7 +373,8 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
         sampler=sampler,
     )
     end_times = EndTimes(clock)
-    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=end_times)
+    policies = policies_for(method)
+    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=end_times, policies=policies)
     orch.search(space.budget.n_trials, timeout_s=space.budget.timeout_s)
     search_s = clock.now()
     state = orch.confirm()

@@ -2,9 +2,9 @@
 
 One launch (``ProcessRunner.launch``, in ``runner``):
 1. resolve the config through the backend (an infeasible config raises ``InfeasibleConfig``, nothing starts);
-2. check the port (``ports``): anything listening there (connect test, plus psutil to name the owner) is handled
-   by ``server.port_busy``: ``fail`` raises ``PortInUse`` naming the port and the owner (it is never stopped),
-   ``wait`` polls up to ``server.port_wait_s``, ``next`` takes the next free port;
+2. check the port (``ServerProcess.claim_port``, probes in ``ports``): anything listening there (connect test, plus
+   psutil to name the owner) is handled by ``server.port_busy``: ``fail`` raises ``PortInUse`` naming the port and
+   the owner (it is never stopped), ``wait`` polls up to ``server.port_wait_s``, ``next`` takes the next free port;
 3. start a ``ServerProcess`` (``server``): the argv list (never a shell) in its own session, stdout+stderr to a
    per-trial log file, with the backend's environment on top of ours, and (pid, create_time, argv, port) in the
    PID record file (``pidrecord``);

@@ -1,9 +1,9 @@
 """Ports: is something listening (and who), may we bind, which port a launch gets, waiting for one to be free.
 
-``accepts_connections`` is the one connect probe: the runner's port checks (through ``port_listening``) and the
-CLI's pre-flight check both use it. ``port_listening`` adds psutil's view of listeners on the port (one bound to
-another address, or one that does not accept). Every probe and every wait has a limit; waits run on the injected
-clock.
+``accepts_connections`` is the one connect probe: both port checks (``ServerProcess.claim_port`` through
+``port_listening``, and ``ServerProcess.preflight``) use it. ``port_listening`` adds psutil's view of listeners on
+the port (one bound to another address, or one that does not accept). Every probe and every wait has a limit; waits
+run on the injected clock.
 """
 
 from __future__ import annotations

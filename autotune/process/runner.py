@@ -1,7 +1,7 @@
 """``ProcessRunner``: one real server process per trial, behind the ``Runner`` seam (``autotune.runner``).
 
 ``launch(config)``: the backend resolves the config (an infeasible one raises ``InfeasibleConfig``, nothing starts)
-and builds the argv list and environment; the port is chosen (``ports.choose_port``); a ``ServerProcess`` is
+and builds the argv list and environment; the port is chosen (``ServerProcess.claim_port``); a ``ServerProcess`` is
 started with a per-trial log file and waited for (``backend.health_path``, up to ``server.startup_timeout_s``
 hardware seconds: divided by ``time_scale`` on the wall clock); the resolved settings (``backend.info_path``) go in
 ``LaunchInfo.effective``; the ``ProcessSession`` it returns owns the server process. Any failure or Ctrl-C during
@@ -21,7 +21,7 @@ from autotune.clock import Clock, MonotonicClock
 from autotune.config import LaunchInfo, TrialConfig
 from autotune.errors import StartupTimeout
 from autotune.process.pidrecord import PidRecord, reap_leftovers
-from autotune.process.ports import choose_port, url_host
+from autotune.process.ports import url_host
 from autotune.process.server import ServerProcess
 from autotune.process.session import ProcessSession
 from autotune.redact import redact_env
@@ -84,15 +84,7 @@ class ProcessRunner:
 
     def choose_port(self) -> int:
         """The port the next launch gets (``server.port_busy``: fail, wait or next)."""
-        server = self.space.server
-        return choose_port(
-            server.host,
-            int(server.port),
-            busy=server.port_busy,
-            wait_s=server.port_wait_s,
-            tries=self.next_port_tries,
-            clock=self.clock,
-        )
+        return ServerProcess.claim_port(self.space.server, tries=self.next_port_tries, clock=self.clock)
 
     # -- launching ----------------------------------------------------------------------------------
 

@@ -3,6 +3,10 @@
 Modelled on mirakuru's ``StartCheckExecutor`` and pytest-xprocess's ``ProcessStarter``: the object owns its
 ``Popen``, the tree of processes it started (``ProcessTree``), its log file and its PID record entry.
 
+- ``preflight(server, where)`` and ``claim_port(server, ...)``: its port checks, the one place they live. The first,
+  before anything is written (the CLI): something we did not start answering on ``server.port`` under
+  ``port_busy: fail`` raises ``PortInUse``; the second, before each launch builds its argv (the port is in it): the
+  port the server gets by ``server.port_busy`` (``ports.choose_port``: fail, wait or next).
 - ``start()``: the argv list (never a shell) in its own session, stdin from /dev/null, stdout + stderr appended to
   ``log_path`` after a ``# autotune: [argv...]`` line, ``env`` on top of our environment; the entry (pid,
   create_time, argv, port, log path, children) goes in the PID record.
@@ -24,16 +28,19 @@ import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from autotune.clock import Clock, MonotonicClock
-from autotune.errors import ServerExited, ServerOOM
+from autotune.errors import PortInUse, ServerExited, ServerOOM
 from autotune.process.logs import log_tail, looks_like_oom
 from autotune.process.pidrecord import PidRecord
-from autotune.process.ports import describe_owner, wait_port_free
+from autotune.process.ports import accepts_connections, choose_port, describe_owner, wait_port_free
 from autotune.process.tree import ProcessTree, stop_fresh_group
+
+if TYPE_CHECKING:
+    from autotune.space import ServerSpec
 
 log = logging.getLogger("autotune.process")
 
@@ -95,6 +102,28 @@ class ServerProcess:
     @property
     def pid(self) -> int | None:
         return None if self.popen is None else self.popen.pid
+
+    # -- its port -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def preflight(server: ServerSpec, where: str) -> None:
+        """A port already in use by something we did not start is a user error (``PortInUse``), found before
+        anything is written; ``where`` names the space file in the message. Only under ``port_busy: fail``."""
+        if server.port_busy != "fail":
+            return
+        if accepts_connections(server.host, server.port, timeout_s=0.5):
+            raise PortInUse(
+                f"port {server.port} on {server.host} is already in use by another process (not started by "
+                f"autotune; it will not be touched). Stop it, change server.port, or set "
+                f"server.port_busy: next|wait in {where}"
+            )
+
+    @staticmethod
+    def claim_port(server: ServerSpec, *, tries: int, clock: Clock) -> int:
+        """The port the next launch gets by ``server.port_busy`` (fail, wait, or the next of ``tries`` ports)."""
+        return choose_port(
+            server.host, int(server.port), busy=server.port_busy, wait_s=server.port_wait_s, tries=tries, clock=clock
+        )
 
     # -- starting -----------------------------------------------------------------------------------
 

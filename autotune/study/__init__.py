@@ -16,7 +16,9 @@ Modules, one job each:
 - ``trial``: one trial (``Objective``), from the suggestion to its outcome
 - ``confirm``: candidates, confirmation rounds, exclusions, the verdict
 - ``race``: the confirmation's math (pure)
-- ``context``, ``events``: what the jobs share; progress events
+- ``context``, ``events``, ``policies``: what the jobs share; progress events; how candidates are chosen, the
+  search refined and the study stopped (passed to the ``Orchestrator``)
+- ``outcomes``, ``waiting``: what a trial's steps raise; waiting for other workers
 - ``orchestrator``: ``Orchestrator``, the facade over all of it, and ``run``
 - ``_optuna``: the only access to Optuna's private members
 """
@@ -26,6 +28,7 @@ from autotune.study.confirm import CANDIDATE_KAPPA
 from autotune.study.context import StudyContext
 from autotune.study.events import Event, Listener
 from autotune.study.orchestrator import Orchestrator, run
+from autotune.study.policies import DEFAULT_POLICIES, CandidatePolicy, Policies, RefinePolicy, StopPolicy
 from autotune.study.race import race_survivors
 from autotune.study.search import MIN_SURROGATE_POINTS, REFINE_KAPPA
 from autotune.study.storage import (
@@ -41,6 +44,8 @@ from autotune.study.trial import MAX_CONSECUTIVE_LAUNCH_FAILURES, WORKER, Object
 
 __all__ = [
     "CANDIDATE_KAPPA",
+    "DEFAULT_POLICIES",
+    "CandidatePolicy",
     "COUNTED",
     "Event",
     "Listener",
@@ -48,8 +53,11 @@ __all__ = [
     "MIN_SURROGATE_POINTS",
     "Objective",
     "Orchestrator",
+    "Policies",
     "REFINE_KAPPA",
     "RETRIED_FAILURES",
+    "RefinePolicy",
+    "StopPolicy",
     "StudyContext",
     "WORKER",
     "default_storage",

@@ -13,6 +13,10 @@
   this goes to the storage: ``study._storage`` (an RDB storage is wrapped in the private ``_CachedStorage``, whose
   ``_backend`` is the ``RDBStorage``; no public accessor returns the storage a study was opened with) and the
   storage's trial id, ``FrozenTrial._trial_id``.
+- ``storage(study)``: the storage a study was opened with (``study._storage``), whose identity keys the study lock
+  of one process (``storage.study_lock``).
+- ``CACHED_STORAGE_CALLS``: the private ``RDBStorage`` methods Optuna's cache in front of every RDB storage calls,
+  which ``storage.RetryingRDBStorage`` retries on connection errors besides the public ones.
 """
 
 from __future__ import annotations
@@ -21,6 +25,19 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+
+CACHED_STORAGE_CALLS = (
+    "_create_new_trial",
+    "_set_trial_param",
+    "_get_best_trial_id",
+    "_get_trials",
+    "_get_stale_trial_ids",
+)
+
+
+def storage(study: optuna.Study) -> optuna.storages.BaseStorage:
+    """The storage ``study`` was opened with (an RDB storage: under Optuna's private cache wrapper)."""
+    return study._storage
 
 
 def frozen(trial: optuna.Trial) -> FrozenTrial:

@@ -16,11 +16,12 @@ from autotune.stats import log_ratios, upper_bound
 from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.search import surrogate
 
-CANDIDATE_KAPPA = 2.0
+CANDIDATE_KAPPA = DEFAULT_POLICIES.candidates.kappa
 #: with load levels, the fastest measured configs per level confirmed for that level's sake (``_level_winners``)
-LEVEL_CANDIDATES = 2
+LEVEL_CANDIDATES = DEFAULT_POLICIES.candidates.per_level
 NOT_CONFIRMED = "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)"
 
 
@@ -56,7 +57,8 @@ def candidate_sets(
         # beats a lucky start, and a config on the space's edge, which a smooth model underrates, still gets
         # its chance in the race (scripts/bench_search.py measured both)
         mean, sd = model.predict([TrialRecord(t).effective_config() for t in complete])
-        score = {t.number: float(m + CANDIDATE_KAPPA * v) for t, m, v in zip(complete, mean, sd, strict=True)}
+        kappa = ctx.policies.candidates.kappa
+        score = {t.number: float(m + kappa * v) for t, m, v in zip(complete, mean, sd, strict=True)}
 
     baselines = {cg: records.find_baseline(ctx.study, cg) for cg in {TrialRecord(t).cuda_graph for t in complete}}
 
@@ -114,7 +116,7 @@ def _level_winners(ctx: StudyContext, complete: list[FrozenTrial], seen: set[str
                 continue
             ranked.append((float(x["speedup"]), t))
         ranked.sort(key=lambda p: (p[0], -p[1].number), reverse=True)
-        for speedup, t in ranked[:LEVEL_CANDIDATES]:
+        for speedup, t in ranked[: ctx.policies.candidates.per_level]:
             key = TrialRecord(t).config_key
             if speedup > 1.0 and key not in seen:
                 seen.add(key)

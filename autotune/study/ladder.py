@@ -107,14 +107,14 @@ def level_picks(ctx: StudyContext) -> list[TrialConfig]:
                 continue
             obs.append((r.effective_config(), math.log(float(x["tok_per_s"]))))
             best_speedup = max(best_speedup, float(x.get("speedup") or 0.0))
-        if len({cfg.key() for cfg, _ in obs}) < _search.MIN_SURROGATE_POINTS or best_speedup < 0.9:
+        if len({cfg.key() for cfg, _ in obs}) < ctx.policies.refine.min_points or best_speedup < 0.9:
             continue
         model = Surrogate(Encoding.from_configs(grid + [cfg for cfg, _ in obs]), obs, noise_floor=floor)
         pool = [g for g in grid if g.key() not in keys]
         if not pool:
             continue
         mean, sd = model.predict(pool)
-        ucb = mean + _search.REFINE_KAPPA * sd
+        ucb = mean + ctx.policies.refine.kappa * sd
         i = int(np.argmax(ucb))
         if ucb[i] > max(v for _, v in obs):
             keys.add(pool[i].key())

@@ -8,8 +8,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +16,6 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import records
-from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
@@ -26,12 +23,14 @@ from autotune.space import Choices
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.outcomes import FAILURES
+from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
-from autotune.study.trial import FAILURES
+from autotune.study.waiting import idle, trial_limit_s
 from autotune.surrogate import Encoding, Surrogate
 
-MIN_SURROGATE_POINTS = 6
-REFINE_KAPPA = 2.0
+MIN_SURROGATE_POINTS = DEFAULT_POLICIES.refine.min_points
+REFINE_KAPPA = DEFAULT_POLICIES.refine.kappa
 
 Objective = Callable[[optuna.Trial], float]
 
@@ -111,13 +110,13 @@ def seed(ctx: StudyContext, n_trials: int | None = None) -> None:
 
 def design_count(ctx: StudyContext, n_trials: int) -> int:
     """How many design points follow the server defaults: enough that the surrogate can take over (defaults and
-    design together ``MIN_SURROGATE_POINTS`` + the number of numeric knobs), at most a quarter of the budget."""
+    design together ``policies.refine.min_points`` + the number of numeric knobs), at most a quarter of the budget."""
     if ctx.grid is None:
         return 0
     if ctx.space.budget.design_trials is not None:
         return min(n_trials, ctx.space.budget.design_trials)
     dims = len(Encoding.from_configs(ctx.grid).knobs)
-    target = MIN_SURROGATE_POINTS + dims
+    target = ctx.policies.refine.min_points + dims
     return max(0, min(n_trials // 4, target) - len(seed_configs(ctx)))
 
 
@@ -224,37 +223,6 @@ def _next_target(ctx: StudyContext, n_trials: int) -> int:
     return min(n_trials, sum(records.used_budget(ctx.study)) + 1)
 
 
-#: seconds (on the study's clock) between two looks at the study while waiting for other workers
-POLL_S = 2.0
-#: wall seconds a worker on a ``VirtualClock`` (``--in-process``) pauses between two looks
-IDLE_WALL_S = 0.05
-
-
-def trial_limit_s(ctx: StudyContext) -> float:
-    """The longest one trial can take (server start, warm-up, every prompt and reference answer with every
-    retry), plus three heartbeat grace periods: how long a worker waits for another worker's trial."""
-    from autotune.study.storage import GRACE_PERIOD_FACTOR, HEARTBEAT_INTERVAL_S
-
-    server, bench = ctx.space.server, ctx.space.benchmark
-    requests = bench.warmup_requests + 2 * len(bench.prompts)
-    return (
-        server.startup_timeout_s
-        + requests * server.request_timeout_s * (bench.retries + 1)
-        + (3 * GRACE_PERIOD_FACTOR * HEARTBEAT_INTERVAL_S)
-    )
-
-
-def idle(ctx: StudyContext) -> None:
-    """One wait for other workers: fail trials of lost workers (stale heartbeats; their configs are queued again),
-    then sleep ``POLL_S``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(ctx.study)
-    ctx.clock.sleep(POLL_S)
-    if type(ctx.clock) is VirtualClock:  # does not wait: a worker of an in-process study would spin on the database
-        time.sleep(IDLE_WALL_S)
-
-
 def _optimize(
     ctx: StudyContext,
     objective: Objective,
@@ -345,12 +313,12 @@ def observations(ctx: StudyContext) -> list[tuple[TrialConfig, float]]:
 
 
 def surrogate(ctx: StudyContext) -> Surrogate | None:
-    """The GP over log tok/s, or None with fewer than ``MIN_SURROGATE_POINTS`` observations or no grid."""
+    """The GP over log tok/s, or None with fewer than ``policies.refine.min_points`` observations or no grid."""
     grid = ctx.grid
     if grid is None:
         return None
     obs = observations(ctx)
-    if len({c.key() for c, _ in obs}) < MIN_SURROGATE_POINTS:
+    if len({c.key() for c, _ in obs}) < ctx.policies.refine.min_points:
         return None
     floor = max(ctx.space.pruning.start_noise / math.sqrt(2), 0.005)
     encoding = Encoding.from_configs(grid + [c for c, _ in obs])
@@ -380,7 +348,7 @@ def running_configs(ctx: StudyContext) -> list[TrialConfig]:
 
 
 def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfig | None:
-    """The unmeasured config with the highest upper confidence bound (posterior mean + ``REFINE_KAPPA`` sd):
+    """The unmeasured config with the highest upper confidence bound (posterior mean + ``policies.refine.kappa`` sd):
     near the top but not yet measured, which is where a sharp optimum on the space's edge hides (expected
     improvement, tried first, stayed next to lucky measurements: scripts/bench_search.py). None when there is
     no surrogate or nothing left to try."""
@@ -407,7 +375,7 @@ def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfi
         if t.state in (TrialState.WAITING, TrialState.RUNNING)
     }
     mean, sd = model.predict(pool)
-    for i in np.argsort(-(mean + REFINE_KAPPA * sd), kind="stable"):
+    for i in np.argsort(-(mean + ctx.policies.refine.kappa * sd), kind="stable"):
         c = pool[int(i)]
         if json.dumps(ctx.backend.params(c, ctx.space), sort_keys=True) not in queued:
             return c

@@ -20,6 +20,7 @@ from autotune import records
 from autotune.errors import UserError
 from autotune.pruner import BaselinePruner
 from autotune.space import Space
+from autotune.study import _optuna
 
 
 def study_name_for(space: Space, simulated: bool) -> str:
@@ -132,14 +133,16 @@ _NOT_RETRIED = {
     "upgrade", "get_current_version", "get_head_version", "get_all_versions", "remove_session",
     "get_heartbeat_interval", "get_heartbeat_stale_trial_callback", "get_failed_trial_callback",
 }  # fmt: skip
-_RETRIED = tuple(
-    sorted(
-        n
-        for n, v in vars(optuna.storages.RDBStorage).items()
-        if callable(v) and not n.startswith("_") and n not in _NOT_RETRIED
+_RETRIED = (
+    tuple(
+        sorted(
+            n
+            for n, v in vars(optuna.storages.RDBStorage).items()
+            if callable(v) and not n.startswith("_") and n not in _NOT_RETRIED
+        )
     )
-) + ("_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials", "_get_stale_trial_ids")
-#: (the private ones are what Optuna's cache in front of every RDB storage calls)
+    + _optuna.CACHED_STORAGE_CALLS
+)
 
 
 class RetryingRDBStorage(optuna.storages.RDBStorage):
@@ -222,15 +225,13 @@ def study_lock(study: optuna.Study, *, limit_s: float = 600.0) -> Iterator[None]
     it, so two workers never queue the same baselines or take the last trial twice. On PostgreSQL a session
     advisory lock keyed by the study (released by the server if the worker dies); elsewhere (SQLite: one
     worker; in-memory: threads of one process) a lock of this process. Waits at most ``limit_s``."""
-    from autotune.study import _optuna
-
     rdb = _optuna.rdb_storage(study)
     if rdb is not None and rdb.engine.dialect.name == "postgresql":
         with _pg_advisory_lock(rdb, study.study_name, limit_s):
             yield
         return
     with _local_guard:
-        lock = _local_locks.setdefault(f"{id(study._storage)}:{study.study_name}", threading.RLock())
+        lock = _local_locks.setdefault(f"{id(_optuna.storage(study))}:{study.study_name}", threading.RLock())
     if not lock.acquire(timeout=limit_s):
         raise TimeoutError(f"the lock of study {study.study_name!r} was not free within {limit_s:g} s")
     try:

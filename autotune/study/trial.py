@@ -40,7 +40,6 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import lossless, objective, records
 from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, summarize
 from autotune.errors import (
-    AutotuneError,
     BenchmarkError,
     DrafterNotEngaged,
     InfeasibleConfig,
@@ -54,88 +53,24 @@ from autotune.runner import Session
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.outcomes import (
+    FAILURES,
+    Infeasible,
+    Lost,
+    LostToBaseline,
+    NotLaunched,
+    Pruned,
+    Requeued,
+    SameAsPruned,
+)
+from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
+from autotune.study.waiting import idle, trial_limit_s
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 #: what a ``level`` event carries (the live view shows it)
 LEVEL_EVENT_KEYS = ("level", "tok_per_s", "speedup", "stream_tok_per_s", "itl_p99_ms", "ttft_p99_ms", "failed")
-MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
-
-
-# ---------------------------------------------------------------------------------------------- outcomes
-
-
-class Pruned(optuna.TrialPruned):
-    """PRUNED; ``reason`` goes into the ``trial-end`` event (Optuna logs ``message``)."""
-
-    infeasible = False
-
-    def __init__(self, reason: str, *, message: str | None = None) -> None:
-        super().__init__(message or reason)
-        self.reason = reason
-
-    def event(self) -> dict[str, Any]:
-        return {"state": TrialState.PRUNED.name, "reason": self.reason}
-
-
-class Infeasible(Pruned):
-    """The server would reject the config, or it ran (or, by an earlier trial, would run) out of memory."""
-
-    infeasible = True
-
-    def __init__(self, reason: str, *, kind: str = "infeasible", launch_error: LaunchError | None = None) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.launch_error = launch_error
-
-
-class Lost(Pruned):
-    """The pruner's verdict between two prompts: the upper bound of the speedup over the baseline or over the
-    leader (``rule``) is below 1."""
-
-    def __init__(self, reason: str, upper: float | None, rule: str = "baseline", against: int | None = None) -> None:
-        super().__init__(reason)
-        self.upper = upper
-        self.rule = rule
-        self.against = against
-
-    def event(self) -> dict[str, Any]:
-        return {**super().event(), "rule": self.rule}
-
-
-#: the former name (the baseline was the only reference)
-LostToBaseline = Lost
-
-
-class SameAsPruned(Pruned):
-    """A duplicate of a pruned trial: pruned too, infeasible if that one was."""
-
-    def __init__(self, dup: FrozenTrial) -> None:
-        super().__init__(
-            f"same server config as trial {dup.number}",
-            message=f"same server config as trial {dup.number}, which was pruned",
-        )
-        self.value = dup.value
-        self.infeasible = TrialRecord(dup).feasible is False
-
-    def event(self) -> dict[str, Any]:
-        return {**super().event(), "tok_per_s": self.value}
-
-
-class NotLaunched(AutotuneError):
-    """Refused before launch: the same server config failed twice (``kind``: how the last one failed)."""
-
-    def __init__(self, message: str, kind: str | None) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class Requeued(AutotuneError):
-    """The trial cannot be measured now and does not use the budget: its config is queued again."""
-
-
-#: what FAILs a trial; Optuna records these as FAIL and goes on (anything else stops the study)
-FAILURES = (LaunchError, BenchmarkError, DrafterNotEngaged, NotLaunched, Requeued)
+MAX_CONSECUTIVE_LAUNCH_FAILURES = DEFAULT_POLICIES.stop.max_launch_failures
 
 
 @dataclass
@@ -235,10 +170,9 @@ class Objective:
                 f"the baseline server ({t.config.label()}) did not start: {e}\n"
                 f"last lines of its log ({e.log_path}):\n{e.log_tail[-1500:]}"
             )
-        if records.consecutive_launch_failures(self.ctx.study) + 1 >= MAX_CONSECUTIVE_LAUNCH_FAILURES:
-            return UserError(
-                f"{MAX_CONSECUTIVE_LAUNCH_FAILURES} servers in a row failed to start; the last: {e}\nlog: {e.log_path}"
-            )
+        limit = self.ctx.policies.stop.max_launch_failures
+        if records.consecutive_launch_failures(self.ctx.study) + 1 >= limit:
+            return UserError(f"{limit} servers in a row failed to start; the last: {e}\nlog: {e.log_path}")
         return None
 
     def _interrupted(self, t: _Trial) -> None:
@@ -272,15 +206,13 @@ class Objective:
     def _await_same_config(self, t: _Trial, eff: TrialConfig) -> bool:
         """Another worker is measuring this server config now: wait for its outcome (True when one came; a
         lost worker's trial is failed by its heartbeat) rather than measure it twice."""
-        from autotune.study import search
-
         other = records.running_same_config(self.ctx.study, eff.key(), t.number)
         if other is None:
             return False
         self.ctx.emit(Event("note", t.number, {"message": f"same server config as running trial {other.number}"}))
         start = self.ctx.clock.now()
-        while self.ctx.clock.now() - start < search.trial_limit_s(self.ctx):
-            search.idle(self.ctx)
+        while self.ctx.clock.now() - start < trial_limit_s(self.ctx):
+            idle(self.ctx)
             if records.running_same_config(self.ctx.study, eff.key(), t.number) is None:
                 return True
         return False
@@ -288,8 +220,6 @@ class Objective:
     def _await_baseline(self, t: _Trial, config: TrialConfig) -> FrozenTrial | None:
         """The baseline of ``config``'s CUDA-graph setting, waiting while another worker measures it. None when
         the study has none (a single worker always measures its baselines first)."""
-        from autotune.study import search
-
         ctx = self.ctx
         start = ctx.clock.now()
         while True:
@@ -318,9 +248,9 @@ class Objective:
                         f"{TrialRecord(last).fail_reason}"
                     )
                 return None
-            if ctx.clock.now() - start > search.trial_limit_s(ctx):
+            if ctx.clock.now() - start > trial_limit_s(ctx):
                 raise Requeued(f"the baseline of cuda_graph={config.cuda_graph} took too long")
-            search.idle(ctx)
+            idle(ctx)
 
     def _suggest(self, trial: optuna.Trial) -> TrialConfig:
         space = self.ctx.space
@@ -480,13 +410,10 @@ class Objective:
     def _references(self, session: Session, n: int) -> list[ReferenceOutput | None]:
         """The baseline's reference answers (top tokens per position), one non-timed request per prompt; a
         server without log-probabilities gives None for each (then the check falls back to the matching prefix)."""
-        reference = getattr(session, "reference", None)
-        if reference is None:
-            return [None] * n
         out: list[ReferenceOutput | None] = []
         for i in range(n):
             try:
-                r = reference(i, lossless.REFERENCE_TOP_N)
+                r = session.reference(i, lossless.REFERENCE_TOP_N)
             except BenchmarkError as e:  # the measurement stands; the check falls back to the matching prefix
                 self.ctx.emit(Event("note", data={"message": f"no reference answer for prompt {i}: {e}"}))
                 r = None

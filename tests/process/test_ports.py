@@ -53,3 +53,20 @@ def test_wait_port_free(listener):
     clock = VirtualClock()
     assert not wait_port_free("127.0.0.1", listener, timeout_s=1.0, clock=clock)
     assert wait_port_free("127.0.0.1", free_port(), timeout_s=1.0, clock=clock)
+
+
+def test_the_server_process_owns_both_port_checks(listener):
+    from autotune.process.server import ServerProcess
+    from autotune.space import ServerSpec
+
+    busy = ServerSpec(model_path="/m", host="127.0.0.1", port=listener)
+    with pytest.raises(
+        PortInUse, match=rf"port {listener} on 127.0.0.1 is already in use by another process .* in s.yaml$"
+    ):
+        ServerProcess.preflight(busy, "s.yaml")
+    ServerProcess.preflight(ServerSpec(model_path="/m", host="127.0.0.1", port=listener, port_busy="next"), "s.yaml")
+    ServerProcess.preflight(ServerSpec(model_path="/m", host="127.0.0.1", port=free_port()), "s.yaml")
+    with pytest.raises(PortInUse, match=f"port {listener} on 127.0.0.1 is in use by pid"):
+        ServerProcess.claim_port(busy, tries=5, clock=VirtualClock())
+    nxt = ServerSpec(model_path="/m", host="127.0.0.1", port=listener, port_busy="next")
+    assert ServerProcess.claim_port(nxt, tries=100, clock=VirtualClock()) > listener

@@ -94,6 +94,9 @@ class _Session:
             text = text[:10] + "XXXX" + text[14:]
         return PromptResult(index=i, completion_tokens=100, seconds=100 / tps, accept_length=acc, text=text)
 
+    def reference(self, i, top_n):
+        return None  # no log-probabilities: the lossless check falls back to the matching prefix
+
     def close(self):
         self.closed = True
 

@@ -1,0 +1,153 @@
+"""What every command starts from: ``Context`` (the space, the backend, the study's name and storage, the runner,
+built from the flags once), and the steps before a command starts servers (``reap``, ``preflight``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: where a command's messages go while it runs (the CLI: one line to stderr)
+Note = Callable[[str], None]
+
+
+class Context:
+    """Everything a command needs, built from the flags once."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from autotune.backends import get_backend
+        from autotune.space import load_space
+
+        self.args = args
+        self.space = load_space(args.space)  # SpaceError -> exit 2 before anything is written
+        self.simulated = bool(args.simulate)
+        self.run_space = self.space
+        self.label: dict[str, Any] | None = None
+        if self.simulated:
+            from autotune.sim import simulated_space
+
+            self.run_space = simulated_space(self.space)
+            sim = self.space.simulate
+            self.label = {"scenario": sim.scenario if sim else None, "time_scale": sim.time_scale if sim else None}
+        elif args.in_process:
+            from autotune.errors import UserError
+
+            raise UserError("--in-process runs the simulator's model: it needs --simulate")
+        self.backend = get_backend(self.space.server.backend)
+        from autotune.study import default_storage, study_name_for
+
+        self.study_name = study_name_for(self.space, self.simulated)
+        self.studies_dir = Path(args.studies_dir)
+        self.storage_url = args.storage or default_storage(self.space, self.simulated, str(self.studies_dir))
+
+    @property
+    def artifact_dir(self) -> Path:
+        """The study's trial evidence (an Optuna filesystem artifact store): ``STUDIES/NAME/artifacts``."""
+        from autotune.evidence import artifact_dir
+
+        return artifact_dir(self.studies_dir, self.study_name)
+
+    def ensure_dirs(self) -> None:
+        self.studies_dir.mkdir(parents=True, exist_ok=True)
+        (self.studies_dir / self.study_name / "logs").mkdir(parents=True, exist_ok=True)
+
+    def runner(self, seed: int = 0, slot: Any = None):
+        """The runner (and its clock) of this host's only worker, or of GPU slot ``slot`` (``autotune.slots``)."""
+        space, log_dir = self.run_space, self.studies_dir / self.study_name / "logs"
+        if slot is not None:
+            from autotune.slots import slot_space
+
+            space, log_dir = slot_space(space, slot), log_dir / slot.name
+        if self.simulated and self.args.in_process:
+            from autotune.clock import VirtualClock
+            from autotune.sim.runner import ModelRunner
+
+            clock = VirtualClock()
+            return ModelRunner(space, self.backend, clock, seed=seed), clock
+        from autotune.clock import MonotonicClock
+        from autotune.process import ProcessRunner
+
+        sim = self.space.simulate
+        clock = MonotonicClock()
+        runner = ProcessRunner(
+            space,
+            self.backend,
+            log_dir=log_dir,
+            clock=clock,
+            time_scale=(sim.time_scale if (self.simulated and sim) else 1.0),
+            simulated=self.simulated,
+            record_path=self.studies_dir / f"{self.study_name}.pids.json",
+        )
+        if slot is not None:
+            from autotune.slots import PORT_STRIDE
+
+            runner.next_port_tries = PORT_STRIDE  # port_busy: next stays inside the slot's ports
+        return runner, clock
+
+    def slots(self, specs: list[str]) -> list[Any]:
+        """The GPU slots of ``--gpus`` (checked against the space's tensor-parallel size), [] without."""
+        if not specs:
+            return []
+        from autotune.slots import check_fits, make_slots
+
+        slots = make_slots(specs)
+        check_fits(slots, self.space, self.backend.parallel_size_flags, self.args.space)
+        return slots
+
+    def open_study(self, create: bool, seed: int | None = None):
+        from autotune.study import open_study
+
+        if not create:
+            self._require_existing()
+        return open_study(
+            self.space,
+            self.storage_url,
+            self.study_name,
+            seed=seed,
+            simulated=self.simulated,
+            create=create,
+            label=self.label,
+            heartbeat_s=getattr(self.args, "heartbeat_s", None),
+        )
+
+    def _require_existing(self) -> None:
+        from autotune.errors import UserError
+
+        url = self.storage_url
+        if url.startswith("sqlite:///"):
+            path = Path(url[len("sqlite:///") :])
+            if not path.exists():
+                hint = ""
+                if not self.simulated and Path(str(path).replace(".db", "-sim.db")).exists():
+                    hint = " (a simulated study exists: add --simulate)"
+                raise UserError(f"no study at {path}{hint}: run `autotune study {self.args.space}` first")
+
+
+def reap(ctx: Context, note: Note) -> None:
+    """Stop servers a previous run of ours left behind (killed orchestrator), found by their recorded PID and start
+    time, never by name; before the port check, so our own leftover is not mistaken for a foreign process."""
+    record = ctx.studies_dir / f"{ctx.study_name}.pids.json"
+    if ctx.args.in_process or not record.exists():
+        return
+    from autotune.process import reap_leftovers
+
+    stopped = reap_leftovers(record)
+    if stopped:
+        note(f"stopped {len(stopped)} server(s) left by an earlier run: pid {', '.join(map(str, stopped))}")
+
+
+def preflight(ctx: Context, slots: list[Any] | None = None) -> None:
+    """The port check before anything is written (``ServerProcess.preflight``): the space's port, or each GPU slot's.
+    Not for the in-process simulator (no ports)."""
+    if ctx.args.in_process:
+        return
+    from autotune.process.server import ServerProcess
+
+    if not slots:
+        ServerProcess.preflight(ctx.run_space.server, ctx.args.space)
+        return
+    from autotune.slots import slot_space
+
+    for sl in slots:
+        ServerProcess.preflight(slot_space(ctx.run_space, sl).server, ctx.args.space)

@@ -1,0 +1,126 @@
+"""Commands that turn a finished study into a deployment: ``export`` (the recommended config, or one trial's, in
+a format of ``autotune.export.FORMATS``; with load levels a per-level schedule) and ``dashboard``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.commands.context import Context, Note
+
+
+@dataclass
+class ExportResult:
+    text: str
+    output: Path | None  # where it was written (atomically); None: for stdout
+
+
+def export(ctx: Context) -> ExportResult:
+    """``autotune export``: the deployment text, written to ``-o FILE`` when given."""
+    from autotune._io import atomic_write
+    from autotune.errors import UserError
+    from autotune.export import FORMATS, Options, render
+    from autotune.report import build_report
+
+    args = ctx.args
+    if args.format not in FORMATS:
+        raise UserError(f"--format {args.format}: unknown format; expected one of {', '.join(FORMATS)}")
+    if args.format == "sglang" and ctx.space.server.backend != "sglang":
+        raise UserError(
+            f"--format sglang needs an SGLang space; this one's backend is {ctx.space.server.backend!r} "
+            f"(use --format command)"
+        )
+    if args.gpus is not None and args.gpus < 1:
+        raise UserError(f"--gpus must be at least 1 but got {args.gpus}")
+    study = ctx.open_study(create=False)
+    report = build_report(study)
+    options = Options(image=args.image, gpus=args.gpus, name=args.name)
+    try:
+        if ctx.space.benchmark.loaded and args.format in ("sglang", "command", "vllm", "yaml", "json"):
+            # a per-load-level schedule (autotune.schedule)
+            from autotune import records, schedule
+            from autotune.export import render_schedule
+
+            rec = (report.get("recommended") or {}).get("config")
+            levels = ctx.space.benchmark.concurrency
+            rows = records.confirmed_level_rows(study) or records.level_rows(study)
+            sched = schedule.build(
+                rows,
+                levels,
+                rec,
+                backend=ctx.space.server.backend,
+                min_gain=ctx.space.verdict.min_gain,
+            )
+            text = render_schedule(deploy_space(ctx), ctx.backend, report, sched, args.format) + "\n"
+        else:
+            text = render(
+                deploy_space(ctx),
+                ctx.backend,
+                report,
+                args.format,
+                trial=args.trial,
+                options=options,
+                read_space=ctx.run_space if ctx.simulated else None,
+            )
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if not args.output:
+        return ExportResult(text, None)
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise UserError(f"-o {args.output}: no such directory {out.parent}")
+    atomic_write(out, text)
+    return ExportResult(text, out)
+
+
+def deploy_space(ctx: Context) -> Any:
+    """The space to export from: the real one; after a simulated study, each drafter keeps the algorithm it ran
+    with (read from the simulator's stand-in checkpoint, since the real checkpoint may not be on this machine)."""
+    if not ctx.simulated:
+        return ctx.space
+    import dataclasses
+
+    from autotune.checks import resolved_algorithm
+
+    drafters = tuple(
+        d if d.algorithm else dataclasses.replace(d, algorithm=resolved_algorithm(ctx.run_space, d.name))
+        for d in ctx.space.drafters
+    )
+    return dataclasses.replace(ctx.space, drafters=drafters)
+
+
+def dashboard(ctx: Context, *, note: Note) -> int:
+    """``autotune dashboard``: optuna-dashboard on the study (and its trial artifacts) until it exits or Ctrl-C;
+    its exit code (0 after Ctrl-C)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from autotune.errors import UserError
+
+    ctx._require_existing()
+    exe = Path(sys.executable).parent / "optuna-dashboard"
+    found = str(exe) if exe.exists() else shutil.which("optuna-dashboard")
+    if not found:
+        raise UserError("optuna-dashboard is not installed in this environment (pip install optuna-dashboard)")
+    argv = [found, ctx.storage_url, "--host", ctx.args.host, "--port", str(ctx.args.port)]
+    artifacts = ctx.artifact_dir
+    if artifacts.is_dir():
+        argv += ["--artifact-dir", str(artifacts)]
+    note(
+        f"optuna-dashboard on http://{ctx.args.host}:{ctx.args.port}/ (Ctrl-C to stop); trial artifacts (server "
+        "logs, per-prompt results): "
+        + (str(artifacts) if artifacts.is_dir() else f"none ({artifacts} does not exist: a study from before them)")
+    )
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return 0

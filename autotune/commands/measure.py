@@ -1,0 +1,131 @@
+"""Commands that measure without a study: ``bench`` (one config) and ``reverify`` (an exported config and its
+baseline again). Each returns what the CLI renders."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.commands.context import Context, Note, preflight, reap
+
+
+@dataclass
+class BenchResult:
+    """``bench --json``'s object (``data``), and what its text form says besides."""
+
+    data: dict[str, Any]
+    label: str  # the effective config's label
+    simulated: bool
+    objective: float | None  # with load levels: the weighted geometric mean over the levels
+
+
+def parse_value(v: str) -> Any:
+    """A ``--set`` value: true/on/yes, false/off/no, an int, a float, else the string."""
+    low = v.lower()
+    if low in ("true", "on", "yes"):
+        return True
+    if low in ("false", "off", "no"):
+        return False
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
+
+
+def bench_config(ctx: Context) -> Any:
+    """The effective config of ``--set KEY=VALUE ...`` (``UserError`` for an unknown key or drafter, or a config
+    the server would reject or rewrite)."""
+    from autotune.config import TrialConfig
+    from autotune.errors import InfeasibleConfig, UserError
+
+    values: dict[str, Any] = {}
+    for item in ctx.args.set:
+        if "=" not in item:
+            raise UserError(f"--set expects KEY=VALUE but got {item!r}")
+        k, v = item.split("=", 1)
+        values[k.strip()] = parse_value(v.strip())
+    allowed = {"drafter", "cuda_graph", *ctx.backend.knob_names}
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise UserError(f"--set: unknown key(s) {', '.join(unknown)}; expected one of {', '.join(sorted(allowed))}")
+    drafter = values.get("drafter")
+    if drafter not in (None, "none") and drafter not in {d.name for d in ctx.space.drafters}:
+        raise UserError(
+            f"--set drafter={drafter}: no such drafter in {ctx.args.space}; expected one of "
+            f"{', '.join(['none'] + [d.name for d in ctx.space.drafters])}"
+        )
+    values.setdefault("cuda_graph", ctx.space.search.cuda_graph[0])
+    config = TrialConfig.from_dict(values)
+    try:
+        return ctx.backend.resolve(config, ctx.run_space)
+    except InfeasibleConfig as e:
+        raise UserError(f"this config would be rejected or rewritten by the server: {e}") from None
+
+
+def bench(ctx: Context, *, note: Note, on_prompt: Callable[..., None] | None = None) -> BenchResult:
+    """``autotune bench``: one config measured (launch, warm-up, prompts, load levels); ``on_prompt(i, result,
+    results)`` after each prompt."""
+    from autotune.measure import measure_config
+
+    eff = bench_config(ctx)
+    reap(ctx, note)
+    preflight(ctx)
+    ctx.ensure_dirs()
+    runner, _ = ctx.runner()
+    m = measure_config(runner, eff, ctx.space, on_prompt=on_prompt)
+    info = m.info
+    data = {
+        "config": eff.to_dict(),
+        "simulated": ctx.label,
+        "argv": info.argv,
+        "startup_s": info.startup_s,
+        "server_effective": info.effective,
+        "summary": m.summary,
+        "prompts": [r.to_dict() for r in m.results],
+    }
+    if m.levels:  # load levels: each level's figures and the objective
+        data["levels"] = [lv.summary() for lv in m.levels]
+        data["objective_tok_per_s"] = m.tok_per_s
+    return BenchResult(data, eff.label(), ctx.simulated, m.tok_per_s if m.levels else None)
+
+
+def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
+    """``autotune reverify``: the exported config and its baseline measured again, interleaved; the result (its
+    ``holds``: the new interval overlaps the exported one)."""
+    from autotune.errors import UserError
+    from autotune.export import read_provenance
+    from autotune.reverify import reverify as measure_again
+
+    path = Path(args.exported)
+    if not path.is_file():
+        raise UserError(f"{args.exported}: no such file (expected a file written by `autotune export`)")
+    try:
+        prov = read_provenance(path.read_text(encoding="utf-8", errors="replace"), str(path))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    space = args.space_override or prov.get("space")
+    if not space:
+        raise UserError(f"{path}: the export names no space file; give one with --space")
+    if args.repeats is not None and args.repeats < 2:
+        raise UserError(f"--repeats must be at least 2 but got {args.repeats}")
+    if prov.get("simulated") and not args.simulate:
+        raise UserError(f"{path} was exported from a simulated study: re-verify it with --simulate")
+    ns = argparse.Namespace(
+        space=space,
+        simulate=args.simulate,
+        storage=None,
+        studies_dir=args.studies_dir,
+        in_process=args.in_process,
+        verbose=args.verbose,
+    )
+    ctx = Context(ns)
+    reap(ctx, note)
+    preflight(ctx)
+    ctx.ensure_dirs()
+    runner, _clock = ctx.runner(seed=ctx.space.simulate.seed if (ctx.simulated and ctx.space.simulate) else 0)
+    return measure_again(ctx.run_space, ctx.backend, runner, prov, repeats=args.repeats)

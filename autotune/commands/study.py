@@ -1,0 +1,208 @@
+"""The study's commands: ``validate``, ``study`` (one worker or one per GPU slot, then the confirmation),
+``worker`` (join a running study), ``confirm`` and ``report``. Each returns what the CLI renders."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.commands.context import Context, Note, preflight, reap
+
+#: a context manager around the search: it yields the listener of the study's events (the CLI: the live view)
+Watch = Callable[[], AbstractContextManager[Any]]
+
+
+@contextlib.contextmanager
+def unwatched() -> Iterator[None]:
+    """No listener (the study's events go nowhere)."""
+    yield None
+
+
+@dataclass
+class StudyResult:
+    """A study (after ``study``, ``confirm`` or for ``report``) and its report (``report --json``)."""
+
+    study: Any
+    report: dict[str, Any]
+
+
+@dataclass
+class WorkerResult:
+    used: int  # trials of the study used by every worker
+    n_trials: int
+
+
+def validate(ctx: Context) -> list[Any]:
+    """The static drafter/target checks (``checks.Problem`` list)."""
+    from autotune.checks import check_space
+
+    return check_space(ctx.run_space, ctx.backend)
+
+
+def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyResult:
+    """``autotune study``: validate (unless skipped), reap, check the ports, open the study, search (one worker, or
+    one ``autotune worker`` per GPU slot), confirm, build the report."""
+    from autotune import study as st
+    from autotune.errors import ValidationFailed
+    from autotune.evidence import Evidence
+    from autotune.records import set_study_n_trials
+    from autotune.report import build_report
+
+    args = ctx.args
+    if args.n_trials is not None and args.n_trials < 1:
+        from autotune.errors import UserError
+
+        raise UserError(f"--n-trials must be at least 1 but got {args.n_trials}")
+    if not args.skip_validation:
+        problems = validate(ctx)
+        errors = [p for p in problems if p.severity == "error"]
+        for p in problems:
+            note(f"{p.severity}: {p}")
+        if errors:
+            raise ValidationFailed([f"{p}" for p in errors] + ["the study was not started (nothing written)"])
+    slots = ctx.slots(args.gpus)
+    if len(slots) > 1:
+        from autotune.workers import require_server_database
+
+        require_server_database(ctx.storage_url, f"--gpus with {len(slots)} slots")
+    reap(ctx, note)
+    preflight(ctx, slots)
+    ctx.ensure_dirs()
+    seed = args.seed if args.seed is not None else (ctx.space.simulate.seed if ctx.space.simulate else None)
+    study = ctx.open_study(create=True, seed=seed)
+    n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
+    set_study_n_trials(study, n_trials)  # what `autotune worker` on other nodes and slots reads
+    if len(slots) > 1:
+        _run_slots(ctx, study, slots, seed, n_trials, note)
+    else:
+        runner, clock = ctx.runner(seed=seed or 0, slot=slots[0] if slots else None)
+        shared = not ctx.storage_url.startswith("sqlite")  # other workers may still be measuring
+        with watch() as listener:
+            st.run(
+                ctx.run_space,
+                ctx.backend,
+                runner,
+                study,
+                n_trials=n_trials,
+                clock=clock,
+                listener=listener,
+                confirm=not args.no_confirm and not shared,
+                evidence=Evidence(ctx.artifact_dir),
+            )
+            if shared and not args.no_confirm:
+                _confirm_after_workers(ctx, study, runner, clock, listener, note)
+    return StudyResult(study, build_report(study))
+
+
+def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note) -> None:
+    """One ``autotune worker`` process per GPU slot, in parallel; then, once no trial of any worker runs, the
+    confirmation once, on the first slot."""
+    from autotune import workers
+    from autotune.errors import AutotuneError
+
+    args = ctx.args
+    results = workers.run_slots(
+        slots,
+        lambda sl: workers.worker_argv(args, sl, seed, ctx.storage_url),
+        ctx.studies_dir / ctx.study_name / "logs",
+        study,
+        n_trials,
+        progress=note,
+    )
+    reap(ctx, note)  # the server of a worker that was killed (its PID record entry outlives it)
+    for w, code in results:
+        if code != 0:
+            note(f"slot {w.slot.index}: worker exited with code {code}; end of its log ({w.log_path}):\n{w.log_tail()}")
+    from autotune.records import counted_trials
+
+    left = max(0, n_trials - counted_trials(study))
+    if left > 0:
+        raise AutotuneError(f"the workers stopped with {left} of {n_trials} trials left; re-run to resume")
+    if args.no_confirm:
+        return
+    runner, clock = ctx.runner(seed=seed or 0, slot=slots[0])
+    _confirm_after_workers(ctx, study, runner, clock, None, note)
+
+
+def _confirm_after_workers(ctx: Context, study: Any, runner: Any, clock: Any, listener: Any, note: Note) -> None:
+    """The confirmation, once, after the trials of every worker of a shared study ended (bounded wait)."""
+    from autotune import study as st
+    from autotune import workers
+    from autotune.study.waiting import trial_limit_s
+
+    orch = st.Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock, listener=listener)
+    still = workers.wait_for_trials(study, trial_limit_s(orch.ctx))
+    if still:
+        note(f"{still} trial(s) of other workers still running; confirming without them")
+    orch.confirm()
+
+
+def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerResult:
+    """``autotune worker``: join a running study: same space (checked), the study's budget, search only."""
+    from autotune import study as st
+    from autotune.evidence import Evidence
+    from autotune.records import counted_trials, study_n_trials
+    from autotune.study.storage import check_worker
+    from autotune.workers import require_server_database
+
+    args = ctx.args
+    require_server_database(ctx.storage_url, "autotune worker")
+    slot = None
+    if args.gpus:
+        from autotune.slots import Slot, check_fits, parse_gpus
+
+        slot = Slot(args.slot, parse_gpus(args.gpus), args.gpus)
+        check_fits([slot], ctx.space, ctx.backend.parallel_size_flags, args.space)
+    elif args.slot:
+        from autotune.errors import UserError
+
+        raise UserError("--slot needs --gpus (the slot's GPUs)")
+    study = ctx.open_study(create=False, seed=args.seed)
+    n_trials = study_n_trials(study) or ctx.space.budget.n_trials
+    check_worker(study, ctx.space, args.space)
+    reap(ctx, note)
+    preflight(ctx, None if slot is None else [slot])
+    ctx.ensure_dirs()
+    run_space = dataclasses.replace(ctx.run_space, budget=dataclasses.replace(ctx.run_space.budget, n_trials=n_trials))
+    runner, clock = ctx.runner(seed=args.seed or 0, slot=slot)
+    with watch() as listener:
+        st.run(
+            run_space,
+            ctx.backend,
+            runner,
+            study,
+            n_trials=n_trials,
+            clock=clock,
+            listener=listener,
+            confirm=False,
+            evidence=Evidence(ctx.artifact_dir),
+        )
+    return WorkerResult(counted_trials(study), n_trials)
+
+
+def run_confirm(ctx: Context, *, note: Note) -> StudyResult:
+    """``autotune confirm``: (re-)run the confirmation of an existing study."""
+    from autotune.records import reopen_confirmation
+    from autotune.report import build_report
+    from autotune.study import Orchestrator
+
+    study = ctx.open_study(create=False)
+    reap(ctx, note)
+    preflight(ctx)
+    ctx.ensure_dirs()
+    runner, clock = ctx.runner()
+    reopen_confirmation(study)
+    Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock).confirm()
+    return StudyResult(study, build_report(study))
+
+
+def load_report(ctx: Context) -> StudyResult:
+    """``autotune report``: an existing study and its report."""
+    from autotune.report import build_report
+
+    study = ctx.open_study(create=False)
+    return StudyResult(study, build_report(study))
