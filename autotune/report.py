@@ -11,15 +11,18 @@ from autotune import lossless, records
 from autotune.config import TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import TrialRecord, find_baseline, find_exclusions, is_baseline_trial
-from autotune.stats import log_ratios, upper_bound
+from autotune.stats import log_ratios
 from autotune.study.levels import summary_text
 from autotune.study.race import headline as _headline
+from autotune.verdict import Verdict, loses_on, point_verdict, search_verdict
 
 VERDICT_TEXT = {
-    "speculation-wins": "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
-    "baseline-wins": "the baseline wins: no speculative config beats it",
-    "inconclusive": "inconclusive: no config is proven faster than the baseline; deploy the baseline",
+    Verdict.SPECULATION_WINS: "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
+    Verdict.BASELINE_WINS: "the baseline wins: no speculative config beats it",
+    Verdict.INCONCLUSIVE: "inconclusive: no config is proven faster than the baseline; deploy the baseline",
 }
+#: the confidence of the search-only verdict's clearly-loses test (confirmation's: the space's ``verdict.confidence``)
+SEARCH_VERDICT_CONFIDENCE = 0.95
 
 
 def _trial_row(t: FrozenTrial) -> dict[str, Any]:
@@ -69,9 +72,7 @@ def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[st
     won = [
         {
             "level": x["level"],
-            "verdict": "speculation-wins"
-            if (x.get("speedup") or 0) > 1.0 and not x.get("slo_broken")
-            else "baseline-wins",
+            "verdict": point_verdict(x.get("speedup"), bool(x.get("slo_broken"))).value,
         }
         for x in levels
     ]
@@ -152,7 +153,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "best_configs": _best_configs(rows, confirmed),
         "best": best,
         "confirmed": confirmed,
-        "verdict": v,
+        "verdict": Verdict(v).value,
         "verdict_basis": basis,
         "verdict_rests_on": rests_on,
         "verdict_text": _verdict_text(v, exclusions, conf.get("suspect_prunes") or []),
@@ -352,14 +353,14 @@ def _vs_fastest(t: FrozenTrial, fastest: dict[str, Any] | None) -> float | None:
 
 
 def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]] | None = None) -> str:
-    if v == "inconclusive" and suspects and not exclusions:
+    if v == Verdict.INCONCLUSIVE and suspects and not exclusions:
         numbers = ", ".join(str(p["trial"]) for p in suspects)
         return (
             f"inconclusive: no confirmed config is proven faster than the baseline, but {len(suspects)} config(s) "
             f"(trial(s) {numbers}) were pruned against a search baseline that ran faster than confirmation's fresh "
             f"ones; deploy the baseline, or weigh them: autotune export --trial N -o F, then autotune reverify F"
         )
-    if v == "inconclusive" and exclusions:
+    if v == Verdict.INCONCLUSIVE and exclusions:
         kinds = sorted({e["kind"] for e in exclusions})
         return (
             f"inconclusive: no config is proven faster than the baseline, and {len(exclusions)} config(s) could not "
@@ -368,32 +369,25 @@ def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[
     return VERDICT_TEXT[v]
 
 
-def _unconfirmed_verdict(study: optuna.Study) -> tuple[str, str]:
-    """Without confirmation: baseline-wins only if every measured speculative trial clearly lost."""
+def _unconfirmed_verdict(study: optuna.Study) -> tuple[Verdict, str]:
+    """Without confirmation (``verdict.search_verdict``): baseline-wins only if every measured speculative trial
+    clearly lost to its baseline, at a fixed 95% and the default start noise (not the space's)."""
     spec = [
         t
         for t in records.trials(study, (TrialState.COMPLETE,))
         if not is_baseline_trial(t) and not TrialRecord(t).is_duplicate
     ]
-    excluded = find_exclusions(study)
-    if excluded:
-        return "inconclusive", f"search only (not confirmed); {len(excluded)} config(s) excluded"
-    if not spec:
-        return "baseline-wins", "search (no speculative trial survived pruning)"
-    for t in spec:
-        b = find_baseline(study, TrialRecord(t).cuda_graph)
-        if b is None:
-            return "inconclusive", "search only (not confirmed)"
-        steps = sorted(t.intermediate_values)
-        if (
-            upper_bound(
-                log_ratios([t.intermediate_values[s] for s in steps], [b.intermediate_values.get(s) for s in steps]),
-                0.95,
-            )
-            >= 1.0
-        ):
-            return "inconclusive", "search only (not confirmed)"
-    return "baseline-wins", "search (every speculative trial lost to its baseline)"
+    return search_verdict((_lost(study, t) for t in spec), len(find_exclusions(study)))
+
+
+def _lost(study: optuna.Study, t: FrozenTrial) -> bool | None:
+    """Whether a search trial clearly lost to its baseline over its measured prompts (None: no baseline)."""
+    b = find_baseline(study, TrialRecord(t).cuda_graph)
+    if b is None:
+        return None
+    steps = sorted(t.intermediate_values)
+    logs = log_ratios([t.intermediate_values[s] for s in steps], [b.intermediate_values.get(s) for s in steps])
+    return loses_on(logs, confidence=SEARCH_VERDICT_CONFIDENCE)
 
 
 def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) -> dict[str, Any]:
@@ -402,7 +396,7 @@ def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) ->
     base = baselines(study)
     fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
     fastest_cfg = TrialConfig.baseline(fastest["cuda_graph"]).to_dict() if fastest is not None else None
-    if verdict == "speculation-wins" and best is not None:
+    if verdict == Verdict.SPECULATION_WINS and best is not None:
         if (
             fastest is not None
             and fastest["tok_per_s"]

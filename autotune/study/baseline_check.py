@@ -32,6 +32,8 @@ from typing import Any
 
 from scipy import stats as _st
 
+from autotune.verdict import clearly_loses
+
 #: fresh baseline starts measured when nothing is left to confirm
 CHECK_ROUNDS = 2
 #: degrees of freedom of the prior spread (``pruning.start_noise``)
@@ -86,7 +88,7 @@ def suspects(checks: list[dict[str, Any]], pruned: list[dict[str, Any]]) -> list
         if ratio is None or upper is None:
             continue
         corrected = float(upper) / ratio
-        if corrected >= 1.0:
+        if not clearly_loses(corrected):
             out.append({**p, "corrected_upper": corrected})
     return out
 

@@ -12,11 +12,12 @@ from autotune import records
 from autotune.config import TrialConfig
 from autotune.measure import measure_config
 from autotune.records import ConfirmationState, TrialRecord
-from autotune.stats import log_ratios, upper_bound
+from autotune.stats import log_ratios
 from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.search import surrogate
+from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed
 
 CANDIDATE_KAPPA = 2.0
 #: with load levels, the fastest measured configs per level confirmed for that level's sake (``_level_winners``)
@@ -69,10 +70,12 @@ def candidate_sets(
         ratio = (scale or {}).get(str(TrialRecord(t).cuda_graph), 1.0)
         if space.benchmark.loaded:  # the objective's bound over prompts x levels
             d = ctx.pruner.decide(ctx.study, t)
-            return d is None or d.upper_bound / ratio >= 1.0
+            return d is None or not clearly_loses(d.upper_bound / ratio)
         tv = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
         bv = [_scaled(baseline.intermediate_values.get(s), ratio) for s in sorted(t.intermediate_values)]
-        return upper_bound(log_ratios(tv, bv), space.verdict.confidence, space.pruning.start_noise) >= 1.0
+        # the verdict's confidence here (the pruner's is ``pruning.confidence``), no pooled spread
+        logs = log_ratios(tv, bv)
+        return not loses_on(logs, confidence=space.verdict.confidence, start_noise=space.pruning.start_noise)
 
     seen: set[str | None] = set()
     out: list[FrozenTrial] = []
@@ -187,7 +190,7 @@ def _not_confirmed(excluded: list[dict[str, Any]]) -> ConfirmationState:
         "results": [],
         "best": None,
         "done": True,
-        "verdict": "inconclusive",
+        "verdict": Verdict.INCONCLUSIVE.value,
         "basis": "not-confirmed",
         "rests_on": NOT_CONFIRMED,
         "note": NOT_CONFIRMED,
@@ -348,8 +351,7 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
             f"; {len(sus)} config(s) pruned against a search baseline that ran fast (trial(s) {numbers}) were not "
             "weighed against the fresh baselines"
         )
-        if state["verdict"] == "baseline-wins":
-            state["verdict"] = "inconclusive"
+        state["verdict"] = with_unweighed(state["verdict"]).value
 
 
 def _measure_once(

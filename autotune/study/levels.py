@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autotune.stats import Interval, speedup_interval, verdict
+from autotune.stats import Interval, speedup_interval
+from autotune.verdict import Verdict, verdict
 
 
 def level_intervals(
@@ -43,11 +44,11 @@ def level_verdicts(
             if iv and (best is None or iv["point"] > best[0]):
                 best = (iv["point"], number, iv)
         if best is None:
-            out.append({"level": c, "trial": None, "speedup_ci": None, "verdict": verdict(None, min_gain)})
+            out.append({"level": c, "trial": None, "speedup_ci": None, "verdict": verdict(None, min_gain).value})
             continue
         iv = best[2]
         interval = Interval(**{k: iv[k] for k in ("point", "low", "high", "n", "confidence")})
-        out.append({"level": c, "trial": int(best[1]), "speedup_ci": iv, "verdict": verdict(interval, min_gain)})
+        out.append({"level": c, "trial": int(best[1]), "speedup_ci": iv, "verdict": verdict(interval, min_gain).value})
     return out
 
 
@@ -57,8 +58,8 @@ def _streams(n: int) -> str:
 
 def summary_text(verdicts: list[dict[str, Any]]) -> str:
     """ "speculation wins up to 8 streams, loses from 32" (the levels in between: inconclusive)."""
-    wins = [v["level"] for v in verdicts if v["verdict"] == "speculation-wins"]
-    loses = [v["level"] for v in verdicts if v["verdict"] == "baseline-wins"]
+    wins = [v["level"] for v in verdicts if v["verdict"] == Verdict.SPECULATION_WINS]
+    loses = [v["level"] for v in verdicts if v["verdict"] == Verdict.BASELINE_WINS]
     lowest = min((v["level"] for v in verdicts), default=None)
 
     def up_to(n: int) -> str:

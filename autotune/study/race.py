@@ -9,8 +9,9 @@ from collections import Counter
 from typing import Any
 
 from autotune.space import VerdictSpec
-from autotune.stats import Interval, speedup_interval, upper_bound, verdict
+from autotune.stats import Interval, speedup_interval, upper_bound
 from autotune.study.levels import level_intervals, level_verdicts, summary_text
+from autotune.verdict import verdict
 
 
 def _mean_log(rounds: list[dict[str, Any]], key: str) -> float:
@@ -129,20 +130,14 @@ def decide(
     """The verdict (``verdict``, ``best``, ``basis``, ``rests_on``) of confirmed ``results``: never
     "the baseline wins" while a config could not be weighed (``excluded``)."""
     best = pick(results)
-    out: dict[str, Any] = {}
-    if best is None:
-        out["verdict"] = verdict(None, min_gain)
-        out["best"] = None
-    else:
-        h = headline(best)
-        iv = Interval(**{k: h[k] for k in ("point", "low", "high", "n", "confidence")})  # type: ignore[index]
-        out["verdict"] = verdict(iv, min_gain)
-        out["best"] = best["trial"]
-    out["basis"] = "confirmed" if any(headline(r) for r in results) else ("not-confirmed" if results else "search")
-    out["rests_on"] = basis(results, excluded, deploy_cuda_graph)
-    if excluded and out["verdict"] != "speculation-wins":
-        out["verdict"] = "inconclusive"
-    return out
+    h = headline(best) if best is not None else None
+    iv = Interval(**{k: h[k] for k in ("point", "low", "high", "n", "confidence")}) if h is not None else None
+    return {
+        "verdict": verdict(iv, min_gain, unweighed=bool(excluded)).value,
+        "best": None if best is None else best["trial"],
+        "basis": "confirmed" if any(headline(r) for r in results) else ("not-confirmed" if results else "search"),
+        "rests_on": basis(results, excluded, deploy_cuda_graph),
+    }
 
 
 def basis(results: list[dict[str, Any]], excluded: list[dict[str, Any]], deploy_cg: bool | None) -> str:
