@@ -10,7 +10,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import lossless, records
 from autotune.config import TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
-from autotune.records import TrialRecord, find_baseline, find_exclusions, is_baseline_trial
+from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
 from autotune.stats import log_ratios
 from autotune.study.levels import summary_text
 from autotune.study.race import headline as _headline
@@ -57,7 +57,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
     }
 
 
-def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[str, Any]) -> dict[str, Any] | None:
+def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: ConfirmationState) -> dict[str, Any] | None:
     """With load levels: the best trial's per-level figures with the per-level verdict of its search measurement
     ("speculation wins up to 64 streams, loses from 256"), and confirmation's per-level winners and verdicts
     (``confirmed``, ``confirmed_text``); None without levels."""
@@ -81,8 +81,8 @@ def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[st
         "trial": row["number"],
         "levels": levels,
         "text": text,
-        "confirmed": conf.get("level_verdicts"),
-        "confirmed_text": conf.get("level_text"),
+        "confirmed": conf.level_verdicts,
+        "confirmed_text": conf.level_text,
     }
 
 
@@ -112,7 +112,7 @@ def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
 def build_report(study: optuna.Study) -> dict[str, Any]:
     trials = records.trials(study)
     rows = [_trial_row(t) for t in trials]
-    conf: records.ConfirmationState = records.confirmation(study) or {}
+    conf = records.confirmation(study) or ConfirmationState(keys=[])
     by_number = {t.number: t for t in trials}
     base = baselines(study)
     confirmed = _confirmed(conf, rows)
@@ -120,11 +120,11 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
     for row in rows:
         row["speedup_vs_fastest"] = _vs_fastest(by_number[row["number"]], fastest)
-    if conf.get("done"):
-        v = conf["verdict"]
-        basis = conf.get("basis") or "confirmed"
-        rests_on = conf.get("rests_on") or basis
-        exclusions = conf.get("exclusions", [])
+    if conf.done:
+        v = conf.verdict or Verdict.INCONCLUSIVE
+        basis = conf.basis or "confirmed"
+        rests_on = conf.rests_on or basis
+        exclusions = conf.exclusions or []
     else:
         v, rests_on = _unconfirmed_verdict(study)
         basis = "search"
@@ -156,10 +156,10 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "verdict": Verdict(v).value,
         "verdict_basis": basis,
         "verdict_rests_on": rests_on,
-        "verdict_text": _verdict_text(v, exclusions, conf.get("suspect_prunes") or []),
+        "verdict_text": _verdict_text(v, exclusions, conf.suspect_prunes or []),
         "exclusions": exclusions,
-        "baseline_check": conf.get("baseline_check") or [],
-        "suspect_prunes": conf.get("suspect_prunes") or [],
+        "baseline_check": conf.baseline_check or [],
+        "suspect_prunes": conf.suspect_prunes or [],
         "fastest_baseline": fastest,
         "lossless": _lossless_summary(rows, records.lossless_floor(study)),
         "recommended": recommend(study, v, best),
@@ -203,7 +203,7 @@ def _start_seconds(t: FrozenTrial) -> float:
     return (r.startup_s or 0.0) + sum(p.get("seconds") or 0.0 for p in r.prompts)
 
 
-def gpu_time(trials: list[FrozenTrial], conf: records.ConfirmationState) -> dict[str, Any]:
+def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any]:
     """Server time (hardware seconds the GPUs were held) spent by the search and confirmation, and what pruning
     and deduplication saved. Pruning saved the prompts a pruned trial did not run (at its own mean time per prompt);
     a duplicate saved the start and prompts of the trial it copies. Confirmation starts are estimated from their
@@ -230,8 +230,8 @@ def gpu_time(trials: list[FrozenTrial], conf: records.ConfirmationState) -> dict
     tokens = _mean([sum(p.get("completion_tokens") or 0 for p in TrialRecord(t).prompts) for t in complete])
     startup = _mean([TrialRecord(t).startup_s for t in complete])
     confirm_s, confirm_starts = 0.0, 0
-    for rnd in [*conf.get("check_rounds", []), *conf.get("rounds", [])]:
-        for tps in [*rnd.get("baseline", {}).values(), *rnd.get("candidates", {}).values()]:
+    for rnd in [*(conf.check_rounds or []), *conf.rounds]:
+        for tps in [*rnd.baseline.values(), *rnd.candidates.values()]:
             if tps:
                 confirm_starts += 1
                 confirm_s += (startup or 0.0) + (tokens or 0.0) / tps
@@ -278,11 +278,11 @@ def _best_configs(rows: list[dict[str, Any]], confirmed: list[dict[str, Any]], n
     return out
 
 
-def _confirmed(conf: records.ConfirmationState, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _confirmed(conf: ConfirmationState, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The confirmation's candidates as report rows; each trial row gets its confirmed interval."""
     by_row = {row["number"]: row for row in rows}
     out = []
-    for r in conf.get("results", []):
+    for r in conf.results or []:
         out.append(
             {
                 "trial": r["trial"],
@@ -301,13 +301,13 @@ def _confirmed(conf: records.ConfirmationState, rows: list[dict[str, Any]]) -> l
 
 
 def _best(
-    conf: records.ConfirmationState, confirmed: list[dict[str, Any]], by_number: dict[int, FrozenTrial]
+    conf: ConfirmationState, confirmed: list[dict[str, Any]], by_number: dict[int, FrozenTrial]
 ) -> dict[str, Any] | None:
     """The confirmation's pick, with its headline interval (against the fastest baseline)."""
-    if conf.get("best") is None:
+    if conf.best is None:
         return None
-    r = next(c for c in confirmed if c["trial"] == conf["best"])
-    t = by_number[conf["best"]]
+    r = next(c for c in confirmed if c["trial"] == conf.best)
+    t = by_number[conf.best]
     return {
         "trial": t.number,
         "params": dict(t.params),

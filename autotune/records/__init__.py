@@ -30,6 +30,10 @@ from autotune.records.attrs import (
 )
 from autotune.records.confirmation import (
     ConfirmationState,
+    Round,
+    RoundLevels,
+    rounds_from,
+    rounds_to,
 )
 from autotune.records.queries import (
     config_size,
@@ -144,6 +148,8 @@ __all__ = [
     "COPIED_BY_DUPLICATES",
     "COUNTED",
     "ConfirmationState",
+    "Round",
+    "RoundLevels",
     "DUPLICATE_OF",
     "EFFECTIVE",
     "ENV",
@@ -223,6 +229,8 @@ __all__ = [
     "predicted_oom",
     "prompt_ids",
     "reopen_confirmation",
+    "rounds_from",
+    "rounds_to",
     "running_same_config",
     "set_baseline_check_rounds",
     "set_confirmation",

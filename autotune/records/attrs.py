@@ -7,7 +7,7 @@ from typing import Any
 
 import optuna
 
-from autotune.records.confirmation import ConfirmationState
+from autotune.records.confirmation import ConfirmationState, Round, rounds_from, rounds_to
 from autotune.records.schema import (
     BACKEND,
     BASELINE_CHECK_ROUNDS,
@@ -43,29 +43,31 @@ def set_level_phase(study: optuna.Study, state: dict[str, Any]) -> None:
     study.set_user_attr(LEVEL_PHASE, state)
 
 
-def baseline_check_rounds(study: optuna.Study) -> list[dict[str, Any]]:
+def baseline_check_rounds(study: optuna.Study) -> list[Round]:
     """Rounds of fresh baselines alone, measured when the search left nothing to confirm (so that "the baseline
     wins" does not rest on a single baseline start); ``autotune.study.baseline_check``."""
-    return list(study.user_attrs.get(BASELINE_CHECK_ROUNDS) or [])
+    return rounds_from(study.user_attrs.get(BASELINE_CHECK_ROUNDS))
 
 
-def set_baseline_check_rounds(study: optuna.Study, rounds: list[dict[str, Any]]) -> None:
-    study.set_user_attr(BASELINE_CHECK_ROUNDS, rounds)
+def set_baseline_check_rounds(study: optuna.Study, rounds: list[Round]) -> None:
+    study.set_user_attr(BASELINE_CHECK_ROUNDS, rounds_to(rounds))
 
 
 def confirmation(study: optuna.Study) -> ConfirmationState | None:
-    return study.user_attrs.get(CONFIRMATION)
+    stored = study.user_attrs.get(CONFIRMATION)
+    return ConfirmationState.from_dict(stored) if stored else None
 
 
 def set_confirmation(study: optuna.Study, state: ConfirmationState) -> None:
-    study.set_user_attr(CONFIRMATION, state)
+    study.set_user_attr(CONFIRMATION, state.to_dict())
 
 
 def reopen_confirmation(study: optuna.Study) -> None:
     """Mark a recorded confirmation not done, so that it is run again (``autotune confirm``)."""
     prev = confirmation(study)
     if prev:
-        set_confirmation(study, {**prev, "done": False})
+        prev.done = False
+        set_confirmation(study, prev)
 
 
 def label_study(

@@ -268,8 +268,8 @@ def level_rows(study: optuna.Study) -> list[dict[str, Any]]:
 def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """The confirmed candidates' per-level speedups (interval points) as ``autotune.schedule.build`` reads them;
     [] without a per-level confirmation. Latency limits broken in the search still count."""
-    conf = confirmation(study) or {}
-    per = conf.get("level_results") or {}
+    conf = confirmation(study)
+    per = (conf.level_results if conf is not None else None) or {}
     out = []
     for number, ivs in per.items():
         t = next((x for x in trials(study) if x.number == int(number)), None)

@@ -118,9 +118,9 @@ def test_reopen_confirmation_marks_it_not_done():
     study = _study()
     records.reopen_confirmation(study)  # nothing recorded: nothing to reopen
     assert records.confirmation(study) is None
-    records.set_confirmation(study, {"keys": ["k"], "rounds": [], "done": True})
+    records.set_confirmation(study, records.ConfirmationState.from_dict({"keys": ["k"], "rounds": [], "done": True}))
     records.reopen_confirmation(study)
-    assert records.confirmation(study) == {"keys": ["k"], "rounds": [], "done": False}
+    assert study.user_attrs[records.CONFIRMATION] == {"keys": ["k"], "rounds": [], "done": False}
 
 
 def test_every_key_is_documented():
