@@ -16,7 +16,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.stats import PruneDecision, _t_quantile, log_ratios, mean_sd
+from autotune.stats import _t_quantile, log_ratios, mean_sd
+from autotune.verdict import PruneDecision, clearly_loses
 
 #: an unmeasured (higher) level is assumed to gain at most this much more (log ratio) than the best upper bound
 #: of the levels measured so far: speculation's gain shrinks with load on dense targets, but can come back a
@@ -108,7 +109,7 @@ def prune_decision(
     ub = math.exp(mean + q * math.sqrt(var))
     n = sum(len(v) for v in measured.values())
     where = ", ".join(str(c) for c in sorted(measured))
-    if ub < 1.0:
+    if clearly_loses(ub):
         return PruneDecision(
             True,
             ub,

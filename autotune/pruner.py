@@ -9,8 +9,9 @@ trial prompt by prompt (``step`` = prompt index, the same prompt in every trial)
   candidates). A config clearly slower than the leader cannot be the recommendation, so the GPU time goes to
   contenders (``rule`` ``leader``).
 
-The baseline rule prunes once the one-sided upper confidence bound of the paired speedup over the baseline falls
-below 1; the leader rule once the bound over the leader falls below 1 - ``leader_margin`` (the leader's figure is
+Both are ``autotune.verdict.clearly_loses``: the baseline rule prunes once the one-sided upper confidence bound of
+the paired speedup over the baseline falls below 1; the leader rule once the bound over the leader falls below
+1 - ``leader_margin`` (the leader's figure is
 the luckiest of many, and a config a few percent behind it may still be the optimum). The bound
 uses the study's pooled prompt-to-prompt spread (``stats.pooled_spread``: every other measured trial's per-prompt
 log ratios against the same kind of reference, from a conservative prior), the trial's own where it is larger, and
@@ -28,15 +29,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import objective
 from autotune.records import BASELINE_DRAFTER, PARAM_DRAFTER, TrialRecord, find_baseline, is_baseline_trial
-from autotune.stats import (
-    PRIOR_SPREAD,
-    START_NOISE,
-    PruneDecision,
-    Spread,
-    log_ratios,
-    pooled_spread,
-    prune_decision,
-)
+from autotune.stats import PRIOR_SPREAD, START_NOISE, Spread, log_ratios, pooled_spread
+from autotune.verdict import PruneDecision, prune_decision
 
 #: the baseline's drafter param (``autotune.records.BASELINE_DRAFTER``)
 BASELINE = BASELINE_DRAFTER

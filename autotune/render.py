@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune.study import baseline_check
+from autotune.verdict import Verdict
 
 
 def _fmt(x: Any, spec: str = ".1f") -> str:
@@ -129,7 +130,7 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
         line(baseline_check.text(c), "yellow" if c["flagged"] else None)
     for e in report.get("exclusions", []):
         line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
-    style = {"speculation-wins": "bold green", "baseline-wins": "bold", "inconclusive": "bold yellow"}
+    style = {Verdict.SPECULATION_WINS: "bold green", Verdict.BASELINE_WINS: "bold", Verdict.INCONCLUSIVE: "bold yellow"}
     line(
         f"verdict: {report['verdict']} ({report.get('verdict_rests_on', report['verdict_basis'])})",
         style.get(report["verdict"]),

@@ -10,16 +10,19 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import lossless, records
 from autotune.config import TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
-from autotune.records import TrialRecord, find_baseline, find_exclusions, is_baseline_trial
-from autotune.stats import log_ratios, upper_bound
+from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
+from autotune.stats import log_ratios
 from autotune.study.levels import summary_text
 from autotune.study.race import headline as _headline
+from autotune.verdict import Verdict, loses_on, point_verdict, search_verdict
 
 VERDICT_TEXT = {
-    "speculation-wins": "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
-    "baseline-wins": "the baseline wins: no speculative config beats it",
-    "inconclusive": "inconclusive: no config is proven faster than the baseline; deploy the baseline",
+    Verdict.SPECULATION_WINS: "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
+    Verdict.BASELINE_WINS: "the baseline wins: no speculative config beats it",
+    Verdict.INCONCLUSIVE: "inconclusive: no config is proven faster than the baseline; deploy the baseline",
 }
+#: the confidence of the search-only verdict's clearly-loses test (confirmation's: the space's ``verdict.confidence``)
+SEARCH_VERDICT_CONFIDENCE = 0.95
 
 
 def _trial_row(t: FrozenTrial) -> dict[str, Any]:
@@ -54,7 +57,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
     }
 
 
-def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[str, Any]) -> dict[str, Any] | None:
+def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: ConfirmationState) -> dict[str, Any] | None:
     """With load levels: the best trial's per-level figures with the per-level verdict of its search measurement
     ("speculation wins up to 64 streams, loses from 256"), and confirmation's per-level winners and verdicts
     (``confirmed``, ``confirmed_text``); None without levels."""
@@ -69,9 +72,7 @@ def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[st
     won = [
         {
             "level": x["level"],
-            "verdict": "speculation-wins"
-            if (x.get("speedup") or 0) > 1.0 and not x.get("slo_broken")
-            else "baseline-wins",
+            "verdict": point_verdict(x.get("speedup"), bool(x.get("slo_broken"))).value,
         }
         for x in levels
     ]
@@ -80,8 +81,8 @@ def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: dict[st
         "trial": row["number"],
         "levels": levels,
         "text": text,
-        "confirmed": conf.get("level_verdicts"),
-        "confirmed_text": conf.get("level_text"),
+        "confirmed": conf.level_verdicts,
+        "confirmed_text": conf.level_text,
     }
 
 
@@ -111,7 +112,7 @@ def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
 def build_report(study: optuna.Study) -> dict[str, Any]:
     trials = records.trials(study)
     rows = [_trial_row(t) for t in trials]
-    conf: records.ConfirmationState = records.confirmation(study) or {}
+    conf = records.confirmation(study) or ConfirmationState(keys=[])
     by_number = {t.number: t for t in trials}
     base = baselines(study)
     confirmed = _confirmed(conf, rows)
@@ -119,11 +120,11 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
     for row in rows:
         row["speedup_vs_fastest"] = _vs_fastest(by_number[row["number"]], fastest)
-    if conf.get("done"):
-        v = conf["verdict"]
-        basis = conf.get("basis") or "confirmed"
-        rests_on = conf.get("rests_on") or basis
-        exclusions = conf.get("exclusions", [])
+    if conf.done:
+        v = conf.verdict or Verdict.INCONCLUSIVE
+        basis = conf.basis or "confirmed"
+        rests_on = conf.rests_on or basis
+        exclusions = conf.exclusions or []
     else:
         v, rests_on = _unconfirmed_verdict(study)
         basis = "search"
@@ -152,13 +153,13 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "best_configs": _best_configs(rows, confirmed),
         "best": best,
         "confirmed": confirmed,
-        "verdict": v,
+        "verdict": Verdict(v).value,
         "verdict_basis": basis,
         "verdict_rests_on": rests_on,
-        "verdict_text": _verdict_text(v, exclusions, conf.get("suspect_prunes") or []),
+        "verdict_text": _verdict_text(v, exclusions, conf.suspect_prunes or []),
         "exclusions": exclusions,
-        "baseline_check": conf.get("baseline_check") or [],
-        "suspect_prunes": conf.get("suspect_prunes") or [],
+        "baseline_check": conf.baseline_check or [],
+        "suspect_prunes": conf.suspect_prunes or [],
         "fastest_baseline": fastest,
         "lossless": _lossless_summary(rows, records.lossless_floor(study)),
         "recommended": recommend(study, v, best),
@@ -202,7 +203,7 @@ def _start_seconds(t: FrozenTrial) -> float:
     return (r.startup_s or 0.0) + sum(p.get("seconds") or 0.0 for p in r.prompts)
 
 
-def gpu_time(trials: list[FrozenTrial], conf: records.ConfirmationState) -> dict[str, Any]:
+def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any]:
     """Server time (hardware seconds the GPUs were held) spent by the search and confirmation, and what pruning
     and deduplication saved. Pruning saved the prompts a pruned trial did not run (at its own mean time per prompt);
     a duplicate saved the start and prompts of the trial it copies. Confirmation starts are estimated from their
@@ -229,8 +230,8 @@ def gpu_time(trials: list[FrozenTrial], conf: records.ConfirmationState) -> dict
     tokens = _mean([sum(p.get("completion_tokens") or 0 for p in TrialRecord(t).prompts) for t in complete])
     startup = _mean([TrialRecord(t).startup_s for t in complete])
     confirm_s, confirm_starts = 0.0, 0
-    for rnd in [*conf.get("check_rounds", []), *conf.get("rounds", [])]:
-        for tps in [*rnd.get("baseline", {}).values(), *rnd.get("candidates", {}).values()]:
+    for rnd in [*(conf.check_rounds or []), *conf.rounds]:
+        for tps in [*rnd.baseline.values(), *rnd.candidates.values()]:
             if tps:
                 confirm_starts += 1
                 confirm_s += (startup or 0.0) + (tokens or 0.0) / tps
@@ -277,11 +278,11 @@ def _best_configs(rows: list[dict[str, Any]], confirmed: list[dict[str, Any]], n
     return out
 
 
-def _confirmed(conf: records.ConfirmationState, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _confirmed(conf: ConfirmationState, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The confirmation's candidates as report rows; each trial row gets its confirmed interval."""
     by_row = {row["number"]: row for row in rows}
     out = []
-    for r in conf.get("results", []):
+    for r in conf.results or []:
         out.append(
             {
                 "trial": r["trial"],
@@ -300,13 +301,13 @@ def _confirmed(conf: records.ConfirmationState, rows: list[dict[str, Any]]) -> l
 
 
 def _best(
-    conf: records.ConfirmationState, confirmed: list[dict[str, Any]], by_number: dict[int, FrozenTrial]
+    conf: ConfirmationState, confirmed: list[dict[str, Any]], by_number: dict[int, FrozenTrial]
 ) -> dict[str, Any] | None:
     """The confirmation's pick, with its headline interval (against the fastest baseline)."""
-    if conf.get("best") is None:
+    if conf.best is None:
         return None
-    r = next(c for c in confirmed if c["trial"] == conf["best"])
-    t = by_number[conf["best"]]
+    r = next(c for c in confirmed if c["trial"] == conf.best)
+    t = by_number[conf.best]
     return {
         "trial": t.number,
         "params": dict(t.params),
@@ -352,14 +353,14 @@ def _vs_fastest(t: FrozenTrial, fastest: dict[str, Any] | None) -> float | None:
 
 
 def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]] | None = None) -> str:
-    if v == "inconclusive" and suspects and not exclusions:
+    if v == Verdict.INCONCLUSIVE and suspects and not exclusions:
         numbers = ", ".join(str(p["trial"]) for p in suspects)
         return (
             f"inconclusive: no confirmed config is proven faster than the baseline, but {len(suspects)} config(s) "
             f"(trial(s) {numbers}) were pruned against a search baseline that ran faster than confirmation's fresh "
             f"ones; deploy the baseline, or weigh them: autotune export --trial N -o F, then autotune reverify F"
         )
-    if v == "inconclusive" and exclusions:
+    if v == Verdict.INCONCLUSIVE and exclusions:
         kinds = sorted({e["kind"] for e in exclusions})
         return (
             f"inconclusive: no config is proven faster than the baseline, and {len(exclusions)} config(s) could not "
@@ -368,32 +369,25 @@ def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[
     return VERDICT_TEXT[v]
 
 
-def _unconfirmed_verdict(study: optuna.Study) -> tuple[str, str]:
-    """Without confirmation: baseline-wins only if every measured speculative trial clearly lost."""
+def _unconfirmed_verdict(study: optuna.Study) -> tuple[Verdict, str]:
+    """Without confirmation (``verdict.search_verdict``): baseline-wins only if every measured speculative trial
+    clearly lost to its baseline, at a fixed 95% and the default start noise (not the space's)."""
     spec = [
         t
         for t in records.trials(study, (TrialState.COMPLETE,))
         if not is_baseline_trial(t) and not TrialRecord(t).is_duplicate
     ]
-    excluded = find_exclusions(study)
-    if excluded:
-        return "inconclusive", f"search only (not confirmed); {len(excluded)} config(s) excluded"
-    if not spec:
-        return "baseline-wins", "search (no speculative trial survived pruning)"
-    for t in spec:
-        b = find_baseline(study, TrialRecord(t).cuda_graph)
-        if b is None:
-            return "inconclusive", "search only (not confirmed)"
-        steps = sorted(t.intermediate_values)
-        if (
-            upper_bound(
-                log_ratios([t.intermediate_values[s] for s in steps], [b.intermediate_values.get(s) for s in steps]),
-                0.95,
-            )
-            >= 1.0
-        ):
-            return "inconclusive", "search only (not confirmed)"
-    return "baseline-wins", "search (every speculative trial lost to its baseline)"
+    return search_verdict((_lost(study, t) for t in spec), len(find_exclusions(study)))
+
+
+def _lost(study: optuna.Study, t: FrozenTrial) -> bool | None:
+    """Whether a search trial clearly lost to its baseline over its measured prompts (None: no baseline)."""
+    b = find_baseline(study, TrialRecord(t).cuda_graph)
+    if b is None:
+        return None
+    steps = sorted(t.intermediate_values)
+    logs = log_ratios([t.intermediate_values[s] for s in steps], [b.intermediate_values.get(s) for s in steps])
+    return loses_on(logs, confidence=SEARCH_VERDICT_CONFIDENCE)
 
 
 def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) -> dict[str, Any]:
@@ -402,7 +396,7 @@ def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) ->
     base = baselines(study)
     fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
     fastest_cfg = TrialConfig.baseline(fastest["cuda_graph"]).to_dict() if fastest is not None else None
-    if verdict == "speculation-wins" and best is not None:
+    if verdict == Verdict.SPECULATION_WINS and best is not None:
         if (
             fastest is not None
             and fastest["tok_per_s"]

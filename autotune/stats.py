@@ -1,7 +1,8 @@
-"""Samples to statistics: paired speedups, confidence intervals, the prune rule and the verdict rule.
+"""Samples to statistics: paired speedups, confidence intervals, upper bounds, the pooled prompt spread.
 
-Everything here is pure. Speedups are analysed on the log scale (ratios are multiplicative; the log makes
-them symmetric), and intervals are Student-t intervals of the mean log-ratio, mapped back with exp.
+Everything here is pure; the rules built on it (prune, verdict) are in ``autotune.verdict``. Speedups are
+analysed on the log scale (ratios are multiplicative; the log makes them symmetric), and intervals are Student-t
+intervals of the mean log-ratio, mapped back with exp.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scipy import stats as _st
-
-VERDICTS = ("speculation-wins", "baseline-wins", "inconclusive")
 
 
 def log_ratios(trial: Sequence[float], baseline: Sequence[float]) -> list[float]:
@@ -132,61 +131,3 @@ def upper_bound(
         pooled = math.sqrt((spread.df * spread.sd**2 + (n - 1) * sd * sd) / total_df)
         sd, df = max(pooled, sd), total_df
     return math.exp(m + float(_st.t.ppf(confidence, df)) * math.sqrt(sd * sd / n + start_noise**2))
-
-
-@dataclass(frozen=True)
-class PruneDecision:
-    prune: bool
-    upper_bound: float
-    n: int
-    reason: str
-    #: which reference the trial was compared with: ``baseline`` or ``leader``
-    rule: str = "baseline"
-    #: the reference trial's number, when known
-    against: int | None = None
-
-
-def prune_decision(
-    trial: Sequence[float],
-    baseline: Sequence[float],
-    *,
-    confidence: float,
-    min_prompts: int,
-    start_noise: float = START_NOISE,
-    spread: Spread | None = None,
-    rule: str = "baseline",
-    against: int | None = None,
-) -> PruneDecision:
-    """Prune once the one-sided upper confidence bound of the paired speedup over the reference falls below 1.
-
-    ``trial`` and ``baseline`` (the reference: the baseline of the same CUDA-graph setting, or the leader) are
-    per-prompt tok/s for the same prompts in the same order.
-    """
-    logs = log_ratios(trial, baseline)
-    n = len(logs)
-    what = "the baseline" if rule == "baseline" else f"the leader (trial {against})" if against is not None else rule
-    if n < max(2, min_prompts):
-        return PruneDecision(False, math.inf, n, f"only {n} paired prompts (need {max(2, min_prompts)})", rule, against)
-    ub = upper_bound(logs, confidence, start_noise, spread)
-    if ub < 1.0:
-        return PruneDecision(
-            True,
-            ub,
-            n,
-            f"upper {confidence:.0%} bound of the speedup over {what} is {ub:.3f} < 1 after {n} prompts",
-            rule,
-            against,
-        )
-    return PruneDecision(False, ub, n, f"upper bound {ub:.3f} over {what} >= 1 after {n} prompts", rule, against)
-
-
-def verdict(interval: Interval | None, min_gain: float) -> str:
-    """speculation-wins when the interval's low end clears 1 + min_gain; baseline-wins when its high end is
-    below 1; otherwise inconclusive. No interval (nothing to confirm) is baseline-wins."""
-    if interval is None:
-        return "baseline-wins"
-    if interval.low > 1.0 + min_gain:
-        return "speculation-wins"
-    if interval.high < 1.0:
-        return "baseline-wins"
-    return "inconclusive"

@@ -7,7 +7,8 @@ import math
 import pytest
 from scipy import stats as st
 
-from autotune.stats import PRIOR_SPREAD, Spread, pooled_spread, prune_decision, upper_bound
+from autotune.stats import PRIOR_SPREAD, Spread, pooled_spread, upper_bound
+from autotune.verdict import prune_decision
 
 
 def test_pooled_spread_is_the_within_group_sd_with_the_prior_as_pseudo_observations() -> None:

@@ -32,6 +32,9 @@ from typing import Any
 
 from scipy import stats as _st
 
+from autotune.records.confirmation import Round
+from autotune.verdict import clearly_loses
+
 #: fresh baseline starts measured when nothing is left to confirm
 CHECK_ROUNDS = 2
 #: degrees of freedom of the prior spread (``pruning.start_noise``)
@@ -39,13 +42,13 @@ PRIOR_DF = 3
 
 
 def check(
-    rounds: list[dict[str, Any]], search: Mapping[str, float], *, confidence: float, start_noise: float
+    rounds: list[Round], search: Mapping[bool, float], *, confidence: float, start_noise: float
 ) -> list[dict[str, Any]]:
-    """Per CUDA-graph setting (keys as the rounds record them: ``"True"``/``"False"``) with a search baseline and
-    two or more fresh ones: the fresh starts' geometric mean against the search's value and whether it is flagged."""
+    """Per CUDA-graph setting with a search baseline and two or more fresh ones: the fresh starts' geometric mean
+    against the search's value and whether it is flagged (``cuda_graph`` as stored: ``"True"``/``"False"``)."""
     out = []
     for cg, value in sorted(search.items()):
-        fresh = [float(r["baseline"][cg]) for r in rounds if (r.get("baseline") or {}).get(cg)]
+        fresh = [float(r.baseline[cg]) for r in rounds if r.baseline.get(cg)]
         if len(fresh) < 2 or not value or value <= 0:
             continue
         logs = [math.log(f / value) for f in fresh]
@@ -57,7 +60,7 @@ def check(
         limit = float(_st.t.ppf(0.5 + confidence / 2, df)) * sd * math.sqrt(1 + 1 / n)
         out.append(
             {
-                "cuda_graph": cg,
+                "cuda_graph": str(cg),
                 "search_tok_per_s": float(value),
                 "fresh_tok_per_s": float(math.exp(statistics.fmean(math.log(f) for f in fresh))),
                 "fresh": fresh,
@@ -86,7 +89,7 @@ def suspects(checks: list[dict[str, Any]], pruned: list[dict[str, Any]]) -> list
         if ratio is None or upper is None:
             continue
         corrected = float(upper) / ratio
-        if corrected >= 1.0:
+        if not clearly_loses(corrected):
             out.append({**p, "corrected_upper": corrected})
     return out
 

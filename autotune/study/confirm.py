@@ -11,13 +11,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import records
 from autotune.config import TrialConfig
 from autotune.measure import measure_config
-from autotune.records import ConfirmationState, TrialRecord
-from autotune.stats import log_ratios, upper_bound
+from autotune.records import ConfirmationState, Round, RoundLevels, TrialRecord
+from autotune.stats import log_ratios
 from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.search import surrogate
+from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed
 
 CANDIDATE_KAPPA = DEFAULT_POLICIES.candidates.kappa
 #: with load levels, the fastest measured configs per level confirmed for that level's sake (``_level_winners``)
@@ -71,10 +72,12 @@ def candidate_sets(
         ratio = (scale or {}).get(str(TrialRecord(t).cuda_graph), 1.0)
         if space.benchmark.loaded:  # the objective's bound over prompts x levels
             d = ctx.pruner.decide(ctx.study, t)
-            return d is None or d.upper_bound / ratio >= 1.0
+            return d is None or not clearly_loses(d.upper_bound / ratio)
         tv = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
         bv = [_scaled(baseline.intermediate_values.get(s), ratio) for s in sorted(t.intermediate_values)]
-        return upper_bound(log_ratios(tv, bv), space.verdict.confidence, space.pruning.start_noise) >= 1.0
+        # the verdict's confidence here (the pruner's is ``pruning.confidence``), no pooled spread
+        logs = log_ratios(tv, bv)
+        return not loses_on(logs, confidence=space.verdict.confidence, start_noise=space.pruning.start_noise)
 
     seen: set[str | None] = set()
     out: list[FrozenTrial] = []
@@ -153,18 +156,22 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
     excluded = records.find_exclusions(ctx.study)
     if cands and (spec.confirm_top == 0 or spec.repeats < 2):
         # configs worth confirming exist but the space asks for no (usable) confirmation: nothing is proven
-        state = _not_confirmed(excluded)
+        state = ConfirmationState.not_confirmed(NOT_CONFIRMED, excluded)
         records.set_confirmation(ctx.study, state)
         return state
     keys = [TrialRecord(t).config_key for t in cands]
     previous = records.confirmation(ctx.study)
-    if previous and previous.get("keys") == keys and previous.get("done") and "rests_on" in previous:
+    if previous and previous.keys == keys and previous.done and previous.recorded("rests_on"):
         return previous
     # the same candidates: resume the recorded rounds (which of them still race is recomputed from the rounds)
-    state = previous if previous and previous.get("keys") == keys else {"keys": keys, "rounds": [], "done": False}
-    state["level_only"] = [str(t.number) for t in level_only]
-    if "deploy_cuda_graph" not in state:
-        state["deploy_cuda_graph"] = fastest_baseline_setting(ctx)
+    if previous and previous.keys == keys:
+        state = previous
+    else:
+        state = ConfirmationState(keys=keys, rounds=[])
+        state.done = False
+    state.level_only = [t.number for t in level_only]
+    if not state.recorded("deploy_cuda_graph"):
+        state.deploy_cuda_graph = fastest_baseline_setting(ctx)
     ctx.emit(Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": spec.repeats}))
     _rounds(ctx, cands, state)
     _verdict(ctx, cands, state, excluded)
@@ -172,29 +179,14 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
         Event(
             "verdict",
             data={
-                "verdict": state["verdict"],
-                "best": state["best"],
-                "basis": state["rests_on"],
+                "verdict": state.verdict,
+                "best": state.best,
+                "basis": state.rests_on,
                 "excluded": excluded,
             },
         )
     )
     return state
-
-
-def _not_confirmed(excluded: list[dict[str, Any]]) -> ConfirmationState:
-    return {
-        "keys": [],
-        "rounds": [],
-        "results": [],
-        "best": None,
-        "done": True,
-        "verdict": "inconclusive",
-        "basis": "not-confirmed",
-        "rests_on": NOT_CONFIRMED,
-        "note": NOT_CONFIRMED,
-        "exclusions": excluded,
-    }
 
 
 def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState) -> None:
@@ -204,26 +196,27 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
     levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
     while True:
-        active = race.next_round(state["rounds"], info, spec, state["deploy_cuda_graph"], levels, _level_only(state))
+        active = race.next_round(state.rounds, info, spec, state.deploy_cuda_graph, levels, _level_only(state))
         if not active:
             break
-        n = len(state["rounds"])
-        if race.still_racing(state["rounds"], [str(t.number) for t in cands], spec) is None:
+        n = len(state.rounds)
+        which = ", ".join(map(str, active))
+        if race.still_racing(state.rounds, [t.number for t in cands], spec) is None:
             ctx.emit(
                 Event(
                     "note",
                     data={
-                        "message": f"after {n} rounds it is still open whether trial(s) {', '.join(active)} clear "
+                        "message": f"after {n} rounds it is still open whether trial(s) {which} clear "
                         f"the {spec.min_gain:.0%} bar: one more round (at most {spec.max_rounds} in all)"
                     },
                 )
             )
-        state["rounds"].append(_round(ctx, cands, active, graph_settings, state["deploy_cuda_graph"]))
+        state.rounds.append(_round(ctx, cands, active, graph_settings, state.deploy_cuda_graph))
         records.set_confirmation(ctx.study, state)
 
 
-def _level_only(state: ConfirmationState) -> frozenset[str]:
-    return frozenset(state.get("level_only") or [])
+def _level_only(state: ConfirmationState) -> frozenset[int]:
+    return frozenset(state.level_only or [])
 
 
 def _info(cands: list[FrozenTrial]) -> list[race.Candidate]:
@@ -235,26 +228,23 @@ def _levels(ctx: StudyContext) -> list[int] | None:
 
 
 def _round(
-    ctx: StudyContext, cands: list[FrozenTrial], active: list[str], graph_settings: list[Any], deploy_cg: bool | None
-) -> dict[str, Any]:
+    ctx: StudyContext, cands: list[FrozenTrial], active: list[int], graph_settings: list[Any], deploy_cg: bool | None
+) -> Round:
     """A fresh baseline of each CUDA-graph setting with candidates still racing, then those candidates; and the
     deployable baseline when no candidate racing runs under its setting."""
-    rnd: dict[str, Any] = {"baseline": {}, "candidates": {}}
-    lv: dict[str, dict[str, Any]] = {"baseline": {}, "candidates": {}}  # per-level tok/s (with load levels)
+    rnd = Round()
+    lv = RoundLevels()  # per-level tok/s (with load levels)
     for cg in graph_settings:
-        racing = [t for t in cands if TrialRecord(t).cuda_graph == cg and str(t.number) in active]
+        racing = [t for t in cands if TrialRecord(t).cuda_graph == cg and t.number in active]
         if not racing:
             continue
-        rnd["baseline"][str(cg)] = _measure_once(ctx, TrialConfig.baseline(bool(cg)), lv["baseline"], str(cg))
+        rnd.baseline[bool(cg)] = _measure_once(ctx, TrialConfig.baseline(bool(cg)), lv.baseline, bool(cg))
         for t in racing:
-            key = str(t.number)
-            rnd["candidates"][key] = _measure_once(ctx, TrialRecord(t).effective_config(), lv["candidates"], key)
-    if deploy_cg is not None and str(deploy_cg) not in rnd["baseline"]:
-        rnd["baseline"][str(deploy_cg)] = _measure_once(
-            ctx, TrialConfig.baseline(bool(deploy_cg)), lv["baseline"], str(deploy_cg)
-        )
+            rnd.candidates[t.number] = _measure_once(ctx, TrialRecord(t).effective_config(), lv.candidates, t.number)
+    if deploy_cg is not None and deploy_cg not in rnd.baseline:
+        rnd.baseline[deploy_cg] = _measure_once(ctx, TrialConfig.baseline(bool(deploy_cg)), lv.baseline, deploy_cg)
     if ctx.space.benchmark.loaded:
-        rnd["levels"] = lv
+        rnd.levels = lv
     return rnd
 
 
@@ -262,14 +252,18 @@ def _verdict(
     ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState, excluded: list[dict[str, Any]]
 ) -> None:
     spec = ctx.space.verdict
-    seen = race.look(state["rounds"], _info(cands), spec, state["deploy_cuda_graph"], _levels(ctx), _level_only(state))
+    seen = race.look(state.rounds, _info(cands), spec, state.deploy_cuda_graph, _levels(ctx), _level_only(state))
     for key in ("results", "level_results", "level_verdicts", "level_text", "confidence"):
         if key in seen:
-            state[key] = seen[key]  # type: ignore[literal-required]
-    state["exclusions"] = excluded
-    state.update(race.decide(seen["results"], excluded, state["deploy_cuda_graph"], spec.min_gain))  # type: ignore[typeddict-item]
+            setattr(state, key, seen[key])
+    state.exclusions = excluded
+    decided = race.decide(seen["results"], excluded, state.deploy_cuda_graph, spec.min_gain)
+    state.verdict = Verdict(decided["verdict"])
+    state.best = decided["best"]
+    state.basis = decided["basis"]
+    state.rests_on = decided["rests_on"]
     _check_baselines(ctx, state)
-    state["done"] = True
+    state.done = True
     records.set_confirmation(ctx.study, state)
 
 
@@ -279,7 +273,7 @@ def _any_measured(ctx: StudyContext) -> bool:
     )
 
 
-def _baseline_only_rounds(ctx: StudyContext) -> list[dict[str, Any]]:
+def _baseline_only_rounds(ctx: StudyContext) -> list[Round]:
     """``baseline_check.CHECK_ROUNDS`` rounds of fresh baselines of each setting the search measured (recorded after
     each, so a resumed study does not measure them again)."""
     rounds = records.baseline_check_rounds(ctx.study)
@@ -298,20 +292,18 @@ def _baseline_only_rounds(ctx: StudyContext) -> list[dict[str, Any]]:
                 },
             )
         )
-        rounds.append(
-            {"baseline": {str(cg): _measure_once(ctx, TrialConfig.baseline(cg)) for cg in settings}, "candidates": {}}
-        )
+        rounds.append(Round(baseline={cg: _measure_once(ctx, TrialConfig.baseline(cg)) for cg in settings}))
         records.set_baseline_check_rounds(ctx.study, rounds)
     return rounds
 
 
-def _checks(ctx: StudyContext, rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _checks(ctx: StudyContext, rounds: list[Round]) -> list[dict[str, Any]]:
     """``baseline_check.check`` of the search's baselines against the fresh ones in ``rounds``."""
-    search: dict[str, float] = {}
-    for key in sorted({k for r in rounds for k in r.get("baseline") or {}}):
-        b = records.find_baseline(ctx.study, {"True": True, "False": False}.get(key, key))
+    search: dict[bool, float] = {}
+    for cg in sorted({k for r in rounds for k in r.baseline}):
+        b = records.find_baseline(ctx.study, cg)
         if b is not None and b.value:
-            search[key] = float(b.value)
+            search[cg] = float(b.value)
     return baseline_check.check(
         rounds, search, confidence=ctx.space.verdict.confidence, start_noise=ctx.space.pruning.start_noise
     )
@@ -323,8 +315,8 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
     the verdict is not "the baseline wins"."""
     extra = records.baseline_check_rounds(ctx.study)
     if extra:
-        state["check_rounds"] = extra
-    checks = _checks(ctx, [*extra, *state["rounds"]])
+        state.check_rounds = extra
+    checks = _checks(ctx, [*extra, *state.rounds])
     # after the check before a search-only verdict found the baseline fast (``confirm``), the candidates were chosen
     # against the fresh baselines from every measured config, pruned ones too: nothing was left unweighed
     rescued = bool(extra) and bool(baseline_check.fast(_checks(ctx, extra)))
@@ -333,35 +325,34 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
         for t in records.trials(ctx.study, (TrialState.PRUNED,))
         if TrialRecord(t).prune_rule == "baseline" and not TrialRecord(t).is_duplicate
     ]
-    confirmed = {str(r["trial"]) for r in state.get("results") or []}
-    sus = [] if rescued else [p for p in baseline_check.suspects(checks, pruned) if str(p["trial"]) not in confirmed]
+    confirmed = {r["trial"] for r in state.results or []}
+    sus = [] if rescued else [p for p in baseline_check.suspects(checks, pruned) if p["trial"] not in confirmed]
     if rescued:
-        state["rests_on"] += "; the search's baseline ran faster than fresh starts of it, " + (
-            "so the candidates were chosen against those" if state["rounds"] else "and no config beat those either"
+        state.rests_on = f"{state.rests_on}; the search's baseline ran faster than fresh starts of it, " + (
+            "so the candidates were chosen against those" if state.rounds else "and no config beat those either"
         )
-    state["baseline_check"] = checks
-    state["suspect_prunes"] = sus
+    state.baseline_check = checks
+    state.suspect_prunes = sus
     for c in checks:
         if c["flagged"]:
             ctx.emit(Event("note", data={"message": baseline_check.text(c)}))
     if sus:
         numbers = ", ".join(str(p["trial"]) for p in sus)
-        state["rests_on"] += (
+        state.rests_on = f"{state.rests_on}" + (
             f"; {len(sus)} config(s) pruned against a search baseline that ran fast (trial(s) {numbers}) were not "
             "weighed against the fresh baselines"
         )
-        if state["verdict"] == "baseline-wins":
-            state["verdict"] = "inconclusive"
+        state.verdict = with_unweighed(state.verdict or Verdict.INCONCLUSIVE)
 
 
 def _measure_once(
-    ctx: StudyContext, config: TrialConfig, levels: dict[str, Any] | None = None, key: str | None = None
+    ctx: StudyContext, config: TrialConfig, levels: dict[Any, dict[int, float]] | None = None, key: Any = None
 ) -> float:
     """One start of ``config``: its objective (tok/s without load levels); each level's tok/s into ``levels[key]``."""
     m = measure_config(ctx.runner, config, ctx.space)
     tps = m.tok_per_s
     if levels is not None and key is not None and m.levels:
-        levels[key] = {str(lv.level): lv.tok_per_s for lv in m.levels}
+        levels[key] = {lv.level: lv.tok_per_s for lv in m.levels}
     if config.is_baseline and ctx.space.benchmark.temperature == 0:
         _confirm_floor(ctx, config, [r.text for r in m.results])
     ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))

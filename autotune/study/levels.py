@@ -1,30 +1,30 @@
 """Per-level confirmation, pure over the recorded rounds: each candidate's interval at each load level, the
 winner of each level and the per-level verdict ("speculation wins up to 8 streams, loses from 32").
 
-A round with load levels also records ``{"levels": {"baseline": {cuda_graph: {level: tok/s}}, "candidates":
-{number: {level: tok/s}}}}`` (keys as strings); every start measures every level, so these come with the
-objective's rounds at no extra start."""
+A round with load levels also records each start's tok/s per level (``records.RoundLevels``); every start measures
+every level, so these come with the objective's rounds at no extra start."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from autotune.stats import Interval, speedup_interval, verdict
+from autotune.records.confirmation import Round
+from autotune.stats import Interval, speedup_interval
+from autotune.verdict import Verdict, verdict
 
 
 def level_intervals(
-    number: int, cuda_graph: Any, rounds: list[dict[str, Any]], levels: list[int], *, confidence: float
+    number: int, cuda_graph: Any, rounds: list[Round], levels: list[int], *, confidence: float
 ) -> dict[str, dict[str, Any] | None]:
     """``{level: interval}`` of candidate ``number`` against the same round's fresh baseline of its setting."""
     out: dict[str, dict[str, Any] | None] = {}
     for c in levels:
         logs = []
         for r in rounds:
-            lv = r.get("levels") or {}
-            cand = (lv.get("candidates") or {}).get(str(number)) or {}
-            base = (lv.get("baseline") or {}).get(str(cuda_graph)) or {}
-            t, b = cand.get(str(c)), base.get(str(c))
+            if r.levels is None:
+                continue
+            t, b = r.levels.candidates.get(number, {}).get(c), r.levels.baseline.get(cuda_graph, {}).get(c)
             if t and b:
                 logs.append(math.log(t / b))
         out[str(c)] = speedup_interval(logs, confidence).to_dict() if len(logs) >= 2 else None
@@ -43,11 +43,11 @@ def level_verdicts(
             if iv and (best is None or iv["point"] > best[0]):
                 best = (iv["point"], number, iv)
         if best is None:
-            out.append({"level": c, "trial": None, "speedup_ci": None, "verdict": verdict(None, min_gain)})
+            out.append({"level": c, "trial": None, "speedup_ci": None, "verdict": verdict(None, min_gain).value})
             continue
         iv = best[2]
         interval = Interval(**{k: iv[k] for k in ("point", "low", "high", "n", "confidence")})
-        out.append({"level": c, "trial": int(best[1]), "speedup_ci": iv, "verdict": verdict(interval, min_gain)})
+        out.append({"level": c, "trial": int(best[1]), "speedup_ci": iv, "verdict": verdict(interval, min_gain).value})
     return out
 
 
@@ -57,8 +57,8 @@ def _streams(n: int) -> str:
 
 def summary_text(verdicts: list[dict[str, Any]]) -> str:
     """ "speculation wins up to 8 streams, loses from 32" (the levels in between: inconclusive)."""
-    wins = [v["level"] for v in verdicts if v["verdict"] == "speculation-wins"]
-    loses = [v["level"] for v in verdicts if v["verdict"] == "baseline-wins"]
+    wins = [v["level"] for v in verdicts if v["verdict"] == Verdict.SPECULATION_WINS]
+    loses = [v["level"] for v in verdicts if v["verdict"] == Verdict.BASELINE_WINS]
     lowest = min((v["level"] for v in verdicts), default=None)
 
     def up_to(n: int) -> str:

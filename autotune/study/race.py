@@ -1,6 +1,6 @@
 """The confirmation's math, pure over the recorded rounds: who is still racing, each candidate's intervals, the
-pick and what the verdict rests on. A round is ``{"baseline": {cuda_graph: tok/s}, "candidates": {number: tok/s}}``
-(keys as strings, as the study records them)."""
+pick and what the verdict rests on. A round is a ``records.Round`` (fresh baselines by CUDA-graph setting,
+candidates by trial number); candidates are named by their trial numbers."""
 
 from __future__ import annotations
 
@@ -8,18 +8,20 @@ import math
 from collections import Counter
 from typing import Any
 
+from autotune.records.confirmation import Round
 from autotune.space import VerdictSpec
-from autotune.stats import Interval, speedup_interval, upper_bound, verdict
+from autotune.stats import Interval, speedup_interval, upper_bound
 from autotune.study.levels import level_intervals, level_verdicts, summary_text
+from autotune.verdict import verdict
 
 
-def _mean_log(rounds: list[dict[str, Any]], key: str) -> float:
-    xs = [math.log(r["candidates"][key]) for r in rounds if r["candidates"].get(key)]
+def _mean_log(rounds: list[Round], key: int) -> float:
+    xs = [math.log(r.candidates[key]) for r in rounds if r.candidates.get(key)]
     return sum(xs) / len(xs) if xs else -math.inf
 
 
-def race_survivors(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictSpec) -> list[str]:
-    """The candidates (trial numbers as strings) still racing after ``rounds`` of confirmation.
+def race_survivors(rounds: list[Round], keys: list[int], spec: VerdictSpec) -> list[int]:
+    """The candidates (trial numbers) still racing after ``rounds`` of confirmation.
 
     A candidate leaves the race once the one-sided ``spec.race_confidence`` upper bound of its mean log
     tok/s ratio to the current leader, over the rounds both were measured in, is below 0: it is clearly
@@ -36,9 +38,9 @@ def race_survivors(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictS
             if k == leader:
                 continue
             diffs = [
-                math.log(r["candidates"][k] / r["candidates"][leader])
+                math.log(r.candidates[k] / r.candidates[leader])
                 for r in done
-                if r["candidates"].get(k) and r["candidates"].get(leader)
+                if r.candidates.get(k) and r.candidates.get(leader)
             ]
             if len(diffs) < 2 or upper_bound(diffs, spec.race_confidence, 0.0) >= 1.0:
                 keep.append(k)
@@ -46,14 +48,14 @@ def race_survivors(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictS
     return active
 
 
-def still_racing(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictSpec) -> list[str] | None:
+def still_racing(rounds: list[Round], keys: list[int], spec: VerdictSpec) -> list[int] | None:
     """The candidates the race still measures after ``rounds`` (every one for ``spec.repeats`` rounds, then those
     not clearly slower while two or more are), or None once the race is over (what follows is extra rounds)."""
     active = race_survivors(rounds, keys, spec)
     return active if len(rounds) < spec.repeats or len(active) > 1 else None
 
 
-def first_look(rounds: list[dict[str, Any]], keys: list[str], spec: VerdictSpec) -> int | None:
+def first_look(rounds: list[Round], keys: list[int], spec: VerdictSpec) -> int | None:
     """The number of rounds at which the race alone ends (``spec.repeats`` done and at most one candidate racing,
     or ``spec.max_rounds``): the verdict's first look. None while fewer rounds are recorded."""
     for n in range(spec.repeats, spec.max_rounds + 1):
@@ -85,7 +87,7 @@ def candidate_result(
     number: int,
     config: dict[str, Any],
     cuda_graph: Any,
-    rounds: list[dict[str, Any]],
+    rounds: list[Round],
     deploy_cuda_graph: bool | None,
     *,
     confidence: float,
@@ -93,9 +95,9 @@ def candidate_result(
 ) -> dict[str, Any]:
     """One candidate's figures over the rounds it was measured in: against the fresh baseline of its own
     CUDA-graph setting (``speedup_ci``) and against the deployable one (``deploy_speedup_ci``)."""
-    mine = [r for r in rounds if r["candidates"].get(str(number))]
-    pairs = [(r["candidates"][str(number)], r["baseline"].get(str(cuda_graph))) for r in mine]
-    dep = [(r["candidates"][str(number)], r["baseline"].get(str(deploy_cuda_graph))) for r in mine]
+    mine = [r for r in rounds if r.candidates.get(number)]
+    pairs = [(r.candidates[number], r.baseline.get(cuda_graph)) for r in mine]
+    dep = [(r.candidates[number], r.baseline.get(deploy_cuda_graph)) for r in mine]  # type: ignore[arg-type]
     return {
         "trial": number,
         "config": config,
@@ -129,20 +131,14 @@ def decide(
     """The verdict (``verdict``, ``best``, ``basis``, ``rests_on``) of confirmed ``results``: never
     "the baseline wins" while a config could not be weighed (``excluded``)."""
     best = pick(results)
-    out: dict[str, Any] = {}
-    if best is None:
-        out["verdict"] = verdict(None, min_gain)
-        out["best"] = None
-    else:
-        h = headline(best)
-        iv = Interval(**{k: h[k] for k in ("point", "low", "high", "n", "confidence")})  # type: ignore[index]
-        out["verdict"] = verdict(iv, min_gain)
-        out["best"] = best["trial"]
-    out["basis"] = "confirmed" if any(headline(r) for r in results) else ("not-confirmed" if results else "search")
-    out["rests_on"] = basis(results, excluded, deploy_cuda_graph)
-    if excluded and out["verdict"] != "speculation-wins":
-        out["verdict"] = "inconclusive"
-    return out
+    h = headline(best) if best is not None else None
+    iv = Interval(**{k: h[k] for k in ("point", "low", "high", "n", "confidence")}) if h is not None else None
+    return {
+        "verdict": verdict(iv, min_gain, unweighed=bool(excluded)).value,
+        "best": None if best is None else best["trial"],
+        "basis": "confirmed" if any(headline(r) for r in results) else ("not-confirmed" if results else "search"),
+        "rests_on": basis(results, excluded, deploy_cuda_graph),
+    }
 
 
 def basis(results: list[dict[str, Any]], excluded: list[dict[str, Any]], deploy_cg: bool | None) -> str:
@@ -181,43 +177,41 @@ LEVEL_ONLY_ROUNDS = 2
 
 
 def level_only_out(
-    rounds: list[dict[str, Any]], cands: list[Candidate], levels: list[int] | None, level_only: frozenset[str]
-) -> set[str]:
+    rounds: list[Round], cands: list[Candidate], levels: list[int] | None, level_only: frozenset[int]
+) -> set[int]:
     """The level-only candidates that, after ``LEVEL_ONLY_ROUNDS`` rounds, have the best point estimate at no
     level (against every candidate, over those rounds): they are measured no more and weigh in no verdict."""
     if not levels or not level_only or len(rounds) < LEVEL_ONLY_ROUNDS:
         return set()
     done = rounds[:LEVEL_ONLY_ROUNDS]
     per = {str(n): level_intervals(n, cg, done, levels, confidence=0.95) for n, _, cg in cands}
-    leaders = {str(v["trial"]) for v in level_verdicts(per, levels, 0.0) if v["trial"] is not None}
+    leaders = {v["trial"] for v in level_verdicts(per, levels, 0.0) if v["trial"] is not None}
     return {k for k in level_only if k not in leaders}
 
 
 def look(
-    rounds: list[dict[str, Any]],
+    rounds: list[Round],
     cands: list[Candidate],
     spec: VerdictSpec,
     deploy_cuda_graph: bool | None,
     levels: list[int] | None = None,
-    level_only: frozenset[str] = frozenset(),
+    level_only: frozenset[int] = frozenset(),
 ) -> dict[str, Any]:
     """The verdict the recorded rounds give at this look's confidence (``look_confidence``): each candidate's
     result, the pick and, with load levels, each level's interval and verdict. Exclusions are left out here (see
     ``decide``): more rounds cannot weigh a config that could not be measured. ``level_only``: the candidates
     confirmed for a level's sake (``level_only_out``)."""
     gone = level_only_out(rounds, cands, levels, level_only)
-    keys = [str(n) for n, _, _ in cands if str(n) not in gone]
+    keys = [n for n, _, _ in cands if n not in gone]
     conf = look_confidence(spec, first_look(rounds, keys, spec), len(rounds))
     active = race_survivors(rounds, keys, spec)
     results = [
-        candidate_result(n, config, cg, rounds, deploy_cuda_graph, confidence=conf, dropped=str(n) not in active)
+        candidate_result(n, config, cg, rounds, deploy_cuda_graph, confidence=conf, dropped=n not in active)
         for n, config, cg in cands
     ]
     out: dict[str, Any] = {"results": results, "confidence": conf}
     if levels:
-        per = {
-            str(n): level_intervals(n, cg, rounds, levels, confidence=conf) for n, _, cg in cands if str(n) not in gone
-        }
+        per = {str(n): level_intervals(n, cg, rounds, levels, confidence=conf) for n, _, cg in cands if n not in gone}
         out["level_results"] = per
         out["level_verdicts"] = level_verdicts(per, levels, spec.min_gain)
         out["level_text"] = summary_text(out["level_verdicts"])
@@ -226,20 +220,20 @@ def look(
 
 
 def next_round(
-    rounds: list[dict[str, Any]],
+    rounds: list[Round],
     cands: list[Candidate],
     spec: VerdictSpec,
     deploy_cuda_graph: bool | None,
     levels: list[int] | None = None,
-    level_only: frozenset[str] = frozenset(),
-) -> list[str]:
+    level_only: frozenset[int] = frozenset(),
+) -> list[int]:
     """Which candidates the next round measures (none: confirmation is over). Every candidate for
     ``spec.repeats`` rounds (a level-only one: ``LEVEL_ONLY_ROUNDS``, then only while it leads a level), then those
     still racing while two or more are; then, while it is open whether the pick clears ``1 + min_gain`` (its point
     estimate above it, its interval's low end not), the pick, and with load levels the best of each level where
     that is open, up to ``spec.max_rounds`` rounds in all."""
     gone = level_only_out(rounds, cands, levels, level_only)
-    keys = [str(n) for n, _, _ in cands if str(n) not in gone]
+    keys = [n for n, _, _ in cands if n not in gone]
     if not cands or len(rounds) >= spec.max_rounds:
         return []
     racing = still_racing(rounds, keys, spec)
@@ -247,13 +241,13 @@ def next_round(
         return racing
     seen = look(rounds, cands, spec, deploy_cuda_graph, levels, level_only)
     bar = 1.0 + spec.min_gain
-    out: list[str] = []
+    out: list[int] = []
     best = next((r for r in seen["results"] if r["trial"] == seen["best"]), None)
     if best is not None and _could_win(headline(best), bar):
-        out.append(str(best["trial"]))
+        out.append(best["trial"])
     for lv in seen.get("level_verdicts") or []:
-        if lv["trial"] is not None and _could_win(lv["speedup_ci"], bar) and str(lv["trial"]) not in out:
-            out.append(str(lv["trial"]))
+        if lv["trial"] is not None and _could_win(lv["speedup_ci"], bar) and lv["trial"] not in out:
+            out.append(lv["trial"])
     return out
 
 

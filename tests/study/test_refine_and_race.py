@@ -10,6 +10,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.backends.sglang import SGLangBackend
+from autotune.records import Round
 from autotune.report import build_report
 from autotune.space import BudgetSpec, VerdictSpec
 from autotune.study import Orchestrator, open_study, race_survivors, run
@@ -39,30 +40,27 @@ def _counted(study):
 # -- the race (pure) ----------------------------------------------------------------------------------------
 
 
-def _rounds(values: dict[str, list[float]]) -> list[dict]:
+def _rounds(values: dict[int, list[float]]) -> list[Round]:
     n = max(len(v) for v in values.values())
-    return [
-        {"baseline": {"True": 100.0}, "candidates": {k: v[i] for k, v in values.items() if i < len(v)}}
-        for i in range(n)
-    ]
+    return [Round({True: 100.0}, {k: v[i] for k, v in values.items() if i < len(v)}) for i in range(n)]
 
 
 def test_race_drops_a_clearly_slower_candidate_after_the_first_repeats_only():
     spec = VerdictSpec(repeats=4, race_confidence=0.8)
     fast = [200.0, 204.0, 198.0, 202.0]
     slow = [180.0, 183.0, 179.0, 182.0]
-    assert race_survivors(_rounds({"1": fast[:3], "2": slow[:3]}), ["1", "2"], spec) == ["1", "2"]  # < repeats
-    assert race_survivors(_rounds({"1": fast, "2": slow}), ["1", "2"], spec) == ["1"]
+    assert race_survivors(_rounds({1: fast[:3], 2: slow[:3]}), [1, 2], spec) == [1, 2]  # < repeats
+    assert race_survivors(_rounds({1: fast, 2: slow}), [1, 2], spec) == [1]
 
 
 def test_race_keeps_near_ties_and_a_dropped_candidate_stays_dropped():
     spec = VerdictSpec(repeats=4, race_confidence=0.8)
     a = [200.0, 196.0, 204.0, 199.0, 201.0]
     b = [198.0, 203.0, 197.0, 202.0, 199.0]  # a tie: both race on
-    assert race_survivors(_rounds({"1": a, "2": b}), ["1", "2"], spec) == ["1", "2"]
+    assert race_survivors(_rounds({1: a, 2: b}), [1, 2], spec) == [1, 2]
     # candidate 3 was clearly slower after round 4; a lucky fifth start does not bring it back
     c = [150.0, 152.0, 149.0, 151.0, 260.0]
-    assert race_survivors(_rounds({"1": a, "2": b, "3": c}), ["1", "2", "3"], spec) == ["1", "2"]
+    assert race_survivors(_rounds({1: a, 2: b, 3: c}), [1, 2, 3], spec) == [1, 2]
 
 
 # -- the search's last trials ---------------------------------------------------------------------------------
@@ -180,23 +178,23 @@ def test_confirmation_races_close_candidates_and_recommends_a_survivor():
     cands = orch.candidates()
     assert 3 <= len(cands) <= 4  # confirm_top by the surrogate, plus the fastest single start if it was left out
     state = orch.confirm()
-    rounds = state["rounds"]
+    rounds = state.rounds
     assert 3 <= len(rounds) <= 6
     results = {r["trial"]: r for r in state["results"]}
     survivors = [n for n, r in results.items() if not r["dropped"]]
     assert state["best"] in survivors
     for r in state["results"]:
         assert r["speedup_ci"]["n"] == len(r["tok_per_s"]) >= 3
-    keys = [str(t.number) for t in cands]
+    keys = [t.number for t in cands]
     for i, rnd in enumerate(rounds):  # a round measures the candidates still racing after a fresh baseline
-        assert set(rnd["candidates"]) == set(race_survivors(rounds[:i], keys, space.verdict))
-        assert rnd["baseline"]
+        assert set(rnd.candidates) == set(race_survivors(rounds[:i], keys, space.verdict))
+        assert rnd.baseline
     if len(survivors) >= 2:  # still close: the race ran to max_repeats
         assert len(rounds) == 6
     elif len(rounds) > 3:  # it stopped at the round that left one survivor
         assert len(race_survivors(rounds[:-1], keys, space.verdict)) >= 2
     starts = len(runner.launches) - launches_before_confirm
-    assert starts == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
+    assert starts == sum(len(r.baseline) + len(r.candidates) for r in rounds)
     assert build_report(study)["recommended"]["trial"] == state["best"]
 
 

@@ -17,6 +17,7 @@ import optuna
 import pytest
 
 from autotune.backends.sglang import SGLangBackend
+from autotune.records import Round
 from autotune.render import render_report
 from autotune.report import build_report
 from autotune.study import Orchestrator, baseline_check, open_study
@@ -27,13 +28,13 @@ H200_SEARCH = 1622.312818501145  # the search's baseline, docs/gpu-runs/2026-12-
 H200_FRESH_MEAN = 1843.815525779781  # the mean of confirmation's four fresh baselines there
 
 
-def _rounds(values: list[float], cg: str = "True") -> list[dict]:
-    return [{"baseline": {cg: v}, "candidates": {}} for v in values]
+def _rounds(values: list[float], cg: bool = True) -> list[Round]:
+    return [Round(baseline={cg: v}) for v in values]
 
 
 def test_the_h200_search_baseline_is_flagged_as_slow():
     fresh = [H200_FRESH_MEAN * f for f in (0.99, 1.01, 1.005, 0.995)]  # the per-round spread was not recorded: 1%
-    [c] = baseline_check.check(_rounds(fresh), {"True": H200_SEARCH}, confidence=0.95, start_noise=0.035)
+    [c] = baseline_check.check(_rounds(fresh), {True: H200_SEARCH}, confidence=0.95, start_noise=0.035)
     assert c["flagged"] and c["ratio"] == pytest.approx(H200_FRESH_MEAN / H200_SEARCH, rel=1e-3)
     text = baseline_check.text(c)
     assert "slow" in text and "14% too high" in text and "+13.6%" in text
@@ -41,23 +42,23 @@ def test_the_h200_search_baseline_is_flagged_as_slow():
 
 def test_a_baseline_within_the_noise_is_not_flagged_and_a_wide_spread_widens_the_limit():
     fresh = [1844.0, 1810.0, 1870.0, 1830.0]
-    [c] = baseline_check.check(_rounds(fresh), {"True": 1800.0}, confidence=0.95, start_noise=0.035)
+    [c] = baseline_check.check(_rounds(fresh), {True: 1800.0}, confidence=0.95, start_noise=0.035)
     assert not c["flagged"] and "within the start-to-start noise" in baseline_check.text(c)
     # fresh starts 20% apart: 14% off is no longer outside their prediction interval
     wide = [1500.0, 1850.0, 2200.0, 1840.0]
-    [w] = baseline_check.check(_rounds(wide), {"True": H200_SEARCH}, confidence=0.95, start_noise=0.035)
+    [w] = baseline_check.check(_rounds(wide), {True: H200_SEARCH}, confidence=0.95, start_noise=0.035)
     assert not w["flagged"] and w["limit"] > 1.2
 
 
 def test_two_fresh_starts_catch_a_fast_baseline_and_settings_are_checked_apart():
-    rounds = [{"baseline": {"True": 100.0, "False": 80.0}}, {"baseline": {"True": 101.0, "False": 81.0}}]
-    checks = baseline_check.check(rounds, {"True": 125.0, "False": 80.5}, confidence=0.95, start_noise=0.035)
+    rounds = [Round.from_dict({"baseline": {"True": 100.0, "False": 80.0}}), Round({True: 101.0, False: 81.0})]
+    checks = baseline_check.check(rounds, {True: 125.0, False: 80.5}, confidence=0.95, start_noise=0.035)
     by = {c["cuda_graph"]: c for c in checks}
     assert by["True"]["flagged"] and by["True"]["ratio"] < 0.85 and not by["False"]["flagged"]
     assert baseline_check.fast(checks) == {"True": pytest.approx(by["True"]["ratio"])}
     assert "too low" in baseline_check.text(by["True"])
     # one fresh start is not a check
-    assert baseline_check.check(rounds[:1], {"True": 125.0}, confidence=0.95, start_noise=0.035) == []
+    assert baseline_check.check(rounds[:1], {True: 125.0}, confidence=0.95, start_noise=0.035) == []
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -67,7 +68,7 @@ def test_false_alarms_stay_near_the_confidence_when_the_noise_is_the_spaces(n: i
     trials = 4000
     for _ in range(trials):
         draw = [1000.0 * math.exp(rng.gauss(0, 0.035)) for _ in range(n + 1)]
-        [c] = baseline_check.check(_rounds(draw[1:]), {"True": draw[0]}, confidence=0.95, start_noise=0.035)
+        [c] = baseline_check.check(_rounds(draw[1:]), {True: draw[0]}, confidence=0.95, start_noise=0.035)
         flagged += c["flagged"]
     assert flagged / trials < 0.07
 
@@ -121,7 +122,7 @@ def test_a_true_loser_still_loses_after_the_check():
 def test_a_slow_first_baseline_is_said_and_the_verdict_rests_on_the_paired_rounds():
     state, study, _ = _run(first_baseline=0.85, speed=1.08)
     [c] = state["baseline_check"]
-    assert c["flagged"] and c["ratio"] > 1.1 and "check_rounds" not in state
+    assert c["flagged"] and c["ratio"] > 1.1 and not state.recorded("check_rounds")
     assert state["verdict"] == "speculation-wins"
     best = next(r for r in state["results"] if r["trial"] == state["best"])
     assert best["speedup_ci"]["point"] == pytest.approx(1.08, abs=0.03)  # not the search's inflated ~1.27x

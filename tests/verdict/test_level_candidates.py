@@ -11,7 +11,7 @@ import optuna
 
 from autotune.backends.sglang import SGLangBackend
 from autotune.clock import VirtualClock
-from autotune.records import TrialRecord
+from autotune.records import Round, TrialRecord
 from autotune.sim import ModelRunner, simulated_space
 from autotune.space import VerdictSpec, load_space
 from autotune.study import Orchestrator, confirm, open_study, race
@@ -23,34 +23,37 @@ SPEC = VerdictSpec(repeats=4, max_repeats=4)
 CANDS: list[race.Candidate] = [(1, {}, True), (2, {}, True), (3, {}, True)]
 
 
-def _round(objective: dict[str, float], at1: dict[str, float], at64: dict[str, float]) -> dict:
-    return {
-        "baseline": {"True": 100.0},
-        "candidates": objective,
-        "levels": {
-            "baseline": {"True": {"1": 100.0, "64": 1000.0}},
-            "candidates": {k: {"1": at1[k], "64": at64[k]} for k in objective},
-        },
-    }
+def _round(objective: dict[str, float], at1: dict[str, float], at64: dict[str, float]) -> Round:
+    """A round in its stored form (keys as strings), read as the study reads it."""
+    return Round.from_dict(
+        {
+            "baseline": {"True": 100.0},
+            "candidates": objective,
+            "levels": {
+                "baseline": {"True": {"1": 100.0, "64": 1000.0}},
+                "candidates": {k: {"1": at1[k], "64": at64[k]} for k in objective},
+            },
+        }
+    )
 
 
 def test_a_level_only_candidate_that_leads_no_level_after_two_rounds_is_measured_no_more():
     every = {"1": 120.0, "2": 90.0, "3": 88.0}
     r1 = _round(every, {"1": 150.0, "2": 200.0, "3": 190.0}, {"1": 1200.0, "2": 700.0, "3": 690.0})
     r2 = _round(every, {"1": 152.0, "2": 198.0, "3": 192.0}, {"1": 1210.0, "2": 705.0, "3": 700.0})
-    only = frozenset({"2", "3"})
-    assert race.next_round([], CANDS, SPEC, True, LEVELS, only) == ["1", "2", "3"]
-    assert race.next_round([r1], CANDS, SPEC, True, LEVELS, only) == ["1", "2", "3"]
-    assert race.level_only_out([r1, r2], CANDS, LEVELS, only) == {"3"}
-    assert race.next_round([r1, r2], CANDS, SPEC, True, LEVELS, only) == ["1", "2"]
+    only = frozenset({2, 3})
+    assert race.next_round([], CANDS, SPEC, True, LEVELS, only) == [1, 2, 3]
+    assert race.next_round([r1], CANDS, SPEC, True, LEVELS, only) == [1, 2, 3]
+    assert race.level_only_out([r1, r2], CANDS, LEVELS, only) == {3}
+    assert race.next_round([r1, r2], CANDS, SPEC, True, LEVELS, only) == [1, 2]
     # without level-only candidates every one gets spec.repeats rounds
-    assert race.next_round([r1, r2], CANDS, SPEC, True, LEVELS) == ["1", "2", "3"]
+    assert race.next_round([r1, r2], CANDS, SPEC, True, LEVELS) == [1, 2, 3]
 
 
 def test_a_candidate_out_of_the_race_weighs_in_no_level_verdict():
     """Candidate 3's two rounds at 1 stream (1.90x) would beat candidate 2's four (1.85x), but it led no level
     after its two rounds: candidate 2 is the level's winner."""
-    only = frozenset({"2", "3"})
+    only = frozenset({2, 3})
     every = {"1": 120.0, "2": 90.0, "3": 88.0}
     r1 = _round(every, {"1": 150.0, "2": 200.0, "3": 190.0}, {"1": 1200.0, "2": 700.0, "3": 690.0})
     r2 = _round(every, {"1": 152.0, "2": 198.0, "3": 190.0}, {"1": 1210.0, "2": 705.0, "3": 700.0})
@@ -90,15 +93,15 @@ def test_level_candidates_are_judged_by_their_level_and_leave_the_race_on_the_si
             for c in space.benchmark.concurrency
         ), f"trial {t.number} is not among the fastest measured at any level"
     state = orch.confirm()
-    assert state["level_only"] == [str(t.number) for t in level_only]
+    assert state["level_only"] == [str(t.number) for t in level_only]  # stored as strings
     gone = race.level_only_out(
-        state["rounds"],
+        state.rounds,
         confirm._info(ours + level_only),
         list(space.benchmark.concurrency),
-        frozenset(state["level_only"]),
+        frozenset(state.level_only or []),
     )
     assert gone  # on this landscape one of them leads no level after two rounds
     for key in gone:  # measured in the first two rounds only
-        measured = [i for i, r in enumerate(state["rounds"]) if key in r["candidates"]]
+        measured = [i for i, r in enumerate(state.rounds) if key in r.candidates]
         assert measured == list(range(race.LEVEL_ONLY_ROUNDS))
-        assert all(v["trial"] != int(key) for v in state["level_verdicts"])
+        assert all(v["trial"] != key for v in state["level_verdicts"])

@@ -16,6 +16,7 @@ import optuna
 import pytest
 
 from autotune.backends.sglang import SGLangBackend
+from autotune.records import Round
 from autotune.space import VerdictSpec
 from autotune.study import Orchestrator, open_study, race
 
@@ -26,17 +27,14 @@ CANDS: list[race.Candidate] = [(7, {"num_steps": 3}, True)]
 
 def _study(true: float, sd: float, spec: VerdictSpec, rng: random.Random) -> tuple[str, int]:
     """One confirmation of one candidate whose true speedup is ``true``; each start's log tok/s has noise ``sd``."""
-    rounds: list[dict] = []
+    rounds: list[Round] = []
     while True:
         measure = race.next_round(rounds, CANDS, spec, True)
         if not measure:
             break
         base = 100.0 * math.exp(rng.gauss(0, sd))
         rounds.append(
-            {
-                "baseline": {"True": base},
-                "candidates": {k: 100.0 * true * math.exp(rng.gauss(0, sd)) for k in measure},
-            }
+            Round(baseline={True: base}, candidates={k: 100.0 * true * math.exp(rng.gauss(0, sd)) for k in measure})
         )
     return race.look(rounds, CANDS, spec, True)["verdict"], len(rounds)
 
@@ -69,16 +67,17 @@ def test_extra_rounds_settle_marginal_winners_that_one_look_leaves_open():
 
 def test_a_clear_verdict_takes_no_extra_round_and_the_extra_rounds_measure_only_the_pick():
     spec = VerdictSpec(repeats=4, max_repeats=8)
-    clear = [{"baseline": {"True": 100.0}, "candidates": {"7": 150.0 * (1 + 0.01 * i)}} for i in range(4)]
+    clear = [
+        Round.from_dict({"baseline": {"True": 100.0}, "candidates": {"7": 150.0 * (1 + 0.01 * i)}}) for i in range(4)
+    ]
     assert race.next_round(clear, CANDS, spec, True) == []
     # two candidates, the second clearly slower (dropped by the race), the first's verdict open
     two: list[race.Candidate] = [*CANDS, (9, {"num_steps": 5}, True)]
     open_ = [
-        {"baseline": {"True": 100.0}, "candidates": {"7": 100.0 * f, "9": 80.0 * (1 + 0.001 * i)}}
-        for i, f in enumerate((1.10, 0.99, 1.12, 1.01))
+        Round({True: 100.0}, {7: 100.0 * f, 9: 80.0 * (1 + 0.001 * i)}) for i, f in enumerate((1.10, 0.99, 1.12, 1.01))
     ]
     assert race.look(open_, two, spec, True)["verdict"] == "inconclusive"
-    assert race.next_round(open_, two, spec, True) == ["7"]
+    assert race.next_round(open_, two, spec, True) == [7]
     # the looks after the first are stricter; at max_repeats it stops, whatever the verdict
     assert race.look(open_ + open_[:1], two, spec, True)["confidence"] == pytest.approx(1 - 0.05 / 4)
     assert race.next_round(open_ * 2, two, spec, True) == []
@@ -96,8 +95,8 @@ def test_the_orchestrated_confirmation_extends_an_open_verdict_and_records_its_c
         orch = Orchestrator(space, SGLangBackend(), runner, study)
         orch.search(8)
         state = orch.confirm()
-        rounds = state["rounds"]
-        keys = [str(r["trial"]) for r in state["results"]]
+        rounds = state.rounds
+        keys = [r["trial"] for r in state["results"]]
         first = race.first_look(rounds, keys, space.verdict)
         assert first is not None and len(rounds) <= space.verdict.max_rounds
         if len(rounds) > first:
@@ -107,7 +106,7 @@ def test_the_orchestrated_confirmation_extends_an_open_verdict_and_records_its_c
             assert race.look(rounds[:first], cands, space.verdict, True)["verdict"] == "inconclusive"
             for i in range(first, len(rounds)):
                 asked = race.next_round(rounds[:i], cands, space.verdict, True)
-                assert sorted(rounds[i]["candidates"]) == sorted(asked)
+                assert sorted(rounds[i].candidates) == sorted(asked)
             assert state["confidence"] == pytest.approx(1 - 0.05 / (space.verdict.max_rounds - first))
         else:
             assert state["confidence"] == space.verdict.confidence

@@ -1,0 +1,131 @@
+"""The study's own attrs: labels, the lossless floor, the phases' recorded state, the worker spec, the budget."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import optuna
+
+from autotune.records.confirmation import ConfirmationState, Round, rounds_from, rounds_to
+from autotune.records.schema import (
+    BACKEND,
+    BASELINE_CHECK_ROUNDS,
+    CONFIRMATION,
+    LEVEL_PHASE,
+    LOSSLESS_FLOOR,
+    N_TRIALS,
+    PROMPT_IDS,
+    SEED,
+    SIMULATED,
+    SPACE_DIGEST,
+    SPACE_NAME,
+    UNITS,
+    WORKER_SPEC,
+)
+
+
+def lossless_floor(study: optuna.Study) -> list[dict[str, Any]]:
+    """The divergences found between baselines (and each baseline compared: ``{"checked": True}``)."""
+    return list(study.user_attrs.get(LOSSLESS_FLOOR, []))
+
+
+def set_lossless_floor(study: optuna.Study, floor: list[dict[str, Any]]) -> None:
+    study.set_user_attr(LOSSLESS_FLOOR, floor)
+
+
+def level_phase(study: optuna.Study) -> dict[str, Any]:
+    """With load levels: how far the phase after the search got (``rounds`` of per-level picks, ``ladder`` done)."""
+    return dict(study.user_attrs.get(LEVEL_PHASE) or {})
+
+
+def set_level_phase(study: optuna.Study, state: dict[str, Any]) -> None:
+    study.set_user_attr(LEVEL_PHASE, state)
+
+
+def baseline_check_rounds(study: optuna.Study) -> list[Round]:
+    """Rounds of fresh baselines alone, measured when the search left nothing to confirm (so that "the baseline
+    wins" does not rest on a single baseline start); ``autotune.study.baseline_check``."""
+    return rounds_from(study.user_attrs.get(BASELINE_CHECK_ROUNDS))
+
+
+def set_baseline_check_rounds(study: optuna.Study, rounds: list[Round]) -> None:
+    study.set_user_attr(BASELINE_CHECK_ROUNDS, rounds_to(rounds))
+
+
+def confirmation(study: optuna.Study) -> ConfirmationState | None:
+    stored = study.user_attrs.get(CONFIRMATION)
+    return ConfirmationState.from_dict(stored) if stored else None
+
+
+def set_confirmation(study: optuna.Study, state: ConfirmationState) -> None:
+    study.set_user_attr(CONFIRMATION, state.to_dict())
+
+
+def reopen_confirmation(study: optuna.Study) -> None:
+    """Mark a recorded confirmation not done, so that it is run again (``autotune confirm``)."""
+    prev = confirmation(study)
+    if prev:
+        prev.done = False
+        set_confirmation(study, prev)
+
+
+def label_study(
+    study: optuna.Study,
+    *,
+    digest: str,
+    space_name: str,
+    backend: str,
+    simulated: bool,
+    label: dict[str, Any] | None,
+    prompt_ids: list[str],
+    seed: int | None = None,
+) -> None:
+    """A new study's labels; ``label`` (the scenario and time scale) is kept for simulated studies only; ``seed``
+    (``--seed``) also seeds the search's design."""
+    if seed is not None:
+        study.set_user_attr(SEED, seed)
+    study.set_user_attr(SPACE_DIGEST, digest)
+    study.set_user_attr(SPACE_NAME, space_name)
+    study.set_user_attr(BACKEND, backend)
+    study.set_user_attr(SIMULATED, label if simulated else None)
+    study.set_user_attr(PROMPT_IDS, prompt_ids)
+    study.set_user_attr(UNITS, "simulated hardware tok/s" if simulated else "tok/s")
+
+
+def design_seed(study: optuna.Study) -> int:
+    """The seed of the search's design: the study's ``--seed``, else derived from its name (stable per study)."""
+    seed = study.user_attrs.get(SEED)
+    if isinstance(seed, int):
+        return seed
+    return int.from_bytes(hashlib.sha256(study.study_name.encode()).digest()[:4], "little")
+
+
+def worker_spec(study: optuna.Study) -> dict[str, Any] | None:
+    return study.user_attrs.get(WORKER_SPEC)
+
+
+def set_worker_spec(study: optuna.Study, spec: dict[str, Any]) -> None:
+    study.set_user_attr(WORKER_SPEC, spec)
+
+
+def study_n_trials(study: optuna.Study) -> int | None:
+    return study.user_attrs.get(N_TRIALS)
+
+
+def set_study_n_trials(study: optuna.Study, n: int) -> None:
+    study.set_user_attr(N_TRIALS, int(n))
+
+
+def space_digest(study: optuna.Study) -> str | None:
+    return study.user_attrs.get(SPACE_DIGEST)
+
+
+def prompt_ids(study: optuna.Study) -> list[str]:
+    """The ids of the study's prompts, in order (``prompt_ids``, set when the study is created)."""
+    return list(study.user_attrs.get(PROMPT_IDS) or [])
+
+
+def study_labels(study: optuna.Study) -> tuple[Any, str]:
+    """(simulated label or None, units) for reports."""
+    return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")

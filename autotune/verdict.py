@@ -1,0 +1,137 @@
+"""The verdict and the clearly-loses rule, each in one place; pure.
+
+- ``clearly_loses``: a config clearly loses to a reference (its baseline, or the leader) when the one-sided upper
+  confidence bound of its paired speedup over it, widened by the start-to-start noise, is below 1 (the leader
+  rule: below 1 - margin). The pruner (``prune_decision``, ``autotune.objective.prune_decision``), confirmation's
+  eligibility (``autotune.study.confirm``) and the search-only verdict (``autotune.report``) all apply it; each
+  passes its own confidence, noise and spread (``loses_on``).
+- ``verdict``: a speedup interval -> ``Verdict``; with a config the verdict could not weigh (an exclusion, a prune
+  against a search baseline that ran fast) never ``baseline-wins``. Confirmation (``autotune.study.race``), each
+  load level (``autotune.study.levels``) and the report without confirmation (``search_verdict``) use it.
+
+Lives beside ``stats`` rather than in ``autotune.study``: the pruner and the records import it, and importing
+anything under ``autotune.study`` runs that package's ``__init__`` (the orchestrator, which imports both).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from autotune.stats import START_NOISE, Interval, Spread, log_ratios, upper_bound
+
+
+class Verdict(enum.StrEnum):
+    """What a study concludes (a ``str``: stored and printed as its value)."""
+
+    SPECULATION_WINS = "speculation-wins"
+    BASELINE_WINS = "baseline-wins"
+    INCONCLUSIVE = "inconclusive"
+
+
+# ------------------------------------------------------------------------------------------------ clearly loses
+
+
+def clearly_loses(upper: float, bar: float = 1.0) -> bool:
+    """The rule on an upper confidence bound of a speedup over a reference: strictly below ``bar``."""
+    return upper < bar
+
+
+def loses_on(
+    logs: Sequence[float], *, confidence: float, start_noise: float = START_NOISE, spread: Spread | None = None
+) -> bool:
+    """``clearly_loses`` on the upper bound (``stats.upper_bound``) of paired log ratios; fewer than 2: never."""
+    return clearly_loses(upper_bound(logs, confidence, start_noise, spread))
+
+
+@dataclass(frozen=True)
+class PruneDecision:
+    prune: bool
+    upper_bound: float
+    n: int
+    reason: str
+    #: which reference the trial was compared with: ``baseline`` or ``leader``
+    rule: str = "baseline"
+    #: the reference trial's number, when known
+    against: int | None = None
+
+
+def prune_decision(
+    trial: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    confidence: float,
+    min_prompts: int,
+    start_noise: float = START_NOISE,
+    spread: Spread | None = None,
+    rule: str = "baseline",
+    against: int | None = None,
+) -> PruneDecision:
+    """Prune once the trial clearly loses to the reference after at least ``max(2, min_prompts)`` paired prompts.
+
+    ``trial`` and ``baseline`` (the reference: the baseline of the same CUDA-graph setting, or the leader) are
+    per-prompt tok/s for the same prompts in the same order.
+    """
+    logs = log_ratios(trial, baseline)
+    n = len(logs)
+    what = "the baseline" if rule == "baseline" else f"the leader (trial {against})" if against is not None else rule
+    if n < max(2, min_prompts):
+        return PruneDecision(False, math.inf, n, f"only {n} paired prompts (need {max(2, min_prompts)})", rule, against)
+    ub = upper_bound(logs, confidence, start_noise, spread)
+    if clearly_loses(ub):
+        return PruneDecision(
+            True,
+            ub,
+            n,
+            f"upper {confidence:.0%} bound of the speedup over {what} is {ub:.3f} < 1 after {n} prompts",
+            rule,
+            against,
+        )
+    return PruneDecision(False, ub, n, f"upper bound {ub:.3f} over {what} >= 1 after {n} prompts", rule, against)
+
+
+# ------------------------------------------------------------------------------------------------ the verdict
+
+
+def verdict(interval: Interval | None, min_gain: float, *, unweighed: bool = False) -> Verdict:
+    """speculation-wins when the interval's low end clears 1 + min_gain; baseline-wins when its high end is below
+    1; otherwise inconclusive. No interval (nothing left to confirm) is baseline-wins. ``unweighed``: a config the
+    verdict could not weigh is left (it might have won), so never baseline-wins."""
+    if interval is None:
+        v = Verdict.BASELINE_WINS
+    elif interval.low > 1.0 + min_gain:
+        v = Verdict.SPECULATION_WINS
+    elif interval.high < 1.0:
+        v = Verdict.BASELINE_WINS
+    else:
+        v = Verdict.INCONCLUSIVE
+    return with_unweighed(v) if unweighed else v
+
+
+def with_unweighed(v: str) -> Verdict:
+    """``v`` once a config the verdict could not weigh is known to be left: baseline-wins becomes inconclusive."""
+    return Verdict.INCONCLUSIVE if v == Verdict.BASELINE_WINS else Verdict(v)
+
+
+def search_verdict(lost: Iterable[bool | None], excluded: int) -> tuple[Verdict, str]:
+    """The verdict without confirmation and what it rests on: baseline-wins only when every measured speculative
+    trial clearly lost to its baseline (``lost``: one per trial, None without a baseline; read lazily, up to the
+    first that did not) and no config was excluded."""
+    if excluded:
+        return verdict(None, 0.0, unweighed=True), f"search only (not confirmed); {excluded} config(s) excluded"
+    seen = False
+    for x in lost:
+        seen = True
+        if not x:
+            return Verdict.INCONCLUSIVE, "search only (not confirmed)"
+    if not seen:
+        return verdict(None, 0.0), "search (no speculative trial survived pruning)"
+    return verdict(None, 0.0), "search (every speculative trial lost to its baseline)"
+
+
+def point_verdict(speedup: float | None, slo_broken: bool) -> Verdict:
+    """One search start's reading of one load level, on its point estimate alone (no interval): speculation-wins
+    above 1 within the latency limits, else baseline-wins."""
+    return Verdict.SPECULATION_WINS if (speedup or 0) > 1.0 and not slo_broken else Verdict.BASELINE_WINS
