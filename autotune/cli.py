@@ -373,13 +373,14 @@ def cmd_study(ctx: Context) -> int:
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
+        from autotune.export import suggested_format
         from autotune.render import render_report
 
         render_report(report, sys.stdout)
         print(
             f"\nreport: {ctx.studies_dir / ctx.study_name / 'report.html'}   "
             f"export: autotune export {args.space}{' --simulate' if ctx.simulated else ''} --format "
-            f"{'sglang' if ctx.space.server.backend == 'sglang' else 'command'}",
+            f"{suggested_format(ctx.backend)}",
             file=sys.stderr,
         )
     return EXIT_OK
@@ -537,26 +538,22 @@ def cmd_report(ctx: Context) -> int:
 
 
 def cmd_export(ctx: Context) -> int:
-    from autotune._io import atomic_write
+    from autotune import export
     from autotune.errors import UserError
-    from autotune.export import FORMATS, Options, render
+    from autotune.export import Options, render
     from autotune.report import build_report
 
     args = ctx.args
-    if args.format not in FORMATS:
-        raise UserError(f"--format {args.format}: unknown format; expected one of {', '.join(FORMATS)}")
-    if args.format == "sglang" and ctx.space.server.backend != "sglang":
-        raise UserError(
-            f"--format sglang needs an SGLang space; this one's backend is {ctx.space.server.backend!r} "
-            f"(use --format command)"
-        )
+    problem = export.format_problem(ctx.backend, args.format)
+    if problem:
+        raise UserError(problem)
     if args.gpus is not None and args.gpus < 1:
         raise UserError(f"--gpus must be at least 1 but got {args.gpus}")
     study = ctx.open_study(create=False)
     report = build_report(study)
     options = Options(image=args.image, gpus=args.gpus, name=args.name)
     try:
-        if ctx.space.benchmark.loaded and args.format in ("sglang", "command", "vllm", "yaml", "json"):
+        if ctx.space.benchmark.loaded and export.renders_schedule(args.format):
             # a per-load-level schedule (autotune.schedule)
             from autotune import records, schedule
             from autotune.export import render_schedule
@@ -588,8 +585,8 @@ def cmd_export(ctx: Context) -> int:
         out = Path(args.output)
         if not out.parent.is_dir():
             raise UserError(f"-o {args.output}: no such directory {out.parent}")
-        atomic_write(out, text)
-        print(f"wrote {out} ({args.format})", file=sys.stderr)
+        written = export.write(out, text, export.files(_deploy_space(ctx), ctx.backend, report, trial=args.trial))
+        print(f"wrote {out} ({args.format}){''.join(f', {p}' for p in written)}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return EXIT_OK

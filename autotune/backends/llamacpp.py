@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
+from autotune.backends import encode
 from autotune.backends.base import (
     Backend,
     ChunkInfo,
@@ -54,9 +55,9 @@ from autotune.backends.base import (
     metric_total,
     parse_openai_chunk,
 )
-from autotune.config import TrialConfig
+from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
-from autotune.space import Choices, FloatRange, IntRange, ParamSpec
+from autotune.space import FloatRange
 
 if TYPE_CHECKING:
     import optuna
@@ -203,16 +204,6 @@ def parse_timings(timings: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _spec_values(spec: ParamSpec | None) -> list[Any] | None:
-    if spec is None:
-        return None
-    if isinstance(spec, IntRange):
-        return spec.values()
-    if isinstance(spec, Choices):
-        return list(spec.values)
-    return None
-
-
 class LlamaCppBackend(Backend):
     """``llama-server`` with a draft GGUF model.
 
@@ -228,6 +219,9 @@ class LlamaCppBackend(Backend):
     knob_domains = KNOB_DOMAINS
     managed_flags = ("--spec-*", "--draft-*", "--port", "--host", "-m", "--model", "-md", "--model-draft")
     size_knob = "draft_n_max"
+    images = ("ghcr.io/ggml-org/llama.cpp:server-cuda", "ghcr.io/ggml-org/llama.cpp:server-cuda")
+    schedule_knob = "draft_n_max"  # the longest draft
+    schedule_static_knobs = ("spec_type",)
     probe_before_argv = True  # the flag names changed between builds of one release: no version tells them
     display_name = "llama.cpp"
     # draft_p_min can stop every draft: one config's zero acceptance says nothing about the drafter's others
@@ -249,37 +243,26 @@ class LlamaCppBackend(Backend):
         return str(forced).lower() if forced else DEFAULT_SPEC_TYPE
 
     def _type_values(self, space: Space, drafter: str) -> list[str]:
-        values = _spec_values(space.search.knobs.get("spec_type"))
+        values = encode.spec_values(space.search.knobs.get("spec_type"))
         if values is None:
             return [self._default_type(space, drafter)]
         return [str(v) for v in values if str(v) in SPEC_TYPES]
 
     def _n_max_values(self, space: Space) -> list[int]:
-        values = _spec_values(space.search.knobs.get("draft_n_max"))
+        values = encode.spec_values(space.search.knobs.get("draft_n_max"))
         if values is None:
             return [DEFAULT_N_MAX]
         return [int(v) for v in values if int(v) >= 1]
 
     def _n_min_values(self, space: Space, n_max: int) -> list[int]:
-        values = _spec_values(space.search.knobs.get("draft_n_min"))
+        values = encode.spec_values(space.search.knobs.get("draft_n_min"))
         if values is None:
             return [min(DEFAULT_N_MIN, n_max)]
         return [int(v) for v in values if 0 <= int(v) <= n_max]
 
     def _n_min_name(self, space: Space, n_max: int) -> str:
-        full = _spec_values(space.search.knobs.get("draft_n_min")) or []
-        return "draft_n_min" if self._n_min_values(space, n_max) == full else f"draft_n_min_le{n_max}"
-
-    @staticmethod
-    def _suggest_int(trial: optuna.trial.BaseTrial, name: str, spec: ParamSpec | None, allowed: list[int]) -> int:
-        if len(allowed) == 1 and spec is None:
-            return allowed[0]
-        full = _spec_values(spec)
-        if isinstance(spec, IntRange) and allowed == full:
-            return int(trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log))
-        if isinstance(spec, IntRange) and allowed and allowed == full[: len(allowed)] and not spec.log:
-            return int(trial.suggest_int(name, allowed[0], allowed[-1], step=spec.step))
-        return int(trial.suggest_categorical(name, list(allowed)))
+        full = encode.spec_values(space.search.knobs.get("draft_n_min"))
+        return encode.cut_name("draft_n_min", self._n_min_values(space, n_max), full, f"le{n_max}")
 
     def _suggest_p_min(self, trial: optuna.trial.BaseTrial, space: Space) -> float:
         spec = space.search.knobs.get("draft_p_min")
@@ -292,7 +275,7 @@ class LlamaCppBackend(Backend):
             if (low, high) == (float(spec.low), float(spec.high)):
                 return float(trial.suggest_float("draft_p_min", low, high, log=spec.log))
             return float(trial.suggest_float("draft_p_min_01", low, high, log=spec.log and low > 0))
-        values = [float(v) for v in _spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+        values = [float(v) for v in encode.spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
         if not values:
             raise InfeasibleConfig("no draft_p_min value of the space lies in [0, 1]")
         return float(trial.suggest_categorical("draft_p_min", values))
@@ -303,8 +286,7 @@ class LlamaCppBackend(Backend):
         proposes it again. ``spec_type`` is searched only when the space lists it (else the drafter's forced
         ``algorithm`` or draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (named
         ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
-        drafter = trial.suggest_categorical("drafter", list(space.searched_drafters()))
-        cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
+        drafter, cuda_graph = encode.suggest_drafter(trial, space)
         types = self._type_values(space, drafter)
         if not types:
             raise InfeasibleConfig(f"no spec_type of the space is one of {list(SPEC_TYPES)}")
@@ -315,11 +297,11 @@ class LlamaCppBackend(Backend):
         n_max_allowed = self._n_max_values(space)
         if not n_max_allowed:
             raise InfeasibleConfig("no draft_n_max value of the space is at least 1")
-        n_max = self._suggest_int(trial, "draft_n_max", space.search.knobs.get("draft_n_max"), n_max_allowed)
+        n_max = encode.suggest_int(trial, "draft_n_max", space.search.knobs.get("draft_n_max"), n_max_allowed)
         n_min_allowed = self._n_min_values(space, n_max)
         if not n_min_allowed:
             raise InfeasibleConfig(f"no draft_n_min value of the space lies in [0, draft_n_max={n_max}]")
-        n_min = self._suggest_int(
+        n_min = encode.suggest_int(
             trial, self._n_min_name(space, n_max), space.search.knobs.get("draft_n_min"), n_min_allowed
         )
         p_min = self._suggest_p_min(trial, space)
@@ -350,12 +332,12 @@ class LlamaCppBackend(Backend):
             out["draft_p_min_01" if clipped else "draft_p_min"] = float(eff.knob("draft_p_min"))
         return out
 
-    def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
+    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         """All four knobs filled in (server defaults for the missing ones), or InfeasibleConfig."""
         if config.is_baseline:
             if config.knobs:
                 raise InfeasibleConfig(f"a baseline takes no knobs but got {config.knob_dict}")
-            return TrialConfig.baseline(config.cuda_graph)
+            return EffectiveConfig.baseline(config.cuda_graph)
         self.require_known(config, space)
         spec_type = str(config.knob("spec_type") or self._default_type(space, config.drafter or "")).lower()
         if spec_type == "none":
@@ -373,7 +355,7 @@ class LlamaCppBackend(Backend):
             raise InfeasibleConfig(f"draft_n_min ({n_min}) must not exceed draft_n_max ({n_max})")
         if p_min is None or not 0.0 <= p_min <= 1.0:
             raise InfeasibleConfig(f"draft_p_min must be in [0, 1] but got {config.knob('draft_p_min')!r}")
-        return TrialConfig.make(
+        return EffectiveConfig.make(
             config.drafter,
             config.cuda_graph,
             spec_type=spec_type,
@@ -479,8 +461,10 @@ class LlamaCppBackend(Backend):
         except AttributeError:  # pragma: no cover - not Linux
             return max(1, os.cpu_count() or 1)
 
-    def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
-        eff = self.resolve(config, space)
+    def argv(
+        self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False, files_dir: str | None = None
+    ) -> list[str]:
+        eff = self.effective(config, space)
         server = space.server
         flags = self.spelling_for(space)
         extra = [str(a) for a in server.extra_args]
@@ -653,7 +637,7 @@ def _nearest_p_min(space: Space) -> float | None:
         return DEFAULT_P_MIN
     if isinstance(spec, FloatRange):
         return min(max(DEFAULT_P_MIN, spec.low, 0.0), spec.high, 1.0)
-    values = [float(v) for v in _spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+    values = [float(v) for v in encode.spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
     return min(values, key=lambda v: (abs(v - DEFAULT_P_MIN), v)) if values else None
 
 
