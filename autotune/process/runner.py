@@ -3,10 +3,10 @@
 ``launch(config)``: the backend resolves the config unless it is an ``EffectiveConfig`` already (an infeasible one
 raises ``InfeasibleConfig``, nothing starts) and builds the argv list, environment and files (``Backend.files``,
 written into the launch's own folder beside its log file, which argv names); the port is chosen
-(``ports.choose_port``); a ``ServerProcess`` is started with a per-trial log file and waited for (``backend.health_path``, up to ``server.startup_timeout_s``
-hardware seconds: divided by ``time_scale`` on the wall clock); the resolved settings (``backend.info_path``) go in
-``LaunchInfo.effective``; the ``ProcessSession`` it returns owns the server process. Any failure or Ctrl-C during
-a launch stops the server before propagating.
+(``ports.choose_port``); a ``ServerProcess`` is started with a per-trial log file and waited for
+(``backend.health_path``, up to ``server.startup_timeout_s`` hardware seconds: divided by ``time_scale`` on the wall
+clock); the resolved settings (``backend.info_path``) go in ``LaunchInfo.effective``; the ``ProcessSession`` it
+returns owns the server process. Any failure or Ctrl-C during a launch stops the server before propagating.
 """
 
 from __future__ import annotations
