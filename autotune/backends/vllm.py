@@ -17,6 +17,8 @@ Knobs: ``method`` (eagle, eagle3, draft_model, ngram, mtp) and ``num_speculative
   ``vllm:spec_decode_num_accepted_tokens_total`` / ``vllm:spec_decode_num_drafts_total`` counters around each
   request (requests are measured one at a time): accept length = 1 + accepted / drafts.
 - Requests: OpenAI ``/v1/completions`` (or chat) streaming, tokens from ``usage`` (include_usage).
+- Export: ``--format vllm`` with load levels is the schedule as ``--speculative-config`` with
+  ``num_speculative_tokens_per_batch_size`` (``schedule_config``), for a study of any server.
 """
 
 from __future__ import annotations
