@@ -215,10 +215,12 @@ def cmd_study(ctx: Context) -> int:
     _write_html(ctx, result.study, result.report, html)
     _print_report(result.report, args.json)
     if not args.json:
+        from autotune.export import suggested_format
+
         print(
             f"\nreport: {html}   "
             f"export: autotune export {args.space}{' --simulate' if ctx.simulated else ''} --format "
-            f"{'sglang' if ctx.space.server.backend == 'sglang' else 'command'}",
+            f"{suggested_format(ctx.backend)}",
             file=sys.stderr,
         )
     return EXIT_OK
@@ -248,7 +250,7 @@ def cmd_report(ctx: Context) -> int:
 def cmd_export(ctx: Context) -> int:
     result = commands.export(ctx)
     if result.output is not None:
-        _note(f"wrote {result.output} ({ctx.args.format})")
+        _note(f"wrote {result.output} ({ctx.args.format}){''.join(f', {p}' for p in result.files)}")
     else:
         sys.stdout.write(result.text)
     return EXIT_OK

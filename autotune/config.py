@@ -1,6 +1,7 @@
 """Plain data that crosses the seam between the search loop and the world.
 
-A ``TrialConfig`` is what the search proposes (one point of the space); a backend turns it into argv.
+A ``TrialConfig`` is what the search proposes (one point of the space); its backend resolves it into an
+``EffectiveConfig`` (what the server will run) and turns that into argv.
 A ``PromptResult`` is what measuring one prompt gives; ``LaunchInfo`` describes a started server.
 All figures are in the measured hardware's time: for the simulator, wall-clock times multiplied by its
 time scale.
@@ -11,12 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 KnobValue = int | float | str | bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TrialConfig:
     """One server configuration.
 
@@ -30,17 +31,26 @@ class TrialConfig:
     cuda_graph: bool = True
     knobs: tuple[tuple[str, KnobValue], ...] = ()
 
-    @staticmethod
-    def make(drafter: str | None, cuda_graph: bool = True, **knobs: KnobValue) -> TrialConfig:
-        return TrialConfig(
+    @classmethod
+    def make(cls, drafter: str | None, cuda_graph: bool = True, **knobs: KnobValue) -> Self:
+        return cls(
             drafter=drafter,
             cuda_graph=bool(cuda_graph),
             knobs=tuple(sorted((k, v) for k, v in knobs.items() if v is not None)),
         )
 
-    @staticmethod
-    def baseline(cuda_graph: bool = True) -> TrialConfig:
-        return TrialConfig(drafter=None, cuda_graph=bool(cuda_graph))
+    @classmethod
+    def baseline(cls, cuda_graph: bool = True) -> Self:
+        return cls(drafter=None, cuda_graph=bool(cuda_graph))
+
+    def __eq__(self, other: object) -> bool:
+        """The same server config (an ``EffectiveConfig`` equals the ``TrialConfig`` of the same values)."""
+        if not isinstance(other, TrialConfig):
+            return NotImplemented
+        return (self.drafter, self.cuda_graph, self.knobs) == (other.drafter, other.cuda_graph, other.knobs)
+
+    def __hash__(self) -> int:
+        return hash((self.drafter, self.cuda_graph, self.knobs))
 
     @property
     def is_baseline(self) -> bool:
@@ -83,6 +93,16 @@ class TrialConfig:
             return f"baseline ({cg})"
         inner = ", ".join(f"{k}={v}" for k, v in self.knobs)
         return f"{self.drafter} [{inner}] ({cg})"
+
+
+@dataclass(frozen=True, eq=False)
+class EffectiveConfig(TrialConfig):
+    """A config as its backend resolved it (``Backend.resolve``): every knob the server takes, filled in and
+    checked. Whoever is given one does not resolve it again (``ProcessRunner.launch``, ``Backend.argv``)."""
+
+    @classmethod
+    def of(cls, config: TrialConfig) -> EffectiveConfig:
+        return cls(drafter=config.drafter, cuda_graph=config.cuda_graph, knobs=config.knobs)
 
 
 @dataclass(frozen=True)

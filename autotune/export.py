@@ -3,9 +3,12 @@ env file, a docker-compose service or a Kubernetes Deployment, each stamped with
 
 ``bundle`` gathers everything (pure over the report dict, apart from probing the server for flag spellings and
 reading checkpoint fingerprints); one function per format turns it into text (``FORMATS``: adding a format is one
-entry). Every format carries the same ``provenance`` (YAML/JSON: a key; compose: ``x-autotune``; Kubernetes: the
-annotation ``autotune/provenance``; command and env file: a ``# autotune-provenance: {json}`` line), which is what
-``autotune reverify`` reads back (``read_provenance``). Secret-looking env values never appear: the command and
+entry). A server adds its own format (``Backend.export_format``: its launch command, with load levels the schedule in
+its own form, ``Backend.schedule_export``); the files a server reads at launch (``Backend.files``) are named in every
+format and written beside the export by ``autotune export -o`` (``write``). Every format carries the same
+``provenance`` (YAML/JSON: a key; compose: ``x-autotune``; Kubernetes: the annotation ``autotune/provenance``;
+command and env file: a ``# autotune-provenance: {json}`` line), which is what ``autotune reverify`` reads back
+(``read_provenance``). Secret-looking env values never appear: the command and
 compose file take them from the deploying shell, the env file leaves them to be set, Kubernetes reads a Secret.
 """
 
@@ -24,7 +27,9 @@ from typing import Any
 import yaml
 
 from autotune import __version__
+from autotune._io import atomic_write
 from autotune.backends.base import Backend
+from autotune.backends.registry import backend_class, backend_names
 from autotune.config import TrialConfig
 from autotune.redact import is_secret_name, redact_env
 from autotune.space import Space
@@ -32,12 +37,6 @@ from autotune.space import Space
 #: Kubernetes annotation / compose extension / comment prefix holding the provenance
 PROVENANCE_ANNOTATION = "autotune/provenance"
 PROVENANCE_COMMENT = "# autotune-provenance: "
-#: container images when ``--image`` is not given, by backend; ``{version}`` is ``server.version``
-DEFAULT_IMAGES = {
-    "sglang": ("lmsysorg/sglang:v{version}", "lmsysorg/sglang:latest"),
-    "vllm": ("vllm/vllm-openai:v{version}", "vllm/vllm-openai:latest"),
-    "llamacpp": ("ghcr.io/ggml-org/llama.cpp:server-cuda", "ghcr.io/ggml-org/llama.cpp:server-cuda"),
-}
 
 
 class _NoAliases(yaml.SafeDumper):
@@ -59,7 +58,7 @@ WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json"
 class Options:
     """Deployment parameters (compose, Kubernetes): image and resources, with defaults from the space."""
 
-    image: str | None = None  # default: DEFAULT_IMAGES for the backend and server.version
+    image: str | None = None  # default: the backend's images (``Backend.images``) for server.version
     gpus: int | None = None  # default: CUDA_VISIBLE_DEVICES entries in server.env, else --tp-size, else 1
     name: str | None = None  # service / Deployment name; default: the space's name
 
@@ -186,6 +185,7 @@ def bundle(
     config = TrialConfig.from_dict(chosen["config"])
     argv = launch_argv(space, backend, config)
     env = redact_env(backend.env(config, space))
+    files = backend.files(config, space)
     launcher = backend.launcher(space, deploy=True)
     provenance = {
         "study": report["study"],
@@ -223,12 +223,14 @@ def bundle(
             "command": shlex.join(argv),
             "launcher": argv[: len(launcher)] if argv[: len(launcher)] == launcher else argv[:1],
             "env": env,
+            **({"files": files} if files else {}),
         },
         "verify": "autotune bench "
         + shlex.quote(space.path or "SPACE")
         + "".join(" --set " + shlex.quote(f"{k}={v}") for k, v in config.to_dict().items() if v is not None),
         "provenance": provenance,
         "_space": space,
+        "_backend": backend,
     }
 
 
@@ -250,6 +252,10 @@ def _comment_lines(b: dict[str, Any]) -> list[str]:
         f"# measured {_f(m.get('tok_per_s'))} {m.get('units') or 'tok/s'}"
         + (f", speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "")
         + (f" against baseline trial {p['baseline']['trial']}" if p.get("baseline") else ""),
+    ]
+    lines += [
+        f"# reads {name} from its working directory (autotune export -o FILE writes it beside FILE)"
+        for name in b["launch"].get("files", {})
     ]
     return lines + [PROVENANCE_COMMENT + json.dumps(p, sort_keys=True, separators=(",", ":"))]
 
@@ -295,7 +301,7 @@ def _deploy(b: dict[str, Any], opts: Options) -> dict[str, Any]:
     """What compose and Kubernetes share: name, image, GPUs, port, the model directories to mount."""
     space: Space = b["_space"]
     version = b["provenance"]["server_version"]
-    images = DEFAULT_IMAGES.get(space.server.backend, ("{version}", "latest"))
+    images = b["_backend"].images
     image = opts.image or (images[0].format(version=version) if version else images[1])
     name = re.sub(r"[^a-z0-9-]+", "-", (opts.name or space.name).lower()).strip("-")[:63] or "autotune"
     mounts = sorted(
@@ -400,17 +406,59 @@ def fmt_k8s(b: dict[str, Any], opts: Options) -> str:
     return "\n".join(_comment_lines(b)[:2]) + "\n" + _dump(doc)
 
 
-#: format name -> renderer (one function per format)
+#: format name -> renderer (one function per format); each server's own format comes on top (``format_names``)
 FORMATS: dict[str, Callable[[dict[str, Any], Options], str]] = {
-    "sglang": fmt_command,
     "command": fmt_command,
     "yaml": fmt_yaml,
     "json": fmt_json,
     "env": fmt_env,
     "compose": fmt_compose,
     "k8s": fmt_k8s,
-    "vllm": fmt_command,  # without load levels: the launch command; with them, the schedule (render_schedule)
 }
+#: the generic formats that carry a per-load-level schedule (``render_schedule``), besides the servers' own
+SCHEDULE_FORMATS = ("command", "yaml", "json")
+
+
+def _server_formats() -> dict[str, type[Backend]]:
+    """Each server's own format (``Backend.export_format``) -> its backend class."""
+    out: dict[str, type[Backend]] = {}
+    for name in backend_names():
+        cls = backend_class(name)
+        if cls.export_format:
+            out[cls.export_format] = cls
+    return out
+
+
+def format_names(backend: Backend) -> list[str]:
+    """Every format, in the order messages list them: ``backend``'s own, the generic ones, the other servers'."""
+    own = [backend.export_format] if backend.export_format else []
+    return [*own, *FORMATS, *(f for f in _server_formats() if f not in own)]
+
+
+def format_problem(backend: Backend, fmt: str) -> str | None:
+    """Why ``--format fmt`` cannot export a study of ``backend`` (None: it can). Another server's format exports
+    only when it is a config fragment (``Backend.export_format_launches`` False), never another server's command."""
+    if fmt in FORMATS or fmt == backend.export_format:
+        return None
+    owner = _server_formats().get(fmt)
+    if owner is None:
+        return f"--format {fmt}: unknown format; expected one of {', '.join(format_names(backend))}"
+    if owner.export_format_launches:
+        return (
+            f"--format {fmt} needs an {owner.display_name} space; this one's backend is {backend.name!r} "
+            f"(use --format command)"
+        )
+    return None
+
+
+def suggested_format(backend: Backend) -> str:
+    """The launch-command format to suggest after a study: the server's own when it is one, else ``command``."""
+    return backend.export_format if backend.export_format and backend.export_format_launches else "command"
+
+
+def renders_schedule(fmt: str) -> bool:
+    """Whether ``fmt`` exports a per-load-level schedule (``render_schedule``) when the study has load levels."""
+    return fmt in SCHEDULE_FORMATS or fmt in _server_formats()
 
 
 def render(
@@ -423,10 +471,27 @@ def render(
     options: Options | None = None,
     read_space: Space | None = None,
 ) -> str:
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    """The export in format ``fmt``; a server's own format is its launch command here (its schedule form:
+    ``render_schedule``)."""
+    if fmt not in FORMATS and fmt not in _server_formats():
+        raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(format_names(backend))}")
     b = bundle(space, backend, report, trial=trial, read_space=read_space)
-    return FORMATS[fmt](b, options or Options())
+    return FORMATS.get(fmt, fmt_command)(b, options or Options())
+
+
+def files(space: Space, backend: Backend, report: dict[str, Any], *, trial: int | None = None) -> dict[str, str]:
+    """The files the exported config's server reads at launch (``Backend.files``): name -> text."""
+    return backend.files(TrialConfig.from_dict(_choose(report, trial)["config"]), space)
+
+
+def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:
+    """The export to ``path`` and each of its files beside it, atomically; returns the files' paths."""
+    atomic_write(path, text)
+    out = []
+    for name, content in files_.items():
+        atomic_write(path.parent / name, content)
+        out.append(path.parent / name)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- reading back
@@ -460,48 +525,24 @@ def _checked(p: Any, where: str) -> dict[str, Any]:
 
 
 def render_schedule(space: Space, backend: Backend, report: dict[str, Any], schedule_: dict[str, Any], fmt: str) -> str:
-    """A per-load-level schedule (``autotune.schedule``) in an engine's format: ``vllm`` the
-    ``--speculative-config`` JSON with ``num_speculative_tokens_per_batch_size``; ``sglang`` the launch command
-    with ``--speculative-adaptive`` and the adaptive config file's JSON; ``command`` the recommended static
-    config's command (engines without schedules: llama.cpp); ``yaml``/``json`` add the schedule to the bundle.
-    The text formats start with the schedule as a table (comment lines)."""
+    """A per-load-level schedule (``autotune.schedule``) in format ``fmt``: a server's own format in that server's
+    form (``Backend.schedule_export``: SGLang the launch command with ``--speculative-adaptive`` and the adaptive
+    config file's JSON, vLLM the ``--speculative-config`` with ``num_speculative_tokens_per_batch_size``);
+    ``command`` the recommended static config's command (engines without schedules: llama.cpp); ``yaml``/``json``
+    add the schedule to the bundle. The text formats start with the schedule as a table (comment lines)."""
     from autotune import schedule
 
     table = "\n".join("# " + line for line in schedule.render_text(schedule_).splitlines())
-    static = schedule_["static"]
-    drafter = space.drafter(static["drafter"]) if static.get("drafter") else None
-    if fmt == "vllm":
-        if drafter is None:
-            return table + "\n# speculation loses at every level: launch without --speculative-config"
-        method = _method(space, drafter.name)
-        cfg = schedule.vllm_config(schedule_, method=method, model=drafter.path)
-        return table + "\n--speculative-config " + shlex.quote(json.dumps(cfg, sort_keys=True))
-    if fmt == "sglang":
-        cmd = render(space, backend, report, "sglang").rstrip("\n")
-        if drafter is None or not schedule_["on_up_to"]:
-            return table + "\n" + cmd
-        file_ = {**schedule.sglang_adaptive(schedule_)}
-        note = "# write the JSON below to adaptive.json (topk 1 only)"
-        return "\n".join(
-            [
-                table,
-                cmd + " --speculative-adaptive --speculative-adaptive-config adaptive.json",
-                note,
-                json.dumps(file_),
-            ]
-        )
+    owner = _server_formats().get(fmt)
+    if owner is not None:
+        server = backend if type(backend) is owner else owner()
+
+        def command() -> str:
+            return render(space, backend, report, "command").rstrip("\n")
+
+        return table + "\n" + server.schedule_export(space, schedule_, backend, command)
     if fmt == "command":  # an engine without schedules (llama.cpp): the recommended static config
         return table + "\n" + render(space, backend, report, "command")
     b = _public(bundle(space, backend, report))
     b["schedule"] = schedule_
     return json.dumps(b, indent=2) if fmt == "json" else yaml.safe_dump(b, sort_keys=False)
-
-
-def _method(space: Space, drafter: str) -> str:
-    """vLLM's method name for a drafter (eagle3 / eagle / draft_model)."""
-    if space.server.backend == "sglang":
-        from autotune.backends.sglang import resolved_algorithm
-
-        return resolved_algorithm(space, drafter).lower()
-    algo = space.drafter(drafter).algorithm
-    return algo.lower() if algo else "eagle3"

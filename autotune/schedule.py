@@ -1,5 +1,7 @@
 """Per-load-level speculation schedules: from the measured per-level figures to the draft length each level should
-use, and that schedule in each engine's own format. Pure (plain dicts in, plain data out).
+use. Pure (plain dicts in, plain data out). Each server's own form of a schedule is its backend's
+(``Backend.schedule_export``); which knob is the draft length and which stay fixed too (``Backend.schedule_knob``,
+``schedule_static_knobs``).
 
 The static part (drafter, CUDA graphs, topk) is the recommended config's; at each level the draft length is the
 best measured config sharing that static part (highest speedup over the baseline's same level, within the latency
@@ -13,17 +15,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: the knob that is the draft length, per backend (SGLang: draft steps; llama.cpp: the longest draft)
-DRAFT_KNOB = {"sglang": "num_steps", "vllm": "num_speculative_tokens", "llamacpp": "draft_n_max"}
+from autotune.backends.registry import backend_class
+
 #: at a level, configs within this share of the best speedup count as tied; the shortest draft among them is taken
 #: (vLLM PR #49163's rule: ties within 1% go to the smaller K)
 TIE = 0.01
-#: knobs that stay fixed across levels (besides drafter and CUDA graphs)
-STATIC_KNOBS = ("topk", "spec_type", "method")
 
 
-def _static(config: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (config.get("drafter"), config.get("cuda_graph"), *(config.get(k) for k in STATIC_KNOBS))
+def _static(config: Mapping[str, Any], static_knobs: tuple[str, ...]) -> tuple[Any, ...]:
+    return (config.get("drafter"), config.get("cuda_graph"), *(config.get(k) for k in static_knobs))
 
 
 def build(
@@ -34,16 +34,20 @@ def build(
     backend: str,
     min_gain: float,
 ) -> dict[str, Any]:
-    """``rows``: measured speculative trials as ``{"trial", "config", "levels": [level summaries], "lossy"}``.
+    """``rows``: measured speculative trials as ``{"trial", "config", "levels": [level summaries], "lossy"}``;
+    ``backend``: the study's backend name (its ``schedule_knob`` is the draft length).
     Returns ``{"static": {...}, "levels": [{"level", "draft", "trial", "config", "speedup"}, ...], "on_up_to"}``;
-    ``draft`` 0 = speculation off at that level."""
-    knob = DRAFT_KNOB.get(backend, "num_steps")
+    ``draft`` 0 = speculation off at that level. ValueError for a backend without a draft-length knob."""
+    cls = backend_class(backend)
+    knob, static_knobs = cls.schedule_knob, cls.schedule_static_knobs
+    if knob is None:
+        raise ValueError(f"{cls.display_name or backend} has no draft-length knob: no per-level schedule")
     static = dict(recommended or {})
     ok = [r for r in rows if not r.get("lossy") and r.get("levels") and r.get("config")]
     if not static.get("drafter") and ok:  # the baseline was recommended: the static part of the best at level 1
         static = dict(max(ok, key=lambda r: _speedup(r, levels[0]) or 0.0)["config"])
-    key = _static(static)
-    same = [r for r in ok if _static(r["config"]) == key]
+    key = _static(static, static_knobs)
+    same = [r for r in ok if _static(r["config"], static_knobs) == key]
     out: list[dict[str, Any]] = []
     off = False
     for c in levels:
@@ -67,7 +71,7 @@ def build(
             }
         )
     on = [x["level"] for x in out if x["draft"] > 0]
-    static_out = {k: static.get(k) for k in ("drafter", "cuda_graph", *STATIC_KNOBS) if static.get(k) is not None}
+    static_out = {k: static.get(k) for k in ("drafter", "cuda_graph", *static_knobs) if static.get(k) is not None}
     return {"static": static_out, "draft_knob": knob, "levels": out, "on_up_to": max(on) if on else None}
 
 
@@ -86,41 +90,6 @@ def _broken(row: Mapping[str, Any], c: int) -> bool:
     return bool(x and x.get("slo_broken"))
 
 
-def batch_ranges(schedule: Mapping[str, Any]) -> list[list[int]]:
-    """``[[start, end, K], ...]`` batch-size ranges: level i covers batch sizes above level i-1 up to level i
-    (vLLM's ``num_speculative_tokens_per_batch_size``); batch sizes above the highest level are not covered
-    (never measured). Adjacent ranges with the same K are merged."""
-    out: list[list[int]] = []
-    prev = 0
-    for x in schedule["levels"]:
-        c, k = int(x["level"]), int(x["draft"])
-        if out and out[-1][2] == k:
-            out[-1][1] = c
-        else:
-            out.append([prev + 1, c, k])
-        prev = c
-    return out
-
-
-def vllm_config(schedule: Mapping[str, Any], *, method: str, model: str) -> dict[str, Any]:
-    """vLLM's ``--speculative-config``: the static drafter and, per batch-size range, the draft length."""
-    ks = [int(x["draft"]) for x in schedule["levels"]]
-    return {
-        "method": method,
-        "model": model,
-        "num_speculative_tokens": max(ks) if ks else 0,
-        "num_speculative_tokens_per_batch_size": batch_ranges(schedule),
-    }
-
-
-def sglang_adaptive(schedule: Mapping[str, Any]) -> dict[str, Any]:
-    """SGLang's ``--speculative-adaptive-config`` file (``adaptive_spec_params.load_adaptive_config``: a JSON
-    object; ``candidate_steps`` are the step counts it may switch between, sorted): the schedule's draft lengths.
-    That loader adapts the steps by acceptance, not by batch size; the per-level table is kept alongside."""
-    steps = sorted({int(x["draft"]) for x in schedule["levels"] if int(x["draft"]) > 0})
-    return {"candidate_steps": steps}
-
-
 def render_text(schedule: Mapping[str, Any]) -> str:
     lines = [f"schedule (static: {json.dumps(schedule['static'], sort_keys=True)}; draft = {schedule['draft_knob']}):"]
     for x in schedule["levels"]:
@@ -128,3 +97,20 @@ def render_text(schedule: Mapping[str, Any]) -> str:
         what = f"draft {x['draft']} (trial {x['trial']})" if x["draft"] else "off"
         lines.append(f"  {x['level']:>5} streams: {what:<22} {s}")
     return "\n".join(lines)
+
+
+#: the engines' own forms of a schedule moved to their backends; the old names stay importable from here
+_MOVED = {
+    "batch_ranges": ("autotune.backends.vllm", "batch_ranges"),
+    "vllm_config": ("autotune.backends.vllm", "schedule_config"),
+    "sglang_adaptive": ("autotune.backends.sglang", "adaptive_config"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
+
+        module, attr = _MOVED[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

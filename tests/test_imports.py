@@ -216,7 +216,6 @@ def server_names_outside_backends(root: Path = ROOT) -> list[str]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="until the backends branch lands")
 def test_only_the_backends_and_the_simulator_name_servers():
     found = server_names_outside_backends()
     assert not found, "server names outside autotune/backends and autotune/sim:\n" + "\n".join(found)

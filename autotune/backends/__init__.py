@@ -5,9 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.backends.base import Backend, ChunkParser, KnobDomain
-from autotune.backends.registry import backend_class, backend_names, get_backend, knob_domains
+from autotune.backends.registry import (
+    DEFAULT_BACKEND,
+    backend_class,
+    backend_names,
+    get_backend,
+    knob_domains,
+    register_backend,
+    unregister_backend,
+)
 
 __all__ = [
+    "DEFAULT_BACKEND",
     "KNOBS",
     "Backend",
     "ChunkParser",
@@ -16,6 +25,8 @@ __all__ = [
     "backend_names",
     "get_backend",
     "knob_domains",
+    "register_backend",
+    "unregister_backend",
 ]
 
 
@@ -23,7 +34,5 @@ def __getattr__(name: str) -> Any:
     # KNOBS (knob names per backend) is read from the backend classes on first use: importing their modules here
     # would import autotune.space, whose validator imports this package
     if name == "KNOBS":
-        knobs: dict[str, tuple[str, ...]] = {n: backend_class(n).knob_names for n in backend_names()}
-        globals()["KNOBS"] = knobs
-        return knobs
+        return {n: backend_class(n).knob_names for n in backend_names()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

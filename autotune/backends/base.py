@@ -4,10 +4,13 @@ A backend knows
 - its knobs and their rules (``knob_names``, ``suggest`` encodes the conditional space for Optuna so that
   configs the server would reject or rewrite are unreachable, ``resolve`` returns the effective config the
   server will run or raises InfeasibleConfig),
-- how to launch it (``argv``, ``env``), with flag spelling chosen for the targeted server version,
+- how to launch it (``argv``, ``env``, ``files``: config files the server reads, written beside it), with flag
+  spelling chosen for the targeted server version,
 - how to read it (health path, resolved settings, acceptance from the final streamed chunk and /metrics),
 - how to talk to it for a benchmark (``request`` builds one streaming request, ``parse_chunk`` reads one
-  streamed JSON chunk), so that ``autotune.client`` stays backend-agnostic.
+  streamed JSON chunk), so that ``autotune.client`` stays backend-agnostic,
+- how to deploy it (``autotune.export``): its container images, the knob that is the draft length of a per-level
+  schedule, and the export format named after it with the schedule in its own form.
 
 The defaults below speak the OpenAI API (``/v1/completions`` or ``/v1/chat/completions``, SSE, usage via
 ``stream_options.include_usage``), which every supported server offers.
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
-from autotune.config import ReferenceOutput, TokenChoice, TrialConfig
+from autotune.config import EffectiveConfig, ReferenceOutput, TokenChoice, TrialConfig
 from autotune.errors import InfeasibleConfig
 
 if TYPE_CHECKING:
@@ -42,6 +45,10 @@ if TYPE_CHECKING:
 
     from autotune.checks import Problem
     from autotune.space import Space
+
+#: the drafter algorithms a space file may force (``drafters[].algorithm``) when the backend names none of its own:
+#: the checkpoint families ``autotune.checks`` tells apart (NEXTN: EAGLE for MTP layers; STANDALONE: a draft model)
+DRAFTER_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 
 
 @dataclass(frozen=True)
@@ -129,8 +136,12 @@ class Backend(ABC):
         """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
 
     @abstractmethod
-    def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
+    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         """The effective config the server would run. Raises InfeasibleConfig for configs it would reject."""
+
+    def effective(self, config: TrialConfig, space: Space) -> EffectiveConfig:
+        """``config`` when it is already resolved, else ``resolve(config, space)``."""
+        return config if isinstance(config, EffectiveConfig) else self.resolve(config, space)
 
     #: flags sized from the highest load level (``benchmark.concurrency``): each gets that level unless
     #: ``server.extra_args`` gives it; a given value below the level is an error (``level_flag_problems``)
@@ -165,8 +176,22 @@ class Backend(ABC):
         return out
 
     @abstractmethod
-    def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
-        """The launch command as an argv list (never a shell string). Pure: it never runs anything (``probe``)."""
+    def argv(
+        self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False, files_dir: str | None = None
+    ) -> list[str]:
+        """The launch command as an argv list (never a shell string). Pure: it never runs anything (``probe``).
+        ``files_dir``: the folder ``files`` are written to (None: argv names them bare, relative to the server's
+        working directory; see ``file_arg``)."""
+
+    def files(self, config: TrialConfig, space: Space) -> dict[str, str]:
+        """Files the server reads at launch (relative name -> text), e.g. a speculative config file; written into
+        the launch's folder before it starts (``ProcessRunner``), and beside an export written with ``-o``."""
+        return {}
+
+    @staticmethod
+    def file_arg(name: str, files_dir: str | None) -> str:
+        """How argv names file ``name`` of ``files`` written to ``files_dir``."""
+        return f"{files_dir.rstrip('/')}/{name}" if files_dir else name
 
     @classmethod
     def sets_flag(cls, arg: str) -> bool:
@@ -219,6 +244,13 @@ class Backend(ABC):
         """Optionally learn about the installed server (e.g. flag spelling from ``--help``), for ``argv`` to use.
         Runs the server's help command at most once per call; nothing else runs it (see ``probe_before_argv``)."""
 
+    #: the algorithms a drafter of this server's spaces may be forced to (``drafters[].algorithm``)
+    drafter_algorithms: tuple[str, ...] = DRAFTER_ALGORITHMS
+
+    def drafter_algorithm(self, space: Space, name: str) -> str | None:
+        """The algorithm drafter ``name`` runs with, when known without a server. Default: its forced one."""
+        return space.drafter(name).algorithm
+
     def algorithm_flag(self, algorithm: str) -> str:
         """How a launch with speculative ``algorithm`` (``EAGLE3``...) is spelled, for messages."""
         return f"--speculative-algorithm {algorithm}"
@@ -232,9 +264,44 @@ class Backend(ABC):
         """Settings as resolved by the server, from its info endpoint's JSON."""
         return {}
 
+    #: keys only ``read_effective``'s output has (not the server's raw info): ``settings`` tells the two apart
+    read_keys: tuple[str, ...] = ("cuda_graph",)
+
+    def settings(self, effective: Mapping[str, Any]) -> dict[str, Any]:
+        """A launch's ``LaunchInfo.effective`` as ``read_effective`` reads it: a process runner stores it read, an
+        in-process runner the server's raw info."""
+        if any(k in effective for k in self.read_keys):
+            return dict(effective)
+        return self.read_effective(dict(effective))
+
     def check_effective(self, config: TrialConfig, effective: Mapping[str, Any]) -> list[str]:
         """Differences between the config we launched and what the server says it runs (empty: none)."""
         return []
+
+    # -- deploying ----------------------------------------------------------------------------------
+
+    #: container images for ``autotune export`` (compose, k8s) when ``--image`` is not given: (with
+    #: ``server.version``, its ``{version}`` filled in; without one)
+    images: tuple[str, str] = ("{version}", "latest")
+    #: the knob that is the draft length of a per-load-level schedule (``autotune.schedule``) and of the ladder
+    #: measured after the search (``autotune.study.ladder``); None: no schedule
+    schedule_knob: str | None = None
+    #: knobs that stay fixed across the levels of a schedule (besides drafter and CUDA graphs)
+    schedule_static_knobs: tuple[str, ...] = ()
+    #: ``autotune export --format NAME`` named after this server (None: none): without load levels the launch
+    #: command, with them the schedule in the server's own form (``schedule_export``)
+    export_format: str | None = None
+    #: True: ``export_format`` is this server's launch command (only for its own studies, and the format a finished
+    #: study suggests); False: a config fragment the schedule of any server's study fills
+    export_format_launches: bool = False
+
+    def schedule_export(
+        self, space: Space, schedule: Mapping[str, Any], study_backend: Backend, command: Callable[[], str]
+    ) -> str:
+        """A per-level schedule (``autotune.schedule.build``) in ``export_format``, below its table: ``command()``
+        gives the launch command of the schedule's static config, ``study_backend`` is the study's backend (another
+        server's, when ``export_format_launches`` is False). Default: the launch command."""
+        return command()
 
     # -- benchmark requests -------------------------------------------------------------------------
 

@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
+from autotune.backends import encode
 from autotune.backends.base import (
     Backend,
     ChunkInfo,
@@ -54,9 +53,19 @@ from autotune.backends.base import (
     metric_total,
     parse_openai_chunk,
 )
-from autotune.config import TrialConfig
+from autotune.backends.llamacpp_flags import (
+    LLAMA_CPP_PYTHON_VERSION,
+    NEW_SPELLING,
+    OLD_SPELLING,
+    cache_dir,
+    cached_server_path,
+    find_llama_server,
+    flag_spelling,
+    help_flags,
+)
+from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
-from autotune.space import Choices, FloatRange, IntRange, ParamSpec
+from autotune.space import FloatRange
 
 if TYPE_CHECKING:
     import optuna
@@ -72,9 +81,6 @@ KNOB_DOMAINS = {
 }
 KNOBS = tuple(KNOB_DOMAINS)
 
-#: the llama-cpp-python release whose vendored llama.cpp ``scripts/llamacpp_setup.sh`` builds
-LLAMA_CPP_PYTHON_VERSION = "0.3.36"
-
 #: the server's defaults for the draft knobs (common/common.h of the targeted release)
 DEFAULT_SPEC_TYPE = "draft-simple"
 DEFAULT_N_MAX = 3
@@ -85,93 +91,6 @@ DEFAULT_P_MIN = 0.0
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 SPEC_TYPES = DRAFT_MODEL_TYPES + NGRAM_TYPES
-
-#: flag names by role for the newest known release, and for releases before the ``--spec-*`` rename
-NEW_SPELLING: dict[str, str | None] = {
-    "draft_model": "--spec-draft-model",
-    "spec_type": "--spec-type",
-    "draft_n_max": "--spec-draft-n-max",
-    "draft_n_min": "--spec-draft-n-min",
-    "draft_p_min": "--spec-draft-p-min",
-    "no_webui": None,
-    "parallel": "-np",
-}
-OLD_SPELLING: dict[str, str | None] = {
-    "draft_model": "--model-draft",
-    "spec_type": None,
-    "draft_n_max": "--draft-max",
-    "draft_n_min": "--draft-min",
-    "draft_p_min": "--draft-p-min",
-    "no_webui": None,
-    "parallel": "-np",
-}
-
-#: candidate names per role, preferred first
-_CANDIDATES: dict[str, tuple[str, ...]] = {
-    "draft_model": ("--spec-draft-model", "--model-draft", "-md"),
-    "spec_type": ("--spec-type",),
-    "draft_n_max": ("--spec-draft-n-max", "--draft-max", "--draft-n", "--draft"),
-    "draft_n_min": ("--spec-draft-n-min", "--draft-min", "--draft-n-min"),
-    "draft_p_min": ("--spec-draft-p-min", "--draft-p-min"),
-    "no_webui": ("--no-ui", "--no-webui"),  # --no-webui is the older name (logged as deprecated where both exist)
-    "parallel": ("-np", "--parallel"),
-}
-
-_ENTRY = re.compile(r"^[ \t]{0,8}(-{1,2}[A-Za-z0-9][\w-]*(?:\s*,\s*-{1,2}[A-Za-z0-9][\w-]*)*)", re.M)
-
-
-def help_flags(help_text: str) -> set[str]:
-    """Every flag ``--help`` lists, minus those whose entry says the argument has been removed."""
-    flags: set[str] = set()
-    matches = list(_ENTRY.finditer(help_text))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(help_text)
-        entry = help_text[m.start() : end]
-        if re.search(r"has been removed", entry, re.I):
-            continue
-        flags.update(f.strip() for f in m.group(1).split(","))
-    return flags
-
-
-def flag_spelling(help_text: str) -> dict[str, str | None]:
-    """Flag name per role (``draft_model``, ``spec_type``, ``draft_n_max``, ``draft_n_min``, ``draft_p_min``,
-    ``no_webui``, ``parallel``) for the ``llama-server`` whose ``--help`` output is ``help_text``.
-
-    A role the binary lacks maps to None. Text that lists no draft-count flag at all (not a llama-server help)
-    gives ``NEW_SPELLING``.
-    """
-    flags = help_flags(help_text)
-    if not any(f in flags for f in _CANDIDATES["draft_n_max"]):
-        return dict(NEW_SPELLING)
-    return {role: next((c for c in names if c in flags), None) for role, names in _CANDIDATES.items()}
-
-
-_SPELLING_CACHE: dict[tuple[str, float], dict[str, str | None]] = {}
-
-
-def cache_dir() -> Path:
-    """Where ``scripts/llamacpp_setup.sh`` caches its build: ``$AUTOTUNE_CACHE`` or ``~/.cache/autotune``."""
-    root = os.environ.get("AUTOTUNE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "autotune")
-    return Path(root)
-
-
-def cached_server_path() -> Path:
-    return cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}" / "llama-server"
-
-
-def find_llama_server() -> str | None:
-    """The llama-server to run: ``$AUTOTUNE_LLAMA_SERVER``, else ``llama-server`` on PATH, else the setup
-    script's cached build; None when there is none."""
-    env = os.environ.get("AUTOTUNE_LLAMA_SERVER")
-    if env:
-        return env if os.path.isfile(env) and os.access(env, os.X_OK) else None
-    on_path = shutil.which("llama-server")
-    if on_path:
-        return on_path
-    cached = cached_server_path()
-    if cached.is_file() and os.access(cached, os.X_OK):
-        return str(cached)
-    return None
 
 
 def accept_length(predicted_n: int | None, accepted: int | None) -> float | None:
@@ -203,14 +122,8 @@ def parse_timings(timings: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _spec_values(spec: ParamSpec | None) -> list[Any] | None:
-    if spec is None:
-        return None
-    if isinstance(spec, IntRange):
-        return spec.values()
-    if isinstance(spec, Choices):
-        return list(spec.values)
-    return None
+#: ``probe``'s flag spellings by binary (real path, modification time)
+_SPELLING_CACHE: dict[tuple[str, float], dict[str, str | None]] = {}
 
 
 class LlamaCppBackend(Backend):
@@ -228,6 +141,9 @@ class LlamaCppBackend(Backend):
     knob_domains = KNOB_DOMAINS
     managed_flags = ("--spec-*", "--draft-*", "--port", "--host", "-m", "--model", "-md", "--model-draft")
     size_knob = "draft_n_max"
+    images = ("ghcr.io/ggml-org/llama.cpp:server-cuda", "ghcr.io/ggml-org/llama.cpp:server-cuda")
+    schedule_knob = "draft_n_max"  # the longest draft
+    schedule_static_knobs = ("spec_type",)
     probe_before_argv = True  # the flag names changed between builds of one release: no version tells them
     display_name = "llama.cpp"
     # draft_p_min can stop every draft: one config's zero acceptance says nothing about the drafter's others
@@ -249,37 +165,26 @@ class LlamaCppBackend(Backend):
         return str(forced).lower() if forced else DEFAULT_SPEC_TYPE
 
     def _type_values(self, space: Space, drafter: str) -> list[str]:
-        values = _spec_values(space.search.knobs.get("spec_type"))
+        values = encode.spec_values(space.search.knobs.get("spec_type"))
         if values is None:
             return [self._default_type(space, drafter)]
         return [str(v) for v in values if str(v) in SPEC_TYPES]
 
     def _n_max_values(self, space: Space) -> list[int]:
-        values = _spec_values(space.search.knobs.get("draft_n_max"))
+        values = encode.spec_values(space.search.knobs.get("draft_n_max"))
         if values is None:
             return [DEFAULT_N_MAX]
         return [int(v) for v in values if int(v) >= 1]
 
     def _n_min_values(self, space: Space, n_max: int) -> list[int]:
-        values = _spec_values(space.search.knobs.get("draft_n_min"))
+        values = encode.spec_values(space.search.knobs.get("draft_n_min"))
         if values is None:
             return [min(DEFAULT_N_MIN, n_max)]
         return [int(v) for v in values if 0 <= int(v) <= n_max]
 
     def _n_min_name(self, space: Space, n_max: int) -> str:
-        full = _spec_values(space.search.knobs.get("draft_n_min")) or []
-        return "draft_n_min" if self._n_min_values(space, n_max) == full else f"draft_n_min_le{n_max}"
-
-    @staticmethod
-    def _suggest_int(trial: optuna.trial.BaseTrial, name: str, spec: ParamSpec | None, allowed: list[int]) -> int:
-        if len(allowed) == 1 and spec is None:
-            return allowed[0]
-        full = _spec_values(spec)
-        if isinstance(spec, IntRange) and allowed == full:
-            return int(trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log))
-        if isinstance(spec, IntRange) and allowed and allowed == full[: len(allowed)] and not spec.log:
-            return int(trial.suggest_int(name, allowed[0], allowed[-1], step=spec.step))
-        return int(trial.suggest_categorical(name, list(allowed)))
+        full = encode.spec_values(space.search.knobs.get("draft_n_min"))
+        return encode.cut_name("draft_n_min", self._n_min_values(space, n_max), full, f"le{n_max}")
 
     def _suggest_p_min(self, trial: optuna.trial.BaseTrial, space: Space) -> float:
         spec = space.search.knobs.get("draft_p_min")
@@ -292,7 +197,7 @@ class LlamaCppBackend(Backend):
             if (low, high) == (float(spec.low), float(spec.high)):
                 return float(trial.suggest_float("draft_p_min", low, high, log=spec.log))
             return float(trial.suggest_float("draft_p_min_01", low, high, log=spec.log and low > 0))
-        values = [float(v) for v in _spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+        values = [float(v) for v in encode.spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
         if not values:
             raise InfeasibleConfig("no draft_p_min value of the space lies in [0, 1]")
         return float(trial.suggest_categorical("draft_p_min", values))
@@ -303,8 +208,7 @@ class LlamaCppBackend(Backend):
         proposes it again. ``spec_type`` is searched only when the space lists it (else the drafter's forced
         ``algorithm`` or draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (named
         ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
-        drafter = trial.suggest_categorical("drafter", list(space.searched_drafters()))
-        cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
+        drafter, cuda_graph = encode.suggest_drafter(trial, space)
         types = self._type_values(space, drafter)
         if not types:
             raise InfeasibleConfig(f"no spec_type of the space is one of {list(SPEC_TYPES)}")
@@ -315,11 +219,11 @@ class LlamaCppBackend(Backend):
         n_max_allowed = self._n_max_values(space)
         if not n_max_allowed:
             raise InfeasibleConfig("no draft_n_max value of the space is at least 1")
-        n_max = self._suggest_int(trial, "draft_n_max", space.search.knobs.get("draft_n_max"), n_max_allowed)
+        n_max = encode.suggest_int(trial, "draft_n_max", space.search.knobs.get("draft_n_max"), n_max_allowed)
         n_min_allowed = self._n_min_values(space, n_max)
         if not n_min_allowed:
             raise InfeasibleConfig(f"no draft_n_min value of the space lies in [0, draft_n_max={n_max}]")
-        n_min = self._suggest_int(
+        n_min = encode.suggest_int(
             trial, self._n_min_name(space, n_max), space.search.knobs.get("draft_n_min"), n_min_allowed
         )
         p_min = self._suggest_p_min(trial, space)
@@ -350,12 +254,12 @@ class LlamaCppBackend(Backend):
             out["draft_p_min_01" if clipped else "draft_p_min"] = float(eff.knob("draft_p_min"))
         return out
 
-    def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
+    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         """All four knobs filled in (server defaults for the missing ones), or InfeasibleConfig."""
         if config.is_baseline:
             if config.knobs:
                 raise InfeasibleConfig(f"a baseline takes no knobs but got {config.knob_dict}")
-            return TrialConfig.baseline(config.cuda_graph)
+            return EffectiveConfig.baseline(config.cuda_graph)
         self.require_known(config, space)
         spec_type = str(config.knob("spec_type") or self._default_type(space, config.drafter or "")).lower()
         if spec_type == "none":
@@ -373,7 +277,7 @@ class LlamaCppBackend(Backend):
             raise InfeasibleConfig(f"draft_n_min ({n_min}) must not exceed draft_n_max ({n_max})")
         if p_min is None or not 0.0 <= p_min <= 1.0:
             raise InfeasibleConfig(f"draft_p_min must be in [0, 1] but got {config.knob('draft_p_min')!r}")
-        return TrialConfig.make(
+        return EffectiveConfig.make(
             config.drafter,
             config.cuda_graph,
             spec_type=spec_type,
@@ -479,8 +383,10 @@ class LlamaCppBackend(Backend):
         except AttributeError:  # pragma: no cover - not Linux
             return max(1, os.cpu_count() or 1)
 
-    def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
-        eff = self.resolve(config, space)
+    def argv(
+        self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False, files_dir: str | None = None
+    ) -> list[str]:
+        eff = self.effective(config, space)
         server = space.server
         flags = self.spelling_for(space)
         extra = [str(a) for a in server.extra_args]
@@ -653,7 +559,7 @@ def _nearest_p_min(space: Space) -> float | None:
         return DEFAULT_P_MIN
     if isinstance(spec, FloatRange):
         return min(max(DEFAULT_P_MIN, spec.low, 0.0), spec.high, 1.0)
-    values = [float(v) for v in _spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+    values = [float(v) for v in encode.spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
     return min(values, key=lambda v: (abs(v - DEFAULT_P_MIN), v)) if values else None
 
 
@@ -678,6 +584,7 @@ __all__ = [
     "LlamaCppBackend",
     "accept_length",
     "acceptance_rate",
+    "cache_dir",
     "cached_server_path",
     "find_llama_server",
     "flag_spelling",

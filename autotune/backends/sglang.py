@@ -32,19 +32,15 @@ the acceptance length per request. ``api: chat`` uses the OpenAI ``/v1/chat/comp
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
-import re
-import signal
-import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
+from autotune.backends import encode
 from autotune.backends.base import (
     Backend,
     ChunkInfo,
@@ -54,22 +50,26 @@ from autotune.backends.base import (
     _int_or_none,
     parse_openai_chunk,
 )
-from autotune.config import ReferenceOutput, TokenChoice, TrialConfig
+from autotune.backends.sglang_flags import (
+    DEFAULT_VERSION,
+    LEGACY,
+    PER_PHASE,
+    cuda_graph_off_flags,
+    cuda_graph_spelling,
+    cuda_graph_state,
+    flag_spelling_from_help,
+    parse_version,
+    run_help,
+)
+from autotune.backends.sglang_stream import parse_generate_chunk, parse_generate_logprobs
+from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
-from autotune.space import Choices, IntRange, ParamSpec
+from autotune.space import Choices, ParamSpec
 
 if TYPE_CHECKING:
     import optuna
 
     from autotune.space import Space
-
-#: the SGLang release targeted when the space does not name one
-DEFAULT_VERSION = "0.5.23"
-#: the newest release known to accept ``--disable-cuda-graph`` (deprecated there)
-_LAST_LEGACY_CUDA_GRAPH_FLAG = (0, 5, 23)
-
-LEGACY = "legacy"  # --disable-cuda-graph
-PER_PHASE = "per-phase"  # --disable-decode-cuda-graph --disable-prefill-cuda-graph
 
 #: tree depth S, branching k, verified nodes N (the root counts, so N >= 2)
 KNOB_DOMAINS = {
@@ -85,66 +85,6 @@ INCREMENTAL_OUTPUT_FLAG = "--incremental-streaming-output"
 _LLAMA_LIKE_DEFAULT = (5, 4, 8)
 _OTHER_DEFAULT = (3, 1, 4)
 _LLAMA_LIKE_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ImgGen", "GrokForCausalLM")
-
-
-def parse_version(version: str) -> tuple[int, ...]:
-    """``"0.5.23.post1"`` -> ``(0, 5, 23)``; leading numeric components only."""
-    parts: list[int] = []
-    for piece in version.strip().lstrip("vV").split("."):
-        m = re.match(r"\d+", piece)
-        if not m:
-            break
-        parts.append(int(m.group()))
-        if m.end() != len(piece):
-            break
-    if not parts:
-        raise ValueError(f"not a version: {version!r}")
-    return tuple(parts)
-
-
-def cuda_graph_spelling(version: str | None) -> str:
-    """How to turn CUDA graphs off for SGLang ``version``: ``LEGACY`` up to 0.5.23, ``PER_PHASE`` after."""
-    v = parse_version(version or DEFAULT_VERSION)
-    return LEGACY if v <= _LAST_LEGACY_CUDA_GRAPH_FLAG else PER_PHASE
-
-
-def flag_spelling_from_help(text: str) -> str | None:
-    """Decide the CUDA-graph flag spelling from ``launch_server --help`` output (None: can't tell)."""
-    if re.search(r"--disable-decode-cuda-graph\b", text):
-        return PER_PHASE
-    if re.search(r"--disable-cuda-graph\b", text):
-        return LEGACY
-    return None
-
-
-def cuda_graph_off_flags(spelling: str) -> list[str]:
-    if spelling == LEGACY:
-        return ["--disable-cuda-graph"]
-    if spelling == PER_PHASE:
-        return ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
-    raise ValueError(f"unknown CUDA-graph flag spelling {spelling!r}")
-
-
-def run_help(argv: list[str], *, timeout_s: float) -> str | None:
-    """stdout+stderr of ``argv`` (a ``--help`` command), or None when it can't run or overruns ``timeout_s``."""
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except OSError:
-        return None
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None
-    return out.decode("utf-8", "replace")
 
 
 def tree_bound(num_steps: int, topk: int) -> int:
@@ -170,13 +110,7 @@ def feasibility_reason(num_steps: int, topk: int, num_draft_tokens: int) -> str 
 
 
 def _spec_values(spec: ParamSpec | None) -> list[int] | None:
-    if spec is None:
-        return None
-    if isinstance(spec, IntRange):
-        return spec.values()
-    if isinstance(spec, Choices):
-        return [int(v) for v in spec.values]
-    raise InfeasibleConfig(f"SGLang knobs are integers; got a float range {spec!r}")
+    return encode.int_values(spec, "SGLang")
 
 
 def _read_config_json(path: str | Path) -> dict[str, Any] | None:
@@ -223,6 +157,12 @@ class SGLangBackend(Backend):
         "check --speculative-algorithm (an EAGLE-3 drafter needs EAGLE3) and that the drafter was trained for "
         "this target"
     )
+    read_keys = ("num_steps", "cuda_graph")
+    images = ("lmsysorg/sglang:v{version}", "lmsysorg/sglang:latest")
+    schedule_knob = "num_steps"
+    schedule_static_knobs = ("topk",)
+    export_format = "sglang"
+    export_format_launches = True
 
     def __init__(self, *, cuda_graph_spelling: str | None = None) -> None:
         if cuda_graph_spelling not in (None, LEGACY, PER_PHASE):
@@ -259,42 +199,29 @@ class SGLangBackend(Backend):
         values = _spec_values(self._knob_spec(space, "num_steps")) or []
         return [s for s in values if s >= 1 and self._topk_values(space, s)]
 
-    @staticmethod
-    def _suggest_int(trial: optuna.trial.BaseTrial, name: str, spec: ParamSpec, allowed: list[int]) -> int:
-        full = _spec_values(spec)
-        if isinstance(spec, IntRange) and allowed == full:
-            return int(trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log))
-        if isinstance(spec, IntRange) and allowed and allowed == full[: len(allowed)] and not spec.log:
-            # a prefix of the range: still an ordered integer range
-            return int(trial.suggest_int(name, allowed[0], allowed[-1], step=spec.step))
-        return int(trial.suggest_categorical(name, list(allowed)))
-
     def _names(self, space: Space, steps: int, topk: int) -> tuple[str, str]:
-        topk_name = "topk"
-        if self._topk_values(space, steps) != (_spec_values(self._knob_spec(space, "topk")) or []):
-            topk_name = f"topk_s{steps}"
-        ndt_name = "num_draft_tokens"
-        if self._ndt_values(space, steps, topk) != (_spec_values(self._knob_spec(space, "num_draft_tokens")) or []):
-            ndt_name = f"num_draft_tokens_s{steps}_k{topk}"
+        topk_full = _spec_values(self._knob_spec(space, "topk"))
+        ndt_full = _spec_values(self._knob_spec(space, "num_draft_tokens"))
+        topk_name = encode.cut_name("topk", self._topk_values(space, steps), topk_full, f"s{steps}")
+        ndt_name = encode.cut_name(
+            "num_draft_tokens", self._ndt_values(space, steps, topk), ndt_full, f"s{steps}_k{topk}"
+        )
         return topk_name, ndt_name
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        # the baseline is never proposed by the sampler: the study enqueues it (role=baseline, params
-        # {"cuda_graph": X}) once per CUDA-graph setting, so "none" is not among the drafter choices
-        drafter = str(trial.suggest_categorical("drafter", list(space.searched_drafters())))
-        cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
+        drafter, cuda_graph = encode.suggest_drafter(trial, space)
         steps_allowed = self._steps_values(space)
         if not steps_allowed:
             raise InfeasibleConfig("no feasible (num_steps, topk, num_draft_tokens) in the space")
-        steps = self._suggest_int(trial, "num_steps", self._knob_spec(space, "num_steps"), steps_allowed)
+        steps = encode.suggest_int(trial, "num_steps", self._knob_spec(space, "num_steps"), steps_allowed)
         topk_allowed = self._topk_values(space, steps)
         topk_name, _ = self._names(space, steps, 1)
-        topk = self._suggest_int(trial, topk_name, self._knob_spec(space, "topk"), topk_allowed)
+        topk = encode.suggest_int(trial, topk_name, self._knob_spec(space, "topk"), topk_allowed)
         if topk == 1:
             ndt = steps + 1
         else:
             _, ndt_name = self._names(space, steps, topk)
-            ndt = self._suggest_int(
+            ndt = encode.suggest_int(
                 trial,
                 ndt_name,
                 self._knob_spec(space, "num_draft_tokens"),
@@ -319,9 +246,9 @@ class SGLangBackend(Backend):
             out[ndt_name] = ndt
         return out
 
-    def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
+    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         if config.is_baseline:
-            return TrialConfig.baseline(config.cuda_graph)
+            return EffectiveConfig.baseline(config.cuda_graph)
         self.require_known(config, space)
         steps = _int_or_none(config.knob("num_steps"))
         topk = _int_or_none(config.knob("topk"))
@@ -337,7 +264,7 @@ class SGLangBackend(Backend):
         reason = feasibility_reason(steps, topk, ndt)
         if reason:
             raise InfeasibleConfig(reason)
-        return TrialConfig.make(config.drafter, config.cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
+        return EffectiveConfig.make(config.drafter, config.cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
 
     def defaults(self, space: Space) -> list[TrialConfig]:
         """SGLang's auto choice for the target, per drafter, moved to the nearest feasible point."""
@@ -404,8 +331,10 @@ class SGLangBackend(Backend):
             return super().launcher(space, deploy=deploy)
         return [sys.executable, "-m", "sglang.launch_server"]
 
-    def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
-        eff = self.resolve(config, space)
+    def argv(
+        self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False, files_dir: str | None = None
+    ) -> list[str]:
+        eff = self.effective(config, space)
         server = space.server
         launcher = self.launcher(space)
         argv = [*launcher, "--model-path", server.model_path, "--host", server.host, "--port", str(int(port))]
@@ -430,6 +359,27 @@ class SGLangBackend(Backend):
         argv += [str(a) for a in server.extra_args]
         return [str(a) for a in argv]
 
+    def drafter_algorithm(self, space: Space, name: str) -> str:
+        """``--speculative-algorithm`` of drafter ``name`` (``resolved_algorithm``)."""
+        return resolved_algorithm(space, name)
+
+    def schedule_export(
+        self, space: Space, schedule: Mapping[str, Any], study_backend: Backend, command: Callable[[], str]
+    ) -> str:
+        """The launch command; with speculation on at some level, with ``--speculative-adaptive`` and the adaptive
+        config file's JSON (``adaptive_config``) after it."""
+        cmd = command()
+        if not schedule["static"].get("drafter") or not schedule["on_up_to"]:
+            return cmd
+        note = "# write the JSON below to adaptive.json (topk 1 only)"
+        return "\n".join(
+            [
+                cmd + " --speculative-adaptive --speculative-adaptive-config adaptive.json",
+                note,
+                json.dumps({**adaptive_config(schedule)}),
+            ]
+        )
+
     # -- reading ------------------------------------------------------------------------------------
 
     def read_effective(self, server_info: dict[str, Any]) -> dict[str, Any]:
@@ -444,7 +394,7 @@ class SGLangBackend(Backend):
             "num_steps": _int_or_none(info.get("speculative_num_steps")),
             "topk": _int_or_none(info.get("speculative_eagle_topk")),
             "num_draft_tokens": _int_or_none(info.get("speculative_num_draft_tokens")),
-            "cuda_graph": _cuda_graph_state(info),
+            "cuda_graph": cuda_graph_state(info),
             "version": info.get("version"),
         }
         states = info.get("internal_states")
@@ -530,81 +480,12 @@ class SGLangBackend(Backend):
         return parse_deltas
 
 
-def _cuda_graph_state(info: Mapping[str, Any]) -> bool | None:
-    keys = ("disable_cuda_graph", "disable_decode_cuda_graph", "disable_prefill_cuda_graph")
-    seen = [bool(info[k]) for k in keys if k in info and info[k] is not None]
-    backend = info.get("cuda_graph_backend_decode")
-    if backend is not None:
-        seen.append(str(backend).lower() == "disabled")
-    if not seen:
-        return None
-    return not any(seen)
-
-
-def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> ChunkInfo:
-    """One chunk of SGLang's native ``/generate`` stream.
-
-    ``meta_info.finish_reason`` is None until the last chunk, then e.g. ``{"type": "length", "length": 512}``;
-    the last chunk also has ``spec_accept_length`` (= completion_tokens / spec_verify_ct, bonus included).
-    """
-    if obj.get("error"):
-        err = obj["error"]
-        return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, dict) else str(err))
-    meta = obj.get("meta_info")
-    if not isinstance(meta, dict):  # plain dict checks: this runs once per streamed chunk
-        meta = {}
-    completion = _int_or_none(meta.get("completion_tokens"))
-    fr = meta.get("finish_reason")
-    finish: str | None
-    if isinstance(fr, dict):
-        finish = str(fr.get("type")) if fr.get("type") is not None else "unknown"
-    else:
-        finish = str(fr) if fr else None
-    accept = _float_or_none(meta.get("spec_accept_length"))
-    verify = _int_or_none(meta.get("spec_verify_ct"))
-    if accept is None and verify and completion is not None and finish is not None:
-        accept = completion / verify
-    if accept is not None and accept <= 0:
-        accept = None
-    text = obj.get("text")
-    return ChunkInfo(
-        text=str(text) if text is not None else None,
-        cumulative=cumulative,
-        completion_tokens=completion,
-        prompt_tokens=_int_or_none(meta.get("prompt_tokens")),
-        accept_length=accept if finish is not None else None,
-        finish_reason=finish,
-        final=finish is not None and completion is not None,
-    )
-
-
-def parse_generate_logprobs(obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
-    """SGLang's ``/generate`` answer with ``return_logprob``: ``meta_info.output_token_logprobs`` =
-    [[logprob, token_id, text], ...] and ``output_top_logprobs`` = one [[logprob, token_id, text], ...] list per
-    generated token (texts present with ``return_text_in_logprobs``)."""
-    meta = obj.get("meta_info")
-    if not isinstance(meta, Mapping):
-        return None
-    chosen = meta.get("output_token_logprobs")
-    tops = meta.get("output_top_logprobs")
-    if not isinstance(chosen, list):
-        return None
-    tokens: list[TokenChoice] = []
-    for i, entry in enumerate(chosen):
-        if not isinstance(entry, (list, tuple)) or len(entry) < 3:
-            return None
-        top_entries = tops[i] if isinstance(tops, list) and i < len(tops) and isinstance(tops[i], list) else []
-        top = tuple(
-            sorted(
-                ((str(e[2]), float(e[0])) for e in top_entries if isinstance(e, (list, tuple)) and len(e) >= 3),
-                key=lambda x: -x[1],
-            )
-        )
-        tokens.append(TokenChoice(str(entry[2] or ""), _float_or_none(entry[0]), top))
-    text = obj.get("text")
-    return ReferenceOutput(
-        index=index, text=str(text) if text is not None else "".join(t.text for t in tokens), tokens=tuple(tokens)
-    )
+def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, Any]:
+    """SGLang's ``--speculative-adaptive-config`` file (``adaptive_spec_params.load_adaptive_config``: a JSON
+    object; ``candidate_steps`` are the step counts it may switch between, sorted): the schedule's draft lengths.
+    That loader adapts the steps by acceptance, not by batch size; the per-level table is kept alongside."""
+    steps = sorted({int(x["draft"]) for x in schedule["levels"] if int(x["draft"]) > 0})
+    return {"candidate_steps": steps}
 
 
 __all__ = [
@@ -615,6 +496,7 @@ __all__ = [
     "LEGACY",
     "PER_PHASE",
     "SGLangBackend",
+    "adaptive_config",
     "cuda_graph_off_flags",
     "cuda_graph_spelling",
     "feasibility_reason",
@@ -624,5 +506,6 @@ __all__ = [
     "parse_generate_logprobs",
     "parse_version",
     "resolved_algorithm",
+    "run_help",
     "tree_bound",
 ]

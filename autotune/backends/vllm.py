@@ -17,19 +17,23 @@ Knobs: ``method`` (eagle, eagle3, draft_model, ngram, mtp) and ``num_speculative
   ``vllm:spec_decode_num_accepted_tokens_total`` / ``vllm:spec_decode_num_drafts_total`` counters around each
   request (requests are measured one at a time): accept length = 1 + accepted / drafts.
 - Requests: OpenAI ``/v1/completions`` (or chat) streaming, tokens from ``usage`` (include_usage).
+- Export: ``--format vllm`` with load levels is the schedule as ``--speculative-config`` with
+  ``num_speculative_tokens_per_batch_size`` (``schedule_config``), for a study of any server.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
+from autotune.backends import encode
 from autotune.backends.base import Backend, KnobDomain, _int_or_none, metric_total
-from autotune.config import TrialConfig
+from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
-from autotune.space import Choices, IntRange
+from autotune.space import Choices
 
 if TYPE_CHECKING:
     import optuna
@@ -74,6 +78,10 @@ class VLLMBackend(Backend):
     display_name = "vLLM"
     prompt_lookup_max = 4
     prompt_lookup_min = 1
+    images = ("vllm/vllm-openai:v{version}", "vllm/vllm-openai:latest")
+    schedule_knob = "num_speculative_tokens"
+    schedule_static_knobs = ("method",)
+    export_format = "vllm"
 
     def _methods_for(self, space: Space, drafter: str) -> list[str]:
         spec = space.search.knobs.get("method")
@@ -86,25 +94,23 @@ class VLLMBackend(Backend):
     def _method_name(self, space: Space, drafter: str) -> str:
         spec = space.search.knobs.get("method")
         full = [str(v) for v in spec.values] if isinstance(spec, Choices) else []
-        return "method" if self._methods_for(space, drafter) == full else f"method_{drafter}"
+        return encode.cut_name("method", self._methods_for(space, drafter), full, drafter)
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         drafters = [d for d in space.searched_drafters() if self._methods_for(space, d)]
-        # the baseline is enqueued by the study (role=baseline), never sampled: no "none" choice
-        drafter = str(trial.suggest_categorical("drafter", drafters))
-        cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
+        drafter, cuda_graph = encode.suggest_drafter(trial, space, drafters)
         methods = self._methods_for(space, drafter)
         if "method" in space.search.knobs:
             method = str(trial.suggest_categorical(self._method_name(space, drafter), methods))
         else:
             method = methods[0]
         spec = space.search.knobs.get("num_speculative_tokens")
-        if isinstance(spec, IntRange):
-            k = int(trial.suggest_int("num_speculative_tokens", max(1, spec.low), spec.high, step=spec.step))
-        elif isinstance(spec, Choices):
-            k = int(trial.suggest_categorical("num_speculative_tokens", [int(v) for v in spec.values if int(v) >= 1]))
-        else:
+        if spec is None:
             k = 3
+        else:
+            allowed = [v for v in encode.int_values(spec, self.display_name) or [] if v >= 1]
+            # a linear scale even for a log range, as this backend has always drawn it
+            k = encode.suggest_int(trial, "num_speculative_tokens", spec, allowed, log=False)
         return TrialConfig.make(drafter, cuda_graph, method=method, num_speculative_tokens=k)
 
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
@@ -119,9 +125,9 @@ class VLLMBackend(Backend):
             out["num_speculative_tokens"] = eff.knob("num_speculative_tokens")
         return out
 
-    def resolve(self, config: TrialConfig, space: Space) -> TrialConfig:
+    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         if config.is_baseline:
-            return TrialConfig.baseline(config.cuda_graph)
+            return EffectiveConfig.baseline(config.cuda_graph)
         self.require_known(config, space)
         own = drafter_method(space, config.drafter or "")
         method = str(config.knob("method") or own)
@@ -134,10 +140,10 @@ class VLLMBackend(Backend):
         k = _int_or_none(config.knob("num_speculative_tokens"))
         if k is None or k < 1:
             raise InfeasibleConfig(f"num_speculative_tokens must be at least 1 but got {k}")
-        return TrialConfig.make(config.drafter, config.cuda_graph, method=method, num_speculative_tokens=k)
+        return EffectiveConfig.make(config.drafter, config.cuda_graph, method=method, num_speculative_tokens=k)
 
     def speculative_config(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        eff = self.resolve(config, space)
+        eff = self.effective(config, space)
         method = str(eff.knob("method"))
         spec: dict[str, Any] = {"method": method, "num_speculative_tokens": int(eff.knob("num_speculative_tokens"))}
         if method == "ngram":
@@ -148,8 +154,10 @@ class VLLMBackend(Backend):
             spec["draft_tensor_parallel_size"] = 1
         return spec
 
-    def argv(self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False) -> list[str]:
-        eff = self.resolve(config, space)
+    def argv(
+        self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False, files_dir: str | None = None
+    ) -> list[str]:
+        eff = self.effective(config, space)
         server = space.server
         launcher = self.launcher(space)
         argv = [*launcher, server.model_path, "--host", server.host, "--port", str(int(port))]
@@ -160,6 +168,18 @@ class VLLMBackend(Backend):
         argv += self.level_args(space)
         argv += [str(a) for a in server.extra_args]
         return [str(a) for a in argv]
+
+    def schedule_export(
+        self, space: Space, schedule: Mapping[str, Any], study_backend: Backend, command: Callable[[], str]
+    ) -> str:
+        """``--speculative-config`` with ``num_speculative_tokens_per_batch_size`` (``schedule_config``); the method
+        is the drafter's algorithm as the study's backend names it (default eagle3)."""
+        name = schedule["static"].get("drafter")
+        if not name:
+            return "# speculation loses at every level: launch without --speculative-config"
+        algo = study_backend.drafter_algorithm(space, name)
+        cfg = schedule_config(schedule, method=algo.lower() if algo else "eagle3", model=space.drafter(name).path)
+        return "--speculative-config " + shlex.quote(json.dumps(cfg, sort_keys=True))
 
     def algorithm_flag(self, algorithm: str) -> str:
         return f'--speculative-config \'{{"method": "{algorithm.lower()}", ...}}\''
@@ -185,6 +205,33 @@ class VLLMBackend(Backend):
         return accepted / proposed
 
 
+def batch_ranges(schedule: Mapping[str, Any]) -> list[list[int]]:
+    """``[[start, end, K], ...]`` batch-size ranges: level i covers batch sizes above level i-1 up to level i
+    (``num_speculative_tokens_per_batch_size``); batch sizes above the highest level are not covered (never
+    measured). Adjacent ranges with the same K are merged."""
+    out: list[list[int]] = []
+    prev = 0
+    for x in schedule["levels"]:
+        c, k = int(x["level"]), int(x["draft"])
+        if out and out[-1][2] == k:
+            out[-1][1] = c
+        else:
+            out.append([prev + 1, c, k])
+        prev = c
+    return out
+
+
+def schedule_config(schedule: Mapping[str, Any], *, method: str, model: str) -> dict[str, Any]:
+    """vLLM's ``--speculative-config``: the static drafter and, per batch-size range, the draft length."""
+    ks = [int(x["draft"]) for x in schedule["levels"]]
+    return {
+        "method": method,
+        "model": model,
+        "num_speculative_tokens": max(ks) if ks else 0,
+        "num_speculative_tokens_per_batch_size": batch_ranges(schedule),
+    }
+
+
 def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float | None:
     a = metric_total(after, name)
     if a is None:
@@ -193,4 +240,4 @@ def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -
     return a - b
 
 
-__all__ = ["KNOBS", "KNOB_DOMAINS", "METHODS", "VLLMBackend", "drafter_method"]
+__all__ = ["KNOBS", "KNOB_DOMAINS", "METHODS", "VLLMBackend", "batch_ranges", "drafter_method", "schedule_config"]

@@ -1,5 +1,5 @@
 """Commands that turn a finished study into a deployment: ``export`` (the recommended config, or one trial's, in
-a format of ``autotune.export.FORMATS``; with load levels a per-level schedule) and ``dashboard``."""
+a format of the backend or ``autotune.export.FORMATS``; with load levels a per-level schedule) and ``dashboard``."""
 
 from __future__ import annotations
 
@@ -14,30 +14,27 @@ from autotune.commands.context import Context, Note
 class ExportResult:
     text: str
     output: Path | None  # where it was written (atomically); None: for stdout
+    files: tuple[Path, ...] = ()  # the files a launch needs, written beside ``output``
 
 
 def export(ctx: Context) -> ExportResult:
     """``autotune export``: the deployment text, written to ``-o FILE`` when given."""
-    from autotune._io import atomic_write
+    from autotune import export as exp
     from autotune.errors import UserError
-    from autotune.export import FORMATS, Options, render
+    from autotune.export import Options, render
     from autotune.report import build_report
 
     args = ctx.args
-    if args.format not in FORMATS:
-        raise UserError(f"--format {args.format}: unknown format; expected one of {', '.join(FORMATS)}")
-    if args.format == "sglang" and ctx.space.server.backend != "sglang":
-        raise UserError(
-            f"--format sglang needs an SGLang space; this one's backend is {ctx.space.server.backend!r} "
-            f"(use --format command)"
-        )
+    problem = exp.format_problem(ctx.backend, args.format)
+    if problem:
+        raise UserError(problem)
     if args.gpus is not None and args.gpus < 1:
         raise UserError(f"--gpus must be at least 1 but got {args.gpus}")
     study = ctx.open_study(create=False)
     report = build_report(study)
     options = Options(image=args.image, gpus=args.gpus, name=args.name)
     try:
-        if ctx.space.benchmark.loaded and args.format in ("sglang", "command", "vllm", "yaml", "json"):
+        if ctx.space.benchmark.loaded and exp.renders_schedule(args.format):
             # a per-load-level schedule (autotune.schedule)
             from autotune import records, schedule
             from autotune.export import render_schedule
@@ -70,8 +67,8 @@ def export(ctx: Context) -> ExportResult:
     out = Path(args.output)
     if not out.parent.is_dir():
         raise UserError(f"-o {args.output}: no such directory {out.parent}")
-    atomic_write(out, text)
-    return ExportResult(text, out)
+    written = exp.write(out, text, exp.files(deploy_space(ctx), ctx.backend, report, trial=args.trial))
+    return ExportResult(text, out, tuple(written))
 
 
 def deploy_space(ctx: Context) -> Any:

@@ -1,11 +1,12 @@
 """``ProcessRunner``: one real server process per trial, behind the ``Runner`` seam (``autotune.runner``).
 
-``launch(config)``: the backend resolves the config (an infeasible one raises ``InfeasibleConfig``, nothing starts)
-and builds the argv list and environment; the port is chosen (``ServerProcess.claim_port``); a ``ServerProcess`` is
-started with a per-trial log file and waited for (``backend.health_path``, up to ``server.startup_timeout_s``
-hardware seconds: divided by ``time_scale`` on the wall clock); the resolved settings (``backend.info_path``) go in
-``LaunchInfo.effective``; the ``ProcessSession`` it returns owns the server process. Any failure or Ctrl-C during
-a launch stops the server before propagating.
+``launch(config)``: the backend resolves the config unless it is an ``EffectiveConfig`` already (an infeasible one
+raises ``InfeasibleConfig``, nothing starts) and builds the argv list, environment and files (``Backend.files``,
+written into the launch's own folder beside its log file, which argv names); the port is chosen
+(``ServerProcess.claim_port``); a ``ServerProcess`` is started with a per-trial log file and waited for
+(``backend.health_path``, up to ``server.startup_timeout_s`` hardware seconds: divided by ``time_scale`` on the wall
+clock); the resolved settings (``backend.info_path``) go in ``LaunchInfo.effective``; the ``ProcessSession`` it
+returns owns the server process. Any failure or Ctrl-C during a launch stops the server before propagating.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import time
 from pathlib import Path
 
+from autotune._io import atomic_write
 from autotune.backends.base import Backend
 from autotune.client import BenchmarkClient
 from autotune.clock import Clock, MonotonicClock
@@ -89,7 +91,7 @@ class ProcessRunner:
     # -- launching ----------------------------------------------------------------------------------
 
     def launch(self, config: TrialConfig) -> ProcessSession:
-        effective = self.backend.resolve(config, self.space)
+        effective = self.backend.effective(config, self.space)
         if (
             not self._probed
             and (self.space.server.version is None or self.backend.probe_before_argv)
@@ -98,11 +100,18 @@ class ProcessRunner:
             self._probed = True
             self.backend.probe(self.space)
         port = self.choose_port()
-        argv = self.backend.argv(effective, self.space, port=port, simulate=self.simulated)
+        log_path = self._log_path()
+        files = self.backend.files(effective, self.space)
+        files_dir = str(log_path.with_suffix("")) if files else None
+        argv = self.backend.argv(effective, self.space, port=port, simulate=self.simulated, files_dir=files_dir)
         if not argv or not all(isinstance(a, str) for a in argv):
             raise TypeError(f"backend {self.backend.name!r} built a bad argv: {argv!r}")
         own_env = {str(k): str(v) for k, v in self.backend.env(effective, self.space).items()}
-        server = self._server(argv, own_env, port).start()
+        for name, text in files.items():
+            path = Path(str(files_dir)) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text)
+        server = self._server(argv, own_env, port, log_path).start()
         info = LaunchInfo(
             argv=argv, env=redact_env(own_env), log_path=str(server.log_path), pid=server.pid, simulated=self.simulated
         )
@@ -122,13 +131,17 @@ class ProcessRunner:
             raise
         return session
 
-    def _server(self, argv: list[str], env: dict[str, str], port: int) -> ServerProcess:
+    def _log_path(self) -> Path:
+        """The next launch's log file (its files, if any, go in the folder of the same name without ``.log``)."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        return self.log_dir / f"server-{stamp}-{os.getpid()}-{self._launches + 1:04d}.log"
+
+    def _server(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> ServerProcess:
         """A (not yet started) server process with this launch's log file and the runner's current limits."""
         self._launches += 1
-        stamp = time.strftime("%Y%m%d-%H%M%S")
         return ServerProcess(
             argv,
-            log_path=self.log_dir / f"server-{stamp}-{os.getpid()}-{self._launches:04d}.log",
+            log_path=log_path,
             host=self.space.server.host,
             port=port,
             env=env,

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.backends.registry import DEFAULT_BACKEND
+
 __all__ = [
     "BenchmarkSpec",
     "BudgetSpec",
@@ -57,7 +59,7 @@ ParamSpec = IntRange | FloatRange | Choices
 
 @dataclass(frozen=True)
 class ServerSpec:
-    backend: str = "sglang"  # sglang | llamacpp | vllm
+    backend: str = DEFAULT_BACKEND  # a name of autotune.backends.registry
     model_path: str = ""
     version: str | None = None  # server version targeted (flag spelling); None = probe or newest known
     launcher: tuple[str, ...] = ()  # argv prefix overriding the backend's default (e.g. a venv's python)

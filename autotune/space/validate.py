@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.backends.base import KnobDomain
-from autotune.backends.registry import backend_class, backend_names, knob_domains
+from autotune.backends.registry import backend_class, backend_names, drafter_algorithms, knob_domains
 from autotune.errors import SpaceError
 from autotune.space.checker import Checker, Recorded, Validator
 from autotune.space.describe import describe, fmt_num, is_int, is_num, is_plain_number, join, suggest
@@ -42,7 +42,6 @@ from autotune.space.model import (
 __all__ = ["SpaceReader", "load_space", "space_errors"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 _TOP_KEYS = (
     "name",
     "storage",
@@ -76,8 +75,8 @@ class SpaceReader(Checker):
         name = self.section(top, "name", self.name)
         storage = self.section(top, "storage", self.optional(self.storage))
         server = self.section(top, "server", self.server)
-        drafters = self.section(top, "drafters", self.drafters)
         backend = server.backend if server is not None else None
+        drafters = self.section(top, "drafters", partial(self.drafters, backend=backend))
         names = tuple(d.name for d in drafters) if drafters is not None else None
         search = partial(self.search, backend=backend, drafter_names=names)
         rest = {
@@ -182,7 +181,7 @@ class SpaceReader(Checker):
 
     # -- drafters ---------------------------------------------------------------------------------------
 
-    def drafters(self, v: Any, f: str, line: int | None) -> tuple[DrafterSpec, ...]:
+    def drafters(self, v: Any, f: str, line: int | None, backend: str | None = None) -> tuple[DrafterSpec, ...]:
         if not isinstance(v, list) or not v:
             raise self.expected(f, line, "a list of at least one drafter {name, path}", v)
         out: list[DrafterSpec] = []
@@ -191,7 +190,7 @@ class SpaceReader(Checker):
         for i, item in enumerate(v):
             p, il = f"{f}[{i}]", item_line(v, i, line)
             try:
-                d = self.drafter_fields(item, p, il)
+                d = self.drafter_fields(item, p, il, backend)
             except SpaceError as e:  # this drafter is abandoned; report the others' problems too
                 self.errors.append(e)
                 ok = False
@@ -207,24 +206,25 @@ class SpaceReader(Checker):
             raise Recorded()
         return tuple(out)
 
-    def drafter_fields(self, v: Any, f: str, line: int | None) -> dict[str, Any]:
+    def drafter_fields(self, v: Any, f: str, line: int | None, backend: str | None = None) -> dict[str, Any]:
         schema: dict[str, Validator] = {
             "name": self.name,
             "path": lambda x, q, ln: self.str_(x, q, ln, "the checkpoint directory"),
-            "algorithm": self.optional(self.algorithm),
+            "algorithm": self.optional(partial(self.algorithm, algorithms=drafter_algorithms(backend))),
         }
         required = {"name": "a drafter name", "path": "the drafter checkpoint directory"}
         return self.fields(v, f, line, schema, required=required, complete=True)
 
-    def algorithm(self, v: Any, f: str, line: int | None) -> str:
-        if isinstance(v, str) and v.upper() in _ALGORITHMS:
+    def algorithm(self, v: Any, f: str, line: int | None, algorithms: tuple[str, ...] = ()) -> str:
+        """A drafter's forced algorithm: one the backend takes (``Backend.drafter_algorithms``), upper-cased."""
+        if isinstance(v, str) and v.upper() in algorithms:
             return v.upper()
         raise self.expected(
             f,
             line,
-            "one of " + ", ".join(_ALGORITHMS) + " (or leave it out to derive it)",
+            "one of " + ", ".join(algorithms) + " (or leave it out to derive it)",
             v,
-            suggest(v.upper() if isinstance(v, str) else v, _ALGORITHMS),
+            suggest(v.upper() if isinstance(v, str) else v, algorithms),
         )
 
     # -- search -----------------------------------------------------------------------------------------

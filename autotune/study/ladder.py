@@ -4,10 +4,11 @@ so each level's winner is measured, not left to the sampler's luck (it ranks by 
 Per level a surrogate of that level's log tok/s picks the unmeasured grid point it ranks highest (``level_picks``).
 
 The best measured speculative config's static part (drafter, CUDA graphs, topk) is kept and its draft length
-(``autotune.schedule.DRAFT_KNOB``: SGLang's steps, llama.cpp's longest draft) goes through every value of its
-range in the space that the server accepts; configs already measured are not launched again (a resumed study
-measures only the rest). These trials (user attr ``seeded``: ``level`` or ``ladder``) go through the same
-objective and use the budget like any other; the per-level confirmation then races each level's winner.
+(``Backend.schedule_knob``: SGLang's steps, llama.cpp's longest draft) goes through every value of its range in
+the space that the server accepts (``Backend.resolve`` fills in what follows from it); configs already measured are
+not launched again (a resumed study measures only the rest). These trials (user attr ``seeded``: ``level`` or
+``ladder``) go through the same objective and use the budget like any other; the per-level confirmation then races
+each level's winner.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from autotune import records
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
-from autotune.schedule import DRAFT_KNOB
 from autotune.space import Choices, IntRange
 from autotune.study import search as _search
 from autotune.study.context import StudyContext
@@ -52,15 +52,14 @@ def rungs(values: list[int], most: int = MAX_RUNGS) -> list[int]:
 
 def ladder_configs(ctx: StudyContext) -> list[TrialConfig]:
     """The unmeasured rungs of the best speculative config's draft-length ladder ([] without load levels)."""
-    space = ctx.space
-    if not space.benchmark.loaded:
+    space, knob = ctx.space, ctx.backend.schedule_knob
+    if not space.benchmark.loaded or knob is None:
         return []
     done = [t for t in records.trials(ctx.study, (TrialState.COMPLETE,)) if records.is_measured_speculative(t)]
     done = [t for t in done if not TrialRecord(t).lossy and t.value]
     if not done:
         return []
     best = TrialRecord(max(done, key=lambda t: float(t.value or 0.0))).effective_config()
-    knob = DRAFT_KNOB.get(space.server.backend, "num_steps")
     domain = space.search.knobs.get(knob)
     if isinstance(domain, IntRange):
         values = domain.values()
@@ -71,11 +70,8 @@ def ladder_configs(ctx: StudyContext) -> list[TrialConfig]:
     keys = {TrialRecord(t).config_key for t in records.trials(ctx.study)}
     out = []
     for v in rungs(values):
-        changes = {knob: v}
-        if space.server.backend == "sglang" and best.knob("topk") == 1:
-            changes["num_draft_tokens"] = v + 1  # a chain: SGLang verifies steps + 1 tokens
         try:
-            cfg = ctx.backend.resolve(best.with_knobs(**changes), space)
+            cfg = ctx.backend.resolve(best.with_knobs(**{knob: v}), space)
         except InfeasibleConfig:
             continue
         if cfg.key() not in keys:

@@ -363,9 +363,7 @@ class Objective:
         wrong config (BenchmarkError)."""
         t.record.launched(info)
         if info.effective:
-            effective = info.effective
-            if "num_steps" not in effective and "cuda_graph" not in effective:  # raw server info
-                effective = self.ctx.backend.read_effective(effective)
+            effective = self.ctx.backend.settings(info.effective)  # read, or the raw server info read now
             mismatch = self.ctx.backend.check_effective(config, effective)
             if mismatch:
                 raise BenchmarkError("the server resolved a different config than launched: " + "; ".join(mismatch))

@@ -1,0 +1,105 @@
+"""SGLang's flag spelling by release: which CUDA-graph flags a version takes, read from ``launch_server --help``
+when the version is unknown, and the CUDA-graph state its server args report."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+#: the SGLang release targeted when the space does not name one
+DEFAULT_VERSION = "0.5.23"
+#: the newest release known to accept ``--disable-cuda-graph`` (deprecated there)
+_LAST_LEGACY_CUDA_GRAPH_FLAG = (0, 5, 23)
+
+LEGACY = "legacy"  # --disable-cuda-graph
+PER_PHASE = "per-phase"  # --disable-decode-cuda-graph --disable-prefill-cuda-graph
+
+
+def parse_version(version: str) -> tuple[int, ...]:
+    """``"0.5.23.post1"`` -> ``(0, 5, 23)``; leading numeric components only."""
+    parts: list[int] = []
+    for piece in version.strip().lstrip("vV").split("."):
+        m = re.match(r"\d+", piece)
+        if not m:
+            break
+        parts.append(int(m.group()))
+        if m.end() != len(piece):
+            break
+    if not parts:
+        raise ValueError(f"not a version: {version!r}")
+    return tuple(parts)
+
+
+def cuda_graph_spelling(version: str | None) -> str:
+    """How to turn CUDA graphs off for SGLang ``version``: ``LEGACY`` up to 0.5.23, ``PER_PHASE`` after."""
+    v = parse_version(version or DEFAULT_VERSION)
+    return LEGACY if v <= _LAST_LEGACY_CUDA_GRAPH_FLAG else PER_PHASE
+
+
+def flag_spelling_from_help(text: str) -> str | None:
+    """Decide the CUDA-graph flag spelling from ``launch_server --help`` output (None: can't tell)."""
+    if re.search(r"--disable-decode-cuda-graph\b", text):
+        return PER_PHASE
+    if re.search(r"--disable-cuda-graph\b", text):
+        return LEGACY
+    return None
+
+
+def cuda_graph_off_flags(spelling: str) -> list[str]:
+    if spelling == LEGACY:
+        return ["--disable-cuda-graph"]
+    if spelling == PER_PHASE:
+        return ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
+    raise ValueError(f"unknown CUDA-graph flag spelling {spelling!r}")
+
+
+def run_help(argv: list[str], *, timeout_s: float) -> str | None:
+    """stdout+stderr of ``argv`` (a ``--help`` command), or None when it can't run or overruns ``timeout_s``."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return out.decode("utf-8", "replace")
+
+
+def cuda_graph_state(info: Mapping[str, Any]) -> bool | None:
+    """Whether the server runs with CUDA graphs, from its server args (None: they do not say)."""
+    keys = ("disable_cuda_graph", "disable_decode_cuda_graph", "disable_prefill_cuda_graph")
+    seen = [bool(info[k]) for k in keys if k in info and info[k] is not None]
+    backend = info.get("cuda_graph_backend_decode")
+    if backend is not None:
+        seen.append(str(backend).lower() == "disabled")
+    if not seen:
+        return None
+    return not any(seen)
+
+
+__all__ = [
+    "DEFAULT_VERSION",
+    "LEGACY",
+    "PER_PHASE",
+    "cuda_graph_off_flags",
+    "cuda_graph_spelling",
+    "cuda_graph_state",
+    "flag_spelling_from_help",
+    "parse_version",
+    "run_help",
+]
