@@ -29,6 +29,15 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("autotune")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        return "unknown"
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("space", help="space file (YAML)")
     p.add_argument(
@@ -62,6 +71,7 @@ def _add_heartbeat(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="autotune", description="Tune speculative decoding for an LLM inference server.")
+    p.add_argument("--version", action="version", version=f"autotune {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("study", help="measure the baseline, search with Optuna, confirm, give a verdict")
@@ -69,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n-trials", type=int, help="the study's total trial budget (re-running resumes)")
     s.add_argument("--seed", type=int, default=None, help="sampler seed")
     s.add_argument("--no-confirm", action="store_true", help="search only (extra workers of a shared study)")
+    s.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (phases, server starts, estimated GPU time) and exit; nothing is started or written",
+    )
     s.add_argument("--json", action="store_true", help="print the final report as JSON")
     s.add_argument("--skip-validation", action="store_true", help="do not run the static drafter checks first")
     s.add_argument(
@@ -211,6 +226,8 @@ def cmd_validate(ctx: Context) -> int:
 def cmd_study(ctx: Context) -> int:
     args = ctx.args
     result = commands.run_study(ctx, note=_note, watch=_watch(ctx))
+    if result.study is None:  # --dry-run: the plan was the output
+        return EXIT_OK
     html = ctx.studies_dir / ctx.study_name / "report.html"
     _write_html(ctx, result.study, result.report, html)
     _print_report(result.report, args.json)

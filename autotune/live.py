@@ -6,6 +6,8 @@ On a terminal it is a live panel on stderr; elsewhere (CI, pipes) one plain line
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, Group
@@ -38,6 +40,7 @@ class LiveView:
         self.best: tuple[float, str] | None = None
         self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
         self.recent: list[str] = []
+        self.progress = Progress()
 
     def __enter__(self) -> LiveView:
         if not self.quiet and self.console.is_terminal:
@@ -52,6 +55,7 @@ class LiveView:
 
     def on_event(self, ev: Event) -> None:
         d = ev.data
+        self.progress.on_event(ev)
         if ev.kind == "trial-start":
             self.current = {"trial": ev.trial, "config": d["config"], "prompt": 0, "last": None}
         elif ev.kind == "launched":
@@ -63,7 +67,7 @@ class LiveView:
             line = level_line(ev.trial, d)
             self.recent = (self.recent + [line])[-8:]
             if self.live is None and not self.quiet:
-                self.console.print(line, highlight=False, markup=False)
+                self.console.print(line, highlight=False, markup=False, soft_wrap=True)
         elif ev.kind == "trial-end":
             state = d["state"]
             self.counts[state] = self.counts.get(state, 0) + 1
@@ -82,14 +86,15 @@ class LiveView:
                 line += f"  x{speed:.2f}"
             if d.get("reason"):
                 line += f"  ({d['reason']})"
+            line += f"  [{self.progress.text()}]"
             self.recent = (self.recent + [line])[-8:]
             self.current = {}
             if self.live is None and not self.quiet:
-                self.console.print(line, highlight=False, markup=False)
+                self.console.print(line, highlight=False, markup=False, soft_wrap=True)
         elif (
             ev.kind in ("confirm-start", "confirm-measure", "verdict", "note") and self.live is None and not self.quiet
         ):
-            self.console.print(_describe(ev), highlight=False, markup=False)
+            self.console.print(_describe(ev), highlight=False, markup=False, soft_wrap=True)
         if ev.kind in ("confirm-start", "confirm-measure", "verdict", "note"):
             self.recent = (self.recent + [_describe(ev)])[-8:]
         if self.live is not None:
@@ -99,6 +104,7 @@ class LiveView:
         unit = "tok/s (simulated)" if self.simulated else "tok/s"
         head = Text(f"autotune study {self.study_name}  ", style="bold")
         head.append(f"complete {self.counts['COMPLETE']}  pruned {self.counts['PRUNED']}  failed {self.counts['FAIL']}")
+        head.append(f"\n{self.progress.text()}")
         t = Table.grid(padding=(0, 2))
         for cfg, tps in self.baselines.items():
             t.add_row(Text(cfg), Text(f"{tps:.1f} {unit}"))
@@ -113,6 +119,60 @@ class LiveView:
             if self.current.get("last") is not None:
                 cur.append(f"  last {self.current['last']:.1f} {unit}")
         return Group(head, t, cur, Text("\n".join(self.recent)))
+
+
+class Progress:
+    """Where a study stands: phase, trials of the budget, server starts against the plan (``plan`` event: the
+    ``autotune.plan`` figures), elapsed wall time and an ETA from the starts so far."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self.now = now
+        self.t0 = now()
+        self.phase = "search"
+        self.n_trials: int | None = None
+        self.trials = 0  # trials ended in this run
+        self.used0 = 0  # the budget a resumed study had used already
+        self.starts = 0  # server starts in this run
+        self.planned: tuple[int, int] | None = None  # starts this run plans (as planned, at most)
+
+    def on_event(self, ev: Event) -> None:
+        d = ev.data
+        if ev.kind == "plan":
+            self.n_trials, self.used0 = d.get("n_trials"), int(d.get("used") or 0)
+            self.planned = tuple(d["starts"]) if d.get("starts") else None  # type: ignore[assignment]
+        elif ev.kind == "trial-end":
+            self.trials += 1
+        elif ev.kind in ("launched", "confirm-measure"):
+            self.starts += 1
+        elif ev.kind == "confirm-start":
+            self.phase = "confirmation"
+        elif ev.kind == "verdict":
+            self.phase = "verdict"
+
+    def eta_s(self) -> tuple[float, float] | None:
+        """(planned, at most) seconds left at this run's pace so far; None before the first start or without a
+        plan."""
+        if not self.planned or self.starts == 0:
+            return None
+        per = (self.now() - self.t0) / self.starts
+        return max(0, self.planned[0] - self.starts) * per, max(0, self.planned[1] - self.starts) * per
+
+    def text(self) -> str:
+        parts = [self.phase]
+        if self.n_trials:
+            parts.append(f"trials {min(self.used0 + self.trials, self.n_trials)}/{self.n_trials}")
+        parts.append(f"starts {self.starts}" + (f"/{self.planned[0]}" if self.planned else ""))
+        parts.append(f"{_clock(self.now() - self.t0)} elapsed")
+        eta = self.eta_s()
+        if eta is not None and self.phase != "verdict":
+            lo, hi = eta
+            parts.append(f"ETA {_clock(lo)}" + (f" (at most {_clock(hi)})" if hi > lo + 1 else ""))
+        return " · ".join(parts)
+
+
+def _clock(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 def level_line(trial: int | None, d: dict) -> str:

@@ -13,6 +13,7 @@ many starts after a few prompts, and the race often ends before ``max_repeats``.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,12 +64,12 @@ class Plan:
         return sum(p.starts for p in self.phases), sum(p.starts_max for p in self.phases)
 
     @property
-    def gpu_s(self) -> tuple[float, float] | None:
-        """(planned, at most) GPU seconds: server time x GPUs per server."""
+    def server_s(self) -> tuple[float, float] | None:
+        """(planned, at most) seconds of server time (each of them holds ``gpus`` GPUs)."""
         if self.start_s is None:
             return None
         lo, hi = self.starts
-        return lo * self.start_s * self.gpus, hi * self.start_s * self.gpus
+        return lo * self.start_s, hi * self.start_s
 
 
 def plan(
@@ -118,20 +119,31 @@ def render(p: Plan) -> str:
         parts.append(f"{ph.name} {n} server starts ({ph.note})")
     lo, hi = p.starts
     lines = [f"plan: {'; '.join(parts)}; {lo if lo == hi else f'{lo}-{hi}'} starts in all"]
-    g = p.gpu_s
+    g = p.server_s
     if g is None or p.costs is None:
         lines.append(
-            "estimated GPU time: unknown until the first start (set budget.estimate: {startup_s: S, tok_per_s: T} "
-            "in the space for an estimate now)"
+            "estimated GPU time: unknown until the first start (the live view gives an ETA from the measured starts)"
         )
     else:
-        per = f"{p.gpus} GPUs x " if p.gpus > 1 else ""
         span = _hours(g[0]) if math.isclose(g[0], g[1]) else f"{_hours(g[0])} (at most {_hours(g[1])})"
         lines.append(
-            f"estimated GPU time: {span}: {per}{p.start_s:.0f} s a start (start-up {p.costs.startup_s:.0f} s, "
-            f"{p.costs.request_s:.0f} s a prompt; {p.costs.source})"
+            f"estimated GPU time: {span} of {'an' if p.gpus in (8, 11, 18) else 'a'} {p.gpus}-GPU server"
+            + (f" ({_hours(g[0] * p.gpus)} of GPU time)" if p.gpus > 1 else "")
+            + f", {p.start_s:.0f} s a start (start-up {p.costs.startup_s:.0f} s, {p.costs.request_s:.1f} s a prompt;"
+            f" {p.costs.source})"
         )
     return "\n".join(lines)
 
 
-__all__ = ["Costs", "Phase", "Plan", "plan", "render"]
+def measured_costs(startups: Sequence[float], prompt_seconds: Sequence[float]) -> Costs | None:
+    """Costs from a study's own measurements (the median start-up and seconds per prompt); None without both."""
+    if not startups or not prompt_seconds:
+        return None
+    return Costs(
+        startup_s=statistics.median(startups),
+        request_s=statistics.median(prompt_seconds),
+        source=f"measured in this study ({len(startups)} starts)",
+    )
+
+
+__all__ = ["Costs", "Phase", "Plan", "measured_costs", "plan", "render"]

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotune.commands.context import Context, Note, preflight, reap
@@ -46,11 +47,10 @@ def validate(ctx: Context) -> list[Any]:
 def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyResult:
     """``autotune study``: validate (unless skipped), reap, check the ports, open the study, search (one worker, or
     one ``autotune worker`` per GPU slot), confirm, build the report."""
-    from autotune import study as st
-    from autotune.errors import ValidationFailed
-    from autotune.evidence import Evidence
+    from autotune.errors import UserError, ValidationFailed
+    from autotune.plan import render as render_plan
     from autotune.records import set_study_n_trials
-    from autotune.report import build_report
+    from autotune.study.runlock import run_lock
 
     args = ctx.args
     if args.n_trials is not None and args.n_trials < 1:
@@ -69,19 +69,74 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
         from autotune.workers import require_server_database
 
         require_server_database(ctx.storage_url, f"--gpus with {len(slots)} slots")
-    reap(ctx, note)
-    preflight(ctx, slots)
-    ctx.ensure_dirs()
-    seed = args.seed if args.seed is not None else (ctx.space.simulate.seed if ctx.space.simulate else None)
-    study = ctx.open_study(create=True, seed=seed)
     n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
-    set_study_n_trials(study, n_trials)  # what `autotune worker` on other nodes and slots reads
+    if getattr(args, "dry_run", False):
+        note(render_plan(study_plan(ctx, _existing_study(ctx), n_trials)))
+        return StudyResult(None, {})
+    # one orchestrator per study: taken before anything else touches it (a second run exits 2 here, before
+    # reaping servers, claiming trials or recovering "killed" ones that are another run's)
+    with run_lock(ctx.storage_url, ctx.study_name):
+        reap(ctx, note)
+        preflight(ctx, slots)
+        ctx.ensure_dirs()
+        seed = args.seed if args.seed is not None else (ctx.space.simulate.seed if ctx.space.simulate else None)
+        new_file = _new_sqlite_file(ctx.storage_url)
+        study = ctx.open_study(create=True, seed=seed)
+        kept = resuming_line(study, ctx.study_name)
+        if kept:
+            note(kept)
+        note(render_plan(study_plan(ctx, study, n_trials)))
+        set_study_n_trials(study, n_trials)  # what `autotune worker` on other nodes and slots reads
+        try:
+            return _search_and_confirm(ctx, study, slots, seed, n_trials, note, watch)
+        except UserError:
+            if not kept:  # bad input found at launch (a port taken since the check): a new study leaves nothing
+                _roll_back_new_study(ctx, study, new_file)
+            raise
+
+
+def _new_sqlite_file(url: str) -> Path | None:
+    """The SQLite file of ``url`` when this run is about to create it (else None)."""
+    from autotune.study.runlock import sqlite_path
+
+    path = sqlite_path(url)
+    return path if path is not None and not path.exists() else None
+
+
+def _roll_back_new_study(ctx: Context, study: Any, new_file: Path | None) -> None:
+    """Remove a study this run created when nothing in it was measured: the exit-2 promise (nothing written)."""
+    import optuna
+
+    from autotune.records import TrialRecord
+    from autotune.study import _optuna
+
+    if any(TrialRecord(t).measured for t in study.get_trials(deepcopy=False)):
+        return
+    optuna.delete_study(study_name=ctx.study_name, storage=_optuna.storage(study))
+    rdb = _optuna.rdb_storage(study)
+    if rdb is not None:
+        rdb.engine.dispose()
+    if new_file is not None and not optuna.get_all_study_names(ctx.storage_url):
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            Path(f"{new_file}{suffix}").unlink(missing_ok=True)
+
+
+def _search_and_confirm(
+    ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note, watch: Watch
+) -> StudyResult:
+    from autotune import study as st
+    from autotune.evidence import Evidence
+    from autotune.report import build_report
+
+    args = ctx.args
     if len(slots) > 1:
         _run_slots(ctx, study, slots, seed, n_trials, note)
     else:
         runner, clock = ctx.runner(seed=seed or 0, slot=slots[0] if slots else None)
         shared = not ctx.storage_url.startswith("sqlite")  # other workers may still be measuring
         with watch() as listener:
+            if listener is not None:
+                listener(_plan_event(ctx, study, n_trials))
             st.run(
                 ctx.run_space,
                 ctx.backend,
@@ -189,15 +244,85 @@ def run_confirm(ctx: Context, *, note: Note) -> StudyResult:
     from autotune.records import reopen_confirmation
     from autotune.report import build_report
     from autotune.study import Orchestrator
+    from autotune.study.runlock import run_lock
 
     study = ctx.open_study(create=False)
-    reap(ctx, note)
-    preflight(ctx)
-    ctx.ensure_dirs()
-    runner, clock = ctx.runner()
-    reopen_confirmation(study)
-    Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock).confirm()
+    with run_lock(ctx.storage_url, ctx.study_name):
+        reap(ctx, note)
+        preflight(ctx)
+        ctx.ensure_dirs()
+        runner, clock = ctx.runner()
+        reopen_confirmation(study)
+        Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock).confirm()
     return StudyResult(study, build_report(study))
+
+
+def _plan_event(ctx: Context, study: Any, n_trials: int) -> Any:
+    """The ``plan`` event the live view reads its progress against."""
+    from autotune.study import Event
+
+    p = study_plan(ctx, study, n_trials)
+    return Event("plan", data={"n_trials": n_trials, "used": p.kept, "starts": list(p.starts)})
+
+
+def _existing_study(ctx: Context) -> Any:
+    """The study if it exists already (for a plan that knows what is measured), else None; creates nothing."""
+    from autotune.errors import UserError
+
+    try:
+        return ctx.open_study(create=False)
+    except UserError:
+        return None
+
+
+def resuming_line(study: Any, name: str) -> str | None:
+    """``resuming study NAME: N trials kept (...)`` when the study has trials already; None for a new one."""
+    from collections import Counter
+
+    trials = study.get_trials(deepcopy=False)
+    if not trials:
+        return None
+    by_state = Counter(t.state.name for t in trials)
+    parts = ", ".join(f"{n} {state.lower()}" for state, n in sorted(by_state.items()))
+    return f"resuming study {name}: {len(trials)} trials kept ({parts}); only what is left of the budget runs"
+
+
+def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
+    """The plan of this study (``autotune.plan``): what is left of the budget, confirmation's rounds, and the GPU
+    time at the study's own measured costs, else the simulator's, else counts only."""
+    from autotune import plan
+    from autotune.records import TrialRecord, used_budget
+
+    space = ctx.run_space
+    used = used_budget(study)[0] if study is not None else 0
+    costs = None
+    if study is not None:
+        recs = [TrialRecord(t) for t in study.get_trials(deepcopy=False)]
+        costs = plan.measured_costs(
+            [r.startup_s for r in recs if r.startup_s],
+            [p["seconds"] for r in recs for p in r.prompts if p.get("seconds")],
+        )
+    if costs is None and ctx.simulated:
+        from autotune.sim.costs import costs as sim_costs
+
+        costs = sim_costs(space, ctx.backend)
+    from autotune.slots import gpus_needed
+
+    v = space.verdict
+    return plan.plan(
+        n_trials=n_trials,
+        used=used,
+        graph_settings=len(space.search.cuda_graph),
+        levels=space.benchmark.concurrency,
+        confirm_top=v.confirm_top,
+        repeats=v.repeats,
+        max_repeats=v.max_repeats if v.max_repeats is not None else 2 * v.repeats,
+        confirm=not ctx.args.no_confirm,
+        n_prompts=len(space.benchmark.prompts),
+        warmup=space.benchmark.warmup_requests,
+        gpus=gpus_needed(space, ctx.backend.parallel_size_flags)[0],
+        costs=costs,
+    )
 
 
 def load_report(ctx: Context) -> StudyResult:

@@ -19,6 +19,8 @@ What a step raises            outcome   recorded
 - ``KeyboardInterrupt``       FAIL      ``interrupted`` (it does not use the budget; the config is queued again)
 - ``Requeued``                FAIL      ``interrupted``, ``fail_reason``: its baseline is measured by nobody right
                                         now (another worker was lost during it); the config is queued again
+- ``UserError``               FAIL      ``interrupted``, ``fail_kind`` ``bad-input``, ``fail_reason`` (bad input found
+                                        at launch, e.g. the port taken since the check); the study stops, exit 2
 
 Parallel workers: a trial whose server config another worker is measuring waits for that measurement and copies
 it (a duplicate); a speculative trial whose baseline another worker is still measuring starts its server, then
@@ -112,6 +114,11 @@ class Objective:
             t.record.failed(None, str(e))
             self._interrupted(t)
             self._end(t, {"state": TrialState.FAIL.name, "reason": str(e)})
+            raise
+        except UserError as e:  # bad input found at launch (a port taken since the check): not the config's fault
+            t.record.failed("bad-input", str(e))
+            self._interrupted(t)
+            self._end(t, {"state": TrialState.FAIL.name, "reason": f"not run: {e}"})
             raise
         except FAILURES as e:
             self._failed(t, e)

@@ -23,10 +23,11 @@ def test_the_quick_start_plan_counts_search_and_confirmation_starts():
     assert p.starts == (36, 60)
     # one start: 600 s start-up + (1 warm-up + 5 prompts) x 10 s = 660 s, on 8 GPUs
     assert p.start_s == pytest.approx(660.0)
-    assert p.gpu_s == pytest.approx((36 * 660.0 * 8, 60 * 660.0 * 8))
+    assert p.server_s == pytest.approx((36 * 660.0, 60 * 660.0))
     text = planmod.render(p)
     assert "search 12 server starts" in text and "confirmation 24-48 server starts" in text
-    assert "36-60 starts in all" in text and "8 GPUs x 660 s a start" in text and "52.8 h (at most 88.0 h)" in text
+    assert "36-60 starts in all" in text and "660 s a start" in text
+    assert "6.6 h (at most 11.0 h) of an 8-GPU server (52.8 h of GPU time)" in text
 
 
 def test_a_resumed_study_plans_only_what_is_left_of_its_budget():
@@ -54,5 +55,5 @@ def test_load_levels_add_level_only_candidates_and_level_time():
 
 def test_without_figures_the_plan_gives_counts_and_says_how_to_get_an_estimate():
     p = _plan(costs=None)
-    assert p.gpu_s is None
-    assert "unknown until the first start" in planmod.render(p) and "budget.estimate" in planmod.render(p)
+    assert p.server_s is None
+    assert "unknown until the first start" in planmod.render(p)

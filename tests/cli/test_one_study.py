@@ -1,0 +1,189 @@
+"""One study, one orchestrator; exit 2 writes nothing; the plan before the bill (issue #22, items 1, 2 and 7)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from autotune import cli
+from autotune.commands import study as study_cmd
+
+from .helpers import REPO, autotune, space_file
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _llama(tmp_path, **server):
+    return space_file(
+        tmp_path,
+        "llama-8b-eagle3.yaml",
+        server={"port": _free_port(), "port_busy": "fail", **server},
+        budget={"n_trials": 6, "timeout_s": None},
+    )
+
+
+def _trials(db):
+    storage = f"sqlite:///{db}"
+    (name,) = optuna.get_all_study_names(storage)
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+
+
+def test_a_second_study_on_a_running_sqlite_study_exits_2_and_the_first_measures_every_trial(tmp_path):
+    space, studies = _llama(tmp_path), tmp_path / "studies"
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "study",
+            str(space),
+            "--simulate",
+            "--no-confirm",
+            "--studies-dir",
+            str(studies),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        db = None
+        while time.monotonic() < deadline:  # until the first run measures its first trial
+            dbs = list(studies.glob("*.db"))
+            if dbs and any(t.state.name == "RUNNING" for t in _trials(dbs[0])):
+                db = dbs[0]
+                break
+            time.sleep(0.2)
+        assert db is not None, "the first study never started a trial"
+        second = autotune("study", str(space), "--simulate", "--no-confirm", "--studies-dir", str(studies))
+        assert second.returncode == 2, second.stderr
+        assert f"pid {first.pid} on " in second.stderr and "autotune worker" in second.stderr
+        assert second.stderr.count("autotune: error:") == 1
+        out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert first.returncode == 0, err
+    assert "failed by another worker" not in err
+    trials = _trials(db)
+    assert trials and all(t.state.name in ("COMPLETE", "PRUNED") for t in trials), [t.state for t in trials]
+    assert not any(t.user_attrs.get("interrupted") for t in trials)
+
+
+def test_a_port_taken_after_the_check_exits_2_and_leaves_no_study(tmp_path, monkeypatch, capsys):
+    """The race the issue saw: another program takes the port between autotune's check and the first launch."""
+    port = _free_port()
+    space, studies = _llama(tmp_path, port=port), tmp_path / "studies"
+    holder = socket.socket()
+    real = study_cmd.preflight
+
+    def preflight_then_lose_the_port(ctx, slots=None):
+        real(ctx, slots)
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+
+    monkeypatch.setattr(study_cmd, "preflight", preflight_then_lose_the_port)
+    try:
+        rc = cli.main(["study", str(space), "--simulate", "--studies-dir", str(studies)])
+    finally:
+        holder.close()
+    err = capsys.readouterr().err
+    assert rc == 2 and "in use" in err, err
+    assert not list(studies.glob("*.db")), "exit 2 must leave no study behind"
+
+
+def test_a_port_race_in_a_resumed_study_is_recorded_with_its_reason_and_uses_no_budget(tmp_path, monkeypatch, capsys):
+    port = _free_port()
+    space, studies = _llama(tmp_path, port=port), tmp_path / "studies"
+    first = autotune(
+        "study",
+        str(space),
+        "--simulate",
+        "--in-process",
+        "--n-trials",
+        "3",
+        "--no-confirm",
+        "--studies-dir",
+        str(studies),
+    )
+    assert first.returncode == 0, first.stderr
+    (db,) = studies.glob("*.db")
+    before = len(_trials(db))
+    holder = socket.socket()
+    real = study_cmd.preflight
+
+    def preflight_then_lose_the_port(ctx, slots=None):
+        real(ctx, slots)
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+
+    monkeypatch.setattr(study_cmd, "preflight", preflight_then_lose_the_port)
+    try:
+        rc = cli.main(["study", str(space), "--simulate", "--n-trials", "6", "--studies-dir", str(studies)])
+    finally:
+        holder.close()
+    err = capsys.readouterr().err
+    assert rc == 2 and "resuming study" in err
+    new = _trials(db)[before:]
+    failed = [t for t in new if t.state.name == "FAIL"]
+    assert len(failed) == 1, [t.state for t in new]
+    (t,) = failed
+    assert t.user_attrs.get("interrupted") and "in use" in t.user_attrs["fail_reason"]  # its reason, no budget used
+    assert all(w.user_attrs.get("requeued_from") == t.number for w in new if w.state.name == "WAITING")
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing_and_a_rerun_says_it_resumes(tmp_path):
+    space, studies = _llama(tmp_path), tmp_path / "studies"
+    dry = autotune("study", str(space), "--simulate", "--n-trials", "4", "--dry-run", "--studies-dir", str(studies))
+    assert dry.returncode == 0, dry.stderr
+    assert "plan: search 4 server starts" in dry.stderr and "estimated GPU time:" in dry.stderr
+    assert not studies.exists() or not any(studies.iterdir())
+    run = autotune(
+        "study",
+        str(space),
+        "--simulate",
+        "--in-process",
+        "--n-trials",
+        "4",
+        "--no-confirm",
+        "--studies-dir",
+        str(studies),
+    )
+    assert run.returncode == 0 and "resuming" not in run.stderr
+    assert "plan: search 4 server starts" in run.stderr
+    assert "[search · trials 1/4 · starts 1/4" in run.stderr  # the live progress on each trial's line
+    again = autotune(
+        "study",
+        str(space),
+        "--simulate",
+        "--in-process",
+        "--n-trials",
+        "6",
+        "--no-confirm",
+        "--studies-dir",
+        str(studies),
+    )
+    assert again.returncode == 0, again.stderr
+    assert "resuming study" in again.stderr and "4 trials kept" in again.stderr
+    assert "plan: search 2 server starts (6 trials in the budget, 4 used)" in again.stderr
+    assert "measured in this study" in again.stderr  # the estimate now from the study's own starts
+
+
+def test_version():
+    r = autotune("--version")
+    assert r.returncode == 0 and r.stdout.startswith("autotune ") and r.stdout.split()[1][0].isdigit()
