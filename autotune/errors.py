@@ -12,6 +12,7 @@ AutotuneError                      base of everything autotune raises on purpose
  |    +-- StartupTimeout           not healthy within the startup timeout
  +-- BenchmarkError                a request failed after bounded retries (HTTP error, truncated stream, timeout)
  |    +-- ServerDied               the server process exited while being benchmarked
+ |    +-- Unstable                 the config's server crashed on two starts in a row
  +-- DrafterNotEngaged             acceptance length stays near 1.0: the drafter is not doing anything
 """
 
@@ -108,6 +109,17 @@ class ServerDied(BenchmarkError):
     def __init__(self, message: str, *, returncode: int | None = None, log_tail: str = "") -> None:
         self.returncode = returncode
         self.log_tail = log_tail
+        super().__init__(message)
+
+
+class Unstable(BenchmarkError):
+    """The server of one config crashed on every start it got (``autotune.study.trial.CRASH_STARTS``)."""
+
+    kind = "unstable"
+
+    def __init__(self, message: str, *, log_tail: str = "", log_path: str | None = None) -> None:
+        self.log_tail = log_tail
+        self.log_path = log_path
         super().__init__(message)
 
 

@@ -8,7 +8,7 @@ session it launched itself.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +45,20 @@ class Measurement:
 
 
 def run_levels(
-    session: Session, space: Space, results: list[PromptResult], *, on_level: OnLevel | None = None
+    session: Session,
+    space: Space,
+    results: list[PromptResult],
+    *,
+    on_level: OnLevel | None = None,
+    done: Sequence[LevelResult] = (),
 ) -> list[LevelResult]:
     """Level 1 from the prompts measured one after another (``results``), then each higher level of
-    ``benchmark.concurrency`` in order on the same server (``Session.run_level``: its own warm-up first)."""
-    levels = [LevelResult.sequential(results)]
+    ``benchmark.concurrency`` in order on the same server (``Session.run_level``: its own warm-up first); the
+    levels in ``done`` (measured on an earlier start of the same config) are kept, not measured again."""
+    levels = [LevelResult.sequential(results), *done]
+    have = {lv.level for lv in done}
     for c in space.benchmark.concurrency:
-        if c <= 1:
+        if c <= 1 or c in have:
             continue
         lv = session.run_level(c)
         levels.append(lv)
@@ -70,11 +77,14 @@ def started(runner: Runner, config: TrialConfig) -> Iterator[Session]:
         session.close()
 
 
-def run_prompts(session: Session, n: int, *, on_prompt: OnPrompt | None = None) -> list[PromptResult]:
-    """The warm-up requests, then prompts ``0..n-1`` measured in order."""
+def run_prompts(
+    session: Session, n: int, *, on_prompt: OnPrompt | None = None, done: Sequence[PromptResult] = ()
+) -> list[PromptResult]:
+    """The warm-up requests, then prompts ``0..n-1`` measured in order (those in ``done``, measured on an earlier
+    start of the same config, are kept)."""
     session.warmup()
-    results: list[PromptResult] = []
-    for i in range(n):
+    results: list[PromptResult] = list(done)
+    for i in range(len(done), n):
         r = session.run_prompt(i)
         results.append(r)
         if on_prompt is not None:

@@ -56,6 +56,7 @@ from autotune.records.queries import (
     predicted_oom,
     running_same_config,
     trials,
+    unstable,
     used_budget,
 )
 from autotune.records.schema import (
@@ -74,6 +75,7 @@ from autotune.records.schema import (
     CONSTRAINT_SLO,
     COPIED_BY_DUPLICATES,
     COUNTED,
+    CRASHES,
     DUPLICATE_OF,
     EFFECTIVE,
     ENV,
@@ -195,6 +197,7 @@ __all__ = [
     "SPEEDUP",
     "SPEEDUP_UPPER",
     "STARTUP_S",
+    "CRASHES",
     "START_FAILURES",
     "STUDY_KEYS",
     "TRIAL_KEYS",
@@ -242,6 +245,7 @@ __all__ = [
     "study_labels",
     "study_n_trials",
     "trials",
+    "unstable",
     "used_budget",
     "worker_spec",
 ]

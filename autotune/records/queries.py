@@ -11,7 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import lossless
 from autotune.config import TrialConfig
-from autotune.errors import DrafterNotEngaged, ServerOOM
+from autotune.errors import DrafterNotEngaged, ServerOOM, Unstable
 from autotune.records.attrs import confirmation
 from autotune.records.schema import (
     CLAIMED,
@@ -148,6 +148,15 @@ def failed_twice(study: optuna.Study, key: str) -> list[FrozenTrial]:
         and not r.not_launched
     ]
     return failed[:2] if len(failed) >= 2 else []
+
+
+def unstable(study: optuna.Study, key: str) -> FrozenTrial | None:
+    """A trial whose server config ``key`` crashed on every start it got (``fail_kind`` ``unstable``)."""
+    for t in trials(study, (TrialState.FAIL,)):
+        r = TrialRecord(t)
+        if r.config_key == key and r.fail_kind == Unstable.kind:
+            return t
+    return None
 
 
 def disengaged(study: optuna.Study, config: TrialConfig, among: list[FrozenTrial] | None = None) -> FrozenTrial | None:

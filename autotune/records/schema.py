@@ -25,6 +25,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``baseline_trial`` | before launch | the baseline trial it is paired with |
 | ``argv`` / ``env`` / ``server_effective`` | launch | the launch command, the variables set, the server's own account |
 | ``startup_s`` / ``log_path`` / ``log_tail`` | launch | startup time, server log, its end (on failures) |
+| ``crashes`` | a crash | each crash of its server (exit, last log line): one fresh start; two: ``unstable`` |
 | ``measured`` | launch | True once the server ran this config (the prompts follow) |
 | ``prompts`` | each prompt | ``PromptResult.to_dict()`` of each prompt measured so far |
 | ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
@@ -76,6 +77,7 @@ ARGV = "argv"
 ENV = "env"
 SERVER_EFFECTIVE = "server_effective"
 STARTUP_S = "startup_s"
+CRASHES = "crashes"
 LOG_PATH = "log_path"
 LOG_TAIL = "log_tail"
 MEASURED = "measured"
@@ -108,7 +110,7 @@ TRIAL_KEYS = (
     ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, CLAIMED, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
     INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST,
     BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH,
-    SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN,
+    SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES,
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,

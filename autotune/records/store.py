@@ -18,6 +18,7 @@ from autotune.records.schema import (
     CONFIG,
     CONFIG_KEY,
     COPIED_BY_DUPLICATES,
+    CRASHES,
     DUPLICATE_OF,
     EFFECTIVE,
     ENV,
@@ -176,6 +177,10 @@ class TrialRecord:
         return self.attrs.get(STARTUP_S)
 
     @property
+    def crashes(self) -> list[str]:
+        return list(self.attrs.get(CRASHES) or [])
+
+    @property
     def log_path(self) -> str | None:
         return self.attrs.get(LOG_PATH)
 
@@ -274,6 +279,9 @@ class TrialWriter:
 
     def log_tail(self, tail: str) -> None:
         self._set(LOG_TAIL, tail[-LOG_TAIL_CHARS:])
+
+    def crashes(self, lines: list[str]) -> None:
+        self._set(CRASHES, list(lines))
 
     def interrupted(self) -> None:
         self._set(INTERRUPTED, True)

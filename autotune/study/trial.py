@@ -33,7 +33,7 @@ import contextlib
 import functools
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -46,7 +46,10 @@ from autotune.errors import (
     DrafterNotEngaged,
     InfeasibleConfig,
     LaunchError,
+    ServerDied,
+    ServerExited,
     ServerOOM,
+    Unstable,
     UserError,
 )
 from autotune.measure import run_levels, run_prompts
@@ -84,10 +87,27 @@ class _Trial:
     config: TrialConfig | None = None  # the effective config, once resolved
     launched: bool = False  # runner.launch was called
     results: list[PromptResult] | None = None  # the prompts measured so far (for the trial's evidence)
+    levels: list[LevelResult] = field(default_factory=list)  # the load levels measured so far (level 1 first)
 
     @property
     def number(self) -> int:
         return self.trial.number
+
+
+#: server starts a trial's config gets when its server crashes (a signal at start-up, or dying while it serves)
+CRASH_STARTS = 2
+
+
+def _crash(e: Exception) -> bool:
+    """A crash, not a refusal: killed by a signal (negative return code) at start-up, or died while serving."""
+    return isinstance(e, ServerDied) or (isinstance(e, ServerExited) and (e.returncode or 0) < 0)
+
+
+def _crash_line(e: Exception) -> str:
+    """The exit and the last line of the log that says something (for the report)."""
+    tail = [ln.strip() for ln in (getattr(e, "log_tail", "") or "").splitlines() if ln.strip()]
+    code = getattr(e, "returncode", None)
+    return f"{'exit ' + str(code) if code is not None else 'died'}: " + (tail[-1][:200] if tail else str(e)[:200])
 
 
 # ---------------------------------------------------------------------------------------------- the objective
@@ -287,6 +307,12 @@ class Objective:
                 "not launched again",
                 TrialRecord(crashed[-1]).fail_kind,
             )
+        shaky = records.unstable(study, eff.key())
+        if shaky is not None:
+            raise NotLaunched(
+                f"the same server config crashed on every start in trial {shaky.number} (unstable); not launched again",
+                Unstable.kind,
+            )
         if eff.is_baseline or not self.ctx.backend.not_engaged_is_per_drafter:
             return
         bad = records.disengaged(study, eff)
@@ -305,6 +331,29 @@ class Objective:
             )
 
     def _measure(self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None) -> tuple[float, dict[str, Any]]:
+        """Launch, check, prompts, (references,) levels. A server that crashes (killed by a signal at start-up,
+        or dying while it serves) gets one fresh start that goes on from what the first measured; a second
+        crash ends the trial as ``unstable``, with both log lines."""
+        crashes: list[str] = []
+        while True:
+            try:
+                return self._measure_once(t, config, baseline)
+            except (ServerExited, ServerDied) as e:
+                if not _crash(e):
+                    raise
+                crashes.append(_crash_line(e))
+                t.record.crashes(crashes)
+                if len(crashes) >= CRASH_STARTS:
+                    raise Unstable(
+                        f"the server crashed on {len(crashes)} starts of this config: " + " | ".join(crashes),
+                        log_tail=getattr(e, "log_tail", ""),
+                        log_path=getattr(e, "log_path", None),
+                    ) from e
+                self.ctx.emit(Event("note", t.number, {"message": f"server crashed ({crashes[-1]}); one fresh start"}))
+
+    def _measure_once(
+        self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None
+    ) -> tuple[float, dict[str, Any]]:
         ctx = self.ctx
         session = self._launch(t, config)
         with contextlib.closing(session):
@@ -315,13 +364,13 @@ class Objective:
             self._check_config(t, config, session.info)
             n = len(ctx.space.benchmark.prompts)
             on_prompt = functools.partial(self._after_prompt, t, config, baseline, n)
-            results = run_prompts(session, n, on_prompt=on_prompt)
+            results = run_prompts(session, n, on_prompt=on_prompt, done=t.results or ())
             if config.is_baseline and ctx.space.benchmark.temperature == 0:
                 t.record.references(self._references(session, n))
             levels = None
             if ctx.space.benchmark.loaded:
                 on_level = functools.partial(self._after_level, t, config, baseline, n)
-                levels = run_levels(session, ctx.space, results, on_level=on_level)
+                levels = run_levels(session, ctx.space, results, on_level=on_level, done=t.levels[1:])
         return self._complete(t, config, baseline, results, levels)
 
     def _level_summaries(self, levels: list[LevelResult], baseline: FrozenTrial | None) -> list[dict[str, Any]]:
@@ -351,6 +400,7 @@ class Objective:
         li = order.index(lv.level)
         for i, v in lv.per_prompt_tok_per_s().items():
             t.trial.report(v, objective.step_of(li, i, n))
+        t.levels = list(levels)
         summaries = self._level_summaries(levels, baseline)
         t.record.levels(summaries)
         self.ctx.emit(Event("level", t.number, {k: summaries[-1].get(k) for k in LEVEL_EVENT_KEYS}))
@@ -472,6 +522,7 @@ class Objective:
         positive (the sampler ranks the config after feasible ones)."""
         ctx = self.ctx
         value, end = self._complete(t, config, baseline, results)  # the single-stream records and checks
+        t.levels = list(levels)
         summaries = self._level_summaries(levels, baseline)
         t.record.levels(summaries)
         weights = ctx.space.objective.weights_for(ctx.space.benchmark.concurrency)

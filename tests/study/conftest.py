@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from autotune.config import LaunchInfo, PromptResult, TrialConfig
-from autotune.errors import ServerExited, ServerOOM
+from autotune.errors import ServerDied, ServerExited, ServerOOM
 from autotune.space import (
     BenchmarkSpec,
     Choices,
@@ -51,6 +51,7 @@ class ScriptedRunner:
     accept: dict = field(default_factory=dict)  # drafter -> accept length
     oom_above: int | None = None
     crash: set = field(default_factory=set)  # drafter names whose servers crash at startup
+    crash_serving: dict = field(default_factory=dict)  # drafter -> how many of its starts die at its second prompt
     diverge: set = field(default_factory=set)
     graph_gain: float = 1.0  # a baseline with CUDA graphs on runs this much faster than one with them off
     seed: int = 0
@@ -74,7 +75,10 @@ class ScriptedRunner:
         start = math.exp(self.rng.gauss(0, self.noise))
         if config.is_baseline and not any(c.is_baseline for c in self.launches[:-1]):
             start *= self.first_baseline
-        return _Session(self, config, factor * start)
+        session = _Session(self, config, factor * start)
+        starts = sum(1 for c in self.launches if c == config)
+        session.dies_at = 1 if starts <= self.crash_serving.get(config.drafter, 0) else None
+        return session
 
 
 class _Session:
@@ -82,11 +86,15 @@ class _Session:
         self.runner, self.config, self.factor = runner, config, factor
         self.info = LaunchInfo(argv=["fake", config.key()], effective={}, startup_s=60.0, simulated=True)
         self.closed = False
+        self.dies_at = None  # the prompt at which this start's server dies (a crash while serving)
 
     def warmup(self):
         pass
 
     def run_prompt(self, i):
+        if i == self.dies_at:
+            raise ServerDied("the server exited while serving (code -6)", returncode=-6,
+                             log_tail="llama_decode: ...\nGGML_ASSERT(n_tokens_all <= n_batch) failed\nAborted")
         tps = self.runner.base * (1 + 0.1 * i) * self.factor * math.exp(self.runner.rng.gauss(0, 0.005))
         acc = None if self.config.is_baseline else self.runner.accept.get(self.config.drafter, 2.5)
         text = f"output of prompt {i} " * 20
