@@ -229,7 +229,7 @@ def _trials(con: Console, report: dict[str, Any]) -> None:
             _fmt(r["speedup"], ".2f") + ("~" if r["state"] != "COMPLETE" and r["speedup"] is not None else ""),
             _fmt(r.get("speedup_vs_fastest"), ".2f")
             + ("~" if r["state"] != "COMPLETE" and r.get("speedup_vs_fastest") is not None else ""),
-            _measured(r, n_levels),
+            measured(r, n_levels),
             _fmt(r["accept_length"], ".2f"),
             trial_note(r),
             style=colour.get(r["state"], ""),
@@ -259,7 +259,7 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def _measured(r: dict[str, Any], n_levels: int) -> str:
+def measured(r: dict[str, Any], n_levels: int) -> str:
     """What a trial measured: its prompts; with load levels the levels it reached (a pruned one: fewer)."""
     if not n_levels:
         return str(r["prompts_measured"])

@@ -299,7 +299,7 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _bench_seconds(t: FrozenTrial) -> float:
+def bench_seconds(t: FrozenTrial) -> float:
     """A start's timed benchmark: its prompts one after another (level 1), then each higher load level it ran."""
     r = TrialRecord(t)
     levels = sum(x.get("seconds") or 0.0 for x in r.levels if int(x["level"]) > 1)
@@ -308,7 +308,7 @@ def _bench_seconds(t: FrozenTrial) -> float:
 
 def _start_seconds(t: FrozenTrial) -> float:
     """A trial's server time: its startup plus its timed benchmark (warm-up and reference answers not counted)."""
-    return (TrialRecord(t).startup_s or 0.0) + _bench_seconds(t)
+    return (TrialRecord(t).startup_s or 0.0) + bench_seconds(t)
 
 
 def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any]:
@@ -346,14 +346,8 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
             pruning += per * (n_prompts - len(prompts))
         reached = {int(x["level"]) for x in r.levels}
         pruning += sum(_mean(secs) or 0.0 for c, secs in level_s.items() if c not in reached)
-    work = _mean([_bench_seconds(t) * t.value for t in complete if t.value])
-    startup = _mean([TrialRecord(t).startup_s for t in complete])
-    confirm_s, confirm_starts = 0.0, 0
-    for rnd in [*(conf.check_rounds or []), *conf.rounds]:
-        for tps in [*rnd.baseline.values(), *rnd.candidates.values()]:
-            if tps:
-                confirm_starts += 1
-                confirm_s += (startup or 0.0) + (work or 0.0) / tps
+    confirm = confirmation_starts(trials, conf)
+    confirm_s, confirm_starts = sum(a + b for _, a, b in confirm), len(confirm)
     spent = searched + confirm_s
     return {
         "search_s": searched,
@@ -366,6 +360,23 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
         "note": "server time: startups plus timed prompts and load levels (warm-ups and reference answers not "
         "counted); confirmation estimated from its tok/s",
     }
+
+
+def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> list[tuple[str, float, float]]:
+    """Confirmation's server starts in order, each ``(label, startup s, benchmark s)``, estimated: the search's
+    mean startup, and a complete search start's benchmark work (its seconds x its objective) over the start's
+    tok/s (the rounds record tok/s only)."""
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
+    work = _mean([bench_seconds(t) * t.value for t in complete if t.value]) or 0.0
+    startup = _mean([TrialRecord(t).startup_s for t in complete]) or 0.0
+    out = []
+    check = conf.check_rounds or []
+    for i, rnd in enumerate([*check, *conf.rounds]):
+        name = f"baseline check {i + 1}" if i < len(check) else f"confirm round {i - len(check) + 1}"
+        starts = [(f"baseline (graphs {'on' if g else 'off'})", v) for g, v in rnd.baseline.items()]
+        starts += [(f"#{n}", v) for n, v in rnd.candidates.items()]
+        out += [(f"{name}: {who}", startup, work / tps) for who, tps in starts if tps]
+    return out
 
 
 def _best_configs(
