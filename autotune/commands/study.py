@@ -48,7 +48,7 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
     one ``autotune worker`` per GPU slot), confirm, build the report."""
     from autotune import study as st
     from autotune.errors import ValidationFailed
-    from autotune.evidence import Evidence
+    from autotune.evidence import Evidence, publish
     from autotune.records import set_study_n_trials
     from autotune.report import build_report
 
@@ -95,7 +95,9 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
             )
             if shared and not args.no_confirm:
                 _confirm_after_workers(ctx, study, runner, clock, listener, note)
-    return StudyResult(study, build_report(study))
+    report = build_report(study)
+    publish(study, report)  # the study's dashboard note: verdict, recommended trial, pruned and failed reasons
+    return StudyResult(study, report)
 
 
 def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note) -> None:
