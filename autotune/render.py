@@ -189,8 +189,8 @@ def _best(con: Console, report: dict[str, Any]) -> None:
     if not best:
         return
     t = Table(
-        title="best configs (the objective's speedup against the fastest baseline; ordered by the confirmed speedup "
-        "where confirmed, else the search's; * recommended)",
+        title="best configs (against the fastest baseline): the objective's speedup, ordered by the confirmed one "
+        "where confirmed, else the search's; * recommended",
         title_justify="left",
         show_edge=False,
     )
