@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 
 from autotune._io import atomic_write
-from autotune.render import config_label
+from autotune.render import config_label, measured
 from autotune.study import baseline_check
 
 
@@ -108,6 +108,8 @@ def _confirmation(report: dict[str, Any]) -> list[str]:
             f"<td>{ci.get('n', '')}{' (left the race)' if c.get('dropped') else ''}</td></tr>"
         )
     parts.append("</table>")
+    if report.get("interval_note"):
+        parts.append(f"<p class='note' id='interval-note'>{_e(report['interval_note'])}.</p>")
     return parts
 
 
@@ -129,7 +131,7 @@ def _levels(report: dict[str, Any]) -> list[str]:
         v = confirmed.get(c) or {}
         ci = v.get("speedup_ci") or {}
         ci_text = f"{_num(ci.get('point'), '.3f')} {_range(ci)}" if ci else "-"
-        broken = " (latency limit broken)" if x.get("slo_broken") else ""
+        broken = " (latency limit broken: see below)" if x.get("slo_broken") else ""
         parts.append(
             f"<tr id='level-{c}'><td>{c}</td><td>{_num(x.get('tok_per_s'))}</td>"
             f"<td>{_num(x.get('stream_tok_per_s'))}</td><td>{_num(x.get('speedup'), '.3f')}{broken}</td>"
@@ -138,6 +140,14 @@ def _levels(report: dict[str, Any]) -> list[str]:
             f"<td>{_e(v.get('verdict'))}</td></tr>"
         )
     parts.append("</table>")
+    for x in load["levels"]:
+        if x.get("slo_broken"):
+            parts.append(
+                f"<p class='slo' id='slo-{_e(x['level'])}'>At {_e(x['level'])} streams trial {_e(load.get('trial'))} "
+                f"breaks the latency limit (objective.slo): {_e('; '.join(x['slo_broken']))}. The search ranks a "
+                "config breaking a limit after every config within the limits; a level schedule does not use it "
+                "there.</p>"
+            )
     return parts
 
 
@@ -148,21 +158,35 @@ def _alarms(report: dict[str, Any]) -> list[str]:
 
 
 def _trials(report: dict[str, Any]) -> list[str]:
+    objective = (report.get("objective") or {}).get("text")
+    n_levels = len((report.get("objective") or {}).get("weights") or {})
     parts = [
-        "<h2>Trials</h2><table id='trials'><tr><th>#</th><th>state</th><th>config</th><th>tok/s</th>"
-        "<th>speedup</th><th>prompts</th><th>accept len</th><th>startup s</th><th>note</th></tr>"
+        "<h2>Trials</h2>"
+        + (
+            f"<p>speedup: the objective's ({_e(objective)}); vs best: against the fastest baseline; ~: a trial "
+            "stopped early, over what it measured.</p>"
+            if objective
+            else ""
+        )
+        + "<table id='trials'><tr><th>#</th><th>state</th><th>config</th><th>tok/s</th>"
+        "<th>speedup</th><th>vs best</th><th>measured</th><th>accept len</th><th>startup s</th><th>note</th></tr>"
     ]
     for r in report["trials"]:
-        note = (
+        note = r.get("reason") or (
             r.get("prune_reason")
             or r.get("fail_reason")
             or (f"same as #{r['duplicate_of']}" if r.get("duplicate_of") is not None else "")
         )
+        if r["state"] != "COMPLETE" and r.get("speedup_basis"):
+            note = f"{note} [speedup over {r['speedup_basis']}]" if note else f"speedup over {r['speedup_basis']}"
+        early = "~" if r["state"] != "COMPLETE" else ""
+        vs = r.get("speedup_vs_fastest")
         parts.append(
-            f"<tr class='{_e(r['state'])}'><td>{r['number']}</td><td>{_e(r['state'])}</td>"
+            f"<tr class='{_e(r['state'])}' id='trial-{r['number']}'><td>{r['number']}</td><td>{_e(r['state'])}</td>"
             f"<td>{_e(config_label(r['config']))}</td><td>{_num(r['tok_per_s'])}</td>"
-            f"<td>{_num(r['speedup'], '.3f')}</td>"
-            f"<td>{r['prompts_measured']}</td><td>{_num(r['accept_length'], '.2f')}</td>"
+            f"<td>{_num(r['speedup'], '.3f')}{early if r['speedup'] is not None else ''}</td>"
+            f"<td>{_num(vs, '.3f')}{early if vs is not None else ''}</td>"
+            f"<td>{_e(measured(r, n_levels))}</td><td>{_num(r['accept_length'], '.2f')}</td>"
             f"<td>{_num(r['startup_s'], '.0f')}</td><td>{_e(note)}</td></tr>"
         )
     parts.append("</table>")

@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 from autotune import records
 from autotune.records import TrialRecord
 from autotune.render import config_label
+from autotune.report import bench_seconds, confirmation_starts
 
 COLOURS = {"COMPLETE": "#3366cc", "PRUNED": "#aaaaaa", "FAIL": "#cc3333", "baseline": "#222222"}
 PALETTE = ("#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00")
@@ -34,9 +35,8 @@ def _layout(fig: go.Figure, title: str, **kw: Any) -> go.Figure:
 
 
 def _seconds(t: FrozenTrial) -> tuple[float, float]:
-    """(startup, benchmark) hardware seconds of one server start."""
-    r = TrialRecord(t)
-    return (r.startup_s or 0.0), sum(p.get("seconds") or 0.0 for p in r.prompts)
+    """(startup, benchmark) hardware seconds of one server start (its prompts and load levels)."""
+    return (TrialRecord(t).startup_s or 0.0), bench_seconds(t)
 
 
 def _starts(study: optuna.Study) -> list[FrozenTrial]:
@@ -49,13 +49,21 @@ def _starts(study: optuna.Study) -> list[FrozenTrial]:
     return out
 
 
-def _tok_per_s(t: FrozenTrial) -> float | None:
-    """COMPLETE: the objective; PRUNED: tok/s over the prompts it measured."""
+def _value(t: FrozenTrial, report: dict[str, Any]) -> float | None:
+    """A trial in the objective's unit: COMPLETE, its objective value; stopped early (PRUNED), the fastest
+    baseline's objective times the trial's speedup over what it measured (``report.objective_speedup``), so
+    that a pruned point on a load study is aggregate tok/s like the complete ones, not one stream's."""
     if t.state == TrialState.COMPLETE:
         return t.value
-    ps = TrialRecord(t).prompts
-    secs = sum(p.get("seconds") or 0.0 for p in ps)
-    return sum(p.get("completion_tokens") or 0 for p in ps) / secs if ps and secs > 0 else None
+    row = next((r for r in report["trials"] if r["number"] == t.number), None)
+    fastest = report.get("fastest_baseline")
+    if row is None or not fastest or row.get("speedup_vs_fastest") is None:
+        return None
+    return fastest["tok_per_s"] * row["speedup_vs_fastest"]
+
+
+def _estimated(report: dict[str, Any]) -> str:
+    return "levels measured" if (report.get("objective") or {}).get("weights") else "prompts measured"
 
 
 def history(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
@@ -70,7 +78,7 @@ def history(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -
         xs[t.number] = clock / 3600
     for state in ("COMPLETE", "PRUNED", "FAIL"):
         pts = [t for t in starts if t.state.name == state and not TrialRecord(t).is_baseline]
-        pts = [(t, _tok_per_s(t)) for t in pts]
+        pts = [(t, _value(t, report)) for t in pts]
         pts = [(t, v) for t, v in pts if v is not None]
         if not pts:
             continue
@@ -79,7 +87,8 @@ def history(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -
                 x=[xs[t.number] for t, _ in pts],
                 y=[v for _, v in pts],
                 mode="markers",
-                name=f"{state.lower()} trials",
+                name=f"{state.lower()} trials"
+                + (f" (estimated from the {_estimated(report)})" if state == "PRUNED" else ""),
                 marker={"color": COLOURS[state], "size": 9},
                 text=[f"#{t.number} {config_label(TrialRecord(t).shown_config)}" for t, _ in pts],
                 hovertemplate="%{text}<br>%{y:.1f} tok/s<extra></extra>",
@@ -94,21 +103,24 @@ def history(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -
         )
     return _layout(
         fig,
-        f"tok/s of every trial against the baseline{sim}",
+        f"the objective of every trial against the baseline{sim}",
         xaxis_title=f"GPU time at the trial's end (h){sim}",
-        yaxis_title=units,
+        yaxis_title=units + (" (the objective)" if (report.get("objective") or {}).get("weights") else ""),
     )
 
 
 def per_prompt(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
+    """Each prompt's tok/s, one stream (with load levels: level 1 only, and the title says so)."""
     fastest = report.get("fastest_baseline")
     confirmed = report.get("confirmed") or []
     if not fastest or not confirmed:
         return None
+    loaded = bool((report.get("objective") or {}).get("weights"))
     ids = records.prompt_ids(study) or [str(i) for i in range(len(fastest["per_prompt_tok_per_s"]))]
+    n = len(ids)
     by_number = {t.number: t for t in records.trials(study)}
     fig = go.Figure()
-    base = fastest["per_prompt_tok_per_s"]
+    base = fastest["per_prompt_tok_per_s"][:n]  # with load levels the later steps are the levels' streams
     fig.add_trace(
         go.Bar(
             x=ids[: len(base)], y=base, name=f"baseline (trial {fastest['trial']})", marker_color=COLOURS["baseline"]
@@ -118,7 +130,7 @@ def per_prompt(study: optuna.Study, report: dict[str, Any], units: str, sim: str
         t = by_number.get(c["trial"])
         if t is None:
             continue
-        ys = [t.intermediate_values[s] for s in sorted(t.intermediate_values)]
+        ys = [t.intermediate_values[s] for s in sorted(t.intermediate_values) if s < n]
         fig.add_trace(
             go.Bar(
                 x=ids[: len(ys)],
@@ -127,11 +139,12 @@ def per_prompt(study: optuna.Study, report: dict[str, Any], units: str, sim: str
                 marker_color=PALETTE[i % len(PALETTE)],
             )
         )
+    where = ", load level 1 only (one stream; other levels: the load-level table)" if loaded else ""
     return _layout(
         fig,
-        f"per-prompt tok/s: confirmed candidates against the fastest baseline{sim}",
+        f"per-prompt tok/s{where}{sim}",
         barmode="group",
-        yaxis_title=units,
+        yaxis_title=units + (" (one stream)" if loaded else ""),
         xaxis_title="prompt",
         legend={"orientation": "h", "y": -0.25},
         height=480,
@@ -145,7 +158,7 @@ def acceptance(study: optuna.Study, report: dict[str, Any], units: str, sim: str
         if r["role"] == records.ROLE_SPECULATIVE and r["accept_length"] is not None and r["duplicate_of"] is None
     ]
     by_number = {t.number: t for t in records.trials(study)}
-    pts = [(r, _tok_per_s(by_number[r["number"]])) for r in rows]
+    pts = [(r, _value(by_number[r["number"]], report)) for r in rows]
     pts = [(r, v) for r, v in pts if v is not None]
     if not pts:
         return None
@@ -182,37 +195,76 @@ def acceptance(study: optuna.Study, report: dict[str, Any], units: str, sim: str
 
 
 def knobs(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
+    """Knob by knob: each measured config's objective against the knob's value; pruned configs as open markers
+    (in the same unit: estimated from what they measured)."""
+    by_number = {t.number: t for t in records.trials(study)}
     rows = [
         r
         for r in report["trials"]
         if r["role"] == records.ROLE_SPECULATIVE
-        and r["state"] == "COMPLETE"
+        and r["state"] in ("COMPLETE", "PRUNED")
         and r["config"]
         and r["duplicate_of"] is None
+        and r["number"] in by_number
     ]
-    if not rows:
+    pts = [(r, _value(by_number[r["number"]], report)) for r in rows]
+    pts = [(r, v) for r, v in pts if v is not None]
+    if not pts:
         return None
     names = ["drafter", "cuda_graph"] + sorted(
-        {k for r in rows for k in r["config"] if k not in ("drafter", "cuda_graph")}
+        {k for r, _ in pts for k in r["config"] if k not in ("drafter", "cuda_graph")}
     )
     fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, subplot_titles=names)
+    top = max(v for _, v in pts)
     for i, name in enumerate(names, start=1):
-        xs = [str(r["config"].get(name)) if name in ("drafter", "cuda_graph") else r["config"].get(name) for r in rows]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=[r["tok_per_s"] for r in rows],
-                mode="markers",
-                showlegend=False,
-                marker={"color": [r["tok_per_s"] for r in rows], "colorscale": "Viridis", "size": 8},
-                text=[f"#{r['number']} {config_label(r['config'])}" for r in rows],
-                hovertemplate="%{text}<br>%{y:.1f} tok/s<extra></extra>",
-            ),
-            row=1,
-            col=i,
-        )
+        for state, symbol in (("COMPLETE", "circle"), ("PRUNED", "circle-open")):
+            mine = [(r, v) for r, v in pts if r["state"] == state]
+            if not mine:
+                continue
+            xs = [
+                str(r["config"].get(name)) if name in ("drafter", "cuda_graph") else r["config"].get(name)
+                for r, _ in mine
+            ]
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=[v for _, v in mine],
+                    mode="markers",
+                    name="complete" if state == "COMPLETE" else f"pruned (estimated from the {_estimated(report)})",
+                    legendgroup=state,
+                    showlegend=i == 1,
+                    marker={
+                        "color": [v for _, v in mine],
+                        "colorscale": "Viridis",
+                        "cmin": 0,
+                        "cmax": top,
+                        "size": 8,
+                        "symbol": symbol,
+                        "line": {"width": 1.5},
+                    },
+                    text=[f"#{r['number']} {config_label(r['config'])} ({state.lower()})" for r, _ in mine],
+                    hovertemplate="%{text}<br>%{y:.1f} tok/s<extra></extra>",
+                ),
+                row=1,
+                col=i,
+            )
     fig.update_yaxes(title_text=units, row=1, col=1)
-    return _layout(fig, f"knob by knob: each measured config's tok/s against the knob's value{sim}")
+    return _layout(
+        fig,
+        f"knob by knob: each measured config's objective against the knob's value (open: pruned){sim}",
+        legend={"orientation": "h", "y": -0.2},
+    )
+
+
+def interval_axis(cis: list[dict[str, Any]], racing: list[bool]) -> tuple[float, float]:
+    """The speedup axis: 1.0, every point and the intervals of the candidates still racing at the end, padded;
+    a wider interval (a candidate out after few rounds: [0.167, 5.294]) is clipped at the edge, not allowed to
+    squash the others into slivers."""
+    core = [ci for ci, on in zip(cis, racing, strict=True) if on] or cis
+    lo = min([1.0, *(ci["point"] for ci in cis), *(ci["low"] for ci in core)])
+    hi = max([1.0, *(ci["point"] for ci in cis), *(ci["high"] for ci in core)])
+    pad = max(0.15 * (hi - lo), 0.02)
+    return lo - pad, hi + pad
 
 
 def intervals(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
@@ -221,8 +273,13 @@ def intervals(study: optuna.Study, report: dict[str, Any], units: str, sim: str)
         return None
     fig = go.Figure()
     cis = [c.get("deploy_speedup_ci") or c["speedup_ci"] for c in conf]
+    x0, x1 = interval_axis(cis, [not c.get("dropped") for c in conf])
+    clipped = [ci["low"] < x0 or ci["high"] > x1 for ci in cis]
     labels = [
-        f"#{c['trial']} {config_label(c['config'])}" + (" - out of the race" if c.get("dropped") else "") for c in conf
+        f"#{c['trial']} {config_label(c['config'])}"
+        + (" - out of the race" if c.get("dropped") else "")
+        + (" (interval clipped)" if cut else "")
+        for c, cut in zip(conf, clipped, strict=True)
     ]
     fig.add_trace(
         go.Scatter(
@@ -233,26 +290,51 @@ def intervals(study: optuna.Study, report: dict[str, Any], units: str, sim: str)
             error_x={
                 "type": "data",
                 "symmetric": False,
-                "array": [ci["high"] - ci["point"] for ci in cis],
-                "arrayminus": [ci["point"] - ci["low"] for ci in cis],
+                "array": [min(ci["high"], x1) - ci["point"] for ci in cis],
+                "arrayminus": [ci["point"] - max(ci["low"], x0) for ci in cis],
             },
             showlegend=False,
-            hovertemplate="%{y}<br>speedup %{x:.3f}<extra></extra>",
+            customdata=[[ci["low"], ci["high"]] for ci in cis],
+            hovertemplate="%{y}<br>speedup %{x:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]<extra></extra>",
         )
     )
+    for ci, label, cut in zip(cis, labels, clipped, strict=True):
+        if not cut:
+            continue
+        ends = ([f"\u25c0 {ci['low']:.3f}"] if ci["low"] < x0 else []) + (
+            [f"{ci['high']:.3f} \u25b6"] if ci["high"] > x1 else []
+        )
+        for text in ends:
+            left = text.startswith("\u25c0")
+            fig.add_annotation(
+                x=x0 if left else x1,
+                y=label,
+                text=text,
+                showarrow=False,
+                xanchor="left" if left else "right",
+                yshift=12,
+                font={"size": 11, "color": COLOURS["FAIL"]},
+            )
     fig.add_vline(x=1.0, line_dash="dash", line_color=COLOURS["baseline"], annotation_text="baseline")
+    fig.update_xaxes(range=[x0, x1])
     fig.update_yaxes(automargin=True)
     conf_level = cis[0].get("confidence") or 0.95
     return _layout(
         fig,
-        f"confirmation: speedup against the fastest baseline, {conf_level:.0%} intervals{sim}",
-        xaxis_title="speedup",
-        height=max(260, 80 + 50 * len(conf)),
+        f"confirmation: speedup against the fastest baseline, {conf_level * 100:.4g}% intervals{sim}"
+        + (
+            "<br><sup>the verdict's confidence, stricter for each extra look (Bonferroni): see the note above; "
+            "a clipped interval's ends are printed at the edge</sup>"
+        ),
+        xaxis_title="speedup (the objective's)",
+        height=max(300, 100 + 50 * len(conf)),
         margin_l=20,
+        margin_t=80,
     )
 
 
 def timeline(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
+    """Every server start in order: the search's (measured) then confirmation's (estimated from their tok/s)."""
     starts = _starts(study)
     if not starts:
         return None
@@ -264,6 +346,15 @@ def timeline(study: optuna.Study, report: dict[str, Any], units: str, sim: str) 
         base.append(clock / 60)
         up.append(a / 60)
         bench.append(b / 60)
+        clock += a + b
+    conf = records.confirmation(study) or records.ConfirmationState(keys=[])
+    confirm = confirmation_starts(records.trials(study), conf)
+    c_labels, c_up, c_bench, c_base = [], [], [], []
+    for label, a, b in confirm:
+        c_labels.append(label)
+        c_base.append(clock / 60)
+        c_up.append(a / 60)
+        c_bench.append(b / 60)
         clock += a + b
     fig = go.Figure()
     fig.add_trace(go.Bar(y=labels, x=up, base=base, orientation="h", name="start-up", marker_color="#ff9900"))
@@ -277,13 +368,24 @@ def timeline(study: optuna.Study, report: dict[str, Any], units: str, sim: str) 
             marker_color=COLOURS["COMPLETE"],
         )
     )
+    if confirm:
+        fig.add_trace(
+            go.Bar(
+                y=c_labels,
+                x=[u + b for u, b in zip(c_up, c_bench, strict=True)],
+                base=c_base,
+                orientation="h",
+                name="confirmation start (estimated from its tok/s)",
+                marker_color="#109618",
+            )
+        )
     fig.update_yaxes(autorange="reversed")
     return _layout(
         fig,
-        f"server starts: start-up against benchmark time{sim}",
+        f"server starts: search (start-up, benchmark) then confirmation{sim}",
         barmode="overlay",
         xaxis_title=f"GPU time (min){sim}",
-        height=max(300, 60 + 18 * len(starts)),
+        height=max(300, 60 + 18 * (len(starts) + len(confirm))),
     )
 
 

@@ -64,14 +64,19 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     _baselines(con, report)
     c = report["counts"]
     line(
-        f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report['pruned_before_last_prompt']} before their "
-        f"last prompt: {_pruned_by(report)}), {c['FAIL']} failed"
+        f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report['pruned_before_last_prompt']} before the end "
+        f"of their benchmark: {_pruned_by(report)}), {c['FAIL']} failed"
     )
     _reasons(con, report)
     _gpu(line, report)
     _best(con, report)
     _trials(con, report)
-    line("  (speedup: against the baseline of the same CUDA-graph setting; vs best: against the fastest baseline)")
+    line(
+        "  (speedup: the objective's ("
+        + (report.get("objective") or {}).get("text", "tok/s over the prompt set")
+        + ") against the baseline of the same CUDA-graph setting; vs best: against the fastest baseline; "
+        "~: a trial stopped early, over what it measured)"
+    )
     if report["flags"]:
         line("")
         line("alarms:", "bold red")
@@ -102,6 +107,8 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
                 + f" ({ci['confidence'] * 100:.4g}% CI, {ci['n']} paired repeats)"
                 + (" - left the race: clearly slower than the leader" if cf.get("dropped") else "")
             )
+    if report.get("confirmed") and report.get("interval_note"):
+        line(f"  ({report['interval_note']})")
     load = report.get("load")
     if load:
 
@@ -181,12 +188,17 @@ def _best(con: Console, report: dict[str, Any]) -> None:
     best = report.get("best_configs") or []
     if not best:
         return
-    t = Table(title="best configs (against the fastest baseline)", title_justify="left", show_edge=False)
-    for col in ("#", "config", "tok/s", "speedup", "confirmed interval", "accept"):
+    t = Table(
+        title="best configs (against the fastest baseline): the objective's speedup, ordered by the confirmed one "
+        "where confirmed, else the search's; * recommended",
+        title_justify="left",
+        show_edge=False,
+    )
+    for col in ("#", "config", "tok/s", "search speedup", "confirmed interval", "accept"):
         t.add_column(col, justify="left" if col == "config" else "right")
     for b in best:
         t.add_row(
-            str(b["trial"]),
+            f"{b['trial']}{'*' if b.get('recommended') else ''}",
             config_label(b["config"]),
             _fmt(b["tok_per_s"]),
             _fmt(b["speedup"], ".3f"),
@@ -198,30 +210,61 @@ def _best(con: Console, report: dict[str, Any]) -> None:
 
 def _trials(con: Console, report: dict[str, Any]) -> None:
     t = Table(title="trials", title_justify="left", show_edge=False)
-    for col in ("#", "state", "config", "tok/s", "speedup", "vs best", "prompts", "accept", "note"):
-        t.add_column(col, justify="left" if col in ("state", "config", "note") else "right", overflow="fold")
+    n_levels = len((report.get("objective") or {}).get("weights") or {})
+    for col in ("#", "state", "config", "tok/s", "speedup", "vs best", "measured", "accept", "note"):
+        t.add_column(
+            col,
+            justify="left" if col in ("state", "config", "note") else "right",
+            overflow="fold",
+            min_width=30 if col == "note" else None,
+            max_width=44 if col == "note" else None,
+        )
     colour = {"COMPLETE": "", "PRUNED": "dim", "FAIL": "red"}
     for r in report["trials"]:
-        note = ""
-        if r.get("duplicate_of") is not None:
-            note = f"= #{r['duplicate_of']}"
-        elif r.get("fail_kind"):
-            note = r["fail_kind"]
-        elif r.get("lossless") and r.get("lossless_summary") != "identical":
-            note = r["lossless_summary"]
         t.add_row(
             str(r["number"]),
             r["state"],
             config_label(r["config"]),
             _fmt(r["tok_per_s"]),
-            _fmt(r["speedup"], ".2f"),
-            _fmt(r.get("speedup_vs_fastest"), ".2f"),
-            str(r["prompts_measured"]),
+            _fmt(r["speedup"], ".2f") + ("~" if r["state"] != "COMPLETE" and r["speedup"] is not None else ""),
+            _fmt(r.get("speedup_vs_fastest"), ".2f")
+            + ("~" if r["state"] != "COMPLETE" and r.get("speedup_vs_fastest") is not None else ""),
+            measured(r, n_levels),
             _fmt(r["accept_length"], ".2f"),
-            note,
+            trial_note(r),
             style=colour.get(r["state"], ""),
         )
     con.print(t)
+
+
+def trial_note(r: dict[str, Any]) -> str:
+    """A trial row's note: why it was pruned or failed (every such row has one), a copy, a lossless finding."""
+    if r.get("duplicate_of") is not None:
+        return f"= #{r['duplicate_of']}"
+    parts = []
+    if r["state"] == "PRUNED" and r.get("prune_reason") and r.get("speedup_upper") is not None:
+        who = "lost to the leader" if r.get("prune_rule") == "leader" else "lost to the baseline"
+        against = f" #{r['pruned_against']}" if r.get("pruned_against") is not None else ""
+        parts.append(f"{who}{against} (upper bound {r['speedup_upper']:.3f})")
+    elif r.get("reason"):
+        parts.append(_clip(r["reason"], 70))
+    elif r["state"] in ("PRUNED", "FAIL"):  # a report from before reasons were listed
+        parts.append(_clip(r.get("prune_reason") or r.get("fail_reason") or r.get("fail_kind") or "no reason", 70))
+    if r.get("lossless") and r.get("lossless_summary") not in (None, "identical"):
+        parts.append(r["lossless_summary"])
+    return "; ".join(parts)
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def measured(r: dict[str, Any], n_levels: int) -> str:
+    """What a trial measured: its prompts; with load levels the levels it reached (a pruned one: fewer)."""
+    if not n_levels:
+        return str(r["prompts_measured"])
+    levels = r.get("levels_measured") or []
+    return f"{len(levels)}/{n_levels} levels" if levels else f"{r['prompts_measured']} prompts"
 
 
 def _pruned_by(report: dict[str, Any]) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import lossless, records
+from autotune import lossless, objective, records
 from autotune.config import TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
@@ -27,6 +28,7 @@ SEARCH_VERDICT_CONFIDENCE = 0.95
 
 def _trial_row(t: FrozenTrial) -> dict[str, Any]:
     r = TrialRecord(t)
+    levels_measured = [int(x["level"]) for x in r.levels]
     return {
         "number": t.number,
         "state": t.state.name,
@@ -53,8 +55,64 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "log_path": r.log_path,
         "argv": r.argv,
         "levels": r.levels,  # with load levels: each level's figures (LevelResult.summary + speedup, slo_broken)
+        "levels_measured": levels_measured,
         "slo_broken": r.slo_broken,
+        # why it ended so (every PRUNED and FAIL trial has one; a COMPLETE one only when there is something to say)
+        "reason": records.outcome_reason(t) or _complete_note(r),
     }
+
+
+def _complete_note(r: TrialRecord) -> str | None:
+    """A COMPLETE trial's note: the load levels whose latency limits it breaks (it ranks after those within them)."""
+    if not r.slo_broken:
+        return None
+    broken = [f"{x['level']} streams ({'; '.join(x['slo_broken'])})" for x in r.levels if x.get("slo_broken")]
+    return (
+        "latency limit (objective.slo) broken at "
+        + (", ".join(broken) or ", ".join(r.slo_broken))
+        + ": the search ranks it after configs within the limits"
+    )
+
+
+def objective_weights(study: optuna.Study) -> dict[int, float]:
+    """The objective's weight per load level (the study's pruner holds them, as every worker builds it from the
+    space); empty without load levels."""
+    weights = getattr(getattr(study, "pruner", None), "weights", None) or {}
+    return {int(c): float(w) for c, w in weights.items()} if len(weights) > 1 else {}
+
+
+def objective_speedup(
+    t: FrozenTrial, ref: FrozenTrial | None, weights: dict[int, float], n_prompts: int
+) -> tuple[float | None, str | None]:
+    """The one speedup of a study: ``t``'s objective over ``ref``'s (a COMPLETE baseline), and what it rests on.
+
+    COMPLETE: the ratio of the objective values (tok/s over the prompt set; with load levels the weighted geometric
+    mean of the levels' aggregate tok/s, ``autotune.objective``), the figure the search, confirmation and the
+    recommendation use. A trial stopped early has no objective value: the same ratio over what it measured, the
+    weighted geometric mean of its measured levels' speedups (weights of those levels), or with none its prompts'
+    aggregate tok/s against the reference's over the same prompts; the basis says which."""
+    if ref is None or not ref.value or TrialRecord(t).is_duplicate:
+        return None, None
+    if t.state == TrialState.COMPLETE:
+        return (t.value / ref.value, "objective") if t.value else (None, None)
+    r, b = TrialRecord(t), TrialRecord(ref)
+    if weights and r.levels:
+        ratios = objective.speedups(r.level_tok_per_s(), b.level_tok_per_s())
+        w = {c: weights.get(c, 0.0) for c in ratios if weights.get(c, 0.0) > 0}
+        if w:
+            total = sum(w.values())
+            value = math.exp(sum(x * math.log(ratios[c]) for c, x in w.items()) / total)
+            where = ", ".join(str(c) for c in sorted(w))
+            return value, f"levels {where} of {len(weights)} measured (weights of those levels)"
+    base = {p.get("index"): p for p in b.prompts}
+    pairs = [(p, base.get(p.get("index"))) for p in r.prompts]
+    pairs = [(p, q) for p, q in pairs if q is not None and p.get("seconds") and q.get("seconds")]
+    if not pairs:
+        return None, None
+    tps = sum(p["completion_tokens"] for p, _ in pairs) / sum(p["seconds"] for p, _ in pairs)
+    ref_tps = sum(q["completion_tokens"] for _, q in pairs) / sum(q["seconds"] for _, q in pairs)
+    where = f"{len(pairs)} of {n_prompts} prompts" + (" at 1 stream (level 1 only)" if weights else "")
+    return (tps / ref_tps if ref_tps > 0 else None), where
 
 
 def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: ConfirmationState) -> dict[str, Any] | None:
@@ -118,8 +176,18 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     confirmed = _confirmed(conf, rows)
     best = _best(conf, confirmed, by_number)
     fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
+    weights = objective_weights(study)
+    n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompts) for t in trials), default=0)
+    fastest_trial = by_number.get(fastest["trial"]) if fastest else None
     for row in rows:
-        row["speedup_vs_fastest"] = _vs_fastest(by_number[row["number"]], fastest)
+        t = by_number[row["number"]]
+        if row["role"] != records.ROLE_SPECULATIVE:
+            row["speedup_vs_fastest"], row["speedup_basis"] = None, None
+            continue
+        row["speedup_vs_fastest"], row["speedup_basis"] = objective_speedup(t, fastest_trial, weights, n_prompts)
+        if row["speedup"] is None and row["duplicate_of"] is None:  # stopped between levels: none recorded
+            own = by_number.get(TrialRecord(t).baseline_trial)  # type: ignore[arg-type]
+            row["speedup"] = objective_speedup(t, own, weights, n_prompts)[0] if own is not None else None
     if conf.done:
         v = conf.verdict or Verdict.INCONCLUSIVE
         basis = conf.basis or "confirmed"
@@ -131,6 +199,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         exclusions = find_exclusions(study)
     spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE]
     simulated, units = records.study_labels(study)
+    recommended = recommend(study, v, best)
     return {
         "study": study.study_name,
         "simulated": simulated,
@@ -150,7 +219,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         },
         "reasons": _reasons(trials),
         "gpu_time": gpu_time(trials, conf),
-        "best_configs": _best_configs(rows, confirmed),
+        "best_configs": _best_configs(rows, confirmed, recommended.get("trial")),
         "best": best,
         "confirmed": confirmed,
         "verdict": Verdict(v).value,
@@ -162,18 +231,49 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "suspect_prunes": conf.suspect_prunes or [],
         "fastest_baseline": fastest,
         "lossless": _lossless_summary(rows, records.lossless_floor(study)),
-        "recommended": recommend(study, v, best),
+        "recommended": recommended,
         "flags": _flags(rows),
         "load": _load(rows, best, conf),
+        "objective": _objective(weights),
+        "interval_note": interval_note(conf),
         "comparisons": "every speculative trial is paired with the baseline measured under the same CUDA-graph "
         "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
-        "fastest baseline (what would be deployed without speculation)",
+        "fastest baseline (what would be deployed without speculation); every speedup is the objective's "
+        "(a trial stopped early: over what it measured, its basis says what)",
     }
 
 
+def _objective(weights: dict[int, float]) -> dict[str, Any]:
+    """What the study maximises, in words (every speedup of the report is a ratio of it)."""
+    if not weights:
+        return {"text": "tok/s over the prompt set, one stream", "weights": None}
+    mix = ", ".join(f"{c}: {w:g}" for c, w in sorted(weights.items()))
+    return {
+        "text": f"weighted geometric mean of the load levels' aggregate tok/s (weights {mix})",
+        "weights": {str(c): w for c, w in sorted(weights.items())},
+    }
+
+
+def interval_note(conf: ConfirmationState) -> str | None:
+    """Why the confirmation's intervals are at the confidence they are at (None: nothing confirmed)."""
+    level = conf.confidence
+    if level is None:
+        cis = [r.get("speedup_ci") for r in conf.results or [] if r.get("speedup_ci")]
+        level = cis[0].get("confidence") if cis else None
+    if level is None:
+        return None
+    return (
+        f"{level * 100:.4g}% intervals: the verdict's confidence (verdict.confidence) at its first look; when that "
+        "look left the verdict open, confirmation measured more rounds and each further look is held to "
+        "1 - (1 - verdict.confidence) / (extra looks allowed), Bonferroni over the extra looks, so that looking "
+        "again cannot make a winner of a config that is not faster by verdict.min_gain; every candidate's interval "
+        "is at that level, and one that left the race after few rounds has a wide one"
+    )
+
+
 def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
-    """Pruned and failed trials counted by why: lost to the baseline, infeasible, out of memory, same server config
-    as a pruned trial; each failure kind; interrupted."""
+    """Pruned and failed trials counted by why: lost to the baseline or to the leader (by ``prune_rule``),
+    infeasible, out of memory, same server config as a pruned trial; each failure kind; interrupted; no outcome."""
     out: dict[str, dict[str, int]] = {"PRUNED": {}, "FAIL": {}}
     for t in trials:
         if t.state not in (TrialState.PRUNED, TrialState.FAIL):
@@ -185,11 +285,13 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
             if r.is_duplicate:
                 why = "same server config as a pruned trial"
             elif r.prune_reason:
-                why = "lost to the baseline"
+                why = "lost to the leader" if r.prune_rule == "leader" else "lost to the baseline"
             elif r.fail_kind == ServerOOM.kind:
                 why = "out of memory"
             else:
                 why = "infeasible (the server would reject or rewrite it)"
+        elif records.is_lost(t):
+            why = "no outcome recorded (its process stopped)"
         else:
             why = r.fail_kind or "failed"
         bucket = out[t.state.name]
@@ -197,21 +299,35 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _start_seconds(t: FrozenTrial) -> float:
-    """A trial's server time: its startup plus its timed prompts (warm-up and reference answers not counted)."""
+def bench_seconds(t: FrozenTrial) -> float:
+    """A start's timed benchmark: its prompts one after another (level 1), then each higher load level it ran."""
     r = TrialRecord(t)
-    return (r.startup_s or 0.0) + sum(p.get("seconds") or 0.0 for p in r.prompts)
+    levels = sum(x.get("seconds") or 0.0 for x in r.levels if int(x["level"]) > 1)
+    return sum(p.get("seconds") or 0.0 for p in r.prompts) + levels
+
+
+def _start_seconds(t: FrozenTrial) -> float:
+    """A trial's server time: its startup plus its timed benchmark (warm-up and reference answers not counted)."""
+    return (TrialRecord(t).startup_s or 0.0) + bench_seconds(t)
 
 
 def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any]:
     """Server time (hardware seconds the GPUs were held) spent by the search and confirmation, and what pruning
-    and deduplication saved. Pruning saved the prompts a pruned trial did not run (at its own mean time per prompt);
-    a duplicate saved the start and prompts of the trial it copies. Confirmation starts are estimated from their
-    tok/s, the prompt set's tokens and the search's startup times (the rounds record tok/s only)."""
+    and deduplication saved. Pruning saved what a pruned trial did not run: its missing prompts (at its own mean
+    time per prompt) and, with load levels, the levels it did not reach (at the complete trials' mean time for
+    that level); a duplicate saved the start and benchmark of the trial it copies. Confirmation starts are
+    estimated from their tok/s: a complete search start's benchmark work (seconds x objective) over that tok/s,
+    plus the search's mean startup (the rounds record tok/s only)."""
     by_number = {t.number: t for t in trials}
     searched = spent = pruning = dedup = 0.0
     starts = 0
-    n_prompts = max((len(TrialRecord(t).prompts) for t in trials if t.state == TrialState.COMPLETE), default=0)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
+    n_prompts = max((len(TrialRecord(t).prompts) for t in complete), default=0)
+    level_s: dict[int, list[float]] = {}
+    for t in complete:
+        for x in TrialRecord(t).levels:
+            if int(x["level"]) > 1 and x.get("seconds"):
+                level_s.setdefault(int(x["level"]), []).append(float(x["seconds"]))
     for t in trials:
         r = TrialRecord(t)
         if r.is_duplicate:
@@ -223,18 +339,15 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
         starts += 1
         searched += _start_seconds(t)
         prompts = r.prompts
-        if t.state == TrialState.PRUNED and prompts and len(prompts) < n_prompts:
+        if t.state != TrialState.PRUNED or not prompts:
+            continue
+        if len(prompts) < n_prompts:
             per = sum(p.get("seconds") or 0.0 for p in prompts) / len(prompts)
             pruning += per * (n_prompts - len(prompts))
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
-    tokens = _mean([sum(p.get("completion_tokens") or 0 for p in TrialRecord(t).prompts) for t in complete])
-    startup = _mean([TrialRecord(t).startup_s for t in complete])
-    confirm_s, confirm_starts = 0.0, 0
-    for rnd in [*(conf.check_rounds or []), *conf.rounds]:
-        for tps in [*rnd.baseline.values(), *rnd.candidates.values()]:
-            if tps:
-                confirm_starts += 1
-                confirm_s += (startup or 0.0) + (tokens or 0.0) / tps
+        reached = {int(x["level"]) for x in r.levels}
+        pruning += sum(_mean(secs) or 0.0 for c, secs in level_s.items() if c not in reached)
+    confirm = confirmation_starts(trials, conf)
+    confirm_s, confirm_starts = sum(a + b for _, a, b in confirm), len(confirm)
     spent = searched + confirm_s
     return {
         "search_s": searched,
@@ -244,14 +357,34 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
         "total_s": spent,
         "saved_by_pruning_s": pruning,
         "saved_by_dedup_s": dedup,
-        "note": "server time: startups plus timed prompts (warm-up and reference answers not counted); "
-        "confirmation estimated from its tok/s",
+        "note": "server time: startups plus timed prompts and load levels (warm-ups and reference answers not "
+        "counted); confirmation estimated from its tok/s",
     }
 
 
-def _best_configs(rows: list[dict[str, Any]], confirmed: list[dict[str, Any]], n: int = 5) -> list[dict[str, Any]]:
-    """The fastest measured speculative configs against the fastest baseline, with the confirmed interval where
-    there is one."""
+def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> list[tuple[str, float, float]]:
+    """Confirmation's server starts in order, each ``(label, startup s, benchmark s)``, estimated: the search's
+    mean startup, and a complete search start's benchmark work (its seconds x its objective) over the start's
+    tok/s (the rounds record tok/s only)."""
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
+    work = _mean([bench_seconds(t) * t.value for t in complete if t.value]) or 0.0
+    startup = _mean([TrialRecord(t).startup_s for t in complete]) or 0.0
+    out = []
+    check = conf.check_rounds or []
+    for i, rnd in enumerate([*check, *conf.rounds]):
+        name = f"baseline check {i + 1}" if i < len(check) else f"confirm round {i - len(check) + 1}"
+        starts = [(f"baseline (graphs {'on' if g else 'off'})", v) for g, v in rnd.baseline.items()]
+        starts += [(f"#{n}", v) for n, v in rnd.candidates.items()]
+        out += [(f"{name}: {who}", startup, work / tps) for who, tps in starts if tps]
+    return out
+
+
+def _best_configs(
+    rows: list[dict[str, Any]], confirmed: list[dict[str, Any]], recommended: int | None = None, n: int = 5
+) -> list[dict[str, Any]]:
+    """The best measured speculative configs against the fastest baseline, by the objective's speedup: the
+    confirmed one where confirmation measured it (more starts, fresh baselines), else the search's; the recommended
+    trial first. ``speedup`` stays the search measurement's, ``confirmed_speedup`` is confirmation's."""
     by_trial = {c["trial"]: c for c in confirmed}
     spec = [
         r
@@ -261,17 +394,28 @@ def _best_configs(rows: list[dict[str, Any]], confirmed: list[dict[str, Any]], n
         and r["duplicate_of"] is None
         and r.get("speedup_vs_fastest") is not None
     ]
-    spec.sort(key=lambda r: r["speedup_vs_fastest"], reverse=True)
+
+    def ci_of(r: dict[str, Any]) -> dict[str, Any] | None:
+        c = by_trial.get(r["number"])
+        return (c.get("deploy_speedup_ci") or c.get("speedup_ci")) if c else None
+
+    def rank(r: dict[str, Any]) -> tuple[bool, float]:
+        ci = ci_of(r)
+        return (r["number"] == recommended, ci["point"] if ci else r["speedup_vs_fastest"])
+
+    spec.sort(key=rank, reverse=True)
     out = []
     for r in spec[:n]:
-        c = by_trial.get(r["number"])
+        ci = ci_of(r)
         out.append(
             {
                 "trial": r["number"],
                 "config": r["config"],
                 "tok_per_s": r["tok_per_s"],
                 "speedup": r["speedup_vs_fastest"],
-                "speedup_ci": (c.get("deploy_speedup_ci") or c.get("speedup_ci")) if c else None,
+                "speedup_ci": ci,
+                "confirmed_speedup": ci["point"] if ci else None,
+                "recommended": r["number"] == recommended,
                 "accept_length": r["accept_length"],
             }
         )
@@ -332,24 +476,6 @@ def _lossless_summary(rows: list[dict[str, Any]], floor: list[dict[str, Any]]) -
         "baseline_divergences": [f for f in floor if f.get("kind")],
         "baselines_compared": sum(1 for f in floor if f.get("checked")),
     }
-
-
-def _vs_fastest(t: FrozenTrial, fastest: dict[str, Any] | None) -> float | None:
-    """A trial's tok/s over its measured prompts divided by the fastest baseline's over the same prompts."""
-    r = TrialRecord(t)
-    if fastest is None or not t.intermediate_values or r.is_baseline or r.is_duplicate:
-        return None
-    base = fastest["per_prompt_tok_per_s"]
-    prompts = r.prompts or []
-    steps = sorted(t.intermediate_values)
-    if len(prompts) >= len(steps) and all(p.get("seconds") for p in prompts[: len(steps)]):
-        tokens = sum(p["completion_tokens"] for p in prompts[: len(steps)])
-        seconds = sum(p["seconds"] for p in prompts[: len(steps)])
-        tps = tokens / seconds
-    else:
-        tps = _mean([t.intermediate_values[s] for s in steps])
-    ref = _mean([base[s] for s in steps if s < len(base)])
-    return tps / ref if tps and ref else None
 
 
 def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]] | None = None) -> str:

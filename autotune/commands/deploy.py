@@ -97,6 +97,11 @@ def dashboard(ctx: Context, *, note: Note) -> int:
     from autotune.errors import UserError
 
     ctx._require_existing()
+    from autotune.evidence import publish
+    from autotune.report import build_report
+
+    study = ctx.open_study(create=False)
+    publish(study, build_report(study), attrs=True)  # the verdict and autotune's pick, at the top of its page
     exe = Path(sys.executable).parent / "optuna-dashboard"
     found = str(exe) if exe.exists() else shutil.which("optuna-dashboard")
     if not found:

@@ -125,7 +125,7 @@ def _search_and_confirm(
     ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note, watch: Watch
 ) -> StudyResult:
     from autotune import study as st
-    from autotune.evidence import Evidence
+    from autotune.evidence import Evidence, publish
     from autotune.report import build_report
 
     args = ctx.args
@@ -150,7 +150,9 @@ def _search_and_confirm(
             )
             if shared and not args.no_confirm:
                 _confirm_after_workers(ctx, study, runner, clock, listener, note)
-    return StudyResult(study, build_report(study))
+    report = build_report(study)
+    publish(study, report)  # the study's dashboard note: verdict, recommended trial, pruned and failed reasons
+    return StudyResult(study, report)
 
 
 def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note) -> None:

@@ -293,3 +293,38 @@ def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
         ]
         out.append({"trial": t.number, "config": r.effective, "levels": levels, "lossy": r.lossy})
     return out
+
+
+def outcome_reason(t: FrozenTrial) -> str | None:
+    """Why a trial ended as it did, in words, for every table and note (None: a COMPLETE trial, nothing to say).
+
+    Every PRUNED and FAIL trial gets one, also those without an outcome of ours: a trial failed by another run or
+    by Optuna's heartbeat check (``is_lost``), and one a launch error outside the trial's steps left FAIL."""
+    r = TrialRecord(t)
+    if r.is_duplicate:
+        return f"same server config as trial {r.duplicate_of}: its measurement is copied"
+    if t.state == TrialState.COMPLETE:
+        return None
+    if t.state == TrialState.WAITING:
+        return "queued, not started yet"
+    if t.state == TrialState.RUNNING:
+        return "running"
+    if r.interrupted:
+        why = r.fail_reason or "the run stopped during this trial"
+        return f"interrupted: {why} (not counted in the budget)"
+    if t.state == TrialState.PRUNED:
+        if r.infeasible:
+            kind = "out of memory" if r.fail_kind == ServerOOM.kind else "infeasible"
+            return f"{kind}: {r.infeasible}"
+        if r.prune_reason:
+            against = f" (trial {r.pruned_against})" if r.pruned_against is not None else ""
+            who = "lost to the leader" if r.prune_rule == "leader" else "lost to the baseline"
+            return f"{who}{against}: {r.prune_reason}"
+        return "pruned (no reason recorded)"
+    if r.fail_reason or r.fail_kind:
+        head = r.fail_kind or "failed"
+        return f"{head}: {r.fail_reason}" if r.fail_reason else head
+    return (
+        "no outcome recorded: the process running it stopped (killed, lost, or an error outside the trial's "
+        "steps) before the trial settled; it does not use the budget"
+    )

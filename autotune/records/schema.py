@@ -42,7 +42,9 @@ Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, 
 (``ConfirmationState``), ``worker_spec`` (what every worker must share: ``autotune.study.storage.worker_spec``),
 ``n_trials`` (the budget the last ``autotune study`` set; ``autotune worker`` reads it),
 ``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search),
-``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm).
+``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm),
+``verdict`` / ``recommended`` (written by ``autotune dashboard`` for optuna-dashboard: the verdict, and the trial
+autotune recommends with rounded figures; ``autotune.evidence.publish``).
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ WORKER_SPEC = "worker_spec"
 N_TRIALS = "n_trials"
 LEVEL_PHASE = "level_phase"
 BASELINE_CHECK_ROUNDS = "baseline_check_rounds"
+VERDICT = "verdict"
+RECOMMENDED = "recommended"
 
 # fmt: off
 TRIAL_KEYS = (
@@ -114,7 +118,7 @@ TRIAL_KEYS = (
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
-    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS,
+    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED,
 )
 # fmt: on
 

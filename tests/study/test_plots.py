@@ -34,8 +34,13 @@ def test_history_and_timeline_show_every_server_start(study_and_report):
     study, rep = study_and_report
     figs = {k: f for k, _t, f in figures(study, rep)}
     starts = [t for t in study.get_trials() if TrialRecord(t).measured and not TrialRecord(t).is_duplicate]
-    up, bench = figs["timeline"].data
+    up, bench, confirm = figs["timeline"].data  # the search's starts, then confirmation's
     assert len(up.x) == len(bench.x) == len(starts)
+    rounds = study.user_attrs["confirmation"]["rounds"]
+    assert len(confirm.x) == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds) == rep["gpu_time"][
+        "confirmation_starts"
+    ]
+    assert sum(confirm.x) * 60 == pytest.approx(rep["gpu_time"]["confirmation_s"])
     assert [round(x * 60, 6) for x in up.x] == [60.0] * len(starts)  # ScriptedRunner's startup_s
     shown = sum(len(tr.x) for tr in figs["history"].data)
     assert shown == len([t for t in starts if not TrialRecord(t).is_baseline])
