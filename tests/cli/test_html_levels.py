@@ -32,14 +32,15 @@ def test_the_baseline_check_of_the_h200_runs_is_in_the_baselines_section():
     """The baseline-check run recorded its check (not flagged, +2.5%); the run before it predates the check, and its
     figures (1622.3 against a fresh mean of 1843.8) are flagged when checked."""
     from autotune.html import _baselines
+    from autotune.records.confirmation import Round
     from autotune.study import baseline_check
 
     report = json.loads((REPO / "docs/gpu-runs/2026-12-01-h200-baseline-check/report.json").read_text())
     page = "".join(_baselines(report))
     assert "<p class='check' id='baseline-check-True'>" in page and "+2.5%" in page and "within the" in page
     [c] = baseline_check.check(
-        [{"baseline": {"True": v}} for v in (1830.0, 1850.0, 1845.0, 1850.0)],
-        {"True": 1622.3},
+        [Round(baseline={True: v}) for v in (1830.0, 1850.0, 1845.0, 1850.0)],
+        {True: 1622.3},
         confidence=0.95,
         start_noise=0.035,
     )
