@@ -481,6 +481,12 @@ def render_schedule(space: Space, backend: Backend, report: dict[str, Any], sche
         if drafter is None or not schedule_["on_up_to"]:
             return table + "\n" + cmd
         file_ = {**schedule.sglang_adaptive(schedule_)}
+        if int(static.get("topk") or 1) == 1:  # SGLang refuses a --speculative-num-steps in no entry of the file
+            k = schedule.sglang_initial_steps(schedule_)
+            head, _, last = cmd.rpartition("\n")
+            last = re.sub(r"(--speculative-num-steps )\d+", rf"\g<1>{k}", last)
+            last = re.sub(r"(--speculative-num-draft-tokens )\d+", rf"\g<1>{k + 1}", last)
+            cmd = f"{head}\n{last}" if head else last
         note = "# write the JSON below to adaptive.json (topk 1 only)"
         return "\n".join(
             [

@@ -114,11 +114,21 @@ def vllm_config(schedule: Mapping[str, Any], *, method: str, model: str) -> dict
 
 
 def sglang_adaptive(schedule: Mapping[str, Any]) -> dict[str, Any]:
-    """SGLang's ``--speculative-adaptive-config`` file (``adaptive_spec_params.load_adaptive_config``: a JSON
-    object; ``candidate_steps`` are the step counts it may switch between, sorted): the schedule's draft lengths.
-    That loader adapts the steps by acceptance, not by batch size; the per-level table is kept alongside."""
-    steps = sorted({int(x["draft"]) for x in schedule["levels"] if int(x["draft"]) > 0})
-    return {"candidate_steps": steps}
+    """SGLang's ``--speculative-adaptive-config`` file: one entry per batch-size range of ``batch_ranges``, keyed by
+    the range's first batch size (an integer string), ``{"candidate_steps": [K]}`` with the schedule's draft length
+    there (0: no speculation). Format as SGLang 0.5.23 reads it (``speculative/adaptive_spec_params.py``,
+    ``_load_adaptive_config``: at least one integer-string key, each ``candidate_steps`` a non-empty list of
+    non-negative ints). SGLang routes a decode batch (padded up to a captured CUDA-graph size) to the entry with the
+    largest key not above it, and within an entry moves between its candidate steps by the acceptance it observes
+    (an EMA); one candidate per entry pins the measured draft length. Batches above the highest level use the last
+    entry."""
+    return {str(start): {"candidate_steps": [int(k)]} for start, _end, k in batch_ranges(schedule)}
+
+
+def sglang_initial_steps(schedule: Mapping[str, Any]) -> int:
+    """The ``--speculative-num-steps`` to launch an adaptive SGLang server with: the first level's draft length (SGLang
+    refuses a value that is in no entry's ``candidate_steps``)."""
+    return int(schedule["levels"][0]["draft"])
 
 
 def render_text(schedule: Mapping[str, Any]) -> str:

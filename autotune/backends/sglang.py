@@ -52,6 +52,7 @@ from autotune.backends.base import (
     KnobDomain,
     _float_or_none,
     _int_or_none,
+    flag_value,
     parse_openai_chunk,
 )
 from autotune.config import ReferenceOutput, TokenChoice, TrialConfig
@@ -67,6 +68,14 @@ if TYPE_CHECKING:
 DEFAULT_VERSION = "0.5.23"
 #: the newest release known to accept ``--disable-cuda-graph`` (deprecated there)
 _LAST_LEGACY_CUDA_GRAPH_FLAG = (0, 5, 23)
+
+#: the first release with ``--cuda-graph-max-bs-decode`` (read from the wheels: 0.5.13 knows only
+#: ``--cuda-graph-max-bs``; 0.5.14-0.5.19 keep that as a deprecated alias; 0.5.20 dropped it, so argparse's prefix
+#: matching makes it "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode,
+#: --cuda-graph-max-bs-prefill")
+_FIRST_PER_PHASE_MAX_BS = (0, 5, 14)
+OLD_MAX_BS_FLAG = "--cuda-graph-max-bs"
+DECODE_MAX_BS_FLAG = "--cuda-graph-max-bs-decode"
 
 LEGACY = "legacy"  # --disable-cuda-graph
 PER_PHASE = "per-phase"  # --disable-decode-cuda-graph --disable-prefill-cuda-graph
@@ -106,6 +115,22 @@ def cuda_graph_spelling(version: str | None) -> str:
     """How to turn CUDA graphs off for SGLang ``version``: ``LEGACY`` up to 0.5.23, ``PER_PHASE`` after."""
     v = parse_version(version or DEFAULT_VERSION)
     return LEGACY if v <= _LAST_LEGACY_CUDA_GRAPH_FLAG else PER_PHASE
+
+
+def cuda_graph_max_bs_flag(version: str | None) -> str:
+    """The flag capping the decode CUDA-graph batch size for SGLang ``version`` (``DEFAULT_VERSION`` when None):
+    ``--cuda-graph-max-bs-decode`` from 0.5.14 on, ``--cuda-graph-max-bs`` before."""
+    v = parse_version(version or DEFAULT_VERSION)
+    return DECODE_MAX_BS_FLAG if v >= _FIRST_PER_PHASE_MAX_BS else OLD_MAX_BS_FLAG
+
+
+def max_bs_flag_from_help(text: str) -> str | None:
+    """The CUDA-graph max-batch-size flag named in ``launch_server --help`` output (None: can't tell)."""
+    if re.search(r"--cuda-graph-max-bs-decode\b", text):
+        return DECODE_MAX_BS_FLAG
+    if re.search(r"--cuda-graph-max-bs(?![-\w])", text):
+        return OLD_MAX_BS_FLAG
+    return None
 
 
 def flag_spelling_from_help(text: str) -> str | None:
@@ -214,8 +239,9 @@ class SGLangBackend(Backend):
     knob_domains = KNOB_DOMAINS
     managed_flags = ("--speculative-*", "--port", "--host", "--model-path", "--model", "--disable-cuda-graph")
     #: with load levels: every level's streams run at once (a speculative server defaults to 48) and stay
-    #: inside the captured CUDA graphs
-    level_flags = ("--max-running-requests", "--cuda-graph-max-bs")
+    #: inside the captured CUDA graphs. Both spellings of the graph cap are listed so that a value given in
+    #: ``extra_args`` under either is checked; ``level_args`` writes the one ``server.version`` knows.
+    level_flags = ("--max-running-requests", DECODE_MAX_BS_FLAG, OLD_MAX_BS_FLAG)
     size_knob = "num_draft_tokens"
     parallel_size_flags = ("--tp-size", "--tp", "--tensor-parallel-size", "--pp-size", "--pipeline-parallel-size")
     display_name = "SGLang"
@@ -231,6 +257,8 @@ class SGLangBackend(Backend):
             )
         #: set explicitly or by ``probe``; None = decided from the space's server version
         self.cuda_graph_spelling = cuda_graph_spelling
+        #: the CUDA-graph max-batch-size flag as ``probe`` read it; None = decided from the space's server version
+        self.max_bs_flag: str | None = None
 
     # -- the space ----------------------------------------------------------------------------------
 
@@ -394,6 +422,26 @@ class SGLangBackend(Backend):
         spelling = flag_spelling_from_help(text) if text else None
         if spelling is not None:
             self.cuda_graph_spelling = spelling
+        max_bs = max_bs_flag_from_help(text) if text else None
+        if max_bs is not None:
+            self.max_bs_flag = max_bs
+
+    def max_bs_flag_for(self, space: Space) -> str:
+        return self.max_bs_flag or cuda_graph_max_bs_flag(space.server.version)
+
+    def level_args(self, space: Space) -> list[str]:
+        """``--max-running-requests N`` and the CUDA-graph cap spelled for the server's version (``N``: the highest
+        load level), each unless ``server.extra_args`` gives it (the cap under either spelling); [] without levels."""
+        if not space.benchmark.loaded:
+            return []
+        top = str(max(space.benchmark.concurrency))
+        given = space.server.extra_args
+        out: list[str] = []
+        if flag_value(given, "--max-running-requests") is None:
+            out += ["--max-running-requests", top]
+        if flag_value(given, DECODE_MAX_BS_FLAG) is None and flag_value(given, OLD_MAX_BS_FLAG) is None:
+            out += [self.max_bs_flag_for(space), top]
+        return out
 
     deploy_launcher = ("python3", "-m", "sglang.launch_server")
 
@@ -615,11 +663,13 @@ __all__ = [
     "LEGACY",
     "PER_PHASE",
     "SGLangBackend",
+    "cuda_graph_max_bs_flag",
     "cuda_graph_off_flags",
     "cuda_graph_spelling",
     "feasibility_reason",
     "flag_spelling_from_help",
     "incremental_output",
+    "max_bs_flag_from_help",
     "parse_generate_chunk",
     "parse_generate_logprobs",
     "parse_version",

@@ -43,7 +43,8 @@ _VALUE_FLAGS = {
     "--port": "port",
     "--served-model-name": "served_model_name",
     "--max-running-requests": "max_running_requests",
-    "--cuda-graph-max-bs": "cuda_graph_max_bs",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs",  # SGLang up to 0.5.19 (0.5.14-0.5.19: an alias of the next)
+    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",  # SGLang 0.5.14 and newer
     "--scenario": "scenario",
     "--time-scale": "time_scale",
     "--seed": "seed",
