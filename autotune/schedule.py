@@ -99,9 +99,25 @@ def render_text(schedule: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def batch_ranges(schedule: Mapping[str, Any]) -> list[list[int]]:
+    """``[[start, end, K], ...]`` batch-size ranges: level i covers batch sizes above level i-1 up to level i
+    (the engines' per-batch-size forms: vLLM's ``num_speculative_tokens_per_batch_size``, SGLang's adaptive
+    config keys); batch sizes above the highest level are not covered (never
+    measured). Adjacent ranges with the same K are merged."""
+    out: list[list[int]] = []
+    prev = 0
+    for x in schedule["levels"]:
+        c, k = int(x["level"]), int(x["draft"])
+        if out and out[-1][2] == k:
+            out[-1][1] = c
+        else:
+            out.append([prev + 1, c, k])
+        prev = c
+    return out
+
+
 #: the engines' own forms of a schedule moved to their backends; the old names stay importable from here
 _MOVED = {
-    "batch_ranges": ("autotune.backends.vllm", "batch_ranges"),
     "vllm_config": ("autotune.backends.vllm", "schedule_config"),
     "sglang_adaptive": ("autotune.backends.sglang", "adaptive_config"),
 }

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -48,22 +49,28 @@ from autotune.backends.base import (
     KnobDomain,
     _float_or_none,
     _int_or_none,
+    flag_value,
     parse_openai_chunk,
 )
 from autotune.backends.sglang_flags import (
+    DECODE_MAX_BS_FLAG,
     DEFAULT_VERSION,
     LEGACY,
+    OLD_MAX_BS_FLAG,
     PER_PHASE,
+    cuda_graph_max_bs_flag,
     cuda_graph_off_flags,
     cuda_graph_spelling,
     cuda_graph_state,
     flag_spelling_from_help,
+    max_bs_flag_from_help,
     parse_version,
     run_help,
 )
 from autotune.backends.sglang_stream import parse_generate_chunk, parse_generate_logprobs
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
+from autotune.schedule import batch_ranges
 from autotune.space import Choices, ParamSpec
 
 if TYPE_CHECKING:
@@ -148,8 +155,9 @@ class SGLangBackend(Backend):
     knob_domains = KNOB_DOMAINS
     managed_flags = ("--speculative-*", "--port", "--host", "--model-path", "--model", "--disable-cuda-graph")
     #: with load levels: every level's streams run at once (a speculative server defaults to 48) and stay
-    #: inside the captured CUDA graphs
-    level_flags = ("--max-running-requests", "--cuda-graph-max-bs")
+    #: inside the captured CUDA graphs. Both spellings of the graph cap are listed so that a value given in
+    #: ``extra_args`` under either is checked; ``level_args`` writes the one ``server.version`` knows.
+    level_flags = ("--max-running-requests", DECODE_MAX_BS_FLAG, OLD_MAX_BS_FLAG)
     size_knob = "num_draft_tokens"
     parallel_size_flags = ("--tp-size", "--tp", "--tensor-parallel-size", "--pp-size", "--pipeline-parallel-size")
     display_name = "SGLang"
@@ -171,6 +179,8 @@ class SGLangBackend(Backend):
             )
         #: set explicitly or by ``probe``; None = decided from the space's server version
         self.cuda_graph_spelling = cuda_graph_spelling
+        #: the CUDA-graph max-batch-size flag as ``probe`` read it; None = decided from the space's server version
+        self.max_bs_flag: str | None = None
 
     # -- the space ----------------------------------------------------------------------------------
 
@@ -321,6 +331,26 @@ class SGLangBackend(Backend):
         spelling = flag_spelling_from_help(text) if text else None
         if spelling is not None:
             self.cuda_graph_spelling = spelling
+        max_bs = max_bs_flag_from_help(text) if text else None
+        if max_bs is not None:
+            self.max_bs_flag = max_bs
+
+    def max_bs_flag_for(self, space: Space) -> str:
+        return self.max_bs_flag or cuda_graph_max_bs_flag(space.server.version)
+
+    def level_args(self, space: Space) -> list[str]:
+        """``--max-running-requests N`` and the CUDA-graph cap spelled for the server's version (``N``: the highest
+        load level), each unless ``server.extra_args`` gives it (the cap under either spelling); [] without levels."""
+        if not space.benchmark.loaded:
+            return []
+        top = str(max(space.benchmark.concurrency))
+        given = space.server.extra_args
+        out: list[str] = []
+        if flag_value(given, "--max-running-requests") is None:
+            out += ["--max-running-requests", top]
+        if flag_value(given, DECODE_MAX_BS_FLAG) is None and flag_value(given, OLD_MAX_BS_FLAG) is None:
+            out += [self.max_bs_flag_for(space), top]
+        return out
 
     deploy_launcher = ("python3", "-m", "sglang.launch_server")
 
@@ -371,6 +401,12 @@ class SGLangBackend(Backend):
         cmd = command()
         if not schedule["static"].get("drafter") or not schedule["on_up_to"]:
             return cmd
+        if int(schedule["static"].get("topk") or 1) == 1:  # SGLang refuses a --speculative-num-steps in no entry
+            k = adaptive_initial_steps(schedule)
+            head, _, last = cmd.rpartition("\n")
+            last = re.sub(r"(--speculative-num-steps )\d+", rf"\g<1>{k}", last)
+            last = re.sub(r"(--speculative-num-draft-tokens )\d+", rf"\g<1>{k + 1}", last)
+            cmd = f"{head}\n{last}" if head else last
         note = "# write the JSON below to adaptive.json (topk 1 only)"
         return "\n".join(
             [
@@ -481,11 +517,21 @@ class SGLangBackend(Backend):
 
 
 def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, Any]:
-    """SGLang's ``--speculative-adaptive-config`` file (``adaptive_spec_params.load_adaptive_config``: a JSON
-    object; ``candidate_steps`` are the step counts it may switch between, sorted): the schedule's draft lengths.
-    That loader adapts the steps by acceptance, not by batch size; the per-level table is kept alongside."""
-    steps = sorted({int(x["draft"]) for x in schedule["levels"] if int(x["draft"]) > 0})
-    return {"candidate_steps": steps}
+    """SGLang's ``--speculative-adaptive-config`` file: one entry per batch-size range of ``schedule.batch_ranges``,
+    keyed by the range's first batch size (an integer string), ``{"candidate_steps": [K]}`` with the schedule's
+    draft length there (0: no speculation). Format as SGLang 0.5.23 reads it (``speculative/adaptive_spec_params.py``,
+    ``_load_adaptive_config``: at least one integer-string key, each ``candidate_steps`` a non-empty list of
+    non-negative ints). SGLang routes a decode batch (padded up to a captured CUDA-graph size) to the entry with the
+    largest key not above it, and within an entry moves between its candidate steps by the acceptance it observes
+    (an EMA); one candidate per entry pins the measured draft length. Batches above the highest level use the last
+    entry."""
+    return {str(start): {"candidate_steps": [int(k)]} for start, _end, k in batch_ranges(schedule)}
+
+
+def adaptive_initial_steps(schedule: Mapping[str, Any]) -> int:
+    """The ``--speculative-num-steps`` to launch an adaptive SGLang server with: the first level's draft length
+    (SGLang refuses a value that is in no entry's ``candidate_steps``)."""
+    return int(schedule["levels"][0]["draft"])
 
 
 __all__ = [
@@ -497,11 +543,14 @@ __all__ = [
     "PER_PHASE",
     "SGLangBackend",
     "adaptive_config",
+    "adaptive_initial_steps",
+    "cuda_graph_max_bs_flag",
     "cuda_graph_off_flags",
     "cuda_graph_spelling",
     "feasibility_reason",
     "flag_spelling_from_help",
     "incremental_output",
+    "max_bs_flag_from_help",
     "parse_generate_chunk",
     "parse_generate_logprobs",
     "parse_version",

@@ -16,6 +16,14 @@ DEFAULT_VERSION = "0.5.23"
 #: the newest release known to accept ``--disable-cuda-graph`` (deprecated there)
 _LAST_LEGACY_CUDA_GRAPH_FLAG = (0, 5, 23)
 
+#: the first release with ``--cuda-graph-max-bs-decode`` (read from the wheels: 0.5.13 knows only
+#: ``--cuda-graph-max-bs``; 0.5.14-0.5.19 keep that as a deprecated alias; 0.5.20 dropped it, so argparse's prefix
+#: matching makes it "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode,
+#: --cuda-graph-max-bs-prefill")
+_FIRST_PER_PHASE_MAX_BS = (0, 5, 14)
+OLD_MAX_BS_FLAG = "--cuda-graph-max-bs"
+DECODE_MAX_BS_FLAG = "--cuda-graph-max-bs-decode"
+
 LEGACY = "legacy"  # --disable-cuda-graph
 PER_PHASE = "per-phase"  # --disable-decode-cuda-graph --disable-prefill-cuda-graph
 
@@ -39,6 +47,22 @@ def cuda_graph_spelling(version: str | None) -> str:
     """How to turn CUDA graphs off for SGLang ``version``: ``LEGACY`` up to 0.5.23, ``PER_PHASE`` after."""
     v = parse_version(version or DEFAULT_VERSION)
     return LEGACY if v <= _LAST_LEGACY_CUDA_GRAPH_FLAG else PER_PHASE
+
+
+def cuda_graph_max_bs_flag(version: str | None) -> str:
+    """The flag capping the decode CUDA-graph batch size for SGLang ``version`` (``DEFAULT_VERSION`` when None):
+    ``--cuda-graph-max-bs-decode`` from 0.5.14 on, ``--cuda-graph-max-bs`` before."""
+    v = parse_version(version or DEFAULT_VERSION)
+    return DECODE_MAX_BS_FLAG if v >= _FIRST_PER_PHASE_MAX_BS else OLD_MAX_BS_FLAG
+
+
+def max_bs_flag_from_help(text: str) -> str | None:
+    """The CUDA-graph max-batch-size flag named in ``launch_server --help`` output (None: can't tell)."""
+    if re.search(r"--cuda-graph-max-bs-decode\b", text):
+        return DECODE_MAX_BS_FLAG
+    if re.search(r"--cuda-graph-max-bs(?![-\w])", text):
+        return OLD_MAX_BS_FLAG
+    return None
 
 
 def flag_spelling_from_help(text: str) -> str | None:
@@ -93,13 +117,17 @@ def cuda_graph_state(info: Mapping[str, Any]) -> bool | None:
 
 
 __all__ = [
+    "DECODE_MAX_BS_FLAG",
     "DEFAULT_VERSION",
+    "OLD_MAX_BS_FLAG",
     "LEGACY",
     "PER_PHASE",
+    "cuda_graph_max_bs_flag",
     "cuda_graph_off_flags",
     "cuda_graph_spelling",
     "cuda_graph_state",
     "flag_spelling_from_help",
+    "max_bs_flag_from_help",
     "parse_version",
     "run_help",
 ]

@@ -33,6 +33,7 @@ from autotune.backends import encode
 from autotune.backends.base import Backend, KnobDomain, _int_or_none, metric_total
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
+from autotune.schedule import batch_ranges
 from autotune.space import Choices
 
 if TYPE_CHECKING:
@@ -205,22 +206,6 @@ class VLLMBackend(Backend):
         return accepted / proposed
 
 
-def batch_ranges(schedule: Mapping[str, Any]) -> list[list[int]]:
-    """``[[start, end, K], ...]`` batch-size ranges: level i covers batch sizes above level i-1 up to level i
-    (``num_speculative_tokens_per_batch_size``); batch sizes above the highest level are not covered (never
-    measured). Adjacent ranges with the same K are merged."""
-    out: list[list[int]] = []
-    prev = 0
-    for x in schedule["levels"]:
-        c, k = int(x["level"]), int(x["draft"])
-        if out and out[-1][2] == k:
-            out[-1][1] = c
-        else:
-            out.append([prev + 1, c, k])
-        prev = c
-    return out
-
-
 def schedule_config(schedule: Mapping[str, Any], *, method: str, model: str) -> dict[str, Any]:
     """vLLM's ``--speculative-config``: the static drafter and, per batch-size range, the draft length."""
     ks = [int(x["draft"]) for x in schedule["levels"]]
@@ -240,4 +225,4 @@ def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -
     return a - b
 
 
-__all__ = ["KNOBS", "KNOB_DOMAINS", "METHODS", "VLLMBackend", "batch_ranges", "drafter_method", "schedule_config"]
+__all__ = ["KNOBS", "KNOB_DOMAINS", "METHODS", "VLLMBackend", "drafter_method", "schedule_config"]

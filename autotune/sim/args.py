@@ -70,8 +70,8 @@ _VALUE_FLAGS = {
     "--port": "port",
     "--served-model-name": "served_model_name",
     "--max-running-requests": "max_running_requests",
-    "--cuda-graph-max-bs": "cuda_graph_max_bs",  # SGLang before 0.5.23
-    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",  # SGLang 0.5.23's per-phase spelling
+    "--cuda-graph-max-bs": "cuda_graph_max_bs",  # SGLang up to 0.5.19 (0.5.14-0.5.19: an alias of the next)
+    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",  # SGLang 0.5.14 and newer
     "--speculative-adaptive-config": "speculative_adaptive_config",
     "--speculative-ngram-min-bfs-breadth": "speculative_ngram_min_bfs_breadth",
     "--speculative-ngram-max-bfs-breadth": "speculative_ngram_max_bfs_breadth",

@@ -85,10 +85,12 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     argv = shlex.split(lines[0].split(" ", 1)[1])  # after CUDA_VISIBLE_DEVICES=0
     assert "--speculative-adaptive" in argv
     assert argv[argv.index("--max-running-requests") + 1] == "256"
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "256"  # 0.5.23's spelling
     adaptive = json.loads(lines[-1])
-    assert (
-        adaptive["candidate_steps"] == sorted(set(adaptive["candidate_steps"])) and adaptive["candidate_steps"][0] >= 1
-    )
+    # SGLang 0.5.23's format: per batch-size range (keyed by its first size) the draft length there, 0 = off
+    assert list(adaptive) == [str(r[0]) for r in ranges] and adaptive["1"]["candidate_steps"][0] >= 1
+    assert [adaptive[str(r[0])]["candidate_steps"] for r in ranges] == [[k] for _, _, k in ranges]
+    assert argv[argv.index("--speculative-num-steps") + 1] == str(ranges[0][2])
 
 
 def _write(tmp_path, text: str):

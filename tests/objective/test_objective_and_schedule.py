@@ -83,7 +83,16 @@ def test_schedule_draft_falls_with_load_and_turns_off_from_the_first_loss():
     assert schedule.batch_ranges(sched) == [[1, 1, 6], [2, 8, 3], [9, 64, 1], [65, 256, 0]]
     cfg = schedule.vllm_config(sched, method="eagle3", model="/m/d")
     assert cfg["num_speculative_tokens"] == 6 and cfg["num_speculative_tokens_per_batch_size"][-1] == [65, 256, 0]
-    assert schedule.sglang_adaptive(sched) == {"candidate_steps": [1, 3, 6]}
+    # SGLang 0.5.23's adaptive config: per batch-size range (its first size as the key), the draft length there
+    assert schedule.sglang_adaptive(sched) == {
+        "1": {"candidate_steps": [6]},
+        "2": {"candidate_steps": [3]},
+        "9": {"candidate_steps": [1]},
+        "65": {"candidate_steps": [0]},
+    }
+    from autotune.backends.sglang import adaptive_initial_steps
+
+    assert adaptive_initial_steps(sched) == 6
     # a lossy config never enters the schedule
     rows[0]["lossy"] = True
     sched = schedule.build(rows, (1, 8, 64, 256), rows[1]["config"], backend="sglang", min_gain=0.02)

@@ -1,0 +1,218 @@
+"""SGLang's own parser and adaptive-config loader as a standing check: every SGLang launch the shipped spaces produce
+(baselines, the server's default config per drafter, a sample of the search grid; load-level flags included), the
+exported deployment commands, and the adaptive-config files of load-level spaces are handed to SGLang 0.5.23's
+``prepare_server_args`` + ``ServerArgs.resolve_once`` and ``_load_adaptive_config`` (tests/servers/sglang_parse.py,
+run by the venv of scripts/sglang_setup.sh), and the speculative values SGLang resolves must equal autotune's
+effective config.
+
+Needs AUTOTUNE_SGLANG_PYTHON (the path scripts/sglang_setup.sh prints last); skipped without it, set in CI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("sglang_parse.py")
+SGLANG_PYTHON = os.environ.get("AUTOTUNE_SGLANG_PYTHON")
+#: grid points checked per space (evenly spread over the grid, its ends included)
+GRID_SAMPLE = 24
+
+pytestmark = [
+    pytest.mark.sglang,
+    pytest.mark.skipif(not SGLANG_PYTHON, reason="AUTOTUNE_SGLANG_PYTHON not set (scripts/sglang_setup.sh)"),
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The one adapter to autotune's internals: what autotune launches and exports for a space. Update it (only it) when
+# the package moves.
+
+
+def autotune_sglang_launches(space_path: Path) -> dict:
+    """For an SGLang space file: ``{"launches": [(name, flags, expected)], "schedule_files": [(name, json_obj,
+    flags)]}``. ``flags`` are the arguments after the launcher, with checkpoint paths that exist here (the simulator's
+    stand-ins, which carry the real config.json); ``expected`` is autotune's effective config as SGLang names it
+    (``speculative_algorithm`` None for a baseline). ``schedule_files``: for load-level spaces, the adaptive-config
+    file autotune writes for a per-level schedule, with the launch flags it is exported with (without the file's
+    path: the test appends it)."""
+    from autotune import checks, export
+    from autotune.backends import get_backend
+    from autotune.backends.sglang import adaptive_config, resolved_algorithm
+    from autotune.config import TrialConfig
+    from autotune.sim import simulated_space
+    from autotune.sim.scenario import SCENARIO_DIR, read_scenario, scenario_loader
+    from autotune.space import load_space
+
+    space = load_space(space_path)
+    bench = REPO / "scripts" / "bench_scenarios"  # the bench spaces' scenarios (as scripts/bench_load.py reads them)
+    extra = {}
+    for p in sorted(bench.glob("*.scenario.yaml")):
+        sc = read_scenario(str(p), dirs=[str(bench), SCENARIO_DIR])
+        extra[sc.name] = sc
+    sim = simulated_space(space, scenarios=scenario_loader(extra))
+    backend = get_backend("sglang")
+    here = {space.server.model_path: sim.server.model_path}
+    here.update({d.path: s.path for d, s in zip(space.drafters, sim.drafters, strict=True)})
+
+    def expected(config: TrialConfig) -> dict:
+        eff = backend.resolve(config, sim)
+        if eff.is_baseline:
+            return {"speculative_algorithm": None}
+        return {
+            "speculative_algorithm": resolved_algorithm(sim, eff.drafter),
+            "speculative_num_steps": eff.knob("num_steps"),
+            "speculative_eagle_topk": eff.knob("topk"),
+            "speculative_num_draft_tokens": eff.knob("num_draft_tokens"),
+        }
+
+    grid = backend.grid(sim) or []
+    step = max(1, len(grid) // GRID_SAMPLE)
+    sample = grid[::step] + grid[-1:]
+    baselines = [TrialConfig.baseline(bool(cg)) for cg in space.search.cuda_graph]
+    launches = []
+    for kind, configs in (("baseline", baselines), ("default", backend.defaults(sim)), ("grid", sample)):
+        for c in configs:
+            argv = backend.argv(c, sim, port=30000, simulate=True)  # what --simulate launches (SGLang's flags)
+            launches.append((f"{kind} {_name(c)}", argv[len(backend.launcher(sim)) :], expected(c)))
+    # the exported deployment command (export --format sglang): the real space, each drafter keeping the algorithm
+    # read from its stand-in (as autotune.commands.deploy.deploy_space does after a simulated study)
+    deploy = dataclasses.replace(
+        space,
+        drafters=tuple(
+            d if d.algorithm else dataclasses.replace(d, algorithm=checks.resolved_algorithm(sim, d.name))
+            for d in space.drafters
+        ),
+    )
+    for c in baselines + backend.defaults(sim):
+        argv = export.launch_argv(deploy, backend, c)
+        flags = [here.get(a, a) for a in argv[len(backend.launcher(space, deploy=True)) :]]
+        launches.append((f"export {_name(c)}", flags, expected(c)))
+
+    files = []
+    levels = list(space.benchmark.concurrency)
+    if len(levels) > 1:
+        d = backend.defaults(sim)[0]
+        # a falling ladder that ends off, as load studies find (schedule.build's output shape)
+        drafts = [max(0, 5 - i) for i in range(len(levels))]
+        sched = {
+            "static": {"drafter": d.drafter, "cuda_graph": d.cuda_graph, "topk": 1},
+            "draft_knob": "num_steps",
+            "levels": [
+                {"level": c, "draft": k, "trial": None, "config": None, "speedup": None}
+                for c, k in zip(levels, drafts, strict=True)
+            ],
+            "on_up_to": max(c for c, k in zip(levels, drafts, strict=True) if k),
+        }
+        file_ = adaptive_config(sched)
+        c = TrialConfig.make(d.drafter, d.cuda_graph, num_steps=drafts[0], topk=1, num_draft_tokens=drafts[0] + 1)
+        argv = backend.argv(c, sim, port=30000, simulate=True)
+        files.append(("ladder 5..0", file_, [*argv[len(backend.launcher(sim)) :], "--speculative-adaptive"]))
+    return {"launches": launches, "schedule_files": files, "standin_paths": here}
+
+
+def _name(c) -> str:  # noqa: ANN001
+    knobs = ",".join(f"{k}={v}" for k, v in sorted(c.knob_dict.items()))
+    return f"{c.drafter or 'baseline'} cuda_graph={c.cuda_graph} {knobs}".strip()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def sglang_spaces() -> list[Path]:
+    out = []
+    for p in sorted([*REPO.glob("spaces/*.yaml"), *REPO.glob("scripts/bench_scenarios/*.space.yaml")]):
+        if "backend: sglang" in p.read_text():
+            out.append(p)
+    return out
+
+
+def run_sglang(items: list[dict], tmp_path: Path) -> dict:
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps(items))
+    r = subprocess.run(
+        [SGLANG_PYTHON, str(DRIVER), str(path)], capture_output=True, text=True, timeout=900, check=False
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    return {x["id"]: x for x in json.loads(r.stdout.splitlines()[-1])}
+
+
+def _problems(items: list[dict], results: dict, expected: dict) -> list[str]:
+    out = []
+    for it in items:
+        res = results[it["id"]]
+        if not res["accepted"]:
+            out.append(f"{it['id']}: rejected at {res['stage']}: {res['error']}\n    {shlex.join(it.get('argv', []))}")
+            continue
+        want = expected.get(it["id"])
+        got = res.get("resolved", {})
+        if want is not None:
+            diff = {k: (v, got.get(k)) for k, v in want.items() if got.get(k) != v}
+            if diff:
+                out.append(f"{it['id']}: autotune's effective config vs SGLang's (autotune, sglang): {diff}")
+    return out
+
+
+@pytest.mark.parametrize("space_path", sglang_spaces(), ids=lambda p: str(p.relative_to(REPO)))
+def test_sglang_accepts_every_launch_and_resolves_it_as_autotune_says(space_path, tmp_path):
+    got = autotune_sglang_launches(space_path)
+    items, expected = [], {}
+    for name, flags, want in got["launches"]:
+        items.append({"id": name, "argv": flags})
+        expected[name] = want
+    for name, file_, flags in got["schedule_files"]:
+        f = tmp_path / f"adaptive-{len(items)}.json"
+        f.write_text(json.dumps(file_))
+        items.append({"id": f"adaptive file {name}", "adaptive_config": str(f)})
+        items.append({"id": f"adaptive launch {name}", "argv": [*flags, "--speculative-adaptive-config", str(f)]})
+        expected[f"adaptive launch {name}"] = {"speculative_adaptive": True}
+    assert len(items) > 3
+    results = run_sglang(items, tmp_path)
+    problems = _problems(items, results, expected)
+    assert not problems, f"{len(problems)} of {len(items)} rejected or resolved otherwise:\n" + "\n".join(problems)
+
+
+def test_the_exported_load_schedule_is_accepted(tmp_path):
+    """A real load study on the simulator, ``export --format sglang``: its command and adaptive file as SGLang reads
+    them."""
+    space = REPO / "spaces" / "llama-8b-load.yaml"
+    studies = tmp_path / "studies"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cli = [sys.executable, "-m", "autotune"]
+    r = subprocess.run(
+        [*cli, "study", str(space), "--simulate", "--in-process", "--n-trials", "16", "--studies-dir", str(studies)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    e = subprocess.run(
+        [*cli, "export", str(space), "--simulate", "--format", "sglang", "--studies-dir", str(studies)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert e.returncode == 0, e.stderr[-3000:]
+    lines = [ln for ln in e.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+    argv = shlex.split(lines[0])
+    argv = argv[argv.index("sglang.launch_server") + 1 :]
+    adaptive = tmp_path / "adaptive.json"
+    adaptive.write_text(lines[-1])
+    # deployment paths -> the stand-in checkpoints (this machine has no /models)
+    standin = autotune_sglang_launches(space)["standin_paths"]
+    argv = [str(adaptive) if a == "adaptive.json" else standin.get(a, a) for a in argv]
+    items = [{"id": "file", "adaptive_config": str(adaptive)}, {"id": "command", "argv": argv}]
+    results = run_sglang(items, tmp_path)
+    problems = _problems(items, results, {"command": {"speculative_adaptive": True}})
+    assert not problems, "\n".join(problems) + "\n" + e.stdout
