@@ -176,7 +176,9 @@ def test_a_space_file_names_the_new_backend_and_its_knobs(tmp_path, filespec_bac
 def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filespec_backend):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     deploy = load_space(str(_space_file(tmp_path)))
-    space = simulated_space(dataclasses.replace(deploy, budget=dataclasses.replace(deploy.budget, n_trials=10)))
+    space = simulated_space(
+        dataclasses.replace(deploy, budget=dataclasses.replace(deploy.budget, n_trials=10)), seam=True
+    )
     backend = FileSpecBackend()
     files_dir = tmp_path / "launch"
     files_dir.mkdir()
