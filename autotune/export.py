@@ -612,10 +612,11 @@ def export(
     read_space: Space | None = None,
     schedule: Mapping[str, Any] | None = None,
 ) -> Exported:
-    """The export in format ``fmt`` and its files. ``schedule`` (``autotune.schedule.build``): every format launches
-    it (``Backend.schedule_launch``), the text formats below its table; its static config is the recommended one,
-    or when the baseline is recommended the config of its first level with speculation on. Another server's format
-    translates the study (``Backend.portable`` / ``translate``). ValueError: the format does not fit."""
+    """The export in format ``fmt`` and its files. ``schedule`` (``autotune.schedule.build``): every format
+    launches it (``Backend.schedule_launch``), the text formats with its table after their comment block; its
+    static config is the recommended one, or when the baseline is recommended the config of its first level with
+    speculation on. Another server's format translates the study (``Backend.portable`` / ``translate``).
+    ValueError: the format does not fit."""
     problem = format_problem(backend, fmt)
     if problem:
         raise ValueError(problem)
@@ -642,8 +643,11 @@ def export(
     if schedule is not None and fmt not in ("json", "yaml"):
         from autotune import schedule as schedule_
 
-        table = "\n".join("# " + line for line in schedule_.render_text(schedule).splitlines())
-        text = table + "\n" + text
+        # the schedule's table after the comment block, before what runs
+        table = ["# " + line for line in schedule_.render_text(schedule).splitlines()]
+        lines = text.splitlines(keepends=True)
+        at = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+        text = "".join([*lines[:at], *(line + "\n" for line in table), *lines[at:]])
     return Exported(text, dict(b["launch"].get("files", {})))
 
 
