@@ -3,13 +3,16 @@ env file, a docker-compose service or a Kubernetes Deployment, each stamped with
 
 ``bundle`` gathers everything (pure over the report dict, apart from probing the server for flag spellings and
 reading checkpoint fingerprints); one function per format turns it into text (``FORMATS``: adding a format is one
-entry). A server adds its own format (``Backend.export_format``: its launch command, with load levels the schedule in
-its own form, ``Backend.schedule_export``); the files a server reads at launch (``Backend.files``) are named in every
-format and written beside the export by ``autotune export -o`` (``write``). Every format carries the same
-``provenance`` (YAML/JSON: a key; compose: ``x-autotune``; Kubernetes: the annotation ``autotune/provenance``;
-command and env file: a ``# autotune-provenance: {json}`` line), which is what ``autotune reverify`` reads back
-(``read_provenance``). Secret-looking env values never appear: the command and
-compose file take them from the deploying shell, the env file leaves them to be set, Kubernetes reads a Secret.
+entry). A server adds its own format (``Backend.export_format``: its launch command); a format fits a study of its
+own server, and another server's only as a faithful translation (``Backend.portable`` -> ``Backend.translate``),
+else the study's formats are named (``fitting_formats``). With load levels every format launches the schedule
+(``Backend.schedule_launch``). The files a launch reads (``Backend.files``, a schedule's) are named in every format
+(beside a script, mounted in a container) and written beside the export by ``autotune export -o`` (``write``). In
+a container or pod the server listens on ``CONTAINER_HOST``. Every format carries the same ``provenance`` (YAML/JSON:
+a key; compose: ``x-autotune``; Kubernetes: the annotation ``autotune/provenance``; command and env file: a
+``# autotune-provenance: {json}`` line), which is what ``autotune reverify`` reads back (``read_provenance``).
+Secret-looking env values never appear: the command and compose file take them from the deploying shell, the env
+file leaves them to be set, Kubernetes reads a Secret.
 """
 
 from __future__ import annotations
