@@ -90,7 +90,7 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     argv = shlex.split(lines[0].split(" ", 1)[1])  # after CUDA_VISIBLE_DEVICES=0
     assert argv[argv.index("--max-running-requests") + 1] == "256"
     if rec and rec.get("topk", 1) == 1:
-        assert argv[argv.index("--speculative-adaptive-config") + 1] == '$(dirname "$0")/adaptive.json'
+        assert argv[argv.index("--speculative-adaptive-config") + 1] == "$(dirname $0)/adaptive.json"  # beside it
     else:  # SGLang adapts only topk 1
         assert "--speculative-adaptive" not in argv and "# schedule: SGLang adapts the draft only at topk 1" in s.stdout
 
