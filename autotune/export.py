@@ -323,7 +323,8 @@ def _comment_lines(b: dict[str, Any], files_where: Callable[[str], str] | None =
     if t:
         lines.append(
             f"# translated from the {t['measured_on']} study to {b['_backend'].display_name or t['server']} "
-            f"(method {t['method']}): measured on {t['measured_on']}, never on this server; measure it there "
+            f"({'method ' + t['method'] if t['method'] else 'no speculation'}): measured on {t['measured_on']}, "
+            "never on this server; measure it there "
             "before relying on the figures"
         )
     if b.get("_schedule_note"):
