@@ -170,6 +170,34 @@ def check_space(space: Space, backend: Backend | None = None) -> list[Problem]:
     return backend.check_drafters(space)
 
 
+def check_stand_ins(space: Space) -> list[Problem]:
+    """With ``--simulate`` the checks read the simulator's stand-in checkpoints: a warning for each real path (the
+    target, every searched drafter) not on this machine, which a study without ``--simulate`` would need."""
+    scenario = space.simulate.scenario if space.simulate else "default"
+    stand_in = f"--simulate checked the simulator's stand-in (scenario {scenario}) in its place"
+    out = []
+    if not Path(space.server.model_path).exists() and not _HUB_ID.fullmatch(space.server.model_path):
+        out.append(
+            Problem(
+                "warning",
+                f"the target {space.server.model_path} does not exist on this machine; {stand_in}",
+                None,
+                "server.model_path",
+            )
+        )
+    for i, d in _searched_drafters(space):
+        if not Path(d.path).exists():
+            out.append(
+                Problem(
+                    "warning",
+                    f"drafter {d.name}: {d.path} does not exist on this machine; {stand_in}",
+                    d.name,
+                    f"drafters[{i}].path",
+                )
+            )
+    return out
+
+
 def check_checkpoints(space: Space, *, algorithm_flag: Callable[[str], str]) -> list[Problem]:
     """The checks of checkpoint directories with a ``config.json`` (SGLang, vLLM); ``algorithm_flag`` spells the
     launch option of an algorithm in messages (``Backend.algorithm_flag``)."""

@@ -216,8 +216,10 @@ def cmd_validate(ctx: Context) -> int:
         _note(f"{p.severity}: {p}")
     if any(p.severity == "error" for p in problems):
         return EXIT_USAGE
+    sim = ctx.space.simulate
     _note(
         f"ok: {ctx.args.space}: {len(ctx.space.drafters)} drafter(s) checked"
+        + (f" (the simulator's stand-ins, scenario {sim.scenario if sim else 'default'})" if ctx.simulated else "")
         + (f", {len(problems)} warning(s)" if problems else "")
     )
     return EXIT_OK

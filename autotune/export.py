@@ -3,23 +3,27 @@ env file, a docker-compose service or a Kubernetes Deployment, each stamped with
 
 ``bundle`` gathers everything (pure over the report dict, apart from probing the server for flag spellings and
 reading checkpoint fingerprints); one function per format turns it into text (``FORMATS``: adding a format is one
-entry). A server adds its own format (``Backend.export_format``: its launch command, with load levels the schedule in
-its own form, ``Backend.schedule_export``); the files a server reads at launch (``Backend.files``) are named in every
-format and written beside the export by ``autotune export -o`` (``write``). Every format carries the same
-``provenance`` (YAML/JSON: a key; compose: ``x-autotune``; Kubernetes: the annotation ``autotune/provenance``;
-command and env file: a ``# autotune-provenance: {json}`` line), which is what ``autotune reverify`` reads back
-(``read_provenance``). Secret-looking env values never appear: the command and
-compose file take them from the deploying shell, the env file leaves them to be set, Kubernetes reads a Secret.
+entry). A server adds its own format (``Backend.export_format``: its launch command); a format fits a study of its
+own server, and another server's only as a faithful translation (``Backend.portable`` -> ``Backend.translate``),
+else the study's formats are named (``fitting_formats``). With load levels every format launches the schedule
+(``Backend.schedule_launch``). The files a launch reads (``Backend.files``, a schedule's) are named in every format
+(beside a script, mounted in a container) and written beside the export by ``autotune export -o`` (``write``). In
+a container or pod the server listens on ``CONTAINER_HOST``. Every format carries the same ``provenance`` (YAML/JSON:
+a key; compose: ``x-autotune``; Kubernetes: the annotation ``autotune/provenance``; command and env file: a
+``# autotune-provenance: {json}`` line), which is what ``autotune reverify`` reads back (``read_provenance``).
+Secret-looking env values never appear: the command and compose file take them from the deploying shell, the env
+file leaves them to be set, Kubernetes reads a Secret.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,15 @@ from autotune.space import Space
 #: Kubernetes annotation / compose extension / comment prefix holding the provenance
 PROVENANCE_ANNOTATION = "autotune/provenance"
 PROVENANCE_COMMENT = "# autotune-provenance: "
+#: how a script export names the folder it lies in: its files are written there (``write``)
+SCRIPT_DIR = '"$(dirname "$0")"'
+#: where compose and Kubernetes mount the launch's files in the container
+CONTAINER_FILES = "/autotune/files"
+#: the address the server listens on in a container or pod: every interface (the pod's address; compose publishes
+#: the port on the space's ``server.host``)
+CONTAINER_HOST = "0.0.0.0"
+#: the files folder in a script's argv until it is written as ``SCRIPT_DIR`` (``_script_word``)
+_SCRIPT_MARK = "@AUTOTUNE_SCRIPT_DIR@"
 
 
 class _NoAliases(yaml.SafeDumper):
@@ -63,14 +76,14 @@ class Options:
     name: str | None = None  # service / Deployment name; default: the space's name
 
 
-def launch_argv(space: Space, backend: Backend, config: TrialConfig) -> list[str]:
+def launch_argv(space: Space, backend: Backend, config: TrialConfig, *, files_dir: str | None = None) -> list[str]:
     """The deployment launch command: the real server's (never the simulator's), on the space's port, started by the
     launcher the space names or else a plain one (``Backend.deploy_launcher``: ``python3 -m sglang.launch_server``,
     never this machine's interpreter path); flags as the installed server spells them where only ``probe`` can tell
-    (``Backend.probe_before_argv``)."""
+    (``Backend.probe_before_argv``); the server's files (``Backend.files``) named in ``files_dir`` (None: bare)."""
     if backend.probe_before_argv:
         backend.probe(space)
-    argv = backend.argv(config, space, port=space.server.port, simulate=False)
+    argv = backend.argv(config, space, port=space.server.port, simulate=False, files_dir=files_dir)
     here, there = backend.launcher(space), backend.launcher(space, deploy=True)
     if argv[: len(here)] == here:  # this machine's interpreter or cached build: the deployment host's plain one
         argv = there + argv[len(here) :]
@@ -179,14 +192,43 @@ def bundle(
     trial: int | None = None,
     read_space: Space | None = None,
     now: _dt.datetime | None = None,
+    schedule: Mapping[str, Any] | None = None,
+    server: Backend | None = None,
 ) -> dict[str, Any]:
-    """Everything an export holds: the launch (argv, env with secrets redacted) and its provenance."""
+    """Everything an export holds: the launch (argv, env with secrets redacted, the files it reads) and its
+    provenance. ``schedule``: a per-load-level schedule the launch runs (``Backend.schedule_launch``); ``server``:
+    another server to deploy on (``Backend.translate``; ValueError when the translation would not be faithful).
+    The launch comes in three namings of its files: bare (``argv``), beside a script (``_script_argv``) and in a
+    container, listening on every interface there (``_container_argv``)."""
     chosen = _choose(report, trial)
     config = TrialConfig.from_dict(chosen["config"])
-    argv = launch_argv(space, backend, config)
-    env = redact_env(backend.env(config, space))
-    files = backend.files(config, space)
-    launcher = backend.launcher(space, deploy=True)
+    dspace, dbackend, dconfig = space, backend, config
+    translation: dict[str, Any] | None = None
+    if server is not None and type(server) is not type(backend):
+        dspace, dconfig = server.translate(space, backend.portable(config, space))
+        dbackend = server
+        translation = {
+            "server": dbackend.name,
+            "from": backend.name,
+            "method": dbackend.deploy_method(dconfig, dspace),
+            "config": dconfig.to_dict(),
+            "measured_on": backend.display_name or backend.name,
+        }
+
+    def launch(sp: Space, files_dir: str | None) -> tuple[list[str], dict[str, str], str | None]:
+        argv = launch_argv(sp, dbackend, dconfig, files_dir=files_dir)
+        files = dbackend.files(dconfig, sp)
+        if schedule is None:
+            return argv, files, None
+        sl = dbackend.schedule_launch(sp, schedule, argv, files_dir=files_dir)
+        return sl.argv, {**files, **sl.files}, sl.note
+
+    argv, files, schedule_note = launch(dspace, None)
+    script_argv = launch(dspace, _SCRIPT_MARK)[0]
+    inside = dataclasses.replace(dspace, server=dataclasses.replace(dspace.server, host=CONTAINER_HOST))
+    container_argv = launch(inside, CONTAINER_FILES)[0]
+    env = redact_env(dbackend.env(dconfig, dspace))
+    launcher = dbackend.launcher(dspace, deploy=True)
     provenance = {
         "study": report["study"],
         "trial": chosen["trial"],
@@ -194,6 +236,7 @@ def bundle(
         "space": space.path,
         "backend": space.server.backend,
         "server_version": space.server.version or getattr(backend, "version", None),
+        "method": backend.deploy_method(config, space),
         "autotune_version": __version__,
         "exported_at": (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "verdict": report["verdict"],
@@ -209,12 +252,19 @@ def bundle(
         "baseline": chosen["baseline"],
         "checkpoints": checkpoints(space, config, read_space),
     }
+    if translation is not None:
+        provenance["translated"] = translation
+    if schedule is not None:
+        provenance["schedule"] = [
+            {"level": x["level"], "draft": x["draft"], "trial": x["trial"]} for x in schedule["levels"]
+        ]
     return {
         **{k: provenance[k] for k in ("autotune_version", "exported_at", "study", "simulated", "space", "backend")},
         "verdict": report["verdict"],
         "why": chosen["why"],
         "trial": chosen["trial"],
         "config": config.to_dict(),
+        "method": provenance["method"],
         "speculative": not config.is_baseline,
         "knobs": config.knob_dict,
         "measured": provenance["measured"],
@@ -225,12 +275,16 @@ def bundle(
             "env": env,
             **({"files": files} if files else {}),
         },
+        **({"schedule": dict(schedule)} if schedule is not None else {}),
         "verify": "autotune bench "
         + shlex.quote(space.path or "SPACE")
         + "".join(" --set " + shlex.quote(f"{k}={v}") for k, v in config.to_dict().items() if v is not None),
         "provenance": provenance,
-        "_space": space,
-        "_backend": backend,
+        "_space": dspace,
+        "_backend": dbackend,
+        "_script_argv": script_argv,
+        "_container_argv": container_argv,
+        "_schedule_note": schedule_note,
     }
 
 
@@ -241,22 +295,44 @@ def _public(b: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in b.items() if not k.startswith("_")}
 
 
-def _comment_lines(b: dict[str, Any]) -> list[str]:
+def _comment_lines(b: dict[str, Any], files_where: Callable[[str], str] | None = None) -> list[str]:
+    """The comment block every text format starts with: who, what (the method), the figures, the translation, the
+    schedule and the files the launch reads (``files_where(name)``: where this format finds it)."""
     p = b["provenance"]
     m = p["measured"]
     ci = m.get("speedup_ci")
+    sim = p.get("simulated")
+    method = p.get("method")
     lines = [
-        f"# autotune {p['autotune_version']}: study {p['study']}, trial {p['trial']}"
-        + (" [SIMULATED]" if p.get("simulated") else "")
+        f"# autotune {p['autotune_version']}: study {p['study']}, trial {p['trial']}, "
+        + (f"method {method}" if method else "no speculation (the baseline)")
+        + (" [SIMULATED]" if sim else "")
         + f", exported {p['exported_at']}",
         f"# measured {_f(m.get('tok_per_s'))} {m.get('units') or 'tok/s'}"
-        + (f", speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "")
+        + (
+            f", speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
+            if ci
+            else (f", speedup {m['speedup']:.3f} (search, no interval)" if m.get("speedup") is not None else "")
+        )
         + (f" against baseline trial {p['baseline']['trial']}" if p.get("baseline") else ""),
     ]
-    lines += [
-        f"# reads {name} from its working directory (autotune export -o FILE writes it beside FILE)"
-        for name in b["launch"].get("files", {})
-    ]
+    if sim:
+        scenario = sim.get("scenario") if isinstance(sim, dict) else None
+        lines.append(f"# SIMULATED: figures from autotune's simulator (scenario {scenario}), not measured on hardware")
+    t = p.get("translated")
+    if t:
+        lines.append(
+            f"# translated from the {t['measured_on']} study to {b['_backend'].display_name or t['server']} "
+            f"({'method ' + t['method'] if t['method'] else 'no speculation'}): measured on {t['measured_on']}, "
+            "never on this server; measure it there "
+            "before relying on the figures"
+        )
+    if b.get("_schedule_note"):
+        lines.append(f"# schedule: {b['_schedule_note']}")
+    where = files_where or (
+        lambda n: f"reads {n} from its working directory (autotune export -o FILE writes it beside FILE)"
+    )
+    lines += [f"# {where(name)}" for name in b["launch"].get("files", {})]
     return lines + [PROVENANCE_COMMENT + json.dumps(p, sort_keys=True, separators=(",", ":"))]
 
 
@@ -268,11 +344,21 @@ def _secret_names(b: dict[str, Any]) -> list[str]:
     return sorted(k for k in b["launch"]["env"] if is_secret_name(k))
 
 
+def _script_word(arg: str) -> str:
+    """One argv element for a shell script, its files named beside the script (``SCRIPT_DIR``)."""
+    if _SCRIPT_MARK not in arg:
+        return shlex.quote(arg)
+    return SCRIPT_DIR.join(shlex.quote(part) if part else "" for part in arg.split(_SCRIPT_MARK))
+
+
 def fmt_command(b: dict[str, Any], _opts: Options) -> str:
-    """A shell command line; secrets come from the deploying shell's environment (``NAME="$NAME"``)."""
+    """A shell command line (a script: ``bash FILE``); secrets come from the deploying shell's environment
+    (``NAME="$NAME"``); the files the launch reads are named beside the script (``"$(dirname "$0")"/NAME``)."""
     env = b["launch"]["env"]
     prefix = [f'{k}="${k}"' if is_secret_name(k) else f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    return "\n".join(_comment_lines(b)) + "\n" + " ".join([*prefix, b["launch"]["command"]]) + "\n"
+    words = [_script_word(a) for a in b["_script_argv"]]
+    lines = _comment_lines(b, lambda n: f"reads {n} beside this script (autotune export -o FILE writes it there)")
+    return "\n".join(lines) + "\n" + " ".join([*prefix, *words]) + "\n"
 
 
 def fmt_json(b: dict[str, Any], _opts: Options) -> str:
@@ -298,24 +384,28 @@ def fmt_env(b: dict[str, Any], _opts: Options) -> str:
 
 
 def _deploy(b: dict[str, Any], opts: Options) -> dict[str, Any]:
-    """What compose and Kubernetes share: name, image, GPUs, port, the model directories to mount."""
+    """What compose and Kubernetes share: name, image, GPUs, port, the model directories to mount (absolute; a
+    relative checkpoint path is read from the working directory, which the container then gets too)."""
     space: Space = b["_space"]
-    version = b["provenance"]["server_version"]
+    version = space.server.version
     images = b["_backend"].images
     image = opts.image or (images[0].format(version=version) if version else images[1])
     name = re.sub(r"[^a-z0-9-]+", "-", (opts.name or space.name).lower()).strip("-")[:63] or "autotune"
-    mounts = sorted(
-        {
-            str(Path(c["path"]).parent if c.get("file_sha256_first_mib") else Path(c["path"]))
-            for c in b["provenance"]["checkpoints"]
-        }
-    )
+    paths = [Path(c["path"]) for c in b["provenance"]["checkpoints"]]
+    dirs = {
+        (p.parent if c.get("file_sha256_first_mib") or p.suffix == ".gguf" else p)
+        for p, c in zip(paths, b["provenance"]["checkpoints"], strict=True)
+    }
+    relative = any(not p.is_absolute() for p in paths)
     return {
         "name": name,
         "image": image,
         "gpus": opts.gpus or _gpus(space),
         "port": space.server.port,
-        "mounts": mounts,
+        "host": space.server.host,
+        "mounts": sorted({str(d if d.is_absolute() else Path.cwd() / d) for d in dirs}),
+        "workdir": str(Path.cwd()) if relative else None,
+        "files": b["launch"].get("files", {}),
     }
 
 
@@ -333,77 +423,114 @@ def _gpus(space: Space) -> int:
     return 1
 
 
+def _listen_line(d: dict[str, Any], where: str) -> str:
+    return f"# the server listens on {CONTAINER_HOST}:{d['port']} {where}"
+
+
 def fmt_compose(b: dict[str, Any], opts: Options) -> str:
-    """A docker-compose file with one service: the exact argv as its command, the host's network (the server binds
-    where it was measured), the GPUs reserved, the checkpoints mounted read-only at the same paths."""
+    """A docker-compose file with one service: the exact argv as its command, listening on every interface of the
+    container, the port published on the space's ``server.host`` of this host (where it was measured: 127.0.0.1
+    keeps it to this host), the GPUs reserved, the checkpoints mounted read-only at the same paths, the launch's
+    files mounted from beside the compose file."""
     d = _deploy(b, opts)
     env = {k: (f"${{{k}:?set {k}}}" if is_secret_name(k) else v) for k, v in sorted(b["launch"]["env"].items())}
     service: dict[str, Any] = {
         "image": d["image"],
-        "command": b["launch"]["argv"],
-        "network_mode": "host",
+        "command": b["_container_argv"],
         "ipc": "host",
-        "volumes": [f"{m}:{m}:ro" for m in d["mounts"]],
+        "ports": [f"{d['host']}:{d['port']}:{d['port']}"],
+        "volumes": [f"{m}:{m}:ro" for m in d["mounts"]] + [f"./{n}:{CONTAINER_FILES}/{n}:ro" for n in d["files"]],
         "deploy": {
             "resources": {
                 "reservations": {"devices": [{"driver": "nvidia", "count": d["gpus"], "capabilities": ["gpu"]}]}
             }
         },
     }
+    if d["workdir"]:
+        service["working_dir"] = d["workdir"]
     if env:
         service["environment"] = env
     doc = {"x-autotune": b["provenance"], "services": {d["name"]: service}}
-    return "\n".join(_comment_lines(b)[:2]) + "\n" + _dump(doc)
+    lines = _comment_lines(
+        b, lambda n: f"{n}: mounted from beside this file at {CONTAINER_FILES}/{n} (autotune export -o writes it)"
+    )[:-1]
+    lines.append(_listen_line(d, f"in the container, published on {d['host']}:{d['port']} of this host"))
+    return "\n".join(lines) + "\n" + _dump(doc)
 
 
 def fmt_k8s(b: dict[str, Any], opts: Options) -> str:
-    """A Kubernetes Deployment: the launcher as ``command``, the exact args, GPUs as ``nvidia.com/gpu`` limits, the
-    checkpoints as hostPath volumes at the same paths, secrets from a Secret named ``NAME-secrets``, and the
-    provenance as an annotation."""
+    """A Kubernetes Deployment: the launcher as ``command``, the exact args listening on the pod's address, GPUs as
+    ``nvidia.com/gpu`` limits, the checkpoints as hostPath volumes at the same paths, the launch's files from a
+    ConfigMap ``NAME-files`` (a document before the Deployment), secrets from a Secret named ``NAME-secrets``, and
+    the provenance as an annotation."""
     d = _deploy(b, opts)
     launch = b["launch"]
+    argv = b["_container_argv"]
     env = []
     for k, v in sorted(launch["env"].items()):
         if is_secret_name(k):
             env.append({"name": k, "valueFrom": {"secretKeyRef": {"name": f"{d['name']}-secrets", "key": k}}})
         else:
             env.append({"name": k, "value": v})
-    volumes = [{"name": f"ckpt-{i}", "hostPath": {"path": m, "type": "Directory"}} for i, m in enumerate(d["mounts"])]
-    mounts = [{"name": f"ckpt-{i}", "mountPath": m, "readOnly": True} for i, m in enumerate(d["mounts"])]
+    volumes: list[dict[str, Any]] = [
+        {"name": f"ckpt-{i}", "hostPath": {"path": m, "type": "Directory"}} for i, m in enumerate(d["mounts"])
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": f"ckpt-{i}", "mountPath": m, "readOnly": True} for i, m in enumerate(d["mounts"])
+    ]
     volumes.append({"name": "shm", "emptyDir": {"medium": "Memory"}})
     mounts.append({"name": "shm", "mountPath": "/dev/shm"})
     p = b["provenance"]
     labels = {"app.kubernetes.io/name": d["name"], "app.kubernetes.io/managed-by": "autotune"}
+    docs: list[dict[str, Any]] = []
+    if d["files"]:
+        config_map = f"{d['name']}-files"
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": config_map, "labels": labels},
+                "data": dict(d["files"]),
+            }
+        )
+        volumes.append({"name": "files", "configMap": {"name": config_map}})
+        mounts.append({"name": "files", "mountPath": CONTAINER_FILES, "readOnly": True})
     container: dict[str, Any] = {
         "name": "server",
         "image": d["image"],
         "command": launch["launcher"],
-        "args": launch["argv"][len(launch["launcher"]) :],
+        "args": argv[len(launch["launcher"]) :],
         "ports": [{"containerPort": d["port"], "name": "http"}],
         "resources": {"limits": {"nvidia.com/gpu": d["gpus"]}},
         "volumeMounts": mounts,
     }
+    if d["workdir"]:
+        container["workingDir"] = d["workdir"]
     if env:
         container["env"] = env
-    doc = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": d["name"],
-            "labels": labels,
-            "annotations": {
-                PROVENANCE_ANNOTATION: json.dumps(p, sort_keys=True, separators=(",", ":")),
-                "autotune/trial": str(p["trial"]),
-                "autotune/study": str(p["study"]),
+    docs.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": d["name"],
+                "labels": labels,
+                "annotations": {
+                    PROVENANCE_ANNOTATION: json.dumps(p, sort_keys=True, separators=(",", ":")),
+                    "autotune/trial": str(p["trial"]),
+                    "autotune/study": str(p["study"]),
+                },
             },
-        },
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container], "volumes": volumes}},
-        },
-    }
-    return "\n".join(_comment_lines(b)[:2]) + "\n" + _dump(doc)
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": {"containers": [container], "volumes": volumes}},
+            },
+        }
+    )
+    lines = _comment_lines(b, lambda n: f"{n}: from ConfigMap {d['name']}-files, mounted at {CONTAINER_FILES}")[:-1]
+    lines.append(_listen_line(d, "on the pod's address (put a Service in front to reach it)"))
+    return "\n".join(lines) + "\n" + yaml.dump_all(docs, Dumper=_NoAliases, sort_keys=False)
 
 
 #: format name -> renderer (one function per format); each server's own format comes on top (``format_names``)
@@ -415,8 +542,6 @@ FORMATS: dict[str, Callable[[dict[str, Any], Options], str]] = {
     "compose": fmt_compose,
     "k8s": fmt_k8s,
 }
-#: the generic formats that carry a per-load-level schedule (``render_schedule``), besides the servers' own
-SCHEDULE_FORMATS = ("command", "yaml", "json")
 
 
 def _server_formats() -> dict[str, type[Backend]]:
@@ -435,20 +560,36 @@ def format_names(backend: Backend) -> list[str]:
     return [*own, *FORMATS, *(f for f in _server_formats() if f not in own)]
 
 
-def format_problem(backend: Backend, fmt: str) -> str | None:
-    """Why ``--format fmt`` cannot export a study of ``backend`` (None: it can). Another server's format exports
-    only when it is a config fragment (``Backend.export_format_launches`` False), never another server's command."""
+def fitting_formats(backend: Backend) -> list[str]:
+    """The formats a study of ``backend`` exports to: its own, the generic ones (its server's launch), and other
+    servers' that take a translation of it (``Backend.accepts_translation``, ``Backend.portable_checkpoints``)."""
+    return [f for f in format_names(backend) if _translation_problem(backend, f) is None]
+
+
+def _translation_problem(backend: Backend, fmt: str) -> str | None:
     if fmt in FORMATS or fmt == backend.export_format:
         return None
     owner = _server_formats().get(fmt)
     if owner is None:
-        return f"--format {fmt}: unknown format; expected one of {', '.join(format_names(backend))}"
-    if owner.export_format_launches:
-        return (
-            f"--format {fmt} needs an {owner.display_name} space; this one's backend is {backend.name!r} "
-            f"(use --format command)"
-        )
+        return "unknown format"
+    here, there = backend.display_name or backend.name, owner.display_name or owner.name
+    if not owner.accepts_translation:
+        return f"it launches {there}, which takes no other server's study; this study ran {here}"
+    if not backend.portable_checkpoints:
+        return f"it launches {there}, which cannot load this {here} study's checkpoints"
     return None
+
+
+def format_problem(backend: Backend, fmt: str) -> str | None:
+    """Why ``--format fmt`` cannot export a study of ``backend`` (None: it may; a translation to another server is
+    checked against the exported config when it is rendered)."""
+    problem = _translation_problem(backend, fmt)
+    if problem is None:
+        return None
+    fitting = ", ".join(fitting_formats(backend))
+    if problem == "unknown format":
+        return f"--format {fmt}: unknown format; expected one of {fitting}"
+    return f"--format {fmt}: {problem}; formats that fit: {fitting}"
 
 
 def suggested_format(backend: Backend) -> str:
@@ -456,9 +597,62 @@ def suggested_format(backend: Backend) -> str:
     return backend.export_format if backend.export_format and backend.export_format_launches else "command"
 
 
-def renders_schedule(fmt: str) -> bool:
-    """Whether ``fmt`` exports a per-load-level schedule (``render_schedule``) when the study has load levels."""
-    return fmt in SCHEDULE_FORMATS or fmt in _server_formats()
+@dataclass(frozen=True)
+class Exported:
+    """An export: its text and the files a launch reads, to be written beside it (``write``)."""
+
+    text: str
+    files: dict[str, str]
+
+
+def export(
+    space: Space,
+    backend: Backend,
+    report: dict[str, Any],
+    fmt: str,
+    *,
+    trial: int | None = None,
+    options: Options | None = None,
+    read_space: Space | None = None,
+    schedule: Mapping[str, Any] | None = None,
+) -> Exported:
+    """The export in format ``fmt`` and its files. ``schedule`` (``autotune.schedule.build``): every format
+    launches it (``Backend.schedule_launch``), the text formats with its table after their comment block; its
+    static config is the recommended one, or when the baseline is recommended the config of its first level with
+    speculation on. Another server's format translates the study (``Backend.portable`` / ``translate``).
+    ValueError: the format does not fit."""
+    problem = format_problem(backend, fmt)
+    if problem:
+        raise ValueError(problem)
+    owner = _server_formats().get(fmt)
+    server = owner() if owner is not None and not isinstance(backend, owner) else None
+    if (
+        schedule is not None
+        and trial is None
+        and not (report.get("recommended") or {}).get("config", {}).get("drafter")
+    ):
+        on = [x for x in schedule["levels"] if x.get("draft")]
+        trial = on[0]["trial"] if on else None
+    try:
+        b = bundle(space, backend, report, trial=trial, read_space=read_space, schedule=schedule, server=server)
+    except ValueError as e:
+        if server is None:
+            raise
+        here = backend.display_name or backend.name
+        raise ValueError(
+            f"--format {fmt}: no faithful translation of this {here} study to {server.display_name}: {e}; "
+            f"formats that fit: {', '.join(f for f in fitting_formats(backend) if f != fmt)}"
+        ) from None
+    text = FORMATS.get(fmt, fmt_command)(b, options or Options())
+    if schedule is not None and fmt not in ("json", "yaml"):
+        from autotune import schedule as schedule_
+
+        # the schedule's table after the comment block, before what runs
+        table = ["# " + line for line in schedule_.render_text(schedule).splitlines()]
+        lines = text.splitlines(keepends=True)
+        at = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+        text = "".join([*lines[:at], *(line + "\n" for line in table), *lines[at:]])
+    return Exported(text, dict(b["launch"].get("files", {})))
 
 
 def render(
@@ -471,12 +665,8 @@ def render(
     options: Options | None = None,
     read_space: Space | None = None,
 ) -> str:
-    """The export in format ``fmt``; a server's own format is its launch command here (its schedule form:
-    ``render_schedule``)."""
-    if fmt not in FORMATS and fmt not in _server_formats():
-        raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(format_names(backend))}")
-    b = bundle(space, backend, report, trial=trial, read_space=read_space)
-    return FORMATS.get(fmt, fmt_command)(b, options or Options())
+    """The export's text in format ``fmt`` (``export``)."""
+    return export(space, backend, report, fmt, trial=trial, options=options, read_space=read_space).text
 
 
 def files(space: Space, backend: Backend, report: dict[str, Any], *, trial: int | None = None) -> dict[str, str]:
@@ -503,10 +693,12 @@ def read_provenance(text: str, where: str = "the file") -> dict[str, Any]:
         if line.startswith(PROVENANCE_COMMENT):
             return _checked(json.loads(line[len(PROVENANCE_COMMENT) :]), where)
     try:
-        doc = yaml.safe_load(text)  # JSON is YAML too
+        docs = list(yaml.safe_load_all(text))  # JSON is YAML too; Kubernetes: a ConfigMap, then the Deployment
     except yaml.YAMLError as e:
         raise ValueError(f"{where}: not an autotune export (neither YAML nor JSON: {e})") from None
-    if isinstance(doc, dict):
+    for doc in docs:
+        if not isinstance(doc, dict):
+            continue
         if isinstance(doc.get("provenance"), dict):
             return _checked(doc["provenance"], where)
         if isinstance(doc.get("x-autotune"), dict):
@@ -522,27 +714,3 @@ def _checked(p: Any, where: str) -> dict[str, Any]:
     if missing:
         raise ValueError(f"{where}: the provenance lacks {', '.join(missing)} (exported by an older autotune?)")
     return p
-
-
-def render_schedule(space: Space, backend: Backend, report: dict[str, Any], schedule_: dict[str, Any], fmt: str) -> str:
-    """A per-load-level schedule (``autotune.schedule``) in format ``fmt``: a server's own format in that server's
-    form (``Backend.schedule_export``: SGLang the launch command with ``--speculative-adaptive`` and the adaptive
-    config file's JSON, vLLM the ``--speculative-config`` with ``num_speculative_tokens_per_batch_size``);
-    ``command`` the recommended static config's command (engines without schedules: llama.cpp); ``yaml``/``json``
-    add the schedule to the bundle. The text formats start with the schedule as a table (comment lines)."""
-    from autotune import schedule
-
-    table = "\n".join("# " + line for line in schedule.render_text(schedule_).splitlines())
-    owner = _server_formats().get(fmt)
-    if owner is not None:
-        server = backend if type(backend) is owner else owner()
-
-        def command() -> str:
-            return render(space, backend, report, "command").rstrip("\n")
-
-        return table + "\n" + server.schedule_export(space, schedule_, backend, command)
-    if fmt == "command":  # an engine without schedules (llama.cpp): the recommended static config
-        return table + "\n" + render(space, backend, report, "command")
-    b = _public(bundle(space, backend, report))
-    b["schedule"] = schedule_
-    return json.dumps(b, indent=2) if fmt == "json" else yaml.safe_dump(b, sort_keys=False)

@@ -1,6 +1,6 @@
 """Per-load-level speculation schedules: from the measured per-level figures to the draft length each level should
 use. Pure (plain dicts in, plain data out). Each server's own form of a schedule is its backend's
-(``Backend.schedule_export``); which knob is the draft length and which stay fixed too (``Backend.schedule_knob``,
+(``Backend.schedule_launch``); which knob is the draft length and which stay fixed too (``Backend.schedule_knob``,
 ``schedule_static_knobs``).
 
 The static part (drafter, CUDA graphs, topk) is the recommended config's; at each level the draft length is the

@@ -33,7 +33,7 @@ import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
@@ -90,6 +90,28 @@ class ChunkInfo:
 
 #: reads one streamed JSON chunk of one launch's server (``Backend.chunk_parser``)
 ChunkParser = Callable[[dict[str, Any]], ChunkInfo]
+
+
+@dataclass(frozen=True)
+class Portable:
+    """A config in server-neutral terms (``Backend.portable``): what another server's export needs to run the same
+    drafter the same way."""
+
+    drafter: str | None  # None: the baseline
+    cuda_graph: bool
+    algorithm: str | None = None  # the checkpoint's family (EAGLE3, EAGLE, NEXTN, STANDALONE, NGRAM)
+    draft_tokens: int | None = None  # tokens drafted per step, as a chain
+    settings: Mapping[str, Any] = field(default_factory=dict)  # server.extra_args as neutral settings
+    source: str = ""  # the server it was measured on (display name)
+
+
+@dataclass(frozen=True)
+class ScheduledLaunch:
+    """A per-level schedule as a launch (``Backend.schedule_launch``)."""
+
+    argv: list[str]
+    files: dict[str, str]
+    note: str | None = None
 
 
 class Backend(ABC):
@@ -288,20 +310,45 @@ class Backend(ABC):
     schedule_knob: str | None = None
     #: knobs that stay fixed across the levels of a schedule (besides drafter and CUDA graphs)
     schedule_static_knobs: tuple[str, ...] = ()
-    #: ``autotune export --format NAME`` named after this server (None: none): without load levels the launch
-    #: command, with them the schedule in the server's own form (``schedule_export``)
+    #: ``autotune export --format NAME`` named after this server (None: none): its launch command (with load levels
+    #: running the schedule: ``schedule_launch``)
     export_format: str | None = None
-    #: True: ``export_format`` is this server's launch command (only for its own studies, and the format a finished
-    #: study suggests); False: a config fragment the schedule of any server's study fills
+    #: True: ``export_format`` is this server's launch command, the format a finished study suggests
     export_format_launches: bool = False
+    #: whether another server could load this server's checkpoints (False: llama.cpp's GGUF files)
+    portable_checkpoints: bool = True
+    #: whether ``export_format`` takes another server's study, translated (``translate``) when faithful
+    accepts_translation: bool = False
 
-    def schedule_export(
-        self, space: Space, schedule: Mapping[str, Any], study_backend: Backend, command: Callable[[], str]
-    ) -> str:
-        """A per-level schedule (``autotune.schedule.build``) in ``export_format``, below its table: ``command()``
-        gives the launch command of the schedule's static config, ``study_backend`` is the study's backend (another
-        server's, when ``export_format_launches`` is False). Default: the launch command."""
-        return command()
+    def deploy_method(self, config: TrialConfig, space: Space) -> str | None:
+        """The speculative method ``config`` runs, as this server names it (every export's provenance names it);
+        None for the baseline. Default: the drafter's algorithm."""
+        if config.is_baseline:
+            return None
+        return self.drafter_algorithm(space, config.drafter or "")
+
+    def portable(self, config: TrialConfig, space: Space) -> Portable:
+        """``config`` in terms another server's export can take (``translate``); ValueError saying why when it has no
+        faithful equivalent elsewhere. Default: none."""
+        raise ValueError(f"a {self.display_name or self.name} config has no translation to another server")
+
+    def translate(self, space: Space, portable: Portable) -> tuple[Space, TrialConfig]:
+        """Another server's study (``portable``) as a space and config of this server, for ``export_format``;
+        ValueError when it would not run the same drafter the same way. Default: none."""
+        raise ValueError(f"{self.display_name or self.name} takes no other server's study")
+
+    def schedule_launch(
+        self, space: Space, schedule: Mapping[str, Any], argv: list[str], *, files_dir: str | None
+    ) -> ScheduledLaunch:
+        """A per-level schedule (``autotune.schedule.build``) applied to ``argv``, the launch of its static config:
+        the argv that runs the schedule, the files it reads (named in argv by ``file_arg(name, files_dir)``) and a
+        note for the export. Default: no schedule form, the static config at every level."""
+        return ScheduledLaunch(
+            list(argv),
+            {},
+            f"{self.display_name or self.name} takes no per-level schedule: this launches the recommended config "
+            "at every level",
+        )
 
     # -- benchmark requests -------------------------------------------------------------------------
 

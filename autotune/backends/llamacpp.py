@@ -48,6 +48,7 @@ from autotune.backends.base import (
     Backend,
     ChunkInfo,
     KnobDomain,
+    Portable,
     _float_or_none,
     _int_or_none,
     metric_total,
@@ -436,6 +437,20 @@ class LlamaCppBackend(Backend):
         if not config.cuda_graph:
             out["GGML_CUDA_DISABLE_GRAPHS"] = "1"
         return out
+
+    # -- deploying ----------------------------------------------------------------------------------
+
+    #: drafters and targets are GGUF files: no other server here loads them as its checkpoints
+    portable_checkpoints = False
+
+    def deploy_method(self, config: TrialConfig, space: Space) -> str | None:
+        """``--spec-type`` of the config (None for the baseline)."""
+        return None if config.is_baseline else str(self.effective(config, space).knob("spec_type"))
+
+    def portable(self, config: TrialConfig, space: Space) -> Portable:
+        raise ValueError(
+            "llama.cpp's target and drafters are GGUF files, which no other server loads as its checkpoints"
+        )
 
     def check_drafters(self, space: Space) -> list[Problem]:
         """Drafters are GGUF files: each must exist (no checkpoint config to compare)."""

@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +46,8 @@ from autotune.backends.base import (
     ChunkInfo,
     ChunkParser,
     KnobDomain,
+    Portable,
+    ScheduledLaunch,
     _float_or_none,
     _int_or_none,
     flag_value,
@@ -87,6 +88,21 @@ KNOB_DOMAINS = {
 KNOBS = tuple(KNOB_DOMAINS)
 #: the flag that makes ``/generate`` stream deltas instead of the text so far
 INCREMENTAL_OUTPUT_FLAG = "--incremental-streaming-output"
+#: the adaptive config file a schedule's launch reads (``schedule_launch``)
+ADAPTIVE_FILE = "adaptive.json"
+#: ``server.extra_args`` with a server-neutral meaning (``portable``): flag -> setting (True: a switch)
+PORTABLE_FLAGS = {
+    "--tp-size": "tensor_parallel_size",
+    "--tp": "tensor_parallel_size",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "--pp-size": "pipeline_parallel_size",
+    "--pipeline-parallel-size": "pipeline_parallel_size",
+    "--dtype": "dtype",
+    "--context-length": "max_model_len",
+    "--trust-remote-code": True,
+}
+#: flags that only shape how autotune reads the stream: no meaning for a deployment elsewhere
+CLIENT_ONLY_FLAGS = (INCREMENTAL_OUTPUT_FLAG,)
 
 #: SGLang's own auto choice (steps, topk, num_draft_tokens) by target architecture
 _LLAMA_LIKE_DEFAULT = (5, 4, 8)
@@ -393,27 +409,61 @@ class SGLangBackend(Backend):
         """``--speculative-algorithm`` of drafter ``name`` (``resolved_algorithm``)."""
         return resolved_algorithm(space, name)
 
-    def schedule_export(
-        self, space: Space, schedule: Mapping[str, Any], study_backend: Backend, command: Callable[[], str]
-    ) -> str:
-        """The launch command; with speculation on at some level, with ``--speculative-adaptive`` and the adaptive
-        config file's JSON (``adaptive_config``) after it."""
-        cmd = command()
+    # -- deploying ----------------------------------------------------------------------------------
+
+    def deploy_method(self, config: TrialConfig, space: Space) -> str | None:
+        """``--speculative-algorithm`` of the config's drafter (None for the baseline)."""
+        return None if config.is_baseline else resolved_algorithm(space, config.drafter or "")
+
+    def portable(self, config: TrialConfig, space: Space) -> Portable:
+        """A chain (topk 1: S drafted tokens, N = S + 1 verified) of an HF checkpoint translates; a tree does not (the
+        other servers draft chains), nor do ``extra_args`` without a known neutral meaning."""
+        eff = self.effective(config, space)
+        settings = portable_settings(space.server.extra_args)
+        if eff.is_baseline:
+            return Portable(None, eff.cuda_graph, settings=settings, source=self.display_name)
+        topk = int(eff.knob("topk"))
+        if topk != 1:
+            raise ValueError(
+                f"the config drafts a tree (topk {topk}, {eff.knob('num_draft_tokens')} draft tokens); only a chain "
+                "(topk 1) has a faithful equivalent on another server"
+            )
+        return Portable(
+            eff.drafter,
+            eff.cuda_graph,
+            algorithm=resolved_algorithm(space, eff.drafter or ""),
+            draft_tokens=int(eff.knob("num_steps")),
+            settings=settings,
+            source=self.display_name,
+        )
+
+    def schedule_launch(
+        self, space: Space, schedule: Mapping[str, Any], argv: list[str], *, files_dir: str | None
+    ) -> ScheduledLaunch:
+        """``--speculative-adaptive --speculative-adaptive-config FILE`` after the static config's argv, FILE (the
+        adaptive config, ``adaptive_config``) written beside the export. SGLang adapts EAGLE/EAGLE3 at topk 1 only:
+        another static config runs as it is at every level."""
         if not schedule["static"].get("drafter") or not schedule["on_up_to"]:
-            return cmd
-        if int(schedule["static"].get("topk") or 1) == 1:  # SGLang refuses a --speculative-num-steps in no entry
-            k = adaptive_initial_steps(schedule)
-            head, _, last = cmd.rpartition("\n")
-            last = re.sub(r"(--speculative-num-steps )\d+", rf"\g<1>{k}", last)
-            last = re.sub(r"(--speculative-num-draft-tokens )\d+", rf"\g<1>{k + 1}", last)
-            cmd = f"{head}\n{last}" if head else last
-        note = "# write the JSON below to adaptive.json (topk 1 only)"
-        return "\n".join(
-            [
-                cmd + " --speculative-adaptive --speculative-adaptive-config adaptive.json",
-                note,
-                json.dumps({**adaptive_config(schedule)}),
-            ]
+            return ScheduledLaunch(list(argv), {}, "speculation loses at every level: the recommended config")
+        topk = schedule["static"].get("topk")
+        if topk not in (None, 1):
+            return ScheduledLaunch(
+                list(argv),
+                {},
+                f"SGLang adapts the draft only at topk 1; this schedule's topk is {topk}: its static config runs "
+                "at every level",
+            )
+        # SGLang refuses a --speculative-num-steps that is in no entry's candidate_steps: launch with the first level's
+        k = adaptive_initial_steps(schedule)
+        argv = [*argv]
+        for flag, value in (("--speculative-num-steps", k), ("--speculative-num-draft-tokens", k + 1)):
+            if flag in argv:
+                argv[argv.index(flag) + 1] = str(value)
+        flags = ["--speculative-adaptive", "--speculative-adaptive-config", self.file_arg(ADAPTIVE_FILE, files_dir)]
+        return ScheduledLaunch(
+            [*argv, *flags],
+            {ADAPTIVE_FILE: json.dumps(adaptive_config(schedule)) + "\n"},
+            f"{ADAPTIVE_FILE}: SGLang's adaptive config (--speculative-adaptive-config)",
         )
 
     # -- reading ------------------------------------------------------------------------------------
@@ -516,6 +566,35 @@ class SGLangBackend(Backend):
         return parse_deltas
 
 
+def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``server.extra_args`` as server-neutral settings (``PORTABLE_FLAGS``); ValueError naming the flags that have
+    none."""
+    out: dict[str, Any] = {}
+    unknown: list[str] = []
+    args = [str(a) for a in extra_args]
+    i = 0
+    while i < len(args):
+        flag, _, inline = args[i].partition("=")
+        setting = PORTABLE_FLAGS.get(flag)
+        if flag in CLIENT_ONLY_FLAGS:
+            i += 1
+        elif setting is True:
+            out[flag.lstrip("-").replace("-", "_")] = True
+            i += 1
+        elif setting is not None and (inline or i + 1 < len(args)):
+            out[setting] = inline or args[i + 1]
+            i += 1 if inline else 2
+        else:
+            unknown.append(args[i])
+            i += 1
+    if unknown:
+        raise ValueError(
+            f"server.extra_args {' '.join(unknown)}: no equivalent on another server known to autotune, so no "
+            "faithful translation"
+        )
+    return out
+
+
 def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, Any]:
     """SGLang's ``--speculative-adaptive-config`` file: one entry per batch-size range of ``schedule.batch_ranges``,
     keyed by the range's first batch size (an integer string), ``{"candidate_steps": [K]}`` with the schedule's
@@ -542,6 +621,7 @@ __all__ = [
     "LEGACY",
     "PER_PHASE",
     "SGLangBackend",
+    "ADAPTIVE_FILE",
     "adaptive_config",
     "adaptive_initial_steps",
     "cuda_graph_max_bs_flag",
@@ -554,6 +634,7 @@ __all__ = [
     "parse_generate_chunk",
     "parse_generate_logprobs",
     "parse_version",
+    "portable_settings",
     "resolved_algorithm",
     "run_help",
     "tree_bound",

@@ -17,20 +17,22 @@ Knobs: ``method`` (eagle, eagle3, draft_model, ngram, mtp) and ``num_speculative
   ``vllm:spec_decode_num_accepted_tokens_total`` / ``vllm:spec_decode_num_drafts_total`` counters around each
   request (requests are measured one at a time): accept length = 1 + accepted / drafts.
 - Requests: OpenAI ``/v1/completions`` (or chat) streaming, tokens from ``usage`` (include_usage).
-- Export: ``--format vllm`` with load levels is the schedule as ``--speculative-config`` with
-  ``num_speculative_tokens_per_batch_size`` (``schedule_config``), for a study of any server.
+- Export: ``--format vllm`` is the ``vllm serve`` command; with load levels its ``--speculative-config`` carries
+  ``num_speculative_tokens_per_batch_size`` (``schedule_launch``). Another server's study exports so only as a
+  faithful translation (``translate``: an HF checkpoint's algorithm as the method, a chain's length as K); a GGUF
+  draft or a draft tree has none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
 from autotune.backends import encode
-from autotune.backends.base import Backend, KnobDomain, _int_or_none, metric_total
+from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch, _int_or_none, metric_total
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.schedule import batch_ranges
@@ -51,6 +53,14 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 
 _ALGORITHM_TO_METHOD = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "MTP": "mtp", "NGRAM": "ngram"}
+#: another server's neutral settings (``Backend.portable``) -> vLLM flags (True: a switch)
+SETTING_FLAGS = {
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "pipeline_parallel_size": "--pipeline-parallel-size",
+    "dtype": "--dtype",
+    "max_model_len": "--max-model-len",
+    "trust_remote_code": "--trust-remote-code",
+}
 
 
 def drafter_method(space: Space, name: str) -> str:
@@ -83,6 +93,8 @@ class VLLMBackend(Backend):
     schedule_knob = "num_speculative_tokens"
     schedule_static_knobs = ("method",)
     export_format = "vllm"
+    export_format_launches = True
+    accepts_translation = True
 
     def _methods_for(self, space: Space, drafter: str) -> list[str]:
         spec = space.search.knobs.get("method")
@@ -170,17 +182,58 @@ class VLLMBackend(Backend):
         argv += [str(a) for a in server.extra_args]
         return [str(a) for a in argv]
 
-    def schedule_export(
-        self, space: Space, schedule: Mapping[str, Any], study_backend: Backend, command: Callable[[], str]
-    ) -> str:
-        """``--speculative-config`` with ``num_speculative_tokens_per_batch_size`` (``schedule_config``); the method
-        is the drafter's algorithm as the study's backend names it (default eagle3)."""
-        name = schedule["static"].get("drafter")
-        if not name:
-            return "# speculation loses at every level: launch without --speculative-config"
-        algo = study_backend.drafter_algorithm(space, name)
-        cfg = schedule_config(schedule, method=algo.lower() if algo else "eagle3", model=space.drafter(name).path)
-        return "--speculative-config " + shlex.quote(json.dumps(cfg, sort_keys=True))
+    # -- deploying ----------------------------------------------------------------------------------
+
+    def deploy_method(self, config: TrialConfig, space: Space) -> str | None:
+        """The ``--speculative-config`` method (None for the baseline)."""
+        return None if config.is_baseline else str(self.effective(config, space).knob("method"))
+
+    def translate(self, space: Space, portable: Portable) -> tuple[Space, TrialConfig]:
+        """Another server's study as ``vllm serve``: the same target and drafter checkpoints, the drafter's algorithm
+        as its method (``_ALGORITHM_TO_METHOD``, a draft model as ``draft_model``), the chain's length as
+        ``num_speculative_tokens``, the neutral settings as vLLM flags (``SETTING_FLAGS``). The server version is the
+        other server's, so none is kept (the image is the latest)."""
+        extra: list[str] = []
+        for key, value in portable.settings.items():
+            flag = SETTING_FLAGS.get(key)
+            if flag is None:
+                raise ValueError(f"{portable.source} setting {key} has no vLLM flag known to autotune")
+            extra += [flag] if value is True else [flag, str(value)]
+        server = dataclasses.replace(
+            space.server, backend=self.name, launcher=(), extra_args=tuple(extra), version=None
+        )
+        if portable.drafter is None:
+            return dataclasses.replace(space, server=server), TrialConfig.baseline(portable.cuda_graph)
+        algo = str(portable.algorithm or "").upper()
+        method = _ALGORITHM_TO_METHOD.get(algo) or ("draft_model" if algo == "STANDALONE" else None)
+        if method is None or method == "ngram":
+            raise ValueError(f"the {portable.source} drafter's algorithm {algo or 'unknown'} has no vLLM method")
+        drafters = tuple(
+            dataclasses.replace(d, algorithm=method) if d.name == portable.drafter else d for d in space.drafters
+        )
+        config = TrialConfig.make(
+            portable.drafter, portable.cuda_graph, method=method, num_speculative_tokens=int(portable.draft_tokens or 1)
+        )
+        return dataclasses.replace(space, server=server, drafters=drafters), config
+
+    def schedule_launch(
+        self, space: Space, schedule: Mapping[str, Any], argv: list[str], *, files_dir: str | None
+    ) -> ScheduledLaunch:
+        """The static config's ``--speculative-config`` with ``num_speculative_tokens_per_batch_size``
+        (``batch_ranges``); speculation off at every level: no ``--speculative-config``."""
+        out = list(argv)
+        if "--speculative-config" not in out:
+            return ScheduledLaunch(out, {}, None)
+        i = out.index("--speculative-config")
+        if not schedule["on_up_to"]:
+            del out[i : i + 2]
+            return ScheduledLaunch(out, {}, "speculation loses at every level: launched without --speculative-config")
+        spec = json.loads(out[i + 1])
+        ks = [int(x["draft"]) for x in schedule["levels"]]
+        spec["num_speculative_tokens"] = max(ks)
+        spec["num_speculative_tokens_per_batch_size"] = batch_ranges(schedule)
+        out[i + 1] = json.dumps(spec, sort_keys=True)
+        return ScheduledLaunch(out, {}, "--speculative-config num_speculative_tokens_per_batch_size: the schedule")
 
     def algorithm_flag(self, algorithm: str) -> str:
         return f'--speculative-config \'{{"method": "{algorithm.lower()}", ...}}\''

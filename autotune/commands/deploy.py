@@ -1,5 +1,6 @@
 """Commands that turn a finished study into a deployment: ``export`` (the recommended config, or one trial's, in
-a format of the backend or ``autotune.export.FORMATS``; with load levels a per-level schedule) and ``dashboard``."""
+a format of the backend or ``autotune.export.FORMATS``; with load levels running a per-level schedule; with ``-o``
+the files the launch reads beside it) and ``dashboard``."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def export(ctx: Context) -> ExportResult:
     """``autotune export``: the deployment text, written to ``-o FILE`` when given."""
     from autotune import export as exp
     from autotune.errors import UserError
-    from autotune.export import Options, render
+    from autotune.export import Options
     from autotune.report import build_report
 
     args = ctx.args
@@ -30,45 +31,41 @@ def export(ctx: Context) -> ExportResult:
         raise UserError(problem)
     if args.gpus is not None and args.gpus < 1:
         raise UserError(f"--gpus must be at least 1 but got {args.gpus}")
+    out = Path(args.output) if args.output else None
+    if out is not None and not out.parent.is_dir():
+        raise UserError(f"-o {args.output}: no such directory {out.parent}")
     study = ctx.open_study(create=False)
     report = build_report(study)
-    options = Options(image=args.image, gpus=args.gpus, name=args.name)
-    try:
-        if ctx.space.benchmark.loaded and exp.renders_schedule(args.format):
-            # a per-load-level schedule (autotune.schedule)
-            from autotune import records, schedule
-            from autotune.export import render_schedule
+    sched = None
+    if ctx.space.benchmark.loaded and args.trial is None and ctx.backend.schedule_knob:
+        # a per-load-level schedule (autotune.schedule), which every format launches
+        from autotune import records, schedule
 
-            rec = (report.get("recommended") or {}).get("config")
-            levels = ctx.space.benchmark.concurrency
-            rows = records.confirmed_level_rows(study) or records.level_rows(study)
-            sched = schedule.build(
-                rows,
-                levels,
-                rec,
-                backend=ctx.space.server.backend,
-                min_gain=ctx.space.verdict.min_gain,
-            )
-            text = render_schedule(deploy_space(ctx), ctx.backend, report, sched, args.format) + "\n"
-        else:
-            text = render(
-                deploy_space(ctx),
-                ctx.backend,
-                report,
-                args.format,
-                trial=args.trial,
-                options=options,
-                read_space=ctx.run_space if ctx.simulated else None,
-            )
+        rows = records.confirmed_level_rows(study) or records.level_rows(study)
+        sched = schedule.build(
+            rows,
+            ctx.space.benchmark.concurrency,
+            (report.get("recommended") or {}).get("config"),
+            backend=ctx.space.server.backend,
+            min_gain=ctx.space.verdict.min_gain,
+        )
+    try:
+        result = exp.export(
+            deploy_space(ctx),
+            ctx.backend,
+            report,
+            args.format,
+            trial=args.trial,
+            options=Options(image=args.image, gpus=args.gpus, name=args.name),
+            read_space=ctx.run_space if ctx.simulated else None,
+            schedule=sched,
+        )
     except ValueError as e:
         raise UserError(str(e)) from None
-    if not args.output:
-        return ExportResult(text, None)
-    out = Path(args.output)
-    if not out.parent.is_dir():
-        raise UserError(f"-o {args.output}: no such directory {out.parent}")
-    written = exp.write(out, text, exp.files(deploy_space(ctx), ctx.backend, report, trial=args.trial))
-    return ExportResult(text, out, tuple(written))
+    if out is None:
+        return ExportResult(result.text, None)
+    written = exp.write(out, result.text, result.files)
+    return ExportResult(result.text, out, tuple(written))
 
 
 def deploy_space(ctx: Context) -> Any:

@@ -37,11 +37,13 @@ class WorkerResult:
     n_trials: int
 
 
-def validate(ctx: Context) -> list[Any]:
-    """The static drafter/target checks (``checks.Problem`` list)."""
-    from autotune.checks import check_space
+def validate(ctx: Context, *, stand_ins: bool = True) -> list[Any]:
+    """The static drafter/target checks (``checks.Problem`` list); with ``--simulate`` they read the simulator's
+    stand-ins, and ``stand_ins`` adds a warning for each real path not on this machine (``check_stand_ins``)."""
+    from autotune.checks import check_space, check_stand_ins
 
-    return check_space(ctx.run_space, ctx.backend)
+    problems = check_space(ctx.run_space, ctx.backend)
+    return problems + check_stand_ins(ctx.space) if ctx.simulated and stand_ins else problems
 
 
 def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyResult:
@@ -58,7 +60,7 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
 
         raise UserError(f"--n-trials must be at least 1 but got {args.n_trials}")
     if not args.skip_validation:
-        problems = validate(ctx)
+        problems = validate(ctx, stand_ins=False)
         errors = [p for p in problems if p.severity == "error"]
         for p in problems:
             note(f"{p.severity}: {p}")

@@ -45,10 +45,23 @@ def sim_launcher(spec: SimulateSpec) -> tuple[str, ...]:
     return argv
 
 
-def simulated_space(space: Space, *, scenarios: ScenarioLoader = load_scenario) -> Space:
+#: the servers the simulator plays: it parses their launch flags (SGLang 0.5.23's)
+PLAYED_BACKENDS = ("sglang",)
+
+
+def simulated_space(space: Space, *, scenarios: ScenarioLoader = load_scenario, seam: bool = False) -> Space:
     """A copy of ``space`` that runs on the simulator: the target and each drafter point at the scenario's stand-in
     checkpoints (matched by drafter name), and the launcher starts ``python -m autotune.sim``. ``scenarios``
-    resolves the scenario's name (default: the shipped ones; give the same to ``ModelRunner``). Raises SpaceError."""
+    resolves the scenario's name (default: the shipped ones; give the same to ``ModelRunner``). Raises SpaceError,
+    also for a server the simulator does not play (``PLAYED_BACKENDS``) unless ``seam``: the caller's seam turns
+    that server's launches into SGLang flags (a test's backend)."""
+    if not seam and space.server.backend not in PLAYED_BACKENDS:
+        raise SpaceError(
+            f"--simulate plays SGLang only (the simulator parses SGLang's launch flags); this space's server is "
+            f"{space.server.backend!r}: run it on that server, without --simulate",
+            path=space.path,
+            field="server.backend",
+        )
     spec = space.simulate or SimulateSpec()
     try:
         scenario = scenarios(spec.scenario)
@@ -71,6 +84,7 @@ def simulated_space(space: Space, *, scenarios: ScenarioLoader = load_scenario) 
 
 __all__ = [
     "FIELD_REPORT_PROMPTS",
+    "PLAYED_BACKENDS",
     "ModelRunner",
     "ResolvedArgs",
     "Scenario",

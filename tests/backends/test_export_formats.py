@@ -1,4 +1,6 @@
-"""Each server's own export format, as the backends declare it (``Backend.export_format``) and export lists it."""
+"""Each server's own export format, as the backends declare it (``Backend.export_format``): which formats fit a
+study of each server, the order messages list them, the suggested one, and a format that does not fit refused with
+the ones that do."""
 
 from __future__ import annotations
 
@@ -11,25 +13,38 @@ GENERIC = ["command", "yaml", "json", "env", "compose", "k8s"]
 
 
 @pytest.mark.parametrize(
-    "name, names, suggested",
+    "name, names, fitting, suggested",
     [
-        ("sglang", ["sglang", *GENERIC, "vllm"], "sglang"),
-        ("llamacpp", [*GENERIC, "sglang", "vllm"], "command"),
-        ("vllm", ["vllm", *GENERIC, "sglang"], "command"),  # vLLM's format is a config fragment, not its command
+        # an SGLang study (HF checkpoints) may be translated to vLLM where faithful (checked per config)
+        ("sglang", ["sglang", *GENERIC, "vllm"], ["sglang", *GENERIC, "vllm"], "sglang"),
+        # llama.cpp's GGUF files load on no other server
+        ("llamacpp", [*GENERIC, "sglang", "vllm"], GENERIC, "command"),
+        # SGLang takes no other server's study
+        ("vllm", ["vllm", *GENERIC, "sglang"], ["vllm", *GENERIC], "vllm"),
     ],
 )
-def test_formats_of_each_backend(name, names, suggested):
+def test_formats_of_each_backend(name, names, fitting, suggested):
     b = get_backend(name)
     assert export.format_names(b) == names
+    assert export.fitting_formats(b) == fitting
     assert export.suggested_format(b) == suggested
-    assert export.format_problem(b, "helm") == f"--format helm: unknown format; expected one of {', '.join(names)}"
-    assert export.format_problem(b, "vllm") is None  # a schedule fragment any study fills
-    assert all(export.renders_schedule(f) for f in ("sglang", "vllm", "command", "yaml", "json"))
-    assert not any(export.renders_schedule(f) for f in ("env", "compose", "k8s"))
+    listed = ", ".join(fitting)
+    assert export.format_problem(b, "helm") == f"--format helm: unknown format; expected one of {listed}"
+    for f in fitting:
+        assert export.format_problem(b, f) is None
 
 
-@pytest.mark.parametrize("name", ["llamacpp", "vllm"])
-def test_another_servers_launch_command_is_refused(name):
+def test_a_gguf_study_is_not_exported_as_a_vllm_launch():
+    assert export.format_problem(get_backend("llamacpp"), "vllm") == (
+        "--format vllm: it launches vLLM, which cannot load this llama.cpp study's checkpoints; formats that fit: "
+        "command, yaml, json, env, compose, k8s"
+    )
+
+
+@pytest.mark.parametrize("name, fitting", [("llamacpp", GENERIC), ("vllm", ["vllm", *GENERIC])])
+def test_another_servers_launch_command_is_refused(name, fitting):
+    ran = get_backend(name).display_name
     assert export.format_problem(get_backend(name), "sglang") == (
-        f"--format sglang needs an SGLang space; this one's backend is {name!r} (use --format command)"
+        f"--format sglang: it launches SGLang, which takes no other server's study; this study ran {ran}; "
+        f"formats that fit: {', '.join(fitting)}"
     )

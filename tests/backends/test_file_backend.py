@@ -176,7 +176,9 @@ def test_a_space_file_names_the_new_backend_and_its_knobs(tmp_path, filespec_bac
 def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filespec_backend):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     deploy = load_space(str(_space_file(tmp_path)))
-    space = simulated_space(dataclasses.replace(deploy, budget=dataclasses.replace(deploy.budget, n_trials=10)))
+    space = simulated_space(
+        dataclasses.replace(deploy, budget=dataclasses.replace(deploy.budget, n_trials=10)), seam=True
+    )
     backend = FileSpecBackend()
     files_dir = tmp_path / "launch"
     files_dir.mkdir()
@@ -198,8 +200,8 @@ def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filesp
     text = export.render(deploy, backend, report, NAME, read_space=space)
     command = text.splitlines()[-1]
     assert command.startswith("CUDA_VISIBLE_DEVICES=0 filespec-server --model /models/Llama-3.1-8B-Instruct")
-    assert command.endswith("--spec-config spec.json")
-    assert f"# reads {SPEC_FILE} from its working directory" in text
+    assert command.endswith('--spec-config "$(dirname "$0")"/spec.json')  # beside the script
+    assert f"# reads {SPEC_FILE} beside this script" in text
     assert export.read_provenance(text)["backend"] == NAME
     out = tmp_path / "deploy" / "filespec.sh"
     out.parent.mkdir()
@@ -212,9 +214,7 @@ def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filesp
     assert json.loads(export.render(deploy, backend, report, "json", read_space=space))["launch"]["files"] == {
         SPEC_FILE: (out.parent / SPEC_FILE).read_text()
     }
-    assert export.format_problem(backend, "sglang") == (
-        "--format sglang needs an SGLang space; this one's backend is 'filespec' (use --format command)"
-    )
+    assert export.format_problem(backend, "sglang").startswith("--format sglang: it launches SGLang, which takes no")
     assert export.format_problem(backend, "vllm") is None and export.suggested_format(backend) == NAME
 
 

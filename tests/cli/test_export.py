@@ -52,6 +52,7 @@ def _export(won, fmt, *extra):
 def _check_provenance(p, rep, space):
     assert p["study"] == "llama31-8b-eagle3-sim" and p["trial"] == rep["best"]["trial"]
     assert p["simulated"]["scenario"] == "llama31-8b-h100"
+    assert p["method"] == "EAGLE3"  # the drafter's algorithm, in every format
     m = p["measured"]
     assert m["tok_per_s"] == pytest.approx(rep["best"]["tok_per_s"])
     assert m["speedup_ci"] == rep["best"]["speedup_ci"] and m["speedup"] == pytest.approx(rep["best"]["speedup"])
@@ -161,13 +162,22 @@ def test_compose_service_runs_the_exact_argv_with_the_gpus(won):
     doc = yaml.safe_load(_export(won, "compose"))
     ((name, svc),) = doc["services"].items()
     assert name == "llama31-8b-eagle3"
-    assert svc["command"] == _json_bundle(won)["launch"]["argv"]
+    argv = _json_bundle(won)["launch"]["argv"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"  # the local command: the space's host
+    # in the container the server listens on every interface; the port is published on the space's host
+    assert svc["command"] == _on_every_interface(argv)
+    assert svc["ports"] == ["127.0.0.1:30000:30000"] and "network_mode" not in svc
     assert svc["image"] == "lmsysorg/sglang:v0.5.23"
     dev = svc["deploy"]["resources"]["reservations"]["devices"][0]
     assert dev["count"] == 2 and dev["capabilities"] == ["gpu"]  # CUDA_VISIBLE_DEVICES=0,1
     assert svc["environment"] == {"CUDA_VISIBLE_DEVICES": "0,1", "HF_TOKEN": "${HF_TOKEN:?set HF_TOKEN}"}
     assert "/models/EAGLE3-LLaMA3.1-Instruct-8B:/models/EAGLE3-LLaMA3.1-Instruct-8B:ro" in svc["volumes"]
     _check_provenance(doc["x-autotune"], rep, space)
+
+
+def _on_every_interface(argv):
+    i = argv.index("--host")
+    return [*argv[: i + 1], "0.0.0.0", *argv[i + 2 :]]
 
 
 def test_k8s_deployment_with_image_and_resources_as_parameters(won):
@@ -181,7 +191,8 @@ def test_k8s_deployment_with_image_and_resources_as_parameters(won):
     (c,) = spec["template"]["spec"]["containers"]
     assert c["image"] == "registry.local/sglang:pinned"
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 4
-    assert c["command"] + c["args"] == _json_bundle(won)["launch"]["argv"]
+    assert c["command"] + c["args"] == _on_every_interface(_json_bundle(won)["launch"]["argv"])
+    assert c["ports"] == [{"containerPort": 30000, "name": "http"}]
     env = {e["name"]: e for e in c["env"]}
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "spec-llama-secrets", "key": "HF_TOKEN"}
     assert env["CUDA_VISIBLE_DEVICES"]["value"] == "0,1"
@@ -195,6 +206,8 @@ def test_k8s_deployment_with_image_and_resources_as_parameters(won):
 def test_no_format_leaks_the_secret_and_o_writes_the_same_atomically(won, tmp_path):
     for fmt in FORMATS:
         out = _export(won, fmt)
+        if fmt not in ("yaml", "json"):  # the comment block: the method and the simulated label
+            assert "method EAGLE3 [SIMULATED]" in out and "# SIMULATED: figures from autotune's simulator" in out
         target = tmp_path / f"x.{fmt}"
         _export(won, fmt, "-o", str(target))
         written = target.read_text()
@@ -225,6 +238,8 @@ def test_trial_exports_that_trials_config(won):
     ("extra", "message"),
     [
         (("--format", "helm"), "--format helm: unknown format; expected one of sglang, command, yaml"),
+        # the study's config drafts a tree: vLLM drafts chains, no faithful translation
+        (("--format", "vllm", "--trial", "TREE"), "no faithful translation of this SGLang study to vLLM"),
         (("--format", "yaml", "--trial", "999"), "--trial 999: no such trial"),
         (("--format", "k8s", "--gpus", "0"), "--gpus must be at least 1 but got 0"),
         (("--format", "yaml", "-o", "/nonexistent-dir/x.yaml"), "-o /nonexistent-dir/x.yaml: no such directory"),
@@ -232,6 +247,9 @@ def test_trial_exports_that_trials_config(won):
 )
 def test_bad_export_arguments_are_one_line_exit_2(won, extra, message):
     space, studies, rep, _t = won
+    if "TREE" in extra:
+        tree = next(t for t in rep["trials"] if t["state"] == "COMPLETE" and (t["config"] or {}).get("topk", 1) > 1)
+        extra = tuple(str(tree["number"]) if a == "TREE" else a for a in extra)
     r = autotune("export", str(space), "--simulate", "--studies-dir", str(studies), *extra)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [f"autotune: error: {r.stderr.split('error: ', 1)[1].strip()}"]
@@ -245,3 +263,27 @@ def test_trial_that_was_not_measured_to_the_end_is_refused(won):
     row = {**rep["trials"][-1], "state": "PRUNED"}
     with pytest.raises(ValueError, match=r"--trial 7: it was not measured to the end \(PRUNED\)"):
         _choose({**rep, "trials": [{**row, "number": 7}]}, 7)
+
+
+def test_a_chain_config_exports_to_vllm_as_a_translated_vllm_serve_command(won, tmp_path):
+    """SGLang EAGLE-3 at topk 1 (a chain of S drafted tokens) is vLLM's eagle3 with S speculative tokens: a full
+    ``vllm serve`` command with the provenance, labelled as a translation and as simulated."""
+    space, _s, rep, _t = won
+    chain = next((t for t in rep["trials"] if t["state"] == "COMPLETE" and (t["config"] or {}).get("topk") == 1), None)
+    if chain is None:
+        pytest.skip("no topk-1 trial was measured in this study")
+    out = _export(won, "vllm", "--trial", str(chain["number"]))
+    script = tmp_path / "vllm.sh"
+    script.write_text(out)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    argv = shlex.split(out.strip().splitlines()[-1])
+    i = argv.index("vllm")
+    assert argv[i : i + 3] == ["vllm", "serve", "/models/Llama-3.1-8B-Instruct"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--dtype") + 1] == "bfloat16"
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec["method"] == "eagle3" and spec["model"] == "/models/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert spec["num_speculative_tokens"] == chain["config"]["num_steps"]
+    assert "translated from the SGLang study to vLLM (method eagle3)" in out and "[SIMULATED]" in out
+    p = read_provenance(out)
+    assert p["trial"] == chain["number"] and p["method"] == "EAGLE3" and p["translated"]["method"] == "eagle3"
+    assert p["config"] == chain["config"]  # reverify measures what the study measured
