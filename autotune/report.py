@@ -12,6 +12,7 @@ from autotune.config import TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
 from autotune.stats import log_ratios
+from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.race import headline as _headline
 from autotune.verdict import Verdict, loses_on, point_verdict, search_verdict
@@ -131,7 +132,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         exclusions = find_exclusions(study)
     spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE]
     simulated, units = records.study_labels(study)
-    return {
+    out = {
         "study": study.study_name,
         "simulated": simulated,
         "units": units,
@@ -169,6 +170,10 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
         "fastest baseline (what would be deployed without speculation)",
     }
+    per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
+    if per_method is not None:
+        out["methods"] = per_method
+    return out
 
 
 def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
