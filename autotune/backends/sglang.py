@@ -61,7 +61,7 @@ from autotune.backends.sglang_flags import (
     parse_version,
     run_help,
 )
-from autotune.backends.sglang_methods import METHODS, MethodTree
+from autotune.backends.sglang_methods import METHODS, MethodTree, feasibility_reason, tree_bound
 from autotune.backends.sglang_stream import parse_generate_chunk, parse_generate_logprobs
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
@@ -86,28 +86,6 @@ INCREMENTAL_OUTPUT_FLAG = "--incremental-streaming-output"
 _LLAMA_LIKE_DEFAULT = (5, 4, 8)
 _OTHER_DEFAULT = (3, 1, 4)
 _LLAMA_LIKE_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ImgGen", "GrokForCausalLM")
-
-
-def tree_bound(num_steps: int, topk: int) -> int:
-    """The largest feasible ``num_draft_tokens`` at (steps, topk): candidates + the root."""
-    return topk + (num_steps - 1) * topk * topk + 1
-
-
-def feasibility_reason(num_steps: int, topk: int, num_draft_tokens: int) -> str | None:
-    """Why (S, k, N) cannot run (None: it can). Assumes N already forced to S+1 when k == 1."""
-    if num_steps < 1:
-        return f"num_steps must be at least 1 but got {num_steps}"
-    if topk < 1:
-        return f"topk must be at least 1 but got {topk}"
-    if num_draft_tokens < 2:
-        return f"num_draft_tokens must be at least 2 but got {num_draft_tokens}"
-    bound = tree_bound(num_steps, topk)
-    if num_draft_tokens > bound:
-        return (
-            f"num_draft_tokens={num_draft_tokens} exceeds the draft tree: topk + (num_steps-1)*topk^2 = "
-            f"{bound - 1} candidates (+1 root) at num_steps={num_steps}, topk={topk}"
-        )
-    return None
 
 
 def _spec_values(spec: ParamSpec | None) -> list[int] | None:

@@ -206,6 +206,28 @@ def adaptive_start(config: TrialConfig) -> int:
     return ordered[len(ordered) // 2]
 
 
+def tree_bound(num_steps: int, topk: int) -> int:
+    """The largest feasible ``num_draft_tokens`` at (steps, topk): candidates + the root."""
+    return topk + (num_steps - 1) * topk * topk + 1
+
+
+def feasibility_reason(num_steps: int, topk: int, num_draft_tokens: int) -> str | None:
+    """Why (S, k, N) cannot run (None: it can). Assumes N already forced to S+1 when k == 1."""
+    if num_steps < 1:
+        return f"num_steps must be at least 1 but got {num_steps}"
+    if topk < 1:
+        return f"topk must be at least 1 but got {topk}"
+    if num_draft_tokens < 2:
+        return f"num_draft_tokens must be at least 2 but got {num_draft_tokens}"
+    bound = tree_bound(num_steps, topk)
+    if num_draft_tokens > bound:
+        return (
+            f"num_draft_tokens={num_draft_tokens} exceeds the draft tree: topk + (num_steps-1)*topk^2 = "
+            f"{bound - 1} candidates (+1 root) at num_steps={num_steps}, topk={topk}"
+        )
+    return None
+
+
 # -- the tree walk, shared by suggest (Optuna) and params (replay) ----------------------------------------------
 
 
@@ -312,8 +334,6 @@ class MethodTree:
         return encode.spec_values(self.spec(space, method, knob)) or []
 
     def _ndt(self, space: Space, method: str, s: int, k: int) -> list[int]:
-        from autotune.backends.sglang import feasibility_reason
-
         return [int(n) for n in self._values(space, method, "num_draft_tokens") if feasibility_reason(s, k, n) is None]
 
     def _topk(self, space: Space, method: str, s: int) -> list[int]:
@@ -409,8 +429,6 @@ class MethodTree:
         return self._default(space, method, knob) if v is None else v
 
     def _resolve_tree(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
-        from autotune.backends.sglang import feasibility_reason
-
         if method in ("eagle", "eagle3"):
             self._check_head(space, str(config.drafter), ALGORITHMS[method], method)
         s = int(self._knob_or_default(config, space, method, "num_steps"))
@@ -645,6 +663,8 @@ __all__ = [
     "MethodTree",
     "adaptive_file",
     "adaptive_start",
+    "feasibility_reason",
     "mtp_unavailable",
     "parse_steps",
+    "tree_bound",
 ]
