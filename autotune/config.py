@@ -54,7 +54,8 @@ class TrialConfig:
 
     @property
     def is_baseline(self) -> bool:
-        return self.drafter is None
+        """No drafter and no method (a model-free method's config has drafter None and a ``method`` knob)."""
+        return self.drafter is None and self.knob("method") is None
 
     def knob(self, name: str, default: Any = None) -> Any:
         for k, v in self.knobs:
@@ -91,8 +92,10 @@ class TrialConfig:
         cg = "graphs on" if self.cuda_graph else "graphs off"
         if self.is_baseline:
             return f"baseline ({cg})"
-        inner = ", ".join(f"{k}={v}" for k, v in self.knobs)
-        return f"{self.drafter} [{inner}] ({cg})"
+        inner = ", ".join(f"{k}={v}" for k, v in self.knobs if k != "method")
+        method = self.knob("method")
+        who = self.drafter if method is None else (f"{method}:{self.drafter}" if self.drafter else str(method))
+        return f"{who} [{inner}] ({cg})"
 
 
 @dataclass(frozen=True, eq=False)

@@ -28,7 +28,7 @@ from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import objective
-from autotune.records import BASELINE_DRAFTER, PARAM_DRAFTER, TrialRecord, find_baseline, is_baseline_trial
+from autotune.records import BASELINE_DRAFTER, TrialRecord, find_baseline, is_baseline_trial
 from autotune.stats import PRIOR_SPREAD, START_NOISE, Spread, log_ratios, pooled_spread
 from autotune.verdict import PruneDecision, prune_decision
 
@@ -74,7 +74,7 @@ def spread_vs_baselines(study: optuna.Study, trials: Sequence[FrozenTrial], excl
     groups = []
     for t in _measured(trials, exclude):
         r = TrialRecord(t)
-        if r.is_baseline or PARAM_DRAFTER not in t.params:
+        if not r.is_speculative:
             continue
         if r.cuda_graph not in baselines:  # from the trials already read: no second storage read per setting
             baselines[r.cuda_graph] = next(
@@ -142,7 +142,7 @@ class BaselinePruner(BasePruner):
         """The decision with its numbers (the baseline rule's, or the leader rule's when that one prunes), or
         None when there is nothing to compare with."""
         r = TrialRecord(trial)
-        if r.is_baseline or PARAM_DRAFTER not in trial.params:
+        if not r.is_speculative:
             return None
         baseline = find_baseline(study, r.cuda_graph)
         if baseline is None:

@@ -38,10 +38,11 @@ def config_label(cfg: dict[str, Any] | None) -> str:
     """``aq-medai num_steps=4,topk=1,... graphs off`` or ``baseline (graphs on)``."""
     cfg = cfg or {}
     graphs = "on" if cfg.get("cuda_graph", True) else "off"
-    if cfg.get("drafter") in (None, "none"):
+    if cfg.get("drafter") in (None, "none") and cfg.get("method") is None:
         return f"baseline (graphs {graphs})"
-    knobs = ",".join(f"{k}={v}" for k, v in cfg.items() if k not in ("drafter", "cuda_graph"))
-    return f"{cfg['drafter']} {knobs} graphs {graphs}"
+    knobs = ",".join(f"{k}={v}" for k, v in cfg.items() if k not in ("drafter", "cuda_graph", "method"))
+    who = cfg["drafter"] if cfg.get("method") is None else ":".join(x for x in (cfg["method"], cfg["drafter"]) if x)
+    return f"{who} {knobs} graphs {graphs}"
 
 
 def _console(out: IO[str]) -> Console:
@@ -70,6 +71,8 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     _reasons(con, report)
     _gpu(line, report)
     _best(con, report)
+    for text in _methods_lines(report.get("methods")):
+        line(text)
     _trials(con, report)
     line(
         "  (speedup: the objective's ("
@@ -206,6 +209,23 @@ def _best(con: Console, report: dict[str, Any]) -> None:
             _fmt(b.get("accept_length"), ".2f"),
         )
     con.print(t)
+
+
+def _methods_lines(m: dict[str, Any] | None) -> list[str]:
+    """Per-method results (spaces with search.methods): the verdict naming the method, each method's best with
+    its acceptance, adaptive vs tuned static, each category's speedup per method."""
+    if not m:
+        return []
+    out = ["methods: " + m["text"]]
+    for e in m["methods"]:
+        b = e["best"]
+        acc = f", accept length {e['accept_length']:.2f}" if e.get("accept_length") else ""
+        shown = f"best {_fmt(b['speedup'], '.2f')}x {_ci(b['speedup_ci'])} trial {b['trial']}" if b else "-"
+        out.append(f"  {e['label']:<12} {shown}  ({e['measured']} measured of {e['trials']}{acc})")
+    out += [f"  {a['text']}" for a in m.get("adaptive") or []]
+    for method, cats in (m.get("categories") or {}).items():
+        out.append(f"  {method} by category: " + ", ".join(f"{c} {_fmt(v, '.2f')}x" for c, v in cats.items()))
+    return out
 
 
 def _trials(con: Console, report: dict[str, Any]) -> None:

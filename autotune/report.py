@@ -13,6 +13,7 @@ from autotune.config import TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
 from autotune.stats import log_ratios
+from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.race import headline as _headline
 from autotune.verdict import Verdict, loses_on, point_verdict, search_verdict
@@ -200,7 +201,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE]
     simulated, units = records.study_labels(study)
     recommended = recommend(study, v, best)
-    return {
+    out = {
         "study": study.study_name,
         "simulated": simulated,
         "units": units,
@@ -241,6 +242,10 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "fastest baseline (what would be deployed without speculation); every speedup is the objective's "
         "(a trial stopped early: over what it measured, its basis says what)",
     }
+    per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
+    if per_method is not None:
+        out["methods"] = per_method
+    return out
 
 
 def _objective(weights: dict[int, float]) -> dict[str, Any]:

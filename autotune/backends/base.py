@@ -43,6 +43,7 @@ from autotune.errors import InfeasibleConfig
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.backends.methods import Method
     from autotune.checks import Problem
     from autotune.space import Space
 
@@ -133,6 +134,8 @@ class Backend(ABC):
     knob_names: tuple[str, ...] = ()
     #: each knob's values in a space file (``search.<knob>``)
     knob_domains: ClassVar[Mapping[str, KnobDomain]] = {}
+    #: the speculative methods a space may search (``search.methods``; ``autotune.backends.methods``); empty: none
+    methods: ClassVar[Mapping[str, Method]] = {}
     #: flags autotune sets itself (``--spec-*``: every flag starting so); in ``server.extra_args`` they would fight the
     #: search, so the space validator refuses them
     managed_flags: tuple[str, ...] = ()
@@ -299,6 +302,17 @@ class Backend(ABC):
     def check_effective(self, config: TrialConfig, effective: Mapping[str, Any]) -> list[str]:
         """Differences between the config we launched and what the server says it runs (empty: none)."""
         return []
+
+    def checks_engagement(self, config: TrialConfig) -> bool:
+        """Whether an acceptance of ~1.0 after the first prompt means ``config``'s drafter is not engaged (a
+        misconfiguration: FAIL). False for model-free methods (an n-gram lookup that finds nothing to copy is a
+        measured loss, left to the pruner)."""
+        return True
+
+    def method_unavailable(self, space: Space, method: str) -> str | None:
+        """Why ``method`` of ``space``'s ``search.methods`` cannot run with its target (None: it can, or unknown
+        without a server): e.g. MTP on a target without MTP layers. Such a method is not searched; reports say so."""
+        return None
 
     # -- deploying ----------------------------------------------------------------------------------
 

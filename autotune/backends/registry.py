@@ -12,7 +12,10 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from autotune.backends.base import Backend, KnobDomain
+    from autotune.backends.methods import Method
 
 __all__ = [
     "DEFAULT_BACKEND",
@@ -81,6 +84,11 @@ def knob_domains(name: str | None = None) -> dict[str, KnobDomain]:
     for n in names:
         out.update(backend_class(n).knob_domains)
     return out
+
+
+def method_catalogue(name: str | None) -> Mapping[str, Method]:
+    """Backend ``name``'s speculative methods (``Backend.methods``); empty for None or a backend without any."""
+    return dict(backend_class(name).methods) if name else {}
 
 
 def drafter_algorithms(name: str | None = None) -> tuple[str, ...]:

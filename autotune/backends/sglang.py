@@ -68,6 +68,7 @@ from autotune.backends.sglang_flags import (
     parse_version,
     run_help,
 )
+from autotune.backends.sglang_methods import METHODS, MethodTree, feasibility_reason, tree_bound
 from autotune.backends.sglang_stream import parse_generate_chunk, parse_generate_logprobs
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
@@ -110,28 +111,6 @@ _OTHER_DEFAULT = (3, 1, 4)
 _LLAMA_LIKE_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ImgGen", "GrokForCausalLM")
 
 
-def tree_bound(num_steps: int, topk: int) -> int:
-    """The largest feasible ``num_draft_tokens`` at (steps, topk): candidates + the root."""
-    return topk + (num_steps - 1) * topk * topk + 1
-
-
-def feasibility_reason(num_steps: int, topk: int, num_draft_tokens: int) -> str | None:
-    """Why (S, k, N) cannot run (None: it can). Assumes N already forced to S+1 when k == 1."""
-    if num_steps < 1:
-        return f"num_steps must be at least 1 but got {num_steps}"
-    if topk < 1:
-        return f"topk must be at least 1 but got {topk}"
-    if num_draft_tokens < 2:
-        return f"num_draft_tokens must be at least 2 but got {num_draft_tokens}"
-    bound = tree_bound(num_steps, topk)
-    if num_draft_tokens > bound:
-        return (
-            f"num_draft_tokens={num_draft_tokens} exceeds the draft tree: topk + (num_steps-1)*topk^2 = "
-            f"{bound - 1} candidates (+1 root) at num_steps={num_steps}, topk={topk}"
-        )
-    return None
-
-
 def _spec_values(spec: ParamSpec | None) -> list[int] | None:
     return encode.int_values(spec, "SGLang")
 
@@ -169,6 +148,7 @@ class SGLangBackend(Backend):
     metrics_path = "/metrics"
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
+    methods = METHODS
     managed_flags = ("--speculative-*", "--port", "--host", "--model-path", "--model", "--disable-cuda-graph")
     #: with load levels: every level's streams run at once (a speculative server defaults to 48) and stay
     #: inside the captured CUDA graphs. Both spellings of the graph cap are listed so that a value given in
@@ -197,6 +177,8 @@ class SGLangBackend(Backend):
         self.cuda_graph_spelling = cuda_graph_spelling
         #: the CUDA-graph max-batch-size flag as ``probe`` read it; None = decided from the space's server version
         self.max_bs_flag: str | None = None
+        #: spaces with ``search.methods`` (``autotune.backends.sglang_methods``)
+        self.tree = MethodTree(self._auto_triple)
 
     # -- the space ----------------------------------------------------------------------------------
 
@@ -235,6 +217,8 @@ class SGLangBackend(Backend):
         return topk_name, ndt_name
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
+        if space.search.methods:
+            return self.tree.suggest(trial, space)
         drafter, cuda_graph = encode.suggest_drafter(trial, space)
         steps_allowed = self._steps_values(space)
         if not steps_allowed:
@@ -259,6 +243,8 @@ class SGLangBackend(Backend):
         """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
         if config.is_baseline:
             return {"cuda_graph": bool(config.cuda_graph)}  # enqueued by the study with role=baseline
+        if space.search.methods:
+            return self.tree.params(self.resolve(config, space), space)
         eff = self.resolve(config, space)
         steps, topk, ndt = (int(eff.knob(k)) for k in KNOBS)
         topk_name, ndt_name = self._names(space, steps, topk)
@@ -275,6 +261,8 @@ class SGLangBackend(Backend):
     def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         if config.is_baseline:
             return EffectiveConfig.baseline(config.cuda_graph)
+        if space.search.methods:
+            return self.tree.resolve(config, space)
         self.require_known(config, space)
         steps = _int_or_none(config.knob("num_steps"))
         topk = _int_or_none(config.knob("topk"))
@@ -293,7 +281,10 @@ class SGLangBackend(Backend):
         return EffectiveConfig.make(config.drafter, config.cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
 
     def defaults(self, space: Space) -> list[TrialConfig]:
-        """SGLang's auto choice for the target, per drafter, moved to the nearest feasible point."""
+        """SGLang's auto choice for the target, per drafter, moved to the nearest feasible point (in a method
+        space: each method's server default per drafter)."""
+        if space.search.methods:
+            return self.tree.defaults(space)
         steps0, topk0, ndt0 = self._auto_triple(space)
         graphs = [bool(b) for b in space.search.cuda_graph] or [True]
         cuda_graph = True if True in graphs else graphs[0]
@@ -318,6 +309,8 @@ class SGLangBackend(Backend):
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """Every feasible point, in bench_speculative.py's nested order (drafter, CUDA graphs, steps, topk, N)."""
+        if space.search.methods:
+            return self.tree.grid(space)
         for knob in KNOBS:
             if _spec_values(self._knob_spec(space, knob)) is None:
                 return None
@@ -384,7 +377,9 @@ class SGLangBackend(Backend):
         server = space.server
         launcher = self.launcher(space)
         argv = [*launcher, "--model-path", server.model_path, "--host", server.host, "--port", str(int(port))]
-        if not eff.is_baseline:
+        if not eff.is_baseline and space.search.methods:
+            argv += self.tree.argv(eff, space, files_dir, self.file_arg)
+        elif not eff.is_baseline:
             drafter = space.drafter(eff.drafter or "")
             argv += [
                 "--speculative-algorithm",
@@ -404,6 +399,19 @@ class SGLangBackend(Backend):
         argv += self.level_args(space)
         argv += [str(a) for a in server.extra_args]
         return [str(a) for a in argv]
+
+    def files(self, config: TrialConfig, space: Space) -> dict[str, str]:
+        """The adaptive config file of an ``adaptive`` method config (``sglang_methods.adaptive_file``)."""
+        if not space.search.methods or config.is_baseline:
+            return {}
+        return self.tree.files(self.effective(config, space))
+
+    def method_unavailable(self, space: Space, method: str) -> str | None:
+        return self.tree.unavailable(space, method)
+
+    def checks_engagement(self, config: TrialConfig) -> bool:
+        """Not for n-gram lookup: no drafter to be misconfigured; finding nothing to copy is a measured loss."""
+        return config.knob("method") != "ngram"
 
     def drafter_algorithm(self, space: Space, name: str) -> str:
         """``--speculative-algorithm`` of drafter ``name`` (``resolved_algorithm``)."""
@@ -483,6 +491,8 @@ class SGLangBackend(Backend):
             "cuda_graph": cuda_graph_state(info),
             "version": info.get("version"),
         }
+        if info.get("speculative_adaptive") or info.get("speculative_adaptive_config"):
+            out["speculative_adaptive"] = bool(info.get("speculative_adaptive"))  # launched adaptive: on or not
         states = info.get("internal_states")
         if isinstance(states, list) and states and isinstance(states[0], Mapping):
             out["avg_spec_accept_length"] = _float_or_none(states[0].get("avg_spec_accept_length"))
@@ -496,6 +506,8 @@ class SGLangBackend(Backend):
             if effective.get("speculative_algorithm"):
                 problems.append(f"baseline launched but server speculates ({effective['speculative_algorithm']})")
             return problems
+        if config.knob("method") is not None:
+            return problems + self.tree.check_effective(config, effective)
         for knob in KNOBS:
             got = effective.get(knob)
             if got is not None and got != config.knob(knob):

@@ -20,6 +20,7 @@ from autotune.records.schema import (
     FAIL_REASON,
     INTERRUPTED,
     PARAM_CUDA_GRAPH,
+    PARAM_METHOD,
     REQUEUED_FROM,
     RETRIED_FAILURES,
     ROLE,
@@ -163,7 +164,12 @@ def disengaged(study: optuna.Study, config: TrialConfig, among: list[FrozenTrial
     """A failed trial whose drafter (``config``'s) was found not engaged."""
     for t in trials(study, (TrialState.FAIL,)) if among is None else among:
         r = TrialRecord(t)
-        if t.state == TrialState.FAIL and r.fail_kind == DrafterNotEngaged.kind and r.drafter == config.drafter:
+        if (
+            t.state == TrialState.FAIL
+            and r.fail_kind == DrafterNotEngaged.kind
+            and r.drafter == config.drafter
+            and r.method == config.knob(PARAM_METHOD)
+        ):
             return t
     return None
 

@@ -133,6 +133,8 @@ SEEDED_SURROGATE = "surrogate"
 SEEDED_DESIGN = "design"
 #: Optuna parameter names every backend's ``suggest`` uses; the baseline is drafter "none"
 PARAM_DRAFTER = "drafter"
+#: the method param of a trial in a space with ``search.methods`` (``autotune.backends.methods``)
+PARAM_METHOD = "method"
 PARAM_CUDA_GRAPH = "cuda_graph"
 BASELINE_DRAFTER = "none"
 #: the constraint (``trial.set_constraint``) that marks a trial infeasible (value 1.0; feasible is <= 0)

@@ -37,6 +37,7 @@ from autotune.records.schema import (
     OUTPUTS,
     PARAM_CUDA_GRAPH,
     PARAM_DRAFTER,
+    PARAM_METHOD,
     PROMPTS,
     PRUNE_REASON,
     PRUNE_RULE,
@@ -75,7 +76,20 @@ class TrialRecord:
 
     @property
     def drafter(self) -> Any:
-        return self.trial.params.get(PARAM_DRAFTER)
+        """The drafter param; in a method space (param ``method``) the suggested config's drafter (None: model-free)."""
+        if PARAM_DRAFTER in self.trial.params or PARAM_METHOD not in self.trial.params:
+            return self.trial.params.get(PARAM_DRAFTER)
+        return (self.attrs.get(CONFIG) or {}).get(PARAM_DRAFTER)
+
+    @property
+    def method(self) -> Any:
+        """The method param of a trial in a space with ``search.methods`` (None elsewhere)."""
+        return self.trial.params.get(PARAM_METHOD)
+
+    @property
+    def is_speculative(self) -> bool:
+        """Not a baseline, and a drafter or a method was suggested."""
+        return not self.is_baseline and (PARAM_DRAFTER in self.trial.params or PARAM_METHOD in self.trial.params)
 
     @property
     def cuda_graph(self) -> Any:

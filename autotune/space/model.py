@@ -18,6 +18,7 @@ __all__ = [
     "DrafterSpec",
     "FloatRange",
     "IntRange",
+    "MethodSpec",
     "ObjectiveSpec",
     "ParamSpec",
     "Prompt",
@@ -81,10 +82,23 @@ class DrafterSpec:
 
 
 @dataclass(frozen=True)
+class MethodSpec:
+    """One searched speculative method (``search.methods.NAME``): a name of the backend's catalogue
+    (``Backend.methods``), the drafters it runs (empty for a model-free method or the target's own MTP layers) and
+    its knobs (a knob not given stays at the server's own value)."""
+
+    name: str
+    drafters: tuple[str, ...] = ()
+    knobs: Mapping[str, ParamSpec] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class SearchSpec:
     drafters: tuple[str, ...] = ()  # names from ``drafters``; default all
     cuda_graph: tuple[bool, ...] = (True,)
     knobs: Mapping[str, ParamSpec] = field(default_factory=dict)  # backend knob name -> range/choices
+    #: method name -> its drafters and knobs (``search.methods``); empty: the drafters' own methods, as before
+    methods: Mapping[str, MethodSpec] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -223,7 +237,13 @@ class Space:
         raise KeyError(name)
 
     def searched_drafters(self) -> tuple[str, ...]:
-        """The names of the drafters the search uses: ``search.drafters``, else every drafter's."""
+        """The names of the drafters the search uses: ``search.drafters``, else every drafter's; in a method space
+        the drafters its methods name."""
+        if self.search.methods:
+            out: list[str] = []
+            for m in self.search.methods.values():
+                out += [d for d in m.drafters if d not in out]
+            return tuple(out)
         return self.search.drafters or tuple(d.name for d in self.drafters)
 
     def storage_url(self) -> str:

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.backends.base import KnobDomain
-from autotune.backends.registry import backend_class, backend_names, drafter_algorithms, knob_domains
+from autotune.backends.methods import version_lacks
+from autotune.backends.registry import (
+    backend_class,
+    backend_names,
+    drafter_algorithms,
+    knob_domains,
+    method_catalogue,
+)
 from autotune.errors import SpaceError
 from autotune.space.checker import Checker, Recorded, Validator
 from autotune.space.describe import describe, fmt_num, is_int, is_num, is_plain_number, join, suggest
@@ -27,6 +34,7 @@ from autotune.space.model import (
     DrafterSpec,
     FloatRange,
     IntRange,
+    MethodSpec,
     ObjectiveSpec,
     ParamSpec,
     Prompt,
@@ -78,7 +86,8 @@ class SpaceReader(Checker):
         backend = server.backend if server is not None else None
         drafters = self.section(top, "drafters", partial(self.drafters, backend=backend))
         names = tuple(d.name for d in drafters) if drafters is not None else None
-        search = partial(self.search, backend=backend, drafter_names=names)
+        version = server.version if server is not None else None
+        search = partial(self.search, backend=backend, drafter_names=names, version=version)
         rest = {
             "search": self.section(top, "search", search, SearchSpec(drafters=names or ())),
             "benchmark": self.section(top, "benchmark", self.benchmark),
@@ -230,19 +239,36 @@ class SpaceReader(Checker):
     # -- search -----------------------------------------------------------------------------------------
 
     def search(
-        self, v: Any, f: str, line: int | None, backend: str | None, drafter_names: tuple[str, ...] | None
+        self,
+        v: Any,
+        f: str,
+        line: int | None,
+        backend: str | None,
+        drafter_names: tuple[str, ...] | None,
+        version: str | None = None,
     ) -> SearchSpec:
         if v is None:
             return SearchSpec(drafters=drafter_names or ())
         domains = knob_domains(backend)  # without a valid server section: every backend's knobs
-        valid = ("drafters", "cuda_graph", *(domains if backend else ()))
+        valid = ("drafters", "cuda_graph", "methods", *(domains if backend else ()))
         m = self.mapping(v, f, line, valid)
         drafters: tuple[str, ...] = drafter_names or ()
         cuda_graph: tuple[bool, ...] = (True,)
         knobs: dict[str, ParamSpec] = {}
+        methods: dict[str, MethodSpec] = {}
+        if isinstance(m, dict) and "methods" in m:
+            for key in m:
+                if key not in ("methods", "cuda_graph"):
+                    raise self.error(
+                        join(f, key),
+                        key_line(m, key, line),
+                        f"{key} is given per method with search.methods (search.methods.NAME.{key})",
+                    )
         for key, value in m.items():
             kl, p = key_line(m, key, line), join(f, key)
-            if key == "drafters":
+            if key == "methods":
+                methods = self.attempt(partial(self.methods, value, p, kl, backend, drafter_names, version), methods)
+            elif key == "drafters":
                 drafters = self.attempt(partial(self.search_drafters, value, p, kl, drafter_names), drafters)
             elif key == "cuda_graph":
                 cuda_graph = self.attempt(partial(self.bool_choices, value, p, kl), cuda_graph)
@@ -250,7 +276,92 @@ class SpaceReader(Checker):
                 spec = self.attempt(partial(self.knob, key, value, p, kl, backend, domains))
                 if spec is not None:
                     knobs[key] = spec
+        if methods:
+            return SearchSpec(drafters=(), cuda_graph=cuda_graph, methods=methods)
         return SearchSpec(drafters=drafters, cuda_graph=cuda_graph, knobs=knobs)
+
+    def methods(
+        self,
+        v: Any,
+        f: str,
+        line: int | None,
+        backend: str | None,
+        drafter_names: tuple[str, ...] | None,
+        version: str | None,
+    ) -> dict[str, MethodSpec]:
+        """``search.methods``: a mapping of method names of the backend's catalogue to ``{drafters, KNOB: ...}``."""
+        catalogue = method_catalogue(backend)
+        if backend and not catalogue:
+            raise self.error(f, line, f"backend {backend} has no method catalogue; search its drafters' knobs instead")
+        if not isinstance(v, dict) or not v:
+            raise self.expected(
+                f, line, "a mapping of method names (" + ", ".join(catalogue) + ") to their drafters and knobs", v
+            )
+        out: dict[str, MethodSpec] = {}
+        for name, body in v.items():
+            p, nl = join(f, str(name)), key_line(v, name, line)
+            if name not in catalogue:
+                raise self.error(
+                    p,
+                    nl,
+                    f"unknown method {describe(name)} for backend {backend}{suggest(name, tuple(catalogue))}; "
+                    f"expected one of {', '.join(catalogue)}",
+                )
+            spec = self.attempt(partial(self.method, name, body, p, nl, catalogue[name], drafter_names, version))
+            if spec is not None:
+                out[name] = spec
+        return out
+
+    def method(
+        self,
+        name: str,
+        v: Any,
+        f: str,
+        line: int | None,
+        method: Any,
+        drafter_names: tuple[str, ...] | None,
+        version: str | None,
+    ) -> MethodSpec:
+        """One method: its drafters (only where it needs one) and its own knobs; a method or knob the space's
+        ``server.version`` predates is refused, naming the version that added it."""
+        if version_lacks(version, method.since):
+            raise self.error(
+                f,
+                line,
+                f"method {name} ({method.label}) needs server version {method.since} or newer; server.version is "
+                f"{version}{method.since_note}",
+            )
+        body = {} if v is None else v
+        valid = ("drafters", *method.knobs) if method.needs_drafter else tuple(method.knobs)
+        m = self.mapping(body, f, line, valid)
+        drafters: tuple[str, ...] = ()
+        knobs: dict[str, ParamSpec] = {}
+        for key, value in m.items():
+            kl, p = key_line(m, key, line), join(f, key)
+            if key == "drafters":
+                if not method.needs_drafter:
+                    raise self.error(p, kl, f"method {name} ({method.label}) runs no drafter; remove drafters")
+                drafters = self.search_drafters(value, p, kl, drafter_names)
+                continue
+            if key not in method.knobs:
+                raise self.error(
+                    p,
+                    kl,
+                    f"unknown knob {describe(key)} for method {name}{suggest(key, valid)}; "
+                    f"expected one of {', '.join(valid) or '(none)'}",
+                )
+            if version_lacks(version, method.knob_since.get(key)):
+                raise self.error(
+                    p, kl, f"{key} needs server version {method.knob_since[key]} or newer; server.version is {version}"
+                )
+            knobs[key] = self.param(value, p, kl, method.knobs[key])
+        if method.needs_drafter and not drafters:
+            raise self.error(
+                join(f, "drafters"),
+                line,
+                f"method {name} ({method.label}) needs {method.drafter_kind}: list its names from drafters",
+            )
+        return MethodSpec(name=name, drafters=drafters, knobs=knobs)
 
     def knob(
         self, key: Any, v: Any, f: str, line: int | None, backend: str | None, domains: dict[str, KnobDomain]

@@ -88,6 +88,7 @@ def candidate_sets(
         if key not in seen and eligible(t):
             seen.add(key)
             out.append(t)
+    out += _method_bests(complete, score, eligible, seen)
     if model is not None and out:
         fastest = next(
             (t for t in sorted(complete, key=lambda t: measured[t.number], reverse=True) if eligible(t)), None
@@ -98,6 +99,26 @@ def candidate_sets(
     if space.benchmark.loaded and out:
         return out, _level_winners(ctx, complete, seen)
     return out, []
+
+
+def _method_bests(
+    complete: list[FrozenTrial], score: dict[int, float], eligible: Any, seen: set[str | None]
+) -> list[FrozenTrial]:
+    """In a space with ``search.methods``: the best-scored eligible (lossless, not clearly losing) config of each
+    method not among the candidates yet, so that every method's figure in the report is a confirmed interval.
+    Nothing elsewhere (trials without a method param)."""
+    out: list[FrozenTrial] = []
+    have = {TrialRecord(t).method for t in complete if TrialRecord(t).config_key in seen}
+    for t in sorted(complete, key=lambda t: score[t.number], reverse=True):
+        method = TrialRecord(t).method
+        if method is None or method in have:
+            continue
+        key = TrialRecord(t).config_key
+        if key not in seen and eligible(t):
+            have.add(method)
+            seen.add(key)
+            out.append(t)
+    return out
 
 
 def _scaled(v: float | None, ratio: float) -> float | None:

@@ -20,7 +20,7 @@ from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
 from autotune.space import Choices
-from autotune.study import _optuna
+from autotune.study import _optuna, methods
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.outcomes import FAILURES
@@ -82,6 +82,7 @@ def seed(ctx: StudyContext, n_trials: int | None = None) -> None:
     """Baselines first (one per CUDA-graph setting), then the server's own defaults, then a space-filling design
     (``design_configs``) when the space is a finite grid."""
     trials = records.trials(ctx.study)
+    methods.record(ctx.study, ctx.space, ctx.backend)  # a method space's catalogue, for the report
     live = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
     have_baseline = {
         _optuna.params_of(t).get(records.PARAM_CUDA_GRAPH)

@@ -443,7 +443,7 @@ class Objective:
         self.ctx.emit(
             Event("prompt", t.number, {"index": i, "of": n, "tok_per_s": r.tok_per_s, "accept_length": r.accept_length})
         )
-        if i == 0 and not config.is_baseline:
+        if i == 0 and not config.is_baseline and self.ctx.backend.checks_engagement(config):
             self._alarm(r)
         if baseline is not None and i < n - 1 and self.ctx.pruner.enabled:
             # one decision per prompt, with its numbers (the study's pruner is the same rule: Optuna's

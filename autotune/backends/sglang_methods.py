@@ -1,0 +1,670 @@
+"""SGLang's speculative methods as a searched choice (``search.methods``), with SGLang 0.5.23's resolution rules.
+
+The catalogue (``METHODS``) and how each method becomes a launch, read from SGLang 0.5.23 (``srt/arg_groups/``
+``fields/spec.py``, ``srt/arg_groups/speculative_hook.py``, ``srt/speculative/adaptive_spec_params.py``):
+
+- ``eagle`` / ``eagle3``: ``--speculative-algorithm EAGLE`` / ``EAGLE3`` with an EAGLE head; the tree knobs
+  ``num_steps``, ``topk``, ``num_draft_tokens`` under the EAGLE-family rules of ``autotune.backends.sglang`` (all three
+  passed, N := S+1 at topk 1, the tree bound). An EAGLE-3 head under ``eagle`` (or an EAGLE head under ``eagle3``) is
+  refused: SGLang runs it with accept length ~1.0 and no warning.
+- ``mtp``: ``NEXTN`` (an alias of EAGLE), no draft path: SGLang defaults it to the target for MTP architectures
+  (``_handle_eagle_family``); any other target, or one whose ``config.json`` has no ``num_nextn_predict_layers``, has
+  no MTP layers and the method is not searched (``mtp_unavailable``, reported as "MTP not available for this target").
+- ``standalone``: ``STANDALONE`` with a small full model as the draft; the same tree knobs (SGLang's auto choice for
+  it is (3, 1, 4)).
+- ``ngram``: ``NGRAM``, no draft model; ``--speculative-num-draft-tokens`` (SGLang's default 12) and the
+  ``--speculative-ngram-*`` knobs. SGLang overwrites topk with the max BFS breadth and derives the steps as
+  ``num_draft_tokens // topk`` (``_handle_ngram``): we pass neither and resolve both so.
+- ``adaptive``: EAGLE / EAGLE3 (the drafter's own) with ``--speculative-adaptive`` and its config file
+  (``--speculative-adaptive-config``, written through the backend's ``files``): the batch-size-1 slot's
+  ``candidate_steps`` and hysteresis are the knobs, the other slots SGLang's defaults. SGLang switches adaptive off
+  with only a warning for any algorithm but EAGLE/EAGLE3 or a topk other than 1 (``_maybe_disable_adaptive``):
+  we always pass topk 1 and refuse any other algorithm, and read ``speculative_adaptive`` back from /server_info.
+  The start steps are SGLang's own choice (the middle of the candidate steps' union), passed explicitly.
+
+Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (cut names as
+``autotune.backends.encode.cut_name`` makes them, prefixed by the method), through the same tree walk for
+``suggest`` (``_OptunaAsk``) and ``params`` (``_ReplayAsk``), so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune import checks
+from autotune.backends import encode
+from autotune.backends.base import KnobDomain
+from autotune.backends.methods import METHOD_KNOB, Method, param_name
+from autotune.config import EffectiveConfig, TrialConfig
+from autotune.errors import InfeasibleConfig, ValidationFailed
+from autotune.space.model import Choices, FloatRange, IntRange, ParamSpec
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.space import Space
+
+#: target architectures whose draft path SGLang 0.5.23 defaults to the target (their MTP/NextN layers):
+#: ``_handle_eagle_family`` in ``arg_groups/speculative_hook.py``
+MTP_ARCHITECTURES = (
+    "DeepseekV32ForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "DeepseekV4ForCausalLM",
+    "Glm4MoeForCausalLM",
+    "Glm4MoeLiteForCausalLM",
+    "GlmMoeDsaForCausalLM",
+    "BailingMoeForCausalLM",
+    "BailingMoeV2ForCausalLM",
+    "BailingMoeV2_5ForCausalLM",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "HYV3ForCausalLM",
+    "HYV4ForCausalLM",
+    "Qwen4ExpForConditionalGeneration",
+)
+
+_TREE = {
+    "num_steps": KnobDomain("int", 1),
+    "topk": KnobDomain("int", 1),
+    "num_draft_tokens": KnobDomain("int", 2),
+}
+#: SGLang's n-gram defaults (``fields/spec.py``; 12 draft tokens from ``_handle_ngram``)
+NGRAM_DEFAULTS: dict[str, Any] = {
+    "num_draft_tokens": 12,
+    "min_bfs_breadth": 1,
+    "max_bfs_breadth": 10,
+    "match_type": "BFS",
+    "max_trie_depth": 18,
+}
+NGRAM_FLAGS = {
+    "min_bfs_breadth": "--speculative-ngram-min-bfs-breadth",
+    "max_bfs_breadth": "--speculative-ngram-max-bfs-breadth",
+    "match_type": "--speculative-ngram-match-type",
+    "max_trie_depth": "--speculative-ngram-max-trie-depth",
+}
+MATCH_TYPES = ("BFS", "PROB")
+#: SGLang 0.5.23's ``DEFAULT_ADAPTIVE_CONFIG`` (``speculative/adaptive_spec_params.py``)
+DEFAULT_ADAPTIVE_CONFIG: dict[str, dict[str, Any]] = {
+    "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0},
+    "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+    "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+    "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+}
+ADAPTIVE_FILE = "adaptive.json"
+
+_ADAPTIVE_SINCE_NOTE = (
+    " (assumed: 0.5.23 is the earliest SGLang release whose source autotune was checked against; "
+    "older releases may lack --speculative-adaptive)"
+)
+
+METHODS: dict[str, Method] = {
+    "eagle": Method("eagle", "EAGLE", True, _TREE, drafter_kind="an EAGLE head"),
+    "eagle3": Method("eagle3", "EAGLE-3", True, _TREE, drafter_kind="an EAGLE-3 head"),
+    "mtp": Method("mtp", "MTP", False, _TREE),
+    "standalone": Method("standalone", "draft model", True, _TREE, drafter_kind="a small draft model"),
+    "ngram": Method(
+        "ngram",
+        "n-gram",
+        False,
+        {
+            "num_draft_tokens": KnobDomain("int", 2),
+            "min_bfs_breadth": KnobDomain("int", 1),
+            "max_bfs_breadth": KnobDomain("int", 1),
+            "match_type": KnobDomain("str"),
+            "max_trie_depth": KnobDomain("int", 1),
+        },
+        defaults=NGRAM_DEFAULTS,
+    ),
+    "adaptive": Method(
+        "adaptive",
+        "adaptive",
+        True,
+        {
+            "candidate_steps": KnobDomain("str"),
+            "up_hysteresis": KnobDomain("float"),
+            "down_hysteresis": KnobDomain("float"),
+        },
+        defaults={"candidate_steps": "1,3,5,7", "up_hysteresis": 0.0, "down_hysteresis": -0.25},
+        adaptive=True,
+        since="0.5.23",
+        since_note=_ADAPTIVE_SINCE_NOTE,
+        drafter_kind="an EAGLE or EAGLE-3 head",
+    ),
+}
+#: ``--speculative-algorithm`` of each method (adaptive: the drafter's own, EAGLE or EAGLE3)
+ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "standalone": "STANDALONE", "ngram": "NGRAM"}
+#: what /server_info reports as the algorithm after SGLang's alias resolution
+REPORTED = {"NEXTN": "EAGLE"}
+_STANDALONE_DEFAULT = (3, 1, 4)
+
+
+def _read_json(path: str | Path) -> dict[str, Any] | None:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        with p.open(encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def mtp_unavailable(model_path: str) -> str | None:
+    """Why the target at ``model_path`` has no MTP layers SGLang would run (None: it has, or its config.json is not
+    readable here, e.g. a hub id: then the server decides)."""
+    cfg = _read_json(model_path) if model_path else None
+    if cfg is None:
+        return None
+    archs = [str(a) for a in cfg.get("architectures") or ()]
+    if not any(a in MTP_ARCHITECTURES for a in archs):
+        return (
+            f"MTP not available for this target: {', '.join(archs) or 'its architecture'} is not one SGLang runs "
+            "MTP layers for (the draft path defaults to the target only for DeepSeek-V3-style, GLM-4 MoE, ... "
+            "architectures)"
+        )
+    layers = cfg.get("num_nextn_predict_layers")
+    if not isinstance(layers, int) or layers < 1:
+        return f"MTP not available for this target: its config.json has num_nextn_predict_layers {layers!r}"
+    return None
+
+
+def parse_steps(text: Any) -> list[int] | None:
+    """``"1,3,5,7"`` -> [1, 3, 5, 7] (sorted, distinct, non-negative, one positive at least); None when invalid."""
+    try:
+        steps = sorted({int(x) for x in str(text).split(",") if x.strip() != ""})
+    except ValueError:
+        return None
+    if not steps or steps[0] < 0 or steps[-1] < 1:
+        return None
+    return steps
+
+
+def adaptive_file(config: TrialConfig) -> dict[str, Any]:
+    """The ``--speculative-adaptive-config`` JSON of an adaptive config: SGLang's default with the batch-size-1
+    slot's candidate steps and hysteresis from the config's knobs."""
+    steps = parse_steps(config.knob("candidate_steps")) or [1, 3, 5, 7]
+    out = json.loads(json.dumps(DEFAULT_ADAPTIVE_CONFIG))
+    out["1"].update(
+        candidate_steps=steps,
+        up_hysteresis=float(config.knob("up_hysteresis", 0.0)),
+        down_hysteresis=float(config.knob("down_hysteresis", -0.25)),
+    )
+    return out
+
+
+def adaptive_start(config: TrialConfig) -> int:
+    """SGLang's start steps: the middle of the union of every slot's candidate steps (``_init_adaptive_...``)."""
+    union: set[int] = set()
+    for key, entry in adaptive_file(config).items():
+        if key.isdigit():
+            union.update(entry["candidate_steps"])
+    ordered = sorted(union)
+    return ordered[len(ordered) // 2]
+
+
+def tree_bound(num_steps: int, topk: int) -> int:
+    """The largest feasible ``num_draft_tokens`` at (steps, topk): candidates + the root."""
+    return topk + (num_steps - 1) * topk * topk + 1
+
+
+def feasibility_reason(num_steps: int, topk: int, num_draft_tokens: int) -> str | None:
+    """Why (S, k, N) cannot run (None: it can). Assumes N already forced to S+1 when k == 1."""
+    if num_steps < 1:
+        return f"num_steps must be at least 1 but got {num_steps}"
+    if topk < 1:
+        return f"topk must be at least 1 but got {topk}"
+    if num_draft_tokens < 2:
+        return f"num_draft_tokens must be at least 2 but got {num_draft_tokens}"
+    bound = tree_bound(num_steps, topk)
+    if num_draft_tokens > bound:
+        return (
+            f"num_draft_tokens={num_draft_tokens} exceeds the draft tree: topk + (num_steps-1)*topk^2 = "
+            f"{bound - 1} candidates (+1 root) at num_steps={num_steps}, topk={topk}"
+        )
+    return None
+
+
+# -- the tree walk, shared by suggest (Optuna) and params (replay) ----------------------------------------------
+
+
+class _OptunaAsk:
+    def __init__(self, trial: optuna.trial.BaseTrial) -> None:
+        self.trial = trial
+
+    def categorical(self, knob: str, name: str, choices: list[Any]) -> Any:
+        return self.trial.suggest_categorical(name, choices)
+
+    def int(self, knob: str, name: str, spec: ParamSpec | None, allowed: list[int]) -> int:
+        return encode.suggest_int(self.trial, name, spec, allowed)
+
+    def number(self, knob: str, name: str, spec: ParamSpec) -> Any:
+        if isinstance(spec, FloatRange):
+            return float(self.trial.suggest_float(name, spec.low, spec.high, log=spec.log))
+        if isinstance(spec, IntRange):
+            return int(self.trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log))
+        assert isinstance(spec, Choices)
+        return self.trial.suggest_categorical(name, list(spec.values))
+
+
+class _ReplayAsk:
+    """Answers from a config's values and records the params the walk asked (``params``)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = values
+        self.params: dict[str, Any] = {}
+
+    def _take(self, knob: str, name: str, value: Any) -> Any:
+        self.params[name] = value
+        return value
+
+    def categorical(self, knob: str, name: str, choices: list[Any]) -> Any:
+        v = self.values.get(knob)
+        if v not in choices:
+            raise InfeasibleConfig(f"{knob}={v!r} is not among the space's values {choices}")
+        return self._take(knob, name, v)
+
+    def int(self, knob: str, name: str, spec: ParamSpec | None, allowed: list[int]) -> int:
+        v = self.values.get(knob)
+        if len(allowed) == 1 and spec is None:
+            return allowed[0]
+        if v not in allowed:
+            raise InfeasibleConfig(f"{knob}={v!r} is not among the feasible values {allowed}")
+        return int(self._take(knob, name, int(v)))
+
+    def number(self, knob: str, name: str, spec: ParamSpec) -> Any:
+        return self._take(knob, name, self.values.get(knob))
+
+
+class MethodTree:
+    """Suggest, replay, resolve, enumerate and launch the configs of a space with ``search.methods``."""
+
+    def __init__(self, auto_triple: Any) -> None:
+        #: ``auto_triple(space)``: SGLang's auto choice (steps, topk, draft tokens) for the space's target
+        self.auto_triple = auto_triple
+
+    # -- what the space offers -----------------------------------------------------------------------------
+
+    def unavailable(self, space: Space, method: str) -> str | None:
+        if method == "mtp":
+            return mtp_unavailable(space.server.model_path)
+        return None
+
+    def available(self, space: Space) -> list[str]:
+        return [m for m in space.search.methods if self.unavailable(space, m) is None]
+
+    def _default(self, space: Space, method: str, knob: str) -> Any:
+        if knob in METHODS[method].defaults:
+            return METHODS[method].defaults[knob]
+        triple = _STANDALONE_DEFAULT if method == "standalone" else self.auto_triple(space)
+        return dict(zip(("num_steps", "topk", "num_draft_tokens"), triple, strict=True))[knob]
+
+    def spec(self, space: Space, method: str, knob: str) -> ParamSpec:
+        """The method's spec of ``knob``; a knob not searched stays at the server's own value."""
+        got = space.search.methods[method].knobs.get(knob)
+        return got if got is not None else Choices((self._default(space, method, knob),))
+
+    # -- the walk ------------------------------------------------------------------------------------------
+
+    def walk(self, ask: Any, space: Space, method: str | None = None, cuda_graph: bool | None = None) -> TrialConfig:
+        methods = self.available(space)
+        if not methods:
+            raise InfeasibleConfig("no method of search.methods can run with this target")
+        method = ask.categorical(METHOD_KNOB, METHOD_KNOB, methods) if method is None else method
+        cg = ask.categorical("cuda_graph", "cuda_graph", [bool(b) for b in space.search.cuda_graph])
+        m = space.search.methods[method]
+        drafter = None
+        if METHODS[method].needs_drafter:
+            drafter = ask.categorical("drafter", param_name(method, "drafter"), list(m.drafters))
+        if method == "ngram":
+            knobs = self._walk_ngram(ask, space)
+        elif method == "adaptive":
+            knobs = {
+                k: ask.number(k, param_name(method, k), self.spec(space, method, k))
+                for k in ("candidate_steps", "up_hysteresis", "down_hysteresis")
+            }
+        else:
+            knobs = self._walk_tree(ask, space, method)
+        return TrialConfig.make(drafter, bool(cg), method=method, **knobs)
+
+    def _values(self, space: Space, method: str, knob: str) -> list[Any]:
+        return encode.spec_values(self.spec(space, method, knob)) or []
+
+    def _ndt(self, space: Space, method: str, s: int, k: int) -> list[int]:
+        return [int(n) for n in self._values(space, method, "num_draft_tokens") if feasibility_reason(s, k, n) is None]
+
+    def _topk(self, space: Space, method: str, s: int) -> list[int]:
+        return [
+            int(k) for k in self._values(space, method, "topk") if k >= 1 and (k == 1 or self._ndt(space, method, s, k))
+        ]
+
+    def _steps(self, space: Space, method: str) -> list[int]:
+        return [int(s) for s in self._values(space, method, "num_steps") if s >= 1 and self._topk(space, method, s)]
+
+    def _walk_tree(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
+        steps_allowed = self._steps(space, method)
+        if not steps_allowed:
+            raise InfeasibleConfig(f"no feasible (num_steps, topk, num_draft_tokens) for method {method}")
+        spec = {k: self.spec(space, method, k) for k in _TREE}
+        s = ask.int("num_steps", param_name(method, "num_steps"), spec["num_steps"], steps_allowed)
+        topk_allowed = self._topk(space, method, s)
+        topk_name = encode.cut_name("topk", topk_allowed, encode.spec_values(spec["topk"]), f"s{s}")
+        k = ask.int("topk", param_name(method, topk_name), spec["topk"], topk_allowed)
+        if k == 1:
+            return {"num_steps": s, "topk": 1, "num_draft_tokens": s + 1}
+        ndt_allowed = self._ndt(space, method, s, k)
+        ndt_name = encode.cut_name(
+            "num_draft_tokens", ndt_allowed, encode.spec_values(spec["num_draft_tokens"]), f"s{s}_k{k}"
+        )
+        n = ask.int("num_draft_tokens", param_name(method, ndt_name), spec["num_draft_tokens"], ndt_allowed)
+        return {"num_steps": s, "topk": k, "num_draft_tokens": n}
+
+    def _walk_ngram(self, ask: Any, space: Space) -> dict[str, Any]:
+        method = "ngram"
+        spec = {k: self.spec(space, method, k) for k in METHODS[method].knobs}
+        out: dict[str, Any] = {}
+        ndt = [int(v) for v in self._values(space, method, "num_draft_tokens") if v >= 2]
+        out["num_draft_tokens"] = ask.int(
+            "num_draft_tokens", param_name(method, "num_draft_tokens"), spec["num_draft_tokens"], ndt
+        )
+        widest = [int(v) for v in self._values(space, method, "max_bfs_breadth") if v >= 1]
+        mins = [int(v) for v in self._values(space, method, "min_bfs_breadth") if v >= 1]
+        widest = [w for w in widest if any(m <= w for m in mins)]
+        if not widest:
+            raise InfeasibleConfig("no n-gram BFS breadth with min_bfs_breadth <= max_bfs_breadth")
+        b = ask.int("max_bfs_breadth", param_name(method, "max_bfs_breadth"), spec["max_bfs_breadth"], widest)
+        mins_ok = [m for m in mins if m <= b]
+        min_name = encode.cut_name("min_bfs_breadth", mins_ok, encode.spec_values(spec["min_bfs_breadth"]), f"b{b}")
+        out["min_bfs_breadth"] = ask.int(
+            "min_bfs_breadth", param_name(method, min_name), spec["min_bfs_breadth"], mins_ok
+        )
+        out["max_bfs_breadth"] = b
+        out["match_type"] = str(ask.number("match_type", param_name(method, "match_type"), spec["match_type"]))
+        depth = [int(v) for v in self._values(space, method, "max_trie_depth") if v >= 1]
+        out["max_trie_depth"] = ask.int(
+            "max_trie_depth", param_name(method, "max_trie_depth"), spec["max_trie_depth"], depth
+        )
+        return out
+
+    # -- the backend's hooks -------------------------------------------------------------------------------
+
+    def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
+        return self.walk(_OptunaAsk(trial), space)
+
+    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+        values = {**config.knob_dict, "cuda_graph": bool(config.cuda_graph), "drafter": config.drafter}
+        ask = _ReplayAsk(values)
+        method = str(config.knob(METHOD_KNOB))
+        ask.params[METHOD_KNOB] = method
+        self.walk(ask, space, method=method)
+        return ask.params
+
+    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
+        method = config.knob(METHOD_KNOB)
+        if method not in space.search.methods:
+            raise InfeasibleConfig(f"method {method!r} is not in the space's search.methods")
+        why = self.unavailable(space, method)
+        if why:
+            raise InfeasibleConfig(why)
+        cat = METHODS[method]
+        if cat.needs_drafter:
+            if config.drafter not in space.search.methods[method].drafters:
+                raise InfeasibleConfig(f"drafter {config.drafter!r} is not one of method {method}'s drafters")
+        elif config.drafter is not None:
+            raise InfeasibleConfig(f"method {method} ({cat.label}) runs no drafter; got {config.drafter!r}")
+        unknown = sorted(set(config.knob_dict) - {METHOD_KNOB, *cat.knobs, "num_steps", "topk", "num_draft_tokens"})
+        if unknown:
+            raise InfeasibleConfig(f"unknown knobs {unknown} for method {method}")
+        if method == "ngram":
+            return self._resolve_ngram(config, space)
+        if method == "adaptive":
+            return self._resolve_adaptive(config, space)
+        return self._resolve_tree(config, space, method)
+
+    def _knob_or_default(self, config: TrialConfig, space: Space, method: str, knob: str) -> Any:
+        v = config.knob(knob)
+        return self._default(space, method, knob) if v is None else v
+
+    def _resolve_tree(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
+        if method in ("eagle", "eagle3"):
+            self._check_head(space, str(config.drafter), ALGORITHMS[method], method)
+        s = int(self._knob_or_default(config, space, method, "num_steps"))
+        k = int(self._knob_or_default(config, space, method, "topk"))
+        n = s + 1 if k == 1 else int(self._knob_or_default(config, space, method, "num_draft_tokens"))
+        reason = feasibility_reason(s, k, n)
+        if reason:
+            raise InfeasibleConfig(reason)
+        return EffectiveConfig.make(
+            config.drafter, config.cuda_graph, method=method, num_steps=s, topk=k, num_draft_tokens=n
+        )
+
+    def _resolve_ngram(self, config: TrialConfig, space: Space) -> EffectiveConfig:
+        v = {k: self._knob_or_default(config, space, "ngram", k) for k in METHODS["ngram"].knobs}
+        n, b, lo = int(v["num_draft_tokens"]), int(v["max_bfs_breadth"]), int(v["min_bfs_breadth"])
+        if n < 2:
+            raise InfeasibleConfig(f"n-gram num_draft_tokens must be at least 2 but got {n}")
+        if lo > b:
+            raise InfeasibleConfig(f"n-gram min_bfs_breadth {lo} exceeds max_bfs_breadth {b}")
+        if str(v["match_type"]) not in MATCH_TYPES:
+            raise InfeasibleConfig(
+                f"n-gram match_type must be one of {', '.join(MATCH_TYPES)} but got {v['match_type']!r}"
+            )
+        # _handle_ngram: topk := the max BFS breadth, steps := num_draft_tokens // topk
+        return EffectiveConfig.make(
+            None,
+            config.cuda_graph,
+            method="ngram",
+            num_draft_tokens=n,
+            max_bfs_breadth=b,
+            min_bfs_breadth=lo,
+            match_type=str(v["match_type"]),
+            max_trie_depth=int(v["max_trie_depth"]),
+            topk=b,
+            num_steps=n // b,
+        )
+
+    def _resolve_adaptive(self, config: TrialConfig, space: Space) -> EffectiveConfig:
+        algo = self.drafter_algorithm(space, str(config.drafter))
+        if algo not in ("EAGLE", "EAGLE3"):
+            # SGLang would switch adaptive off with only a warning (_maybe_disable_adaptive): never launch that
+            raise InfeasibleConfig(
+                f"adaptive needs an EAGLE or EAGLE-3 head; drafter {config.drafter!r} runs {algo}, for which SGLang "
+                "switches --speculative-adaptive off with only a warning"
+            )
+        text = self._knob_or_default(config, space, "adaptive", "candidate_steps")
+        steps = parse_steps(text)
+        if steps is None:
+            raise InfeasibleConfig(
+                f"adaptive candidate_steps {text!r}: expected comma-separated non-negative integers, one positive"
+            )
+        cfg = TrialConfig.make(
+            config.drafter,
+            config.cuda_graph,
+            method="adaptive",
+            candidate_steps=str(text),
+            up_hysteresis=float(self._knob_or_default(config, space, "adaptive", "up_hysteresis")),
+            down_hysteresis=float(self._knob_or_default(config, space, "adaptive", "down_hysteresis")),
+        )
+        start = adaptive_start(cfg)
+        return EffectiveConfig.of(cfg.with_knobs(num_steps=start, topk=1, num_draft_tokens=start + 1))
+
+    def drafter_algorithm(self, space: Space, name: str) -> str:
+        try:
+            return str(checks.resolved_algorithm(space, name)).upper()
+        except ValidationFailed as e:
+            raise InfeasibleConfig(str(e)) from None
+
+    def _check_head(self, space: Space, name: str, algorithm: str, method: str) -> None:
+        """The EAGLE/EAGLE3 trap: a head launched under the other algorithm runs with accept length ~1.0."""
+        try:
+            got = str(checks.resolved_algorithm(space, name)).upper()
+        except ValidationFailed:
+            return  # cannot tell from its config.json: the method names the algorithm
+        if got in ("EAGLE", "EAGLE3") and got != algorithm:
+            raise InfeasibleConfig(
+                f"drafter {name!r} is an {'EAGLE-3' if got == 'EAGLE3' else 'EAGLE'} head; method {method} would "
+                f"launch it with --speculative-algorithm {algorithm} (accept length ~1.0, no warning from SGLang)"
+            )
+
+    def defaults(self, space: Space) -> list[TrialConfig]:
+        """The server's own config of every available method x drafter, moved to the nearest point of the space."""
+
+        def nearest(values: list[Any], target: Any) -> Any:
+            if target in values:
+                return target
+            nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+            if nums and isinstance(target, int | float):
+                return min(nums, key=lambda v: (abs(v - target), v))
+            return values[0] if values else target
+
+        out: list[TrialConfig] = []
+        graphs = [bool(b) for b in space.search.cuda_graph]
+        cg = True if True in graphs else graphs[0]
+        for method in self.available(space):
+            drafters = list(space.search.methods[method].drafters) or [None]
+            knobs: dict[str, Any] = {}
+            if method in ("ngram", "adaptive"):
+                for k in METHODS[method].knobs:
+                    vals = encode.spec_values(self.spec(space, method, k))
+                    d = self._default(space, method, k)
+                    knobs[k] = nearest(vals, d) if vals else d
+                if method == "ngram" and knobs["min_bfs_breadth"] > knobs["max_bfs_breadth"]:
+                    knobs["min_bfs_breadth"] = knobs["max_bfs_breadth"]
+            else:
+                steps = self._steps(space, method)
+                if not steps:
+                    continue
+                s = nearest(steps, self._default(space, method, "num_steps"))
+                k = nearest(self._topk(space, method, s), self._default(space, method, "topk"))
+                n = (
+                    s + 1
+                    if k == 1
+                    else nearest(self._ndt(space, method, s, k), self._default(space, method, "num_draft_tokens"))
+                )
+                knobs = {"num_steps": s, "topk": k, "num_draft_tokens": n}
+            for d in drafters:
+                try:
+                    out.append(self.resolve(TrialConfig.make(d, cg, method=method, **knobs), space))
+                except InfeasibleConfig:
+                    continue
+        return out
+
+    def grid(self, space: Space) -> list[TrialConfig] | None:
+        """Every feasible point of every available method (None when a knob is a float range)."""
+        out: list[TrialConfig] = []
+        for method in self.available(space):
+            specs = {k: self.spec(space, method, k) for k in METHODS[method].knobs}
+            if any(encode.spec_values(sp) is None for sp in specs.values()):
+                return None
+            drafters = list(space.search.methods[method].drafters) or [None]
+            points: list[dict[str, Any]] = []
+            if method == "ngram":
+                v = {k: encode.spec_values(specs[k]) or [] for k in specs}
+                for n in v["num_draft_tokens"]:
+                    for b in v["max_bfs_breadth"]:
+                        for lo in v["min_bfs_breadth"]:
+                            for mt in v["match_type"]:
+                                for depth in v["max_trie_depth"]:
+                                    if lo <= b and n >= 2:
+                                        points.append(
+                                            dict(
+                                                num_draft_tokens=n,
+                                                max_bfs_breadth=b,
+                                                min_bfs_breadth=lo,
+                                                match_type=mt,
+                                                max_trie_depth=depth,
+                                            )
+                                        )
+            elif method == "adaptive":
+                v = {k: encode.spec_values(specs[k]) or [] for k in specs}
+                for c in v["candidate_steps"]:
+                    for up in v["up_hysteresis"]:
+                        for down in v["down_hysteresis"]:
+                            points.append(dict(candidate_steps=c, up_hysteresis=up, down_hysteresis=down))
+            else:
+                for s in self._steps(space, method):
+                    for k in self._topk(space, method, s):
+                        for n in [s + 1] if k == 1 else self._ndt(space, method, s, k):
+                            points.append(dict(num_steps=s, topk=k, num_draft_tokens=n))
+            for d in drafters:
+                for cg in space.search.cuda_graph:
+                    for p in points:
+                        try:
+                            out.append(self.resolve(TrialConfig.make(d, bool(cg), method=method, **p), space))
+                        except InfeasibleConfig:
+                            continue
+        return out
+
+    def argv(self, eff: TrialConfig, space: Space, files_dir: str | None, file_arg: Any) -> list[str]:
+        """The speculative flags of a resolved method config."""
+        method = str(eff.knob(METHOD_KNOB))
+        if method == "ngram":
+            out = [
+                "--speculative-algorithm",
+                "NGRAM",
+                "--speculative-num-draft-tokens",
+                str(eff.knob("num_draft_tokens")),
+            ]
+            for knob, flag in NGRAM_FLAGS.items():
+                out += [flag, str(eff.knob(knob))]
+            return out
+        algo = self.drafter_algorithm(space, str(eff.drafter)) if method == "adaptive" else ALGORITHMS[method]
+        out = ["--speculative-algorithm", algo]
+        if eff.drafter is not None:
+            out += ["--speculative-draft-model-path", space.drafter(eff.drafter).path]
+        out += [
+            "--speculative-num-steps",
+            str(eff.knob("num_steps")),
+            "--speculative-eagle-topk",
+            str(eff.knob("topk")),
+            "--speculative-num-draft-tokens",
+            str(eff.knob("num_draft_tokens")),
+        ]
+        if method == "adaptive":
+            out += ["--speculative-adaptive", "--speculative-adaptive-config", file_arg(ADAPTIVE_FILE, files_dir)]
+        return out
+
+    def files(self, config: TrialConfig) -> dict[str, str]:
+        if config.knob(METHOD_KNOB) != "adaptive":
+            return {}
+        return {ADAPTIVE_FILE: json.dumps(adaptive_file(config), indent=1, sort_keys=True) + "\n"}
+
+    def check_effective(self, config: TrialConfig, effective: Mapping[str, Any]) -> list[str]:
+        """What /server_info says against the method config launched: the algorithm (after SGLang's aliasing), the
+        knobs it resolved, adaptive actually on, the n-gram breadth."""
+        problems: list[str] = []
+        method = str(config.knob(METHOD_KNOB))
+        algo = effective.get("speculative_algorithm")
+        want = None if method == "adaptive" else REPORTED.get(ALGORITHMS[method], ALGORITHMS[method])
+        if algo is None:
+            problems.append(f"method {method} launched but the server reports no speculative algorithm")
+        elif want is not None and algo != want:
+            problems.append(f"method {method}: launched {ALGORITHMS[method]}, server runs {algo}")
+        for knob in ("num_steps", "topk", "num_draft_tokens"):
+            got = effective.get(knob)
+            if got is not None and config.knob(knob) is not None and got != config.knob(knob):
+                problems.append(f"{knob}: launched {config.knob(knob)}, server runs {got}")
+        if method == "adaptive" and effective.get("speculative_adaptive") is False:
+            problems.append("adaptive launched but the server switched --speculative-adaptive off")
+        if method != "adaptive" and effective.get("speculative_adaptive"):
+            problems.append(f"method {method} launched static but the server runs adaptive")
+        return problems
+
+
+__all__ = [
+    "ADAPTIVE_FILE",
+    "ALGORITHMS",
+    "DEFAULT_ADAPTIVE_CONFIG",
+    "METHODS",
+    "MTP_ARCHITECTURES",
+    "MethodTree",
+    "adaptive_file",
+    "adaptive_start",
+    "feasibility_reason",
+    "mtp_unavailable",
+    "parse_steps",
+    "tree_bound",
+]

@@ -1,0 +1,234 @@
+"""Per-method results of a study whose space searches ``search.methods`` (pure, except ``from_study``'s reads).
+
+What a report says per method: the best config of each method with its interval (the confirmed one where the
+confirmation raced it, else its search figure), the acceptance of its measured trials as the explanation (never the
+ranking: the ranking is measured throughput against the fastest baseline), the adaptive mode beside the tuned
+static config it competes with, each prompt category's speedup per method, and one sentence naming the winner:
+"n-gram wins on this prompt set: 1.31x [1.24, 1.38]; EAGLE-3 1.12x; MTP not available for this target".
+
+The catalogue of the space's methods (labels, adaptive, why one is not available) and the prompts' categories are
+recorded once per study as the study user attr ``methods`` (``record``, at seeding): the report reads the study
+alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.backends.base import Backend
+    from autotune.space import Space
+
+__all__ = ["STUDY_ATTR", "catalogue", "from_study", "record", "summarize"]
+
+#: the study user attr holding the space's method catalogue and prompt categories
+STUDY_ATTR = "methods"
+
+
+def catalogue(space: Space, backend: Backend) -> dict[str, Any] | None:
+    """The space's methods as a report needs them (None: the space has no ``search.methods``)."""
+    if not space.search.methods:
+        return None
+    methods = {}
+    for name in space.search.methods:
+        m = backend.methods[name]
+        methods[name] = {
+            "label": m.label,
+            "adaptive": m.adaptive,
+            "unavailable": backend.method_unavailable(space, name),
+        }
+    return {"methods": methods, "categories": [p.category for p in space.benchmark.prompts]}
+
+
+def record(study: optuna.Study, space: Space, backend: Backend) -> None:
+    """Store ``catalogue`` on the study once (a method space only)."""
+    info = catalogue(space, backend)
+    if info is not None and STUDY_ATTR not in study.user_attrs:
+        study.set_user_attr(STUDY_ATTR, info)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _ci_text(ci: Mapping[str, Any] | None) -> str:
+    return f" [{ci['low']:.2f}, {ci['high']:.2f}]" if ci else ""
+
+
+def _geo(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarize(
+    info: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    confirmed: Sequence[Mapping[str, Any]],
+    best: Mapping[str, Any] | None,
+    verdict: str,
+    per_prompt: Mapping[int, Sequence[float | None]] | None = None,
+) -> dict[str, Any]:
+    """Per-method results from a report's trial rows (``speedup_vs_fastest``, ``accept_length``), its confirmed
+    candidates and pick (``best``), its verdict, and ``per_prompt``: trial number -> per-prompt speedup over its
+    baseline (for the category table)."""
+    cat = info.get("methods") or {}
+    confirmed_by = {c["trial"]: c for c in confirmed}
+    speculative = [r for r in rows if r.get("role") == "speculative" and (r.get("config") or {}).get("method")]
+    out: list[dict[str, Any]] = []
+    for name, m in cat.items():
+        mine = [r for r in speculative if r["config"].get("method") == name]
+        measured = [r for r in mine if r.get("state") == "COMPLETE" and r.get("duplicate_of") is None]
+        accepts = [r["accept_length"] for r in measured if r.get("accept_length") is not None]
+        entry: dict[str, Any] = {
+            "method": name,
+            "label": m["label"],
+            "adaptive": bool(m.get("adaptive")),
+            "unavailable": m.get("unavailable"),
+            "trials": len([r for r in mine if r.get("duplicate_of") is None]),
+            "measured": len(measured),
+            "accept_length": sum(accepts) / len(accepts) if accepts else None,
+            "best": None,
+        }
+        ours = [confirmed_by[r["number"]] for r in mine if r["number"] in confirmed_by]
+        ours = [c for c in ours if (c.get("deploy_speedup_ci") or c.get("speedup_ci"))]
+        if ours:
+            c = max(ours, key=lambda c: (c.get("deploy_speedup_ci") or c["speedup_ci"])["point"])
+            ci = c.get("deploy_speedup_ci") or c["speedup_ci"]
+            row = next(r for r in mine if r["number"] == c["trial"])
+            entry["best"] = {
+                "trial": c["trial"],
+                "config": c["config"],
+                "speedup": ci["point"],
+                "speedup_ci": ci,
+                "confirmed": True,
+                "accept_length": row.get("accept_length"),
+            }
+        else:
+            fast = [r for r in measured if r.get("speedup_vs_fastest") is not None]
+            pruned = not fast
+            if pruned:  # only pruned trials: their figure over the prompts measured before they lost
+                fast = [r for r in mine if r.get("duplicate_of") is None and r.get("speedup") is not None]
+            if fast:
+                key = "speedup" if pruned else "speedup_vs_fastest"
+                r = max(fast, key=lambda r: r[key])
+                entry["best"] = {
+                    "trial": r["number"],
+                    "config": r["config"],
+                    "speedup": r[key],
+                    "speedup_ci": None,
+                    "confirmed": False,
+                    "pruned": pruned,
+                    "accept_length": r.get("accept_length"),
+                }
+        out.append(entry)
+    winner = None
+    if verdict == "speculation-wins" and best is not None:
+        winner = (best.get("config") or {}).get("method")
+    return {
+        "methods": out,
+        "winner": winner,
+        "text": _text(out, winner),
+        "adaptive": _adaptive_rows(out),
+        "categories": _categories(out, info.get("categories") or [], per_prompt or {}),
+    }
+
+
+def _text(out: list[dict[str, Any]], winner: str | None) -> str:
+    ranked = sorted((e for e in out if e["best"] is not None), key=lambda e: e["best"]["speedup"], reverse=True)
+    parts = []
+    for e in ranked:
+        b = e["best"]
+        head = f"{e['label']} {_fmt(b['speedup'])}{_ci_text(b['speedup_ci'])}"
+        if not b["confirmed"]:
+            head += " (pruned in the search)" if b.get("pruned") else " (search, not confirmed)"
+        parts.append(head)
+    for e in out:
+        if e["best"] is None:
+            why = e["unavailable"] or ("nothing measured" if e["trials"] else "not tried")
+            short = why.split(":")[0] if e["unavailable"] else why
+            parts.append(f"{e['label']}: {short}")
+    if winner is not None:
+        w = next(e for e in out if e["method"] == winner)
+        first = f"{w['label']} wins on this prompt set: "
+        rest = [p for p in parts if not p.startswith(w["label"] + " ")]
+        mine = next((p for p in parts if p.startswith(w["label"] + " ")), w["label"])
+        return first + mine[len(w["label"]) + 1 :] + ("; " + "; ".join(rest) if rest else "")
+    return "no method wins on this prompt set: " + "; ".join(parts)
+
+
+def _adaptive_rows(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each adaptive method's best beside the tuned static config it competes with: the best static config of the
+    same drafter, else the best static config of any method."""
+    rows = []
+    static = [e for e in out if not e["adaptive"] and e["best"] is not None]
+    for e in out:
+        if not e["adaptive"] or e["best"] is None:
+            continue
+        drafter = e["best"]["config"].get("drafter")
+        same = [s for s in static if s["best"]["config"].get("drafter") == drafter]
+        pool = same or static
+        if not pool:
+            continue
+        s = max(pool, key=lambda s: s["best"]["speedup"])
+        a, b = e["best"], s["best"]
+        rows.append(
+            {
+                "adaptive": a,
+                "static": b,
+                "static_method": s["method"],
+                "text": f"{e['label']} {_fmt(a['speedup'])}{_ci_text(a['speedup_ci'])} vs tuned static "
+                f"{_fmt(b['speedup'])}{_ci_text(b['speedup_ci'])} ({s['label']})",
+            }
+        )
+    return rows
+
+
+def _categories(
+    out: list[dict[str, Any]], categories: Sequence[str | None], per_prompt: Mapping[int, Sequence[float | None]]
+) -> dict[str, dict[str, float | None]]:
+    """Each prompt category's speedup (geometric mean over its prompts, against the trial's own baseline) of each
+    method's best config; empty without categories."""
+    if not any(categories):
+        return {}
+    table: dict[str, dict[str, float | None]] = {}
+    names = sorted({c for c in categories if c})
+    for e in out:
+        if e["best"] is None:
+            continue
+        ratios = per_prompt.get(e["best"]["trial"]) or []
+        table[e["method"]] = {
+            c: _geo([r for i, r in enumerate(ratios) if i < len(categories) and categories[i] == c and r])
+            for c in names
+        }
+    return table
+
+
+def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``summarize`` for a study's report (None: not a method space)."""
+    info = study.user_attrs.get(STUDY_ATTR)
+    if not info:
+        return None
+    from autotune import records
+    from autotune.records import TrialRecord
+
+    per_prompt: dict[int, list[float | None]] = {}
+    by_number = {t.number: t for t in records.trials(study)}
+    for row in report["trials"]:
+        if row.get("role") != "speculative" or row.get("duplicate_of") is not None:
+            continue
+        t = by_number.get(row["number"])
+        if t is None:
+            continue
+        r = TrialRecord(t)
+        base = records.find_baseline(study, r.cuda_graph)
+        if base is None:
+            continue
+        mine = {p["index"]: p.get("tok_per_s") for p in r.prompts}
+        theirs = {p["index"]: p.get("tok_per_s") for p in TrialRecord(base).prompts}
+        n = len(info.get("categories") or [])
+        per_prompt[t.number] = [(mine[i] / theirs[i]) if mine.get(i) and theirs.get(i) else None for i in range(n)]
+    return summarize(info, report["trials"], report["confirmed"], report.get("best"), report["verdict"], per_prompt)

@@ -1,0 +1,191 @@
+"""SGLang's methods as a searched choice: the space, the Optuna encoding, SGLang 0.5.23's resolution rules, argv
+as the simulator's SGLang parser reads it, and the per-method results."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.backends.registry import get_backend
+from autotune.backends.sglang_methods import mtp_unavailable
+from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig, SpaceError
+from autotune.sim import parse_launch_args, simulated_space
+from autotune.sim.runner import sim_argv
+from autotune.space import MethodSpec, load_space
+from autotune.study import methods as per_method
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = ROOT / "spaces" / "methods.yaml"
+SCENARIOS = ROOT / "autotune" / "sim" / "scenarios"
+
+
+@pytest.fixture(scope="module")
+def space():
+    return simulated_space(load_space(SPACE))
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return get_backend("sglang")
+
+
+def _write(tmp_path: Path, search: str, version: str = "0.5.23") -> Path:
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        f"""name: t
+server: {{backend: sglang, model_path: /m, version: "{version}"}}
+drafters:
+  - {{name: head, path: /d, algorithm: EAGLE3}}
+search:
+{search}
+benchmark: {{prompts: [hello]}}
+""",
+        encoding="utf-8",
+    )
+    return p
+
+
+def test_shipped_space_loads_with_its_methods():
+    s = load_space(SPACE)
+    assert list(s.search.methods) == ["eagle3", "mtp", "ngram", "standalone", "adaptive"]
+    assert s.search.methods["ngram"].drafters == ()
+    assert s.searched_drafters() == ("eagle3-llama31-8b", "llama32-1b")
+
+
+@pytest.mark.parametrize(
+    ("search", "message"),
+    [
+        ("  methods: {nextn: {}}", "unknown method"),
+        ("  methods: {ngram: {drafters: [head]}}", "runs no drafter"),
+        ("  methods: {eagle3: {num_steps: [1, 2]}}", "needs an EAGLE-3 head"),
+        ("  methods: {ngram: {topk: [1]}}", "unknown knob"),
+        ("  methods: {ngram: {}}\n  num_steps: [1]", "given per method"),
+        ("  methods: {eagle3: {drafters: [nope]}}", "drafters' names"),
+    ],
+)
+def test_bad_method_sections_are_refused(tmp_path, search, message):
+    with pytest.raises(SpaceError, match=message):
+        load_space(_write(tmp_path, search))
+
+
+def test_a_version_without_adaptive_is_refused_naming_the_version(tmp_path):
+    with pytest.raises(SpaceError, match=r"needs server version 0\.5\.23 or newer; server.version is 0\.5\.20"):
+        load_space(_write(tmp_path, "  methods: {adaptive: {drafters: [head]}}", version="0.5.20"))
+
+
+def test_mtp_needs_the_targets_mtp_layers():
+    assert "not available" in mtp_unavailable(str(SCENARIOS / "llama31-8b-h100" / "target"))
+    assert mtp_unavailable(str(SCENARIOS / "deepseek-v3-mtp-h200" / "target")) is None
+    assert mtp_unavailable("org/hub-id") is None  # unknown here: the server decides
+
+
+def test_model_free_configs_are_not_baselines():
+    assert not TrialConfig.make(None, True, method="ngram").is_baseline
+    assert TrialConfig.baseline().is_baseline
+
+
+def test_ngram_resolves_as_sglang_does(space, backend):
+    eff = backend.resolve(TrialConfig.make(None, True, method="ngram", num_draft_tokens=16, max_bfs_breadth=4), space)
+    # _handle_ngram: topk := max BFS breadth, steps := num_draft_tokens // topk; the other knobs at their defaults
+    assert (eff.knob("topk"), eff.knob("num_steps"), eff.knob("min_bfs_breadth"), eff.knob("match_type")) == (
+        4,
+        4,
+        1,
+        "BFS",
+    )
+    args = parse_launch_args(sim_argv(backend.argv(eff, space, port=1)))
+    assert (args.speculative_eagle_topk, args.speculative_num_steps, args.speculative_num_draft_tokens) == (4, 4, 16)
+    assert backend.check_effective(eff, backend.read_effective(args.server_args())) == []
+
+
+def test_traps_are_refused_before_launch(space, backend):
+    with pytest.raises(InfeasibleConfig, match="not available"):
+        backend.resolve(TrialConfig.make(None, True, method="mtp", num_steps=3, topk=1, num_draft_tokens=4), space)
+    methods = {**space.search.methods, "adaptive": MethodSpec("adaptive", drafters=("llama32-1b",))}
+    odd = dataclasses.replace(space, search=dataclasses.replace(space.search, methods=methods))
+    with pytest.raises(InfeasibleConfig, match="adaptive needs an EAGLE"):  # SGLang would switch it off silently
+        backend.resolve(TrialConfig.make("llama32-1b", True, method="adaptive"), odd)
+    with pytest.raises(InfeasibleConfig, match="not one of method"):
+        backend.resolve(TrialConfig.make("llama32-1b", True, method="eagle3", num_steps=3, topk=1), space)
+
+
+def test_eagle3_head_under_eagle_is_refused(tmp_path, backend):
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}), encoding="utf-8")
+    p = _write(tmp_path, "  methods: {eagle: {drafters: [head]}}").read_text().replace("path: /d", f"path: {head}")
+    p = p.replace(", algorithm: EAGLE3", "")
+    (tmp_path / "s2.yaml").write_text(p, encoding="utf-8")
+    s = load_space(tmp_path / "s2.yaml")
+    with pytest.raises(InfeasibleConfig, match="EAGLE-3 head"):
+        backend.resolve(TrialConfig.make("head", True, method="eagle", num_steps=3, topk=1), s)
+
+
+def test_every_default_config_launches_as_resolved(space, backend, tmp_path):
+    """Each method's server default per drafter: argv parses with the simulator's SGLang 0.5.23 rules to the same
+    effective config, the adaptive config file is read and adaptive stays on, and the server reports it engaged."""
+    defaults = backend.defaults(space)
+    assert sorted({c.knob("method") for c in defaults}) == ["adaptive", "eagle3", "ngram", "standalone"]
+    for eff in defaults:
+        files = backend.files(eff, space)
+        for name, text in files.items():
+            (tmp_path / name).write_text(text, encoding="utf-8")
+        argv = backend.argv(eff, space, port=1, files_dir=str(tmp_path))
+        args = parse_launch_args(sim_argv(argv))
+        assert args.speculative_adaptive == (eff.knob("method") == "adaptive")
+        assert backend.check_effective(eff, backend.read_effective(args.server_args())) == [], eff.label()
+
+
+def test_suggest_and_params_agree_on_every_grid_point(space, backend):
+    grid = backend.grid(space)
+    assert {c.knob("method") for c in grid} == {"adaptive", "eagle3", "ngram", "standalone"}
+    study = optuna.create_study()
+    for cfg in grid[:: max(1, len(grid) // 40)]:
+        study.enqueue_trial(backend.params(cfg, space))
+        trial = study.ask()
+        assert backend.resolve(backend.suggest(trial, space), space) == cfg
+        study.tell(trial, 1.0)
+
+
+def test_the_summary_names_the_winner_and_sets_adaptive_beside_static():
+    info = {
+        "methods": {
+            "eagle3": {"label": "EAGLE-3", "adaptive": False, "unavailable": None},
+            "mtp": {"label": "MTP", "adaptive": False, "unavailable": "MTP not available for this target: x"},
+            "ngram": {"label": "n-gram", "adaptive": False, "unavailable": None},
+            "adaptive": {"label": "adaptive", "adaptive": True, "unavailable": None},
+        },
+        "categories": ["code", "chat"],
+    }
+
+    def row(n, method, drafter, speedup, accept):
+        return {
+            "number": n,
+            "role": "speculative",
+            "state": "COMPLETE",
+            "duplicate_of": None,
+            "config": {"method": method, "drafter": drafter},
+            "speedup_vs_fastest": speedup,
+            "accept_length": accept,
+        }
+
+    rows = [row(1, "eagle3", "h", 1.1, 3.0), row(2, "ngram", None, 1.3, 2.0), row(3, "adaptive", "h", 1.2, 2.5)]
+    ci = {"point": 1.31, "low": 1.24, "high": 1.38}
+    confirmed = [{"trial": 2, "config": rows[1]["config"], "deploy_speedup_ci": ci, "speedup_ci": ci}]
+    out = per_method.summarize(
+        info, rows, confirmed, {"config": rows[1]["config"]}, "speculation-wins", {2: [2.0, 1.0], 1: [1.0, 1.2]}
+    )
+    assert out["winner"] == "ngram"
+    assert out["text"].startswith("n-gram wins on this prompt set: 1.31x [1.24, 1.38]; ")
+    assert "MTP: MTP not available for this target" in out["text"]
+    assert out["adaptive"][0]["static_method"] == "eagle3"  # the same drafter's tuned static config
+    assert out["adaptive"][0]["text"].startswith("adaptive 1.20x vs tuned static 1.10x")
+    assert out["categories"]["ngram"] == {"chat": 1.0, "code": 2.0}
+    # ranking by throughput, never by acceptance: EAGLE-3's higher acceptance does not win
+    lost = per_method.summarize(info, rows, confirmed, None, "inconclusive")
+    assert lost["winner"] is None and lost["text"].startswith("no method wins")
