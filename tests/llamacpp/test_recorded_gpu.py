@@ -65,3 +65,19 @@ def test_a_confident_divergence_on_the_recorded_answer_is_lossy(recorded):
     assert d.kind == "lossy" and d.token == j and d.margin > 2.0
     rec = lossless.check_outputs([other], [ref.text], [ref], tolerance=0.1, min_prefix=0.9)
     assert not rec["ok"] and rec["lossy"] == [0]
+
+
+def test_the_h200_load_study_on_the_trust_code_ends_confirmed_without_exclusions():
+    """docs/gpu-runs/2026-12-01-h200-trust: levels 1, 4 and 16 on the H200 after issue #22 (crash retries, the run
+    lock, the plan): confirmed speculation-wins, nothing excluded; the one FAIL is the trial the harness's cut
+    interrupted (not counted), and the resumed run said so and planned from its own measured starts."""
+    run = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-01-h200-trust" / "resumed"
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["verdict"] == "speculation-wins" and rep["exclusions"] == []
+    ci = rep["recommended"]["speedup_ci"]
+    assert ci["low"] > 1.0 and rep["recommended"]["config"]["spec_type"] == "draft-simple"
+    failed = [t for t in rep["trials"] if t["state"] == "FAIL"]
+    assert failed and all(t["reason"].startswith("interrupted") for t in failed)
+    assert not any(c["flagged"] for c in rep["baseline_check"])
+    log = (run / "study.log").read_text()
+    assert "resuming study h200-trust: 24 trials kept" in log and "measured in this study" in log
