@@ -171,13 +171,17 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def _print_report(report: dict[str, Any], as_json: bool) -> None:
+def _print_report(report: dict[str, Any], as_json: bool, ctx: Context | None = None) -> None:
     if as_json:
         _print_json(report)
-    else:
-        from autotune.render import render_report
+        return
+    from autotune.render import render_report
 
-        render_report(report, sys.stdout)
+    render_report(report, sys.stdout)
+    command = commands.recommended_command(ctx, report) if ctx is not None else None
+    if command:
+        what = "the recommended config" if (report["recommended"].get("config") or {}).get("drafter") else "it"
+        print(f"to deploy {what} (autotune export ... for other formats):\n  {command}")
 
 
 def _watch(ctx: Context) -> Any:
@@ -232,7 +236,7 @@ def cmd_study(ctx: Context) -> int:
         return EXIT_OK
     html = ctx.studies_dir / ctx.study_name / "report.html"
     _write_html(ctx, result.study, result.report, html)
-    _print_report(result.report, args.json)
+    _print_report(result.report, args.json, ctx)
     if not args.json:
         from autotune.export import suggested_format
 
@@ -254,7 +258,7 @@ def cmd_worker(ctx: Context) -> int:
 
 def cmd_confirm(ctx: Context) -> int:
     result = commands.run_confirm(ctx, note=_note)
-    _print_report(result.report, ctx.args.json)
+    _print_report(result.report, ctx.args.json, ctx)
     return EXIT_OK
 
 
@@ -262,7 +266,7 @@ def cmd_report(ctx: Context) -> int:
     result = commands.load_report(ctx)
     if ctx.args.html:
         _write_html(ctx, result.study, result.report, Path(ctx.args.html))
-    _print_report(result.report, ctx.args.json)
+    _print_report(result.report, ctx.args.json, ctx)
     return EXIT_OK
 
 

@@ -148,7 +148,7 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     line(f"  {report['verdict_text']}")
     rec = report["recommended"]
     if rec.get("config"):
-        line(f"recommended: {rec['config']}  ({rec['why']})", "bold")
+        line(f"recommended: trial {rec.get('trial')}: {config_label(rec['config'])}  ({rec['why']})", "bold")
 
 
 def _baselines(con: Console, report: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ makes one call here, renders the result and picks the exit code).
 """
 
 from autotune.commands.context import Context, Note, preflight, reap
-from autotune.commands.deploy import ExportResult, dashboard, deploy_space, export
+from autotune.commands.deploy import ExportResult, dashboard, deploy_space, export, recommended_command
 from autotune.commands.measure import BenchResult, bench, parse_value, reverify
 from autotune.commands.study import (
     StudyResult,
@@ -35,6 +35,7 @@ __all__ = [
     "parse_value",
     "preflight",
     "reap",
+    "recommended_command",
     "reverify",
     "run_confirm",
     "run_study",

@@ -68,6 +68,23 @@ def export(ctx: Context) -> ExportResult:
     return ExportResult(result.text, out, tuple(written))
 
 
+def recommended_command(ctx: Context, report: dict[str, Any]) -> str | None:
+    """The launch command of the report's recommendation (the ``command`` export without its comments), for the
+    end of a study's or report's text; None when the study has no recommendation or it cannot be rendered."""
+    from autotune.export import render
+
+    if (report.get("recommended") or {}).get("trial") is None:
+        return None
+    try:
+        text = render(
+            deploy_space(ctx), ctx.backend, report, "command", read_space=ctx.run_space if ctx.simulated else None
+        )
+    except (ValueError, KeyError):
+        return None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    return "\n".join(lines) or None
+
+
 def deploy_space(ctx: Context) -> Any:
     """The space to export from: the real one; after a simulated study, each drafter keeps the algorithm it ran
     with (read from the simulator's stand-in checkpoint, since the real checkpoint may not be on this machine)."""

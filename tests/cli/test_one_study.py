@@ -187,3 +187,16 @@ def test_dry_run_prints_the_plan_and_writes_nothing_and_a_rerun_says_it_resumes(
 def test_version():
     r = autotune("--version")
     assert r.returncode == 0 and r.stdout.startswith("autotune ") and r.stdout.split()[1][0].isdigit()
+
+
+def test_the_report_ends_with_the_recommendation_as_a_command(tmp_path):
+    space, studies = _llama(tmp_path), tmp_path / "studies"
+    run = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
+    assert run.returncode == 0, run.stderr
+    rep = autotune("report", str(space), "--simulate", "--studies-dir", str(studies))
+    assert rep.returncode == 0, rep.stderr
+    lines = rep.stdout.splitlines()
+    rec = next(ln for ln in lines if ln.startswith("recommended: trial "))
+    assert "{" not in rec  # a label, not a Python dict
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("to deploy "))
+    assert "sglang.launch_server" in lines[i + 1] and "--model-path" in lines[i + 1]
