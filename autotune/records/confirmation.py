@@ -162,6 +162,10 @@ class ConfirmationState:
         """The stored (JSON) form of one key, for readers of the study attr's shape."""
         return self.to_dict()[key]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """``self[key]``, or ``default`` when the state has no such key (the benchmark scripts read it so)."""
+        return self.to_dict().get(key, default)
+
 
 _FIELDS = frozenset(f.name for f in fields(ConfirmationState))
 _DECODE: dict[str, Any] = {
