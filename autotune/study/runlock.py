@@ -52,7 +52,9 @@ def sqlite_path(url: str) -> Path | None:
 def _file_lock(db: Path, study_name: str) -> Iterator[None]:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in study_name)
     path = db.parent / f"{db.name}.{safe}.lock"
+    created = [d for d in (db.parent, *db.parent.parents) if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not path.exists()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -75,6 +77,11 @@ def _file_lock(db: Path, study_name: str) -> Iterator[None]:
         try:
             yield
         finally:
+            if new_file and not db.exists():  # nothing was written (e.g. exit 2 before the study): leave nothing
+                path.unlink(missing_ok=True)
+                for d in created:
+                    with contextlib.suppress(OSError):  # only while empty
+                        d.rmdir()
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

@@ -82,3 +82,13 @@ def test_a_second_run_of_a_postgres_study_is_refused_naming_the_holder():
         p.communicate("\n", timeout=30)
     with run_lock(url, name):
         pass
+
+
+def test_a_run_that_writes_nothing_leaves_no_lock_file_or_folder(tmp_path):
+    url = f"sqlite:///{tmp_path}/studies/s.db"
+    with pytest.raises(RuntimeError), run_lock(url, "s"):
+        raise RuntimeError("exit 2 before the study was created")
+    assert not (tmp_path / "studies").exists()
+    with run_lock(url, "s"):
+        (tmp_path / "studies" / "s.db").write_bytes(b"")  # the study was written: its lock file stays beside it
+    assert (tmp_path / "studies" / "s.db.s.lock").exists()
