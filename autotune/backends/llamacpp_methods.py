@@ -31,20 +31,15 @@ Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter`` and ``METHOD.KNOB`
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotune.backends import encode
 from autotune.backends.base import KnobDomain
-from autotune.backends.methods import METHOD_KNOB, Method, OptunaAsk, ReplayAsk, param_name
-from autotune.config import EffectiveConfig, TrialConfig
-from autotune.errors import InfeasibleConfig, UserError
-from autotune.space.model import Choices, FloatRange, ParamSpec
+from autotune.backends.methods import METHOD_KNOB, FlatMethods, Method
+from autotune.config import TrialConfig
+from autotune.errors import UserError
 
 if TYPE_CHECKING:
-    import optuna
-
     from autotune.space import Space
 
 #: the draft types' shared knobs and the server's defaults (``common_params_speculative_draft``)
@@ -187,182 +182,21 @@ def mtp_unavailable(model_path: str) -> str | None:
     return None
 
 
-class LlamaMethods:
+class LlamaMethods(FlatMethods):
     """Suggest, replay, resolve, enumerate and launch the configs of a llama.cpp space with ``search.methods``."""
 
-    # -- what the space offers -----------------------------------------------------------------------------
+    catalogue = METHODS
+    pairs = (("draft_n_max", "draft_n_min", 1), ("ngram_mod_n_max", "ngram_mod_n_min", 0))
 
     def unavailable(self, space: Space, method: str) -> str | None:
         if "draft-mtp" in types_of(method):
             return mtp_unavailable(space.server.model_path)
         return None
 
-    def available(self, space: Space) -> list[str]:
-        return [m for m in space.search.methods if self.unavailable(space, m) is None]
-
-    @staticmethod
-    def spec(space: Space, method: str, knob: str) -> ParamSpec:
-        got = space.search.methods[method].knobs.get(knob)
-        return got if got is not None else Choices((METHODS[method].defaults[knob],))
-
-    def _ints(self, space: Space, method: str, knob: str, low: int, high: int = 1024) -> list[int]:
-        return [int(v) for v in encode.spec_values(self.spec(space, method, knob)) or [] if low <= int(v) <= high]
-
-    # -- the walk ------------------------------------------------------------------------------------------
-
-    def walk(self, ask: Any, space: Space, method: str | None = None) -> TrialConfig:
-        methods = self.available(space)
-        if not methods:
-            raise InfeasibleConfig("no method of search.methods can run with this target")
-        method = ask.categorical(METHOD_KNOB, METHOD_KNOB, methods) if method is None else method
-        cg = ask.categorical("cuda_graph", "cuda_graph", [bool(b) for b in space.search.cuda_graph])
-        cat = METHODS[method]
-        drafter = None
-        if cat.needs_drafter:
-            drafter = ask.categorical(
-                "drafter", param_name(method, "drafter"), list(space.search.methods[method].drafters)
-            )
-        knobs: dict[str, Any] = {}
-        if "draft_n_max" in cat.knobs:
-            knobs.update(self._walk_pair(ask, space, method, "draft_n_max", "draft_n_min", 1))
-            knobs["draft_p_min"] = float(
-                ask.number("draft_p_min", param_name(method, "draft_p_min"), self.spec(space, method, "draft_p_min"))
-            )
-        if "ngram_mod_n_max" in cat.knobs:
-            knobs.update(self._walk_pair(ask, space, method, "ngram_mod_n_max", "ngram_mod_n_min", 0))
-        for knob in cat.knobs:
-            if knob in knobs:
-                continue
-            dom = cat.knobs[knob]
-            allowed = self._ints(space, method, knob, int(dom.low or 0), int(dom.high or 1024))
-            if not allowed:
-                raise InfeasibleConfig(f"no value of {method}.{knob} lies in [{dom.low}, {dom.high or 1024}]")
-            knobs[knob] = ask.int(knob, param_name(method, knob), self.spec(space, method, knob), allowed)
-        return TrialConfig.make(drafter, bool(cg), method=method, **knobs)
-
-    def _walk_pair(self, ask: Any, space: Space, method: str, top: str, bottom: str, low: int) -> dict[str, int]:
-        """A maximum and a minimum drawn at most the maximum (named ``BOTTOM_le{N}`` when that cuts the list)."""
-        tops = [t for t in self._ints(space, method, top, low) if self._ints(space, method, bottom, 0, t)]
-        if not tops:
-            raise InfeasibleConfig(f"no {method}.{top} with a {bottom} at most it")
-        t = ask.int(top, param_name(method, top), self.spec(space, method, top), tops)
-        mins = self._ints(space, method, bottom, 0, t)
-        full = encode.spec_values(self.spec(space, method, bottom))
-        name = encode.cut_name(bottom, mins, full, f"le{t}")
-        return {top: t, bottom: ask.int(bottom, param_name(method, name), self.spec(space, method, bottom), mins)}
-
-    def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        return self.walk(OptunaAsk(trial), space)
-
-    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        values = {**config.knob_dict, "cuda_graph": bool(config.cuda_graph), "drafter": config.drafter}
-        ask = ReplayAsk(values)
-        method = str(config.knob(METHOD_KNOB))
-        ask.params[METHOD_KNOB] = method
-        self.walk(ask, space, method=method)
-        return ask.params
-
-    # -- resolution ----------------------------------------------------------------------------------------
-
-    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
-        method = config.knob(METHOD_KNOB)
-        if method not in space.search.methods:
-            raise InfeasibleConfig(f"method {method!r} is not in the space's search.methods")
-        why = self.unavailable(space, str(method))
-        if why:
-            raise InfeasibleConfig(why)
-        cat = METHODS[method]
-        if cat.needs_drafter:
-            if config.drafter not in space.search.methods[method].drafters:
-                raise InfeasibleConfig(f"drafter {config.drafter!r} is not one of method {method}'s drafters")
-        elif config.drafter is not None:
-            raise InfeasibleConfig(f"method {method} ({cat.label}) runs no drafter; got {config.drafter!r}")
-        unknown = sorted(set(config.knob_dict) - {METHOD_KNOB, *cat.knobs})
-        if unknown:
-            raise InfeasibleConfig(f"unknown knobs {unknown} for method {method}")
-        v: dict[str, Any] = {}
-        for knob, dom in cat.knobs.items():
-            raw = config.knob(knob)
-            raw = cat.defaults[knob] if raw is None else raw
-            if dom.kind == "float":
-                x: Any = float(raw)
-                if not 0.0 <= x <= 1.0:
-                    raise InfeasibleConfig(f"{knob} must be in [0, 1] but got {raw!r}")
-            else:
-                x = int(raw)
-                lo, hi = int(dom.low or 0), int(dom.high) if dom.high is not None else None
-                if x < lo or (hi is not None and x > hi):
-                    raise InfeasibleConfig(f"{knob} must be in [{lo}, {hi if hi is not None else 'inf'}] but got {x}")
-            v[knob] = x
-        if "draft_n_max" in v and v["draft_n_min"] > v["draft_n_max"]:
-            raise InfeasibleConfig(f"draft_n_min ({v['draft_n_min']}) must not exceed draft_n_max ({v['draft_n_max']})")
-        if "ngram_mod_n_max" in v and v["ngram_mod_n_min"] > v["ngram_mod_n_max"]:
-            raise InfeasibleConfig(
-                f"ngram_mod_n_min ({v['ngram_mod_n_min']}) exceeds ngram_mod_n_max ({v['ngram_mod_n_max']}): "
-                "ngram-mod would drop every draft"
-            )
-        return EffectiveConfig.make(config.drafter, config.cuda_graph, method=str(method), **v)
-
-    # -- enumeration ---------------------------------------------------------------------------------------
-
-    def _points(self, space: Space, method: str, nearest_default: bool) -> list[dict[str, Any]] | None:
-        cat = METHODS[method]
-        axes: dict[str, list[Any]] = {}
-        for knob in cat.knobs:
-            spec = self.spec(space, method, knob)
-            values = encode.spec_values(spec)
-            if values is None:
-                if not nearest_default:
-                    return None
-                assert isinstance(spec, FloatRange)
-                values = [min(max(float(cat.defaults[knob]), spec.low), spec.high)]
-            if nearest_default:
-                d = cat.defaults[knob]
-                values = [min(values, key=lambda x: (abs(float(x) - float(d)), float(x)))]
-            axes[knob] = list(values)
-        return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
-
-    def _configs(
-        self, space: Space, method: str, points: list[dict[str, Any]], graphs: list[bool]
-    ) -> list[TrialConfig]:
-        out: list[TrialConfig] = []
-        drafters = list(space.search.methods[method].drafters) if METHODS[method].needs_drafter else [None]
-        for d in drafters:
-            for cg in graphs:
-                for p in points:
-                    try:
-                        out.append(self.resolve(TrialConfig.make(d, cg, method=method, **p), space))
-                    except (InfeasibleConfig, ValueError):
-                        continue
-        return out
-
-    def defaults(self, space: Space) -> list[TrialConfig]:
-        """The server's own config of every available method x drafter, moved to the nearest point of the space
-        (a minimum above its maximum lowered to it)."""
-        graphs = [bool(b) for b in space.search.cuda_graph]
-        cg = True if True in graphs else graphs[0]
-        out: list[TrialConfig] = []
-        for method in self.available(space):
-            points = self._points(space, method, nearest_default=True) or []
-            for p in points:
-                for top, bottom in (("draft_n_max", "draft_n_min"), ("ngram_mod_n_max", "ngram_mod_n_min")):
-                    if top in p and p[bottom] > p[top]:
-                        lower = self._ints(space, method, bottom, 0, p[top])
-                        if lower:
-                            p[bottom] = max(lower)
-            out += self._configs(space, method, points, [cg])
-        return out
-
-    def grid(self, space: Space) -> list[TrialConfig] | None:
-        """Every feasible point of every available method (None when a knob is a float range)."""
-        out: list[TrialConfig] = []
-        graphs = [bool(b) for b in space.search.cuda_graph]
-        for method in self.available(space):
-            points = self._points(space, method, nearest_default=False)
-            if points is None:
-                return None
-            out += self._configs(space, method, points, graphs)
-        return out
+    def pair_problem(self, top: str, bottom: str, high: int, low: int) -> str:
+        if top == "ngram_mod_n_max":
+            return f"ngram_mod_n_min ({low}) exceeds ngram_mod_n_max ({high}): ngram-mod would drop every draft"
+        return f"{bottom} ({low}) must not exceed {top} ({high})"
 
     # -- launching -----------------------------------------------------------------------------------------
 
