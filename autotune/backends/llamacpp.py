@@ -21,16 +21,9 @@ Rules this module knows (llama.cpp, checked against its source):
 - ``/props`` reports ``speculative.types: none`` even while speculating: ``read_effective`` records it as
   ``reported_spec_types`` and ``check_effective`` ignores it.
 
-Acceptance. The final streamed chunk carries ``timings.predicted_n`` (tokens generated), ``timings.draft_n``
-(draft tokens proposed) and ``timings.draft_n_accepted``; it does not carry the number of verify steps. Every
-target forward pass during generation yields exactly one token of its own plus the draft tokens it accepted,
-so ``accept_length = predicted_n / (predicted_n - draft_n_accepted)``: tokens per target forward pass, bonus
-token included, 1.0 when nothing is accepted -- the same quantity as SGLang's ``spec_accept_length``
-(completion tokens / verify passes). Steps where no draft was made (a draft under ``n_min``) count as passes
-yielding one token. ``/metrics`` gives the same from counter deltas (``tokens_predicted_total`` and
-``spec_decode_num_accepted_tokens_total``); when the token counter is missing it falls back to the
-server's log figure ``1 + accepted / drafts`` (per speculative verify step). ``acceptance_rate`` gives
-``accepted / drafted``.
+Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.llamacpp_stream``).
+Spaces with ``search.methods`` (``--spec-type`` lists, n-gram types with their own knobs) are
+``autotune.backends.llamacpp_methods``'s.
 """
 
 from __future__ import annotations
@@ -51,7 +44,6 @@ from autotune.backends.base import (
     Portable,
     _float_or_none,
     _int_or_none,
-    metric_total,
     parse_openai_chunk,
 )
 from autotune.backends.llamacpp_flags import (
@@ -64,6 +56,8 @@ from autotune.backends.llamacpp_flags import (
     flag_spelling,
     help_flags,
 )
+from autotune.backends.llamacpp_methods import METHODS, LlamaMethods, help_spec_types
+from autotune.backends.llamacpp_stream import accept_length, acceptance_rate, metrics_delta, parse_timings
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.space import FloatRange
@@ -94,37 +88,8 @@ NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngr
 SPEC_TYPES = DRAFT_MODEL_TYPES + NGRAM_TYPES
 
 
-def accept_length(predicted_n: int | None, accepted: int | None) -> float | None:
-    """Tokens per target forward pass: ``predicted / (predicted - accepted)`` (None when not computable)."""
-    if predicted_n is None or accepted is None or predicted_n <= 0 or accepted < 0 or accepted >= predicted_n:
-        return None
-    return predicted_n / (predicted_n - accepted)
-
-
-def acceptance_rate(drafted: int | float | None, accepted: int | float | None) -> float | None:
-    """Fraction of drafted tokens the target accepted (None when nothing was drafted)."""
-    if drafted is None or accepted is None or drafted <= 0:
-        return None
-    return float(accepted) / float(drafted)
-
-
-def parse_timings(timings: Mapping[str, Any]) -> dict[str, Any]:
-    """The speculative figures of a final chunk's ``timings`` object."""
-    predicted = _int_or_none(timings.get("predicted_n"))
-    drafted = _int_or_none(timings.get("draft_n"))
-    accepted = _int_or_none(timings.get("draft_n_accepted"))
-    return {
-        "predicted_n": predicted,
-        "predicted_per_second": _float_or_none(timings.get("predicted_per_second")),
-        "draft_n": drafted,
-        "draft_n_accepted": accepted,
-        "accept_length": accept_length(predicted, accepted) if drafted else (1.0 if predicted else None),
-        "acceptance_rate": acceptance_rate(drafted, accepted),
-    }
-
-
-#: ``probe``'s flag spellings by binary (real path, modification time)
-_SPELLING_CACHE: dict[tuple[str, float], dict[str, str | None]] = {}
+#: ``probe``'s findings by binary (real path, modification time): flag spelling, listed spec types, every flag
+_SPELLING_CACHE: dict[tuple[str, float], tuple[dict[str, str | None], tuple[str, ...] | None, set[str]]] = {}
 
 
 class LlamaCppBackend(Backend):
@@ -140,6 +105,7 @@ class LlamaCppBackend(Backend):
     metrics_path = "/metrics"
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
+    methods = METHODS
     managed_flags = ("--spec-*", "--draft-*", "--port", "--host", "-m", "--model", "-md", "--model-draft")
     size_knob = "draft_n_max"
     images = ("ghcr.io/ggml-org/llama.cpp:server-cuda", "ghcr.io/ggml-org/llama.cpp:server-cuda")
@@ -155,6 +121,11 @@ class LlamaCppBackend(Backend):
 
     def __init__(self, spelling: Mapping[str, str | None] | None = None) -> None:
         self.spelling: dict[str, str | None] | None = dict(spelling) if spelling is not None else None
+        #: the ``--spec-type`` values and the flags the probed binary lists (None: not probed)
+        self.spec_types: tuple[str, ...] | None = None
+        self.help_flags: set[str] | None = None
+        #: spaces with ``search.methods`` (``autotune.backends.llamacpp_methods``)
+        self.tree = LlamaMethods()
 
     # -- the space ----------------------------------------------------------------------------------
 
@@ -209,6 +180,8 @@ class LlamaCppBackend(Backend):
         proposes it again. ``spec_type`` is searched only when the space lists it (else the drafter's forced
         ``algorithm`` or draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (named
         ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
+        if space.search.methods:
+            return self.tree.suggest(trial, space)
         drafter, cuda_graph = encode.suggest_drafter(trial, space)
         types = self._type_values(space, drafter)
         if not types:
@@ -236,6 +209,8 @@ class LlamaCppBackend(Backend):
         """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
         if config.is_baseline:
             return {"drafter": "none", "cuda_graph": bool(config.cuda_graph)}
+        if space.search.methods:
+            return self.tree.params(self.resolve(config, space), space)
         eff = self.resolve(config, space)
         out: dict[str, Any] = {"drafter": eff.drafter, "cuda_graph": bool(eff.cuda_graph)}
         knobs = space.search.knobs
@@ -261,6 +236,8 @@ class LlamaCppBackend(Backend):
             if config.knobs:
                 raise InfeasibleConfig(f"a baseline takes no knobs but got {config.knob_dict}")
             return EffectiveConfig.baseline(config.cuda_graph)
+        if space.search.methods:
+            return self.tree.resolve(config, space)
         self.require_known(config, space)
         spec_type = str(config.knob("spec_type") or self._default_type(space, config.drafter or "")).lower()
         if spec_type == "none":
@@ -288,7 +265,10 @@ class LlamaCppBackend(Backend):
         )
 
     def defaults(self, space: Space) -> list[TrialConfig]:
-        """The server's defaults (n_max 3, n_min 0, p_min 0.0) per drafter, moved to the nearest point of the space."""
+        """The server's defaults (n_max 3, n_min 0, p_min 0.0) per drafter, moved to the nearest point of the space
+        (in a method space: each method's server defaults per drafter)."""
+        if space.search.methods:
+            return self.tree.defaults(space)
         graphs = [bool(b) for b in space.search.cuda_graph] or [True]
         cuda_graph = True if True in graphs else graphs[0]
         n_max_allowed = self._n_max_values(space)
@@ -320,6 +300,10 @@ class LlamaCppBackend(Backend):
             except InfeasibleConfig:
                 continue
         return out
+
+    def grid(self, space: Space) -> list[TrialConfig] | None:
+        """A method space's every feasible point (``LlamaMethods.grid``); None otherwise (left to the sampler)."""
+        return self.tree.grid(space) if space.search.methods else None
 
     # -- launching ----------------------------------------------------------------------------------
 
@@ -356,9 +340,11 @@ class LlamaCppBackend(Backend):
                 )
             except (OSError, subprocess.TimeoutExpired):
                 return
-            cached = flag_spelling(proc.stdout + proc.stderr)
+            text = proc.stdout + proc.stderr
+            cached = (flag_spelling(text), help_spec_types(text), help_flags(text))
             _SPELLING_CACHE[key] = cached
-        self.spelling = dict(cached)
+        self.spelling = dict(cached[0])
+        self.spec_types, self.help_flags = cached[1], set(cached[2])
 
     def spelling_for(self, space: Space) -> dict[str, str | None]:
         """The flag names argv uses: the given or probed ones, else ``NEW_SPELLING`` (never probes itself)."""
@@ -406,7 +392,9 @@ class LlamaCppBackend(Backend):
             argv += [str(flags["parallel"]), str(self.slots(space))]
         if flags.get("no_webui") and not given("--no-webui", "--no-ui", "--webui"):
             argv.append(str(flags["no_webui"]))
-        if not eff.is_baseline:
+        if not eff.is_baseline and space.search.methods:
+            argv += self.tree.argv(eff, space, flags, self.spec_types, self.help_flags)
+        elif not eff.is_baseline:
             argv += self._draft_args(eff, space, flags)
         argv += extra
         return [str(a) for a in argv]
@@ -444,8 +432,18 @@ class LlamaCppBackend(Backend):
     portable_checkpoints = False
 
     def deploy_method(self, config: TrialConfig, space: Space) -> str | None:
-        """``--spec-type`` of the config (None for the baseline)."""
-        return None if config.is_baseline else str(self.effective(config, space).knob("spec_type"))
+        """``--spec-type`` of the config (None for the baseline; a method space's method is its type list)."""
+        if config.is_baseline:
+            return None
+        eff = self.effective(config, space)
+        return str(eff.knob("method") if space.search.methods else eff.knob("spec_type"))
+
+    def method_unavailable(self, space: Space, method: str) -> str | None:
+        return self.tree.unavailable(space, method)
+
+    def checks_engagement(self, config: TrialConfig) -> bool:
+        """Not for model-free types alone (``llamacpp_methods.LlamaMethods.checks_engagement``)."""
+        return config.knob("method") is None or self.tree.checks_engagement(config)
 
     def portable(self, config: TrialConfig, space: Space) -> Portable:
         raise ValueError(
@@ -487,10 +485,14 @@ class LlamaCppBackend(Backend):
         problems: list[str] = []
         for knob in ("draft_n_max", "draft_n_min"):
             got = effective.get(knob)
-            if got is not None and int(got) != int(config.knob(knob)):
+            if got is not None and config.knob(knob) is not None and int(got) != int(config.knob(knob)):
                 problems.append(f"{knob}: launched {config.knob(knob)}, server runs {got}")
         got = effective.get("draft_p_min")
-        if got is not None and abs(float(got) - float(config.knob("draft_p_min"))) > 1e-4:
+        if (
+            got is not None
+            and config.knob("draft_p_min") is not None
+            and abs(float(got) - float(config.knob("draft_p_min"))) > 1e-4
+        ):
             problems.append(f"draft_p_min: launched {config.knob('draft_p_min')}, server runs {got}")
         return problems
 
@@ -549,22 +551,6 @@ class LlamaCppBackend(Backend):
             if length is not None:
                 return length
         return 1.0 + d["accepted"] / d["drafts"]
-
-
-def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    """Counter increases between two parsed /metrics scrapes: predicted tokens, drafted, accepted, drafts."""
-    names = {
-        "predicted": "llamacpp:tokens_predicted_total",
-        "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
-        "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
-        "drafts": "llamacpp:spec_decode_num_drafts_total",
-    }
-    out: dict[str, float] = {}
-    for key, name in names.items():
-        a = metric_total(after, name)
-        b = metric_total(before, name) or 0.0
-        out[key] = max(0.0, a - b) if a is not None else 0.0
-    return out
 
 
 def _nearest_p_min(space: Space) -> float | None:

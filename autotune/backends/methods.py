@@ -13,13 +13,24 @@ has drafter None. Optuna params of a method space: ``method`` (categorical over 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from autotune.backends import encode
 from autotune.backends.base import KnobDomain
+from autotune.config import EffectiveConfig, TrialConfig
+from autotune.errors import InfeasibleConfig
+from autotune.space.model import Choices, FloatRange, IntRange, ParamSpec
 
-__all__ = ["METHOD_KNOB", "Method", "param_name", "version_lacks"]
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.space import Space
+
+__all__ = ["METHOD_KNOB", "FlatMethods", "Method", "OptunaAsk", "ReplayAsk", "param_name", "version_lacks"]
 
 #: the knob of a ``TrialConfig`` that names its method (only in spaces with ``search.methods``)
 METHOD_KNOB = "method"
@@ -79,3 +90,238 @@ def _numbers(version: str) -> tuple[int, ...]:
         if m.end() != len(piece):
             break
     return tuple(out)
+
+
+# -- a method tree walk asks its questions of one of these: Optuna (suggest) or a config's values (params) --
+
+
+class OptunaAsk:
+    """Answers a method tree walk's questions from an Optuna trial (``suggest``)."""
+
+    def __init__(self, trial: optuna.trial.BaseTrial) -> None:
+        self.trial = trial
+
+    def categorical(self, knob: str, name: str, choices: list[Any]) -> Any:
+        return self.trial.suggest_categorical(name, choices)
+
+    def int(self, knob: str, name: str, spec: ParamSpec | None, allowed: list[int]) -> int:
+        return encode.suggest_int(self.trial, name, spec, allowed)
+
+    def number(self, knob: str, name: str, spec: ParamSpec) -> Any:
+        if isinstance(spec, FloatRange):
+            return float(self.trial.suggest_float(name, spec.low, spec.high, log=spec.log))
+        if isinstance(spec, IntRange):
+            return int(self.trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log))
+        assert isinstance(spec, Choices)
+        return self.trial.suggest_categorical(name, list(spec.values))
+
+
+class ReplayAsk:
+    """Answers from a config's values and records the params the walk asked (``params``)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = values
+        self.params: dict[str, Any] = {}
+
+    def _take(self, knob: str, name: str, value: Any) -> Any:
+        self.params[name] = value
+        return value
+
+    def categorical(self, knob: str, name: str, choices: list[Any]) -> Any:
+        v = self.values.get(knob)
+        if v not in choices:
+            raise InfeasibleConfig(f"{knob}={v!r} is not among the space's values {choices}")
+        return self._take(knob, name, v)
+
+    def int(self, knob: str, name: str, spec: ParamSpec | None, allowed: list[int]) -> int:
+        v = self.values.get(knob)
+        if len(allowed) == 1 and spec is None:
+            return allowed[0]
+        if v not in allowed:
+            raise InfeasibleConfig(f"{knob}={v!r} is not among the feasible values {allowed}")
+        return int(self._take(knob, name, int(v)))
+
+    def number(self, knob: str, name: str, spec: ParamSpec) -> Any:
+        return self._take(knob, name, self.values.get(knob))
+
+
+class FlatMethods:
+    """Suggest, replay, resolve and enumerate the configs of a space with ``search.methods`` whose methods' knobs are
+    flat (integers and floats in their domains), with ``pairs``: (maximum, minimum, lowest maximum) knob pairs where
+    the minimum is drawn at most the maximum (named ``MIN_le{N}`` when that cuts the list). A backend subclasses it
+    with its catalogue, its pairs and ``unavailable``, and adds its argv."""
+
+    #: the backend's catalogue (name -> ``Method``)
+    catalogue: Mapping[str, Method] = {}
+    #: (maximum knob, minimum knob, lowest maximum)
+    pairs: tuple[tuple[str, str, int], ...] = ()
+
+    # -- what the space offers -----------------------------------------------------------------------------
+
+    def unavailable(self, space: Space, method: str) -> str | None:
+        """Why ``method`` cannot run with the space's target (None: it can, or unknown here)."""
+        return None
+
+    def available(self, space: Space) -> list[str]:
+        return [m for m in space.search.methods if self.unavailable(space, m) is None]
+
+    def spec(self, space: Space, method: str, knob: str) -> ParamSpec:
+        got = space.search.methods[method].knobs.get(knob)
+        return got if got is not None else Choices((self.catalogue[method].defaults[knob],))
+
+    def _ints(self, space: Space, method: str, knob: str, low: int, high: int = 1024) -> list[int]:
+        return [int(v) for v in encode.spec_values(self.spec(space, method, knob)) or [] if low <= int(v) <= high]
+
+    # -- the walk ------------------------------------------------------------------------------------------
+
+    def walk(self, ask: Any, space: Space, method: str | None = None) -> TrialConfig:
+        methods = self.available(space)
+        if not methods:
+            raise InfeasibleConfig("no method of search.methods can run with this target")
+        method = ask.categorical(METHOD_KNOB, METHOD_KNOB, methods) if method is None else method
+        cg = ask.categorical("cuda_graph", "cuda_graph", [bool(b) for b in space.search.cuda_graph])
+        cat = self.catalogue[method]
+        drafter = None
+        if cat.needs_drafter:
+            drafter = ask.categorical(
+                "drafter", param_name(method, "drafter"), list(space.search.methods[method].drafters)
+            )
+        knobs: dict[str, Any] = {}
+        for top, bottom, low in self.pairs:
+            if top in cat.knobs:
+                knobs.update(self._walk_pair(ask, space, method, top, bottom, low))
+        for knob in cat.knobs:
+            if knob in knobs:
+                continue
+            dom = cat.knobs[knob]
+            if dom.kind == "float":
+                knobs[knob] = float(ask.number(knob, param_name(method, knob), self.spec(space, method, knob)))
+                continue
+            allowed = self._ints(space, method, knob, int(dom.low or 0), int(dom.high or 1024))
+            if not allowed:
+                raise InfeasibleConfig(f"no value of {method}.{knob} lies in [{dom.low}, {dom.high or 1024}]")
+            knobs[knob] = ask.int(knob, param_name(method, knob), self.spec(space, method, knob), allowed)
+        return TrialConfig.make(drafter, bool(cg), method=method, **knobs)
+
+    def _walk_pair(self, ask: Any, space: Space, method: str, top: str, bottom: str, low: int) -> dict[str, int]:
+        """A maximum and a minimum drawn at most the maximum (named ``BOTTOM_le{N}`` when that cuts the list)."""
+        tops = [t for t in self._ints(space, method, top, low) if self._ints(space, method, bottom, 0, t)]
+        if not tops:
+            raise InfeasibleConfig(f"no {method}.{top} with a {bottom} at most it")
+        t = ask.int(top, param_name(method, top), self.spec(space, method, top), tops)
+        mins = self._ints(space, method, bottom, 0, t)
+        full = encode.spec_values(self.spec(space, method, bottom))
+        name = encode.cut_name(bottom, mins, full, f"le{t}")
+        return {top: t, bottom: ask.int(bottom, param_name(method, name), self.spec(space, method, bottom), mins)}
+
+    def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
+        return self.walk(OptunaAsk(trial), space)
+
+    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+        values = {**config.knob_dict, "cuda_graph": bool(config.cuda_graph), "drafter": config.drafter}
+        ask = ReplayAsk(values)
+        method = str(config.knob(METHOD_KNOB))
+        ask.params[METHOD_KNOB] = method
+        self.walk(ask, space, method=method)
+        return ask.params
+
+    def pair_problem(self, top: str, bottom: str, high: int, low: int) -> str:
+        return f"{bottom} ({low}) must not exceed {top} ({high})"
+
+    # -- resolution ----------------------------------------------------------------------------------------
+
+    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
+        method = config.knob(METHOD_KNOB)
+        if method not in space.search.methods:
+            raise InfeasibleConfig(f"method {method!r} is not in the space's search.methods")
+        why = self.unavailable(space, str(method))
+        if why:
+            raise InfeasibleConfig(why)
+        cat = self.catalogue[method]
+        if cat.needs_drafter:
+            if config.drafter not in space.search.methods[method].drafters:
+                raise InfeasibleConfig(f"drafter {config.drafter!r} is not one of method {method}'s drafters")
+        elif config.drafter is not None:
+            raise InfeasibleConfig(f"method {method} ({cat.label}) runs no drafter; got {config.drafter!r}")
+        unknown = sorted(set(config.knob_dict) - {METHOD_KNOB, *cat.knobs})
+        if unknown:
+            raise InfeasibleConfig(f"unknown knobs {unknown} for method {method}")
+        v: dict[str, Any] = {}
+        for knob, dom in cat.knobs.items():
+            raw = config.knob(knob)
+            raw = cat.defaults[knob] if raw is None else raw
+            if dom.kind == "float":
+                x: Any = float(raw)
+                if (dom.low is not None and x < dom.low) or (dom.high is not None and x > dom.high):
+                    raise InfeasibleConfig(f"{knob} must be in [{dom.low}, {dom.high}] but got {raw!r}")
+            else:
+                x = int(raw)
+                lo, hi = int(dom.low or 0), int(dom.high) if dom.high is not None else None
+                if x < lo or (hi is not None and x > hi):
+                    raise InfeasibleConfig(f"{knob} must be in [{lo}, {hi if hi is not None else 'inf'}] but got {x}")
+            v[knob] = x
+        for top, bottom, _ in self.pairs:
+            if top in v and v[bottom] > v[top]:
+                raise InfeasibleConfig(self.pair_problem(top, bottom, v[top], v[bottom]))
+        return EffectiveConfig.make(config.drafter, config.cuda_graph, method=str(method), **v)
+
+    # -- enumeration ---------------------------------------------------------------------------------------
+
+    def _points(self, space: Space, method: str, nearest_default: bool) -> list[dict[str, Any]] | None:
+        cat = self.catalogue[method]
+        axes: dict[str, list[Any]] = {}
+        for knob in cat.knobs:
+            spec = self.spec(space, method, knob)
+            values = encode.spec_values(spec)
+            if values is None:
+                if not nearest_default:
+                    return None
+                assert isinstance(spec, FloatRange)
+                values = [min(max(float(cat.defaults[knob]), spec.low), spec.high)]
+            if nearest_default:
+                d = cat.defaults[knob]
+                values = [min(values, key=lambda x: (abs(float(x) - float(d)), float(x)))]
+            axes[knob] = list(values)
+        return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
+
+    def _configs(
+        self, space: Space, method: str, points: list[dict[str, Any]], graphs: list[bool]
+    ) -> list[TrialConfig]:
+        out: list[TrialConfig] = []
+        drafters = list(space.search.methods[method].drafters) if self.catalogue[method].needs_drafter else [None]
+        for d in drafters:
+            for cg in graphs:
+                for p in points:
+                    try:
+                        out.append(self.resolve(TrialConfig.make(d, cg, method=method, **p), space))
+                    except (InfeasibleConfig, ValueError):
+                        continue
+        return out
+
+    def defaults(self, space: Space) -> list[TrialConfig]:
+        """The server's own config of every available method x drafter, moved to the nearest point of the space
+        (a minimum above its maximum lowered to it)."""
+        graphs = [bool(b) for b in space.search.cuda_graph]
+        cg = True if True in graphs else graphs[0]
+        out: list[TrialConfig] = []
+        for method in self.available(space):
+            points = self._points(space, method, nearest_default=True) or []
+            for p in points:
+                for top, bottom, _ in self.pairs:
+                    if top in p and p[bottom] > p[top]:
+                        lower = self._ints(space, method, bottom, 0, p[top])
+                        if lower:
+                            p[bottom] = max(lower)
+            out += self._configs(space, method, points, [cg])
+        return out
+
+    def grid(self, space: Space) -> list[TrialConfig] | None:
+        """Every feasible point of every available method (None when a knob is a float range)."""
+        out: list[TrialConfig] = []
+        graphs = [bool(b) for b in space.search.cuda_graph]
+        for method in self.available(space):
+            points = self._points(space, method, nearest_default=False)
+            if points is None:
+                return None
+            out += self._configs(space, method, points, graphs)
+        return out

@@ -88,7 +88,7 @@ def knob_domains(name: str | None = None) -> dict[str, KnobDomain]:
 
 def method_catalogue(name: str | None) -> Mapping[str, Method]:
     """Backend ``name``'s speculative methods (``Backend.methods``); empty for None or a backend without any."""
-    return dict(backend_class(name).methods) if name else {}
+    return backend_class(name).methods if name else {}  # a mapping that may look up more than it lists
 
 
 def drafter_algorithms(name: str | None = None) -> tuple[str, ...]:

@@ -38,9 +38,11 @@ from autotune import checks
 from autotune.backends import encode
 from autotune.backends.base import KnobDomain
 from autotune.backends.methods import METHOD_KNOB, Method, param_name
+from autotune.backends.methods import OptunaAsk as _OptunaAsk
+from autotune.backends.methods import ReplayAsk as _ReplayAsk
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
-from autotune.space.model import Choices, FloatRange, IntRange, ParamSpec
+from autotune.space.model import Choices, ParamSpec
 
 if TYPE_CHECKING:
     import optuna
@@ -229,54 +231,6 @@ def feasibility_reason(num_steps: int, topk: int, num_draft_tokens: int) -> str 
 
 
 # -- the tree walk, shared by suggest (Optuna) and params (replay) ----------------------------------------------
-
-
-class _OptunaAsk:
-    def __init__(self, trial: optuna.trial.BaseTrial) -> None:
-        self.trial = trial
-
-    def categorical(self, knob: str, name: str, choices: list[Any]) -> Any:
-        return self.trial.suggest_categorical(name, choices)
-
-    def int(self, knob: str, name: str, spec: ParamSpec | None, allowed: list[int]) -> int:
-        return encode.suggest_int(self.trial, name, spec, allowed)
-
-    def number(self, knob: str, name: str, spec: ParamSpec) -> Any:
-        if isinstance(spec, FloatRange):
-            return float(self.trial.suggest_float(name, spec.low, spec.high, log=spec.log))
-        if isinstance(spec, IntRange):
-            return int(self.trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log))
-        assert isinstance(spec, Choices)
-        return self.trial.suggest_categorical(name, list(spec.values))
-
-
-class _ReplayAsk:
-    """Answers from a config's values and records the params the walk asked (``params``)."""
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        self.values = values
-        self.params: dict[str, Any] = {}
-
-    def _take(self, knob: str, name: str, value: Any) -> Any:
-        self.params[name] = value
-        return value
-
-    def categorical(self, knob: str, name: str, choices: list[Any]) -> Any:
-        v = self.values.get(knob)
-        if v not in choices:
-            raise InfeasibleConfig(f"{knob}={v!r} is not among the space's values {choices}")
-        return self._take(knob, name, v)
-
-    def int(self, knob: str, name: str, spec: ParamSpec | None, allowed: list[int]) -> int:
-        v = self.values.get(knob)
-        if len(allowed) == 1 and spec is None:
-            return allowed[0]
-        if v not in allowed:
-            raise InfeasibleConfig(f"{knob}={v!r} is not among the feasible values {allowed}")
-        return int(self._take(knob, name, int(v)))
-
-    def number(self, knob: str, name: str, spec: ParamSpec) -> Any:
-        return self._take(knob, name, self.values.get(knob))
 
 
 class MethodTree:

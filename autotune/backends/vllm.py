@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from autotune import checks
 from autotune.backends import encode
 from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch, _int_or_none, metric_total
+from autotune.backends.vllm_methods import METHODS as METHOD_CATALOGUE
+from autotune.backends.vllm_methods import VLLMMethods
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.schedule import batch_ranges
@@ -81,6 +83,9 @@ class VLLMBackend(Backend):
     acceptance_from_metrics_deltas = True
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
+    methods = METHOD_CATALOGUE
+    #: spaces with ``search.methods`` (``autotune.backends.vllm_methods``)
+    tree = VLLMMethods()
     managed_flags = ("--speculative-config", "--port", "--host")
     #: with load levels: the scheduler admits every stream of the highest level at once
     level_flags = ("--max-num-seqs",)
@@ -110,6 +115,8 @@ class VLLMBackend(Backend):
         return encode.cut_name("method", self._methods_for(space, drafter), full, drafter)
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
+        if space.search.methods:
+            return self.tree.suggest(trial, space)
         drafters = [d for d in space.searched_drafters() if self._methods_for(space, d)]
         drafter, cuda_graph = encode.suggest_drafter(trial, space, drafters)
         methods = self._methods_for(space, drafter)
@@ -130,6 +137,8 @@ class VLLMBackend(Backend):
         """The Optuna params ``suggest`` would produce for ``config``."""
         if config.is_baseline:
             return {"cuda_graph": bool(config.cuda_graph)}
+        if space.search.methods:
+            return self.tree.params(self.resolve(config, space), space)
         eff = self.resolve(config, space)
         out: dict[str, Any] = {"drafter": eff.drafter, "cuda_graph": eff.cuda_graph}
         if "method" in space.search.knobs:
@@ -141,6 +150,8 @@ class VLLMBackend(Backend):
     def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         if config.is_baseline:
             return EffectiveConfig.baseline(config.cuda_graph)
+        if space.search.methods:
+            return self.tree.resolve(config, space)
         self.require_known(config, space)
         own = drafter_method(space, config.drafter or "")
         method = str(config.knob("method") or own)
@@ -155,8 +166,24 @@ class VLLMBackend(Backend):
             raise InfeasibleConfig(f"num_speculative_tokens must be at least 1 but got {k}")
         return EffectiveConfig.make(config.drafter, config.cuda_graph, method=method, num_speculative_tokens=k)
 
+    def defaults(self, space: Space) -> list[TrialConfig]:
+        """A method space's server defaults per method and drafter (``VLLMMethods.defaults``); none otherwise."""
+        return self.tree.defaults(space) if space.search.methods else []
+
+    def grid(self, space: Space) -> list[TrialConfig] | None:
+        return self.tree.grid(space) if space.search.methods else None
+
+    def method_unavailable(self, space: Space, method: str) -> str | None:
+        return self.tree.unavailable(space, method)
+
+    def checks_engagement(self, config: TrialConfig) -> bool:
+        """Not for n-gram lookup: finding nothing to copy is a measured loss, not a misconfiguration."""
+        return config.knob("method") != "ngram" or config.drafter is not None
+
     def speculative_config(self, config: TrialConfig, space: Space) -> dict[str, Any]:
         eff = self.effective(config, space)
+        if space.search.methods:
+            return self.tree.speculative_config(eff, space)
         method = str(eff.knob("method"))
         spec: dict[str, Any] = {"method": method, "num_speculative_tokens": int(eff.knob("num_speculative_tokens"))}
         if method == "ngram":

@@ -25,6 +25,36 @@ PROMPTS = [
 ]
 
 
+#: the method study's prompts: rewrite a 15-20 line function with one change (an answer that copies its prompt)
+REWRITE = Path(__file__).resolve().parents[2] / "tests" / "llamacpp" / "prompts" / "rewrite.yaml"
+
+#: each llama.cpp type's searched values in a method study (combinations take the union)
+_TYPE_KNOBS = {
+    "ngram-simple": {"ngram_simple_size_n": "[2, 3, 4, 6, 8]", "ngram_simple_size_m": "[8, 16, 32, 48]"},
+    "ngram-map-k": {"ngram_map_k_size_n": "[2, 3, 4, 6, 8]", "ngram_map_k_size_m": "[8, 16, 32, 48]"},
+    "ngram-map-k4v": {"ngram_map_k4v_size_n": "[2, 3, 4, 6, 8]", "ngram_map_k4v_size_m": "[8, 16, 32, 48]"},
+    "ngram-mod": {
+        "ngram_mod_n_match": "[4, 8, 16, 24]",
+        "ngram_mod_n_max": "[16, 32, 64]",
+        "ngram_mod_n_min": "[1, 4, 16]",
+    },
+    "ngram-cache": {},
+}
+
+
+def _method_knobs(method: str, draft_n_max: tuple[int, int]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for t in method.split(","):
+        if t.startswith("draft-"):
+            out["drafters"] = "[good]"
+            out["draft_n_max"] = f"{{low: {int(draft_n_max[0])}, high: {int(draft_n_max[1])}}}"
+        elif t in _TYPE_KNOBS:
+            out.update(_TYPE_KNOBS[t])
+        else:
+            raise SystemExit(f"gpu_space.py: unknown --spec-type {t!r} in --methods (expected draft-* or ngram-*)")
+    return out
+
+
 def _q(s: str) -> str:
     """A YAML scalar: JSON strings are valid YAML flow scalars."""
     return json.dumps(s)
@@ -44,7 +74,10 @@ def space_yaml(
     extra_args: Sequence[str] = (),
     comment: str = "",
     concurrency: Sequence[int] = (),
+    methods: Sequence[str] = (),
 ) -> str:
+    """The space's text; with ``methods`` (llama.cpp --spec-type names, a combination as "a,b") a ``search.methods``
+    space over the good drafter and the repetition-heavy prompts of ``REWRITE`` instead of the drafter search."""
     m = Path(models)
     lines = [
         "# Written by scripts/gpu/gpu_space.py (the GPU harness); read by scripts/gpu/sweep.py and `autotune study`.",
@@ -73,13 +106,26 @@ def space_yaml(
         "",
         "search:",
         f"  cuda_graph: [{', '.join('true' if b else 'false' for b in cuda_graph)}]",
-        f"  draft_n_max: {{low: {int(draft_n_max[0])}, high: {int(draft_n_max[1])}}}",
-        "",
-        "benchmark:",
-        "  prompts:",
     ]
-    for pid, text in PROMPTS:
-        lines += [f"    - id: {pid}", f"      text: {_q(text)}"]
+    if methods:
+        lines.append("  methods:")
+        for method in methods:
+            lines.append(f"    {_q(method)}:")
+            body = _method_knobs(method, draft_n_max)
+            lines += [f"      {k}: {v}" for k, v in body.items()] or ["      {}"]
+            if not body:
+                lines[-2] = lines[-2] + " {}"
+                lines.pop()
+        lines += ["", "benchmark:", f"  prompts_file: {_q(str(REWRITE))}"]
+    else:
+        lines += [
+            f"  draft_n_max: {{low: {int(draft_n_max[0])}, high: {int(draft_n_max[1])}}}",
+            "",
+            "benchmark:",
+            "  prompts:",
+        ]
+        for pid, text in PROMPTS:
+            lines += [f"    - id: {pid}", f"      text: {_q(text)}"]
     lines += [
         f"  max_tokens: {int(max_tokens)}",
         *([f"  concurrency: [{', '.join(str(int(c)) for c in concurrency)}]"] if concurrency else []),
@@ -121,6 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--extra-args", default="", help="extra llama-server arguments, space-separated")
     p.add_argument("--comment", default="")
     p.add_argument("--concurrency", default="", help="load levels, e.g. 1,4,16 (default: none, one stream)")
+    p.add_argument(
+        "--methods",
+        default="",
+        help="a method study: --spec-type methods, comma-separated, a combination joined with + "
+        "(e.g. draft-simple,ngram-mod,draft-simple+ngram-mod)",
+    )
     a = p.parse_args(argv)
     low, high = (int(x) for x in a.draft_n_max.split(","))
     text = space_yaml(
@@ -136,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra_args=a.extra_args.split(),
         comment=a.comment,
         concurrency=[int(x) for x in a.concurrency.split(",") if x.strip()],
+        methods=[m.strip().replace("+", ",") for m in a.methods.split(",") if m.strip()],
     )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

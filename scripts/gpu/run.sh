@@ -47,6 +47,10 @@
 #   SWEEP_FRESH (0; 1 ignores an earlier sweep's results)
 #   STUDY_TRIALS (16)  STUDY_GRAPHS (off,on)  STUDY_WALL_S (480)  STUDY_NAME (llamacpp-gpu)
 #   STUDY_CONCURRENCY (none; e.g. 1,4,16: the study measures these load levels, llama-server gets -np slots)
+#   STUDY_METHODS   (none) a method study instead of the default one: llama.cpp --spec-type methods, comma-separated,
+#                   a combination joined with + (e.g. draft-simple,ngram-simple,ngram-mod,draft-simple+ngram-mod):
+#                   the study stage writes .gpu/space-methods.yaml (search.methods over the same models, the good
+#                   drafter, prompts that ask to rewrite a function) and runs it as study STUDY_NAME-methods
 #   CALL_BUDGET_S   seconds this whole run.sh may take (e.g. 570 under a 600 s command limit): the build, sweep and
 #                   study limits above shrink to what is left when their stage starts
 #   GPU_DRY_RUN=1   tiny CPU models and a small plan, for trying the whole harness on a machine without a GPU
@@ -463,13 +467,14 @@ server_env() {
     fi
 }
 
-write_space() {
+write_space() {  # [METHODS]: a search.methods space (the study stage with STUDY_METHODS)
     [[ -x "$SERVER" ]] || die "no llama-server at $SERVER: run the build stage first (or set LLAMA_SERVER)"
     [[ -f "$MODELS/target.gguf" && -f "$MODELS/models.json" ]] || die "no models in $MODELS: run the models stage first"
     "$PY" scripts/gpu/gpu_space.py "$SPACE" --name "$STUDY_NAME" --server "$SERVER" --models "$MODELS" \
         --max-tokens "$MAX_TOKENS" --n-trials "$STUDY_TRIALS" "--cuda-graph=$STUDY_GRAPHS" \
         --startup-timeout-s "$STARTUP_TIMEOUT_S" --port "$PORT" "--extra-args=$SERVER_EXTRA_ARGS" \
-        "--comment=models: $(tr -d '\n' <"$MODELS/models.json")" "--concurrency=${STUDY_CONCURRENCY:-}"
+        "--comment=models: $(tr -d '\n' <"$MODELS/models.json")" "--concurrency=${STUDY_CONCURRENCY:-}" \
+        "--methods=${1:-}"
 }
 
 stage_sweep() {
@@ -499,7 +504,11 @@ stage_study() {
     local t=$SECONDS
     ensure_setup
     server_env
-    write_space
+    if [[ -n "${STUDY_METHODS:-}" ]]; then
+        SPACE="$WORK/space-methods.yaml"
+        STUDY_NAME="$STUDY_NAME-methods"
+    fi
+    write_space "${STUDY_METHODS:-}"
     cp -f "$SPACE" "$OUT/space.yaml"
     local common=("$SPACE" --studies-dir "$STUDIES")
     local cmd=("$PY" -m autotune study "${common[@]}" --json)

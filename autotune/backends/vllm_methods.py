@@ -1,0 +1,106 @@
+"""vLLM's speculative methods as a searched choice (``search.methods``), read from vLLM 0.33.0's
+``vllm/config/speculative.py`` (``SpeculativeConfig``):
+
+- ``eagle`` / ``eagle3`` (an EAGLE / EAGLE-3 head), ``draft_model`` (a small draft model): the drafter's path as
+  ``model``, ``num_speculative_tokens`` (> 0), ``draft_tensor_parallel_size`` 1. A head launched under the other EAGLE
+  method is refused (the acceptance collapse ``autotune.backends.vllm`` already refuses).
+- ``mtp``: the target's own MTP layers, no ``model`` (vLLM rewrites the target's config to its ``*_mtp`` type); a
+  target whose ``config.json`` names no MTP layers (``num_nextn_predict_layers``, ``mtp_num_hidden_layers``,
+  ``num_mtp_layers``, in it or its ``text_config``) has none, and the method is not searched.
+- ``ngram``: no model; ``prompt_lookup_min`` / ``prompt_lookup_max`` (each >= 1, min <= max; vLLM's default 5 / 5
+  when neither is given, one given copies to the other: we always pass both).
+
+Every method and key above exists in 0.33.0 (the version autotune's vLLM support was checked against); autotune
+has not read older releases' source, so a space naming an older ``server.version`` is refused for none of them
+(``Method.since`` unset) and the docs say so. The config is one argv element of JSON (``--speculative-config``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune import checks
+from autotune.backends.base import KnobDomain
+from autotune.backends.methods import METHOD_KNOB, FlatMethods, Method
+from autotune.config import EffectiveConfig, TrialConfig
+from autotune.errors import InfeasibleConfig, ValidationFailed
+
+if TYPE_CHECKING:
+    from autotune.space import Space
+
+_K = {"num_speculative_tokens": KnobDomain("int", 1)}
+_K_DEFAULT = {"num_speculative_tokens": 3}
+
+METHODS: dict[str, Method] = {
+    "eagle": Method("eagle", "EAGLE", True, _K, _K_DEFAULT, drafter_kind="an EAGLE head"),
+    "eagle3": Method("eagle3", "EAGLE-3", True, _K, _K_DEFAULT, drafter_kind="an EAGLE-3 head"),
+    "draft_model": Method("draft_model", "draft model", True, _K, _K_DEFAULT, drafter_kind="a small draft model"),
+    "mtp": Method("mtp", "MTP", False, _K, {"num_speculative_tokens": 1}),
+    "ngram": Method(
+        "ngram",
+        "n-gram",
+        False,
+        {**_K, "prompt_lookup_max": KnobDomain("int", 1), "prompt_lookup_min": KnobDomain("int", 1)},
+        {"num_speculative_tokens": 3, "prompt_lookup_max": 5, "prompt_lookup_min": 5},
+    ),
+}
+_MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
+
+
+def mtp_unavailable(model_path: str) -> str | None:
+    """Why the target has no MTP layers vLLM would run (None: it has, or its config.json is not readable here)."""
+    p = Path(model_path) / "config.json" if model_path else None
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8")) if p is not None else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    for where in (cfg, cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}):
+        for key in _MTP_KEYS:
+            if isinstance(where.get(key), int) and where[key] >= 1:
+                return None
+    return "MTP not available for this target: its config.json names no MTP layers (" + ", ".join(_MTP_KEYS) + ")"
+
+
+class VLLMMethods(FlatMethods):
+    """The method tree of a vLLM space with ``search.methods``: the walk, resolution, the speculative config."""
+
+    catalogue = METHODS
+    pairs = (("prompt_lookup_max", "prompt_lookup_min", 1),)
+
+    def unavailable(self, space: Space, method: str) -> str | None:
+        return mtp_unavailable(space.server.model_path) if method == "mtp" else None
+
+    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
+        eff = super().resolve(config, space)
+        method = str(eff.knob(METHOD_KNOB))
+        if method in ("eagle", "eagle3"):
+            try:
+                got = str(checks.resolved_algorithm(space, str(eff.drafter))).upper()
+            except ValidationFailed:
+                got = ""
+            want = method.upper()
+            if got in ("EAGLE", "EAGLE3") and got != want:
+                raise InfeasibleConfig(
+                    f"drafter {eff.drafter!r} is an {'EAGLE-3' if got == 'EAGLE3' else 'EAGLE'} head; method {method} "
+                    "would run it wrongly (acceptance collapses, no error from vLLM)"
+                )
+        return eff
+
+    def speculative_config(self, eff: TrialConfig, space: Space) -> dict[str, Any]:
+        """The ``--speculative-config`` object of a resolved method config."""
+        method = str(eff.knob(METHOD_KNOB))
+        out: dict[str, Any] = {"method": method, "num_speculative_tokens": int(eff.knob("num_speculative_tokens"))}
+        if method == "ngram":
+            out["prompt_lookup_max"] = int(eff.knob("prompt_lookup_max"))
+            out["prompt_lookup_min"] = int(eff.knob("prompt_lookup_min"))
+        elif eff.drafter is not None:
+            out["model"] = space.drafter(eff.drafter).path
+            out["draft_tensor_parallel_size"] = 1
+        return out
+
+
+__all__ = ["METHODS", "VLLMMethods", "mtp_unavailable"]
