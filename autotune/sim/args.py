@@ -5,41 +5,36 @@
 ``--near-ties``) and SGLang's flags. Unknown flags
 are ignored with a log line. A command SGLang would refuse raises ``SimLaunchError`` whose ``log`` is what SGLang would
 have printed before exiting non-zero. Used by both the HTTP server and the in-process ``ModelRunner``.
+
+This module holds the flag table, ``ResolvedArgs`` and the parsing; SGLang's speculative resolution rules live in
+``autotune.sim.speculative_hook`` and the faults and launch errors in ``autotune.sim.faults`` (every name of both
+stays importable from here).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.sim.faults import _FAULTS_WITH_N, FAULT_KINDS, Fault, SimLaunchError, _fail, _not_loadable, _traceback
 from autotune.sim.scenario import Scenario, ScenarioError, ScenarioLoader, SimDrafter, load_scenario, scenario_names
+from autotune.sim.speculative_hook import (
+    MTP_ARCHITECTURES,
+    _adaptive_unsupported_reason,
+    _load_adaptive_config,
+    _resolve_eagle_family,
+    _resolve_ngram,
+    load_adaptive_config,
+    load_adaptive_config_steps,
+)
 
 SGLANG_VERSION = "0.5.23"
 
 #: algorithm names SGLang accepts (upper-cased); NEXTN is an alias of EAGLE
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-#: target architectures whose draft model path defaults to the target (their MTP/NextN layers), from
-#: ``_handle_eagle_family`` in SGLang 0.5.23's ``arg_groups/speculative_hook.py``
-MTP_ARCHITECTURES = (
-    "DeepseekV32ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "DeepseekV4ForCausalLM",
-    "Glm4MoeForCausalLM",
-    "Glm4MoeLiteForCausalLM",
-    "GlmMoeDsaForCausalLM",
-    "BailingMoeForCausalLM",
-    "BailingMoeV2ForCausalLM",
-    "BailingMoeV2_5ForCausalLM",
-    "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
-    "HYV3ForCausalLM",
-    "HYV4ForCausalLM",
-    "Qwen4ExpForConditionalGeneration",
-)
 #: SGLang's n-gram defaults (``arg_groups/fields/spec.py``)
 NGRAM_DEFAULTS = {
     "speculative_ngram_min_bfs_breadth": 1,
@@ -49,8 +44,6 @@ NGRAM_DEFAULTS = {
     "speculative_ngram_capacity": 10 * 1000 * 1000,
 }
 
-FAULT_KINDS = ("crash-startup", "never-healthy", "crash-after", "oom-above", "http500", "truncate")
-_FAULTS_WITH_N = ("crash-after", "oom-above", "http500", "truncate")
 
 # flags taking a value / boolean switches that the simulator understands
 _VALUE_FLAGS = {
@@ -132,57 +125,6 @@ def usage() -> str:
         "Other SGLang flags are accepted and ignored with a log line.",
     ]
     return "\n".join(lines)
-
-
-class SimLaunchError(Exception):
-    """The simulated server refuses to start. ``log`` is the text it printed; ``returncode`` its exit status."""
-
-    def __init__(self, message: str, *, log: str = "", returncode: int = 1, oom: bool = False) -> None:
-        self.log = log or message
-        self.returncode = returncode
-        self.oom = oom
-        super().__init__(message)
-
-
-@dataclass(frozen=True)
-class Fault:
-    kind: str
-    n: int | None = None
-    drafter: str | None = None  # ``KIND[:N]@NAME``: only servers speculating with drafter NAME ("none": the baseline)
-
-    @staticmethod
-    def parse(text: str) -> Fault:
-        """``crash-startup``, ``never-healthy``, ``crash-after:N``, ``oom-above:N``, ``http500:N``, ``truncate:N``,
-        each optionally scoped to one drafter with ``@NAME`` (``@none`` for the non-speculative server)."""
-        text, _, scope = text.strip().partition("@")
-        if _ and not scope:
-            raise ValueError(f"fault {text + '@'!r}: name a drafter after '@'")
-        f = Fault._parse(text)
-        return Fault(f.kind, f.n, scope or None)
-
-    def applies_to(self, drafter: str | None) -> bool:
-        return self.drafter is None or self.drafter == (drafter or "none")
-
-    @staticmethod
-    def _parse(text: str) -> Fault:
-        kind, _, num = text.strip().partition(":")
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault {text!r}; expected one of {', '.join(FAULT_KINDS)} (with :N where needed)")
-        if kind in _FAULTS_WITH_N:
-            try:
-                n = int(num)
-            except ValueError:
-                raise ValueError(f"fault {kind} needs a number, like {kind}:3, but got {text!r}") from None
-            if n < (0 if kind == "crash-after" else 1):
-                raise ValueError(f"fault {text!r}: the number must be positive")
-            return Fault(kind, n)
-        if num:
-            raise ValueError(f"fault {kind} takes no number but got {text!r}")
-        return Fault(kind)
-
-    def __str__(self) -> str:
-        base = self.kind if self.n is None else f"{self.kind}:{self.n}"
-        return base if self.drafter is None else f"{base}@{self.drafter}"
 
 
 @dataclass
@@ -345,31 +287,6 @@ def _split(argv: list[str]) -> tuple[dict[str, Any], list[str], list[str]]:
         else:
             log.append(f"WARNING autotune.sim: ignoring flag {tok} (not simulated)")
     return vals, faults, log
-
-
-def _fail(message: str, log: list[str], *, returncode: int = 1) -> SimLaunchError:
-    return SimLaunchError(message, log="\n".join([*log, message]), returncode=returncode)
-
-
-def _traceback(exc_line: str, log: list[str], where: str = "speculative_hook.py") -> SimLaunchError:
-    lines = [
-        *log,
-        "Traceback (most recent call last):",
-        '  File "/usr/lib/python3/dist-packages/sglang/launch_server.py", line 29, in <module>',
-        "    server_args = prepare_server_args(sys.argv[1:])",
-        f'  File "/usr/lib/python3/dist-packages/sglang/srt/arg_groups/{where}", line 112, in _handle_eagle_family',
-        exc_line,
-    ]
-    return SimLaunchError(exc_line, log="\n".join(lines), returncode=1)
-
-
-def _not_loadable(path: str, log: list[str]) -> SimLaunchError:
-    return _fail(
-        f"OSError: Can't load the configuration of '{path}'. If you were trying to load it from "
-        "'https://huggingface.co/models', make sure you don't have a local directory with the same name. Otherwise, "
-        f"make sure '{path}' is the correct path to a directory containing a config.json file",
-        log,
-    )
 
 
 def _target_ok(path: str, scenario: Scenario) -> bool:
@@ -541,209 +458,31 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
     return _resolve_eagle_family(args, vals, requested, steps, topk, ndt, log)
 
 
-def load_adaptive_config_steps(config: dict[str, Any]) -> list[int]:
-    """The union of a loaded adaptive config's candidate steps."""
-    out: set[int] = set()
-    for key, entry in config.items():
-        if key.isdigit():
-            out.update(entry["candidate_steps"])
-    return sorted(out)
-
-
-def _adaptive_unsupported_reason(algo: str, topk: int | None) -> str | None:
-    """SGLang's ``adaptive_unsupported_reason`` for what the simulator models (no attention DP, multi-layer EAGLE,
-    two-batch overlap or PD multiplexing in a simulated launch)."""
-    if algo not in ("EAGLE", "EAGLE3"):
-        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
-    if topk is not None and topk != 1:
-        return f"speculative_eagle_topk={topk} (only topk=1 is supported)"
-    return None
-
-
-def load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
-    """SGLang's ``_load_adaptive_config`` + ``resolve_candidate_steps_from_config``: (the config, the union of its
-    batch-size slots' candidate steps). Raises what SGLang raises (OSError, ValueError, AttributeError) with its
-    messages."""
-    from autotune.sim.model import DEFAULT_ADAPTIVE_CONFIG
-
-    if path is not None:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    else:
-        cfg = DEFAULT_ADAPTIVE_CONFIG
-    if not isinstance(cfg, dict):
-        raise AttributeError(f"'{type(cfg).__name__}' object has no attribute 'items'")
-    bs_entries: dict[int, dict] = {}
-    for key, entry in cfg.items():
-        if not key.isdigit():
-            continue
-        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
-        if not isinstance(entry, dict):
-            raise AttributeError(f"'{type(entry).__name__}' object has no attribute 'get'")
-        if not isinstance(steps, list) or not steps or not all(isinstance(s, int) and s >= 0 for s in steps):
-            raise ValueError(f"BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}")
-        bs_entries[int(key)] = entry
-    if not bs_entries:
-        raise ValueError(
-            "speculative_adaptive_config must contain at least one integer-string "
-            f'BS key, e.g. {{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(cfg.keys())}'
-        )
-    candidates: set[int] = set()
-    for entry in bs_entries.values():
-        candidates.update(entry["candidate_steps"])
-    return cfg, sorted(candidates)
-
-
-def _load_adaptive_config(path: str | None, log: list[str]) -> tuple[dict[str, Any], list[int]]:
-    try:
-        return load_adaptive_config(path)
-    except json.JSONDecodeError as e:
-        raise _traceback(f"json.decoder.JSONDecodeError: {e}", log, "../speculative/adaptive_spec_params.py") from None
-    except OSError as e:
-        raise _traceback(f"{type(e).__name__}: {e}", log, "../speculative/adaptive_spec_params.py") from None
-    except (ValueError, AttributeError) as e:
-        raise _traceback(f"{type(e).__name__}: {e}", log, "../speculative/adaptive_spec_params.py") from None
-
-
-def _resolve_ngram(
-    args: ResolvedArgs, vals: dict[str, Any], steps: int | None, ndt: int | None, log: list[str]
-) -> ResolvedArgs:
-    """SGLang's ``_handle_ngram``: topk := max BFS breadth, 12 draft tokens by default, steps := ndt // topk."""
-    if args.max_running_requests is None:
-        log.append(
-            "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can "
-            "override this by explicitly setting --max-running-requests."
-        )
-    topk = args.speculative_ngram_max_bfs_breadth
-    if ndt is None:
-        ndt = 12
-        log.append(
-            "WARNING speculative_hook.py: speculative_num_draft_tokens is set to 12 by default for ngram speculative "
-            "decoding. You can override this by explicitly setting --speculative-num-draft-tokens."
-        )
-    if steps is None:
-        if topk == 0:
-            raise _traceback("ZeroDivisionError: integer division or modulo by zero", log, "speculative_hook.py")
-        steps = ndt // topk
-    log.append(
-        "WARNING speculative_hook.py: The mixed chunked prefill are disabled because of using ngram speculative "
-        "decoding."
-    )
-    if ndt < 2 or topk < 1 or args.speculative_ngram_max_trie_depth < 1:
-        raise _traceback(
-            f"AssertionError: ngram needs speculative_num_draft_tokens >= 2, a BFS breadth >= 1 and a trie depth "
-            f">= 1 (got {ndt}, {topk}, {args.speculative_ngram_max_trie_depth})",
-            log,
-            "../speculative/ngram_worker.py",
-        )
-    args.method = "NGRAM"
-    args.speculative_draft_model_path = vals.get("speculative_draft_model_path")
-    args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, ndt
-    args.faults = tuple(f for f in args.faults if f.applies_to("ngram"))
-    return args
-
-
-def _resolve_eagle_family(
-    args: ResolvedArgs,
-    vals: dict[str, Any],
-    requested: str,
-    steps: int | None,
-    topk: int | None,
-    ndt: int | None,
-    log: list[str],
-) -> ResolvedArgs:
-    """SGLang's ``_handle_eagle_family`` (EAGLE, EAGLE3 (NEXTN is EAGLE by now), STANDALONE)."""
-    scenario = args.scenario
-    algo = args.speculative_algorithm
-    assert algo is not None
-    draft = vals.get("speculative_draft_model_path")
-    if scenario.target_architecture in MTP_ARCHITECTURES:
-        if not draft:
-            draft = args.model_path  # the target's own MTP layers
-        else:
-            log.append(
-                "WARNING speculative_hook.py: DeepSeek MTP does not require setting speculative_draft_model_path."
-            )
-    if not draft:
-        raise _traceback(
-            "AssertionError: --speculative-draft-model-path is required for EAGLE/EAGLE3 "
-            "(this target has no NextN/MTP layers)",
-            log,
-        )
-    if draft in (args.model_path, scenario.target_name, scenario.target_dir):
-        drafter = scenario.mtp
-        if drafter is None:
-            args.mtp_missing = True  # loads the target as its own NextN draft: fails at weight loading
-    else:
-        drafter = scenario.drafter_by_path(draft)
-        if drafter is None:
-            if os.path.isdir(draft) and os.path.isfile(os.path.join(draft, "config.json")):
-                raise _fail(
-                    f"autotune.sim: {draft} is a checkpoint the scenario {scenario.name} does not know "
-                    f"(its drafters: {', '.join(scenario.drafters)})",
-                    log,
-                )
-            raise _not_loadable(draft, log)
-    args.speculative_draft_model_path = draft
-    args.drafter = drafter
-    if algo == "STANDALONE":
-        args.method = "STANDALONE"
-    elif drafter is not None and drafter.kind == "mtp" or args.mtp_missing:
-        args.method = "MTP" if algo == "EAGLE" else algo
-    else:
-        args.method = algo
-    name = drafter.name if drafter is not None else "mtp"
-    args.faults = tuple(f for f in args.faults if f.applies_to(name))
-    if args.max_running_requests is None:
-        log.append(
-            "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can "
-            "override this by explicitly setting --max-running-requests."
-        )
-
-    if steps is None:
-        if topk is not None or ndt is not None:
-            raise _traceback(
-                "AssertionError: speculative_eagle_topk and speculative_num_draft_tokens must be unset "
-                "when speculative_num_steps is unset",
-                log,
-            )
-        if algo == "STANDALONE":
-            steps, topk, ndt = 3, 1, 4
-        else:
-            steps, topk, ndt = (5, 4, 8) if scenario.family == "llama" else (3, 1, 4)
-        log.append(
-            f"INFO speculative_hook.py: auto-chose speculative_num_steps={steps}, "
-            f"speculative_eagle_topk={topk}, speculative_num_draft_tokens={ndt} for this model"
-        )
-    elif topk is None or ndt is None:
-        raise _traceback(
-            "AssertionError: speculative_eagle_topk and speculative_num_draft_tokens must be set "
-            "when speculative_num_steps is set",
-            log,
-        )
-    for flag, v in (
-        ("speculative_num_steps", steps),
-        ("speculative_eagle_topk", topk),
-        ("speculative_num_draft_tokens", ndt),
-    ):
-        if v < 1:
-            raise _traceback(f"AssertionError: {flag} must be positive, got {v}", log)
-    if topk == 1 and ndt != steps + 1:
-        log.append(
-            f"WARNING speculative_hook.py: speculative_num_draft_tokens is adjusted to speculative_num_steps+1 "
-            f"when speculative_eagle_topk == 1 (was {ndt}, now {steps + 1})"
-        )
-        ndt = steps + 1
-    if ndt < 2:
-        raise _traceback(f"AssertionError: speculative_num_draft_tokens must be at least 2, got {ndt}", log)
-    max_nodes = topk + (steps - 1) * topk * topk
-    if ndt - 1 > max_nodes:
-        raise _traceback(
-            f"ValueError: speculative_num_draft_tokens={ndt} is too large for speculative_num_steps={steps} and "
-            f"speculative_eagle_topk={topk}: the draft tree has only {max_nodes} candidate nodes "
-            f"(num_draft_tokens - 1 <= topk + (steps - 1) * topk^2)",
-            log,
-            "../speculative/eagle_utils.py",
-        )
-    args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, ndt
-    return args
+__all__ = [
+    "FAULT_KINDS",
+    "Fault",
+    "KNOWN_ALGORITHMS",
+    "MTP_ARCHITECTURES",
+    "NGRAM_DEFAULTS",
+    "ResolvedArgs",
+    "SGLANG_VERSION",
+    "SIMULATED_ALGORITHMS",
+    "SimLaunchError",
+    "_BOOL_FLAGS",
+    "_FAULTS_WITH_N",
+    "_INT_FIELDS",
+    "_VALUE_FLAGS",
+    "_adaptive_unsupported_reason",
+    "_fail",
+    "_load_adaptive_config",
+    "_not_loadable",
+    "_resolve_eagle_family",
+    "_resolve_ngram",
+    "_split",
+    "_target_ok",
+    "_traceback",
+    "load_adaptive_config",
+    "load_adaptive_config_steps",
+    "parse_launch_args",
+    "usage",
+]

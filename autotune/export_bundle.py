@@ -1,0 +1,306 @@
+"""What an export carries: the chosen trial, its launch (``launch_argv``), the checkpoints' fingerprints and the
+provenance (``bundle``), and reading that provenance back from an exported file (``read_provenance``).
+
+Re-exported by ``autotune.export``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune import __version__
+from autotune.backends.base import Backend
+from autotune.config import TrialConfig
+from autotune.redact import redact_env
+from autotune.space import Space
+
+#: Kubernetes annotation / compose extension / comment prefix holding the provenance
+PROVENANCE_ANNOTATION = "autotune/provenance"
+PROVENANCE_COMMENT = "# autotune-provenance: "
+#: how a script export names the folder it lies in: its files are written there (``write``)
+SCRIPT_DIR = '"$(dirname "$0")"'
+#: where compose and Kubernetes mount the launch's files in the container
+CONTAINER_FILES = "/autotune/files"
+#: the address the server listens on in a container or pod: every interface (the pod's address; compose publishes
+#: the port on the space's ``server.host``)
+CONTAINER_HOST = "0.0.0.0"
+#: the files folder in a script's argv until it is written as ``SCRIPT_DIR`` (``_script_word``)
+_SCRIPT_MARK = "@AUTOTUNE_SCRIPT_DIR@"
+
+
+class _NoAliases(yaml.SafeDumper):
+    """Plain YAML without anchors (``&id001``) for dicts that appear twice (labels)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _dump(doc: Any) -> str:
+    return yaml.dump(doc, Dumper=_NoAliases, sort_keys=False)
+
+
+#: weight index files whose hash (with config.json's) fingerprints a checkpoint directory
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Deployment parameters (compose, Kubernetes): image and resources, with defaults from the space."""
+
+    image: str | None = None  # default: the backend's images (``Backend.images``) for server.version
+    gpus: int | None = None  # default: CUDA_VISIBLE_DEVICES entries in server.env, else --tp-size, else 1
+    name: str | None = None  # service / Deployment name; default: the space's name
+
+
+def launch_argv(space: Space, backend: Backend, config: TrialConfig, *, files_dir: str | None = None) -> list[str]:
+    """The deployment launch command: the real server's (never the simulator's), on the space's port, started by the
+    launcher the space names or else a plain one (``Backend.deploy_launcher``: ``python3 -m sglang.launch_server``,
+    never this machine's interpreter path); flags as the installed server spells them where only ``probe`` can tell
+    (``Backend.probe_before_argv``); the server's files (``Backend.files``) named in ``files_dir`` (None: bare)."""
+    if backend.probe_before_argv:
+        backend.probe(space)
+    argv = backend.argv(config, space, port=space.server.port, simulate=False, files_dir=files_dir)
+    here, there = backend.launcher(space), backend.launcher(space, deploy=True)
+    if argv[: len(here)] == here:  # this machine's interpreter or cached build: the deployment host's plain one
+        argv = there + argv[len(here) :]
+    return argv
+
+
+# ---------------------------------------------------------------------------------------------- what is exported
+
+
+def _choose(report: dict[str, Any], trial: int | None) -> dict[str, Any]:
+    """The config to export and its figures: the recommendation, or trial ``trial`` (its search measurement, and
+    its confirmed interval when it was a confirmation candidate)."""
+    if trial is None:
+        rec = report["recommended"]
+        if rec.get("config") is None:
+            raise ValueError("nothing to export yet: no baseline has been measured")
+        best = report.get("best") or {}
+        fastest = report.get("fastest_baseline") or {}
+        is_best = best.get("trial") == rec.get("trial") and rec.get("speedup_ci") is not None
+        return {
+            "trial": rec.get("trial"),
+            "config": rec["config"],
+            "why": rec.get("why"),
+            "tok_per_s": rec.get("tok_per_s"),
+            "speedup": best.get("speedup") if is_best else None,
+            "speedup_ci": rec.get("speedup_ci"),
+            "source": "confirmation" if rec.get("speedup_ci") else "search",
+            "baseline": _baseline_entry(fastest),
+        }
+    row = next((r for r in report["trials"] if r["number"] == trial), None)
+    if row is None:
+        raise ValueError(f"--trial {trial}: no such trial in study {report['study']}")
+    if row["state"] != "COMPLETE" or not row.get("config"):
+        raise ValueError(f"--trial {trial}: it was not measured to the end ({row['state']}); nothing to export")
+    confirmed = next((c for c in report.get("confirmed", []) if c["trial"] == trial), None)
+    ci = (confirmed.get("deploy_speedup_ci") or confirmed.get("speedup_ci")) if confirmed else None
+    cfg = TrialConfig.from_dict(row["config"])
+    same = report["baseline"].get("cuda_graph_on" if cfg.cuda_graph else "cuda_graph_off") or {}
+    if ci is not None and confirmed and confirmed.get("deploy_speedup_ci"):
+        base = report.get("fastest_baseline") or same
+    else:
+        base = same
+    return {
+        "trial": trial,
+        "config": row["config"],
+        "why": f"trial {trial}, chosen with --trial",
+        "tok_per_s": confirmed["tok_per_s"] if confirmed else row["tok_per_s"],
+        "speedup": ci["point"] if ci else (row.get("speedup") if not cfg.is_baseline else 1.0),
+        "speedup_ci": ci,
+        "source": "confirmation" if ci else "search",
+        "baseline": _baseline_entry(base),
+    }
+
+
+def _baseline_entry(b: dict[str, Any]) -> dict[str, Any] | None:
+    if not b:
+        return None
+    return {
+        "trial": b.get("trial"),
+        "config": TrialConfig.baseline(b["cuda_graph"]).to_dict(),
+        "tok_per_s": b.get("tok_per_s"),
+    }
+
+
+def fingerprint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's fingerprint: sha256 of its config.json and of its weight index (a directory), or of a single
+    file's first MiB and its size (a GGUF). Missing files give None (the checkpoint is not on this machine)."""
+    p = Path(path)
+    out: dict[str, Any] = {"config_json_sha256": None, "weight_index": None, "weight_index_sha256": None}
+    if p.is_dir():
+        cfg = p / "config.json"
+        if cfg.is_file():
+            out["config_json_sha256"] = hashlib.sha256(cfg.read_bytes()).hexdigest()
+        for name in WEIGHT_INDEXES:
+            if (p / name).is_file():
+                out["weight_index"] = name
+                out["weight_index_sha256"] = hashlib.sha256((p / name).read_bytes()).hexdigest()
+                break
+    elif p.is_file():
+        with open(p, "rb") as f:
+            head = f.read(1 << 20)
+        out = {"file_sha256_first_mib": hashlib.sha256(head).hexdigest(), "size": p.stat().st_size}
+    return out
+
+
+def checkpoints(space: Space, config: TrialConfig, read_space: Space | None = None) -> list[dict[str, Any]]:
+    """The target's and the config's drafter's fingerprints; ``read_space`` names where to read them (a simulated
+    study's stand-in checkpoints), the entries keep the deployment's paths."""
+    read = read_space or space
+    out = [{"role": "target", "path": space.server.model_path, **fingerprint(read.server.model_path)}]
+    if config.drafter is not None:
+        d = next(d for d in space.drafters if d.name == config.drafter)
+        r = next((x for x in read.drafters if x.name == config.drafter), d)
+        out.append({"role": "drafter", "name": d.name, "path": d.path, **fingerprint(r.path)})
+    if read is not space:
+        for c in out:
+            c["read_from"] = "the simulator's stand-in checkpoint (the real one is not on this machine)"
+    return out
+
+
+def bundle(
+    space: Space,
+    backend: Backend,
+    report: dict[str, Any],
+    *,
+    trial: int | None = None,
+    read_space: Space | None = None,
+    now: _dt.datetime | None = None,
+    schedule: Mapping[str, Any] | None = None,
+    server: Backend | None = None,
+) -> dict[str, Any]:
+    """Everything an export holds: the launch (argv, env with secrets redacted, the files it reads) and its
+    provenance. ``schedule``: a per-load-level schedule the launch runs (``Backend.schedule_launch``); ``server``:
+    another server to deploy on (``Backend.translate``; ValueError when the translation would not be faithful).
+    The launch comes in three namings of its files: bare (``argv``), beside a script (``_script_argv``) and in a
+    container, listening on every interface there (``_container_argv``)."""
+    chosen = _choose(report, trial)
+    config = TrialConfig.from_dict(chosen["config"])
+    dspace, dbackend, dconfig = space, backend, config
+    translation: dict[str, Any] | None = None
+    if server is not None and type(server) is not type(backend):
+        dspace, dconfig = server.translate(space, backend.portable(config, space))
+        dbackend = server
+        translation = {
+            "server": dbackend.name,
+            "from": backend.name,
+            "method": dbackend.deploy_method(dconfig, dspace),
+            "config": dconfig.to_dict(),
+            "measured_on": backend.display_name or backend.name,
+        }
+
+    def launch(sp: Space, files_dir: str | None) -> tuple[list[str], dict[str, str], str | None]:
+        argv = launch_argv(sp, dbackend, dconfig, files_dir=files_dir)
+        files = dbackend.files(dconfig, sp)
+        if schedule is None:
+            return argv, files, None
+        sl = dbackend.schedule_launch(sp, schedule, argv, files_dir=files_dir)
+        return sl.argv, {**files, **sl.files}, sl.note
+
+    argv, files, schedule_note = launch(dspace, None)
+    script_argv = launch(dspace, _SCRIPT_MARK)[0]
+    inside = dataclasses.replace(dspace, server=dataclasses.replace(dspace.server, host=CONTAINER_HOST))
+    container_argv = launch(inside, CONTAINER_FILES)[0]
+    env = redact_env(dbackend.env(dconfig, dspace))
+    launcher = dbackend.launcher(dspace, deploy=True)
+    provenance = {
+        "study": report["study"],
+        "trial": chosen["trial"],
+        "simulated": report.get("simulated"),
+        "space": space.path,
+        "backend": space.server.backend,
+        "server_version": space.server.version or getattr(backend, "version", None),
+        "method": backend.deploy_method(config, space),
+        "autotune_version": __version__,
+        "exported_at": (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "verdict": report["verdict"],
+        "why": chosen["why"],
+        "config": config.to_dict(),
+        "measured": {
+            "tok_per_s": chosen["tok_per_s"],
+            "speedup": chosen["speedup"],
+            "speedup_ci": chosen["speedup_ci"],
+            "source": chosen["source"],
+            "units": report.get("units"),
+        },
+        "baseline": chosen["baseline"],
+        "checkpoints": checkpoints(space, config, read_space),
+    }
+    if translation is not None:
+        provenance["translated"] = translation
+    if schedule is not None:
+        provenance["schedule"] = [
+            {"level": x["level"], "draft": x["draft"], "trial": x["trial"]} for x in schedule["levels"]
+        ]
+    return {
+        **{k: provenance[k] for k in ("autotune_version", "exported_at", "study", "simulated", "space", "backend")},
+        "verdict": report["verdict"],
+        "why": chosen["why"],
+        "trial": chosen["trial"],
+        "config": config.to_dict(),
+        "method": provenance["method"],
+        "speculative": not config.is_baseline,
+        "knobs": config.knob_dict,
+        "measured": provenance["measured"],
+        "launch": {
+            "argv": argv,
+            "command": shlex.join(argv),
+            "launcher": argv[: len(launcher)] if argv[: len(launcher)] == launcher else argv[:1],
+            "env": env,
+            **({"files": files} if files else {}),
+        },
+        **({"schedule": dict(schedule)} if schedule is not None else {}),
+        "verify": "autotune bench "
+        + shlex.quote(space.path or "SPACE")
+        + "".join(" --set " + shlex.quote(f"{k}={v}") for k, v in config.to_dict().items() if v is not None),
+        "provenance": provenance,
+        "_space": dspace,
+        "_backend": dbackend,
+        "_script_argv": script_argv,
+        "_container_argv": container_argv,
+        "_schedule_note": schedule_note,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- reading back
+
+
+def read_provenance(text: str, where: str = "the file") -> dict[str, Any]:
+    """The provenance of any export format (``autotune reverify``); ValueError when there is none."""
+    for line in text.splitlines():
+        if line.startswith(PROVENANCE_COMMENT):
+            return _checked(json.loads(line[len(PROVENANCE_COMMENT) :]), where)
+    try:
+        docs = list(yaml.safe_load_all(text))  # JSON is YAML too; Kubernetes: a ConfigMap, then the Deployment
+    except yaml.YAMLError as e:
+        raise ValueError(f"{where}: not an autotune export (neither YAML nor JSON: {e})") from None
+    for doc in docs:
+        if not isinstance(doc, dict):
+            continue
+        if isinstance(doc.get("provenance"), dict):
+            return _checked(doc["provenance"], where)
+        if isinstance(doc.get("x-autotune"), dict):
+            return _checked(doc["x-autotune"], where)
+        ann = (doc.get("metadata") or {}).get("annotations") or {}
+        if PROVENANCE_ANNOTATION in ann:
+            return _checked(json.loads(ann[PROVENANCE_ANNOTATION]), where)
+    raise ValueError(f"{where}: not an autotune export (no provenance found; export it with `autotune export`)")
+
+
+def _checked(p: Any, where: str) -> dict[str, Any]:
+    missing = [k for k in ("study", "space", "config", "measured", "baseline") if not isinstance(p, dict) or k not in p]
+    if missing:
+        raise ValueError(f"{where}: the provenance lacks {', '.join(missing)} (exported by an older autotune?)")
+    return p

@@ -1,0 +1,340 @@
+"""The export formats: one function per format turns a ``bundle`` into text (``FORMATS``), and which formats fit
+a study's server (its own, another server's only as a faithful translation).
+
+Re-exported by ``autotune.export``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.backends.base import Backend
+from autotune.backends.registry import backend_class, backend_names
+from autotune.export_bundle import (
+    _SCRIPT_MARK,
+    CONTAINER_FILES,
+    CONTAINER_HOST,
+    PROVENANCE_ANNOTATION,
+    PROVENANCE_COMMENT,
+    SCRIPT_DIR,
+    Options,
+    _dump,
+    _NoAliases,
+)
+from autotune.redact import is_secret_name
+from autotune.space import Space
+
+# ---------------------------------------------------------------------------------------------- the formats
+
+
+def _public(b: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in b.items() if not k.startswith("_")}
+
+
+def _comment_lines(b: dict[str, Any], files_where: Callable[[str], str] | None = None) -> list[str]:
+    """The comment block every text format starts with: who, what (the method), the figures, the translation, the
+    schedule and the files the launch reads (``files_where(name)``: where this format finds it)."""
+    p = b["provenance"]
+    m = p["measured"]
+    ci = m.get("speedup_ci")
+    sim = p.get("simulated")
+    method = p.get("method")
+    lines = [
+        f"# autotune {p['autotune_version']}: study {p['study']}, trial {p['trial']}, "
+        + (f"method {method}" if method else "no speculation (the baseline)")
+        + (" [SIMULATED]" if sim else "")
+        + f", exported {p['exported_at']}",
+        f"# measured {_f(m.get('tok_per_s'))} {m.get('units') or 'tok/s'}"
+        + (
+            f", speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
+            if ci
+            else (f", speedup {m['speedup']:.3f} (search, no interval)" if m.get("speedup") is not None else "")
+        )
+        + (f" against baseline trial {p['baseline']['trial']}" if p.get("baseline") else ""),
+    ]
+    if sim:
+        scenario = sim.get("scenario") if isinstance(sim, dict) else None
+        lines.append(f"# SIMULATED: figures from autotune's simulator (scenario {scenario}), not measured on hardware")
+    t = p.get("translated")
+    if t:
+        lines.append(
+            f"# translated from the {t['measured_on']} study to {b['_backend'].display_name or t['server']} "
+            f"({'method ' + t['method'] if t['method'] else 'no speculation'}): measured on {t['measured_on']}, "
+            "never on this server; measure it there "
+            "before relying on the figures"
+        )
+    if b.get("_schedule_note"):
+        lines.append(f"# schedule: {b['_schedule_note']}")
+    where = files_where or (
+        lambda n: f"reads {n} from its working directory (autotune export -o FILE writes it beside FILE)"
+    )
+    lines += [f"# {where(name)}" for name in b["launch"].get("files", {})]
+    return lines + [PROVENANCE_COMMENT + json.dumps(p, sort_keys=True, separators=(",", ":"))]
+
+
+def _f(x: Any) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _secret_names(b: dict[str, Any]) -> list[str]:
+    return sorted(k for k in b["launch"]["env"] if is_secret_name(k))
+
+
+def _script_word(arg: str) -> str:
+    """One argv element for a shell script, its files named beside the script (``SCRIPT_DIR``)."""
+    if _SCRIPT_MARK not in arg:
+        return shlex.quote(arg)
+    return SCRIPT_DIR.join(shlex.quote(part) if part else "" for part in arg.split(_SCRIPT_MARK))
+
+
+def fmt_command(b: dict[str, Any], _opts: Options) -> str:
+    """A shell command line (a script: ``bash FILE``); secrets come from the deploying shell's environment
+    (``NAME="$NAME"``); the files the launch reads are named beside the script (``"$(dirname "$0")"/NAME``)."""
+    env = b["launch"]["env"]
+    prefix = [f'{k}="${k}"' if is_secret_name(k) else f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    words = [_script_word(a) for a in b["_script_argv"]]
+    lines = _comment_lines(b, lambda n: f"reads {n} beside this script (autotune export -o FILE writes it there)")
+    return "\n".join(lines) + "\n" + " ".join([*prefix, *words]) + "\n"
+
+
+def fmt_json(b: dict[str, Any], _opts: Options) -> str:
+    return json.dumps(_public(b), indent=2) + "\n"
+
+
+def fmt_yaml(b: dict[str, Any], _opts: Options) -> str:
+    return yaml.safe_dump(_public(b), sort_keys=False)
+
+
+def fmt_env(b: dict[str, Any], _opts: Options) -> str:
+    """A POSIX shell env file (``set -a; . FILE``): the server's variables, ``SERVER_LAUNCHER`` and ``SERVER_ARGS``
+    (``$SERVER_LAUNCHER $SERVER_ARGS`` starts it); secrets are named in a comment, never written."""
+    launch = b["launch"]
+    argv, launcher = launch["argv"], launch["launcher"]
+    lines = _comment_lines(b)
+    for k in _secret_names(b):
+        lines.append(f"# {k} is a secret: set it in the deployment's environment (not written here)")
+    lines += [f"{k}={shlex.quote(v)}" for k, v in sorted(launch["env"].items()) if not is_secret_name(k)]
+    lines.append("SERVER_LAUNCHER=" + shlex.quote(shlex.join(launcher)))
+    lines.append("SERVER_ARGS=" + shlex.quote(shlex.join(argv[len(launcher) :])))
+    return "\n".join(lines) + "\n"
+
+
+def _deploy(b: dict[str, Any], opts: Options) -> dict[str, Any]:
+    """What compose and Kubernetes share: name, image, GPUs, port, the model directories to mount (absolute; a
+    relative checkpoint path is read from the working directory, which the container then gets too)."""
+    space: Space = b["_space"]
+    version = space.server.version
+    images = b["_backend"].images
+    image = opts.image or (images[0].format(version=version) if version else images[1])
+    name = re.sub(r"[^a-z0-9-]+", "-", (opts.name or space.name).lower()).strip("-")[:63] or "autotune"
+    paths = [Path(c["path"]) for c in b["provenance"]["checkpoints"]]
+    dirs = {
+        (p.parent if c.get("file_sha256_first_mib") or p.suffix == ".gguf" else p)
+        for p, c in zip(paths, b["provenance"]["checkpoints"], strict=True)
+    }
+    relative = any(not p.is_absolute() for p in paths)
+    return {
+        "name": name,
+        "image": image,
+        "gpus": opts.gpus or _gpus(space),
+        "port": space.server.port,
+        "host": space.server.host,
+        "mounts": sorted({str(d if d.is_absolute() else Path.cwd() / d) for d in dirs}),
+        "workdir": str(Path.cwd()) if relative else None,
+        "files": b["launch"].get("files", {}),
+    }
+
+
+def _gpus(space: Space) -> int:
+    visible = space.server.env.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return len([x for x in visible.split(",") if x.strip()])
+    args = list(space.server.extra_args)
+    for flag in ("--tp-size", "--tp", "--tensor-parallel-size"):
+        if flag in args and args.index(flag) + 1 < len(args):
+            try:
+                return int(args[args.index(flag) + 1])
+            except ValueError:
+                pass
+    return 1
+
+
+def _listen_line(d: dict[str, Any], where: str) -> str:
+    return f"# the server listens on {CONTAINER_HOST}:{d['port']} {where}"
+
+
+def fmt_compose(b: dict[str, Any], opts: Options) -> str:
+    """A docker-compose file with one service: the exact argv as its command, listening on every interface of the
+    container, the port published on the space's ``server.host`` of this host (where it was measured: 127.0.0.1
+    keeps it to this host), the GPUs reserved, the checkpoints mounted read-only at the same paths, the launch's
+    files mounted from beside the compose file."""
+    d = _deploy(b, opts)
+    env = {k: (f"${{{k}:?set {k}}}" if is_secret_name(k) else v) for k, v in sorted(b["launch"]["env"].items())}
+    service: dict[str, Any] = {
+        "image": d["image"],
+        "command": b["_container_argv"],
+        "ipc": "host",
+        "ports": [f"{d['host']}:{d['port']}:{d['port']}"],
+        "volumes": [f"{m}:{m}:ro" for m in d["mounts"]] + [f"./{n}:{CONTAINER_FILES}/{n}:ro" for n in d["files"]],
+        "deploy": {
+            "resources": {
+                "reservations": {"devices": [{"driver": "nvidia", "count": d["gpus"], "capabilities": ["gpu"]}]}
+            }
+        },
+    }
+    if d["workdir"]:
+        service["working_dir"] = d["workdir"]
+    if env:
+        service["environment"] = env
+    doc = {"x-autotune": b["provenance"], "services": {d["name"]: service}}
+    lines = _comment_lines(
+        b, lambda n: f"{n}: mounted from beside this file at {CONTAINER_FILES}/{n} (autotune export -o writes it)"
+    )[:-1]
+    lines.append(_listen_line(d, f"in the container, published on {d['host']}:{d['port']} of this host"))
+    return "\n".join(lines) + "\n" + _dump(doc)
+
+
+def fmt_k8s(b: dict[str, Any], opts: Options) -> str:
+    """A Kubernetes Deployment: the launcher as ``command``, the exact args listening on the pod's address, GPUs as
+    ``nvidia.com/gpu`` limits, the checkpoints as hostPath volumes at the same paths, the launch's files from a
+    ConfigMap ``NAME-files`` (a document before the Deployment), secrets from a Secret named ``NAME-secrets``, and
+    the provenance as an annotation."""
+    d = _deploy(b, opts)
+    launch = b["launch"]
+    argv = b["_container_argv"]
+    env = []
+    for k, v in sorted(launch["env"].items()):
+        if is_secret_name(k):
+            env.append({"name": k, "valueFrom": {"secretKeyRef": {"name": f"{d['name']}-secrets", "key": k}}})
+        else:
+            env.append({"name": k, "value": v})
+    volumes: list[dict[str, Any]] = [
+        {"name": f"ckpt-{i}", "hostPath": {"path": m, "type": "Directory"}} for i, m in enumerate(d["mounts"])
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": f"ckpt-{i}", "mountPath": m, "readOnly": True} for i, m in enumerate(d["mounts"])
+    ]
+    volumes.append({"name": "shm", "emptyDir": {"medium": "Memory"}})
+    mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+    p = b["provenance"]
+    labels = {"app.kubernetes.io/name": d["name"], "app.kubernetes.io/managed-by": "autotune"}
+    docs: list[dict[str, Any]] = []
+    if d["files"]:
+        config_map = f"{d['name']}-files"
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": config_map, "labels": labels},
+                "data": dict(d["files"]),
+            }
+        )
+        volumes.append({"name": "files", "configMap": {"name": config_map}})
+        mounts.append({"name": "files", "mountPath": CONTAINER_FILES, "readOnly": True})
+    container: dict[str, Any] = {
+        "name": "server",
+        "image": d["image"],
+        "command": launch["launcher"],
+        "args": argv[len(launch["launcher"]) :],
+        "ports": [{"containerPort": d["port"], "name": "http"}],
+        "resources": {"limits": {"nvidia.com/gpu": d["gpus"]}},
+        "volumeMounts": mounts,
+    }
+    if d["workdir"]:
+        container["workingDir"] = d["workdir"]
+    if env:
+        container["env"] = env
+    docs.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": d["name"],
+                "labels": labels,
+                "annotations": {
+                    PROVENANCE_ANNOTATION: json.dumps(p, sort_keys=True, separators=(",", ":")),
+                    "autotune/trial": str(p["trial"]),
+                    "autotune/study": str(p["study"]),
+                },
+            },
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": {"containers": [container], "volumes": volumes}},
+            },
+        }
+    )
+    lines = _comment_lines(b, lambda n: f"{n}: from ConfigMap {d['name']}-files, mounted at {CONTAINER_FILES}")[:-1]
+    lines.append(_listen_line(d, "on the pod's address (put a Service in front to reach it)"))
+    return "\n".join(lines) + "\n" + yaml.dump_all(docs, Dumper=_NoAliases, sort_keys=False)
+
+
+#: format name -> renderer (one function per format); each server's own format comes on top (``format_names``)
+FORMATS: dict[str, Callable[[dict[str, Any], Options], str]] = {
+    "command": fmt_command,
+    "yaml": fmt_yaml,
+    "json": fmt_json,
+    "env": fmt_env,
+    "compose": fmt_compose,
+    "k8s": fmt_k8s,
+}
+
+
+def _server_formats() -> dict[str, type[Backend]]:
+    """Each server's own format (``Backend.export_format``) -> its backend class."""
+    out: dict[str, type[Backend]] = {}
+    for name in backend_names():
+        cls = backend_class(name)
+        if cls.export_format:
+            out[cls.export_format] = cls
+    return out
+
+
+def format_names(backend: Backend) -> list[str]:
+    """Every format, in the order messages list them: ``backend``'s own, the generic ones, the other servers'."""
+    own = [backend.export_format] if backend.export_format else []
+    return [*own, *FORMATS, *(f for f in _server_formats() if f not in own)]
+
+
+def fitting_formats(backend: Backend) -> list[str]:
+    """The formats a study of ``backend`` exports to: its own, the generic ones (its server's launch), and other
+    servers' that take a translation of it (``Backend.accepts_translation``, ``Backend.portable_checkpoints``)."""
+    return [f for f in format_names(backend) if _translation_problem(backend, f) is None]
+
+
+def _translation_problem(backend: Backend, fmt: str) -> str | None:
+    if fmt in FORMATS or fmt == backend.export_format:
+        return None
+    owner = _server_formats().get(fmt)
+    if owner is None:
+        return "unknown format"
+    here, there = backend.display_name or backend.name, owner.display_name or owner.name
+    if not owner.accepts_translation:
+        return f"it launches {there}, which takes no other server's study; this study ran {here}"
+    if not backend.portable_checkpoints:
+        return f"it launches {there}, which cannot load this {here} study's checkpoints"
+    return None
+
+
+def format_problem(backend: Backend, fmt: str) -> str | None:
+    """Why ``--format fmt`` cannot export a study of ``backend`` (None: it may; a translation to another server is
+    checked against the exported config when it is rendered)."""
+    problem = _translation_problem(backend, fmt)
+    if problem is None:
+        return None
+    fitting = ", ".join(fitting_formats(backend))
+    if problem == "unknown format":
+        return f"--format {fmt}: unknown format; expected one of {fitting}"
+    return f"--format {fmt}: {problem}; formats that fit: {fitting}"
+
+
+def suggested_format(backend: Backend) -> str:
+    """The launch-command format to suggest after a study: the server's own when it is one, else ``command``."""
+    return backend.export_format if backend.export_format and backend.export_format_launches else "command"
