@@ -59,6 +59,7 @@ from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.outcomes import (
+    CRASH_STARTS,
     FAILURES,
     Infeasible,
     Lost,
@@ -67,6 +68,12 @@ from autotune.study.outcomes import (
     Pruned,
     Requeued,
     SameAsPruned,
+)
+from autotune.study.outcomes import (
+    crash_line as _crash_line,
+)
+from autotune.study.outcomes import (
+    is_crash as _crash,
 )
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
@@ -92,22 +99,6 @@ class _Trial:
     @property
     def number(self) -> int:
         return self.trial.number
-
-
-#: server starts a trial's config gets when its server crashes (a signal at start-up, or dying while it serves)
-CRASH_STARTS = 2
-
-
-def _crash(e: Exception) -> bool:
-    """A crash, not a refusal: killed by a signal (negative return code) at start-up, or died while serving."""
-    return isinstance(e, ServerDied) or (isinstance(e, ServerExited) and (e.returncode or 0) < 0)
-
-
-def _crash_line(e: Exception) -> str:
-    """The exit and the last line of the log that says something (for the report)."""
-    tail = [ln.strip() for ln in (getattr(e, "log_tail", "") or "").splitlines() if ln.strip()]
-    code = getattr(e, "returncode", None)
-    return f"{'exit ' + str(code) if code is not None else 'died'}: " + (tail[-1][:200] if tail else str(e)[:200])
 
 
 # ---------------------------------------------------------------------------------------------- the objective
