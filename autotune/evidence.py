@@ -292,14 +292,14 @@ def publish(study: optuna.Study, report: Mapping[str, Any], *, attrs: bool = Fal
             if get_note_from_system_attrs(system, t._trial_id)["body"]:
                 continue
             outcome = {"state": t.state.name, "reason": row.get("reason")}
-            body = trial_note(t.number, t.user_attrs, outcome, prompt_ids, t.params)
+            body = trial_note(t.number, records.TrialRecord(t).attrs, outcome, prompt_ids, t.params)
             save_note_with_version(study._storage, study._study_id, t._trial_id, 1, body)
     if attrs:
         rec = report.get("recommended") or {}
         ci = rec.get("speedup_ci")
-        study.set_user_attr(records.VERDICT, report["verdict"])
-        study.set_user_attr(
-            records.RECOMMENDED,
+        records.set_outcome(
+            study,
+            report["verdict"],
             {
                 "trial": rec.get("trial"),
                 "config": _label(rec.get("config")),

@@ -15,12 +15,15 @@ from autotune.records.attrs import (
     label_study,
     level_phase,
     lossless_floor,
+    method_catalogue,
     prompt_ids,
     reopen_confirmation,
     set_baseline_check_rounds,
     set_confirmation,
     set_level_phase,
     set_lossless_floor,
+    set_method_catalogue,
+    set_outcome,
     set_study_n_trials,
     set_worker_spec,
     space_digest,
@@ -138,6 +141,9 @@ from autotune.records.store import (
 )
 
 __all__ = [
+    "method_catalogue",
+    "set_method_catalogue",
+    "set_outcome",
     "ACCEPT_LENGTH",
     "ARGV",
     "BACKEND",

@@ -14,13 +14,16 @@ from autotune.records.schema import (
     CONFIRMATION,
     LEVEL_PHASE,
     LOSSLESS_FLOOR,
+    METHODS,
     N_TRIALS,
     PROMPT_IDS,
+    RECOMMENDED,
     SEED,
     SIMULATED,
     SPACE_DIGEST,
     SPACE_NAME,
     UNITS,
+    VERDICT,
     WORKER_SPEC,
 )
 
@@ -129,3 +132,20 @@ def prompt_ids(study: optuna.Study) -> list[str]:
 def study_labels(study: optuna.Study) -> tuple[Any, str]:
     """(simulated label or None, units) for reports."""
     return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
+
+
+def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:
+    """The method space's catalogue the study recorded (``autotune.study.methods``); None for other spaces."""
+    return study.user_attrs.get(METHODS)
+
+
+def set_method_catalogue(study: optuna.Study, info: dict[str, Any]) -> None:
+    """Record the catalogue once (the first run's stays)."""
+    if METHODS not in study.user_attrs:
+        study.set_user_attr(METHODS, info)
+
+
+def set_outcome(study: optuna.Study, verdict: str, recommended: dict[str, Any]) -> None:
+    """The verdict and the recommendation, rounded, for optuna-dashboard's study view."""
+    study.set_user_attr(VERDICT, verdict)
+    study.set_user_attr(RECOMMENDED, recommended)

@@ -44,7 +44,8 @@ Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, 
 ``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search),
 ``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm),
 ``verdict`` / ``recommended`` (written by ``autotune dashboard`` for optuna-dashboard: the verdict, and the trial
-autotune recommends with rounded figures; ``autotune.evidence.publish``).
+autotune recommends with rounded figures; ``autotune.evidence.publish``), ``methods`` (a space with
+``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ N_TRIALS = "n_trials"
 LEVEL_PHASE = "level_phase"
 BASELINE_CHECK_ROUNDS = "baseline_check_rounds"
 VERDICT = "verdict"
+METHODS = "methods"
 RECOMMENDED = "recommended"
 
 # fmt: off
@@ -118,7 +120,7 @@ TRIAL_KEYS = (
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
-    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED,
+    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS,
 )
 # fmt: on
 

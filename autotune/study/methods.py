@@ -23,10 +23,9 @@ if TYPE_CHECKING:
     from autotune.backends.base import Backend
     from autotune.space import Space
 
-__all__ = ["STUDY_ATTR", "catalogue", "from_study", "record", "summarize"]
+__all__ = ["catalogue", "from_study", "record", "summarize"]
 
 #: the study user attr holding the space's method catalogue and prompt categories
-STUDY_ATTR = "methods"
 
 
 def catalogue(space: Space, backend: Backend) -> dict[str, Any] | None:
@@ -46,9 +45,11 @@ def catalogue(space: Space, backend: Backend) -> dict[str, Any] | None:
 
 def record(study: optuna.Study, space: Space, backend: Backend) -> None:
     """Store ``catalogue`` on the study once (a method space only)."""
+    from autotune import records
+
     info = catalogue(space, backend)
-    if info is not None and STUDY_ATTR not in study.user_attrs:
-        study.set_user_attr(STUDY_ATTR, info)
+    if info is not None:
+        records.set_method_catalogue(study, info)
 
 
 def _fmt(x: float | None) -> str:
@@ -209,10 +210,11 @@ def _categories(
 
 def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any] | None:
     """``summarize`` for a study's report (None: not a method space)."""
-    info = study.user_attrs.get(STUDY_ATTR)
+    from autotune import records
+
+    info = records.method_catalogue(study)
     if not info:
         return None
-    from autotune import records
     from autotune.records import TrialRecord
 
     per_prompt: dict[int, list[float | None]] = {}

@@ -67,7 +67,7 @@ def test_every_trial_ends_with_exactly_one_trial_end_event():
         if t.state == TrialState.FAIL:
             assert ends[t.number]["reason"] == r.fail_reason
     kinds = {TrialRecord(t).fail_kind for t in finished}
-    assert {"server-died", "drafter-not-engaged"} <= kinds
+    assert {"unstable", "drafter-not-engaged"} <= kinds  # flaky dies on every start: one fresh start, then unstable
 
 
 def test_a_config_mismatch_fails_the_trial_once_and_is_not_recorded_as_measured():
