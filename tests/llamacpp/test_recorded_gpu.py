@@ -81,3 +81,20 @@ def test_the_h200_load_study_on_the_trust_code_ends_confirmed_without_exclusions
     assert not any(c["flagged"] for c in rep["baseline_check"])
     log = (run / "study.log").read_text()
     assert "resuming study h200-trust: 24 trials kept" in log and "measured in this study" in log
+
+
+def test_the_h200_method_study_names_the_combination_with_per_method_intervals():
+    """docs/gpu-runs/2026-12-01-h200-methods: draft-simple vs ngram-simple vs ngram-mod vs draft-simple,ngram-mod on
+    the H200 (rewrite prompts): each method's best confirmed with its interval, the combination the winner."""
+    run = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-01-h200-methods" / "resumed"
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["verdict"] == "speculation-wins" and rep["exclusions"] == []
+    m = rep["methods"]
+    assert m["winner"] == "draft-simple,ngram-mod" and m["text"].startswith("draft model + ngram-mod wins")
+    best = {x["method"]: x["best"] for x in m["methods"]}
+    assert set(best) == {"draft-simple", "ngram-simple", "ngram-mod", "draft-simple,ngram-mod"}
+    assert all(
+        b["confirmed"] and b["speedup_ci"]["low"] <= b["speedup"] <= b["speedup_ci"]["high"] for b in best.values()
+    )
+    win = best["draft-simple,ngram-mod"]["speedup_ci"]
+    assert win["low"] > max(b["speedup_ci"]["high"] for k, b in best.items() if k == "ngram-simple")
