@@ -48,8 +48,7 @@ def test_a_second_study_on_a_running_sqlite_study_exits_2_and_the_first_measures
             "autotune",
             "study",
             str(space),
-            "--simulate",
-            "--no-confirm",
+            "--simulate",  # with its confirmation: it runs long enough for the second to meet it under load
             "--studies-dir",
             str(studies),
         ],
@@ -69,7 +68,7 @@ def test_a_second_study_on_a_running_sqlite_study_exits_2_and_the_first_measures
                 break
             time.sleep(0.2)
         assert db is not None, "the first study never started a trial"
-        second = autotune("study", str(space), "--simulate", "--no-confirm", "--studies-dir", str(studies))
+        second = autotune("study", str(space), "--simulate", "--studies-dir", str(studies))
         assert second.returncode == 2, second.stderr
         assert f"pid {first.pid} on " in second.stderr and "autotune worker" in second.stderr
         assert second.stderr.count("autotune: error:") == 1
