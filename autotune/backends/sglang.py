@@ -36,7 +36,6 @@ import dataclasses
 import json
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
@@ -53,6 +52,7 @@ from autotune.backends.base import (
     flag_value,
     parse_openai_chunk,
 )
+from autotune.backends.sglang_catalogue import _read_json as _read_config_json
 from autotune.backends.sglang_flags import (
     DECODE_MAX_BS_FLAG,
     DEFAULT_VERSION,
@@ -113,18 +113,6 @@ _LLAMA_LIKE_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ImgGen", "Gro
 
 def _spec_values(spec: ParamSpec | None) -> list[int] | None:
     return encode.int_values(spec, "SGLang")
-
-
-def _read_config_json(path: str | Path) -> dict[str, Any] | None:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    try:
-        with p.open(encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def incremental_output(space: Space) -> bool:
