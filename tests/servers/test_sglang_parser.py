@@ -15,6 +15,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,12 +63,25 @@ def autotune_sglang_launches(space_path: Path) -> dict:
     here = {space.server.model_path: sim.server.model_path}
     here.update({d.path: s.path for d, s in zip(space.drafters, sim.drafters, strict=True)})
 
+    files_dir = tempfile.mkdtemp(prefix="autotune-sglang-files-")  # files a launch reads (the adaptive config)
+
+    def launch_argv(config: TrialConfig) -> list[str]:
+        for name, text in backend.files(config, sim).items():
+            Path(files_dir, name).write_text(text)
+        return backend.argv(config, sim, port=30000, simulate=True, files_dir=files_dir)
+
     def expected(config: TrialConfig) -> dict:
         eff = backend.resolve(config, sim)
         if eff.is_baseline:
             return {"speculative_algorithm": None}
+        if eff.knob("method") is not None:  # a method space: the algorithm flag autotune passes, as SGLang names it
+            argv = launch_argv(config)
+            algorithm = argv[argv.index("--speculative-algorithm") + 1].upper()
+            algorithm = "EAGLE" if algorithm == "NEXTN" else algorithm  # NEXTN is EAGLE inside SGLang
+        else:
+            algorithm = resolved_algorithm(sim, eff.drafter)
         return {
-            "speculative_algorithm": resolved_algorithm(sim, eff.drafter),
+            "speculative_algorithm": algorithm,
             "speculative_num_steps": eff.knob("num_steps"),
             "speculative_eagle_topk": eff.knob("topk"),
             "speculative_num_draft_tokens": eff.knob("num_draft_tokens"),
@@ -80,7 +94,7 @@ def autotune_sglang_launches(space_path: Path) -> dict:
     launches = []
     for kind, configs in (("baseline", baselines), ("default", backend.defaults(sim)), ("grid", sample)):
         for c in configs:
-            argv = backend.argv(c, sim, port=30000, simulate=True)  # what --simulate launches (SGLang's flags)
+            argv = launch_argv(c)  # what --simulate launches (SGLang's flags)
             launches.append((f"{kind} {_name(c)}", argv[len(backend.launcher(sim)) :], expected(c)))
     # the exported deployment command (export --format sglang): the real space, each drafter keeping the algorithm
     # read from its stand-in (as autotune.commands.deploy.deploy_space does after a simulated study)
@@ -92,7 +106,8 @@ def autotune_sglang_launches(space_path: Path) -> dict:
         ),
     )
     for c in baselines + backend.defaults(sim):
-        argv = export.launch_argv(deploy, backend, c)
+        launch_argv(c)  # writes the files the launch reads into files_dir
+        argv = export.launch_argv(deploy, backend, c, files_dir=files_dir)
         flags = [here.get(a, a) for a in argv[len(backend.launcher(space, deploy=True)) :]]
         launches.append((f"export {_name(c)}", flags, expected(c)))
 
