@@ -63,7 +63,11 @@ def test_a_second_study_on_a_running_sqlite_study_exits_2_and_the_first_measures
         db = None
         while time.monotonic() < deadline:  # until the first run measures its first trial
             dbs = list(studies.glob("*.db"))
-            if dbs and any(t.state.name == "RUNNING" for t in _trials(dbs[0])):
+            try:  # the first run may be creating the database's tables or writing right now
+                running = bool(dbs) and any(t.state.name == "RUNNING" for t in _trials(dbs[0]))
+            except Exception:  # noqa: BLE001 - sqlalchemy's "database is locked", a schema half made, no study yet
+                running = False
+            if running:
                 db = dbs[0]
                 break
             time.sleep(0.2)
