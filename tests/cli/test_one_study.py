@@ -40,7 +40,15 @@ def _trials(db):
 
 
 def test_a_second_study_on_a_running_sqlite_study_exits_2_and_the_first_measures_every_trial(tmp_path):
-    space, studies = _llama(tmp_path), tmp_path / "studies"
+    # 10 trials and a short confirmation: long enough for the second run to meet the first, short on a loaded machine
+    space = space_file(
+        tmp_path,
+        "llama-8b-eagle3.yaml",
+        server={"port": _free_port(), "port_busy": "fail"},
+        budget={"n_trials": 10, "timeout_s": None},
+        verdict={"confirm_top": 1, "repeats": 2, "max_repeats": 2},
+    )
+    studies = tmp_path / "studies"
     first = subprocess.Popen(
         [
             sys.executable,
@@ -76,7 +84,7 @@ def test_a_second_study_on_a_running_sqlite_study_exits_2_and_the_first_measures
         assert second.returncode == 2, second.stderr
         assert f"pid {first.pid} on " in second.stderr and "autotune worker" in second.stderr
         assert second.stderr.count("autotune: error:") == 1
-        out, err = first.communicate(timeout=300)
+        out, err = first.communicate(timeout=900)
     finally:
         if first.poll() is None:
             first.kill()
