@@ -76,8 +76,10 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
         note(render_plan(study_plan(ctx, _existing_study(ctx), n_trials)))
         return StudyResult(None, {})
     # one orchestrator per study: taken before anything else touches it (a second run exits 2 here, before
-    # reaping servers, claiming trials or recovering "killed" ones that are another run's)
-    with run_lock(ctx.storage_url, ctx.study_name):
+    # reaping servers, claiming trials or recovering "killed" ones that are another run's). A search-only run on a
+    # server database is an extra worker of a shared study (as `autotune worker`): it takes no run lock
+    shared = not ctx.storage_url.startswith("sqlite")
+    with contextlib.nullcontext() if (args.no_confirm and shared) else run_lock(ctx.storage_url, ctx.study_name):
         reap(ctx, note)
         preflight(ctx, slots)
         ctx.ensure_dirs()
