@@ -210,8 +210,20 @@ def test_the_exported_load_schedule_is_accepted(tmp_path):
         check=False,
     )
     assert r.returncode == 0, r.stderr[-3000:]
+    script = tmp_path / "launch.sh"
     e = subprocess.run(
-        [*cli, "export", str(space), "--simulate", "--format", "sglang", "--studies-dir", str(studies)],
+        [
+            *cli,
+            "export",
+            str(space),
+            "--simulate",
+            "--format",
+            "sglang",
+            "--studies-dir",
+            str(studies),
+            "-o",
+            str(script),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -219,15 +231,15 @@ def test_the_exported_load_schedule_is_accepted(tmp_path):
         check=False,
     )
     assert e.returncode == 0, e.stderr[-3000:]
-    lines = [ln for ln in e.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
-    argv = shlex.split(lines[0])
+    adaptive = tmp_path / "adaptive.json"  # written beside the script by -o
+    assert adaptive.is_file(), e.stderr
+    (line,) = [ln for ln in script.read_text().splitlines() if "sglang.launch_server" in ln and not ln.startswith("#")]
+    argv = shlex.split(line)
     argv = argv[argv.index("sglang.launch_server") + 1 :]
-    adaptive = tmp_path / "adaptive.json"
-    adaptive.write_text(lines[-1])
-    # deployment paths -> the stand-in checkpoints (this machine has no /models)
+    # deployment paths -> the stand-in checkpoints (this machine has no /models); the script's file path -> the file
     standin = autotune_sglang_launches(space)["standin_paths"]
-    argv = [str(adaptive) if a == "adaptive.json" else standin.get(a, a) for a in argv]
+    argv = [str(adaptive) if a.endswith("adaptive.json") else standin.get(a, a) for a in argv]
     items = [{"id": "file", "adaptive_config": str(adaptive)}, {"id": "command", "argv": argv}]
     results = run_sglang(items, tmp_path)
     problems = _problems(items, results, {"command": {"speculative_adaptive": True}})
-    assert not problems, "\n".join(problems) + "\n" + e.stdout
+    assert not problems, "\n".join(problems) + "\n" + script.read_text()
