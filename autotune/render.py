@@ -140,7 +140,12 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
         line(baseline_check.text(c), "yellow" if c["flagged"] else None)
     for e in report.get("exclusions", []):
         line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
-    style = {Verdict.SPECULATION_WINS: "bold green", Verdict.BASELINE_WINS: "bold", Verdict.INCONCLUSIVE: "bold yellow"}
+    style = {
+        Verdict.SPECULATION_WINS: "bold green",
+        Verdict.BASELINE_WINS: "bold",
+        Verdict.NO_WORTHWHILE_GAIN: "bold",
+        Verdict.INCONCLUSIVE: "bold yellow",
+    }
     line(
         f"verdict: {report['verdict']} ({report.get('verdict_rests_on', report['verdict_basis'])})",
         style.get(report["verdict"]),

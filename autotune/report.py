@@ -21,6 +21,8 @@ from autotune.verdict import Verdict, loses_on, point_verdict, search_verdict
 VERDICT_TEXT = {
     Verdict.SPECULATION_WINS: "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
     Verdict.BASELINE_WINS: "the baseline wins: no speculative config beats it",
+    Verdict.NO_WORTHWHILE_GAIN: "no worthwhile gain: the best config's confirmed speedup interval lies below the "
+    "minimum gain (verdict.min_gain); whatever it gains is under the bar: deploy the baseline",
     Verdict.INCONCLUSIVE: "inconclusive: no config is proven faster than the baseline; deploy the baseline",
 }
 #: the confidence of the search-only verdict's clearly-loses test (confirmation's: the space's ``verdict.confidence``)

@@ -42,6 +42,11 @@ def _t_quantile(q: float, df: int) -> float:
     return float(_st.t.ppf(q, df))
 
 
+def two_sided_t(confidence: float, df: int) -> float:
+    """The multiplier of a two-sided ``confidence`` t-interval with ``df`` degrees of freedom."""
+    return _t_quantile(0.5 + confidence / 2, df)
+
+
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:
     n = len(values)
     if n == 0:

@@ -166,5 +166,24 @@ class Surrogate:
         var = np.maximum(signal**2 - (v**2).sum(axis=0), 1e-12)
         return mean, np.sqrt(var)
 
+    def sample(self, configs: Sequence[TrialConfig], n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` draws (rows) of the latent log tok/s at ``configs`` (columns) from the joint posterior: what the
+        model believes the true values could be together (neighbours move together), for questions about the
+        maximum over many configs that per-config sds cannot answer."""
+        lengths, signal, _noise, rho = self.params
+        X = np.array([self.encoding.coords(c) for c in configs], dtype=float).reshape(len(configs), -1)
+        g = np.array([self._groups.get(self.encoding.group(c), -1) for c in configs])
+        Ks = self._kernel(X, g, self.X, self.g, lengths, signal, rho)
+        mean = self.mean + Ks @ self._alpha
+        v = np.linalg.solve(self._L, Ks.T)
+        cov = self._kernel(X, g, X, g, lengths, signal, rho) - v.T @ v
+        cov = (cov + cov.T) / 2
+        try:
+            root = np.linalg.cholesky(cov + 1e-9 * signal**2 * np.eye(len(configs)))
+        except np.linalg.LinAlgError:  # near-identical configs: a square root that tolerates rank deficiency
+            w, q = np.linalg.eigh(cov)
+            root = q * np.sqrt(np.clip(w, 0.0, None))
+        return mean[None, :] + rng.standard_normal((n, len(configs))) @ root.T
+
 
 __all__ = ["Encoding", "Surrogate"]

@@ -28,7 +28,15 @@ class Verdict(enum.StrEnum):
 
     SPECULATION_WINS = "speculation-wins"
     BASELINE_WINS = "baseline-wins"
+    #: the best config's interval lies below ``1 + min_gain`` (and not wholly below 1): whatever the gain is, it is
+    #: below the user's bar; the decision is made (deploy the baseline)
+    NO_WORTHWHILE_GAIN = "no-worthwhile-gain"
     INCONCLUSIVE = "inconclusive"
+
+    @property
+    def deploys_baseline(self) -> bool:
+        """The verdict tells the user to deploy the baseline (the decision is made)."""
+        return self in (Verdict.BASELINE_WINS, Verdict.NO_WORTHWHILE_GAIN)
 
 
 # ------------------------------------------------------------------------------------------------ clearly loses
@@ -97,22 +105,27 @@ def prune_decision(
 
 def verdict(interval: Interval | None, min_gain: float, *, unweighed: bool = False) -> Verdict:
     """speculation-wins when the interval's low end clears 1 + min_gain; baseline-wins when its high end is below
-    1; otherwise inconclusive. No interval (nothing left to confirm) is baseline-wins. ``unweighed``: a config the
-    verdict could not weigh is left (it might have won), so never baseline-wins."""
+    1; no-worthwhile-gain when its high end is below 1 + min_gain (a gain, if any, under the bar); otherwise (the
+    interval straddles the bar) inconclusive. No interval (nothing left to confirm) is baseline-wins.
+    ``unweighed``: a config the verdict could not weigh is left (it might have won), so neither of the verdicts
+    that deploy the baseline."""
     if interval is None:
         v = Verdict.BASELINE_WINS
     elif interval.low > 1.0 + min_gain:
         v = Verdict.SPECULATION_WINS
     elif interval.high < 1.0:
         v = Verdict.BASELINE_WINS
+    elif interval.high < 1.0 + min_gain:
+        v = Verdict.NO_WORTHWHILE_GAIN
     else:
         v = Verdict.INCONCLUSIVE
     return with_unweighed(v) if unweighed else v
 
 
 def with_unweighed(v: str) -> Verdict:
-    """``v`` once a config the verdict could not weigh is known to be left: baseline-wins becomes inconclusive."""
-    return Verdict.INCONCLUSIVE if v == Verdict.BASELINE_WINS else Verdict(v)
+    """``v`` once a config the verdict could not weigh is known to be left: a verdict that deploys the baseline
+    (baseline-wins, no-worthwhile-gain) becomes inconclusive."""
+    return Verdict.INCONCLUSIVE if Verdict(v).deploys_baseline else Verdict(v)
 
 
 def search_verdict(lost: Iterable[bool | None], excluded: int) -> tuple[Verdict, str]:

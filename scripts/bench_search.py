@@ -27,7 +27,8 @@ Figures (per scenario, method and seed):
 - pruning: share of measured speculative trials pruned, share of their prompts saved, false prunes (pruned trials
   whose true speedup over the baseline of the same CUDA-graph setting is above 1).
 - verdict right: the true verdict is speculation-wins if the best true speculative speedup (over its own baseline)
-  exceeds 1 + min_gain, baseline-wins if it is below 1; in between baseline-wins and inconclusive both count.
+  exceeds 1 + min_gain, baseline-wins or no-worthwhile-gain if it is below 1; in between those two and inconclusive
+  all count.
 
 True optimum = best noise-free expected tok/s (``ModelRunner.true_tok_per_s``) over every feasible grid point and
 every baseline of the space.
@@ -225,9 +226,9 @@ def ground_truth(name: str) -> dict[str, Any]:
     if best_speedup > 1 + min_gain:
         right = ["speculation-wins"]
     elif best_speedup < 1:
-        right = ["baseline-wins"]
+        right = ["baseline-wins", "no-worthwhile-gain"]
     else:
-        right = ["baseline-wins", "inconclusive"]
+        right = ["no-worthwhile-gain", "baseline-wins", "inconclusive"]
     opt = truth[best_key]
     return {
         "truth": truth,
@@ -554,7 +555,8 @@ def markdown(result: dict[str, Any]) -> str:
         "optimum. *Pruned* = share of measured speculative trials stopped early; *saved* = share of their prompts "
         "not measured; *false prunes* = pruned trials whose true speedup over their baseline was > 1. *Verdict* = "
         "share of seeds with the right verdict (speculation-wins if the best true speedup > 1 + min_gain, "
-        "baseline-wins if < 1, else baseline-wins or inconclusive). Grid = every feasible point in "
+        "baseline-wins or no-worthwhile-gain if < 1, else either of those or inconclusive). Grid = every feasible "
+        "point in "
         "bench_speculative.py's nested order (drafter, CUDA graphs, steps, topk, N), one start each; random = "
         "RandomSampler with the same orchestration (baselines, SGLang default, dedup, confirmation), pruning off.",
         "",

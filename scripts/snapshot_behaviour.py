@@ -38,8 +38,9 @@ def _clean(value):
 
 
 def _autotune(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args], capture_output=True, text=True, cwd=ROOT, timeout=900
+    )
 
 
 def snapshot_space(space: str, seed: int, n_trials: int | None, studies: Path) -> dict:
@@ -58,9 +59,16 @@ def snapshot_space(space: str, seed: int, n_trials: int | None, studies: Path) -
             st = optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{db}")
             out["study_attrs"] = _clean(dict(st.user_attrs))
             out["trials"] = [
-                _clean({"number": t.number, "state": t.state.name, "params": t.params, "value": t.value,
+                _clean(
+                    {
+                        "number": t.number,
+                        "state": t.state.name,
+                        "params": t.params,
+                        "value": t.value,
                         "intermediate": {str(k): v for k, v in sorted(t.intermediate_values.items())},
-                        "user_attrs": dict(t.user_attrs)})
+                        "user_attrs": dict(t.user_attrs),
+                    }
+                )
                 for t in st.trials
             ]
     report = _autotune("report", space, *common[:1], "--studies-dir", str(studies), "--json")
@@ -70,8 +78,8 @@ def snapshot_space(space: str, seed: int, n_trials: int | None, studies: Path) -
     for fmt in FORMATS:
         ex = _autotune("export", space, "--simulate", "--studies-dir", str(studies), "--format", fmt)
         text = ex.stdout if ex.returncode == 0 else f"rc={ex.returncode} {ex.stderr.strip()}"
-        out["exports"][fmt] = [line for line in text.splitlines() if not any(w in line.lower() for w in
-                                                                                ("date", "exported", "autotune_version"))]
+        skip = ("date", "exported", "autotune_version")
+        out["exports"][fmt] = [line for line in text.splitlines() if not any(w in line.lower() for w in skip)]
     return out
 
 
@@ -85,8 +93,10 @@ def main() -> int:
     for space, seed, n_trials in spaces:
         with tempfile.TemporaryDirectory(prefix="autotune-snap-") as tmp:
             result[space] = snapshot_space(space, seed, n_trials, Path(tmp))
-            print(f"{space}: study rc {result[space]['study_rc']}, "
-                  f"{len(result[space].get('trials', []))} trials", file=sys.stderr)
+            print(
+                f"{space}: study rc {result[space]['study_rc']}, {len(result[space].get('trials', []))} trials",
+                file=sys.stderr,
+            )
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True, default=str) + "\n")
     return 0
 

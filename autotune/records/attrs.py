@@ -18,6 +18,7 @@ from autotune.records.schema import (
     N_TRIALS,
     PROMPT_IDS,
     RECOMMENDED,
+    SEARCH_SETTLED,
     SEED,
     SIMULATED,
     SPACE_DIGEST,
@@ -54,6 +55,17 @@ def baseline_check_rounds(study: optuna.Study) -> list[Round]:
 
 def set_baseline_check_rounds(study: optuna.Study, rounds: list[Round]) -> None:
     study.set_user_attr(BASELINE_CHECK_ROUNDS, rounds_to(rounds))
+
+
+def search_settled(study: optuna.Study) -> dict[str, Any] | None:
+    """Why the search stopped before its budget (``autotune.study.settle.Settled`` as a dict, with ``trials`` and
+    the ``n_trials`` cap it stopped under), or None."""
+    stored = study.user_attrs.get(SEARCH_SETTLED)
+    return dict(stored) if stored else None
+
+
+def set_search_settled(study: optuna.Study, state: dict[str, Any]) -> None:
+    study.set_user_attr(SEARCH_SETTLED, state)
 
 
 def confirmation(study: optuna.Study) -> ConfirmationState | None:

@@ -107,6 +107,8 @@ WORKER_SPEC = "worker_spec"
 N_TRIALS = "n_trials"
 LEVEL_PHASE = "level_phase"
 BASELINE_CHECK_ROUNDS = "baseline_check_rounds"
+#: the search stopped before its budget because its answer was settled (``autotune.study.settle``)
+SEARCH_SETTLED = "search_settled"
 VERDICT = "verdict"
 METHODS = "methods"
 RECOMMENDED = "recommended"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import records
@@ -96,9 +97,48 @@ def candidate_sets(
         if fastest is not None and TrialRecord(fastest).config_key not in seen:
             seen.add(TrialRecord(fastest).config_key)
             out.append(fastest)
+    if model is not None and len(out) > 1 and not space.benchmark.loaded:
+        out = thin(ctx, model, out)
     if space.benchmark.loaded and out:
         return out, _level_winners(ctx, complete, seen)
     return out, []
+
+
+def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Confirmation sized by what it can change: each round measures every candidate (a server start each), so a
+    candidate joins only while the surrogate's joint posterior gives it a real chance
+    (``policies.candidates.join_probability``) of beating the best-ranked candidate (by posterior mean) by more
+    than the study's resolution (``policies.stop.resolution``): a near-tie of the best costs rounds and cannot
+    change the answer by more than the resolution. A method's best (``_method_bests``) always stays: every method's
+    figure in the report is a confirmed interval."""
+    floor = ctx.policies.candidates.join_probability
+    if floor <= 0:
+        return cands
+    configs = [TrialRecord(t).effective_config() for t in cands]
+    mean, _sd = model.predict(configs)
+    top = int(np.argmax(mean))
+    rng = np.random.default_rng(records.design_seed(ctx.study))
+    draws = model.sample(configs, ctx.policies.stop.settle_samples, rng)
+    up = math.log1p(ctx.policies.stop.resolution)
+    methods = {TrialRecord(t).method for t in cands} - {None}
+    firsts = {m: next(t.number for t in cands if TrialRecord(t).method == m) for m in methods}
+    out = []
+    for i, t in enumerate(cands):
+        chance = float(np.mean(draws[:, i] - draws[:, top] > up))
+        if i == top or chance >= floor or firsts.get(TrialRecord(t).method) == t.number:
+            out.append(t)
+        else:
+            ctx.emit(
+                Event(
+                    "note",
+                    t.number,
+                    {
+                        "message": f"trial {t.number} is not confirmed: the surrogate gives it P = {chance:.3f} of "
+                        f"beating trial {cands[top].number} by more than {ctx.policies.stop.resolution:.0%}"
+                    },
+                )
+            )
+    return out
 
 
 def _method_bests(

@@ -70,6 +70,8 @@ def summary_text(verdicts: list[dict[str, Any]]) -> str:
         return f"speculation wins {up_to(max(wins))}" + ("" if len(wins) == len(verdicts) else " (inconclusive above)")
     if loses and len(loses) == len(verdicts):
         return "speculation loses at every level"
+    if verdicts and all(Verdict(v["verdict"]).deploys_baseline for v in verdicts):
+        return "no worthwhile gain at any level (each below the minimum gain or a loss)"
     if loses and not wins:
         return f"speculation loses from {_streams(min(loses))}"
     if wins and loses:

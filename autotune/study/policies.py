@@ -14,10 +14,16 @@ class CandidatePolicy:
 
     kappa: float = 2.0
     per_level: int = 2
+    #: a candidate after the first joins only while the surrogate gives it at least this probability of beating the
+    #: best-ranked one (by posterior mean) by more than ``StopPolicy.resolution`` (``confirm.thin``); 0: every one
+    #: joins (each costs a server start per round)
+    join_probability: float = 0.05
 
     def __post_init__(self) -> None:
         if self.per_level < 0:
             raise ValueError(f"per_level must be at least 0 but got {self.per_level}")
+        if not 0 <= self.join_probability < 1:
+            raise ValueError(f"join_probability must be in [0, 1) but got {self.join_probability}")
 
 
 @dataclass(frozen=True)
@@ -36,13 +42,25 @@ class RefinePolicy:
 @dataclass(frozen=True)
 class StopPolicy:
     """When the study stops early: ``max_launch_failures`` servers in a row that did not start (before any
-    speculative config ran) stop it with a ``UserError``."""
+    speculative config ran) stop it with a ``UserError``; and the search stops before its budget once its answer
+    is settled (``autotune.study.settle``: ``settle``; a probability under ``settle_probability``, with differences
+    below ``resolution`` counted as ties; ``settle_samples`` joint posterior draws)."""
 
     max_launch_failures: int = 3
+    settle: bool = True
+    settle_probability: float = 0.05
+    resolution: float = 0.02
+    settle_samples: int = 512
 
     def __post_init__(self) -> None:
         if self.max_launch_failures < 1:
             raise ValueError(f"max_launch_failures must be at least 1 but got {self.max_launch_failures}")
+        if not 0 < self.settle_probability < 1:
+            raise ValueError(f"settle_probability must be in (0, 1) but got {self.settle_probability}")
+        if not self.resolution > 0:
+            raise ValueError(f"resolution must be > 0 but got {self.resolution}")
+        if self.settle_samples < 16:
+            raise ValueError(f"settle_samples must be at least 16 but got {self.settle_samples}")
 
 
 @dataclass(frozen=True)

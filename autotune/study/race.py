@@ -10,7 +10,7 @@ from typing import Any
 
 from autotune.records.confirmation import Round
 from autotune.space import VerdictSpec
-from autotune.stats import Interval, speedup_interval, upper_bound
+from autotune.stats import Interval, speedup_interval, two_sided_t, upper_bound
 from autotune.study.levels import level_intervals, level_verdicts, summary_text
 from autotune.verdict import verdict
 
@@ -243,12 +243,31 @@ def next_round(
     bar = 1.0 + spec.min_gain
     out: list[int] = []
     best = next((r for r in seen["results"] if r["trial"] == seen["best"]), None)
-    if best is not None and _could_win(headline(best), bar):
+    if best is not None and (
+        _could_win(headline(best), bar) or _could_settle_below(headline(best), bar, len(rounds), spec)
+    ):
         out.append(best["trial"])
     for lv in seen.get("level_verdicts") or []:
         if lv["trial"] is not None and _could_win(lv["speedup_ci"], bar) and lv["trial"] not in out:
             out.append(lv["trial"])
     return out
+
+
+def _could_settle_below(interval: dict[str, Any] | None, bar: float, n: int, spec: VerdictSpec) -> bool:
+    """Open on the other question more rounds can answer: whether the pick's gain lies under the bar (its point
+    estimate below ``1 + min_gain``, its interval's high end not yet): "no worthwhile gain" instead of
+    "inconclusive". Bought only when the rounds left can settle it: the interval's half-width projected to
+    ``spec.max_rounds`` rounds (the spread measured so far, at the last look's confidence) must fit between the
+    point estimate and the bar. A tie with a 2% bar under start-to-start noise of a few percent is not settled by 8
+    rounds, and each round is a server start of the candidate and of the baseline."""
+    if interval is None or not interval["point"] < bar <= interval["high"] or n < 2:
+        return False
+    half = math.log(interval["high"]) - math.log(interval["point"])
+    sd = half * math.sqrt(n) / two_sided_t(interval["confidence"], n - 1)
+    rounds = spec.max_rounds
+    last = look_confidence(spec, spec.repeats, rounds)
+    projected = two_sided_t(last, rounds - 1) * sd / math.sqrt(rounds)
+    return math.log(bar) - math.log(interval["point"]) > projected
 
 
 def _could_win(interval: dict[str, Any] | None, bar: float) -> bool:

@@ -20,7 +20,7 @@ from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
 from autotune.space import Choices
-from autotune.study import _optuna, methods
+from autotune.study import _optuna, methods, settle
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.outcomes import FAILURES
@@ -193,18 +193,26 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
     if remaining(ctx, n_trials) == 0:
         ctx.emit(Event("note", data={"message": f"search budget of {n_trials} trials already used"}))
         return
+    if _stopped(ctx, n_trials):
+        return
     deadline = None if timeout_s is None else ctx.clock.now() + timeout_s
     # Duplicates (the sampler proposing a config already measured) cost no server start and do not use the
     # budget; a cap on all trials keeps a small, exhausted space from looping forever.
     cap = len(records.trials(ctx.study)) + 4 * remaining(ctx, n_trials) + 20
     refine = refine_count(ctx, n_trials)
-    _optimize(ctx, objective, n_trials - refine, cap, deadline)  # the sampler's share
+
+    def stop() -> bool:
+        return _stopped(ctx, n_trials) or settled_now(ctx, n_trials)
+
+    _optimize(ctx, objective, n_trials - refine, cap, deadline, stop=stop)  # the sampler's share
     while sum(records.used_budget(ctx.study)) < n_trials and len(records.trials(ctx.study)) < cap:
         if deadline is not None and ctx.clock.now() >= deadline:
             return
+        if stop():
+            return
         model = surrogate(ctx)
         if model is None:  # too few measured configs yet: one more from the sampler
-            _optimize(ctx, objective, _next_target(ctx, n_trials), cap, deadline)
+            _optimize(ctx, objective, _next_target(ctx, n_trials), cap, deadline, stop=stop)
             continue
         config = refine_next(ctx, model)
         if config is None:
@@ -216,7 +224,77 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
 
         _optimize(ctx, objective, _next_target(ctx, n_trials), cap, deadline, prepare=enqueue)
     # nothing left for the surrogate to try: the sampler goes on; then wait for the other workers' last trials
-    _optimize(ctx, objective, n_trials, cap, deadline, wait=True)
+    _optimize(ctx, objective, n_trials, cap, deadline, wait=True, stop=stop)
+
+
+# ---------------------------------------------------------------------------------------------- a settled answer
+
+
+def _stopped(ctx: StudyContext, n_trials: int) -> bool:
+    """The search of this budget already stopped settled (this worker, another, or the run being resumed)."""
+    state = records.search_settled(ctx.study)
+    return state is not None and state.get("n_trials") == n_trials
+
+
+def settled_now(ctx: StudyContext, n_trials: int) -> bool:
+    """Whether the answer is settled now (``settle``): checked between trials once the seeded configs (baselines,
+    server defaults, the design) are measured and the surrogate has its points; when it is, the stop is recorded
+    (``records.search_settled``), said in the live view, and every worker of the study stops before its next
+    trial."""
+    state = settled(ctx)
+    if state is None or state.reason is None:
+        return False
+    trials = counted_trials(ctx)
+    records.set_search_settled(ctx.study, {**state.to_dict(), "trials": trials, "n_trials": n_trials})
+    ctx.emit(
+        Event("note", data={"message": f"search stopped after {trials} of up to {n_trials} trials: {state.reason}"})
+    )
+    return True
+
+
+def settled(ctx: StudyContext) -> settle.Settled | None:
+    """``settle.settle`` over the study's measurements, or None while the question is not asked: the policy is
+    off, the space is not a finite grid, a config is still queued, or the surrogate lacks points."""
+    policy = ctx.policies.stop
+    grid = ctx.grid
+    if not policy.settle or grid is None:
+        return None
+    trials = records.trials(ctx.study)
+    if any(t.state == TrialState.WAITING for t in trials):  # the baselines, defaults and design come first
+        return None
+    model = surrogate(ctx)
+    if model is None:
+        return None
+    measured = list({c.key(): c for c, _ in observations(ctx)}.values())
+    base = [records.find_baseline(ctx.study, cg) for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph})]
+    values = [float(b.value) for b in base if b is not None and b.value]
+    return settle.settle(
+        model,
+        measured,
+        _pool(ctx, grid, trials),
+        baseline_log=math.log(max(values)) if values else None,
+        baseline_sd=model.noise_floor,
+        resolution=policy.resolution,
+        min_gain=ctx.space.verdict.min_gain,
+        threshold=policy.settle_probability,
+        samples=policy.settle_samples,
+        seed=records.design_seed(ctx.study) + len(trials),
+    )
+
+
+def _pool(ctx: StudyContext, grid: list[TrialConfig], trials: list[Any]) -> list[TrialConfig]:
+    """The grid's configs not tried yet that could still be launched (not a drafter found not engaged, not
+    predicted out of memory)."""
+    tried = {TrialRecord(t).config_key for t in trials if TrialRecord(t).config_key}
+    per_drafter = ctx.backend.not_engaged_is_per_drafter
+    size_knob = ctx.backend.size_knob
+    return [
+        c
+        for c in grid
+        if c.key() not in tried
+        and not (per_drafter and records.disengaged(ctx.study, c, trials))
+        and records.predicted_oom(ctx.study, c, size_knob, trials) is None
+    ]
 
 
 def _next_target(ctx: StudyContext, n_trials: int) -> int:
@@ -233,6 +311,7 @@ def _optimize(
     *,
     wait: bool = False,
     prepare: Callable[[], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     """Run trials, one at a time, until ``target`` trials used the budget (or the cap or the deadline).
 
@@ -241,10 +320,12 @@ def _optimize(
     trial claims its place (user attr ``claimed``) before the lock is released, so that parallel workers never
     take the same last place. When the places left are all claimed by running trials of other workers, ``wait``
     says whether to wait for them (one of them may end as a duplicate, or its worker may be lost and its trial
-    queued again) or to return."""
+    queued again) or to return. ``stop()``, asked before each trial: the answer is settled, no more trials."""
     waited_since: float | None = None
     while len(records.trials(ctx.study)) < cap:
         if deadline is not None and ctx.clock.now() >= deadline:
+            return
+        if stop is not None and stop():
             return
         with contextlib.ExitStack() as held:
             held.enter_context(study_lock(ctx.study))
@@ -358,16 +439,7 @@ def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfi
     if model is None or grid is None:
         return None
     trials = records.trials(ctx.study)  # one read: the checks below run for every grid point
-    tried = {TrialRecord(t).config_key for t in trials if TrialRecord(t).config_key}
-    per_drafter = ctx.backend.not_engaged_is_per_drafter
-    size_knob = ctx.backend.size_knob
-    pool = [
-        c
-        for c in grid
-        if c.key() not in tried
-        and not (per_drafter and records.disengaged(ctx.study, c, trials))
-        and records.predicted_oom(ctx.study, c, size_knob, trials) is None
-    ]
+    pool = _pool(ctx, grid, trials)
     if not pool:
         return None
     queued = {

@@ -111,3 +111,40 @@ def test_the_orchestrated_confirmation_extends_an_open_verdict_and_records_its_c
         else:
             assert state["confidence"] == space.verdict.confidence
     assert extended >= 1
+
+
+def _deploys_baseline_rate(true: float, spec: VerdictSpec, n: int, sd: float) -> tuple[float, float, float]:
+    """(share no-worthwhile-gain, share of either verdict that deploys the baseline, mean rounds)."""
+    rng = random.Random(99)
+    out = [_study(true, sd, spec, rng) for _ in range(n)]
+    return (
+        sum(v == "no-worthwhile-gain" for v, _ in out) / n,
+        sum(v in ("no-worthwhile-gain", "baseline-wins") for v, _ in out) / n,
+        sum(r for _, r in out) / n,
+    )
+
+
+def test_more_rounds_are_bought_to_settle_a_gain_under_the_bar_only_when_they_can():
+    """The pick's point estimate under the bar, its interval's high end not yet: more rounds turn "inconclusive"
+    into "no worthwhile gain", but only when the interval projected to ``max_repeats`` rounds fits under the bar."""
+    spec = VerdictSpec(repeats=4, max_repeats=8, confidence=0.95, min_gain=0.05)
+    tie = {"point": 1.004, "low": 0.951, "high": 1.06, "n": 4, "confidence": 0.95}
+    rounds = [Round({True: 100.0}, {7: 100.4}) for _ in range(4)]
+    assert race._could_settle_below(tie, 1.05, 4, spec)  # a 5% bar: 8 rounds can settle it
+    assert not race._could_settle_below(tie, 1.02, 4, spec)  # a 2% bar: they cannot (a start each, for nothing)
+    assert not race._could_settle_below({**tie, "high": 1.04}, 1.05, 4, spec)  # settled already
+    assert not race._could_settle_below(tie, 1.05, 1, spec)
+    assert race.next_round(rounds, CANDS, spec, True) == []  # no spread measured: the interval is a point
+
+
+def test_a_tie_under_a_wide_bar_is_called_no_worthwhile_gain_and_a_config_at_the_bar_rarely_is():
+    """The simulator's start-to-start noise (sd 0.025 per start): a tie with the baseline under a 5% bar is called
+    no-worthwhile-gain in about half the studies (the rest inconclusive: both deploy the baseline); a config exactly
+    5% faster is told to deploy the baseline about as rarely as a config at the bar is called a winner."""
+    spec = VerdictSpec(repeats=4, max_repeats=8, confidence=0.95, min_gain=0.05)
+    no_gain, _either, rounds = _deploys_baseline_rate(1.004, spec, 1000, 0.025)
+    once, _, once_rounds = _deploys_baseline_rate(1.004, dataclasses.replace(spec, max_repeats=4), 1000, 0.025)
+    assert no_gain >= 0.4 and no_gain >= once + 0.15, (no_gain, once)
+    assert once_rounds == 4 and 4 < rounds < 6
+    _, at_bar, _ = _deploys_baseline_rate(1.05, spec, 2000, 0.025)
+    assert at_bar <= 0.04, at_bar

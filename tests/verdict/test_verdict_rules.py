@@ -20,6 +20,7 @@ from autotune.verdict import (
 )
 
 S, B, N = Verdict.SPECULATION_WINS, Verdict.BASELINE_WINS, Verdict.INCONCLUSIVE
+G = Verdict.NO_WORTHWHILE_GAIN
 
 
 def _iv(low: float, high: float) -> Interval:
@@ -27,7 +28,7 @@ def _iv(low: float, high: float) -> Interval:
 
 
 def test_the_verdict_is_a_string_stored_and_printed_as_its_value() -> None:
-    assert [v.value for v in Verdict] == ["speculation-wins", "baseline-wins", "inconclusive"]
+    assert [v.value for v in Verdict] == ["speculation-wins", "baseline-wins", "no-worthwhile-gain", "inconclusive"]
     assert json.dumps({"v": S}) == '{"v": "speculation-wins"}'
     assert f"{B}" == str(B) == "baseline-wins" and N == "inconclusive"
 
@@ -43,17 +44,30 @@ def test_the_verdict_is_a_string_stored_and_printed_as_its_value() -> None:
         (_iv(1.01, 1.10), 0.0, False, S),
         (_iv(0.90, 0.99), 0.02, False, B),
         (_iv(0.90, 0.99), 0.02, True, N),
-        (_iv(0.90, 1.00), 0.02, False, N),  # the high end must be strictly below 1
+        (_iv(0.90, 1.00), 0.02, False, G),  # not below 1 strictly, but below the bar: no worthwhile gain
         (_iv(0.95, 1.05), 0.02, False, N),
+        # the field report's case: a tie whose interval lies under the bar, whatever it gains is not worth it
+        (_iv(0.98, 1.03), 0.05, False, G),
+        (_iv(0.98, 1.03), 0.05, True, N),  # ... unless a config could not be weighed
+        (_iv(0.98, 1.05), 0.05, False, N),  # the high end must be strictly below 1 + min_gain
+        (_iv(0.98, 1.03), 0.02, False, N),  # straddles a 2% bar: cannot tell
+        (_iv(0.90, 1.00), 0.0, False, N),  # no bar: only below 1 decides
     ],
 )
 def test_verdict_table(interval: Interval | None, min_gain: float, unweighed: bool, expected: Verdict) -> None:
     assert verdict(interval, min_gain, unweighed=unweighed) is expected
 
 
-@pytest.mark.parametrize(("given", "expected"), [(S, S), (B, N), (N, N), ("baseline-wins", N), ("inconclusive", N)])
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [(S, S), (B, N), (G, N), (N, N), ("baseline-wins", N), ("no-worthwhile-gain", N), ("inconclusive", N)],
+)
 def test_with_unweighed(given: str, expected: Verdict) -> None:
     assert with_unweighed(given) is expected
+
+
+def test_which_verdicts_deploy_the_baseline() -> None:
+    assert [v for v in Verdict if v.deploys_baseline] == [B, G]
 
 
 @pytest.mark.parametrize(

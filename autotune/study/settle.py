@@ -1,0 +1,113 @@
+"""When the search's answer is settled: the surrogate's joint posterior says how likely any config not measured yet
+beats the best measured one by more than the study's resolution (``p_improve``), and how likely any config at all
+beats the fastest baseline by ``verdict.min_gain`` (``p_gain``). The search stops before its budget once either is
+under ``policies.stop.settle_probability`` (``budget.n_trials`` is then a cap, not a quota):
+
+- ``p_improve`` small: the best region is found; more trials would refine a difference below the resolution.
+- ``p_gain`` small: whatever the best config is, it is unlikely to clear the user's bar; the study goes straight to
+  confirmation of that claim (the verdict: no-worthwhile-gain or baseline-wins when confirmation shows it).
+
+Pure over a fitted ``Surrogate`` (``settle``); ``check`` reads the study."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from autotune.config import TrialConfig
+from autotune.surrogate import Surrogate
+
+#: how many standard deviations a config's posterior may be off: configs further below every threshold than this
+#: cannot move a probability above the Monte Carlo's own resolution and are left out of the joint draw
+_REACH_SD = 4.0
+#: the largest joint draw (configs); the rest are the least promising by mean + _REACH_SD sd
+_MAX_JOINT = 400
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The two probabilities and whether they settle the search (``reason`` is None while they do not)."""
+
+    p_improve: float
+    p_gain: float
+    threshold: float
+    resolution: float
+    min_gain: float
+    measured: int
+    unmeasured: int
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def settle(
+    model: Surrogate,
+    measured: Sequence[TrialConfig],
+    unmeasured: Sequence[TrialConfig],
+    *,
+    baseline_log: float | None,
+    baseline_sd: float,
+    resolution: float,
+    min_gain: float,
+    threshold: float,
+    samples: int,
+    seed: int,
+) -> Settled:
+    """The probabilities by Monte Carlo over ``samples`` joint draws of the latent log tok/s (seeded: the same
+    study asks the same question and gets the same answer). ``baseline_log``: the fastest baseline's log tok/s
+    (one measurement: drawn with ``baseline_sd``); None: ``p_gain`` is 1 (nothing to compare with)."""
+    if not measured:
+        raise ValueError("settle needs at least one measured config")
+    configs = list(measured) + list(unmeasured)
+    mean, sd = model.predict(configs)
+    n_meas = len(measured)
+    best = int(np.argmax(mean[:n_meas]))
+    up = math.log1p(resolution)
+    gain = math.log1p(min_gain)
+    # the configs that could matter: within reach of beating the best by the resolution, or the baseline by the bar
+    floor = mean[best] - _REACH_SD * sd[best] + up
+    if baseline_log is not None:
+        floor = min(floor, baseline_log - _REACH_SD * baseline_sd + gain)
+    reach = mean + _REACH_SD * sd
+    keep = [i for i in range(len(configs)) if i == best or reach[i] > floor]
+    if len(keep) > _MAX_JOINT:
+        keep = sorted(keep, key=lambda i: (i != best, -reach[i]))[:_MAX_JOINT]
+    rng = np.random.default_rng(seed)
+    draws = model.sample([configs[i] for i in keep], samples, rng)
+    pos = {i: j for j, i in enumerate(keep)}
+    f_best = draws[:, pos[best]]
+    others = [pos[i] for i in keep if i >= n_meas]
+    p_improve = float(np.mean(draws[:, others].max(axis=1) - f_best > up)) if others else 0.0
+    if baseline_log is None:
+        p_gain = 1.0
+    else:
+        b = baseline_log + baseline_sd * rng.standard_normal(samples)
+        p_gain = float(np.mean(draws.max(axis=1) - b > gain))
+    reason = None
+    if p_gain < threshold:
+        reason = (
+            f"no config is likely to beat the fastest baseline by the minimum gain ({min_gain:.0%}): "
+            f"P = {p_gain:.3f} < {threshold:g} (surrogate over {n_meas} measured and {len(unmeasured)} unmeasured "
+            "configs); confirmation checks that claim"
+        )
+    elif p_improve < threshold:
+        reason = (
+            f"no unmeasured config is likely to beat the best measured one by more than {resolution:.0%}: "
+            f"P = {p_improve:.3f} < {threshold:g} (surrogate over {n_meas} measured and {len(unmeasured)} "
+            "unmeasured configs)"
+        )
+    return Settled(
+        p_improve=p_improve,
+        p_gain=p_gain,
+        threshold=threshold,
+        resolution=resolution,
+        min_gain=min_gain,
+        measured=n_meas,
+        unmeasured=len(unmeasured),
+        reason=reason,
+    )
