@@ -341,7 +341,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
             continue
         if not r.measured and r.startup_s is None:
             continue
-        starts += 1
+        starts += 0 if r.shared_start else 1  # a shared start: an earlier trial's server (its startup_s is 0)
         searched += _start_seconds(t)
         prompts = r.prompts
         if t.state != TrialState.PRUNED or not prompts:
@@ -373,7 +373,7 @@ def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> l
     tok/s (the rounds record tok/s only)."""
     complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
     work = _mean([bench_seconds(t) * t.value for t in complete if t.value]) or 0.0
-    startup = _mean([TrialRecord(t).startup_s for t in complete]) or 0.0
+    startup = _mean([TrialRecord(t).startup_s for t in complete if not TrialRecord(t).shared_start]) or 0.0
     out = []
     check = conf.check_rounds or []
     for i, rnd in enumerate([*check, *conf.rounds]):

@@ -21,8 +21,7 @@ Rules this module knows (llama.cpp, checked against its source):
   ``reported_spec_types`` and ``check_effective`` ignores it.
 
 Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.llamacpp_stream``).
-Spaces with ``search.methods`` (``--spec-type`` lists, n-gram types with their own knobs) are
-``autotune.backends.llamacpp_methods``'s.
+Method spaces (``search.methods``) are ``llamacpp_methods``'s; per-request knobs ``llamacpp_request``'s.
 """
 
 from __future__ import annotations
