@@ -45,6 +45,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         if r.accept_length is not None
         else _mean([p.get("accept_length") for p in r.prompts]),
         "startup_s": r.startup_s,
+        "start": r.start or None,  # a shared start (autotune.process.sharing)
         "duplicate_of": r.duplicate_of,
         "prune_reason": r.prune_reason or r.infeasible,
         "prune_rule": r.prune_rule,

@@ -179,7 +179,14 @@ class ProcessRunner:
                 session.close()  # stops the kept server
                 sharing.kept = None
                 own = self._start(effective)
-                own.info.start = {**start, "id": None, "shared": False, "own_start": check.reason}
+                # the refused start's time is recorded with the trial that paid it
+                own.info.start = {
+                    **start,
+                    "id": None,
+                    "shared": False,
+                    "own_start": check.reason,
+                    "refused_start_s": kept.info.startup_s,
+                }
                 return own
             kept.probe = check
         elif kept.probe is not None:
