@@ -33,8 +33,9 @@ backend) is used as it is, and a response that carries no ``_TimedStream`` is ti
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpcore  # httpx's transport (a dependency of httpx): its network stream is where bytes arrive
@@ -64,6 +65,8 @@ class _Stream:
     done: bool = False
     first_token_t: float | None = None
     last_token_t: float | None = None
+    #: the last streamed chunks as sent (``on_answer`` reads the server's telemetry from them)
+    tail: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=4))
 
     def add(self, info: ChunkInfo, now: float) -> None:
         if info.text:
@@ -168,8 +171,16 @@ def _sse_lines(buf: bytes, data: bytes) -> tuple[list[bytes], bytes]:
     return lines, lines.pop()
 
 
+#: called after each complete answer with the prompt index, the body entries added to the request and the last
+#: streamed chunks; may raise ``BenchmarkError`` (the answer is then not counted)
+OnAnswer = Callable[[int, Mapping[str, Any], Sequence[Mapping[str, Any]]], None]
+
+
 class BenchmarkClient:
-    """One HTTP client per server session. Use as a context manager or call ``close()``."""
+    """One HTTP client per server session. Use as a context manager or call ``close()``.
+
+    ``extra_body``: entries added to every measured request's body (a shared start's per-request knobs,
+    ``autotune.process.sharing``); ``on_answer``: a check of every complete answer (see ``OnAnswer``)."""
 
     def __init__(
         self,
@@ -207,6 +218,8 @@ class BenchmarkClient:
         self.request_timeout_s = float(request_timeout_s)
         self.retry_delay_s = float(retry_delay_s)
         self.clock: Clock = clock or MonotonicClock()
+        self.extra_body: dict[str, Any] = {}
+        self.on_answer: OnAnswer | None = None
         self._timeout = httpx.Timeout(
             connect=connect_timeout_s, read=request_timeout_s, write=connect_timeout_s, pool=connect_timeout_s
         )
@@ -309,20 +322,30 @@ class BenchmarkClient:
 
     # -- measuring ----------------------------------------------------------------------------------
 
-    def measure(self, prompt_index: int, prompt_text: str, *, max_tokens: int | None = None) -> PromptResult:
-        """Stream one completion for ``prompt_text`` (``max_tokens``: the client's unless given); seconds are this
-        clock's (wall) seconds. Safe to call from several threads at once (a load level's streams)."""
+    def measure(
+        self,
+        prompt_index: int,
+        prompt_text: str,
+        *,
+        max_tokens: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> PromptResult:
+        """Stream one completion for ``prompt_text`` (``max_tokens``: the client's unless given; ``extra``: body
+        entries instead of ``extra_body``); seconds are this clock's (wall) seconds. Safe to call from several
+        threads at once (a load level's streams)."""
         reasons: list[str] = []
         for attempt in range(self.retries + 1):
             if attempt:
                 self.clock.sleep(self.retry_delay_s * attempt)
             try:
-                return self._measure_once(prompt_index, prompt_text, max_tokens)
+                return self._measure_once(prompt_index, prompt_text, max_tokens, extra)
             except _Retryable as e:
                 reasons.append(str(e))
         raise BenchmarkError(f"prompt {prompt_index}: failed after {len(reasons)} attempt(s): " + "; ".join(reasons))
 
-    def _measure_once(self, index: int, prompt_text: str, max_tokens: int | None = None) -> PromptResult:
+    def _measure_once(
+        self, index: int, prompt_text: str, max_tokens: int | None = None, extra: Mapping[str, Any] | None = None
+    ) -> PromptResult:
         path, body = self.backend.request(
             prompt_text,
             max_tokens=self.max_tokens if max_tokens is None else int(max_tokens),
@@ -330,6 +353,8 @@ class BenchmarkClient:
             api=self.api,
             model=self.model,
         )
+        added = dict(self.extra_body if extra is None else extra)
+        body.update(added)
         before = self.metrics() if self.backend.acceptance_from_metrics_deltas else None
         s = _Stream()
         request = self._http.build_request("POST", path, json=body)
@@ -375,6 +400,8 @@ class BenchmarkClient:
             raise _Retryable("stream ended without [DONE] (truncated)")
         if not s.final or s.completion_tokens is None:
             raise _Retryable("stream ended without the final token count (truncated)")
+        if self.on_answer is not None:
+            self.on_answer(index, added, list(s.tail))
         accept = s.accept_length
         if accept is None and before is not None:
             after = self.metrics()
@@ -445,6 +472,7 @@ class BenchmarkClient:
         info = self.parse_chunk(obj)
         if info.error:
             raise _Retryable(f"server error in stream: {info.error}")
+        s.tail.append(obj)
         s.add(info, now)
 
 

@@ -47,6 +47,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         if r.accept_length is not None
         else _mean([p.get("accept_length") for p in r.prompts]),
         "startup_s": r.startup_s,
+        "start": r.start or None,  # a shared start (autotune.process.sharing)
         "duplicate_of": r.duplicate_of,
         "prune_reason": r.prune_reason or r.infeasible,
         "prune_rule": r.prune_rule,
@@ -343,7 +344,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
             continue
         if not r.measured and r.startup_s is None:
             continue
-        starts += 1
+        starts += 0 if r.shared_start else 1  # a shared start: an earlier trial's server (its startup_s is 0)
         searched += _start_seconds(t)
         prompts = r.prompts
         if t.state != TrialState.PRUNED or not prompts:
@@ -375,7 +376,7 @@ def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> l
     tok/s (the rounds record tok/s only)."""
     complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
     work = _mean([bench_seconds(t) * t.value for t in complete if t.value]) or 0.0
-    startup = _mean([TrialRecord(t).startup_s for t in complete]) or 0.0
+    startup = _mean([TrialRecord(t).startup_s for t in complete if not TrialRecord(t).shared_start]) or 0.0
     out = []
     check = conf.check_rounds or []
     for i, rnd in enumerate([*check, *conf.rounds]):

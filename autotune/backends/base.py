@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.backends.methods import Method
+    from autotune.backends.per_request import PerRequest
     from autotune.checks import Problem
     from autotune.space import Space
 
@@ -167,6 +168,10 @@ class Backend(ABC):
     def effective(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         """``config`` when it is already resolved, else ``resolve(config, space)``."""
         return config if isinstance(config, EffectiveConfig) else self.resolve(config, space)
+
+    def per_request(self, space: Space) -> PerRequest | None:
+        """Knobs its server takes per request (``backends.per_request``); None: every trial is its own start."""
+        return None
 
     #: flags sized from the highest load level (``benchmark.concurrency``): each gets that level unless
     #: ``server.extra_args`` gives it; a given value below the level is an error (``level_flag_problems``)

@@ -3,8 +3,7 @@
 Knobs: ``spec_type`` (``draft-simple``, ``draft-eagle3``, ...; the baseline is drafter "none", never a
 ``spec_type`` of "none"), ``draft_n_max`` (tokens drafted per step, >= 1), ``draft_n_min`` (a draft shorter
 than this is discarded, 0..n_max), ``draft_p_min`` (drafting stops below this greedy probability, 0..1).
-The server's own defaults (0.3.36 / llama.cpp 0c1e570): draft-simple, n_max 3, n_min 0, p_min 0.0.
-Resolved configs always carry all four knobs and argv always passes all of them.
+Server defaults (0.3.36): draft-simple, n_max 3, n_min 0, p_min 0.0; configs and argv always carry all four.
 
 Rules this module knows (llama.cpp, checked against its source):
 
@@ -22,8 +21,7 @@ Rules this module knows (llama.cpp, checked against its source):
   ``reported_spec_types`` and ``check_effective`` ignores it.
 
 Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.llamacpp_stream``).
-Spaces with ``search.methods`` (``--spec-type`` lists, n-gram types with their own knobs) are
-``autotune.backends.llamacpp_methods``'s.
+Method spaces (``search.methods``) are ``llamacpp_methods``'s; per-request knobs ``llamacpp_request``'s.
 """
 
 from __future__ import annotations
@@ -57,6 +55,7 @@ from autotune.backends.llamacpp_flags import (
     help_flags,
 )
 from autotune.backends.llamacpp_methods import METHODS, LlamaMethods, help_spec_types
+from autotune.backends.llamacpp_request import LlamaPerRequest, for_space
 from autotune.backends.llamacpp_stream import accept_length, acceptance_rate, metrics_delta, parse_timings
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
@@ -300,6 +299,11 @@ class LlamaCppBackend(Backend):
             except InfeasibleConfig:
                 continue
         return out
+
+    def per_request(self, space: Space) -> LlamaPerRequest | None:
+        """The draft knobs go in each request's body (``llamacpp_request``): not in a method space or unshared."""
+        ok = not space.search.methods and space.search.share_starts and self._n_max_values(space)
+        return for_space(space, self._n_max_values(space), self._n_min_values, DRAFT_MODEL_TYPES) if ok else None
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """A method space's every feasible point (``LlamaMethods.grid``); None otherwise (left to the sampler)."""

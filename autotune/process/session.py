@@ -50,6 +50,10 @@ class ProcessSession:
         #: wall seconds to wait for the server's exit status after a failed request
         self.death_grace_s = float(death_grace_s)
         self.closed = False
+        #: a request failed or was interrupted: the server is stopped at close, never kept for another trial
+        self.failed = False
+        #: asked at close whether the server is kept running for the next trial (``autotune.process.sharing``)
+        self.on_close: Callable[[ProcessSession], bool] | None = None
 
     @property
     def port(self) -> int:
@@ -99,6 +103,7 @@ class ProcessSession:
         try:
             return request()
         except BenchmarkError as e:
+            self.failed = True
             # a dying server closes its sockets a moment before its exit status is visible
             rc = self.server.wait(self.death_grace_s)
             if rc is not None:
@@ -109,6 +114,7 @@ class ProcessSession:
                 ) from e
             raise
         except KeyboardInterrupt:
+            self.failed = True
             self.close()
             raise
 
@@ -189,6 +195,7 @@ class ProcessSession:
             for th in threads:
                 th.join(max(limit - (clock.now() - t0), 0.0))
         except KeyboardInterrupt:
+            self.failed = True
             self.close()
             raise
         if any(th.is_alive() for th in threads):
@@ -207,11 +214,13 @@ class ProcessSession:
     # -- stopping -----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the client, then stop the server (see ``ServerProcess.stop``); idempotent."""
+        """Close the client, then stop the server (see ``ServerProcess.stop``) unless ``on_close`` keeps it for the
+        next trial (a shared start); idempotent."""
         if self.closed:
             return
         self.closed = True
         try:
             self.client.close()
         finally:
-            self.server.stop()
+            if self.on_close is None or not self.on_close(self):
+                self.server.stop()

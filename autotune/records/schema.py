@@ -25,6 +25,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``baseline_trial`` | before launch | the baseline trial it is paired with |
 | ``argv`` / ``env`` / ``server_effective`` | launch | the launch command, the variables set, the server's own account |
 | ``startup_s`` / ``log_path`` / ``log_tail`` | launch | startup time, server log, its end (on failures) |
+| ``start`` | launch | a shared start (``autotune.process.sharing``): ``id``, ``shared``, ``per_request``, ``probe`` |
 | ``crashes`` | a crash | each crash of its server (exit, last log line): one fresh start; two: ``unstable`` |
 | ``measured`` | launch | True once the server ran this config (the prompts follow) |
 | ``prompts`` | each prompt | ``PromptResult.to_dict()`` of each prompt measured so far |
@@ -92,6 +93,7 @@ REFERENCE = "reference"
 LOSSLESS = "lossless"
 LEVELS = "levels"
 SLO_BROKEN = "slo_broken"
+START = "start"
 
 # study user attrs
 SPACE_DIGEST = "space_digest"
@@ -118,7 +120,7 @@ TRIAL_KEYS = (
     ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, CLAIMED, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
     INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST,
     BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH,
-    SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES,
+    SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES, START,
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,

@@ -99,6 +99,9 @@ class SearchSpec:
     knobs: Mapping[str, ParamSpec] = field(default_factory=dict)  # backend knob name -> range/choices
     #: method name -> its drafters and knobs (``search.methods``); empty: the drafters' own methods, as before
     methods: Mapping[str, MethodSpec] = field(default_factory=dict)
+    #: trials whose launches differ only in knobs the server takes per request share one start (where the backend
+    #: declares such knobs: ``Backend.per_request``)
+    share_starts: bool = True
 
 
 @dataclass(frozen=True)

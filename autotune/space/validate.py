@@ -250,15 +250,16 @@ class SpaceReader(Checker):
         if v is None:
             return SearchSpec(drafters=drafter_names or ())
         domains = knob_domains(backend)  # without a valid server section: every backend's knobs
-        valid = ("drafters", "cuda_graph", "methods", *(domains if backend else ()))
+        valid = ("drafters", "cuda_graph", "methods", "share_starts", *(domains if backend else ()))
         m = self.mapping(v, f, line, valid)
         drafters: tuple[str, ...] = drafter_names or ()
         cuda_graph: tuple[bool, ...] = (True,)
         knobs: dict[str, ParamSpec] = {}
         methods: dict[str, MethodSpec] = {}
+        share = True
         if isinstance(m, dict) and "methods" in m:
             for key in m:
-                if key not in ("methods", "cuda_graph"):
+                if key not in ("methods", "cuda_graph", "share_starts"):
                     raise self.error(
                         join(f, key),
                         key_line(m, key, line),
@@ -272,13 +273,15 @@ class SpaceReader(Checker):
                 drafters = self.attempt(partial(self.search_drafters, value, p, kl, drafter_names), drafters)
             elif key == "cuda_graph":
                 cuda_graph = self.attempt(partial(self.bool_choices, value, p, kl), cuda_graph)
+            elif key == "share_starts":
+                share = self.attempt(partial(self.bool_, value, p, kl), share)
             else:
                 spec = self.attempt(partial(self.knob, key, value, p, kl, backend, domains))
                 if spec is not None:
                     knobs[key] = spec
         if methods:
-            return SearchSpec(drafters=(), cuda_graph=cuda_graph, methods=methods)
-        return SearchSpec(drafters=drafters, cuda_graph=cuda_graph, knobs=knobs)
+            return SearchSpec(drafters=(), cuda_graph=cuda_graph, methods=methods, share_starts=share)
+        return SearchSpec(drafters=drafters, cuda_graph=cuda_graph, knobs=knobs, share_starts=share)
 
     def methods(
         self,

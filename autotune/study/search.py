@@ -20,7 +20,7 @@ from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
 from autotune.space import Choices
-from autotune.study import _optuna, methods, settle
+from autotune.study import _optuna, methods, settle, sharing
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.outcomes import FAILURES
@@ -346,6 +346,7 @@ def _optimize(
             if prepare is not None:
                 prepare()
                 prepare = None
+            sharing.before_trial(ctx, surrogate)  # a kept server's launch group first (shared starts)
 
             current: list[optuna.Trial] = []
 
