@@ -69,6 +69,8 @@ def _verdict(report: dict[str, Any]) -> list[str]:
         f"<p class='verdict' id='verdict'><b>{_e(report['verdict'])}</b> ({_e(rests_on)}): "
         f"{_e(report['verdict_text'])}</p>"
     ]
+    if report.get("search_settled"):
+        parts.append(f"<p class='settled' id='search-settled'>{_e(report['search_settled']['text'])}</p>")
     for e in report.get("exclusions", []):
         parts.append(
             f"<p class='excluded'>excluded trial {_e(e['trial'])} ({_e(config_label(e.get('config')))}): "

@@ -1,7 +1,8 @@
 """What a study will cost before it starts: its phases, the server starts each may take and the GPU time (pure).
 
 The counts follow the study's own rules: the search takes at most ``budget.n_trials`` starts (fewer when configs
-are duplicates or the budget was partly used before a resume); confirmation measures up to ``verdict.confirm_top``
+are duplicates, the budget was partly used before a resume, or the answer settles first: ``settle_after``);
+confirmation measures up to ``verdict.confirm_top``
 candidates plus the fastest single measurement (plus two per load level, for their first two rounds), each round
 a fresh baseline of every CUDA-graph setting and each candidate still racing, ``verdict.repeats`` rounds and at
 most ``verdict.max_repeats``. A start costs the server's start-up, the warm-up and the prompts (each load level's
@@ -86,18 +87,29 @@ def plan(
     warmup: int,
     gpus: int,
     costs: Costs | None,
+    settle_after: int | None = None,
 ) -> Plan:
-    """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume)."""
+    """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume). ``settle_after``:
+    the fewest trials after which the search may stop settled (``budget.stop_when_settled``: the baselines, the
+    server defaults and the design), None when it runs its whole budget; confirmation may then thin its candidates
+    to one."""
     search_left = max(0, n_trials - used)
-    phases = [Phase("search", search_left, search_left, f"{n_trials} trials in the budget, {used} used")]
+    note = f"{n_trials} trials in the budget, {used} used"
+    search_lo = search_left
+    if settle_after is not None and settle_after < n_trials:
+        search_lo = max(0, min(search_left, settle_after - used))
+        note += f"; it stops earlier once its answer is settled, not before {settle_after}"
+    phases = [Phase("search", search_lo, search_left, note)]
     if confirm and confirm_top > 0 and repeats >= 2:
         cands = confirm_top + 1
+        fewest = 1 if settle_after is not None else cands
         level_only = LEVEL_CANDIDATES * len([c for c in levels if c > 1]) if len(levels) > 1 else 0
         per_round = min(graph_settings, cands) + cands
-        lo = repeats * per_round + min(LEVEL_ONLY_ROUNDS, repeats) * level_only
+        lo = repeats * (min(graph_settings, fewest) + fewest) + min(LEVEL_ONLY_ROUNDS, repeats) * level_only
         hi = max(repeats, max_repeats) * per_round + LEVEL_ONLY_ROUNDS * level_only
+        which = f"up to {cands}" if fewest == cands else f"{fewest} to {cands}"
         note = (
-            f"{repeats}-{max(repeats, max_repeats)} rounds of up to {cands} candidates and "
+            f"{repeats}-{max(repeats, max_repeats)} rounds of {which} candidates and "
             f"{min(graph_settings, cands)} fresh baseline(s)"
             + (f", {level_only} level-only candidates for {LEVEL_ONLY_ROUNDS} rounds" if level_only else "")
         )

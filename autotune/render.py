@@ -136,6 +136,8 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
             w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
         if load.get("confirmed_text"):
             w(f"  per level: {load['confirmed_text']}\n")
+    if report.get("search_settled"):
+        line(report["search_settled"]["text"])
     for c in report.get("baseline_check") or []:
         line(baseline_check.text(c), "yellow" if c["flagged"] else None)
     for e in report.get("exclusions", []):

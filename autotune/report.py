@@ -223,6 +223,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         },
         "reasons": _reasons(trials),
         "gpu_time": gpu_time(trials, conf),
+        "search_settled": _settled_text(records.search_settled(study)),
         "best_configs": _best_configs(rows, confirmed, recommended.get("trial")),
         "best": best,
         "confirmed": confirmed,
@@ -249,6 +250,16 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     if per_method is not None:
         out["methods"] = per_method
     return out
+
+
+def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Why the search stopped before its budget (``autotune.study.settle``), with a line to print; None: it did not."""
+    if not state:
+        return None
+    return {
+        **state,
+        "text": f"search stopped after {state['trials']} of up to {state['n_trials']} trials: {state['reason']}",
+    }
 
 
 def _objective(weights: dict[int, float]) -> dict[str, Any]:

@@ -72,7 +72,7 @@ from autotune.measure import measure_config  # noqa: E402
 from autotune.report import build_report  # noqa: E402
 from autotune.sim.scenario import SCENARIO_DIR, Scenario, ScenarioLoader, read_scenario, scenario_loader  # noqa: E402
 from autotune.space import Space, load_space  # noqa: E402
-from autotune.study import CandidatePolicy, Event, Orchestrator, Policies, open_study  # noqa: E402
+from autotune.study import CandidatePolicy, Event, Orchestrator, Policies, StopPolicy, open_study  # noqa: E402
 
 #: name -> (space file relative to the repo, what the landscape shows)
 SCENARIOS: dict[str, tuple[str, str]] = {
@@ -109,6 +109,8 @@ EXTRA_METHODS: tuple[str, ...] = (
     "tuner_top5",
     "tuner_kappa0",
     "tuner_kappa1",
+    "tuner_no_settle",
+    "tuner_bar5",
 )
 WITHIN = 0.02
 
@@ -334,6 +336,10 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
     if method == "tuner_tpe_design":  # the design, then TPE for the first half, the surrogate for the last
         b = dataclasses.replace(space.budget, refine_trials=space.budget.n_trials // 2)
         return dataclasses.replace(space, budget=b), None
+    if method == "tuner_no_settle":  # the budget as a quota and every candidate confirmed (before issue #24)
+        return space, None
+    if method == "tuner_bar5":  # the user's bar at 5% instead of the space's
+        return _verdict(space, min_gain=0.05), None
     if method == "tuner_prev":  # the defaults before start_noise and 3 x 4 confirmation were shipped
         prev = dataclasses.replace(space.pruning, start_noise=0.0)
         prev_space = _no_refine(dataclasses.replace(space, pruning=prev))
@@ -343,7 +349,9 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
 
 def policies_for(method: str) -> Policies:
     """The study's policies under ``method``: the kappa variants rank confirmation candidates by posterior mean
-    + 0 or 1 sd instead of the shipped 2."""
+    + 0 or 1 sd instead of the shipped 2; ``tuner_no_settle`` runs its whole budget and confirms every candidate."""
+    if method == "tuner_no_settle":
+        return Policies(stop=StopPolicy(settle=False), candidates=CandidatePolicy(join_probability=0.0))
     kappa = {"tuner_kappa0": 0.0, "tuner_kappa1": 1.0}.get(method)
     return Policies() if kappa is None else Policies(candidates=CandidatePolicy(kappa=kappa))
 

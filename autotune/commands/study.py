@@ -328,7 +328,30 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
         warmup=space.benchmark.warmup_requests,
         gpus=gpus_needed(space, ctx.backend.parallel_size_flags)[0],
         costs=costs,
+        settle_after=_settle_after(ctx, n_trials),
     )
+
+
+def _settle_after(ctx: Context, n_trials: int) -> int | None:
+    """The fewest trials before the search may stop settled (``autotune.study.search.settled``): the baselines,
+    then the server defaults and the design (``search.design_count``'s rule) or the surrogate's minimum; None when
+    the search runs its whole budget (``budget.stop_when_settled`` off, or a backend that enumerates no grid)."""
+    from autotune.study.policies import DEFAULT_POLICIES
+    from autotune.surrogate import Encoding
+
+    space = ctx.run_space
+    if not space.budget.stop_when_settled:
+        return None
+    grid = ctx.backend.grid(space)
+    if not grid:
+        return None
+    graphs = len(space.search.cuda_graph)
+    seeds = len(ctx.backend.defaults(space)) * graphs
+    design = space.budget.design_trials
+    if design is None:
+        target = DEFAULT_POLICIES.refine.min_points + len(Encoding.from_configs(grid).knobs)
+        design = max(0, min(n_trials // 4, target) - seeds)
+    return min(n_trials, graphs + max(seeds + design, DEFAULT_POLICIES.refine.min_points))
 
 
 def load_report(ctx: Context) -> StudyResult:

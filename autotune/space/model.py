@@ -159,6 +159,9 @@ class BudgetSpec:
     refine_trials: int | None = None
     #: space-filling design points measured after the server defaults (None = auto: enough for the surrogate)
     design_trials: int | None = None
+    #: the search stops before ``n_trials`` once its answer is settled (``autotune.study.settle``); false: the
+    #: budget is a quota
+    stop_when_settled: bool = True
 
 
 @dataclass(frozen=True)

@@ -653,6 +653,7 @@ class SpaceReader(Checker):
             "timeout_s": self.optional(self.pos),
             "refine_trials": self.optional(lambda x, p, ln: self.int_(x, p, ln, 0)),
             "design_trials": self.optional(lambda x, p, ln: self.int_(x, p, ln, 0)),
+            "stop_when_settled": self.bool_,
         }
         return BudgetSpec(**self.fields(v, f, line, schema))
 

@@ -257,7 +257,7 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
     off, the space is not a finite grid, a config is still queued, or the surrogate lacks points."""
     policy = ctx.policies.stop
     grid = ctx.grid
-    if not policy.settle or grid is None:
+    if not (policy.settle and ctx.space.budget.stop_when_settled) or grid is None:
         return None
     trials = records.trials(ctx.study)
     if any(t.state == TrialState.WAITING for t in trials):  # the baselines, defaults and design come first

@@ -57,3 +57,14 @@ def test_without_figures_the_plan_gives_counts_and_says_how_to_get_an_estimate()
     p = _plan(costs=None)
     assert p.server_s is None
     assert "unknown until the first start" in planmod.render(p)
+
+
+def test_a_search_that_may_stop_settled_plans_its_fewest_starts_and_a_single_candidate():
+    p = _plan(settle_after=8)
+    assert [(ph.name, ph.starts, ph.starts_max) for ph in p.phases] == [("search", 8, 12), ("confirmation", 8, 48)]
+    text = planmod.render(p)
+    assert "search 8-12 server starts" in text and "not before 8" in text and "1 to 4 candidates" in text
+    resumed = _plan(settle_after=8, used=10)  # past the first check: it may stop at once, or use what is left
+    assert (resumed.phases[0].starts, resumed.phases[0].starts_max) == (0, 2)
+    whole = _plan(settle_after=12)  # no trial to spare before the budget ends: the budget is the plan
+    assert (whole.phases[0].starts, whole.phases[0].starts_max) == (12, 12) and "settled" not in whole.phases[0].note

@@ -26,7 +26,9 @@ def peak(c) -> float:
 
 def _space(n_trials=16, refine=None, **verdict):
     space = make_space(n_trials=n_trials, drafters=("good",), **verdict)
-    return dataclasses.replace(space, budget=BudgetSpec(n_trials=n_trials, refine_trials=refine))
+    return dataclasses.replace(
+        space, budget=BudgetSpec(n_trials=n_trials, refine_trials=refine, stop_when_settled=False)
+    )
 
 
 def _counted(study):

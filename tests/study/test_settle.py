@@ -15,6 +15,8 @@ from optuna.trial import TrialState
 from autotune import records
 from autotune.backends.sglang import SGLangBackend
 from autotune.config import TrialConfig
+from autotune.html import write_html_report
+from autotune.report import build_report
 from autotune.space import BudgetSpec
 from autotune.study import Orchestrator, open_study, settle
 from autotune.study.events import Event
@@ -143,7 +145,7 @@ def _search(speed, n_trials: int, policies: Policies | None = None, events: list
     return study
 
 
-def test_a_settled_search_stops_before_its_budget_and_says_why():
+def test_a_settled_search_stops_before_its_budget_and_says_why(tmp_path):
     events: list[Event] = []
     study = _search(peak, 60, events=events)
     state = records.search_settled(study)
@@ -151,6 +153,11 @@ def test_a_settled_search_stops_before_its_budget_and_says_why():
     assert _counted(study) == state["trials"] < 60
     notes = [e.data["message"] for e in events if e.kind == "note" and "search stopped" in e.data.get("message", "")]
     assert len(notes) == 1 and f"after {state['trials']} of up to 60 trials" in notes[0]
+    # the report says it, on the terminal and in the HTML page
+    report = build_report(study)
+    assert report["search_settled"]["text"] == notes[0]
+    write_html_report(study, report, tmp_path / "r.html")
+    assert "id='search-settled'" in (tmp_path / "r.html").read_text()
     # the same budget again (a resumed run): nothing more is measured
     before = len(study.trials)
     space = _space(60)
