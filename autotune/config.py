@@ -140,6 +140,21 @@ class PromptResult:
             d["text"] = self.text
         return d
 
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> PromptResult:
+        """A prompt as a trial record keeps it (``to_dict``; ``tok_per_s`` is derived again, ``text`` only when
+        kept)."""
+        return PromptResult(
+            index=int(d.get("index", 0)),
+            completion_tokens=int(d.get("completion_tokens") or 0),
+            seconds=float(d.get("seconds") or 0.0),
+            ttft_s=d.get("ttft_s"),
+            prompt_tokens=d.get("prompt_tokens"),
+            accept_length=d.get("accept_length"),
+            text=str(d.get("text") or ""),
+            finish_reason=d.get("finish_reason"),
+        )
+
 
 @dataclass(frozen=True)
 class TokenChoice:
@@ -292,6 +307,50 @@ class LevelResult:
     def sequential(results: list[PromptResult]) -> LevelResult:
         """Level 1 from the prompts measured one after another."""
         return LevelResult(1, tuple(results), sum(r.seconds for r in results))
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    """One load level of one trial as its record keeps it: ``LevelResult.summary()`` (the requests themselves are not
+    kept), with ``speedup`` over the baseline's same level (None: no baseline figure) and the latency limits it broke
+    (``slo_broken``)."""
+
+    level: int
+    tok_per_s: float
+    requests: int = 0
+    failed: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    stream_tok_per_s: float = 0.0
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    accept_length: float | None = None
+    per_prompt_tok_per_s: Mapping[int, float] = field(default_factory=dict)
+    speedup: float | None = None
+    slo_broken: tuple[str, ...] = ()
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> LevelSummary:
+        """A level as a trial record keeps it (``LevelResult.summary()`` + ``speedup``, ``slo_broken``)."""
+        return LevelSummary(
+            level=int(d["level"]),
+            tok_per_s=float(d.get("tok_per_s") or 0.0),
+            requests=int(d.get("requests") or 0),
+            failed=int(d.get("failed") or 0),
+            completion_tokens=int(d.get("completion_tokens") or 0),
+            seconds=float(d.get("seconds") or 0.0),
+            stream_tok_per_s=float(d.get("stream_tok_per_s") or 0.0),
+            itl_p50_ms=d.get("itl_p50_ms"),
+            itl_p99_ms=d.get("itl_p99_ms"),
+            ttft_p50_ms=d.get("ttft_p50_ms"),
+            ttft_p99_ms=d.get("ttft_p99_ms"),
+            accept_length=d.get("accept_length"),
+            per_prompt_tok_per_s={int(k): float(v) for k, v in (d.get("per_prompt_tok_per_s") or {}).items()},
+            speedup=None if d.get("speedup") is None else float(d["speedup"]),
+            slo_broken=tuple(str(x) for x in d.get("slo_broken") or ()),
+        )
 
 
 def level_requests(level: int, n_prompts: int) -> list[int]:

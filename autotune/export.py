@@ -1,18 +1,19 @@
 """Trial -> deployment: the recommended config (or a chosen trial) as a launch command, server args as YAML/JSON, an
 env file, a docker-compose service or a Kubernetes Deployment, each stamped with its provenance.
 
-``bundle`` gathers everything (pure over the report dict, apart from probing the server for flag spellings and
-reading checkpoint fingerprints); one function per format turns it into text (``FORMATS``: adding a format is one
-entry). A server adds its own format (``Backend.export_format``: its launch command); a format fits a study of its
-own server, and another server's only as a faithful translation (``Backend.portable`` -> ``Backend.translate``),
-else the study's formats are named (``fitting_formats``). With load levels every format launches the schedule
-(``Backend.schedule_launch``). The files a launch reads (``Backend.files``, a schedule's) are named in every format
-(beside a script, mounted in a container) and written beside the export by ``autotune export -o`` (``write``). In
-a container or pod the server listens on ``CONTAINER_HOST``. Every format carries the same ``provenance`` (YAML/JSON:
-a key; compose: ``x-autotune``; Kubernetes: the annotation ``autotune/provenance``; command and env file: a
-``# autotune-provenance: {json}`` line), which is what ``autotune reverify`` reads back (``read_provenance``).
-Secret-looking env values never appear: the command and compose file take them from the deploying shell, the env
-file leaves them to be set, Kubernetes reads a Secret.
+``bundle`` gathers everything (pure over the study's result, ``autotune.study.result.StudyResult``, apart from
+probing the server for flag spellings and reading checkpoint fingerprints); one function per format turns it into
+text (``FORMATS``: adding a format is one entry). A server adds its own format (``Backend.export_format``: its
+launch command); a format fits a study of its own server, and another server's only as a faithful translation
+(``Backend.portable`` -> ``Backend.translate``), else the study's formats are named (``fitting_formats``). With load
+levels every format launches the schedule (``Backend.schedule_launch``). The files a launch reads
+(``Backend.files``, a schedule's) are named in every format (beside a script, mounted in a container) and written
+beside the export by ``autotune export -o`` (``write``). In a container or pod the server listens on
+``CONTAINER_HOST``. Every format carries the same ``provenance`` (YAML/JSON: a key; compose: ``x-autotune``;
+Kubernetes: the annotation ``autotune/provenance``; command and env file: a ``# autotune-provenance: {json}`` line),
+which is what ``autotune reverify`` reads back (``read_provenance``). Secret-looking env values never appear: the
+command and compose file take them from the deploying shell, the env file leaves them to be set, Kubernetes reads a
+Secret.
 
 The bundle and provenance live in ``autotune.export_bundle``, the formats in ``autotune.export_formats``; this
 module exports and writes, and re-exports every name of both.
@@ -72,6 +73,7 @@ from autotune.export_formats import (
     suggested_format,
 )
 from autotune.space import Space
+from autotune.study.result import StudyResult, as_result
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class Exported:
 def export(
     space: Space,
     backend: Backend,
-    report: dict[str, Any],
+    result: StudyResult | Mapping[str, Any],
     fmt: str,
     *,
     trial: int | None = None,
@@ -97,21 +99,19 @@ def export(
     launches it (``Backend.schedule_launch``), the text formats with its table after their comment block; its
     static config is the recommended one, or when the baseline is recommended the config of its first level with
     speculation on. Another server's format translates the study (``Backend.portable`` / ``translate``).
-    ValueError: the format does not fit."""
+    ``result``: the study's (``autotune.study.result``; a report dict is read as one). ValueError: the format does
+    not fit."""
+    result = as_result(result)
     problem = format_problem(backend, fmt)
     if problem:
         raise ValueError(problem)
     owner = _server_formats().get(fmt)
     server = owner() if owner is not None and not isinstance(backend, owner) else None
-    if (
-        schedule is not None
-        and trial is None
-        and not (report.get("recommended") or {}).get("config", {}).get("drafter")
-    ):
+    if schedule is not None and trial is None and not (result.recommended.get("config") or {}).get("drafter"):
         on = [x for x in schedule["levels"] if x.get("draft")]
         trial = on[0]["trial"] if on else None
     try:
-        b = bundle(space, backend, report, trial=trial, read_space=read_space, schedule=schedule, server=server)
+        b = bundle(space, backend, result, trial=trial, read_space=read_space, schedule=schedule, server=server)
     except ValueError as e:
         if server is None:
             raise
@@ -135,7 +135,7 @@ def export(
 def render(
     space: Space,
     backend: Backend,
-    report: dict[str, Any],
+    result: StudyResult | Mapping[str, Any],
     fmt: str,
     *,
     trial: int | None = None,
@@ -143,12 +143,14 @@ def render(
     read_space: Space | None = None,
 ) -> str:
     """The export's text in format ``fmt`` (``export``)."""
-    return export(space, backend, report, fmt, trial=trial, options=options, read_space=read_space).text
+    return export(space, backend, result, fmt, trial=trial, options=options, read_space=read_space).text
 
 
-def files(space: Space, backend: Backend, report: dict[str, Any], *, trial: int | None = None) -> dict[str, str]:
+def files(
+    space: Space, backend: Backend, result: StudyResult | Mapping[str, Any], *, trial: int | None = None
+) -> dict[str, str]:
     """The files the exported config's server reads at launch (``Backend.files``): name -> text."""
-    return backend.files(TrialConfig.from_dict(_choose(report, trial)["config"]), space)
+    return backend.files(TrialConfig.from_dict(_choose(result, trial)["config"]), space)
 
 
 def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:

@@ -23,6 +23,7 @@ from autotune.backends.base import Backend
 from autotune.config import TrialConfig
 from autotune.redact import redact_env
 from autotune.space import Space
+from autotune.study.result import StudyResult, as_result
 
 #: Kubernetes annotation / compose extension / comment prefix holding the provenance
 PROVENANCE_ANNOTATION = "autotune/provenance"
@@ -79,37 +80,38 @@ def launch_argv(space: Space, backend: Backend, config: TrialConfig, *, files_di
 # ---------------------------------------------------------------------------------------------- what is exported
 
 
-def _choose(report: dict[str, Any], trial: int | None) -> dict[str, Any]:
+def _choose(result: StudyResult | Mapping[str, Any], trial: int | None) -> dict[str, Any]:
     """The config to export and its figures: the recommendation, or trial ``trial`` (its search measurement, and
     its confirmed interval when it was a confirmation candidate)."""
+    res = as_result(result)
     if trial is None:
-        rec = report["recommended"]
+        rec = res.recommended
         if rec.get("config") is None:
             raise ValueError("nothing to export yet: no baseline has been measured")
-        best = report.get("best") or {}
-        fastest = report.get("fastest_baseline") or {}
-        is_best = best.get("trial") == rec.get("trial") and rec.get("speedup_ci") is not None
+        best = res.best or {}
+        fastest = res.fastest_baseline or {}
+        is_best = best.get("trial") == rec.get("trial") and res.speedup_ci is not None
         return {
             "trial": rec.get("trial"),
             "config": rec["config"],
             "why": rec.get("why"),
             "tok_per_s": rec.get("tok_per_s"),
             "speedup": best.get("speedup") if is_best else None,
-            "speedup_ci": rec.get("speedup_ci"),
-            "source": "confirmation" if rec.get("speedup_ci") else "search",
+            "speedup_ci": res.speedup_ci,
+            "source": "confirmation" if res.speedup_ci else "search",
             "baseline": _baseline_entry(fastest),
         }
-    row = next((r for r in report["trials"] if r["number"] == trial), None)
+    row = res.trial_row(trial)
     if row is None:
-        raise ValueError(f"--trial {trial}: no such trial in study {report['study']}")
+        raise ValueError(f"--trial {trial}: no such trial in study {res.study}")
     if row["state"] != "COMPLETE" or not row.get("config"):
         raise ValueError(f"--trial {trial}: it was not measured to the end ({row['state']}); nothing to export")
-    confirmed = next((c for c in report.get("confirmed", []) if c["trial"] == trial), None)
+    confirmed = res.confirmed_row(trial)
     ci = (confirmed.get("deploy_speedup_ci") or confirmed.get("speedup_ci")) if confirmed else None
     cfg = TrialConfig.from_dict(row["config"])
-    same = report["baseline"].get("cuda_graph_on" if cfg.cuda_graph else "cuda_graph_off") or {}
+    same = res.baseline(cfg.cuda_graph) or {}
     if ci is not None and confirmed and confirmed.get("deploy_speedup_ci"):
-        base = report.get("fastest_baseline") or same
+        base = res.fastest_baseline or same
     else:
         base = same
     return {
@@ -173,7 +175,7 @@ def checkpoints(space: Space, config: TrialConfig, read_space: Space | None = No
 def bundle(
     space: Space,
     backend: Backend,
-    report: dict[str, Any],
+    result: StudyResult | Mapping[str, Any],
     *,
     trial: int | None = None,
     read_space: Space | None = None,
@@ -185,8 +187,10 @@ def bundle(
     provenance. ``schedule``: a per-load-level schedule the launch runs (``Backend.schedule_launch``); ``server``:
     another server to deploy on (``Backend.translate``; ValueError when the translation would not be faithful).
     The launch comes in three namings of its files: bare (``argv``), beside a script (``_script_argv``) and in a
-    container, listening on every interface there (``_container_argv``)."""
-    chosen = _choose(report, trial)
+    container, listening on every interface there (``_container_argv``). ``result``: the study's (a report dict is
+    read as one)."""
+    res = as_result(result)
+    chosen = _choose(res, trial)
     config = TrialConfig.from_dict(chosen["config"])
     dspace, dbackend, dconfig = space, backend, config
     translation: dict[str, Any] | None = None
@@ -216,16 +220,16 @@ def bundle(
     env = redact_env(dbackend.env(dconfig, dspace))
     launcher = dbackend.launcher(dspace, deploy=True)
     provenance = {
-        "study": report["study"],
+        "study": res.study,
         "trial": chosen["trial"],
-        "simulated": report.get("simulated"),
+        "simulated": res.simulated,
         "space": space.path,
         "backend": space.server.backend,
         "server_version": space.server.version or getattr(backend, "version", None),
         "method": backend.deploy_method(config, space),
         "autotune_version": __version__,
         "exported_at": (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "verdict": report["verdict"],
+        "verdict": res.verdict.value,
         "why": chosen["why"],
         "config": config.to_dict(),
         "measured": {
@@ -233,7 +237,7 @@ def bundle(
             "speedup": chosen["speedup"],
             "speedup_ci": chosen["speedup_ci"],
             "source": chosen["source"],
-            "units": report.get("units"),
+            "units": res.units,
         },
         "baseline": chosen["baseline"],
         "checkpoints": checkpoints(space, config, read_space),
@@ -246,7 +250,7 @@ def bundle(
         ]
     return {
         **{k: provenance[k] for k in ("autotune_version", "exported_at", "study", "simulated", "space", "backend")},
-        "verdict": report["verdict"],
+        "verdict": res.verdict.value,
         "why": chosen["why"],
         "trial": chosen["trial"],
         "config": config.to_dict(),

@@ -231,11 +231,7 @@ def test_the_server_name_check_sees_them(tmp_path):
 MAX_MODULE_LINES = 600
 #: modules still over the limit while their split is pending elsewhere, each held to the size it has now: one may
 #: shrink (and leaves this table once it is under the limit) but never grow
-OVER_THE_LIMIT = {
-    "autotune/backends/base.py": 647,
-    "autotune/backends/sglang.py": 653,
-    "autotune/space/validate.py": 738,
-}
+OVER_THE_LIMIT: dict[str, int] = {}
 
 
 def module_lengths(root: Path = ROOT) -> dict[str, int]:
@@ -273,6 +269,9 @@ SPLIT_MODULES = {
     ),
     "autotune.export": ("autotune.export_bundle", "autotune.export_formats"),
     "autotune.backends.sglang_methods": ("autotune.backends.sglang_catalogue",),
+    "autotune.backends.base": ("autotune.backends.openai_stream", "autotune.backends.prometheus"),
+    "autotune.backends.sglang": ("autotune.backends.sglang_deploy",),
+    "autotune.space.validate": ("autotune.space.validate_search", "autotune.space.validate_benchmark"),
 }
 
 

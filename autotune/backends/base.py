@@ -23,21 +23,31 @@ Probing the installed server (``probe``) is an explicit step: ``argv`` never run
 per launch: ``chunk_parser(space)`` gives the reader for the space's server (``parse_chunk`` reads the server's
 default format).
 
-This module also holds the Prometheus text parser shared by the backends (``parse_prometheus``,
-``metric_total``).
+The OpenAI API's streamed chunks and log-probabilities (``ChunkInfo``, ``parse_openai_chunk``,
+``parse_openai_logprobs``) live in ``autotune.backends.openai_stream`` and the Prometheus text parser shared by the
+backends (``parse_prometheus``, ``metric_total``) in ``autotune.backends.prometheus``; both are re-exported here.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
-from autotune.config import EffectiveConfig, ReferenceOutput, TokenChoice, TrialConfig
+from autotune.backends.openai_stream import (
+    ChunkInfo,
+    ChunkParser,
+    _float_or_none,
+    _int_or_none,
+    _sorted_top,
+    _token_texts,
+    parse_openai_chunk,
+    parse_openai_logprobs,
+)
+from autotune.backends.prometheus import _LABEL, _SAMPLE, _parse_labels, metric_total, parse_prometheus, series_key
+from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 
 if TYPE_CHECKING:
@@ -66,32 +76,6 @@ class KnobDomain:
     def __post_init__(self) -> None:
         if self.kind not in ("int", "float", "str", "any"):
             raise ValueError(f"kind must be int, float, str or any but got {self.kind!r}")
-
-
-@dataclass(frozen=True)
-class ChunkInfo:
-    """What one streamed JSON chunk says, in a backend-independent form.
-
-    ``text`` is the text this chunk carries; when ``cumulative`` it is the whole output so far (SGLang's
-    native /generate), otherwise a delta to append. ``completion_tokens`` / ``prompt_tokens`` come from the
-    server's own count (usage or meta_info), never from counting chunks. ``accept_length`` is the request's
-    mean acceptance length (bonus token included) when the server reports it. ``final`` marks the chunk that
-    completes the request's accounting (finish reason and token counts are known). ``error`` is an error
-    the server reported inside the stream.
-    """
-
-    text: str | None = None
-    cumulative: bool = False
-    completion_tokens: int | None = None
-    prompt_tokens: int | None = None
-    accept_length: float | None = None
-    finish_reason: str | None = None
-    final: bool = False
-    error: str | None = None
-
-
-#: reads one streamed JSON chunk of one launch's server (``Backend.chunk_parser``)
-ChunkParser = Callable[[dict[str, Any]], ChunkInfo]
 
 
 @dataclass(frozen=True)
@@ -438,203 +422,6 @@ class Backend(ABC):
         return None
 
 
-# -- OpenAI streaming chunks ---------------------------------------------------------------------------
-
-
-def parse_openai_chunk(obj: Mapping[str, Any]) -> ChunkInfo:
-    """An OpenAI ``/v1/completions`` or ``/v1/chat/completions`` streamed chunk.
-
-    With ``stream_options.include_usage`` the usage arrives in a last chunk with empty ``choices``; that
-    chunk (any chunk carrying ``usage.completion_tokens``) is ``final``.
-    """
-    if "error" in obj and obj.get("error"):
-        err = obj["error"]
-        return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, Mapping) else str(err))
-    text_parts: list[str] = []
-    finish: str | None = None
-    for choice in obj.get("choices") or ():
-        if not isinstance(choice, Mapping):
-            continue
-        t = choice.get("text")
-        if t is None and isinstance(choice.get("delta"), Mapping):
-            t = choice["delta"].get("content")
-        if t:
-            text_parts.append(str(t))
-        if choice.get("finish_reason"):
-            finish = str(choice["finish_reason"])
-    usage = obj.get("usage") if isinstance(obj.get("usage"), Mapping) else None
-    completion = _int_or_none(usage.get("completion_tokens")) if usage else None
-    prompt = _int_or_none(usage.get("prompt_tokens")) if usage else None
-    return ChunkInfo(
-        text="".join(text_parts) if text_parts else None,
-        cumulative=False,
-        completion_tokens=completion,
-        prompt_tokens=prompt,
-        finish_reason=finish,
-        final=completion is not None,
-    )
-
-
-def _token_texts(entries: list[Mapping[str, Any]]) -> list[str]:
-    """Each token's text; from its raw ``bytes`` when given, decoded incrementally so that a character split
-    across tokens belongs to the token that completes it (the texts then add up to the answer exactly)."""
-    if entries and all(isinstance(e.get("bytes"), list) for e in entries):
-        import codecs
-
-        dec = codecs.getincrementaldecoder("utf-8")("replace")
-        out = []
-        try:
-            for e in entries:
-                out.append(dec.decode(bytes(int(b) for b in e["bytes"])))
-            out[-1] += dec.decode(b"", final=True)
-            return out
-        except (TypeError, ValueError):
-            pass
-    return [str(e.get("token", "")) for e in entries]
-
-
-def parse_openai_logprobs(obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
-    """A non-streamed OpenAI completion with log-probabilities: the legacy completions form (``tokens``,
-    ``token_logprobs``, ``top_logprobs`` as {token: logprob}; vLLM, SGLang) or the ``content`` list form (chat
-    completions; llama.cpp's completions with ``n_probs``)."""
-    choices = obj.get("choices") or []
-    if not choices or not isinstance(choices[0], Mapping):
-        return None
-    choice = choices[0]
-    text = choice.get("text")
-    if text is None and isinstance(choice.get("message"), Mapping):
-        text = choice["message"].get("content")
-    lp = choice.get("logprobs")
-    if not isinstance(lp, Mapping):
-        return None
-    tokens: list[TokenChoice] = []
-    content = lp.get("content")
-    if isinstance(content, list):
-        entries = [e for e in content if isinstance(e, Mapping)]
-        for e, t in zip(entries, _token_texts(entries), strict=True):
-            tops = [x for x in e.get("top_logprobs") or [] if isinstance(x, Mapping)]
-            top_texts = _token_texts(tops)
-            top = tuple(
-                (tt, float(x["logprob"])) for x, tt in zip(tops, top_texts, strict=True) if x.get("logprob") is not None
-            )
-            tokens.append(TokenChoice(t, _float_or_none(e.get("logprob")), _sorted_top(top)))
-    elif isinstance(lp.get("tokens"), list):
-        tops_list = lp.get("top_logprobs") or []
-        token_lps = lp.get("token_logprobs") or []
-        for i, t in enumerate(lp["tokens"]):
-            top_d = tops_list[i] if i < len(tops_list) and isinstance(tops_list[i], Mapping) else {}
-            top = tuple((str(k), float(v)) for k, v in top_d.items() if v is not None)
-            chosen = _float_or_none(token_lps[i]) if i < len(token_lps) else None
-            tokens.append(TokenChoice(str(t), chosen, _sorted_top(top)))
-    else:
-        return None
-    if text is None:
-        text = "".join(t.text for t in tokens)
-    return ReferenceOutput(index=index, text=str(text), tokens=tuple(tokens))
-
-
-def _sorted_top(top: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
-    return tuple(sorted(top, key=lambda x: -x[1]))
-
-
-def _int_or_none(v: Any) -> int | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float_or_none(v: Any) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-# -- Prometheus text format ----------------------------------------------------------------------------
-
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
-    r"(?:\{(?P<labels>.*)\})?"
-    r"\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
-)
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
-
-def _parse_labels(text: str) -> list[tuple[str, str]]:
-    labels: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(text):
-        m = _LABEL.match(text, pos)
-        if not m:
-            break
-        value = m.group(2).replace(r"\"", '"').replace(r"\n", "\n").replace("\\\\", "\\")
-        labels.append((m.group(1), value))
-        pos = m.end()
-    return sorted(labels)
-
-
-def series_key(name: str, labels: Mapping[str, str] | None = None) -> str:
-    """Canonical key of one series: ``name`` or ``name{a="x",b="y"}`` with labels sorted."""
-    if not labels:
-        return name
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    return f"{name}{{{inner}}}"
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Prometheus text exposition -> {series key: value}. Comments and malformed lines are skipped.
-
-    Keys are canonical (``series_key``): the metric name alone, or with its labels sorted. ``NaN`` and
-    ``+Inf`` parse as floats.
-    """
-    out: dict[str, float] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        labels = dict(_parse_labels(m.group("labels") or ""))
-        out[series_key(m.group("name"), labels)] = value
-    return out
-
-
-def metric_total(metrics: Mapping[str, float], name: str) -> float | None:
-    """Sum of every series of metric ``name`` (all label sets); None when the metric is absent."""
-    total = 0.0
-    found = False
-    for key, value in metrics.items():
-        if key == name or (key.startswith(name) and key[len(name) :].startswith("{")):
-            if math.isfinite(value):
-                total += value
-                found = True
-    return total if found else None
-
-
-__all__ = [
-    "Backend",
-    "ChunkInfo",
-    "ChunkParser",
-    "KnobDomain",
-    "metric_total",
-    "parse_openai_chunk",
-    "parse_openai_logprobs",
-    "parse_prometheus",
-    "series_key",
-]
-
-
 def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
     """The value given to ``flag`` in an argv list (``flag V`` or ``flag=V``; the last one wins), else None."""
     value = None
@@ -645,3 +432,27 @@ def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
         elif a.startswith(flag + "="):
             value = a[len(flag) + 1 :]
     return value
+
+
+__all__ = [
+    "Backend",
+    "ChunkInfo",
+    "ChunkParser",
+    "DRAFTER_ALGORITHMS",
+    "KnobDomain",
+    "Portable",
+    "ScheduledLaunch",
+    "_LABEL",
+    "_SAMPLE",
+    "_float_or_none",
+    "_int_or_none",
+    "_parse_labels",
+    "_sorted_top",
+    "_token_texts",
+    "flag_value",
+    "metric_total",
+    "parse_openai_chunk",
+    "parse_openai_logprobs",
+    "parse_prometheus",
+    "series_key",
+]

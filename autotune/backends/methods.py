@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,16 @@ if TYPE_CHECKING:
 
     from autotune.space import Space
 
-__all__ = ["METHOD_KNOB", "FlatMethods", "Method", "OptunaAsk", "ReplayAsk", "param_name", "version_lacks"]
+__all__ = [
+    "METHOD_KNOB",
+    "FlatMethods",
+    "Method",
+    "MethodWalk",
+    "OptunaAsk",
+    "ReplayAsk",
+    "param_name",
+    "version_lacks",
+]
 
 #: the knob of a ``TrialConfig`` that names its method (only in spaces with ``search.methods``)
 METHOD_KNOB = "method"
@@ -145,16 +155,14 @@ class ReplayAsk:
         return self._take(knob, name, self.values.get(knob))
 
 
-class FlatMethods:
-    """Suggest, replay, resolve and enumerate the configs of a space with ``search.methods`` whose methods' knobs are
-    flat (integers and floats in their domains), with ``pairs``: (maximum, minimum, lowest maximum) knob pairs where
-    the minimum is drawn at most the maximum (named ``MIN_le{N}`` when that cuts the list). A backend subclasses it
-    with its catalogue, its pairs and ``unavailable``, and adds its argv."""
+class MethodWalk(ABC):
+    """What every backend's method tree shares: the methods a space offers, each knob's spec, and the one walk
+    behind ``suggest`` (Optuna asks) and ``params`` (a config's values replayed), which draws ``method``,
+    ``cuda_graph`` and the method's drafter, then the method's knobs (``walk_knobs``), so the two never disagree;
+    ``resolve`` checks the method, its drafter and its knob names, then resolves the knobs (``resolve_knobs``)."""
 
     #: the backend's catalogue (name -> ``Method``)
     catalogue: Mapping[str, Method] = {}
-    #: (maximum knob, minimum knob, lowest maximum)
-    pairs: tuple[tuple[str, str, int], ...] = ()
 
     # -- what the space offers -----------------------------------------------------------------------------
 
@@ -165,12 +173,14 @@ class FlatMethods:
     def available(self, space: Space) -> list[str]:
         return [m for m in space.search.methods if self.unavailable(space, m) is None]
 
-    def spec(self, space: Space, method: str, knob: str) -> ParamSpec:
-        got = space.search.methods[method].knobs.get(knob)
-        return got if got is not None else Choices((self.catalogue[method].defaults[knob],))
+    def default(self, space: Space, method: str, knob: str) -> Any:
+        """The server's own value of ``knob`` of ``method`` (what a launch without the flag runs)."""
+        return self.catalogue[method].defaults[knob]
 
-    def _ints(self, space: Space, method: str, knob: str, low: int, high: int = 1024) -> list[int]:
-        return [int(v) for v in encode.spec_values(self.spec(space, method, knob)) or [] if low <= int(v) <= high]
+    def spec(self, space: Space, method: str, knob: str) -> ParamSpec:
+        """The method's spec of ``knob``; a knob not searched stays at the server's own value."""
+        got = space.search.methods[method].knobs.get(knob)
+        return got if got is not None else Choices((self.default(space, method, knob),))
 
     # -- the walk ------------------------------------------------------------------------------------------
 
@@ -180,12 +190,79 @@ class FlatMethods:
             raise InfeasibleConfig("no method of search.methods can run with this target")
         method = ask.categorical(METHOD_KNOB, METHOD_KNOB, methods) if method is None else method
         cg = ask.categorical("cuda_graph", "cuda_graph", [bool(b) for b in space.search.cuda_graph])
-        cat = self.catalogue[method]
         drafter = None
-        if cat.needs_drafter:
+        if self.catalogue[method].needs_drafter:
             drafter = ask.categorical(
                 "drafter", param_name(method, "drafter"), list(space.search.methods[method].drafters)
             )
+        return TrialConfig.make(drafter, bool(cg), method=method, **self.walk_knobs(ask, space, method))
+
+    @abstractmethod
+    def walk_knobs(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
+        """The knobs of ``method``, each asked of ``ask`` (``OptunaAsk`` or ``ReplayAsk``) in the tree's order."""
+
+    def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
+        return self.walk(OptunaAsk(trial), space)
+
+    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+        values = {**config.knob_dict, "cuda_graph": bool(config.cuda_graph), "drafter": config.drafter}
+        ask = ReplayAsk(values)
+        method = str(config.knob(METHOD_KNOB))
+        ask.params[METHOD_KNOB] = method
+        self.walk(ask, space, method=method)
+        return ask.params
+
+    # -- resolution ----------------------------------------------------------------------------------------
+
+    def knob_names(self, method: str) -> set[str]:
+        """The knobs a config of ``method`` may carry (besides ``method``)."""
+        return set(self.catalogue[method].knobs)
+
+    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
+        method = config.knob(METHOD_KNOB)
+        if method not in space.search.methods:
+            raise InfeasibleConfig(f"method {method!r} is not in the space's search.methods")
+        why = self.unavailable(space, str(method))
+        if why:
+            raise InfeasibleConfig(why)
+        cat = self.catalogue[method]
+        if cat.needs_drafter:
+            if config.drafter not in space.search.methods[method].drafters:
+                raise InfeasibleConfig(f"drafter {config.drafter!r} is not one of method {method}'s drafters")
+        elif config.drafter is not None:
+            raise InfeasibleConfig(f"method {method} ({cat.label}) runs no drafter; got {config.drafter!r}")
+        unknown = sorted(set(config.knob_dict) - {METHOD_KNOB, *self.knob_names(str(method))})
+        if unknown:
+            raise InfeasibleConfig(f"unknown knobs {unknown} for method {method}")
+        return self.resolve_knobs(config, space, str(method))
+
+    @abstractmethod
+    def resolve_knobs(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
+        """``config`` of ``method`` (its method, drafter and knob names checked) as the server would run it;
+        InfeasibleConfig when the server would refuse it."""
+
+    def knob_or_default(self, config: TrialConfig, space: Space, method: str, knob: str) -> Any:
+        """``config``'s value of ``knob``, else the server's own (``default``)."""
+        v = config.knob(knob)
+        return self.default(space, method, knob) if v is None else v
+
+
+class FlatMethods(MethodWalk):
+    """Suggest, replay, resolve and enumerate the configs of a space with ``search.methods`` whose methods' knobs are
+    flat (integers and floats in their domains), with ``pairs``: (maximum, minimum, lowest maximum) knob pairs where
+    the minimum is drawn at most the maximum (named ``MIN_le{N}`` when that cuts the list). A backend subclasses it
+    with its catalogue, its pairs and ``unavailable``, and adds its argv."""
+
+    #: (maximum knob, minimum knob, lowest maximum)
+    pairs: tuple[tuple[str, str, int], ...] = ()
+
+    def _ints(self, space: Space, method: str, knob: str, low: int, high: int = 1024) -> list[int]:
+        return [int(v) for v in encode.spec_values(self.spec(space, method, knob)) or [] if low <= int(v) <= high]
+
+    # -- the walk ------------------------------------------------------------------------------------------
+
+    def walk_knobs(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
+        cat = self.catalogue[method]
         knobs: dict[str, Any] = {}
         for top, bottom, low in self.pairs:
             if top in cat.knobs:
@@ -201,7 +278,7 @@ class FlatMethods:
             if not allowed:
                 raise InfeasibleConfig(f"no value of {method}.{knob} lies in [{dom.low}, {dom.high or 1024}]")
             knobs[knob] = ask.int(knob, param_name(method, knob), self.spec(space, method, knob), allowed)
-        return TrialConfig.make(drafter, bool(cg), method=method, **knobs)
+        return knobs
 
     def _walk_pair(self, ask: Any, space: Space, method: str, top: str, bottom: str, low: int) -> dict[str, int]:
         """A maximum and a minimum drawn at most the maximum (named ``BOTTOM_le{N}`` when that cuts the list)."""
@@ -214,42 +291,16 @@ class FlatMethods:
         name = encode.cut_name(bottom, mins, full, f"le{t}")
         return {top: t, bottom: ask.int(bottom, param_name(method, name), self.spec(space, method, bottom), mins)}
 
-    def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        return self.walk(OptunaAsk(trial), space)
-
-    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        values = {**config.knob_dict, "cuda_graph": bool(config.cuda_graph), "drafter": config.drafter}
-        ask = ReplayAsk(values)
-        method = str(config.knob(METHOD_KNOB))
-        ask.params[METHOD_KNOB] = method
-        self.walk(ask, space, method=method)
-        return ask.params
-
     def pair_problem(self, top: str, bottom: str, high: int, low: int) -> str:
         return f"{bottom} ({low}) must not exceed {top} ({high})"
 
     # -- resolution ----------------------------------------------------------------------------------------
 
-    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
-        method = config.knob(METHOD_KNOB)
-        if method not in space.search.methods:
-            raise InfeasibleConfig(f"method {method!r} is not in the space's search.methods")
-        why = self.unavailable(space, str(method))
-        if why:
-            raise InfeasibleConfig(why)
+    def resolve_knobs(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
         cat = self.catalogue[method]
-        if cat.needs_drafter:
-            if config.drafter not in space.search.methods[method].drafters:
-                raise InfeasibleConfig(f"drafter {config.drafter!r} is not one of method {method}'s drafters")
-        elif config.drafter is not None:
-            raise InfeasibleConfig(f"method {method} ({cat.label}) runs no drafter; got {config.drafter!r}")
-        unknown = sorted(set(config.knob_dict) - {METHOD_KNOB, *cat.knobs})
-        if unknown:
-            raise InfeasibleConfig(f"unknown knobs {unknown} for method {method}")
         v: dict[str, Any] = {}
         for knob, dom in cat.knobs.items():
-            raw = config.knob(knob)
-            raw = cat.defaults[knob] if raw is None else raw
+            raw = self.knob_or_default(config, space, method, knob)
             if dom.kind == "float":
                 x: Any = float(raw)
                 if (dom.low is not None and x < dom.low) or (dom.high is not None and x > dom.high):
@@ -263,7 +314,7 @@ class FlatMethods:
         for top, bottom, _ in self.pairs:
             if top in v and v[bottom] > v[top]:
                 raise InfeasibleConfig(self.pair_problem(top, bottom, v[top], v[bottom]))
-        return EffectiveConfig.make(config.drafter, config.cuda_graph, method=str(method), **v)
+        return EffectiveConfig.make(config.drafter, config.cuda_graph, method=method, **v)
 
     # -- enumeration ---------------------------------------------------------------------------------------
 

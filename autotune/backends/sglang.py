@@ -52,7 +52,15 @@ from autotune.backends.base import (
     flag_value,
     parse_openai_chunk,
 )
+from autotune.backends.sglang_catalogue import ADAPTIVE_FILE, tree_flags
 from autotune.backends.sglang_catalogue import _read_json as _read_config_json
+from autotune.backends.sglang_deploy import (
+    CLIENT_ONLY_FLAGS,
+    PORTABLE_FLAGS,
+    adaptive_config,
+    adaptive_initial_steps,
+    portable_settings,
+)
 from autotune.backends.sglang_flags import (
     DECODE_MAX_BS_FLAG,
     DEFAULT_VERSION,
@@ -69,10 +77,14 @@ from autotune.backends.sglang_flags import (
     run_help,
 )
 from autotune.backends.sglang_methods import METHODS, MethodTree, feasibility_reason, tree_bound
-from autotune.backends.sglang_stream import parse_generate_chunk, parse_generate_logprobs
+from autotune.backends.sglang_stream import (
+    INCREMENTAL_OUTPUT_FLAG,
+    incremental_output,
+    parse_generate_chunk,
+    parse_generate_logprobs,
+)
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
-from autotune.schedule import batch_ranges
 from autotune.space import Choices, ParamSpec
 
 if TYPE_CHECKING:
@@ -87,23 +99,6 @@ KNOB_DOMAINS = {
     "num_draft_tokens": KnobDomain("int", 2),
 }
 KNOBS = tuple(KNOB_DOMAINS)
-#: the flag that makes ``/generate`` stream deltas instead of the text so far
-INCREMENTAL_OUTPUT_FLAG = "--incremental-streaming-output"
-#: the adaptive config file a schedule's launch reads (``schedule_launch``)
-ADAPTIVE_FILE = "adaptive.json"
-#: ``server.extra_args`` with a server-neutral meaning (``portable``): flag -> setting (True: a switch)
-PORTABLE_FLAGS = {
-    "--tp-size": "tensor_parallel_size",
-    "--tp": "tensor_parallel_size",
-    "--tensor-parallel-size": "tensor_parallel_size",
-    "--pp-size": "pipeline_parallel_size",
-    "--pipeline-parallel-size": "pipeline_parallel_size",
-    "--dtype": "dtype",
-    "--context-length": "max_model_len",
-    "--trust-remote-code": True,
-}
-#: flags that only shape how autotune reads the stream: no meaning for a deployment elsewhere
-CLIENT_ONLY_FLAGS = (INCREMENTAL_OUTPUT_FLAG,)
 
 #: SGLang's own auto choice (steps, topk, num_draft_tokens) by target architecture
 _LLAMA_LIKE_DEFAULT = (5, 4, 8)
@@ -113,11 +108,6 @@ _LLAMA_LIKE_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ImgGen", "Gro
 
 def _spec_values(spec: ParamSpec | None) -> list[int] | None:
     return encode.int_values(spec, "SGLang")
-
-
-def incremental_output(space: Space) -> bool:
-    """Whether servers of ``space`` stream ``/generate`` text as deltas (``--incremental-streaming-output``)."""
-    return INCREMENTAL_OUTPUT_FLAG in space.server.extra_args
 
 
 def resolved_algorithm(space: Space, name: str) -> str:
@@ -369,18 +359,7 @@ class SGLangBackend(Backend):
             argv += self.tree.argv(eff, space, files_dir, self.file_arg)
         elif not eff.is_baseline:
             drafter = space.drafter(eff.drafter or "")
-            argv += [
-                "--speculative-algorithm",
-                resolved_algorithm(space, drafter.name),
-                "--speculative-draft-model-path",
-                drafter.path,
-                "--speculative-num-steps",
-                str(eff.knob("num_steps")),
-                "--speculative-eagle-topk",
-                str(eff.knob("topk")),
-                "--speculative-num-draft-tokens",
-                str(eff.knob("num_draft_tokens")),
-            ]
+            argv += tree_flags(resolved_algorithm(space, drafter.name), drafter.path, eff)
         if not eff.cuda_graph:
             argv += cuda_graph_off_flags(self.spelling_for(space))
         argv.append("--enable-metrics")
@@ -566,62 +545,21 @@ class SGLangBackend(Backend):
         return parse_deltas
 
 
-def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """``server.extra_args`` as server-neutral settings (``PORTABLE_FLAGS``); ValueError naming the flags that have
-    none."""
-    out: dict[str, Any] = {}
-    unknown: list[str] = []
-    args = [str(a) for a in extra_args]
-    i = 0
-    while i < len(args):
-        flag, _, inline = args[i].partition("=")
-        setting = PORTABLE_FLAGS.get(flag)
-        if flag in CLIENT_ONLY_FLAGS:
-            i += 1
-        elif setting is True:
-            out[flag.lstrip("-").replace("-", "_")] = True
-            i += 1
-        elif setting is not None and (inline or i + 1 < len(args)):
-            out[setting] = inline or args[i + 1]
-            i += 1 if inline else 2
-        else:
-            unknown.append(args[i])
-            i += 1
-    if unknown:
-        raise ValueError(
-            f"server.extra_args {' '.join(unknown)}: no equivalent on another server known to autotune, so no "
-            "faithful translation"
-        )
-    return out
-
-
-def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, Any]:
-    """SGLang's ``--speculative-adaptive-config`` file: one entry per batch-size range of ``schedule.batch_ranges``,
-    keyed by the range's first batch size (an integer string), ``{"candidate_steps": [K]}`` with the schedule's
-    draft length there (0: no speculation). Format as SGLang 0.5.23 reads it (``speculative/adaptive_spec_params.py``,
-    ``_load_adaptive_config``: at least one integer-string key, each ``candidate_steps`` a non-empty list of
-    non-negative ints). SGLang routes a decode batch (padded up to a captured CUDA-graph size) to the entry with the
-    largest key not above it, and within an entry moves between its candidate steps by the acceptance it observes
-    (an EMA); one candidate per entry pins the measured draft length. Batches above the highest level use the last
-    entry."""
-    return {str(start): {"candidate_steps": [int(k)]} for start, _end, k in batch_ranges(schedule)}
-
-
-def adaptive_initial_steps(schedule: Mapping[str, Any]) -> int:
-    """The ``--speculative-num-steps`` to launch an adaptive SGLang server with: the first level's draft length
-    (SGLang refuses a value that is in no entry's ``candidate_steps``)."""
-    return int(schedule["levels"][0]["draft"])
-
-
 __all__ = [
+    "ADAPTIVE_FILE",
+    "CLIENT_ONLY_FLAGS",
     "DEFAULT_VERSION",
     "INCREMENTAL_OUTPUT_FLAG",
     "KNOBS",
     "KNOB_DOMAINS",
     "LEGACY",
     "PER_PHASE",
+    "PORTABLE_FLAGS",
     "SGLangBackend",
-    "ADAPTIVE_FILE",
+    "_LLAMA_LIKE_ARCHS",
+    "_LLAMA_LIKE_DEFAULT",
+    "_OTHER_DEFAULT",
+    "_spec_values",
     "adaptive_config",
     "adaptive_initial_steps",
     "cuda_graph_max_bs_flag",

@@ -182,6 +182,21 @@ def tree_bound(num_steps: int, topk: int) -> int:
     return topk + (num_steps - 1) * topk * topk + 1
 
 
+def tree_flags(algorithm: str, draft_path: str | None, config: TrialConfig) -> list[str]:
+    """``--speculative-algorithm`` and the draft path (when there is one), then the three tree knobs of a resolved
+    config (all three always passed: SGLang picks its own for any left out)."""
+    out = ["--speculative-algorithm", algorithm]
+    if draft_path is not None:
+        out += ["--speculative-draft-model-path", draft_path]
+    for knob, flag in (
+        ("num_steps", "--speculative-num-steps"),
+        ("topk", "--speculative-eagle-topk"),
+        ("num_draft_tokens", "--speculative-num-draft-tokens"),
+    ):
+        out += [flag, str(config.knob(knob))]
+    return out
+
+
 def feasibility_reason(num_steps: int, topk: int, num_draft_tokens: int) -> str | None:
     """Why (S, k, N) cannot run (None: it can). Assumes N already forced to S+1 when k == 1."""
     if num_steps < 1:

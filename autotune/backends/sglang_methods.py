@@ -23,8 +23,9 @@ The catalogue (``METHODS``) and how each method becomes a launch, read from SGLa
   The start steps are SGLang's own choice (the middle of the candidate steps' union), passed explicitly.
 
 Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (cut names as
-``autotune.backends.encode.cut_name`` makes them, prefixed by the method), through the same tree walk for
-``suggest`` (``_OptunaAsk``) and ``params`` (``_ReplayAsk``), so the two never disagree.
+``autotune.backends.encode.cut_name`` makes them, prefixed by the method), through the one walk of
+``autotune.backends.methods.MethodWalk`` for ``suggest`` and ``params``, so the two never disagree; this module
+adds SGLang's knobs of each method (``walk_knobs``) and their resolution (``resolve_knobs``).
 
 The catalogue and its resolution rules live in ``autotune.backends.sglang_catalogue`` (re-exported here); this
 module is the tree walk (``MethodTree``).
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import checks
 from autotune.backends import encode
-from autotune.backends.methods import METHOD_KNOB, param_name
+from autotune.backends.methods import METHOD_KNOB, MethodWalk, param_name
 from autotune.backends.methods import OptunaAsk as _OptunaAsk
 from autotune.backends.methods import ReplayAsk as _ReplayAsk
 from autotune.backends.sglang_catalogue import (
@@ -61,22 +62,22 @@ from autotune.backends.sglang_catalogue import (
     mtp_unavailable,
     parse_steps,
     tree_bound,
+    tree_flags,
 )
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
-from autotune.space.model import Choices, ParamSpec
 
 if TYPE_CHECKING:
-    import optuna
-
     from autotune.space import Space
 
 
 # -- the tree walk, shared by suggest (Optuna) and params (replay) ----------------------------------------------
 
 
-class MethodTree:
+class MethodTree(MethodWalk):
     """Suggest, replay, resolve, enumerate and launch the configs of a space with ``search.methods``."""
+
+    catalogue = METHODS
 
     def __init__(self, auto_triple: Any) -> None:
         #: ``auto_triple(space)``: SGLang's auto choice (steps, topk, draft tokens) for the space's target
@@ -89,42 +90,24 @@ class MethodTree:
             return mtp_unavailable(space.server.model_path)
         return None
 
-    def available(self, space: Space) -> list[str]:
-        return [m for m in space.search.methods if self.unavailable(space, m) is None]
-
-    def _default(self, space: Space, method: str, knob: str) -> Any:
+    def default(self, space: Space, method: str, knob: str) -> Any:
+        """The catalogue's default; a tree knob without one: SGLang's auto choice (STANDALONE's own for it)."""
         if knob in METHODS[method].defaults:
             return METHODS[method].defaults[knob]
         triple = _STANDALONE_DEFAULT if method == "standalone" else self.auto_triple(space)
         return dict(zip(("num_steps", "topk", "num_draft_tokens"), triple, strict=True))[knob]
 
-    def spec(self, space: Space, method: str, knob: str) -> ParamSpec:
-        """The method's spec of ``knob``; a knob not searched stays at the server's own value."""
-        got = space.search.methods[method].knobs.get(knob)
-        return got if got is not None else Choices((self._default(space, method, knob),))
-
     # -- the walk ------------------------------------------------------------------------------------------
 
-    def walk(self, ask: Any, space: Space, method: str | None = None, cuda_graph: bool | None = None) -> TrialConfig:
-        methods = self.available(space)
-        if not methods:
-            raise InfeasibleConfig("no method of search.methods can run with this target")
-        method = ask.categorical(METHOD_KNOB, METHOD_KNOB, methods) if method is None else method
-        cg = ask.categorical("cuda_graph", "cuda_graph", [bool(b) for b in space.search.cuda_graph])
-        m = space.search.methods[method]
-        drafter = None
-        if METHODS[method].needs_drafter:
-            drafter = ask.categorical("drafter", param_name(method, "drafter"), list(m.drafters))
+    def walk_knobs(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
         if method == "ngram":
-            knobs = self._walk_ngram(ask, space)
-        elif method == "adaptive":
-            knobs = {
+            return self._walk_ngram(ask, space)
+        if method == "adaptive":
+            return {
                 k: ask.number(k, param_name(method, k), self.spec(space, method, k))
                 for k in ("candidate_steps", "up_hysteresis", "down_hysteresis")
             }
-        else:
-            knobs = self._walk_tree(ask, space, method)
-        return TrialConfig.make(drafter, bool(cg), method=method, **knobs)
+        return self._walk_tree(ask, space, method)
 
     def _values(self, space: Space, method: str, knob: str) -> list[Any]:
         return encode.spec_values(self.spec(space, method, knob)) or []
@@ -185,51 +168,25 @@ class MethodTree:
         )
         return out
 
-    # -- the backend's hooks -------------------------------------------------------------------------------
+    # -- resolution ----------------------------------------------------------------------------------------
 
-    def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        return self.walk(_OptunaAsk(trial), space)
+    def knob_names(self, method: str) -> set[str]:
+        """The method's knobs and the tree knobs every method resolves (the n-gram's topk and steps too)."""
+        return {*METHODS[method].knobs, *_TREE}
 
-    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        values = {**config.knob_dict, "cuda_graph": bool(config.cuda_graph), "drafter": config.drafter}
-        ask = _ReplayAsk(values)
-        method = str(config.knob(METHOD_KNOB))
-        ask.params[METHOD_KNOB] = method
-        self.walk(ask, space, method=method)
-        return ask.params
-
-    def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
-        method = config.knob(METHOD_KNOB)
-        if method not in space.search.methods:
-            raise InfeasibleConfig(f"method {method!r} is not in the space's search.methods")
-        why = self.unavailable(space, method)
-        if why:
-            raise InfeasibleConfig(why)
-        cat = METHODS[method]
-        if cat.needs_drafter:
-            if config.drafter not in space.search.methods[method].drafters:
-                raise InfeasibleConfig(f"drafter {config.drafter!r} is not one of method {method}'s drafters")
-        elif config.drafter is not None:
-            raise InfeasibleConfig(f"method {method} ({cat.label}) runs no drafter; got {config.drafter!r}")
-        unknown = sorted(set(config.knob_dict) - {METHOD_KNOB, *cat.knobs, "num_steps", "topk", "num_draft_tokens"})
-        if unknown:
-            raise InfeasibleConfig(f"unknown knobs {unknown} for method {method}")
+    def resolve_knobs(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
         if method == "ngram":
             return self._resolve_ngram(config, space)
         if method == "adaptive":
             return self._resolve_adaptive(config, space)
         return self._resolve_tree(config, space, method)
 
-    def _knob_or_default(self, config: TrialConfig, space: Space, method: str, knob: str) -> Any:
-        v = config.knob(knob)
-        return self._default(space, method, knob) if v is None else v
-
     def _resolve_tree(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
         if method in ("eagle", "eagle3"):
             self._check_head(space, str(config.drafter), ALGORITHMS[method], method)
-        s = int(self._knob_or_default(config, space, method, "num_steps"))
-        k = int(self._knob_or_default(config, space, method, "topk"))
-        n = s + 1 if k == 1 else int(self._knob_or_default(config, space, method, "num_draft_tokens"))
+        s = int(self.knob_or_default(config, space, method, "num_steps"))
+        k = int(self.knob_or_default(config, space, method, "topk"))
+        n = s + 1 if k == 1 else int(self.knob_or_default(config, space, method, "num_draft_tokens"))
         reason = feasibility_reason(s, k, n)
         if reason:
             raise InfeasibleConfig(reason)
@@ -238,7 +195,7 @@ class MethodTree:
         )
 
     def _resolve_ngram(self, config: TrialConfig, space: Space) -> EffectiveConfig:
-        v = {k: self._knob_or_default(config, space, "ngram", k) for k in METHODS["ngram"].knobs}
+        v = {k: self.knob_or_default(config, space, "ngram", k) for k in METHODS["ngram"].knobs}
         n, b, lo = int(v["num_draft_tokens"]), int(v["max_bfs_breadth"]), int(v["min_bfs_breadth"])
         if n < 2:
             raise InfeasibleConfig(f"n-gram num_draft_tokens must be at least 2 but got {n}")
@@ -270,7 +227,7 @@ class MethodTree:
                 f"adaptive needs an EAGLE or EAGLE-3 head; drafter {config.drafter!r} runs {algo}, for which SGLang "
                 "switches --speculative-adaptive off with only a warning"
             )
-        text = self._knob_or_default(config, space, "adaptive", "candidate_steps")
+        text = self.knob_or_default(config, space, "adaptive", "candidate_steps")
         steps = parse_steps(text)
         if steps is None:
             raise InfeasibleConfig(
@@ -281,8 +238,8 @@ class MethodTree:
             config.cuda_graph,
             method="adaptive",
             candidate_steps=str(text),
-            up_hysteresis=float(self._knob_or_default(config, space, "adaptive", "up_hysteresis")),
-            down_hysteresis=float(self._knob_or_default(config, space, "adaptive", "down_hysteresis")),
+            up_hysteresis=float(self.knob_or_default(config, space, "adaptive", "up_hysteresis")),
+            down_hysteresis=float(self.knob_or_default(config, space, "adaptive", "down_hysteresis")),
         )
         start = adaptive_start(cfg)
         return EffectiveConfig.of(cfg.with_knobs(num_steps=start, topk=1, num_draft_tokens=start + 1))
@@ -325,7 +282,7 @@ class MethodTree:
             if method in ("ngram", "adaptive"):
                 for k in METHODS[method].knobs:
                     vals = encode.spec_values(self.spec(space, method, k))
-                    d = self._default(space, method, k)
+                    d = self.default(space, method, k)
                     knobs[k] = nearest(vals, d) if vals else d
                 if method == "ngram" and knobs["min_bfs_breadth"] > knobs["max_bfs_breadth"]:
                     knobs["min_bfs_breadth"] = knobs["max_bfs_breadth"]
@@ -333,12 +290,12 @@ class MethodTree:
                 steps = self._steps(space, method)
                 if not steps:
                     continue
-                s = nearest(steps, self._default(space, method, "num_steps"))
-                k = nearest(self._topk(space, method, s), self._default(space, method, "topk"))
+                s = nearest(steps, self.default(space, method, "num_steps"))
+                k = nearest(self._topk(space, method, s), self.default(space, method, "topk"))
                 n = (
                     s + 1
                     if k == 1
-                    else nearest(self._ndt(space, method, s, k), self._default(space, method, "num_draft_tokens"))
+                    else nearest(self._ndt(space, method, s, k), self.default(space, method, "num_draft_tokens"))
                 )
                 knobs = {"num_steps": s, "topk": k, "num_draft_tokens": n}
             for d in drafters:
@@ -408,17 +365,7 @@ class MethodTree:
                 out += [flag, str(eff.knob(knob))]
             return out
         algo = self.drafter_algorithm(space, str(eff.drafter)) if method == "adaptive" else ALGORITHMS[method]
-        out = ["--speculative-algorithm", algo]
-        if eff.drafter is not None:
-            out += ["--speculative-draft-model-path", space.drafter(eff.drafter).path]
-        out += [
-            "--speculative-num-steps",
-            str(eff.knob("num_steps")),
-            "--speculative-eagle-topk",
-            str(eff.knob("topk")),
-            "--speculative-num-draft-tokens",
-            str(eff.knob("num_draft_tokens")),
-        ]
+        out = tree_flags(algo, space.drafter(eff.drafter).path if eff.drafter is not None else None, eff)
         if method == "adaptive":
             out += ["--speculative-adaptive", "--speculative-adaptive-config", file_arg(ADAPTIVE_FILE, files_dir)]
         return out
@@ -473,4 +420,5 @@ __all__ = [
     "mtp_unavailable",
     "parse_steps",
     "tree_bound",
+    "tree_flags",
 ]

@@ -1,15 +1,27 @@
 """Reading SGLang's native ``/generate`` answers: a streamed chunk (text so far, ``meta_info`` with the token
-counts and, in the final chunk, the acceptance length) and a non-streamed answer's log-probabilities."""
+counts and, in the final chunk, the acceptance length; deltas instead of the text so far for a server launched with
+``--incremental-streaming-output``: ``incremental_output``) and a non-streamed answer's log-probabilities."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.backends.base import ChunkInfo, _float_or_none, _int_or_none
 from autotune.config import ReferenceOutput, TokenChoice
 
-__all__ = ["parse_generate_chunk", "parse_generate_logprobs"]
+if TYPE_CHECKING:
+    from autotune.space import Space
+
+__all__ = ["INCREMENTAL_OUTPUT_FLAG", "incremental_output", "parse_generate_chunk", "parse_generate_logprobs"]
+
+#: the flag that makes ``/generate`` stream deltas instead of the text so far
+INCREMENTAL_OUTPUT_FLAG = "--incremental-streaming-output"
+
+
+def incremental_output(space: Space) -> bool:
+    """Whether servers of ``space`` stream ``/generate`` text as deltas (``--incremental-streaming-output``)."""
+    return INCREMENTAL_OUTPUT_FLAG in space.server.extra_args
 
 
 def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> ChunkInfo:

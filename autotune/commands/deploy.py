@@ -23,7 +23,7 @@ def export(ctx: Context) -> ExportResult:
     from autotune import export as exp
     from autotune.errors import UserError
     from autotune.export import Options
-    from autotune.report import build_report
+    from autotune.study.result import study_result
 
     args = ctx.args
     problem = exp.format_problem(ctx.backend, args.format)
@@ -35,25 +35,24 @@ def export(ctx: Context) -> ExportResult:
     if out is not None and not out.parent.is_dir():
         raise UserError(f"-o {args.output}: no such directory {out.parent}")
     study = ctx.open_study(create=False)
-    report = build_report(study)
+    result = study_result(study, ctx.space)
     sched = None
     if ctx.space.benchmark.loaded and args.trial is None and ctx.backend.schedule_knob:
         # a per-load-level schedule (autotune.schedule), which every format launches
-        from autotune import records, schedule
+        from autotune import schedule
 
-        rows = records.confirmed_level_rows(study) or records.level_rows(study)
         sched = schedule.build(
-            rows,
+            result.schedule_rows,
             ctx.space.benchmark.concurrency,
-            (report.get("recommended") or {}).get("config"),
+            result.recommended.get("config"),
             backend=ctx.space.server.backend,
             min_gain=ctx.space.verdict.min_gain,
         )
     try:
-        result = exp.export(
+        exported = exp.export(
             deploy_space(ctx),
             ctx.backend,
-            report,
+            result,
             args.format,
             trial=args.trial,
             options=Options(image=args.image, gpus=args.gpus, name=args.name),
@@ -63,9 +62,9 @@ def export(ctx: Context) -> ExportResult:
     except ValueError as e:
         raise UserError(str(e)) from None
     if out is None:
-        return ExportResult(result.text, None)
-    written = exp.write(out, result.text, result.files)
-    return ExportResult(result.text, out, tuple(written))
+        return ExportResult(exported.text, None)
+    written = exp.write(out, exported.text, exported.files)
+    return ExportResult(exported.text, out, tuple(written))
 
 
 def recommended_command(ctx: Context, report: dict[str, Any]) -> str | None:

@@ -291,7 +291,7 @@ def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
         if t is None:
             continue
         r = TrialRecord(t)
-        broken = {int(x["level"]): x.get("slo_broken") for x in r.levels}
+        broken = {x.level: list(x.slo_broken) for x in r.level_results()}
         levels = [
             {"level": int(c), "speedup": iv["point"], "slo_broken": broken.get(int(c)) or []}
             for c, iv in ivs.items()

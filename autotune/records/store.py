@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune.config import LaunchInfo, PromptResult, ReferenceOutput, TrialConfig
+from autotune.config import LaunchInfo, LevelSummary, PromptResult, ReferenceOutput, TrialConfig
 from autotune.records.schema import (
     ACCEPT_LENGTH,
     ARGV,
@@ -185,7 +185,12 @@ class TrialRecord:
 
     @property
     def prompts(self) -> list[dict[str, Any]]:
+        """Per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed."""
         return self.attrs.get(PROMPTS, [])
+
+    def prompt_results(self) -> list[PromptResult]:
+        """Per-prompt results, in the order measured (``PromptResult``, without the answers' text)."""
+        return [PromptResult.from_dict(p) for p in self.prompts]
 
     @property
     def startup_s(self) -> float | None:
@@ -230,11 +235,19 @@ class TrialRecord:
 
     @property
     def levels(self) -> list[dict[str, Any]]:
-        """Per-level summaries (empty without load levels)."""
+        """Per-level summaries as stored (empty without load levels); ``level_results`` reads them typed."""
         return self.attrs.get(LEVELS, [])
 
+    def level_results(self) -> list[LevelSummary]:
+        """Per-level summaries, lowest level first (empty without load levels)."""
+        return [LevelSummary.from_dict(x) for x in self.levels]
+
+    def level(self, level: int) -> LevelSummary | None:
+        """Load level ``level``'s summary (None: not measured)."""
+        return next((x for x in self.level_results() if x.level == int(level)), None)
+
     def level_tok_per_s(self) -> dict[int, float]:
-        return {int(x["level"]): float(x["tok_per_s"]) for x in self.levels}
+        return {x.level: x.tok_per_s for x in self.level_results()}
 
     @property
     def slo_broken(self) -> list[str]:

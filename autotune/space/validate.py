@@ -3,51 +3,56 @@
 ``load_space`` reads and validates a file; every error is a ``SpaceError`` naming the file, the line, the field
 path and what was expected. ``docs/space-reference.md`` documents every key. The knobs a backend searches, the
 values they take and the flags it sets itself come from the backend (``autotune.backends.registry``).
+
+``SpaceReader`` reads the file's top level, the server, the drafters and the study's settings here; the ``search``
+section (knobs, ranges, methods) through ``autotune.space.validate_search`` and the ``benchmark`` and ``objective``
+sections (prompts, load levels) through ``autotune.space.validate_benchmark``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autotune.backends.base import KnobDomain
-from autotune.backends.methods import version_lacks
 from autotune.backends.registry import (
     backend_class,
     backend_names,
     drafter_algorithms,
-    knob_domains,
-    method_catalogue,
 )
 from autotune.errors import SpaceError
-from autotune.space.checker import Checker, Recorded, Validator
-from autotune.space.describe import describe, fmt_num, is_int, is_num, is_plain_number, join, suggest
-from autotune.space.loader import LineSeq, item_line, key_line, parse_yaml, read_text
+from autotune.space.checker import Recorded, Validator
+from autotune.space.describe import is_plain_number, join, suggest
+from autotune.space.loader import item_line, key_line, parse_yaml, read_text
 from autotune.space.model import (
-    BenchmarkSpec,
     BudgetSpec,
-    Choices,
     DrafterSpec,
-    FloatRange,
-    IntRange,
-    MethodSpec,
     ObjectiveSpec,
-    ParamSpec,
-    Prompt,
     PruningSpec,
     SearchSpec,
     ServerSpec,
     SimulateSpec,
-    SloSpec,
     Space,
     VerdictSpec,
 )
+from autotune.space.validate_benchmark import BenchmarkSection, _json_lines
+from autotune.space.validate_search import _ANY, SearchSection
 
-__all__ = ["SpaceReader", "load_space", "space_errors"]
+__all__ = [
+    "_ANY",
+    "_ENV_NAME",
+    "_REQUIRED_TOP_KEYS",
+    "_TOP_KEYS",
+    "BenchmarkSection",
+    "SearchSection",
+    "SpaceReader",
+    "_json_lines",
+    "_load",
+    "load_space",
+    "space_errors",
+]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TOP_KEYS = (
@@ -69,11 +74,9 @@ _REQUIRED_TOP_KEYS = (
     ("drafters", "a list of drafters"),
     ("benchmark", "a benchmark mapping"),
 )
-#: a knob no backend declares (only reachable while the server section is invalid): any plain value
-_ANY = KnobDomain()
 
 
-class SpaceReader(Checker):
+class SpaceReader(SearchSection, BenchmarkSection):
     """Validates a parsed space file. Errors are collected; ``load_space`` raises the first in file order."""
 
     # -- the whole file ---------------------------------------------------------------------------------
@@ -236,403 +239,6 @@ class SpaceReader(Checker):
             suggest(v.upper() if isinstance(v, str) else v, algorithms),
         )
 
-    # -- search -----------------------------------------------------------------------------------------
-
-    def search(
-        self,
-        v: Any,
-        f: str,
-        line: int | None,
-        backend: str | None,
-        drafter_names: tuple[str, ...] | None,
-        version: str | None = None,
-    ) -> SearchSpec:
-        if v is None:
-            return SearchSpec(drafters=drafter_names or ())
-        domains = knob_domains(backend)  # without a valid server section: every backend's knobs
-        valid = ("drafters", "cuda_graph", "methods", "share_starts", *(domains if backend else ()))
-        m = self.mapping(v, f, line, valid)
-        drafters: tuple[str, ...] = drafter_names or ()
-        cuda_graph: tuple[bool, ...] = (True,)
-        knobs: dict[str, ParamSpec] = {}
-        methods: dict[str, MethodSpec] = {}
-        share = True
-        if isinstance(m, dict) and "methods" in m:
-            for key in m:
-                if key not in ("methods", "cuda_graph", "share_starts"):
-                    raise self.error(
-                        join(f, key),
-                        key_line(m, key, line),
-                        f"{key} is given per method with search.methods (search.methods.NAME.{key})",
-                    )
-        for key, value in m.items():
-            kl, p = key_line(m, key, line), join(f, key)
-            if key == "methods":
-                methods = self.attempt(partial(self.methods, value, p, kl, backend, drafter_names, version), methods)
-            elif key == "drafters":
-                drafters = self.attempt(partial(self.search_drafters, value, p, kl, drafter_names), drafters)
-            elif key == "cuda_graph":
-                cuda_graph = self.attempt(partial(self.bool_choices, value, p, kl), cuda_graph)
-            elif key == "share_starts":
-                share = self.attempt(partial(self.bool_, value, p, kl), share)
-            else:
-                spec = self.attempt(partial(self.knob, key, value, p, kl, backend, domains))
-                if spec is not None:
-                    knobs[key] = spec
-        if methods:
-            return SearchSpec(drafters=(), cuda_graph=cuda_graph, methods=methods, share_starts=share)
-        return SearchSpec(drafters=drafters, cuda_graph=cuda_graph, knobs=knobs, share_starts=share)
-
-    def methods(
-        self,
-        v: Any,
-        f: str,
-        line: int | None,
-        backend: str | None,
-        drafter_names: tuple[str, ...] | None,
-        version: str | None,
-    ) -> dict[str, MethodSpec]:
-        """``search.methods``: a mapping of method names of the backend's catalogue to ``{drafters, KNOB: ...}``."""
-        catalogue = method_catalogue(backend)
-        if backend and not catalogue:
-            raise self.error(f, line, f"backend {backend} has no method catalogue; search its drafters' knobs instead")
-        if not isinstance(v, dict) or not v:
-            raise self.expected(
-                f, line, "a mapping of method names (" + ", ".join(catalogue) + ") to their drafters and knobs", v
-            )
-        out: dict[str, MethodSpec] = {}
-        for name, body in v.items():
-            p, nl = join(f, str(name)), key_line(v, name, line)
-            if name not in catalogue:
-                raise self.error(
-                    p,
-                    nl,
-                    f"unknown method {describe(name)} for backend {backend}{suggest(name, tuple(catalogue))}; "
-                    f"expected one of {', '.join(catalogue)}",
-                )
-            spec = self.attempt(partial(self.method, name, body, p, nl, catalogue[name], drafter_names, version))
-            if spec is not None:
-                out[name] = spec
-        return out
-
-    def method(
-        self,
-        name: str,
-        v: Any,
-        f: str,
-        line: int | None,
-        method: Any,
-        drafter_names: tuple[str, ...] | None,
-        version: str | None,
-    ) -> MethodSpec:
-        """One method: its drafters (only where it needs one) and its own knobs; a method or knob the space's
-        ``server.version`` predates is refused, naming the version that added it."""
-        if version_lacks(version, method.since):
-            raise self.error(
-                f,
-                line,
-                f"method {name} ({method.label}) needs server version {method.since} or newer; server.version is "
-                f"{version}{method.since_note}",
-            )
-        body = {} if v is None else v
-        valid = ("drafters", *method.knobs) if method.needs_drafter else tuple(method.knobs)
-        m = self.mapping(body, f, line, valid)
-        drafters: tuple[str, ...] = ()
-        knobs: dict[str, ParamSpec] = {}
-        for key, value in m.items():
-            kl, p = key_line(m, key, line), join(f, key)
-            if key == "drafters":
-                if not method.needs_drafter:
-                    raise self.error(p, kl, f"method {name} ({method.label}) runs no drafter; remove drafters")
-                drafters = self.search_drafters(value, p, kl, drafter_names)
-                continue
-            if key not in method.knobs:
-                raise self.error(
-                    p,
-                    kl,
-                    f"unknown knob {describe(key)} for method {name}{suggest(key, valid)}; "
-                    f"expected one of {', '.join(valid) or '(none)'}",
-                )
-            if version_lacks(version, method.knob_since.get(key)):
-                raise self.error(
-                    p, kl, f"{key} needs server version {method.knob_since[key]} or newer; server.version is {version}"
-                )
-            knobs[key] = self.param(value, p, kl, method.knobs[key])
-        if method.needs_drafter and not drafters:
-            raise self.error(
-                join(f, "drafters"),
-                line,
-                f"method {name} ({method.label}) needs {method.drafter_kind}: list its names from drafters",
-            )
-        return MethodSpec(name=name, drafters=drafters, knobs=knobs)
-
-    def knob(
-        self, key: Any, v: Any, f: str, line: int | None, backend: str | None, domains: dict[str, KnobDomain]
-    ) -> ParamSpec:
-        """Knob ``key`` of the search section (one of the backend's)."""
-        if backend and key not in domains:
-            valid = ("drafters", "cuda_graph", *domains)
-            raise self.error(
-                f,
-                line,
-                f"unknown knob {describe(key)} for backend {backend}{suggest(key, valid)}; "
-                f"expected one of {', '.join(valid)}",
-            )
-        if not isinstance(key, str):
-            raise self.expected(f, line, "a knob name", key)
-        return self.param(v, f, line, domains.get(key, _ANY))
-
-    def search_drafters(self, v: Any, f: str, line: int | None, names: tuple[str, ...] | None) -> tuple[str, ...]:
-        items = [v] if isinstance(v, str) else v
-        if not isinstance(items, list) or not items:
-            raise self.expected(f, line, "a non-empty list of drafter names", v)
-        out: list[str] = []
-        for i, item in enumerate(items):
-            p, il = f"{f}[{i}]", item_line(items, i, line)
-            if names is not None and item not in names:
-                raise self.expected(
-                    p, il, "one of the drafters' names (" + ", ".join(names) + ")", item, suggest(item, names)
-                )
-            if not isinstance(item, str):
-                raise self.expected(p, il, "a drafter name", item)
-            if item in out:
-                raise self.error(p, il, f"drafter '{item}' is listed twice")
-            out.append(item)
-        return tuple(out)
-
-    def bool_choices(self, v: Any, f: str, line: int | None) -> tuple[bool, ...]:
-        if isinstance(v, bool):
-            return (v,)
-        if not isinstance(v, list) or not v:
-            raise self.expected(f, line, "true, false or a non-empty list of them", v)
-        out: list[bool] = []
-        for i, item in enumerate(v):
-            il = item_line(v, i, line)
-            self.bool_(item, f"{f}[{i}]", il)
-            if item in out:
-                raise self.error(f"{f}[{i}]", il, f"{describe(item)} is listed twice")
-            out.append(item)
-        return tuple(out)
-
-    def param(self, v: Any, f: str, line: int | None, domain: KnobDomain) -> ParamSpec:
-        """A knob's values: a range ``{low, high, step, log}``, a list of choices, or one value."""
-        if isinstance(v, dict):
-            return self.range_(v, f, line, domain)
-        if isinstance(v, list):
-            if not v:
-                raise self.expected(f, line, "a non-empty list of choices or a range {low, high}", v)
-            out: list[Any] = []
-            for i, item in enumerate(v):
-                il = item_line(v, i, line)
-                value = self.knob_value(item, f"{f}[{i}]", il, domain)
-                if value in out and type(value) is type(out[out.index(value)]):
-                    raise self.error(f"{f}[{i}]", il, f"{describe(item)} is listed twice")
-                out.append(value)
-            return Choices(tuple(out))
-        return Choices((self.knob_value(v, f, line, domain),))
-
-    def knob_value(self, v: Any, f: str, line: int | None, domain: KnobDomain) -> Any:
-        kind, lo, hi = domain.kind, domain.low, domain.high
-        if kind == "int":
-            return self.int_(v, f, line, None if lo is None else int(lo), None if hi is None else int(hi))
-        if kind == "float":
-            return self.num(v, f, line, lo, hi)
-        if kind == "str":
-            return self.str_(v, f, line)
-        if isinstance(v, str | bool) or is_num(v):
-            return v
-        raise self.expected(f, line, "a plain value (string, number or boolean)", v)
-
-    def range_(self, v: dict, f: str, line: int | None, domain: KnobDomain) -> ParamSpec:
-        if domain.kind == "str":
-            raise self.expected(f, line, "a list of choices (ranges are only for numeric knobs)", v)
-        integer = domain.kind == "int" or (domain.kind == "any" and is_int(v.get("low")) and is_int(v.get("high")))
-        required = {"low": "the lowest value", "high": "the highest value"}
-        d = self.fields(v, f, line, self.range_schema(integer, domain), required=required, complete=True)
-        low, high, log = d["low"], d["high"], d.get("log", False)
-        if high < low:
-            raise self.expected(
-                join(f, "high"),
-                key_line(v, "high", line),
-                f"{'an integer' if integer else 'a number'} >= low ({fmt_num(low)})",
-                v["high"],
-            )
-        if log and low <= 0:
-            raise self.expected(
-                join(f, "low"), key_line(v, "low", line), "a value > 0 for a log-scaled range", v["low"]
-            )
-        if not integer:
-            return FloatRange(float(low), float(high), log=log)
-        step = d.get("step", 1)
-        if log and step != 1:
-            raise self.error(
-                join(f, "step"),
-                key_line(v, "step", line),
-                "expected no step (or 1) for a log-scaled range, got " + describe(step),
-            )
-        return IntRange(int(low), int(high), step=step, log=log)
-
-    def range_schema(self, integer: bool, domain: KnobDomain) -> dict[str, Validator]:
-        """The keys of a range: ``low``/``high`` within the knob's domain, ``step`` (integer ranges), ``log``."""
-        lo, hi = domain.low, domain.high
-        if not integer:
-            return {
-                "low": lambda x, p, ln: self.num(x, p, ln, lo, hi),
-                "high": lambda x, p, ln: self.num(x, p, ln, lo, hi),
-                "log": self.bool_,
-            }
-        ilo, ihi = (None if lo is None else int(lo)), (None if hi is None else int(hi))
-        return {
-            "low": lambda x, p, ln: self.int_(x, p, ln, ilo, ihi),
-            "high": lambda x, p, ln: self.int_(x, p, ln, ilo, ihi),
-            "step": lambda x, p, ln: self.int_(x, p, ln, 1),
-            "log": self.bool_,
-        }
-
-    # -- benchmark --------------------------------------------------------------------------------------
-
-    def benchmark(self, v: Any, f: str, line: int | None) -> BenchmarkSpec:
-        schema: dict[str, Validator] = {
-            "prompts": self.prompts,
-            "prompts_file": self.optional(self.str_),
-            "max_tokens": lambda x, p, ln: self.int_(x, p, ln, 1),
-            "temperature": lambda x, p, ln: self.num(x, p, ln, 0),
-            "warmup_requests": lambda x, p, ln: self.int_(x, p, ln, 0),
-            "api": lambda x, p, ln: self.enum(x, p, ln, ("completions", "chat")),
-            "retries": lambda x, p, ln: self.int_(x, p, ln, 0),
-            "concurrency": self.concurrency,
-        }
-        d = self.fields(v, f, line, schema, complete=True)
-        file_ = d.pop("prompts_file", None)
-        file_field, file_line = join(f, "prompts_file"), key_line(v, "prompts_file", line)
-        if file_ is not None and "prompts" in d:
-            raise self.error(file_field, file_line, "give either prompts or prompts_file, not both")
-        if file_ is not None:
-            d["prompts"], d["prompts_file"] = self.prompts_file(file_, file_field, file_line)
-        if "prompts" not in d:
-            raise self.error(
-                join(f, "prompts"),
-                line,
-                "no prompts; expected prompts (a list) or prompts_file (a file next to the space)",
-            )
-        return BenchmarkSpec(**d)
-
-    def concurrency(self, v: Any, f: str, line: int | None) -> tuple[int, ...]:
-        """Load levels: distinct whole numbers >= 1, in increasing order (measured lowest first)."""
-        if not isinstance(v, list) or not v:
-            raise self.expected(f, line, "a non-empty list of load levels (streams at once), e.g. [1, 8, 32, 64]", v)
-        levels = [self.int_(x, f"{f}[{i}]", item_line(v, i, line), 1, 4096) for i, x in enumerate(v)]
-        if any(b <= a for a, b in zip(levels, levels[1:], strict=False)):
-            raise self.expected(f, line, "distinct levels in increasing order, e.g. [1, 8, 32, 64]", v)
-        if levels[0] != 1:
-            raise self.expected(
-                f,
-                line,
-                "a list starting with 1 (one stream at a time is always measured first: the drafter alarm and the "
-                "lossless check need single-stream answers; give it weight 0 in objective.weights if it does not "
-                "matter to you)",
-                v,
-            )
-        return tuple(levels)
-
-    def objective(self, v: Any, f: str, line: int | None, levels: tuple[int, ...] | None) -> ObjectiveSpec:
-        schema: dict[str, Validator] = {"weights": self.optional(self.weights), "slo": self.slo}
-        d = self.fields(v, f, line, schema)
-        weights = d.get("weights")
-        if weights is not None and levels is not None:
-            wf, wl = join(f, "weights"), key_line(v, "weights", line)
-            missing = [c for c in weights if c not in levels]
-            if missing:
-                raise self.error(
-                    wf, wl, f"level {missing[0]} is not in benchmark.concurrency {list(levels)}; weigh those levels"
-                )
-            if sum(weights.get(c, 0.0) for c in levels) <= 0:
-                raise self.error(wf, wl, "expected at least one positive weight")
-        return ObjectiveSpec(**d)
-
-    def weights(self, v: Any, f: str, line: int | None) -> dict[int, float]:
-        if not isinstance(v, dict) or not v:
-            raise self.expected(f, line, "a mapping of load level to weight, e.g. {1: 0.2, 32: 0.8}", v)
-        out: dict[int, float] = {}
-        for key, w in v.items():
-            kl = key_line(v, key, line)
-            if isinstance(key, bool) or not isinstance(key, int) or key < 1:
-                raise self.expected(f, kl, "load levels (whole numbers >= 1) as keys", key)
-            out[key] = self.num(w, join(f, str(key)), kl, 0)
-        return out
-
-    def slo(self, v: Any, f: str, line: int | None) -> SloSpec:
-        schema: dict[str, Validator] = {
-            "itl_p99_ms": self.optional(self.pos),
-            "ttft_p99_ms": self.optional(self.pos),
-        }
-        return SloSpec(**self.fields(v, f, line, schema))
-
-    def prompts(self, v: Any, f: str, line: int | None) -> tuple[Prompt, ...]:
-        if not isinstance(v, list) or not v:
-            raise self.expected(f, line, "a non-empty list of prompts (strings or {id, text, category})", v)
-        out: list[Prompt] = []
-        first: dict[str, int | None] = {}
-        for i, item in enumerate(v):
-            p, il = f"{f}[{i}]", item_line(v, i, line)
-            prompt, idl = self.prompt(item, i, p, il)
-            if prompt.id in first:
-                raise self.error(
-                    f"{p}.id", idl, f"duplicate prompt id '{prompt.id}' (first at line {first[prompt.id]})"
-                )
-            first[prompt.id] = idl
-            out.append(prompt)
-        return tuple(out)
-
-    def prompt(self, v: Any, i: int, f: str, line: int | None) -> tuple[Prompt, int | None]:
-        """Prompt ``i`` (a text or a mapping ``{id, text, category}``) and the line of its id."""
-        if isinstance(v, str):
-            return Prompt(id=f"p{i}", text=self.str_(v, f, line, "a non-empty prompt text")), line
-        if not isinstance(v, dict):
-            raise self.expected(f, line, "a prompt text or a mapping {id, text, category}", v)
-        schema: dict[str, Validator] = {
-            "id": self.name,
-            "text": lambda x, q, ln: self.str_(x, q, ln, "a non-empty prompt text"),
-            "category": self.optional(self.name),
-        }
-        d = self.fields(v, f, line, schema, required={"text": "the prompt text"}, complete=True)
-        d.setdefault("id", f"p{i}")
-        return Prompt(**d), key_line(v, "id", line)
-
-    def prompts_file(self, v: str, f: str, line: int | None) -> tuple[tuple[Prompt, ...], str]:
-        """The prompts of the file ``v`` names (YAML/JSON list, JSON lines, or one prompt per line) and its path."""
-        target = (self.base_dir / os.path.expanduser(v)).resolve()
-        if not target.is_file():
-            raise self.error(
-                f,
-                line,
-                f"expected a prompts file, but {target} "
-                f"{'is not a file' if target.exists() else 'does not exist'} "
-                f"(relative paths are read from the space file's folder)",
-            )
-        sub = SpaceReader(str(target), target.parent)
-        text = read_text(target, str(target))
-        suffix = target.suffix.lower()
-        if suffix in (".yaml", ".yml", ".json"):
-            data = parse_yaml(text, str(target))
-            if isinstance(data, dict) and set(data) == {"prompts"}:
-                data = data["prompts"]
-            prompts = sub.attempt(lambda: sub.prompts(data, "", getattr(data, "line", None)))
-        elif suffix == ".jsonl":
-            items = _json_lines(text, str(target))
-            if not items:
-                raise self.error(f, line, f"the prompts file {target} has no prompts")
-            prompts = sub.attempt(lambda: sub.prompts(items, "", 1))
-        else:
-            lines = [ln for ln in text.splitlines() if ln.strip()]
-            if not lines:
-                raise self.error(f, line, f"the prompts file {target} has no prompts (one prompt per line)")
-            prompts = tuple(Prompt(id=f"p{i}", text=t) for i, t in enumerate(lines))
-        errors = sub.recorded_errors()
-        if errors:
-            raise errors[0]
-        return prompts, str(target)
-
     # -- the study's settings ---------------------------------------------------------------------------
 
     def pruning(self, v: Any, f: str, line: int | None) -> PruningSpec:
@@ -691,21 +297,6 @@ class SpaceReader(Checker):
         if isinstance(v, str) and "://" in v:
             return v
         raise self.expected(f, line, "an Optuna storage URL like sqlite:///studies/x.db or postgresql://host/db", v)
-
-
-def _json_lines(text: str, shown: str) -> LineSeq:
-    """The JSON value of each non-blank line, with its line number."""
-    items = LineSeq()
-    items.item_lines = []
-    for n, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            items.append(json.loads(raw))
-        except ValueError as e:
-            raise SpaceError(f"invalid JSON: {e}", path=shown, line=n) from None
-        items.item_lines.append(n)
-    return items
 
 
 def _load(path: str | os.PathLike[str]) -> tuple[Space | None, list[SpaceError]]:

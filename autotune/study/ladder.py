@@ -98,11 +98,11 @@ def level_picks(ctx: StudyContext) -> list[TrialConfig]:
         best_speedup = 0.0
         for t in done:
             r = TrialRecord(t)
-            x = next((x for x in r.levels if int(x["level"]) == c), None)
-            if x is None or not x.get("tok_per_s") or r.lossy or x.get("slo_broken"):
+            x = r.level(c)
+            if x is None or not x.tok_per_s or r.lossy or x.slo_broken:
                 continue
-            obs.append((r.effective_config(), math.log(float(x["tok_per_s"]))))
-            best_speedup = max(best_speedup, float(x.get("speedup") or 0.0))
+            obs.append((r.effective_config(), math.log(x.tok_per_s)))
+            best_speedup = max(best_speedup, x.speedup or 0.0)
         if len({cfg.key() for cfg, _ in obs}) < ctx.policies.refine.min_points or best_speedup < 0.9:
             continue
         model = Surrogate(Encoding.from_configs(grid + [cfg for cfg, _ in obs]), obs, noise_floor=floor)

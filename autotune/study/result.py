@@ -1,7 +1,10 @@
-"""A study's result, typed: what an export deploys and the figures it cites, built from the report (``report.py``)."""
+"""A study's result, typed: what an export deploys and the figures it cites, built from the report (``report.py``).
+
+``autotune export`` reads it (``study_result``); the export functions take a report dict too (``as_result``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,3 +80,8 @@ def from_report(
         space=space,
         report=report,
     )
+
+
+def as_result(result: StudyResult | Mapping[str, Any]) -> StudyResult:
+    """``result`` as a ``StudyResult``: a report dict (``report --json``) is read as one, without per-level rows."""
+    return result if isinstance(result, StudyResult) else from_report(dict(result))

@@ -33,6 +33,26 @@ def _llama(tmp_path, **server):
     )
 
 
+@pytest.fixture
+def port_taken_after_the_check(monkeypatch):
+    """A free port that another program takes between autotune's port check (``preflight``, which passes) and the
+    study's first launch: the race the issue saw. Yields the port; the other program lets go of it at teardown."""
+    port = _free_port()
+    holder = socket.socket()
+    real = study_cmd.preflight
+
+    def preflight_then_lose_the_port(ctx, slots=None):
+        real(ctx, slots)
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+
+    monkeypatch.setattr(study_cmd, "preflight", preflight_then_lose_the_port)
+    try:
+        yield port
+    finally:
+        holder.close()
+
+
 def _trials(db):
     storage = f"sqlite:///{db}"
     (name,) = optuna.get_all_study_names(storage)
@@ -96,32 +116,20 @@ def test_a_second_study_on_a_running_sqlite_study_exits_2_and_the_first_measures
     assert not any(t.user_attrs.get("interrupted") for t in trials)
 
 
-def test_a_port_taken_after_the_check_exits_2_and_leaves_no_study(tmp_path, monkeypatch, capsys):
+def test_a_port_taken_after_the_check_exits_2_and_leaves_no_study(tmp_path, port_taken_after_the_check, capsys):
     """The race the issue saw: another program takes the port between autotune's check and the first launch."""
-    port = _free_port()
-    space, studies = _llama(tmp_path, port=port), tmp_path / "studies"
-    holder = socket.socket()
-    real = study_cmd.preflight
-
-    def preflight_then_lose_the_port(ctx, slots=None):
-        real(ctx, slots)
-        holder.bind(("127.0.0.1", port))
-        holder.listen()
-
-    monkeypatch.setattr(study_cmd, "preflight", preflight_then_lose_the_port)
-    try:
-        rc = cli.main(["study", str(space), "--simulate", "--studies-dir", str(studies)])
-    finally:
-        holder.close()
+    space, studies = _llama(tmp_path, port=port_taken_after_the_check), tmp_path / "studies"
+    rc = cli.main(["study", str(space), "--simulate", "--studies-dir", str(studies)])
     err = capsys.readouterr().err
     assert rc == 2 and "in use" in err, err
     assert not list(studies.glob("*.db")), "exit 2 must leave no study behind"
 
 
-def test_a_port_race_in_a_resumed_study_is_recorded_with_its_reason_and_uses_no_budget(tmp_path, monkeypatch, capsys):
-    port = _free_port()
-    space, studies = _llama(tmp_path, port=port), tmp_path / "studies"
-    first = autotune(
+def test_a_port_race_in_a_resumed_study_is_recorded_with_its_reason_and_uses_no_budget(
+    tmp_path, port_taken_after_the_check, capsys
+):
+    space, studies = _llama(tmp_path, port=port_taken_after_the_check), tmp_path / "studies"
+    first = autotune(  # a subprocess: its port check is the real one, and the port is free
         "study",
         str(space),
         "--simulate",
@@ -135,19 +143,7 @@ def test_a_port_race_in_a_resumed_study_is_recorded_with_its_reason_and_uses_no_
     assert first.returncode == 0, first.stderr
     (db,) = studies.glob("*.db")
     before = len(_trials(db))
-    holder = socket.socket()
-    real = study_cmd.preflight
-
-    def preflight_then_lose_the_port(ctx, slots=None):
-        real(ctx, slots)
-        holder.bind(("127.0.0.1", port))
-        holder.listen()
-
-    monkeypatch.setattr(study_cmd, "preflight", preflight_then_lose_the_port)
-    try:
-        rc = cli.main(["study", str(space), "--simulate", "--n-trials", "6", "--studies-dir", str(studies)])
-    finally:
-        holder.close()
+    rc = cli.main(["study", str(space), "--simulate", "--n-trials", "6", "--studies-dir", str(studies)])
     err = capsys.readouterr().err
     assert rc == 2 and "resuming study" in err
     new = _trials(db)[before:]

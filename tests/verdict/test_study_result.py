@@ -32,3 +32,28 @@ def test_the_result_carries_what_an_export_reads():
     assert res.trial_row(n) == next(r for r in rep["trials"] if r["number"] == n)
     assert res.confirmed_row(n) == next(c for c in rep["confirmed"] if c["trial"] == n)
     assert res.schedule_rows == []  # no load levels
+
+
+def test_an_export_reads_the_result_as_it_read_the_report():
+    import datetime as dt
+
+    from autotune.export import bundle, render
+
+    space = make_space(n_trials=8, drafters=("good", "bad"), confirm_top=2, repeats=3)
+    runner = ScriptedRunner(speed={"good": lambda c: 1.6, "bad": lambda c: 0.5})
+    study = open_study(space, optuna.storages.InMemoryStorage(), "export", seed=3)
+    backend = SGLangBackend()
+    run(space, backend, runner, study)
+    res, rep = study_result(study, space), build_report(study)
+    now = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    typed, plain = bundle(space, backend, res, now=now), bundle(space, backend, rep, now=now)
+    assert typed == plain and type(typed["verdict"]) is str and typed["verdict"] == "speculation-wins"
+    assert typed["trial"] == rep["recommended"]["trial"] and typed["measured"]["units"] == rep["units"]
+    n = next(r["number"] for r in rep["trials"] if r["state"] == "COMPLETE" and r["number"] != typed["trial"])
+    assert bundle(space, backend, res, trial=n, now=now) == bundle(space, backend, rep, trial=n, now=now)
+
+    def text(result, fmt):  # the export's text but for the time it was made
+        return [line for line in render(space, backend, result, fmt).splitlines() if "exported_at" not in line]
+
+    for fmt in ("command", "yaml", "json", "compose"):
+        assert text(res, fmt) == text(rep, fmt)
