@@ -13,9 +13,12 @@ from autotune.backends.sglang import SGLangBackend
 from autotune.records import Round
 from autotune.report import build_report
 from autotune.space import BudgetSpec, VerdictSpec
-from autotune.study import Orchestrator, open_study, race_survivors, run
+from autotune.study import CandidatePolicy, Orchestrator, Policies, open_study, race_survivors, run
 
 from .conftest import ScriptedRunner, make_space
+
+#: every candidate the surrogate ranks is confirmed (near-ties are not left out: ``confirm.thin``), for the race
+EVERY_CANDIDATE = Policies(candidates=CandidatePolicy(join_probability=0.0))
 
 
 def peak(c) -> float:
@@ -174,7 +177,7 @@ def test_confirmation_races_close_candidates_and_recommends_a_survivor():
     space = _space(n_trials=16, confirm_top=3, repeats=3, max_repeats=6)
     runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=5)
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=5)
-    orch = Orchestrator(space, SGLangBackend(), runner, study)
+    orch = Orchestrator(space, SGLangBackend(), runner, study, policies=EVERY_CANDIDATE)
     orch.search(16)
     launches_before_confirm = len(runner.launches)
     cands = orch.candidates()
@@ -253,7 +256,7 @@ def test_reports_mark_candidates_that_left_the_race(tmp_path):
     space = _space(n_trials=12, confirm_top=2, repeats=3)
     runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=6)
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=6)
-    run(space, SGLangBackend(), runner, study)
+    run(space, SGLangBackend(), runner, study, policies=EVERY_CANDIDATE)
     report = build_report(study)
     assert len(report["confirmed"]) >= 2
     for c in report["confirmed"]:
