@@ -209,6 +209,7 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
         if deadline is not None and ctx.clock.now() >= deadline:
             return
         if stop():
+            _wait_for_running(ctx)
             return
         model = surrogate(ctx)
         if model is None:  # too few measured configs yet: one more from the sampler
@@ -225,6 +226,19 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
         _optimize(ctx, objective, _next_target(ctx, n_trials), cap, deadline, prepare=enqueue)
     # nothing left for the surrogate to try: the sampler goes on; then wait for the other workers' last trials
     _optimize(ctx, objective, n_trials, cap, deadline, wait=True, stop=stop)
+    if _stopped(ctx, n_trials):
+        _wait_for_running(ctx)
+
+
+def _wait_for_running(ctx: StudyContext) -> None:
+    """After a settled stop: the other workers' trials still running finish (or their workers are found lost)
+    before this worker goes on to confirmation, as at the end of the budget; at most one trial's time limit."""
+    since = ctx.clock.now()
+    while records.used_budget(ctx.study)[1] > 0:
+        if ctx.clock.now() - since > trial_limit_s(ctx):
+            ctx.emit(Event("note", data={"message": "stopped waiting for other workers' trials"}))
+            return
+        idle(ctx)
 
 
 # ---------------------------------------------------------------------------------------------- a settled answer
