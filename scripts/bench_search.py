@@ -111,6 +111,11 @@ EXTRA_METHODS: tuple[str, ...] = (
     "tuner_kappa1",
     "tuner_no_settle",
     "tuner_bar5",
+    "tuner_settle_only",
+    "tuner_thin_only",
+    "tuner_settle01",
+    "tuner_join20",
+    "tuner_picks0",
 )
 WITHIN = 0.02
 
@@ -336,8 +341,15 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
     if method == "tuner_tpe_design":  # the design, then TPE for the first half, the surrogate for the last
         b = dataclasses.replace(space.budget, refine_trials=space.budget.n_trials // 2)
         return dataclasses.replace(space, budget=b), None
-    if method == "tuner_no_settle":  # the budget as a quota and every candidate confirmed (before issue #24)
-        return space, None
+    if method in (
+        "tuner_no_settle",
+        "tuner_settle_only",
+        "tuner_thin_only",
+        "tuner_settle01",
+        "tuner_join20",
+        "tuner_picks0",
+    ):
+        return space, None  # policies only (policies_for)
     if method == "tuner_bar5":  # the user's bar at 5% instead of the space's
         return _verdict(space, min_gain=0.05), None
     if method == "tuner_prev":  # the defaults before start_noise and 3 x 4 confirmation were shipped
@@ -350,8 +362,16 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
 def policies_for(method: str) -> Policies:
     """The study's policies under ``method``: the kappa variants rank confirmation candidates by posterior mean
     + 0 or 1 sd instead of the shipped 2; ``tuner_no_settle`` runs its whole budget and confirms every candidate."""
-    if method == "tuner_no_settle":
-        return Policies(stop=StopPolicy(settle=False), candidates=CandidatePolicy(join_probability=0.0))
+    variants = {
+        "tuner_no_settle": Policies(stop=StopPolicy(settle=False), candidates=CandidatePolicy(join_probability=0.0)),
+        "tuner_settle_only": Policies(candidates=CandidatePolicy(join_probability=0.0)),
+        "tuner_thin_only": Policies(stop=StopPolicy(settle=False)),
+        "tuner_settle01": Policies(stop=StopPolicy(settle_probability=0.01)),
+        "tuner_join20": Policies(candidates=CandidatePolicy(join_probability=0.2)),
+        "tuner_picks0": Policies(stop=StopPolicy(improve_after_picks=0)),
+    }
+    if method in variants:
+        return variants[method]
     kappa = {"tuner_kappa0": 0.0, "tuner_kappa1": 1.0}.get(method)
     return Policies() if kappa is None else Policies(candidates=CandidatePolicy(kappa=kappa))
 

@@ -293,6 +293,16 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
         threshold=policy.settle_probability,
         samples=policy.settle_samples,
         seed=records.design_seed(ctx.study) + len(trials),
+        improve_settles=_surrogate_picks(trials) >= policy.improve_after_picks,
+    )
+
+
+def _surrogate_picks(trials: list[Any]) -> int:
+    """How many of the surrogate's own picks (``refine_next``) were measured."""
+    return sum(
+        1
+        for t in trials
+        if TrialRecord(t).seeded == records.SEEDED_SURROGATE and t.state in (TrialState.COMPLETE, TrialState.PRUNED)
     )
 
 

@@ -57,10 +57,12 @@ def settle(
     threshold: float,
     samples: int,
     seed: int,
+    improve_settles: bool = True,
 ) -> Settled:
     """The probabilities by Monte Carlo over ``samples`` joint draws of the latent log tok/s (seeded: the same
     study asks the same question and gets the same answer). ``baseline_log``: the fastest baseline's log tok/s
-    (one measurement: drawn with ``baseline_sd``); None: ``p_gain`` is 1 (nothing to compare with)."""
+    (one measurement: drawn with ``baseline_sd``); None: ``p_gain`` is 1 (nothing to compare with).
+    ``improve_settles``: whether a small ``p_improve`` may settle the search yet (it is computed either way)."""
     if not measured:
         raise ValueError("settle needs at least one measured config")
     configs = list(measured) + list(unmeasured)
@@ -95,7 +97,7 @@ def settle(
             f"P = {p_gain:.3f} < {threshold:g} (surrogate over {n_meas} measured and {len(unmeasured)} unmeasured "
             "configs); confirmation checks that claim"
         )
-    elif p_improve < threshold:
+    elif p_improve < threshold and improve_settles:
         reason = (
             f"no unmeasured config is likely to beat the best measured one by more than {resolution:.0%}: "
             f"P = {p_improve:.3f} < {threshold:g} (surrogate over {n_meas} measured and {len(unmeasured)} "

@@ -67,6 +67,20 @@ def test_a_measured_peak_settles_the_search_and_an_unexplored_region_does_not():
     done = _settle(spread, baseline=100.0)
     assert done.p_improve < 0.05 and done.p_gain > 0.95
     assert done.reason is not None and "beat the best measured one by more than 2%" in done.reason
+    held = settle.settle(
+        _model(spread),
+        spread,
+        [c for c in GRID if c.key() not in {m.key() for m in spread}],
+        baseline_log=math.log(100.0),
+        baseline_sd=0.025,
+        resolution=0.02,
+        min_gain=0.02,
+        threshold=0.05,
+        samples=512,
+        seed=1,
+        improve_settles=False,  # the surrogate's own picks not measured yet: computed, not settling
+    )
+    assert held.p_improve == done.p_improve and held.reason is None
     corner = [c for c in GRID if c.knob("num_steps") <= 2 and c.knob("num_draft_tokens") <= 8]  # far from the peak
     open_ = _settle(corner, baseline=100.0)
     assert open_.p_improve > 0.3 and open_.reason is None
@@ -163,6 +177,14 @@ def test_a_settled_search_stops_before_its_budget_and_says_why(tmp_path):
     space = _space(60)
     Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study).search(60)
     assert len(study.trials) == before
+
+
+def test_the_best_is_found_only_after_the_surrogate_measured_its_own_picks():
+    study = _search(peak, 60)
+    picks = [t for t in study.trials if t.user_attrs.get("seeded") == "surrogate"]
+    assert len(picks) >= StopPolicy().improve_after_picks
+    never = Policies(stop=StopPolicy(improve_after_picks=1000))  # only "nothing clears the bar" may stop it
+    assert records.search_settled(_search(peak, 30, policies=never)) is None
 
 
 def test_without_the_stop_rule_the_budget_is_a_quota():
