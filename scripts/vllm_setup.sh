@@ -27,7 +27,7 @@ DEPS=(
     "transformers>=5.16.1,<5.21.0" "tokenizers>=0.23.2" "huggingface_hub>=1.31.0" "safetensors>=0.6.2"
     "pydantic>=2.12.0" "fastapi>=0.133.0,<0.137.0" "aiohttp>=3.14.4" "openai>=2.25.0" "oss-harmony>=0.0.11"
     "orjson>=3.11.6" "pillow>=13.0.0" "prometheus_client>=0.18.0" "requests>=2.33.0" "pyzmq>=25.0.0"
-    "xgrammar==0.2.8" "llguidance>=1.7.0,<1.8.0"
+    "llguidance>=1.7.0,<1.8.0"
     regex cachetools psutil sentencepiece numpy tqdm blake3 py-cpuinfo pyyaml msgspec cloudpickle cbor2 pybase64
     uvloop partial-json-parser einops uvicorn watchfiles "apache-tvm-ffi==0.1.11"
 )
@@ -35,7 +35,7 @@ DEPS=(
 log() { printf '[vllm_setup] %s\n' "$*" >&2; }
 
 imports_ok() {
-    VLLM_TARGET_DEVICE=cpu "$1" -c 'import vllm.entrypoints.cli.serve, vllm.engine.arg_utils, vllm.config.speculative' \
+    VLLM_TARGET_DEVICE=cpu "$1" -c 'import vllm.entrypoints.cli.serve, vllm.engine.arg_utils, vllm.config.speculative, xgrammar' \
         >/dev/null 2>&1 || return 1
     "$1" -c 'import importlib.metadata as m, sys; sys.exit(m.version("vllm") != sys.argv[1])' "$VLLM_VERSION"
 }
@@ -70,6 +70,9 @@ printf 'torch==%s\nvllm==%s\n' "$TORCH_VERSION" "$VLLM_VERSION" >"$constraints"
 "${PIP[@]}" -c "$constraints" "torch==$TORCH_VERSION" >&2
 "${PIP[@]}" --no-deps "vllm==$VLLM_VERSION" >&2
 "${PIP[@]}" -c "$constraints" "${DEPS[@]}" >&2
+# xgrammar is imported on the engine-config path (structured outputs); its triton dependency (1 GB, GPU kernels) is
+# never imported there, so it is installed without it (its other dependencies are in DEPS)
+"${PIP[@]}" --no-deps "xgrammar==0.2.8" typing-extensions >&2
 if ! imports_ok "$VENV/bin/python"; then
     log "the venv at $VENV still cannot import vllm's argument parser:"
     VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c 'import vllm.entrypoints.cli.serve, vllm.engine.arg_utils' >&2 || true
