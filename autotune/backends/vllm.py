@@ -1,7 +1,9 @@
 """vLLM (``vllm serve MODEL --speculative-config JSON``).
 
 vLLM needs a CUDA build of torch and cannot run on the machines this project is developed on: this backend
-is tested for its argv, its rules and its /metrics parsing only, never against a live vLLM.
+is tested for its argv, its rules and its /metrics parsing, never against a live vLLM; every launch and export is
+handed to vLLM 0.33.0's own ``vllm serve`` parser and ``SpeculativeConfig`` on CPU (tests/servers/test_vllm_parser.py),
+which must read it as autotune means it.
 
 Knobs: ``method`` (eagle, eagle3, draft_model, ngram, mtp) and ``num_speculative_tokens`` (K >= 1).
 - The speculative config is passed as ONE argv element of JSON:
