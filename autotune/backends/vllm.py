@@ -1,7 +1,9 @@
 """vLLM (``vllm serve MODEL --speculative-config JSON``).
 
 vLLM needs a CUDA build of torch and cannot run on the machines this project is developed on: this backend
-is tested for its argv, its rules and its /metrics parsing only, never against a live vLLM.
+is tested for its argv, its rules and its /metrics parsing, never against a live vLLM; every launch and export is
+handed to vLLM 0.33.0's own ``vllm serve`` parser and ``SpeculativeConfig`` on CPU (tests/servers/test_vllm_parser.py),
+which must read it as autotune means it.
 
 Knobs: ``method`` (eagle, eagle3, draft_model, ngram, mtp) and ``num_speculative_tokens`` (K >= 1).
 - The speculative config is passed as ONE argv element of JSON:
@@ -33,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 from autotune import checks
 from autotune.backends import encode
 from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch, _int_or_none, metric_total
+from autotune.backends.methods import version_lacks
 from autotune.backends.vllm_methods import METHODS as METHOD_CATALOGUE
-from autotune.backends.vllm_methods import VLLMMethods
+from autotune.backends.vllm_methods import PER_BATCH_SIZE_SINCE, SINCE, VLLMMethods, mtp_unavailable
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.schedule import batch_ranges
@@ -102,12 +105,33 @@ class VLLMBackend(Backend):
     accepts_translation = True
 
     def _methods_for(self, space: Space, drafter: str) -> list[str]:
+        """The methods drafter ``drafter`` may be launched with: its own, and the model-free ones where the space
+        searches ``method``; never one that ``_method_problem`` refuses."""
         spec = space.search.knobs.get("method")
         own = drafter_method(space, drafter)
         if spec is None:
-            return [own]
-        values = [str(v) for v in (spec.values if isinstance(spec, Choices) else ())]
-        return [m for m in values if m in METHODS and (m == own or m in MODEL_FREE_METHODS)]
+            values = [own]
+        else:
+            values = [str(v) for v in (spec.values if isinstance(spec, Choices) else ())]
+        return [
+            m
+            for m in values
+            if m in METHODS and (m == own or m in MODEL_FREE_METHODS) and self._method_problem(space, m) is None
+        ]
+
+    @staticmethod
+    def _method_problem(space: Space, method: str) -> str | None:
+        """Why vLLM would refuse ``method`` for this space before serving anything (None: it would not): a
+        ``server.version`` older than the release that added it (``vllm_methods.SINCE``), or ``mtp`` on a target
+        whose config.json names no MTP layers (vLLM 0.33.0: "Unsupported speculative method: 'mtp'")."""
+        if version_lacks(space.server.version, SINCE.get(method)):
+            return (
+                f"method {method} needs vLLM {SINCE[method]} or newer (the release that added it to "
+                f"--speculative-config); server.version is {space.server.version}"
+            )
+        if method == "mtp":
+            return mtp_unavailable(space.server.model_path)
+        return None
 
     def _method_name(self, space: Space, drafter: str) -> str:
         spec = space.search.knobs.get("method")
@@ -161,6 +185,9 @@ class VLLMBackend(Backend):
             raise InfeasibleConfig(
                 f"drafter {config.drafter!r} is a {own} drafter; method {method!r} would run it wrongly"
             )
+        problem = self._method_problem(space, method)
+        if problem:
+            raise InfeasibleConfig(problem)
         k = _int_or_none(config.knob("num_speculative_tokens"))
         if k is None or k < 1:
             raise InfeasibleConfig(f"num_speculative_tokens must be at least 1 but got {k}")
@@ -229,6 +256,9 @@ class VLLMBackend(Backend):
         server = dataclasses.replace(
             space.server, backend=self.name, launcher=(), extra_args=tuple(extra), version=None
         )
+        # the other server's method catalogue (its search.methods) means nothing here: the config is a drafter and
+        # its method, resolved as a space without search.methods
+        space = dataclasses.replace(space, search=dataclasses.replace(space.search, methods={}))
         if portable.drafter is None:
             return dataclasses.replace(space, server=server), TrialConfig.baseline(portable.cuda_graph)
         algo = str(portable.algorithm or "").upper()
@@ -255,6 +285,12 @@ class VLLMBackend(Backend):
         if not schedule["on_up_to"]:
             del out[i : i + 2]
             return ScheduledLaunch(out, {}, "speculation loses at every level: launched without --speculative-config")
+        if version_lacks(space.server.version, PER_BATCH_SIZE_SINCE):
+            raise ValueError(
+                "a per-load-level schedule is launched with --speculative-config "
+                f"num_speculative_tokens_per_batch_size, which needs vLLM {PER_BATCH_SIZE_SINCE} or newer; "
+                f"server.version is {space.server.version}"
+            )
         spec = json.loads(out[i + 1])
         ks = [int(x["draft"]) for x in schedule["levels"]]
         spec["num_speculative_tokens"] = max(ks)

@@ -10,9 +10,14 @@
 - ``ngram``: no model; ``prompt_lookup_min`` / ``prompt_lookup_max`` (each >= 1, min <= max; vLLM's default 5 / 5
   when neither is given, one given copies to the other: we always pass both).
 
-Every method and key above exists in 0.33.0 (the version autotune's vLLM support was checked against); autotune
-has not read older releases' source, so a space naming an older ``server.version`` is refused for none of them
-(``Method.since`` unset) and the docs say so. The config is one argv element of JSON (``--speculative-config``).
+Every method and key above exists in 0.33.0 (the version autotune's vLLM support is checked against: its own parser
+and ``SpeculativeConfig`` read every launch and export in tests/servers/test_vllm_parser.py). The release that added
+each, read from the released wheels' ``SpeculativeConfig`` and ``EngineArgs`` (``SINCE``): ``--speculative-config``
+with ``method`` ``eagle``, ``draft_model`` and ``ngram`` (and ``prompt_lookup_*``, ``draft_tensor_parallel_size``)
+0.8.2 (0.8.1 has no such flag); ``eagle3`` 0.8.5; the generic ``mtp`` 0.11.0 (before it only the per-model
+``deepseek_mtp`` and the like); ``num_speculative_tokens_per_batch_size`` (a load schedule's export) 0.24.0. A
+space whose ``server.version`` predates a method is refused before anything runs, naming the version that added it.
+The config is one argv element of JSON (``--speculative-config``).
 """
 
 from __future__ import annotations
@@ -31,19 +36,32 @@ if TYPE_CHECKING:
     from autotune.space import Space
 
 _K = {"num_speculative_tokens": KnobDomain("int", 1)}
+#: the first vLLM release with each method in ``--speculative-config`` (see the module's docstring)
+SINCE = {"eagle": "0.8.2", "draft_model": "0.8.2", "ngram": "0.8.2", "eagle3": "0.8.5", "mtp": "0.11.0"}
+#: the first vLLM release with ``num_speculative_tokens_per_batch_size`` (a per-load-level schedule)
+PER_BATCH_SIZE_SINCE = "0.24.0"
 _K_DEFAULT = {"num_speculative_tokens": 3}
 
 METHODS: dict[str, Method] = {
-    "eagle": Method("eagle", "EAGLE", True, _K, _K_DEFAULT, drafter_kind="an EAGLE head"),
-    "eagle3": Method("eagle3", "EAGLE-3", True, _K, _K_DEFAULT, drafter_kind="an EAGLE-3 head"),
-    "draft_model": Method("draft_model", "draft model", True, _K, _K_DEFAULT, drafter_kind="a small draft model"),
-    "mtp": Method("mtp", "MTP", False, _K, {"num_speculative_tokens": 1}),
+    "eagle": Method("eagle", "EAGLE", True, _K, _K_DEFAULT, drafter_kind="an EAGLE head", since=SINCE["eagle"]),
+    "eagle3": Method("eagle3", "EAGLE-3", True, _K, _K_DEFAULT, drafter_kind="an EAGLE-3 head", since=SINCE["eagle3"]),
+    "draft_model": Method(
+        "draft_model",
+        "draft model",
+        True,
+        _K,
+        _K_DEFAULT,
+        drafter_kind="a small draft model",
+        since=SINCE["draft_model"],
+    ),
+    "mtp": Method("mtp", "MTP", False, _K, {"num_speculative_tokens": 1}, since=SINCE["mtp"]),
     "ngram": Method(
         "ngram",
         "n-gram",
         False,
         {**_K, "prompt_lookup_max": KnobDomain("int", 1), "prompt_lookup_min": KnobDomain("int", 1)},
         {"num_speculative_tokens": 3, "prompt_lookup_max": 5, "prompt_lookup_min": 5},
+        since=SINCE["ngram"],
     ),
 }
 _MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
@@ -103,4 +121,4 @@ class VLLMMethods(FlatMethods):
         return out
 
 
-__all__ = ["METHODS", "VLLMMethods", "mtp_unavailable"]
+__all__ = ["METHODS", "PER_BATCH_SIZE_SINCE", "SINCE", "VLLMMethods", "mtp_unavailable"]

@@ -5,6 +5,8 @@ with MTP layers), suggest/params round trips and the space validator."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import optuna
 import pytest
@@ -136,3 +138,113 @@ def test_mtp_only_on_a_target_with_mtp_layers(tmp_path):
 def test_space_errors(tmp_path, methods, message):
     with pytest.raises(SpaceError, match=message):
         space(tmp_path, methods)
+
+
+# -- found by vLLM 0.33.0's own parser and SpeculativeConfig (tests/servers/test_vllm_parser.py) and read from older
+# releases' source
+
+
+@pytest.mark.parametrize(
+    "version, methods, added",
+    [
+        ("0.10.2", "    mtp: {}", "method mtp (MTP) needs server version 0.11.0 or newer; server.version is 0.10.2"),
+        ("0.8.4", "    eagle3: {drafters: [e3]}", "method eagle3 (EAGLE-3) needs server version 0.8.5 or newer"),
+        ("0.8.1", "    ngram: {}", "method ngram (n-gram) needs server version 0.8.2 or newer"),
+        (
+            "0.8.1",
+            "    draft_model: {drafters: [small]}",
+            "method draft_model (draft model) needs server version 0.8.2",
+        ),
+        ("0.8.1", "    eagle: {drafters: [e1]}", "method eagle (EAGLE) needs server version 0.8.2 or newer"),
+    ],
+)
+def test_a_version_before_the_release_that_added_a_method_is_refused(tmp_path, version, methods, added):
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        SPACE.format(methods=methods, target="/m/target").replace("launcher:", f'version: "{version}", launcher:')
+    )
+    with pytest.raises(SpaceError, match=re.escape(added)):
+        load_space(p)
+    ok = p.read_text().replace(f'version: "{version}"', 'version: "0.33.0"')
+    p.write_text(ok)
+    load_space(p)  # the release autotune was checked against has them all
+
+
+def flat_space(tmp_path, target, version=None, methods=("eagle3", "ngram", "mtp")):
+    p = tmp_path / "flat.yaml"
+    v = f', version: "{version}"' if version else ""
+    p.write_text(
+        f"name: f\nserver: {{backend: vllm, model_path: {target}{v}}}\n"
+        "drafters: [{name: e3, path: /m/eagle3-head, algorithm: EAGLE3}]\n"
+        f"search: {{method: [{', '.join(methods)}], num_speculative_tokens: [1, 3]}}\n"
+        "benchmark: {prompts: [hello]}\n"
+    )
+    return load_space(p)
+
+
+def test_a_flat_space_never_launches_mtp_on_a_target_without_mtp_layers(tmp_path):
+    """vLLM 0.33.0 refuses it at startup ("Unsupported speculative method: 'mtp'": the target's config is no MTP
+    model); the flat space used to suggest it."""
+    b = VLLMBackend()
+    without = flat_space(tmp_path, mtp_target(tmp_path, layers=0))
+    with pytest.raises(InfeasibleConfig, match="MTP not available for this target"):
+        b.resolve(TrialConfig.make("e3", True, method="mtp", num_speculative_tokens=1), without)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    seen = set()
+    for _ in range(40):
+        t = study.ask()
+        seen.add(b.suggest(t, without).knob("method"))
+        study.tell(t, 1.0)
+    assert seen == {"eagle3", "ngram"}
+    with_layers = flat_space(tmp_path, mtp_target(tmp_path, layers=1))
+    eff = b.resolve(TrialConfig.make("e3", True, method="mtp", num_speculative_tokens=2), with_layers)
+    assert b.speculative_config(eff, with_layers) == {"method": "mtp", "num_speculative_tokens": 2}
+
+
+def test_a_flat_space_names_the_release_that_added_a_method(tmp_path):
+    b = VLLMBackend()
+    old = flat_space(tmp_path, mtp_target(tmp_path), version="0.10.2")
+    with pytest.raises(InfeasibleConfig, match=re.escape("method mtp needs vLLM 0.11.0 or newer")):
+        b.resolve(TrialConfig.make("e3", True, method="mtp", num_speculative_tokens=1), old)
+    older = flat_space(tmp_path, mtp_target(tmp_path), version="0.8.4")
+    with pytest.raises(InfeasibleConfig, match=re.escape("method eagle3 needs vLLM 0.8.5 or newer")):
+        b.resolve(TrialConfig.make("e3", True, method="eagle3", num_speculative_tokens=1), older)
+    assert b._methods_for(older, "e3") == ["ngram"]
+
+
+def test_a_load_schedule_needs_the_release_with_per_batch_size_draft_lengths(tmp_path):
+    b = VLLMBackend()
+    sched = {
+        "levels": [{"level": 1, "draft": 3}, {"level": 8, "draft": 1}],
+        "on_up_to": 8,
+    }
+    for version, ok in (("0.23.0", False), ("0.24.0", True), (None, True)):
+        s = flat_space(tmp_path, mtp_target(tmp_path), version=version)
+        argv = b.argv(TrialConfig.make("e3", True, method="eagle3", num_speculative_tokens=3), s, port=1)
+        if ok:
+            out = b.schedule_launch(s, sched, argv, files_dir=None).argv
+            assert "num_speculative_tokens_per_batch_size" in out[out.index("--speculative-config") + 1]
+        else:
+            with pytest.raises(ValueError, match=re.escape("needs vLLM 0.24.0 or newer; server.version is 0.23.0")):
+                b.schedule_launch(s, sched, argv, files_dir=None)
+
+
+def test_an_sglang_method_study_translates_to_a_flat_vllm_config(tmp_path):
+    """An SGLang study with search.methods (its catalogue: standalone, ...) exported as vLLM: the translated
+    space has no search.methods, so the draft model resolves as vLLM's draft_model (it raised InfeasibleConfig)."""
+    from autotune.backends import get_backend
+    from autotune.sim import simulated_space
+
+    repo = Path(__file__).resolve().parents[2]
+    sglang = get_backend("sglang")
+    deploy = load_space(repo / "spaces" / "methods.yaml")
+    c = next(c for c in sglang.defaults(simulated_space(deploy)) if c.knob("method") == "standalone")
+    vspace, vconfig = VLLMBackend().translate(deploy, sglang.portable(c, deploy))
+    assert not vspace.search.methods
+    argv = VLLMBackend().argv(vconfig, vspace, port=8000)
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
+        "method": "draft_model",
+        "model": "/models/Llama-3.2-1B-Instruct",
+        "num_speculative_tokens": c.knob("num_steps"),
+        "draft_tensor_parallel_size": 1,
+    }

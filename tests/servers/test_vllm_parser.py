@@ -1,0 +1,578 @@
+"""vLLM's own parser and engine-config builder as a standing check: every ``vllm serve`` launch autotune makes for
+the vLLM spaces below (baselines, each method's server default, every grid point of a method space, every feasible
+config of a flat space; load-level flags included) and every export that carries a command (each fitting format of
+a vLLM study, SGLang studies translated with ``--format vllm``, a load study's ``--format vllm`` schedule) goes
+through vLLM 0.33.0's ``vllm serve`` parser, ``validate_parsed_serve_args`` and ``create_engine_config``
+(tests/servers/vllm_parse.py, run by the venv of scripts/vllm_setup.sh), and the ``SpeculativeConfig`` vLLM builds
+must be the one autotune means: method, num_speculative_tokens, model, prompt_lookup_min/max,
+draft_tensor_parallel_size, num_speculative_tokens_per_batch_size, plus enforce_eager (CUDA graphs off) and
+max_num_seqs (load levels).
+
+No vLLM space ships in spaces/ (``--simulate`` plays SGLang only), so the spaces are here: on the simulator's stand-in
+checkpoints (real config.json files, no weights), covering every method autotune has for vLLM (eagle, eagle3,
+draft_model, mtp, ngram), a flat space (``method`` as a knob), load levels, and a server-side extra flag.
+
+Needs AUTOTUNE_VLLM_PYTHON (the path scripts/vllm_setup.sh prints last); skipped without it, set in CI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).with_name("vllm_parse.py")
+VLLM_PYTHON = os.environ.get("AUTOTUNE_VLLM_PYTHON")
+SCEN = REPO / "autotune" / "sim" / "scenarios"
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(not VLLM_PYTHON, reason="AUTOTUNE_VLLM_PYTHON not set (scripts/vllm_setup.sh)"),
+]
+
+LLAMA = SCEN / "llama31-8b-h100" / "target"
+EAGLE3_LLAMA = SCEN / "llama31-8b-h100" / "drafters" / "eagle3-llama31-8b"
+LLAMA_1B = SCEN / "llama31-8b-h100-methods" / "drafters" / "llama32-1b"
+DSV3 = SCEN / "deepseek-v3-mtp-h200" / "target"  # num_nextn_predict_layers: 1
+EAGLE3_DSV3 = SCEN / "deepseek-v3-mtp-h200" / "drafters" / "eagle3-dsv3"
+#: an EAGLE (1) head for Llama-3.1-8B as vLLM loads one (yuhuili/EAGLE-LLaMA3.1-Instruct-8B's config.json: one
+#: LlamaForCausalLM layer; vLLM names it EagleLlamaForCausalLM). The simulator's EAGLE-1 stand-in is SGLang's format
+#: (LlamaForCausalLMEagle), which vLLM 0.33.0 refuses ("Model architectures ['LlamaForCausalLMEagle'] are not
+#: supported"), so this test writes its own (``eagle_head``).
+EAGLE1_LLAMA = Path(os.environ.get("TMPDIR", "/tmp")) / "autotune-vllm-parser" / "eagle-llama31-8b"
+EAGLE_HEAD = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 128000,
+    "eos_token_id": 128009,
+}
+
+SPACES = {
+    # every method but mtp (a Llama target has no MTP layers: not searched), CUDA graphs on and off
+    "methods-llama": f"""
+name: vllm-methods-llama
+server: {{backend: vllm, model_path: {LLAMA}, version: "0.33.0"}}
+drafters:
+  - {{name: eagle3-llama31-8b, path: {EAGLE3_LLAMA}, algorithm: EAGLE3}}
+  - {{name: llama32-1b, path: {LLAMA_1B}}}
+search:
+  cuda_graph: [true, false]
+  methods:
+    eagle3: {{drafters: [eagle3-llama31-8b], num_speculative_tokens: {{low: 1, high: 8}}}}
+    draft_model: {{drafters: [llama32-1b], num_speculative_tokens: [2, 4, 6]}}
+    mtp: {{num_speculative_tokens: [1, 2]}}
+    ngram: {{num_speculative_tokens: [2, 4, 8], prompt_lookup_max: [2, 4, 5], prompt_lookup_min: [1, 2, 5]}}
+benchmark: {{prompts: [hello]}}
+""",
+    # the target's own MTP layers, an EAGLE-3 head of DeepSeek-V3, n-gram with vLLM's defaults
+    "methods-deepseek": f"""
+name: vllm-methods-deepseek
+server: {{backend: vllm, model_path: {DSV3}, version: "0.33.0"}}
+drafters:
+  - {{name: eagle3-dsv3, path: {EAGLE3_DSV3}, algorithm: EAGLE3}}
+search:
+  cuda_graph: [true]
+  methods:
+    mtp: {{num_speculative_tokens: [1, 2, 3]}}
+    eagle3: {{drafters: [eagle3-dsv3], num_speculative_tokens: [2, 5]}}
+    ngram: {{}}
+benchmark: {{prompts: [hello]}}
+""",
+    # an EAGLE (1) head in vLLM's format (EAGLE_HEAD below)
+    "methods-eagle": f"""
+name: vllm-methods-eagle
+server: {{backend: vllm, model_path: {LLAMA}, version: "0.33.0"}}
+drafters:
+  - {{name: eagle-llama31-8b, path: {EAGLE1_LLAMA}, algorithm: EAGLE}}
+search:
+  cuda_graph: [true, false]
+  methods:
+    eagle: {{drafters: [eagle-llama31-8b], num_speculative_tokens: {{low: 1, high: 5}}}}
+    ngram: {{num_speculative_tokens: [3], prompt_lookup_max: [3], prompt_lookup_min: [3]}}
+benchmark: {{prompts: [hello]}}
+""",
+    # no search.methods: the method is a knob, derived from each drafter; a server flag in extra_args
+    "flat": f"""
+name: vllm-flat
+server: {{backend: vllm, model_path: {LLAMA}, version: "0.33.0", extra_args: [--max-model-len, "8192"]}}
+drafters:
+  - {{name: eagle3-llama31-8b, path: {EAGLE3_LLAMA}, algorithm: EAGLE3}}
+  - {{name: llama32-1b, path: {LLAMA_1B}, algorithm: STANDALONE}}
+search:
+  cuda_graph: [true, false]
+  num_speculative_tokens: [1, 3, 6]
+  method: [eagle3, draft_model, ngram, mtp]
+benchmark: {{prompts: [hello]}}
+""",
+    # load levels: the server is launched for the highest (--max-num-seqs)
+    "load": f"""
+name: vllm-load
+server: {{backend: vllm, model_path: {LLAMA}, version: "0.33.0"}}
+drafters:
+  - {{name: eagle3-llama31-8b, path: {EAGLE3_LLAMA}, algorithm: EAGLE3}}
+search:
+  cuda_graph: [true]
+  num_speculative_tokens: {{low: 1, high: 5}}
+benchmark: {{prompts: [hello], concurrency: [1, 4, 16]}}
+""",
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The adapter to autotune's internals: what autotune launches and exports for a vLLM space, and what it means by
+# it. Update it (only it) when the package moves.
+
+
+def load(name: str, tmp_path: Path):  # noqa: ANN201
+    from autotune.space import load_space
+
+    EAGLE1_LLAMA.mkdir(parents=True, exist_ok=True)
+    (EAGLE1_LLAMA / "config.json").write_text(json.dumps(EAGLE_HEAD))
+
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(SPACES[name])
+    return load_space(p)
+
+
+def configs(space) -> list:  # noqa: ANN001
+    """Every config autotune may launch for ``space``: baselines, the method defaults, the whole grid of a method
+    space; for a flat space every feasible (drafter, method, K, CUDA graphs)."""
+    from autotune.backends import encode
+    from autotune.backends.vllm import VLLMBackend
+    from autotune.config import TrialConfig
+    from autotune.errors import InfeasibleConfig
+
+    backend = VLLMBackend()
+    out = [TrialConfig.baseline(bool(cg)) for cg in space.search.cuda_graph]
+    out += backend.defaults(space)
+    grid = backend.grid(space)
+    if grid is not None:
+        return out + list(grid)
+    knobs = space.search.knobs
+    for d in space.searched_drafters():
+        for method in [str(m) for m in knobs["method"].values] if "method" in knobs else [None]:
+            for k in encode.int_values(knobs["num_speculative_tokens"], "vLLM") or []:
+                for cg in space.search.cuda_graph:
+                    c = TrialConfig.make(d, bool(cg), method=method, num_speculative_tokens=int(k))
+                    try:
+                        backend.resolve(c, space)
+                    except InfeasibleConfig:
+                        continue
+                    out.append(c)
+    return out
+
+
+def meant(config, space) -> dict:  # noqa: ANN001
+    """What autotune means vLLM to run for ``config``: its effective speculative config as vLLM's
+    ``SpeculativeConfig`` names its fields after resolution (None for a baseline), CUDA graphs, the load level."""
+    from autotune.backends.vllm import VLLMBackend
+
+    backend = VLLMBackend()
+    eff = backend.resolve(config, space)
+    levels = list(space.benchmark.concurrency)
+    out: dict = {"enforce_eager": not eff.cuda_graph}
+    if len(levels) > 1:
+        out["max_num_seqs"] = max(levels)
+    if eff.is_baseline:
+        out["speculative"] = None
+        return out
+    method = str(eff.knob("method"))
+    spec = backend.speculative_config(eff, space)
+    if method == "mtp":  # the target's own layers (a flat space's drafter is not launched)
+        model = space.server.model_path
+    elif method == "ngram":
+        model = "ngram"
+    else:
+        model = space.drafter(eff.drafter).path
+    out["speculative"] = {
+        "method": method,
+        "num_speculative_tokens": int(eff.knob("num_speculative_tokens")),
+        # vLLM's model field: the drafter; the target itself for mtp; the method's name for ngram
+        "model": model,
+        # vLLM zeroes the lookup bounds of every method but ngram
+        "prompt_lookup_min": spec.get("prompt_lookup_min", 0) if method == "ngram" else 0,
+        "prompt_lookup_max": spec.get("prompt_lookup_max", 0) if method == "ngram" else 0,
+        "draft_tensor_parallel_size": 1,
+        "num_speculative_tokens_per_batch_size": None,
+    }
+    if method == "ngram":  # what autotune's knobs say, not what its JSON says: both must agree
+        out["speculative"]["prompt_lookup_min"] = int(eff.knob("prompt_lookup_min") or spec["prompt_lookup_min"])
+        out["speculative"]["prompt_lookup_max"] = int(eff.knob("prompt_lookup_max") or spec["prompt_lookup_max"])
+    return out
+
+
+def launch_flags(config, space) -> list[str]:  # noqa: ANN001
+    """The argv autotune launches for ``config``, after ``vllm serve``."""
+    from autotune.backends.vllm import VLLMBackend
+
+    backend = VLLMBackend()
+    argv = backend.argv(config, space, port=8000)
+    assert argv[:2] == ["vllm", "serve"], argv
+    return argv[2:]
+
+
+def report_for(config) -> dict:  # noqa: ANN001
+    """The smallest study report an export reads (``autotune.export_bundle._choose``): ``config`` recommended."""
+    return {
+        "study": "vllm-parser-check",
+        "verdict": "speculation-wins" if config.drafter or config.knob("method") else "baseline-wins",
+        "recommended": {"trial": 1, "config": config.to_dict(), "why": "the config under test", "tok_per_s": 100.0},
+        "best": {},
+        "fastest_baseline": {},
+        "baseline": {},
+        "trials": [],
+    }
+
+
+def exported_flags(space, config, fmt: str) -> list[str]:  # noqa: ANN001
+    """The ``vllm serve`` arguments an export of ``config`` in format ``fmt`` launches (read back from its text)."""
+    from autotune import export
+    from autotune.backends.vllm import VLLMBackend
+
+    text = export.export(space, VLLMBackend(), report_for(config), fmt).text
+    return serve_flags(text, fmt)
+
+
+def serve_flags(text: str, fmt: str) -> list[str]:
+    """The arguments after ``vllm serve`` in an export's text."""
+    if fmt in ("command", "vllm"):
+        (line,) = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+        argv = shlex.split(line)
+    elif fmt == "env":
+        env = dict(ln.split("=", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
+        argv = [*shlex.split(shlex.split(env["SERVER_LAUNCHER"])[0]), *shlex.split(shlex.split(env["SERVER_ARGS"])[0])]
+    elif fmt in ("json", "yaml"):
+        argv = (json.loads(text) if fmt == "json" else yaml.safe_load(text))["launch"]["argv"]
+    elif fmt == "compose":
+        ((_, svc),) = yaml.safe_load(text)["services"].items()
+        argv = svc["command"]
+    elif fmt == "k8s":
+        deployment = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == "Deployment"][0]
+        (c,) = deployment["spec"]["template"]["spec"]["containers"]
+        argv = [*c.get("command", []), *c["args"]]
+    else:
+        raise AssertionError(fmt)
+    i = next(i for i in range(len(argv) - 1) if argv[i] == "vllm" and argv[i + 1] == "serve")
+    return [str(a) for a in argv[i + 2 :]]
+
+
+def standins(flags: list[str], here: dict) -> list[str]:
+    """Deployment checkpoint paths (``/models/...``, not on this machine) -> the simulator's stand-ins, in the
+    arguments and in the ``--speculative-config`` JSON's ``model``."""
+    out = [here.get(a, a) for a in flags]
+    if "--speculative-config" in out:
+        i = out.index("--speculative-config") + 1
+        spec = json.loads(out[i])
+        if spec.get("model") in here:
+            spec["model"] = here[spec["model"]]
+        out[i] = json.dumps(spec)
+    return out
+
+
+def _name(c) -> str:  # noqa: ANN001
+    knobs = ",".join(f"{k}={v}" for k, v in sorted(c.knob_dict.items()))
+    return f"{c.drafter or 'baseline'} cuda_graph={c.cuda_graph} {knobs}".strip()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def run_vllm(items: list[dict], tmp_path: Path) -> dict:
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps(items))
+    r = subprocess.run([VLLM_PYTHON, str(DRIVER), str(path)], capture_output=True, text=True, timeout=900, check=False)
+    assert r.returncode == 0, r.stderr[-4000:]
+    results = {x["id"]: x for x in json.loads(r.stdout.splitlines()[-1])}
+    assert {x["vllm"] for x in results.values()} == {"0.33.0"}
+    return results
+
+
+def problems(items: list[dict], results: dict, expected: dict) -> list[str]:
+    out = []
+    for it in items:
+        res = results[it["id"]]
+        if not res["accepted"]:
+            out.append(
+                f"{it['id']}: rejected at {res['stage']}: {res['error']}\n    vllm serve {shlex.join(it['argv'])}"
+            )
+            continue
+        want = expected[it["id"]]
+        got = {k: res.get(k) for k in want}
+        if got != want:
+            out.append(
+                f"{it['id']}: autotune means {want}\n    vLLM read {got}\n    vllm serve {shlex.join(it['argv'])}"
+            )
+    return out
+
+
+def check(batch: dict, group: str) -> None:
+    items, expected, results = batch[group]
+    bad = problems(items, results, expected)
+    assert not bad, f"{len(bad)} of {len(items)} rejected or read otherwise by vLLM 0.33.0:\n" + "\n".join(bad)
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory) -> dict:
+    """Every group of launches below, handed to vLLM in one run of the driver (importing vLLM takes a while):
+    group -> (items, expected, results)."""
+    tmp = tmp_path_factory.mktemp("vllm-parser")
+    groups = {f"launch {n}": launches(n, tmp) for n in sorted(SPACES)}
+    groups.update({f"export {n}": exports(n, tmp) for n in EXPORTED})
+    groups["schedule"] = schedule_exports(tmp)
+    groups["translated"] = translated(tmp)
+    items = [{**it, "id": f"{g}: {it['id']}"} for g, (its, _) in groups.items() for it in its]
+    results = run_vllm(items, tmp)
+    out = {}
+    for g, (its, want) in groups.items():
+        its = [{**it, "id": f"{g}: {it['id']}"} for it in its]
+        out[g] = (its, {f"{g}: {k}": v for k, v in want.items()}, results)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_vllm_accepts_every_launch_and_reads_it_as_autotune_means(name, batch):
+    check(batch, f"launch {name}")
+
+
+def launches(name: str, tmp_path: Path) -> tuple[list[dict], dict]:
+    space = load(name, tmp_path)
+    items, expected = [], {}
+    for c in configs(space):
+        i = f"{_name(c)} #{len(items)}"
+        items.append({"id": i, "argv": launch_flags(c, space)})
+        expected[i] = meant(c, space)
+    methods = {(e["speculative"] or {}).get("method") for e in expected.values()}
+    assert len(items) > 3 and methods - {None}, methods
+    return items, expected
+
+
+def test_every_method_is_covered():
+    """The spaces above launch every method autotune has for vLLM (a method added to the backend without a space
+    here fails this)."""
+    from autotune.backends.vllm import METHODS
+
+    covered = set()
+    for text in SPACES.values():
+        doc = yaml.safe_load(text)
+        covered |= set(doc["search"].get("methods") or {}) | {str(m) for m in doc["search"].get("method") or []}
+    covered |= {"eagle3"}  # the flat load space's drafter
+    assert covered >= set(METHODS)
+
+
+EXPORTED = ["methods-llama", "methods-deepseek", "methods-eagle", "flat"]
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_every_export_format_of_a_vllm_study_is_accepted(name, batch):
+    """Each format that fits a vLLM study (all carry the command), for every method's server default and a
+    baseline: the command it launches parses and reads as autotune means."""
+    check(batch, f"export {name}")
+
+
+def exports(name: str, tmp_path: Path) -> tuple[list[dict], dict]:
+    from autotune import export
+    from autotune.backends.vllm import VLLMBackend
+
+    space = load(name, tmp_path)
+    fmts = export.fitting_formats(VLLMBackend())
+    assert fmts == ["vllm", "command", "yaml", "json", "env", "compose", "k8s"]
+    chosen = configs(space)
+    by_method: dict = {}
+    for c in chosen:  # a baseline with and without CUDA graphs, one config per method and CUDA-graph setting
+        eff = VLLMBackend().resolve(c, space)
+        by_method.setdefault((eff.knob("method"), eff.cuda_graph), c)
+    items, expected = [], {}
+    for c in by_method.values():
+        for fmt in fmts:
+            i = f"{fmt}: {_name(c)}"
+            items.append({"id": i, "argv": exported_flags(space, c, fmt)})
+            want = meant(c, space)
+            expected[i] = want
+    return items, expected
+
+
+def test_a_vllm_load_study_exports_its_schedule_as_vllm_reads_it(batch):
+    """A load space's per-level schedule (``num_speculative_tokens_per_batch_size``, K the largest level's draft):
+    every format's command, read back by vLLM."""
+    check(batch, "schedule")
+
+
+def schedule_exports(tmp_path: Path) -> tuple[list[dict], dict]:
+    from autotune import export
+    from autotune.backends.vllm import VLLMBackend
+    from autotune.config import TrialConfig
+    from autotune.schedule import batch_ranges
+
+    space = load("load", tmp_path)
+    config = TrialConfig.make("eagle3-llama31-8b", True, method="eagle3", num_speculative_tokens=4)
+    sched = {
+        "static": {"drafter": "eagle3-llama31-8b", "cuda_graph": True},
+        "draft_knob": "num_speculative_tokens",
+        "levels": [
+            {"level": 1, "draft": 4, "trial": None, "config": None, "speedup": None},
+            {"level": 4, "draft": 2, "trial": None, "config": None, "speedup": None},
+            {"level": 16, "draft": 1, "trial": None, "config": None, "speedup": None},
+        ],
+        "on_up_to": 16,
+    }
+    ranges = [list(r) for r in batch_ranges(sched)]
+    want = meant(config, space)
+    want["speculative"].update(num_speculative_tokens=4, num_speculative_tokens_per_batch_size=ranges)
+    items, expected = [], {}
+    for fmt in export.fitting_formats(VLLMBackend()):
+        text = export.export(space, VLLMBackend(), report_for(config), fmt, schedule=sched).text
+        items.append({"id": fmt, "argv": serve_flags(text, fmt)})
+        expected[fmt] = want
+    return items, expected
+
+
+# -- SGLang studies exported as `vllm serve` (export --format vllm: a translation)
+
+
+def sglang_spaces() -> list[Path]:
+    return sorted(p for p in REPO.glob("spaces/*.yaml") if "backend: sglang" in p.read_text())
+
+
+def test_sglang_studies_translated_to_vllm_are_accepted(batch):
+    """Every shipped SGLang space's translatable configs exported with ``--format vllm`` (``translated``)."""
+    check(batch, "translated")
+
+
+def translated(tmp_path: Path) -> tuple[list[dict], dict]:
+    """Every shipped SGLang space's translatable configs (baselines, each drafter's server default, a sample of the
+    grid) exported with ``--format vllm``: the command parses, and vLLM reads the drafter, the method autotune
+    names (EAGLE3 -> eagle3, STANDALONE -> draft_model, ...) and K = the chain's length."""
+    import dataclasses
+
+    from autotune import checks, export
+    from autotune.backends import get_backend
+    from autotune.backends.vllm import VLLMBackend
+    from autotune.config import TrialConfig
+    from autotune.sim import simulated_space
+    from autotune.space import load_space
+
+    sglang = get_backend("sglang")
+    items, expected, skipped = [], {}, []
+    for path in sglang_spaces():
+        deploy = load_space(path)
+        sim = simulated_space(deploy)
+        here = {deploy.server.model_path: sim.server.model_path}
+        here.update({d.path: s.path for d, s in zip(deploy.drafters, sim.drafters, strict=True)})
+        deploy = dataclasses.replace(  # as autotune.commands.deploy does after a simulated study
+            deploy,
+            drafters=tuple(
+                d if d.algorithm else dataclasses.replace(d, algorithm=checks.resolved_algorithm(sim, d.name))
+                for d in deploy.drafters
+            ),
+        )
+        grid = sglang.grid(sim) or []
+        sample = grid[:: max(1, len(grid) // 12)]
+        cs = [TrialConfig.baseline(bool(cg)) for cg in deploy.search.cuda_graph] + sglang.defaults(sim) + sample
+        for c in cs:
+            try:
+                text = export.export(deploy, sglang, report_for(c), "vllm").text
+            except ValueError as e:  # no faithful translation (a tree, an n-gram method): refused, as documented
+                skipped.append(f"{path.name} {_name(c)}: {e}")
+                continue
+            flags = standins(serve_flags(text, "vllm"), here)
+            vspace, vconfig = VLLMBackend().translate(deploy, sglang.portable(c, deploy))
+            vspace = dataclasses.replace(  # read on this machine: the stand-in checkpoints
+                vspace,
+                server=dataclasses.replace(vspace.server, model_path=here[vspace.server.model_path]),
+                drafters=tuple(dataclasses.replace(d, path=here.get(d.path, d.path)) for d in vspace.drafters),
+            )
+            i = f"{path.name} {_name(c)} #{len(items)}"
+            items.append({"id": i, "argv": flags})
+            expected[i] = meant(vconfig, vspace)
+    methods = {(e["speculative"] or {}).get("method") for e in expected.values()} - {None}
+    assert methods >= {"eagle3", "draft_model"}, (methods, skipped)
+    return items, expected
+
+
+def test_the_exported_sglang_load_schedule_as_vllm_is_accepted(tmp_path):
+    """A real load study on the simulator, ``export --format vllm`` (its schedule as
+    ``num_speculative_tokens_per_batch_size``): the script's command as vLLM reads it."""
+    space = REPO / "spaces" / "llama-8b-load.yaml"
+    studies = tmp_path / "studies"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cli = [sys.executable, "-m", "autotune"]
+    r = subprocess.run(
+        [*cli, "study", str(space), "--simulate", "--in-process", "--n-trials", "16", "--studies-dir", str(studies)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    script = tmp_path / "launch.sh"
+    e = subprocess.run(
+        [
+            *cli,
+            "export",
+            str(space),
+            "--simulate",
+            "--format",
+            "vllm",
+            "--studies-dir",
+            str(studies),
+            "-o",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert e.returncode == 0, e.stderr[-3000:]
+    text = script.read_text()
+    from autotune import export
+    from autotune.sim import simulated_space
+    from autotune.space import load_space
+
+    deploy = load_space(space)
+    sim = simulated_space(deploy)
+    here = {deploy.server.model_path: sim.server.model_path}
+    here.update({d.path: s.path for d, s in zip(deploy.drafters, sim.drafters, strict=True)})
+    flags = standins(serve_flags(text, "vllm"), here)
+    spec_i = flags.index("--speculative-config") if "--speculative-config" in flags else None
+    spec = json.loads(flags[spec_i + 1]) if spec_i is not None else {}
+    p = export.read_provenance(text)
+    sched = p.get("schedule") or []
+    want: dict = {"max_num_seqs": max(deploy.benchmark.concurrency)}
+    if spec_i is not None:
+        drafts = [int(x["draft"]) for x in sched]
+        want["speculative"] = {
+            "method": p["translated"]["method"],
+            "num_speculative_tokens": max(drafts),
+            "num_speculative_tokens_per_batch_size": [list(r) for r in spec["num_speculative_tokens_per_batch_size"]],
+        }
+    items = [{"id": "command", "argv": flags}]
+    results = run_vllm(items, tmp_path)
+    res = results["command"]
+    assert res["accepted"], f"{res['stage']}: {res['error']}\n{text}"
+    assert res["max_num_seqs"] == want["max_num_seqs"], text
+    if spec_i is not None:
+        got = {k: res["speculative"][k] for k in want["speculative"]}
+        assert got == want["speculative"], text
+        # the ranges are the schedule's levels: each level's batch size gets its draft length
+        for x in sched:
+            (k,) = [r[2] for r in got["num_speculative_tokens_per_batch_size"] if r[0] <= x["level"] <= r[1]]
+            assert k == x["draft"], (x, got)
