@@ -116,6 +116,9 @@ EXTRA_METHODS: tuple[str, ...] = (
     "tuner_settle01",
     "tuner_join20",
     "tuner_picks0",
+    "tuner_join01",
+    "tuner_res01",
+    "tuner_gain_only",
 )
 WITHIN = 0.02
 
@@ -348,6 +351,9 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
         "tuner_settle01",
         "tuner_join20",
         "tuner_picks0",
+        "tuner_join01",
+        "tuner_res01",
+        "tuner_gain_only",
     ):
         return space, None  # policies only (policies_for)
     if method == "tuner_bar5":  # the user's bar at 5% instead of the space's
@@ -369,6 +375,9 @@ def policies_for(method: str) -> Policies:
         "tuner_settle01": Policies(stop=StopPolicy(settle_probability=0.01)),
         "tuner_join20": Policies(candidates=CandidatePolicy(join_probability=0.2)),
         "tuner_picks0": Policies(stop=StopPolicy(improve_after_picks=0)),
+        "tuner_join01": Policies(candidates=CandidatePolicy(join_probability=0.01)),
+        "tuner_res01": Policies(stop=StopPolicy(resolution=0.01)),
+        "tuner_gain_only": Policies(stop=StopPolicy(improve_after_picks=10**6)),
     }
     if method in variants:
         return variants[method]

@@ -222,3 +222,32 @@ def test_search_only_trials_are_counted_as_before():
     study = _search(peak, 12, policies=Policies(stop=StopPolicy(settle=False)))
     assert _counted(study) == 12
     assert all(t.state != TrialState.RUNNING for t in study.trials)
+
+
+def test_a_gain_under_the_bar_is_no_worthwhile_gain_and_the_baseline_is_recommended(tmp_path):
+    """Every config 1% faster than the baseline, a 10% bar: confirmation's interval lies under 1.10 (and not under
+    1): the verdict says so, and the baseline is what to deploy, on the terminal, in JSON and in the HTML page."""
+    import io
+
+    from autotune.render import render_report
+
+    space = dataclasses.replace(
+        _space(12), verdict=dataclasses.replace(_space(12).verdict, min_gain=0.10, confirm_top=2)
+    )
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=2)
+    runner = ScriptedRunner(speed={"good": lambda c: 1.01}, seed=2)
+    from autotune.study import run
+
+    state = run(space, SGLangBackend(), runner, study)
+    assert state.verdict == "no-worthwhile-gain"
+    best = next(r for r in state.results if r["trial"] == state.best)
+    ci = best["deploy_speedup_ci"]
+    assert ci["low"] <= 1.0 < ci["high"] < 1.10  # not a loss, not worth the bar
+    report = build_report(study)
+    assert report["verdict"] == "no-worthwhile-gain" and "deploy the baseline" in report["verdict_text"]
+    assert report["recommended"]["config"]["drafter"] is None  # the baseline
+    out = io.StringIO()
+    render_report(report, out)
+    assert "verdict: no-worthwhile-gain" in out.getvalue()
+    write_html_report(study, report, tmp_path / "r.html")
+    assert "<b>no-worthwhile-gain</b>" in (tmp_path / "r.html").read_text()
