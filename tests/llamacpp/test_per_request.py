@@ -91,3 +91,20 @@ def test_the_probe_asks_for_n_max_1_unless_the_launch_is_1():
     assert per.probe_body(per.launch_config(_eff()))["speculative.n_max"] == 1
     one = _per({"draft_n_max": Choices((1,))})
     assert one.probe_body(one.launch_config(_eff(n_max=1))) is None
+
+
+def test_the_h200_answer_that_ignored_the_probe_is_judged_ignored():
+    """Recorded on an H200 (docs/gpu-runs/2026-12-02-h200-sharing, trial 2's probe): llama.cpp 0.3.36 built with
+    CUDA, launched with --spec-draft-n-max 16, asked for speculative.n_max 1: 128 tokens, 355 drafted, 103 accepted,
+    so at most 25 decode steps and at least 14.2 drafted a step: the request's value was not used."""
+    per = _per({"draft_n_max": IntRange(1, 16)})
+    launch = per.launch_config(_eff(n_max=3))
+    assert launch.knob("draft_n_max") == 16
+    check = per.check({"speculative.n_max": 1}, launch, per.telemetry([{"choices": []}, _tel(128, 355, 103)]))
+    assert check.honoured is Honoured.NO
+    assert "355" in check.reason and "25" in check.reason
+    # the same answer is consistent with the launch's own value (16 a step at most): the counters allow it
+    assert per.check({"speculative.n_max": 16}, launch, per.telemetry([_tel(128, 355, 103)])).honoured in (
+        Honoured.CONSISTENT,
+        Honoured.YES,
+    )
