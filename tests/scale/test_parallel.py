@@ -3,6 +3,7 @@ per slot on one timeline (the same orchestration the GPU slots run as processes 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -55,6 +56,8 @@ def test_parallel_clocks_run_workers_in_virtual_time_order():
 @pytest.mark.parametrize("slots", [3])
 def test_parallel_workers_share_the_budget_exactly(slots):
     space = bench_scale.bench_search.load("kimi")  # the field report's space (simulated): two CUDA-graph settings
+    # the budget as a quota (no settled-answer stop): what is shared exactly is the whole budget
+    space = dataclasses.replace(space, budget=dataclasses.replace(space.budget, stop_when_settled=False))
     n = space.budget.n_trials
     study, timeline, runners = bench_scale.parallel_search(space, slots, seed=1, name="par")
     trials = study.get_trials(deepcopy=False)
