@@ -97,6 +97,18 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 METHODS = ("grid", "tuner", "tuner_no_prune", "tuner_no_refine", "random")
 #: methods run on the generated landscapes
 LANDSCAPE_METHODS = ("grid", "random", "tuner")
+#: variants that change only the study's policies (make_method keeps the space; policies_for gives these)
+POLICY_VARIANTS: dict[str, Policies] = {
+    "tuner_no_settle": Policies(stop=StopPolicy(settle=False), candidates=CandidatePolicy(join_probability=0.0)),
+    "tuner_settle_only": Policies(candidates=CandidatePolicy(join_probability=0.0)),
+    "tuner_thin_only": Policies(stop=StopPolicy(settle=False)),
+    "tuner_settle01": Policies(stop=StopPolicy(settle_probability=0.01)),
+    "tuner_join20": Policies(candidates=CandidatePolicy(join_probability=0.2)),
+    "tuner_picks0": Policies(stop=StopPolicy(improve_after_picks=0)),
+    "tuner_join01": Policies(candidates=CandidatePolicy(join_probability=0.01)),
+    "tuner_res01": Policies(stop=StopPolicy(resolution=0.01)),
+    "tuner_gain_only": Policies(stop=StopPolicy(improve_after_picks=10**6)),
+}
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
 EXTRA_METHODS: tuple[str, ...] = (
     "tuner_prev",
@@ -109,16 +121,8 @@ EXTRA_METHODS: tuple[str, ...] = (
     "tuner_top5",
     "tuner_kappa0",
     "tuner_kappa1",
-    "tuner_no_settle",
     "tuner_bar5",
-    "tuner_settle_only",
-    "tuner_thin_only",
-    "tuner_settle01",
-    "tuner_join20",
-    "tuner_picks0",
-    "tuner_join01",
-    "tuner_res01",
-    "tuner_gain_only",
+    *POLICY_VARIANTS,
 )
 WITHIN = 0.02
 
@@ -344,17 +348,7 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
     if method == "tuner_tpe_design":  # the design, then TPE for the first half, the surrogate for the last
         b = dataclasses.replace(space.budget, refine_trials=space.budget.n_trials // 2)
         return dataclasses.replace(space, budget=b), None
-    if method in (
-        "tuner_no_settle",
-        "tuner_settle_only",
-        "tuner_thin_only",
-        "tuner_settle01",
-        "tuner_join20",
-        "tuner_picks0",
-        "tuner_join01",
-        "tuner_res01",
-        "tuner_gain_only",
-    ):
+    if method in POLICY_VARIANTS:
         return space, None  # policies only (policies_for)
     if method == "tuner_bar5":  # the user's bar at 5% instead of the space's
         return _verdict(space, min_gain=0.05), None
@@ -368,19 +362,8 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
 def policies_for(method: str) -> Policies:
     """The study's policies under ``method``: the kappa variants rank confirmation candidates by posterior mean
     + 0 or 1 sd instead of the shipped 2; ``tuner_no_settle`` runs its whole budget and confirms every candidate."""
-    variants = {
-        "tuner_no_settle": Policies(stop=StopPolicy(settle=False), candidates=CandidatePolicy(join_probability=0.0)),
-        "tuner_settle_only": Policies(candidates=CandidatePolicy(join_probability=0.0)),
-        "tuner_thin_only": Policies(stop=StopPolicy(settle=False)),
-        "tuner_settle01": Policies(stop=StopPolicy(settle_probability=0.01)),
-        "tuner_join20": Policies(candidates=CandidatePolicy(join_probability=0.2)),
-        "tuner_picks0": Policies(stop=StopPolicy(improve_after_picks=0)),
-        "tuner_join01": Policies(candidates=CandidatePolicy(join_probability=0.01)),
-        "tuner_res01": Policies(stop=StopPolicy(resolution=0.01)),
-        "tuner_gain_only": Policies(stop=StopPolicy(improve_after_picks=10**6)),
-    }
-    if method in variants:
-        return variants[method]
+    if method in POLICY_VARIANTS:
+        return POLICY_VARIANTS[method]
     kappa = {"tuner_kappa0": 0.0, "tuner_kappa1": 1.0}.get(method)
     return Policies() if kappa is None else Policies(candidates=CandidatePolicy(kappa=kappa))
 
