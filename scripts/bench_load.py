@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import pickle
 import sys
 import time
 import warnings
@@ -290,20 +291,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "docs"))
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--cache", default=None, help="keep each run's result here; a rerun skips the runs kept")
     args = ap.parse_args(argv)
     from joblib import Parallel, delayed
 
     sections = []
     raw: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    truths = {name: ground_truth(name) for name in args.scenarios}
+    cache = Path(args.cache) if args.cache else None
+    if cache:
+        cache.mkdir(parents=True, exist_ok=True)
+
+    def job(kind: str, name: str, seed: int) -> Any:
+        """One grid or tuner run; with ``--cache`` its result is kept there and not computed again."""
+        path = cache / f"{kind}-{name}-{seed}.pkl" if cache else None
+        if path and path.exists():
+            return pickle.loads(path.read_bytes())
+        out = run_grid(name, truths[name], seed) if kind == "grid" else run_tuner(name, seed, truths[name])
+        if path:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(out))
+            tmp.replace(path)
+        return out
+
+    # every scenario's grid and tuner runs in one pool: the machine's cores stay busy to the end
+    jobs = [(kind, name, s) for name in args.scenarios for kind in ("grid", "tuner") for s in range(args.seeds)]
+    done = dict(zip(jobs, Parallel(n_jobs=args.jobs)(delayed(job)(*j) for j in jobs), strict=True))
     for name in args.scenarios:
-        t0 = time.perf_counter()
-        truth = ground_truth(name)
-        grids = Parallel(n_jobs=args.jobs)(delayed(run_grid)(name, truth, s) for s in range(args.seeds))
+        truth = truths[name]
+        grids = [done[("grid", name, s)] for s in range(args.seeds)]
         grid = grids[0]
-        rows = Parallel(n_jobs=args.jobs)(delayed(run_tuner)(name, s, truth) for s in range(args.seeds))
+        rows = [done[("tuner", name, s)] for s in range(args.seeds)]
         md = markdown(name, truth, grid, rows, grids)
         print(md, flush=True)
-        print(f"({time.perf_counter() - t0:.0f} s wall)", flush=True)
         sections.append(md)
         raw[name] = {
             "truth": {k: v for k, v in truth.items() if k != "per_level"},
@@ -311,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             "grid_seeds": grids,
             "tuner": rows,
         }
+    print(f"({time.perf_counter() - t0:.0f} s wall, --jobs {args.jobs})", flush=True)
     if not args.no_write:
         out = Path(args.out)
         intro = (

@@ -14,16 +14,24 @@ confirmation, the simulated hardware's seconds).
 
     python scripts/bench_methods.py        # 20 seeds per truth, --jobs 2, section "Methods" of docs/benchmarks.md
     python scripts/bench_methods.py --seeds 2 --no-docs
+    python scripts/bench_methods.py --resume runs.jsonl   # each finished run appended; a rerun skips those done
+
+With ``--resume FILE`` every finished run is appended to FILE as one JSON line as soon as it ends, runs already in
+FILE are not run again, and the table is made of FILE's runs for the truths and seeds asked: a run cut short (a
+time limit, another machine) is continued by the same command.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -86,11 +94,17 @@ def run_one(truth: str, seed: int, work: Path) -> dict:
     return out
 
 
-def markdown(results: list[dict], seeds: int) -> str:
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def markdown(results: list[dict], seeds: int, jobs: int = 2, where: str | None = None) -> str:
     lines = [
         SECTION,
         "",
-        f"`python scripts/bench_methods.py` ({seeds} seeds per truth, in-process simulator, `--jobs 2`): does "
+        f"`python scripts/bench_methods.py` ({seeds} seeds per truth, in-process simulator, `--jobs {jobs}`"
+        + (f"; {where}" if where else "")
+        + "): does "
         "`spaces/methods.yaml` (EAGLE-3 head, MTP, n-gram, a Llama-3.2-1B draft model, SGLang's adaptive mode) name "
         "the right method? The winner is the method of the confirmed pick when the verdict is speculation-wins. GPU "
         "time: search plus confirmation per study, the simulated hardware's time.",
@@ -126,7 +140,7 @@ def write_docs(text: str) -> None:
     if SECTION in doc:
         head, _, tail = doc.partition(SECTION)
         nxt = tail.find("\n## ")
-        doc = head + text + (tail[nxt + 1 :] if nxt >= 0 else "")
+        doc = head + text.rstrip("\n") + "\n\n" + (tail[nxt + 1 :] if nxt >= 0 else "")
     else:
         doc = doc.rstrip("\n") + "\n\n" + text
     path.write_text(doc, encoding="utf-8")
@@ -139,17 +153,37 @@ def main() -> int:
     ap.add_argument("--truths", nargs="*", default=list(TRUTHS), choices=list(TRUTHS))
     ap.add_argument("--out", type=Path, default=None, help="write every run's result as JSON here")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    ap.add_argument("--resume", type=Path, default=None, help="JSON lines: runs done so far, each new run appended")
+    ap.add_argument("--where", default=None, help="the machine the runs ran on (default: this one)")
     args = ap.parse_args()
+    wanted = [(truth, seed) for truth in args.truths for seed in range(args.seeds)]
+    done: dict[tuple[str, int], dict] = {}
+    if args.resume and args.resume.exists():
+        for line in args.resume.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                r = json.loads(line)
+                done[(r["truth"], r["seed"])] = r
+    lock = threading.Lock()
+
+    def one(job: tuple[str, int], tmp: Path) -> dict:
+        r = run_one(job[0], job[1], tmp)
+        if args.resume and not r.get("error"):
+            with lock, args.resume.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(r) + "\n")
+        return r
+
     with tempfile.TemporaryDirectory(prefix="bench-methods-") as tmp:
-        jobs = [(truth, seed) for truth in args.truths for seed in range(args.seeds)]
+        todo = [j for j in wanted if j not in done]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            results = list(pool.map(lambda j: run_one(j[0], j[1], Path(tmp)), jobs))
+            fresh = list(pool.map(lambda j: one(j, Path(tmp)), todo))
+    by_job = {**done, **{(r["truth"], r["seed"]): r for r in fresh}}
+    results = [by_job[j] for j in wanted]
     for r in results:
         if r.get("error"):
             print(json.dumps({k: r.get(k) for k in ("truth", "seed", "rc", "error")}))
     if args.out:
         args.out.write_text(json.dumps(results, indent=1), encoding="utf-8")
-    text = markdown(results, args.seeds)
+    text = markdown(results, args.seeds, args.jobs, args.where or machine())
     print(text)
     if not args.no_docs:
         write_docs(text)
