@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import lossless, objective, records
+from autotune import acceptance, lossless, objective, records
 from autotune.config import TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
@@ -46,6 +46,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "accept_length": r.accept_length
         if r.accept_length is not None
         else _mean([p.get("accept_length") for p in r.prompts]),
+        "accept_per_pos": acceptance.summary(r.accept_positions),  # an explanation, never a ranking
         "startup_s": r.startup_s,
         "start": r.start or None,  # a shared start (autotune.process.sharing)
         "duplicate_of": r.duplicate_of,
@@ -249,7 +250,20 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
     if per_method is not None:
         out["methods"] = per_method
+    _attach_positions(out)
     return out
+
+
+def _attach_positions(report: dict[str, Any]) -> None:
+    """The per-position acceptance (``accept_per_pos``, ``autotune.acceptance.summary``) of each method's best
+    config and of each best config, from its trial's row, where the server reported it: the explanation of its
+    acceptance (never used to rank)."""
+    by = {r["number"]: r for r in report["trials"]}
+    bests = [e["best"] for e in (report.get("methods") or {}).get("methods") or [] if e.get("best")]
+    for entry in [*bests, *(report.get("best_configs") or [])]:
+        row = by.get(entry.get("trial"))
+        if row is not None and row.get("accept_per_pos"):
+            entry["accept_per_pos"] = row["accept_per_pos"]
 
 
 def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:

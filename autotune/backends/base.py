@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
+from autotune.acceptance import AcceptPositions
 from autotune.backends.openai_stream import (
     ChunkInfo,
     ChunkParser,
@@ -419,6 +420,11 @@ class Backend(ABC):
 
     def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
         """Mean acceptance length of the requests between two /metrics scrapes (None: unknown)."""
+        return None
+
+    def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
+        """Per-position acceptance counts of the requests between two /metrics scrapes (``autotune.acceptance``;
+        None: the server reports none there)."""
         return None
 
 
