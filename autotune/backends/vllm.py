@@ -40,10 +40,11 @@ from autotune.backends import encode
 from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch, _int_or_none, metric_total
 from autotune.backends.methods import version_lacks
 from autotune.backends.prometheus import metric_by_label
+from autotune.backends.vllm_drafters import architecture_problem
 from autotune.backends.vllm_methods import METHODS as METHOD_CATALOGUE
 from autotune.backends.vllm_methods import PER_BATCH_SIZE_SINCE, SINCE, VLLMMethods, mtp_unavailable
 from autotune.config import EffectiveConfig, TrialConfig
-from autotune.errors import InfeasibleConfig
+from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.schedule import batch_ranges
 from autotune.space import Choices
 
@@ -179,7 +180,40 @@ class VLLMBackend(Backend):
             out["num_speculative_tokens"] = eff.knob("num_speculative_tokens")
         return out
 
+    def check_drafters(self, space: Space) -> list[checks.Problem]:
+        """The checkpoint checks, and each searched drafter's architectures against what vLLM 0.33.0 loads under
+        the method it would run with (``vllm_drafters``): a refused one is an error (nothing is launched)."""
+        problems = super().check_drafters(space)
+        for i, d in enumerate(space.drafters):
+            for method in self._launch_methods(space, d.name):
+                why = architecture_problem(method, d.name, d.path)
+                if why:
+                    problems.append(checks.Problem("error", why, d.name, f"drafters[{i}].path", d.path))
+        return problems
+
+    @staticmethod
+    def _launch_methods(space: Space, drafter: str) -> list[str]:
+        """The methods drafter ``drafter`` would be launched with: those of ``search.methods`` naming it, else its
+        own (none when unsearched or undeterminable: ``check_checkpoints`` says so)."""
+        if space.search.methods:
+            return [name for name, m in space.search.methods.items() if drafter in m.drafters]
+        if drafter not in space.searched_drafters():
+            return []
+        try:
+            return [drafter_method(space, drafter)]
+        except ValidationFailed:
+            return []
+
     def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
+        eff = self._resolve(config, space)
+        method = eff.knob("method")
+        if eff.drafter is not None and method is not None:
+            why = architecture_problem(str(method), eff.drafter, space.drafter(eff.drafter).path)
+            if why:
+                raise InfeasibleConfig(why)
+        return eff
+
+    def _resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         if config.is_baseline:
             return EffectiveConfig.baseline(config.cuda_graph)
         if space.search.methods:
