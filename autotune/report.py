@@ -250,20 +250,8 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
     if per_method is not None:
         out["methods"] = per_method
-    _attach_positions(out)
+    acceptance.attach(out)  # each best config's per-position acceptance, where reported
     return out
-
-
-def _attach_positions(report: dict[str, Any]) -> None:
-    """The per-position acceptance (``accept_per_pos``, ``autotune.acceptance.summary``) of each method's best
-    config and of each best config, from its trial's row, where the server reported it: the explanation of its
-    acceptance (never used to rank)."""
-    by = {r["number"]: r for r in report["trials"]}
-    bests = [e["best"] for e in (report.get("methods") or {}).get("methods") or [] if e.get("best")]
-    for entry in [*bests, *(report.get("best_configs") or [])]:
-        row = by.get(entry.get("trial"))
-        if row is not None and row.get("accept_per_pos"):
-            entry["accept_per_pos"] = row["accept_per_pos"]
 
 
 def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -47,7 +47,15 @@ from autotune.backends.openai_stream import (
     parse_openai_chunk,
     parse_openai_logprobs,
 )
-from autotune.backends.prometheus import _LABEL, _SAMPLE, _parse_labels, metric_total, parse_prometheus, series_key
+from autotune.backends.prometheus import (
+    _LABEL,
+    _SAMPLE,
+    _parse_labels,
+    metric_by_label,
+    metric_total,
+    parse_prometheus,
+    series_key,
+)
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 
@@ -456,6 +464,7 @@ __all__ = [
     "_sorted_top",
     "_token_texts",
     "flag_value",
+    "metric_by_label",
     "metric_total",
     "parse_openai_chunk",
     "parse_openai_logprobs",

@@ -184,8 +184,9 @@ class VLLMBackend(Backend):
         """The checkpoint checks, and each searched drafter's architectures against what vLLM 0.33.0 loads under
         the method it would run with (``vllm_drafters``): a refused one is an error (nothing is launched)."""
         problems = super().check_drafters(space)
+        refused = {p.drafter for p in problems if p.is_error}  # one error a drafter: the checkpoint's first
         for i, d in enumerate(space.drafters):
-            for method in self._launch_methods(space, d.name):
+            for method in self._launch_methods(space, d.name) if d.name not in refused else ():
                 why = architecture_problem(method, d.name, d.path)
                 if why:
                     problems.append(checks.Problem("error", why, d.name, f"drafters[{i}].path", d.path))
