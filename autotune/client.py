@@ -16,7 +16,8 @@ Backend-agnostic: the backend builds the request (``Backend.request``) and reads
 - takes token counts from the server (usage / meta_info), never from counting chunks (one chunk can carry
   several accepted tokens),
 - takes acceptance from the final chunk, or from /metrics deltas around the request for backends that only
-  report it there (``Backend.acceptance_from_metrics_deltas``),
+  report it there (``Backend.acceptance_from_metrics_deltas``), and so the per-position acceptance counts where the
+  server reports them (``ChunkInfo.positions``, ``Backend.positions_from_metrics``; ``autotune.acceptance``),
 - retries a bounded number of times (``BenchmarkSpec.retries``) on HTTP 5xx, connection errors, malformed
   chunks and truncated streams (no ``[DONE]`` or no final token count): a truncated stream is never counted.
   4xx answers and timeouts are not retried (the request is wrong, or the server is hung: retrying would only
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import httpcore  # httpx's transport (a dependency of httpx): its network stream is where bytes arrive
 import httpx
 
+from autotune.acceptance import AcceptPositions
 from autotune.backends.base import Backend, ChunkInfo, ChunkParser, parse_prometheus
 from autotune.clock import Clock, MonotonicClock
 from autotune.config import PromptResult, ReferenceOutput
@@ -60,6 +62,7 @@ class _Stream:
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     accept_length: float | None = None
+    positions: AcceptPositions | None = None
     finish_reason: str | None = None
     final: bool = False
     done: bool = False
@@ -82,6 +85,8 @@ class _Stream:
             self.prompt_tokens = info.prompt_tokens
         if info.accept_length is not None:
             self.accept_length = info.accept_length
+        if info.positions is not None:
+            self.positions = info.positions
         if info.finish_reason is not None:
             self.finish_reason = info.finish_reason
         if info.final:
@@ -402,11 +407,14 @@ class BenchmarkClient:
             raise _Retryable("stream ended without the final token count (truncated)")
         if self.on_answer is not None:
             self.on_answer(index, added, list(s.tail))
-        accept = s.accept_length
-        if accept is None and before is not None:
+        accept, positions = s.accept_length, s.positions
+        if (accept is None or positions is None) and before is not None:
             after = self.metrics()
             if after is not None:
-                accept = self.backend.acceptance_from_metrics(before, after)
+                if accept is None:
+                    accept = self.backend.acceptance_from_metrics(before, after)
+                if positions is None:
+                    positions = self.backend.positions_from_metrics(before, after)
         last = s.last_token_t if s.last_token_t is not None else end
         return PromptResult(
             index=index,
@@ -417,6 +425,7 @@ class BenchmarkClient:
             accept_length=accept,
             text=s.text,
             finish_reason=s.finish_reason,
+            positions=positions,
         )
 
     def reference(self, prompt_index: int, prompt_text: str, top_n: int) -> ReferenceOutput | None:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from autotune.acceptance import AcceptPositions
+
 KnobValue = int | float | str | bool
 
 
@@ -120,6 +122,8 @@ class PromptResult:
     accept_length: float | None = None
     text: str = ""
     finish_reason: str | None = None
+    #: per-position acceptance counts where the server reports them (``autotune.acceptance``), else None
+    positions: AcceptPositions | None = None
 
     @property
     def tok_per_s(self) -> float:
@@ -136,6 +140,8 @@ class PromptResult:
             "accept_length": self.accept_length,
             "finish_reason": self.finish_reason,
         }
+        if self.positions is not None:  # only where the server reports them: older records stay as they were
+            d["accept_positions"] = self.positions.to_dict()
         if with_text:
             d["text"] = self.text
         return d
@@ -153,6 +159,7 @@ class PromptResult:
             accept_length=d.get("accept_length"),
             text=str(d.get("text") or ""),
             finish_reason=d.get("finish_reason"),
+            positions=AcceptPositions.from_dict(d.get("accept_positions")),
         )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 
 from autotune._io import atomic_write
-from autotune.render import config_label, measured
+from autotune.render import config_label, measured, position_rows
 from autotune.study import baseline_check
 
 
@@ -36,6 +36,7 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         *_baselines(report),
         *_confirmation(report),
         *_levels(report),
+        *_positions(report),
         *_alarms(report),
         *_trials(report),
         *_plots(study, report),
@@ -210,4 +211,30 @@ def _plots(study: optuna.Study, report: dict[str, Any]) -> list[str]:
             fig.to_html(full_html=False, include_plotlyjs=first, div_id=f"plot-{key}", config={"displaylogo": False})
         )
         first = False
+    return parts
+
+
+def _positions(report: dict[str, Any]) -> list[str]:
+    """Per-position acceptance of each method's best config (``render.position_rows``): an explanation, never a
+    ranking; nothing where the server reports none."""
+    rows = position_rows(report)
+    if not rows:
+        return []
+    k = max(len(r["rates"]) for r in rows)
+    head = "".join(f"<th>{i}</th>" for i in range(1, k + 1))
+    parts = [
+        "<h2>Per-position acceptance</h2><p>P(first i draft tokens accepted) for each position i, and below it the "
+        "expected accepted draft tokens at depth k (the sum of the first k). It explains a config's acceptance; the "
+        "ranking is measured throughput.</p>",
+        f"<table><tr><th>config</th><th>trial</th><th>drafts</th><th></th>{head}</tr>",
+    ]
+    for r in rows:
+        rates = "".join(f"<td>{x:.3f}</td>" for x in r["rates"])
+        prof = "".join(f"<td>{x:.2f}</td>" for x in r["profile"] or [])
+        parts.append(
+            f"<tr><td rowspan='2'>{_e(r['who'])}</td><td rowspan='2'>{r['trial']}</td>"
+            f"<td rowspan='2'>{r['drafts']}</td><td>P(first i)</td>{rates}</tr>"
+            f"<tr><td>E[accepted | depth k]</td>{prof}</tr>"
+        )
+    parts.append("</table>")
     return parts

@@ -73,6 +73,8 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     _best(con, report)
     for text in _methods_lines(report.get("methods")):
         line(text)
+    for text in positions_lines(report):
+        line(text)
     _trials(con, report)
     line(
         "  (speedup: the objective's ("
@@ -297,3 +299,31 @@ def measured(r: dict[str, Any], n_levels: int) -> str:
 def _pruned_by(report: dict[str, Any]) -> str:
     by = report.get("pruned_by") or {}
     return f"{by.get('baseline', 0)} slower than their baseline, {by.get('leader', 0)} slower than the leader"
+
+
+def position_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-position acceptance to show (``accept_per_pos``, where the server reports it): each method's best
+    config in a space with ``search.methods``, else the best configs; an explanation of the acceptance, never a
+    ranking. Each row: ``who`` (method label or config), ``trial`` and the summary's ``drafts``, ``rates``,
+    ``profile``."""
+    methods = (report.get("methods") or {}).get("methods") or []
+    if methods:
+        picked = [(e["label"], e["best"]) for e in methods if e.get("best")]
+    else:
+        picked = [(config_label(b["config"]), b) for b in report.get("best_configs") or []]
+    return [{"who": who, "trial": b["trial"], **b["accept_per_pos"]} for who, b in picked if b.get("accept_per_pos")]
+
+
+def positions_lines(report: dict[str, Any]) -> list[str]:
+    """``position_rows`` as text: P(first i draft tokens accepted) for i = 1..K, and the expected accepted draft
+    tokens at each depth k <= K (``autotune.acceptance.acceptance_profile``)."""
+    rows = position_rows(report)
+    if not rows:
+        return []
+    out = ["per-position acceptance (P(first i draft tokens accepted), i = 1..K; explains acceptance, never ranks):"]
+    for r in rows:
+        rates = " ".join(f"{x:.2f}" for x in r["rates"])
+        prof = " ".join(f"{x:.2f}" for x in r["profile"] or [])
+        depth = f"; expected accepted at depth 1..{len(r['profile'])}: {prof}" if r["profile"] else ""
+        out.append(f"  {r['who']} (trial {r['trial']}, {r['drafts']} drafts): {rates}{depth}")
+    return out

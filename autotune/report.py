@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import lossless, objective, records
+from autotune import acceptance, lossless, objective, records
 from autotune.config import TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
@@ -46,6 +46,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "accept_length": r.accept_length
         if r.accept_length is not None
         else _mean([p.get("accept_length") for p in r.prompts]),
+        "accept_per_pos": acceptance.summary(r.accept_positions),  # an explanation, never a ranking
         "startup_s": r.startup_s,
         "start": r.start or None,  # a shared start (autotune.process.sharing)
         "duplicate_of": r.duplicate_of,
@@ -249,6 +250,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
     if per_method is not None:
         out["methods"] = per_method
+    acceptance.attach(out)  # each best config's per-position acceptance, where reported
     return out
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
+from autotune.acceptance import AcceptPositions
 from autotune.backends.openai_stream import (
     ChunkInfo,
     ChunkParser,
@@ -46,7 +47,15 @@ from autotune.backends.openai_stream import (
     parse_openai_chunk,
     parse_openai_logprobs,
 )
-from autotune.backends.prometheus import _LABEL, _SAMPLE, _parse_labels, metric_total, parse_prometheus, series_key
+from autotune.backends.prometheus import (
+    _LABEL,
+    _SAMPLE,
+    _parse_labels,
+    metric_by_label,
+    metric_total,
+    parse_prometheus,
+    series_key,
+)
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 
@@ -421,6 +430,11 @@ class Backend(ABC):
         """Mean acceptance length of the requests between two /metrics scrapes (None: unknown)."""
         return None
 
+    def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
+        """Per-position acceptance counts of the requests between two /metrics scrapes (``autotune.acceptance``;
+        None: the server reports none there)."""
+        return None
+
 
 def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
     """The value given to ``flag`` in an argv list (``flag V`` or ``flag=V``; the last one wins), else None."""
@@ -450,6 +464,7 @@ __all__ = [
     "_sorted_top",
     "_token_texts",
     "flag_value",
+    "metric_by_label",
     "metric_total",
     "parse_openai_chunk",
     "parse_openai_logprobs",

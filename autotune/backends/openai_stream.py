@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.acceptance import AcceptPositions
 from autotune.config import ReferenceOutput, TokenChoice
 
 __all__ = [
@@ -36,7 +37,8 @@ class ChunkInfo:
     server's own count (usage or meta_info), never from counting chunks. ``accept_length`` is the request's
     mean acceptance length (bonus token included) when the server reports it. ``final`` marks the chunk that
     completes the request's accounting (finish reason and token counts are known). ``error`` is an error
-    the server reported inside the stream.
+    the server reported inside the stream. ``positions``: the request's per-position acceptance counts when the
+    server reports them in the stream (``autotune.acceptance``).
     """
 
     text: str | None = None
@@ -47,6 +49,7 @@ class ChunkInfo:
     finish_reason: str | None = None
     final: bool = False
     error: str | None = None
+    positions: AcceptPositions | None = None
 
 
 #: reads one streamed JSON chunk of one launch's server (``Backend.chunk_parser``)

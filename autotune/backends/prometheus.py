@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import Mapping
 
-__all__ = ["_LABEL", "_SAMPLE", "_parse_labels", "metric_total", "parse_prometheus", "series_key"]
+__all__ = ["_LABEL", "_SAMPLE", "_parse_labels", "metric_by_label", "metric_total", "parse_prometheus", "series_key"]
 
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
@@ -70,3 +70,17 @@ def metric_total(metrics: Mapping[str, float], name: str) -> float | None:
                 total += value
                 found = True
     return total if found else None
+
+
+def metric_by_label(metrics: Mapping[str, float], name: str, label: str) -> dict[str, float]:
+    """Metric ``name`` summed per value of ``label`` over its other labels (e.g. a per-position counter over every
+    engine): {label value: total}; series without ``label`` are left out, so is a non-finite value."""
+    out: dict[str, float] = {}
+    prefix = name + "{"
+    for key, value in metrics.items():
+        if not key.startswith(prefix) or not key.endswith("}") or not math.isfinite(value):
+            continue
+        labels = dict(_parse_labels(key[len(prefix) : -1]))
+        if label in labels:
+            out[labels[label]] = out.get(labels[label], 0.0) + value
+    return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from autotune.acceptance import AcceptPositions, from_histogram
 from autotune.backends.base import ChunkInfo, _float_or_none, _int_or_none
 from autotune.config import ReferenceOutput, TokenChoice
 
@@ -28,7 +29,9 @@ def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> 
     """One chunk of SGLang's native ``/generate`` stream.
 
     ``meta_info.finish_reason`` is None until the last chunk, then e.g. ``{"type": "length", "length": 512}``;
-    the last chunk also has ``spec_accept_length`` (= completion_tokens / spec_verify_ct, bonus included).
+    the last chunk also has ``spec_accept_length`` (= completion_tokens / spec_verify_ct, bonus included) and, when
+    a round was verified, ``spec_correct_drafts_histogram`` (SGLang 0.5.23: entry j counts the verify steps that
+    accepted j draft tokens): the per-position acceptance counts (``autotune.acceptance.from_histogram``).
     """
     if obj.get("error"):
         err = obj["error"]
@@ -58,7 +61,13 @@ def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> 
         accept_length=accept if finish is not None else None,
         finish_reason=finish,
         final=finish is not None and completion is not None,
+        positions=_positions(meta) if finish is not None else None,
     )
+
+
+def _positions(meta: Mapping[str, Any]) -> AcceptPositions | None:
+    hist = meta.get("spec_correct_drafts_histogram")
+    return from_histogram(hist) if isinstance(hist, list) else None
 
 
 def parse_generate_logprobs(obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:

@@ -17,7 +17,9 @@ Knobs: ``method`` (eagle, eagle3, draft_model, ngram, mtp) and ``num_speculative
 - CUDA graphs off: ``--enforce-eager``.
 - Acceptance: vLLM reports no per-request acceptance in the stream; it comes from the deltas of the
   ``vllm:spec_decode_num_accepted_tokens_total`` / ``vllm:spec_decode_num_drafts_total`` counters around each
-  request (requests are measured one at a time): accept length = 1 + accepted / drafts.
+  request (requests are measured one at a time): accept length = 1 + accepted / drafts. So does the per-position
+  acceptance (``positions_from_metrics``): the deltas of ``vllm:spec_decode_num_accepted_tokens_per_pos_total``
+  per ``position`` label over the drafts' delta (vLLM 0.33.0's own per-position rate, ``SpecDecodingProm``).
 - Requests: OpenAI ``/v1/completions`` (or chat) streaming, tokens from ``usage`` (include_usage).
 - Export: ``--format vllm`` is the ``vllm serve`` command; with load levels its ``--speculative-config`` carries
   ``num_speculative_tokens_per_batch_size`` (``schedule_launch``). Another server's study exports so only as a
@@ -33,13 +35,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
+from autotune.acceptance import AcceptPositions
 from autotune.backends import encode
 from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch, _int_or_none, metric_total
 from autotune.backends.methods import version_lacks
+from autotune.backends.prometheus import metric_by_label
+from autotune.backends.vllm_drafters import architecture_problem
 from autotune.backends.vllm_methods import METHODS as METHOD_CATALOGUE
 from autotune.backends.vllm_methods import PER_BATCH_SIZE_SINCE, SINCE, VLLMMethods, mtp_unavailable
 from autotune.config import EffectiveConfig, TrialConfig
-from autotune.errors import InfeasibleConfig
+from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.schedule import batch_ranges
 from autotune.space import Choices
 
@@ -56,6 +61,10 @@ KNOBS = tuple(KNOB_DOMAINS)
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
+#: vLLM 0.33.0 ``SpecDecodingProm`` (vllm/v1/spec_decode/metrics.py): a counter per draft position, label ``position``
+#: "0".."K-1" (besides ``model_name`` and ``engine``): drafts whose first position+1 tokens were accepted
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+POSITION_LABEL = "position"
 
 _ALGORITHM_TO_METHOD = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "MTP": "mtp", "NGRAM": "ngram"}
 #: another server's neutral settings (``Backend.portable``) -> vLLM flags (True: a switch)
@@ -171,7 +180,41 @@ class VLLMBackend(Backend):
             out["num_speculative_tokens"] = eff.knob("num_speculative_tokens")
         return out
 
+    def check_drafters(self, space: Space) -> list[checks.Problem]:
+        """The checkpoint checks, and each searched drafter's architectures against what vLLM 0.33.0 loads under
+        the method it would run with (``vllm_drafters``): a refused one is an error (nothing is launched)."""
+        problems = super().check_drafters(space)
+        refused = {p.drafter for p in problems if p.is_error}  # one error a drafter: the checkpoint's first
+        for i, d in enumerate(space.drafters):
+            for method in self._launch_methods(space, d.name) if d.name not in refused else ():
+                why = architecture_problem(method, d.name, d.path)
+                if why:
+                    problems.append(checks.Problem("error", why, d.name, f"drafters[{i}].path", d.path))
+        return problems
+
+    @staticmethod
+    def _launch_methods(space: Space, drafter: str) -> list[str]:
+        """The methods drafter ``drafter`` would be launched with: those of ``search.methods`` naming it, else its
+        own (none when unsearched or undeterminable: ``check_checkpoints`` says so)."""
+        if space.search.methods:
+            return [name for name, m in space.search.methods.items() if drafter in m.drafters]
+        if drafter not in space.searched_drafters():
+            return []
+        try:
+            return [drafter_method(space, drafter)]
+        except ValidationFailed:
+            return []
+
     def resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
+        eff = self._resolve(config, space)
+        method = eff.knob("method")
+        if eff.drafter is not None and method is not None:
+            why = architecture_problem(str(method), eff.drafter, space.drafter(eff.drafter).path)
+            if why:
+                raise InfeasibleConfig(why)
+        return eff
+
+    def _resolve(self, config: TrialConfig, space: Space) -> EffectiveConfig:
         if config.is_baseline:
             return EffectiveConfig.baseline(config.cuda_graph)
         if space.search.methods:
@@ -311,6 +354,26 @@ class VLLMBackend(Backend):
         if accepted is None or drafts is None or drafts <= 0 or accepted < 0:
             return None
         return 1.0 + accepted / drafts
+
+    def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
+        """Per-position acceptance over the counters' deltas: accepted at position i (``ACCEPTED_PER_POS``, label
+        ``position`` i-1, summed over engines) and drafts (``DRAFTS``); None when no draft was made, a counter is
+        missing or a delta is negative (a restarted server)."""
+        drafts = _delta(before, after, DRAFTS)
+        now = metric_by_label(after, ACCEPTED_PER_POS, POSITION_LABEL)
+        if drafts is None or drafts <= 0 or not now:
+            return None
+        then = metric_by_label(before, ACCEPTED_PER_POS, POSITION_LABEL)
+        try:
+            depth = sorted(int(k) for k in now)
+        except ValueError:
+            return None
+        if depth != list(range(len(depth))):
+            return None
+        accepted = tuple(now[str(i)] - then.get(str(i), 0.0) for i in depth)
+        if any(a < 0 for a in accepted):
+            return None
+        return AcceptPositions(int(round(drafts)), tuple(int(round(a)) for a in accepted))
 
     @staticmethod
     def draft_acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:

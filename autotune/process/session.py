@@ -88,6 +88,7 @@ class ProcessSession:
             accept_length=r.accept_length,
             text=r.text,
             finish_reason=r.finish_reason,
+            positions=r.positions,
         )
 
     def _measure(self, index: int, text: str) -> PromptResult:

@@ -28,12 +28,16 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``start`` | launch | a shared start (``autotune.process.sharing``): ``id``, ``shared``, ``per_request``, ``probe`` |
 | ``crashes`` | a crash | each crash of its server (exit, last log line): one fresh start; two: ``unstable`` |
 | ``measured`` | launch | True once the server ran this config (the prompts follow) |
-| ``prompts`` | each prompt | ``PromptResult.to_dict()`` of each prompt measured so far |
+| ``prompts`` | each prompt | ``PromptResult.to_dict()`` of each prompt measured so far (+ ``accept_positions``) |
 | ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
 | ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
 | ``levels`` | each level | with load levels: ``LevelResult.summary()`` per level so far, ``speedup``, ``slo_broken`` |
 | ``slo_broken`` | end | levels (strings) breaking ``objective.slo``; constraint ``slo`` = their number |
+
+``accept_positions`` (in a prompt's dict only where the server reports it): the per-position acceptance counts of
+that request, ``{"drafts", "accepted": [drafts whose first i tokens were accepted, i = 1..K]}``
+(``autotune.acceptance``); ``TrialRecord.accept_positions`` pools a trial's prompts.
 
 A trial's evidence for review (server log, per-prompt results and figure as Optuna artifacts, a dashboard note) is
 not a user attr: ``autotune.evidence`` writes it as the system attrs Optuna and optuna-dashboard define.

@@ -8,6 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.acceptance import AcceptPositions, pool
 from autotune.config import LaunchInfo, LevelSummary, PromptResult, ReferenceOutput, TrialConfig
 from autotune.records.schema import (
     ACCEPT_LENGTH,
@@ -187,6 +188,12 @@ class TrialRecord:
     def prompts(self) -> list[dict[str, Any]]:
         """Per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed."""
         return self.attrs.get(PROMPTS, [])
+
+    @property
+    def accept_positions(self) -> AcceptPositions | None:
+        """Its prompts' per-position acceptance counts pooled (``autotune.acceptance.pool``; None: the server
+        reported none): ``rates`` are accepted at position i / drafts, an explanation, never a ranking."""
+        return pool(AcceptPositions.from_dict(p.get("accept_positions")) for p in self.prompts)
 
     def prompt_results(self) -> list[PromptResult]:
         """Per-prompt results, in the order measured (``PromptResult``, without the answers' text)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Protocol
 
+from autotune.acceptance import from_histogram
 from autotune.clock import VirtualClock
 from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, level_requests
 from autotune.errors import BenchmarkError, ServerDied, ServerExited, ServerOOM, StartupTimeout
@@ -225,6 +226,7 @@ class ModelSession:
             accept_length=plan.accept_length if self.engine.shape is not None else None,
             text=gen.text,
             finish_reason=gen.finish_reason,
+            positions=from_histogram(plan.correct_drafts_histogram) if self.engine.shape is not None else None,
         )
 
     def run_level(self, level: int) -> LevelResult:
@@ -290,6 +292,7 @@ class ModelSession:
                     accept_length=plan.accept_length if self.engine.shape is not None else None,
                     text=gen.text,
                     finish_reason=gen.finish_reason,
+                    positions=from_histogram(plan.correct_drafts_histogram) if self.engine.shape is not None else None,
                 )
             )
         return results, ms / 1000.0, failed

@@ -285,6 +285,8 @@ class _Handler(BaseHTTPRequestHandler):
             "spec_accept_length": acc,
             "spec_accept_rate": acc / shape.num_draft_tokens,
             "spec_verify_ct": p.verify_ct,
+            # SGLang 0.5.23 (TokenizerManager._calculate_spec_decoding_metrics): only when not empty
+            **({"spec_correct_drafts_histogram": hist} if (hist := p.correct_drafts_histogram) else {}),
         }
 
     def _fail_early(self, fault: str | None, gen: Generation) -> bool:

@@ -144,6 +144,15 @@ class RequestPlan:
     def accept_length(self) -> float:
         return self.completion_tokens / self.verify_ct
 
+    @property
+    def correct_drafts_histogram(self) -> list[int]:
+        """SGLang's ``spec_correct_drafts_histogram`` of this request: entry j counts the decode rounds that accepted j
+        draft tokens (the bonus token not counted); empty without decode rounds."""
+        if not self.tokens.size:
+            return []
+        correct = np.maximum(self.tokens - 1, 0)
+        return [int(c) for c in np.bincount(correct)]
+
 
 def count_prompt_tokens(text: str) -> int:
     """A cheap tokenizer stand-in: ~1.3 tokens per word plus a chat-template overhead."""

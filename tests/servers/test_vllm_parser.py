@@ -576,3 +576,96 @@ def test_the_exported_sglang_load_schedule_as_vllm_is_accepted(tmp_path):
         for x in sched:
             (k,) = [r[2] for r in got["num_speculative_tokens_per_batch_size"] if r[0] <= x["level"] <= r[1]]
             assert k == x["draft"], (x, got)
+
+
+# -- the drafters autotune refuses before launch (autotune.backends.vllm_drafters) ---------------------------------
+
+#: (method, architectures of the drafter's config.json): the SGLang formats, vLLM's formats, a base model vLLM has no
+#: EAGLE head for
+DRAFTER_CASES = [
+    ("eagle", ["LlamaForCausalLM"]),
+    ("eagle", ["EagleLlamaForCausalLM"]),
+    ("eagle", ["MistralForCausalLM"]),
+    ("eagle", ["LlamaForCausalLMEagle"]),
+    ("eagle", ["Qwen2ForCausalLM"]),
+    ("eagle3", ["LlamaForCausalLMEagle3"]),
+    ("eagle3", ["Eagle3LlamaForCausalLM"]),
+    ("eagle3", ["LlamaForCausalLM"]),
+    ("eagle3", ["LlamaForCausalLMEagle"]),
+    ("eagle3", ["Qwen2ForCausalLM"]),
+]
+
+
+def test_vllm_refuses_exactly_the_drafters_autotune_refuses(tmp_path):
+    """Each case's drafter (a one-layer Llama head's config.json with those architectures) launched under its
+    method on the Llama target: vLLM's own create_engine_config accepts it iff ``architecture_problem`` is None, and
+    a refused one is refused for its architectures."""
+    from autotune.backends.vllm_drafters import architecture_problem
+
+    items, want = [], {}
+    for i, (method, archs) in enumerate(DRAFTER_CASES):
+        d = tmp_path / f"drafter-{i}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({**EAGLE_HEAD, "architectures": archs}))
+        spec = {"method": method, "model": str(d), "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1}
+        item_id = f"{method} {archs}"
+        items.append({"id": item_id, "argv": [str(LLAMA), "--speculative-config", json.dumps(spec)]})
+        want[item_id] = architecture_problem(method, f"drafter-{i}", str(d)) is None
+    assert set(want.values()) == {True, False}
+    results = run_vllm(items, tmp_path)
+    bad = []
+    for item_id, ok in want.items():
+        res = results[item_id]
+        if res["accepted"] != ok:
+            bad.append(f"{item_id}: autotune {'accepts' if ok else 'refuses'}, vLLM: {res.get('error') or 'accepted'}")
+        elif not ok and "are not supported" not in res["error"]:
+            bad.append(f"{item_id}: vLLM refused it for another reason: {res['error'][:300]}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_accepted_tables_are_vllms_registry():
+    """``vllm_drafters.ACCEPTED`` recomputed from vLLM 0.33.0's model registry and EAGLEConfig's renaming."""
+    from autotune.backends.vllm_drafters import ACCEPTED
+
+    code = (
+        "import json\n"
+        "from vllm.model_executor.models.registry import ModelRegistry\n"
+        "archs = set(ModelRegistry.get_supported_archs())\n"
+        "e = lambda a: a if a.startswith('Eagle') else 'Eagle' + a\n"
+        "e3 = lambda a: a if a.startswith('Eagle3') or a.endswith('Eagle3') else 'Eagle3' + a\n"
+        "print(json.dumps({'eagle': sorted(a for a in archs if e(a) in archs),"
+        " 'eagle3': sorted(a for a in archs if e3(a) in archs)}))\n"
+    )
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR"}
+    r = subprocess.run([VLLM_PYTHON, "-c", code], capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert {k: sorted(v) for k, v in ACCEPTED.items()} == got
+    # and EAGLEConfig renames as vllm_drafters.renamed does (its source, the rule the tables are read with)
+    src = subprocess.run(
+        [VLLM_PYTHON, "-c", "import inspect, vllm.transformers_utils.configs.eagle as m; print(inspect.getsource(m))"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    ).stdout
+    assert 'f"Eagle{arch}" if not arch.startswith("Eagle") else arch' in src
+    assert 'if arch.startswith("Eagle3") or arch.endswith("Eagle3")' in src
+
+
+def test_the_metrics_samples_are_what_vllm_writes(tmp_path):
+    """tests/backends/samples/vllm-0.33.0_metrics_*.txt written again by vLLM's own SpecDecodingProm
+    (vllm_metrics_gen.py): the same series and values (the ``_created`` timestamps aside)."""
+    from autotune.backends.prometheus import parse_prometheus
+
+    gen = Path(__file__).with_name("vllm_metrics_gen.py")
+    r = subprocess.run([VLLM_PYTHON, str(gen), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    samples = REPO / "tests" / "backends" / "samples"
+    for name in ("before", "after"):
+        fresh = parse_prometheus((tmp_path / f"{name}.txt").read_text())
+        kept = parse_prometheus((samples / f"vllm-0.33.0_metrics_{name}.txt").read_text())
+        assert {k: v for k, v in fresh.items() if "_created" not in k} == {
+            k: v for k, v in kept.items() if "_created" not in k
+        }
