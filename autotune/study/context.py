@@ -35,6 +35,8 @@ class StudyContext:
     evidence: Evidence | None = None  # where each trial's log, prompts and note go for the dashboard
     policies: Policies = DEFAULT_POLICIES  # candidate selection, refinement, stopping
     pruner: BaselinePruner = field(init=False)
+    #: the last surrogate fitted (``search.surrogate``) and what it was fitted on: one fit per observation set
+    surrogate_fit: tuple[Any, Any] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.pruner = make_pruner(self.space)

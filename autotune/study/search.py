@@ -428,15 +428,19 @@ def surrogate(ctx: StudyContext) -> Surrogate | None:
     if len({c.key() for c, _ in obs}) < ctx.policies.refine.min_points:
         return None
     floor = max(ctx.space.pruning.start_noise / math.sqrt(2), 0.005)
-    encoding = Encoding.from_configs(grid + [c for c, _ in obs])
-    model = Surrogate(encoding, obs, noise_floor=floor)
     seen = {c.key() for c, _ in obs}
     pending = [c for c in running_configs(ctx) if c.key() not in seen]
+    fitted_on = (tuple((c.key(), v) for c, v in obs), tuple(c.key() for c in pending), floor)
+    if ctx.surrogate_fit is not None and ctx.surrogate_fit[0] == fitted_on:  # the settle check's fit, reused
+        return ctx.surrogate_fit[1]
+    encoding = Encoding.from_configs(grid + [c for c, _ in obs])
+    model = Surrogate(encoding, obs, noise_floor=floor)
     if pending:  # parallel workers: what others are measuring now counts as measured at the model's mean
         mean, _sd = model.predict(pending)
         model = Surrogate(
             encoding, obs + [(c, float(m)) for c, m in zip(pending, mean, strict=True)], noise_floor=floor
         )
+    ctx.surrogate_fit = (fitted_on, model)
     return model
 
 

@@ -251,3 +251,31 @@ def test_a_gain_under_the_bar_is_no_worthwhile_gain_and_the_baseline_is_recommen
     assert "verdict: no-worthwhile-gain" in out.getvalue()
     write_html_report(study, report, tmp_path / "r.html")
     assert "<b>no-worthwhile-gain</b>" in (tmp_path / "r.html").read_text()
+
+
+def test_one_surrogate_fit_per_observation_set(monkeypatch):
+    """The settle check and the next pick ask for the same surrogate between two trials: fitted once, and fitted
+    again as soon as a measurement is added."""
+    from autotune.study import search
+
+    space = _space(30)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "fits", seed=1)
+    orch = Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study)
+    fits = []
+    real = search.Surrogate
+
+    def counting(*a, **k):
+        fits.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(search, "Surrogate", counting)
+    orch.search(12)
+    ctx = orch.ctx
+    first = search.surrogate(ctx)
+    assert first is not None and search.surrogate(ctx) is first
+    n = len(fits)
+    assert search.surrogate(ctx) is first and len(fits) == n  # asked again: no new fit
+    orch.search(13)  # one more trial: its settle check and its pick reuse the fit above
+    assert records.counted_trials(study) == 13
+    assert search.surrogate(ctx) is not first  # fitted again on the new measurement
+    assert len(fits) == n + 1
