@@ -23,6 +23,10 @@ __all__ = ["_ANY", "SearchSection"]
 _ANY = KnobDomain()
 
 
+#: search keys that a space with search.methods takes too (the rest are given per method)
+COMMON_SEARCH_KEYS = ("cuda_graph", "share_starts")
+
+
 class SearchSection(Checker):
     """Validators of the ``search`` section (``search``) and of a knob's values (``param``)."""
 
@@ -38,7 +42,7 @@ class SearchSection(Checker):
         if v is None:
             return SearchSpec(drafters=drafter_names or ())
         domains = knob_domains(backend)  # without a valid server section: every backend's knobs
-        valid = ("drafters", "cuda_graph", "methods", "share_starts", *(domains if backend else ()))
+        valid = ("drafters", "methods", *COMMON_SEARCH_KEYS, *(domains if backend else ()))
         m = self.mapping(v, f, line, valid)
         drafters: tuple[str, ...] = drafter_names or ()
         cuda_graph: tuple[bool, ...] = (True,)
@@ -47,7 +51,7 @@ class SearchSection(Checker):
         share = True
         if isinstance(m, dict) and "methods" in m:
             for key in m:
-                if key not in ("methods", "cuda_graph", "share_starts"):
+                if key != "methods" and key not in COMMON_SEARCH_KEYS:
                     raise self.error(
                         join(f, key),
                         key_line(m, key, line),

@@ -10,8 +10,18 @@ from autotune.plan import Costs
 
 def _plan(**kw):
     args = dict(
-        n_trials=12, used=0, graph_settings=2, levels=(1,), confirm_top=3, repeats=4, max_repeats=8, confirm=True,
-        n_prompts=5, warmup=1, gpus=8, costs=Costs(startup_s=600.0, request_s=10.0, source="test"),
+        n_trials=12,
+        used=0,
+        graph_settings=2,
+        levels=(1,),
+        confirm_top=3,
+        repeats=4,
+        max_repeats=8,
+        confirm=True,
+        n_prompts=5,
+        warmup=1,
+        gpus=8,
+        costs=Costs(startup_s=600.0, request_s=10.0, source="test"),
     )
     args.update(kw)
     return planmod.plan(**args)

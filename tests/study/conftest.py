@@ -93,8 +93,11 @@ class _Session:
 
     def run_prompt(self, i):
         if i == self.dies_at:
-            raise ServerDied("the server exited while serving (code -6)", returncode=-6,
-                             log_tail="llama_decode: ...\nGGML_ASSERT(n_tokens_all <= n_batch) failed\nAborted")
+            raise ServerDied(
+                "the server exited while serving (code -6)",
+                returncode=-6,
+                log_tail="llama_decode: ...\nGGML_ASSERT(n_tokens_all <= n_batch) failed\nAborted",
+            )
         tps = self.runner.base * (1 + 0.1 * i) * self.factor * math.exp(self.runner.rng.gauss(0, 0.005))
         acc = None if self.config.is_baseline else self.runner.accept.get(self.config.drafter, 2.5)
         text = f"output of prompt {i} " * 20

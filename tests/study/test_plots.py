@@ -37,9 +37,11 @@ def test_history_and_timeline_show_every_server_start(study_and_report):
     up, bench, confirm = figs["timeline"].data  # the search's starts, then confirmation's
     assert len(up.x) == len(bench.x) == len(starts)
     rounds = study.user_attrs["confirmation"]["rounds"]
-    assert len(confirm.x) == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds) == rep["gpu_time"][
-        "confirmation_starts"
-    ]
+    assert (
+        len(confirm.x)
+        == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
+        == rep["gpu_time"]["confirmation_starts"]
+    )
     assert sum(confirm.x) * 60 == pytest.approx(rep["gpu_time"]["confirmation_s"])
     assert [round(x * 60, 6) for x in up.x] == [60.0] * len(starts)  # ScriptedRunner's startup_s
     shown = sum(len(tr.x) for tr in figs["history"].data)
