@@ -293,7 +293,10 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
         threshold=policy.settle_probability,
         samples=policy.settle_samples,
         seed=records.design_seed(ctx.study) + len(trials),
-        improve_settles=_surrogate_picks(trials) >= policy.improve_after_picks,
+        # with load levels "the best is found" is the objective's answer only: each level's winner is a question
+        # its surrogate does not see (scripts/bench_load.py: stopping on it missed a level's winner in 2 more
+        # seeds of 20 and saved no GPU time); "nothing clears the bar" still stops the search
+        improve_settles=_surrogate_picks(trials) >= policy.improve_after_picks and not ctx.space.benchmark.loaded,
     )
 
 

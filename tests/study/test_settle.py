@@ -279,3 +279,28 @@ def test_one_surrogate_fit_per_observation_set(monkeypatch):
     assert records.counted_trials(study) == 13
     assert search.surrogate(ctx) is not first  # fitted again on the new measurement
     assert len(fits) == n + 1
+
+
+def test_with_load_levels_only_nothing_clearing_the_bar_stops_the_search(monkeypatch):
+    """The surrogate models the weighted objective, not each level's winner: with load levels "the best is found"
+    is not asked to stop the search (scripts/bench_load.py: it missed a level's winner in more seeds)."""
+    from autotune.study import search
+    from autotune.study.context import StudyContext
+
+    study = _search(peak, 60)  # one stream: the peak is found and settles the search
+    assert "no unmeasured config" in records.search_settled(study)["reason"]
+    space = _space(60)
+    asked = []
+    real = search.settle.settle
+
+    def spy(*a, **k):
+        asked.append(k["improve_settles"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(search.settle, "settle", spy)
+    for levels, expected in (((1,), True), ((1, 8), False)):
+        bench = dataclasses.replace(space.benchmark, concurrency=levels)
+        ctx = StudyContext(dataclasses.replace(space, benchmark=bench), SGLangBackend(), ScriptedRunner({}), study)
+        state = search.settled(ctx)
+        assert asked[-1] is expected
+        assert (state.reason is not None) is expected  # the same measurements: settled only without levels
