@@ -34,7 +34,7 @@ import functools
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -78,6 +78,9 @@ from autotune.study.outcomes import (
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
+
+if TYPE_CHECKING:
+    from autotune.space import Space
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 #: what a ``level`` event carries (the live view shows it)
@@ -441,7 +444,7 @@ class Objective:
             # should_prune() would compute it a second time)
             d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
             if d is not None and d.prune:
-                self._record_speedup(t, results, baseline)
+                self._record_speedup(t, results, baseline, self.ctx.space)
                 raise Lost(d.reason, d.upper_bound, d.rule, d.against)
 
     def _alarm(self, first: PromptResult) -> None:
@@ -487,18 +490,19 @@ class Objective:
             if ctx.space.benchmark.temperature == 0:
                 baseline_floor(ctx, t.number, config, texts)
         else:
-            self._record_speedup(t, results, baseline)
+            self._record_speedup(t, results, baseline, ctx.space)
             if baseline is not None and ctx.space.benchmark.temperature == 0:
                 check = lossless_record(ctx, texts, baseline)
                 t.record.lossless(check)
                 if not check["ok"]:
                     ctx.emit(Event("note", t.number, {"message": "lossy: " + lossless.summary_line(check)}))
+        value = objective_value(ctx.space, results)
         end = {
             "state": TrialState.COMPLETE.name,
-            "tok_per_s": summary["tok_per_s"],
-            "speedup": speedup_of(results, baseline),
+            "tok_per_s": value,
+            "speedup": speedup_of(results, baseline, ctx.space),
         }
-        return summary["tok_per_s"], end
+        return value, end
 
     def _complete_levels(
         self,
@@ -530,8 +534,10 @@ class Objective:
         return value, end
 
     @staticmethod
-    def _record_speedup(t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None) -> None:
-        s = speedup_of(results, baseline)
+    def _record_speedup(
+        t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None, space: Space | None = None
+    ) -> None:
+        s = speedup_of(results, baseline, space)
         if s is not None:
             t.record.speedup(s)
 
@@ -554,11 +560,25 @@ def _prompt_result(d: dict[str, Any]) -> PromptResult:
     return PromptResult(**{k: d[k] for k in keys if k in d})
 
 
-def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None) -> float | None:
-    """Aggregate tok/s over the measured prompts divided by the baseline's over the same prompts."""
+def objective_value(space: Space, results: list[PromptResult]) -> float:
+    """A one-stream start's objective: tok/s over the prompt set, or with ``objective.weights`` over prompt
+    categories the weighted geometric mean of the categories' tok/s (``autotune.objective.category_value``)."""
+    weights = space.objective.category_weights()
+    if weights:
+        return objective.category_value(results, space.benchmark.categories, weights)
+    return summarize(results)["tok_per_s"]
+
+
+def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, space: Space | None = None) -> float | None:
+    """Aggregate tok/s over the measured prompts divided by the baseline's over the same prompts; with weights over
+    prompt categories, the objective's speedup over the categories measured (``objective.category_speedup``)."""
     if baseline is None or not results:
         return None
     base_prompts = TrialRecord(baseline).prompts
+    weights = space.objective.category_weights() if space is not None else None
+    if weights:
+        reference = [PromptResult.from_dict(p) for p in base_prompts]
+        return objective.category_speedup(results, reference, space.benchmark.categories, weights)[0]  # type: ignore[union-attr]
     n = len(results)
     base_tokens = sum(p["completion_tokens"] for p in base_prompts[:n])
     base_seconds = sum(p["seconds"] for p in base_prompts[:n])
