@@ -131,14 +131,16 @@ def summarize(
     winner = None
     if verdict == "speculation-wins" and best is not None:
         winner = (best.get("config") or {}).get("method")
-    return {
+    summary = {
         "methods": out,
         "winner": winner,
         "text": _text(out, winner),
         "adaptive": _adaptive_rows(out),
         "categories": _categories(out, info.get("categories") or [], per_prompt or {}),
-        "category_weights": dict(category_weights) if category_weights else None,
     }
+    if category_weights:  # the objective weighs categories (absent: as before)
+        summary["category_weights"] = dict(category_weights)
+    return summary
 
 
 def _text(out: list[dict[str, Any]], winner: str | None) -> str:
