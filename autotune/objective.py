@@ -29,6 +29,7 @@ from autotune.verdict import PruneDecision, clearly_loses
 
 if TYPE_CHECKING:
     from autotune.config import PromptResult
+    from autotune.space import Space
     from autotune.stats import Spread
 
 #: an unmeasured (higher) level is assumed to gain at most this much more (log ratio) than the best upper bound
@@ -175,6 +176,60 @@ def category_speedup(
         return None, []
     total = sum(w.values())
     return math.exp(sum(x * math.log(ratios[c]) for c, x in w.items()) / total), [c for c in weights if c in w]
+
+
+def one_stream_value(results: Sequence[PromptResult], space: Space) -> float:
+    """A one-stream start's objective: tok/s over the prompt set, or with ``objective.weights`` over prompt
+    categories ``category_value``."""
+    weights = space.objective.category_weights()
+    if weights:
+        return category_value(results, space.benchmark.categories, weights)
+    seconds = sum(r.seconds for r in results)
+    return sum(r.completion_tokens for r in results) / seconds if seconds > 0 else 0.0
+
+
+def one_stream_speedup(
+    results: Sequence[PromptResult], reference: Sequence[PromptResult], space: Space
+) -> float | None:
+    """``category_speedup`` under the space's weights over categories."""
+    return category_speedup(results, reference, space.benchmark.categories, space.objective.category_weights() or {})[0]
+
+
+def category_basis(
+    results: Sequence[PromptResult],
+    reference: Sequence[PromptResult],
+    categories: Sequence[str | None],
+    weights: Mapping[str, float],
+    n_prompts: int,
+) -> tuple[float | None, str | None]:
+    """A trial stopped early: its ``category_speedup`` over ``reference`` and what it rests on, in words."""
+    value, measured = category_speedup(results, reference, categories, weights)
+    if value is None:
+        return None, None
+    of = len([c for c, w in weights.items() if w > 0])
+    return value, (
+        f"categories {', '.join(measured)} of {of} measured ({len(results)} of {n_prompts} prompts; weights of those "
+        "categories)"
+    )
+
+
+def describe(weights: Mapping[int, float], category_weights: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """What the study maximises, in words (every speedup of a report is a ratio of it), with its weights."""
+    if category_weights:
+        mix = ", ".join(f"{c} {w:.3g}" for c, w in category_weights.items())
+        return {
+            "text": f"weighted over categories {mix} (the weighted geometric mean of each prompt category's "
+            "aggregate tok/s, one stream)",
+            "weights": None,
+            "category_weights": dict(category_weights),
+        }
+    if not weights:
+        return {"text": "tok/s over the prompt set, one stream", "weights": None}
+    mix = ", ".join(f"{c}: {w:g}" for c, w in sorted(weights.items()))
+    return {
+        "text": f"weighted geometric mean of the load levels' aggregate tok/s (weights {mix})",
+        "weights": {str(c): w for c, w in sorted(weights.items())},
+    }
 
 
 def category_prune_decision(

@@ -115,15 +115,8 @@ def objective_speedup(
         return (t.value / ref.value, "objective") if t.value else (None, None)
     r, b = TrialRecord(t), TrialRecord(ref)
     if by_category and by_category[0]:
-        cw, cats = by_category
-        mine = [PromptResult.from_dict(p) for p in r.prompts]
-        value, measured = objective.category_speedup(mine, [PromptResult.from_dict(p) for p in b.prompts], cats, cw)
-        if value is None:
-            return None, None
-        return value, (
-            f"categories {', '.join(measured)} of {len([c for c, w in cw.items() if w > 0])} measured "
-            f"({len(mine)} of {n_prompts} prompts; weights of those categories)"
-        )
+        mine, theirs = ([PromptResult.from_dict(p) for p in x.prompts] for x in (r, b))
+        return objective.category_basis(mine, theirs, by_category[1], by_category[0], n_prompts)
     if weights and r.levels:
         ratios = objective.speedups(r.level_tok_per_s(), b.level_tok_per_s())
         w = {c: weights.get(c, 0.0) for c in ratios if weights.get(c, 0.0) > 0}
@@ -266,7 +259,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "recommended": recommended,
         "flags": _flags(rows),
         "load": _load(rows, best, conf),
-        "objective": _objective(weights, by_category[0]),
+        "objective": objective.describe(weights, by_category[0]),
         "interval_note": interval_note(conf),
         "comparisons": "every speculative trial is paired with the baseline measured under the same CUDA-graph "
         "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
@@ -286,25 +279,6 @@ def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:
     return {
         **state,
         "text": f"search stopped after {state['trials']} of up to {state['n_trials']} trials: {state['reason']}",
-    }
-
-
-def _objective(weights: dict[int, float], category_weights: dict[str, float] | None = None) -> dict[str, Any]:
-    """What the study maximises, in words (every speedup of the report is a ratio of it)."""
-    if category_weights:
-        mix = ", ".join(f"{c} {w:.3g}" for c, w in category_weights.items())
-        return {
-            "text": f"weighted over categories {mix} (the weighted geometric mean of each prompt category's "
-            "aggregate tok/s, one stream)",
-            "weights": None,
-            "category_weights": dict(category_weights),
-        }
-    if not weights:
-        return {"text": "tok/s over the prompt set, one stream", "weights": None}
-    mix = ", ".join(f"{c}: {w:g}" for c, w in sorted(weights.items()))
-    return {
-        "text": f"weighted geometric mean of the load levels' aggregate tok/s (weights {mix})",
-        "weights": {str(c): w for c, w in sorted(weights.items())},
     }
 
 

@@ -34,7 +34,7 @@ import functools
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -55,6 +55,7 @@ from autotune.errors import (
 from autotune.measure import run_levels, run_prompts
 from autotune.records import TrialRecord, TrialWriter
 from autotune.runner import Session
+from autotune.space import Space
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
@@ -78,9 +79,6 @@ from autotune.study.outcomes import (
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
-
-if TYPE_CHECKING:
-    from autotune.space import Space
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 #: what a ``level`` event carries (the live view shows it)
@@ -496,7 +494,9 @@ class Objective:
                 t.record.lossless(check)
                 if not check["ok"]:
                     ctx.emit(Event("note", t.number, {"message": "lossy: " + lossless.summary_line(check)}))
-        value = objective_value(ctx.space, results)
+        value = (
+            objective.one_stream_value(results, ctx.space) if ctx.space.objective.by_category else summary["tok_per_s"]
+        )
         end = {
             "state": TrialState.COMPLETE.name,
             "tok_per_s": value,
@@ -534,9 +534,7 @@ class Objective:
         return value, end
 
     @staticmethod
-    def _record_speedup(
-        t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None, space: Space | None = None
-    ) -> None:
+    def _record_speedup(t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None, space: Space) -> None:
         s = speedup_of(results, baseline, space)
         if s is not None:
             t.record.speedup(s)
@@ -560,25 +558,13 @@ def _prompt_result(d: dict[str, Any]) -> PromptResult:
     return PromptResult(**{k: d[k] for k in keys if k in d})
 
 
-def objective_value(space: Space, results: list[PromptResult]) -> float:
-    """A one-stream start's objective: tok/s over the prompt set, or with ``objective.weights`` over prompt
-    categories the weighted geometric mean of the categories' tok/s (``autotune.objective.category_value``)."""
-    weights = space.objective.category_weights()
-    if weights:
-        return objective.category_value(results, space.benchmark.categories, weights)
-    return summarize(results)["tok_per_s"]
-
-
 def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, space: Space | None = None) -> float | None:
-    """Aggregate tok/s over the measured prompts divided by the baseline's over the same prompts; with weights over
-    prompt categories, the objective's speedup over the categories measured (``objective.category_speedup``)."""
+    """Aggregate tok/s over the measured prompts over the baseline's there (or ``objective.one_stream_speedup``)."""
     if baseline is None or not results:
         return None
     base_prompts = TrialRecord(baseline).prompts
-    weights = space.objective.category_weights() if space is not None else None
-    if weights:
-        reference = [PromptResult.from_dict(p) for p in base_prompts]
-        return objective.category_speedup(results, reference, space.benchmark.categories, weights)[0]  # type: ignore[union-attr]
+    if space is not None and space.objective.by_category:
+        return objective.one_stream_speedup(results, [PromptResult.from_dict(p) for p in base_prompts], space)
     n = len(results)
     base_tokens = sum(p["completion_tokens"] for p in base_prompts[:n])
     base_seconds = sum(p["seconds"] for p in base_prompts[:n])
