@@ -212,3 +212,51 @@ def test_weights_over_categories_flip_the_winner(tmp_path):
     # the two winners' category tables show why: n-gram far ahead on code, behind on chat
     ng, e3 = code["methods"]["categories"]["ngram"], chat["methods"]["categories"]["eagle3"]
     assert ng["code-edit"] > e3["code-edit"] and ng["chat"] < e3["chat"]
+
+
+def test_pruner_judges_a_running_trial_by_the_weighted_categories():
+    """In-memory study: a trial 1.6x on code prompts (0-2) and 0.6x on chat prompts (3-5). Weighted to chat it is
+    pruned against the baseline once two chat prompts are in; weighted to code it is not, whatever chat does; with
+    no weights the plain per-prompt rule applies."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from autotune import records
+    from autotune.pruner import BaselinePruner
+
+    dist = {
+        records.PARAM_DRAFTER: CategoricalDistribution(["none", "d"]),
+        records.PARAM_CUDA_GRAPH: CategoricalDistribution([True, False]),
+    }
+    cats = ("code",) * 3 + ("chat",) * 3
+    base = {i: 100.0 + 3 * i for i in range(6)}
+    ratios = [1.6, 1.62, 1.58, 0.6, 0.61, 0.59]
+
+    def decide(weights: dict[str, float] | None, steps: int):
+        study = optuna.create_study(direction="maximize")
+        study.add_trial(
+            create_trial(
+                state=optuna.trial.TrialState.COMPLETE,
+                value=100.0,
+                params={records.PARAM_DRAFTER: "none", records.PARAM_CUDA_GRAPH: True},
+                distributions=dist,
+                user_attrs={records.ROLE: records.ROLE_BASELINE, records.MEASURED: True},
+                intermediate_values=base,
+            )
+        )
+        study.enqueue_trial({records.PARAM_DRAFTER: "d", records.PARAM_CUDA_GRAPH: True})
+        t = study.ask(dist)
+        for i in range(steps):
+            t.report(base[i] * ratios[i], i)
+        frozen = study._storage.get_trial(t._trial_id)  # noqa: SLF001 - the frozen view the pruner gets
+        pruner = BaselinePruner(categories=cats, category_weights=weights, leader=False)
+        return pruner.decide(study, frozen)
+
+    assert not decide({"code": 0.0, "chat": 1.0}, 4).prune  # one chat prompt: no decision yet
+    chat = decide({"code": 0.0, "chat": 1.0}, 5)
+    assert chat.prune and chat.rule == "baseline" and chat.upper_bound < 1
+    assert not decide({"code": 1.0, "chat": 0.0}, 6).prune
+    assert decide({"code": 1.0, "chat": 0.0}, 6).upper_bound > 1.3
+    # the per-prompt rule over all six prompts (no weights) sees a gain and a loss mixed: no prune either
+    assert not decide(None, 6).prune
