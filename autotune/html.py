@@ -35,6 +35,7 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         *_verdict(report),
         *_baselines(report),
         *_confirmation(report),
+        *_methods(report),
         *_levels(report),
         *_positions(report),
         *_alarms(report),
@@ -70,6 +71,7 @@ def _verdict(report: dict[str, Any]) -> list[str]:
         f"<p class='verdict' id='verdict'><b>{_e(report['verdict'])}</b> ({_e(rests_on)}): "
         f"{_e(report['verdict_text'])}</p>"
     ]
+    parts += _objective_line(report)
     if report.get("search_settled"):
         parts.append(f"<p class='settled' id='search-settled'>{_e(report['search_settled']['text'])}</p>")
     for e in report.get("exclusions", []):
@@ -113,6 +115,52 @@ def _confirmation(report: dict[str, Any]) -> list[str]:
     parts.append("</table>")
     if report.get("interval_note"):
         parts.append(f"<p class='note' id='interval-note'>{_e(report['interval_note'])}.</p>")
+    return parts
+
+
+def _objective_line(report: dict[str, Any]) -> list[str]:
+    """What the study maximised, when its weights name prompt categories."""
+    obj = report.get("objective") or {}
+    if not obj.get("category_weights"):
+        return []
+    return [f"<p class='objective' id='objective'>objective: {_e(obj['text'])}</p>"]
+
+
+def _methods(report: dict[str, Any]) -> list[str]:
+    """Per-method results (spaces with search.methods): the sentence naming the winner, each method's best, and
+    each prompt category's speedup per method."""
+    m = report.get("methods")
+    if not m:
+        return []
+    parts = [
+        f"<h2>Methods</h2><p id='methods-text'>{_e(m['text'])}</p>",
+        "<table id='methods'><tr><th>method</th><th>best speedup</th><th>interval</th><th>trial</th>"
+        "<th>measured</th><th>accept len</th></tr>",
+    ]
+    for e in m["methods"]:
+        b = e.get("best") or {}
+        ci = b.get("speedup_ci")
+        parts.append(
+            f"<tr><td>{_e(e['label'])}</td><td>{_num(b.get('speedup'), '.3f')}</td>"
+            f"<td>{_range(ci) if ci else _e(e.get('unavailable') or '-')}</td><td>{_e(b.get('trial', ''))}</td>"
+            f"<td>{e['measured']} of {e['trials']}</td><td>{_num(e.get('accept_length'), '.2f')}</td></tr>"
+        )
+    parts.append("</table>")
+    cats = m.get("categories") or {}
+    names = sorted({c for row in cats.values() for c in row})
+    if names:
+        weights = m.get("category_weights") or {}
+        head = "".join(f"<th>{_e(c)}{f' (weight {weights.get(c, 0.0):.3g})' if weights else ''}</th>" for c in names)
+        labels = {e["method"]: e["label"] for e in m["methods"]}
+        parts.append(
+            "<p>Each prompt category's speedup (geometric mean over its prompts, against the trial's own "
+            "baseline) of each method's best config.</p>"
+            f"<table id='categories'><tr><th>method</th>{head}</tr>"
+        )
+        for method, row in cats.items():
+            cells = "".join(f"<td>{_num(row.get(c), '.3f')}</td>" for c in names)
+            parts.append(f"<tr><td>{_e(labels.get(method, method))}</td>{cells}</tr>")
+        parts.append("</table>")
     return parts
 
 

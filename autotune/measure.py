@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.config import LaunchInfo, LevelResult, PromptResult, TrialConfig, summarize
-from autotune.objective import weighted_value
+from autotune.objective import category_value, weighted_value
 from autotune.runner import Runner, Session
 from autotune.space import Space
 
@@ -31,6 +31,9 @@ class Measurement:
     results: list[PromptResult]
     levels: tuple[LevelResult, ...] = ()  # with load levels: every level (level 1 from ``results``)
     weights: dict[int, float] | None = None
+    #: with ``objective.weights`` over prompt categories: each prompt's category and the weights
+    categories: tuple[str | None, ...] = ()
+    category_weights: dict[str, float] | None = None
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -38,9 +41,12 @@ class Measurement:
 
     @property
     def tok_per_s(self) -> float:
-        """tok/s over the prompt set; with load levels the objective (``autotune.objective.weighted_value``)."""
+        """tok/s over the prompt set; with load levels the objective (``autotune.objective.weighted_value``), with
+        weights over prompt categories the categories' (``autotune.objective.category_value``)."""
         if len(self.levels) > 1 and self.weights:
             return weighted_value({lv.level: lv.tok_per_s for lv in self.levels}, self.weights)
+        if self.category_weights:
+            return category_value(self.results, self.categories, self.category_weights)
         return self.summary["tok_per_s"]
 
 
@@ -99,6 +105,11 @@ def measure_config(
     with started(runner, config) as session:
         results = run_prompts(session, len(space.benchmark.prompts), on_prompt=on_prompt)
         if not space.benchmark.loaded:
+            by_category = space.objective.category_weights()
+            if by_category:
+                return Measurement(
+                    session.info, results, categories=space.benchmark.categories, category_weights=by_category
+                )
             return Measurement(session.info, results)
         levels = run_levels(session, space, results)
         weights = space.objective.weights_for(space.benchmark.concurrency)

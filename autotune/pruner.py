@@ -15,7 +15,9 @@ the paired speedup over the baseline falls below 1; the leader rule once the bou
 the luckiest of many, and a config a few percent behind it may still be the optimum). The bound
 uses the study's pooled prompt-to-prompt spread (``stats.pooled_spread``: every other measured trial's per-prompt
 log ratios against the same kind of reference, from a conservative prior), the trial's own where it is larger, and
-the start-to-start noise. Pruners are not stored in the storage: every worker constructs the same one.
+the start-to-start noise. With ``objective.weights`` over prompt categories both rules use the objective's
+weighted bound (``autotune.objective.category_prune_decision``). Pruners are not stored in the storage: every
+worker constructs the same one.
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ class BaselinePruner(BasePruner):
         levels: tuple[int, ...] = (1,),
         weights: dict[int, float] | None = None,
         n_prompts: int = 0,
+        categories: Sequence[str | None] = (),
+        category_weights: dict[str, float] | None = None,
     ) -> None:
         if not 0 <= leader_margin < 1:
             raise ValueError(f"leader_margin must be in [0, 1) but got {leader_margin}")
@@ -137,6 +141,11 @@ class BaselinePruner(BasePruner):
         self.levels = tuple(levels)
         self.weights = dict(weights or {})
         self.n_prompts = int(n_prompts)
+        #: the objective over prompt categories (``autotune.objective``): each prompt's category and the weights
+        self.categories = tuple(categories)
+        self.category_weights = dict(category_weights or {})
+        if self.category_weights and not self.categories:
+            raise ValueError("category_weights need the prompts' categories")
 
     def decide(self, study: optuna.Study, trial: FrozenTrial) -> PruneDecision | None:
         """The decision with its numbers (the baseline rule's, or the leader rule's when that one prunes), or
@@ -161,17 +170,24 @@ class BaselinePruner(BasePruner):
         everything = study.get_trials(deepcopy=False)
         opts = {"confidence": self.confidence, "min_prompts": self.min_prompts, "start_noise": self.start_noise}
         spread = spread_vs_baselines(study, everything, trial.number) if self.pooled else None
-        d = prune_decision(*paired_values(trial, baseline), spread=spread, against=baseline.number, **opts)
+        if self.category_weights:
+            d = self._by_category(trial.intermediate_values, baseline.intermediate_values, spread, baseline.number)
+        else:
+            d = prune_decision(*paired_values(trial, baseline), spread=spread, against=baseline.number, **opts)
         if d.prune or not self.leader:
             return d
         lead = leader_of(everything, exclude=trial.number)
         if lead is None or lead.number == baseline.number:
             return d
         spread = spread_vs(lead, everything, trial.number) if self.pooled else None
-        t, lv = paired_values(trial, lead)
         # the leader's figures shrunk by the margin: pruned only when clearly more than the margin slower
-        shrunk = [v * (1.0 - self.leader_margin) for v in lv]
-        dl = prune_decision(t, shrunk, spread=spread, rule="leader", against=lead.number, **opts)
+        if self.category_weights:
+            ref = {s: v * (1.0 - self.leader_margin) for s, v in lead.intermediate_values.items()}
+            dl = self._by_category(trial.intermediate_values, ref, spread, lead.number, rule="leader")
+        else:
+            t, lv = paired_values(trial, lead)
+            shrunk = [v * (1.0 - self.leader_margin) for v in lv]
+            dl = prune_decision(t, shrunk, spread=spread, rule="leader", against=lead.number, **opts)
         if not dl.prune:
             return d
         ub = dl.upper_bound * (1.0 - self.leader_margin)
@@ -180,6 +196,28 @@ class BaselinePruner(BasePruner):
             upper_bound=ub,
             reason=f"upper {self.confidence:.0%} bound of the speedup over the leader (trial {lead.number}) is "
             f"{ub:.3f} < {1 - self.leader_margin:.2f} after {dl.n} prompts",
+        )
+
+    def _by_category(
+        self,
+        trial: dict[int, float],
+        reference: dict[int, float],
+        spread: Spread | None,
+        against: int,
+        rule: str = "baseline",
+    ) -> PruneDecision:
+        """The rule under weights over prompt categories (``objective.category_prune_decision``)."""
+        return objective.category_prune_decision(
+            trial,
+            reference,
+            categories=self.categories,
+            weights=self.category_weights,
+            confidence=self.confidence,
+            min_prompts=self.min_prompts,
+            start_noise=self.start_noise,
+            spread=spread,
+            rule=rule,
+            against=against,
         )
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:

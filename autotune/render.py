@@ -70,6 +70,8 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     )
     _reasons(con, report)
     _gpu(line, report)
+    if (report.get("objective") or {}).get("category_weights"):
+        line("objective: " + report["objective"]["text"])
     _best(con, report)
     for text in _methods_lines(report.get("methods")):
         line(text)
@@ -232,6 +234,9 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
         shown = f"best {_fmt(b['speedup'], '.2f')}x {_ci(b['speedup_ci'])} trial {b['trial']}" if b else "-"
         out.append(f"  {e['label']:<12} {shown}  ({e['measured']} measured of {e['trials']}{acc})")
     out += [f"  {a['text']}" for a in m.get("adaptive") or []]
+    weights = m.get("category_weights") or {}
+    if weights and m.get("categories"):
+        out.append("  categories weighted: " + ", ".join(f"{c} {w:.3g}" for c, w in weights.items()))
     for method, cats in (m.get("categories") or {}).items():
         out.append(f"  {method} by category: " + ", ".join(f"{c} {_fmt(v, '.2f')}x" for c, v in cats.items()))
     return out

@@ -9,7 +9,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import acceptance, lossless, objective, records
-from autotune.config import TrialConfig
+from autotune.config import PromptResult, TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
 from autotune.stats import log_ratios
@@ -79,15 +79,12 @@ def _complete_note(r: TrialRecord) -> str | None:
     )
 
 
-def objective_weights(study: optuna.Study) -> dict[int, float]:
-    """The objective's weight per load level (the study's pruner holds them, as every worker builds it from the
-    space); empty without load levels."""
-    weights = getattr(getattr(study, "pruner", None), "weights", None) or {}
-    return {int(c): float(w) for c, w in weights.items()} if len(weights) > 1 else {}
-
-
 def objective_speedup(
-    t: FrozenTrial, ref: FrozenTrial | None, weights: dict[int, float], n_prompts: int
+    t: FrozenTrial,
+    ref: FrozenTrial | None,
+    weights: dict[int, float],
+    n_prompts: int,
+    by_category: tuple[dict[str, float], tuple[str | None, ...]] | None = None,
 ) -> tuple[float | None, str | None]:
     """The one speedup of a study: ``t``'s objective over ``ref``'s (a COMPLETE baseline), and what it rests on.
 
@@ -95,12 +92,17 @@ def objective_speedup(
     mean of the levels' aggregate tok/s, ``autotune.objective``), the figure the search, confirmation and the
     recommendation use. A trial stopped early has no objective value: the same ratio over what it measured, the
     weighted geometric mean of its measured levels' speedups (weights of those levels), or with none its prompts'
-    aggregate tok/s against the reference's over the same prompts; the basis says which."""
+    aggregate tok/s against the reference's over the same prompts (with weights over prompt categories,
+    ``by_category``: the weighted geometric mean of the per-category speedups over the categories measured); the
+    basis says which."""
     if ref is None or not ref.value or TrialRecord(t).is_duplicate:
         return None, None
     if t.state == TrialState.COMPLETE:
         return (t.value / ref.value, "objective") if t.value else (None, None)
     r, b = TrialRecord(t), TrialRecord(ref)
+    if by_category and by_category[0]:
+        mine, theirs = ([PromptResult.from_dict(p) for p in x.prompts] for x in (r, b))
+        return objective.category_basis(mine, theirs, by_category[1], by_category[0], n_prompts)
     if weights and r.levels:
         ratios = objective.speedups(r.level_tok_per_s(), b.level_tok_per_s())
         w = {c: weights.get(c, 0.0) for c in ratios if weights.get(c, 0.0) > 0}
@@ -181,7 +183,8 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     confirmed = _confirmed(conf, rows)
     best = _best(conf, confirmed, by_number)
     fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
-    weights = objective_weights(study)
+    weights = objective.study_level_weights(study)
+    by_category = objective.study_category_weights(study)
     n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompts) for t in trials), default=0)
     fastest_trial = by_number.get(fastest["trial"]) if fastest else None
     for row in rows:
@@ -189,10 +192,12 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         if row["role"] != records.ROLE_SPECULATIVE:
             row["speedup_vs_fastest"], row["speedup_basis"] = None, None
             continue
-        row["speedup_vs_fastest"], row["speedup_basis"] = objective_speedup(t, fastest_trial, weights, n_prompts)
+        row["speedup_vs_fastest"], row["speedup_basis"] = objective_speedup(
+            t, fastest_trial, weights, n_prompts, by_category
+        )
         if row["speedup"] is None and row["duplicate_of"] is None:  # stopped between levels: none recorded
             own = by_number.get(TrialRecord(t).baseline_trial)  # type: ignore[arg-type]
-            row["speedup"] = objective_speedup(t, own, weights, n_prompts)[0] if own is not None else None
+            row["speedup"] = objective_speedup(t, own, weights, n_prompts, by_category)[0] if own is not None else None
     if conf.done:
         v = conf.verdict or Verdict.INCONCLUSIVE
         basis = conf.basis or "confirmed"
@@ -240,7 +245,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "recommended": recommended,
         "flags": _flags(rows),
         "load": _load(rows, best, conf),
-        "objective": _objective(weights),
+        "objective": objective.describe(weights, by_category[0]),
         "interval_note": interval_note(conf),
         "comparisons": "every speculative trial is paired with the baseline measured under the same CUDA-graph "
         "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
@@ -261,17 +266,6 @@ def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:
     return {
         **state,
         "text": f"search stopped after {state['trials']} of up to {state['n_trials']} trials: {state['reason']}",
-    }
-
-
-def _objective(weights: dict[int, float]) -> dict[str, Any]:
-    """What the study maximises, in words (every speedup of the report is a ratio of it)."""
-    if not weights:
-        return {"text": "tok/s over the prompt set, one stream", "weights": None}
-    mix = ", ".join(f"{c}: {w:g}" for c, w in sorted(weights.items()))
-    return {
-        "text": f"weighted geometric mean of the load levels' aggregate tok/s (weights {mix})",
-        "weights": {str(c): w for c, w in sorted(weights.items())},
     }
 
 

@@ -16,7 +16,7 @@ from typing import IO, Any
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig, UserError
-from autotune.measure import measure_config
+from autotune.measure import Measurement, measure_config
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.stats import speedup_interval
@@ -30,6 +30,11 @@ def holds(new: dict[str, Any], exported: dict[str, Any] | None, exported_point: 
     if exported_point is None:
         return False
     return new["low"] <= exported_point <= new["high"]
+
+
+def _figure(m: Measurement, space: Space) -> float:
+    """One start's tok/s over the prompt set; with weights over prompt categories the objective (as exported)."""
+    return m.tok_per_s if space.objective.by_category else m.summary["tok_per_s"]
 
 
 def reverify(
@@ -60,10 +65,10 @@ def reverify(
     n = repeats or space.verdict.repeats
     rounds: list[dict[str, float]] = []
     for i in range(n):
-        b = measure_config(runner, base_config, space).summary["tok_per_s"]
+        b = _figure(measure_config(runner, base_config, space), space)
         if progress:
             progress(i, "baseline", b)
-        c = measure_config(runner, effective, space).summary["tok_per_s"]
+        c = _figure(measure_config(runner, effective, space), space)
         if progress:
             progress(i, "config", c)
         rounds.append({"baseline": b, "config": c})

@@ -132,6 +132,11 @@ class BenchmarkSpec:
         """Whether any level runs more than one stream at once."""
         return any(c > 1 for c in self.concurrency)
 
+    @property
+    def categories(self) -> tuple[str | None, ...]:
+        """Each prompt's category, in prompt order (None: the prompt has none)."""
+        return tuple(p.category for p in self.prompts)
+
 
 @dataclass(frozen=True)
 class PruningSpec:
@@ -199,17 +204,32 @@ class SloSpec:
 
 @dataclass(frozen=True)
 class ObjectiveSpec:
-    """The traffic mix: a weight per load level (None = equal weights over ``benchmark.concurrency``)."""
+    """The traffic mix: a weight per load level (int keys; None = equal weights over ``benchmark.concurrency``), or a
+    weight per prompt category (str keys; ``benchmark.concurrency`` [1] only: ``category_weights``)."""
 
-    weights: Mapping[int, float] | None = None
+    weights: Mapping[int, float] | Mapping[str, float] | None = None
     slo: SloSpec = field(default_factory=SloSpec)
 
+    @property
+    def by_category(self) -> bool:
+        """Whether the weights name prompt categories (not load levels)."""
+        return bool(self.weights) and all(isinstance(k, str) for k in self.weights)  # type: ignore[union-attr]
+
     def weights_for(self, levels: tuple[int, ...]) -> dict[int, float]:
-        """Normalised weights over ``levels`` (a level without a weight gets 0; none given: equal weights)."""
-        if not self.weights:
+        """Normalised weights over ``levels`` (a level without a weight gets 0; none given, or weights over
+        categories: equal weights)."""
+        if not self.weights or self.by_category:
             return {c: 1.0 / len(levels) for c in levels}
-        total = sum(float(self.weights.get(c, 0.0)) for c in levels)
-        return {c: float(self.weights.get(c, 0.0)) / total for c in levels}
+        total = sum(float(self.weights.get(c, 0.0)) for c in levels)  # type: ignore[call-overload]
+        return {c: float(self.weights.get(c, 0.0)) / total for c in levels}  # type: ignore[call-overload]
+
+    def category_weights(self) -> dict[str, float] | None:
+        """The weights over prompt categories, normalised to sum 1, in the order given (a category of the prompts
+        not named has weight 0); None when the weights are per load level or absent."""
+        if not self.by_category:
+            return None
+        total = sum(float(w) for w in self.weights.values())  # type: ignore[union-attr]
+        return {str(c): float(w) / total for c, w in self.weights.items()}  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)

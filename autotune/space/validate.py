@@ -101,11 +101,14 @@ class SpaceReader(SearchSection, BenchmarkSection):
         }
         bench = rest["benchmark"]
         levels = bench.concurrency if bench is not None else None
+        prompts = bench.prompts if bench is not None else None
         if server is not None and bench is not None and bench.loaded:
             for problem in backend_class(server.backend).level_flag_problems(server.extra_args, max(levels)):
                 line = key_line(top.get("server"), "extra_args", None)
                 self.errors.append(self.error("server.extra_args", line, problem))
-        rest["objective"] = self.section(top, "objective", partial(self.objective, levels=levels), ObjectiveSpec())
+        rest["objective"] = self.section(
+            top, "objective", partial(self.objective, levels=levels, prompts=prompts), ObjectiveSpec()
+        )
         if self.errors:
             return None
         return Space(name=name, server=server, drafters=drafters, storage=storage, path=self.path, **rest)

@@ -65,12 +65,21 @@ class BenchmarkSection(Checker):
             )
         return tuple(levels)
 
-    def objective(self, v: Any, f: str, line: int | None, levels: tuple[int, ...] | None) -> ObjectiveSpec:
+    def objective(
+        self,
+        v: Any,
+        f: str,
+        line: int | None,
+        levels: tuple[int, ...] | None,
+        prompts: tuple[Prompt, ...] | None = None,
+    ) -> ObjectiveSpec:
         schema: dict[str, Validator] = {"weights": self.optional(self.weights), "slo": self.slo}
         d = self.fields(v, f, line, schema)
         weights = d.get("weights")
-        if weights is not None and levels is not None:
-            wf, wl = join(f, "weights"), key_line(v, "weights", line)
+        wf, wl = join(f, "weights"), key_line(v, "weights", line)
+        if weights is not None and all(isinstance(k, str) for k in weights):
+            self.category_weights(weights, wf, v.get("weights"), wl, levels, prompts)
+        elif weights is not None and levels is not None:
             missing = [c for c in weights if c not in levels]
             if missing:
                 raise self.error(
@@ -80,14 +89,60 @@ class BenchmarkSection(Checker):
                 raise self.error(wf, wl, "expected at least one positive weight")
         return ObjectiveSpec(**d)
 
-    def weights(self, v: Any, f: str, line: int | None) -> dict[int, float]:
+    def category_weights(
+        self,
+        weights: dict[str, float],
+        f: str,
+        raw: Any,
+        line: int | None,
+        levels: tuple[int, ...] | None,
+        prompts: tuple[Prompt, ...] | None,
+    ) -> None:
+        """Weights over prompt categories: every key a category of the prompts, every prompt with a category, one
+        stream only (weights are per load level or per category, not both), at least one positive weight."""
+        if levels is not None and levels != (1,):
+            raise self.error(
+                f,
+                line,
+                f"weights over prompt categories need benchmark.concurrency [1] (it is {list(levels)}); weigh "
+                "either load levels or prompt categories",
+            )
+        if prompts is None:
+            return
+        names = sorted({p.category for p in prompts if p.category})
+        for key in weights:
+            if key not in names:
+                have = ", ".join(names) if names else "none: no prompt has a category"
+                raise self.error(
+                    join(f, key),
+                    key_line(raw, key, line),
+                    f"'{key}' is not a category of the prompts (their categories: {have})",
+                )
+        bare = [p.id for p in prompts if not p.category]
+        if bare:
+            raise self.error(
+                f,
+                line,
+                f"prompt '{bare[0]}' has no category ({len(bare)} without one); with weights over categories every "
+                "prompt needs one (give it a category with weight 0 to measure it without counting it)",
+            )
+        if sum(weights.values()) <= 0:
+            raise self.error(f, line, "expected at least one positive weight")
+
+    def weights(self, v: Any, f: str, line: int | None) -> dict[Any, float]:
+        what = "a mapping of load level to weight, e.g. {1: 0.2, 32: 0.8}, or of prompt category to weight"
         if not isinstance(v, dict) or not v:
-            raise self.expected(f, line, "a mapping of load level to weight, e.g. {1: 0.2, 32: 0.8}", v)
-        out: dict[int, float] = {}
+            raise self.expected(f, line, what + ", e.g. {code: 0.7, chat: 0.3}", v)
+        by_category = any(isinstance(k, str) for k in v)
+        out: dict[Any, float] = {}
         for key, w in v.items():
             kl = key_line(v, key, line)
-            if isinstance(key, bool) or not isinstance(key, int) or key < 1:
-                raise self.expected(f, kl, "load levels (whole numbers >= 1) as keys", key)
+            if by_category and not isinstance(key, str):
+                raise self.expected(
+                    f, kl, "either load levels or prompt categories as keys, not both (here both are given)", key
+                )
+            if not by_category and (isinstance(key, bool) or not isinstance(key, int) or key < 1):
+                raise self.expected(f, kl, "load levels (whole numbers >= 1) or prompt categories as keys", key)
             out[key] = self.num(w, join(f, str(key)), kl, 0)
         return out
 

@@ -23,12 +23,11 @@ __all__ = ["_ANY", "SearchSection"]
 _ANY = KnobDomain()
 
 
-#: search keys that a space with search.methods takes too (the rest are given per method)
-COMMON_SEARCH_KEYS = ("cuda_graph", "share_starts")
-
-
 class SearchSection(Checker):
     """Validators of the ``search`` section (``search``) and of a knob's values (``param``)."""
+
+    #: search keys that a space with search.methods takes too (the rest are given per method)
+    COMMON_KEYS = ("cuda_graph", "share_starts")
 
     def search(
         self,
@@ -42,7 +41,7 @@ class SearchSection(Checker):
         if v is None:
             return SearchSpec(drafters=drafter_names or ())
         domains = knob_domains(backend)  # without a valid server section: every backend's knobs
-        valid = ("drafters", "methods", *COMMON_SEARCH_KEYS, *(domains if backend else ()))
+        valid = ("drafters", "methods", *self.COMMON_KEYS, *(domains if backend else ()))
         m = self.mapping(v, f, line, valid)
         drafters: tuple[str, ...] = drafter_names or ()
         cuda_graph: tuple[bool, ...] = (True,)
@@ -51,7 +50,7 @@ class SearchSection(Checker):
         share = True
         if isinstance(m, dict) and "methods" in m:
             for key in m:
-                if key != "methods" and key not in COMMON_SEARCH_KEYS:
+                if key != "methods" and key not in self.COMMON_KEYS:
                     raise self.error(
                         join(f, key),
                         key_line(m, key, line),

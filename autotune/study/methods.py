@@ -72,10 +72,12 @@ def summarize(
     best: Mapping[str, Any] | None,
     verdict: str,
     per_prompt: Mapping[int, Sequence[float | None]] | None = None,
+    category_weights: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Per-method results from a report's trial rows (``speedup_vs_fastest``, ``accept_length``), its confirmed
     candidates and pick (``best``), its verdict, and ``per_prompt``: trial number -> per-prompt speedup over its
-    baseline (for the category table)."""
+    baseline (for the category table), and the objective's ``category_weights`` when it weighs categories (the
+    best of each method is then the best by that weighted objective)."""
     cat = info.get("methods") or {}
     confirmed_by = {c["trial"]: c for c in confirmed}
     speculative = [r for r in rows if r.get("role") == "speculative" and (r.get("config") or {}).get("method")]
@@ -129,13 +131,16 @@ def summarize(
     winner = None
     if verdict == "speculation-wins" and best is not None:
         winner = (best.get("config") or {}).get("method")
-    return {
+    summary = {
         "methods": out,
         "winner": winner,
         "text": _text(out, winner),
         "adaptive": _adaptive_rows(out),
         "categories": _categories(out, info.get("categories") or [], per_prompt or {}),
     }
+    if category_weights:  # the objective weighs categories (absent: as before)
+        summary["category_weights"] = dict(category_weights)
+    return summary
 
 
 def _text(out: list[dict[str, Any]], winner: str | None) -> str:
@@ -233,4 +238,7 @@ def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any]
         theirs = {p["index"]: p.get("tok_per_s") for p in TrialRecord(base).prompts}
         n = len(info.get("categories") or [])
         per_prompt[t.number] = [(mine[i] / theirs[i]) if mine.get(i) and theirs.get(i) else None for i in range(n)]
-    return summarize(info, report["trials"], report["confirmed"], report.get("best"), report["verdict"], per_prompt)
+    weights = (report.get("objective") or {}).get("category_weights")
+    return summarize(
+        info, report["trials"], report["confirmed"], report.get("best"), report["verdict"], per_prompt, weights
+    )

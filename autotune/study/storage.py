@@ -293,6 +293,8 @@ def make_pruner(space: Space) -> BaselinePruner:
         levels=levels,
         weights=space.objective.weights_for(levels),
         n_prompts=len(space.benchmark.prompts),
+        categories=space.benchmark.categories,
+        category_weights=space.objective.category_weights(),
     )
 
 
@@ -379,6 +381,10 @@ def space_digest(space: Space) -> str:
     if b.concurrency != (1,):  # the load levels and their weights define the objective (absent: as before)
         fields["concurrency"] = list(b.concurrency)
         fields["weights"] = {str(c): w for c, w in space.objective.weights_for(b.concurrency).items()}
+    by_category = space.objective.category_weights()
+    if by_category:  # weights over prompt categories define the objective (absent: as before)
+        fields["categories"] = list(b.categories)
+        fields["category_weights"] = by_category
     blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -55,6 +55,7 @@ from autotune.errors import (
 from autotune.measure import run_levels, run_prompts
 from autotune.records import TrialRecord, TrialWriter
 from autotune.runner import Session
+from autotune.space import Space
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
@@ -441,7 +442,7 @@ class Objective:
             # should_prune() would compute it a second time)
             d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
             if d is not None and d.prune:
-                self._record_speedup(t, results, baseline)
+                self._record_speedup(t, results, baseline, self.ctx.space)
                 raise Lost(d.reason, d.upper_bound, d.rule, d.against)
 
     def _alarm(self, first: PromptResult) -> None:
@@ -487,18 +488,21 @@ class Objective:
             if ctx.space.benchmark.temperature == 0:
                 baseline_floor(ctx, t.number, config, texts)
         else:
-            self._record_speedup(t, results, baseline)
+            self._record_speedup(t, results, baseline, ctx.space)
             if baseline is not None and ctx.space.benchmark.temperature == 0:
                 check = lossless_record(ctx, texts, baseline)
                 t.record.lossless(check)
                 if not check["ok"]:
                     ctx.emit(Event("note", t.number, {"message": "lossy: " + lossless.summary_line(check)}))
+        value = (
+            objective.one_stream_value(results, ctx.space) if ctx.space.objective.by_category else summary["tok_per_s"]
+        )
         end = {
             "state": TrialState.COMPLETE.name,
-            "tok_per_s": summary["tok_per_s"],
-            "speedup": speedup_of(results, baseline),
+            "tok_per_s": value,
+            "speedup": speedup_of(results, baseline, ctx.space),
         }
-        return summary["tok_per_s"], end
+        return value, end
 
     def _complete_levels(
         self,
@@ -530,8 +534,8 @@ class Objective:
         return value, end
 
     @staticmethod
-    def _record_speedup(t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None) -> None:
-        s = speedup_of(results, baseline)
+    def _record_speedup(t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None, space: Space) -> None:
+        s = speedup_of(results, baseline, space)
         if s is not None:
             t.record.speedup(s)
 
@@ -554,11 +558,13 @@ def _prompt_result(d: dict[str, Any]) -> PromptResult:
     return PromptResult(**{k: d[k] for k in keys if k in d})
 
 
-def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None) -> float | None:
-    """Aggregate tok/s over the measured prompts divided by the baseline's over the same prompts."""
+def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, space: Space | None = None) -> float | None:
+    """Aggregate tok/s over the measured prompts over the baseline's there (or ``objective.one_stream_speedup``)."""
     if baseline is None or not results:
         return None
     base_prompts = TrialRecord(baseline).prompts
+    if space is not None and space.objective.by_category:
+        return objective.one_stream_speedup(results, [PromptResult.from_dict(p) for p in base_prompts], space)
     n = len(results)
     base_tokens = sum(p["completion_tokens"] for p in base_prompts[:n])
     base_seconds = sum(p["seconds"] for p in base_prompts[:n])
