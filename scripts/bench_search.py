@@ -105,6 +105,7 @@ POLICY_VARIANTS: dict[str, Policies] = {
     "tuner_settle01": Policies(stop=StopPolicy(settle_probability=0.01)),
     "tuner_join20": Policies(candidates=CandidatePolicy(join_probability=0.2)),
     "tuner_picks0": Policies(stop=StopPolicy(improve_after_picks=0)),
+    "tuner_picks5": Policies(stop=StopPolicy(improve_after_picks=5)),
     "tuner_join01": Policies(candidates=CandidatePolicy(join_probability=0.01)),
     "tuner_res01": Policies(stop=StopPolicy(resolution=0.01)),
     "tuner_gain_only": Policies(stop=StopPolicy(improve_after_picks=10**6)),
