@@ -15,9 +15,9 @@ Rules this module knows (llama.cpp, checked against its source):
   ``--draft-p-min``, ``-md/--model-draft`` and speculate whenever a draft model is given; so do the builds in
   between (llama-cpp-python 0.3.2x: ``--spec-*`` names, but ``--spec-type [none|ngram-...]`` names only model-free
   types, used "when no draft model is provided"): there draft-simple is ``-md`` without ``--spec-type``.
-  ``flag_spelling`` reads ``--help`` text; ``LlamaCppBackend.probe`` runs ``<server> --help`` once per binary (cached), and
-  whoever builds argv for a real server calls it first (``probe_before_argv``); argv alone uses what was
-  probed, else ``NEW_SPELLING``.
+  ``flag_spelling`` reads ``--help`` text; ``LlamaCppBackend.probe`` runs ``<server> --help`` once per binary
+  (cached), and whoever builds argv for a real server calls it first (``probe_before_argv``); argv alone uses
+  what was probed, else ``NEW_SPELLING``.
 - CUDA graphs have no flag: ``GGML_CUDA_DISABLE_GRAPHS=1`` turns them off (CUDA builds only).
 - ``/props`` reports ``speculative.types: none`` even while speculating: ``read_effective`` records it as
   ``reported_spec_types`` and ``check_effective`` ignores it.
