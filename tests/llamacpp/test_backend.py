@@ -208,6 +208,40 @@ def test_probe_reads_help_once_per_binary(tmp_path):
     assert calls.read_text().count("x") == 1
 
 
+def test_a_build_whose_spec_type_names_only_model_free_types_drafts_with_the_model_alone(tmp_path):
+    """llama-cpp-python 0.3.23 (the honouring build): ``--spec-*`` names, but ``--spec-type [none|ngram-...]`` takes
+    no draft type (it would exit "unknown speculative decoding type without draft model"): draft-simple is the
+    draft model alone; n-gram types keep ``--spec-type``; other draft types this build cannot run."""
+    from autotune.backends.llamacpp_methods import help_spec_types
+
+    text = sample("help-0.3.23.txt")  # `llama-server --help` of the build `llamacpp_setup.sh --honouring` makes
+    listed = help_spec_types(text)
+    assert listed == ("ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+    assert help_spec_types(sample("help-0.3.36.txt"))[:2] == ("draft-simple", "draft-eagle3")  # the comma form
+    exe = tmp_path / "llama-server-0.3.23"
+    exe.write_text(f'#!/bin/sh\ncat "{SAMPLES / "help-0.3.23.txt"}"\n')
+    exe.chmod(0o755)
+    space = make_space(launcher=(str(exe),), knobs={"draft_n_max": IntRange(1, 16)})
+    b = LlamaCppBackend()
+    b.probe(space)
+    assert b.spec_types == listed
+    argv = b.argv(TrialConfig.make("good", draft_n_max=5, draft_p_min=0.5), space, port=1)
+    assert "--spec-type" not in argv
+    assert argv[argv.index("--spec-draft-model") + 1] == "/m/draft-good.gguf"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "5"
+    assert argv[argv.index("--spec-draft-p-min") + 1] == "0.5"
+    assert "--no-webui" in argv  # this build has no --no-ui
+    cfg = TrialConfig.make("good", spec_type="ngram-mod", draft_n_max=5)
+    types = make_space(
+        launcher=(str(exe),),
+        knobs={"draft_n_max": IntRange(1, 16), "spec_type": Choices(("draft-simple", "ngram-mod", "draft-eagle3"))},
+    )
+    argv = b.argv(cfg, types, port=1)
+    assert argv[argv.index("--spec-type") + 1] == "ngram-mod"
+    with pytest.raises(InfeasibleConfig, match="draft-eagle3"):
+        b.argv(TrialConfig.make("good", spec_type="draft-eagle3", draft_n_max=5), types, port=1)
+
+
 def test_argv_never_probes_and_export_probes_first(tmp_path):
     from autotune.export import launch_argv
 

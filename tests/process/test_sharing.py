@@ -71,6 +71,7 @@ def test_trials_differing_only_in_per_request_knobs_share_one_start(tmp_path, bo
         assert first.info.start["probe"]["drafted_per_step_at_least"] <= 1.0
         first.run_prompt(0)
         # the answer's counters checked at the trial's own n_max (2, below the launch's 8), kept with the start
+        assert first.info.start["per_request"] == {"draft_n_max": 2, "draft_n_min": 0, "draft_p_min": 0.0}
         assert first.info.start["checked"] == {"honoured": 1}
         (answer,) = first.info.start["answers"]
         assert answer["n_max"] == 2 and answer["launch_n_max"] == 8 and answer["prompt"] == 0
