@@ -178,7 +178,8 @@ def test_on_a_server_that_reads_the_per_request_knobs_trials_share_starts_and_ev
     gpu_on, gpu_off = on["gpu_time"], off["gpu_time"]
     # fewer server starts than measured trials; without sharing every trial is its own start
     assert gpu_on["search_starts"] < len(ran), (gpu_on, len(ran))
-    assert gpu_off["search_starts"] == len([t for t in off["trials"] if t["state"] in ("COMPLETE", "PRUNED")])
+    ran_off = [t for t in off["trials"] if t["state"] in ("COMPLETE", "PRUNED") and t["duplicate_of"] is None]
+    assert gpu_off["search_starts"] == len(ran_off) and not any(t["start"] for t in ran_off)
     assert gpu_on["search_starts"] < gpu_off["search_starts"]
 
     by_start: dict[str, list[dict]] = {}
@@ -221,10 +222,35 @@ def test_on_a_server_that_reads_the_per_request_knobs_trials_share_starts_and_ev
                 assert answer["honoured"] == "honoured", answer
     # below the launch's n_max the counters tell the values apart: such trials were judged "honoured"
     assert any(t["start"]["checked"].get("honoured") for t in spec if t["config"]["draft_n_max"] < 8)
+    # p_min leaves no bound in the counters, but greedy decoding is deterministic: a trial sent p_min 0.5 on the
+    # launch's p_min 0.0 drafted fewer tokens a step than its p_min 0.0 twin (same n_max) did; a server running
+    # the launch's p_min would have given both the same counters
+    per_step = {
+        (t["config"]["draft_n_max"], t["config"]["draft_p_min"]): _drafted_per_step(t["start"]["answers"]) for t in spec
+    }
+    pairs = {n: (per_step[(n, 0.0)], per_step[(n, 0.5)]) for n, p in per_step if p == 0.0 and (n, 0.5) in per_step}
+    for n, (at_zero, at_half) in pairs.items():
+        assert at_half < at_zero, (n, at_zero, at_half)
 
+    for t in on["trials"]:
+        st = t["start"] or {}
+        print(
+            f"\n  on  #{t['number']} {t['state']:8} {t['role']:11} n_max {t['config'].get('draft_n_max')}"
+            f" p_min {t['config'].get('draft_p_min')} start {st.get('id')} shared {st.get('shared')}"
+            f" startup {t['startup_s']} checked {st.get('checked')} dup {t['duplicate_of']} tok/s {t['tok_per_s']}",
+            end="",
+        )
     print(
         f"\nhonouring llama-server ({LLAMA_CPP_PYTHON_HONOURING_VERSION}):"
         f"\n  share_starts on : {gpu_on['search_starts']} starts for {len(ran)} measured trials"
         f" ({len(shared)} on a shared start), {wall_on:.1f} s wall"
         f"\n  share_starts off: {gpu_off['search_starts']} starts, {wall_off:.1f} s wall"
+        f"\n  drafted a decode step (at least), p_min 0.0 vs 0.5 by n_max: "
+        + ", ".join(f"{n}: {a:.2f} vs {b:.2f}" for n, (a, b) in sorted(pairs.items()))
     )
+
+
+def _drafted_per_step(answers: list[dict]) -> float:
+    """Draft tokens per decode step (at most ``predicted_n - draft_n_accepted`` steps) over a trial's answers."""
+    steps = sum(a["steps_at_most"] for a in answers if "steps_at_most" in a)
+    return sum(a.get("draft_n", 0) for a in answers) / steps if steps else 0.0
