@@ -191,6 +191,57 @@ def test_default_launcher_search_order(tmp_path, monkeypatch):
     assert find_llama_server() == str(cached_server_path())
 
 
+def test_the_honouring_build_is_found_by_its_own_variable_or_its_cached_version_never_on_path(tmp_path, monkeypatch):
+    from autotune.backends.llamacpp_flags import LLAMA_CPP_PYTHON_HONOURING_VERSION, find_honouring_llama_server
+
+    on_path = tmp_path / "bin" / "llama-server"
+    on_path.parent.mkdir()
+    on_path.write_text("#!/bin/sh\n")
+    on_path.chmod(0o755)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("AUTOTUNE_LLAMA_SERVER_HONOURING", raising=False)
+    assert find_honouring_llama_server() is None  # PATH's llama-server is whatever build was installed
+    cached = cached_server_path(LLAMA_CPP_PYTHON_HONOURING_VERSION)
+    assert cached == tmp_path / "cache" / f"llama-server-{LLAMA_CPP_PYTHON_HONOURING_VERSION}" / "llama-server"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("#!/bin/sh\n")
+    cached.chmod(0o755)
+    assert find_honouring_llama_server() == str(cached)
+    monkeypatch.setenv("AUTOTUNE_LLAMA_SERVER_HONOURING", str(on_path))
+    assert find_honouring_llama_server() == str(on_path)
+    monkeypatch.setenv("AUTOTUNE_LLAMA_SERVER_HONOURING", str(tmp_path / "missing"))
+    assert find_honouring_llama_server() is None
+
+
+def test_the_setup_script_builds_the_pinned_honouring_release(tmp_path):
+    """``llamacpp_setup.sh --honouring`` reads the version from llamacpp_flags.py and uses its cache (here: a stand-in
+    binary already cached, so nothing is built) or ``$AUTOTUNE_LLAMA_SERVER_HONOURING``."""
+    import os
+    import subprocess
+
+    from autotune.backends.llamacpp_flags import LLAMA_CPP_PYTHON_HONOURING_VERSION
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "llamacpp_setup.sh"
+    cached = tmp_path / f"llama-server-{LLAMA_CPP_PYTHON_HONOURING_VERSION}" / "llama-server"
+    cached.parent.mkdir()
+    cached.write_text("#!/bin/sh\n")
+    cached.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_LLAMA_SERVER")}
+    env.update(AUTOTUNE_CACHE=str(tmp_path), AUTOTUNE_SKIP_MODELS="1", AUTOTUNE_LLAMA_SERVER="/nonexistent")
+
+    def run(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(script), "--honouring"], env={**env, **extra}, capture_output=True, text=True, timeout=60
+        )
+
+    proc = run()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(cached)
+    proc = run(AUTOTUNE_LLAMA_SERVER_HONOURING=str(tmp_path / "missing"))
+    assert proc.returncode == 1 and "AUTOTUNE_LLAMA_SERVER_HONOURING" in proc.stderr
+
+
 def test_probe_reads_help_once_per_binary(tmp_path):
     calls = tmp_path / "calls"
     exe = tmp_path / "llama-server"
