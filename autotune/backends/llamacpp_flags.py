@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+
+from autotune.errors import InfeasibleConfig
 
 #: the llama-cpp-python release whose vendored llama.cpp ``scripts/llamacpp_setup.sh`` builds
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -76,6 +79,28 @@ def flag_spelling(help_text: str) -> dict[str, str | None]:
     return {role: next((c for c in names if c in flags), None) for role, names in _CANDIDATES.items()}
 
 
+def spec_type_args(
+    spec_type: str, flag: str | None, listed: Sequence[str] | None, draft_types: Sequence[str], default: str
+) -> list[str]:
+    """The ``--spec-type`` argument for ``spec_type`` on a binary with type flag ``flag`` whose ``--help`` lists
+    the types ``listed`` (None: not known); ``draft_types``: the types that run a draft model; ``default``: the
+    one a draft model runs by itself. Builds without the flag, and builds whose ``--spec-type`` names only
+    model-free types (llama-cpp-python 0.3.2x: "when no draft model is provided"), draft with ``-md`` alone: there
+    ``default`` needs no flag and other draft types cannot run (``InfeasibleConfig``)."""
+    model_alone = listed is not None and not any(t in draft_types for t in listed)
+    if flag and not (model_alone and spec_type in draft_types):
+        if listed is not None and spec_type not in listed:
+            raise InfeasibleConfig(
+                f"spec_type {spec_type!r}: this llama-server's --spec-type lists only {', '.join(listed)}"
+            )
+        return [flag, spec_type]
+    if spec_type != default:
+        raise InfeasibleConfig(
+            f"spec_type {spec_type!r} needs a llama-server with --spec-type for it; this one only drafts with -md"
+        )
+    return []
+
+
 def cache_dir() -> Path:
     """Where ``scripts/llamacpp_setup.sh`` caches its build: ``$AUTOTUNE_CACHE`` or ``~/.cache/autotune``."""
     root = os.environ.get("AUTOTUNE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "autotune")
@@ -126,4 +151,5 @@ __all__ = [
     "find_llama_server",
     "flag_spelling",
     "help_flags",
+    "spec_type_args",
 ]
