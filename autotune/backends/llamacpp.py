@@ -12,10 +12,11 @@ Rules this module knows (llama.cpp, checked against its source):
 - Flag spelling changed: newer builds have ``--spec-draft-n-max/--spec-draft-n-min/--spec-draft-p-min``,
   ``--spec-type`` and ``--spec-draft-model``; they still list ``--draft-max``/``--draft-min`` in ``--help`` but
   as "the argument has been removed" (exit 1). Older releases know only ``--draft-max``, ``--draft-min``,
-  ``--draft-p-min``, ``-md/--model-draft`` and speculate whenever a draft model is given. ``flag_spelling``
-  reads ``--help`` text; ``LlamaCppBackend.probe`` runs ``<server> --help`` once per binary (cached), and
-  whoever builds argv for a real server calls it first (``probe_before_argv``); argv alone uses what was
-  probed, else ``NEW_SPELLING``.
+  ``--draft-p-min``, ``-md/--model-draft`` and speculate whenever a draft model is given; so do those in between
+  (0.3.2x: ``--spec-type`` takes model-free types only): there draft-simple is ``-md`` alone (``spec_type_args``).
+  ``flag_spelling`` reads ``--help`` text; ``LlamaCppBackend.probe`` runs ``<server> --help`` once per binary
+  (cached), and whoever builds argv for a real server calls it first (``probe_before_argv``); argv alone uses
+  what was probed, else ``NEW_SPELLING``.
 - CUDA graphs have no flag: ``GGML_CUDA_DISABLE_GRAPHS=1`` turns them off (CUDA builds only).
 - ``/props`` reports ``speculative.types: none`` even while speculating: ``read_effective`` records it as
   ``reported_spec_types`` and ``check_effective`` ignores it.
@@ -53,6 +54,7 @@ from autotune.backends.llamacpp_flags import (
     find_llama_server,
     flag_spelling,
     help_flags,
+    spec_type_args,
 )
 from autotune.backends.llamacpp_methods import METHODS, LlamaMethods, help_spec_types
 from autotune.backends.llamacpp_request import LlamaPerRequest, for_space
@@ -403,18 +405,12 @@ class LlamaCppBackend(Backend):
         argv += extra
         return [str(a) for a in argv]
 
-    @staticmethod
-    def _draft_args(eff: TrialConfig, space: Space, flags: Mapping[str, str | None]) -> list[str]:
-        """The speculative flags of effective config ``eff``: type, draft model, n_max / n_min / p_min."""
+    def _draft_args(self, eff: TrialConfig, space: Space, flags: Mapping[str, str | None]) -> list[str]:
+        """The speculative flags of effective config ``eff``: type, draft model, n_max / n_min / p_min (the type as
+        the probed binary's ``--spec-type`` takes it: ``spec_type_args``)."""
         drafter = space.drafter(eff.drafter or "")
         spec_type = str(eff.knob("spec_type"))
-        out: list[str] = []
-        if flags.get("spec_type"):
-            out += [str(flags["spec_type"]), spec_type]
-        elif spec_type != DEFAULT_SPEC_TYPE:
-            raise InfeasibleConfig(
-                f"spec_type {spec_type!r} needs a llama-server with --spec-type; this one only drafts with -md"
-            )
+        out = spec_type_args(spec_type, flags.get("spec_type"), self.spec_types, DRAFT_MODEL_TYPES, DEFAULT_SPEC_TYPE)
         if spec_type in DRAFT_MODEL_TYPES:
             out += [str(flags.get("draft_model") or "-md"), drafter.path]
         for knob in ("draft_n_max", "draft_n_min", "draft_p_min"):

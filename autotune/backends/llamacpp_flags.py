@@ -1,15 +1,23 @@
 """llama-server's flag spelling by build, read from its ``--help`` (``flag_spelling``), and where this machine's
-llama-server is (``find_llama_server``: ``$AUTOTUNE_LLAMA_SERVER``, PATH, the setup script's cached build)."""
+llama-server is (``find_llama_server``: ``$AUTOTUNE_LLAMA_SERVER``, PATH, the setup script's cached build; the
+build that honours per-request draft knobs: ``find_honouring_llama_server``)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+
+from autotune.errors import InfeasibleConfig
 
 #: the llama-cpp-python release whose vendored llama.cpp ``scripts/llamacpp_setup.sh`` builds
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+#: the newest llama-cpp-python release whose llama.cpp server reads ``speculative.n_max`` / ``n_min`` / ``p_min``
+#: from the request body (``tools/server/server-task.cpp``; from 0.3.24 on they sit in ``#if 0``): the live test of
+#: shared starts runs on it (``scripts/llamacpp_setup.sh --honouring`` builds it; the script reads this line)
+LLAMA_CPP_PYTHON_HONOURING_VERSION = "0.3.23"
 
 #: flag names by role for the newest known release, and for releases before the ``--spec-*`` rename
 NEW_SPELLING: dict[str, str | None] = {
@@ -71,14 +79,41 @@ def flag_spelling(help_text: str) -> dict[str, str | None]:
     return {role: next((c for c in names if c in flags), None) for role, names in _CANDIDATES.items()}
 
 
+def spec_type_args(
+    spec_type: str, flag: str | None, listed: Sequence[str] | None, draft_types: Sequence[str], default: str
+) -> list[str]:
+    """The ``--spec-type`` argument for ``spec_type`` on a binary with type flag ``flag`` whose ``--help`` lists
+    the types ``listed`` (None: not known); ``draft_types``: the types that run a draft model; ``default``: the
+    one a draft model runs by itself. Builds without the flag, and builds whose ``--spec-type`` names only
+    model-free types (llama-cpp-python 0.3.2x: "when no draft model is provided"), draft with ``-md`` alone: there
+    ``default`` needs no flag and other draft types cannot run (``InfeasibleConfig``)."""
+    model_alone = listed is not None and not any(t in draft_types for t in listed)
+    if flag and not (model_alone and spec_type in draft_types):
+        if listed is not None and spec_type not in listed:
+            raise InfeasibleConfig(
+                f"spec_type {spec_type!r}: this llama-server's --spec-type lists only {', '.join(listed)}"
+            )
+        return [flag, spec_type]
+    if spec_type != default:
+        raise InfeasibleConfig(
+            f"spec_type {spec_type!r} needs a llama-server with --spec-type for it; this one only drafts with -md"
+        )
+    return []
+
+
 def cache_dir() -> Path:
     """Where ``scripts/llamacpp_setup.sh`` caches its build: ``$AUTOTUNE_CACHE`` or ``~/.cache/autotune``."""
     root = os.environ.get("AUTOTUNE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "autotune")
     return Path(root)
 
 
-def cached_server_path() -> Path:
-    return cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}" / "llama-server"
+def cached_server_path(version: str = LLAMA_CPP_PYTHON_VERSION) -> Path:
+    """The setup script's cached build of llama-cpp-python ``version``'s llama-server."""
+    return cache_dir() / f"llama-server-{version}" / "llama-server"
+
+
+def _executable(path: str | Path) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 def find_llama_server() -> str | None:
@@ -86,23 +121,35 @@ def find_llama_server() -> str | None:
     script's cached build; None when there is none."""
     env = os.environ.get("AUTOTUNE_LLAMA_SERVER")
     if env:
-        return env if os.path.isfile(env) and os.access(env, os.X_OK) else None
+        return env if _executable(env) else None
     on_path = shutil.which("llama-server")
     if on_path:
         return on_path
     cached = cached_server_path()
-    if cached.is_file() and os.access(cached, os.X_OK):
-        return str(cached)
-    return None
+    return str(cached) if _executable(cached) else None
+
+
+def find_honouring_llama_server() -> str | None:
+    """A llama-server that reads the per-request draft knobs: ``$AUTOTUNE_LLAMA_SERVER_HONOURING``, else the setup
+    script's cached build of ``LLAMA_CPP_PYTHON_HONOURING_VERSION`` (``--honouring``); None when there is none.
+    PATH is not searched: a ``llama-server`` there is whatever build was installed."""
+    env = os.environ.get("AUTOTUNE_LLAMA_SERVER_HONOURING")
+    if env:
+        return env if _executable(env) else None
+    cached = cached_server_path(LLAMA_CPP_PYTHON_HONOURING_VERSION)
+    return str(cached) if _executable(cached) else None
 
 
 __all__ = [
+    "LLAMA_CPP_PYTHON_HONOURING_VERSION",
     "LLAMA_CPP_PYTHON_VERSION",
     "NEW_SPELLING",
     "OLD_SPELLING",
     "cache_dir",
     "cached_server_path",
+    "find_honouring_llama_server",
     "find_llama_server",
     "flag_spelling",
     "help_flags",
+    "spec_type_args",
 ]

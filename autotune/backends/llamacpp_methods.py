@@ -152,10 +152,18 @@ METHODS = Catalogue()
 
 
 def help_spec_types(help_text: str) -> tuple[str, ...] | None:
-    """The ``--spec-type`` values a llama-server's ``--help`` lists (None: it lists none, e.g. an old build)."""
+    """The ``--spec-type`` values a llama-server's ``--help`` lists (None: it lists none, e.g. an old build).
+
+    Two forms: ``--spec-type none,draft-simple,...`` (a comma-separated list of types, 0.3.36) and
+    ``--spec-type [none|ngram-cache|...]`` (one model-free type, used "when no draft model is provided": a draft
+    model given with ``--spec-draft-model`` speculates by itself, llama-cpp-python 0.3.2x)."""
     for line in help_text.splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[0] == "--spec-type" and "," in parts[1]:
+        if len(parts) < 2 or parts[0] != "--spec-type":
+            continue
+        if parts[1].startswith("[") and parts[1].endswith("]") and "|" in parts[1]:
+            return tuple(t for t in parts[1][1:-1].split("|") if t and t != "none")
+        if "," in parts[1]:
             return tuple(t for t in parts[1].split(",") if t and t != "none")
     return None
 

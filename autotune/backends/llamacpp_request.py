@@ -10,6 +10,10 @@ What the sources say:
   (``launch_slot_with_task``: ``batch_spec = llama_batch_init(slot.params.speculative.n_max + 1)``), cap each draft
   at it (``n_draft_max = slot.params.speculative.n_max``), pass ``p_min`` to the drafter and drop drafts shorter
   than ``n_min``; ``/props`` reports the launch values.
+- llama-cpp-python 0.3.22 and 0.3.23 read them too (``tools/server/server-task.cpp``: ``params.speculative.draft``,
+  the slot's draft capped by ``common_speculative_n_max(spec, task->params.speculative)``); 0.3.23 is the newest
+  such release (``LLAMA_CPP_PYTHON_HONOURING_VERSION``, built by ``scripts/llamacpp_setup.sh --honouring``; the live
+  shared-start test runs on it). From 0.3.24 on the block sits in ``#if 0``.
 - llama-cpp-python 0.3.36's llama.cpp (the build ``scripts/llamacpp_setup.sh`` makes) has the same three fields in
   ``tools/server/server-schema.cpp`` inside ``#if 0`` ("to keep things simple, we disable speculative parameter
   adjustments for now"): the keys are accepted and silently ignored, every draft is capped by the launch's
@@ -36,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.backends import encode
-from autotune.backends.base import _float_or_none, _int_or_none
+from autotune.backends.base import _int_or_none
 from autotune.backends.per_request import Check, Honoured, PerRequest
 from autotune.config import EffectiveConfig
 from autotune.space import FloatRange
@@ -199,22 +203,12 @@ def launch_n_max(values: Sequence[int]) -> int:
     return max(int(v) for v in values)
 
 
-def body_values(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Our knob names for the body entries (for records)."""
-    out: dict[str, Any] = {}
-    for knob, key in BODY_KEYS.items():
-        if key in body:
-            out[knob] = _float_or_none(body[key]) if knob == "draft_p_min" else _int_or_none(body[key])
-    return out
-
-
 __all__ = [
     "BODY_KEYS",
     "LAUNCH_N_MIN",
     "LAUNCH_P_MIN",
     "P_MIN_POINTS",
     "LlamaPerRequest",
-    "body_values",
     "for_space",
     "launch_n_max",
 ]

@@ -162,7 +162,8 @@ class ProcessRunner:
         attach(session, sharing, effective, kept)
         kept.trials += 1
         values = per.body(effective)
-        start: dict[str, Any] = {"id": kept.start_id, "shared": shared, "per_request": values}
+        by_knob = {k: effective.knob(k) for k in per.knobs}  # the trial's per-request values, by knob name
+        start: dict[str, Any] = {"id": kept.start_id, "shared": shared, "per_request": by_knob}
         if values != per.body(launch) and kept.probe is None:
             try:
                 check = probe(session, sharing, kept, self._first_prompt())

@@ -8,7 +8,9 @@
   used again (``startup_s`` 0, ``LaunchInfo.start["shared"]``), any other kept server is stopped first;
 - every request of the session carries the config's own values (``PerRequest.body``), and every answer is checked
   against its draft counters (``PerRequest.check``): an answer that proves the server ran other values is a
-  ``BenchmarkError`` (never counted) and turns sharing off;
+  ``BenchmarkError`` (never counted) and turns sharing off; the verdicts go in ``LaunchInfo.start``
+  (``checked``: answers per verdict; ``answers``: the first ``ANSWERS_KEPT`` with their counters), which the trial
+  records again after its prompts;
 - before the first trial whose values differ from the launch's, a kept server answers one verification request
   (``PerRequest.probe_body``); when its counters show the values ignored, sharing is off for the rest of the runner's
   life (``off_reason``, recorded on that trial as ``sharing_off``) and the trial gets its own start with its own
@@ -38,6 +40,8 @@ log = logging.getLogger("autotune.process")
 
 #: max_tokens of the verification request (enough decode steps for the counters to tell n_max 1 from more)
 PROBE_MAX_TOKENS = 128
+#: answers whose check is kept with its counters in ``LaunchInfo.start["answers"]`` (all are counted in ``checked``)
+ANSWERS_KEPT = 64
 
 LaunchKey = tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
 
@@ -112,6 +116,7 @@ def attach(session: ProcessSession, sharing: StartSharing, config: EffectiveConf
 
     def on_answer(index: int, sent: Mapping[str, Any], chunks: Sequence[Mapping[str, Any]]) -> None:
         check = per.check(sent, kept.launch, per.telemetry(chunks))
+        note_answer(session.info.start, index, check)
         if check.honoured is Honoured.NO:
             sharing.turn_off(f"the server ignored the per-request values ({check.reason})")
             raise BenchmarkError(
@@ -120,6 +125,15 @@ def attach(session: ProcessSession, sharing: StartSharing, config: EffectiveConf
 
     session.client.on_answer = on_answer
     session.on_close = sharing.keeps
+
+
+def note_answer(start: dict[str, Any], index: int, check: Check) -> None:
+    """Count ``check`` in the start record's ``checked`` and keep it (without its reason) in ``answers``."""
+    checked = start.setdefault("checked", {})
+    checked[check.honoured.value] = checked.get(check.honoured.value, 0) + 1
+    answers = start.setdefault("answers", [])
+    if len(answers) < ANSWERS_KEPT:
+        answers.append({"prompt": index, "honoured": check.honoured.value, **dict(check.figures)})
 
 
 def probe(session: ProcessSession, sharing: StartSharing, kept: KeptStart, prompt: str) -> Check:
@@ -141,4 +155,14 @@ def probe(session: ProcessSession, sharing: StartSharing, kept: KeptStart, promp
     return seen[-1] if seen else Check(Honoured.UNKNOWN, "no answer to the verification request", {})
 
 
-__all__ = ["PROBE_MAX_TOKENS", "KeptStart", "LaunchKey", "StartSharing", "attach", "launch_key", "probe"]
+__all__ = [
+    "ANSWERS_KEPT",
+    "PROBE_MAX_TOKENS",
+    "KeptStart",
+    "LaunchKey",
+    "StartSharing",
+    "attach",
+    "launch_key",
+    "note_answer",
+    "probe",
+]

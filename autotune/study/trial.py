@@ -363,6 +363,8 @@ class Objective:
             if ctx.space.benchmark.loaded:
                 on_level = functools.partial(self._after_level, t, config, baseline, n)
                 levels = run_levels(session, ctx.space, results, on_level=on_level, done=t.levels[1:])
+            if session.info.start:  # a shared start's answers as checked (autotune.process.sharing)
+                t.record.launched(session.info)
         return self._complete(t, config, baseline, results, levels)
 
     def _level_summaries(self, levels: list[LevelResult], baseline: FrozenTrial | None) -> list[dict[str, Any]]:

@@ -1,6 +1,34 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import psutil
+
+from autotune.llamacpp_models import ModelSpec, models_present, write_models
 from autotune.space import BenchmarkSpec, DrafterSpec, IntRange, Prompt, SearchSpec, ServerSpec, Space
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def models_dir() -> Path:
+    """The tiny models of the live tests: ``$AUTOTUNE_LLAMACPP_MODELS``, else ``studies/llamacpp-models`` when it
+    holds the default models, else written once into the autotune cache folder (~20 s)."""
+    env = os.environ.get("AUTOTUNE_LLAMACPP_MODELS")
+    if env:
+        return Path(env)
+    studies = REPO / "studies" / "llamacpp-models"
+    if models_present(studies, ModelSpec()):
+        return studies
+    from autotune.backends.llamacpp import cache_dir
+
+    target = cache_dir() / "llamacpp-test-models"
+    write_models(target, ModelSpec())
+    return target
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
 
 
 def make_space(

@@ -191,6 +191,57 @@ def test_default_launcher_search_order(tmp_path, monkeypatch):
     assert find_llama_server() == str(cached_server_path())
 
 
+def test_the_honouring_build_is_found_by_its_own_variable_or_its_cached_version_never_on_path(tmp_path, monkeypatch):
+    from autotune.backends.llamacpp_flags import LLAMA_CPP_PYTHON_HONOURING_VERSION, find_honouring_llama_server
+
+    on_path = tmp_path / "bin" / "llama-server"
+    on_path.parent.mkdir()
+    on_path.write_text("#!/bin/sh\n")
+    on_path.chmod(0o755)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("AUTOTUNE_LLAMA_SERVER_HONOURING", raising=False)
+    assert find_honouring_llama_server() is None  # PATH's llama-server is whatever build was installed
+    cached = cached_server_path(LLAMA_CPP_PYTHON_HONOURING_VERSION)
+    assert cached == tmp_path / "cache" / f"llama-server-{LLAMA_CPP_PYTHON_HONOURING_VERSION}" / "llama-server"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("#!/bin/sh\n")
+    cached.chmod(0o755)
+    assert find_honouring_llama_server() == str(cached)
+    monkeypatch.setenv("AUTOTUNE_LLAMA_SERVER_HONOURING", str(on_path))
+    assert find_honouring_llama_server() == str(on_path)
+    monkeypatch.setenv("AUTOTUNE_LLAMA_SERVER_HONOURING", str(tmp_path / "missing"))
+    assert find_honouring_llama_server() is None
+
+
+def test_the_setup_script_builds_the_pinned_honouring_release(tmp_path):
+    """``llamacpp_setup.sh --honouring`` reads the version from llamacpp_flags.py and uses its cache (here: a stand-in
+    binary already cached, so nothing is built) or ``$AUTOTUNE_LLAMA_SERVER_HONOURING``."""
+    import os
+    import subprocess
+
+    from autotune.backends.llamacpp_flags import LLAMA_CPP_PYTHON_HONOURING_VERSION
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "llamacpp_setup.sh"
+    cached = tmp_path / f"llama-server-{LLAMA_CPP_PYTHON_HONOURING_VERSION}" / "llama-server"
+    cached.parent.mkdir()
+    cached.write_text("#!/bin/sh\n")
+    cached.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_LLAMA_SERVER")}
+    env.update(AUTOTUNE_CACHE=str(tmp_path), AUTOTUNE_SKIP_MODELS="1", AUTOTUNE_LLAMA_SERVER="/nonexistent")
+
+    def run(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(script), "--honouring"], env={**env, **extra}, capture_output=True, text=True, timeout=60
+        )
+
+    proc = run()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(cached)
+    proc = run(AUTOTUNE_LLAMA_SERVER_HONOURING=str(tmp_path / "missing"))
+    assert proc.returncode == 1 and "AUTOTUNE_LLAMA_SERVER_HONOURING" in proc.stderr
+
+
 def test_probe_reads_help_once_per_binary(tmp_path):
     calls = tmp_path / "calls"
     exe = tmp_path / "llama-server"
@@ -206,6 +257,40 @@ def test_probe_reads_help_once_per_binary(tmp_path):
     second.probe(space)
     assert second.spelling == first.spelling
     assert calls.read_text().count("x") == 1
+
+
+def test_a_build_whose_spec_type_names_only_model_free_types_drafts_with_the_model_alone(tmp_path):
+    """llama-cpp-python 0.3.23 (the honouring build): ``--spec-*`` names, but ``--spec-type [none|ngram-...]`` takes
+    no draft type (it would exit "unknown speculative decoding type without draft model"): draft-simple is the
+    draft model alone; n-gram types keep ``--spec-type``; other draft types this build cannot run."""
+    from autotune.backends.llamacpp_methods import help_spec_types
+
+    text = sample("help-0.3.23.txt")  # `llama-server --help` of the build `llamacpp_setup.sh --honouring` makes
+    listed = help_spec_types(text)
+    assert listed == ("ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+    assert help_spec_types(sample("help-0.3.36.txt"))[:2] == ("draft-simple", "draft-eagle3")  # the comma form
+    exe = tmp_path / "llama-server-0.3.23"
+    exe.write_text(f'#!/bin/sh\ncat "{SAMPLES / "help-0.3.23.txt"}"\n')
+    exe.chmod(0o755)
+    space = make_space(launcher=(str(exe),), knobs={"draft_n_max": IntRange(1, 16)})
+    b = LlamaCppBackend()
+    b.probe(space)
+    assert b.spec_types == listed
+    argv = b.argv(TrialConfig.make("good", draft_n_max=5, draft_p_min=0.5), space, port=1)
+    assert "--spec-type" not in argv
+    assert argv[argv.index("--spec-draft-model") + 1] == "/m/draft-good.gguf"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "5"
+    assert argv[argv.index("--spec-draft-p-min") + 1] == "0.5"
+    assert "--no-webui" in argv  # this build has no --no-ui
+    cfg = TrialConfig.make("good", spec_type="ngram-mod", draft_n_max=5)
+    types = make_space(
+        launcher=(str(exe),),
+        knobs={"draft_n_max": IntRange(1, 16), "spec_type": Choices(("draft-simple", "ngram-mod", "draft-eagle3"))},
+    )
+    argv = b.argv(cfg, types, port=1)
+    assert argv[argv.index("--spec-type") + 1] == "ngram-mod"
+    with pytest.raises(InfeasibleConfig, match="draft-eagle3"):
+        b.argv(TrialConfig.make("good", spec_type="draft-eagle3", draft_n_max=5), types, port=1)
 
 
 def test_argv_never_probes_and_export_probes_first(tmp_path):

@@ -18,17 +18,15 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import psutil
 import pytest
 
 from autotune.backends.llamacpp import LlamaCppBackend, find_llama_server, flag_spelling
 from autotune.config import PromptResult, TrialConfig, summarize
 from autotune.errors import ServerExited
-from autotune.llamacpp_models import ModelSpec, models_present, write_models
 from autotune.process import ProcessRunner
 from autotune.space import BenchmarkSpec, DrafterSpec, IntRange, Prompt, SearchSpec, ServerSpec, Space
+from tests.llamacpp.conftest import _descendants, models_dir
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
@@ -39,31 +37,12 @@ if SERVER is None:
         allow_module_level=True,
     )
 
-REPO = Path(__file__).resolve().parents[2]
 N_MAX = 8
 PROMPTS = (
     "The kettle on the stove began to whistle, and the old man looked up from his newspaper",
     "Here is a short list of things to pack for a weekend in the mountains:",
     "Dear members of the committee, thank you for the time you gave to our proposal last week",
 )
-
-
-def models_dir() -> Path:
-    env = os.environ.get("AUTOTUNE_LLAMACPP_MODELS")
-    if env:
-        return Path(env)
-    studies = REPO / "studies" / "llamacpp-models"
-    if models_present(studies, ModelSpec()):
-        return studies
-    from autotune.backends.llamacpp import cache_dir
-
-    target = cache_dir() / "llamacpp-test-models"
-    write_models(target, ModelSpec())
-    return target
-
-
-def _descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
 
 
 @dataclass

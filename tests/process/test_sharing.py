@@ -70,12 +70,22 @@ def test_trials_differing_only_in_per_request_knobs_share_one_start(tmp_path, bo
         assert first.info.start["probe"]["honoured"] == "honoured"
         assert first.info.start["probe"]["drafted_per_step_at_least"] <= 1.0
         first.run_prompt(0)
+        # the answer's counters checked at the trial's own n_max (2, below the launch's 8), kept with the start
+        assert first.info.start["per_request"] == {"draft_n_max": 2, "draft_n_min": 0, "draft_p_min": 0.0}
+        assert first.info.start["checked"] == {"honoured": 1}
+        (answer,) = first.info.start["answers"]
+        assert answer["n_max"] == 2 and answer["launch_n_max"] == 8 and answer["prompt"] == 0
+        assert answer["draft_n"] <= 2 * answer["steps_at_most"]
         first.close()
         assert first.server.returncode is None  # kept for the next trial
         second = runner.launch(_cfg("good", 4, 0.5))
         assert second.info.pid == pid and second.info.startup_s == 0.0
         assert second.info.start["shared"] is True and second.info.start["id"] == first.info.start["id"]
         second.run_prompt(0)
+        second.run_prompt(0)
+        assert second.info.start["checked"] == {"honoured": 2}
+        assert [a["n_max"] for a in second.info.start["answers"]] == [4, 4]
+        assert len(first.info.start["answers"]) == 1  # each trial its own record
         second.close()
         sent = _bodies(bodies)
         assert sent[0]["speculative.n_max"] == 1  # the verification request
@@ -129,6 +139,8 @@ def test_an_answer_proving_other_values_is_never_counted(tmp_path, bodies):
         s.client.on_answer = lambda i, sent, chunks: hook(i, {**sent, "speculative.n_max": 2}, chunks)
         with pytest.raises(BenchmarkError, match="did not run the per-request values"):
             s.run_prompt(0)
+        assert s.info.start["checked"] == {"ignored": 1}
+        assert s.info.start["answers"][0]["draft_n"] > 2 * s.info.start["answers"][0]["steps_at_most"]
         s.close()
         assert s.server.returncode is not None and not state.on  # a failed session is never kept
     finally:
