@@ -151,7 +151,7 @@ class Objective:
         evidence = self.ctx.evidence
         if evidence is None:
             return
-        results = t.results or [_prompt_result(p) for p in TrialRecord(t.trial).prompts]  # a duplicate's: copied
+        results = t.results or [PromptResult.from_dict(p) for p in TrialRecord(t.trial).prompts]  # a duplicate: copied
         cg = t.config.cuda_graph if t.config is not None else None
         base = None if t.config is None or t.config.is_baseline else records.find_baseline(self.ctx.study, cg)
         per_prompt = [] if base is None else [base.intermediate_values[s] for s in sorted(base.intermediate_values)]
@@ -552,12 +552,6 @@ def _baselines_of(study: optuna.Study, cuda_graph: object) -> list[FrozenTrial]:
 
 
 # ---------------------------------------------------------------------------------------------- the figures
-
-
-def _prompt_result(d: dict[str, Any]) -> PromptResult:
-    """A recorded prompt (``PromptResult.to_dict``) read back."""
-    keys = ("index", "completion_tokens", "seconds", "ttft_s", "prompt_tokens", "accept_length", "finish_reason")
-    return PromptResult(**{k: d[k] for k in keys if k in d})
 
 
 def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, space: Space | None = None) -> float | None:
