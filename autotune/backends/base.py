@@ -54,6 +54,7 @@ from autotune.backends.prometheus import (
     metric_by_label,
     metric_total,
     parse_prometheus,
+    per_position_deltas,
     series_key,
 )
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
@@ -117,7 +118,8 @@ class Backend(ABC):
     #: tried when ``info_path`` answers 404 (deprecated aliases)
     info_fallback_paths: tuple[str, ...] = ()
     metrics_path: str | None = "/metrics"
-    #: True when acceptance is only available from /metrics deltas around each request (vLLM)
+    #: True when /metrics is read around each request: acceptance (vLLM) or the per-position counts (vLLM,
+    #: llama-server) are only available from its counters' deltas (two scrapes outside the timed request)
     acceptance_from_metrics_deltas: bool = False
     #: a drafter found not engaged (acceptance ~1.0) is so in every config of this server (a wrong algorithm flag,
     #: a drafter/target mismatch): its other configs are not launched. False where a knob can cause it.
@@ -469,5 +471,6 @@ __all__ = [
     "parse_openai_chunk",
     "parse_openai_logprobs",
     "parse_prometheus",
+    "per_position_deltas",
     "series_key",
 ]

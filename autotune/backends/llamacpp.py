@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends import encode
+from autotune.backends import encode, llamacpp_stream
 from autotune.backends.base import (
     Backend,
     ChunkInfo,
@@ -66,6 +66,7 @@ from autotune.space import FloatRange
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.acceptance import AcceptPositions
     from autotune.checks import Problem
     from autotune.space import Space
 
@@ -97,13 +98,13 @@ class LlamaCppBackend(Backend):
     """``llama-server`` with a draft GGUF model.
 
     ``spelling`` fixes the flag names (e.g. ``flag_spelling(recorded_help)``); when None, ``probe`` learns them
-    from ``<server> --help`` (once per binary), and until then argv uses ``NEW_SPELLING``.
-    """
+    from ``<server> --help`` (once per binary), and until then argv uses ``NEW_SPELLING``."""
 
     name = "llamacpp"
     health_path = "/health"
     info_path = "/props"
     metrics_path = "/metrics"
+    acceptance_from_metrics_deltas = True  # the per-position counter (``positions_from_metrics``)
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
     methods = METHODS
@@ -551,6 +552,9 @@ class LlamaCppBackend(Backend):
             if length is not None:
                 return length
         return 1.0 + d["accepted"] / d["drafts"]
+
+    def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
+        return llamacpp_stream.metrics_positions(before, after)  # the per-draft-position counter, where reported
 
 
 def _nearest_p_min(space: Space) -> float | None:

@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.acceptance import AcceptPositions
 from autotune.backends.base import _float_or_none, _int_or_none, metric_total
+from autotune.backends.prometheus import per_position_deltas
 
 
 def accept_length(predicted_n: int | None, accepted: int | None) -> float | None:
@@ -50,13 +52,27 @@ def parse_timings(timings: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: llama-server's counter per draft position (label ``position`` 0, 1, ...): at each verification step with n draft
+#: tokens accepted, positions 0..n-1 count one (tools/server/server-context.cpp, vendored by llama-cpp-python 0.3.36)
+ACCEPTED_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+#: verification steps by the target model
+DRAFTS = "llamacpp:spec_decode_num_drafts_total"
+
+
+def metrics_positions(before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
+    """Per-position acceptance between two /metrics scrapes: ``ACCEPTED_PER_POS`` over the drafts counter (builds
+    that have it, e.g. llama-cpp-python 0.3.36's); None where the build reports none."""
+    got = per_position_deltas(before, after, ACCEPTED_PER_POS, DRAFTS)
+    return None if got is None else AcceptPositions(*got)
+
+
 def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
     """Counter increases between two parsed /metrics scrapes: predicted tokens, drafted, accepted, drafts."""
     names = {
         "predicted": "llamacpp:tokens_predicted_total",
         "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
         "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
-        "drafts": "llamacpp:spec_decode_num_drafts_total",
+        "drafts": DRAFTS,
     }
     out: dict[str, float] = {}
     for key, name in names.items():
@@ -66,4 +82,12 @@ def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> di
     return out
 
 
-__all__ = ["accept_length", "acceptance_rate", "metrics_delta", "parse_timings"]
+__all__ = [
+    "ACCEPTED_PER_POS",
+    "DRAFTS",
+    "accept_length",
+    "acceptance_rate",
+    "metrics_delta",
+    "metrics_positions",
+    "parse_timings",
+]

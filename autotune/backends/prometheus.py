@@ -6,7 +6,16 @@ import math
 import re
 from collections.abc import Mapping
 
-__all__ = ["_LABEL", "_SAMPLE", "_parse_labels", "metric_by_label", "metric_total", "parse_prometheus", "series_key"]
+__all__ = [
+    "_LABEL",
+    "_SAMPLE",
+    "_parse_labels",
+    "metric_by_label",
+    "metric_total",
+    "parse_prometheus",
+    "per_position_deltas",
+    "series_key",
+]
 
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
@@ -84,3 +93,30 @@ def metric_by_label(metrics: Mapping[str, float], name: str, label: str) -> dict
         if label in labels:
             out[labels[label]] = out.get(labels[label], 0.0) + value
     return out
+
+
+def per_position_deltas(
+    before: Mapping[str, float], after: Mapping[str, float], per_pos: str, drafts: str, label: str = "position"
+) -> tuple[int, tuple[int, ...]] | None:
+    """(drafts, accepted at each position) between two scrapes, from a counter per draft position (``per_pos``,
+    label ``label`` = 0, 1, ...: drafts whose first i+1 tokens were accepted; vLLM's and llama-server's) and the
+    drafts counter (verification steps); None when no draft was made, a counter is missing or a delta is negative
+    (a restarted server)."""
+    a, b = metric_total(after, drafts), metric_total(before, drafts)
+    now = metric_by_label(after, per_pos, label)
+    if a is None or not now:
+        return None
+    n = a - (b or 0.0)
+    if n <= 0:
+        return None
+    then = metric_by_label(before, per_pos, label)
+    try:
+        depth = sorted(int(k) for k in now)
+    except ValueError:
+        return None
+    if depth != list(range(len(depth))):
+        return None
+    accepted = tuple(now[str(i)] - then.get(str(i), 0.0) for i in depth)
+    if any(x < 0 for x in accepted):
+        return None
+    return int(round(n)), tuple(int(round(x)) for x in accepted)

@@ -39,7 +39,7 @@ from autotune.acceptance import AcceptPositions
 from autotune.backends import encode
 from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch, _int_or_none, metric_total
 from autotune.backends.methods import version_lacks
-from autotune.backends.prometheus import metric_by_label
+from autotune.backends.prometheus import per_position_deltas
 from autotune.backends.vllm_drafters import architecture_problem
 from autotune.backends.vllm_methods import METHODS as METHOD_CATALOGUE
 from autotune.backends.vllm_methods import PER_BATCH_SIZE_SINCE, SINCE, VLLMMethods, mtp_unavailable
@@ -359,21 +359,8 @@ class VLLMBackend(Backend):
         """Per-position acceptance over the counters' deltas: accepted at position i (``ACCEPTED_PER_POS``, label
         ``position`` i-1, summed over engines) and drafts (``DRAFTS``); None when no draft was made, a counter is
         missing or a delta is negative (a restarted server)."""
-        drafts = _delta(before, after, DRAFTS)
-        now = metric_by_label(after, ACCEPTED_PER_POS, POSITION_LABEL)
-        if drafts is None or drafts <= 0 or not now:
-            return None
-        then = metric_by_label(before, ACCEPTED_PER_POS, POSITION_LABEL)
-        try:
-            depth = sorted(int(k) for k in now)
-        except ValueError:
-            return None
-        if depth != list(range(len(depth))):
-            return None
-        accepted = tuple(now[str(i)] - then.get(str(i), 0.0) for i in depth)
-        if any(a < 0 for a in accepted):
-            return None
-        return AcceptPositions(int(round(drafts)), tuple(int(round(a)) for a in accepted))
+        got = per_position_deltas(before, after, ACCEPTED_PER_POS, DRAFTS, POSITION_LABEL)
+        return None if got is None else AcceptPositions(*got)
 
     @staticmethod
     def draft_acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from autotune.acceptance import acceptance_profile
 from autotune.backends.llamacpp import LlamaCppBackend, find_llama_server, flag_spelling
+from autotune.backends.prometheus import metric_total
 from autotune.config import PromptResult, TrialConfig, summarize
 from autotune.errors import ServerExited
 from autotune.process import ProcessRunner
@@ -187,6 +189,29 @@ def test_acceptance_from_metrics_counters(runs):
         from_metrics = backend.acceptance_from_metrics(run.metrics_before, run.metrics_after)
         assert from_metrics is not None
         assert from_metrics == pytest.approx(run.accept_length, rel=0.1)
+
+
+def test_per_position_acceptance_from_the_servers_counter(runs):
+    """llama-server's per-draft-position counter, read around each prompt: present for both drafters, the prompts'
+    windows add up to the whole run's counters, and the good draft keeps its first token more often."""
+    backend = LlamaCppBackend()
+    first = {}
+    for name in ("good", "bad"):
+        run = runs[name]
+        per_prompt = [r.positions for r in run.results]
+        assert all(p is not None and p.drafts > 0 for p in per_prompt), name
+        whole = backend.positions_from_metrics(run.metrics_before, run.metrics_after)
+        assert whole is not None
+        assert sum(p.drafts for p in per_prompt) == whole.drafts
+        assert [sum(c) for c in zip(*(p.accepted for p in per_prompt), strict=False)] == list(whole.accepted)
+        accepted = metric_total(run.metrics_after, "llamacpp:spec_decode_num_accepted_tokens_total") - metric_total(
+            run.metrics_before, "llamacpp:spec_decode_num_accepted_tokens_total"
+        )
+        assert sum(whole.accepted) == accepted  # every accepted token counted at its position
+        profile = acceptance_profile(whole.rates)
+        assert profile[-1] == pytest.approx(accepted / whole.drafts)
+        first[name] = whole.rates[0]
+    assert first["good"] > first["bad"], first
 
 
 def test_good_draft_wins_and_bad_draft_loses(runs):
