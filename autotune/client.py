@@ -334,22 +334,29 @@ class BenchmarkClient:
         *,
         max_tokens: int | None = None,
         extra: Mapping[str, Any] | None = None,
+        alone: bool = True,
     ) -> PromptResult:
         """Stream one completion for ``prompt_text`` (``max_tokens``: the client's unless given; ``extra``: body
-        entries instead of ``extra_body``); seconds are this clock's (wall) seconds. Safe to call from several
-        threads at once (a load level's streams)."""
+        entries instead of ``extra_body``; ``alone``: no other request of this client is in flight, so a
+        per-request /metrics window is this request's own); seconds are this clock's (wall) seconds. Safe to call
+        from several threads at once (a load level's streams)."""
         reasons: list[str] = []
         for attempt in range(self.retries + 1):
             if attempt:
                 self.clock.sleep(self.retry_delay_s * attempt)
             try:
-                return self._measure_once(prompt_index, prompt_text, max_tokens, extra)
+                return self._measure_once(prompt_index, prompt_text, max_tokens, extra, alone)
             except _Retryable as e:
                 reasons.append(str(e))
         raise BenchmarkError(f"prompt {prompt_index}: failed after {len(reasons)} attempt(s): " + "; ".join(reasons))
 
     def _measure_once(
-        self, index: int, prompt_text: str, max_tokens: int | None = None, extra: Mapping[str, Any] | None = None
+        self,
+        index: int,
+        prompt_text: str,
+        max_tokens: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+        alone: bool = True,
     ) -> PromptResult:
         path, body = self.backend.request(
             prompt_text,
@@ -360,7 +367,8 @@ class BenchmarkClient:
         )
         added = dict(self.extra_body if extra is None else extra)
         body.update(added)
-        before = self.metrics() if self.backend.acceptance_from_metrics_deltas else None
+        scrape = self.backend.acceptance_from_metrics_deltas or (self.backend.positions_from_metrics_deltas and alone)
+        before = self.metrics() if scrape else None
         s = _Stream()
         request = self._http.build_request("POST", path, json=body)
         t0 = self.clock.now()

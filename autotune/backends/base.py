@@ -118,9 +118,11 @@ class Backend(ABC):
     #: tried when ``info_path`` answers 404 (deprecated aliases)
     info_fallback_paths: tuple[str, ...] = ()
     metrics_path: str | None = "/metrics"
-    #: True when /metrics is read around each request: acceptance (vLLM) or the per-position counts (vLLM,
-    #: llama-server) are only available from its counters' deltas (two scrapes outside the timed request)
+    #: True when acceptance is only available from /metrics deltas around each request (vLLM)
     acceptance_from_metrics_deltas: bool = False
+    #: True when the per-position counts come from /metrics deltas around each request alone (llama-server):
+    #: scraped for one stream only, never between concurrent requests (their windows would overlap)
+    positions_from_metrics_deltas: bool = False
     #: a drafter found not engaged (acceptance ~1.0) is so in every config of this server (a wrong algorithm flag,
     #: a drafter/target mismatch): its other configs are not launched. False where a knob can cause it.
     not_engaged_is_per_drafter: bool = True

@@ -104,7 +104,7 @@ class LlamaCppBackend(Backend):
     health_path = "/health"
     info_path = "/props"
     metrics_path = "/metrics"
-    acceptance_from_metrics_deltas = True  # the per-position counter (``positions_from_metrics``)
+    positions_from_metrics_deltas = True  # the per-position counter (``positions_from_metrics``)
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
     methods = METHODS

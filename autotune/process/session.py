@@ -169,7 +169,9 @@ class ProcessSession:
                 i = indices[k]
                 try:
                     r = self._call(
-                        i, lambda i=i: self.client.measure(i, prompts[i].text, max_tokens=max_tokens), track=False
+                        i,
+                        lambda i=i: self.client.measure(i, prompts[i].text, max_tokens=max_tokens, alone=streams == 1),
+                        track=False,
                     )
                 except ServerDied as e:
                     with lock:

@@ -31,6 +31,7 @@ class _VLLM:
     def __init__(self) -> None:
         state = self
         self.answered = 0
+        self.scrapes = 0
 
         class H(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -39,6 +40,7 @@ class _VLLM:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
+                state.scrapes += 1
                 body = (AFTER if state.answered else BEFORE).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -121,3 +123,26 @@ def test_positions_from_metrics_edges():
             ]
         )
     )
+
+
+class _PositionsOnly(VLLMBackend):
+    """llama-server's arrangement: acceptance from the answer itself, only the per-position counts from /metrics."""
+
+    acceptance_from_metrics_deltas = False
+    positions_from_metrics_deltas = True
+
+
+def test_per_position_scrapes_only_for_a_request_alone():
+    """Where /metrics is read only for the per-position counts (llama-server), a request among concurrent ones (a
+    load level's streams) is not wrapped in scrapes: the windows would overlap, and each scrape is one more request
+    to the server being measured."""
+    with _VLLM() as server:
+        client = BenchmarkClient(server.url, _PositionsOnly(), retries=0)
+        try:
+            alone = client.measure(0, "The quick")
+            assert server.scrapes == 2 and alone.positions == AcceptPositions(DRAFTS, PER_POS)
+            among = client.measure(0, "The quick", alone=False)
+        finally:
+            client.close()
+    assert server.answered == 2 and server.scrapes == 2  # none around the second
+    assert among.positions is None and among.accept_length is None
