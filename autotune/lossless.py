@@ -33,13 +33,15 @@ import json
 import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from autotune.config import ReferenceOutput
 
 KINDS = ("identical", "numerics", "borderline", "lossy", "unclassified")
+#: characters of each answer kept from a divergence on (``Divergence.baseline_next`` / ``other_next``)
+NEXT_CHARS = 32
 
 #: a flip past the tolerance by at most this factor of it (and ``BORDERLINE_NATS``) is borderline, not lossy,
 #: unless a second prompt of the trial departs too. Calibrated on the recorded H200 answers: 118 speculative and
@@ -85,6 +87,10 @@ class Divergence:
     margin: float | None = None  # nats between the baseline's best token and the one the other answer took
     baseline_token: str | None = None
     other_token: str | None = None  # the baseline alternative the other answer matches, if any
+    #: up to ``NEXT_CHARS`` characters of each answer from the divergence on ("" where that answer ends there): what
+    #: a reader needs to tell a different token from an answer cut short
+    baseline_next: str | None = None
+    other_next: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +102,8 @@ class Divergence:
             "margin": self.margin,
             "baseline_token": self.baseline_token,
             "other_token": self.other_token,
+            "baseline_next": self.baseline_next,
+            "other_next": self.other_next,
         }
 
     def describe(self) -> str:
@@ -107,6 +115,8 @@ class Divergence:
         if self.kind == "unclassified":
             return f"{where}, matching prefix {self.prefix_fraction:.0%}; no log-probabilities to classify it"
         took = f"{self.other_token!r}" if self.other_token is not None else "a token outside its top choices"
+        if self.other_token is None and self.other_next == "":
+            took = "nothing: its answer ends there"
         gap = f"{self.margin:.3g} nats below" if self.margin is not None else "far below"
         what = {
             "numerics": "a near-tie (numerics)",
@@ -145,6 +155,19 @@ def classify(
 ) -> Divergence:
     """Classify ``other_text`` against the baseline's ``baseline_text``, using the baseline's log-probabilities in
     ``reference`` at the first differing token (see the module docstring)."""
+    div = _classify(baseline_text, other_text, reference, tolerance, prompt)
+    if div.char is None:
+        return div
+    return replace(
+        div,
+        baseline_next=baseline_text[div.char : div.char + NEXT_CHARS],
+        other_next=other_text[div.char : div.char + NEXT_CHARS],
+    )
+
+
+def _classify(
+    baseline_text: str, other_text: str, reference: ReferenceOutput | None, tolerance: float, prompt: int
+) -> Divergence:
     d = first_difference(baseline_text, other_text)
     frac = prefix_fraction(baseline_text, other_text)
     if d is None:

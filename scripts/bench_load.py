@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import pickle
 import sys
 import time
 import warnings
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
-from bench_common import replace_section  # noqa: E402
+from bench_common import KeptRuns, replace_section  # noqa: E402
 
 from autotune import objective, records, schedule  # noqa: E402
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
@@ -299,20 +298,15 @@ def main(argv: list[str] | None = None) -> int:
     raw: dict[str, Any] = {}
     t0 = time.perf_counter()
     truths = {name: ground_truth(name) for name in args.scenarios}
-    cache = Path(args.cache) if args.cache else None
-    if cache:
-        cache.mkdir(parents=True, exist_ok=True)
+    kept = KeptRuns(args.cache) if args.cache else None
 
     def job(kind: str, name: str, seed: int) -> Any:
         """One grid or tuner run; with ``--cache`` its result is kept there and not computed again."""
-        path = cache / f"{kind}-{name}-{seed}.pkl" if cache else None
-        if path and path.exists():
-            return pickle.loads(path.read_bytes())
-        out = run_grid(name, truths[name], seed) if kind == "grid" else run_tuner(name, seed, truths[name])
-        if path:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(pickle.dumps(out))
-            tmp.replace(path)
+        out = kept.get((kind, name, seed)) if kept else None
+        if out is None:
+            out = run_grid(name, truths[name], seed) if kind == "grid" else run_tuner(name, seed, truths[name])
+            if kept:
+                kept.keep((kind, name, seed), out)
         return out
 
     # every scenario's grid and tuner runs in one pool: the machine's cores stay busy to the end

@@ -14,11 +14,11 @@ confirmation, the simulated hardware's seconds).
 
     python scripts/bench_methods.py        # 20 seeds per truth, --jobs 2, section "Methods" of docs/benchmarks.md
     python scripts/bench_methods.py --seeds 2 --no-docs
-    python scripts/bench_methods.py --resume runs.jsonl   # each finished run appended; a rerun skips those done
+    python scripts/bench_methods.py --resume runs/   # each finished run kept; a rerun skips those done
 
-With ``--resume FILE`` every finished run is appended to FILE as one JSON line as soon as it ends, runs already in
-FILE are not run again, and the table is made of FILE's runs for the truths and seeds asked: a run cut short (a
-time limit, another machine) is continued by the same command.
+With ``--resume DIR`` every finished run is kept in DIR as soon as it ends (``bench_common.KeptRuns``, as
+``bench_load.py --cache``), runs already there are not run again, and the table is made of the kept runs for the
+truths and seeds asked: a run cut short (a time limit, another machine) is continued by the same command.
 """
 
 from __future__ import annotations
@@ -31,13 +31,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_common import KeptRuns  # noqa: E402
+
 SPACE = ROOT / "spaces" / "methods.yaml"
 PROMPTS = ROOT / "tests" / "sim" / "prompts"
 TRUTHS = {
@@ -153,23 +156,26 @@ def main() -> int:
     ap.add_argument("--truths", nargs="*", default=list(TRUTHS), choices=list(TRUTHS))
     ap.add_argument("--out", type=Path, default=None, help="write every run's result as JSON here")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
-    ap.add_argument("--resume", type=Path, default=None, help="JSON lines: runs done so far, each new run appended")
+    ap.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        help="a folder: each finished run is kept there; a rerun skips the runs kept",
+    )
     ap.add_argument("--where", default=None, help="the machine the runs ran on (default: this one)")
     args = ap.parse_args()
     wanted = [(truth, seed) for truth in args.truths for seed in range(args.seeds)]
+    kept = KeptRuns(args.resume) if args.resume else None
     done: dict[tuple[str, int], dict] = {}
-    if args.resume and args.resume.exists():
-        for line in args.resume.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                r = json.loads(line)
-                done[(r["truth"], r["seed"])] = r
-    lock = threading.Lock()
+    for job in wanted if kept else []:
+        r = kept.get(job)
+        if r is not None:
+            done[job] = r
 
     def one(job: tuple[str, int], tmp: Path) -> dict:
         r = run_one(job[0], job[1], tmp)
-        if args.resume and not r.get("error"):
-            with lock, args.resume.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(r) + "\n")
+        if kept and not r.get("error"):
+            kept.keep(job, r)
         return r
 
     with tempfile.TemporaryDirectory(prefix="bench-methods-") as tmp:

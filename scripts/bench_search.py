@@ -109,6 +109,9 @@ POLICY_VARIANTS: dict[str, Policies] = {
     "tuner_join01": Policies(candidates=CandidatePolicy(join_probability=0.01)),
     "tuner_res01": Policies(stop=StopPolicy(resolution=0.01)),
     "tuner_gain_only": Policies(stop=StopPolicy(improve_after_picks=10**6)),
+    "tuner_eg10": Policies(stop=StopPolicy(expected_gain=0.001)),
+    "tuner_eg20": Policies(stop=StopPolicy(expected_gain=0.002)),
+    "tuner_eg30": Policies(stop=StopPolicy(expected_gain=0.003)),
 }
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
 EXTRA_METHODS: tuple[str, ...] = (

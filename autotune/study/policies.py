@@ -57,6 +57,7 @@ class StopPolicy:
     resolution: float = 0.01
     settle_samples: int = 512
     improve_after_picks: int = 3
+    expected_gain: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_launch_failures < 1:

@@ -297,6 +297,7 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
         # its surrogate does not see (scripts/bench_load.py: stopping on it missed a level's winner in 2 more
         # seeds of 20 and saved no GPU time); "nothing clears the bar" still stops the search
         improve_settles=_surrogate_picks(trials) >= policy.improve_after_picks and not ctx.space.benchmark.loaded,
+        expected_gain_stop=policy.expected_gain,
     )
 
 

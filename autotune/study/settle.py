@@ -40,6 +40,11 @@ class Settled:
     measured: int
     unmeasured: int
     reason: str | None
+    #: the largest expected improvement of one unmeasured config over the best measured one (relative tok/s): what
+    #: the next trial can gain at best, in expectation; ``expected_gain_bar``: the same over the best measured or the
+    #: bar (the fastest baseline times 1 + min_gain), whichever is higher: the gain that could change the verdict
+    expected_gain: float = 0.0
+    expected_gain_bar: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,6 +63,7 @@ def settle(
     samples: int,
     seed: int,
     improve_settles: bool = True,
+    expected_gain_stop: float | None = None,
 ) -> Settled:
     """The probabilities by Monte Carlo over ``samples`` joint draws of the latent log tok/s (seeded: the same
     study asks the same question and gets the same answer). ``baseline_log``: the fastest baseline's log tok/s
@@ -87,9 +93,19 @@ def settle(
     p_improve = float(np.mean(draws[:, others].max(axis=1) - f_best > up)) if others else 0.0
     if baseline_log is None:
         p_gain = 1.0
+        bar = f_best
     else:
         b = baseline_log + baseline_sd * rng.standard_normal(samples)
         p_gain = float(np.mean(draws.max(axis=1) - b > gain))
+        bar = np.maximum(f_best, b + gain)
+    if others:
+        # E[max(0, exp(f_u - ref) - 1)]: expected relative tok/s gain of measuring u next, per unmeasured config
+        rel = np.expm1(draws[:, others] - f_best[:, None])
+        e_gain = float(np.maximum(rel, 0.0).mean(axis=0).max())
+        rel_bar = np.expm1(draws[:, others] - np.asarray(bar)[:, None])
+        e_gain_bar = float(np.maximum(rel_bar, 0.0).mean(axis=0).max())
+    else:
+        e_gain = e_gain_bar = 0.0
     reason = None
     if p_gain < threshold:
         reason = (
@@ -103,6 +119,12 @@ def settle(
             f"P = {p_improve:.3f} < {threshold:g} (surrogate over {n_meas} measured and {len(unmeasured)} "
             "unmeasured configs)"
         )
+    elif expected_gain_stop is not None and improve_settles and e_gain_bar < expected_gain_stop:
+        reason = (
+            f"the next trial's expected gain is {e_gain_bar:.2%} at best (over the best measured config or the "
+            f"{min_gain:.0%} bar, whichever is higher), under {expected_gain_stop:.2%} (surrogate over {n_meas} "
+            f"measured and {len(unmeasured)} unmeasured configs)"
+        )
     return Settled(
         p_improve=p_improve,
         p_gain=p_gain,
@@ -112,4 +134,6 @@ def settle(
         measured=n_meas,
         unmeasured=len(unmeasured),
         reason=reason,
+        expected_gain=e_gain,
+        expected_gain_bar=e_gain_bar,
     )

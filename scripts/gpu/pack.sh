@@ -67,11 +67,16 @@ STAGE="$WORKTMP/stage/llama.cpp"
 mkdir -p "$STAGE"
 # Top level: only what CMake reads for llama-server (app/ is tiny and added by default; licenses/ is globbed by it).
 keep_top=(CMakeLists.txt LICENSE cmake common ggml include src vendor tools app licenses)
+# (older releases, e.g. 0.3.23, have no app/, licenses/ or tools/ui/: what a release lacks is skipped)
 for entry in "${keep_top[@]}"; do
-    cp -a "$SRC/$entry" "$STAGE/"
+    [[ -e "$SRC/$entry" ]] && cp -a "$SRC/$entry" "$STAGE/"
 done
 mkdir -p "$STAGE/scripts"
-cp -a "$SRC/scripts/ui-assets.cmake" "$STAGE/scripts/"  # tools/ui/CMakeLists.txt runs it (emits an empty UI)
+# the CMake scripts the build runs: ui-assets.cmake (tools/ui emits an empty UI), xxd.cmake (older releases embed
+# tools/server/public/ with it)
+for f in ui-assets.cmake xxd.cmake; do
+    [[ -f "$SRC/scripts/$f" ]] && cp -a "$SRC/scripts/$f" "$STAGE/scripts/"
+done
 
 # ggml: the CPU and CUDA backends only (the others are add_subdirectory'd only when their GGML_<X> is ON)
 for d in "$STAGE"/ggml/src/ggml-*/; do
@@ -81,11 +86,20 @@ for d in "$STAGE"/ggml/src/ggml-*/; do
     esac
 done
 # the web UI: keep the CMake file and the templates it fills; drop the Svelte sources, tests, lock files
-find "$STAGE/tools/ui" -mindepth 1 -maxdepth 1 \
+[[ -d "$STAGE/tools/ui" ]] && find "$STAGE/tools/ui" -mindepth 1 -maxdepth 1 \
     ! -name CMakeLists.txt ! -name ui.cpp.in ! -name ui.h.in ! -name sources.cmake -exec rm -rf -- {} +
 rm -rf -- "$STAGE/tools/ui/dist"   # a prebuilt bundle would be embedded; there is none, make sure
 # server and mtmd test data, benches, docs
-rm -rf -- "$STAGE/tools/server/tests" "$STAGE/tools/server/bench" "$STAGE/tools/server/public"* \
+if [[ ! -d "$STAGE/tools/ui" && -d "$STAGE/tools/server/public" ]]; then
+    # older releases (e.g. 0.3.23) embed the built web UI from tools/server/public/ (CMake lists each file): keep
+    # the names, one space each (CMake's xxd.cmake refuses an empty file; the server then serves a blank page:
+    # autotune uses only the API)
+    find "$STAGE/tools/server/public" -type f -exec sh -c 'for f; do printf " " >"$f"; done' sh {} +
+    rm -rf -- "$STAGE/tools/server/public_"*
+else
+    rm -rf -- "$STAGE/tools/server/public"*
+fi
+rm -rf -- "$STAGE/tools/server/tests" "$STAGE/tools/server/bench" \
     "$STAGE/tools/mtmd/tests" "$STAGE/tools/mtmd/test-"*
 find "$STAGE" \( -name '*.md' -o -name '*.mp3' -o -name '*.mp4' -o -name '*.png' -o -name '*.jpg' \
     -o -name '*.gif' -o -name '*.wav' -o -name '*.gguf' -o -name '*.py' -o -name '.git*' -o -name '.clang-*' \) \

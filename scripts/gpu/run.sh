@@ -46,6 +46,8 @@
 #   SWEEP_BUDGET_S (450: the default plan took 431 s on an H200)
 #   SWEEP_FRESH (0; 1 ignores an earlier sweep's results)
 #   STUDY_TRIALS (16)  STUDY_GRAPHS (off,on)  STUDY_WALL_S (480)  STUDY_NAME (llamacpp-gpu)
+#   STUDY_SHARE_STARTS  on (default) or off: search.share_starts (trials differing only in per-request knobs
+#                   share one server start where the build honours the values)
 #   STUDY_CONCURRENCY (none; e.g. 1,4,16: the study measures these load levels, llama-server gets -np slots)
 #   STUDY_METHODS   (none) a method study instead of the default one: llama.cpp --spec-type methods, comma-separated,
 #                   a combination joined with + (e.g. draft-simple,ngram-simple,ngram-mod,draft-simple+ngram-mod):
@@ -474,7 +476,7 @@ write_space() {  # [METHODS]: a search.methods space (the study stage with STUDY
         --max-tokens "$MAX_TOKENS" --n-trials "$STUDY_TRIALS" "--cuda-graph=$STUDY_GRAPHS" \
         --startup-timeout-s "$STARTUP_TIMEOUT_S" --port "$PORT" "--extra-args=$SERVER_EXTRA_ARGS" \
         "--comment=models: $(tr -d '\n' <"$MODELS/models.json")" "--concurrency=${STUDY_CONCURRENCY:-}" \
-        "--methods=${1:-}"
+        "--methods=${1:-}" "--share-starts=${STUDY_SHARE_STARTS:-on}"
 }
 
 stage_sweep() {

@@ -69,6 +69,23 @@ def test_replace_section_keeps_other_sections(tmp_path):
 
 
 @pytest.mark.slow
+def test_kept_runs_continue_a_cut_benchmark(tmp_path):
+    """``bench_common.KeptRuns`` (bench_methods.py --resume, bench_load.py --cache): what was kept comes back, in
+    another instance too (a rerun), a key is one plain file and a write leaves no temporary file behind."""
+    from bench_common import KeptRuns
+
+    kept = KeptRuns(tmp_path / "runs")
+    assert kept.get(("tuner", "llama-load", 3)) is None
+    kept.keep(("tuner", "llama-load", 3), {"gpu_s": 12.5, "levels": [1, 8]})
+    kept.keep(("chat", 0), {"winner": "eagle3"})
+    again = KeptRuns(tmp_path / "runs")
+    assert again.get(("tuner", "llama-load", 3)) == {"gpu_s": 12.5, "levels": [1, 8]}
+    assert again.get(("chat", 0)) == {"winner": "eagle3"} and again.get(("chat", 1)) is None
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["chat-0.pkl", "tuner-llama-load-3.pkl"]
+    with pytest.raises(ValueError, match="plain file name"):
+        kept.keep(("../x",), 1)
+
+
 def test_bench_overhead_tiny(tmp_path):
     rc = bench_overhead.main(
         ["--trials", "2", "--rates", "2000", "--requests", "2", "--max-tokens", "128", "--out", str(tmp_path)]

@@ -108,3 +108,30 @@ def test_the_h200_answer_that_ignored_the_probe_is_judged_ignored():
         Honoured.CONSISTENT,
         Honoured.YES,
     )
+
+
+@pytest.mark.parametrize(
+    ("n_max", "predicted", "drafted", "accepted"),
+    [
+        (1, 128, 68, 59),  # the probe: 68 drafted in at most 69 decode steps
+        (3, 256, 226, 179),  # trial 2's first answer
+        (6, 256, 336, 199),  # trial 10 (a shared start)
+        (10, 256, 470, 208),  # trial 11 (a shared start)
+    ],
+)
+def test_the_h200_answers_of_the_honouring_build_are_judged_honoured(n_max, predicted, drafted, accepted):
+    """Recorded on an H200 (docs/gpu-runs/2026-12-02-h200-sharing-0.3.23, report-share-on.json): llama.cpp as vendored
+    by llama-cpp-python 0.3.23, built with CUDA, launched with --draft-max 16; each answer's own n_max was used
+    (drafted per step within it, below the launch's 16), so the trials shared one start rightly."""
+    per = _per({"draft_n_max": IntRange(1, 16)})
+    launch = per.launch_config(_eff(n_max=3))
+    check = per.check(
+        {"speculative.n_max": n_max}, launch, per.telemetry([{"choices": []}, _tel(predicted, drafted, accepted)])
+    )
+    assert check.honoured is Honoured.YES, check
+    # the same counters under the launch's 1-a-step value would be impossible for n_max above 1
+    if n_max > 1:
+        assert (
+            per.check({"speculative.n_max": 1}, launch, per.telemetry([_tel(predicted, drafted, accepted)])).honoured
+            is Honoured.NO
+        )

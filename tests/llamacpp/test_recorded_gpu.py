@@ -98,3 +98,31 @@ def test_the_h200_method_study_names_the_combination_with_per_method_intervals()
     )
     win = best["draft-simple,ngram-mod"]["speedup_ci"]
     assert win["low"] > max(b["speedup_ci"]["high"] for k, b in best.items() if k == "ngram-simple")
+
+
+def test_the_h200_sharing_study_on_the_honouring_build():
+    """docs/gpu-runs/2026-12-02-h200-sharing-0.3.23: llama.cpp 0.3.23 with CUDA on the H200, the harness study with
+    search.share_starts on and then off. On: the probe found the per-request n_max honoured, the search needed 8
+    starts for its 16 trials (off: 16), every shared trial's answers were checked at its own n_max; in both, the
+    configs judged lossy never reached confirmation (the recommendation is lossless)."""
+    root = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-02-h200-sharing-0.3.23"
+    on = json.loads((root / "share-on" / "report.json").read_text())
+    off = json.loads((root / "share-off" / "report.json").read_text())
+    assert on["gpu_time"]["search_starts"] == 8 and off["gpu_time"]["search_starts"] == 16
+    shared = [t for t in on["trials"] if (t.get("start") or {}).get("shared")]
+    assert len(shared) >= 6
+    for t in on["trials"]:
+        start = t.get("start")
+        if not start:
+            continue
+        assert start["probe"]["honoured"] == "honoured" and start["probe"]["launch_n_max"] == 16
+        for answer in start.get("answers", []):
+            assert answer["n_max"] == t["config"]["draft_n_max"]
+            assert answer["honoured"] in ("honoured", "consistent")
+            assert answer["drafted_per_step_at_least"] <= answer["n_max"]
+    for rep in (on, off):
+        assert rep["verdict"] == "speculation-wins"
+        lossy = {t["number"] for t in rep["trials"] if t.get("lossless") and not t["lossless"]["ok"]}
+        assert lossy  # this build's answers at draft_n_max >= 6 (good drafter) part from the baseline's
+        assert not lossy & {c["trial"] for c in rep["confirmed"]}
+        assert rep["recommended"]["trial"] not in lossy

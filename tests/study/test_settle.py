@@ -304,3 +304,39 @@ def test_with_load_levels_only_nothing_clearing_the_bar_stops_the_search(monkeyp
         state = search.settled(ctx)
         assert asked[-1] is expected
         assert (state.reason is not None) is expected  # the same measurements: settled only without levels
+
+
+def test_the_next_trials_expected_gain_settles_the_search_when_asked():
+    """``expected_gain``: what measuring the most promising unmeasured config next can gain, in expectation; it
+    settles the search (``expected_gain_stop``) only when asked and only once the surrogate's picks were measured."""
+    spread = GRID[::8]  # the peak's region sampled, not every neighbour of the best measured
+    corner = [c for c in GRID if c.knob("num_steps") <= 2 and c.knob("num_draft_tokens") <= 8]
+
+    def run(measured, baseline, **kw):
+        return settle.settle(
+            _model(measured),
+            measured,
+            [c for c in GRID if c.key() not in {m.key() for m in measured}],
+            baseline_log=math.log(baseline),
+            baseline_sd=0.025,
+            resolution=0.02,
+            min_gain=0.02,
+            threshold=0.05,
+            samples=512,
+            seed=1,
+            **kw,
+        )
+
+    found, open_ = run(spread, 100.0), run(corner, 100.0)
+    assert found.expected_gain < 0.01 < 0.1 < open_.expected_gain  # the peak's region measured vs far from it
+    assert found.p_improve > 0.05 and found.reason is None  # "any config beats the best by 2%" is still open
+    stop = run(spread, 100.0, expected_gain_stop=0.01)
+    assert stop.reason is not None and "expected gain" in stop.reason
+    assert run(corner, 100.0, expected_gain_stop=0.01).reason is None
+    assert run(spread, 100.0, expected_gain_stop=0.01, improve_settles=False).reason is None
+    # the bar: a gain that cannot lift any config over 1.02x a baseline of 260 cannot change the verdict
+    for s in (found, open_, run(corner, 260.0), run(spread, 195.0)):
+        assert 0.0 <= s.expected_gain_bar <= s.expected_gain
+    assert run(corner, 260.0).expected_gain_bar < 0.1 * open_.expected_gain_bar
+    # a baseline of 195: the bar (198.9, drawn with a start's noise) is often above the best (~200)
+    assert run(spread, 195.0).expected_gain_bar < found.expected_gain_bar

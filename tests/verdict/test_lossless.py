@@ -204,3 +204,21 @@ def test_a_borderline_flip_beside_a_lossy_prompt_is_lossy_too() -> None:
         ["The dog sat", "The cat ran."], [WIDE.text, BASE.text], [WIDE, BASE], tolerance=0.1, min_prefix=0.9
     )
     assert not rec["ok"] and rec["lossy"] == [0, 1] and rec["borderline"] == [0]
+
+
+def test_a_divergence_keeps_what_each_answer_says_from_there_on() -> None:
+    """Recorded H200 case (docs/gpu-runs/2026-12-02-h200-sharing-0.3.23): a lossy divergence three tokens before
+    the end with no alternative matched; the record now says whether the other answer took another token there or
+    ended (the report then tells the two apart)."""
+    other = lossless.classify(BASE.text, "The zebra sat.", BASE, 0.05)
+    assert (other.baseline_next, other.other_next) == ("cat sat.", "zebra sat.")
+    assert other.to_dict()["other_next"] == "zebra sat."
+    cut = lossless.classify(BASE.text, "The cat", BASE, 0.05)  # the other answer ends before " sat."
+    assert cut.kind == "lossy" and cut.token == 2 and cut.other_token is None
+    assert (cut.baseline_next, cut.other_next) == (" sat.", "")
+    assert "its answer ends there" in cut.describe()
+    assert "outside its top choices" in other.describe()
+    long = "x" * 100
+    far = lossless.classify(long, long[:10] + "y" * 90, None, 0.05)
+    assert far.kind == "unclassified" and len(far.baseline_next) == lossless.NEXT_CHARS == len(far.other_next)
+    assert lossless.classify(BASE.text, BASE.text, BASE, 0.05).other_next is None  # identical: nothing to show
