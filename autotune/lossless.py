@@ -243,6 +243,9 @@ def check_outputs(
     }
     if borderline:  # only then, so records without one keep their shape
         record["borderline"] = borderline
+    cut = [d.prompt for d in divs if d.prompt in lossy and d.other_next == ""]
+    if cut:  # only then, as borderline
+        record["cut"] = cut
     return record
 
 
@@ -251,6 +254,11 @@ def summary_line(record: Mapping[str, Any]) -> str:
     parts = []
     if record.get("lossy"):
         parts.append(f"lossy on prompts {list(record['lossy'])}")
+    if record.get("cut"):
+        parts.append(
+            f"cut short on {list(record['cut'])} (the answer is the baseline's with its end missing: the server "
+            "returned less text, e.g. llama.cpp 0.3.23 drafting at the token limit)"
+        )
     if record.get("numerics"):
         parts.append(f"near-tie flips (numerics) on {list(record['numerics'])}")
     if record.get("borderline") and not record.get("lossy"):

@@ -222,3 +222,13 @@ def test_a_divergence_keeps_what_each_answer_says_from_there_on() -> None:
     far = lossless.classify(long, long[:10] + "y" * 90, None, 0.05)
     assert far.kind == "unclassified" and len(far.baseline_next) == lossless.NEXT_CHARS == len(far.other_next)
     assert lossless.classify(BASE.text, BASE.text, BASE, 0.05).other_next is None  # identical: nothing to show
+
+
+def test_an_answer_cut_short_is_lossy_and_named_so() -> None:
+    rec = lossless.check_outputs(
+        ["The cat", BASE.text], [BASE.text, BASE.text], [BASE, BASE], tolerance=0.05, min_prefix=0.9
+    )
+    assert not rec["ok"] and rec["lossy"] == [0] and rec["cut"] == [0]
+    assert "cut short on [0]" in lossless.summary_line(rec)
+    other = lossless.check_outputs(["The zebra"], [BASE.text], [BASE], tolerance=0.05, min_prefix=0.9)
+    assert other["lossy"] == [0] and "cut" not in other  # another token, not an early end
