@@ -44,33 +44,57 @@ def make_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
     heartbeats is failed and retried once, ``RetryLostTrial``) and retries of connection errors
     (``RetryingRDBStorage``)."""
     if url.startswith("sqlite"):
-        storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
+        storage = _schema_race(lambda: optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}}))
         _sqlite_pragmas(storage)
         return storage
-    import sqlalchemy.exc
-
     interval = int(heartbeat_s or HEARTBEAT_INTERVAL_S)
     if interval < 1:
         raise UserError(f"the heartbeat interval must be at least 1 s but got {interval}")
-    # Workers started together race to create the schema on a fresh database: the loser retries (bounded).
-    for attempt in range(5):
+    return _schema_race(
+        lambda: _retrying(
+            lambda: _quietly(
+                RetryingRDBStorage,
+                url,
+                engine_kwargs={"pool_pre_ping": True},
+                heartbeat_interval=interval,
+                grace_period=GRACE_PERIOD_FACTOR * interval,
+                heartbeat_stale_trial_callback=RetryLostTrial(max_retry=1),
+            ),
+            what=f"connecting to {_redact_url(url)}",
+        )
+    )
+
+
+#: tries of opening a storage whose schema another process is creating at the same moment
+SCHEMA_RACE_TRIES = 5
+
+
+def _schema_race(make: Any, *, sleep: Any = time.sleep) -> Any:
+    """``make()`` (an ``RDBStorage``), tried again when it lost the race to create the schema of a fresh database:
+    processes started together (``autotune study`` and a worker, a report, the dashboard, or a test watching the
+    file) each create Optuna's tables and stamp its alembic revision, and the loser gets "UNIQUE constraint failed:
+    alembic_version" or "table ... already exists". Bounded: ``SCHEMA_RACE_TRIES`` tries, 0.5 s more each time."""
+    import sqlalchemy.exc
+
+    for attempt in range(SCHEMA_RACE_TRIES):
         try:
-            return _retrying(
-                lambda: _quietly(
-                    RetryingRDBStorage,
-                    url,
-                    engine_kwargs={"pool_pre_ping": True},
-                    heartbeat_interval=interval,
-                    grace_period=GRACE_PERIOD_FACTOR * interval,
-                    heartbeat_stale_trial_callback=RetryLostTrial(max_retry=1),
-                ),
-                what=f"connecting to {_redact_url(url)}",
-            )
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
-            if attempt == 4:
+            return make()
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
+            if attempt == SCHEMA_RACE_TRIES - 1 or not _schema_conflict(e):
                 raise
-            time.sleep(0.5 * (attempt + 1))
+            sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _schema_conflict(e: BaseException) -> bool:
+    """Whether ``e`` is another process's schema creation getting there first (not a bad URL or a locked file for
+    good: those are reported as they are)."""
+    import sqlalchemy.exc
+
+    if isinstance(e, (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)):
+        return True
+    text = str(e).lower()
+    return "already exists" in text or "database is locked" in text
 
 
 # ---------------------------------------------------------------------------------------------- faults

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 
 import optuna
 import pytest
@@ -59,6 +61,17 @@ def _trials(db):
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
 
+def _trial_count_read_only(db) -> int:
+    """How many trials the database holds, read without writing (0 while its tables are being made): watching a
+    new study through Optuna would create the schema alongside the study (the race ``make_storage`` now survives,
+    tests/study/test_storage_race.py)."""
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+            return int(con.execute("SELECT count(*) FROM trials").fetchone()[0])
+    except sqlite3.Error:  # no such table yet, or locked for a moment
+        return 0
+
+
 def test_a_second_study_on_a_running_sqlite_study_exits_2_and_the_first_measures_every_trial(tmp_path):
     # 10 trials and a short confirmation: long enough for the second run to meet the first, short on a loaded machine
     space = space_file(
@@ -69,53 +82,51 @@ def test_a_second_study_on_a_running_sqlite_study_exits_2_and_the_first_measures
         verdict={"confirm_top": 1, "repeats": 2, "max_repeats": 2},
     )
     studies = tmp_path / "studies"
-    first = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "autotune",
-            "study",
-            str(space),
-            "--simulate",  # with its confirmation: it runs long enough for the second to meet it under load
-            "--studies-dir",
-            str(studies),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
-    ended = False
+    # the first run's output goes to files, not pipes: a pipe nobody reads while we wait would block it once full
+    out_path, err_path = tmp_path / "first.out", tmp_path / "first.err"
+    with out_path.open("w") as out_f, err_path.open("w") as err_f:
+        first = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "autotune",
+                "study",
+                str(space),
+                "--simulate",  # with its confirmation: it runs long enough for the second to meet it under load
+                "--studies-dir",
+                str(studies),
+            ],
+            cwd=REPO,
+            stdout=out_f,
+            stderr=err_f,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         deadline = time.monotonic() + 300
         db = None
-        while time.monotonic() < deadline and first.poll() is None:  # until the first run measures a trial
+        while time.monotonic() < deadline and first.poll() is None:  # until the first run has begun a trial
             dbs = list(studies.glob("*.db"))
-            try:  # the first run may be creating the database's tables or writing right now
-                running = bool(dbs) and any(t.state.name == "RUNNING" for t in _trials(dbs[0]))
-            except Exception:  # noqa: BLE001 - sqlalchemy's "database is locked", a schema half made, no study yet
-                running = False
-            if running:
+            begun = bool(dbs) and _trial_count_read_only(dbs[0]) > 0
+            if begun and first.poll() is None:  # it holds the study's run lock until it ends
                 db = dbs[0]
                 break
             time.sleep(0.2)
         if db is None:
             rc = first.poll()
-            tail = first.communicate(timeout=60)[1][-3000:] if rc is not None else "(still running)"
-            ended = rc is not None
-            raise AssertionError(f"the first study never started a trial (exit code {rc}): {tail}")
+            raise AssertionError(
+                f"the first study began no trial while running (exit code {rc}): {err_path.read_text()[-3000:]}"
+            )
         second = autotune("study", str(space), "--simulate", "--studies-dir", str(studies))
         assert second.returncode == 2, second.stderr
         assert f"pid {first.pid} on " in second.stderr and "autotune worker" in second.stderr
         assert second.stderr.count("autotune: error:") == 1
-        out, err = first.communicate(timeout=900)
-        ended = True
+        first.wait(timeout=900)
     finally:
-        if not ended:  # its pipes closed whatever happened, so nothing leaks into the next test
-            if first.poll() is None:
-                first.kill()
-            first.communicate()
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=60)
+    err = err_path.read_text()
     assert first.returncode == 0, err
     assert "failed by another worker" not in err
     trials = _trials(db)
