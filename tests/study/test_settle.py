@@ -45,7 +45,7 @@ def _model(measured: list[TrialConfig], seed: int = 0) -> Surrogate:
     return Surrogate(Encoding.from_configs(GRID), obs, noise_floor=0.02)
 
 
-def _settle(measured: list[TrialConfig], baseline: float | None, min_gain: float = 0.02) -> settle.Settled:
+def _settle(measured: list[TrialConfig], baseline: float | None, min_gain: float = 0.02, **kw) -> settle.Settled:
     unmeasured = [c for c in GRID if c.key() not in {m.key() for m in measured}]
     return settle.settle(
         _model(measured),
@@ -58,6 +58,7 @@ def _settle(measured: list[TrialConfig], baseline: float | None, min_gain: float
         threshold=0.05,
         samples=512,
         seed=1,
+        **kw,
     )
 
 
@@ -312,20 +313,7 @@ def test_the_next_trials_expected_gain_settles_the_search_when_asked():
     spread = GRID[::8]  # the peak's region sampled, not every neighbour of the best measured
     corner = [c for c in GRID if c.knob("num_steps") <= 2 and c.knob("num_draft_tokens") <= 8]
 
-    def run(measured, baseline, **kw):
-        return settle.settle(
-            _model(measured),
-            measured,
-            [c for c in GRID if c.key() not in {m.key() for m in measured}],
-            baseline_log=math.log(baseline),
-            baseline_sd=0.025,
-            resolution=0.02,
-            min_gain=0.02,
-            threshold=0.05,
-            samples=512,
-            seed=1,
-            **kw,
-        )
+    run = _settle
 
     found, open_ = run(spread, 100.0), run(corner, 100.0)
     assert found.expected_gain < 0.01 < 0.1 < open_.expected_gain  # the peak's region measured vs far from it
