@@ -309,8 +309,40 @@ class LlamaCppBackend(Backend):
         return for_space(space, self._n_max_values(space), self._n_min_values, DRAFT_MODEL_TYPES) if ok else None
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
-        """A method space's every feasible point (``LlamaMethods.grid``); None otherwise (left to the sampler)."""
-        return self.tree.grid(space) if space.search.methods else None
+        """Every feasible point: a method space's (``LlamaMethods.grid``), else drafter x CUDA graphs x spec_type x
+        draft_n_max x draft_n_min (<= n_max) x draft_p_min, in that nested order, each resolved as ``suggest``
+        would draw it. None when ``draft_p_min`` is a float range (not a finite grid: left to the sampler)."""
+        if space.search.methods:
+            return self.tree.grid(space)
+        p_spec = space.search.knobs.get("draft_p_min")
+        if isinstance(p_spec, FloatRange):
+            return None
+        p_values = (
+            [DEFAULT_P_MIN]
+            if p_spec is None
+            else [float(v) for v in encode.spec_values(p_spec) or [] if 0.0 <= float(v) <= 1.0]
+        )
+        out: dict[str, TrialConfig] = {}
+        for drafter in space.searched_drafters():
+            for cg in space.search.cuda_graph:
+                for spec_type in self._type_values(space, drafter):
+                    for n_max in self._n_max_values(space):
+                        for n_min in self._n_min_values(space, n_max):
+                            for p_min in p_values:
+                                cfg = TrialConfig.make(
+                                    drafter,
+                                    bool(cg),
+                                    spec_type=spec_type,
+                                    draft_n_max=n_max,
+                                    draft_n_min=n_min,
+                                    draft_p_min=p_min,
+                                )
+                                try:
+                                    eff = self.resolve(cfg, space)
+                                except InfeasibleConfig:
+                                    continue
+                                out.setdefault(eff.key(), eff)
+        return list(out.values())
 
     # -- launching ----------------------------------------------------------------------------------
 

@@ -218,16 +218,25 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
         config = refine_next(ctx, model)
         if config is None:
             break
-        params = ctx.backend.params(config, ctx.space)
 
-        def enqueue(params: dict[str, Any] = params) -> None:
-            records.enqueue_speculative(ctx.study, params, seeded=records.SEEDED_SURROGATE)
+        def enqueue(config: TrialConfig = config) -> None:
+            queue_pick(ctx, config)
 
         _optimize(ctx, objective, _next_target(ctx, n_trials), cap, deadline, prepare=enqueue)
     # nothing left for the surrogate to try: the sampler goes on; then wait for the other workers' last trials
     _optimize(ctx, objective, n_trials, cap, deadline, wait=True, stop=stop)
     if _stopped(ctx, n_trials):
         _wait_for_running(ctx)
+
+
+def queue_pick(ctx: StudyContext, config: TrialConfig) -> str:
+    """Queue the surrogate's pick ``config`` for the next trial, unless a kept server (shared starts) has a sibling
+    worth a trial (``sharing.before_trial``): that one costs no server start, so it goes first and the pick is
+    asked again after it. Returns what was queued: ``records.SEEDED_SURROGATE`` or ``sharing.SEEDED_SIBLING``."""
+    if sharing.before_trial(ctx, surrogate):
+        return sharing.SEEDED_SIBLING
+    records.enqueue_speculative(ctx.study, ctx.backend.params(config, ctx.space), seeded=records.SEEDED_SURROGATE)
+    return records.SEEDED_SURROGATE
 
 
 def _wait_for_running(ctx: StudyContext) -> None:

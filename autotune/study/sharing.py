@@ -11,7 +11,8 @@
   launch, other per-request values) not measured or queued yet: the one with the highest upper bound (mean + sd of
   log tok/s) of the search's surrogate when that bound reaches the best measured config, else none; without a
   surrogate yet (few trials), the sibling farthest from the group's measured values. At most
-  ``SIBLINGS_PER_START`` siblings per start, so that the search still explores other launches.
+  ``SIBLINGS_PER_START`` siblings per start, so that the search still explores other launches. In the
+  surrogate's part of the search a sibling worth a trial goes before the surrogate's own pick (it costs no start).
 """
 
 from __future__ import annotations
@@ -77,21 +78,24 @@ def _announce(ctx: StudyContext, state: StartSharing) -> None:
         ctx.emit(Event("note", data={"message": message}))
 
 
-def before_trial(ctx: StudyContext, surrogate: Callable[[StudyContext], Surrogate | None]) -> None:
-    """Announce the runner's notes; queue a sibling of the kept start's launch group (see the module doc)."""
+def before_trial(ctx: StudyContext, surrogate: Callable[[StudyContext], Surrogate | None]) -> bool:
+    """Announce the runner's notes; queue a sibling of the kept start's launch group (see the module doc).
+    True when a sibling was queued. The search's surrogate picks ask here first (``search.search``): a sibling
+    worth a trial costs no start, so it goes before the pick, which waits for the next start."""
     state = sharing_of(ctx)
     if state is None:
-        return
+        return False
     _announce(ctx, state)
     kept = state.kept
     if not state.on or kept is None or kept.trials > SIBLINGS_PER_START:
-        return
+        return False
     if records.trials(ctx.study, (TrialState.WAITING,)):
-        return  # something else is queued (baselines, the design, the surrogate's pick): it goes first
+        return False  # something else is queued (baselines, the design, the surrogate's pick): it goes first
     pick = choose_sibling(ctx, state.per.siblings(kept.launch), surrogate(ctx))
     if pick is None:
-        return
+        return False
     records.enqueue_speculative(ctx.study, ctx.backend.params(pick, ctx.space), seeded=SEEDED_SIBLING)
+    return True
 
 
 def choose_sibling(

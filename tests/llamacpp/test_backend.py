@@ -443,6 +443,36 @@ def test_defaults_are_the_server_defaults_inside_the_space():
     assert got[0].knob_dict == {"draft_n_max": 6, "draft_n_min": 0, "draft_p_min": 0.2, "spec_type": "draft-simple"}
 
 
+@pytest.mark.parametrize("name", ["n_max only", "choices", "nothing searched"])
+def test_the_grid_is_every_point_suggest_can_draw_and_each_enqueues_as_itself(name):
+    space = make_space(knobs=SPACES[name], cuda_graph=(True, False))
+    b = new_backend()
+    grid = b.grid(space)
+    assert grid is not None and len({c.key() for c in grid}) == len(grid)
+    for cfg in grid:  # each one launches as drawn: effective, feasible, and its params give it back
+        assert b.resolve(cfg, space) == cfg
+        assert b.suggest(optuna.trial.FixedTrial(b.params(cfg, space)), space) == cfg
+    # every config the sampler can reach is in it
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    keys = {c.key() for c in grid}
+    for _ in range(150):
+        t = study.ask()
+        assert b.suggest(t, space).key() in keys
+        study.tell(t, 1.0)
+    n_min_values = {"n_max only": None, "choices": (0, 3, 5), "nothing searched": None}[name]
+    expected = {
+        "n_max only": 2 * 2 * 16,  # drafters x graphs x n_max 1..16 (n_min 0, p_min 0.0: the server's)
+        "choices": 2 * 2 * sum(len([m for m in n_min_values or () if m <= n]) for n in (2, 4, 8)) * 2,
+        "nothing searched": 2 * 2,
+    }[name]
+    assert len(grid) == expected
+
+
+def test_no_grid_over_a_float_range_of_draft_p_min():
+    """A float range is not a finite grid: the search leaves it to the sampler (no design, no surrogate picks)."""
+    assert new_backend().grid(make_space(knobs=SPACES["all knobs"])) is None
+
+
 def test_registered_under_its_name():
     b = get_backend("llamacpp")
     assert isinstance(b, LlamaCppBackend)

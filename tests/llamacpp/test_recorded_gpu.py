@@ -126,3 +126,25 @@ def test_the_h200_sharing_study_on_the_honouring_build():
         assert lossy  # this build's answers at draft_n_max >= 6 (good drafter) part from the baseline's
         assert not lossy & {c["trial"] for c in rep["confirmed"]}
         assert rep["recommended"]["trial"] not in lossy
+
+
+def test_the_h200_harness_study_as_a_grid_before_and_after():
+    """docs/gpu-runs/2026-12-02-h200-grid: the flat harness space (two drafters x graphs x draft_n_max 1-16) on the
+    honouring build, with the code before it was searched as a grid and after, on one machine. After: surrogate
+    picks, a settled stop recorded, one candidate confirmed (12 confirmation starts instead of 20), less server time;
+    every recommendation lossless, the cut answers named in the exclusions."""
+    root = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-02-h200-grid"
+    before = json.loads((root / "before" / "report.json").read_text())
+    after = [json.loads((root / d / "report.json").read_text()) for d in ("grid", "grid-2")]
+    assert not before["search_settled"] and before["gpu_time"]["confirmation_starts"] == 20
+    assert not any(t.get("seeded") == "surrogate" for t in before["trials"])
+    for rep in after:
+        assert rep["search_settled"]["p_improve"] < rep["search_settled"]["threshold"]
+        assert any(t.get("seeded") == "surrogate" for t in rep["trials"])
+        assert rep["gpu_time"]["confirmation_starts"] == 12 and len(rep["confirmed"]) == 1
+        assert rep["gpu_time"]["total_s"] < before["gpu_time"]["total_s"]
+    for rep in (before, *after):
+        assert rep["verdict"] == "speculation-wins"
+        lossy = {t["number"] for t in rep["trials"] if t.get("lossless") and not t["lossless"]["ok"]}
+        assert rep["recommended"]["trial"] not in lossy
+        assert any("cut short on" in e["reason"] for e in rep["exclusions"] if e["kind"] == "lossy")
