@@ -111,6 +111,17 @@ class Surrogate:
     def _group_id(self, group: Hashable) -> int:
         return self._groups.setdefault(group, len(self._groups))
 
+    def _group_ids(self, configs: Sequence[TrialConfig]) -> np.ndarray:
+        """Each config's group id: an observed group's own, else a new negative id per unobserved group (two
+        unobserved groups are correlated by ``rho`` like any other two, not treated as one)."""
+        unseen: dict[Hashable, int] = {}
+        out = []
+        for c in configs:
+            group = self.encoding.group(c)
+            gid = self._groups.get(group)
+            out.append(gid if gid is not None else unseen.setdefault(group, -1 - len(unseen)))
+        return np.array(out, dtype=int)
+
     @staticmethod
     def _kernel(
         A: np.ndarray,
@@ -159,7 +170,7 @@ class Surrogate:
         """Posterior mean and sd of log tok/s at each config."""
         lengths, signal, _noise, rho = self.params
         X = np.array([self.encoding.coords(c) for c in configs], dtype=float).reshape(len(configs), -1)
-        g = np.array([self._groups.get(self.encoding.group(c), -1) for c in configs])
+        g = self._group_ids(configs)
         Ks = self._kernel(X, g, self.X, self.g, lengths, signal, rho)
         mean = self.mean + Ks @ self._alpha
         v = np.linalg.solve(self._L, Ks.T)
@@ -172,7 +183,7 @@ class Surrogate:
         maximum over many configs that per-config sds cannot answer."""
         lengths, signal, _noise, rho = self.params
         X = np.array([self.encoding.coords(c) for c in configs], dtype=float).reshape(len(configs), -1)
-        g = np.array([self._groups.get(self.encoding.group(c), -1) for c in configs])
+        g = self._group_ids(configs)
         Ks = self._kernel(X, g, self.X, self.g, lengths, signal, rho)
         mean = self.mean + Ks @ self._alpha
         v = np.linalg.solve(self._L, Ks.T)

@@ -87,3 +87,23 @@ def test_unmeasured_group_reverts_to_the_prior_with_more_uncertainty():
     model = Surrogate(enc, obs, noise_floor=0.02)
     mean, sd = model.predict([cfg(6, 4, 32), cfg(6, 4, 32, drafter="other")])
     assert sd[1] > sd[0]
+
+
+def test_two_unmeasured_groups_are_two_groups_in_the_joint_draws():
+    """Draws at one point of two groups nobody measured are correlated as two groups (by ``rho``), not as one
+    (which would make the maximum over them look like a single config's and understate what they could hold)."""
+    rng = random.Random(4)
+    obs = [(c, true_log_speed(c) + rng.gauss(0, 0.02)) for c in GRID[::20]]
+    obs += [
+        (cfg(c.knob("num_steps"), c.knob("topk"), c.knob("num_draft_tokens"), drafter="weak"), v - 0.9)
+        for c, v in obs[::2]
+    ]
+    enc = Encoding.from_configs(GRID + [cfg(6, 4, 32, drafter=d) for d in ("x", "y")])
+    model = Surrogate(enc, obs, noise_floor=0.02)
+    draws = model.sample([cfg(6, 4, 32, drafter="x"), cfg(6, 4, 32, drafter="y")], 4000, np.random.default_rng(0))
+    corr = float(np.corrcoef(draws[:, 0], draws[:, 1])[0, 1])
+    # as one group (the same point twice) they would move together exactly; here what the measured groups leave
+    # unexplained of each is its own
+    assert corr < 0.9, corr
+    same = model.sample([cfg(6, 4, 32, drafter="x"), cfg(6, 4, 31, drafter="x")], 4000, np.random.default_rng(0))
+    assert float(np.corrcoef(same[:, 0], same[:, 1])[0, 1]) > 0.95
