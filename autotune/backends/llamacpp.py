@@ -56,6 +56,7 @@ from autotune.backends.llamacpp_flags import (
     help_flags,
     spec_type_args,
 )
+from autotune.backends.llamacpp_grid import DEFAULT_P_MIN, flat_grid, nearest_p_min
 from autotune.backends.llamacpp_methods import METHODS, LlamaMethods, help_spec_types
 from autotune.backends.llamacpp_request import LlamaPerRequest, for_space
 from autotune.backends.llamacpp_stream import accept_length, acceptance_rate, metrics_delta, parse_timings
@@ -82,7 +83,6 @@ KNOBS = tuple(KNOB_DOMAINS)
 DEFAULT_SPEC_TYPE = "draft-simple"
 DEFAULT_N_MAX = 3
 DEFAULT_N_MIN = 0
-DEFAULT_P_MIN = 0.0
 
 #: speculative types that run a draft model (``-md``); the others (ngram-*) need none
 DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
@@ -285,7 +285,7 @@ class LlamaCppBackend(Backend):
         if not n_min_allowed:
             return []
         n_min = nearest(n_min_allowed, DEFAULT_N_MIN)
-        p_min = _nearest_p_min(space)
+        p_min = nearest_p_min(space)
         if p_min is None:
             return []
         out: list[TrialConfig] = []
@@ -309,40 +309,8 @@ class LlamaCppBackend(Backend):
         return for_space(space, self._n_max_values(space), self._n_min_values, DRAFT_MODEL_TYPES) if ok else None
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
-        """Every feasible point: a method space's (``LlamaMethods.grid``), else drafter x CUDA graphs x spec_type x
-        draft_n_max x draft_n_min (<= n_max) x draft_p_min, in that nested order, each resolved as ``suggest``
-        would draw it. None when ``draft_p_min`` is a float range (not a finite grid: left to the sampler)."""
-        if space.search.methods:
-            return self.tree.grid(space)
-        p_spec = space.search.knobs.get("draft_p_min")
-        if isinstance(p_spec, FloatRange):
-            return None
-        p_values = (
-            [DEFAULT_P_MIN]
-            if p_spec is None
-            else [float(v) for v in encode.spec_values(p_spec) or [] if 0.0 <= float(v) <= 1.0]
-        )
-        out: dict[str, TrialConfig] = {}
-        for drafter in space.searched_drafters():
-            for cg in space.search.cuda_graph:
-                for spec_type in self._type_values(space, drafter):
-                    for n_max in self._n_max_values(space):
-                        for n_min in self._n_min_values(space, n_max):
-                            for p_min in p_values:
-                                cfg = TrialConfig.make(
-                                    drafter,
-                                    bool(cg),
-                                    spec_type=spec_type,
-                                    draft_n_max=n_max,
-                                    draft_n_min=n_min,
-                                    draft_p_min=p_min,
-                                )
-                                try:
-                                    eff = self.resolve(cfg, space)
-                                except InfeasibleConfig:
-                                    continue
-                                out.setdefault(eff.key(), eff)
-        return list(out.values())
+        """A method space's every feasible point (``LlamaMethods.grid``), else the flat space's (``flat_grid``)."""
+        return self.tree.grid(space) if space.search.methods else flat_grid(self, space)
 
     # -- launching ----------------------------------------------------------------------------------
 
@@ -587,17 +555,6 @@ class LlamaCppBackend(Backend):
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
         return llamacpp_stream.metrics_positions(before, after)  # the per-draft-position counter, where reported
-
-
-def _nearest_p_min(space: Space) -> float | None:
-    """The space's draft_p_min nearest the server's default (None: no value of the space lies in [0, 1])."""
-    spec = space.search.knobs.get("draft_p_min")
-    if spec is None:
-        return DEFAULT_P_MIN
-    if isinstance(spec, FloatRange):
-        return min(max(DEFAULT_P_MIN, spec.low, 0.0), spec.high, 1.0)
-    values = [float(v) for v in encode.spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
-    return min(values, key=lambda v: (abs(v - DEFAULT_P_MIN), v)) if values else None
 
 
 def _fmt(v: Any) -> str:
