@@ -56,7 +56,7 @@ from autotune.backends.llamacpp_flags import (
     help_flags,
     spec_type_args,
 )
-from autotune.backends.llamacpp_grid import DEFAULT_P_MIN, flat_grid, nearest_p_min
+from autotune.backends.llamacpp_grid import DEFAULT_P_MIN, flat_grid, nearest_p_min, p_min_values
 from autotune.backends.llamacpp_methods import METHODS, LlamaMethods, help_spec_types
 from autotune.backends.llamacpp_request import LlamaPerRequest, for_space
 from autotune.backends.llamacpp_stream import accept_length, acceptance_rate, metrics_delta, parse_timings
@@ -171,7 +171,7 @@ class LlamaCppBackend(Backend):
             if (low, high) == (float(spec.low), float(spec.high)):
                 return float(trial.suggest_float("draft_p_min", low, high, log=spec.log))
             return float(trial.suggest_float("draft_p_min_01", low, high, log=spec.log and low > 0))
-        values = [float(v) for v in encode.spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+        values = p_min_values(space) or []
         if not values:
             raise InfeasibleConfig("no draft_p_min value of the space lies in [0, 1]")
         return float(trial.suggest_categorical("draft_p_min", values))

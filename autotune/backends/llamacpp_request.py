@@ -39,8 +39,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune.backends import encode
 from autotune.backends.base import _int_or_none
+from autotune.backends.llamacpp_grid import p_min_values
 from autotune.backends.per_request import Check, Honoured, PerRequest
 from autotune.config import EffectiveConfig
 from autotune.space import FloatRange
@@ -185,10 +185,8 @@ def for_space(
     if isinstance(spec, FloatRange):
         low, high = max(0.0, float(spec.low)), min(1.0, float(spec.high))
         p_values = sorted({round(low + (high - low) * i / (P_MIN_POINTS - 1), 4) for i in range(P_MIN_POINTS)})
-    elif spec is None:
-        p_values = [LAUNCH_P_MIN]
-    else:
-        p_values = [float(v) for v in encode.spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+    else:  # the listed values in [0, 1], or the server default (the launch's) when not searched
+        p_values = p_min_values(space) or []
     return LlamaPerRequest(
         launch_n_max(n_max_values),
         draft_model_types,

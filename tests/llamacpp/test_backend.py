@@ -459,10 +459,9 @@ def test_the_grid_is_every_point_suggest_can_draw_and_each_enqueues_as_itself(na
         t = study.ask()
         assert b.suggest(t, space).key() in keys
         study.tell(t, 1.0)
-    n_min_values = {"n_max only": None, "choices": (0, 3, 5), "nothing searched": None}[name]
     expected = {
         "n_max only": 2 * 2 * 16,  # drafters x graphs x n_max 1..16 (n_min 0, p_min 0.0: the server's)
-        "choices": 2 * 2 * sum(len([m for m in n_min_values or () if m <= n]) for n in (2, 4, 8)) * 2,
+        "choices": 2 * 2 * (1 + 2 + 3) * 2,  # n_min 0/3/5 <= n_max: 1 at n_max 2, 2 at 4, 3 at 8; p_min 2 values
         "nothing searched": 2 * 2,
     }[name]
     assert len(grid) == expected
