@@ -126,6 +126,8 @@ EXTRA_METHODS: tuple[str, ...] = (
     "tuner_kappa0",
     "tuner_kappa1",
     "tuner_bar5",
+    "tuner_rep3",
+    "tuner_rep3m6",
     *POLICY_VARIANTS,
 )
 WITHIN = 0.02
@@ -354,6 +356,10 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
         return dataclasses.replace(space, budget=b), None
     if method in POLICY_VARIANTS:
         return space, None  # policies only (policies_for)
+    if method == "tuner_rep3":  # the first look after 3 rounds instead of the space's 4; the same most rounds
+        return _verdict(space, repeats=3, max_repeats=space.verdict.max_rounds), None
+    if method == "tuner_rep3m6":  # the first look after 3 rounds, at most 6 rounds (twice the first look)
+        return _verdict(space, repeats=3, max_repeats=6), None
     if method == "tuner_bar5":  # the user's bar at 5% instead of the space's
         return _verdict(space, min_gain=0.05), None
     if method == "tuner_prev":  # the defaults before start_noise and 3 x 4 confirmation were shipped

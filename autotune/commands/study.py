@@ -322,7 +322,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
         levels=space.benchmark.concurrency,
         confirm_top=v.confirm_top,
         repeats=v.repeats,
-        max_repeats=v.max_repeats if v.max_repeats is not None else 2 * v.repeats,
+        max_repeats=v.max_rounds,
         confirm=not ctx.args.no_confirm,
         n_prompts=len(space.benchmark.prompts),
         warmup=space.benchmark.warmup_requests,

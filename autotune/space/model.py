@@ -169,14 +169,20 @@ class BudgetSpec:
     stop_when_settled: bool = True
 
 
+#: the most confirmation rounds when ``verdict.max_repeats`` is not given (and ``repeats`` is at most 4)
+DEFAULT_MAX_ROUNDS = 8
+
+
 @dataclass(frozen=True)
 class VerdictSpec:
     min_gain: float = 0.02
     confirm_top: int = 3
-    repeats: int = 4
+    #: rounds of every candidate before the verdict's first look (3: a clear answer after 3 rounds, an open one
+    #: gets more up to ``max_repeats``; scripts/bench_search.py and tests/verdict/test_sequential.py measured it)
+    repeats: int = 3
     #: the most rounds: after ``repeats``, candidates not clearly slower than the leader race on, and an open
-    #: verdict gets more rounds of its pick (``race.next_round``) (None = twice ``repeats``; equal to ``repeats``:
-    #: neither)
+    #: verdict gets more rounds of its pick (``race.next_round``) (None = twice ``repeats``, at least
+    #: ``DEFAULT_MAX_ROUNDS``; equal to ``repeats``: neither)
     max_repeats: int | None = None
     #: one-sided confidence that a dropped candidate is slower than the leader of the race
     race_confidence: float = 0.8
@@ -191,7 +197,9 @@ class VerdictSpec:
 
     @property
     def max_rounds(self) -> int:
-        return 2 * self.repeats if self.max_repeats is None else max(self.repeats, self.max_repeats)
+        if self.max_repeats is None:
+            return max(2 * self.repeats, DEFAULT_MAX_ROUNDS)
+        return max(self.repeats, self.max_repeats)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def _space(tmp_path, faults=(), n_trials=5, retries=2, **server):
             "retries": retries,
         },
         budget={"n_trials": n_trials},
-        verdict={"repeats": 2, "confirm_top": 1},
+        verdict={"repeats": 2, "max_repeats": 4, "confirm_top": 1},
     ), port
 
 

@@ -409,7 +409,7 @@ def test_a_study_with_two_load_levels_on_parallel_slots(tmp_path):
                     "concurrency": [1, 4],
                 },
                 "budget": {"n_trials": 2},
-                "verdict": {"confirm_top": 1, "repeats": 2, "min_gain": 0.05},
+                "verdict": {"confirm_top": 1, "repeats": 2, "max_repeats": 4, "min_gain": 0.05},
             },
             sort_keys=False,
         )
