@@ -148,3 +148,28 @@ def test_the_h200_harness_study_as_a_grid_before_and_after():
         lossy = {t["number"] for t in rep["trials"] if t.get("lossless") and not t["lossless"]["ok"]}
         assert rep["recommended"]["trial"] not in lossy
         assert any("cut short on" in e["reason"] for e in rep["exclusions"] if e["kind"] == "lossy")
+
+
+def test_the_h200_harness_study_with_the_first_look_after_three_rounds():
+    """docs/gpu-runs/2026-12-02-h200-rep3: the same harness study with the default's first look after 3 rounds
+    (session 11's grid studies looked after 4). One candidate confirmed in 3 rounds of its own baseline, the
+    deployable one and itself: 9 confirmation starts instead of 12, less confirmation and total server time, the
+    same recommended config and verdict, clear at the first look (no extra round)."""
+    gpu_runs = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs"
+    before = [
+        json.loads((gpu_runs / "2026-12-02-h200-grid" / d / "report.json").read_text()) for d in ("grid", "grid-2")
+    ]
+    after = [
+        json.loads((gpu_runs / "2026-12-02-h200-rep3" / d / "report.json").read_text()) for d in ("rep3", "rep3-2")
+    ]
+    for rep in before:
+        assert rep["gpu_time"]["confirmation_starts"] == 12 and rep["confirmed"][0]["rounds"] == 4
+    for rep in after:
+        (pick,) = rep["confirmed"]
+        assert pick["rounds"] == 3 and rep["gpu_time"]["confirmation_starts"] == 9
+        assert pick["deploy_speedup_ci"]["confidence"] == 0.95  # the first look's, no extra round
+        assert pick["deploy_speedup_ci"]["low"] > 1.02  # the default bar (min_gain 2%)
+        assert rep["verdict"] == "speculation-wins"
+        assert rep["recommended"]["config"] == before[0]["recommended"]["config"]
+        assert rep["gpu_time"]["confirmation_s"] < min(b["gpu_time"]["confirmation_s"] for b in before)
+        assert rep["gpu_time"]["total_s"] < min(b["gpu_time"]["total_s"] for b in before)
