@@ -77,6 +77,9 @@ def test_the_default_first_look_after_three_rounds_costs_fewer_starts_and_no_mor
     scripts/bench_search.py weighed against the starts saved (docs/benchmarks.md)."""
     spec = VerdictSpec(confidence=0.95, min_gain=0.02)
     assert (spec.repeats, spec.max_rounds) == (3, 8)
+    # without max_repeats: twice the first look, at least 8; given, never below repeats
+    assert [VerdictSpec(repeats=r).max_rounds for r in (2, 4, 5)] == [8, 8, 10]
+    assert VerdictSpec(repeats=3, max_repeats=2).max_rounds == 3
     four = dataclasses.replace(spec, repeats=4, max_repeats=8)
     at_bar, _ = _rate(1.02, spec)
     at_bar_four, _ = _rate(1.02, four)
