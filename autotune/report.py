@@ -301,6 +301,8 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
                 why = "same server config as a pruned trial"
             elif r.prune_reason:
                 why = "lost to the leader" if r.prune_rule == "leader" else "lost to the baseline"
+            elif r.not_worth_a_start:
+                why = "not launched (the surrogate predicts it well behind the best)"
             elif r.fail_kind == ServerOOM.kind:
                 why = "out of memory"
             else:

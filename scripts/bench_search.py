@@ -72,7 +72,7 @@ from autotune.measure import measure_config  # noqa: E402
 from autotune.report import build_report  # noqa: E402
 from autotune.sim.scenario import SCENARIO_DIR, Scenario, ScenarioLoader, read_scenario, scenario_loader  # noqa: E402
 from autotune.space import Space, load_space  # noqa: E402
-from autotune.study import CandidatePolicy, Event, Orchestrator, Policies, StopPolicy, open_study  # noqa: E402
+from autotune.study import CandidatePolicy, Event, Orchestrator, Policies, RefinePolicy, StopPolicy, open_study  # noqa: E402
 
 #: name -> (space file relative to the repo, what the landscape shows)
 SCENARIOS: dict[str, tuple[str, str]] = {
@@ -112,6 +112,9 @@ POLICY_VARIANTS: dict[str, Policies] = {
     "tuner_eg10": Policies(stop=StopPolicy(expected_gain=0.001)),
     "tuner_eg20": Policies(stop=StopPolicy(expected_gain=0.002)),
     "tuner_eg30": Policies(stop=StopPolicy(expected_gain=0.003)),
+    "tuner_no_skip": Policies(refine=RefinePolicy(skip_below=None)),
+    "tuner_skip20": Policies(refine=RefinePolicy(skip_margin=0.20)),
+    "tuner_skip05": Policies(refine=RefinePolicy(skip_margin=0.05)),
 }
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
 EXTRA_METHODS: tuple[str, ...] = (

@@ -319,6 +319,8 @@ def outcome_reason(t: FrozenTrial) -> str | None:
         why = r.fail_reason or "the run stopped during this trial"
         return f"interrupted: {why} (not counted in the budget)"
     if t.state == TrialState.PRUNED:
+        if r.not_worth_a_start:
+            return f"not launched: {r.not_worth_a_start.get('reason')}"
         if r.infeasible:
             kind = "out of memory" if r.fail_kind == ServerOOM.kind else "infeasible"
             return f"{kind}: {r.infeasible}"

@@ -22,6 +22,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``interrupted`` | outcome | True: the orchestrator stopped during it (it does not use the budget) |
 | ``prune_reason`` / ``speedup_upper`` | outcome | why it lost / the upper bound of its speedup over the reference |
 | ``prune_rule`` / ``pruned_against`` | outcome | ``baseline`` or ``leader`` / the reference trial it lost to |
+| ``not_worth_a_start`` | outcome | not launched: ``{p, against, tok_per_s, predicted, sd, reason}``, the surrogate's chance of it reaching the best measured config (``search.not_worth_a_start``) |
 | ``baseline_trial`` | before launch | the baseline trial it is paired with |
 | ``argv`` / ``env`` / ``server_effective`` | launch | the launch command, the variables set, the server's own account |
 | ``startup_s`` / ``log_path`` / ``log_tail`` | launch | startup time, server log, its end (on failures) |
@@ -80,6 +81,9 @@ PRUNE_REASON = "prune_reason"
 SPEEDUP_UPPER = "speedup_upper"
 PRUNE_RULE = "prune_rule"
 PRUNED_AGAINST = "pruned_against"
+#: a proposal not launched: the surrogate gave it too little chance of reaching the best measured config
+#: (``search.not_worth_a_start``): {"p", "against", "tok_per_s", "reason"}
+NOT_WORTH_A_START = "not_worth_a_start"
 BASELINE_TRIAL = "baseline_trial"
 ARGV = "argv"
 ENV = "env"
@@ -123,8 +127,8 @@ RECOMMENDED = "recommended"
 TRIAL_KEYS = (
     ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, CLAIMED, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
     INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST,
-    BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS, ACCEPT_LENGTH,
-    SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES, START,
+    NOT_WORTH_A_START, BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS,
+    ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES, START,
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,

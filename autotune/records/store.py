@@ -35,6 +35,7 @@ from autotune.records.schema import (
     LOSSLESS,
     MEASURED,
     NOT_LAUNCHED,
+    NOT_WORTH_A_START,
     OUTPUTS,
     PARAM_CUDA_GRAPH,
     PARAM_DRAFTER,
@@ -177,6 +178,12 @@ class TrialRecord:
         return self.attrs.get(PRUNED_AGAINST)
 
     @property
+    def not_worth_a_start(self) -> dict[str, Any] | None:
+        """Not launched: the surrogate's chance of it reaching the best measured config was too small
+        (``search.not_worth_a_start``)."""
+        return self.attrs.get(NOT_WORTH_A_START)
+
+    @property
     def speedup(self) -> float | None:
         return self.attrs.get(SPEEDUP)
 
@@ -316,6 +323,9 @@ class TrialWriter:
             self._set(PRUNE_RULE, rule)
         if against is not None:
             self._set(PRUNED_AGAINST, against)
+
+    def not_worth_a_start(self, skip: dict[str, Any]) -> None:
+        self._set(NOT_WORTH_A_START, skip)
 
     def server_log(self, tail: str, path: str | None) -> None:
         """The log of a server that did not start."""

@@ -262,7 +262,8 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
             break
         n = len(state.rounds)
         which = ", ".join(map(str, active))
-        if race.still_racing(state.rounds, [t.number for t in cands], spec) is None:
+        points = race.bar_points(info, state.deploy_cuda_graph, levels)
+        if race.still_racing(state.rounds, [t.number for t in cands], spec, points) is None:
             ctx.emit(
                 Event(
                     "note",

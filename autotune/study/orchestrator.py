@@ -54,7 +54,10 @@ class Orchestrator:
             evidence,
             policies,
         )
-        self._objective = _trial.Objective(self.ctx)
+        self._objective = _trial.Objective(self.ctx, gate=self._launch_gate)
+
+    def _launch_gate(self, config: TrialConfig, seeded: str | None) -> dict[str, Any] | None:
+        return _search.not_worth_a_start(self.ctx, config, seeded)
 
     # -- what it was built with -----------------------------------------------------------------------
     @property

@@ -49,6 +49,16 @@ class Lost(Pruned):
         return {**super().event(), "rule": self.rule}
 
 
+class NotWorthAStart(Pruned):
+    """Not launched: the surrogate gives the sampler's (or the design's) proposal too little chance of reaching the
+    best measured config (``search.not_worth_a_start``); no server start, no prompts, no intermediate values (TPE
+    ranks it below every measured trial)."""
+
+    def __init__(self, skip: dict[str, Any]) -> None:
+        super().__init__(f"not launched: {skip['reason']}")
+        self.skip = skip
+
+
 #: the former name (the baseline was the only reference)
 LostToBaseline = Lost
 

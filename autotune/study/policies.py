@@ -33,10 +33,20 @@ class RefinePolicy:
 
     kappa: float = 2.0
     min_points: int = 6
+    #: a proposal of the sampler or of the design is not launched when the surrogate predicts it at least
+    #: ``skip_margin`` slower than the best measured config and gives it less than ``skip_below`` probability of
+    #: reaching it (``search.not_worth_a_start``; None: every proposal is launched). It still uses its place in
+    #: the budget, as a config refused for predicted out-of-memory does.
+    skip_below: float | None = 0.01
+    skip_margin: float = 0.10
 
     def __post_init__(self) -> None:
         if self.min_points < 1:
             raise ValueError(f"min_points must be at least 1 but got {self.min_points}")
+        if self.skip_below is not None and not 0 < self.skip_below < 0.5:
+            raise ValueError(f"skip_below must be in (0, 0.5) or None but got {self.skip_below}")
+        if not 0 <= self.skip_margin < 1:
+            raise ValueError(f"skip_margin must be in [0, 1) but got {self.skip_margin}")
 
 
 @dataclass(frozen=True)

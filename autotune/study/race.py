@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from autotune.records.confirmation import Round
@@ -48,22 +49,66 @@ def race_survivors(rounds: list[Round], keys: list[int], spec: VerdictSpec) -> l
     return active
 
 
-def still_racing(rounds: list[Round], keys: list[int], spec: VerdictSpec) -> list[int] | None:
+def still_racing(
+    rounds: list[Round], keys: list[int], spec: VerdictSpec, points: Points | None = None
+) -> list[int] | None:
     """The candidates the race still measures after ``rounds`` (every one for ``spec.repeats`` rounds, then those
-    not clearly slower while two or more are), or None once the race is over (what follows is extra rounds)."""
+    not clearly slower while two or more are), or None once the race is over (what follows is extra rounds).
+
+    With ``points`` (each candidate's point estimate against the fastest baseline; ``bar_points``) the race is
+    also over once no candidate still racing has its point estimate above ``1 + min_gain``: which of several
+    configs under the bar is fastest changes nothing (the baseline is what to deploy), and more rounds shrink an
+    interval around its point, so they would not lift one over the bar (``_could_win``). The field report's
+    case, three near-ties at 1.0x, raced to 8 rounds: 32 starts of ten minutes each for an answer the first look
+    had given."""
     active = race_survivors(rounds, keys, spec)
-    return active if len(rounds) < spec.repeats or len(active) > 1 else None
+    if len(rounds) < spec.repeats:
+        return active
+    if len(active) <= 1:
+        return None
+    if points is not None:
+        bar = 1.0 + spec.min_gain
+        if all((points(rounds, k) or 0.0) <= bar for k in active):
+            return None
+    return active
 
 
-def first_look(rounds: list[Round], keys: list[int], spec: VerdictSpec) -> int | None:
+def first_look(rounds: list[Round], keys: list[int], spec: VerdictSpec, points: Points | None = None) -> int | None:
     """The number of rounds at which the race alone ends (``spec.repeats`` done and at most one candidate racing,
-    or ``spec.max_rounds``): the verdict's first look. None while fewer rounds are recorded."""
+    or none above the bar (``still_racing``), or ``spec.max_rounds``): the verdict's first look. None while fewer
+    rounds are recorded."""
     for n in range(spec.repeats, spec.max_rounds + 1):
         if n > len(rounds):
             return None
-        if n >= spec.max_rounds or still_racing(rounds[:n], keys, spec) is None:
+        if n >= spec.max_rounds or still_racing(rounds[:n], keys, spec, points) is None:
             return n
     return None
+
+
+#: a candidate's point estimate (speedup) against the fastest baseline over the given rounds, None before two
+Points = Callable[[list[Round], int], float | None]
+
+
+def bar_points(cands: list[Candidate], deploy_cuda_graph: bool | None, levels: list[int] | None) -> Points | None:
+    """Each candidate's headline point estimate (``headline``: against the deployable baseline, else its own
+    setting's) as ``still_racing`` weighs it against the bar; None with load levels (a level's winner is a question
+    of its own: the race goes on as before)."""
+    if levels:
+        return None
+    graphs = {n: cg for n, _, cg in cands}
+
+    def point(rounds: list[Round], number: int) -> float | None:
+        for setting in (deploy_cuda_graph, graphs.get(number)):
+            logs = [
+                math.log(r.candidates[number] / r.baseline[setting])
+                for r in rounds
+                if r.candidates.get(number) and r.baseline.get(setting)
+            ]
+            if len(logs) >= 2:
+                return math.exp(sum(logs) / len(logs))
+        return None
+
+    return point
 
 
 def look_confidence(spec: VerdictSpec, first: int | None, n: int) -> float:
@@ -203,7 +248,8 @@ def look(
     confirmed for a level's sake (``level_only_out``)."""
     gone = level_only_out(rounds, cands, levels, level_only)
     keys = [n for n, _, _ in cands if n not in gone]
-    conf = look_confidence(spec, first_look(rounds, keys, spec), len(rounds))
+    points = bar_points(cands, deploy_cuda_graph, levels)
+    conf = look_confidence(spec, first_look(rounds, keys, spec, points), len(rounds))
     active = race_survivors(rounds, keys, spec)
     results = [
         candidate_result(n, config, cg, rounds, deploy_cuda_graph, confidence=conf, dropped=n not in active)
@@ -236,7 +282,7 @@ def next_round(
     keys = [n for n, _, _ in cands if n not in gone]
     if not cands or len(rounds) >= spec.max_rounds:
         return []
-    racing = still_racing(rounds, keys, spec)
+    racing = still_racing(rounds, keys, spec, bar_points(cands, deploy_cuda_graph, levels))
     if racing is not None:
         return racing
     seen = look(rounds, cands, spec, deploy_cuda_graph, levels, level_only)

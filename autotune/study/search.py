@@ -457,6 +457,64 @@ def surrogate(ctx: StudyContext) -> Surrogate | None:
     return model
 
 
+def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None) -> dict[str, Any] | None:
+    """Whether a proposal of the sampler (TPE) or of the design is not worth a server start: the surrogate gives it
+    less than ``policies.refine.skip_below`` probability of reaching the best measured config (the measured config
+    with the highest posterior mean, or the fastest baseline when that is faster). Then it is not launched (the
+    trial ends PRUNED without a measurement; ``trial.Objective``) and what the surrogate said is returned for its
+    record; None: launch it.
+
+    Asked only where the answer is the objective's best config (not with load levels: a level's winner can be a
+    config the objective never favours), once the surrogate has its points, and never for the baselines, the
+    server defaults, the surrogate's own picks, a kept server's siblings (no start to save) or a requeued config.
+    On kimi (the field report's space) a third of the sampler's trials in a seed were graphs-off configs at 0.4x
+    the graphs-on baseline, each a ten-minute start (scripts/bench_search.py)."""
+    limit, margin = ctx.policies.refine.skip_below, ctx.policies.refine.skip_margin
+    if limit is None or config.is_baseline or seeded not in (None, records.SEEDED_DESIGN):
+        return None
+    if ctx.space.benchmark.loaded or ctx.grid is None or _on_kept_start(ctx, config):
+        return None
+    model = surrogate(ctx)
+    if model is None:
+        return None
+    measured = list({c.key(): c for c, _ in observations(ctx)}.values())
+    try:
+        (mu,), (sd,) = model.predict([config])
+    except (KeyError, ValueError):  # a config outside the grid's encoding: no opinion
+        return None
+    means, _ = model.predict(measured)
+    i = int(np.argmax(means))
+    ref, against = float(means[i]), records.find_duplicate(ctx.study, measured[i].key(), -1)
+    what = f"trial {against.number}'s" if against is not None else "the best measured config's"
+    base = [records.find_baseline(ctx.study, cg) for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph})]
+    fastest = max((b for b in base if b is not None and b.value), key=lambda b: float(b.value), default=None)
+    if fastest is not None and math.log(float(fastest.value)) > ref:
+        ref, against, what = math.log(float(fastest.value)), fastest, f"the baseline's (trial {fastest.number})"
+    p = 0.5 * math.erfc((ref - float(mu)) / (max(float(sd), 1e-9) * math.sqrt(2)))
+    if p >= limit or float(mu) > ref + math.log1p(-margin):
+        return None
+    return {
+        "p": p,
+        "against": None if against is None else against.number,
+        "tok_per_s": math.exp(ref),
+        "predicted": math.exp(float(mu)),
+        "sd": float(sd),
+        "reason": (
+            f"the surrogate gives it P = {p:.4f} of reaching {what} {math.exp(ref):.1f} tok/s (predicted "
+            f"{math.exp(float(mu)):.1f} tok/s, sd {float(sd):.1%}: at least {margin:.0%} slower and P under "
+            f"{limit:g}: no server start)"
+        ),
+    }
+
+
+def _on_kept_start(ctx: StudyContext, config: TrialConfig) -> bool:
+    """``config`` would run on the server kept from the last trial (shared starts): no start to save."""
+    state = sharing.sharing_of(ctx)
+    if state is None or not state.on or state.kept is None:
+        return False
+    return config.key() in {s.key() for s in state.per.siblings(state.kept.launch)}
+
+
 def running_configs(ctx: StudyContext) -> list[TrialConfig]:
     """The effective speculative configs other workers are measuring right now (none with one worker: the
     surrogate is consulted between trials). The surrogate counts them as measured at its own posterior mean

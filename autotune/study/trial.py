@@ -33,6 +33,7 @@ import contextlib
 import functools
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,7 @@ from autotune.study.outcomes import (
     Lost,
     LostToBaseline,
     NotLaunched,
+    NotWorthAStart,
     Pruned,
     Requeued,
     SameAsPruned,
@@ -81,6 +83,8 @@ from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
+#: the search's launch gate: (effective config, the trial's ``seeded``) -> why not to launch it, or None
+Gate = Callable[[TrialConfig, str | None], dict[str, Any] | None]
 #: what a ``level`` event carries (the live view shows it)
 LEVEL_EVENT_KEYS = ("level", "tok_per_s", "speedup", "stream_tok_per_s", "itl_p99_ms", "ttft_p99_ms", "failed")
 MAX_CONSECUTIVE_LAUNCH_FAILURES = DEFAULT_POLICIES.stop.max_launch_failures
@@ -108,9 +112,10 @@ class _Trial:
 class Objective:
     """Optuna's objective for the study of ``ctx``: tok/s over the prompt set (see the module's outcome table)."""
 
-    def __init__(self, ctx: StudyContext) -> None:
+    def __init__(self, ctx: StudyContext, gate: Gate | None = None) -> None:
         self.ctx = ctx
         self.size_knob = ctx.backend.size_knob
+        self.gate = gate
 
     def __call__(self, trial: optuna.Trial) -> float:
         t = _Trial(trial, TrialWriter(trial))
@@ -167,6 +172,8 @@ class Objective:
             t.record.infeasible(e.kind, e.reason)
         elif isinstance(e, Lost):
             t.record.pruned(e.reason, e.upper, e.rule, e.against)
+        elif isinstance(e, NotWorthAStart):
+            t.record.not_worth_a_start(e.skip)
         if e.infeasible:
             t.trial.set_constraint(records.CONSTRAINT_FEASIBLE, 1.0)
         self._end(t, e.event())
@@ -219,6 +226,7 @@ class Objective:
         if dup is not None:
             return self._reuse(t, dup)
         self._refuse_known_failures(eff)
+        self._refuse_hopeless(t, eff)
         baseline = None if eff.is_baseline else records.find_baseline(ctx.study, eff.cuda_graph)
         return self._measure(t, eff, baseline)
 
@@ -287,6 +295,15 @@ class Objective:
             raise SameAsPruned(dup)
         end = {"state": dup.state.name, "reason": f"same server config as trial {dup.number}", "tok_per_s": dup.value}
         return float(dup.value), end  # type: ignore[arg-type]
+
+    def _refuse_hopeless(self, t: _Trial, eff: TrialConfig) -> None:
+        """A proposal the search's ``gate`` finds not worth a server start (``search.not_worth_a_start``)."""
+        r = TrialRecord(t.trial)
+        if self.gate is None or eff.is_baseline or r.attrs.get(records.REQUEUED_FROM) is not None:
+            return
+        skip = self.gate(eff, r.seeded)
+        if skip is not None:
+            raise NotWorthAStart(skip)
 
     def _refuse_known_failures(self, eff: TrialConfig) -> None:
         """Configs not launched because of what earlier trials showed: the same server config failed twice (one

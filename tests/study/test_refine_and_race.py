@@ -68,6 +68,47 @@ def test_race_keeps_near_ties_and_a_dropped_candidate_stays_dropped():
     assert race_survivors(_rounds({1: a, 2: b, 3: c}), [1, 2, 3], spec) == [1, 2]
 
 
+def test_the_race_ends_when_no_candidate_racing_could_clear_the_bar():
+    """Three near-ties around 1.0x (the field report's case) race on as ties, but no one of them is above the
+    2% bar: which is fastest changes nothing, so the race is over at the first look; one above the bar keeps it
+    going. Without the points (with load levels) the race goes on as before."""
+    from autotune.study import race
+
+    spec = VerdictSpec(repeats=3, min_gain=0.02, race_confidence=0.8)
+    ties = {1: [100.5, 99.0, 101.0], 2: [99.5, 100.8, 99.2], 3: [100.2, 99.4, 100.9]}
+    cands = [(k, {}, True) for k in ties]
+    rounds = _rounds(ties)  # baseline 100 tok/s in every round
+    assert race_survivors(rounds, [1, 2, 3], spec) == [1, 2, 3]  # a tie: nobody is clearly slower
+    points = race.bar_points(cands, True, None)
+    assert race.still_racing(rounds, [1, 2, 3], spec) == [1, 2, 3]
+    assert race.still_racing(rounds, [1, 2, 3], spec, points) is None
+    assert race.first_look(rounds, [1, 2, 3], spec, points) == 3
+    # what follows is the pick's own extra rounds (here: whether its gain lies under the bar), not a race
+    seen = race.look(rounds, cands, spec, True)
+    assert race.next_round(rounds, cands, spec, True) in ([], [seen["best"]])
+    assert race.bar_points(cands, True, [1, 8]) is None
+    # one of them 3% faster on the mean (above the bar, not proven, not clearly faster): the race goes on
+    close = {**ties, 3: [108.0, 96.0, 105.0]}
+    assert race.still_racing(_rounds(close), [1, 2, 3], spec, points) == [1, 2, 3]
+    assert race.next_round(_rounds(close), cands, spec, True) == [1, 2, 3]
+
+
+def test_near_ties_under_the_bar_are_confirmed_in_the_first_rounds_only():
+    """End to end: every config about as fast as the baseline, every candidate confirmed: the first look (3
+    rounds) ends confirmation, where the race used to go on to ``max_rounds`` (8)."""
+    space = _space(n_trials=10, repeats=3, confirm_top=3)
+    runner = ScriptedRunner(speed={"good": lambda c: 1.0 + 0.002 * c.knob("num_steps")}, noise=0.01, seed=2)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=2)
+    orch = Orchestrator(space, SGLangBackend(), runner, study, policies=EVERY_CANDIDATE)
+    orch.search(10)
+    before = len(runner.launches)
+    state = orch.confirm()
+    assert len(state.keys) >= 3  # the 3 best by the surrogate, and the fastest single measurement
+    assert len(state.rounds) == 3
+    assert len(runner.launches) - before == 3 * (len(state.keys) + 1)  # each candidate and the baseline
+    assert state.verdict.value in ("inconclusive", "no-worthwhile-gain", "baseline-wins")
+
+
 # -- the search's last trials ---------------------------------------------------------------------------------
 
 
