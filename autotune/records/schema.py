@@ -22,7 +22,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``interrupted`` | outcome | True: the orchestrator stopped during it (it does not use the budget) |
 | ``prune_reason`` / ``speedup_upper`` | outcome | why it lost / the upper bound of its speedup over the reference |
 | ``prune_rule`` / ``pruned_against`` | outcome | ``baseline`` or ``leader`` / the reference trial it lost to |
-| ``not_worth_a_start`` | outcome | not launched: ``{p, against, tok_per_s, predicted, sd, reason}``, the surrogate's chance of it reaching the best measured config (``search.not_worth_a_start``) |
+| ``not_worth_a_start`` | outcome | not launched: why (``search.not_worth_a_start``: P, prediction, reference) |
 | ``baseline_trial`` | before launch | the baseline trial it is paired with |
 | ``argv`` / ``env`` / ``server_effective`` | launch | the launch command, the variables set, the server's own account |
 | ``startup_s`` / ``log_path`` / ``log_tail`` | launch | startup time, server log, its end (on failures) |
