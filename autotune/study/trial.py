@@ -60,6 +60,7 @@ from autotune.space import Space
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.figures import speedup_of
 from autotune.study.outcomes import (
     CRASH_STARTS,
     FAILURES,
@@ -569,23 +570,6 @@ def _baselines_of(study: optuna.Study, cuda_graph: object) -> list[FrozenTrial]:
 
 
 # ---------------------------------------------------------------------------------------------- the figures
-
-
-def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, space: Space | None = None) -> float | None:
-    """Aggregate tok/s over the measured prompts over the baseline's there (or ``objective.one_stream_speedup``)."""
-    if baseline is None or not results:
-        return None
-    base_prompts = TrialRecord(baseline).prompts
-    if space is not None and space.objective.by_category:
-        return objective.one_stream_speedup(results, [PromptResult.from_dict(p) for p in base_prompts], space)
-    n = len(results)
-    base_tokens = sum(p["completion_tokens"] for p in base_prompts[:n])
-    base_seconds = sum(p["seconds"] for p in base_prompts[:n])
-    tokens = sum(r.completion_tokens for r in results)
-    seconds = sum(r.seconds for r in results)
-    if base_seconds > 0 and seconds > 0 and base_tokens > 0:
-        return (tokens / seconds) / (base_tokens / base_seconds)
-    return None
 
 
 def lossless_record(ctx: StudyContext, texts: list[str], baseline: FrozenTrial) -> dict[str, Any]:
