@@ -82,7 +82,7 @@ SPEEDUP_UPPER = "speedup_upper"
 PRUNE_RULE = "prune_rule"
 PRUNED_AGAINST = "pruned_against"
 #: a proposal not launched: the surrogate gave it too little chance of reaching the best measured config
-#: (``search.not_worth_a_start``): {"p", "against", "tok_per_s", "reason"}
+#: (``search.not_worth_a_start``): {"p", "against", "tok_per_s", "predicted", "sd", "reason"}
 NOT_WORTH_A_START = "not_worth_a_start"
 BASELINE_TRIAL = "baseline_trial"
 ARGV = "argv"

@@ -256,13 +256,13 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
     info = _info(cands)
     levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
+    points = race.bar_points(info, state.deploy_cuda_graph, levels)
     while True:
         active = race.next_round(state.rounds, info, spec, state.deploy_cuda_graph, levels, _level_only(state))
         if not active:
             break
         n = len(state.rounds)
         which = ", ".join(map(str, active))
-        points = race.bar_points(info, state.deploy_cuda_graph, levels)
         if race.still_racing(state.rounds, [t.number for t in cands], spec, points) is None:
             ctx.emit(
                 Event(

@@ -98,15 +98,11 @@ def bar_points(cands: list[Candidate], deploy_cuda_graph: bool | None, levels: l
     graphs = {n: cg for n, _, cg in cands}
 
     def point(rounds: list[Round], number: int) -> float | None:
-        for setting in (deploy_cuda_graph, graphs.get(number)):
-            logs = [
-                math.log(r.candidates[number] / r.baseline[setting])
-                for r in rounds
-                if r.candidates.get(number) and r.baseline.get(setting)
-            ]
-            if len(logs) >= 2:
-                return math.exp(sum(logs) / len(logs))
-        return None
+        result = candidate_result(
+            number, {}, graphs.get(number), rounds, deploy_cuda_graph, confidence=0.95, dropped=False
+        )
+        h = headline(result)
+        return None if h is None else float(h["point"])
 
     return point
 

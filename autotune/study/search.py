@@ -289,13 +289,12 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
     if model is None:
         return None
     measured = list({c.key(): c for c, _ in observations(ctx)}.values())
-    base = [records.find_baseline(ctx.study, cg) for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph})]
-    values = [float(b.value) for b in base if b is not None and b.value]
+    fastest = _fastest_baseline(ctx)
     return settle.settle(
         model,
         measured,
         _pool(ctx, grid, trials),
-        baseline_log=math.log(max(values)) if values else None,
+        baseline_log=math.log(float(fastest.value)) if fastest is not None else None,
         baseline_sd=model.noise_floor,
         resolution=policy.resolution,
         min_gain=ctx.space.verdict.min_gain,
@@ -486,8 +485,7 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
     i = int(np.argmax(means))
     ref, against = float(means[i]), records.find_duplicate(ctx.study, measured[i].key(), -1)
     what = f"trial {against.number}'s" if against is not None else "the best measured config's"
-    base = [records.find_baseline(ctx.study, cg) for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph})]
-    fastest = max((b for b in base if b is not None and b.value), key=lambda b: float(b.value), default=None)
+    fastest = _fastest_baseline(ctx)
     if fastest is not None and math.log(float(fastest.value)) > ref:
         ref, against, what = math.log(float(fastest.value)), fastest, f"the baseline's (trial {fastest.number})"
     p = 0.5 * math.erfc((ref - float(mu)) / (max(float(sd), 1e-9) * math.sqrt(2)))
@@ -505,6 +503,12 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
             f"{limit:g}: no server start)"
         ),
     }
+
+
+def _fastest_baseline(ctx: StudyContext) -> Any:
+    """The measured baseline trial with the highest tok/s over the space's CUDA-graph settings, or None."""
+    base = [records.find_baseline(ctx.study, cg) for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph})]
+    return max((b for b in base if b is not None and b.value), key=lambda b: float(b.value), default=None)
 
 
 def _on_kept_start(ctx: StudyContext, config: TrialConfig) -> bool:

@@ -11,6 +11,7 @@ What a step raises            outcome   recorded
 - ``Lost``                    PRUNED    ``prune_reason``, ``speedup_upper``, ``prune_rule`` (baseline|leader),
                                         ``pruned_against``
 - ``SameAsPruned``            PRUNED    (a duplicate of a pruned trial; its constraint too)
+- ``NotWorthAStart``          PRUNED    ``not_worth_a_start`` (the search's gate: not launched, no value)
 - ``LaunchError``             FAIL      ``fail_kind``, ``fail_reason``, the server's log; the baseline's, or the third
                                         in a row before any speculative config ran, stops the study (``UserError``)
 - ``NotLaunched``             FAIL      ``fail_kind`` of the earlier failures, ``not_launched``
@@ -300,7 +301,7 @@ class Objective:
     def _refuse_hopeless(self, t: _Trial, eff: TrialConfig) -> None:
         """A proposal the search's ``gate`` finds not worth a server start (``search.not_worth_a_start``)."""
         r = TrialRecord(t.trial)
-        if self.gate is None or eff.is_baseline or r.attrs.get(records.REQUEUED_FROM) is not None:
+        if self.gate is None or r.attrs.get(records.REQUEUED_FROM) is not None:
             return
         skip = self.gate(eff, r.seeded)
         if skip is not None:
