@@ -182,7 +182,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['wall_s']:.0f} s). The same budget searched by 1, 2 and 4 parallel workers of one study on the "
         "simulator's in-process model, one virtual clock per slot on one timeline (`autotune.clock.ParallelClocks`); "
         "wall = simulated hardware time until the last worker's last trial (the confirmation, run once afterwards, "
-        "is in `total`); the settled stop is off, so every slot count searches the whole budget. Hit = recommendation after confirmation within 2% of the true optimum.",
+        "is in `total`); the settled stop is off, so every slot count searches the whole budget. "
+        "Hit = recommendation after confirmation within 2% of the true optimum.",
         "",
         "| scenario | slots | search wall (median) | speed-up vs 1 slot | total wall (median) | hit rate | "
         "regret (median) | budget exact | server starts | verdicts |",
