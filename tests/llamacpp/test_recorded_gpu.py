@@ -173,3 +173,23 @@ def test_the_h200_harness_study_with_the_first_look_after_three_rounds():
         assert rep["recommended"]["config"] == before[0]["recommended"]["config"]
         assert rep["gpu_time"]["confirmation_s"] < min(b["gpu_time"]["confirmation_s"] for b in before)
         assert rep["gpu_time"]["total_s"] < min(b["gpu_time"]["total_s"] for b in before)
+
+
+def test_the_h200_harness_search_on_the_gate_code_launches_only_what_the_gate_does_not_judge():
+    """docs/gpu-runs/2026-12-03-h200-gate: the harness study on the launch-gate code, cut at the start of its
+    confirmation. Its search used the 16 trials; no proposal was refused, and every trial is a baseline, a server
+    default, a kept server's sibling or the surrogate's own pick, the kinds ``search.not_worth_a_start`` never
+    judges (a TPE or design proposal would be one it does). The same kinds and about the same server time as the
+    rep3 runs without the gate."""
+    gpu_runs = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs"
+    rep = json.loads((gpu_runs / "2026-12-03-h200-gate" / "cut" / "report.json").read_text())
+    before = json.loads((gpu_runs / "2026-12-02-h200-rep3" / "rep3" / "report.json").read_text())
+    trials = rep["trials"]
+    assert len(trials) == 16 and rep["confirmed"] in ([], None) and rep["gpu_time"]["confirmation_starts"] == 0
+    assert not any(str(t.get("reason") or "").startswith("not launched") for t in trials)
+    assert {t["seeded"] for t in trials} <= {None, "server default", "shared start", "surrogate"}
+    assert all(t["seeded"] is not None for t in trials if t["config"].get("drafter") is not None)
+    assert {t["seeded"] for t in before["trials"][:16]} == {t["seeded"] for t in trials}
+    assert abs(rep["gpu_time"]["search_s"] / before["gpu_time"]["search_s"] - 1) < 0.1
+    best = max((t for t in trials if t["state"] == "COMPLETE"), key=lambda t: t["tok_per_s"])
+    assert best["config"]["drafter"] == "good" and best["tok_per_s"] / rep["baseline"]["cuda_graph_on"]["tok_per_s"] > 2
