@@ -14,6 +14,8 @@ from autotune import lossless
 from autotune.backends.llamacpp import LlamaCppBackend
 
 SAMPLE = Path(__file__).parent / "samples" / "h200-near-ties.json"
+#: the recorded real-GPU runs (scripts/gpu/run.sh outputs, NOTES.md in each)
+GPU_RUNS = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs"
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +73,7 @@ def test_the_h200_load_study_on_the_trust_code_ends_confirmed_without_exclusions
     """docs/gpu-runs/2026-12-01-h200-trust: levels 1, 4 and 16 on the H200 after issue #22 (crash retries, the run
     lock, the plan): confirmed speculation-wins, nothing excluded; the one FAIL is the trial the harness's cut
     interrupted (not counted), and the resumed run said so and planned from its own measured starts."""
-    run = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-01-h200-trust" / "resumed"
+    run = GPU_RUNS / "2026-12-01-h200-trust" / "resumed"
     rep = json.loads((run / "report.json").read_text())
     assert rep["verdict"] == "speculation-wins" and rep["exclusions"] == []
     ci = rep["recommended"]["speedup_ci"]
@@ -86,7 +88,7 @@ def test_the_h200_load_study_on_the_trust_code_ends_confirmed_without_exclusions
 def test_the_h200_method_study_names_the_combination_with_per_method_intervals():
     """docs/gpu-runs/2026-12-01-h200-methods: draft-simple vs ngram-simple vs ngram-mod vs draft-simple,ngram-mod on
     the H200 (rewrite prompts): each method's best confirmed with its interval, the combination the winner."""
-    run = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-01-h200-methods" / "resumed"
+    run = GPU_RUNS / "2026-12-01-h200-methods" / "resumed"
     rep = json.loads((run / "report.json").read_text())
     assert rep["verdict"] == "speculation-wins" and rep["exclusions"] == []
     m = rep["methods"]
@@ -105,7 +107,7 @@ def test_the_h200_sharing_study_on_the_honouring_build():
     search.share_starts on and then off. On: the probe found the per-request n_max honoured, the search needed 8
     starts for its 16 trials (off: 16), every shared trial's answers were checked at its own n_max; in both, the
     configs judged lossy never reached confirmation (the recommendation is lossless)."""
-    root = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-02-h200-sharing-0.3.23"
+    root = GPU_RUNS / "2026-12-02-h200-sharing-0.3.23"
     on = json.loads((root / "share-on" / "report.json").read_text())
     off = json.loads((root / "share-off" / "report.json").read_text())
     assert on["gpu_time"]["search_starts"] == 8 and off["gpu_time"]["search_starts"] == 16
@@ -133,7 +135,7 @@ def test_the_h200_harness_study_as_a_grid_before_and_after():
     honouring build, with the code before it was searched as a grid and after, on one machine. After: surrogate
     picks, a settled stop recorded, one candidate confirmed (12 confirmation starts instead of 20), less server time;
     every recommendation lossless, the cut answers named in the exclusions."""
-    root = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-02-h200-grid"
+    root = GPU_RUNS / "2026-12-02-h200-grid"
     before = json.loads((root / "before" / "report.json").read_text())
     after = [json.loads((root / d / "report.json").read_text()) for d in ("grid", "grid-2")]
     assert not before["search_settled"] and before["gpu_time"]["confirmation_starts"] == 20
@@ -155,7 +157,7 @@ def test_the_h200_harness_study_with_the_first_look_after_three_rounds():
     (session 11's grid studies looked after 4). One candidate confirmed in 3 rounds of its own baseline, the
     deployable one and itself: 9 confirmation starts instead of 12, less confirmation and total server time, the
     same recommended config and verdict, clear at the first look (no extra round)."""
-    gpu_runs = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs"
+    gpu_runs = GPU_RUNS
     before = [
         json.loads((gpu_runs / "2026-12-02-h200-grid" / d / "report.json").read_text()) for d in ("grid", "grid-2")
     ]
@@ -181,7 +183,7 @@ def test_the_h200_harness_search_on_the_gate_code_launches_only_what_the_gate_do
     default, a kept server's sibling or the surrogate's own pick, the kinds ``search.not_worth_a_start`` never
     judges (a TPE or design proposal would be one it does). The same kinds and about the same server time as the
     rep3 runs without the gate."""
-    gpu_runs = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs"
+    gpu_runs = GPU_RUNS
     rep = json.loads((gpu_runs / "2026-12-03-h200-gate" / "cut" / "report.json").read_text())
     before = json.loads((gpu_runs / "2026-12-02-h200-rep3" / "rep3" / "report.json").read_text())
     trials = rep["trials"]
