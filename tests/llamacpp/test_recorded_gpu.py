@@ -195,3 +195,37 @@ def test_the_h200_harness_search_on_the_gate_code_launches_only_what_the_gate_do
     assert abs(rep["gpu_time"]["search_s"] / before["gpu_time"]["search_s"] - 1) < 0.1
     best = max((t for t in trials if t["state"] == "COMPLETE"), key=lambda t: t["tok_per_s"])
     assert best["config"]["drafter"] == "good" and best["tok_per_s"] / rep["baseline"]["cuda_graph_on"]["tok_per_s"] > 2
+
+
+def test_the_h200_harness_study_on_the_gate_code_keeps_rep3s_verdict():
+    """docs/gpu-runs/2026-12-03-h200-gate/verdict: the same study, whole. The launch gate refused nothing (every
+    trial of this space is a kind it does not judge) and the verdict is rep3's: speculation wins with the good
+    drafter at n_max 16, intervals overlapping. Confirmation paired the winner with one fresh baseline per round
+    where it runs with the deploy baseline's CUDA-graph setting, with two where it does not (rep3), and every
+    config excluded as lossy was excluded for answers cut short (llama.cpp 0.3.23 at the token limit), each
+    measured through a per-request n_max below the launch's."""
+    rep = json.loads((GPU_RUNS / "2026-12-03-h200-gate" / "verdict" / "report.json").read_text())
+    reps = [json.loads((GPU_RUNS / "2026-12-02-h200-rep3" / d / "report.json").read_text()) for d in ("rep3", "rep3-2")]
+    trials = rep["trials"]
+    assert len(trials) == 16 and not any(str(t.get("reason") or "").startswith("not launched") for t in trials)
+    assert {t["seeded"] for t in trials} <= {None, "server default", "shared start", "surrogate"}
+    for r in [rep, *reps]:
+        assert r["verdict"] == "speculation-wins"
+        win = r["recommended"]
+        assert win["config"]["drafter"] == "good" and win["config"]["draft_n_max"] == 16
+        (conf,) = r["confirmed"]
+        rounds = conf["rounds"]
+        same_graphs = win["config"]["cuda_graph"] is True  # the fastest baseline ran with graphs on
+        assert r["gpu_time"]["confirmation_starts"] == rounds * (2 if same_graphs else 3)
+    ci = rep["recommended"]["speedup_ci"]
+    assert 2.0 < ci["low"] < ci["point"] < ci["high"]
+    assert all(
+        ci["low"] < r["recommended"]["speedup_ci"]["high"] and r["recommended"]["speedup_ci"]["low"] < ci["high"]
+        for r in reps
+    )
+    lossy = rep["lossless"]["lossy_trials"]
+    assert len(lossy) == 6 and rep["recommended"]["trial"] not in lossy
+    for t in trials:
+        if t["number"] in lossy:
+            assert t["lossless"]["cut"] == t["lossless"]["lossy"]
+            assert t["start"]["per_request"]["draft_n_max"] < t["start"]["answers"][0]["launch_n_max"]
