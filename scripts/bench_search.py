@@ -112,6 +112,8 @@ POLICY_VARIANTS: dict[str, Policies] = {
     "tuner_eg10": Policies(stop=StopPolicy(expected_gain=0.001)),
     "tuner_eg20": Policies(stop=StopPolicy(expected_gain=0.002)),
     "tuner_eg30": Policies(stop=StopPolicy(expected_gain=0.003)),
+    "tuner_egc03": Policies(stop=StopPolicy(expected_gain_per_start_min=0.0003)),
+    "tuner_egc05": Policies(stop=StopPolicy(expected_gain_per_start_min=0.0005)),
     "tuner_no_skip": Policies(refine=RefinePolicy(skip_below=None)),
     "tuner_skip20": Policies(refine=RefinePolicy(skip_margin=0.20)),
     "tuner_skip05": Policies(refine=RefinePolicy(skip_margin=0.05)),
@@ -123,6 +125,7 @@ EXTRA_METHODS: tuple[str, ...] = (
     "tuner_no_leader",
     "tuner_no_design",
     "tuner_tpe_design",
+    "tuner_refine_all",
     "tuner_margin0",
     "tuner_margin10",
     "tuner_top5",
@@ -356,6 +359,9 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
         return dataclasses.replace(space, budget=dataclasses.replace(space.budget, design_trials=0)), None
     if method == "tuner_tpe_design":  # the design, then TPE for the first half, the surrogate for the last
         b = dataclasses.replace(space.budget, refine_trials=space.budget.n_trials // 2)
+        return dataclasses.replace(space, budget=b), None
+    if method == "tuner_refine_all":  # the surrogate from the design on, no TPE between
+        b = dataclasses.replace(space.budget, refine_trials=space.budget.n_trials)
         return dataclasses.replace(space, budget=b), None
     if method in POLICY_VARIANTS:
         return space, None  # policies only (policies_for)

@@ -64,11 +64,13 @@ def settle(
     seed: int,
     improve_settles: bool = True,
     expected_gain_stop: float | None = None,
+    expected_gain_why: str = "",
 ) -> Settled:
     """The probabilities by Monte Carlo over ``samples`` joint draws of the latent log tok/s (seeded: the same
     study asks the same question and gets the same answer). ``baseline_log``: the fastest baseline's log tok/s
     (one measurement: drawn with ``baseline_sd``); None: ``p_gain`` is 1 (nothing to compare with).
-    ``improve_settles``: whether a small ``p_improve`` may settle the search yet (it is computed either way)."""
+    ``improve_settles``: whether a small ``p_improve`` may settle the search yet (it is computed either way).
+    ``expected_gain_why``: what ``expected_gain_stop`` stands for, said in the reason (e.g. a start's cost)."""
     if not measured:
         raise ValueError("settle needs at least one measured config")
     configs = list(measured) + list(unmeasured)
@@ -122,7 +124,8 @@ def settle(
     elif expected_gain_stop is not None and improve_settles and e_gain_bar < expected_gain_stop:
         reason = (
             f"the next trial's expected gain is {e_gain_bar:.2%} at best (over the best measured config or the "
-            f"{min_gain:.0%} bar, whichever is higher), under {expected_gain_stop:.2%} (surrogate over {n_meas} "
+            f"{min_gain:.0%} bar, whichever is higher), under {expected_gain_stop:.2%}{expected_gain_why} "
+            f"(surrogate over {n_meas} "
             f"measured and {len(unmeasured)} unmeasured configs)"
         )
     return Settled(

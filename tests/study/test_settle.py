@@ -328,3 +328,55 @@ def test_the_next_trials_expected_gain_settles_the_search_when_asked():
     assert run(corner, 260.0).expected_gain_bar < 0.1 * open_.expected_gain_bar
     # a baseline of 195: the bar (198.9, drawn with a start's noise) is often above the best (~200)
     assert run(spread, 195.0).expected_gain_bar < found.expected_gain_bar
+
+
+def test_the_expected_gain_bar_scales_with_what_a_server_start_costs():
+    """``StopPolicy.expected_gain_per_start_min``: the bar is that much relative tok/s per minute of the median
+    server start measured so far (a 10-minute start must promise ten times a 1-minute one's gain); with
+    ``expected_gain`` too, the larger bar; nothing before a start was measured."""
+    from autotune.study import search
+
+    def trial(startup_s: float | None) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(value=1.0, user_attrs={} if startup_s is None else {"startup_s": startup_s})
+
+    per_min = StopPolicy(expected_gain_per_start_min=0.0003)
+    bar, why = search.expected_gain_stop(per_min, [trial(590.0), trial(None), trial(630.0), trial(600.0)])
+    assert bar == pytest.approx(0.003) and "0.03% per minute of a server start, 10.0 min" in why
+    assert search.expected_gain_stop(per_min, [trial(None)]) == (None, "")
+    assert search.expected_gain_stop(StopPolicy(expected_gain_per_start_min=None), [trial(600.0)]) == (None, "")
+    both = StopPolicy(expected_gain=0.001, expected_gain_per_start_min=0.0003)
+    assert search.expected_gain_stop(both, [trial(60.0)]) == (0.001, "")  # a 1-minute start: 0.03% < 0.1%
+    assert search.expected_gain_stop(both, [trial(600.0)])[0] == pytest.approx(0.003)
+    with pytest.raises(ValueError, match="expected_gain_per_start_min"):
+        StopPolicy(expected_gain_per_start_min=0.0)
+
+
+def _field_report_search(seed: int, policies: Policies) -> tuple[optuna.Study, int]:
+    from pathlib import Path
+
+    from autotune.clock import VirtualClock
+    from autotune.sim import simulated_space
+    from autotune.sim.runner import ModelRunner
+    from autotune.space import load_space
+
+    space = simulated_space(load_space(str(Path(__file__).resolve().parents[2] / "spaces/eagle3.yaml")))
+    backend = SGLangBackend()
+    runner = ModelRunner(space, backend, VirtualClock(), seed=seed)
+    study = open_study(space, optuna.storages.InMemoryStorage(), f"kimi-{seed}", seed=seed, simulated=True)
+    Orchestrator(space, backend, runner, study, clock=runner.clock, policies=policies).search(space.budget.n_trials)
+    return study, runner.launches
+
+
+def test_on_the_field_reports_ten_minute_starts_the_cost_scaled_stop_ends_a_search_that_ran_its_budget():
+    """The field report's landscape (a tie with the baseline, ~10 minutes a start) on the simulator, seed 13: the
+    search without the cost-scaled stop measures its whole budget of 40 trials (a lucky or unlucky start keeps
+    "better by 1%" plausible on the plateau); with it, the search stops once the next trial's expected gain is
+    under 0.03% per start-minute, and says so, after fewer server starts."""
+    without = Policies(stop=StopPolicy(expected_gain_per_start_min=None))
+    with_ = Policies(stop=StopPolicy(expected_gain_per_start_min=0.0003))
+    study_off, starts_off = _field_report_search(13, without)
+    assert records.search_settled(study_off) is None and _counted(study_off) == 40
+    study_on, starts_on = _field_report_search(13, with_)
+    state = records.search_settled(study_on)
+    assert state is not None and "per minute of a server start" in state["reason"]
+    assert _counted(study_on) < 40 and starts_on < starts_off
