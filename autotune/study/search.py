@@ -288,7 +288,12 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
     model = surrogate(ctx)
     if model is None:
         return None
-    measured = list({c.key(): c for c, _ in observations(ctx)}.values())
+    # the answer is about configs the study could recommend: one judged lossy is measured (its speed stays in the
+    # surrogate) but is not "the best measured" (on an H200 the fastest configs measured, up to 551 tok/s, were
+    # all lossy, 70 tok/s above the best lossless one: docs/gpu-runs/2026-12-03-h200-gate)
+    measured = recommendable(ctx, trials)
+    if not measured:
+        return None
     fastest = _fastest_baseline(ctx)
     gain_stop, gain_why = expected_gain_stop(policy, trials)
     return settle.settle(
@@ -332,6 +337,18 @@ def expected_gain_stop(policy: StopPolicy, trials: list[Any]) -> tuple[float | N
     if not bars:
         return None, ""
     return max(bars, key=lambda b: b[0])
+
+
+def recommendable(ctx: StudyContext, trials: list[Any] | None = None) -> list[TrialConfig]:
+    """The measured speculative configs (effective, one per key) that the study could recommend: every observed
+    config (``observations``) but those a trial judged lossy (``TrialRecord.lossy``)."""
+    trials = records.trials(ctx.study) if trials is None else trials
+    lossy = {
+        r.effective_config().key()
+        for r in (TrialRecord(t) for t in trials)
+        if r.lossy and r.effective and not r.is_baseline
+    }
+    return [c for c in {c.key(): c for c, _ in observations(ctx)}.values() if c.key() not in lossy]
 
 
 def _surrogate_picks(trials: list[Any]) -> int:
@@ -484,9 +501,9 @@ def surrogate(ctx: StudyContext) -> Surrogate | None:
 def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None) -> dict[str, Any] | None:
     """Whether a proposal of the sampler (TPE) or of the design is not worth a server start: the surrogate gives it
     less than ``policies.refine.skip_below`` probability of reaching the best measured config (the measured config
-    with the highest posterior mean, or the fastest baseline when that is faster). Then it is not launched (the
-    trial ends PRUNED without a measurement; ``trial.Objective``) and what the surrogate said is returned for its
-    record; None: launch it.
+    with the highest posterior mean among those not judged lossy, or the fastest baseline when that is faster).
+    Then it is not launched (the trial ends PRUNED without a measurement; ``trial.Objective``) and what the
+    surrogate said is returned for its record; None: launch it.
 
     Asked only where the answer is the objective's best config (not with load levels: a level's winner can be a
     config the objective never favours), once the surrogate has its points, and never for the baselines, the
@@ -501,16 +518,20 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
     model = surrogate(ctx)
     if model is None:
         return None
-    measured = list({c.key(): c for c, _ in observations(ctx)}.values())
+    measured = recommendable(ctx)  # a lossy config's speed is no bar to clear
     try:
         (mu,), (sd,) = model.predict([config])
     except (KeyError, ValueError):  # a config outside the grid's encoding: no opinion
         return None
-    means, _ = model.predict(measured)
-    i = int(np.argmax(means))
-    ref, against = float(means[i]), records.find_duplicate(ctx.study, measured[i].key(), -1)
-    what = f"trial {against.number}'s" if against is not None else "the best measured config's"
+    ref, against, what = -math.inf, None, ""
+    if measured:
+        means, _ = model.predict(measured)
+        i = int(np.argmax(means))
+        ref, against = float(means[i]), records.find_duplicate(ctx.study, measured[i].key(), -1)
+        what = f"trial {against.number}'s" if against is not None else "the best measured config's"
     fastest = _fastest_baseline(ctx)
+    if ref == -math.inf and fastest is None:
+        return None
     if fastest is not None and math.log(float(fastest.value)) > ref:
         ref, against, what = math.log(float(fastest.value)), fastest, f"the baseline's (trial {fastest.number})"
     p = 0.5 * math.erfc((ref - float(mu)) / (max(float(sd), 1e-9) * math.sqrt(2)))

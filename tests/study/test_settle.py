@@ -380,3 +380,41 @@ def test_on_the_field_reports_ten_minute_starts_the_cost_scaled_stop_ends_a_sear
     state = records.search_settled(study_on)
     assert state is not None and "per minute of a server start" in state["reason"]
     assert _counted(study_on) < 40 and starts_on < starts_off
+
+
+def test_a_config_judged_lossy_is_never_the_best_the_stop_and_the_gate_measure_against(monkeypatch):
+    """A lossy config cannot be recommended, so it is not "the best measured" of the settle check or of the launch
+    gate: here a drafter twice as fast as the good one changes the answers (``diverge``). Its measurements stay
+    in the surrogate (its speed is real), but every settle question is asked against lossless configs only, and
+    the gate's bar is a lossless config or the baseline, never the lossy one."""
+    from autotune.study import search
+
+    asked: list[list[TrialConfig]] = []
+    real = search.settle.settle
+
+    def spy(model, measured, *a, **k):
+        asked.append(list(measured))
+        return real(model, measured, *a, **k)
+
+    monkeypatch.setattr(search.settle, "settle", spy)
+    space = make_space(n_trials=40, drafters=("good", "fast"))
+    space = dataclasses.replace(space, budget=BudgetSpec(n_trials=40))
+    study = open_study(space, optuna.storages.InMemoryStorage(), "lossy", seed=1)
+    runner = ScriptedRunner(speed={"good": peak, "fast": lambda c: 2.0 * peak(c)}, diverge={"fast"})
+    orch = Orchestrator(space, SGLangBackend(), runner, study)
+    orch.search(40)
+    lossy = [t for t in study.trials if records.TrialRecord(t).lossy]
+    assert lossy and all(records.TrialRecord(t).effective_config().drafter == "fast" for t in lossy)
+    observed = {c.drafter for c, _ in search.observations(orch.ctx)}
+    assert observed == {"good", "fast"}  # the surrogate still learns from the lossy drafter's speed
+    assert asked and all(c.drafter == "good" for measured in asked for c in measured)
+    assert {c.drafter for c in search.recommendable(orch.ctx)} == {"good"}
+    # the gate: a proposal of the lossy drafter is judged against the best lossless config, not against itself
+    fast = TrialConfig.make("fast", True, num_steps=5, topk=4, num_draft_tokens=14)
+    verdict = search.not_worth_a_start(orch.ctx, fast, None)
+    assert verdict is None  # predicted far above every lossless config: worth a start as far as speed goes
+    slow = TrialConfig.make("good", True, num_steps=1, topk=1, num_draft_tokens=2)
+    judged = search.not_worth_a_start(orch.ctx, slow, None)
+    assert judged is not None and judged["against"] not in {t.number for t in lossy}
+    fastest_lossy = max(t.value for t in lossy if t.value)
+    assert judged["tok_per_s"] < 0.75 * fastest_lossy  # the bar is the good drafter's best, half the lossy one's
