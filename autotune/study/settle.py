@@ -125,8 +125,7 @@ def settle(
         reason = (
             f"the next trial's expected gain is {e_gain_bar:.2%} at best (over the best measured config or the "
             f"{min_gain:.0%} bar, whichever is higher), under {expected_gain_stop:.2%}{expected_gain_why} "
-            f"(surrogate over {n_meas} "
-            f"measured and {len(unmeasured)} unmeasured configs)"
+            f"(surrogate over {n_meas} measured and {len(unmeasured)} unmeasured configs)"
         )
     return Settled(
         p_improve=p_improve,
