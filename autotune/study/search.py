@@ -24,7 +24,7 @@ from autotune.study import _optuna, methods, settle, sharing
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.outcomes import FAILURES
-from autotune.study.policies import DEFAULT_POLICIES, StopPolicy
+from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
 from autotune.surrogate import Encoding, Surrogate
@@ -295,7 +295,9 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
     if not measured:
         return None
     fastest = _fastest_baseline(ctx)
-    gain_stop, gain_why = expected_gain_stop(policy, trials)
+    gain_stop, gain_why = settle.expected_gain_stop(
+        policy.expected_gain, policy.expected_gain_per_start_min, [TrialRecord(t).startup_s for t in trials]
+    )
     return settle.settle(
         model,
         measured,
@@ -314,29 +316,6 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
         expected_gain_stop=gain_stop,
         expected_gain_why=gain_why,
     )
-
-
-def expected_gain_stop(policy: StopPolicy, trials: list[Any]) -> tuple[float | None, str]:
-    """The expected-gain stop's bar and what it stands for: ``policy.expected_gain``, or
-    ``policy.expected_gain_per_start_min`` times the median of the server starts measured so far (minutes), the
-    larger when both are set; (None, "") when neither is (or no start was measured yet)."""
-    bars: list[tuple[float, str]] = []
-    if policy.expected_gain is not None:
-        bars.append((policy.expected_gain, ""))
-    if policy.expected_gain_per_start_min is not None:
-        starts = sorted(s for s in (TrialRecord(t).startup_s for t in trials) if s)
-        if starts:
-            minutes = starts[len(starts) // 2] / 60.0
-            bars.append(
-                (
-                    policy.expected_gain_per_start_min * minutes,
-                    f" ({policy.expected_gain_per_start_min:.2%} per minute of a server start, {minutes:.1f} min: "
-                    "the next trial would cost more than it can gain)",
-                )
-            )
-    if not bars:
-        return None, ""
-    return max(bars, key=lambda b: b[0])
 
 
 def recommendable(ctx: StudyContext, trials: list[Any] | None = None) -> list[TrialConfig]:

@@ -139,3 +139,28 @@ def settle(
         expected_gain=e_gain,
         expected_gain_bar=e_gain_bar,
     )
+
+
+def expected_gain_stop(
+    expected_gain: float | None, per_start_min: float | None, startups_s: Sequence[float | None]
+) -> tuple[float | None, str]:
+    """The expected-gain stop's bar and what it stands for (``StopPolicy.expected_gain`` and
+    ``expected_gain_per_start_min``): the flat bar, or ``per_start_min`` times the median of the server starts
+    measured so far (``startups_s``, seconds; None for a trial without a start of its own), the larger when both are
+    set; (None, "") when neither is (or no start was measured yet)."""
+    bars: list[tuple[float, str]] = []
+    if expected_gain is not None:
+        bars.append((expected_gain, ""))
+    starts = sorted(s for s in startups_s if s)
+    if per_start_min is not None and starts:
+        minutes = starts[len(starts) // 2] / 60.0
+        bars.append(
+            (
+                per_start_min * minutes,
+                f" ({per_start_min:.2%} per minute of a server start, {minutes:.1f} min: the next trial would cost "
+                "more than it can gain)",
+            )
+        )
+    if not bars:
+        return None, ""
+    return max(bars, key=lambda b: b[0])

@@ -333,20 +333,14 @@ def test_the_next_trials_expected_gain_settles_the_search_when_asked():
 def test_the_expected_gain_bar_scales_with_what_a_server_start_costs():
     """``StopPolicy.expected_gain_per_start_min``: the bar is that much relative tok/s per minute of the median
     server start measured so far (a 10-minute start must promise ten times a 1-minute one's gain); with
-    ``expected_gain`` too, the larger bar; nothing before a start was measured."""
-    from autotune.study import search
-
-    def trial(startup_s: float | None) -> optuna.trial.FrozenTrial:
-        return optuna.trial.create_trial(value=1.0, user_attrs={} if startup_s is None else {"startup_s": startup_s})
-
-    per_min = StopPolicy(expected_gain_per_start_min=0.0003)
-    bar, why = search.expected_gain_stop(per_min, [trial(590.0), trial(None), trial(630.0), trial(600.0)])
+    ``expected_gain`` too, the larger bar; nothing before a start was measured. The search passes every trial's
+    start-up seconds (``search.settled``)."""
+    bar, why = settle.expected_gain_stop(None, 0.0003, [590.0, None, 630.0, 600.0])
     assert bar == pytest.approx(0.003) and "0.03% per minute of a server start, 10.0 min" in why
-    assert search.expected_gain_stop(per_min, [trial(None)]) == (None, "")
-    assert search.expected_gain_stop(StopPolicy(expected_gain_per_start_min=None), [trial(600.0)]) == (None, "")
-    both = StopPolicy(expected_gain=0.001, expected_gain_per_start_min=0.0003)
-    assert search.expected_gain_stop(both, [trial(60.0)]) == (0.001, "")  # a 1-minute start: 0.03% < 0.1%
-    assert search.expected_gain_stop(both, [trial(600.0)])[0] == pytest.approx(0.003)
+    assert settle.expected_gain_stop(None, 0.0003, [None]) == (None, "")
+    assert settle.expected_gain_stop(None, None, [600.0]) == (None, "")
+    assert settle.expected_gain_stop(0.001, 0.0003, [60.0]) == (0.001, "")  # a 1-minute start: 0.03% < 0.1%
+    assert settle.expected_gain_stop(0.001, 0.0003, [600.0])[0] == pytest.approx(0.003)
     with pytest.raises(ValueError, match="expected_gain_per_start_min"):
         StopPolicy(expected_gain_per_start_min=0.0)
 
