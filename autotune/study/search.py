@@ -502,17 +502,18 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
         (mu,), (sd,) = model.predict([config])
     except (KeyError, ValueError):  # a config outside the grid's encoding: no opinion
         return None
-    ref, against, what = -math.inf, None, ""
+    bars: list[tuple[float, Any, str]] = []  # (log tok/s, its trial, how the reason names it)
     if measured:
         means, _ = model.predict(measured)
         i = int(np.argmax(means))
-        ref, against = float(means[i]), records.find_duplicate(ctx.study, measured[i].key(), -1)
-        what = f"trial {against.number}'s" if against is not None else "the best measured config's"
+        best = records.find_duplicate(ctx.study, measured[i].key(), -1)
+        bars.append((float(means[i]), best, f"trial {best.number}'s" if best else "the best measured config's"))
     fastest = _fastest_baseline(ctx)
-    if ref == -math.inf and fastest is None:
+    if fastest is not None:
+        bars.append((math.log(float(fastest.value)), fastest, f"the baseline's (trial {fastest.number})"))
+    if not bars:
         return None
-    if fastest is not None and math.log(float(fastest.value)) > ref:
-        ref, against, what = math.log(float(fastest.value)), fastest, f"the baseline's (trial {fastest.number})"
+    ref, against, what = max(bars, key=lambda b: b[0])  # the measured config on a tie, as before
     p = 0.5 * math.erfc((ref - float(mu)) / (max(float(sd), 1e-9) * math.sqrt(2)))
     if p >= limit or float(mu) > ref + math.log1p(-margin):
         return None
