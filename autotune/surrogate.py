@@ -15,10 +15,12 @@ is deterministic and takes ~0.1 s at the sizes a study has (tens of observations
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +45,9 @@ class Encoding:
     lows: tuple[float, ...]
     highs: tuple[float, ...]
     logs: tuple[bool, ...]
+    #: whether the CUDA-graph setting is part of a config's group (not for acceptance: graphs change how fast a
+    #: step runs, not which tokens the drafter proposes or the target accepts)
+    graph_groups: bool = True
 
     @staticmethod
     def from_configs(configs: Sequence[TrialConfig]) -> Encoding:
@@ -65,7 +70,7 @@ class Encoding:
 
     def group(self, c: TrialConfig) -> Hashable:
         other = tuple((k, v) for k, v in c.knobs if k not in self.knobs and not _is_number(v))
-        return (c.drafter, bool(c.cuda_graph), other)
+        return (c.drafter, bool(c.cuda_graph) if self.graph_groups else None, other)
 
     def coords(self, c: TrialConfig) -> list[float]:
         out = []
@@ -197,4 +202,99 @@ class Surrogate:
         return mean[None, :] + rng.standard_normal((n, len(configs))) @ root.T
 
 
-__all__ = ["Encoding", "Surrogate"]
+def cycle_seconds(prompts: Sequence[Mapping[str, Any]]) -> float | None:
+    """Seconds per verification round over measured prompts: their time over their rounds (a prompt's completion
+    tokens over its acceptance length, the tokens a round yields with the bonus token). None when a prompt has no
+    acceptance length, no tokens or no time: the server did not say, and the factored model is not used."""
+    seconds, rounds = 0.0, 0.0
+    for p in prompts:
+        tokens, secs, acc = p.get("completion_tokens"), p.get("seconds"), p.get("accept_length")
+        if not tokens or not secs or not acc or acc <= 0 or secs <= 0:
+            return None
+        seconds += float(secs)
+        rounds += float(tokens) / float(acc)
+    return seconds / rounds if rounds > 0 else None
+
+
+class FactoredSurrogate:
+    """log tok/s = log(acceptance length) - log(seconds per round): one GP for each factor, added.
+
+    Speculation's tok/s is a ratio of two smooth things: how many tokens a verification round yields (the
+    acceptance length, which grows with the tree's depth and width and does not depend on CUDA graphs: one
+    drafter's acceptance at a shape is the same with graphs on and off) and what a round costs (which grows about
+    linearly with the steps drafted and the tokens verified, whatever the drafter proposes). Their ratio has an
+    optimum inside the space that a GP of log tok/s must learn from tok/s alone; each factor alone is monotone
+    and each is measured by every start (``cycle_seconds``), so a few measurements pin both down further from
+    themselves. The start-to-start noise of the server is in the round's cost; the acceptance of fixed prompts at
+    temperature 0 hardly moves from one start to the next (``accept_floor``)."""
+
+    def __init__(
+        self,
+        encoding: Encoding,
+        observations: Sequence[tuple[TrialConfig, float, float]],
+        *,
+        noise_floor: float = 0.025,
+        accept_floor: float = 0.005,
+    ) -> None:
+        """``observations``: (config, log tok/s, log seconds per round); the acceptance length's log is their sum.
+        ``noise_floor``: as ``Surrogate``'s, for the round's cost (and the baseline's sd in the settle check)."""
+        if not observations:
+            raise ValueError("a surrogate needs at least one observation")
+        self.noise_floor = noise_floor
+        self.encoding = encoding
+        self.accept = Surrogate(
+            dataclasses.replace(encoding, graph_groups=False),
+            [(c, v + cyc) for c, v, cyc in observations],
+            noise_floor=accept_floor,
+        )
+        self.cycle = Surrogate(encoding, [(c, cyc) for c, _, cyc in observations], noise_floor=noise_floor)
+
+    def predict(self, configs: Sequence[TrialConfig]) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and sd of log tok/s at each config (the factors' posteriors are independent)."""
+        ma, sa = self.accept.predict(configs)
+        mc, sc = self.cycle.predict(configs)
+        return ma - mc, np.sqrt(sa**2 + sc**2)
+
+    def predict_factors(self, configs: Sequence[TrialConfig]) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior means of log acceptance length and log seconds per round (for a pending config)."""
+        return self.accept.predict(configs)[0], self.cycle.predict(configs)[0]
+
+    def sample(self, configs: Sequence[TrialConfig], n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` joint draws of log tok/s at ``configs``: a draw of each factor's joint posterior, subtracted."""
+        return self.accept.sample(configs, n, rng) - self.cycle.sample(configs, n, rng)
+
+
+Model = Surrogate | FactoredSurrogate
+
+
+def fit(
+    encoding: Encoding,
+    observations: Sequence[tuple[TrialConfig, float, float | None]],
+    *,
+    noise_floor: float,
+    pending: Sequence[TrialConfig] = (),
+) -> Model:
+    """The surrogate of ``observations`` (config, log tok/s, log seconds per round or None): factored when every
+    observation has its round's cost (``FactoredSurrogate``), else one GP of log tok/s. ``pending``: configs being
+    measured now (parallel workers), counted as measured at the model's mean so that two workers do not pick the
+    same one."""
+    factored = all(cyc is not None for _, _, cyc in observations)
+    if factored:
+        obs3 = [(c, v, float(cyc)) for c, v, cyc in observations]  # type: ignore[arg-type]
+        model: Model = FactoredSurrogate(encoding, obs3, noise_floor=noise_floor)
+        if pending:
+            la, lc = model.predict_factors(pending)
+            extra = [(c, float(a - b), float(b)) for c, a, b in zip(pending, la, lc, strict=True)]
+            model = FactoredSurrogate(encoding, obs3 + extra, noise_floor=noise_floor)
+        return model
+    obs = [(c, v) for c, v, _ in observations]
+    model = Surrogate(encoding, obs, noise_floor=noise_floor)
+    if pending:
+        mean, _sd = model.predict(pending)
+        model = Surrogate(
+            encoding, obs + [(c, float(m)) for c, m in zip(pending, mean, strict=True)], noise_floor=noise_floor
+        )
+    return model
+
+
+__all__ = ["Encoding", "FactoredSurrogate", "Model", "Surrogate", "cycle_seconds", "fit"]

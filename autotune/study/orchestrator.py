@@ -26,7 +26,7 @@ from autotune.study import trial as _trial
 from autotune.study.context import StudyContext
 from autotune.study.events import Listener, quiet
 from autotune.study.policies import DEFAULT_POLICIES, Policies
-from autotune.surrogate import Surrogate
+from autotune.surrogate import Model
 
 
 class Orchestrator:
@@ -128,10 +128,10 @@ class Orchestrator:
     def observations(self) -> list[tuple[TrialConfig, float]]:
         return _search.observations(self.ctx)
 
-    def surrogate(self) -> Surrogate | None:
+    def surrogate(self) -> Model | None:
         return _search.surrogate(self.ctx)
 
-    def refine_next(self, model: Surrogate | None = None) -> TrialConfig | None:
+    def refine_next(self, model: Model | None = None) -> TrialConfig | None:
         return _search.refine_next(self.ctx, model)
 
     def lossless_record(self, texts: list[str], baseline: FrozenTrial) -> dict[str, Any]:

@@ -39,6 +39,9 @@ class RefinePolicy:
     #: the budget, as a config refused for predicted out-of-memory does.
     skip_below: float | None = 0.01
     skip_margin: float = 0.10
+    #: model log tok/s as log acceptance length minus log seconds per round, one GP each, where every measured
+    #: start reports its acceptance length (``autotune.surrogate.FactoredSurrogate``); False: one GP of log tok/s
+    factored: bool = True
 
     def __post_init__(self) -> None:
         if self.min_points < 1:

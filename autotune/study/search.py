@@ -27,7 +27,7 @@ from autotune.study.outcomes import FAILURES
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
-from autotune.surrogate import Encoding, Surrogate
+from autotune.surrogate import Encoding, Model, cycle_seconds, fit
 
 MIN_SURROGATE_POINTS = DEFAULT_POLICIES.refine.min_points
 REFINE_KAPPA = DEFAULT_POLICIES.refine.kappa
@@ -428,18 +428,27 @@ def _optimize(
 
 
 def observations(ctx: StudyContext) -> list[tuple[TrialConfig, float]]:
-    """(effective config, log tok/s) of every measured speculative start of the search. A pruned trial's few
-    prompts are scaled by its baseline (its paired speedup x the baseline's tok/s over all prompts), so that
-    prompts of different difficulty do not bias it."""
-    out: list[tuple[TrialConfig, float]] = []
+    """(effective config, log tok/s) of every measured speculative start of the search (``measured_starts``)."""
+    return [(c, v) for c, v, _ in measured_starts(ctx)]
+
+
+def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float | None]]:
+    """(effective config, log tok/s, log seconds per verification round or None) of every measured speculative
+    start of the search. A pruned trial's few prompts are scaled by its baseline (its paired speedup x the
+    baseline's tok/s over all prompts), so that prompts of different difficulty do not bias it; its round's cost
+    is its own prompts' (``surrogate.cycle_seconds``: about the same on every prompt). No round's cost with load
+    levels (a round at a batch of many costs what that batch costs)."""
+    out: list[tuple[TrialConfig, float, float | None]] = []
     base_value: dict[Any, float] = {}
     for t in records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED)):
         r = TrialRecord(t)
         if not records.is_measured_speculative(t) or not r.effective:
             continue
         cfg = r.effective_config()
+        cyc = None if ctx.space.benchmark.loaded else cycle_seconds(r.prompts)
+        log_cyc = math.log(cyc) if cyc else None
         if t.state == TrialState.COMPLETE and t.value and t.value > 0:
-            out.append((cfg, math.log(t.value)))
+            out.append((cfg, math.log(t.value), log_cyc))
             continue
         speedup = r.speedup
         if speedup and speedup > 0:
@@ -448,31 +457,30 @@ def observations(ctx: StudyContext) -> list[tuple[TrialConfig, float]]:
                 b = records.find_baseline(ctx.study, cg)
                 base_value[cg] = float(b.value) if b is not None and b.value else 0.0
             if base_value[cg] > 0:
-                out.append((cfg, math.log(speedup * base_value[cg])))
+                out.append((cfg, math.log(speedup * base_value[cg]), log_cyc))
     return out
 
 
-def surrogate(ctx: StudyContext) -> Surrogate | None:
-    """The GP over log tok/s, or None with fewer than ``policies.refine.min_points`` observations or no grid."""
+def surrogate(ctx: StudyContext) -> Model | None:
+    """The surrogate of log tok/s (``autotune.surrogate.fit``: factored into acceptance and a round's cost where
+    every start reports its acceptance and ``policies.refine.factored``), or None with fewer than
+    ``policies.refine.min_points`` observations or no grid."""
     grid = ctx.grid
     if grid is None:
         return None
-    obs = observations(ctx)
-    if len({c.key() for c, _ in obs}) < ctx.policies.refine.min_points:
+    obs = measured_starts(ctx)
+    if not ctx.policies.refine.factored:
+        obs = [(c, v, None) for c, v, _ in obs]
+    if len({c.key() for c, _, _ in obs}) < ctx.policies.refine.min_points:
         return None
     floor = max(ctx.space.pruning.start_noise / math.sqrt(2), 0.005)
-    seen = {c.key() for c, _ in obs}
+    seen = {c.key() for c, _, _ in obs}
     pending = [c for c in running_configs(ctx) if c.key() not in seen]
-    fitted_on = (tuple((c.key(), v) for c, v in obs), tuple(c.key() for c in pending), floor)
+    fitted_on = (tuple((c.key(), v, y) for c, v, y in obs), tuple(c.key() for c in pending), floor)
     if ctx.surrogate_fit is not None and ctx.surrogate_fit[0] == fitted_on:  # the settle check's fit, reused
         return ctx.surrogate_fit[1]
-    encoding = Encoding.from_configs(grid + [c for c, _ in obs])
-    model = Surrogate(encoding, obs, noise_floor=floor)
-    if pending:  # parallel workers: what others are measuring now counts as measured at the model's mean
-        mean, _sd = model.predict(pending)
-        model = Surrogate(
-            encoding, obs + [(c, float(m)) for c, m in zip(pending, mean, strict=True)], noise_floor=floor
-        )
+    encoding = Encoding.from_configs(grid + [c for c, _, _ in obs])
+    model = fit(encoding, obs, noise_floor=floor, pending=pending)
     ctx.surrogate_fit = (fitted_on, model)
     return model
 
@@ -559,7 +567,7 @@ def running_configs(ctx: StudyContext) -> list[TrialConfig]:
     return out
 
 
-def refine_next(ctx: StudyContext, model: Surrogate | None = None) -> TrialConfig | None:
+def refine_next(ctx: StudyContext, model: Model | None = None) -> TrialConfig | None:
     """The unmeasured config with the highest upper confidence bound (posterior mean + ``policies.refine.kappa`` sd):
     near the top but not yet measured, which is where a sharp optimum on the space's edge hides (expected
     improvement, tried first, stayed next to lucky measurements: scripts/bench_search.py). None when there is

@@ -7,7 +7,7 @@ under ``policies.stop.settle_probability`` (``budget.n_trials`` is then a cap, n
 - ``p_gain`` small: whatever the best config is, it is unlikely to clear the user's bar; the study goes straight to
   confirmation of that claim (the verdict: no-worthwhile-gain or baseline-wins when confirmation shows it).
 
-Pure over a fitted ``Surrogate`` (``settle``); ``check`` reads the study."""
+Pure over a fitted ``Surrogate`` or ``FactoredSurrogate`` (``settle``); ``check`` reads the study."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from autotune.config import TrialConfig
-from autotune.surrogate import Surrogate
+from autotune.surrogate import Model
 
 #: how many standard deviations a config's posterior may be off: configs further below every threshold than this
 #: cannot move a probability above the Monte Carlo's own resolution and are left out of the joint draw
@@ -51,7 +51,7 @@ class Settled:
 
 
 def settle(
-    model: Surrogate,
+    model: Model,
     measured: Sequence[TrialConfig],
     unmeasured: Sequence[TrialConfig],
     *,

@@ -32,7 +32,7 @@ from autotune.study.events import Event
 if TYPE_CHECKING:
     from autotune.process.sharing import StartSharing
     from autotune.study.context import StudyContext
-    from autotune.surrogate import Surrogate
+    from autotune.surrogate import Model
 
 #: siblings queued per kept start (the start then serves up to this many trials more than the one that started it)
 SIBLINGS_PER_START = 2
@@ -78,7 +78,7 @@ def _announce(ctx: StudyContext, state: StartSharing) -> None:
         ctx.emit(Event("note", data={"message": message}))
 
 
-def before_trial(ctx: StudyContext, surrogate: Callable[[StudyContext], Surrogate | None]) -> bool:
+def before_trial(ctx: StudyContext, surrogate: Callable[[StudyContext], Model | None]) -> bool:
     """Announce the runner's notes; queue a sibling of the kept start's launch group (see the module doc).
     True when a sibling was queued. The search's surrogate picks ask here first (``search.search``): a sibling
     worth a trial costs no start, so it goes before the pick, which waits for the next start."""
@@ -98,9 +98,7 @@ def before_trial(ctx: StudyContext, surrogate: Callable[[StudyContext], Surrogat
     return True
 
 
-def choose_sibling(
-    ctx: StudyContext, siblings: list[EffectiveConfig], model: Surrogate | None
-) -> EffectiveConfig | None:
+def choose_sibling(ctx: StudyContext, siblings: list[EffectiveConfig], model: Model | None) -> EffectiveConfig | None:
     """The sibling to measure next on the kept server (None: none is worth a trial)."""
     done = _taken(ctx)
     group_keys = {s.key() for s in siblings}

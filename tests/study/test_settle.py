@@ -263,13 +263,13 @@ def test_one_surrogate_fit_per_observation_set(monkeypatch):
     study = open_study(space, optuna.storages.InMemoryStorage(), "fits", seed=1)
     orch = Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study)
     fits = []
-    real = search.Surrogate
+    real = search.fit
 
     def counting(*a, **k):
         fits.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(search, "Surrogate", counting)
+    monkeypatch.setattr(search, "fit", counting)
     orch.search(12)
     ctx = orch.ctx
     first = search.surrogate(ctx)
@@ -412,3 +412,33 @@ def test_a_config_judged_lossy_is_never_the_best_the_stop_and_the_gate_measure_a
     assert judged is not None and judged["against"] not in {t.number for t in lossy}
     fastest_lossy = max(t.value for t in lossy if t.value)
     assert judged["tok_per_s"] < 0.75 * fastest_lossy  # the bar is the good drafter's best, half the lossy one's
+
+
+def test_the_search_factors_its_surrogate_where_every_start_reports_acceptance():
+    """The sim's and the scripted server's starts report an acceptance length: the search's surrogate is the
+    factored one, its acceptance the measured 2.5 tokens a round; the policy off (or a start without acceptance)
+    gives one GP of log tok/s."""
+    from autotune.study import search
+    from autotune.study.policies import RefinePolicy
+    from autotune.surrogate import FactoredSurrogate
+
+    space = _space(30)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "factored", seed=1)
+    orch = Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study)
+    orch.search(12)
+    model = search.surrogate(orch.ctx)
+    assert isinstance(model, FactoredSurrogate)
+    # the completed trials' (a pruned one's acceptance is inferred from its paired speedup and its prompts' round
+    # cost, which the scripted server, unlike a real one, varies from prompt to prompt)
+    done = [
+        records.TrialRecord(t).effective_config()
+        for t in records.trials(study, (TrialState.COMPLETE,))
+        if records.is_measured_speculative(t)
+    ]
+    assert len(done) >= 3
+    la, _lc = model.predict_factors(done)
+    assert np.allclose(la, math.log(2.5), atol=0.02)
+    orch.ctx.policies = dataclasses.replace(orch.ctx.policies, refine=RefinePolicy(factored=False))
+    orch.ctx.surrogate_fit = None
+    assert type(search.surrogate(orch.ctx)) is Surrogate
+    assert Policies().refine.factored  # the shipped default
