@@ -8,9 +8,15 @@ winner's-curse pick; a config whose neighbours are also fast is the safer one).
 Inputs are *effective* configs. Numeric knobs become coordinates in [0, 1] over the range the space allows (log2
 when the range spans a factor of 4 or more: tree sizes, top-k); the drafter, the CUDA-graph setting and any
 non-numeric knob make a config's *group*; configs of different groups are correlated by a factor ``rho``. The
-kernel is a squared exponential with one length per coordinate; its hyperparameters (lengths, signal scale, noise
-above a floor, ``rho``) are chosen by the log marginal likelihood over a fixed grid, evaluated in batches, so a fit
-is deterministic and takes ~0.1 s at the sizes a study has (tens of observations).
+kernel is a squared exponential with one length per coordinate, plus, where asked (``level_of``), a level shared
+by the configs of one level group (e.g. one CUDA-graph setting); its hyperparameters (lengths, signal scale, noise
+above a floor, ``rho``, the level's scale) are chosen by the log marginal likelihood over a fixed grid, evaluated in
+batches, so a fit is deterministic and takes ~0.1 s at the sizes a study has (tens of observations).
+
+Where every measured start reports its acceptance length, the search models log tok/s as log acceptance length
+minus log seconds per round, one GP each (``FactoredSurrogate``, built by ``fit``): each factor is smooth and
+monotone where their ratio is not, and acceptance does not depend on CUDA graphs (the same on 44 of 44 graphs
+on/off twins on an H200, docs/gpu-runs/2026-12-03-h200-factored).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +36,7 @@ LENGTHS = (0.12, 0.25, 0.5, 1.0, 2.5)
 NOISE_FACTORS = (1.0, 1.5, 2.5, 4.0)  # x the noise floor
 SIGNAL = (0.5, 1.0, 2.0)  # x the sd of the observations
 RHO = (0.0, 0.5, 0.9)
+LEVEL = (0.0, 1.0, 2.0)  # x the sd of the observations: a level shared by the configs of one level group
 MAX_COMBOS_PER_BATCH = 256
 
 
@@ -89,7 +96,12 @@ class Surrogate:
     """GP posterior of log tok/s given observations ``(config, log_tok_per_s)`` (repeats allowed)."""
 
     def __init__(
-        self, encoding: Encoding, observations: Sequence[tuple[TrialConfig, float]], *, noise_floor: float = 0.025
+        self,
+        encoding: Encoding,
+        observations: Sequence[tuple[TrialConfig, float]],
+        *,
+        noise_floor: float = 0.025,
+        level_of: Callable[[TrialConfig], Hashable] | None = None,
     ) -> None:
         """``noise_floor``: the smallest sd of one start's log tok/s the fit may assume. Servers differ by ~2.5%
         from one start to the next (``pruning.start_noise`` / sqrt 2); without a floor, a few points near the top
@@ -101,17 +113,44 @@ class Surrogate:
         self.noise_floor = noise_floor
         self.encoding = encoding
         self._groups: dict[Hashable, int] = {}
+        self._level_of = level_of
+        self._levels: dict[Hashable, int] = {}
+        self.level = 0.0
         self.X = np.array([encoding.coords(c) for c, _ in observations], dtype=float).reshape(len(observations), -1)
         self.g = np.array([self._group_id(encoding.group(c)) for c, _ in observations])
+        self.lv = np.array([self._levels.setdefault(self._level_key(c), len(self._levels)) for c, _ in observations])
         y = np.array([v for _, v in observations], dtype=float)
         self.mean = float(y.mean())
         self.y = y - self.mean
         self.scale = float(y.std()) if len(y) > 1 and y.std() > 1e-6 else 0.05
-        self.params = self._fit()
+        self.params, self.level = self._fit()
         lengths, signal, noise, rho = self.params
-        K = self._kernel(self.X, self.g, self.X, self.g, lengths, signal, rho) + noise**2 * np.eye(len(y))
+        K = self._cov(self.X, self.g, self.lv, self.X, self.g, self.lv) + noise**2 * np.eye(len(y))
         self._L = np.linalg.cholesky(K + 1e-10 * np.eye(len(y)))
         self._alpha = np.linalg.solve(self._L.T, np.linalg.solve(self._L, self.y))
+
+    def _level_key(self, c: TrialConfig) -> Hashable:
+        return None if self._level_of is None else self._level_of(c)
+
+    def _level_ids(self, configs: Sequence[TrialConfig]) -> np.ndarray:
+        """Each config's level group id: an observed one's, else a new negative id per unobserved level group."""
+        unseen: dict[Hashable, int] = {}
+        out = []
+        for c in configs:
+            key = self._level_key(c)
+            lid = self._levels.get(key)
+            out.append(lid if lid is not None else unseen.setdefault(key, -1 - len(unseen)))
+        return np.array(out, dtype=int)
+
+    def _cov(
+        self, A: np.ndarray, ga: np.ndarray, la: np.ndarray, B: np.ndarray, gb: np.ndarray, lb: np.ndarray
+    ) -> np.ndarray:
+        """The kernel between two sets of configs (coordinates, group ids, level group ids)."""
+        lengths, signal, _noise, rho = self.params
+        K = self._kernel(A, ga, B, gb, lengths, signal, rho)
+        if self.level:
+            K = K + self.level**2 * (la[:, None] == lb[None, :])
+        return K
 
     def _group_id(self, group: Hashable) -> int:
         return self._groups.setdefault(group, len(self._groups))
@@ -143,15 +182,18 @@ class Surrogate:
         same = ga[:, None] == gb[None, :]
         return signal**2 * np.exp(-0.5 * d2) * np.where(same, 1.0, rho)
 
-    def _fit(self) -> tuple[tuple[float, ...], float, float, float]:
+    def _fit(self) -> tuple[tuple[tuple[float, ...], float, float, float], float]:
         n, dims = self.X.shape
+        levels = LEVEL if self._level_of is not None else (0.0,)
         combos = [
-            (lengths, s * self.scale, noise, rho)
+            (lengths, s * self.scale, noise, rho, lv * self.scale)
             for lengths in itertools.product(LENGTHS, repeat=dims)
             for s in SIGNAL
             for noise in (f * self.noise_floor for f in NOISE_FACTORS)
             for rho in (RHO if len(self._groups) > 1 else (0.0,))
+            for lv in levels
         ]
+        same_level = (self.lv[:, None] == self.lv[None, :]).astype(float)
         # the squared distances per coordinate, shared by every combo
         diffs = [(self.X[:, j : j + 1] - self.X[:, j : j + 1].T) ** 2 for j in range(dims)]
         same = self.g[:, None] == self.g[None, :]
@@ -159,9 +201,11 @@ class Surrogate:
         for start in range(0, len(combos), MAX_COMBOS_PER_BATCH):
             batch = combos[start : start + MAX_COMBOS_PER_BATCH]
             K = np.empty((len(batch), n, n))
-            for i, (lengths, signal, noise, rho) in enumerate(batch):
+            for i, (lengths, signal, noise, rho, lv) in enumerate(batch):
                 d2 = sum((diffs[j] / ell**2 for j, ell in enumerate(lengths)), np.zeros((n, n)))
                 K[i] = signal**2 * np.exp(-0.5 * d2) * np.where(same, 1.0, rho) + (noise**2 + 1e-10) * np.eye(n)
+                if lv:
+                    K[i] += lv**2 * same_level
             L = np.linalg.cholesky(K)
             # log marginal likelihood: -0.5 y^T K^-1 y - sum(log diag L) - n/2 log(2 pi)
             z = np.linalg.solve(L, np.broadcast_to(self.y[:, None], (len(batch), n, 1)))[..., 0]
@@ -169,30 +213,31 @@ class Surrogate:
             i = int(np.argmax(ll))
             if ll[i] > best_ll:
                 best, best_ll = batch[i], float(ll[i])
-        return best
+        lengths, signal, noise, rho, lv = best
+        return (lengths, signal, noise, rho), lv
 
     def predict(self, configs: Sequence[TrialConfig]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and sd of log tok/s at each config."""
-        lengths, signal, _noise, rho = self.params
+        _lengths, signal, _noise, _rho = self.params
         X = np.array([self.encoding.coords(c) for c in configs], dtype=float).reshape(len(configs), -1)
-        g = self._group_ids(configs)
-        Ks = self._kernel(X, g, self.X, self.g, lengths, signal, rho)
+        g, lv = self._group_ids(configs), self._level_ids(configs)
+        Ks = self._cov(X, g, lv, self.X, self.g, self.lv)
         mean = self.mean + Ks @ self._alpha
         v = np.linalg.solve(self._L, Ks.T)
-        var = np.maximum(signal**2 - (v**2).sum(axis=0), 1e-12)
+        var = np.maximum(signal**2 + self.level**2 - (v**2).sum(axis=0), 1e-12)
         return mean, np.sqrt(var)
 
     def sample(self, configs: Sequence[TrialConfig], n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` draws (rows) of the latent log tok/s at ``configs`` (columns) from the joint posterior: what the
         model believes the true values could be together (neighbours move together), for questions about the
         maximum over many configs that per-config sds cannot answer."""
-        lengths, signal, _noise, rho = self.params
+        _lengths, signal, _noise, _rho = self.params
         X = np.array([self.encoding.coords(c) for c in configs], dtype=float).reshape(len(configs), -1)
-        g = self._group_ids(configs)
-        Ks = self._kernel(X, g, self.X, self.g, lengths, signal, rho)
+        g, lv = self._group_ids(configs), self._level_ids(configs)
+        Ks = self._cov(X, g, lv, self.X, self.g, self.lv)
         mean = self.mean + Ks @ self._alpha
         v = np.linalg.solve(self._L, Ks.T)
-        cov = self._kernel(X, g, X, g, lengths, signal, rho) - v.T @ v
+        cov = self._cov(X, g, lv, X, g, lv) - v.T @ v
         cov = (cov + cov.T) / 2
         try:
             root = np.linalg.cholesky(cov + 1e-9 * signal**2 * np.eye(len(configs)))
@@ -202,18 +247,44 @@ class Surrogate:
         return mean[None, :] + rng.standard_normal((n, len(configs))) @ root.T
 
 
-def cycle_seconds(prompts: Sequence[Mapping[str, Any]]) -> float | None:
-    """Seconds per verification round over measured prompts: their time over their rounds (a prompt's completion
-    tokens over its acceptance length, the tokens a round yields with the bonus token). None when a prompt has no
-    acceptance length, no tokens or no time: the server did not say, and the factored model is not used."""
-    seconds, rounds = 0.0, 0.0
+def tokens_per_round(prompts: Sequence[Mapping[str, Any]]) -> float | None:
+    """Tokens a verification round yields over measured prompts (the bonus token included): their tokens over
+    their rounds (a prompt's completion tokens over its acceptance length). None when a prompt has no acceptance
+    length or no tokens: the server did not say, and the factored model is not used."""
+    tokens, rounds = 0.0, 0.0
     for p in prompts:
-        tokens, secs, acc = p.get("completion_tokens"), p.get("seconds"), p.get("accept_length")
-        if not tokens or not secs or not acc or acc <= 0 or secs <= 0:
+        n, acc = p.get("completion_tokens"), p.get("accept_length")
+        if not n or not acc or acc <= 0:
             return None
-        seconds += float(secs)
-        rounds += float(tokens) / float(acc)
-    return seconds / rounds if rounds > 0 else None
+        tokens += float(n)
+        rounds += float(n) / float(acc)
+    return tokens / rounds if rounds > 0 else None
+
+
+def log_round_cost(
+    prompts: Sequence[Mapping[str, Any]], log_tok_per_s: float, complete: Sequence[Sequence[Mapping[str, Any]]]
+) -> float | None:
+    """Log seconds per round of a start whose log tok/s over the whole prompt set is ``log_tok_per_s`` (a
+    stopped start's: its paired speedup times the baseline's) and that measured ``prompts``: its acceptance over
+    them, taken to the whole set by the starts that measured every prompt (``complete``: the median ratio of
+    their acceptance over the same prompts to theirs over all; code prompts accept more than chat on every
+    drafter), minus the log tok/s. None without an acceptance length, or for a stopped start before any start
+    measured every prompt."""
+    tau = tokens_per_round(prompts)
+    if tau is None or not prompts:
+        return None
+    mine = {p.get("index") for p in prompts}
+    ratios = []
+    for ps in complete:
+        if {p.get("index") for p in ps} == mine:
+            return math.log(tau) - log_tok_per_s  # every prompt measured: nothing to take over
+        sub = [p for p in ps if p.get("index") in mine]
+        a, b = tokens_per_round(sub), tokens_per_round(ps)
+        if len(sub) == len(mine) and a and b:
+            ratios.append(a / b)
+    if not ratios:
+        return None
+    return math.log(tau / float(np.median(ratios))) - log_tok_per_s
 
 
 class FactoredSurrogate:
@@ -224,9 +295,15 @@ class FactoredSurrogate:
     drafter's acceptance at a shape is the same with graphs on and off) and what a round costs (which grows about
     linearly with the steps drafted and the tokens verified, whatever the drafter proposes). Their ratio has an
     optimum inside the space that a GP of log tok/s must learn from tok/s alone; each factor alone is monotone
-    and each is measured by every start (``cycle_seconds``), so a few measurements pin both down further from
+    and each is measured by every start (``log_round_cost``), so a few measurements pin both down further from
     themselves. The start-to-start noise of the server is in the round's cost; the acceptance of fixed prompts at
-    temperature 0 hardly moves from one start to the next (``accept_floor``)."""
+    temperature 0 hardly moves from one start to the next (``accept_floor``). ``cycle_levels``: the round's cost
+    has a level per CUDA-graph setting (graphs change every step's launch overhead by about the same factor), so
+    a shape measured with one setting carries over to the other.
+
+    scripts/bench_search.py, 20 seeds beside the single GP (docs/benchmarks.md, "The study's bill"): median GPU
+    time per study llama 40 vs 56 min, kimi-k2drafter 4.5 vs 5.6 h, llama-edge 25 vs 33 min, kimi 6.8 vs 6.5 h,
+    moe-a3b 25 vs 21 min; 50 generated landscapes x 3 seeds: 117.5 vs 124.2 h, 145 vs 144 hits."""
 
     def __init__(
         self,
@@ -235,6 +312,7 @@ class FactoredSurrogate:
         *,
         noise_floor: float = 0.025,
         accept_floor: float = 0.005,
+        cycle_levels: bool = True,
     ) -> None:
         """``observations``: (config, log tok/s, log seconds per round); the acceptance length's log is their sum.
         ``noise_floor``: as ``Surrogate``'s, for the round's cost (and the baseline's sd in the settle check)."""
@@ -247,7 +325,12 @@ class FactoredSurrogate:
             [(c, v + cyc) for c, v, cyc in observations],
             noise_floor=accept_floor,
         )
-        self.cycle = Surrogate(encoding, [(c, cyc) for c, _, cyc in observations], noise_floor=noise_floor)
+        self.cycle = Surrogate(
+            encoding,
+            [(c, cyc) for c, _, cyc in observations],
+            noise_floor=noise_floor,
+            level_of=(lambda c: bool(c.cuda_graph)) if cycle_levels else None,
+        )
 
     def predict(self, configs: Sequence[TrialConfig]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and sd of log tok/s at each config (the factors' posteriors are independent)."""
@@ -297,4 +380,4 @@ def fit(
     return model
 
 
-__all__ = ["Encoding", "FactoredSurrogate", "Model", "Surrogate", "cycle_seconds", "fit"]
+__all__ = ["Encoding", "FactoredSurrogate", "Model", "Surrogate", "fit", "log_round_cost", "tokens_per_round"]

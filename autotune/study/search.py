@@ -27,7 +27,7 @@ from autotune.study.outcomes import FAILURES
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
-from autotune.surrogate import Encoding, Model, cycle_seconds, fit
+from autotune.surrogate import Encoding, Model, fit, log_round_cost
 
 MIN_SURROGATE_POINTS = DEFAULT_POLICIES.refine.min_points
 REFINE_KAPPA = DEFAULT_POLICIES.refine.kappa
@@ -435,29 +435,31 @@ def observations(ctx: StudyContext) -> list[tuple[TrialConfig, float]]:
 def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float | None]]:
     """(effective config, log tok/s, log seconds per verification round or None) of every measured speculative
     start of the search. A pruned trial's few prompts are scaled by its baseline (its paired speedup x the
-    baseline's tok/s over all prompts), so that prompts of different difficulty do not bias it; its round's cost
-    is its own prompts' (``surrogate.cycle_seconds``: about the same on every prompt). No round's cost with load
-    levels (a round at a batch of many costs what that batch costs)."""
+    baseline's tok/s over all prompts), so that prompts of different difficulty do not bias it, and its acceptance
+    by the completed starts' on the same prompts (``surrogate.log_round_cost``). No round's cost with load levels
+    (a round at a batch of many costs what that batch costs)."""
     out: list[tuple[TrialConfig, float, float | None]] = []
     base_value: dict[Any, float] = {}
-    for t in records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED)):
+    done = records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED))
+    complete = [
+        TrialRecord(t).prompts for t in done if t.state == TrialState.COMPLETE and records.is_measured_speculative(t)
+    ]
+    for t in done:
         r = TrialRecord(t)
         if not records.is_measured_speculative(t) or not r.effective:
             continue
         cfg = r.effective_config()
-        cyc = None if ctx.space.benchmark.loaded else cycle_seconds(r.prompts)
-        log_cyc = math.log(cyc) if cyc else None
-        if t.state == TrialState.COMPLETE and t.value and t.value > 0:
-            out.append((cfg, math.log(t.value), log_cyc))
-            continue
-        speedup = r.speedup
-        if speedup and speedup > 0:
+        value = float(t.value) if t.state == TrialState.COMPLETE and t.value and t.value > 0 else None
+        if value is None and r.speedup and r.speedup > 0:
             cg = bool(cfg.cuda_graph)
             if cg not in base_value:
                 b = records.find_baseline(ctx.study, cg)
                 base_value[cg] = float(b.value) if b is not None and b.value else 0.0
-            if base_value[cg] > 0:
-                out.append((cfg, math.log(speedup * base_value[cg]), log_cyc))
+            value = r.speedup * base_value[cg] if base_value[cg] > 0 else None
+        if value is not None:
+            log_v = math.log(value)
+            cost = None if ctx.space.benchmark.loaded else log_round_cost(r.prompts, log_v, complete)
+            out.append((cfg, log_v, cost))
     return out
 
 

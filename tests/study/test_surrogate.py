@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from autotune.config import TrialConfig
-from autotune.surrogate import Encoding, FactoredSurrogate, Surrogate, cycle_seconds, fit
+from autotune.surrogate import Encoding, FactoredSurrogate, Surrogate, fit, log_round_cost, tokens_per_round
 
 
 def cfg(steps: int, topk: int, n: int, drafter: str = "d", cuda_graph: bool = True) -> TrialConfig:
@@ -133,14 +133,23 @@ def synthetic_starts(configs, rng, start_noise=0.025):
     return out
 
 
-def test_cycle_seconds_is_time_over_rounds_and_none_without_acceptance():
-    prompts = [
-        {"completion_tokens": 200, "seconds": 2.0, "accept_length": 2.0},  # 100 rounds
-        {"completion_tokens": 300, "seconds": 1.0, "accept_length": 3.0},  # 100 rounds
-    ]
-    assert cycle_seconds(prompts) == pytest.approx(3.0 / 200)
-    assert cycle_seconds(prompts + [{"completion_tokens": 10, "seconds": 0.1, "accept_length": None}]) is None
-    assert cycle_seconds([]) is None
+def test_a_starts_round_cost_is_its_acceptance_over_its_tok_per_s_taken_to_the_whole_prompt_set():
+    """Acceptance per round is tokens over rounds; a start that measured only the first prompts has its
+    acceptance taken to the whole set by the completed starts' ratio on the same prompts (here the code prompt
+    accepts twice as much as the chat one on every drafter)."""
+    code = {"index": 0, "completion_tokens": 200, "accept_length": 4.0}  # 50 rounds
+    chat = {"index": 1, "completion_tokens": 200, "accept_length": 2.0}  # 100 rounds
+    assert tokens_per_round([code, chat]) == pytest.approx(400 / 150)
+    assert tokens_per_round([code, {**chat, "accept_length": None}]) is None
+    full = [code, chat]
+    # a completed start: its own acceptance over all prompts, minus its log tok/s
+    assert log_round_cost(full, math.log(100.0), [full]) == pytest.approx(math.log(400 / 150 / 100.0))
+    # a stopped start that measured the code prompt only, at acceptance 6 (1.5x the completed start's there):
+    # over the whole set it would be 1.5 x 400/150
+    stopped = [{**code, "accept_length": 6.0}]
+    assert log_round_cost(stopped, math.log(100.0), [full]) == pytest.approx(math.log(1.5 * 400 / 150 / 100.0))
+    assert log_round_cost(stopped, math.log(100.0), []) is None  # nothing to take it over with
+    assert log_round_cost([], math.log(100.0), [full]) is None
 
 
 def test_factored_model_is_acceptance_minus_cost_and_shares_acceptance_across_graph_settings():
@@ -192,3 +201,33 @@ def test_factored_model_predicts_unmeasured_configs_better_and_stays_calibrated(
         errors[name] = (float(np.sqrt(np.mean((mean - truth) ** 2))), float(np.mean(np.abs(truth - mean) > 2 * sd)))
     assert errors["factored"][0] < 0.8 * errors["plain"][0], errors
     assert errors["factored"][1] < 0.10, errors
+
+
+def test_a_level_per_graph_setting_carries_a_shape_measured_in_one_group_to_the_other():
+    """A round's cost: the same shape in steps and tokens with graphs on and off, off a level higher (launch
+    overhead). With a level per graph setting (``level_of``), two graphs-off starts place the whole graphs-off
+    group on the shape the graphs-on starts measured; without it the group correlation alone must explain the
+    offset and predicts the graphs-off configs worse."""
+    rng = np.random.default_rng(3)
+    shape = [
+        cfg(s, k, n)
+        for s, k, n in ((1, 1, 2), (2, 1, 3), (3, 2, 8), (4, 2, 16), (5, 4, 32), (6, 4, 48), (8, 8, 64), (2, 4, 8))
+    ]
+    off_measured = [cfg(3, 1, 4, cuda_graph=False), cfg(6, 8, 48, cuda_graph=False)]
+    off_unmeasured = [
+        cfg(s, k, n, cuda_graph=False) for s, k, n in ((1, 1, 2), (2, 2, 6), (4, 4, 24), (5, 2, 12), (8, 8, 64))
+    ]
+
+    def log_cost(c: TrialConfig) -> float:
+        s, k, n = c.knob("num_steps"), c.knob("topk"), c.knob("num_draft_tokens")
+        return math.log(round_s(s, k, n, True)) + (0.0 if c.cuda_graph else 0.7)
+
+    obs = [(c, log_cost(c) + rng.normal(0, 0.02)) for c in shape + off_measured]
+    enc = Encoding.from_configs(GRID + off_unmeasured)
+    truth = np.array([log_cost(c) for c in off_unmeasured])
+    with_level = Surrogate(enc, obs, noise_floor=0.02, level_of=lambda c: bool(c.cuda_graph))
+    without = Surrogate(enc, obs, noise_floor=0.02)
+    assert with_level.level > 0
+    err_with = float(np.abs(with_level.predict(off_unmeasured)[0] - truth).max())
+    err_without = float(np.abs(without.predict(off_unmeasured)[0] - truth).max())
+    assert err_with < 0.08 and err_with < 0.6 * err_without, (err_with, err_without)  # 0.061 and 0.115 here
