@@ -15,7 +15,7 @@ batches, so a fit is deterministic and takes ~0.1 s at the sizes a study has (te
 
 Where every measured start reports its acceptance length, the search models log tok/s as log acceptance length
 minus log seconds per round, one GP each (``FactoredSurrogate``, built by ``fit``): each factor is smooth and
-monotone where their ratio is not, and acceptance does not depend on CUDA graphs (the same on 44 of 44 graphs
+monotone where their ratio is not, and acceptance does not depend on CUDA graphs (the same on 47 of 47 graphs
 on/off twins on an H200, docs/gpu-runs/2026-12-03-h200-factored).
 """
 
