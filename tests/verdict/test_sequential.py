@@ -127,6 +127,9 @@ def test_the_orchestrated_confirmation_extends_an_open_verdict_and_records_its_c
         keys = [r["trial"] for r in state["results"]]
         first = race.first_look(rounds, keys, space.verdict)
         assert first is not None and len(rounds) <= space.verdict.max_rounds
+        # the candidates still racing after the first look's rounds share the error
+        k = race.in_contention(rounds, keys, space.verdict)
+        assert 1 <= k <= len(keys)
         if len(rounds) > first:
             extended += 1
             cands = [(r["trial"], r["config"], True) for r in state["results"]]
@@ -135,9 +138,9 @@ def test_the_orchestrated_confirmation_extends_an_open_verdict_and_records_its_c
             for i in range(first, len(rounds)):
                 asked = race.next_round(rounds[:i], cands, space.verdict, True)
                 assert sorted(rounds[i].candidates) == sorted(asked)
-            assert state["confidence"] == pytest.approx(1 - 0.05 / (space.verdict.max_rounds - first))
+            assert state["confidence"] == pytest.approx(1 - 0.05 / k / (space.verdict.max_rounds - first))
         else:
-            assert state["confidence"] == space.verdict.confidence
+            assert state["confidence"] == pytest.approx(1 - 0.05 / k)
     assert extended >= 1
 
 
@@ -205,3 +208,41 @@ def test_the_h200_confirmations_clear_winners_would_have_been_proven_after_three
             assert low3 > bar, (path, c["trial"], low3, bar)
             clear += 1
     assert clear >= 9, clear
+
+
+def _rate_many(trues: list[float], n: int, sd: float = 0.035) -> tuple[float, float]:
+    """The share of ``n`` confirmations of candidates with these true speedups that end ``speculation-wins``, and
+    their mean rounds (the default spec, one fresh baseline a round)."""
+    spec = VerdictSpec(repeats=3, max_repeats=8, confidence=0.95, min_gain=0.02)
+    cands: list[race.Candidate] = [(i, {"num_steps": i}, True) for i in range(len(trues))]
+    rng = random.Random(1)
+    wins = rounds_total = 0
+    for _ in range(n):
+        rounds: list[Round] = []
+        while measure := race.next_round(rounds, cands, spec, True):
+            base = 100.0 * math.exp(rng.gauss(0, sd))
+            rounds.append(
+                Round(
+                    baseline={True: base},
+                    candidates={k: 100.0 * trues[k] * math.exp(rng.gauss(0, sd)) for k in measure},
+                )
+            )
+        wins += race.look(rounds, cands, spec, True)["verdict"] == "speculation-wins"
+        rounds_total += len(rounds)
+    return wins / n, rounds_total / n
+
+
+def test_the_best_of_several_ties_is_not_a_winner_much_more_often_than_one_config_at_the_bar():
+    """The verdict rests on the pick, the best of the confirmed candidates: with three ties exactly at the bar,
+    judging the pick at the space's confidence made a false winner 7.1% of the time (these draws; one candidate
+    alone: 3.3%), three ties under the bar (the field report's 1.004x, which the simulated kimi study called a
+    winner in 2 of 20 seeds) 2.8%. The candidates still racing after the first look's rounds share the error
+    (``race.in_contention``): 4.6% and 1.9%, while a real 8% winner beside two configs at the baseline's speed
+    (dropped by the race) is proven as often as before (54% vs 55%; a full Bonferroni over every candidate: 36%)."""
+    one, _ = _rate_many([1.02], n=2000)
+    three, _ = _rate_many([1.02] * 3, n=2000)
+    assert three <= 0.055 and three < one + 0.02, (three, one)
+    ties, _ = _rate_many([1.004] * 3, n=2000)
+    assert ties <= 0.022, ties
+    real, _ = _rate_many([1.08, 1.0, 1.0], n=1000)
+    assert real >= 0.5, real
