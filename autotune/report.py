@@ -278,11 +278,13 @@ def interval_note(conf: ConfirmationState) -> str | None:
     if level is None:
         return None
     return (
-        f"{level * 100:.4g}% intervals: the verdict's confidence (verdict.confidence) at its first look; when that "
-        "look left the verdict open, confirmation measured more rounds and each further look is held to "
-        "1 - (1 - verdict.confidence) / (extra looks allowed), Bonferroni over the extra looks, so that looking "
-        "again cannot make a winner of a config that is not faster by verdict.min_gain; every candidate's interval "
-        "is at that level, and one that left the race after few rounds has a wide one"
+        f"{level * 100:.4g}% intervals: the verdict's confidence (verdict.confidence) at its first look, its error "
+        "shared by the k candidates still racing after the first look's rounds (1 - (1 - verdict.confidence) / k: "
+        "the pick is the best of k, so that the best of several ties is not a winner by luck); when that look left "
+        "the verdict open, confirmation measured more rounds and each further look is held to that error divided "
+        "again by the extra looks allowed (Bonferroni), so that looking again cannot make a winner of a config that "
+        "is not faster by verdict.min_gain; every candidate's interval is at that level, and one that left the "
+        "race after few rounds has a wide one"
     )
 
 
