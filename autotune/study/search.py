@@ -437,9 +437,12 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
     start of the search. A pruned trial's few prompts are scaled by its baseline (its paired speedup x the
     baseline's tok/s over all prompts), so that prompts of different difficulty do not bias it, and its acceptance
     by the completed starts' on the same prompts (``surrogate.log_round_cost``). No round's cost with load levels
-    (a round at a batch of many costs what that batch costs)."""
+    (a round at a batch of many costs what that batch costs) or weights over prompt categories (the objective is
+    then not the prompt set's tokens over its seconds)."""
     out: list[tuple[TrialConfig, float, float | None]] = []
     base_value: dict[Any, float] = {}
+    # the factors hold where the objective is the prompt set's tokens over its seconds
+    unfactored = ctx.space.benchmark.loaded or bool(ctx.space.objective.weights)
     done = records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED))
     complete = [
         TrialRecord(t).prompts for t in done if t.state == TrialState.COMPLETE and records.is_measured_speculative(t)
@@ -458,7 +461,7 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
             value = r.speedup * base_value[cg] if base_value[cg] > 0 else None
         if value is not None:
             log_v = math.log(value)
-            cost = None if ctx.space.benchmark.loaded else log_round_cost(r.prompts, log_v, complete)
+            cost = None if unfactored else log_round_cost(r.prompts, log_v, complete)
             out.append((cfg, log_v, cost))
     return out
 
