@@ -40,6 +40,12 @@ LEVEL = (0.0, 1.0, 2.0)  # x the sd of the observations: a level shared by the c
 MAX_COMBOS_PER_BATCH = 256
 
 
+def _ids(keys: Sequence[Hashable], known: Mapping[Hashable, int]) -> np.ndarray:
+    """Each key's id in ``known``, else a new negative id per unknown key (two unknown keys stay two)."""
+    unseen: dict[Hashable, int] = {}
+    return np.array([known[k] if k in known else unseen.setdefault(k, -1 - len(unseen)) for k in keys], dtype=int)
+
+
 def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -134,13 +140,7 @@ class Surrogate:
 
     def _level_ids(self, configs: Sequence[TrialConfig]) -> np.ndarray:
         """Each config's level group id: an observed one's, else a new negative id per unobserved level group."""
-        unseen: dict[Hashable, int] = {}
-        out = []
-        for c in configs:
-            key = self._level_key(c)
-            lid = self._levels.get(key)
-            out.append(lid if lid is not None else unseen.setdefault(key, -1 - len(unseen)))
-        return np.array(out, dtype=int)
+        return _ids([self._level_key(c) for c in configs], self._levels)
 
     def _cov(
         self, A: np.ndarray, ga: np.ndarray, la: np.ndarray, B: np.ndarray, gb: np.ndarray, lb: np.ndarray
@@ -158,13 +158,7 @@ class Surrogate:
     def _group_ids(self, configs: Sequence[TrialConfig]) -> np.ndarray:
         """Each config's group id: an observed group's own, else a new negative id per unobserved group (two
         unobserved groups are correlated by ``rho`` like any other two, not treated as one)."""
-        unseen: dict[Hashable, int] = {}
-        out = []
-        for c in configs:
-            group = self.encoding.group(c)
-            gid = self._groups.get(group)
-            out.append(gid if gid is not None else unseen.setdefault(group, -1 - len(unseen)))
-        return np.array(out, dtype=int)
+        return _ids([self.encoding.group(c) for c in configs], self._groups)
 
     @staticmethod
     def _kernel(

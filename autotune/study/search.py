@@ -437,15 +437,17 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
     start of the search. A pruned trial's few prompts are scaled by its baseline (its paired speedup x the
     baseline's tok/s over all prompts), so that prompts of different difficulty do not bias it, and its acceptance
     by the completed starts' on the same prompts (``surrogate.log_round_cost``). No round's cost with load levels
-    (a round at a batch of many costs what that batch costs) or weights over prompt categories (the objective is
-    then not the prompt set's tokens over its seconds)."""
+    (a round at a batch of many costs what that batch costs), with objective weights (the objective is then not
+    the prompt set's tokens over its seconds) or with ``policies.refine.factored`` off."""
     out: list[tuple[TrialConfig, float, float | None]] = []
     base_value: dict[Any, float] = {}
     # the factors hold where the objective is the prompt set's tokens over its seconds
-    unfactored = ctx.space.benchmark.loaded or bool(ctx.space.objective.weights)
+    factored = ctx.policies.refine.factored and not ctx.space.benchmark.loaded and not ctx.space.objective.weights
     done = records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED))
     complete = [
-        TrialRecord(t).prompts for t in done if t.state == TrialState.COMPLETE and records.is_measured_speculative(t)
+        TrialRecord(t).prompts
+        for t in done
+        if factored and t.state == TrialState.COMPLETE and records.is_measured_speculative(t)
     ]
     for t in done:
         r = TrialRecord(t)
@@ -461,7 +463,7 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
             value = r.speedup * base_value[cg] if base_value[cg] > 0 else None
         if value is not None:
             log_v = math.log(value)
-            cost = None if unfactored else log_round_cost(r.prompts, log_v, complete)
+            cost = log_round_cost(r.prompts, log_v, complete) if factored else None
             out.append((cfg, log_v, cost))
     return out
 
@@ -474,8 +476,6 @@ def surrogate(ctx: StudyContext) -> Model | None:
     if grid is None:
         return None
     obs = measured_starts(ctx)
-    if not ctx.policies.refine.factored:
-        obs = [(c, v, None) for c, v, _ in obs]
     if len({c.key() for c, _, _ in obs}) < ctx.policies.refine.min_points:
         return None
     floor = max(ctx.space.pruning.start_noise / math.sqrt(2), 0.005)
