@@ -19,7 +19,7 @@ from autotune.errors import InfeasibleConfig, UserError
 from autotune.measure import Measurement, measure_config
 from autotune.runner import Runner
 from autotune.space import Space
-from autotune.stats import speedup_interval
+from autotune.stats import speedup_interval, start_prior
 
 
 def holds(new: dict[str, Any], exported: dict[str, Any] | None, exported_point: float | None) -> bool:
@@ -75,7 +75,7 @@ def reverify(
     logs = [math.log(r["config"] / r["baseline"]) for r in rounds if r["config"] > 0 and r["baseline"] > 0]
     if len(logs) < 2:
         raise UserError("fewer than two rounds were measured: no interval (is a server answering with 0 tokens?)")
-    new = speedup_interval(logs, space.verdict.confidence).to_dict()
+    new = speedup_interval(logs, space.verdict.confidence, start_prior(space.pruning.start_noise)).to_dict()
     measured = provenance.get("measured") or {}
     exported = measured.get("speedup_ci")
     ok = holds(new, exported, measured.get("speedup"))

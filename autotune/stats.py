@@ -33,16 +33,31 @@ class Interval:
     high: float
     n: int
     confidence: float
+    #: the t-quantile's degrees of freedom (n - 1 without a prior on the spread; ``speedup_interval``)
+    df: float | None = None
 
     def to_dict(self) -> dict[str, float]:
-        return {"point": self.point, "low": self.low, "high": self.high, "n": self.n, "confidence": self.confidence}
+        out = {"point": self.point, "low": self.low, "high": self.high, "n": self.n, "confidence": self.confidence}
+        if self.df is not None:
+            out["df"] = self.df
+        return out
+
+    @property
+    def sd(self) -> float:
+        """The sd of one paired log ratio the interval was built on (its half-width taken back through t)."""
+        df = self.df if self.df is not None else self.n - 1
+        return (
+            (math.log(self.high) - math.log(self.point))
+            * math.sqrt(self.n)
+            / _t_quantile(0.5 + self.confidence / 2, df)
+        )
 
 
-def _t_quantile(q: float, df: int) -> float:
+def _t_quantile(q: float, df: float) -> float:
     return float(_st.t.ppf(q, df))
 
 
-def two_sided_t(confidence: float, df: int) -> float:
+def two_sided_t(confidence: float, df: float) -> float:
     """The multiplier of a two-sided ``confidence`` t-interval with ``df`` degrees of freedom."""
     return _t_quantile(0.5 + confidence / 2, df)
 
@@ -58,16 +73,34 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float]:
     return m, math.sqrt(var)
 
 
-def speedup_interval(logs: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Two-sided t-interval of the geometric-mean speedup from paired log-ratios (needs n >= 2)."""
+def speedup_interval(logs: Sequence[float], confidence: float = 0.95, prior: Spread | None = None) -> Interval:
+    """Two-sided t-interval of the geometric-mean speedup from paired log-ratios (needs n >= 2).
+
+    Without ``prior`` the sd is the sample's own with n - 1 degrees of freedom. With ``prior`` (what the spread
+    of one paired log ratio is known to be, worth ``prior.df`` observations: ``start_prior``) the sd is the
+    pooled one of the conjugate normal model (``pooled_spread``) with ``prior.df + n - 1`` degrees of freedom: a
+    few rounds that happen to agree closely cannot make the interval much narrower than the start-to-start
+    noise allows, and many rounds outweigh the prior."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1) but got {confidence}")
     n = len(logs)
     if n < 2:
         raise ValueError(f"an interval needs at least 2 paired samples but got {n}")
     m, sd = mean_sd(logs)
-    half = _t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-    return Interval(point=math.exp(m), low=math.exp(m - half), high=math.exp(m + half), n=n, confidence=confidence)
+    df: float = n - 1
+    if prior is not None and prior.df > 0:
+        pooled = pooled_spread([logs], prior)
+        assert pooled is not None
+        sd, df = pooled.sd, pooled.df
+    half = _t_quantile(0.5 + confidence / 2, df) * sd / math.sqrt(n)
+    return Interval(
+        point=math.exp(m),
+        low=math.exp(m - half),
+        high=math.exp(m + half),
+        n=n,
+        confidence=confidence,
+        df=df if prior is not None and prior.df > 0 else None,
+    )
 
 
 #: default sd of the log speedup between server starts (see ``PruningSpec.start_noise``)
@@ -88,6 +121,19 @@ class Spread:
             raise ValueError(f"spread sd must be at least 0 but got {self.sd}")
         if self.df < 0:
             raise ValueError(f"spread df must be at least 0 but got {self.df}")
+
+
+#: degrees of freedom of the start-to-start noise as a prior on the spread of paired log ratios between server
+#: starts (``start_prior``): worth three rounds
+START_PRIOR_DF = 3.0
+
+
+def start_prior(start_noise: float = START_NOISE) -> Spread:
+    """The start-to-start noise (``pruning.start_noise``: the sd of the log speedup of one server start over
+    another) as a prior on the spread of rounds of fresh starts, worth ``START_PRIOR_DF`` rounds. Three rounds
+    whose ratios agree to 0.8% when starts differ by 3.5% are luck, not precision: on the field report's case such
+    a start gave a 1.004x config the interval [1.03, 1.07] and a false winner (scripts/bench_search.py, kimi)."""
+    return Spread(sd=start_noise, df=START_PRIOR_DF)
 
 
 #: the spread a study starts from, before it has measured anything: a per-prompt sd of 0.25 in the log (prompts

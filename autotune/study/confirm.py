@@ -13,7 +13,7 @@ from autotune import records
 from autotune.config import TrialConfig
 from autotune.measure import measure_config
 from autotune.records import ConfirmationState, Round, RoundLevels, TrialRecord
-from autotune.stats import log_ratios
+from autotune.stats import Spread, log_ratios, start_prior
 from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
@@ -256,9 +256,11 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
     info = _info(cands)
     levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
-    points = race.bar_points(info, state.deploy_cuda_graph, levels)
+    points = race.bar_points(info, state.deploy_cuda_graph, levels, _prior(ctx))
     while True:
-        active = race.next_round(state.rounds, info, spec, state.deploy_cuda_graph, levels, _level_only(state))
+        active = race.next_round(
+            state.rounds, info, spec, state.deploy_cuda_graph, levels, _level_only(state), _prior(ctx)
+        )
         if not active:
             break
         n = len(state.rounds)
@@ -275,6 +277,12 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
             )
         state.rounds.append(_round(ctx, cands, active, graph_settings, state.deploy_cuda_graph))
         records.set_confirmation(ctx.study, state)
+
+
+def _prior(ctx: StudyContext) -> Spread:
+    """What the spread of a round's paired log ratio is known to be before confirmation measures it: the space's
+    start-to-start noise (``stats.start_prior``)."""
+    return start_prior(ctx.space.pruning.start_noise)
 
 
 def _level_only(state: ConfirmationState) -> frozenset[int]:
@@ -314,7 +322,9 @@ def _verdict(
     ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState, excluded: list[dict[str, Any]]
 ) -> None:
     spec = ctx.space.verdict
-    seen = race.look(state.rounds, _info(cands), spec, state.deploy_cuda_graph, _levels(ctx), _level_only(state))
+    seen = race.look(
+        state.rounds, _info(cands), spec, state.deploy_cuda_graph, _levels(ctx), _level_only(state), _prior(ctx)
+    )
     for key in ("results", "level_results", "level_verdicts", "level_text", "confidence"):
         if key in seen:
             setattr(state, key, seen[key])

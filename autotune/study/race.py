@@ -11,9 +11,34 @@ from typing import Any
 
 from autotune.records.confirmation import Round
 from autotune.space import VerdictSpec
-from autotune.stats import Interval, speedup_interval, two_sided_t, upper_bound
+from autotune.stats import Interval, Spread, pooled_spread, speedup_interval, start_prior, two_sided_t, upper_bound
 from autotune.study.levels import level_intervals, level_verdicts, summary_text
 from autotune.verdict import verdict
+
+
+#: the prior on the spread of a round's paired log ratio when the caller names none: the default start-to-start
+#: noise (a study passes its own ``pruning.start_noise``: ``stats.start_prior``)
+DEFAULT_PRIOR = start_prior()
+
+
+def measured_prior(rounds: list[Round], prior: Spread | None) -> Spread | None:
+    """``prior`` (the space's start-to-start noise) raised to what the recorded rounds show, when they show more:
+    the pooled sd of each config's log tok/s around its own mean over the rounds (fresh baselines and candidates
+    alike: each start is independent), times sqrt 2 for a pair of starts. Only ever raised: a server noisier than
+    ``pruning.start_noise`` must not make a tie look precise (tests/verdict/test_sequential.py: with 7% start noise
+    under a 3.5% prior, three ties at the bar gave a false winner 10% of the time), while rounds that happen to
+    agree closely are the luck the prior is there to discount."""
+    if prior is None:
+        return None
+    groups: list[list[float]] = []
+    for cg in {k for r in rounds for k in r.baseline}:
+        groups.append([math.log(r.baseline[cg]) for r in rounds if r.baseline.get(cg)])
+    for k in {k for r in rounds for k in r.candidates}:
+        groups.append([math.log(r.candidates[k]) for r in rounds if r.candidates.get(k)])
+    seen = pooled_spread(groups, None)
+    if seen is None or seen.sd * math.sqrt(2) <= prior.sd:
+        return prior
+    return Spread(sd=seen.sd * math.sqrt(2), df=prior.df)
 
 
 def _mean_log(rounds: list[Round], key: int) -> float:
@@ -97,7 +122,12 @@ def first_look(rounds: list[Round], keys: list[int], spec: VerdictSpec, points: 
 Points = Callable[[list[Round], int], float | None]
 
 
-def bar_points(cands: list[Candidate], deploy_cuda_graph: bool | None, levels: list[int] | None) -> Points | None:
+def bar_points(
+    cands: list[Candidate],
+    deploy_cuda_graph: bool | None,
+    levels: list[int] | None,
+    prior: Spread | None = DEFAULT_PRIOR,
+) -> Points | None:
     """Each candidate's headline point estimate (``headline``: against the deployable baseline, else its own
     setting's) as ``still_racing`` weighs it against the bar; None with load levels (a level's winner is a question
     of its own: the race goes on as before)."""
@@ -107,7 +137,14 @@ def bar_points(cands: list[Candidate], deploy_cuda_graph: bool | None, levels: l
 
     def point(rounds: list[Round], number: int) -> float | None:
         result = candidate_result(
-            number, {}, graphs.get(number), rounds, deploy_cuda_graph, confidence=0.95, dropped=False
+            number,
+            {},
+            graphs.get(number),
+            rounds,
+            deploy_cuda_graph,
+            confidence=0.95,
+            dropped=False,
+            prior=measured_prior(rounds, prior),
         )
         h = headline(result)
         return None if h is None else float(h["point"])
@@ -131,9 +168,9 @@ def look_confidence(spec: VerdictSpec, first: int | None, n: int, candidates: in
     return 1.0 - error / extra
 
 
-def _interval(pairs: list[tuple[Any, Any]], confidence: float) -> dict[str, Any] | None:
+def _interval(pairs: list[tuple[Any, Any]], confidence: float, prior: Spread | None) -> dict[str, Any] | None:
     logs = [math.log(c / b) for c, b in pairs if c and b]
-    return speedup_interval(logs, confidence).to_dict() if len(logs) >= 2 else None
+    return speedup_interval(logs, confidence, prior).to_dict() if len(logs) >= 2 else None
 
 
 def candidate_result(
@@ -145,9 +182,11 @@ def candidate_result(
     *,
     confidence: float,
     dropped: bool,
+    prior: Spread | None = DEFAULT_PRIOR,
 ) -> dict[str, Any]:
     """One candidate's figures over the rounds it was measured in: against the fresh baseline of its own
-    CUDA-graph setting (``speedup_ci``) and against the deployable one (``deploy_speedup_ci``)."""
+    CUDA-graph setting (``speedup_ci``) and against the deployable one (``deploy_speedup_ci``). The intervals'
+    spread is pooled with ``prior`` (the start-to-start noise, ``stats.speedup_interval``)."""
     mine = [r for r in rounds if r.candidates.get(number)]
     pairs = [(r.candidates[number], r.baseline.get(cuda_graph)) for r in mine]
     dep = [(r.candidates[number], r.baseline.get(deploy_cuda_graph)) for r in mine]  # type: ignore[arg-type]
@@ -156,9 +195,9 @@ def candidate_result(
         "config": config,
         "tok_per_s": [c for c, _ in pairs],
         "baseline_tok_per_s": [b for _, b in pairs],
-        "speedup_ci": _interval(pairs, confidence),
+        "speedup_ci": _interval(pairs, confidence, prior),
         "deploy_baseline_tok_per_s": [b for _, b in dep],
-        "deploy_speedup_ci": _interval(dep, confidence),
+        "deploy_speedup_ci": _interval(dep, confidence, prior),
         "dropped": dropped,
     }
 
@@ -249,6 +288,7 @@ def look(
     deploy_cuda_graph: bool | None,
     levels: list[int] | None = None,
     level_only: frozenset[int] = frozenset(),
+    prior: Spread | None = DEFAULT_PRIOR,
 ) -> dict[str, Any]:
     """The verdict the recorded rounds give at this look's confidence (``look_confidence``): each candidate's
     result, the pick and, with load levels, each level's interval and verdict. Exclusions are left out here (see
@@ -256,11 +296,14 @@ def look(
     confirmed for a level's sake (``level_only_out``)."""
     gone = level_only_out(rounds, cands, levels, level_only)
     keys = [n for n, _, _ in cands if n not in gone]
-    points = bar_points(cands, deploy_cuda_graph, levels)
+    points = bar_points(cands, deploy_cuda_graph, levels, prior)
     active = race_survivors(rounds, keys, spec)
     conf = look_confidence(spec, first_look(rounds, keys, spec, points), len(rounds), in_contention(rounds, keys, spec))
+    prior = measured_prior(rounds, prior)
     results = [
-        candidate_result(n, config, cg, rounds, deploy_cuda_graph, confidence=conf, dropped=n not in active)
+        candidate_result(
+            n, config, cg, rounds, deploy_cuda_graph, confidence=conf, dropped=n not in active, prior=prior
+        )
         for n, config, cg in cands
     ]
     out: dict[str, Any] = {"results": results, "confidence": conf}
@@ -280,6 +323,7 @@ def next_round(
     deploy_cuda_graph: bool | None,
     levels: list[int] | None = None,
     level_only: frozenset[int] = frozenset(),
+    prior: Spread | None = DEFAULT_PRIOR,
 ) -> list[int]:
     """Which candidates the next round measures (none: confirmation is over). Every candidate for
     ``spec.repeats`` rounds (a level-only one: ``LEVEL_ONLY_ROUNDS``, then only while it leads a level), then those
@@ -290,10 +334,10 @@ def next_round(
     keys = [n for n, _, _ in cands if n not in gone]
     if not cands or len(rounds) >= spec.max_rounds:
         return []
-    racing = still_racing(rounds, keys, spec, bar_points(cands, deploy_cuda_graph, levels))
+    racing = still_racing(rounds, keys, spec, bar_points(cands, deploy_cuda_graph, levels, prior))
     if racing is not None:
         return racing
-    seen = look(rounds, cands, spec, deploy_cuda_graph, levels, level_only)
+    seen = look(rounds, cands, spec, deploy_cuda_graph, levels, level_only, prior)
     bar = 1.0 + spec.min_gain
     out: list[int] = []
     best = next((r for r in seen["results"] if r["trial"] == seen["best"]), None)
@@ -319,11 +363,11 @@ def _could_settle_below(
     rounds, and each round is a server start of the candidate and of the baseline."""
     if interval is None or not interval["point"] < bar <= interval["high"] or n < 2:
         return False
-    half = math.log(interval["high"]) - math.log(interval["point"])
-    sd = half * math.sqrt(n) / two_sided_t(interval["confidence"], n - 1)
+    iv = Interval(**{k: interval[k] for k in ("point", "low", "high", "n", "confidence")}, df=interval.get("df"))
     rounds = spec.max_rounds
     last = look_confidence(spec, spec.repeats, rounds, candidates)
-    projected = two_sided_t(last, rounds - 1) * sd / math.sqrt(rounds)
+    df = rounds - 1 + (iv.df - (n - 1) if iv.df is not None else 0.0)
+    projected = two_sided_t(last, df) * iv.sd / math.sqrt(rounds)
     return math.log(bar) - math.log(interval["point"]) > projected
 
 

@@ -21,7 +21,7 @@ import yaml
 from autotune.backends.sglang import SGLangBackend
 from autotune.records import Round
 from autotune.space import VerdictSpec
-from autotune.stats import two_sided_t
+from autotune.stats import Spread, two_sided_t
 from autotune.study import Orchestrator, open_study, race
 
 from ..study.conftest import ScriptedRunner, make_space
@@ -29,18 +29,21 @@ from ..study.conftest import ScriptedRunner, make_space
 CANDS: list[race.Candidate] = [(7, {"num_steps": 3}, True)]
 
 
-def _study(true: float, sd: float, spec: VerdictSpec, rng: random.Random) -> tuple[str, int]:
-    """One confirmation of one candidate whose true speedup is ``true``; each start's log tok/s has noise ``sd``."""
+def _study(
+    true: float, sd: float, spec: VerdictSpec, rng: random.Random, prior: Spread | None = race.DEFAULT_PRIOR
+) -> tuple[str, int]:
+    """One confirmation of one candidate whose true speedup is ``true``; each start's log tok/s has noise ``sd``;
+    ``prior``: what the confirmation assumes of the spread before it measures it (None: nothing)."""
     rounds: list[Round] = []
     while True:
-        measure = race.next_round(rounds, CANDS, spec, True)
+        measure = race.next_round(rounds, CANDS, spec, True, prior=prior)
         if not measure:
             break
         base = 100.0 * math.exp(rng.gauss(0, sd))
         rounds.append(
             Round(baseline={True: base}, candidates={k: 100.0 * true * math.exp(rng.gauss(0, sd)) for k in measure})
         )
-    return race.look(rounds, CANDS, spec, True)["verdict"], len(rounds)
+    return race.look(rounds, CANDS, spec, True, prior=prior)["verdict"], len(rounds)
 
 
 def _rate(true: float, spec: VerdictSpec, n: int = 3000, sd: float = 0.035) -> tuple[float, float]:
@@ -144,10 +147,12 @@ def test_the_orchestrated_confirmation_extends_an_open_verdict_and_records_its_c
     assert extended >= 1
 
 
-def _deploys_baseline_rate(true: float, spec: VerdictSpec, n: int, sd: float) -> tuple[float, float, float]:
+def _deploys_baseline_rate(
+    true: float, spec: VerdictSpec, n: int, sd: float, prior: Spread | None = race.DEFAULT_PRIOR
+) -> tuple[float, float, float]:
     """(share no-worthwhile-gain, share of either verdict that deploys the baseline, mean rounds)."""
     rng = random.Random(99)
-    out = [_study(true, sd, spec, rng) for _ in range(n)]
+    out = [_study(true, sd, spec, rng, prior) for _ in range(n)]
     return (
         sum(v == "no-worthwhile-gain" for v, _ in out) / n,
         sum(v in ("no-worthwhile-gain", "baseline-wins") for v, _ in out) / n,
@@ -170,12 +175,13 @@ def test_more_rounds_are_bought_to_settle_a_gain_under_the_bar_only_when_they_ca
 
 def test_a_tie_under_a_wide_bar_is_called_no_worthwhile_gain_and_a_config_at_the_bar_rarely_is():
     """The simulator's start-to-start noise (sd 0.025 per start): a tie with the baseline under a 5% bar is called
-    no-worthwhile-gain in about half the studies (the rest inconclusive: both deploy the baseline); a config exactly
-    5% faster is told to deploy the baseline about as rarely as a config at the bar is called a winner."""
+    no-worthwhile-gain in more than half the studies (57.8% with these draws; the rest inconclusive: both deploy the
+    baseline), more often than the first look alone gives it (50.2%); a config exactly 5% faster is told to deploy
+    the baseline about as rarely as a config at the bar is called a winner (1.1%)."""
     spec = VerdictSpec(repeats=4, max_repeats=8, confidence=0.95, min_gain=0.05)
     no_gain, _either, rounds = _deploys_baseline_rate(1.004, spec, 1000, 0.025)
     once, _, once_rounds = _deploys_baseline_rate(1.004, dataclasses.replace(spec, max_repeats=4), 1000, 0.025)
-    assert no_gain >= 0.4 and no_gain >= once + 0.15, (no_gain, once)
+    assert no_gain >= 0.5 and no_gain >= once + 0.05, (no_gain, once)
     assert once_rounds == 4 and 4 < rounds < 6
     _, at_bar, _ = _deploys_baseline_rate(1.05, spec, 2000, 0.025)
     assert at_bar <= 0.04, at_bar
@@ -210,16 +216,18 @@ def test_the_h200_confirmations_clear_winners_would_have_been_proven_after_three
     assert clear >= 9, clear
 
 
-def _rate_many(trues: list[float], n: int, sd: float = 0.035) -> tuple[float, float]:
+def _rate_many(
+    trues: list[float], n: int, sd: float = 0.035, prior: Spread | None = race.DEFAULT_PRIOR
+) -> tuple[float, float]:
     """The share of ``n`` confirmations of candidates with these true speedups that end ``speculation-wins``, and
-    their mean rounds (the default spec, one fresh baseline a round)."""
+    their mean rounds (the default spec, one fresh baseline a round; ``prior`` as in ``_study``)."""
     spec = VerdictSpec(repeats=3, max_repeats=8, confidence=0.95, min_gain=0.02)
     cands: list[race.Candidate] = [(i, {"num_steps": i}, True) for i in range(len(trues))]
     rng = random.Random(1)
     wins = rounds_total = 0
     for _ in range(n):
         rounds: list[Round] = []
-        while measure := race.next_round(rounds, cands, spec, True):
+        while measure := race.next_round(rounds, cands, spec, True, prior=prior):
             base = 100.0 * math.exp(rng.gauss(0, sd))
             rounds.append(
                 Round(
@@ -227,7 +235,7 @@ def _rate_many(trues: list[float], n: int, sd: float = 0.035) -> tuple[float, fl
                     candidates={k: 100.0 * trues[k] * math.exp(rng.gauss(0, sd)) for k in measure},
                 )
             )
-        wins += race.look(rounds, cands, spec, True)["verdict"] == "speculation-wins"
+        wins += race.look(rounds, cands, spec, True, prior=prior)["verdict"] == "speculation-wins"
         rounds_total += len(rounds)
     return wins / n, rounds_total / n
 
@@ -238,11 +246,75 @@ def test_the_best_of_several_ties_is_not_a_winner_much_more_often_than_one_confi
     alone: 3.3%), three ties under the bar (the field report's 1.004x, which the simulated kimi study called a
     winner in 2 of 20 seeds) 2.8%. The candidates still racing after the first look's rounds share the error
     (``race.in_contention``): 4.6% and 1.9%, while a real 8% winner beside two configs at the baseline's speed
-    (dropped by the race) is proven as often as before (54% vs 55%; a full Bonferroni over every candidate: 36%)."""
+    (dropped by the race) is proven as often as before (54% vs 55%; a full Bonferroni over every candidate: 36%).
+    (Those figures without the start-to-start noise as a prior on the spread; with it, as shipped: 2.6% for one at
+    the bar, 4.0% for three, 1.2% for three ties, the 8% winner proven 65% of the time.)"""
     one, _ = _rate_many([1.02], n=2000)
     three, _ = _rate_many([1.02] * 3, n=2000)
     assert three <= 0.055 and three < one + 0.02, (three, one)
     ties, _ = _rate_many([1.004] * 3, n=2000)
     assert ties <= 0.022, ties
     real, _ = _rate_many([1.08, 1.0, 1.0], n=1000)
-    assert real >= 0.5, real
+    assert real >= 0.6, real
+
+
+#: kimi seed 8 of scripts/bench_search.py (the shipped defaults of 2026-12-03): three rounds of the fresh
+#: graphs-on baseline and of the three candidates, a 1.004x config (trial 22, custom-10k chain of 2) among them;
+#: its three starts ran 2.4-3.2% fast and the baseline's 1-2% slow, and their ratios agreed to 0.8%
+KIMI_SEED8 = [
+    Round({True: 139.26}, {2: 138.53, 22: 145.14, 27: 141.52}),
+    Round({True: 138.38}, {2: 141.08, 22: 146.45, 27: 139.15}),
+    Round({True: 137.59}, {2: 139.55, 22: 144.49, 27: 140.25}),
+]
+
+
+def test_three_rounds_that_agree_by_luck_do_not_make_a_tie_a_winner():
+    """The false winner the simulated field-report study found (kimi seed 8): a 1.004x config measured 1.05x
+    [1.03, 1.07] over three rounds, a 2-df t-interval trusting a spread a quarter of the start-to-start noise. With
+    the space's ``pruning.start_noise`` as a prior worth three rounds (``stats.start_prior``) its interval reaches
+    below the bar, and the verdict buys rounds instead of calling a winner."""
+    spec = VerdictSpec(repeats=3, max_repeats=8, confidence=0.95, min_gain=0.02)
+    cands: list[race.Candidate] = [(2, {}, True), (22, {}, True), (27, {}, True)]
+    bare = race.look(KIMI_SEED8, cands, spec, True, prior=None)
+    assert bare["verdict"] == "speculation-wins" and bare["best"] == 22
+    seen = race.look(KIMI_SEED8, cands, spec, True)
+    pick = next(r for r in seen["results"] if r["trial"] == 22)
+    assert (
+        seen["verdict"] == "inconclusive"
+        and pick["deploy_speedup_ci"]["low"] < 1.02 < pick["deploy_speedup_ci"]["high"]
+    )
+    assert pick["deploy_speedup_ci"]["df"] == 5  # the prior's 3 and the rounds' 2
+    assert race.next_round(KIMI_SEED8, cands, spec, True) == [22]  # one more round of the pick
+
+
+def test_the_start_noise_prior_lowers_false_wins_and_proves_real_winners_sooner():
+    """Monte Carlo at the simulator's noise (sd 0.025 per start, 3.5% for a pair, the prior's own level), these
+    draws: three 1.004x ties a false winner 0.05% of the time (without the prior 0.95%), one config at the bar 1.4%
+    (3.3%), a real 8% winner beside two ties proven 93% of the time in 4.5 rounds (85% in 5.3): a 2-df t-quantile
+    (4.3) costs more than a prior costs when it is right."""
+    ties, _ = _rate_many([1.004] * 3, n=2000, sd=0.025)
+    ties_bare, _ = _rate_many([1.004] * 3, n=2000, sd=0.025, prior=None)
+    assert ties <= 0.005 and ties < ties_bare, (ties, ties_bare)
+    at_bar, _ = _rate_many([1.02], n=2000, sd=0.025)
+    assert at_bar <= 0.025, at_bar
+    real, rounds = _rate_many([1.08, 1.0, 1.0], n=1000, sd=0.025)
+    real_bare, rounds_bare = _rate_many([1.08, 1.0, 1.0], n=1000, sd=0.025, prior=None)
+    assert real >= real_bare + 0.05 and rounds < rounds_bare, (real, real_bare, rounds, rounds_bare)
+
+
+def test_a_server_noisier_than_the_prior_raises_it_and_a_quiet_one_costs_rounds_not_verdicts():
+    """The prior is only ever raised to what the rounds show (``race.measured_prior``): with 4.9% between a pair of
+    starts against the prior's 3.5%, three ties at the bar are a false winner 4.0% of the time (without the prior
+    4.6%). On a server much quieter than ``pruning.start_noise`` (0.7% a start) the prior is kept: a 1.05x config is
+    still proven 94% of the time (100% without the prior) in 6.9 rounds instead of 3.7: set ``pruning.start_noise``
+    to the server's noise to get those rounds back."""
+    noisy, _ = _rate_many([1.02] * 3, n=2000, sd=0.035)
+    assert noisy <= 0.045, noisy
+    quiet, rounds = _rate_many([1.05], n=1000, sd=0.007)
+    assert quiet >= 0.9 and rounds <= 7.5, (quiet, rounds)
+    loud = [Round({True: 100.0 * (1 + d)}, {1: 104.0 * (1 - d)}) for d in (0.06, -0.05, 0.02)]
+    raised = race.measured_prior(loud, race.DEFAULT_PRIOR)
+    assert raised is not None and raised.sd > race.DEFAULT_PRIOR.sd and raised.df == race.DEFAULT_PRIOR.df
+    calm = [Round({True: 100.0 * (1 + d)}, {1: 104.0 * (1 - d)}) for d in (0.002, -0.001, 0.0)]
+    assert race.measured_prior(calm, race.DEFAULT_PRIOR) == race.DEFAULT_PRIOR
+    assert race.measured_prior(loud, None) is None
