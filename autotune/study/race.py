@@ -15,7 +15,6 @@ from autotune.stats import Interval, Spread, pooled_spread, speedup_interval, st
 from autotune.study.levels import level_intervals, level_verdicts, summary_text
 from autotune.verdict import verdict
 
-
 #: the prior on the spread of a round's paired log ratio when the caller names none: the default start-to-start
 #: noise (a study passes its own ``pruning.start_noise``: ``stats.start_prior``)
 DEFAULT_PRIOR = start_prior()
