@@ -305,3 +305,26 @@ def test_acceptance_is_the_same_with_and_without_cuda_graphs_in_every_recorded_h
                     for off in by[False]:
                         assert on == pytest.approx(off, rel=1e-3), (path, key)
     assert pairs >= 40
+
+
+def test_the_h200_harness_study_on_the_start_noise_prior_keeps_its_verdict_with_a_narrower_interval():
+    """docs/gpu-runs/2026-12-03-h200-prior: the whole harness study with confirmation's intervals pooled with
+    ``pruning.start_noise`` as a prior worth 3 rounds. The same winner and verdict as the factored runs, its interval
+    taken at 5 degrees of freedom (3 + 2 rounds) and narrower than theirs (2 degrees of freedom), overlapping every
+    earlier run's; 9 search and 6 confirmation starts."""
+    rep = json.loads((GPU_RUNS / "2026-12-03-h200-prior" / "report.json").read_text())
+    assert rep["verdict"] == "speculation-wins"
+    win = rep["recommended"]
+    assert win["config"]["drafter"] == "good" and win["config"]["draft_n_max"] == 16 and win["config"]["cuda_graph"]
+    ci = win["speedup_ci"]
+    assert ci["df"] == 5 and ci["n"] == 3 and 2.0 < ci["low"] < ci["point"] < ci["high"]
+    earlier = [
+        json.loads((GPU_RUNS / "2026-12-03-h200-factored" / d / "report.json").read_text())["recommended"]["speedup_ci"]
+        for d in ("first", "second")
+    ]
+    for other in earlier:
+        assert "df" not in other and other["n"] == 3  # 2 degrees of freedom
+        assert ci["low"] < other["high"] and other["low"] < ci["high"]
+        assert ci["high"] / ci["low"] < other["high"] / other["low"]
+    assert rep["gpu_time"]["search_starts"] == 9 and rep["gpu_time"]["confirmation_starts"] == 6
+    assert not any(c["flagged"] for c in rep["baseline_check"])
