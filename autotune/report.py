@@ -284,7 +284,9 @@ def interval_note(conf: ConfirmationState) -> str | None:
         "the verdict open, confirmation measured more rounds and each further look is held to that error divided "
         "again by the extra looks allowed (Bonferroni), so that looking again cannot make a winner of a config that "
         "is not faster by verdict.min_gain; every candidate's interval is at that level, and one that left the "
-        "race after few rounds has a wide one"
+        "race after few rounds has a wide one. Each interval's spread starts from the start-to-start noise "
+        "(pruning.start_noise, worth 3 rounds; raised to what the rounds show when that is more): its degrees of "
+        "freedom are 3 + rounds - 1, so that rounds that agree by luck cannot make a tie look precise"
     )
 
 

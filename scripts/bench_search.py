@@ -118,6 +118,7 @@ POLICY_VARIANTS: dict[str, Policies] = {
     "tuner_skip20": Policies(refine=RefinePolicy(skip_margin=0.20)),
     "tuner_skip05": Policies(refine=RefinePolicy(skip_margin=0.05)),
     "tuner_unfactored": Policies(refine=RefinePolicy(factored=False)),
+    "tuner_improve_only": Policies(stop=StopPolicy(over_bar=False)),
 }
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
 EXTRA_METHODS: tuple[str, ...] = (

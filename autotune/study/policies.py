@@ -73,6 +73,10 @@ class StopPolicy:
     settle_samples: int = 512
     improve_after_picks: int = 3
     expected_gain: float | None = None
+    #: "the best is found" also when no unmeasured config is likely to change the answer (``Settled.p_change``:
+    #: beat the best measured by the resolution or clear the ``min_gain`` bar, whichever is higher); False: only
+    #: when none is likely to beat the best measured (``p_improve``), under the bar too
+    over_bar: bool = True
     #: ``expected_gain`` per minute of the measured median server start (None: off, the shipped default): the bar
     #: scales with what the next trial costs (a 10-minute start must promise 10x a 1-minute one's gain); at 0.03%
     #: it took kimi from 6.46 to 5.21 h and lost 4 of 150 hits on the generated landscapes: not shipped

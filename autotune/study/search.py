@@ -315,6 +315,7 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
         improve_settles=_surrogate_picks(trials) >= policy.improve_after_picks and not ctx.space.benchmark.loaded,
         expected_gain_stop=gain_stop,
         expected_gain_why=gain_why,
+        over_bar=policy.over_bar,
     )
 
 

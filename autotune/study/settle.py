@@ -45,6 +45,12 @@ class Settled:
     #: bar (the fastest baseline times 1 + min_gain), whichever is higher: the gain that could change the verdict
     expected_gain: float = 0.0
     expected_gain_bar: float = 0.0
+    #: how likely any config not measured yet changes the answer: beats the best measured one by more than the
+    #: resolution where that is above the bar, or clears the bar (the fastest baseline times 1 + min_gain) where
+    #: the best measured is below it. Under the bar, a config 1% faster than the best measured changes nothing the
+    #: user decides (both deploy the baseline): the field report's study, whose best is a 1.004x tie, measured ~30
+    #: configs refining ties under the bar after its expected gain over the bar was under 0.1%
+    p_change: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,12 +71,16 @@ def settle(
     improve_settles: bool = True,
     expected_gain_stop: float | None = None,
     expected_gain_why: str = "",
+    over_bar: bool = True,
 ) -> Settled:
     """The probabilities by Monte Carlo over ``samples`` joint draws of the latent log tok/s (seeded: the same
     study asks the same question and gets the same answer). ``baseline_log``: the fastest baseline's log tok/s
     (one measurement: drawn with ``baseline_sd``); None: ``p_gain`` is 1 (nothing to compare with).
     ``improve_settles``: whether a small ``p_improve`` may settle the search yet (it is computed either way).
-    ``expected_gain_why``: what ``expected_gain_stop`` stands for, said in the reason (e.g. a start's cost)."""
+    ``expected_gain_why``: what ``expected_gain_stop`` stands for, said in the reason (e.g. a start's cost).
+    ``over_bar``: "the best is found" asks whether an unmeasured config changes the answer (``p_change``: beat the
+    best by the resolution or clear the bar, whichever is higher), not only whether it beats the best
+    (``p_improve``)."""
     if not measured:
         raise ValueError("settle needs at least one measured config")
     configs = list(measured) + list(unmeasured)
@@ -96,10 +106,13 @@ def settle(
     if baseline_log is None:
         p_gain = 1.0
         bar = f_best
+        change_bar = f_best + up
     else:
         b = baseline_log + baseline_sd * rng.standard_normal(samples)
         p_gain = float(np.mean(draws.max(axis=1) - b > gain))
         bar = np.maximum(f_best, b + gain)
+        change_bar = np.maximum(f_best + up, b + gain)
+    p_change = float(np.mean(draws[:, others].max(axis=1) > change_bar)) if others else 0.0
     if others:
         # E[max(0, exp(f_u - ref) - 1)]: expected relative tok/s gain of measuring u next, per unmeasured config
         rel = np.expm1(draws[:, others] - f_best[:, None])
@@ -121,6 +134,13 @@ def settle(
             f"P = {p_improve:.3f} < {threshold:g} (surrogate over {n_meas} measured and {len(unmeasured)} "
             "unmeasured configs)"
         )
+    elif over_bar and p_change < threshold and improve_settles:
+        reason = (
+            f"no unmeasured config is likely to change the answer (beat the best measured one by more than "
+            f"{resolution:.0%} or the fastest baseline by the minimum gain, {min_gain:.0%}, whichever is higher): "
+            f"P = {p_change:.3f} < {threshold:g} (surrogate over {n_meas} measured and {len(unmeasured)} "
+            "unmeasured configs); confirmation settles whether the best clears the bar"
+        )
     elif expected_gain_stop is not None and improve_settles and e_gain_bar < expected_gain_stop:
         reason = (
             f"the next trial's expected gain is {e_gain_bar:.2%} at best (over the best measured config or the "
@@ -138,6 +158,7 @@ def settle(
         reason=reason,
         expected_gain=e_gain,
         expected_gain_bar=e_gain_bar,
+        p_change=p_change,
     )
 
 

@@ -130,7 +130,7 @@ def test_the_html_report_says_why_and_where(load_study):
     r = autotune("report", str(SPACE), "--simulate", "--html", str(path), "--studies-dir", str(tmp / "studies"))
     assert r.returncode == 0, r.stderr
     page = path.read_text()
-    assert "id='interval-note'" in page and "Bonferroni" in page
+    assert "id='interval-note'" in page and "Bonferroni" in page and "pruning.start_noise, worth 3 rounds" in page
     assert "weighted geometric mean of the load levels" in page
     rows = [x for x in page.split("<tr class='PRUNED'")[1:]]
     assert rows and all("lost to the baseline" in x.split("</tr>")[0] for x in rows)

@@ -442,3 +442,19 @@ def test_the_search_factors_its_surrogate_where_every_start_reports_acceptance()
     orch.ctx.surrogate_fit = None
     assert type(search.surrogate(orch.ctx)) is Surrogate
     assert Policies().refine.factored  # the shipped default
+
+
+def test_under_the_bar_the_best_is_found_once_no_unmeasured_config_is_likely_to_clear_it():
+    """``Settled.p_change``: where the best measured config is under the bar (the fastest baseline times
+    1 + min_gain), an unmeasured one 2% faster than it changes nothing the user decides (both deploy the
+    baseline); what could change the answer is one that clears the bar. Here the peak (~200 tok/s) is under the
+    bar of a 203 tok/s baseline (207): an unmeasured config beats the best by 2% with P ~0.19, clears the bar with
+    P ~0.03, and the search stops; without ``over_bar`` it goes on. Above the bar the two questions are one."""
+    measured = GRID[::10]
+    under = _settle(measured, 203.0)
+    assert under.p_improve > 0.1 and under.p_change < 0.05 and under.p_gain > 0.05
+    assert under.reason is not None and "change the answer" in under.reason
+    assert _settle(measured, 203.0, over_bar=False).reason is None
+    assert _settle(measured, 203.0, improve_settles=False).reason is None  # the surrogate's picks come first
+    above = _settle(measured, 100.0)  # the best is twice the baseline: the bar is far below it
+    assert above.p_change == pytest.approx(above.p_improve, abs=0.02) and above.reason is None
