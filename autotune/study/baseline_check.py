@@ -15,8 +15,9 @@ fresh baseline), but the search's figures do:
 
 The search's start counts as one more draw of the fresh starts' distribution: it is flagged when it falls outside
 the ``confidence`` prediction interval of the fresh starts. Their spread is pooled with the space's
-``pruning.start_noise`` (the start-to-start noise the pruner already allows for) as a prior worth ``PRIOR_DF``
-degrees of freedom, so that two fresh starts are enough to catch a start that is off by 10% or more.
+``pruning.start_noise`` (the start-to-start noise the pruner already allows for) as a prior worth 3 degrees of
+freedom (``stats.start_prior``, as confirmation's intervals), so that two fresh starts are enough to catch a
+start that is off by 10% or more.
 
 When the search left nothing to confirm (every config clearly slower than its baseline), confirmation measures
 ``CHECK_ROUNDS`` fresh baselines alone before it says "the baseline wins"; if the search's baseline ran fast, the
@@ -33,12 +34,11 @@ from typing import Any
 from scipy import stats as _st
 
 from autotune.records.confirmation import Round
+from autotune.stats import pooled_spread, start_prior
 from autotune.verdict import clearly_loses
 
 #: fresh baseline starts measured when nothing is left to confirm
 CHECK_ROUNDS = 2
-#: degrees of freedom of the prior spread (``pruning.start_noise``)
-PRIOR_DF = 3
 
 
 def check(
@@ -54,10 +54,9 @@ def check(
         logs = [math.log(f / value) for f in fresh]
         n = len(logs)
         mean = statistics.fmean(logs)
-        ss = sum((x - mean) ** 2 for x in logs)
-        df = PRIOR_DF + n - 1
-        sd = math.sqrt((PRIOR_DF * start_noise**2 + ss) / df)
-        limit = float(_st.t.ppf(0.5 + confidence / 2, df)) * sd * math.sqrt(1 + 1 / n)
+        spread = pooled_spread([logs], start_prior(start_noise))
+        assert spread is not None
+        limit = float(_st.t.ppf(0.5 + confidence / 2, spread.df)) * spread.sd * math.sqrt(1 + 1 / n)
         out.append(
             {
                 "cuda_graph": str(cg),
