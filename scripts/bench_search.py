@@ -99,7 +99,9 @@ METHODS = ("grid", "tuner", "tuner_no_prune", "tuner_no_refine", "random")
 LANDSCAPE_METHODS = ("grid", "random", "tuner")
 #: variants that change only the study's policies (make_method keeps the space; policies_for gives these)
 POLICY_VARIANTS: dict[str, Policies] = {
-    "tuner_no_settle": Policies(stop=StopPolicy(settle=False), candidates=CandidatePolicy(join_probability=0.0)),
+    "tuner_no_settle": Policies(
+        stop=StopPolicy(settle=False), candidates=CandidatePolicy(join_probability=0.0, race_tie=None)
+    ),
     "tuner_settle_only": Policies(candidates=CandidatePolicy(join_probability=0.0)),
     "tuner_thin_only": Policies(stop=StopPolicy(settle=False)),
     "tuner_settle01": Policies(stop=StopPolicy(settle_probability=0.01)),
@@ -119,6 +121,7 @@ POLICY_VARIANTS: dict[str, Policies] = {
     "tuner_skip05": Policies(refine=RefinePolicy(skip_margin=0.05)),
     "tuner_unfactored": Policies(refine=RefinePolicy(factored=False)),
     "tuner_improve_only": Policies(stop=StopPolicy(over_bar=False)),
+    "tuner_race_full": Policies(candidates=CandidatePolicy(race_tie=None)),
 }
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
 EXTRA_METHODS: tuple[str, ...] = (

@@ -257,15 +257,16 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
     levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
     points = race.bar_points(info, state.deploy_cuda_graph, levels, _prior(ctx))
+    tie = race.tie_rule(info, spec, state.deploy_cuda_graph, _tie(ctx), _prior(ctx))
     while True:
         active = race.next_round(
-            state.rounds, info, spec, state.deploy_cuda_graph, levels, _level_only(state), _prior(ctx)
+            state.rounds, info, spec, state.deploy_cuda_graph, levels, _level_only(state), _prior(ctx), _tie(ctx)
         )
         if not active:
             break
         n = len(state.rounds)
         which = ", ".join(map(str, active))
-        if race.still_racing(state.rounds, [t.number for t in cands], spec, points) is None:
+        if race.still_racing(state.rounds, [t.number for t in cands], spec, points, tie) is None:
             ctx.emit(
                 Event(
                     "note",
@@ -283,6 +284,11 @@ def _prior(ctx: StudyContext) -> Spread:
     """What the spread of a round's paired log ratio is known to be before confirmation measures it: the space's
     start-to-start noise (``stats.start_prior``)."""
     return start_prior(ctx.space.pruning.start_noise)
+
+
+def _tie(ctx: StudyContext) -> float | None:
+    """How close to the leader a racing candidate must be proven for the race to end (``race.still_racing``)."""
+    return ctx.policies.candidates.race_tie
 
 
 def _level_only(state: ConfirmationState) -> frozenset[int]:
@@ -323,7 +329,14 @@ def _verdict(
 ) -> None:
     spec = ctx.space.verdict
     seen = race.look(
-        state.rounds, _info(cands), spec, state.deploy_cuda_graph, _levels(ctx), _level_only(state), _prior(ctx)
+        state.rounds,
+        _info(cands),
+        spec,
+        state.deploy_cuda_graph,
+        _levels(ctx),
+        _level_only(state),
+        _prior(ctx),
+        _tie(ctx),
     )
     for key in ("results", "level_results", "level_verdicts", "level_text", "confidence"):
         if key in seen:

@@ -10,14 +10,46 @@ import math
 from typing import Any
 
 from autotune.records.confirmation import Round
-from autotune.stats import Interval, speedup_interval
+from autotune.stats import Interval, Spread, pooled_spread, speedup_interval
 from autotune.verdict import Verdict, verdict
 
 
+def level_prior(rounds: list[Round], level: int, prior: Spread | None) -> Spread | None:
+    """``prior`` (the space's start-to-start noise) raised to what the rounds show between starts of one config at
+    ``level`` when that is more (``race.measured_prior`` for one level: a loaded server's noise differs from level
+    to level, so each level is judged by its own starts), never lowered."""
+    if prior is None:
+        return None
+    groups: list[list[float]] = []
+    per_key: dict[tuple[str, Any], list[float]] = {}
+    for r in rounds:
+        if r.levels is None:
+            continue
+        for cg, lv in r.levels.baseline.items():
+            if lv.get(level):
+                per_key.setdefault(("b", cg), []).append(math.log(lv[level]))
+        for n, lv in r.levels.candidates.items():
+            if lv.get(level):
+                per_key.setdefault(("c", n), []).append(math.log(lv[level]))
+    groups = list(per_key.values())
+    seen = pooled_spread(groups, None)
+    if seen is None or seen.sd * math.sqrt(2) <= prior.sd:
+        return prior
+    return Spread(sd=seen.sd * math.sqrt(2), df=prior.df)
+
+
 def level_intervals(
-    number: int, cuda_graph: Any, rounds: list[Round], levels: list[int], *, confidence: float
+    number: int,
+    cuda_graph: Any,
+    rounds: list[Round],
+    levels: list[int],
+    *,
+    confidence: float,
+    prior: Spread | None = None,
 ) -> dict[str, dict[str, Any] | None]:
-    """``{level: interval}`` of candidate ``number`` against the same round's fresh baseline of its setting."""
+    """``{level: interval}`` of candidate ``number`` against the same round's fresh baseline of its setting. With
+    ``prior`` (``stats.start_prior``) each level's spread is pooled with it, raised to that level's own
+    start-to-start spread when the rounds show more (``level_prior``), as the objective's intervals are."""
     out: dict[str, dict[str, Any] | None] = {}
     for c in levels:
         logs = []
@@ -27,7 +59,8 @@ def level_intervals(
             t, b = r.levels.candidates.get(number, {}).get(c), r.levels.baseline.get(cuda_graph, {}).get(c)
             if t and b:
                 logs.append(math.log(t / b))
-        out[str(c)] = speedup_interval(logs, confidence).to_dict() if len(logs) >= 2 else None
+        p = level_prior(rounds, c, prior)
+        out[str(c)] = speedup_interval(logs, confidence, p).to_dict() if len(logs) >= 2 else None
     return out
 
 
@@ -46,7 +79,7 @@ def level_verdicts(
             out.append({"level": c, "trial": None, "speedup_ci": None, "verdict": verdict(None, min_gain).value})
             continue
         iv = best[2]
-        interval = Interval(**{k: iv[k] for k in ("point", "low", "high", "n", "confidence")})
+        interval = Interval(**{k: iv[k] for k in ("point", "low", "high", "n", "confidence")}, df=iv.get("df"))
         out.append({"level": c, "trial": int(best[1]), "speedup_ci": iv, "verdict": verdict(interval, min_gain).value})
     return out
 

@@ -18,8 +18,15 @@ class CandidatePolicy:
     #: best-ranked one (by posterior mean) by more than ``StopPolicy.resolution`` (``confirm.thin``); 0: every one
     #: joins (each costs a server start per round)
     join_probability: float = 0.05
+    #: the race among confirmed candidates ends once every one still racing beside the leader is, at the race's
+    #: confidence, at most this much faster than the leader (``race.still_racing``): which of near-ties to deploy
+    #: changes tok/s by less than this, and racing them costs a start of each per round up to ``max_rounds``
+    #: (None: they race on to ``max_rounds``)
+    race_tie: float | None = 0.01
 
     def __post_init__(self) -> None:
+        if self.race_tie is not None and not 0 < self.race_tie < 0.5:
+            raise ValueError(f"race_tie must be in (0, 0.5) or None but got {self.race_tie}")
         if self.per_level < 0:
             raise ValueError(f"per_level must be at least 0 but got {self.per_level}")
         if not 0 <= self.join_probability < 1:

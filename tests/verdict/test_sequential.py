@@ -23,6 +23,7 @@ from autotune.records import Round
 from autotune.space import VerdictSpec
 from autotune.stats import Spread, two_sided_t
 from autotune.study import Orchestrator, open_study, race
+from autotune.study.policies import DEFAULT_POLICIES
 
 from ..study.conftest import ScriptedRunner, make_space
 
@@ -318,3 +319,77 @@ def test_a_server_noisier_than_the_prior_raises_it_and_a_quiet_one_costs_rounds_
     calm = [Round({True: 100.0 * (1 + d)}, {1: 104.0 * (1 - d)}) for d in (0.002, -0.001, 0.0)]
     assert race.measured_prior(calm, race.DEFAULT_PRIOR) == race.DEFAULT_PRIOR
     assert race.measured_prior(loud, None) is None
+
+
+def _race_many(
+    trues: list[float], n: int, sd: float = 0.025, tie: float | None = None, seed: int = 7
+) -> tuple[float, float, float, float]:
+    """``n`` confirmations of candidates with these true speedups (the default spec, the shipped prior), with the
+    race ending at ``tie`` (``race.still_racing``): the share that end ``speculation-wins``, the mean rounds, the
+    mean starts (candidates' and baselines') and the mean loss of the pick against the best true speedup."""
+    spec = VerdictSpec(repeats=3, max_repeats=8, confidence=0.95, min_gain=0.02)
+    cands: list[race.Candidate] = [(i, {"num_steps": i}, True) for i in range(len(trues))]
+    rng = random.Random(seed)
+    wins = rounds_total = starts = 0
+    loss = 0.0
+    for _ in range(n):
+        rounds: list[Round] = []
+        while measure := race.next_round(rounds, cands, spec, True, tie=tie):
+            base = 100.0 * math.exp(rng.gauss(0, sd))
+            rounds.append(
+                Round(
+                    baseline={True: base},
+                    candidates={k: 100.0 * trues[k] * math.exp(rng.gauss(0, sd)) for k in measure},
+                )
+            )
+            starts += 1 + len(measure)
+        seen = race.look(rounds, cands, spec, True, tie=tie)
+        wins += seen["verdict"] == "speculation-wins"
+        rounds_total += len(rounds)
+        loss += 1 - trues[seen["best"]] / max(trues) if seen["best"] is not None else 0.0
+    return wins / n, rounds_total / n, starts / n, loss / n
+
+
+def test_a_race_between_proven_winners_ends_at_the_tie_and_an_open_verdict_races_as_before():
+    """Two candidates both far over the bar and within a fraction of a percent of each other raced to
+    ``max_repeats`` (llama-load seed 5 of scripts/bench_load.py: trials 7 and 9 at 1.218x and 1.222x, four rounds
+    more, 12 starts). With ``CandidatePolicy.race_tie`` (1%, shipped) the race ends once the leader is a proven
+    winner (at a confidence shared by every round the race could end at) and the others are proven at most 1%
+    faster: these draws, 1.22x and 1.218x beside a 1.0x config, 14.1 starts instead of 18.4 with the same loss of
+    the pick (0.07%); 1.25x against 1.2x still picks the faster (loss 0.04%). Candidates at the bar race as before:
+    three ties at the bar a false winner 2.4% of the time with the rule and without (4,000 draws)."""
+    tie = DEFAULT_POLICIES.candidates.race_tie
+    assert tie == 0.01
+    win, _, starts, loss = _race_many([1.22, 1.218, 1.0], 1000, tie=tie)
+    win_full, _, starts_full, loss_full = _race_many([1.22, 1.218, 1.0], 1000, tie=None)
+    assert win == win_full == 1.0
+    assert starts < 0.85 * starts_full and loss <= loss_full + 0.001 and loss <= 0.002, (starts, starts_full, loss)
+    _, _, _, loss_apart = _race_many([1.25, 1.20], 1000, tie=tie)
+    assert loss_apart <= 0.002, loss_apart
+    at_bar, _, _, _ = _race_many([1.02] * 3, 4000, tie=tie, seed=11)
+    at_bar_full, _, _, _ = _race_many([1.02] * 3, 4000, tie=None, seed=11)
+    assert at_bar <= at_bar_full + 0.002 and at_bar <= 0.03, (at_bar, at_bar_full)
+
+
+def test_the_tie_rule_ends_a_race_only_for_a_proven_winner_beside_proven_near_ties():
+    spec = VerdictSpec(repeats=3, max_repeats=8, confidence=0.95, min_gain=0.02)
+    cands: list[race.Candidate] = [(7, {}, True), (9, {}, True)]
+    rule = race.tie_rule(cands, spec, True, 0.01)
+    assert rule is not None and race.tie_rule(cands, spec, True, None) is None
+    # both ~1.22x over the baseline, within 0.4% of each other in every round
+    jitter = (0.004, -0.003, 0.002, -0.004)
+    close = [
+        Round({True: 100.0 * (1 + d)}, {7: 122.0 * (1 + d), 9: 122.0 * (1 + d + j)})
+        for d, j in zip((0.02, -0.03, 0.01, 0.0), jitter, strict=True)
+    ]
+    assert race.still_racing(close, [7, 9], spec) == [7, 9]
+    assert race.still_racing(close, [7, 9], spec, tie=rule) is None
+    # the same ratios, 5% apart from round to round: not proven within 1% of each other
+    apart = [Round({True: 100.0}, {7: 122.0 * (1 + d), 9: 122.0 * (1 - d)}) for d in (0.05, -0.05, 0.04, -0.03)]
+    assert race.still_racing(apart, [7, 9], spec, tie=rule) == [7, 9]
+    # near-ties at the bar: the leader is not a proven winner, the race goes on
+    at_bar = [
+        Round({True: 100.0 * (1 + d)}, {7: 102.0 * (1 + d), 9: 102.0 * (1 + d + j)})
+        for d, j in zip((0.02, -0.03, 0.01, 0.0), jitter, strict=True)
+    ]
+    assert race.still_racing(at_bar, [7, 9], spec, tie=rule) == [7, 9]
