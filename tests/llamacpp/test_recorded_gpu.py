@@ -328,3 +328,22 @@ def test_the_h200_harness_study_on_the_start_noise_prior_keeps_its_verdict_with_
         assert ci["high"] / ci["low"] < other["high"] / other["low"]
     assert rep["gpu_time"]["search_starts"] == 9 and rep["gpu_time"]["confirmation_starts"] == 6
     assert not any(c["flagged"] for c in rep["baseline_check"])
+
+
+def test_the_h200_harness_study_after_the_tie_end_and_the_under_the_bar_stop_gives_the_same_answer():
+    """docs/gpu-runs/2026-12-03-h200-racetie: the harness study on the code with settle's ``p_change``, the race's
+    tie end and the level prior. A clear winner's study is unchanged by them: the same configuration and verdict as
+    the prior run, an interval within 2% of its ends at the same 5 degrees of freedom, the same 9 + 6 starts, and
+    the search ran its whole budget (the best is far above the bar, where ``p_change`` is ``p_improve``)."""
+    rep = json.loads((GPU_RUNS / "2026-12-03-h200-racetie" / "report.json").read_text())
+    before = json.loads((GPU_RUNS / "2026-12-03-h200-prior" / "report.json").read_text())
+    assert rep["verdict"] == before["verdict"] == "speculation-wins"
+    win, old = rep["recommended"], before["recommended"]
+    assert win["config"] == old["config"] and win["config"]["draft_n_max"] == 16 and win["config"]["cuda_graph"]
+    ci, old_ci = win["speedup_ci"], old["speedup_ci"]
+    assert ci["df"] == old_ci["df"] == 5
+    for end in ("low", "point", "high"):
+        assert ci[end] == pytest.approx(old_ci[end], rel=0.02)
+    assert rep["gpu_time"]["search_starts"] == 9 and rep["gpu_time"]["confirmation_starts"] == 6
+    assert rep["search_settled"] is None and rep["counts"]["COMPLETE"] + rep["counts"]["PRUNED"] == 16
+    assert not any(c["flagged"] for c in rep["baseline_check"])

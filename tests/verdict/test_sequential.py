@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from autotune.backends.sglang import SGLangBackend
-from autotune.records import Round
+from autotune.records import Round, RoundLevels
 from autotune.space import VerdictSpec
 from autotune.stats import Spread, two_sided_t
 from autotune.study import Orchestrator, open_study, race
@@ -393,3 +393,57 @@ def test_the_tie_rule_ends_a_race_only_for_a_proven_winner_beside_proven_near_ti
         for d, j in zip((0.02, -0.03, 0.01, 0.0), jitter, strict=True)
     ]
     assert race.still_racing(at_bar, [7, 9], spec, tie=rule) == [7, 9]
+
+
+def _level_rounds(ratio: float, wobble: tuple[float, ...]) -> list[Round]:
+    """Three rounds of one candidate 1.2x on the objective and 2x at one stream, ``ratio`` x the baseline at 128
+    streams with these per-start deviations there."""
+    out = []
+    for d, w in zip((0.01, -0.02, 0.015), wobble, strict=False):
+        b = 100 * (1 + d)
+        levels = RoundLevels({True: {1: b, 128: b}}, {5: {1: 2 * b, 128: ratio * b * (1 + w)}})
+        out.append(Round({True: b}, {5: 120 * (1 + d)}, levels))
+    return out
+
+
+def test_a_level_gets_more_rounds_only_while_they_can_lift_its_winner_over_the_bar():
+    """With load levels a level's winner whose interval straddles the bar (point above it) got rounds up to
+    ``max_repeats`` whether or not they could settle it (llama-load seed 11: 1.07x [1.01, 1.14] at 128 streams
+    after 8 rounds, 8 of the study's 65 starts). Now only while the interval's half-width projected to
+    ``max_repeats`` rounds fits between the bar and the point (``race._could_clear``), as below the bar."""
+    spec = VerdictSpec(repeats=3, max_repeats=8, confidence=0.95, min_gain=0.02)
+    cands: list[race.Candidate] = [(5, {}, True)]
+
+    def at_128(rounds: list[Round]) -> dict:
+        seen = race.look(rounds, cands, spec, True, [1, 128])
+        return next(v for v in seen["level_verdicts"] if v["level"] == 128)
+
+    # 1.06x with 4% between starts: no 8 rounds lift the low end over 1.02
+    about_bar = _level_rounds(1.05, (0.04, -0.04, 0.03))
+    lv = at_128(about_bar)
+    assert lv["verdict"] == "inconclusive" and lv["speedup_ci"]["low"] < 1.02 < lv["speedup_ci"]["point"]
+    assert race.next_round(about_bar, cands, spec, True, [1, 128]) == []
+    # the same gain measured closely, or a larger one measured loosely: more rounds can settle it
+    for ratio, wobble in ((1.05, (0.01, -0.01, 0.01)), (1.15, (0.08, -0.09, 0.07))):
+        rounds = _level_rounds(ratio, wobble)
+        assert at_128(rounds)["verdict"] == "inconclusive"
+        assert race.next_round(rounds, cands, spec, True, [1, 128]) == [5]
+
+
+def test_per_level_intervals_pool_their_spread_with_the_prior_and_each_level_is_raised_by_its_own_starts():
+    """``levels.level_intervals`` with the start-noise prior: three rounds that agree closely at a level do not make
+    its interval much narrower than the start-to-start noise allows (5 degrees of freedom, wider than the rounds'
+    own); a level whose starts differ more than the prior raises it for that level only (``levels.level_prior``)."""
+    from autotune.study.levels import level_intervals, level_prior
+
+    calm = _level_rounds(1.10, (0.002, -0.002, 0.001))
+    bare = level_intervals(5, True, calm, [128], confidence=0.95)["128"]
+    pooled = level_intervals(5, True, calm, [128], confidence=0.95, prior=race.DEFAULT_PRIOR)["128"]
+    assert bare is not None and pooled is not None and "df" not in bare and pooled["df"] == 5
+    assert pooled["high"] / pooled["low"] > bare["high"] / bare["low"]
+    assert pooled["low"] < bare["low"] and pooled["point"] == pytest.approx(bare["point"])
+    loud = _level_rounds(1.10, (0.09, -0.08, 0.07))
+    raised = level_prior(loud, 128, race.DEFAULT_PRIOR)
+    assert raised is not None and raised.sd > race.DEFAULT_PRIOR.sd and raised.df == race.DEFAULT_PRIOR.df
+    assert level_prior(loud, 1, race.DEFAULT_PRIOR) == race.DEFAULT_PRIOR  # one stream: the starts agree
+    assert level_prior(loud, 128, None) is None
