@@ -100,7 +100,8 @@ LANDSCAPE_METHODS = ("grid", "random", "tuner")
 #: variants that change only the study's policies (make_method keeps the space; policies_for gives these)
 POLICY_VARIANTS: dict[str, Policies] = {
     "tuner_no_settle": Policies(
-        stop=StopPolicy(settle=False), candidates=CandidatePolicy(join_probability=0.0, race_tie=None)
+        stop=StopPolicy(settle=False),
+        candidates=CandidatePolicy(join_probability=0.0, race_tie=None, join_over_bar=False),
     ),
     "tuner_settle_only": Policies(candidates=CandidatePolicy(join_probability=0.0)),
     "tuner_thin_only": Policies(stop=StopPolicy(settle=False)),
@@ -122,6 +123,7 @@ POLICY_VARIANTS: dict[str, Policies] = {
     "tuner_unfactored": Policies(refine=RefinePolicy(factored=False)),
     "tuner_improve_only": Policies(stop=StopPolicy(over_bar=False)),
     "tuner_race_full": Policies(candidates=CandidatePolicy(race_tie=None)),
+    "tuner_join_under": Policies(candidates=CandidatePolicy(join_over_bar=False)),
 }
 #: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
 EXTRA_METHODS: tuple[str, ...] = (

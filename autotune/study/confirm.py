@@ -18,7 +18,7 @@ from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.policies import DEFAULT_POLICIES
-from autotune.study.search import surrogate
+from autotune.study.search import fastest_baseline, surrogate
 from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed
 
 CANDIDATE_KAPPA = DEFAULT_POLICIES.candidates.kappa
@@ -120,11 +120,16 @@ def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[Frozen
     rng = np.random.default_rng(records.design_seed(ctx.study))
     draws = model.sample(configs, ctx.policies.stop.settle_samples, rng)
     up = math.log1p(ctx.policies.stop.resolution)
+    change = draws[:, top] + up
+    fastest = fastest_baseline(ctx) if ctx.policies.candidates.join_over_bar else None
+    if fastest is not None:
+        b = math.log(float(fastest.value)) + model.noise_floor * rng.standard_normal(len(draws))
+        change = np.maximum(change, b + math.log1p(ctx.space.verdict.min_gain))
     methods = {TrialRecord(t).method for t in cands} - {None}
     firsts = {m: next(t.number for t in cands if TrialRecord(t).method == m) for m in methods}
     out = []
     for i, t in enumerate(cands):
-        chance = float(np.mean(draws[:, i] - draws[:, top] > up))
+        chance = float(np.mean(draws[:, i] > change))
         if i == top or chance >= floor or firsts.get(TrialRecord(t).method) == t.number:
             out.append(t)
         else:
@@ -135,6 +140,7 @@ def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[Frozen
                     {
                         "message": f"trial {t.number} is not confirmed: the surrogate gives it P = {chance:.3f} of "
                         f"beating trial {cands[top].number} by more than {ctx.policies.stop.resolution:.0%}"
+                        + (f" or clearing the {ctx.space.verdict.min_gain:.0%} bar" if fastest is not None else "")
                     },
                 )
             )

@@ -294,7 +294,7 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
     measured = recommendable(ctx, trials)
     if not measured:
         return None
-    fastest = _fastest_baseline(ctx)
+    fastest = fastest_baseline(ctx)
     gain_stop, gain_why = settle.expected_gain_stop(
         policy.expected_gain, policy.expected_gain_per_start_min, [TrialRecord(t).startup_s for t in trials]
     )
@@ -522,7 +522,7 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
         i = int(np.argmax(means))
         best = records.find_duplicate(ctx.study, measured[i].key(), -1)
         bars.append((float(means[i]), best, f"trial {best.number}'s" if best else "the best measured config's"))
-    fastest = _fastest_baseline(ctx)
+    fastest = fastest_baseline(ctx)
     if fastest is not None:
         bars.append((math.log(float(fastest.value)), fastest, f"the baseline's (trial {fastest.number})"))
     if not bars:
@@ -545,7 +545,7 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
     }
 
 
-def _fastest_baseline(ctx: StudyContext) -> Any:
+def fastest_baseline(ctx: StudyContext) -> Any:
     """The measured baseline trial with the highest tok/s over the space's CUDA-graph settings, or None."""
     base = [records.find_baseline(ctx.study, cg) for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph})]
     return max((b for b in base if b is not None and b.value), key=lambda b: float(b.value), default=None)
