@@ -81,8 +81,9 @@ def test_confirm_turns_a_search_only_study_into_a_confirmed_verdict(tmp_path):
     assert c.returncode == 0, c.stderr
     after = json.loads(c.stdout)
     assert after["verdict_basis"] == "confirmed" and after["verdict"] == "speculation-wins"
-    # every candidate gets the space's 4 rounds; the race goes on (up to max_repeats 8) while two are close
-    assert after["confirmed"] and all(4 <= x["speedup_ci"]["n"] <= 8 for x in after["confirmed"])
+    # every candidate gets the space's 3 rounds (verdict.repeats); the race goes on (up to max_repeats 8) while two
+    # are close and not both proven winners within 1% of each other
+    assert after["confirmed"] and all(3 <= x["speedup_ci"]["n"] <= 8 for x in after["confirmed"])
     winner = next(x for x in after["confirmed"] if x["trial"] == after["best"]["trial"])
     assert not winner["dropped"]
     assert report(space, studies)["verdict"] == "speculation-wins"
