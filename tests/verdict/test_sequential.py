@@ -222,23 +222,8 @@ def _rate_many(
 ) -> tuple[float, float]:
     """The share of ``n`` confirmations of candidates with these true speedups that end ``speculation-wins``, and
     their mean rounds (the default spec, one fresh baseline a round; ``prior`` as in ``_study``)."""
-    spec = VerdictSpec(repeats=3, max_repeats=8, confidence=0.95, min_gain=0.02)
-    cands: list[race.Candidate] = [(i, {"num_steps": i}, True) for i in range(len(trues))]
-    rng = random.Random(1)
-    wins = rounds_total = 0
-    for _ in range(n):
-        rounds: list[Round] = []
-        while measure := race.next_round(rounds, cands, spec, True, prior=prior):
-            base = 100.0 * math.exp(rng.gauss(0, sd))
-            rounds.append(
-                Round(
-                    baseline={True: base},
-                    candidates={k: 100.0 * trues[k] * math.exp(rng.gauss(0, sd)) for k in measure},
-                )
-            )
-        wins += race.look(rounds, cands, spec, True, prior=prior)["verdict"] == "speculation-wins"
-        rounds_total += len(rounds)
-    return wins / n, rounds_total / n
+    wins, rounds, _, _ = _race_many(trues, n, sd=sd, seed=1, prior=prior)
+    return wins, rounds
 
 
 def test_the_best_of_several_ties_is_not_a_winner_much_more_often_than_one_config_at_the_bar():
@@ -322,7 +307,12 @@ def test_a_server_noisier_than_the_prior_raises_it_and_a_quiet_one_costs_rounds_
 
 
 def _race_many(
-    trues: list[float], n: int, sd: float = 0.025, tie: float | None = None, seed: int = 7
+    trues: list[float],
+    n: int,
+    sd: float = 0.025,
+    tie: float | None = None,
+    seed: int = 7,
+    prior: Spread | None = race.DEFAULT_PRIOR,
 ) -> tuple[float, float, float, float]:
     """``n`` confirmations of candidates with these true speedups (the default spec, the shipped prior), with the
     race ending at ``tie`` (``race.still_racing``): the share that end ``speculation-wins``, the mean rounds, the
@@ -334,7 +324,7 @@ def _race_many(
     loss = 0.0
     for _ in range(n):
         rounds: list[Round] = []
-        while measure := race.next_round(rounds, cands, spec, True, tie=tie):
+        while measure := race.next_round(rounds, cands, spec, True, prior=prior, tie=tie):
             base = 100.0 * math.exp(rng.gauss(0, sd))
             rounds.append(
                 Round(
@@ -343,7 +333,7 @@ def _race_many(
                 )
             )
             starts += 1 + len(measure)
-        seen = race.look(rounds, cands, spec, True, tie=tie)
+        seen = race.look(rounds, cands, spec, True, prior=prior, tie=tie)
         wins += seen["verdict"] == "speculation-wins"
         rounds_total += len(rounds)
         loss += 1 - trues[seen["best"]] / max(trues) if seen["best"] is not None else 0.0
