@@ -347,3 +347,37 @@ def test_the_h200_harness_study_after_the_tie_end_and_the_under_the_bar_stop_giv
     assert rep["gpu_time"]["search_starts"] == 9 and rep["gpu_time"]["confirmation_starts"] == 6
     assert rep["search_settled"] is None and rep["counts"]["COMPLETE"] + rep["counts"]["PRUNED"] == 16
     assert not any(c["flagged"] for c in rep["baseline_check"])
+
+
+def test_the_h200_load_level_study_on_the_level_prior_names_each_levels_winner():
+    """docs/gpu-runs/2026-12-03-h200-levels19: a load-level harness study (1, 4 and 16 streams) on the code with the
+    level prior, the race's tie end and a level's extra rounds, resumed twice, cut during confirmation after 3
+    rounds of 4 candidates. Every level's interval carries the start-noise prior's 5 degrees of freedom at 3
+    rounds; each level's verdict follows from its interval and the 2% bar; the exported schedule drafts where
+    speculation wins and is off where it loses; the recommended config is the objective's confirmed winner."""
+    rep = json.loads((GPU_RUNS / "2026-12-03-h200-levels19" / "third" / "report.json").read_text())
+    assert rep["verdict"] == "speculation-wins"
+    win = rep["recommended"]
+    assert win["trial"] == 2 and win["config"]["cuda_graph"] and win["config"]["draft_n_max"] == 3
+    assert win["speedup_ci"]["low"] > 1.02 and win["speedup_ci"]["df"] == 5
+    levels = {v["level"]: v for v in rep["load"]["confirmed"]}
+    assert sorted(levels) == [1, 4, 16]
+    for v in levels.values():
+        ci = v["speedup_ci"]
+        assert ci["n"] == 3 and ci["df"] == 5  # 3 rounds + the prior's 3 - 1
+        if ci["low"] > 1.02:
+            assert v["verdict"] == "speculation-wins"
+        elif ci["high"] < 1.0:
+            assert v["verdict"] == "baseline-wins"
+    assert levels[1]["verdict"] == levels[4]["verdict"] == "speculation-wins"
+    assert levels[16]["verdict"] == "baseline-wins"
+    assert rep["load"]["confirmed_text"] == "speculation wins up to 4 streams, loses from 16"
+    export = (GPU_RUNS / "2026-12-03-h200-levels19" / "third" / "export.txt").read_text()
+    schedule = json.loads(export.split("autotune-provenance: ", 1)[1].splitlines()[0])["schedule"]
+    assert [(s["level"], s["draft"]) for s in schedule] == [(1, 16), (4, 3), (16, 0)]
+    assert [s["trial"] for s in schedule] == [levels[1]["trial"], levels[4]["trial"], None]
+    cands = {c["trial"]: c for c in rep["confirmed"]}
+    assert set(cands) == {2, 4, 12, 16} and all(c["rounds"] == 3 for c in cands.values())
+    assert rep["gpu_time"]["confirmation_starts"] == 3 * (len(cands) + 2)  # each round: the candidates, 2 baselines
+    assert not any(c["flagged"] for c in rep["baseline_check"])
+    assert set(rep["lossless"]["lossy_trials"]).isdisjoint(cands)
