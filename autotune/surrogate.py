@@ -15,7 +15,7 @@ batches, so a fit is deterministic and takes ~0.1 s at the sizes a study has (te
 
 Where every measured start reports its acceptance length, the search models log tok/s as log acceptance length
 minus log seconds per round, one GP each (``FactoredSurrogate``, built by ``fit``): each factor is smooth and
-monotone where their ratio is not, and acceptance does not depend on CUDA graphs (the same on 47 of 47 graphs
+monotone where their ratio is not, and acceptance does not depend on CUDA graphs (the same on 52 of 52 graphs
 on/off twins of single-stream H200 runs, docs/gpu-runs/2026-12-03-h200-factored). With load levels it can: on an
 H200 with 16 server slots a long draft's twins accepted 8.86 vs 9.29 tokens a round at one stream and 6.61 vs
 10.24 at four (docs/gpu-runs/2026-12-03-h200-levels19), and the search does not factor there.

@@ -19,6 +19,7 @@ from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.search import fastest_baseline, surrogate
+from autotune.study.settle import baseline_draws, change_bar
 from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed
 
 CANDIDATE_KAPPA = DEFAULT_POLICIES.candidates.kappa
@@ -119,12 +120,9 @@ def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[Frozen
     top = int(np.argmax(mean))
     rng = np.random.default_rng(records.design_seed(ctx.study))
     draws = model.sample(configs, ctx.policies.stop.settle_samples, rng)
-    up = math.log1p(ctx.policies.stop.resolution)
-    change = draws[:, top] + up
     fastest = fastest_baseline(ctx) if ctx.policies.candidates.join_over_bar else None
-    if fastest is not None:
-        b = math.log(float(fastest.value)) + model.noise_floor * rng.standard_normal(len(draws))
-        change = np.maximum(change, b + math.log1p(ctx.space.verdict.min_gain))
+    b = None if fastest is None else baseline_draws(math.log(float(fastest.value)), model.noise_floor, len(draws), rng)
+    change = change_bar(draws[:, top], ctx.policies.stop.resolution, b, ctx.space.verdict.min_gain)
     methods = {TrialRecord(t).method for t in cands} - {None}
     firsts = {m: next(t.number for t in cands if TrialRecord(t).method == m) for m in methods}
     out = []

@@ -106,13 +106,13 @@ def settle(
     if baseline_log is None:
         p_gain = 1.0
         bar = f_best
-        change_bar = f_best + up
+        change = change_bar(f_best, resolution)
     else:
-        b = baseline_log + baseline_sd * rng.standard_normal(samples)
+        b = baseline_draws(baseline_log, baseline_sd, samples, rng)
         p_gain = float(np.mean(draws.max(axis=1) - b > gain))
         bar = np.maximum(f_best, b + gain)
-        change_bar = np.maximum(f_best + up, b + gain)
-    p_change = float(np.mean(draws[:, others].max(axis=1) > change_bar)) if others else 0.0
+        change = change_bar(f_best, resolution, b, min_gain)
+    p_change = float(np.mean(draws[:, others].max(axis=1) > change)) if others else 0.0
     if others:
         # E[max(0, exp(f_u - ref) - 1)]: expected relative tok/s gain of measuring u next, per unmeasured config
         rel = np.expm1(draws[:, others] - f_best[:, None])
@@ -160,6 +160,22 @@ def settle(
         expected_gain_bar=e_gain_bar,
         p_change=p_change,
     )
+
+
+def baseline_draws(baseline_log: float, baseline_sd: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws of the fastest baseline's latent log tok/s: its one measurement with a start's noise."""
+    return baseline_log + baseline_sd * rng.standard_normal(n)
+
+
+def change_bar(
+    best: np.ndarray, resolution: float, baseline: np.ndarray | None = None, min_gain: float = 0.0
+) -> np.ndarray:
+    """Per joint draw, what a config must beat to change the answer: the best-ranked config's draw (``best``) by
+    more than ``resolution``, or, where that is lower, the fastest baseline's draw (``baseline``, from
+    ``baseline_draws``; None: no bar) times ``1 + min_gain``. Asked of the unmeasured configs by the search's stop
+    (``Settled.p_change``) and of the candidates by confirmation (``confirm.thin``)."""
+    up = best + math.log1p(resolution)
+    return up if baseline is None else np.maximum(up, baseline + math.log1p(min_gain))
 
 
 def expected_gain_stop(

@@ -301,7 +301,7 @@ def _graph_twins(report: dict) -> dict[tuple[str, int | None], dict[bool, list[d
 def test_acceptance_is_the_same_with_and_without_cuda_graphs_in_every_recorded_single_stream_h200_run():
     """What the factored surrogate assumes (its acceptance GP has no CUDA-graph group): the graphs-on and graphs-off
     twins of a speculative config, measured on the same prompts, report the same acceptance length on real
-    hardware. Every recorded single-stream H200 report's pairs (47 when this was written), to 0.1%. The search
+    hardware. Every recorded single-stream H200 report's pairs (52 in session 19), to 0.1%. The search
     factors only without load levels (``search.measured_starts``); with load levels (llama-server with 16 slots)
     the twins can differ: the next test."""
     pairs = 0
