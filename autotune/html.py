@@ -71,6 +71,8 @@ def _verdict(report: dict[str, Any]) -> list[str]:
         f"<p class='verdict' id='verdict'><b>{_e(report['verdict'])}</b> ({_e(rests_on)}): "
         f"{_e(report['verdict_text'])}</p>"
     ]
+    if report.get("to_settle"):
+        parts.append(f"<p class='to-settle' id='to-settle'>{_e(report['to_settle']['text'])}</p>")
     parts += _objective_line(report)
     if report.get("search_settled"):
         parts.append(f"<p class='settled' id='search-settled'>{_e(report['search_settled']['text'])}</p>")

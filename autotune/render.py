@@ -157,6 +157,8 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
         style.get(report["verdict"]),
     )
     line(f"  {report['verdict_text']}")
+    if report.get("to_settle"):
+        line(f"  {report['to_settle']['text']}")
     rec = report["recommended"]
     if rec.get("config"):
         line(f"recommended: trial {rec.get('trial')}: {config_label(rec['config'])}  ({rec['why']})", "bold")

@@ -16,7 +16,7 @@ from autotune.stats import log_ratios
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.race import headline as _headline
-from autotune.verdict import Verdict, loses_on, point_verdict, search_verdict
+from autotune.verdict import Verdict, loses_on, point_verdict, search_verdict, to_settle_text
 
 VERDICT_TEXT = {
     Verdict.SPECULATION_WINS: "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
@@ -209,6 +209,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         exclusions = find_exclusions(study)
     spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE]
     simulated, units = records.study_labels(study)
+    gpu = gpu_time(trials, conf)
     recommended = recommend(study, v, best)
     out = {
         "study": study.study_name,
@@ -228,8 +229,9 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
             for rule in ("baseline", "leader")
         },
         "reasons": _reasons(trials),
-        "gpu_time": gpu_time(trials, conf),
+        "gpu_time": gpu,
         "search_settled": _settled_text(records.search_settled(study)),
+        "to_settle": to_settle_text(conf.to_settle if conf.done else None, gpu),
         "best_configs": _best_configs(rows, confirmed, recommended.get("trial")),
         "best": best,
         "confirmed": confirmed,

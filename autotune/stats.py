@@ -128,6 +128,38 @@ class Spread:
 START_PRIOR_DF = 3.0
 
 
+#: ``rounds_to_settle`` says "more than this" instead of a number: a gap this small is not worth settling
+SETTLE_MOST_ROUNDS = 100
+
+
+def rounds_to_settle(
+    sd: float,
+    point: float,
+    bar: float,
+    confidence: float,
+    prior_df: float = START_PRIOR_DF,
+    most: int = SETTLE_MOST_ROUNDS,
+) -> int | None:
+    """How many fresh rounds (a start of the config and one of its baseline each, one look at ``confidence``) would
+    put a speedup's interval wholly on one side of ``bar``, if its point estimate stays at ``point`` and one round's
+    paired log ratio spreads by ``sd`` (with ``prior_df`` degrees of freedom of the start prior pooled in, as
+    ``speedup_interval`` does): the smallest n >= 2 with t(confidence, prior_df + n - 1) * sd / sqrt(n) under
+    |log bar - log point|. None when more than ``most`` would be needed (a point about on the bar is not settled
+    by rounds). What an inconclusive verdict would cost to settle (``confirm``; the report says it)."""
+    if not (sd >= 0 and point > 0 and bar > 0 and 0 < confidence < 1 and most >= 2):
+        raise ValueError(
+            "rounds_to_settle needs sd >= 0, point and bar > 0, confidence in (0, 1) and most >= 2 "
+            f"(got {sd}, {point}, {bar}, {confidence}, {most})"
+        )
+    gap = abs(math.log(bar) - math.log(point))
+    if gap == 0:
+        return None
+    for n in range(2, most + 1):
+        if two_sided_t(confidence, prior_df + n - 1) * sd / math.sqrt(n) < gap:
+            return n
+    return None
+
+
 def start_prior(start_noise: float = START_NOISE) -> Spread:
     """The start-to-start noise (``pruning.start_noise``: the sd of the log speedup of one server start over
     another) as a prior on the spread of rounds of fresh starts, worth ``START_PRIOR_DF`` rounds. Three rounds

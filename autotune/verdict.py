@@ -19,6 +19,7 @@ import enum
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.stats import START_NOISE, Interval, Spread, log_ratios, upper_bound
 
@@ -148,3 +149,32 @@ def point_verdict(speedup: float | None, slo_broken: bool) -> Verdict:
     """One search start's reading of one load level, on its point estimate alone (no interval): speculation-wins
     above 1 within the latency limits, else baseline-wins."""
     return Verdict.SPECULATION_WINS if (speedup or 0) > 1.0 and not slo_broken else Verdict.BASELINE_WINS
+
+
+def to_settle_text(state: dict[str, Any] | None, gpu: dict[str, Any]) -> dict[str, Any] | None:
+    """What settling an inconclusive verdict would take (``confirm._to_settle``), with the GPU time of its starts at
+    this study's mean confirmation start (else search start) and a line to print; None: nothing to settle."""
+    if not state:
+        return None
+    ci, t, bar = state["speedup_ci"], state["trial"], state["bar"]
+    where = f"trial {t}'s {ci['point']:.3f}x [{ci['low']:.3f}, {ci['high']:.3f}]"
+    if state["rounds"] is None:
+        return {
+            **state,
+            "gpu_s": None,
+            "text": f"{where} straddles the {bar - 1:.0%} bar with its point estimate "
+            f"{abs(ci['point'] / bar - 1):.1%} from it: more than {state['most']} rounds would not settle whether it "
+            f"clears it; whatever it gains is at most {ci['high'] - 1:.1%} (the interval's high end)",
+        }
+    per = [(gpu.get("confirmation_s"), gpu.get("confirmation_starts")), (gpu.get("search_s"), gpu.get("search_starts"))]
+    start_s = next((s / n for s, n in per if s and n), None)
+    gpu_s = None if start_s is None else state["starts"] * start_s
+    cost = "" if gpu_s is None else f", ~{gpu_s / 3600:.1f} h of server time at this study's starts"
+    return {
+        **state,
+        "gpu_s": gpu_s,
+        "text": f"settling whether {where} clears the {bar - 1:.0%} bar would take about {state['rounds']} fresh "
+        f"rounds of it against the baseline (one look at {state['confidence']:.0%}; {state['starts']} server "
+        f"starts{cost}), if its point estimate stays "
+        f"where it is: autotune export --trial {t} -o F, then autotune reverify F --repeats {state['rounds']}",
+    }

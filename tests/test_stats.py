@@ -7,7 +7,15 @@ import math
 import pytest
 from scipy import stats as st
 
-from autotune.stats import PRIOR_SPREAD, Spread, pooled_spread, upper_bound
+from autotune.stats import (
+    PRIOR_SPREAD,
+    START_PRIOR_DF,
+    Spread,
+    pooled_spread,
+    rounds_to_settle,
+    speedup_interval,
+    upper_bound,
+)
 from autotune.verdict import prune_decision
 
 
@@ -72,3 +80,42 @@ def test_spread_rejects_nonsense() -> None:
         Spread(sd=-1, df=2)
     with pytest.raises(ValueError, match="df"):
         Spread(sd=0.1, df=-1)
+
+
+def _logs(point: float, sd: float, n: int) -> list[float]:
+    """``n`` log ratios with mean log(point) and sample sd exactly ``sd``."""
+    raw = [i - (n - 1) / 2 for i in range(n)]
+    m = sum(raw) / n
+    s = math.sqrt(sum((x - m) ** 2 for x in raw) / (n - 1))
+    return [math.log(point) + sd * (x - m) / s for x in raw]
+
+
+@pytest.mark.parametrize("point", [1.004, 0.99, 1.05, 0.97])
+def test_rounds_to_settle_is_where_the_interval_first_leaves_the_bar(point):
+    # the same interval the verdict and `autotune reverify` compute: n rounds whose spread equals the prior's
+    sd, bar = 0.035, 1.02
+    n = rounds_to_settle(sd, point, bar, 0.95)
+    assert n is not None and n >= 2
+    prior = Spread(sd=sd, df=START_PRIOR_DF)
+    at_n = speedup_interval(_logs(point, sd, n), 0.95, prior)
+    assert not at_n.low <= bar <= at_n.high, "after the rounds it names, the interval is still on the bar"
+    if n > 2:
+        before = speedup_interval(_logs(point, sd, n - 1), 0.95, prior)
+        assert before.low <= bar <= before.high, "one round fewer would already have settled it"
+
+
+def test_rounds_to_settle_grows_as_the_point_nears_the_bar_and_gives_up_on_it():
+    far, near, nearer = (rounds_to_settle(0.035, p, 1.02, 0.95) for p in (0.95, 1.0, 1.01))
+    assert far is not None and near is not None and nearer is not None
+    assert far < near < nearer
+    assert rounds_to_settle(0.035, 1.02, 1.02, 0.95) is None  # on the bar: never
+    assert rounds_to_settle(0.035, 1.019, 1.02, 0.95) is None  # 0.1% off: more than the most rounds
+    assert rounds_to_settle(0.035, 1.019, 1.02, 0.95, most=10_000) is not None
+    # a noisier server needs more rounds for the same gap
+    assert rounds_to_settle(0.05, 1.0, 1.02, 0.95) > near
+
+
+def test_rounds_to_settle_refuses_nonsense():
+    for args in [(-0.1, 1.0, 1.02, 0.95), (0.03, 0.0, 1.02, 0.95), (0.03, 1.0, 1.02, 1.5)]:
+        with pytest.raises(ValueError):
+            rounds_to_settle(*args)

@@ -105,6 +105,8 @@ class ConfirmationState:
     check_rounds: list[Round] | None = field(default=None, init=False)
     baseline_check: list[dict[str, Any]] | None = field(default=None, init=False)
     suspect_prunes: list[dict[str, Any]] | None = field(default=None, init=False)
+    # an inconclusive verdict whose pick straddles the bar: what settling it would take (``confirm._to_settle``)
+    to_settle: dict[str, Any] | None = field(default=None, init=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

@@ -13,7 +13,7 @@ from autotune import records
 from autotune.config import TrialConfig
 from autotune.measure import measure_config
 from autotune.records import ConfirmationState, Round, RoundLevels, TrialRecord
-from autotune.stats import Spread, log_ratios, start_prior
+from autotune.stats import SETTLE_MOST_ROUNDS, Interval, Spread, log_ratios, rounds_to_settle, start_prior
 from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
@@ -352,8 +352,38 @@ def _verdict(
     state.basis = decided["basis"]
     state.rests_on = decided["rests_on"]
     _check_baselines(ctx, state)
+    state.to_settle = _to_settle(ctx, state)
     state.done = True
     records.set_confirmation(ctx.study, state)
+
+
+def _to_settle(ctx: StudyContext, state: ConfirmationState) -> dict[str, Any] | None:
+    """An inconclusive verdict whose pick's interval straddles the ``min_gain`` bar: how many fresh rounds of the
+    pick against the fastest baseline (``autotune reverify --repeats``) would settle which side of the bar it lies
+    on, at the spread confirmation measured and the verdict's confidence, if its point estimate stays
+    (``stats.rounds_to_settle``; None: more than ``stats.SETTLE_MOST_ROUNDS``). None otherwise. On the field
+    report's case (a 1.004x tie, 2% bar, 2.5% start noise) that is tens of ten-minute starts: the user decides
+    whether the last percent is worth them, not the study."""
+    if state.verdict != Verdict.INCONCLUSIVE or state.best is None:
+        return None
+    best = next((r for r in state.results or [] if r["trial"] == state.best), None)
+    h = race.headline(best) if best is not None else None
+    bar = 1.0 + ctx.space.verdict.min_gain
+    if h is None or not h["low"] <= bar <= h["high"]:
+        return None
+    iv = Interval(**{k: h[k] for k in ("point", "low", "high", "n", "confidence")}, df=h.get("df"))
+    prior = _prior(ctx)
+    n = rounds_to_settle(iv.sd, iv.point, bar, ctx.space.verdict.confidence, prior.df)
+    return {
+        "trial": state.best,
+        "speedup_ci": h,
+        "bar": bar,
+        "confidence": ctx.space.verdict.confidence,
+        "sd": iv.sd,
+        "rounds": n,
+        "most": SETTLE_MOST_ROUNDS,
+        "starts": None if n is None else 2 * n,  # a start of the config and one of its baseline per round
+    }
 
 
 def _any_measured(ctx: StudyContext) -> bool:

@@ -418,3 +418,52 @@ def test_the_h200_load_level_study_on_the_level_prior_names_each_levels_winner()
     assert rep["gpu_time"]["confirmation_starts"] == 3 * (len(cands) + 2)  # each round: the candidates, 2 baselines
     assert not any(c["flagged"] for c in rep["baseline_check"])
     assert set(rep["lossless"]["lossy_trials"]).isdisjoint(cands)
+
+
+def test_the_h200_load_level_study_run_to_its_end_wins_at_every_level():
+    """docs/gpu-runs/2026-12-04-h200-levels20: the load-level harness study (1, 4 and 16 streams, 10 trials) run to
+    its end over three calls (cut twice, finished in the third: the harness's last study stage "ok"), on the pack's
+    default llama.cpp (llama-cpp-python 0.3.36; levels19 ran 0.3.23). The first real run of the race's tie end:
+    after 4 rounds the race had dropped trial 13 as clearly slower than the leader, trial 10, while trial 16 still
+    raced beside it, and confirmation stopped there, 4 rounds short of ``max_rounds``: with load levels no bar
+    end applies (``race.bar_points`` is None), so only the tie end stops a race of two. The level-only candidate
+    (trial 8) left after its 2 rounds; every level's interval is far above the bar, so no extra rounds
+    (``_could_clear`` not asked). Speculation wins at every level, 16 streams too; the schedule keeps the
+    recommended config's graphs-on setting, so at 16 streams it drafts with the graphs-on twin (trial 16) of that
+    level's graphs-off winner (trial 13)."""
+    run = GPU_RUNS / "2026-12-04-h200-levels20" / "third"
+    history = json.loads((run / "harness.json").read_text())["history"]
+    studies = [(h["status"], h.get("exit")) for h in history if h["stage"] == "study"]
+    assert studies == [("interrupted", 124), ("interrupted", 124), ("ok", 0)]
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["verdict"] == "speculation-wins" and rep["verdict_basis"] == "confirmed"
+    win = rep["recommended"]
+    assert win["trial"] == 10 and win["why"] == "confirmed speculative winner"
+    assert win["config"]["drafter"] == "good" and win["config"]["cuda_graph"] and win["config"]["draft_n_max"] == 7
+    ci = win["speedup_ci"]
+    assert ci["n"] == 4 and ci["df"] == 6 and 1.5 < ci["low"] < ci["point"] < ci["high"] < 1.75  # 4 rounds + 3 - 1
+    assert ci["confidence"] == pytest.approx(1 - 0.05 / 3)  # the error shared by the 3 racing after 3 rounds
+    cands = {c["trial"]: c for c in rep["confirmed"]}
+    assert {k: (c["rounds"], c["dropped"]) for k, c in cands.items()} == {
+        10: (4, False),
+        16: (4, False),  # still racing beside the leader: the tie end stopped the race
+        13: (4, True),
+        8: (2, True),  # level-only: out after its 2 rounds
+    }
+    assert rep["gpu_time"]["confirmation_starts"] == sum(c["rounds"] for c in cands.values()) + 2 * 4
+    levels = {v["level"]: v for v in rep["load"]["confirmed"]}
+    assert sorted(levels) == [1, 4, 16]
+    assert [levels[c]["trial"] for c in (1, 4, 16)] == [10, 10, 13]
+    for v in levels.values():
+        assert v["verdict"] == "speculation-wins"
+        assert v["speedup_ci"]["n"] == 4 and v["speedup_ci"]["df"] == 6 and v["speedup_ci"]["low"] > 1.02
+    assert 1.1 < levels[16]["speedup_ci"]["low"] < levels[16]["speedup_ci"]["high"] < 1.4
+    assert rep["load"]["confirmed_text"] == "speculation wins at every level (up to 16 streams)"
+    assert not cands[13]["config"]["cuda_graph"] and cands[16]["config"]["cuda_graph"]
+    assert cands[13]["config"]["draft_n_max"] == cands[16]["config"]["draft_n_max"] == 5
+    export = (run / "export.txt").read_text()
+    schedule = json.loads(export.split("autotune-provenance: ", 1)[1].splitlines()[0])["schedule"]
+    assert [(s["level"], s["draft"], s["trial"]) for s in schedule] == [(1, 7, 10), (4, 7, 10), (16, 5, 16)]
+    assert rep["exclusions"] == [] and rep["lossless"]["lossy_trials"] == []
+    assert not any(c["flagged"] for c in rep["baseline_check"])
+    assert rep["gpu_time"]["search_starts"] == 21 and rep["gpu_time"]["confirmation_starts"] == 22

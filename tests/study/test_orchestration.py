@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import io
+
 import optuna
 import pytest
 from optuna.trial import TrialState
 
 from autotune.backends.sglang import SGLangBackend
 from autotune.errors import UserError
+from autotune.html import write_html_report
+from autotune.render import render_report
 from autotune.report import build_report
+from autotune.stats import rounds_to_settle
 from autotune.study import Orchestrator, open_study, run
 
 from .conftest import ScriptedRunner, make_space
@@ -182,3 +187,55 @@ def test_three_crashes_before_any_speculative_success_stop_the_study(tmp_path):
     study = _study(space, tmp_path)
     with pytest.raises(UserError, match="3 servers in a row failed to start"):
         Orchestrator(space, SGLangBackend(), runner, study).search(10)
+
+
+def test_an_inconclusive_verdict_says_what_settling_it_would_take(tmp_path):
+    # every config ties the baseline (the field report's case): the pick's interval straddles the 2% bar
+    space = make_space(n_trials=10, drafters=("good",))
+    runner = ScriptedRunner(speed={"good": lambda c: 1.0}, noise=0.03, seed=2)
+    study = _study(space, tmp_path)
+    state = run(space, SGLangBackend(), runner, study)
+    assert state["verdict"] == "inconclusive"
+    rep = build_report(study)
+    assert rep["to_settle"]["rounds"] is not None, "this seed's pick is far enough from the bar to be settled"
+    settle = rep["to_settle"]
+    ci = settle["speedup_ci"]
+    assert settle["trial"] == rep["best"]["trial"] and ci["low"] <= 1.02 <= ci["high"]
+    # the rounds named are where an interval at the measured spread leaves the bar (tests/test_stats.py), and
+    # each round is two server starts, priced at this study's mean confirmation start
+    assert settle["rounds"] == rounds_to_settle(settle["sd"], ci["point"], 1.02, 0.95)
+    assert settle["starts"] == 2 * settle["rounds"]
+    per_start = rep["gpu_time"]["confirmation_s"] / rep["gpu_time"]["confirmation_starts"]
+    assert settle["gpu_s"] == pytest.approx(settle["starts"] * per_start)
+    assert f"autotune reverify F --repeats {settle['rounds']}" in settle["text"]
+    assert f"trial {settle['trial']}" in settle["text"]
+    # said where the verdict is: the terminal report and the HTML one
+    out = io.StringIO()
+    render_report(rep, out)
+    assert settle["text"][:60] in " ".join(out.getvalue().split())
+    page = tmp_path / "r.html"
+    write_html_report(study, rep, page)
+    assert "id='to-settle'" in page.read_text() and f"--repeats {settle['rounds']}" in page.read_text()
+
+
+def test_a_settled_verdict_has_nothing_to_settle(tmp_path):
+    space = make_space(n_trials=10, drafters=("good",))
+    runner = ScriptedRunner(speed={"good": lambda c: 1.0 + 0.1 * c.knob("num_steps")})
+    study = _study(space, tmp_path)
+    state = run(space, SGLangBackend(), runner, study)
+    assert state["verdict"] == "speculation-wins"
+    assert build_report(study)["to_settle"] is None
+
+
+def test_an_inconclusive_verdict_on_the_bar_says_rounds_would_not_settle_it(tmp_path):
+    # this seed's pick lands 0.7% under the 2% bar: no number of rounds at this noise settles which side it is on
+    space = make_space(n_trials=10, drafters=("good",))
+    runner = ScriptedRunner(speed={"good": lambda c: 1.0}, noise=0.03, seed=0)
+    study = _study(space, tmp_path)
+    assert run(space, SGLangBackend(), runner, study)["verdict"] == "inconclusive"
+    settle = build_report(study)["to_settle"]
+    ci = settle["speedup_ci"]
+    assert settle["rounds"] is None and settle["starts"] is None and settle["gpu_s"] is None
+    assert rounds_to_settle(settle["sd"], ci["point"], 1.02, 0.95, most=settle["most"]) is None
+    assert f"more than {settle['most']} rounds would not settle" in settle["text"]
+    assert f"at most {ci['high'] - 1:.1%}" in settle["text"]
