@@ -1,7 +1,8 @@
 """What a study will cost before it starts: its phases, the server starts each may take and the GPU time (pure).
 
 The counts follow the study's own rules: the search takes at most ``budget.n_trials`` starts (fewer when configs
-are duplicates, the budget was partly used before a resume, or the answer settles first: ``settle_after``);
+are duplicates, the budget was partly used before a resume, or the answer settles first: ``settle_after``); with
+load levels each level's surrogate picks and the best config's draft-length ladder follow it (``study.ladder``);
 confirmation measures up to ``verdict.confirm_top``
 candidates plus the fastest single measurement (plus two per load level, for their first two rounds), each round
 a fresh baseline of every CUDA-graph setting and each candidate still racing, ``verdict.repeats`` rounds and at
@@ -88,11 +89,15 @@ def plan(
     gpus: int,
     costs: Costs | None,
     settle_after: int | None = None,
+    level_rounds: int = 0,
+    ladder_rungs: int = 0,
 ) -> Plan:
     """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume). ``settle_after``:
     the fewest trials after which the search may stop settled (``budget.stop_when_settled``: the baselines, the
     server defaults and the design), None when it runs its whole budget; confirmation may then thin its candidates
-    to one."""
+    to one. With load levels, after the search: ``level_rounds`` rounds of one surrogate pick per level and
+    ``ladder_rungs`` rungs of the best config's draft-length ladder still to run (``study.ladder``; what a resumed
+    study has run is not counted), each a start at most, none where nothing could beat a level's best."""
     search_left = max(0, n_trials - used)
     note = f"{n_trials} trials in the budget, {used} used"
     search_lo = search_left
@@ -100,6 +105,10 @@ def plan(
         search_lo = max(0, min(search_left, settle_after - used))
         note += f"; it stops earlier once its answer is settled, not before {settle_after}"
     phases = [Phase("search", search_lo, search_left, note)]
+    if len(levels) > 1 and (level_rounds or ladder_rungs):
+        parts = [f"{level_rounds} round(s) of a pick per level"] if level_rounds else []
+        parts += [f"up to {ladder_rungs} draft lengths of the best config"] if ladder_rungs else []
+        phases.append(Phase("level picks", 0, level_rounds * len(levels) + ladder_rungs, " and ".join(parts)))
     if confirm and confirm_top > 0 and repeats >= 2:
         cands = confirm_top + 1
         fewest = 1 if settle_after is not None else cands

@@ -13,6 +13,7 @@ each level's winner.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
 from autotune.space import Choices, IntRange
+from autotune.study import _optuna
 from autotune.study import search as _search
 from autotune.study.context import StudyContext
 from autotune.surrogate import Encoding, Surrogate
@@ -119,8 +121,11 @@ def level_picks(ctx: StudyContext) -> list[TrialConfig]:
 
 
 def run(ctx: StudyContext, objective: _search.Objective, *, deadline: float | None = None) -> int:
-    """Measure each level's surrogate pick and the ladder's unmeasured rungs; returns how many were queued."""
+    """Measure each level's surrogate pick and the ladder's unmeasured rungs; returns how many were queued. A run
+    cut in this phase left its queued picks or rungs waiting: they are measured first (``_drain``), and what is
+    queued is not queued again."""
     n = 0
+    _drain(ctx, objective, deadline)
     done = records.level_phase(ctx.study)  # a resumed study does not start the phase over
     for r in range(int(done.get("rounds", 0)), LEVEL_ROUNDS):  # each round refits on the last one's measurements
         picks = level_picks(ctx)
@@ -136,13 +141,41 @@ def run(ctx: StudyContext, objective: _search.Objective, *, deadline: float | No
     return n
 
 
+def _queued(ctx: StudyContext) -> set[str]:
+    """The params (JSON) of the trials waiting in the queue: configs already queued, not to be queued again."""
+    return {json.dumps(_optuna.params_of(t), sort_keys=True) for t in records.trials(ctx.study, (TrialState.WAITING,))}
+
+
+def _waiting(ctx: StudyContext) -> int:
+    """This phase's trials (a level's pick, a rung) waiting in the queue."""
+    return sum(
+        1
+        for t in records.trials(ctx.study, (TrialState.WAITING,))
+        if t.user_attrs.get(records.SEEDED) in (SEEDED_LEVEL, SEEDED_LADDER)
+    )
+
+
 def _measure(
     ctx: StudyContext, objective: _search.Objective, configs: list[TrialConfig], seeded: str, deadline: float | None
 ) -> int:
+    queued = _queued(ctx)
+    n = 0
     for cfg in configs:
-        records.enqueue_speculative(ctx.study, ctx.backend.params(cfg, ctx.space), seeded=seeded)
-    if configs:
-        target = _search.counted_trials(ctx) + len(configs)
-        cap = len(records.trials(ctx.study)) + 2 * len(configs) + 4
-        _search._optimize(ctx, objective, target, cap, deadline)
-    return len(configs)
+        params = ctx.backend.params(cfg, ctx.space)
+        if json.dumps(params, sort_keys=True) not in queued:
+            records.enqueue_speculative(ctx.study, params, seeded=seeded)
+            n += 1
+    _drain(ctx, objective, deadline)
+    return n
+
+
+def _drain(ctx: StudyContext, objective: _search.Objective, deadline: float | None) -> None:
+    """Run this phase's queued trials, and no other: until none waits (one that resolves to a measured config
+    ends as a duplicate and uses no budget, so a trial count would let the sampler add one), the cap or the
+    deadline."""
+    waiting = _waiting(ctx)
+    if not waiting:
+        return
+    target = _search.counted_trials(ctx) + waiting
+    cap = len(records.trials(ctx.study)) + 2 * waiting + 4
+    _search._optimize(ctx, objective, target, cap, deadline, stop=lambda: _waiting(ctx) == 0)

@@ -75,7 +75,7 @@ def recover_interrupted(ctx: StudyContext) -> None:
             {records.INTERRUPTED: True, records.FAIL_REASON: "the orchestrator stopped during this trial"},
         )
         if not TrialRecord(t).is_baseline:  # baselines are re-queued by seed()
-            records.enqueue_speculative(ctx.study, t.params, requeued_from=t.number)
+            records.enqueue_speculative(ctx.study, t.params, seeded=TrialRecord(t).seeded, requeued_from=t.number)
 
 
 def seed(ctx: StudyContext, n_trials: int | None = None) -> None:

@@ -208,7 +208,8 @@ class Objective:
         measured again when the study resumes."""
         t.record.interrupted()
         if TrialRecord(t.trial).role != records.ROLE_BASELINE:
-            records.enqueue_speculative(self.ctx.study, dict(t.trial.params), requeued_from=t.number)
+            seeded = TrialRecord(t.trial).seeded  # a level's pick stays one (``ladder``: its phase runs it)
+            records.enqueue_speculative(self.ctx.study, dict(t.trial.params), seeded=seeded, requeued_from=t.number)
 
     # -- the steps ------------------------------------------------------------------------------------
     def _run(self, t: _Trial) -> tuple[float, dict[str, Any]]:

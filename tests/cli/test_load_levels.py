@@ -4,6 +4,7 @@ report, the schedule exported in vLLM's and SGLang's formats, and bad load setti
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 from .helpers import REPO, autotune, report
@@ -57,6 +58,12 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     assert len({t["config"]["num_steps"] for t in ladder}) == len(ladder)
     # and, per level, the config a surrogate of that level ranked highest
     assert any(t.get("seeded") == "level" for t in rep["trials"])
+    # the plan said so before it started, and its bound held
+    said = re.search(r"level picks 0-(\d+) server starts", r.stdout + r.stderr)
+    assert said, "the plan does not count the level picks and the ladder"
+    phase = [t for t in rep["trials"] if t.get("seeded") in ("level", "ladder") and t["duplicate_of"] is None]
+    assert 0 < len(phase) <= int(said.group(1))
+    assert rep["counts"].get("WAITING", 0) == 0 and not any(t["state"] == "WAITING" for t in rep["trials"])
     # aggregate tok/s grows with load even where speculation stops paying
     tps = [x["tok_per_s"] for x in load["levels"]]
     assert tps == sorted(tps)

@@ -78,3 +78,18 @@ def test_a_search_that_may_stop_settled_plans_its_fewest_starts_and_a_single_can
     assert (resumed.phases[0].starts, resumed.phases[0].starts_max) == (0, 2)
     whole = _plan(settle_after=12)  # no trial to spare before the budget ends: the budget is the plan
     assert (whole.phases[0].starts, whole.phases[0].starts_max) == (12, 12) and "settled" not in whole.phases[0].note
+
+
+def test_load_levels_plan_the_level_picks_and_the_ladder_after_the_search():
+    # the H200 load study's plan said "search 8-10 server starts" and the study made 21: each level's surrogate
+    # picks and the best config's draft-length ladder (autotune.study.ladder) come after the search's budget
+    p = _plan(levels=(1, 4, 16), level_rounds=2, ladder_rungs=6)
+    assert [(ph.name, ph.starts, ph.starts_max) for ph in p.phases][:2] == [("search", 12, 12), ("level picks", 0, 12)]
+    text = planmod.render(p)
+    assert "level picks 0-12 server starts (2 round(s) of a pick per level and up to 6 draft lengths" in text
+    assert p.starts[1] == 12 + 12 + p.phases[2].starts_max
+    resumed = _plan(levels=(1, 4, 16), level_rounds=0, ladder_rungs=6)  # the picks' rounds done, the ladder not
+    assert resumed.phases[1].starts_max == 6 and "round" not in resumed.phases[1].note
+    done = _plan(levels=(1, 4, 16), level_rounds=0, ladder_rungs=0)
+    assert [ph.name for ph in done.phases] == ["search", "confirmation"]
+    assert [ph.name for ph in _plan(levels=(1,), level_rounds=2, ladder_rungs=6).phases] == ["search", "confirmation"]

@@ -1,0 +1,80 @@
+"""A load-level study cut during its level phase (a level's surrogate picks, the draft-length ladder) and resumed:
+what the cut left queued is measured, nothing is queued twice and no trial is left waiting. On the H200
+(docs/gpu-runs/2026-12-04-h200-levels20) a study cut after two of three ladder rungs finished with the third left
+WAITING in the study: the resumed run had counted it as measured and never ran it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune import records
+from autotune.backends.sglang import SGLangBackend
+from autotune.clock import VirtualClock
+from autotune.records import TrialRecord
+from autotune.sim import ModelRunner, simulated_space
+from autotune.space import load_space
+from autotune.study import Orchestrator, open_study
+from autotune.study import _optuna as optuna_params
+from autotune.study.ladder import LEVEL_ROUNDS, SEEDED_LADDER, SEEDED_LEVEL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class CutAt(ModelRunner):
+    """The simulator's runner, interrupted (as Ctrl-C or the harness's SIGTERM interrupt a study) at the
+    ``nth`` server start of a trial the ``phase`` queued."""
+
+    def __init__(self, *args, storage, phase: str, nth: int, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.storage, self.phase, self.nth, self.seen = storage, phase, nth, 0
+
+    def launch(self, config):
+        study = optuna.load_study(study_name="cut", storage=self.storage)
+        running = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+        if any(TrialRecord(t).seeded == self.phase for t in running):
+            self.seen += 1
+            if self.seen == self.nth:
+                raise KeyboardInterrupt
+        return super().launch(config)
+
+
+@pytest.mark.parametrize("phase", [SEEDED_LADDER, SEEDED_LEVEL])
+def test_a_study_cut_in_its_level_phase_resumes_it_and_leaves_nothing_waiting(tmp_path, phase):
+    space = simulated_space(load_space(str(ROOT / "scripts/bench_scenarios/llama-load.space.yaml")))
+    backend, clock = SGLangBackend(), VirtualClock()
+    storage = f"sqlite:///{tmp_path}/cut.db"
+    runner = CutAt(space, backend, clock, seed=1, storage=storage, phase=phase, nth=2)
+    study = open_study(space, storage, "cut", seed=0, simulated=True)
+    with pytest.raises(KeyboardInterrupt):
+        Orchestrator(space, backend, runner, study, clock=clock).search(space.budget.n_trials)
+    waiting = [t for t in study.get_trials() if t.state == TrialState.WAITING]
+    cut = [t for t in study.get_trials() if t.state == TrialState.FAIL]
+    assert waiting and len(cut) == 1, "the cut should leave the phase's trial interrupted and others queued"
+    # the interrupted trial is queued again as what it was: its phase's, so that the phase runs it
+    requeued = [t for t in waiting if t.user_attrs.get("requeued_from") == cut[0].number]
+    assert len(requeued) == 1 and requeued[0].user_attrs.get("seeded") == phase
+
+    study = open_study(space, storage, "cut", seed=0, simulated=True)
+    Orchestrator(space, backend, ModelRunner(space, backend, clock, seed=2), study, clock=clock).search(
+        space.budget.n_trials
+    )
+    trials = study.get_trials()
+    assert [t.number for t in trials if t.state == TrialState.WAITING] == [], "a queued trial was never run"
+    # every config queued before the cut was measured, each once (not queued again by the resumed phase)
+    queued = {json.dumps(optuna_params.params_of(t), sort_keys=True) for t in waiting}
+    ran = [json.dumps(t.params, sort_keys=True) for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert queued <= set(ran)
+    measured = [
+        TrialRecord(t).config_key
+        for t in trials
+        if TrialRecord(t).seeded in (SEEDED_LEVEL, SEEDED_LADDER)
+        and t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        and not TrialRecord(t).is_duplicate
+    ]
+    assert len(measured) == len(set(measured)), "a config of the level phase was measured twice"
+    assert records.level_phase(study) == {"rounds": LEVEL_ROUNDS, "ladder": True}
