@@ -170,12 +170,12 @@ def _measure(
 
 
 def _drain(ctx: StudyContext, objective: _search.Objective, deadline: float | None) -> None:
-    """Run this phase's queued trials, and no other: until none waits (one that resolves to a measured config
-    ends as a duplicate and uses no budget, so a trial count would let the sampler add one), the cap or the
-    deadline."""
-    waiting = _waiting(ctx)
-    if not waiting:
+    """Run this phase's queued trials (and whatever the queue holds before them: it runs in order), and no
+    sampler trial: until none of this phase's waits (one that resolves to a measured config ends as a duplicate
+    and uses no budget, so a trial count alone would let the sampler add one), the cap or the deadline."""
+    if not _waiting(ctx):
         return
+    waiting = len(records.trials(ctx.study, (TrialState.WAITING,)))  # the queue runs in order: anything before ours
     target = _search.counted_trials(ctx) + waiting
     cap = len(records.trials(ctx.study)) + 2 * waiting + 4
     _search._optimize(ctx, objective, target, cap, deadline, stop=lambda: _waiting(ctx) == 0)
