@@ -151,7 +151,7 @@ def _waiting(ctx: StudyContext) -> int:
     return sum(
         1
         for t in records.trials(ctx.study, (TrialState.WAITING,))
-        if t.user_attrs.get(records.SEEDED) in (SEEDED_LEVEL, SEEDED_LADDER)
+        if records.TrialRecord(t).seeded in (SEEDED_LEVEL, SEEDED_LADDER)
     )
 
 
