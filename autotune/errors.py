@@ -123,6 +123,13 @@ class Unstable(BenchmarkError):
         super().__init__(message)
 
 
+class ConfirmationFailed(AutotuneError):
+    """A fresh baseline of confirmation could not be measured (its server failed on every start it got): nothing
+    can be confirmed against it. The study keeps its rounds; running it again resumes them."""
+
+    kind = "confirmation-failed"
+
+
 class DrafterNotEngaged(AutotuneError):
     """Acceptance length near 1.0: the drafter is not engaged (wrong algorithm flag or drafter/target pair)."""
 

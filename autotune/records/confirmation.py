@@ -107,6 +107,9 @@ class ConfirmationState:
     suspect_prunes: list[dict[str, Any]] | None = field(default=None, init=False)
     # an inconclusive verdict whose pick straddles the bar: what settling it would take (``confirm._to_settle``)
     to_settle: dict[str, Any] | None = field(default=None, init=False)
+    # candidates whose starts failed in a round (a crash on every fresh start it got, a refusal, a timeout):
+    # [{"trial", "kind", "reason", "round"}], out of the race and listed among the exclusions
+    failed: list[dict[str, Any]] | None = field(default=None, init=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

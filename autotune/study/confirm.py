@@ -11,12 +11,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import records
 from autotune.config import TrialConfig
-from autotune.measure import measure_config
+from autotune.errors import AutotuneError, BenchmarkError, ConfirmationFailed, LaunchError, Unstable
+from autotune.measure import Measurement, measure_config
 from autotune.records import ConfirmationState, Round, RoundLevels, TrialRecord
 from autotune.stats import SETTLE_MOST_ROUNDS, Interval, Spread, log_ratios, rounds_to_settle, start_prior
 from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.outcomes import CRASH_STARTS, crash_line, is_crash
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.search import fastest_baseline, surrogate
 from autotune.study.settle import baseline_draws, change_bar
@@ -26,6 +28,15 @@ CANDIDATE_KAPPA = DEFAULT_POLICIES.candidates.kappa
 #: with load levels, the fastest measured configs per level confirmed for that level's sake (``_level_winners``)
 LEVEL_CANDIDATES = DEFAULT_POLICIES.candidates.per_level
 NOT_CONFIRMED = "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)"
+
+
+class StartsFailed(AutotuneError):
+    """Every fresh start a config got in one measurement of confirmation failed (``CRASH_STARTS``); ``kind`` is
+    ``unstable`` when each of them crashed, else the last failure's."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        self.kind = kind
+        super().__init__(message)
 
 
 def candidates(ctx: StudyContext, scale: dict[str, float] | None = None) -> list[FrozenTrial]:
@@ -239,7 +250,7 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
         state.deploy_cuda_graph = fastest_baseline_setting(ctx)
     ctx.emit(Event("confirm-start", data={"candidates": [t.number for t in cands], "repeats": spec.repeats}))
     _rounds(ctx, cands, state)
-    _verdict(ctx, cands, state, excluded)
+    _verdict(ctx, _live(cands, state), state, excluded + _failed_exclusions(cands, state))
     ctx.emit(
         Event(
             "verdict",
@@ -257,12 +268,12 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
 def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState) -> None:
     """Rounds as ``race.next_round`` asks for them (the race, then more rounds while the verdict is open)."""
     spec = ctx.space.verdict
-    info = _info(cands)
     levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
-    points = race.bar_points(info, state.deploy_cuda_graph, levels, _prior(ctx))
-    tie = race.tie_rule(info, spec, state.deploy_cuda_graph, _tie(ctx), _prior(ctx))
     while True:
+        info = _info(_live(cands, state))  # a candidate whose starts failed is out of the race
+        points = race.bar_points(info, state.deploy_cuda_graph, levels, _prior(ctx))
+        tie = race.tie_rule(info, spec, state.deploy_cuda_graph, _tie(ctx), _prior(ctx))
         active = race.next_round(
             state.rounds, info, spec, state.deploy_cuda_graph, levels, _level_only(state), _prior(ctx), _tie(ctx)
         )
@@ -280,8 +291,40 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
                     },
                 )
             )
-        state.rounds.append(_round(ctx, cands, active, graph_settings, state.deploy_cuda_graph))
+        state.rounds.append(_round(ctx, cands, active, graph_settings, state))
         records.set_confirmation(ctx.study, state)
+
+
+def _live(cands: list[FrozenTrial], state: ConfirmationState) -> list[FrozenTrial]:
+    """The candidates still in confirmation: all but those whose starts failed in a round."""
+    out = {int(f["trial"]) for f in state.failed or []}
+    return [t for t in cands if t.number not in out]
+
+
+def _failed_exclusions(cands: list[FrozenTrial], state: ConfirmationState) -> list[dict[str, Any]]:
+    """The candidates whose starts failed in confirmation, as exclusions (``records.find_exclusions``' shape): the
+    verdict could not weigh them, and a config whose server fails on fresh starts is no deployment."""
+    by_number = {t.number: t for t in cands}
+    return [
+        {
+            "trial": int(f["trial"]),
+            "kind": f["kind"],
+            "config": TrialRecord(by_number[int(f["trial"])]).shown_config if int(f["trial"]) in by_number else None,
+            "speedup": None,
+            "reason": f["reason"],
+        }
+        for f in state.failed or []
+    ]
+
+
+def _drop(ctx: StudyContext, state: ConfirmationState, t: FrozenTrial, e: StartsFailed) -> None:
+    """Take a candidate whose starts failed out of confirmation, on record (a resumed study keeps it out)."""
+    k = len(state.rounds) + 1
+    reason = f"its server failed on {CRASH_STARTS} fresh starts in confirmation round {k}: {e}"
+    state.failed = [*(state.failed or []), {"trial": t.number, "kind": e.kind, "reason": reason, "round": k}]
+    records.set_confirmation(ctx.study, state)
+    label = TrialRecord(t).effective_config().label()
+    ctx.emit(Event("note", data={"message": f"trial {t.number} ({label}) is out of confirmation: {reason}"}))
 
 
 def _prior(ctx: StudyContext) -> Spread:
@@ -308,10 +351,12 @@ def _levels(ctx: StudyContext) -> list[int] | None:
 
 
 def _round(
-    ctx: StudyContext, cands: list[FrozenTrial], active: list[int], graph_settings: list[Any], deploy_cg: bool | None
+    ctx: StudyContext, cands: list[FrozenTrial], active: list[int], graph_settings: list[Any], state: ConfirmationState
 ) -> Round:
     """A fresh baseline of each CUDA-graph setting with candidates still racing, then those candidates; and the
-    deployable baseline when no candidate racing runs under its setting."""
+    deployable baseline when no candidate racing runs under its setting. A candidate whose starts fail leaves
+    confirmation (``_drop``); a baseline whose starts fail stops it (``ConfirmationFailed``)."""
+    deploy_cg = state.deploy_cuda_graph
     rnd = Round()
     lv = RoundLevels()  # per-level tok/s (with load levels)
     for cg in graph_settings:
@@ -320,7 +365,12 @@ def _round(
             continue
         rnd.baseline[bool(cg)] = _measure_once(ctx, TrialConfig.baseline(bool(cg)), lv.baseline, bool(cg))
         for t in racing:
-            rnd.candidates[t.number] = _measure_once(ctx, TrialRecord(t).effective_config(), lv.candidates, t.number)
+            try:
+                rnd.candidates[t.number] = _measure_once(
+                    ctx, TrialRecord(t).effective_config(), lv.candidates, t.number
+                )
+            except StartsFailed as e:
+                _drop(ctx, state, t, e)
     if deploy_cg is not None and deploy_cg not in rnd.baseline:
         rnd.baseline[deploy_cg] = _measure_once(ctx, TrialConfig.baseline(bool(deploy_cg)), lv.baseline, deploy_cg)
     if ctx.space.benchmark.loaded:
@@ -467,8 +517,19 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
 def _measure_once(
     ctx: StudyContext, config: TrialConfig, levels: dict[Any, dict[int, float]] | None = None, key: Any = None
 ) -> float:
-    """One start of ``config``: its objective (tok/s without load levels); each level's tok/s into ``levels[key]``."""
-    m = measure_config(ctx.runner, config, ctx.space)
+    """One start of ``config``: its objective (tok/s without load levels); each level's tok/s into ``levels[key]``.
+    A start that fails gets fresh ones (``_start``); a baseline whose starts all failed raises
+    ``ConfirmationFailed``, a candidate's ``StartsFailed``."""
+    try:
+        m = _start(ctx, config)
+    except StartsFailed as e:
+        if not config.is_baseline:
+            raise
+        raise ConfirmationFailed(
+            f"confirmation: the fresh baseline ({config.label()}) could not be measured: its server failed on "
+            f"{CRASH_STARTS} starts ({e}); nothing can be confirmed without it. The study and its rounds are kept: "
+            "run the study again to resume confirmation."
+        ) from e
     tps = m.tok_per_s
     if levels is not None and key is not None and m.levels:
         levels[key] = {lv.level: lv.tok_per_s for lv in m.levels}
@@ -476,6 +537,27 @@ def _measure_once(
         _confirm_floor(ctx, config, [r.text for r in m.results])
     ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))
     return tps
+
+
+def _start(ctx: StudyContext, config: TrialConfig) -> Measurement:
+    """``measure_config`` on a fresh start; a start that fails (a crash, a refusal, a start-up timeout, requests
+    failing after their retries) gets a fresh one, ``CRASH_STARTS`` in all as a trial's crash does (a server that
+    served in the search may crash on a later start: llama.cpp's CUDA build did on the H200, "an illegal
+    instruction was encountered", docs/gpu-runs/2026-12-04-h200-levels21). Then ``StartsFailed``."""
+    failures: list[str] = []
+    crashes = 0
+    while True:
+        try:
+            return measure_config(ctx.runner, config, ctx.space)
+        except (LaunchError, BenchmarkError) as e:
+            crashed = is_crash(e)
+            crashes += crashed
+            failures.append(crash_line(e) if crashed else f"{e.kind}: {str(e)[:200]}")
+            if len(failures) >= CRASH_STARTS:
+                kind = Unstable.kind if crashes == len(failures) else e.kind
+                raise StartsFailed(" | ".join(failures), kind) from e
+            message = f"confirmation: {config.label()}: the server failed ({failures[-1]}); a fresh start"
+            ctx.emit(Event("note", data={"message": message}))
 
 
 def _confirm_floor(ctx: StudyContext, config: TrialConfig, texts: list[str]) -> None:

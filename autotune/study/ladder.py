@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 from optuna.trial import TrialState
@@ -82,6 +83,20 @@ def ladder_configs(ctx: StudyContext) -> list[TrialConfig]:
     return out
 
 
+def family(cfg: TrialConfig) -> tuple[str | None, Any]:
+    """A config's drafter and method: what a level's surrogate can only guess at without a measurement of it."""
+    return cfg.drafter, cfg.knob("method")
+
+
+def level_pool(grid: list[TrialConfig], keys: set[str], observed: list[TrialConfig]) -> list[TrialConfig]:
+    """The grid points a level's pick may be: not launched yet (``keys``), of a family (drafter, method) measured
+    to the end at that level. The surrogate knows nothing of a family that never was (its trials pruned as losing,
+    or failed): its upper bound is the prior's, which outranks every measured point. On the H200 (levels21) both
+    picks went to the bad drafter, whose one trial had been pruned, and both were pruned in turn."""
+    families = {family(c) for c in observed}
+    return [g for g in grid if g.key() not in keys and family(g) in families]
+
+
 def level_picks(ctx: StudyContext) -> list[TrialConfig]:
     """Per load level, the unmeasured grid point a surrogate of that level's log tok/s ranks highest (posterior mean
     + ``REFINE_KAPPA`` sd), when it could beat the level's best measurement: the search ranks by the objective, so a
@@ -108,7 +123,7 @@ def level_picks(ctx: StudyContext) -> list[TrialConfig]:
         if len({cfg.key() for cfg, _ in obs}) < ctx.policies.refine.min_points or best_speedup < 0.9:
             continue
         model = Surrogate(Encoding.from_configs(grid + [cfg for cfg, _ in obs]), obs, noise_floor=floor)
-        pool = [g for g in grid if g.key() not in keys]
+        pool = level_pool(grid, keys, [cfg for cfg, _ in obs])
         if not pool:
             continue
         mean, sd = model.predict(pool)

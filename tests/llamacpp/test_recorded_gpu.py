@@ -467,3 +467,37 @@ def test_the_h200_load_level_study_run_to_its_end_wins_at_every_level():
     assert rep["exclusions"] == [] and rep["lossless"]["lossy_trials"] == []
     assert not any(c["flagged"] for c in rep["baseline_check"])
     assert rep["gpu_time"]["search_starts"] == 21 and rep["gpu_time"]["confirmation_starts"] == 22
+
+
+def test_the_h200_load_level_study_cut_in_its_level_phase_resumes_it_and_runs_each_config_once():
+    """docs/gpu-runs/2026-12-04-h200-levels21: the fix of levels20's first defect on real hardware. A load-level
+    study (1 and 4 streams, 4 trials) cut 75 s in, in its level phase: the ladder rung being measured (trial 5,
+    ``draft_n_max`` 5) interrupted, the rest of the ladder waiting. The resumed study ran the queue first, the cut
+    rung again as a ladder trial, each config once, then the second round of level picks: nothing left waiting.
+    Its confirmation then met a llama-server crash (CUDA "an illegal instruction was encountered", exit -6) and the
+    study exited 1: the second finding, fixed in ``confirm._start`` (tests/study/test_confirm_failures.py)."""
+    run = GPU_RUNS / "2026-12-04-h200-levels21"
+    cut = json.loads((run / "first" / "report.json").read_text())
+    states = {t["number"]: (t["state"], t["seeded"]) for t in cut["trials"]}
+    assert states[5] == ("FAIL", "ladder")
+    waiting = [n for n, (s, _) in states.items() if s == "WAITING"]
+    assert waiting == [6, 7, 8] and all(states[n][1] == "ladder" for n in waiting)  # 8: trial 5 queued again
+    rep = json.loads((run / "second" / "report.json").read_text())
+    trials = rep["trials"]
+    assert not [t for t in trials if t["state"] in ("WAITING", "RUNNING")]
+    fails = [t for t in trials if t["state"] == "FAIL"]
+    assert [(t["number"], t["reason"].split(":")[0]) for t in fails] == [(5, "interrupted")]
+    launched = [t for t in trials if t["state"] in ("COMPLETE", "PRUNED")]
+    keys = [json.dumps(t["config"], sort_keys=True) for t in launched]
+    assert len(keys) == len(set(keys)), "a config measured twice"
+    ladder = {t["config"]["draft_n_max"]: t["number"] for t in launched if t["seeded"] == "ladder"}
+    assert ladder == {2: 4, 9: 6, 16: 7, 5: 8}  # the cut rung (n_max 5) measured once, as a ladder trial
+    assert [t["number"] for t in trials if t["seeded"] == "level"] == [9, 10]
+    log = (run / "second" / "study.log").read_text()
+    assert "resuming study levels21: 9 trials kept (4 complete, 1 fail, 1 pruned, 3 waiting)" in log
+    assert "server exited (return code -6)" in log and "an illegal instruction was encountered" in log
+    history = json.loads((run / "second" / "harness.json").read_text())["history"]
+    assert [(h["status"], h.get("exit")) for h in history if h["stage"] == "study"][-2:] == [
+        ("interrupted", 124),
+        ("failed", 1),
+    ]

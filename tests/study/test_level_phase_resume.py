@@ -78,3 +78,21 @@ def test_a_study_cut_in_its_level_phase_resumes_it_and_leaves_nothing_waiting(tm
     ]
     assert len(measured) == len(set(measured)), "a config of the level phase was measured twice"
     assert records.level_phase(study) == {"rounds": LEVEL_ROUNDS, "ladder": True}
+
+
+def test_a_level_pick_stays_within_the_families_measured_at_that_level():
+    """On the H200 (docs/gpu-runs/2026-12-04-h200-levels21) both level picks went to the bad drafter, whose one
+    trial had been pruned: a family (drafter, method) never measured to the end is the prior's guess, which
+    outranks every measured point. The pool keeps the measured families' unlaunched points only."""
+    from autotune.config import TrialConfig
+    from autotune.study.ladder import level_pool
+
+    grid = [TrialConfig.make(d, True, draft_n_max=n) for d in ("good", "bad") for n in (1, 2, 4, 8)]
+    grid.append(TrialConfig.make(None, True, method="ngram", draft_n_max=4))
+    good = [g for g in grid if g.drafter == "good"]
+    keys = {good[0].key(), grid[4].key()}  # launched: good n 1 (measured), bad n 1 (pruned)
+    pool = level_pool(grid, keys, [good[0]])
+    assert pool == good[1:]
+    # a model-free method is its own family: measured, its points come in; the bad drafter's never do
+    ngram = grid[-1]
+    assert level_pool(grid, keys, [good[0], ngram.with_knobs(draft_n_max=2)]) == [*good[1:], ngram]
