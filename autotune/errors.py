@@ -123,6 +123,27 @@ class Unstable(BenchmarkError):
         super().__init__(message)
 
 
+class StartsFailed(AutotuneError):
+    """Every fresh start one measurement got failed (``autotune.measure.measure_fresh``); ``kind`` is ``unstable``
+    when each of them crashed, else the last failure's."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+
+def is_crash(e: Exception) -> bool:
+    """A crash, not a refusal: killed by a signal (negative return code) at start-up, or died while serving."""
+    return isinstance(e, ServerDied) or (isinstance(e, ServerExited) and (e.returncode or 0) < 0)
+
+
+def crash_line(e: Exception) -> str:
+    """The exit and the last line of the log that says something (for the report)."""
+    tail = [ln.strip() for ln in (getattr(e, "log_tail", "") or "").splitlines() if ln.strip()]
+    code = getattr(e, "returncode", None)
+    return f"{'exit ' + str(code) if code is not None else 'died'}: " + (tail[-1][:200] if tail else str(e)[:200])
+
+
 class ConfirmationFailed(AutotuneError):
     """A fresh baseline of confirmation could not be measured (its server failed on every start it got): nothing
     can be confirmed against it. The study keeps its rounds; running it again resumes them."""

@@ -1,6 +1,7 @@
 """Measuring one config at the seam: launch -> warm-up -> the prompts in order -> close, whatever happens.
 
-``measure_config`` is the whole of it (confirmation rounds, ``autotune bench``, the benchmark scripts); the study's
+``measure_config`` is the whole of it (``autotune bench``, the benchmark scripts; ``measure_fresh`` adds fresh starts
+when one fails: confirmation rounds, ``autotune reverify``); the study's
 trial, which checks the server between launch and warm-up and prunes between prompts, uses ``run_prompts`` on a
 session it launched itself.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.config import LaunchInfo, LevelResult, PromptResult, TrialConfig, summarize
+from autotune.errors import BenchmarkError, LaunchError, StartsFailed, Unstable, crash_line, is_crash
 from autotune.objective import category_value, weighted_value
 from autotune.runner import Runner, Session
 from autotune.space import Space
@@ -114,3 +116,36 @@ def measure_config(
         levels = run_levels(session, space, results)
         weights = space.objective.weights_for(space.benchmark.concurrency)
         return Measurement(session.info, results, tuple(levels), weights)
+
+
+#: fresh starts one measurement gets when its server fails (a crash, a refusal, a start-up timeout, requests failing
+#: after their retries): the first and one more, as a trial's crash gets (``autotune.study.outcomes.CRASH_STARTS``)
+FRESH_STARTS = 2
+
+
+def measure_fresh(
+    runner: Runner,
+    config: TrialConfig,
+    space: Space,
+    *,
+    starts: int = FRESH_STARTS,
+    on_retry: Callable[[str], None] | None = None,
+) -> Measurement:
+    """``measure_config``, and a fresh start when one fails (``on_retry`` gets the failure's line), up to ``starts``
+    in all; then ``StartsFailed`` with every start's line. A server that served before may fail on a later start:
+    llama.cpp's CUDA build crashed so on the H200 ("an illegal instruction was encountered",
+    docs/gpu-runs/2026-12-04-h200-levels21)."""
+    failures: list[str] = []
+    crashes = 0
+    while True:
+        try:
+            return measure_config(runner, config, space)
+        except (LaunchError, BenchmarkError) as e:
+            crashed = is_crash(e)
+            crashes += crashed
+            failures.append(crash_line(e) if crashed else f"{e.kind}: {str(e)[:200]}")
+            if len(failures) >= starts:
+                kind = Unstable.kind if crashes == len(failures) else e.kind
+                raise StartsFailed(" | ".join(failures), kind) from e
+            if on_retry is not None:
+                on_retry(failures[-1])

@@ -15,8 +15,8 @@ from typing import IO, Any
 
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
-from autotune.errors import InfeasibleConfig, UserError
-from autotune.measure import Measurement, measure_config
+from autotune.errors import AutotuneError, InfeasibleConfig, StartsFailed, UserError
+from autotune.measure import FRESH_STARTS, Measurement, measure_fresh
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.stats import speedup_interval, start_prior
@@ -45,9 +45,12 @@ def reverify(
     *,
     repeats: int | None = None,
     progress: Callable[[int, str, float], None] | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Measure ``repeats`` rounds (default ``verdict.repeats``) of baseline then config; the result dict says
-    whether the speedup holds (``holds``) and carries both intervals and every round's tok/s."""
+    whether the speedup holds (``holds``) and carries both intervals and every round's tok/s. A start that fails
+    gets a fresh one (``measure_fresh``; ``note`` says so); a config whose starts all fail in a round does not
+    hold (``failed`` says why; the rounds before it are kept), a baseline whose starts all fail is an error."""
     config = TrialConfig.from_dict(provenance["config"])
     if config.is_baseline:
         raise UserError(
@@ -64,21 +67,38 @@ def reverify(
         raise UserError(f"the exported config would be rejected or rewritten by the server now: {e}") from None
     n = repeats or space.verdict.repeats
     rounds: list[dict[str, float]] = []
+    failed: str | None = None  # the exported config's server failed on every fresh start of a round
     for i in range(n):
-        b = _figure(measure_config(runner, base_config, space), space)
+        try:
+            b = _figure(measure_fresh(runner, base_config, space, on_retry=_retry(note, i, "baseline")), space)
+        except StartsFailed as e:
+            raise AutotuneError(
+                f"reverify: the baseline's server failed on {FRESH_STARTS} fresh starts in round {i + 1} ({e}): "
+                f"nothing can be compared without it; {len(rounds)} round(s) measured before: "
+                + (", ".join(f"{r['baseline']:.1f} / {r['config']:.1f} tok/s" for r in rounds) or "none")
+            ) from e
         if progress:
             progress(i, "baseline", b)
-        c = _figure(measure_config(runner, effective, space), space)
+        try:
+            c = _figure(measure_fresh(runner, effective, space, on_retry=_retry(note, i, "config")), space)
+        except StartsFailed as e:
+            failed = f"server failed on {FRESH_STARTS} fresh starts in round {i + 1} ({e.kind}): {e}"
+            break
         if progress:
             progress(i, "config", c)
         rounds.append({"baseline": b, "config": c})
     logs = [math.log(r["config"] / r["baseline"]) for r in rounds if r["config"] > 0 and r["baseline"] > 0]
-    if len(logs) < 2:
-        raise UserError("fewer than two rounds were measured: no interval (is a server answering with 0 tokens?)")
-    new = speedup_interval(logs, space.verdict.confidence, start_prior(space.pruning.start_noise)).to_dict()
     measured = provenance.get("measured") or {}
     exported = measured.get("speedup_ci")
-    ok = holds(new, exported, measured.get("speedup"))
+    if len(logs) < 2 and failed is None:
+        raise UserError("fewer than two rounds were measured: no interval (is a server answering with 0 tokens?)")
+    new = (
+        speedup_interval(logs, space.verdict.confidence, start_prior(space.pruning.start_noise)).to_dict()
+        if len(logs) >= 2
+        else None
+    )
+    # a config whose server fails on fresh starts does not hold, whatever its speed when it serves
+    ok = failed is None and new is not None and holds(new, exported, measured.get("speedup"))
     return {
         "study": provenance.get("study"),
         "trial": provenance.get("trial"),
@@ -88,10 +108,21 @@ def reverify(
         "exported_speedup_ci": exported,
         "exported_speedup": measured.get("speedup"),
         "speedup_ci": new,
-        "still_wins": new["low"] > 1.0,
+        "still_wins": failed is None and new is not None and new["low"] > 1.0,
         "holds": ok,
+        "failed": failed,
         "rounds": rounds,
     }
+
+
+def _retry(note: Callable[[str], None] | None, i: int, what: str) -> Callable[[str], None]:
+    """What a failed start says (through ``note``) before its fresh one."""
+
+    def say(line: str) -> None:
+        if note is not None:
+            note(f"reverify round {i + 1}: the {what}'s server failed ({line}); a fresh start")
+
+    return say
 
 
 def render_result(r: dict[str, Any], out: IO[str]) -> None:
@@ -108,7 +139,9 @@ def render_result(r: dict[str, Any], out: IO[str]) -> None:
         w(f"  round {i + 1}: baseline {x['baseline']:.1f} tok/s, config {x['config']:.1f} tok/s\n")
     exported = ci(r["exported_speedup_ci"]) if r["exported_speedup_ci"] else f"{r['exported_speedup']} (no interval)"
     w(f"speedup now {ci(r['speedup_ci'])}; exported {exported}\n")
-    if r["holds"]:
+    if r.get("failed"):
+        w(f"does NOT hold: the exported config's {r['failed']}\n")
+    elif r["holds"]:
         w("holds: the speedup measured now agrees with the exported interval\n")
     else:
         w(

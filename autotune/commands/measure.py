@@ -128,4 +128,4 @@ def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
     preflight(ctx)
     ctx.ensure_dirs()
     runner, _clock = ctx.runner(seed=ctx.space.simulate.seed if (ctx.simulated and ctx.space.simulate) else 0)
-    return measure_again(ctx.run_space, ctx.backend, runner, prov, repeats=args.repeats)
+    return measure_again(ctx.run_space, ctx.backend, runner, prov, repeats=args.repeats, note=note)

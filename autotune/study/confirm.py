@@ -11,14 +11,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import records
 from autotune.config import TrialConfig
-from autotune.errors import AutotuneError, BenchmarkError, ConfirmationFailed, LaunchError, Unstable
-from autotune.measure import Measurement, measure_config
+from autotune.errors import ConfirmationFailed, StartsFailed
+from autotune.measure import FRESH_STARTS, measure_fresh
 from autotune.records import ConfirmationState, Round, RoundLevels, TrialRecord
 from autotune.stats import SETTLE_MOST_ROUNDS, Interval, Spread, log_ratios, rounds_to_settle, start_prior
 from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
-from autotune.study.outcomes import CRASH_STARTS, crash_line, is_crash
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.search import fastest_baseline, surrogate
 from autotune.study.settle import baseline_draws, change_bar
@@ -28,15 +27,6 @@ CANDIDATE_KAPPA = DEFAULT_POLICIES.candidates.kappa
 #: with load levels, the fastest measured configs per level confirmed for that level's sake (``_level_winners``)
 LEVEL_CANDIDATES = DEFAULT_POLICIES.candidates.per_level
 NOT_CONFIRMED = "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)"
-
-
-class StartsFailed(AutotuneError):
-    """Every fresh start a config got in one measurement of confirmation failed (``CRASH_STARTS``); ``kind`` is
-    ``unstable`` when each of them crashed, else the last failure's."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        self.kind = kind
-        super().__init__(message)
 
 
 def candidates(ctx: StudyContext, scale: dict[str, float] | None = None) -> list[FrozenTrial]:
@@ -320,7 +310,7 @@ def _failed_exclusions(cands: list[FrozenTrial], state: ConfirmationState) -> li
 def _drop(ctx: StudyContext, state: ConfirmationState, t: FrozenTrial, e: StartsFailed) -> None:
     """Take a candidate whose starts failed out of confirmation, on record (a resumed study keeps it out)."""
     k = len(state.rounds) + 1
-    reason = f"its server failed on {CRASH_STARTS} fresh starts in confirmation round {k}: {e}"
+    reason = f"its server failed on {FRESH_STARTS} fresh starts in confirmation round {k}: {e}"
     state.failed = [*(state.failed or []), {"trial": t.number, "kind": e.kind, "reason": reason, "round": k}]
     records.set_confirmation(ctx.study, state)
     label = TrialRecord(t).effective_config().label()
@@ -518,16 +508,21 @@ def _measure_once(
     ctx: StudyContext, config: TrialConfig, levels: dict[Any, dict[int, float]] | None = None, key: Any = None
 ) -> float:
     """One start of ``config``: its objective (tok/s without load levels); each level's tok/s into ``levels[key]``.
-    A start that fails gets fresh ones (``_start``); a baseline whose starts all failed raises
+    A start that fails gets a fresh one (``measure.measure_fresh``); a baseline whose starts all failed raises
     ``ConfirmationFailed``, a candidate's ``StartsFailed``."""
+
+    def retry(line: str) -> None:
+        message = f"confirmation: {config.label()}: the server failed ({line}); a fresh start"
+        ctx.emit(Event("note", data={"message": message}))
+
     try:
-        m = _start(ctx, config)
+        m = measure_fresh(ctx.runner, config, ctx.space, on_retry=retry)
     except StartsFailed as e:
         if not config.is_baseline:
             raise
         raise ConfirmationFailed(
             f"confirmation: the fresh baseline ({config.label()}) could not be measured: its server failed on "
-            f"{CRASH_STARTS} starts ({e}); nothing can be confirmed without it. The study and its rounds are kept: "
+            f"{FRESH_STARTS} starts ({e}); nothing can be confirmed without it. The study and its rounds are kept: "
             "run the study again to resume confirmation."
         ) from e
     tps = m.tok_per_s
@@ -537,27 +532,6 @@ def _measure_once(
         _confirm_floor(ctx, config, [r.text for r in m.results])
     ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))
     return tps
-
-
-def _start(ctx: StudyContext, config: TrialConfig) -> Measurement:
-    """``measure_config`` on a fresh start; a start that fails (a crash, a refusal, a start-up timeout, requests
-    failing after their retries) gets a fresh one, ``CRASH_STARTS`` in all as a trial's crash does (a server that
-    served in the search may crash on a later start: llama.cpp's CUDA build did on the H200, "an illegal
-    instruction was encountered", docs/gpu-runs/2026-12-04-h200-levels21). Then ``StartsFailed``."""
-    failures: list[str] = []
-    crashes = 0
-    while True:
-        try:
-            return measure_config(ctx.runner, config, ctx.space)
-        except (LaunchError, BenchmarkError) as e:
-            crashed = is_crash(e)
-            crashes += crashed
-            failures.append(crash_line(e) if crashed else f"{e.kind}: {str(e)[:200]}")
-            if len(failures) >= CRASH_STARTS:
-                kind = Unstable.kind if crashes == len(failures) else e.kind
-                raise StartsFailed(" | ".join(failures), kind) from e
-            message = f"confirmation: {config.label()}: the server failed ({failures[-1]}); a fresh start"
-            ctx.emit(Event("note", data={"message": message}))
 
 
 def _confirm_floor(ctx: StudyContext, config: TrialConfig, texts: list[str]) -> None:

@@ -7,7 +7,15 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.errors import AutotuneError, BenchmarkError, DrafterNotEngaged, LaunchError, ServerDied, ServerExited
+from autotune.errors import (  # noqa: F401  (is_crash, crash_line: re-exported for the trial)
+    AutotuneError,
+    BenchmarkError,
+    DrafterNotEngaged,
+    LaunchError,
+    crash_line,
+    is_crash,
+)
+from autotune.measure import FRESH_STARTS
 from autotune.records import TrialRecord
 
 
@@ -95,16 +103,4 @@ FAILURES = (LaunchError, BenchmarkError, DrafterNotEngaged, NotLaunched, Requeue
 
 
 #: server starts a trial's config gets when its server crashes (a signal at start-up, or dying while it serves)
-CRASH_STARTS = 2
-
-
-def is_crash(e: Exception) -> bool:
-    """A crash, not a refusal: killed by a signal (negative return code) at start-up, or died while serving."""
-    return isinstance(e, ServerDied) or (isinstance(e, ServerExited) and (e.returncode or 0) < 0)
-
-
-def crash_line(e: Exception) -> str:
-    """The exit and the last line of the log that says something (for the report)."""
-    tail = [ln.strip() for ln in (getattr(e, "log_tail", "") or "").splitlines() if ln.strip()]
-    code = getattr(e, "returncode", None)
-    return f"{'exit ' + str(code) if code is not None else 'died'}: " + (tail[-1][:200] if tail else str(e)[:200])
+CRASH_STARTS = FRESH_STARTS

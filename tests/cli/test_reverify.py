@@ -79,6 +79,32 @@ def test_a_changed_scenario_makes_it_fail_with_both_intervals(exported):
         assert len([x for x in r.stdout.splitlines() if x.strip().startswith("round ")]) == 3
 
 
+def test_a_config_whose_server_crashes_on_every_fresh_start_does_not_hold(exported):
+    """Real simulator processes, the exported config's server dying at its third request on every start (as
+    llama.cpp's CUDA build died on the H200, docs/gpu-runs/2026-12-04-h200-levels21): each round's baseline is
+    measured, the config gets one fresh start, then reverify stops: it does not hold, and says why."""
+    space, studies, files, _tmp = exported
+    data = yaml.safe_load(space.read_text())
+    data["server"]["extra_args"] = [*data["server"]["extra_args"], "--fault", "crash-after:2@eagle3-llama31-8b"]
+    crashing = space.with_name("space-crashing.yaml")
+    crashing.write_text(yaml.safe_dump(data, sort_keys=False))
+    args = ("reverify", str(files["yaml"]), "--simulate", "--space", str(crashing), "--studies-dir", str(studies))
+    r = autotune(*args)
+    assert r.returncode == 1, r.stderr
+    assert "does NOT hold: the exported config's server failed on 2 fresh starts in round 1 (unstable)" in r.stdout
+    assert "reverify round 1: the config's server failed (exit" in r.stderr and "a fresh start" in r.stderr
+    assert "Traceback" not in r.stderr
+    out = json.loads(autotune(*args, "--json").stdout)
+    assert out["holds"] is False and out["still_wins"] is False and out["rounds"] == []
+    assert out["failed"].count("exit ") == 2  # both starts' lines
+    # the same crash on the baseline's server: an error (exit 1) naming it, no traceback
+    data["server"]["extra_args"][-1] = "crash-after:2@none"
+    crashing.write_text(yaml.safe_dump(data, sort_keys=False))
+    b = autotune(*args)
+    assert b.returncode == 1 and "the baseline's server failed on 2 fresh starts in round 1" in b.stderr
+    assert "Traceback" not in b.stderr
+
+
 def test_the_exported_scenario_in_process_holds(exported):
     _space, studies, files, _tmp = exported
     r = autotune("reverify", str(files["sglang"]), "--simulate", "--in-process", "--studies-dir", str(studies))

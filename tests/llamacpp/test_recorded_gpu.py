@@ -475,7 +475,8 @@ def test_the_h200_load_level_study_cut_in_its_level_phase_resumes_it_and_runs_ea
     ``draft_n_max`` 5) interrupted, the rest of the ladder waiting. The resumed study ran the queue first, the cut
     rung again as a ladder trial, each config once, then the second round of level picks: nothing left waiting.
     Its confirmation then met a llama-server crash (CUDA "an illegal instruction was encountered", exit -6) and the
-    study exited 1: the second finding, fixed in ``confirm._start`` (tests/study/test_confirm_failures.py)."""
+    study exited 1: the second finding, fixed in ``measure.measure_fresh`` and ``confirm._drop``
+    (tests/study/test_confirm_failures.py)."""
     run = GPU_RUNS / "2026-12-04-h200-levels21"
     cut = json.loads((run / "first" / "report.json").read_text())
     states = {t["number"]: (t["state"], t["seeded"]) for t in cut["trials"]}
