@@ -9,10 +9,13 @@ never confirmed) holds when the new interval contains its measured speedup. Talk
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
+from autotune._io import atomic_write
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, InfeasibleConfig, StartsFailed, UserError
@@ -46,11 +49,14 @@ def reverify(
     repeats: int | None = None,
     progress: Callable[[int, str, float], None] | None = None,
     note: Callable[[str], None] | None = None,
+    journal: Path | None = None,
 ) -> dict[str, Any]:
     """Measure ``repeats`` rounds (default ``verdict.repeats``) of baseline then config; the result dict says
     whether the speedup holds (``holds``) and carries both intervals and every round's tok/s. A start that fails
     gets a fresh one (``measure_fresh``; ``note`` says so); a config whose starts all fail in a round does not
-    hold (``failed`` says why; the rounds before it are kept), a baseline whose starts all fail is an error."""
+    hold (``failed`` says why; the rounds before it are kept), a baseline whose starts all fail is an error.
+    ``journal``: each round is written there as it ends, so that a run cut short (Ctrl-C, a baseline that failed,
+    the machine lost) goes on from its rounds when run again; removed once the result stands."""
     config = TrialConfig.from_dict(provenance["config"])
     if config.is_baseline:
         raise UserError(
@@ -66,9 +72,9 @@ def reverify(
     except InfeasibleConfig as e:
         raise UserError(f"the exported config would be rejected or rewritten by the server now: {e}") from None
     n = repeats or space.verdict.repeats
-    rounds: list[dict[str, float]] = []
+    rounds = _kept(journal, note)
     failed: str | None = None  # the exported config's server failed on every fresh start of a round
-    for i in range(n):
+    for i in range(len(rounds), n):
         try:
             b = _figure(measure_fresh(runner, base_config, space, on_retry=_retry(note, i, "baseline")), space)
         except StartsFailed as e:
@@ -87,6 +93,11 @@ def reverify(
         if progress:
             progress(i, "config", c)
         rounds.append({"baseline": b, "config": c})
+        if journal is not None:
+            journal.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(journal, json.dumps({"rounds": rounds}))
+    if journal is not None:
+        journal.unlink(missing_ok=True)  # the result stands: a later reverify measures afresh
     logs = [math.log(r["config"] / r["baseline"]) for r in rounds if r["config"] > 0 and r["baseline"] > 0]
     measured = provenance.get("measured") or {}
     exported = measured.get("speedup_ci")
@@ -113,6 +124,22 @@ def reverify(
         "failed": failed,
         "rounds": rounds,
     }
+
+
+def _kept(journal: Path | None, note: Callable[[str], None] | None) -> list[dict[str, float]]:
+    """The rounds an earlier run of the same re-verification measured (``journal``), or none."""
+    if journal is None or not journal.is_file():
+        return []
+    try:
+        rounds = json.loads(journal.read_text(encoding="utf-8"))["rounds"]
+        kept = [{"baseline": float(r["baseline"]), "config": float(r["config"])} for r in rounds]
+    except (ValueError, KeyError, TypeError) as e:
+        if note is not None:
+            note(f"reverify: {journal} is unreadable ({e}): measuring from the first round")
+        return []
+    if note is not None:
+        note(f"reverify: resuming from {journal}: {len(kept)} round(s) kept")
+    return kept
 
 
 def _retry(note: Callable[[str], None] | None, i: int, what: str) -> Callable[[str], None]:

@@ -128,4 +128,21 @@ def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
     preflight(ctx)
     ctx.ensure_dirs()
     runner, _clock = ctx.runner(seed=ctx.space.simulate.seed if (ctx.simulated and ctx.space.simulate) else 0)
-    return measure_again(ctx.run_space, ctx.backend, runner, prov, repeats=args.repeats, note=note)
+    return measure_again(
+        ctx.run_space, ctx.backend, runner, prov, repeats=args.repeats, note=note, journal=_journal(ctx, prov)
+    )
+
+
+def _journal(ctx: Context, prov: dict[str, Any]) -> Path:
+    """Where a re-verification keeps its rounds until its result stands: under the study's folder, named by what
+    is measured (the exported config, its baseline, the space's digest), so that only the same re-verification
+    resumes from it."""
+    import hashlib
+    import json
+
+    from autotune.study.storage import space_digest
+
+    what = {"config": prov.get("config"), "baseline": (prov.get("baseline") or {}).get("config")}
+    key = json.dumps({**what, "space": space_digest(ctx.run_space), "simulated": ctx.simulated}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return ctx.studies_dir / ctx.study_name / "reverify" / f"trial{prov.get('trial')}-{digest}.json"

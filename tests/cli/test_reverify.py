@@ -4,14 +4,18 @@ the speedup still holds inside the exported interval, 1 (with both intervals) wh
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import yaml
 
 from autotune.reverify import holds
 
-from .helpers import autotune, space_file
+from .helpers import REPO, autotune, space_file
 
 
 def _free_port() -> int:
@@ -103,6 +107,42 @@ def test_a_config_whose_server_crashes_on_every_fresh_start_does_not_hold(export
     b = autotune(*args)
     assert b.returncode == 1 and "the baseline's server failed on 2 fresh starts in round 1" in b.stderr
     assert "Traceback" not in b.stderr
+
+
+def test_a_reverify_cut_short_resumes_from_its_rounds(exported):
+    """A long re-verification (an inconclusive verdict's `--repeats 21` is 42 server starts) interrupted with Ctrl-C
+    keeps its rounds; run again, it measures only the rest, then removes its journal (a later reverify starts
+    afresh). Real simulator processes, a real SIGINT."""
+    space, studies, files, _tmp = exported
+    journals = studies / "llama31-8b-eagle3-sim" / "reverify"
+    args = ["reverify", str(files["yaml"]), "--simulate", "--repeats", "4", "--studies-dir", str(studies)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not list(journals.glob("*.json")):
+        time.sleep(0.1)
+    assert list(journals.glob("*.json")), "no round was kept"
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    (journal,) = journals.glob("*.json")
+    kept = len(json.loads(journal.read_text())["rounds"])
+    assert 1 <= kept < 4
+    logs = studies / "llama31-8b-eagle3-sim" / "logs"
+    before = len(list(logs.glob("*.log")))
+    r = autotune(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    assert f"resuming from {journal}: {kept} round(s) kept" in r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["rounds"]) == 4 and out["holds"] is True
+    assert len(list(logs.glob("*.log"))) - before == 2 * (4 - kept)  # only the rounds left were measured
+    assert not journal.exists()
 
 
 def test_the_exported_scenario_in_process_holds(exported):
