@@ -146,7 +146,9 @@ def run(ctx: StudyContext, objective: _search.Objective, *, deadline: float | No
         picks = level_picks(ctx)
         if picks:
             n += _measure(ctx, objective, picks, SEEDED_LEVEL, deadline)
-        done = {**done, "rounds": r + 1}
+        # a round without picks ends the rounds (the next would refit on the same measurements): recorded as over,
+        # so that a run cut in the ladder does not pick again once the ladder is measured, as an uncut one does not
+        done = {**done, "rounds": r + 1 if picks else LEVEL_ROUNDS}
         records.set_level_phase(ctx.study, done)
         if not picks:
             break

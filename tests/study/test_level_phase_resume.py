@@ -96,3 +96,34 @@ def test_a_level_pick_stays_within_the_families_measured_at_that_level():
     # a model-free method is its own family: measured, its points come in; the bad drafter's never do
     ngram = grid[-1]
     assert level_pool(grid, keys, [good[0], ngram.with_knobs(draft_n_max=2)]) == [*good[1:], ngram]
+
+
+def test_a_resumed_level_phase_does_what_an_uncut_one_does_after_a_round_without_picks(tmp_path):
+    """levels21 on the H200: the first round of level picks found nothing (too few configs measured), the ladder
+    was cut, and the resumed run did a second round of picks after the ladder, which an uncut run never does (a
+    round without picks ends the rounds). A small budget on the simulator, cut at the ladder's second start: the
+    resumed study measures the ladder and no level pick, as the uncut one."""
+    import dataclasses
+
+    base = simulated_space(load_space(str(ROOT / "scripts/bench_scenarios/llama-load.space.yaml")))
+    space = dataclasses.replace(base, budget=dataclasses.replace(base.budget, n_trials=3))
+    backend, clock = SGLangBackend(), VirtualClock()
+
+    uncut = open_study(space, optuna.storages.InMemoryStorage(), "uncut", seed=0, simulated=True)
+    Orchestrator(space, backend, ModelRunner(space, backend, clock, seed=1), uncut, clock=clock).search(3)
+    seeded = [TrialRecord(t).seeded for t in uncut.get_trials()]
+    assert SEEDED_LADDER in seeded and SEEDED_LEVEL not in seeded, "the setting should leave the rounds empty"
+
+    storage = f"sqlite:///{tmp_path}/cut.db"
+    runner = CutAt(space, backend, clock, seed=1, storage=storage, phase=SEEDED_LADDER, nth=2)
+    study = open_study(space, storage, "cut", seed=0, simulated=True)
+    with pytest.raises(KeyboardInterrupt):
+        Orchestrator(space, backend, runner, study, clock=clock).search(3)
+    study = open_study(space, storage, "cut", seed=0, simulated=True)
+    Orchestrator(space, backend, ModelRunner(space, backend, clock, seed=2), study, clock=clock).search(3)
+    trials = study.get_trials()
+    assert not [t.number for t in trials if t.state == TrialState.WAITING]
+    assert [t.number for t in trials if TrialRecord(t).seeded == SEEDED_LEVEL] == []
+    ladder = {TrialRecord(t).config_key for t in trials if TrialRecord(t).seeded == SEEDED_LADDER}
+    assert ladder == {TrialRecord(t).config_key for t in uncut.get_trials() if TrialRecord(t).seeded == SEEDED_LADDER}
+    assert records.level_phase(study) == {"rounds": LEVEL_ROUNDS, "ladder": True}
