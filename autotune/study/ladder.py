@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 import numpy as np
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune import records
 from autotune.config import TrialConfig
@@ -165,11 +165,11 @@ def _queued(ctx: StudyContext) -> set[str]:
 
 def _waiting(ctx: StudyContext) -> int:
     """This phase's trials (a level's pick, a rung) waiting in the queue."""
-    return sum(
-        1
-        for t in records.trials(ctx.study, (TrialState.WAITING,))
-        if records.TrialRecord(t).seeded in (SEEDED_LEVEL, SEEDED_LADDER)
-    )
+    return _ours(records.trials(ctx.study, (TrialState.WAITING,)))
+
+
+def _ours(waiting: list[FrozenTrial]) -> int:
+    return sum(1 for t in waiting if TrialRecord(t).seeded in (SEEDED_LEVEL, SEEDED_LADDER))
 
 
 def _measure(
@@ -190,9 +190,10 @@ def _drain(ctx: StudyContext, objective: _search.Objective, deadline: float | No
     """Run this phase's queued trials (and whatever the queue holds before them: it runs in order), and no
     sampler trial: until none of this phase's waits (one that resolves to a measured config ends as a duplicate
     and uses no budget, so a trial count alone would let the sampler add one), the cap or the deadline."""
-    if not _waiting(ctx):
+    queue = records.trials(ctx.study, (TrialState.WAITING,))
+    if not _ours(queue):
         return
-    waiting = len(records.trials(ctx.study, (TrialState.WAITING,)))  # the queue runs in order: anything before ours
+    waiting = len(queue)  # the queue runs in order: anything before ours runs too
     target = _search.counted_trials(ctx) + waiting
     cap = len(records.trials(ctx.study)) + 2 * waiting + 4
     _search._optimize(ctx, objective, target, cap, deadline, stop=lambda: _waiting(ctx) == 0)

@@ -7,14 +7,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.errors import (  # noqa: F401  (is_crash, crash_line: re-exported for the trial)
-    AutotuneError,
-    BenchmarkError,
-    DrafterNotEngaged,
-    LaunchError,
-    crash_line,
-    is_crash,
-)
+from autotune.errors import AutotuneError, BenchmarkError, DrafterNotEngaged, LaunchError
 from autotune.measure import FRESH_STARTS
 from autotune.records import TrialRecord
 

@@ -54,6 +54,8 @@ from autotune.errors import (
     Unstable,
     UserError,
 )
+from autotune.errors import crash_line as _crash_line
+from autotune.errors import is_crash as _crash
 from autotune.measure import run_levels, run_prompts
 from autotune.records import TrialRecord, TrialWriter
 from autotune.runner import Session
@@ -73,12 +75,6 @@ from autotune.study.outcomes import (
     Pruned,
     Requeued,
     SameAsPruned,
-)
-from autotune.study.outcomes import (
-    crash_line as _crash_line,
-)
-from autotune.study.outcomes import (
-    is_crash as _crash,
 )
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
