@@ -18,6 +18,9 @@
 #   study    `autotune study .gpu/space.yaml --json`, then `autotune report --json` and `autotune export --format
 #            command`; cut at STUDY_WALL_S with SIGTERM (the study stops its server and is resumed by the next
 #            `run.sh study`)
+#   reverify `autotune export --format yaml` of the finished study, then `autotune reverify` of it (REVERIFY_REPEATS
+#            rounds); cut at REVERIFY_WALL_S with SIGINT (its rounds are journaled: the next `run.sh reverify`
+#            resumes them); writes reverify.json and reverify.log
 #   all      setup, build + models, sweep, study (too long for one 10-minute command: use it where time is free)
 #
 # Output: $OUT (default studies/gpu-out) gets run.log (this run's output), machine.txt, harness.json (every stage's
@@ -53,6 +56,7 @@
 #                   a combination joined with + (e.g. draft-simple,ngram-simple,ngram-mod,draft-simple+ngram-mod):
 #                   the study stage writes .gpu/space-methods.yaml (search.methods over the same models, the good
 #                   drafter, prompts that ask to rewrite a function) and runs it as study STUDY_NAME-methods
+#   REVERIFY_REPEATS (3)  REVERIFY_WALL_S (480)
 #   CALL_BUDGET_S   seconds this whole run.sh may take (e.g. 570 under a 600 s command limit): the build, sweep and
 #                   study limits above shrink to what is left when their stage starts
 #   GPU_DRY_RUN=1   tiny CPU models and a small plan, for trying the whole harness on a machine without a GPU
@@ -551,6 +555,31 @@ stage_study() {
     ((rc == 0 || rc == 124 || rc == 130)) || die "study exited with $rc"
 }
 
+stage_reverify() {
+    local t=$SECONDS
+    ensure_setup
+    server_env
+    [[ -f "$SPACE" ]] || die "no $SPACE: run the study stage first"
+    local exported="$WORK/exported-$STUDY_NAME.yaml"
+    # written once: a resumed reverify must measure the same export (its journal is named by it)
+    if [[ ! -f "$exported" ]]; then
+        "$PY" -m autotune export "$SPACE" --studies-dir "$STUDIES" --format yaml -o "$exported" 2>>"$OUT/reverify.log" ||
+            die "reverify: export failed (see reverify.log)"
+    fi
+    local cmd=("$PY" -m autotune reverify "$exported" --repeats "${REVERIFY_REPEATS:-3}" --studies-dir "$STUDIES" --json)
+    local wall
+    wall="$(within_call "${REVERIFY_WALL_S:-480}" 45)"
+    log "reverify: ${cmd[*]} (cut at $wall s)"
+    local rc=0
+    timeout --signal=INT --kill-after=45 "$wall" "${cmd[@]}" >"$OUT/reverify.json" 2>>"$OUT/reverify.log" || rc=$?
+    tail -n 20 "$OUT/reverify.log"
+    local status=ok
+    ((rc == 124 || rc == 130)) && status=interrupted
+    ((rc != 0 && rc != 124 && rc != 130)) && status="exit-$rc"
+    record reverify "$status" "$((SECONDS - t))" "exit=$rc" "command=${cmd[*]}"
+    log "reverify: $status in $((SECONDS - t)) s"
+}
+
 # ------------------------------------------------------------------------------------------------- dispatch
 
 (($# > 0)) || { awk 'NR > 1 && /^set -euo/ {exit} NR > 1' "${BASH_SOURCE[0]}"; exit 2; }
@@ -558,9 +587,9 @@ stages=()
 for s in "$@"; do
     case "$s" in
         all) stages+=(setup build models sweep study) ;;
-        setup | build | models | sweep | study) stages+=("$s") ;;
+        setup | build | models | sweep | study | reverify) stages+=("$s") ;;
         -h | --help) awk 'NR > 1 && /^set -euo/ {exit} NR > 1' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) echo "run.sh: unknown stage $s (setup build models sweep study all)" >&2; exit 2 ;;
+        *) echo "run.sh: unknown stage $s (setup build models sweep study reverify all)" >&2; exit 2 ;;
     esac
 done
 machine_info
