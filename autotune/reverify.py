@@ -35,9 +35,12 @@ def holds(new: dict[str, Any], exported: dict[str, Any] | None, exported_point: 
     return new["low"] <= exported_point <= new["high"]
 
 
-def _figure(m: Measurement, space: Space) -> float:
-    """One start's tok/s over the prompt set; with weights over prompt categories the objective (as exported)."""
-    return m.tok_per_s if space.objective.by_category else m.summary["tok_per_s"]
+def _figures(m: Measurement) -> tuple[float, dict[str, float]]:
+    """One start's figure as the study exported it (``Measurement.tok_per_s``: with load levels the weighted
+    objective over the levels, with weights over prompt categories the categories', else tok/s over the prompt
+    set) and, with load levels, each level's tok/s (keyed by the level, as text: the journal is JSON)."""
+    levels = {str(lv.level): lv.tok_per_s for lv in m.levels} if len(m.levels) > 1 else {}
+    return m.tok_per_s, levels
 
 
 def reverify(
@@ -76,7 +79,7 @@ def reverify(
     failed: str | None = None  # the exported config's server failed on every fresh start of a round
     for i in range(len(rounds), n):
         try:
-            b = _figure(measure_fresh(runner, base_config, space, on_retry=_retry(note, i, "baseline")), space)
+            b, b_levels = _figures(measure_fresh(runner, base_config, space, on_retry=_retry(note, i, "baseline")))
         except StartsFailed as e:
             raise AutotuneError(
                 f"reverify: the baseline's server failed on {FRESH_STARTS} fresh starts in round {i + 1} ({e}): "
@@ -86,13 +89,16 @@ def reverify(
         if progress:
             progress(i, "baseline", b)
         try:
-            c = _figure(measure_fresh(runner, effective, space, on_retry=_retry(note, i, "config")), space)
+            c, c_levels = _figures(measure_fresh(runner, effective, space, on_retry=_retry(note, i, "config")))
         except StartsFailed as e:
             failed = f"server failed on {FRESH_STARTS} fresh starts in round {i + 1} ({e.kind}): {e}"
             break
         if progress:
             progress(i, "config", c)
-        rounds.append({"baseline": b, "config": c})
+        rnd: dict[str, Any] = {"baseline": b, "config": c}
+        if b_levels and c_levels:
+            rnd["levels"] = {k: {"baseline": b_levels[k], "config": c_levels[k]} for k in b_levels if k in c_levels}
+        rounds.append(rnd)
         if journal is not None:
             journal.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(journal, json.dumps({"rounds": rounds}))
@@ -122,17 +128,34 @@ def reverify(
         "still_wins": failed is None and new is not None and new["low"] > 1.0,
         "holds": ok,
         "failed": failed,
+        "levels": _level_intervals(rounds, space),
         "rounds": rounds,
     }
 
 
-def _kept(journal: Path | None, note: Callable[[str], None] | None) -> list[dict[str, float]]:
+def _level_intervals(rounds: list[dict[str, Any]], space: Space) -> list[dict[str, Any]]:
+    """With load levels: each level's speedup interval over the rounds (what the objective weighs), for the
+    reader; whether the export holds is judged on the objective alone, as it was exported."""
+    by_level: dict[str, list[float]] = {}
+    for r in rounds:
+        for k, x in (r.get("levels") or {}).items():
+            if x["baseline"] > 0 and x["config"] > 0:
+                by_level.setdefault(k, []).append(math.log(x["config"] / x["baseline"]))
+    prior = start_prior(space.pruning.start_noise)
+    return [
+        {"level": int(k), "speedup_ci": speedup_interval(logs, space.verdict.confidence, prior).to_dict()}
+        for k, logs in sorted(by_level.items(), key=lambda kv: int(kv[0]))
+        if len(logs) >= 2
+    ]
+
+
+def _kept(journal: Path | None, note: Callable[[str], None] | None) -> list[dict[str, Any]]:
     """The rounds an earlier run of the same re-verification measured (``journal``), or none."""
     if journal is None or not journal.is_file():
         return []
     try:
         rounds = json.loads(journal.read_text(encoding="utf-8"))["rounds"]
-        kept = [{"baseline": float(r["baseline"]), "config": float(r["config"])} for r in rounds]
+        kept = [_round(r) for r in rounds]
     except (ValueError, KeyError, TypeError) as e:
         if note is not None:
             note(f"reverify: {journal} is unreadable ({e}): measuring from the first round")
@@ -140,6 +163,16 @@ def _kept(journal: Path | None, note: Callable[[str], None] | None) -> list[dict
     if note is not None:
         note(f"reverify: resuming from {journal}: {len(kept)} round(s) kept")
     return kept
+
+
+def _round(r: dict[str, Any]) -> dict[str, Any]:
+    """A journaled round, checked (KeyError, TypeError or ValueError when it is not one)."""
+    out: dict[str, Any] = {"baseline": float(r["baseline"]), "config": float(r["config"])}
+    if r.get("levels"):
+        out["levels"] = {
+            str(k): {"baseline": float(x["baseline"]), "config": float(x["config"])} for k, x in r["levels"].items()
+        }
+    return out
 
 
 def _retry(note: Callable[[str], None] | None, i: int, what: str) -> Callable[[str], None]:
@@ -162,8 +195,12 @@ def render_result(r: dict[str, Any], out: IO[str]) -> None:
         + (" [SIMULATED]" if r.get("simulated") else "")
         + f": {len(r['rounds'])} interleaved rounds of baseline and config\n"
     )
+    levels = r.get("levels") or []
+    unit = f" (the objective over {', '.join(str(x['level']) for x in levels)} streams)" if levels else ""
     for i, x in enumerate(r["rounds"]):
-        w(f"  round {i + 1}: baseline {x['baseline']:.1f} tok/s, config {x['config']:.1f} tok/s\n")
+        w(f"  round {i + 1}: baseline {x['baseline']:.1f} tok/s, config {x['config']:.1f} tok/s{unit}\n")
+    for x in levels:
+        w(f"  at {x['level']} stream(s): speedup now {ci(x['speedup_ci'])}\n")
     exported = ci(r["exported_speedup_ci"]) if r["exported_speedup_ci"] else f"{r['exported_speedup']} (no interval)"
     w(f"speedup now {ci(r['speedup_ci'])}; exported {exported}\n")
     if r.get("failed"):

@@ -102,6 +102,39 @@ def test_load_study_reports_levels_and_exports_schedules(tmp_path):
     else:  # SGLang adapts only topk 1
         assert "--speculative-adaptive" not in argv and "# schedule: SGLang adapts the draft only at topk 1" in s.stdout
 
+    # re-verifying the export measures what was exported: the objective over the levels, not one level's tok/s
+    # (on the H200, levels22: a 1- and 4-stream study's reverify compared 1-stream tok/s, 208 for the baseline, with
+    # the exported objective interval, whose baseline is 338 tok/s)
+    exported = tmp_path / "export.yaml"
+    e = autotune("export", str(space), "--simulate", "-o", str(exported), "--studies-dir", str(studies))
+    assert e.returncode == 0, e.stderr
+    rv = autotune(
+        "reverify",
+        str(exported),
+        "--simulate",
+        "--in-process",
+        "--json",
+        "--repeats",
+        "2",
+        "--studies-dir",
+        str(studies),
+    )
+    assert rv.returncode in (0, 1), rv.stderr
+    out = json.loads(rv.stdout)
+    base = rep["baseline"]["cuda_graph_on"]["tok_per_s"]  # the study's baseline objective
+    for rnd in out["rounds"]:
+        assert abs(rnd["baseline"] / base - 1) < 0.1, (rnd["baseline"], base)
+        one = rnd["levels"]["1"]["baseline"]
+        assert abs(one / base - 1) > 0.5  # one level alone is far from the objective: the check above can fail
+    assert [x["level"] for x in out["levels"]] == [1, 8, 32, 64, 128, 256]
+    assert out["levels"][0]["speedup_ci"]["low"] > 1.5  # speculation pays at 1 stream (the simulator's truth)
+    assert out["holds"] is True, out
+    text = autotune(
+        "reverify", str(exported), "--simulate", "--in-process", "--repeats", "2", "--studies-dir", str(studies)
+    )
+    assert "(the objective over 1, 8, 32, 64, 128, 256 streams)" in text.stdout
+    assert "at 256 stream(s): speedup now" in text.stdout
+
 
 def _write(tmp_path, text: str):
     src = (REPO / "spaces" / "llama-8b-load.yaml").read_text()
