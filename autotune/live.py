@@ -91,9 +91,11 @@ class LiveView:
             self.current = {}
             if self.live is None and not self.quiet:
                 self.console.print(line, highlight=False, markup=False, soft_wrap=True)
-        elif (
-            ev.kind in ("confirm-start", "confirm-measure", "verdict", "note") and self.live is None and not self.quiet
+        elif (ev.kind in ("confirm-start", "confirm-measure", "verdict", "note") and self.live is None) and (
+            not self.quiet or ev.kind == "note"
         ):
+            # a note (a failed start given a fresh one, a candidate out of confirmation, a drafter not engaged, a
+            # baseline check) reaches stderr with --json too: stdout carries only the JSON, the log keeps the why
             self.console.print(_describe(ev), highlight=False, markup=False, soft_wrap=True)
         if ev.kind in ("confirm-start", "confirm-measure", "verdict", "note"):
             self.recent = (self.recent + [_describe(ev)])[-8:]

@@ -52,7 +52,10 @@ def test_llama_study_finds_a_2x_config_and_speculation_wins(tmp_path):
         "study", str(space), "--simulate", "--in-process", "--n-trials", "30", "--json", "--studies-dir", str(studies)
     )
     assert r.returncode == 0, r.stderr
-    rep = json.loads(r.stdout)
+    rep = json.loads(r.stdout)  # stdout is the JSON alone
+    # with --json the study's notes still reach stderr (the H200 harness runs with --json: in levels22 a crash in
+    # confirmation and the candidate's exclusion were nowhere in its log until the report)
+    assert "search stopped after" in r.stderr and "is not confirmed" in r.stderr
     assert rep["verdict"] == "speculation-wins"
     assert rep["best"]["speedup"] > 2.0
     assert rep["best"]["speedup_ci"]["low"] > 1.8
