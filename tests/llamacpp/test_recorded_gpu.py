@@ -502,3 +502,56 @@ def test_the_h200_load_level_study_cut_in_its_level_phase_resumes_it_and_runs_ea
         ("interrupted", 124),
         ("failed", 1),
     ]
+
+
+def test_the_h200_load_level_study_whose_candidate_crashes_in_confirmation_ends_with_a_verdict():
+    """docs/gpu-runs/2026-12-04-h200-levels22: levels21's crash in confirmation met again on the code that handles
+    it. Trial 7 (``draft_n_max`` 5, 4 slots) crashed on both fresh starts of confirmation's first round: it left the
+    race as ``unstable`` and the study ended with a verdict and per-level verdicts (exit 0), where levels21's code
+    exited 1. Its reverify (3 rounds) measured each start's 1-stream tok/s, not the exported objective: the defect
+    fixed in ``reverify._figures`` (tests/cli/test_load_levels.py)."""
+    run = GPU_RUNS / "2026-12-04-h200-levels22"
+    history = json.loads((run / "second" / "harness.json").read_text())["history"]
+    assert [(h["status"], h.get("exit")) for h in history if h["stage"] == "study"] == [
+        ("interrupted", 124),
+        ("ok", 0),
+    ]
+    rep = json.loads((run / "second" / "report.json").read_text())
+    assert rep["verdict"] == "speculation-wins" and rep["recommended"]["trial"] == 5
+    (excl,) = rep["exclusions"]
+    assert excl["trial"] == 7 and excl["kind"] == "unstable"
+    assert excl["reason"].startswith("its server failed on 2 fresh starts in confirmation round 1: exit -6")
+    assert 7 not in {c["trial"] for c in rep["confirmed"]}
+    levels = {v["level"]: v for v in rep["load"]["confirmed"]}
+    assert {k: (v["trial"], v["verdict"]) for k, v in levels.items()} == {
+        1: (5, "speculation-wins"),
+        4: (1, "speculation-wins"),
+    }
+    assert rep["gpu_time"]["confirmation_starts"] == 11
+    # the recorded reverify: each round's figures are the 1-stream ones (the study's 1-stream baseline is ~207
+    # tok/s a prompt, its objective 338), so its interval agrees with the 1-stream confirmation, not the export's
+    rv = json.loads((run / "reverify" / "reverify.json").read_text())
+    one_stream = rep["baseline"]["cuda_graph_on"]["per_prompt_tok_per_s"][:4]
+    objective = rep["baseline"]["cuda_graph_on"]["tok_per_s"]
+    for r in rv["rounds"]:
+        assert abs(r["baseline"] / (sum(one_stream) / 4) - 1) < 0.03 and r["baseline"] < 0.7 * objective
+    assert levels[1]["speedup_ci"]["low"] < rv["speedup_ci"]["point"] < levels[1]["speedup_ci"]["high"]
+    stages = [(h["stage"], h["status"]) for h in json.loads((run / "reverify" / "harness.json").read_text())["history"]]
+    assert [s for s in stages if s[0] == "reverify"] == [
+        ("reverify", "interrupted"),  # call 2: SIGINT after 2 rounds
+        ("reverify", "ok"),  # call 3: "resuming from ...: 2 round(s) kept", the third round only
+        ("reverify", "ok"),  # call 5: the fresh 3-round run recorded here
+    ]
+
+
+def test_the_h200_load_level_study_at_1_4_and_16_streams_uncut():
+    """docs/gpu-runs/2026-12-04-h200-levels22/levels22b: 6 trials, 1, 4 and 16 streams, uncut: every level won,
+    its winner's figures beside levels20's (10 trials, the same models and build: 1.865x, 2.067x, 1.242x)."""
+    rep = json.loads((GPU_RUNS / "2026-12-04-h200-levels22" / "levels22b" / "report.json").read_text())
+    assert rep["verdict"] == "speculation-wins" and rep["exclusions"] == []
+    levels = {v["level"]: v for v in rep["load"]["confirmed"]}
+    assert sorted(levels) == [1, 4, 16] and all(v["verdict"] == "speculation-wins" for v in levels.values())
+    assert 1.8 < levels[1]["speedup_ci"]["point"] < 2.0 and 1.9 < levels[4]["speedup_ci"]["point"] < 2.1
+    assert 1.1 < levels[16]["speedup_ci"]["low"] < levels[16]["speedup_ci"]["high"] < 1.3
+    assert rep["load"]["confirmed_text"] == "speculation wins at every level (up to 16 streams)"
+    assert not [t for t in rep["trials"] if t["state"] in ("WAITING", "RUNNING", "FAIL")]
