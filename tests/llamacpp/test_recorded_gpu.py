@@ -542,6 +542,14 @@ def test_the_h200_load_level_study_whose_candidate_crashes_in_confirmation_ends_
         ("reverify", "ok"),  # call 3: "resuming from ...: 2 round(s) kept", the third round only
         ("reverify", "ok"),  # call 5: the fresh 3-round run recorded here
     ]
+    # the fix on the H200 (a fresh machine, the same study's database): each round's figure is the objective, whose
+    # baseline is the study's, and each level's interval is given beside it
+    fixed = json.loads((run / "reverify-fixed" / "reverify.json").read_text())
+    for r in fixed["rounds"]:
+        assert abs(r["baseline"] / objective - 1) < 0.03
+        assert sorted(r["levels"]) == ["1", "4"] and r["levels"]["1"]["baseline"] < 0.7 * objective
+    assert [x["level"] for x in fixed["levels"]] == [1, 4]
+    assert fixed["holds"] and fixed["speedup_ci"]["low"] < fixed["exported_speedup_ci"]["high"]
 
 
 def test_the_h200_load_level_study_at_1_4_and_16_streams_uncut():
