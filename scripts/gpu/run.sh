@@ -26,7 +26,9 @@
 # Output: $OUT (default studies/gpu-out) gets run.log (this run's output), machine.txt, harness.json (every stage's
 # timing and facts so far, kept in .gpu/state/), and per stage: build.log; sweep.json, sweep.md,
 # recorded-streams.json; space.yaml, study.json, report.json, export.txt, study.log. At most 8 files: when a run
-# makes more (`all`), the rest are packed into results.tar.gz. scripts/gpu/writeup.py reads these folders.
+# makes more (`all`), the rest are packed into results.tar.gz. scripts/gpu/writeup.py reads these folders. The
+# device returns at most 8 files per call in all: two run.sh in one call (each its own OUT under the call's $OUT)
+# must stay under that together, or the later files do not come back (levels22 lost a reverify.json so).
 #
 # Settings (environment; defaults are for one H200):
 #   LLAMA_SERVER    use this llama-server instead of building one (the build stage then does nothing)
