@@ -171,11 +171,13 @@ def _scaled(v: float | None, ratio: float) -> float | None:
 
 
 def _level_winners(ctx: StudyContext, complete: list[FrozenTrial], seen: set[str | None]) -> list[FrozenTrial]:
-    """With load levels: the ``LEVEL_CANDIDATES`` fastest measured configs at each level (by their speedup over the
-    baseline's same level, above 1 and within the latency limits there) that are not candidates yet, so that each
-    level's winner is confirmed. On a level's plateau the single fastest measurement is often a lucky start, so two
-    are taken; they are judged by their level, not by the objective (a deep tree that wins at one stream loses the
-    objective), and the race keeps them only while they lead a level (``race.level_only_out``)."""
+    """With load levels: of the ``policies.candidates.per_level`` fastest measured configs at each level (by their
+    speedup over the baseline's same level, above 1 and within the latency limits there), those that are not
+    candidates yet, so that each level's winner is confirmed (taking that many that are not candidates yet cost
+    more starts and hits: docs/benchmarks.md, session 22). On a level's plateau the single fastest measurement is
+    often a lucky start, so two are looked at; they are judged by their level, not by the objective (a deep tree
+    that wins at one stream loses the objective), and the race keeps them only while they lead a level
+    (``race.level_only_out``)."""
     out: list[FrozenTrial] = []
     for c in ctx.space.benchmark.concurrency:
         ranked: list[tuple[float, FrozenTrial]] = []
