@@ -75,7 +75,7 @@ def reverify(
     except InfeasibleConfig as e:
         raise UserError(f"the exported config would be rejected or rewritten by the server now: {e}") from None
     n = repeats or space.verdict.repeats
-    rounds = _kept(journal, note)
+    rounds = _kept(journal, note, levelled=len(space.benchmark.concurrency) > 1)
     failed: str | None = None  # the exported config's server failed on every fresh start of a round
     for i in range(len(rounds), n):
         try:
@@ -149,13 +149,17 @@ def _level_intervals(rounds: list[dict[str, Any]], space: Space) -> list[dict[st
     ]
 
 
-def _kept(journal: Path | None, note: Callable[[str], None] | None) -> list[dict[str, Any]]:
-    """The rounds an earlier run of the same re-verification measured (``journal``), or none."""
+def _kept(journal: Path | None, note: Callable[[str], None] | None, *, levelled: bool = False) -> list[dict[str, Any]]:
+    """The rounds an earlier run of the same re-verification measured (``journal``), or none. ``levelled``: the
+    space has load levels, so every round must carry them (a journal of an autotune before 2026-12-04 kept one
+    level's tok/s there, not the objective: not resumed)."""
     if journal is None or not journal.is_file():
         return []
     try:
         rounds = json.loads(journal.read_text(encoding="utf-8"))["rounds"]
         kept = [_round(r) for r in rounds]
+        if levelled and any("levels" not in r for r in kept):
+            raise ValueError("its rounds carry no per-level figures (written by an earlier autotune)")
     except (ValueError, KeyError, TypeError) as e:
         if note is not None:
             note(f"reverify: {journal} is unreadable ({e}): measuring from the first round")

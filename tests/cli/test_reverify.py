@@ -198,3 +198,22 @@ def test_holds_is_overlap_of_the_intervals(new, exported, point, ok):
     n = {"low": new[0], "high": new[1], "point": sum(new) / 2}
     e = None if exported is None else {"low": exported[0], "high": exported[1], "point": sum(exported) / 2}
     assert holds(n, e, point) is ok
+
+
+def test_a_journal_without_per_level_figures_is_not_resumed_for_a_load_level_export(tmp_path):
+    """A load-level reverify journaled by the autotune before the objective fix kept one level's tok/s as each
+    round's figure: resuming from it would mix two quantities, so it is measured afresh (and said so); a journal
+    with the per-level figures, or of a space without levels, is resumed."""
+    from autotune.reverify import _kept
+
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"rounds": [{"baseline": 207.7, "config": 413.8}, {"baseline": 209.4, "config": 413.3}]}))
+    notes: list[str] = []
+    assert _kept(old, notes.append, levelled=True) == []
+    assert "no per-level figures" in notes[0] and "measuring from the first round" in notes[0]
+    assert len(_kept(old, notes.append, levelled=False)) == 2  # a space without levels: the same figure as before
+    new = tmp_path / "new.json"
+    rnd = {"baseline": 334.1, "config": 592.0, "levels": {"1": {"baseline": 202.8, "config": 381.6}}}
+    new.write_text(json.dumps({"rounds": [rnd]}))
+    assert _kept(new, notes.append, levelled=True) == [rnd]
+    assert notes[-1].endswith("1 round(s) kept")
