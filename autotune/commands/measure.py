@@ -124,6 +124,13 @@ def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
         verbose=args.verbose,
     )
     ctx = Context(ns)
+    if prov.get("study") and ctx.study_name != prov["study"]:
+        # the space file was replaced or renamed since the export (on the H200 the harness's next study rewrote
+        # it: reverify measured another study's levels and prompts); what is measured must be the export's study
+        raise UserError(
+            f"{path} was exported from study {prov['study']}, but its space file {space} now describes study "
+            f"{ctx.study_name}: give the space file that study ran with (--space FILE)"
+        )
     reap(ctx, note)
     preflight(ctx)
     ctx.ensure_dirs()

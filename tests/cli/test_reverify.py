@@ -156,11 +156,16 @@ def test_bad_inputs_exit_2_with_one_line(exported, tmp_path):
     space, studies, files, _tmp = exported
     junk = tmp_path / "junk.yaml"
     junk.write_text("a: 1\n")
+    other = tmp_path / "other.yaml"
+    doc = yaml.safe_load(space.read_text())
+    other.write_text(yaml.safe_dump({**doc, "name": "other-study"}))
     cases = [
         ((str(tmp_path / "missing.yaml"), "--simulate"), "no such file"),
         ((str(junk), "--simulate"), "not an autotune export (no provenance found"),
         ((str(files["yaml"]),), "exported from a simulated study: re-verify it with --simulate"),
         ((str(files["yaml"]), "--simulate", "--repeats", "1"), "--repeats must be at least 2 but got 1"),
+        # a space file that now describes another study (on the H200 the harness's next study had rewritten it)
+        ((str(files["yaml"]), "--simulate", "--space", str(other)), "now describes study other-study-sim"),
     ]
     for args, message in cases:
         r = autotune("reverify", *args, "--studies-dir", str(studies))
