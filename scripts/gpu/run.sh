@@ -562,13 +562,16 @@ stage_reverify() {
     ensure_setup
     server_env
     [[ -f "$SPACE" ]] || die "no $SPACE: run the study stage first"
-    local exported="$WORK/exported-$STUDY_NAME.yaml"
-    # written once: a resumed reverify must measure the same export (its journal is named by it)
+    local exported="$WORK/exported-$STUDY_NAME.yaml" space="$WORK/space-$STUDY_NAME.yaml"
+    # written once: a resumed reverify must measure the same export (its journal is named by it), with the space
+    # its study ran with (the next study stage rewrites $SPACE)
     if [[ ! -f "$exported" ]]; then
         "$PY" -m autotune export "$SPACE" --studies-dir "$STUDIES" --format yaml -o "$exported" 2>>"$OUT/reverify.log" ||
             die "reverify: export failed (see reverify.log)"
+        cp -f "$SPACE" "$space"
     fi
-    local cmd=("$PY" -m autotune reverify "$exported" --repeats "${REVERIFY_REPEATS:-3}" --studies-dir "$STUDIES" --json)
+    local cmd=("$PY" -m autotune reverify "$exported" --space "$space" --repeats "${REVERIFY_REPEATS:-3}"
+        --studies-dir "$STUDIES" --json)
     local wall
     wall="$(within_call "${REVERIFY_WALL_S:-480}" 45)"
     log "reverify: ${cmd[*]} (cut at $wall s)"
