@@ -10,7 +10,6 @@ never confirmed) holds when the new interval contains its measured speedup. Talk
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -22,7 +21,7 @@ from autotune.errors import AutotuneError, InfeasibleConfig, StartsFailed, UserE
 from autotune.measure import FRESH_STARTS, Measurement, measure_fresh
 from autotune.runner import Runner
 from autotune.space import Space
-from autotune.stats import speedup_interval, start_prior
+from autotune.stats import log_ratios, speedup_interval, start_prior
 
 
 def holds(new: dict[str, Any], exported: dict[str, Any] | None, exported_point: float | None) -> bool:
@@ -104,16 +103,11 @@ def reverify(
             atomic_write(journal, json.dumps({"rounds": rounds}))
     if journal is not None:
         journal.unlink(missing_ok=True)  # the result stands: a later reverify measures afresh
-    logs = [math.log(r["config"] / r["baseline"]) for r in rounds if r["config"] > 0 and r["baseline"] > 0]
     measured = provenance.get("measured") or {}
     exported = measured.get("speedup_ci")
-    if len(logs) < 2 and failed is None:
+    new = _interval(rounds, space)
+    if new is None and failed is None:
         raise UserError("fewer than two rounds were measured: no interval (is a server answering with 0 tokens?)")
-    new = (
-        speedup_interval(logs, space.verdict.confidence, start_prior(space.pruning.start_noise)).to_dict()
-        if len(logs) >= 2
-        else None
-    )
     # a config whose server fails on fresh starts does not hold, whatever its speed when it serves
     ok = failed is None and new is not None and holds(new, exported, measured.get("speedup"))
     return {
@@ -133,20 +127,28 @@ def reverify(
     }
 
 
+def _interval(pairs: list[dict[str, Any]], space: Space) -> dict[str, Any] | None:
+    """The speedup interval of paired ``baseline`` / ``config`` figures (the pairs where both are positive), at
+    ``verdict.confidence`` with the start prior; None under two such pairs."""
+    logs = log_ratios([p["config"] for p in pairs], [p["baseline"] for p in pairs])
+    if len(logs) < 2:
+        return None
+    return speedup_interval(logs, space.verdict.confidence, start_prior(space.pruning.start_noise)).to_dict()
+
+
 def _level_intervals(rounds: list[dict[str, Any]], space: Space) -> list[dict[str, Any]]:
     """With load levels: each level's speedup interval over the rounds (what the objective weighs), for the
     reader; whether the export holds is judged on the objective alone, as it was exported."""
-    by_level: dict[str, list[float]] = {}
+    by_level: dict[str, list[dict[str, float]]] = {}
     for r in rounds:
-        for k, x in (r.get("levels") or {}).items():
-            if x["baseline"] > 0 and x["config"] > 0:
-                by_level.setdefault(k, []).append(math.log(x["config"] / x["baseline"]))
-    prior = start_prior(space.pruning.start_noise)
-    return [
-        {"level": int(k), "speedup_ci": speedup_interval(logs, space.verdict.confidence, prior).to_dict()}
-        for k, logs in sorted(by_level.items(), key=lambda kv: int(kv[0]))
-        if len(logs) >= 2
-    ]
+        for k, pair in (r.get("levels") or {}).items():
+            by_level.setdefault(k, []).append(pair)
+    out = []
+    for k in sorted(by_level, key=int):
+        ci = _interval(by_level[k], space)
+        if ci is not None:
+            out.append({"level": int(k), "speedup_ci": ci})
+    return out
 
 
 def _kept(journal: Path | None, note: Callable[[str], None] | None, *, levelled: bool = False) -> list[dict[str, Any]]:
