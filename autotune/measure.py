@@ -36,6 +36,13 @@ class Measurement:
     #: with ``objective.weights`` over prompt categories: each prompt's category and the weights
     categories: tuple[str | None, ...] = ()
     category_weights: dict[str, float] | None = None
+    #: passes of the prompt set this start measured, one after another (``results`` holds them all, in order)
+    passes: int = 1
+
+    def pass_tok_per_s(self) -> list[list[float]]:
+        """Each pass's per-prompt tok/s (``autotune.noise.split``'s shape for one start)."""
+        n = len(self.results) // self.passes if self.passes else 0
+        return [[r.tok_per_s for r in self.results[i * n : (i + 1) * n]] for i in range(self.passes)] if n else []
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -101,18 +108,28 @@ def run_prompts(
 
 
 def measure_config(
-    runner: Runner, config: TrialConfig, space: Space, *, on_prompt: OnPrompt | None = None
+    runner: Runner, config: TrialConfig, space: Space, *, on_prompt: OnPrompt | None = None, passes: int = 1
 ) -> Measurement:
-    """Launch ``config``, warm up, measure every prompt of ``space``, stop the server."""
+    """Launch ``config``, warm up, measure every prompt of ``space`` (``passes`` times over, one pass after the
+    other, without load levels: ``autotune.noise``), stop the server."""
+    if passes < 1 or (passes > 1 and space.benchmark.loaded):
+        raise ValueError(f"passes must be 1, or more without load levels, but got {passes}")
     with started(runner, config) as session:
-        results = run_prompts(session, len(space.benchmark.prompts), on_prompt=on_prompt)
+        n = len(space.benchmark.prompts)
+        results = run_prompts(session, n, on_prompt=on_prompt)
+        for _ in range(passes - 1):
+            results += [session.run_prompt(i) for i in range(n)]
         if not space.benchmark.loaded:
             by_category = space.objective.category_weights()
             if by_category:
                 return Measurement(
-                    session.info, results, categories=space.benchmark.categories, category_weights=by_category
+                    session.info,
+                    results,
+                    categories=tuple(space.benchmark.categories) * passes,
+                    category_weights=by_category,
+                    passes=passes,
                 )
-            return Measurement(session.info, results)
+            return Measurement(session.info, results, passes=passes)
         levels = run_levels(session, space, results)
         weights = space.objective.weights_for(space.benchmark.concurrency)
         return Measurement(session.info, results, tuple(levels), weights)
@@ -130,6 +147,7 @@ def measure_fresh(
     *,
     starts: int = FRESH_STARTS,
     on_retry: Callable[[str], None] | None = None,
+    passes: int = 1,
 ) -> Measurement:
     """``measure_config``, and a fresh start when one fails (``on_retry`` gets the failure's line), up to ``starts``
     in all; then ``StartsFailed`` with every start's line. A server that served before may fail on a later start:
@@ -139,7 +157,7 @@ def measure_fresh(
     crashes = 0
     while True:
         try:
-            return measure_config(runner, config, space)
+            return measure_config(runner, config, space, passes=passes)
         except (LaunchError, BenchmarkError) as e:
             crashed = is_crash(e)
             crashes += crashed

@@ -21,9 +21,9 @@ from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
 from autotune import records
+from autotune.bill import bench_seconds, confirmation_starts
 from autotune.records import TrialRecord
 from autotune.render import config_label
-from autotune.report import bench_seconds, confirmation_starts
 
 COLOURS = {"COMPLETE": "#3366cc", "PRUNED": "#aaaaaa", "FAIL": "#cc3333", "baseline": "#222222"}
 PALETTE = ("#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00")
@@ -375,7 +375,7 @@ def timeline(study: optuna.Study, report: dict[str, Any], units: str, sim: str) 
                 x=[u + b for u, b in zip(c_up, c_bench, strict=True)],
                 base=c_base,
                 orientation="h",
-                name="confirmation start (estimated from its tok/s)",
+                name="confirmation start (as recorded; older rounds estimated from their tok/s)",
                 marker_color="#109618",
             )
         )

@@ -9,9 +9,16 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import acceptance, lossless, objective, records
+from autotune.bill import bench_seconds, confirmation_starts
 from autotune.config import PromptResult, TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
-from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
+from autotune.records import (
+    ConfirmationState,
+    TrialRecord,
+    find_baseline,
+    find_exclusions,
+    is_baseline_trial,
+)
 from autotune.stats import log_ratios
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
@@ -232,6 +239,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "gpu_time": gpu,
         "search_settled": _settled_text(records.search_settled(study)),
         "to_settle": to_settle_text(conf.to_settle if conf.done else None, gpu),
+        "noise": conf.noise,
         "best_configs": _best_configs(rows, confirmed, recommended.get("trial")),
         "best": best,
         "confirmed": confirmed,
@@ -322,13 +330,6 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
     return out
 
 
-def bench_seconds(t: FrozenTrial) -> float:
-    """A start's timed benchmark: its prompts one after another (level 1), then each higher load level it ran."""
-    r = TrialRecord(t)
-    levels = sum(x.get("seconds") or 0.0 for x in r.levels if int(x["level"]) > 1)
-    return sum(p.get("seconds") or 0.0 for p in r.prompts) + levels
-
-
 def _start_seconds(t: FrozenTrial) -> float:
     """A trial's server time: its startup plus its timed benchmark (warm-up and reference answers not counted)."""
     return (TrialRecord(t).startup_s or 0.0) + bench_seconds(t)
@@ -381,25 +382,8 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
         "saved_by_pruning_s": pruning,
         "saved_by_dedup_s": dedup,
         "note": "server time: startups plus timed prompts and load levels (warm-ups and reference answers not "
-        "counted); confirmation estimated from its tok/s",
+        "counted); confirmation as its rounds recorded it (rounds recorded without it: estimated from their tok/s)",
     }
-
-
-def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> list[tuple[str, float, float]]:
-    """Confirmation's server starts in order, each ``(label, startup s, benchmark s)``, estimated: the search's
-    mean startup, and a complete search start's benchmark work (its seconds x its objective) over the start's
-    tok/s (the rounds record tok/s only)."""
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
-    work = _mean([bench_seconds(t) * t.value for t in complete if t.value]) or 0.0
-    startup = _mean([TrialRecord(t).startup_s for t in complete if not TrialRecord(t).shared_start]) or 0.0
-    out = []
-    check = conf.check_rounds or []
-    for i, rnd in enumerate([*check, *conf.rounds]):
-        name = f"baseline check {i + 1}" if i < len(check) else f"confirm round {i - len(check) + 1}"
-        starts = [(f"baseline (graphs {'on' if g else 'off'})", v) for g, v in rnd.baseline.items()]
-        starts += [(f"#{n}", v) for n, v in rnd.candidates.items()]
-        out += [(f"{name}: {who}", startup, work / tps) for who, tps in starts if tps]
-    return out
 
 
 def _best_configs(

@@ -80,7 +80,7 @@ class StartSharing:
             self.off_reason = reason
             msg = f"per-request knobs: {reason}; every trial gets its own server start from here on"
             self.notes.append(msg)
-            log.warning("%s", msg)
+            log.info("%s", msg)  # the study announces it (its notes); a warning too would print it twice
 
     def take_notes(self) -> list[str]:
         out, self.notes = self.notes, []

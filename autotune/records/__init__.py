@@ -37,6 +37,8 @@ from autotune.records.confirmation import (
     ConfirmationState,
     Round,
     RoundLevels,
+    RoundStarts,
+    StartRecord,
     rounds_from,
     rounds_to,
 )
@@ -169,6 +171,8 @@ __all__ = [
     "ConfirmationState",
     "Round",
     "RoundLevels",
+    "RoundStarts",
+    "StartRecord",
     "DUPLICATE_OF",
     "EFFECTIVE",
     "ENV",

@@ -43,20 +43,64 @@ class RoundLevels:
 
 
 @dataclass
+class StartRecord:
+    """One confirmation start's detail: each pass's per-prompt tok/s (``autotune.noise``), its start-up seconds
+    and its timed prompts' seconds (all passes)."""
+
+    tok_per_s: list[list[float]]
+    startup_s: float
+    seconds: float
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StartRecord:
+        return cls([list(map(float, p)) for p in d.get("tok_per_s") or []], float(d["startup_s"]), float(d["seconds"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tok_per_s": self.tok_per_s, "startup_s": self.startup_s, "seconds": self.seconds}
+
+
+@dataclass
+class RoundStarts:
+    """Each start's ``StartRecord``: baselines by CUDA-graph setting, candidates by trial number."""
+
+    baseline: dict[bool, StartRecord] = field(default_factory=dict)
+    candidates: dict[int, StartRecord] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoundStarts:
+        return cls(
+            {_graph(k): StartRecord.from_dict(v) for k, v in (d.get("baseline") or {}).items()},
+            {int(k): StartRecord.from_dict(v) for k, v in (d.get("candidates") or {}).items()},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": {str(k): v.to_dict() for k, v in self.baseline.items()},
+            "candidates": {str(k): v.to_dict() for k, v in self.candidates.items()},
+        }
+
+
+@dataclass
 class Round:
-    """One round: a fresh baseline start per CUDA-graph setting and one start per candidate still racing (tok/s)."""
+    """One round: a fresh baseline start per CUDA-graph setting and one start per candidate still racing (tok/s),
+    each measuring the prompts ``passes`` times over; ``starts`` each start's per-prompt detail (rounds recorded
+    before it was kept have none)."""
 
     baseline: dict[bool, float] = field(default_factory=dict)
     candidates: dict[int, float] = field(default_factory=dict)
     levels: RoundLevels | None = None
+    passes: int = 1
+    starts: RoundStarts | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Round:
-        lv = d.get("levels")
+        lv, st = d.get("levels"), d.get("starts")
         return cls(
             {_graph(k): v for k, v in (d.get("baseline") or {}).items()},
             {int(k): v for k, v in (d.get("candidates") or {}).items()},
             None if lv is None else RoundLevels.from_dict(lv),
+            int(d.get("passes") or 1),
+            None if st is None else RoundStarts.from_dict(st),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,6 +110,10 @@ class Round:
         }
         if self.levels is not None:
             out["levels"] = self.levels.to_dict()
+        if self.passes != 1:
+            out["passes"] = self.passes
+        if self.starts is not None:
+            out["starts"] = self.starts.to_dict()
         return out
 
 
@@ -110,6 +158,9 @@ class ConfirmationState:
     # candidates whose starts failed in a round (a crash on every fresh start it got, a refusal, a timeout):
     # [{"trial", "kind", "reason", "round"}], out of the race and listed among the exclusions
     failed: list[dict[str, Any]] | None = field(default=None, init=False)
+    # where the rounds' noise is, between starts or per request, and the passes per start it calls for
+    # (``autotune.noise``: the split, the passes, why)
+    noise: dict[str, Any] | None = field(default=None, init=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

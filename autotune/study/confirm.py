@@ -4,6 +4,7 @@ after each round, so a killed run resumes them), the race, the exclusions and th
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,9 +14,16 @@ from autotune import records
 from autotune.config import TrialConfig
 from autotune.errors import ConfirmationFailed, StartsFailed
 from autotune.measure import FRESH_STARTS, measure_fresh
-from autotune.records import ConfirmationState, Round, RoundLevels, TrialRecord
-from autotune.stats import SETTLE_MOST_ROUNDS, Interval, Spread, log_ratios, rounds_to_settle, start_prior
-from autotune.study import baseline_check, race
+from autotune.records import ConfirmationState, Round, RoundLevels, RoundStarts, StartRecord, TrialRecord
+from autotune.stats import (
+    SETTLE_MOST_ROUNDS,
+    Interval,
+    Spread,
+    log_ratios,
+    rounds_to_settle,
+    start_prior,
+)
+from autotune.study import baseline_check, passes, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.policies import DEFAULT_POLICIES
@@ -263,17 +271,32 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
     levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
     while True:
+        changed = _choose_passes(ctx, cands, state)
         info = _info(_live(cands, state))  # a candidate whose starts failed is out of the race
         points = race.bar_points(info, state.deploy_cuda_graph, levels, _prior(ctx))
         tie = race.tie_rule(info, spec, state.deploy_cuda_graph, _tie(ctx), _prior(ctx))
         active = race.next_round(
-            state.rounds, info, spec, state.deploy_cuda_graph, levels, _level_only(state), _prior(ctx), _tie(ctx)
+            state.rounds,
+            info,
+            spec,
+            state.deploy_cuda_graph,
+            levels,
+            _level_only(state),
+            _prior(ctx),
+            _tie(ctx),
+            shrink=(state.noise or {}).get("shrink", 1.0),
         )
         if not active:
             break
         n = len(state.rounds)
         which = ", ".join(map(str, active))
-        if race.still_racing(state.rounds, [t.number for t in cands], spec, points, tie) is None:
+        racing = race.still_racing(state.rounds, [t.number for t in cands], spec, points, tie)
+        if racing is not None and state.noise and state.noise["passes"] != 1:
+            state.noise = {**state.noise, "passes": 1, "shrink": 1.0}  # a round of the race: one pass
+            changed = None
+        if changed:
+            ctx.emit(Event("note", data={"message": f"confirmation: {changed}"}))
+        if racing is None:
             ctx.emit(
                 Event(
                     "note",
@@ -285,6 +308,11 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
             )
         state.rounds.append(_round(ctx, cands, active, graph_settings, state))
         records.set_confirmation(ctx.study, state)
+
+
+def _choose_passes(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState) -> str | None:
+    """``passes.for_next_round`` over the candidates still in confirmation."""
+    return passes.for_next_round(ctx, _info(_live(cands, state)), state, _prior(ctx), _tie(ctx))
 
 
 def _live(cands: list[FrozenTrial], state: ConfirmationState) -> list[FrozenTrial]:
@@ -349,25 +377,37 @@ def _round(
     deployable baseline when no candidate racing runs under its setting. A candidate whose starts fail leaves
     confirmation (``_drop``); a baseline whose starts fail stops it (``ConfirmationFailed``)."""
     deploy_cg = state.deploy_cuda_graph
-    rnd = Round()
+    passes = state.noise["passes"] if state.noise else 1
+    rnd = Round(passes=passes, starts=RoundStarts())
+    assert rnd.starts is not None
     lv = RoundLevels()  # per-level tok/s (with load levels)
+    base = _Into(lv.baseline, rnd.starts.baseline, passes)
+    cand = _Into(lv.candidates, rnd.starts.candidates, passes)
     for cg in graph_settings:
         racing = [t for t in cands if TrialRecord(t).cuda_graph == cg and t.number in active]
         if not racing:
             continue
-        rnd.baseline[bool(cg)] = _measure_once(ctx, TrialConfig.baseline(bool(cg)), lv.baseline, bool(cg))
+        rnd.baseline[bool(cg)] = _measure_once(ctx, TrialConfig.baseline(bool(cg)), base, bool(cg))
         for t in racing:
             try:
-                rnd.candidates[t.number] = _measure_once(
-                    ctx, TrialRecord(t).effective_config(), lv.candidates, t.number
-                )
+                rnd.candidates[t.number] = _measure_once(ctx, TrialRecord(t).effective_config(), cand, t.number)
             except StartsFailed as e:
                 _drop(ctx, state, t, e)
     if deploy_cg is not None and deploy_cg not in rnd.baseline:
-        rnd.baseline[deploy_cg] = _measure_once(ctx, TrialConfig.baseline(bool(deploy_cg)), lv.baseline, deploy_cg)
+        rnd.baseline[deploy_cg] = _measure_once(ctx, TrialConfig.baseline(bool(deploy_cg)), base, deploy_cg)
     if ctx.space.benchmark.loaded:
         rnd.levels = lv
     return rnd
+
+
+@dataclass(frozen=True)
+class _Into:
+    """Where ``_measure_once`` puts a start's detail: each level's tok/s, the start's record (``StartRecord``), and
+    the passes of the prompts it measures."""
+
+    levels: dict[Any, dict[int, float]]
+    starts: dict[Any, StartRecord]
+    passes: int = 1
 
 
 def _verdict(
@@ -506,10 +546,9 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
         state.verdict = with_unweighed(state.verdict or Verdict.INCONCLUSIVE)
 
 
-def _measure_once(
-    ctx: StudyContext, config: TrialConfig, levels: dict[Any, dict[int, float]] | None = None, key: Any = None
-) -> float:
-    """One start of ``config``: its objective (tok/s without load levels); each level's tok/s into ``levels[key]``.
+def _measure_once(ctx: StudyContext, config: TrialConfig, into: _Into | None = None, key: Any = None) -> float:
+    """One start of ``config``: its objective (tok/s without load levels), measuring the prompts ``into.passes``
+    times over; each level's tok/s into ``into.levels[key]``, the start's record into ``into.starts[key]``.
     A start that fails gets a fresh one (``measure.measure_fresh``); a baseline whose starts all failed raises
     ``ConfirmationFailed``, a candidate's ``StartsFailed``."""
 
@@ -518,7 +557,7 @@ def _measure_once(
         ctx.emit(Event("note", data={"message": message}))
 
     try:
-        m = measure_fresh(ctx.runner, config, ctx.space, on_retry=retry)
+        m = measure_fresh(ctx.runner, config, ctx.space, on_retry=retry, passes=into.passes if into else 1)
     except StartsFailed as e:
         if not config.is_baseline:
             raise
@@ -528,8 +567,11 @@ def _measure_once(
             "run the study again to resume confirmation."
         ) from e
     tps = m.tok_per_s
-    if levels is not None and key is not None and m.levels:
-        levels[key] = {lv.level: lv.tok_per_s for lv in m.levels}
+    if into is not None and key is not None:
+        if m.levels:
+            into.levels[key] = {lv.level: lv.tok_per_s for lv in m.levels}
+        seconds = sum(r.seconds for r in m.results)
+        into.starts[key] = StartRecord(m.pass_tok_per_s(), m.info.startup_s, seconds)
     if config.is_baseline and ctx.space.benchmark.temperature == 0:
         _confirm_floor(ctx, config, [r.text for r in m.results])
     ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))

@@ -18,6 +18,10 @@
 #   study    `autotune study .gpu/space.yaml --json`, then `autotune report --json` and `autotune export --format
 #            command`; cut at STUDY_WALL_S with SIGTERM (the study stops its server and is resumed by the next
 #            `run.sh study`)
+#   noise    scripts/gpu/noise.py on .gpu/space.yaml: NOISE_STARTS (4) fresh starts each of the baseline and the good
+#            draft (draft_n_max NOISE_N_MAX, 8), each measuring the prompts NOISE_PASSES (3) times on one server;
+#            writes noise.json: the split between start-to-start and per-request noise, and the passes per start
+#            it calls for (autotune.noise); stops starting servers at NOISE_BUDGET_S (200)
 #   reverify `autotune export --format yaml` of the finished study, then `autotune reverify` of it (REVERIFY_REPEATS
 #            rounds); cut at REVERIFY_WALL_S with SIGINT (its rounds are journaled: the next `run.sh reverify`
 #            resumes them); writes reverify.json and reverify.log
@@ -557,6 +561,26 @@ stage_study() {
     ((rc == 0 || rc == 124 || rc == 130)) || die "study exited with $rc"
 }
 
+stage_noise() {
+    local t=$SECONDS
+    ensure_setup
+    server_env
+    write_space
+    local budget
+    budget="$(within_call "${NOISE_BUDGET_S:-200}" 40)"
+    local args=("$SPACE" --out "$OUT" --starts "${NOISE_STARTS:-4}" --passes "${NOISE_PASSES:-3}"
+        --n-max "${NOISE_N_MAX:-8}" --budget-s "$budget" --log-dir "$STATE/noise-logs")
+    log "noise: $PY scripts/gpu/noise.py ${args[*]}"
+    local rc=0
+    "$PY" scripts/gpu/noise.py "${args[@]}" >"$OUT/noise.log" 2>&1 || rc=$?
+    tail -n 12 "$OUT/noise.log"
+    local status=ok
+    ((rc == 3)) && status=no-split
+    ((rc != 0 && rc != 3)) && status="exit-$rc"
+    record noise "$status" "$((SECONDS - t))" "command=$PY scripts/gpu/noise.py ${args[*]}"
+    log "noise: $status in $((SECONDS - t)) s"
+}
+
 stage_reverify() {
     local t=$SECONDS
     ensure_setup
@@ -592,9 +616,9 @@ stages=()
 for s in "$@"; do
     case "$s" in
         all) stages+=(setup build models sweep study) ;;
-        setup | build | models | sweep | study | reverify) stages+=("$s") ;;
+        setup | build | models | sweep | study | noise | reverify) stages+=("$s") ;;
         -h | --help) awk 'NR > 1 && /^set -euo/ {exit} NR > 1' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) echo "run.sh: unknown stage $s (setup build models sweep study reverify all)" >&2; exit 2 ;;
+        *) echo "run.sh: unknown stage $s (setup build models sweep study noise reverify all)" >&2; exit 2 ;;
     esac
 done
 machine_info

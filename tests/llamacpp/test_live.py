@@ -475,3 +475,32 @@ def test_a_study_with_two_load_levels_on_parallel_slots(tmp_path):
     )
     assert e.returncode == 0, e.stderr
     assert "-np 4" in e.stdout and "streams:" in e.stdout  # the schedule table, then the static command
+
+
+def test_passes_of_the_prompts_on_one_real_server_give_the_noise_split(space, tmp_path):
+    """Confirmation's passes (``measure_config(passes=2)``, ``autotune.noise``): two starts of the good draft on the
+    real server, each measuring the prompts twice on the same process. Every pass answers each prompt with the
+    same text (temperature 0, one server), the start's tok/s is over all of its passes, and the split of the four
+    passes separates the request noise (from the passes on one server) from the noise between the two starts."""
+    from autotune.measure import measure_config
+    from autotune.noise import split
+
+    before = _descendants()
+    runner = ProcessRunner(space, LlamaCppBackend(), log_dir=tmp_path)
+    config = TrialConfig.make("good", draft_n_max=N_MAX)
+    starts = [measure_config(runner, config, space, passes=2) for _ in range(2)]
+    n = len(space.benchmark.prompts)
+    for m in starts:
+        assert m.passes == 2 and len(m.results) == 2 * n
+        assert [r.text for r in m.results[:n]] == [r.text for r in m.results[n:]]
+        assert m.tok_per_s == pytest.approx(summarize(m.results)["tok_per_s"])
+        assert [len(p) for p in m.pass_tok_per_s()] == [n, n]
+    s = split([[m.pass_tok_per_s() for m in starts]])
+    assert s is not None and s.repeat and s.prompts == n
+    assert s.request_df == 2 * n and s.start_df == 1
+    assert 0 < s.request_sd < 0.5 and s.start_sd >= 0
+    print(f"llama-server on this CPU: between starts {s.start_sd:.1%}, per request {s.request_sd:.1%}")
+    deadline = time.monotonic() + 10
+    while (left := _descendants() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"processes left behind: {left}"

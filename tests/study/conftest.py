@@ -58,6 +58,8 @@ class ScriptedRunner:
     simulated: bool = True
     launches: list = field(default_factory=list)
     first_baseline: float = 1.0  # the first baseline start runs this much faster (a cold or a lucky GPU start)
+    request_noise: float = 0.005  # sd of the log of one request's time factor
+    startup_s: float = 60.0
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
@@ -84,7 +86,7 @@ class ScriptedRunner:
 class _Session:
     def __init__(self, runner, config, factor):
         self.runner, self.config, self.factor = runner, config, factor
-        self.info = LaunchInfo(argv=["fake", config.key()], effective={}, startup_s=60.0, simulated=True)
+        self.info = LaunchInfo(argv=["fake", config.key()], effective={}, startup_s=runner.startup_s, simulated=True)
         self.closed = False
         self.dies_at = None  # the prompt at which this start's server dies (a crash while serving)
 
@@ -98,7 +100,8 @@ class _Session:
                 returncode=-6,
                 log_tail="llama_decode: ...\nGGML_ASSERT(n_tokens_all <= n_batch) failed\nAborted",
             )
-        tps = self.runner.base * (1 + 0.1 * i) * self.factor * math.exp(self.runner.rng.gauss(0, 0.005))
+        request = math.exp(self.runner.rng.gauss(0, self.runner.request_noise))
+        tps = self.runner.base * (1 + 0.1 * i) * self.factor * request
         acc = None if self.config.is_baseline else self.runner.accept.get(self.config.drafter, 2.5)
         text = f"output of prompt {i} " * 20
         if self.config.drafter in self.runner.diverge:
