@@ -116,6 +116,14 @@ def split(configs: Sequence[Sequence[Start]]) -> NoiseSplit | None:
     return NoiseSplit(math.sqrt(start_var), df_start, math.sqrt(ms_resid), df_resid, prompts, False)
 
 
+def _start_var(noise: NoiseSplit, prior: tuple[float, float] | None) -> float:
+    """The start-to-start variance, pooled with ``prior`` (an sd and its degrees of freedom) where given."""
+    var, df = noise.start_sd**2 * noise.start_df, float(noise.start_df)
+    if prior is not None:
+        var, df = var + prior[0] ** 2 * prior[1], df + prior[1]
+    return var / df
+
+
 @dataclass(frozen=True)
 class Passes:
     """How many passes of the prompts each start should measure, and why (``text``)."""
@@ -145,10 +153,7 @@ def passes_for(
         raise ValueError(f"passes_for needs most >= 1 and now >= 1 but got {most} and {now}")
     if noise is None or noise.start_df < MIN_START_DF or not (start_s >= 0 and pass_s > 0):
         return Passes(now, float(now), "not enough repeated starts yet to tell where the noise is")
-    var, df = noise.start_sd**2 * noise.start_df, float(noise.start_df)
-    if prior is not None:
-        var, df = var + prior[0] ** 2 * prior[1], df + prior[1]
-    s = max(math.sqrt(var / df), START_SD_FLOOR)
+    s = max(math.sqrt(_start_var(noise, prior)), START_SD_FLOOR)
     per_pass = noise.request_sd / math.sqrt(noise.prompts)
     k_star = per_pass / s * math.sqrt(start_s / pass_s)
     best = max(1, int(math.floor(k_star + 0.5)))
@@ -171,10 +176,7 @@ def start_variance(noise: NoiseSplit | None, passes: float, prior: tuple[float, 
     ``prior`` as ``passes_for`` does); None without a split."""
     if noise is None:
         return None
-    var, df = noise.start_sd**2 * noise.start_df, float(noise.start_df)
-    if prior is not None:
-        var, df = var + prior[0] ** 2 * prior[1], df + prior[1]
-    return var / df + noise.request_sd**2 / (noise.prompts * passes)
+    return _start_var(noise, prior) + noise.request_sd**2 / (noise.prompts * passes)
 
 
 def shrink(
