@@ -41,8 +41,8 @@ class Measurement:
 
     def pass_tok_per_s(self) -> list[list[float]]:
         """Each pass's per-prompt tok/s (``autotune.noise.split``'s shape for one start)."""
-        n = len(self.results) // self.passes if self.passes else 0
-        return [[r.tok_per_s for r in self.results[i * n : (i + 1) * n]] for i in range(self.passes)] if n else []
+        n = len(self.results) // self.passes
+        return [[r.tok_per_s for r in self.results[i * n : (i + 1) * n]] for i in range(self.passes)]
 
     @property
     def summary(self) -> dict[str, Any]:

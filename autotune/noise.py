@@ -19,6 +19,7 @@ passes on one server). ``passes_for`` chooses ``k``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,14 +56,7 @@ class NoiseSplit:
     repeat: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "start_sd": self.start_sd,
-            "start_df": self.start_df,
-            "request_sd": self.request_sd,
-            "request_df": self.request_df,
-            "prompts": self.prompts,
-            "repeat": self.repeat,
-        }
+        return dataclasses.asdict(self)
 
 
 def _logs(p: Sequence[float]) -> list[float] | None:

@@ -271,10 +271,11 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
     levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
     while True:
-        changed = _choose_passes(ctx, cands, state)
         info = _info(_live(cands, state))  # a candidate whose starts failed is out of the race
         points = race.bar_points(info, state.deploy_cuda_graph, levels, _prior(ctx))
         tie = race.tie_rule(info, spec, state.deploy_cuda_graph, _tie(ctx), _prior(ctx))
+        racing = race.still_racing(state.rounds, [t.number for t in cands], spec, points, tie)
+        changed = passes.for_next_round(ctx, info, state, _prior(ctx), _tie(ctx), racing=racing is not None)
         active = race.next_round(
             state.rounds,
             info,
@@ -290,10 +291,6 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
             break
         n = len(state.rounds)
         which = ", ".join(map(str, active))
-        racing = race.still_racing(state.rounds, [t.number for t in cands], spec, points, tie)
-        if racing is not None and state.noise and state.noise["passes"] != 1:
-            state.noise = {**state.noise, "passes": 1, "shrink": 1.0}  # a round of the race: one pass
-            changed = None
         if changed:
             ctx.emit(Event("note", data={"message": f"confirmation: {changed}"}))
         if racing is None:
@@ -308,11 +305,6 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
             )
         state.rounds.append(_round(ctx, cands, active, graph_settings, state))
         records.set_confirmation(ctx.study, state)
-
-
-def _choose_passes(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState) -> str | None:
-    """``passes.for_next_round`` over the candidates still in confirmation."""
-    return passes.for_next_round(ctx, _info(_live(cands, state)), state, _prior(ctx), _tie(ctx))
 
 
 def _live(cands: list[FrozenTrial], state: ConfirmationState) -> list[FrozenTrial]:
@@ -377,12 +369,12 @@ def _round(
     deployable baseline when no candidate racing runs under its setting. A candidate whose starts fail leaves
     confirmation (``_drop``); a baseline whose starts fail stops it (``ConfirmationFailed``)."""
     deploy_cg = state.deploy_cuda_graph
-    passes = state.noise["passes"] if state.noise else 1
-    rnd = Round(passes=passes, starts=RoundStarts())
-    assert rnd.starts is not None
+    k = state.noise["passes"] if state.noise else 1
+    starts = RoundStarts()
+    rnd = Round(passes=k, starts=starts)
     lv = RoundLevels()  # per-level tok/s (with load levels)
-    base = _Into(lv.baseline, rnd.starts.baseline, passes)
-    cand = _Into(lv.candidates, rnd.starts.candidates, passes)
+    base = _Into(lv.baseline, starts.baseline, k)
+    cand = _Into(lv.candidates, starts.candidates, k)
     for cg in graph_settings:
         racing = [t for t in cands if TrialRecord(t).cuda_graph == cg and t.number in active]
         if not racing:

@@ -49,6 +49,16 @@ def groups(rounds: Sequence[Round]) -> list[list[StartRecord]]:
     return list(out.values())
 
 
+def costs(records: Sequence[StartRecord]) -> tuple[float, float]:
+    """A start's and one pass's median seconds over ``records`` (0 without any)."""
+    if not records:
+        return 0.0, 0.0
+    return (
+        statistics.median([rec.startup_s for rec in records]),
+        statistics.median([rec.seconds / max(len(rec.tok_per_s), 1) for rec in records]),
+    )
+
+
 def choose(
     rounds: Sequence[Round],
     *,
@@ -63,10 +73,8 @@ def choose(
     ``race.next_round``) and the reason in words. The confirmation state's ``noise``."""
     by_config = groups(rounds)
     found = noise.split([[rec.tok_per_s for rec in g] for g in by_config])
-    every = [rec for g in by_config for rec in g]
-    start_s = statistics.median([rec.startup_s for rec in every]) if every else 0.0
-    pass_s = statistics.median([rec.seconds / max(len(rec.tok_per_s), 1) for rec in every]) if every else 0.0
-    rule = noise.passes_for(found, start_s, pass_s, most=max(most, 1), prior=prior)
+    start_s, pass_s = costs([rec for g in by_config for rec in g])
+    rule = noise.passes_for(found, start_s, pass_s, most=most, prior=prior)
     so_far = [r.passes for r in rounds]
     passes, text = 1, rule.text
     if rule.passes > 1:
@@ -86,10 +94,9 @@ def choose(
         else:
             # the variance-per-cost optimum where it settles the question, else the cheapest choice that does
             passes = rule.passes if rule.passes in cost else min(cost, key=lambda k: (cost[k][0], k))
-            head = rule.head
             one = f"; one pass: {cost[1][1]} round(s), {cost[1][0] / 3600:.2f} h" if 1 in cost else ""
             text = (
-                f"{head}: {passes} pass(es) per start settle the pick's question in {cost[passes][1]} more "
+                f"{rule.head}: {passes} pass(es) per start settle the pick's question in {cost[passes][1]} more "
                 f"round(s), {cost[passes][0] / 3600:.2f} h of server time{one}"
             )
     return {
@@ -105,11 +112,17 @@ def choose(
 
 
 def for_next_round(
-    ctx: StudyContext, info: list[race.Candidate], state: ConfirmationState, prior: Spread, tie: float | None
+    ctx: StudyContext,
+    info: list[race.Candidate],
+    state: ConfirmationState,
+    prior: Spread,
+    tie: float | None,
+    racing: bool = False,
 ) -> str | None:
     """The passes of the prompts the next confirmation round's starts measure, into ``state.noise``
-    (``next_passes`` with the study's spec, policies and start-to-start noise). A change gives its reason (for a
-    note). ``prior`` and ``tie``: the race's (``confirm``)."""
+    (``next_passes`` with the study's spec, policies and start-to-start noise): one for a round of the race
+    (``racing``) and with load levels. A change gives its reason (for a note). ``prior`` and ``tie``: the race's
+    (``confirm``)."""
     now = state.noise["passes"] if state.noise else 1
     state.noise = next_passes(
         state.rounds,
@@ -119,7 +132,7 @@ def for_next_round(
         frozenset(state.level_only or []),
         prior,
         tie,
-        most=1 if ctx.space.benchmark.loaded else ctx.policies.candidates.max_passes,
+        most=1 if racing or ctx.space.benchmark.loaded else ctx.policies.candidates.max_passes,
         start_noise=ctx.space.pruning.start_noise,
     )
     return state.noise["text"] if state.noise["passes"] != now else None
@@ -140,9 +153,8 @@ def next_passes(
     """``choose`` for the round after ``rounds``: with an open question once every candidate had its
     ``spec.repeats`` rounds (the pick's interval straddles ``1 + min_gain``), the space's start-to-start noise
     (``start_noise``: the sd of one start's log speedup over another's, a start's own that over sqrt 2) as a prior
-    worth ``START_PRIOR_DF`` starts. One pass in the first rounds (a clear winner needs no more); the race's rounds
-    are one pass too (the caller's: ``confirm``); ``most`` 1 with load levels (their levels, not the prompts, are a
-    start's time)."""
+    worth ``START_PRIOR_DF`` starts. One pass in the first rounds (a clear winner needs no more); ``most`` 1 for a
+    round of the race and with load levels (their levels, not the prompts, are a start's time): the caller's."""
     question = None
     if len(rounds) >= spec.repeats and most > 1:
         seen = race.look(rounds, info, spec, deploy_cuda_graph, None, level_only, prior, tie)
@@ -157,4 +169,4 @@ def next_passes(
     return choose(rounds, most=most, prior=(start_noise / math.sqrt(2), START_PRIOR_DF), question=question)
 
 
-__all__ = ["Question", "choose", "for_next_round", "groups", "next_passes"]
+__all__ = ["Question", "choose", "costs", "for_next_round", "groups", "next_passes"]

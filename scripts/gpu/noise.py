@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,9 @@ from autotune.errors import BenchmarkError, LaunchError  # noqa: E402
 from autotune.measure import measure_config  # noqa: E402
 from autotune.noise import passes_for, split  # noqa: E402
 from autotune.process import ProcessRunner  # noqa: E402
+from autotune.records import StartRecord  # noqa: E402
 from autotune.space import load_space  # noqa: E402
+from autotune.study.passes import costs  # noqa: E402
 
 
 def configs(space: Any, n_max: int) -> dict[str, TrialConfig]:
@@ -43,9 +44,7 @@ def configs(space: Any, n_max: int) -> dict[str, TrialConfig]:
 def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     per = {name: split([[s["tok_per_s"] for s in starts]]) for name, starts in runs.items()}
     pooled = split([[s["tok_per_s"] for s in starts] for starts in runs.values()])
-    every = [s for starts in runs.values() for s in starts]
-    start_s = statistics.median(s["startup_s"] for s in every) if every else 0.0
-    pass_s = statistics.median(s["seconds"] / len(s["tok_per_s"]) for s in every) if every else 0.0
+    start_s, pass_s = costs([StartRecord.from_dict(s) for starts in runs.values() for s in starts])
     choice = passes_for(pooled, start_s, pass_s) if pooled else None
     return {
         "per_config": {k: (v.to_dict() if v else None) for k, v in per.items()},
