@@ -21,10 +21,16 @@ def bench_seconds(t: FrozenTrial) -> float:
     return sum(p.get("seconds") or 0.0 for p in r.prompts) + levels
 
 
+def warmup_seconds(t: FrozenTrial) -> float:
+    """A start's untimed warm-up passes of the prompts (``autotune.warmup``; 0 without)."""
+    return TrialRecord(t).warmup.seconds
+
+
 def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> list[tuple[str, float, float]]:
     """Confirmation's server starts in order, each ``(label, startup s, benchmark s)``: as recorded (the rounds'
-    start records), or for rounds recorded without them estimated: the search's mean startup, and a complete
-    search start's benchmark work (its seconds x its objective, times the round's passes) over the start's tok/s."""
+    start records: the timed prompts and the warm-up passes), or for rounds recorded without them estimated: the
+    search's mean startup, and a complete search start's benchmark work (its seconds x its objective, times the
+    round's passes) over the start's tok/s."""
     complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
     work = _mean([bench_seconds(t) * t.value for t in complete if t.value])
     startup = _mean([TrialRecord(t).startup_s for t in complete if not TrialRecord(t).shared_start])
@@ -38,11 +44,11 @@ def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> l
         for who, v, r in starts:
             if r or v:
                 out.append(
-                    (f"{name}: {who}", r.startup_s, r.seconds)
+                    (f"{name}: {who}", r.startup_s, r.seconds + r.warmup.seconds)
                     if r
                     else (f"{name}: {who}", startup, work * rnd.passes / v)
                 )
     return out
 
 
-__all__ = ["bench_seconds", "confirmation_starts"]
+__all__ = ["bench_seconds", "confirmation_starts", "warmup_seconds"]

@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune import warmup as warm
 from autotune.config import LaunchInfo, LevelResult, PromptResult, TrialConfig, summarize
 from autotune.errors import BenchmarkError, LaunchError, StartsFailed, Unstable, crash_line, is_crash
 from autotune.objective import category_value, weighted_value
 from autotune.runner import Runner, Session
 from autotune.space import Space
+from autotune.warmup import WarmUp
 
 #: called after each prompt with its index, its result and the results so far (itself included); may raise to stop
 OnPrompt = Callable[[int, PromptResult, list[PromptResult]], None]
@@ -38,6 +40,8 @@ class Measurement:
     category_weights: dict[str, float] | None = None
     #: passes of the prompt set this start measured, one after another (``results`` holds them all, in order)
     passes: int = 1
+    #: the untimed passes of the prompts before the timed ones (``autotune.warmup``)
+    warmup: WarmUp = WarmUp()
 
     def pass_tok_per_s(self) -> list[list[float]]:
         """Each pass's per-prompt tok/s (``autotune.noise.split``'s shape for one start)."""
@@ -92,12 +96,44 @@ def started(runner: Runner, config: TrialConfig) -> Iterator[Session]:
         session.close()
 
 
-def run_prompts(
-    session: Session, n: int, *, on_prompt: OnPrompt | None = None, done: Sequence[PromptResult] = ()
-) -> list[PromptResult]:
-    """The warm-up requests, then prompts ``0..n-1`` measured in order (those in ``done``, measured on an earlier
-    start of the same config, are kept)."""
+def warmup_rule(space: Space) -> warm.Rule:
+    """How a start of ``space``'s server warms up: ``benchmark.warmup_passes``, else the server's default."""
+    from autotune.backends.registry import get_backend  # the backends import this module's callers' types
+
+    backend = get_backend(space.server.backend)
+    return warm.resolve(space.benchmark.warmup_passes, backend.warmup_passes, backend.display_name or backend.name)
+
+
+def warm_up(session: Session, n: int, rule: warm.Rule | None) -> WarmUp:
+    """The session's warm-up requests, then untimed passes of prompts ``0..n-1`` as ``rule`` says (none: the
+    requests only)."""
     session.warmup()
+    if rule is None or n == 0:
+        return WarmUp()
+    passes: list[tuple[float, ...]] = []
+    seconds = 0.0
+    while not rule.done(passes):
+        results = [session.run_prompt(i) for i in range(n)]
+        passes.append(tuple(r.tok_per_s for r in results))
+        seconds += sum(r.seconds for r in results)
+    return WarmUp(tuple(passes), seconds, warm.steady(passes, rule.tolerance) if rule.auto and passes else None)
+
+
+def run_prompts(
+    session: Session,
+    n: int,
+    *,
+    on_prompt: OnPrompt | None = None,
+    done: Sequence[PromptResult] = (),
+    warmup: warm.Rule | None = None,
+    on_warmup: Callable[[WarmUp], None] | None = None,
+) -> list[PromptResult]:
+    """The warm-up (``warm_up``: the requests, then ``warmup``'s untimed passes; ``on_warmup`` gets what they
+    measured), then prompts ``0..n-1`` measured in order (those in ``done``, measured on an earlier start of the
+    same config, are kept)."""
+    w = warm_up(session, n, warmup)
+    if on_warmup is not None:
+        on_warmup(w)
     results: list[PromptResult] = list(done)
     for i in range(len(done), n):
         r = session.run_prompt(i)
@@ -110,15 +146,17 @@ def run_prompts(
 def measure_config(
     runner: Runner, config: TrialConfig, space: Space, *, on_prompt: OnPrompt | None = None, passes: int = 1
 ) -> Measurement:
-    """Launch ``config``, warm up, measure every prompt of ``space`` (``passes`` times over, one pass after the
-    other, without load levels: ``autotune.noise``), stop the server."""
+    """Launch ``config``, warm up (``warmup_rule``), measure every prompt of ``space`` (``passes`` times over, one
+    pass after the other, without load levels: ``autotune.noise``), stop the server."""
     if passes < 1 or (passes > 1 and space.benchmark.loaded):
         raise ValueError(f"passes must be 1, or more without load levels, but got {passes}")
+    warmed: list[WarmUp] = []
     with started(runner, config) as session:
         n = len(space.benchmark.prompts)
-        results = run_prompts(session, n, on_prompt=on_prompt)
+        results = run_prompts(session, n, on_prompt=on_prompt, warmup=warmup_rule(space), on_warmup=warmed.append)
         for _ in range(passes - 1):
             results += [session.run_prompt(i) for i in range(n)]
+        w = warmed[0]
         if not space.benchmark.loaded:
             by_category = space.objective.category_weights()
             if by_category:
@@ -128,11 +166,12 @@ def measure_config(
                     categories=tuple(space.benchmark.categories) * passes,
                     category_weights=by_category,
                     passes=passes,
+                    warmup=w,
                 )
-            return Measurement(session.info, results, passes=passes)
+            return Measurement(session.info, results, passes=passes, warmup=w)
         levels = run_levels(session, space, results)
         weights = space.objective.weights_for(space.benchmark.concurrency)
-        return Measurement(session.info, results, tuple(levels), weights)
+        return Measurement(session.info, results, tuple(levels), weights, warmup=w)
 
 
 #: fresh starts one measurement gets when its server fails (a crash, a refusal, a start-up timeout, requests failing

@@ -35,10 +35,11 @@ class Costs:
     request_s: float
     source: str
 
-    def start_s(self, *, n_prompts: int, warmup: int, levels: Sequence[int]) -> float:
-        """Seconds of one start: start-up, warm-up, the prompts at one stream and each higher level's requests
-        (C streams at once take about as long per round as one: a level's time is its requests / C rounds)."""
-        t = self.startup_s + (warmup + n_prompts) * self.request_s
+    def start_s(self, *, n_prompts: int, warmup: int, levels: Sequence[int], warmup_passes: int = 0) -> float:
+        """Seconds of one start: start-up, warm-up (its requests and ``warmup_passes`` untimed passes of the
+        prompts), the prompts at one stream and each higher level's requests (C streams at once take about as long
+        per round as one: a level's time is its requests / C rounds)."""
+        t = self.startup_s + (warmup + (warmup_passes + 1) * n_prompts) * self.request_s
         for level in levels:
             if level > 1:
                 t += math.ceil(len(level_requests(level, n_prompts)) / level) * self.request_s
@@ -60,6 +61,9 @@ class Plan:
     gpus: int  # GPUs one server uses
     kept: int  # trials a resumed study already has
     costs: Costs | None
+    #: (fewest, most) untimed warm-up passes of the prompts a start takes (``autotune.warmup``)
+    warmup_passes: tuple[int, int] = (0, 0)
+    start_s_max: float | None = None  # seconds of one start with the most warm-up passes (None: ``start_s``)
 
     @property
     def starts(self) -> tuple[int, int]:
@@ -71,7 +75,7 @@ class Plan:
         if self.start_s is None:
             return None
         lo, hi = self.starts
-        return lo * self.start_s, hi * self.start_s
+        return lo * self.start_s, hi * (self.start_s_max or self.start_s)
 
 
 def plan(
@@ -91,13 +95,15 @@ def plan(
     settle_after: int | None = None,
     level_rounds: int = 0,
     ladder_rungs: int = 0,
+    warmup_passes: tuple[int, int] = (0, 0),
 ) -> Plan:
     """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume). ``settle_after``:
     the fewest trials after which the search may stop settled (``budget.stop_when_settled``: the baselines, the
     server defaults and the design), None when it runs its whole budget; confirmation may then thin its candidates
     to one. With load levels, after the search: ``level_rounds`` rounds of one surrogate pick per level and
     ``ladder_rungs`` rungs of the best config's draft-length ladder still to run (``study.ladder``; what a resumed
-    study has run is not counted), each a start at most, none where nothing could beat a level's best."""
+    study has run is not counted), each a start at most, none where nothing could beat a level's best.
+    ``warmup_passes``: the (fewest, most) untimed passes of the prompts each start warms up with."""
     search_left = max(0, n_trials - used)
     note = f"{n_trials} trials in the budget, {used} used"
     search_lo = search_left
@@ -123,8 +129,12 @@ def plan(
             + (f", {level_only} level-only candidates for {LEVEL_ONLY_ROUNDS} rounds" if level_only else "")
         )
         phases.append(Phase("confirmation", lo, hi, note))
-    start_s = costs.start_s(n_prompts=n_prompts, warmup=warmup, levels=levels) if costs else None
-    return Plan(tuple(phases), start_s, max(1, gpus), used, costs)
+    start_s = start_max = None
+    if costs:
+        start_s, start_max = (
+            costs.start_s(n_prompts=n_prompts, warmup=warmup, levels=levels, warmup_passes=k) for k in warmup_passes
+        )
+    return Plan(tuple(phases), start_s, max(1, gpus), used, costs, warmup_passes, start_max)
 
 
 def _hours(s: float) -> str:
@@ -150,10 +160,19 @@ def render(p: Plan) -> str:
         lines.append(
             f"estimated GPU time: {span} of {'an' if p.gpus in (8, 11, 18) else 'a'} {p.gpus}-GPU server"
             + (f" ({_hours(g[0] * p.gpus)} of GPU time)" if p.gpus > 1 else "")
-            + f", {p.start_s:.0f} s a start (start-up {p.costs.startup_s:.0f} s, {p.costs.request_s:.1f} s a prompt;"
-            f" {p.costs.source})"
+            + f", {p.start_s:.0f} s a start (start-up {p.costs.startup_s:.0f} s, {p.costs.request_s:.1f} s a prompt"
+            + _warmup_note(p)
+            + f"; {p.costs.source})"
         )
     return "\n".join(lines)
+
+
+def _warmup_note(p: Plan) -> str:
+    lo, hi = p.warmup_passes
+    if hi == 0:
+        return ""
+    n = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    return f", {n} untimed warm-up pass(es) of the prompts" + (f" (up to {p.start_s_max:.0f} s)" if lo != hi else "")
 
 
 def measured_costs(startups: Sequence[float], prompt_seconds: Sequence[float]) -> Costs | None:

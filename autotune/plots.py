@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 
 from autotune import records
-from autotune.bill import bench_seconds, confirmation_starts
+from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.records import TrialRecord
 from autotune.render import config_label
 
@@ -35,8 +35,8 @@ def _layout(fig: go.Figure, title: str, **kw: Any) -> go.Figure:
 
 
 def _seconds(t: FrozenTrial) -> tuple[float, float]:
-    """(startup, benchmark) hardware seconds of one server start (its prompts and load levels)."""
-    return (TrialRecord(t).startup_s or 0.0), bench_seconds(t)
+    """(startup, benchmark) hardware seconds of one server start (its warm-up passes, prompts and load levels)."""
+    return (TrialRecord(t).startup_s or 0.0), warmup_seconds(t) + bench_seconds(t)
 
 
 def _starts(study: optuna.Study) -> list[FrozenTrial]:

@@ -161,6 +161,8 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
         line(f"  {report['to_settle']['text']}")
     if (report.get("noise") or {}).get("split"):
         line(f"noise in confirmation: {report['noise']['text']}")
+    if report.get("warmup"):
+        line(f"warm-up: {report['warmup']['text']}")
     rec = report["recommended"]
     if rec.get("config"):
         line(f"recommended: trial {rec.get('trial')}: {config_label(rec['config'])}  ({rec['why']})", "bold")

@@ -8,8 +8,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import acceptance, lossless, objective, records
-from autotune.bill import bench_seconds, confirmation_starts
+from autotune import acceptance, lossless, objective, records, warmup
+from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.config import PromptResult, TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import (
@@ -240,6 +240,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "search_settled": _settled_text(records.search_settled(study)),
         "to_settle": to_settle_text(conf.to_settle if conf.done else None, gpu),
         "noise": conf.noise,
+        "warmup": _warmups(trials, conf),
         "best_configs": _best_configs(rows, confirmed, recommended.get("trial")),
         "best": best,
         "confirmed": confirmed,
@@ -330,9 +331,23 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
     return out
 
 
+def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any] | None:
+    """The warm-up passes of every start, search and confirmation (``autotune.warmup.summary``, with its line as
+    ``text``); None when no start warmed up with passes."""
+    ws = [TrialRecord(t).warmup for t in trials if not TrialRecord(t).is_duplicate]
+    for rnd in [*(conf.check_rounds or []), *conf.rounds]:
+        if rnd.starts is not None:
+            ws += [r.warmup for r in [*rnd.starts.baseline.values(), *rnd.starts.candidates.values()]]
+    s = warmup.summary(ws)
+    if s is not None:
+        s["text"] = warmup.describe(s)
+    return s
+
+
 def _start_seconds(t: FrozenTrial) -> float:
-    """A trial's server time: its startup plus its timed benchmark (warm-up and reference answers not counted)."""
-    return (TrialRecord(t).startup_s or 0.0) + bench_seconds(t)
+    """A trial's server time: its startup, its warm-up passes and its timed benchmark (the warm-up requests and
+    reference answers not counted)."""
+    return (TrialRecord(t).startup_s or 0.0) + warmup_seconds(t) + bench_seconds(t)
 
 
 def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any]:
@@ -381,8 +396,9 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
         "total_s": spent,
         "saved_by_pruning_s": pruning,
         "saved_by_dedup_s": dedup,
-        "note": "server time: startups plus timed prompts and load levels (warm-ups and reference answers not "
-        "counted); confirmation as its rounds recorded it (rounds recorded without it: estimated from their tok/s)",
+        "note": "server time: startups, warm-up passes, timed prompts and load levels (warm-up requests and "
+        "reference answers not counted); confirmation as its rounds recorded it (rounds recorded without it: "
+        "estimated from their tok/s)",
     }
 
 

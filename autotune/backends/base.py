@@ -166,6 +166,10 @@ class Backend(ABC):
         """``config`` when it is already resolved, else ``resolve(config, space)``."""
         return config if isinstance(config, EffectiveConfig) else self.resolve(config, space)
 
+    #: untimed passes of the prompts a start gets when ``benchmark.warmup_passes`` is not given (``autotune.warmup``):
+    #: 0 for servers that capture their CUDA graphs at start-up, "auto" for one that captures them lazily
+    warmup_passes: int | str = 0
+
     def per_request(self, space: Space) -> PerRequest | None:
         """Knobs its server takes per request (``backends.per_request``); None: every trial is its own start."""
         return None

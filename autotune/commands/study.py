@@ -297,6 +297,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
     """The plan of this study (``autotune.plan``): what is left of the budget, confirmation's rounds, and the GPU
     time at the study's own measured costs, else the simulator's, else counts only."""
     from autotune import plan
+    from autotune.measure import warmup_rule
     from autotune.records import TrialRecord, used_budget
 
     space = ctx.run_space
@@ -329,6 +330,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
         gpus=gpus_needed(space, ctx.backend.parallel_size_flags)[0],
         costs=costs,
         settle_after=_settle_after(ctx, n_trials),
+        warmup_passes=warmup_rule(space).bounds,
         **_level_phase_left(ctx, study),
     )
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from autotune.verdict import Verdict
+from autotune.warmup import WarmUp
 
 _GRAPHS = {"True": True, "False": False}
 
@@ -44,19 +45,28 @@ class RoundLevels:
 
 @dataclass
 class StartRecord:
-    """One confirmation start's detail: each pass's per-prompt tok/s (``autotune.noise``), its start-up seconds
-    and its timed prompts' seconds (all passes)."""
+    """One confirmation start's detail: each pass's per-prompt tok/s (``autotune.noise``), its start-up seconds,
+    its timed prompts' seconds (all passes) and its warm-up passes."""
 
     tok_per_s: list[list[float]]
     startup_s: float
     seconds: float
+    warmup: WarmUp = WarmUp()  # its untimed warm-up passes (``autotune.warmup``), when it had any
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StartRecord:
-        return cls([list(map(float, p)) for p in d.get("tok_per_s") or []], float(d["startup_s"]), float(d["seconds"]))
+        return cls(
+            [list(map(float, p)) for p in d.get("tok_per_s") or []],
+            float(d["startup_s"]),
+            float(d["seconds"]),
+            WarmUp.from_dict(d.get("warmup")),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tok_per_s": self.tok_per_s, "startup_s": self.startup_s, "seconds": self.seconds}
+        out: dict[str, Any] = {"tok_per_s": self.tok_per_s, "startup_s": self.startup_s, "seconds": self.seconds}
+        if self.warmup.passes:
+            out["warmup"] = self.warmup.to_dict()
+        return out
 
 
 @dataclass

@@ -29,6 +29,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``start`` | launch | a shared start (``autotune.process.sharing``): ``id``, ``shared``, ``per_request``, ``probe`` |
 | ``crashes`` | a crash | each crash of its server (exit, last log line): one fresh start; two: ``unstable`` |
 | ``measured`` | launch | True once the server ran this config (the prompts follow) |
+| ``warmup`` | after warm-up | its untimed passes of the prompts (``autotune.warmup.WarmUp.to_dict``), when it had any |
 | ``prompts`` | each prompt | ``PromptResult.to_dict()`` of each prompt measured so far (+ ``accept_positions``) |
 | ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
@@ -102,6 +103,7 @@ LOSSLESS = "lossless"
 LEVELS = "levels"
 SLO_BROKEN = "slo_broken"
 START = "start"
+WARMUP = "warmup"
 
 # study user attrs
 SPACE_DIGEST = "space_digest"

@@ -55,8 +55,10 @@ from autotune.records.schema import (
     SPEEDUP_UPPER,
     START,
     STARTUP_S,
+    WARMUP,
     WORKER,
 )
+from autotune.warmup import WarmUp
 
 
 class TrialRecord:
@@ -216,6 +218,11 @@ class TrialRecord:
         return dict(self.attrs.get(START) or {})
 
     @property
+    def warmup(self) -> WarmUp:
+        """Its untimed warm-up passes (``autotune.warmup``); empty when it had none."""
+        return WarmUp.from_dict(self.attrs.get(WARMUP))
+
+    @property
     def shared_start(self) -> bool:
         """True: the trial ran on a server an earlier trial started (no start of its own)."""
         return bool(self.start.get("shared"))
@@ -356,6 +363,10 @@ class TrialWriter:
         self._set(STARTUP_S, info.startup_s)
         self._set(LOG_PATH, info.log_path)
         self._set(MEASURED, True)
+
+    def warmup(self, w: WarmUp) -> None:
+        if w.passes:
+            self._set(WARMUP, w.to_dict())
 
     def prompts(self, results: Sequence[PromptResult]) -> None:
         self._set(PROMPTS, [x.to_dict() for x in results])

@@ -117,6 +117,9 @@ class BenchmarkSpec:
     max_tokens: int = 1024
     temperature: float = 0.0
     warmup_requests: int = 1
+    #: untimed passes of the prompts after the warm-up requests: a number, "auto" (until steady), or None: the
+    #: server's default (``autotune.warmup``)
+    warmup_passes: int | str | None = None
     api: str = "completions"  # completions | chat
     retries: int = 2  # per request, for HTTP errors and truncated streams
     prompts_file: str | None = None  # absolute path of the file the prompts came from, if any

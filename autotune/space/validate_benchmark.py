@@ -28,6 +28,7 @@ class BenchmarkSection(Checker):
             "max_tokens": lambda x, p, ln: self.int_(x, p, ln, 1),
             "temperature": lambda x, p, ln: self.num(x, p, ln, 0),
             "warmup_requests": lambda x, p, ln: self.int_(x, p, ln, 0),
+            "warmup_passes": self.warmup_passes,
             "api": lambda x, p, ln: self.enum(x, p, ln, ("completions", "chat")),
             "retries": lambda x, p, ln: self.int_(x, p, ln, 0),
             "concurrency": self.concurrency,
@@ -46,6 +47,16 @@ class BenchmarkSection(Checker):
                 "no prompts; expected prompts (a list) or prompts_file (a file next to the space)",
             )
         return BenchmarkSpec(**d)
+
+    def warmup_passes(self, v: Any, f: str, line: int | None) -> int | str:
+        """``auto`` or a whole number of untimed passes of the prompts (``autotune.warmup``)."""
+        if v == "auto":
+            return "auto"
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 20:
+            raise self.expected(
+                f, line, "'auto' (passes until one is within 1% of the one before) or a whole number 0-20", v
+            )
+        return v
 
     def concurrency(self, v: Any, f: str, line: int | None) -> tuple[int, ...]:
         """Load levels: distinct whole numbers >= 1, in increasing order (measured lowest first)."""

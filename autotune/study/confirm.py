@@ -485,7 +485,13 @@ def _baseline_only_rounds(ctx: StudyContext) -> list[Round]:
                 },
             )
         )
-        rounds.append(Round(baseline={cg: _measure_once(ctx, TrialConfig.baseline(cg)) for cg in settings}))
+        starts = RoundStarts()
+        into = _Into({}, starts.baseline)
+        rounds.append(
+            Round(
+                baseline={cg: _measure_once(ctx, TrialConfig.baseline(cg), into, cg) for cg in settings}, starts=starts
+            )
+        )
         records.set_baseline_check_rounds(ctx.study, rounds)
     return rounds
 
@@ -563,7 +569,7 @@ def _measure_once(ctx: StudyContext, config: TrialConfig, into: _Into | None = N
         if m.levels:
             into.levels[key] = {lv.level: lv.tok_per_s for lv in m.levels}
         seconds = sum(r.seconds for r in m.results)
-        into.starts[key] = StartRecord(m.pass_tok_per_s(), m.info.startup_s, seconds)
+        into.starts[key] = StartRecord(m.pass_tok_per_s(), m.info.startup_s, seconds, m.warmup)
     if config.is_baseline and ctx.space.benchmark.temperature == 0:
         _confirm_floor(ctx, config, [r.text for r in m.results])
     ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))

@@ -56,7 +56,7 @@ from autotune.errors import (
 )
 from autotune.errors import crash_line as _crash_line
 from autotune.errors import is_crash as _crash
-from autotune.measure import run_levels, run_prompts
+from autotune.measure import run_levels, run_prompts, warmup_rule
 from autotune.records import TrialRecord, TrialWriter
 from autotune.runner import Session
 from autotune.space import Space
@@ -372,7 +372,8 @@ class Objective:
             self._check_config(t, config, session.info)
             n = len(ctx.space.benchmark.prompts)
             on_prompt = functools.partial(self._after_prompt, t, config, baseline, n)
-            results = run_prompts(session, n, on_prompt=on_prompt, done=t.results or ())
+            warm, done = warmup_rule(ctx.space), t.results or ()
+            results = run_prompts(session, n, on_prompt=on_prompt, done=done, warmup=warm, on_warmup=t.record.warmup)
             if config.is_baseline and ctx.space.benchmark.temperature == 0:
                 t.record.references(self._references(session, n))
             levels = None

@@ -3,16 +3,22 @@ measuring the space's prompts several times over on one server, in an interleave
 ..., then again), through the study's own runner (``ProcessRunner``) and ``measure_config(passes=K)``.
 
 Writes OUT/noise.json after every start (a run cut short keeps what it measured): per config its starts (each
-pass's per-prompt tok/s, start-up seconds, timed seconds), the split per config and pooled (start-to-start and
-per-request sd, the latter from the passes on one server), and the passes per start ``noise.passes_for`` would
-choose from the measured costs. Stops starting new servers at --budget-s.
+pass's per-prompt tok/s, start-up seconds, timed seconds, the untimed warm-up passes before them), the split per
+config and pooled (start-to-start and per-request sd, the latter from the passes on one server), the passes per
+start ``noise.passes_for`` would choose from the measured costs, and each config's mean shift of pass 2 over pass 1
+and pass 3 over pass 2 (how far from a re-measurement a later pass is: ``autotune.warmup``). Stops starting new
+servers at --budget-s.
 
-    python scripts/gpu/noise.py .gpu/space.yaml --out OUT --starts 4 --passes 3 --budget-s 200
+``--warmups auto,0`` measures each config once per warm-up setting (``benchmark.warmup_passes``; ``default``: the
+space's own), interleaved, as configs of their own ("baseline warm-up auto", ...).
+
+    python scripts/gpu/noise.py .gpu/space.yaml --out OUT --starts 4 --passes 3 --budget-s 200 --warmups auto,0
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -31,6 +37,7 @@ from autotune.process import ProcessRunner  # noqa: E402
 from autotune.records import StartRecord  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study.passes import costs  # noqa: E402
+from autotune.warmup import shift  # noqa: E402
 
 
 def configs(space: Any, n_max: int) -> dict[str, TrialConfig]:
@@ -41,6 +48,24 @@ def configs(space: Any, n_max: int) -> dict[str, TrialConfig]:
     return out
 
 
+def shifts(starts: list[dict[str, Any]]) -> list[float | None]:
+    """Mean over the starts of each later timed pass's shift over the pass before it (``warmup.shift``)."""
+    out: list[float | None] = []
+    k = min((len(s["tok_per_s"]) for s in starts), default=0)
+    for j in range(1, k):
+        v = [shift(s["tok_per_s"][j - 1], s["tok_per_s"][j]) for s in starts]
+        out.append(sum(v) / len(v) if v else None)
+    return out
+
+
+def with_warmup(space: Any, mode: str) -> Any:
+    """``space`` with ``benchmark.warmup_passes`` set to ``mode`` (``default``: as it is)."""
+    if mode == "default":
+        return space
+    value: int | str = mode if mode == "auto" else int(mode)
+    return dataclasses.replace(space, benchmark=dataclasses.replace(space.benchmark, warmup_passes=value))
+
+
 def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     per = {name: split([[s["tok_per_s"] for s in starts]]) for name, starts in runs.items()}
     pooled = split([[s["tok_per_s"] for s in starts] for starts in runs.values()])
@@ -48,6 +73,7 @@ def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     choice = passes_for(pooled, start_s, pass_s) if pooled else None
     return {
         "per_config": {k: (v.to_dict() if v else None) for k, v in per.items()},
+        "pass_shifts": {k: shifts(v) for k, v in runs.items()},
         "pooled": pooled.to_dict() if pooled else None,
         "start_s": start_s,
         "pass_s": pass_s,
@@ -66,23 +92,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-max", type=int, default=8)
     p.add_argument("--budget-s", type=float, default=200.0)
     p.add_argument("--log-dir", default=None)
+    p.add_argument("--warmups", default="default", help="warm-up settings, comma-separated: default, auto, 0, 1...")
     a = p.parse_args(argv)
     space = load_space(a.space)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     runner = ProcessRunner(space, get_backend(space.server.backend), log_dir=Path(a.log_dir or out / "noise-logs"))
-    plan = configs(space, a.n_max)
+    modes = [m.strip() for m in a.warmups.split(",") if m.strip()]
+    plan = {
+        (name if modes == ["default"] else f"{name} warm-up {mode}"): (cfg, with_warmup(space, mode))
+        for name, cfg in configs(space, a.n_max).items()
+        for mode in modes
+    }
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in plan}
     failures: list[str] = []
     t0 = time.monotonic()
     stopped = None
     for i in range(a.starts):
-        for name, cfg in plan.items():
+        for name, (cfg, sp) in plan.items():
             if time.monotonic() - t0 > a.budget_s:
                 stopped = f"budget of {a.budget_s:.0f} s reached after {i} round(s)"
                 break
             try:
-                m = measure_config(runner, cfg, space, passes=a.passes)
+                m = measure_config(runner, cfg, sp, passes=a.passes)
             except (LaunchError, BenchmarkError) as e:
                 failures.append(f"{name} start {i + 1}: {e.kind}: {str(e)[:200]}")
                 continue
@@ -91,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                     "tok_per_s": m.pass_tok_per_s(),
                     "startup_s": m.info.startup_s,
                     "seconds": sum(r.seconds for r in m.results),
+                    "warmup": m.warmup.to_dict(),
                     "objective": m.tok_per_s,
                     "same_text_every_pass": all(
                         r.text == m.results[j % len(space.benchmark.prompts)].text for j, r in enumerate(m.results)
@@ -109,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
                 "runs": runs,
             }
             (out / "noise.json").write_text(json.dumps(doc, indent=1))
-            print(f"noise: {name} start {len(runs[name])}: {m.tok_per_s:.1f} tok/s", flush=True)
+            print(
+                f"noise: {name} start {len(runs[name])}: {m.tok_per_s:.1f} tok/s after {m.warmup.passes} warm-up "
+                f"pass(es) {[round(sum(p) / len(p), 1) for p in m.warmup.tok_per_s]}",
+                flush=True,
+            )
         if stopped:
             break
     s = summary(runs)

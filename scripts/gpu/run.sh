@@ -21,7 +21,8 @@
 #   noise    scripts/gpu/noise.py on .gpu/space.yaml: NOISE_STARTS (4) fresh starts each of the baseline and the good
 #            draft (draft_n_max NOISE_N_MAX, 8), each measuring the prompts NOISE_PASSES (3) times on one server;
 #            writes noise.json: the split between start-to-start and per-request noise, and the passes per start
-#            it calls for (autotune.noise); stops starting servers at NOISE_BUDGET_S (200)
+#            it calls for (autotune.noise); stops starting servers at NOISE_BUDGET_S (200); NOISE_WARMUPS (e.g.
+#            auto,0: each config once per benchmark.warmup_passes setting, interleaved; default: the space's own)
 #   reverify `autotune export --format yaml` of the finished study, then `autotune reverify` of it (REVERIFY_REPEATS
 #            rounds); cut at REVERIFY_WALL_S with SIGINT (its rounds are journaled: the next `run.sh reverify`
 #            resumes them); writes reverify.json and reverify.log
@@ -569,7 +570,8 @@ stage_noise() {
     local budget
     budget="$(within_call "${NOISE_BUDGET_S:-200}" 40)"
     local args=("$SPACE" --out "$OUT" --starts "${NOISE_STARTS:-4}" --passes "${NOISE_PASSES:-3}"
-        --n-max "${NOISE_N_MAX:-8}" --budget-s "$budget" --log-dir "$STATE/noise-logs")
+        --n-max "${NOISE_N_MAX:-8}" --budget-s "$budget" --log-dir "$STATE/noise-logs"
+        --warmups "${NOISE_WARMUPS:-default}")
     log "noise: $PY scripts/gpu/noise.py ${args[*]}"
     local rc=0
     "$PY" scripts/gpu/noise.py "${args[@]}" >"$OUT/noise.log" 2>&1 || rc=$?

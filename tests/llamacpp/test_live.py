@@ -330,6 +330,10 @@ def test_a_real_study_end_to_end(tmp_path):
     assert checked and all(c["unclassified"] == [] for c in checked)
     assert {c["tolerance_source"] for c in checked} == {"default for float32"}
     assert all("--spec-type" in t["argv"] for t in spec)
+    # every start warmed up with llama.cpp's one untimed pass of the prompts, and the report says so
+    w = data["warmup"]
+    assert w["passes_median"] == w["passes_max"] == 1 and w["starts"] >= len(trials) - 1
+    assert w["text"].startswith(f"{w['starts']} starts warmed up with 1 pass(es) of the prompts")
 
 
 LOSING_SPACE = """\
@@ -495,6 +499,11 @@ def test_passes_of_the_prompts_on_one_real_server_give_the_noise_split(space, tm
         assert [r.text for r in m.results[:n]] == [r.text for r in m.results[n:]]
         assert m.tok_per_s == pytest.approx(summarize(m.results)["tok_per_s"])
         assert [len(p) for p in m.pass_tok_per_s()] == [n, n]
+        # llama.cpp's default warm-up: one untimed pass of the prompts before the timed ones (autotune.warmup)
+        assert m.warmup.passes == 1 and len(m.warmup.tok_per_s[0]) == n and m.warmup.seconds > 0
+        assert all(v > 0 for v in m.warmup.tok_per_s[0])
+    cold = dataclasses.replace(space, benchmark=dataclasses.replace(space.benchmark, warmup_passes=0))
+    assert measure_config(runner, config, cold).warmup.passes == 0  # the space's value wins over the default
     s = split([[m.pass_tok_per_s() for m in starts]])
     assert s is not None and s.repeat and s.prompts == n
     assert s.request_df == 2 * n and s.start_df == 1

@@ -60,6 +60,11 @@ class ScriptedRunner:
     first_baseline: float = 1.0  # the first baseline start runs this much faster (a cold or a lucky GPU start)
     request_noise: float = 0.005  # sd of the log of one request's time factor
     startup_s: float = 60.0
+    #: a server that builds its fast paths lazily (llama.cpp's CUDA graphs): the first ``cold_requests`` requests of
+    #: each start run this much slower (``cold`` on the baseline, ``cold_speculative`` with a drafter)
+    cold: float = 0.0
+    cold_speculative: float = 0.0
+    cold_requests: int = 0
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
@@ -89,6 +94,7 @@ class _Session:
         self.info = LaunchInfo(argv=["fake", config.key()], effective={}, startup_s=runner.startup_s, simulated=True)
         self.closed = False
         self.dies_at = None  # the prompt at which this start's server dies (a crash while serving)
+        self.requests = 0  # requests this start served (warm-up passes included)
 
     def warmup(self):
         pass
@@ -101,6 +107,9 @@ class _Session:
                 log_tail="llama_decode: ...\nGGML_ASSERT(n_tokens_all <= n_batch) failed\nAborted",
             )
         request = math.exp(self.runner.rng.gauss(0, self.runner.request_noise))
+        self.requests += 1
+        if self.requests <= self.runner.cold_requests:
+            request /= 1 + (self.runner.cold if self.config.is_baseline else self.runner.cold_speculative)
         tps = self.runner.base * (1 + 0.1 * i) * self.factor * request
         acc = None if self.config.is_baseline else self.runner.accept.get(self.config.drafter, 2.5)
         text = f"output of prompt {i} " * 20

@@ -1,0 +1,171 @@
+"""Warm-up to steady state (pure): how many untimed passes of the prompts a fresh server gets before the timed ones.
+
+A server that builds its fast paths lazily is slower on its first requests than later: llama.cpp captures a CUDA
+graph the first time it meets a batch shape, and speculative decoding's verify batches come in many shapes. On an
+H200 (docs/gpu-runs/2026-12-04-h200-noise23) a second pass of the same prompts on one server ran 2.6% faster than
+the first on the baseline and 5.3% faster with a draft model, after the study's one warm-up request: the speedup
+measured on the first pass (1.98x) was that of a server still capturing graphs (2.04x warm). One pass of the prompts
+as warm-up left +0.4% and +2.0%. A server that captures its graphs at start-up (SGLang, vLLM) has no such gap.
+
+``benchmark.warmup_passes`` (after ``warmup_requests``):
+- a number: that many untimed passes of the prompts;
+- ``auto``: passes until one is no faster than the one before by more than ``tolerance`` (each prompt against
+  itself, the geometric mean of the ratios: ``steady``), at least 2 and at most ``max_passes``;
+- not given: the server's own default (``Backend.warmup_passes``: ``auto`` for llama.cpp, 0 where graphs are
+  captured at start-up).
+
+The passes are measured like the timed ones and kept as evidence (each pass's per-prompt tok/s, their seconds, and
+whether the last came out steady), but never enter a figure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+AUTO = "auto"
+#: ``auto``: a pass no faster than the one before by more than this is steady
+TOLERANCE = 0.01
+#: ``auto``: the most passes (a server still rising after them is measured all the same, and said to be)
+MAX_PASSES = 4
+#: ``auto``: the fewest passes (the first has nothing to be compared with)
+MIN_PASSES = 2
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How a start warms up: ``passes`` untimed passes of the prompts (None: ``auto``, until steady)."""
+
+    passes: int | None
+    source: str  # where the rule comes from: "benchmark.warmup_passes" or "<server>'s default"
+    max_passes: int = MAX_PASSES
+    tolerance: float = TOLERANCE
+
+    @property
+    def auto(self) -> bool:
+        return self.passes is None
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """(fewest, most) passes a start takes."""
+        return (MIN_PASSES, self.max_passes) if self.passes is None else (self.passes, self.passes)
+
+    @property
+    def none(self) -> bool:
+        return self.passes == 0
+
+    def done(self, passes: Sequence[Sequence[float]]) -> bool:
+        """Whether the passes so far end the warm-up."""
+        if self.passes is not None:
+            return len(passes) >= self.passes
+        return len(passes) >= self.max_passes or (len(passes) >= MIN_PASSES and steady(passes, self.tolerance))
+
+    def describe(self) -> str:
+        if self.passes is None:
+            return (
+                f"passes of the prompts until one is within {self.tolerance:.0%} of the one before "
+                f"({MIN_PASSES}-{self.max_passes}; {self.source})"
+            )
+        return f"{self.passes} pass(es) of the prompts ({self.source})"
+
+
+def resolve(value: int | str | None, server_default: int | str, server: str) -> Rule:
+    """The rule from ``benchmark.warmup_passes`` (``value``) or, when it is not given, the server's default."""
+    source = "benchmark.warmup_passes"
+    if value is None:
+        value, source = server_default, f"{server}'s default"
+    if value == AUTO:
+        return Rule(None, source)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"warm-up passes must be 'auto' or a whole number >= 0 but got {value!r}")
+    return Rule(value, source)
+
+
+def _logs(before: Sequence[float], after: Sequence[float]) -> list[float]:
+    return [math.log(b / a) for a, b in zip(before, after, strict=False) if a > 0 and b > 0]
+
+
+def shift(before: Sequence[float], after: Sequence[float]) -> float:
+    """How much faster ``after`` ran than ``before``, prompt by prompt: exp(mean log(after_i / before_i)) - 1 over
+    the prompts both measured (0 when none did)."""
+    logs = _logs(before, after)
+    return math.exp(sum(logs) / len(logs)) - 1.0 if logs else 0.0
+
+
+def steady(passes: Sequence[Sequence[float]], tolerance: float = TOLERANCE) -> bool:
+    """Whether the last pass is no faster than the one before by more than ``tolerance`` (``shift``). A point rule,
+    not a test: on the H200 the per-prompt rises differed too much between 4 prompts (+2.6% to +7.2% in one pass)
+    for a significance test to see a 5% rise, while the point rule stopped every start once the rise was over
+    (tests/llamacpp/test_recorded_gpu.py); a noisy server may take up to ``max_passes`` for it."""
+    return len(passes) >= 2 and shift(passes[-2], passes[-1]) <= tolerance
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """What one start's warm-up passes measured: each pass's per-prompt tok/s and their seconds; ``steady``: for
+    ``auto``, whether the last pass was within the tolerance of the one before (None for a fixed number)."""
+
+    tok_per_s: tuple[tuple[float, ...], ...] = ()
+    seconds: float = 0.0
+    steady: bool | None = None
+
+    @property
+    def passes(self) -> int:
+        return len(self.tok_per_s)
+
+    @property
+    def last_shift(self) -> float | None:
+        """The last pass over the one before (None with fewer than two)."""
+        return shift(self.tok_per_s[-2], self.tok_per_s[-1]) if self.passes >= 2 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tok_per_s": [list(p) for p in self.tok_per_s], "seconds": self.seconds, "steady": self.steady}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> WarmUp:
+        d = d or {}
+        return cls(
+            tuple(tuple(float(x) for x in p) for p in d.get("tok_per_s") or ()),
+            float(d.get("seconds") or 0.0),
+            d.get("steady"),
+        )
+
+
+def summary(warmups: Sequence[WarmUp]) -> dict[str, Any] | None:
+    """The study's warm-ups in a few figures (None when no start warmed up with passes): starts, passes per start
+    (median, most), seconds, the starts still rising at the end, and the median shift of the last pass and of the
+    first pass after the first (how far below steady a start measured right after one pass would be)."""
+    ws = [w for w in warmups if w.passes]
+    if not ws:
+        return None
+    passes = sorted(w.passes for w in ws)
+    lasts = sorted(s for w in ws if (s := w.last_shift) is not None)
+    firsts = sorted(shift(w.tok_per_s[0], w.tok_per_s[1]) for w in ws if w.passes >= 2)
+    return {
+        "starts": len(ws),
+        "passes_median": passes[len(passes) // 2],
+        "passes_max": passes[-1],
+        "seconds": sum(w.seconds for w in ws),
+        "not_steady": sum(1 for w in ws if w.steady is False),
+        "first_shift_median": firsts[len(firsts) // 2] if firsts else None,
+        "last_shift_median": lasts[len(lasts) // 2] if lasts else None,
+    }
+
+
+def describe(s: dict[str, Any] | None) -> str | None:
+    """One line for the report from ``summary``."""
+    if not s:
+        return None
+    line = (
+        f"{s['starts']} starts warmed up with {s['passes_median']} pass(es) of the prompts (median; at most "
+        f"{s['passes_max']}), {s['seconds']:.0f} s in all"
+    )
+    if s.get("first_shift_median") is not None:
+        line += f"; the second pass ran {s['first_shift_median']:+.1%} against the first"
+    if s.get("last_shift_median") is not None and s["passes_max"] > 2:
+        line += f", the last {s['last_shift_median']:+.1%} against the one before"
+    if s.get("not_steady"):
+        line += f"; {s['not_steady']} start(s) still rising after the most passes (measured all the same)"
+    return line

@@ -1,0 +1,94 @@
+"""Warm-up passes in a whole study, at the seam: a scripted server whose first requests after each start run slower
+(llama.cpp capturing its CUDA graphs: docs/gpu-runs/2026-12-04-h200-warmup24) measures a speedup that is low by the
+cold requests' share without a pass, and the true one with one; every start's passes are recorded and billed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+
+from autotune.backends.sglang import SGLangBackend
+from autotune.config import TrialConfig
+from autotune.measure import measure_config
+from autotune.records import TrialRecord
+from autotune.report import build_report
+from autotune.study import open_study, run
+
+from .conftest import ScriptedRunner, make_space
+
+TRUE = 1.5  # the good drafter's steady speedup
+COLD, COLD_SPEC = 0.02, 0.08  # the H200's first-pass shortfall, baseline and draft model (side-by-side run)
+
+
+def _runner() -> ScriptedRunner:
+    return ScriptedRunner(
+        speed={"good": lambda c: TRUE, "bad": lambda c: 0.5},
+        noise=0.002,
+        request_noise=0.002,
+        cold=COLD,
+        cold_speculative=COLD_SPEC,
+        cold_requests=5,  # one pass of the 5 prompts
+    )
+
+
+def _space(passes):
+    space = make_space(n_trials=8)
+    return dataclasses.replace(space, benchmark=dataclasses.replace(space.benchmark, warmup_passes=passes))
+
+
+@pytest.fixture(scope="module")
+def studies():
+    out = {}
+    for passes in (0, 1):
+        space = _space(passes)
+        study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=1)
+        run(space, SGLangBackend(), _runner(), study)
+        out[passes] = (study, build_report(study))
+    return out
+
+
+def test_without_a_pass_the_cold_requests_bias_the_speedup_and_one_pass_removes_it(studies):
+    cold = studies[0][1]["best"]["speedup"]
+    warm = studies[1][1]["best"]["speedup"]
+    assert cold == pytest.approx(TRUE * (1 + COLD) / (1 + COLD_SPEC), rel=0.01)  # 1.417: 5.6% low
+    assert warm == pytest.approx(TRUE, rel=0.01)
+    assert studies[0][1]["warmup"] is None  # no passes, no line
+
+
+def test_every_start_records_its_pass_and_the_bill_counts_it(studies):
+    study, rep = studies[1]
+    measured = [t for t in study.get_trials() if TrialRecord(t).measured and not TrialRecord(t).is_duplicate]
+    for t in measured:
+        w = TrialRecord(t).warmup
+        assert w.passes == 1 and w.steady is None and w.seconds > 0
+        timed = [p["tok_per_s"] for p in TrialRecord(t).prompts]
+        # the pass took the cold requests: it ran slower than the timed prompts, prompt by prompt
+        assert all(a < b for a, b in zip(w.tok_per_s[0], timed, strict=False))
+    g = rep["gpu_time"]
+    expected = sum(
+        60.0 + TrialRecord(t).warmup.seconds + sum(p["seconds"] for p in TrialRecord(t).prompts) for t in measured
+    )
+    assert g["search_s"] == pytest.approx(expected)
+    w = rep["warmup"]
+    assert w["starts"] == g["search_starts"] + g["confirmation_starts"]
+    assert (w["passes_median"], w["passes_max"]) == (1, 1)
+    assert w["text"].startswith(f"{w['starts']} starts warmed up with 1 pass(es) of the prompts")
+    rounds = study.user_attrs["confirmation"]["rounds"]
+    recorded = [s for r in rounds for grp in r["starts"].values() for s in grp.values()]
+    assert recorded and all(len(s["warmup"]["tok_per_s"]) == 1 for s in recorded)
+
+
+def test_auto_warms_up_until_a_pass_stops_rising():
+    runner = _runner()
+    space = _space("auto")
+    m = measure_config(
+        runner, TrialConfig.make("good", cuda_graph=True, num_steps=3, topk=1, num_draft_tokens=4), space
+    )
+    # pass 1 cold, pass 2 8% faster (rising), pass 3 within 1% of pass 2: steady after 3
+    assert m.warmup.passes == 3 and m.warmup.steady is True
+    assert len(m.results) == 5
+    base = measure_config(runner, TrialConfig.baseline(True), space)
+    assert base.warmup.passes == 3  # +2% is still a rise
+    assert m.tok_per_s / base.tok_per_s == pytest.approx(TRUE, rel=0.01)
