@@ -76,6 +76,8 @@ def _verdict(report: dict[str, Any]) -> list[str]:
     parts += _objective_line(report)
     if report.get("search_settled"):
         parts.append(f"<p class='settled' id='search-settled'>{_e(report['search_settled']['text'])}</p>")
+    if report.get("warmup"):
+        parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report['warmup']['text'])}</p>")
     for e in report.get("exclusions", []):
         parts.append(
             f"<p class='excluded'>excluded trial {_e(e['trial'])} ({_e(config_label(e.get('config')))}): "

@@ -340,7 +340,7 @@ def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
 
 def worker_spec(space: Space) -> dict[str, Any]:
     """What every worker of a study must share, besides the prompt set (``space_digest``): the searched space,
-    the drafters' forced algorithms, pruning, the surrogate's share, the sampler and pruner. Paths, ports, hosts
+    the drafters' forced algorithms, pruning, the surrogate's share, the sampler and pruner, the warm-up passes. Paths, ports, hosts
     and the environment may differ between nodes."""
     import dataclasses
 
@@ -358,6 +358,11 @@ def worker_spec(space: Space) -> dict[str, Any]:
         "sampler": {"type": "TPESampler", **sampler_settings(space)},
         "pruner": {"type": "BaselinePruner"},
     }
+    from autotune.measure import warmup_rule
+
+    rule = warmup_rule(space)
+    if not rule.none:  # every start must warm up alike (absent: none, as before warm-up passes)
+        spec["warmup_passes"] = "auto" if rule.auto else rule.passes
     return json.loads(json.dumps(spec))  # tuples -> lists, as stored
 
 

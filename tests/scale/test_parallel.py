@@ -256,3 +256,18 @@ def test_the_surrogate_counts_what_other_workers_measure_now():
     _, sd_after = search.surrogate(ctx).predict([cfg])
     assert sd_after[0] < 0.5 * sd_before[0]  # no longer unexplored: the next pick goes elsewhere
     assert search.refine_next(ctx).key() != cfg.key()
+
+
+def test_workers_must_warm_up_alike():
+    """A worker whose starts warm up with other passes would measure another server state: refused (a study of a
+    server with no passes by default records none, so studies recorded before warm-up passes still match)."""
+    import dataclasses
+
+    space = load_space(REPO / "spaces" / "eagle3.yaml")  # SGLang: no passes by default
+    assert "warmup_passes" not in st.worker_spec(space)
+    one = dataclasses.replace(space, benchmark=dataclasses.replace(space.benchmark, warmup_passes=1))
+    assert st.spec_differences(st.worker_spec(space), st.worker_spec(one)) == [
+        "warmup_passes: the study has null, this space file has 1"
+    ]
+    llama = load_space(REPO / "spaces" / "llamacpp-tiny.yaml")  # llama.cpp: one pass by default
+    assert st.worker_spec(llama)["warmup_passes"] == 1

@@ -92,3 +92,20 @@ def test_auto_warms_up_until_a_pass_stops_rising():
     base = measure_config(runner, TrialConfig.baseline(True), space)
     assert base.warmup.passes == 3  # +2% is still a rise
     assert m.tok_per_s / base.tok_per_s == pytest.approx(TRUE, rel=0.01)
+
+
+def test_the_terminal_and_html_reports_say_how_the_starts_warmed_up(studies, tmp_path):
+    import io
+
+    from autotune.html import write_html_report
+    from autotune.render import render_report
+
+    study, rep = studies[1]
+    out = io.StringIO()
+    render_report(rep, out)
+    assert f"warm-up: {rep['warmup']['text']}" in out.getvalue()
+    write_html_report(study, rep, tmp_path / "r.html")
+    assert "id='warmup'>Warm-up: " in (tmp_path / "r.html").read_text()
+    out = io.StringIO()
+    render_report(studies[0][1], out)
+    assert "warm-up:" not in out.getvalue()
