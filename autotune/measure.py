@@ -104,16 +104,23 @@ def warmup_rule(space: Space) -> warm.Rule:
     return warm.resolve(space.benchmark.warmup_passes, backend.warmup_passes, backend.display_name or backend.name)
 
 
-def warm_up(session: Session, n: int, rule: warm.Rule | None) -> WarmUp:
+def warm_up(
+    session: Session, n: int, rule: warm.Rule | None, first: Callable[[PromptResult], None] | None = None
+) -> WarmUp:
     """The session's warm-up requests, then untimed passes of prompts ``0..n-1`` as ``rule`` says (none: the
-    requests only)."""
+    requests only); ``first`` sees the first pass's first answer (the drafter alarm: a drafter that is not engaged
+    is caught after one request, not after a pass), and may raise to stop."""
     session.warmup()
     if rule is None or n == 0:
         return WarmUp()
     passes: list[tuple[float, ...]] = []
     seconds = 0.0
     while not rule.done(passes):
-        results = [session.run_prompt(i) for i in range(n)]
+        results = []
+        for i in range(n):
+            results.append(session.run_prompt(i))
+            if first is not None and not passes and i == 0:
+                first(results[0])
         passes.append(tuple(r.tok_per_s for r in results))
         seconds += sum(r.seconds for r in results)
     return WarmUp(tuple(passes), seconds, warm.steady(passes, rule.tolerance) if rule.auto and passes else None)
@@ -127,11 +134,12 @@ def run_prompts(
     done: Sequence[PromptResult] = (),
     warmup: warm.Rule | None = None,
     on_warmup: Callable[[WarmUp], None] | None = None,
+    check_first: Callable[[PromptResult], None] | None = None,
 ) -> list[PromptResult]:
-    """The warm-up (``warm_up``: the requests, then ``warmup``'s untimed passes; ``on_warmup`` gets what they
-    measured), then prompts ``0..n-1`` measured in order (those in ``done``, measured on an earlier start of the
-    same config, are kept)."""
-    w = warm_up(session, n, warmup)
+    """The warm-up (``warm_up``: the requests, then ``warmup``'s untimed passes, ``check_first`` on their first
+    answer; ``on_warmup`` gets what they measured), then prompts ``0..n-1`` measured in order (those in ``done``,
+    measured on an earlier start of the same config, are kept)."""
+    w = warm_up(session, n, warmup, check_first)
     if on_warmup is not None:
         on_warmup(w)
     results: list[PromptResult] = list(done)

@@ -340,8 +340,8 @@ def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
 
 def worker_spec(space: Space) -> dict[str, Any]:
     """What every worker of a study must share, besides the prompt set (``space_digest``): the searched space,
-    the drafters' forced algorithms, pruning, the surrogate's share, the sampler and pruner, the warm-up passes. Paths, ports, hosts
-    and the environment may differ between nodes."""
+    the drafters' forced algorithms, pruning, the surrogate's share, the sampler and pruner, the warm-up passes.
+    Paths, ports, hosts and the environment may differ between nodes."""
     import dataclasses
 
     searched = space.searched_drafters()

@@ -372,8 +372,10 @@ class Objective:
             self._check_config(t, config, session.info)
             n = len(ctx.space.benchmark.prompts)
             on_prompt = functools.partial(self._after_prompt, t, config, baseline, n)
-            warm, done = warmup_rule(ctx.space), t.results or ()
-            results = run_prompts(session, n, on_prompt=on_prompt, done=done, warmup=warm, on_warmup=t.record.warmup)
+            warm = {"warmup": warmup_rule(ctx.space), "on_warmup": t.record.warmup, "check_first": self._alarm}
+            if config.is_baseline or not ctx.backend.checks_engagement(config):
+                warm["check_first"] = None
+            results = run_prompts(session, n, on_prompt=on_prompt, done=t.results or (), **warm)
             if config.is_baseline and ctx.space.benchmark.temperature == 0:
                 t.record.references(self._references(session, n))
             levels = None
@@ -465,7 +467,8 @@ class Objective:
                 raise Lost(d.reason, d.upper_bound, d.rule, d.against)
 
     def _alarm(self, first: PromptResult) -> None:
-        """Acceptance at ~1.0 after the first prompt: the drafter does nothing (wrong algorithm, wrong target)."""
+        """Acceptance at ~1.0 after the first prompt (of the warm-up passes, where the start has them): the drafter
+        does nothing (wrong algorithm, wrong target)."""
         acc = first.accept_length
         if acc is not None and acc <= self.ctx.space.pruning.zero_accept_max:
             raise DrafterNotEngaged(

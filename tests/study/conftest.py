@@ -65,6 +65,7 @@ class ScriptedRunner:
     cold: float = 0.0
     cold_speculative: float = 0.0
     cold_requests: int = 0
+    sessions: list = field(default_factory=list)  # every start's session, in order
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
@@ -85,6 +86,7 @@ class ScriptedRunner:
         session = _Session(self, config, factor * start)
         starts = sum(1 for c in self.launches if c == config)
         session.dies_at = 1 if starts <= self.crash_serving.get(config.drafter, 0) else None
+        self.sessions.append(session)
         return session
 
 

@@ -109,3 +109,24 @@ def test_the_terminal_and_html_reports_say_how_the_starts_warmed_up(studies, tmp
     out = io.StringIO()
     render_report(studies[0][1], out)
     assert "warm-up:" not in out.getvalue()
+
+
+def test_a_drafter_not_engaged_is_caught_on_the_first_warm_up_request(tmp_path):
+    """With warm-up passes the drafter alarm looks at the first answer of the first pass: a dead drafter costs one
+    request, not a pass of the prompts (and the trial has no timed prompt)."""
+    from optuna.trial import TrialState
+
+    from autotune.study.orchestrator import Orchestrator
+
+    space = _space(1)
+    runner = ScriptedRunner(speed={"good": lambda c: 0.9, "bad": lambda c: 0.9}, accept={"bad": 1.0})
+    study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=0)
+    Orchestrator(space, SGLangBackend(), runner, study).search(8)
+    bad = [t for t in study.get_trials() if t.params.get("drafter") == "bad"]
+    first = min(bad, key=lambda t: t.number)
+    assert first.state == TrialState.FAIL and first.user_attrs["fail_kind"] == "drafter-not-engaged"
+    assert first.intermediate_values == {} and "prompts" not in first.user_attrs
+    (session,) = [s for s in runner.sessions if s.config.drafter == "bad"]
+    assert session.requests == 1
+    good = [s for s in runner.sessions if s.config.drafter == "good"]
+    assert good and all(s.requests == 2 * 5 for s in good)  # a pass and the 5 timed prompts
