@@ -2,17 +2,18 @@
 
 A server that builds its fast paths lazily is slower on its first requests than later: llama.cpp captures a CUDA
 graph the first time it meets a batch shape, and speculative decoding's verify batches come in many shapes. On an
-H200 (docs/gpu-runs/2026-12-04-h200-noise23) a second pass of the same prompts on one server ran 2.6% faster than
-the first on the baseline and 5.3% faster with a draft model, after the study's one warm-up request: the speedup
-measured on the first pass (1.98x) was that of a server still capturing graphs (2.04x warm). One pass of the prompts
-as warm-up left +0.4% and +2.0%. A server that captures its graphs at start-up (SGLang, vLLM) has no such gap.
+H200, after the study's one warm-up request, the first pass of the prompts with a draft model ran 8.2% under the
+next (the baseline 1.4%): the speedup measured on it was 1.874x against ~1.99x warm. After one untimed pass the
+first timed pass measured 2.005x, as warm; ``auto`` (2-4 passes) did no better, the draft's server scattering 2-3%
+from pass to pass (docs/gpu-runs/2026-12-04-h200-warmup24). A server that captures its graphs at start-up (SGLang,
+vLLM) is not expected to have the gap (not measured).
 
 ``benchmark.warmup_passes`` (after ``warmup_requests``):
 - a number: that many untimed passes of the prompts;
 - ``auto``: passes until one is no faster than the one before by more than ``tolerance`` (each prompt against
   itself, the geometric mean of the ratios: ``steady``), at least 2 and at most ``max_passes``;
-- not given: the server's own default (``Backend.warmup_passes``: ``auto`` for llama.cpp, 0 where graphs are
-  captured at start-up).
+- not given: the server's own default (``Backend.warmup_passes``: 1 for llama.cpp, 0 where graphs are captured
+  at start-up).
 
 The passes are measured like the timed ones and kept as evidence (each pass's per-prompt tok/s, their seconds, and
 whether the last came out steady), but never enter a figure.
