@@ -63,14 +63,6 @@ class Rule:
             return len(passes) >= self.passes
         return len(passes) >= self.max_passes or (len(passes) >= MIN_PASSES and steady(passes, self.tolerance))
 
-    def describe(self) -> str:
-        if self.passes is None:
-            return (
-                f"passes of the prompts until one is within {self.tolerance:.0%} of the one before "
-                f"({MIN_PASSES}-{self.max_passes}; {self.source})"
-            )
-        return f"{self.passes} pass(es) of the prompts ({self.source})"
-
 
 def resolve(value: int | str | None, server_default: int | str, server: str) -> Rule:
     """The rule from ``benchmark.warmup_passes`` (``value``) or, when it is not given, the server's default."""
@@ -97,9 +89,9 @@ def shift(before: Sequence[float], after: Sequence[float]) -> float:
 
 def steady(passes: Sequence[Sequence[float]], tolerance: float = TOLERANCE) -> bool:
     """Whether the last pass is no faster than the one before by more than ``tolerance`` (``shift``). A point rule,
-    not a test: on the H200 the per-prompt rises differed too much between 4 prompts (+2.6% to +7.2% in one pass)
-    for a significance test to see a 5% rise, while the point rule stopped every start once the rise was over
-    (tests/llamacpp/test_recorded_gpu.py); a noisy server may take up to ``max_passes`` for it."""
+    not a significance test: over 4 prompts the per-prompt rises differ so much that such a test (the mean log
+    ratio less two standard errors) called first-pass rises of 6.1% and 7.2% steady on session 23's recorded H200
+    starts, where the point rule goes on; a noisy server may take up to ``max_passes`` for it."""
     return len(passes) >= 2 and shift(passes[-2], passes[-1]) <= tolerance
 
 

@@ -372,9 +372,8 @@ class Objective:
             self._check_config(t, config, session.info)
             n = len(ctx.space.benchmark.prompts)
             on_prompt = functools.partial(self._after_prompt, t, config, baseline, n)
-            warm = {"warmup": warmup_rule(ctx.space), "on_warmup": t.record.warmup, "check_first": self._alarm}
-            if config.is_baseline or not ctx.backend.checks_engagement(config):
-                warm["check_first"] = None
+            alarm = self._alarm if not config.is_baseline and ctx.backend.checks_engagement(config) else None
+            warm = {"warmup": warmup_rule(ctx.space), "on_warmup": t.record.warmup, "check_first": alarm}
             results = run_prompts(session, n, on_prompt=on_prompt, done=t.results or (), **warm)
             if config.is_baseline and ctx.space.benchmark.temperature == 0:
                 t.record.references(self._references(session, n))
