@@ -8,6 +8,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.records import ConfirmationState, RoundStarts, TrialRecord
 
+#: the end of a failed start's label in ``confirmation_starts``
+FAILED_START = ", a start that failed"
+
 
 def _mean(xs: list[float | None]) -> float:
     v = [x for x in xs if x is not None]
@@ -26,11 +29,18 @@ def warmup_seconds(t: FrozenTrial) -> float:
     return TrialRecord(t).warmup.seconds
 
 
+def failed_starts(t: FrozenTrial) -> list[float]:
+    """The server seconds of a trial's starts that failed (``TrialRecord.failed_starts``): each held the machine
+    until it failed, and none of it is in the trial's own start-up or timed figures."""
+    return [float(x.get("seconds") or 0.0) for x in TrialRecord(t).failed_starts]
+
+
 def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> list[tuple[str, float, float]]:
     """Confirmation's server starts in order, each ``(label, startup s, benchmark s)``: as recorded (the rounds'
-    start records: the timed prompts and the warm-up passes), or for rounds recorded without them estimated: the
-    search's mean startup, and a complete search start's benchmark work (its seconds x its objective, times the
-    round's passes) over the start's tok/s."""
+    start records: the timed prompts and load levels, and the warm-up passes; a start that failed before one of
+    them, or a candidate's that all failed, as its server seconds), or for rounds recorded without them estimated:
+    the search's mean startup, and a complete search start's benchmark work (its seconds x its objective, times
+    the round's passes) over the start's tok/s."""
     complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
     work = _mean([bench_seconds(t) * t.value for t in complete if t.value])
     startup = _mean([TrialRecord(t).startup_s for t in complete if not TrialRecord(t).shared_start])
@@ -42,13 +52,19 @@ def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> l
         starts = [(f"baseline (graphs {'on' if g else 'off'})", v, st.baseline.get(g)) for g, v in rnd.baseline.items()]
         starts += [(f"#{n}", v, st.candidates.get(n)) for n, v in rnd.candidates.items()]
         for who, v, r in starts:
+            if r:
+                out += [(f"{name}: {who}{FAILED_START}", s, 0.0) for s in r.failed_s]
             if r or v:
                 out.append(
                     (f"{name}: {who}", r.startup_s, r.seconds + r.warmup.seconds)
                     if r
                     else (f"{name}: {who}", startup, work * rnd.passes / v)
                 )
+    out += [(f"confirmation: a fresh baseline{FAILED_START}", float(s), 0.0) for s in conf.lost_s or []]
+    for f in conf.failed or []:  # candidates whose starts all failed in a round: out of the race
+        who = f"confirm round {f.get('round')}: #{f.get('trial')}"
+        out += [(f"{who}{FAILED_START}", float(s), 0.0) for s in f.get("failed_s") or []]
     return out
 
 
-__all__ = ["bench_seconds", "confirmation_starts", "warmup_seconds"]
+__all__ = ["FAILED_START", "bench_seconds", "confirmation_starts", "failed_starts", "warmup_seconds"]

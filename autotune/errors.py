@@ -72,6 +72,8 @@ class LaunchError(AutotuneError):
     """The server did not become healthy."""
 
     kind = "launch-failed"
+    #: server seconds (hardware seconds) the failed start held the machine, set by the runner (``server_seconds``)
+    server_s: float | None = None
 
     def __init__(self, message: str, *, log_tail: str = "", log_path: str | None = None) -> None:
         self.log_tail = log_tail
@@ -101,6 +103,8 @@ class BenchmarkError(AutotuneError):
     """A benchmark request failed after its bounded retries."""
 
     kind = "benchmark-failed"
+    #: server seconds the start it failed on had used (set by ``autotune.measure.measure_config``, which drops it)
+    server_s: float | None = None
 
 
 class ServerDied(BenchmarkError):
@@ -127,9 +131,16 @@ class StartsFailed(AutotuneError):
     """Every fresh start one measurement got failed (``autotune.measure.measure_fresh``); ``kind`` is ``unstable``
     when each of them crashed, else the last failure's."""
 
-    def __init__(self, message: str, kind: str) -> None:
+    def __init__(self, message: str, kind: str, failed_s: tuple[float, ...] = ()) -> None:
         self.kind = kind
+        self.failed_s = failed_s  # each failed start's server seconds (``server_seconds``), in order
         super().__init__(message)
+
+
+def server_seconds(e: BaseException) -> float:
+    """The server seconds a failed start held the machine (``server_s``, as its runner or measurement set it; 0 when
+    not known): a start that fails costs its GPUs until it fails, and the study's bill counts it."""
+    return float(getattr(e, "server_s", None) or 0.0)
 
 
 def is_crash(e: Exception) -> bool:
@@ -149,6 +160,7 @@ class ConfirmationFailed(AutotuneError):
     can be confirmed against it. The study keeps its rounds; running it again resumes them."""
 
     kind = "confirmation-failed"
+    failed_s: tuple[float, ...] = ()  # each failed start's server seconds
 
 
 class DrafterNotEngaged(AutotuneError):

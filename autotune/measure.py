@@ -9,13 +9,14 @@ session it launched itself.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autotune import warmup as warm
 from autotune.config import LaunchInfo, LevelResult, PromptResult, TrialConfig, summarize
-from autotune.errors import BenchmarkError, LaunchError, StartsFailed, Unstable, crash_line, is_crash
+from autotune.errors import BenchmarkError, LaunchError, StartsFailed, Unstable, crash_line, is_crash, server_seconds
 from autotune.objective import category_value, weighted_value
 from autotune.runner import Runner, Session
 from autotune.space import Space
@@ -42,6 +43,8 @@ class Measurement:
     passes: int = 1
     #: the untimed passes of the prompts before the timed ones (``autotune.warmup``)
     warmup: WarmUp = WarmUp()
+    #: the server seconds of the starts that failed before this one (``measure_fresh``)
+    failed_s: tuple[float, ...] = ()
 
     def pass_tok_per_s(self) -> list[list[float]]:
         """Each pass's per-prompt tok/s (``autotune.noise.split``'s shape for one start)."""
@@ -159,11 +162,26 @@ def measure_config(
     if passes < 1 or (passes > 1 and space.benchmark.loaded):
         raise ValueError(f"passes must be 1, or more without load levels, but got {passes}")
     warmed: list[WarmUp] = []
+    timed: list[float] = []  # each timed prompt's and level's seconds so far: a failed start's cost
+
+    def prompt_done(i: int, r: PromptResult, results: list[PromptResult]) -> None:
+        timed.append(r.seconds)
+        if on_prompt is not None:
+            on_prompt(i, r, results)
+
     with started(runner, config) as session:
-        n = len(space.benchmark.prompts)
-        results = run_prompts(session, n, on_prompt=on_prompt, warmup=warmup_rule(space), on_warmup=warmed.append)
-        for _ in range(passes - 1):
-            results += [session.run_prompt(i) for i in range(n)]
+        try:
+            n = len(space.benchmark.prompts)
+            warm = warmup_rule(space)
+            results = run_prompts(session, n, on_prompt=prompt_done, warmup=warm, on_warmup=warmed.append)
+            for _ in range(passes - 1):
+                for i in range(n):
+                    results.append(session.run_prompt(i))
+                    timed.append(results[-1].seconds)
+            levels = run_levels(session, space, results, on_level=lambda lv, _: timed.append(lv.seconds))
+        except BenchmarkError as e:  # the start is lost, and what it ran with it
+            e.server_s = (session.info.startup_s or 0.0) + sum(w.seconds for w in warmed) + sum(timed)
+            raise
         w = warmed[0]
         if not space.benchmark.loaded:
             by_category = space.objective.category_weights()
@@ -177,7 +195,6 @@ def measure_config(
                     warmup=w,
                 )
             return Measurement(session.info, results, passes=passes, warmup=w)
-        levels = run_levels(session, space, results)
         weights = space.objective.weights_for(space.benchmark.concurrency)
         return Measurement(session.info, results, tuple(levels), weights, warmup=w)
 
@@ -201,16 +218,19 @@ def measure_fresh(
     llama.cpp's CUDA build crashed so on the H200 ("an illegal instruction was encountered",
     docs/gpu-runs/2026-12-04-h200-levels21)."""
     failures: list[str] = []
+    lost: list[float] = []  # each failed start's server seconds
     crashes = 0
     while True:
         try:
-            return measure_config(runner, config, space, passes=passes)
+            m = measure_config(runner, config, space, passes=passes)
+            return dataclasses.replace(m, failed_s=tuple(lost)) if lost else m
         except (LaunchError, BenchmarkError) as e:
             crashed = is_crash(e)
             crashes += crashed
             failures.append(crash_line(e) if crashed else f"{e.kind}: {str(e)[:200]}")
+            lost.append(server_seconds(e))
             if len(failures) >= starts:
                 kind = Unstable.kind if crashes == len(failures) else e.kind
-                raise StartsFailed(" | ".join(failures), kind) from e
+                raise StartsFailed(" | ".join(failures), kind, tuple(lost)) from e
             if on_retry is not None:
                 on_retry(failures[-1])

@@ -9,7 +9,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import acceptance, lossless, objective, records, warmup
-from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
+from autotune.bill import FAILED_START, bench_seconds, confirmation_starts, failed_starts, warmup_seconds
 from autotune.config import PromptResult, TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import (
@@ -367,12 +367,14 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
         for x in TrialRecord(t).levels:
             if int(x["level"]) > 1 and x.get("seconds"):
                 level_s.setdefault(int(x["level"]), []).append(float(x["seconds"]))
+    failed: list[float] = []  # the search's starts that failed (their server seconds until they did)
     for t in trials:
         r = TrialRecord(t)
         if r.is_duplicate:
             orig = by_number.get(r.duplicate_of) if r.duplicate_of is not None else None
             dedup += _start_seconds(orig) if orig is not None else 0.0
             continue
+        failed += failed_starts(t)
         if not r.measured and r.startup_s is None:
             continue
         starts += 0 if r.shared_start else 1  # a shared start: an earlier trial's server (its startup_s is 0)
@@ -385,20 +387,24 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
             pruning += per * (n_prompts - len(prompts))
         reached = {int(x["level"]) for x in r.levels}
         pruning += sum(_mean(secs) or 0.0 for c, secs in level_s.items() if c not in reached)
+    searched, starts = searched + sum(failed), starts + len(failed)
     confirm = confirmation_starts(trials, conf)
     confirm_s, confirm_starts = sum(a + b for _, a, b in confirm), len(confirm)
+    confirm_failed = [a for who, a, _ in confirm if who.endswith(FAILED_START)]
     spent = searched + confirm_s
     return {
         "search_s": searched,
         "search_starts": starts,
+        "failed_starts": len(failed) + len(confirm_failed),  # of both: refused, timed out, out of memory, crashed
+        "failed_s": sum(failed) + sum(confirm_failed),
         "confirmation_s": confirm_s,
         "confirmation_starts": confirm_starts,
         "total_s": spent,
         "saved_by_pruning_s": pruning,
         "saved_by_dedup_s": dedup,
-        "note": "server time: startups, warm-up passes, timed prompts and load levels (warm-up requests and "
-        "reference answers not counted); confirmation as its rounds recorded it (rounds recorded without it: "
-        "estimated from their tok/s)",
+        "note": "server time: startups, warm-up passes, timed prompts and load levels, and the starts that failed "
+        "until they did (warm-up requests and reference answers not counted); confirmation as its rounds recorded "
+        "it (rounds recorded without it: estimated from their tok/s)",
     }
 
 

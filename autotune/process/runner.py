@@ -28,7 +28,7 @@ from autotune.backends.per_request import Honoured
 from autotune.client import BenchmarkClient
 from autotune.clock import Clock, MonotonicClock
 from autotune.config import EffectiveConfig, LaunchInfo, TrialConfig
-from autotune.errors import StartupTimeout
+from autotune.errors import LaunchError, StartupTimeout
 from autotune.process.pidrecord import PidRecord, reap_leftovers
 from autotune.process.ports import url_host
 from autotune.process.server import ServerProcess
@@ -248,7 +248,9 @@ class ProcessRunner:
             info.startup_s = (self.clock.now() - server.started_at) * self.time_scale
             self._read_effective(session)
             server.track()
-        except BaseException:
+        except BaseException as e:
+            if isinstance(e, LaunchError) and server.started_at is not None:  # the GPUs it held until it failed
+                e.server_s = (self.clock.now() - server.started_at) * self.time_scale
             if session is not None:
                 session.close()
             else:

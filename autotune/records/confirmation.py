@@ -46,12 +46,14 @@ class RoundLevels:
 @dataclass
 class StartRecord:
     """One confirmation start's detail: each pass's per-prompt tok/s (``autotune.noise``), its start-up seconds,
-    its timed prompts' seconds (all passes) and its warm-up passes."""
+    its timed seconds (the prompts of every pass, and the load levels above 1), its warm-up passes, and the server
+    seconds of the starts of the same config that failed before it in its round (``measure.measure_fresh``)."""
 
     tok_per_s: list[list[float]]
     startup_s: float
     seconds: float
     warmup: WarmUp = WarmUp()  # its untimed warm-up passes (``autotune.warmup``), when it had any
+    failed_s: tuple[float, ...] = ()
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StartRecord:
@@ -60,12 +62,15 @@ class StartRecord:
             float(d["startup_s"]),
             float(d["seconds"]),
             WarmUp.from_dict(d.get("warmup")),
+            tuple(float(x) for x in d.get("failed_s") or ()),
         )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tok_per_s": self.tok_per_s, "startup_s": self.startup_s, "seconds": self.seconds}
         if self.warmup.passes:
             out["warmup"] = self.warmup.to_dict()
+        if self.failed_s:
+            out["failed_s"] = list(self.failed_s)
         return out
 
 
@@ -166,8 +171,12 @@ class ConfirmationState:
     # an inconclusive verdict whose pick straddles the bar: what settling it would take (``confirm._to_settle``)
     to_settle: dict[str, Any] | None = field(default=None, init=False)
     # candidates whose starts failed in a round (a crash on every fresh start it got, a refusal, a timeout):
-    # [{"trial", "kind", "reason", "round"}], out of the race and listed among the exclusions
+    # [{"trial", "kind", "reason", "round", "failed_s"}] (``failed_s``: each failed start's server seconds), out of
+    # the race and listed among the exclusions
     failed: list[dict[str, Any]] | None = field(default=None, init=False)
+    # the server seconds of fresh baseline starts that failed in a round whose baseline could not be measured
+    # (``confirm._baseline``: confirmation stopped there; a resumed study goes on from the rounds), billed
+    lost_s: list[float] | None = field(default=None, init=False)
     # where the rounds' noise is, between starts or per request, and the passes per start it calls for
     # (``autotune.noise``: the split, the passes, why)
     noise: dict[str, Any] | None = field(default=None, init=False)

@@ -28,6 +28,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``startup_s`` / ``log_path`` / ``log_tail`` | launch | startup time, server log, its end (on failures) |
 | ``start`` | launch | a shared start (``autotune.process.sharing``): ``id``, ``shared``, ``per_request``, ``probe`` |
 | ``crashes`` | a crash | each crash of its server (exit, last log line): one fresh start; two: ``unstable`` |
+| ``failed_starts`` | a failed start | starts that held the machine for nothing: ``kind``, ``seconds`` (billed) |
 | ``measured`` | launch | True once the server ran this config (the prompts follow) |
 | ``warmup`` | after warm-up | its untimed passes of the prompts (``autotune.warmup.WarmUp.to_dict``), when it had any |
 | ``prompts`` | each prompt | ``PromptResult.to_dict()`` of each prompt measured so far (+ ``accept_positions``) |
@@ -91,6 +92,7 @@ ENV = "env"
 SERVER_EFFECTIVE = "server_effective"
 STARTUP_S = "startup_s"
 CRASHES = "crashes"
+FAILED_STARTS = "failed_starts"
 LOG_PATH = "log_path"
 LOG_TAIL = "log_tail"
 MEASURED = "measured"
@@ -130,7 +132,7 @@ TRIAL_KEYS = (
     ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, CLAIMED, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
     INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST,
     NOT_WORTH_A_START, BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS,
-    ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES, START,
+    ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES, FAILED_STARTS, START, WARMUP,
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,

@@ -25,6 +25,7 @@ from autotune.records.schema import (
     ENV,
     FAIL_KIND,
     FAIL_REASON,
+    FAILED_STARTS,
     FEASIBLE,
     INFEASIBLE,
     INTERRUPTED,
@@ -232,6 +233,11 @@ class TrialRecord:
         return list(self.attrs.get(CRASHES) or [])
 
     @property
+    def failed_starts(self) -> list[dict[str, Any]]:
+        """Its starts that failed (``{"kind", "seconds"}``: server seconds each held the machine), billed."""
+        return list(self.attrs.get(FAILED_STARTS) or [])
+
+    @property
     def log_path(self) -> str | None:
         return self.attrs.get(LOG_PATH)
 
@@ -344,6 +350,9 @@ class TrialWriter:
 
     def crashes(self, lines: list[str]) -> None:
         self._set(CRASHES, list(lines))
+
+    def failed_starts(self, starts: list[dict[str, Any]]) -> None:
+        self._set(FAILED_STARTS, list(starts))
 
     def interrupted(self) -> None:
         self._set(INTERRUPTED, True)

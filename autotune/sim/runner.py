@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from autotune.acceptance import from_histogram
 from autotune.clock import VirtualClock
 from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, level_requests
-from autotune.errors import BenchmarkError, ServerDied, ServerExited, ServerOOM, StartupTimeout
+from autotune.errors import BenchmarkError, LaunchError, ServerDied, ServerExited, ServerOOM, StartupTimeout
 from autotune.sim.args import ResolvedArgs, SimLaunchError, parse_launch_args
 from autotune.sim.batch import Seq, closed_loop
 from autotune.sim.engine import Generation, SimEngine
@@ -116,21 +116,26 @@ class ModelRunner:
         try:
             args = self._parse(argv)
         except SimLaunchError as e:
-            self.clock.advance(ARG_FAILURE_S, "startup")
-            raise _launch_error(e) from None
+            raise self._failed(_launch_error(e), ARG_FAILURE_S) from None
         launch_index = stable_hash("launch", self.seed, self.launches) % (1 << 31)
         self.launches += 1
         engine = SimEngine(args, launch_index)
         startup = engine.startup()
         timeout = float(self.space.server.startup_timeout_s)
         if startup.never_healthy or startup.seconds > timeout:
-            self.clock.advance(timeout, "startup")
-            raise StartupTimeout(f"server not healthy within {timeout:.0f} s", log_tail="\n".join(startup.log))
-        self.clock.advance(startup.seconds, "startup")
+            message = f"server not healthy within {timeout:.0f} s"
+            raise self._failed(StartupTimeout(message, log_tail="\n".join(startup.log)), timeout)
         if startup.error is not None:
-            raise _launch_error(startup.error)
+            raise self._failed(_launch_error(startup.error), startup.seconds)
+        self.clock.advance(startup.seconds, "startup")
         info = LaunchInfo(argv=argv, env=env, effective=args.server_args(), startup_s=startup.seconds, simulated=True)
         return ModelSession(self, engine, info)
+
+    def _failed(self, e: LaunchError, seconds: float) -> LaunchError:
+        """``e``, after the ``seconds`` the failed start held the machine (charged, and on ``e.server_s``)."""
+        self.clock.advance(seconds, "startup")
+        e.server_s = seconds
+        return e
 
     def _expected(self, config: TrialConfig) -> list[tuple[int, float]]:
         engine = SimEngine(self.resolve(config), 0)

@@ -26,6 +26,7 @@ from autotune.stats import (
 from autotune.study import baseline_check, passes, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.figures import confirmation_floor
 from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.search import fastest_baseline, surrogate
 from autotune.study.settle import baseline_draws, change_bar
@@ -333,7 +334,8 @@ def _drop(ctx: StudyContext, state: ConfirmationState, t: FrozenTrial, e: Starts
     """Take a candidate whose starts failed out of confirmation, on record (a resumed study keeps it out)."""
     k = len(state.rounds) + 1
     reason = f"its server failed on {FRESH_STARTS} fresh starts in confirmation round {k}: {e}"
-    state.failed = [*(state.failed or []), {"trial": t.number, "kind": e.kind, "reason": reason, "round": k}]
+    dropped = {"trial": t.number, "kind": e.kind, "reason": reason, "round": k, "failed_s": list(e.failed_s)}
+    state.failed = [*(state.failed or []), dropped]
     records.set_confirmation(ctx.study, state)
     label = TrialRecord(t).effective_config().label()
     ctx.emit(Event("note", data={"message": f"trial {t.number} ({label}) is out of confirmation: {reason}"}))
@@ -379,17 +381,28 @@ def _round(
         racing = [t for t in cands if TrialRecord(t).cuda_graph == cg and t.number in active]
         if not racing:
             continue
-        rnd.baseline[bool(cg)] = _measure_once(ctx, TrialConfig.baseline(bool(cg)), base, bool(cg))
+        rnd.baseline[bool(cg)] = _baseline(ctx, bool(cg), base, state)
         for t in racing:
             try:
                 rnd.candidates[t.number] = _measure_once(ctx, TrialRecord(t).effective_config(), cand, t.number)
             except StartsFailed as e:
                 _drop(ctx, state, t, e)
     if deploy_cg is not None and deploy_cg not in rnd.baseline:
-        rnd.baseline[deploy_cg] = _measure_once(ctx, TrialConfig.baseline(bool(deploy_cg)), base, deploy_cg)
+        rnd.baseline[deploy_cg] = _baseline(ctx, bool(deploy_cg), base, state)
     if ctx.space.benchmark.loaded:
         rnd.levels = lv
     return rnd
+
+
+def _baseline(ctx: StudyContext, cg: bool, into: _Into, state: ConfirmationState) -> float:
+    """A round's fresh baseline (``_measure_once``); when its starts all fail, their server time is kept on
+    record (``state.lost_s``, billed) before confirmation stops."""
+    try:
+        return _measure_once(ctx, TrialConfig.baseline(cg), into, cg)
+    except ConfirmationFailed as e:
+        state.lost_s = [*(state.lost_s or []), *e.failed_s]
+        records.set_confirmation(ctx.study, state)
+        raise
 
 
 @dataclass(frozen=True)
@@ -559,31 +572,20 @@ def _measure_once(ctx: StudyContext, config: TrialConfig, into: _Into | None = N
     except StartsFailed as e:
         if not config.is_baseline:
             raise
-        raise ConfirmationFailed(
+        failed = ConfirmationFailed(
             f"confirmation: the fresh baseline ({config.label()}) could not be measured: its server failed on "
             f"{FRESH_STARTS} starts ({e}); nothing can be confirmed without it. The study and its rounds are kept: "
             "run the study again to resume confirmation."
-        ) from e
+        )
+        failed.failed_s = e.failed_s
+        raise failed from e
     tps = m.tok_per_s
     if into is not None and key is not None:
         if m.levels:
             into.levels[key] = {lv.level: lv.tok_per_s for lv in m.levels}
-        seconds = sum(r.seconds for r in m.results)
-        into.starts[key] = StartRecord(m.pass_tok_per_s(), m.info.startup_s, seconds, m.warmup)
+        seconds = sum(r.seconds for r in m.results) + sum(lv.seconds for lv in m.levels if lv.level > 1)
+        into.starts[key] = StartRecord(m.pass_tok_per_s(), m.info.startup_s, seconds, m.warmup, m.failed_s)
     if config.is_baseline and ctx.space.benchmark.temperature == 0:
-        _confirm_floor(ctx, config, [r.text for r in m.results])
+        confirmation_floor(ctx, config, [r.text for r in m.results])
     ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))
     return tps
-
-
-def _confirm_floor(ctx: StudyContext, config: TrialConfig, texts: list[str]) -> None:
-    """A fresh baseline start of confirmation against the search's baseline of the same setting: the floor."""
-    base = records.find_baseline(ctx.study, config.cuda_graph)
-    if base is None or not TrialRecord(base).outputs:
-        return
-    rec = ctx.compare_outputs(texts, base, ctx.tie_tolerance[0])
-    if rec["divergences"]:
-        floor = records.lossless_floor(ctx.study)
-        for d in rec["divergences"]:
-            floor.append({**d, "baseline": "confirmation", "against": base.number, "cuda_graph": config.cuda_graph})
-        records.set_lossless_floor(ctx.study, floor)

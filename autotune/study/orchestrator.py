@@ -19,6 +19,7 @@ from autotune.records import ConfirmationState
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.study import confirm as _confirm
+from autotune.study import figures as _figures
 from autotune.study import ladder as _ladder
 from autotune.study import search as _search
 from autotune.study import sharing as _sharing
@@ -135,7 +136,7 @@ class Orchestrator:
         return _search.refine_next(self.ctx, model)
 
     def lossless_record(self, texts: list[str], baseline: FrozenTrial) -> dict[str, Any]:
-        return _trial.lossless_record(self.ctx, texts, baseline)
+        return _figures.lossless_record(self.ctx, texts, baseline)
 
     # -- confirmation ---------------------------------------------------------------------------------
     def candidates(self) -> list[FrozenTrial]:

@@ -53,6 +53,7 @@ from autotune.errors import (
     ServerOOM,
     Unstable,
     UserError,
+    server_seconds,
 )
 from autotune.errors import crash_line as _crash_line
 from autotune.errors import is_crash as _crash
@@ -63,7 +64,7 @@ from autotune.space import Space
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
-from autotune.study.figures import speedup_of
+from autotune.study.figures import baseline_floor, lossless_record, speedup_of
 from autotune.study.outcomes import (
     CRASH_STARTS,
     FAILURES,
@@ -77,8 +78,10 @@ from autotune.study.outcomes import (
     SameAsPruned,
 )
 from autotune.study.policies import DEFAULT_POLICIES
+from autotune.study.refusals import refuse_known_failures
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
+from autotune.warmup import WarmUp
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 #: the search's launch gate: (effective config, the trial's ``seeded``) -> why not to launch it, or None
@@ -98,6 +101,13 @@ class _Trial:
     launched: bool = False  # runner.launch was called
     results: list[PromptResult] | None = None  # the prompts measured so far (for the trial's evidence)
     levels: list[LevelResult] = field(default_factory=list)  # the load levels measured so far (level 1 first)
+    start_s: float | None = None  # the current start's server seconds not in its timed figures (None: no own start)
+    failed: list[dict[str, Any]] = field(default_factory=list)  # its failed starts (``TrialRecord.failed_starts``)
+
+    def lost(self, kind: str, seconds: float) -> None:
+        """A start that held the machine without giving this trial its figures: on record, and billed."""
+        self.failed.append({"kind": kind, "seconds": round(seconds, 3)})
+        self.record.failed_starts(self.failed)
 
     @property
     def number(self) -> int:
@@ -224,7 +234,7 @@ class Objective:
             dup = records.find_duplicate(ctx.study, eff.key(), t.number)
         if dup is not None:
             return self._reuse(t, dup)
-        self._refuse_known_failures(eff)
+        refuse_known_failures(self.ctx.study, eff, self.ctx.backend, self.size_knob)
         self._refuse_hopeless(t, eff)
         baseline = None if eff.is_baseline else records.find_baseline(ctx.study, eff.cuda_graph)
         return self._measure(t, eff, baseline)
@@ -304,40 +314,6 @@ class Objective:
         if skip is not None:
             raise NotWorthAStart(skip)
 
-    def _refuse_known_failures(self, eff: TrialConfig) -> None:
-        """Configs not launched because of what earlier trials showed: the same server config failed twice (one
-        retry covers transient faults), the drafter was not engaged, a tree at least as large ran out of memory."""
-        study = self.ctx.study
-        crashed = records.failed_twice(study, eff.key())
-        if crashed:
-            raise NotLaunched(
-                f"the same server config failed in trials {crashed[0].number} and {crashed[1].number}; "
-                "not launched again",
-                TrialRecord(crashed[-1]).fail_kind,
-            )
-        shaky = records.unstable(study, eff.key())
-        if shaky is not None:
-            raise NotLaunched(
-                f"the same server config crashed on every start in trial {shaky.number} (unstable); not launched again",
-                Unstable.kind,
-            )
-        if eff.is_baseline or not self.ctx.backend.not_engaged_is_per_drafter:
-            return
-        bad = records.disengaged(study, eff)
-        if bad is not None:
-            raise DrafterNotEngaged(
-                f"drafter {eff.drafter!r} was not engaged in trial {bad.number} "
-                f"({TrialRecord(bad).fail_reason or ''}); not launched again"
-            )
-        oom = records.predicted_oom(study, eff, self.size_knob)
-        if oom is not None:
-            oom_size = records.config_size(TrialRecord(oom).effective_config(), self.size_knob)
-            size = records.config_size(eff, self.size_knob)
-            raise Infeasible(
-                f"trial {oom.number} ran out of memory at size {oom_size}; size {size} is at least as large",
-                kind=ServerOOM.kind,
-            )
-
     def _measure(self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None) -> tuple[float, dict[str, Any]]:
         """Launch, check, prompts, (references,) levels. A server that crashes (killed by a signal at start-up,
         or dying while it serves) gets one fresh start that goes on from what the first measured; a second
@@ -351,6 +327,8 @@ class Objective:
                     raise
                 crashes.append(_crash_line(e))
                 t.record.crashes(crashes)
+                if len(crashes) < CRASH_STARTS and t.start_s is not None:  # its prompts are kept; its start-up lost
+                    t.lost(e.kind, t.start_s)
                 if len(crashes) >= CRASH_STARTS:
                     raise Unstable(
                         f"the server crashed on {len(crashes)} starts of this config: " + " | ".join(crashes),
@@ -373,7 +351,11 @@ class Objective:
             n = len(ctx.space.benchmark.prompts)
             on_prompt = functools.partial(self._after_prompt, t, config, baseline, n)
             alarm = self._alarm if not config.is_baseline and ctx.backend.checks_engagement(config) else None
-            warm = {"warmup": warmup_rule(ctx.space), "on_warmup": t.record.warmup, "check_first": alarm}
+            warm = {
+                "warmup": warmup_rule(ctx.space),
+                "on_warmup": functools.partial(self._warmed, t),
+                "check_first": alarm,
+            }
             results = run_prompts(session, n, on_prompt=on_prompt, done=t.results or (), **warm)
             if config.is_baseline and ctx.space.benchmark.temperature == 0:
                 t.record.references(self._references(session, n))
@@ -421,11 +403,25 @@ class Objective:
             raise LostToBaseline(d.reason if d else "pruned", d.upper_bound if d else None)
 
     def _launch(self, t: _Trial, config: TrialConfig) -> Session:
-        t.launched = True
+        t.launched, t.start_s = True, None
         try:
-            return self.ctx.runner.launch(config)
-        except ServerOOM as e:
-            raise Infeasible(f"out of memory at startup: {e}", kind=ServerOOM.kind, launch_error=e) from e
+            session = self.ctx.runner.launch(config)
+        except LaunchError as e:
+            t.lost(e.kind, server_seconds(e))
+            if isinstance(e, ServerOOM):
+                raise Infeasible(f"out of memory at startup: {e}", kind=ServerOOM.kind, launch_error=e) from e
+            raise
+        refused = (session.info.start or {}).get("refused_start_s")
+        if refused:  # the server ignored the per-request values: the kept start was stopped for one of its own
+            t.lost("per-request values refused", float(refused))
+        t.start_s = None if (session.info.start or {}).get("shared") else session.info.startup_s
+        return session
+
+    @staticmethod
+    def _warmed(t: _Trial, w: WarmUp) -> None:
+        t.record.warmup(w)
+        if t.start_s is not None:
+            t.start_s += w.seconds
 
     def _check_config(self, t: _Trial, config: TrialConfig, info: LaunchInfo) -> None:
         """Record the launch; a server that runs something else than what was asked is never recorded under the
@@ -568,30 +564,3 @@ def _baselines_of(study: optuna.Study, cuda_graph: object) -> list[FrozenTrial]:
         for t in records.trials(study)
         if TrialRecord(t).is_baseline and _optuna.params_of(t).get(records.PARAM_CUDA_GRAPH) == cuda_graph
     ]
-
-
-# ---------------------------------------------------------------------------------------------- the figures
-
-
-def lossless_record(ctx: StudyContext, texts: list[str], baseline: FrozenTrial) -> dict[str, Any]:
-    """The lossless record of ``texts`` (one answer per prompt) against ``baseline``'s answers and references."""
-    record = ctx.compare_outputs(texts, baseline, ctx.lossless_tolerance())
-    record["tolerance_source"] = ctx.tie_tolerance[1]
-    return record
-
-
-def baseline_floor(ctx: StudyContext, number: int, config: TrialConfig, texts: list[str]) -> None:
-    """Compare a new baseline's answers with every other baseline's (another CUDA-graph setting: other kernels
-    and batch shapes; a fresh start in confirmation): a divergence there is this server's own numerics. Each
-    classified divergence joins the study's ``lossless_floor``; a confident one raises the tolerance in force
-    (``StudyContext.lossless_tolerance``) and is reported."""
-    floor = records.lossless_floor(ctx.study)
-    for other in records.trials(ctx.study, (TrialState.COMPLETE,)):
-        r = TrialRecord(other)
-        if other.number == number or not r.is_baseline or r.is_duplicate or not r.outputs:
-            continue
-        rec = ctx.compare_outputs(texts, other, ctx.tie_tolerance[0])
-        for d in rec["divergences"]:
-            floor.append({**d, "baseline": number, "against": other.number, "cuda_graph": config.cuda_graph})
-    floor.append({"baseline": number, "checked": True, "cuda_graph": config.cuda_graph})
-    records.set_lossless_floor(ctx.study, floor)

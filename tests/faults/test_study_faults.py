@@ -169,6 +169,9 @@ def test_oom_is_classified_and_bigger_trees_are_not_launched_again(tmp_path):
         if t["state"] == "COMPLETE" and t["config"].get("drafter")
     )
     assert any("out of memory" in f for f in rep["flags"])
+    # each start that ran out of memory held the machine through its start-up (--sim-load-time 20): billed
+    g = rep["gpu_time"]
+    assert g["failed_starts"] >= 1 and g["failed_s"] >= 20 * g["failed_starts"], g
     _assert_clean(port)
 
 

@@ -72,10 +72,14 @@ class ScriptedRunner:
 
     def launch(self, config: TrialConfig):
         self.launches.append(config)
-        if config.drafter in self.crash:
-            raise ServerExited("server exited with code 1 during startup", returncode=1, log_tail="Traceback: boom")
+        if config.drafter in self.crash:  # it fails half-way through its start-up
+            e = ServerExited("server exited with code 1 during startup", returncode=1, log_tail="Traceback: boom")
+            e.server_s = self.startup_s / 2
+            raise e
         if self.oom_above is not None and (config.knob("num_draft_tokens") or 0) > self.oom_above:
-            raise ServerOOM("out of memory", returncode=1, log_tail="torch.OutOfMemoryError: CUDA out of memory")
+            e = ServerOOM("out of memory", returncode=1, log_tail="torch.OutOfMemoryError: CUDA out of memory")
+            e.server_s = self.startup_s  # after loading, as SGLang runs out of memory capturing CUDA graphs
+            raise e
         if config.is_baseline:
             factor = self.graph_gain if config.cuda_graph else 1.0
         else:

@@ -84,6 +84,8 @@ def test_a_candidate_whose_server_crashes_on_every_fresh_start_leaves_confirmati
     (failed,) = state.failed
     assert failed["trial"] == doomed.number and failed["kind"] == "unstable" and failed["round"] == 1
     assert failed["reason"].count("exit -6: Aborted") == 2  # both starts' crash lines
+    # both starts held the machine until they died (start-up and the first prompt): billed, as failed starts
+    assert len(failed["failed_s"]) == 2 and all(s > runner.startup_s for s in failed["failed_s"])
     assert all(doomed.number not in r.candidates for r in state.rounds)
     assert len(state.rounds) >= space.verdict.repeats  # the others were confirmed
     others = {t.number for t in cands[1:]}
@@ -91,6 +93,9 @@ def test_a_candidate_whose_server_crashes_on_every_fresh_start_leaves_confirmati
     assert state.best != doomed.number and state.best in others
     assert {r["trial"] for r in state.results} == others
     rep = build_report(study)
+    assert rep["gpu_time"]["failed_starts"] == 2 and rep["gpu_time"]["failed_s"] == sum(failed["failed_s"])
+    measured = sum(len(r.baseline) + len(r.candidates) for r in state.rounds)
+    assert rep["gpu_time"]["confirmation_starts"] == measured + 2 == len(runner.launches) - before
     (ex,) = [e for e in rep["exclusions"] if e["trial"] == doomed.number]
     assert ex["kind"] == "unstable" and "confirmation round 1" in ex["reason"] and ex["config"]
     out = io.StringIO()
@@ -116,6 +121,10 @@ def test_one_crash_gets_a_fresh_start_and_the_candidate_stays(tmp_path):
     starts = runner.launches[before:]
     measured = sum(1 for r in state.rounds for _ in r.baseline) + sum(len(r.candidates) for r in state.rounds)
     assert len(starts) == measured + 1  # the one crashed start, measured again on a fresh one
+    (lost,) = state.rounds[0].starts.candidates[cands[0].number].failed_s  # billed with the start after it
+    assert lost > runner.startup_s
+    g = build_report(study)["gpu_time"]
+    assert g["confirmation_starts"] == len(starts) and g["failed_starts"] == 1 and g["failed_s"] == lost
 
 
 def test_a_baseline_that_crashes_on_every_fresh_start_stops_confirmation_clearly_and_it_resumes(tmp_path):
@@ -128,10 +137,14 @@ def test_a_baseline_that_crashes_on_every_fresh_start_stops_confirmation_clearly
     assert "fresh baseline" in msg and "2 starts" in msg and "run the study again" in msg and "exit -6" in msg
     stored = study.user_attrs.get("confirmation") or {}
     assert not stored.get("done")
+    # the two failed starts held the machine (start-up and the first prompt each): on record, and billed
+    assert len(stored["lost_s"]) == 2 and all(s > runner.startup_s for s in stored["lost_s"])
     runner.doomed = {}
     state = Orchestrator(space, SGLangBackend(), runner, open_study(space, url, "t", seed=4), policies=EVERY_CANDIDATE)
     done = state.confirm()
     assert done.done and done.verdict is not None and not done.failed
+    g = build_report(open_study(space, url, "t", seed=4))["gpu_time"]
+    assert g["failed_starts"] == 2 and g["failed_s"] == pytest.approx(sum(stored["lost_s"]))
 
 
 class CrashLevelWinner(ModelRunner):

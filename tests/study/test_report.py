@@ -41,9 +41,15 @@ def test_gpu_time_is_startups_plus_timed_prompts_and_pruning_savings(study_and_r
     study, rep, _runner = study_and_report
     g = rep["gpu_time"]
     measured = [t for t in study.get_trials() if TrialRecord(t).measured and not TrialRecord(t).is_duplicate]
-    assert g["search_starts"] == len(measured)
+    # the starts that failed: "crashy" half-way through its start-up, trees over 12 tokens out of memory after it
+    failed = [f for t in study.get_trials() for f in TrialRecord(t).failed_starts]
+    assert {f["kind"] for f in failed} == {"exited", "oom"}
+    assert g["failed_starts"] == len(failed) and g["failed_s"] == sum(
+        30.0 if f["kind"] == "exited" else 60.0 for f in failed
+    )
+    assert g["search_starts"] == len(measured) + len(failed)
     expected = sum(60.0 + sum(p["seconds"] for p in TrialRecord(t).prompts) for t in measured)  # startup_s = 60
-    assert g["search_s"] == pytest.approx(expected)
+    assert g["search_s"] == pytest.approx(expected + g["failed_s"])
     pruned = [t for t in measured if t.state == optuna.trial.TrialState.PRUNED and TrialRecord(t).prompts]
     saved = 0.0
     for t in pruned:
@@ -80,6 +86,7 @@ def test_terminal_report_shows_tables_and_whole_lines(study_and_report):
     assert "pruned and failed, by reason" in text and "lost to the baseline" in text and "exited" in text
     gpu = next(line for line in text.splitlines() if line.startswith("GPU time: "))
     assert "saved" in gpu and "by pruning" in gpu
+    assert f"in {rep['gpu_time']['failed_starts']} start(s) that failed" in gpu  # "crashy" and the OOM trees
     verdict = next(line for line in text.splitlines() if line.startswith("verdict: "))
     assert rep["verdict"] in verdict
     best = rep["best_configs"][0]

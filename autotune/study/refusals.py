@@ -1,0 +1,96 @@
+"""Configs not launched because of what earlier trials showed (``refuse_known_failures``, called by
+``trial.Objective`` before every launch): each refusal is a FAIL or PRUNED trial with its reason and no server start.
+
+- the same server config failed twice (one retry covers transient faults), or crashed on every start (unstable);
+- the drafter was not engaged (where the server's not-engaged is per drafter);
+- a family (drafter and method, under one CUDA-graph setting) whose server never started: ``NEVER_STARTED``
+  launches of it failed at start-up and none started. An incompatible drafter checkpoint fails every config of it,
+  and each failed start holds the GPUs until it fails: on the simulated Kimi server a drafter that never gets
+  healthy took 31 of a study's 47 starts, at the 30-minute start-up limit each (docs/benchmarks.md);
+- a tree at least as large ran out of memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import records
+from autotune.config import TrialConfig
+from autotune.errors import DrafterNotEngaged, ServerOOM, Unstable
+from autotune.records import TrialRecord
+from autotune.study.outcomes import Infeasible, NotLaunched
+
+#: failed starts of one family, none of which started, after which its configs are not launched
+NEVER_STARTED = 3
+
+
+def family(cfg: TrialConfig) -> tuple[Any, ...]:
+    """What fails to start together: the drafter, the method, the CUDA-graph setting (graph capture can fail where
+    the same drafter starts without graphs)."""
+    return cfg.drafter, cfg.knob(records.PARAM_METHOD), bool(cfg.cuda_graph)
+
+
+def _family_of(r: TrialRecord) -> tuple[Any, ...]:
+    return r.drafter, r.method, bool(r.cuda_graph)
+
+
+def never_started(study: optuna.Study, cfg: TrialConfig) -> list[int]:
+    """The trials of ``cfg``'s family that failed to start, when there are ``NEVER_STARTED`` of them and no start of
+    the family ever got healthy; else []."""
+    failed, started = [], False
+    for t in records.trials(study, (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+        r = TrialRecord(t)
+        if r.is_baseline or r.is_duplicate or r.not_launched or _family_of(r) != family(cfg):
+            continue
+        if r.measured or r.startup_s is not None:
+            started = True
+            break
+        if r.fail_kind in records.START_FAILURES:
+            failed.append(t.number)
+    return failed if len(failed) >= NEVER_STARTED and not started else []
+
+
+def refuse_known_failures(study: optuna.Study, eff: TrialConfig, backend: Any, size_knob: str | None) -> None:
+    """Raise the refusal for ``eff`` when earlier trials showed how it would end (see the module)."""
+    crashed = records.failed_twice(study, eff.key())
+    if crashed:
+        raise NotLaunched(
+            f"the same server config failed in trials {crashed[0].number} and {crashed[1].number}; not launched again",
+            TrialRecord(crashed[-1]).fail_kind,
+        )
+    shaky = records.unstable(study, eff.key())
+    if shaky is not None:
+        raise NotLaunched(
+            f"the same server config crashed on every start in trial {shaky.number} (unstable); not launched again",
+            Unstable.kind,
+        )
+    if eff.is_baseline:
+        return
+    dead = never_started(study, eff)
+    if dead:
+        last = next(t for t in records.trials(study) if t.number == dead[-1])
+        graphs = "on" if eff.cuda_graph else "off"
+        raise NotLaunched(
+            f"drafter {eff.drafter!r} (CUDA graphs {graphs}) never started: trials {', '.join(map(str, dead))} failed "
+            f"at start-up ({TrialRecord(last).fail_kind}) and none of its configs started; not launched again",
+            TrialRecord(last).fail_kind,
+        )
+    if not backend.not_engaged_is_per_drafter:
+        return
+    bad = records.disengaged(study, eff)
+    if bad is not None:
+        raise DrafterNotEngaged(
+            f"drafter {eff.drafter!r} was not engaged in trial {bad.number} "
+            f"({TrialRecord(bad).fail_reason or ''}); not launched again"
+        )
+    oom = records.predicted_oom(study, eff, size_knob)
+    if oom is not None:
+        oom_size = records.config_size(TrialRecord(oom).effective_config(), size_knob)
+        size = records.config_size(eff, size_knob)
+        raise Infeasible(
+            f"trial {oom.number} ran out of memory at size {oom_size}; size {size} is at least as large",
+            kind=ServerOOM.kind,
+        )
