@@ -197,7 +197,7 @@ def _gpu(line: Any, report: dict[str, Any]) -> None:
     if not g:
         return
     failed = g.get("failed_starts") or 0  # reports written before failed starts were billed have none
-    lost = f"; {_duration(g['failed_s'])} in {failed} start(s) that failed" if failed else ""
+    lost = f"; {_duration(g['failed_s'])} in {failed} start(s) that failed or were refused" if failed else ""
     line(
         f"GPU time: {_duration(g['total_s'])} ({_duration(g['search_s'])} search in {g['search_starts']} server "
         f"starts, {_duration(g['confirmation_s'])} confirmation in {g['confirmation_starts']}{lost}); saved "

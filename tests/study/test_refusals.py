@@ -47,7 +47,7 @@ def test_a_drafter_that_never_starts_gets_three_starts_per_graph_setting_then_no
 
 
 class StartsOnceThenFails(ScriptedRunner):
-    """"bad" starts once and serves; every later start of it fails at start-up."""
+    """ "bad" starts once and serves; every later start of it fails at start-up."""
 
     def launch(self, config):
         if config.drafter == "bad" and any(c.drafter == "bad" for c in self.launches):

@@ -86,7 +86,9 @@ def test_terminal_report_shows_tables_and_whole_lines(study_and_report):
     assert "pruned and failed, by reason" in text and "lost to the baseline" in text and "exited" in text
     gpu = next(line for line in text.splitlines() if line.startswith("GPU time: "))
     assert "saved" in gpu and "by pruning" in gpu
-    assert f"in {rep['gpu_time']['failed_starts']} start(s) that failed" in gpu  # "crashy" and the OOM trees
+    assert (
+        f"in {rep['gpu_time']['failed_starts']} start(s) that failed or were refused" in gpu
+    )  # "crashy" and the OOM trees
     verdict = next(line for line in text.splitlines() if line.startswith("verdict: "))
     assert rep["verdict"] in verdict
     best = rep["best_configs"][0]
