@@ -2,11 +2,12 @@
 ``trial.Objective`` before every launch): each refusal is a FAIL or PRUNED trial with its reason and no server start.
 
 - the same server config failed twice (one retry covers transient faults), or crashed on every start (unstable);
+- a family (drafter and method, under one CUDA-graph setting) that never started: ``NEVER_STARTED`` launches of
+  it failed at start-up and none started; or never served: ``NEVER_SERVED`` of its configs crashed on every start
+  (unstable) and none of them was measured to the end. An incompatible drafter checkpoint fails every config of
+  it, and each failed start holds the GPUs until it fails: on the simulated Kimi server a drafter that never gets
+  healthy took 30 of a study's 45 starts, at the 30-minute start-up limit each (docs/benchmarks.md, failed-starts);
 - the drafter was not engaged (where the server's not-engaged is per drafter);
-- a family (drafter and method, under one CUDA-graph setting) whose server never started: ``NEVER_STARTED``
-  launches of it failed at start-up and none started. An incompatible drafter checkpoint fails every config of it,
-  and each failed start holds the GPUs until it fails: on the simulated Kimi server a drafter that never gets
-  healthy took 31 of a study's 47 starts, at the 30-minute start-up limit each (docs/benchmarks.md);
 - a tree at least as large ran out of memory.
 """
 
@@ -25,6 +26,9 @@ from autotune.study.outcomes import Infeasible, NotLaunched
 
 #: failed starts of one family, none of which started, after which its configs are not launched
 NEVER_STARTED = 3
+#: configs of one family that crashed on every start (unstable), none of the family measured to the end, after
+#: which its configs are not launched (each of them cost two starts)
+NEVER_SERVED = 2
 
 
 def family(cfg: TrialConfig) -> tuple[Any, ...]:
@@ -41,16 +45,36 @@ def never_started(study: optuna.Study, cfg: TrialConfig) -> list[int]:
     """The trials of ``cfg``'s family that failed to start, when there are ``NEVER_STARTED`` of them and no start of
     the family ever got healthy; else []."""
     failed, started = [], False
-    for t in records.trials(study, (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        r = TrialRecord(t)
-        if r.is_baseline or r.is_duplicate or r.not_launched or _family_of(r) != family(cfg):
-            continue
+    for r, t in _family(study, cfg):
         if r.measured or r.startup_s is not None:
             started = True
             break
         if r.fail_kind in records.START_FAILURES:
             failed.append(t.number)
     return failed if len(failed) >= NEVER_STARTED and not started else []
+
+
+def never_served(study: optuna.Study, cfg: TrialConfig) -> list[int]:
+    """The trials of ``cfg``'s family whose server crashed on every start (a drafter that kills the server at its
+    first drafts), when there are ``NEVER_SERVED`` of them and none of the family was measured to the end; else []."""
+    shaky, served = [], False
+    for r, t in _family(study, cfg):
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and r.measured:
+            served = True
+            break
+        if r.fail_kind == Unstable.kind:
+            shaky.append(t.number)
+    return shaky if len(shaky) >= NEVER_SERVED and not served else []
+
+
+def _family(study: optuna.Study, cfg: TrialConfig) -> list[tuple[TrialRecord, Any]]:
+    """The launched speculative trials of ``cfg``'s family (no duplicates, no refusals)."""
+    out = []
+    for t in records.trials(study, (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+        r = TrialRecord(t)
+        if not (r.is_baseline or r.is_duplicate or r.not_launched) and _family_of(r) == family(cfg):
+            out.append((r, t))
+    return out
 
 
 def refuse_known_failures(study: optuna.Study, eff: TrialConfig, backend: Any, size_knob: str | None) -> None:
@@ -69,14 +93,21 @@ def refuse_known_failures(study: optuna.Study, eff: TrialConfig, backend: Any, s
         )
     if eff.is_baseline:
         return
+    graphs = "on" if eff.cuda_graph else "off"
     dead = never_started(study, eff)
     if dead:
         last = next(t for t in records.trials(study) if t.number == dead[-1])
-        graphs = "on" if eff.cuda_graph else "off"
         raise NotLaunched(
             f"drafter {eff.drafter!r} (CUDA graphs {graphs}) never started: trials {', '.join(map(str, dead))} failed "
             f"at start-up ({TrialRecord(last).fail_kind}) and none of its configs started; not launched again",
             TrialRecord(last).fail_kind,
+        )
+    shaky = never_served(study, eff)
+    if shaky:
+        raise NotLaunched(
+            f"drafter {eff.drafter!r} (CUDA graphs {graphs}) never served: its servers crashed on every start in "
+            f"trials {', '.join(map(str, shaky))} (unstable) and none of its configs was measured; not launched again",
+            Unstable.kind,
         )
     if not backend.not_engaged_is_per_drafter:
         return

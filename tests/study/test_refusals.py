@@ -1,6 +1,7 @@
 """A drafter whose server never starts (an incompatible checkpoint fails every config of it) is not launched again
-after ``NEVER_STARTED`` failed starts under one CUDA-graph setting: each failed start holds the GPUs until it fails
-(a start-up timeout: the whole limit), and before, the search went on launching its configs."""
+after ``NEVER_STARTED`` failed starts under one CUDA-graph setting, nor one whose servers crash on every start after
+``NEVER_SERVED`` unstable configs: each failed start holds the GPUs until it fails (a start-up timeout: the whole
+limit), and before, the search went on launching its configs. A drafter that served once is never refused so."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from autotune.errors import ServerExited
 from autotune.records import TrialRecord
 from autotune.report import build_report
 from autotune.study import Orchestrator, open_study
-from autotune.study.refusals import NEVER_STARTED
+from autotune.study.refusals import NEVER_SERVED, NEVER_STARTED
 
 from .conftest import ScriptedRunner, make_space
 
@@ -62,3 +63,36 @@ def test_a_drafter_that_started_once_is_not_refused_as_a_whole():
     failed = [t for t in _bad(study) if t.state == TrialState.FAIL and not TrialRecord(t).not_launched]
     assert len(failed) > NEVER_STARTED  # each config still gets its own start (and its retry)
     assert not any("never started" in (TrialRecord(t).fail_reason or "") for t in study.trials)
+
+
+def test_a_drafter_whose_servers_crash_on_every_start_is_not_launched_after_two_unstable_configs():
+    # every server of "bad" dies at its second prompt: each config gets its fresh start, dies again (unstable)
+    runner = ScriptedRunner(speed={"good": lambda c: 1.3, "bad": lambda c: 1.25}, crash_serving={"bad": 99})
+    study = _search(runner)
+    unstable = [t for t in _bad(study) if TrialRecord(t).fail_kind == "unstable" and not TrialRecord(t).not_launched]
+    assert len(unstable) == NEVER_SERVED
+    assert sum(1 for c in runner.launches if c.drafter == "bad") == 2 * NEVER_SERVED  # each: the crash, a fresh start
+    refused = [t for t in _bad(study) if "never served" in (TrialRecord(t).fail_reason or "")]
+    assert refused and all(TrialRecord(t).not_launched for t in refused)
+    # one crash of each unstable config was followed by a fresh start: those are the starts billed as failed
+    assert build_report(study)["gpu_time"]["failed_starts"] == NEVER_SERVED
+
+
+def test_a_drafter_measured_once_is_not_refused_for_its_unstable_configs():
+    # "bad" serves its first start; every later start dies at its second prompt
+    runner = ScriptedRunner(speed={"good": lambda c: 1.3, "bad": lambda c: 1.25}, crash_serving={})
+    first = {"done": False}
+
+    def launch(config, _launch=runner.launch):
+        session = _launch(config)
+        if config.drafter == "bad":
+            session.dies_at = 1 if first["done"] else None
+            first["done"] = True
+        return session
+
+    runner.launch = launch
+    study = _search(runner)
+    assert any(t.state == TrialState.COMPLETE for t in _bad(study))
+    unstable = [t for t in _bad(study) if TrialRecord(t).fail_kind == "unstable" and not TrialRecord(t).not_launched]
+    assert len(unstable) > NEVER_SERVED
+    assert not any("never served" in (TrialRecord(t).fail_reason or "") for t in study.trials)
