@@ -9,7 +9,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.records import ConfirmationState, RoundStarts, TrialRecord
 
 #: the end of a failed start's label in ``confirmation_starts``
-FAILED_START = ", a start that failed"
+_FAILED = ", a start that failed"
 
 
 def _mean(xs: list[float | None]) -> float:
@@ -35,6 +35,18 @@ def failed_starts(t: FrozenTrial) -> list[float]:
     return [float(x.get("seconds") or 0.0) for x in TrialRecord(t).failed_starts]
 
 
+def confirmation_failed_s(conf: ConfirmationState) -> list[float]:
+    """The server seconds of confirmation's starts that failed: those before a start of the same config in its
+    round (``StartRecord.failed_s``), a fresh baseline's that all failed (``lost_s``), a dropped candidate's."""
+    out: list[float] = []
+    for rnd in [*(conf.check_rounds or []), *conf.rounds]:
+        st = rnd.starts or RoundStarts()
+        out += [s for r in [*st.baseline.values(), *st.candidates.values()] for s in r.failed_s]
+    out += [float(s) for s in conf.lost_s or []]
+    out += [float(s) for f in conf.failed or [] for s in f.get("failed_s") or []]
+    return out
+
+
 def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> list[tuple[str, float, float]]:
     """Confirmation's server starts in order, each ``(label, startup s, benchmark s)``: as recorded (the rounds'
     start records: the timed prompts and load levels, and the warm-up passes; a start that failed before one of
@@ -53,18 +65,18 @@ def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> l
         starts += [(f"#{n}", v, st.candidates.get(n)) for n, v in rnd.candidates.items()]
         for who, v, r in starts:
             if r:
-                out += [(f"{name}: {who}{FAILED_START}", s, 0.0) for s in r.failed_s]
+                out += [(f"{name}: {who}{_FAILED}", s, 0.0) for s in r.failed_s]
             if r or v:
                 out.append(
                     (f"{name}: {who}", r.startup_s, r.seconds + r.warmup.seconds)
                     if r
                     else (f"{name}: {who}", startup, work * rnd.passes / v)
                 )
-    out += [(f"confirmation: a fresh baseline{FAILED_START}", float(s), 0.0) for s in conf.lost_s or []]
+    out += [(f"confirmation: a fresh baseline{_FAILED}", float(s), 0.0) for s in conf.lost_s or []]
     for f in conf.failed or []:  # candidates whose starts all failed in a round: out of the race
         who = f"confirm round {f.get('round')}: #{f.get('trial')}"
-        out += [(f"{who}{FAILED_START}", float(s), 0.0) for s in f.get("failed_s") or []]
+        out += [(f"{who}{_FAILED}", float(s), 0.0) for s in f.get("failed_s") or []]
     return out
 
 
-__all__ = ["FAILED_START", "bench_seconds", "confirmation_starts", "failed_starts", "warmup_seconds"]
+__all__ = ["bench_seconds", "confirmation_failed_s", "confirmation_starts", "failed_starts", "warmup_seconds"]

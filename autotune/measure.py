@@ -178,7 +178,8 @@ def measure_config(
                 for i in range(n):
                     results.append(session.run_prompt(i))
                     timed.append(results[-1].seconds)
-            levels = run_levels(session, space, results, on_level=lambda lv, _: timed.append(lv.seconds))
+            if space.benchmark.loaded:
+                levels = run_levels(session, space, results, on_level=lambda lv, _: timed.append(lv.seconds))
         except BenchmarkError as e:  # the start is lost, and what it ran with it
             e.server_s = (session.info.startup_s or 0.0) + sum(w.seconds for w in warmed) + sum(timed)
             raise

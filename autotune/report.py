@@ -8,8 +8,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import acceptance, lossless, objective, records, warmup
-from autotune.bill import FAILED_START, bench_seconds, confirmation_starts, failed_starts, warmup_seconds
+from autotune import acceptance, bill, lossless, objective, records, warmup
+from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.config import PromptResult, TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import (
@@ -374,7 +374,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
             orig = by_number.get(r.duplicate_of) if r.duplicate_of is not None else None
             dedup += _start_seconds(orig) if orig is not None else 0.0
             continue
-        failed += failed_starts(t)
+        failed += bill.failed_starts(t)
         if not r.measured and r.startup_s is None:
             continue
         starts += 0 if r.shared_start else 1  # a shared start: an earlier trial's server (its startup_s is 0)
@@ -390,7 +390,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
     searched, starts = searched + sum(failed), starts + len(failed)
     confirm = confirmation_starts(trials, conf)
     confirm_s, confirm_starts = sum(a + b for _, a, b in confirm), len(confirm)
-    confirm_failed = [a for who, a, _ in confirm if who.endswith(FAILED_START)]
+    confirm_failed = bill.confirmation_failed_s(conf)
     spent = searched + confirm_s
     return {
         "search_s": searched,

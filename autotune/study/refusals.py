@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune import records
 from autotune.config import TrialConfig
@@ -41,39 +41,44 @@ def _family_of(r: TrialRecord) -> tuple[Any, ...]:
     return r.drafter, r.method, bool(r.cuda_graph)
 
 
-def never_started(study: optuna.Study, cfg: TrialConfig) -> list[int]:
-    """The trials of ``cfg``'s family that failed to start, when there are ``NEVER_STARTED`` of them and no start of
-    the family ever got healthy; else []."""
-    failed, started = [], False
-    for r, t in _family(study, cfg):
+def _numbers(trials: list[FrozenTrial]) -> str:
+    return ", ".join(str(t.number) for t in trials)
+
+
+def never_started(family_trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Of one family's launched trials (``family_trials``), those that failed to start, when there are
+    ``NEVER_STARTED`` of them and no start of the family ever got healthy; else []."""
+    failed = []
+    for t in family_trials:
+        r = TrialRecord(t)
         if r.measured or r.startup_s is not None:
-            started = True
-            break
+            return []
         if r.fail_kind in records.START_FAILURES:
-            failed.append(t.number)
-    return failed if len(failed) >= NEVER_STARTED and not started else []
+            failed.append(t)
+    return failed if len(failed) >= NEVER_STARTED else []
 
 
-def never_served(study: optuna.Study, cfg: TrialConfig) -> list[int]:
-    """The trials of ``cfg``'s family whose server crashed on every start (a drafter that kills the server at its
-    first drafts), when there are ``NEVER_SERVED`` of them and none of the family was measured to the end; else []."""
-    shaky, served = [], False
-    for r, t in _family(study, cfg):
+def never_served(family_trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Of one family's launched trials, those whose server crashed on every start (a drafter that kills the server
+    at its first drafts), when there are ``NEVER_SERVED`` of them and none of the family was measured to the end;
+    else []."""
+    shaky = []
+    for t in family_trials:
+        r = TrialRecord(t)
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and r.measured:
-            served = True
-            break
+            return []
         if r.fail_kind == Unstable.kind:
-            shaky.append(t.number)
-    return shaky if len(shaky) >= NEVER_SERVED and not served else []
+            shaky.append(t)
+    return shaky if len(shaky) >= NEVER_SERVED else []
 
 
-def _family(study: optuna.Study, cfg: TrialConfig) -> list[tuple[TrialRecord, Any]]:
-    """The launched speculative trials of ``cfg``'s family (no duplicates, no refusals)."""
+def family_trials(study: optuna.Study, cfg: TrialConfig) -> list[FrozenTrial]:
+    """The launched speculative trials of ``cfg``'s family that ended (no duplicates, no refusals)."""
     out = []
     for t in records.trials(study, (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
         r = TrialRecord(t)
         if not (r.is_baseline or r.is_duplicate or r.not_launched) and _family_of(r) == family(cfg):
-            out.append((r, t))
+            out.append(t)
     return out
 
 
@@ -94,19 +99,20 @@ def refuse_known_failures(study: optuna.Study, eff: TrialConfig, backend: Any, s
     if eff.is_baseline:
         return
     graphs = "on" if eff.cuda_graph else "off"
-    dead = never_started(study, eff)
+    kin = family_trials(study, eff)
+    dead = never_started(kin)
     if dead:
-        last = next(t for t in records.trials(study) if t.number == dead[-1])
+        kind = TrialRecord(dead[-1]).fail_kind
         raise NotLaunched(
-            f"drafter {eff.drafter!r} (CUDA graphs {graphs}) never started: trials {', '.join(map(str, dead))} failed "
-            f"at start-up ({TrialRecord(last).fail_kind}) and none of its configs started; not launched again",
-            TrialRecord(last).fail_kind,
+            f"drafter {eff.drafter!r} (CUDA graphs {graphs}) never started: trials {_numbers(dead)} failed at "
+            f"start-up ({kind}) and none of its configs started; not launched again",
+            kind,
         )
-    shaky = never_served(study, eff)
+    shaky = never_served(kin)
     if shaky:
         raise NotLaunched(
             f"drafter {eff.drafter!r} (CUDA graphs {graphs}) never served: its servers crashed on every start in "
-            f"trials {', '.join(map(str, shaky))} (unstable) and none of its configs was measured; not launched again",
+            f"trials {_numbers(shaky)} (unstable) and none of its configs was measured; not launched again",
             Unstable.kind,
         )
     if not backend.not_engaged_is_per_drafter:

@@ -411,10 +411,10 @@ class Objective:
             if isinstance(e, ServerOOM):
                 raise Infeasible(f"out of memory at startup: {e}", kind=ServerOOM.kind, launch_error=e) from e
             raise
-        refused = (session.info.start or {}).get("refused_start_s")
-        if refused:  # the server ignored the per-request values: the kept start was stopped for one of its own
-            t.lost("per-request values refused", float(refused))
-        t.start_s = None if (session.info.start or {}).get("shared") else session.info.startup_s
+        start = session.info.start or {}
+        if start.get("refused_start_s"):  # the server ignored the per-request values: the kept start was stopped
+            t.lost("per-request values refused", float(start["refused_start_s"]))
+        t.start_s = None if start.get("shared") else session.info.startup_s
         return session
 
     @staticmethod
