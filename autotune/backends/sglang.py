@@ -387,8 +387,13 @@ class SGLangBackend(Backend):
     # -- deploying ----------------------------------------------------------------------------------
 
     def deploy_method(self, config: TrialConfig, space: Space) -> str | None:
-        """``--speculative-algorithm`` of the config's drafter (None for the baseline)."""
-        return None if config.is_baseline else resolved_algorithm(space, config.drafter or "")
+        """``--speculative-algorithm`` the config launches with (None for the baseline): a method space's method
+        (n-gram and MTP have no drafter), else its drafter's."""
+        if config.is_baseline:
+            return None
+        if space.search.methods:
+            return self.tree.algorithm(self.effective(config, space), space)
+        return resolved_algorithm(space, config.drafter or "")
 
     def portable(self, config: TrialConfig, space: Space) -> Portable:
         """A chain (topk 1: S drafted tokens, N = S + 1 verified) of an HF checkpoint translates; a tree does not (the
@@ -397,6 +402,17 @@ class SGLangBackend(Backend):
         settings = portable_settings(space.server.extra_args)
         if eff.is_baseline:
             return Portable(None, eff.cuda_graph, settings=settings, source=self.display_name)
+        algorithm = self.deploy_method(config, space)
+        if space.search.methods and eff.knob("method") == "adaptive":
+            raise ValueError(
+                "the config runs SGLang's adaptive mode (--speculative-adaptive); a translation would run one static "
+                "draft length instead"
+            )
+        if eff.drafter is None or algorithm not in ("EAGLE", "EAGLE3", "STANDALONE"):
+            raise ValueError(
+                f"the config runs {algorithm} without a drafter checkpoint of its own; only an EAGLE, EAGLE-3 or "
+                "draft-model chain has a faithful equivalent on another server"
+            )
         topk = int(eff.knob("topk"))
         if topk != 1:
             raise ValueError(
@@ -406,7 +422,7 @@ class SGLangBackend(Backend):
         return Portable(
             eff.drafter,
             eff.cuda_graph,
-            algorithm=resolved_algorithm(space, eff.drafter or ""),
+            algorithm=algorithm,
             draft_tokens=int(eff.knob("num_steps")),
             settings=settings,
             source=self.display_name,

@@ -351,6 +351,11 @@ class MethodTree(MethodWalk):
                             continue
         return out
 
+    def algorithm(self, eff: TrialConfig, space: Space) -> str:
+        """``--speculative-algorithm`` of a method config: the method's own, an adaptive one's drafter's."""
+        method = str(eff.knob(METHOD_KNOB))
+        return self.drafter_algorithm(space, str(eff.drafter)) if method == "adaptive" else ALGORITHMS[method]
+
     def argv(self, eff: TrialConfig, space: Space, files_dir: str | None, file_arg: Any) -> list[str]:
         """The speculative flags of a resolved method config."""
         method = str(eff.knob(METHOD_KNOB))
@@ -364,8 +369,9 @@ class MethodTree(MethodWalk):
             for knob, flag in NGRAM_FLAGS.items():
                 out += [flag, str(eff.knob(knob))]
             return out
-        algo = self.drafter_algorithm(space, str(eff.drafter)) if method == "adaptive" else ALGORITHMS[method]
-        out = tree_flags(algo, space.drafter(eff.drafter).path if eff.drafter is not None else None, eff)
+        out = tree_flags(
+            self.algorithm(eff, space), space.drafter(eff.drafter).path if eff.drafter is not None else None, eff
+        )
         if method == "adaptive":
             out += ["--speculative-adaptive", "--speculative-adaptive-config", file_arg(ADAPTIVE_FILE, files_dir)]
         return out

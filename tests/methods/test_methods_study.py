@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +27,51 @@ def _bench():
 def test_the_right_method_wins(tmp_path, truth, seed):
     bench = _bench()
     out = bench.run_one(truth, seed, tmp_path)
-    assert out.get("error") is None, out
+    assert out.get("error") is None and out["rc"] == 0, out
     assert out["winner"] == bench.TRUTHS[truth]["expect"], out["text"]
     assert out["text"].split(" wins on this prompt set: ")[1]  # the winner's interval follows
     if truth != "mtp":
         assert "MTP: MTP not available for this target" in out["text"]
+
+
+#: a drafter-less winner's ``--speculative-algorithm`` (n-gram lookup, the target's own MTP layers)
+DRAFTERLESS = {"code-edit": "NGRAM", "mtp": "NEXTN"}
+NATIVE_FORMATS = ("sglang", "command", "yaml", "json", "env", "compose", "k8s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("truth", sorted(DRAFTERLESS))
+def test_a_drafterless_winner_is_reported_and_exported(tmp_path, truth):
+    """n-gram and MTP run without a drafter checkpoint: the study ends with rc 0, the text and HTML reports render,
+    every native export format names the method's algorithm, and the translation to vLLM says why it does not fit
+    (exit 2, the formats that fit)."""
+    bench = _bench()
+    out = bench.run_one(truth, 0, tmp_path)
+    assert out["rc"] == 0 and out["winner"] == bench.TRUTHS[truth]["expect"], out
+    space = tmp_path / f"{truth}-0" / f"methods-{truth}.yaml"
+    common = ["--simulate", "--studies-dir", str(tmp_path / f"{truth}-0" / "studies")]
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "autotune", args[0], str(space), *common, *args[1:]]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+
+    algorithm = DRAFTERLESS[truth]
+    for fmt in NATIVE_FORMATS:
+        r = cli("export", "--format", fmt)
+        assert r.returncode == 0, (fmt, r.stderr[-2000:])
+        assert "--speculative-algorithm" in r.stdout and algorithm in r.stdout, (fmt, r.stdout[-2000:])
+    launch = cli("export", "--format", "sglang").stdout
+    (line,) = [ln for ln in launch.splitlines() if "sglang.launch_server" in ln and not ln.startswith("#")]
+    assert f"--speculative-algorithm {algorithm}" in line
+    if algorithm == "NGRAM":
+        assert "--speculative-ngram-max-bfs-breadth" in line
+    else:
+        assert "--speculative-draft-model-path" not in line  # MTP: the target's own layers
+    r = cli("export", "--format", "vllm")
+    assert r.returncode == 2 and "without a drafter checkpoint" in r.stderr and "formats that fit" in r.stderr, r
+    assert "Traceback" not in r.stderr
+    r = cli("report")
+    assert r.returncode == 0 and "recommended: trial" in r.stdout, r.stderr[-2000:]
+    html = tmp_path / "report.html"
+    r = cli("report", "--html", str(html))
+    assert r.returncode == 0 and html.stat().st_size > 10_000, r.stderr[-2000:]
