@@ -24,6 +24,7 @@ SPACES = [
     ("spaces/eagle3.yaml", 3, 12),
     ("spaces/llama-8b-eagle3.yaml", 5, 16),
     ("spaces/llama-8b-load.yaml", 7, None),
+    ("spaces/methods.yaml", 0, 24),
 ]
 FORMATS = ["sglang", "command", "yaml", "json", "env", "compose", "k8s", "vllm"]
 WALL = ("datetime", "wall", "elapsed", "started_at", "finished_at", "created_at", "_s_real", "date")
