@@ -76,10 +76,15 @@ def is_baseline_trial(t: FrozenTrial) -> bool:
 
 
 def find_baseline(study: optuna.Study, cuda_graph: object) -> FrozenTrial | None:
-    """The measured baseline trial (not a duplicate) for a CUDA-graph setting, or None."""
+    """The measured baseline trial (not a duplicate) for a CUDA-graph setting, or None. A finished trial never
+    changes, so one found is kept on the study object (the search asks several times a trial)."""
+    found: dict[object, FrozenTrial] = study.__dict__.setdefault("_autotune_baselines", {})
+    if cuda_graph in found:
+        return found[cuda_graph]
     for t in trials(study, (TrialState.COMPLETE,)):
         r = TrialRecord(t)
         if r.is_baseline and r.cuda_graph == cuda_graph and not r.is_duplicate and t.intermediate_values:
+            found[cuda_graph] = t
             return t
     return None
 

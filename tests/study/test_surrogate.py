@@ -231,3 +231,52 @@ def test_a_level_per_graph_setting_carries_a_shape_measured_in_one_group_to_the_
     err_with = float(np.abs(with_level.predict(off_unmeasured)[0] - truth).max())
     err_without = float(np.abs(without.predict(off_unmeasured)[0] - truth).max())
     assert err_with < 0.08 and err_with < 0.6 * err_without, (err_with, err_without)  # 0.061 and 0.115 here
+
+
+def _brute_force_fit(model: Surrogate) -> tuple[tuple, float]:
+    """The grid's best combo by one Cholesky per combo, in the grid's order (the fit before its closed form)."""
+    import itertools
+
+    from autotune import surrogate as s
+
+    n, dims = model.X.shape
+    same_level = (model.lv[:, None] == model.lv[None, :]).astype(float)
+    same = model.g[:, None] == model.g[None, :]
+    best, best_ll = None, -math.inf
+    for lengths in itertools.product(s.LENGTHS, repeat=dims):
+        for sig in s.SIGNAL:
+            for f in s.NOISE_FACTORS:
+                for rho in s.RHO if len(model._groups) > 1 else (0.0,):
+                    for lv in s.LEVEL if model._level_of is not None else (0.0,):
+                        d2 = sum(
+                            (
+                                ((model.X[:, j : j + 1] - model.X[:, j : j + 1].T) / ell) ** 2
+                                for j, ell in enumerate(lengths)
+                            ),
+                            np.zeros((n, n)),
+                        )
+                        noise = f * model.noise_floor
+                        K = (sig * model.scale) ** 2 * np.exp(-0.5 * d2) * np.where(same, 1.0, rho)
+                        K += (noise**2 + 1e-10) * np.eye(n) + (lv * model.scale) ** 2 * same_level
+                        L = np.linalg.cholesky(K)
+                        z = np.linalg.solve(L, model.y)
+                        ll = -0.5 * z @ z - np.log(np.diag(L)).sum()
+                        if ll > best_ll + 1e-9:
+                            best, best_ll = ((lengths, sig * model.scale, noise, rho), lv * model.scale), ll
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_closed_form_fit_picks_the_combo_one_cholesky_per_combo_picks(seed):
+    rng = random.Random(seed)
+    obs = [
+        (
+            cfg(rng.randint(1, 8), rng.choice([1, 2, 4, 8]), rng.randint(9, 64), rng.choice("ab"), rng.random() < 0.5),
+            rng.gauss(5.0, 0.3),
+        )
+        for _ in range(rng.randint(3, 14))
+    ]
+    enc = Encoding.from_configs([c for c, _ in obs])
+    level_of = (lambda c: bool(c.cuda_graph)) if seed % 2 else None
+    model = Surrogate(enc, obs, noise_floor=0.02, level_of=level_of)
+    assert (model.params, model.level) == _brute_force_fit(model)
