@@ -51,11 +51,11 @@ def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> l
     """Confirmation's server starts in order, each ``(label, startup s, benchmark s)``: as recorded (the rounds'
     start records: the timed prompts and load levels, and the warm-up passes; a start that failed before one of
     them, or a candidate's that all failed, as its server seconds), or for rounds recorded without them estimated:
-    the search's mean startup, and a complete search start's benchmark work (its seconds x its objective, times
-    the round's passes) over the start's tok/s."""
+    the search's mean startup, and a complete search start's benchmark work (its seconds x its objective) over the
+    start's tok/s."""
     complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
     work = _mean([bench_seconds(t) * t.value for t in complete if t.value])
-    startup = _mean([TrialRecord(t).startup_s for t in complete if not TrialRecord(t).shared_start])
+    startup = _mean([TrialRecord(t).startup_s for t in complete])
     out = []
     check = conf.check_rounds or []
     for i, rnd in enumerate([*check, *conf.rounds]):
@@ -70,7 +70,7 @@ def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> l
                 out.append(
                     (f"{name}: {who}", r.startup_s, r.seconds + r.warmup.seconds)
                     if r
-                    else (f"{name}: {who}", startup, work * rnd.passes / v)
+                    else (f"{name}: {who}", startup, work / v)
                 )
     out += [(f"confirmation: a fresh baseline{_FAILED}", float(s), 0.0) for s in conf.lost_s or []]
     for f in conf.failed or []:  # candidates whose starts all failed in a round: out of the race

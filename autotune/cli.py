@@ -238,7 +238,7 @@ def cmd_study(ctx: Context) -> int:
     _write_html(ctx, result.study, result.report, html)
     _print_report(result.report, args.json, ctx)
     if not args.json:
-        from autotune.export import suggested_format
+        from autotune.export_formats import suggested_format
 
         print(
             f"\nreport: {html}   "

@@ -34,16 +34,17 @@ backend) is used as it is, and a response that carries no ``_TimedStream`` is ti
 from __future__ import annotations
 
 import json
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpcore  # httpx's transport (a dependency of httpx): its network stream is where bytes arrive
 import httpx
 
 from autotune.acceptance import AcceptPositions
-from autotune.backends.base import Backend, ChunkInfo, ChunkParser, parse_prometheus
+from autotune.backends.base import Backend
+from autotune.backends.openai_stream import ChunkInfo, ChunkParser
+from autotune.backends.prometheus import parse_prometheus
 from autotune.clock import Clock, MonotonicClock
 from autotune.config import PromptResult, ReferenceOutput
 from autotune.errors import BenchmarkError
@@ -68,8 +69,6 @@ class _Stream:
     done: bool = False
     first_token_t: float | None = None
     last_token_t: float | None = None
-    #: the last streamed chunks as sent (``on_answer`` reads the server's telemetry from them)
-    tail: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=4))
 
     def add(self, info: ChunkInfo, now: float) -> None:
         if info.text:
@@ -176,16 +175,8 @@ def _sse_lines(buf: bytes, data: bytes) -> tuple[list[bytes], bytes]:
     return lines, lines.pop()
 
 
-#: called after each complete answer with the prompt index, the body entries added to the request and the last
-#: streamed chunks; may raise ``BenchmarkError`` (the answer is then not counted)
-OnAnswer = Callable[[int, Mapping[str, Any], Sequence[Mapping[str, Any]]], None]
-
-
 class BenchmarkClient:
-    """One HTTP client per server session. Use as a context manager or call ``close()``.
-
-    ``extra_body``: entries added to every measured request's body (a shared start's per-request knobs,
-    ``autotune.process.sharing``); ``on_answer``: a check of every complete answer (see ``OnAnswer``)."""
+    """One HTTP client per server session. Use as a context manager or call ``close()``."""
 
     def __init__(
         self,
@@ -223,8 +214,6 @@ class BenchmarkClient:
         self.request_timeout_s = float(request_timeout_s)
         self.retry_delay_s = float(retry_delay_s)
         self.clock: Clock = clock or MonotonicClock()
-        self.extra_body: dict[str, Any] = {}
-        self.on_answer: OnAnswer | None = None
         self._timeout = httpx.Timeout(
             connect=connect_timeout_s, read=request_timeout_s, write=connect_timeout_s, pool=connect_timeout_s
         )
@@ -333,19 +322,17 @@ class BenchmarkClient:
         prompt_text: str,
         *,
         max_tokens: int | None = None,
-        extra: Mapping[str, Any] | None = None,
         alone: bool = True,
     ) -> PromptResult:
-        """Stream one completion for ``prompt_text`` (``max_tokens``: the client's unless given; ``extra``: body
-        entries instead of ``extra_body``; ``alone``: no other request of this client is in flight, so a
-        per-request /metrics window is this request's own); seconds are this clock's (wall) seconds. Safe to call
-        from several threads at once (a load level's streams)."""
+        """Stream one completion for ``prompt_text`` (``max_tokens``: the client's unless given; ``alone``: no other
+        request of this client is in flight, so a per-request /metrics window is this request's own); seconds are
+        this clock's (wall) seconds. Safe to call from several threads at once (a load level's streams)."""
         reasons: list[str] = []
         for attempt in range(self.retries + 1):
             if attempt:
                 self.clock.sleep(self.retry_delay_s * attempt)
             try:
-                return self._measure_once(prompt_index, prompt_text, max_tokens, extra, alone)
+                return self._measure_once(prompt_index, prompt_text, max_tokens, alone)
             except _Retryable as e:
                 reasons.append(str(e))
         raise BenchmarkError(f"prompt {prompt_index}: failed after {len(reasons)} attempt(s): " + "; ".join(reasons))
@@ -355,7 +342,6 @@ class BenchmarkClient:
         index: int,
         prompt_text: str,
         max_tokens: int | None = None,
-        extra: Mapping[str, Any] | None = None,
         alone: bool = True,
     ) -> PromptResult:
         path, body = self.backend.request(
@@ -365,8 +351,6 @@ class BenchmarkClient:
             api=self.api,
             model=self.model,
         )
-        added = dict(self.extra_body if extra is None else extra)
-        body.update(added)
         scrape = self.backend.acceptance_from_metrics_deltas or (self.backend.positions_from_metrics_deltas and alone)
         before = self.metrics() if scrape else None
         s = _Stream()
@@ -413,8 +397,6 @@ class BenchmarkClient:
             raise _Retryable("stream ended without [DONE] (truncated)")
         if not s.final or s.completion_tokens is None:
             raise _Retryable("stream ended without the final token count (truncated)")
-        if self.on_answer is not None:
-            self.on_answer(index, added, list(s.tail))
         accept, positions = s.accept_length, s.positions
         if (accept is None or positions is None) and before is not None:
             after = self.metrics()
@@ -489,7 +471,6 @@ class BenchmarkClient:
         info = self.parse_chunk(obj)
         if info.error:
             raise _Retryable(f"server error in stream: {info.error}")
-        s.tail.append(obj)
         s.add(info, now)
 
 

@@ -224,8 +224,6 @@ class LaunchInfo:
     log_path: str | None = None
     pid: int | None = None
     simulated: bool = False
-    #: a start shared by trials differing only in per-request knobs: its id and checks (``autotune.process.sharing``)
-    start: dict[str, Any] = field(default_factory=dict)
 
 
 def summarize(results: list[PromptResult]) -> dict[str, Any]:

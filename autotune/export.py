@@ -16,7 +16,7 @@ command and compose file take them from the deploying shell, the env file leaves
 Secret.
 
 The bundle and provenance live in ``autotune.export_bundle``, the formats in ``autotune.export_formats``; this
-module exports and writes, and re-exports every name of both.
+module exports and writes.
 """
 
 from __future__ import annotations
@@ -29,49 +29,8 @@ from typing import Any
 from autotune._io import atomic_write
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
-from autotune.export_bundle import (
-    _SCRIPT_MARK,
-    CONTAINER_FILES,
-    CONTAINER_HOST,
-    PROVENANCE_ANNOTATION,
-    PROVENANCE_COMMENT,
-    SCRIPT_DIR,
-    WEIGHT_INDEXES,
-    Options,
-    _baseline_entry,
-    _checked,
-    _choose,
-    _dump,
-    _NoAliases,
-    bundle,
-    checkpoints,
-    fingerprint,
-    launch_argv,
-    read_provenance,
-)
-from autotune.export_formats import (
-    FORMATS,
-    _comment_lines,
-    _deploy,
-    _f,
-    _gpus,
-    _listen_line,
-    _public,
-    _script_word,
-    _secret_names,
-    _server_formats,
-    _translation_problem,
-    fitting_formats,
-    fmt_command,
-    fmt_compose,
-    fmt_env,
-    fmt_json,
-    fmt_k8s,
-    fmt_yaml,
-    format_names,
-    format_problem,
-    suggested_format,
-)
+from autotune.export_bundle import Options, _choose, bundle
+from autotune.export_formats import FORMATS, _server_formats, fitting_formats, fmt_command, format_problem
 from autotune.space import Space
 from autotune.study.result import StudyResult, as_result
 
@@ -164,48 +123,9 @@ def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:
 
 
 __all__ = [
-    "CONTAINER_FILES",
-    "CONTAINER_HOST",
     "Exported",
-    "FORMATS",
-    "Options",
-    "PROVENANCE_ANNOTATION",
-    "PROVENANCE_COMMENT",
-    "SCRIPT_DIR",
-    "WEIGHT_INDEXES",
-    "_NoAliases",
-    "_SCRIPT_MARK",
-    "_baseline_entry",
-    "_checked",
-    "_choose",
-    "_comment_lines",
-    "_deploy",
-    "_dump",
-    "_f",
-    "_gpus",
-    "_listen_line",
-    "_public",
-    "_script_word",
-    "_secret_names",
-    "_server_formats",
-    "_translation_problem",
-    "bundle",
-    "checkpoints",
     "export",
     "files",
-    "fingerprint",
-    "fitting_formats",
-    "fmt_command",
-    "fmt_compose",
-    "fmt_env",
-    "fmt_json",
-    "fmt_k8s",
-    "fmt_yaml",
-    "format_names",
-    "format_problem",
-    "launch_argv",
-    "read_provenance",
     "render",
-    "suggested_format",
     "write",
 ]

@@ -1,7 +1,5 @@
 """What an export carries: the chosen trial, its launch (``launch_argv``), the checkpoints' fingerprints and the
 provenance (``bundle``), and reading that provenance back from an exported file (``read_provenance``).
-
-Re-exported by ``autotune.export``.
 """
 
 from __future__ import annotations

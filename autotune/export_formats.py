@@ -1,7 +1,5 @@
 """The export formats: one function per format turns a ``bundle`` into text (``FORMATS``), and which formats fit
 a study's server (its own, another server's only as a faithful translation).
-
-Re-exported by ``autotune.export``.
 """
 
 from __future__ import annotations

@@ -39,17 +39,14 @@ class Measurement:
     #: with ``objective.weights`` over prompt categories: each prompt's category and the weights
     categories: tuple[str | None, ...] = ()
     category_weights: dict[str, float] | None = None
-    #: passes of the prompt set this start measured, one after another (``results`` holds them all, in order)
-    passes: int = 1
     #: the untimed passes of the prompts before the timed ones (``autotune.warmup``)
     warmup: WarmUp = WarmUp()
     #: the server seconds of the starts that failed before this one (``measure_fresh``)
     failed_s: tuple[float, ...] = ()
 
     def pass_tok_per_s(self) -> list[list[float]]:
-        """Each pass's per-prompt tok/s (``autotune.noise.split``'s shape for one start)."""
-        n = len(self.results) // self.passes
-        return [[r.tok_per_s for r in self.results[i * n : (i + 1) * n]] for i in range(self.passes)]
+        """The per-prompt tok/s as ``StartRecord`` keeps them (one list: the start's pass of the prompts)."""
+        return [[r.tok_per_s for r in self.results]]
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -126,7 +123,7 @@ def warm_up(
                 first(results[0])
         passes.append(tuple(r.tok_per_s for r in results))
         seconds += sum(r.seconds for r in results)
-    return WarmUp(tuple(passes), seconds, warm.steady(passes, rule.tolerance) if rule.auto and passes else None)
+    return WarmUp(tuple(passes), seconds)
 
 
 def run_prompts(
@@ -155,12 +152,9 @@ def run_prompts(
 
 
 def measure_config(
-    runner: Runner, config: TrialConfig, space: Space, *, on_prompt: OnPrompt | None = None, passes: int = 1
+    runner: Runner, config: TrialConfig, space: Space, *, on_prompt: OnPrompt | None = None
 ) -> Measurement:
-    """Launch ``config``, warm up (``warmup_rule``), measure every prompt of ``space`` (``passes`` times over, one
-    pass after the other, without load levels: ``autotune.noise``), stop the server."""
-    if passes < 1 or (passes > 1 and space.benchmark.loaded):
-        raise ValueError(f"passes must be 1, or more without load levels, but got {passes}")
+    """Launch ``config``, warm up (``warmup_rule``), measure every prompt of ``space``, stop the server."""
     warmed: list[WarmUp] = []
     timed: list[float] = []  # each timed prompt's and level's seconds so far: a failed start's cost
 
@@ -174,10 +168,6 @@ def measure_config(
             n = len(space.benchmark.prompts)
             warm = warmup_rule(space)
             results = run_prompts(session, n, on_prompt=prompt_done, warmup=warm, on_warmup=warmed.append)
-            for _ in range(passes - 1):
-                for i in range(n):
-                    results.append(session.run_prompt(i))
-                    timed.append(results[-1].seconds)
             if space.benchmark.loaded:
                 levels = run_levels(session, space, results, on_level=lambda lv, _: timed.append(lv.seconds))
         except BenchmarkError as e:  # the start is lost, and what it ran with it
@@ -190,12 +180,11 @@ def measure_config(
                 return Measurement(
                     session.info,
                     results,
-                    categories=tuple(space.benchmark.categories) * passes,
+                    categories=tuple(space.benchmark.categories),
                     category_weights=by_category,
-                    passes=passes,
                     warmup=w,
                 )
-            return Measurement(session.info, results, passes=passes, warmup=w)
+            return Measurement(session.info, results, warmup=w)
         weights = space.objective.weights_for(space.benchmark.concurrency)
         return Measurement(session.info, results, tuple(levels), weights, warmup=w)
 
@@ -212,7 +201,6 @@ def measure_fresh(
     *,
     starts: int = FRESH_STARTS,
     on_retry: Callable[[str], None] | None = None,
-    passes: int = 1,
 ) -> Measurement:
     """``measure_config``, and a fresh start when one fails (``on_retry`` gets the failure's line), up to ``starts``
     in all; then ``StartsFailed`` with every start's line. A server that served before may fail on a later start:
@@ -223,7 +211,7 @@ def measure_fresh(
     crashes = 0
     while True:
         try:
-            m = measure_config(runner, config, space, passes=passes)
+            m = measure_config(runner, config, space)
             return dataclasses.replace(m, failed_s=tuple(lost)) if lost else m
         except (LaunchError, BenchmarkError) as e:
             crashed = is_crash(e)

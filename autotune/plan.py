@@ -61,9 +61,8 @@ class Plan:
     gpus: int  # GPUs one server uses
     kept: int  # trials a resumed study already has
     costs: Costs | None
-    #: (fewest, most) untimed warm-up passes of the prompts a start takes (``autotune.warmup``)
-    warmup_passes: tuple[int, int] = (0, 0)
-    start_s_max: float | None = None  # seconds of one start with the most warm-up passes (None: ``start_s``)
+    #: untimed warm-up passes of the prompts a start takes (``autotune.warmup``)
+    warmup_passes: int = 0
 
     @property
     def starts(self) -> tuple[int, int]:
@@ -75,7 +74,7 @@ class Plan:
         if self.start_s is None:
             return None
         lo, hi = self.starts
-        return lo * self.start_s, hi * (self.start_s_max or self.start_s)
+        return lo * self.start_s, hi * self.start_s
 
 
 def plan(
@@ -95,7 +94,7 @@ def plan(
     settle_after: int | None = None,
     level_rounds: int = 0,
     ladder_rungs: int = 0,
-    warmup_passes: tuple[int, int] = (0, 0),
+    warmup_passes: int = 0,
 ) -> Plan:
     """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume). ``settle_after``:
     the fewest trials after which the search may stop settled (``budget.stop_when_settled``: the baselines, the
@@ -103,7 +102,7 @@ def plan(
     to one. With load levels, after the search: ``level_rounds`` rounds of one surrogate pick per level and
     ``ladder_rungs`` rungs of the best config's draft-length ladder still to run (``study.ladder``; what a resumed
     study has run is not counted), each a start at most, none where nothing could beat a level's best.
-    ``warmup_passes``: the (fewest, most) untimed passes of the prompts each start warms up with."""
+    ``warmup_passes``: the untimed passes of the prompts each start warms up with."""
     search_left = max(0, n_trials - used)
     note = f"{n_trials} trials in the budget, {used} used"
     search_lo = search_left
@@ -129,12 +128,10 @@ def plan(
             + (f", {level_only} level-only candidates for {LEVEL_ONLY_ROUNDS} rounds" if level_only else "")
         )
         phases.append(Phase("confirmation", lo, hi, note))
-    start_s = start_max = None
+    start_s = None
     if costs:
-        start_s, start_max = (
-            costs.start_s(n_prompts=n_prompts, warmup=warmup, levels=levels, warmup_passes=k) for k in warmup_passes
-        )
-    return Plan(tuple(phases), start_s, max(1, gpus), used, costs, warmup_passes, start_max)
+        start_s = costs.start_s(n_prompts=n_prompts, warmup=warmup, levels=levels, warmup_passes=warmup_passes)
+    return Plan(tuple(phases), start_s, max(1, gpus), used, costs, warmup_passes)
 
 
 def _hours(s: float) -> str:
@@ -168,11 +165,9 @@ def render(p: Plan) -> str:
 
 
 def _warmup_note(p: Plan) -> str:
-    lo, hi = p.warmup_passes
-    if hi == 0:
+    if p.warmup_passes == 0:
         return ""
-    n = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    return f", {n} untimed warm-up pass(es) of the prompts" + (f" (up to {p.start_s_max:.0f} s)" if lo != hi else "")
+    return f", {p.warmup_passes} untimed warm-up pass(es) of the prompts"
 
 
 def measured_costs(startups: Sequence[float], prompt_seconds: Sequence[float]) -> Costs | None:

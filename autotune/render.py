@@ -159,8 +159,6 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
     line(f"  {report['verdict_text']}")
     if report.get("to_settle"):
         line(f"  {report['to_settle']['text']}")
-    if (report.get("noise") or {}).get("split"):
-        line(f"noise in confirmation: {report['noise']['text']}")
     if report.get("warmup"):
         line(f"warm-up: {report['warmup']['text']}")
     rec = report["recommended"]

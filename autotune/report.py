@@ -55,7 +55,6 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         else _mean([p.get("accept_length") for p in r.prompts]),
         "accept_per_pos": acceptance.summary(r.accept_positions),  # an explanation, never a ranking
         "startup_s": r.startup_s,
-        "start": r.start or None,  # a shared start (autotune.process.sharing)
         "duplicate_of": r.duplicate_of,
         "prune_reason": r.prune_reason or r.infeasible,
         "prune_rule": r.prune_rule,
@@ -239,7 +238,6 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "gpu_time": gpu,
         "search_settled": _settled_text(records.search_settled(study)),
         "to_settle": to_settle_text(conf.to_settle if conf.done else None, gpu),
-        "noise": conf.noise,
         "warmup": _warmups(trials, conf),
         "best_configs": _best_configs(rows, confirmed, recommended.get("trial")),
         "best": best,
@@ -377,7 +375,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
         failed += bill.failed_starts(t)
         if not r.measured and r.startup_s is None:
             continue
-        starts += 0 if r.shared_start else 1  # a shared start: an earlier trial's server (its startup_s is 0)
+        starts += 1
         searched += _start_seconds(t)
         prompts = r.prompts
         if t.state != TrialState.PRUNED or not prompts:

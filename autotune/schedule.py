@@ -114,19 +114,3 @@ def batch_ranges(schedule: Mapping[str, Any]) -> list[list[int]]:
             out.append([prev + 1, c, k])
         prev = c
     return out
-
-
-#: the engines' own forms of a schedule moved to their backends; the old names stay importable from here
-_MOVED = {
-    "vllm_config": ("autotune.backends.vllm", "schedule_config"),
-    "sglang_adaptive": ("autotune.backends.sglang", "adaptive_config"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-
-        module, attr = _MOVED[name]
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,22 +1,18 @@
-"""Warm-up to steady state (pure): how many untimed passes of the prompts a fresh server gets before the timed ones.
+"""Warm-up (pure): how many untimed passes of the prompts a fresh server gets before the timed ones.
 
 A server that builds its fast paths lazily is slower on its first requests than later: llama.cpp captures a CUDA
 graph the first time it meets a batch shape, and speculative decoding's verify batches come in many shapes. On an
 H200, after the study's one warm-up request, the first pass of the prompts with a draft model ran 8.2% under the
 next (the baseline 1.4%): the speedup measured on it was 1.874x against ~1.99x warm. After one untimed pass the
-first timed pass measured 2.005x, as warm; ``auto`` (2-4 passes) did no better, the draft's server scattering 2-3%
-from pass to pass (docs/gpu-runs/2026-12-04-h200-warmup24). A server that captures its graphs at start-up (SGLang,
-vLLM) is not expected to have the gap (not measured).
+first timed pass measured 2.005x, as warm; passes until steady (2-4) did no better, the draft's server scattering
+2-3% from pass to pass (docs/gpu-runs/2026-12-04-h200-warmup24). A server that captures its graphs at start-up
+(SGLang, vLLM) is not expected to have the gap (not measured).
 
-``benchmark.warmup_passes`` (after ``warmup_requests``):
-- a number: that many untimed passes of the prompts;
-- ``auto``: passes until one is no faster than the one before by more than ``tolerance`` (each prompt against
-  itself, the geometric mean of the ratios: ``steady``), at least 2 and at most ``max_passes``;
-- not given: the server's own default (``Backend.warmup_passes``: 1 for llama.cpp, 0 where graphs are captured
-  at start-up).
+``benchmark.warmup_passes`` (after ``warmup_requests``): that many untimed passes of the prompts; not given: the
+server's own default (``Backend.warmup_passes``: 1 for llama.cpp, 0 where graphs are captured at start-up).
 
-The passes are measured like the timed ones and kept as evidence (each pass's per-prompt tok/s, their seconds, and
-whether the last came out steady), but never enter a figure.
+The passes are measured like the timed ones and kept as evidence (each pass's per-prompt tok/s and their seconds),
+but never enter a figure.
 """
 
 from __future__ import annotations
@@ -26,32 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-AUTO = "auto"
-#: ``auto``: a pass no faster than the one before by more than this is steady
-TOLERANCE = 0.01
-#: ``auto``: the most passes (a server still rising after them is measured all the same, and said to be)
-MAX_PASSES = 4
-#: ``auto``: the fewest passes (the first has nothing to be compared with)
-MIN_PASSES = 2
-
 
 @dataclass(frozen=True)
 class Rule:
-    """How a start warms up: ``passes`` untimed passes of the prompts (None: ``auto``, until steady)."""
+    """How a start warms up: ``passes`` untimed passes of the prompts."""
 
-    passes: int | None
+    passes: int
     source: str  # where the rule comes from: "benchmark.warmup_passes" or "<server>'s default"
-    max_passes: int = MAX_PASSES
-    tolerance: float = TOLERANCE
-
-    @property
-    def auto(self) -> bool:
-        return self.passes is None
-
-    @property
-    def bounds(self) -> tuple[int, int]:
-        """(fewest, most) passes a start takes."""
-        return (MIN_PASSES, self.max_passes) if self.passes is None else (self.passes, self.passes)
 
     @property
     def none(self) -> bool:
@@ -59,20 +36,16 @@ class Rule:
 
     def done(self, passes: Sequence[Sequence[float]]) -> bool:
         """Whether the passes so far end the warm-up."""
-        if self.passes is not None:
-            return len(passes) >= self.passes
-        return len(passes) >= self.max_passes or (len(passes) >= MIN_PASSES and steady(passes, self.tolerance))
+        return len(passes) >= self.passes
 
 
-def resolve(value: int | str | None, server_default: int | str, server: str) -> Rule:
+def resolve(value: int | None, server_default: int, server: str) -> Rule:
     """The rule from ``benchmark.warmup_passes`` (``value``) or, when it is not given, the server's default."""
     source = "benchmark.warmup_passes"
     if value is None:
         value, source = server_default, f"{server}'s default"
-    if value == AUTO:
-        return Rule(None, source)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"warm-up passes must be 'auto' or a whole number >= 0 but got {value!r}")
+        raise ValueError(f"warm-up passes must be a whole number >= 0 but got {value!r}")
     return Rule(value, source)
 
 
@@ -87,18 +60,11 @@ def shift(before: Sequence[float], after: Sequence[float]) -> float:
     return math.exp(sum(logs) / len(logs)) - 1.0 if logs else 0.0
 
 
-def steady(passes: Sequence[Sequence[float]], tolerance: float = TOLERANCE) -> bool:
-    """Whether the last pass is no faster than the one before by more than ``tolerance`` (``shift``). A point rule,
-    not a significance test: over 4 prompts the per-prompt rises differ so much that such a test (the mean log
-    ratio less two standard errors) called first-pass rises of 6.1% and 7.2% steady on session 23's recorded H200
-    starts, where the point rule goes on; a noisy server may take up to ``max_passes`` for it."""
-    return len(passes) >= 2 and shift(passes[-2], passes[-1]) <= tolerance
-
-
 @dataclass(frozen=True)
 class WarmUp:
-    """What one start's warm-up passes measured: each pass's per-prompt tok/s and their seconds; ``steady``: for
-    ``auto``, whether the last pass was within the tolerance of the one before (None for a fixed number)."""
+    """What one start's warm-up passes measured: each pass's per-prompt tok/s and their seconds; ``steady``: None
+    (kept in the record: a study recorded with warm-up ``auto``, since removed, has whether its last pass was
+    within 1% of the one before)."""
 
     tok_per_s: tuple[tuple[float, ...], ...] = ()
     seconds: float = 0.0
@@ -128,8 +94,9 @@ class WarmUp:
 
 def summary(warmups: Sequence[WarmUp]) -> dict[str, Any] | None:
     """The study's warm-ups in a few figures (None when no start warmed up with passes): starts, passes per start
-    (median, most), seconds, the starts still rising at the end, and the median shift of the last pass and of the
-    first pass after the first (how far below steady a start measured right after one pass would be)."""
+    (median, most), seconds, the starts still rising at the end (recorded with ``auto``), and the median shift of
+    the last pass and of the first pass after the first (how far below steady a start measured right after one pass
+    would be)."""
     ws = [w for w in warmups if w.passes]
     if not ws:
         return None

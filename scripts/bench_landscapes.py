@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from autotune._io import atomic_write
-from autotune.sim.model import CATEGORY_OFFSETS, DrafterProfile, Hardware
+from autotune.sim.acceptance import CATEGORY_OFFSETS, DrafterProfile
 from autotune.sim.scenario import SCENARIO_DIR, Scenario, SimDrafter
+from autotune.sim.timing import Hardware
 from autotune.space import (
     BudgetSpec,
     Choices,

@@ -1,33 +1,18 @@
 #!/usr/bin/env bash
 # Build llama.cpp's llama-server (from the llama-cpp-python sdist) and write tiny GGUF test models.
 #
-# Usage: scripts/llamacpp_setup.sh [--honouring] [MODELS_DIR]        (default: studies/llamacpp-models)
+# Usage: scripts/llamacpp_setup.sh [MODELS_DIR]        (default: studies/llamacpp-models)
 #
 # - A llama-server given by $AUTOTUNE_LLAMA_SERVER, or found on PATH, is used as is.
 # - Otherwise the binary is built once into
 #   ${AUTOTUNE_CACHE:-$HOME/.cache/autotune}/llama-server-$LLAMA_CPP_PYTHON_VERSION/llama-server
 #   (outside the repository; never commit it) and reused on later runs.
-# - --honouring: the llama-server of the release named by LLAMA_CPP_PYTHON_HONOURING_VERSION in
-#   autotune/backends/llamacpp_flags.py (its server reads the per-request draft knobs; the live shared-start test
-#   runs on it): $AUTOTUNE_LLAMA_SERVER_HONOURING if set, else its cached build (built once when missing; PATH and
-#   $AUTOTUNE_LLAMA_SERVER are not consulted).
 # - The tiny target/draft models are (re)written only when missing or written with other parameters.
 # - Uses the Python of the current environment ($PYTHON, else `python`, else `python3`); it needs `gguf` and numpy.
 # The last line printed is the path of the llama-server binary.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-HONOURING=0
-if [[ "${1:-}" == "--honouring" ]]; then
-    HONOURING=1
-    shift
-    LLAMA_CPP_PYTHON_VERSION="$(sed -n 's/^LLAMA_CPP_PYTHON_HONOURING_VERSION = "\(.*\)"$/\1/p' \
-        "$REPO_ROOT/autotune/backends/llamacpp_flags.py")"
-    if [[ -z "$LLAMA_CPP_PYTHON_VERSION" ]]; then
-        printf '[llamacpp_setup] no LLAMA_CPP_PYTHON_HONOURING_VERSION line in autotune/backends/llamacpp_flags.py\n' >&2
-        exit 2
-    fi
-fi
 LLAMA_CPP_PYTHON_VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 MODELS_DIR="${1:-studies/llamacpp-models}"
 CACHE_ROOT="${AUTOTUNE_CACHE:-$HOME/.cache/autotune}"
@@ -45,21 +30,6 @@ fi
 log() { printf '[llamacpp_setup] %s\n' "$*" >&2; }
 
 find_server() {
-    if [[ "$HONOURING" == 1 ]]; then
-        if [[ -n "${AUTOTUNE_LLAMA_SERVER_HONOURING:-}" ]]; then
-            if [[ -x "$AUTOTUNE_LLAMA_SERVER_HONOURING" ]]; then
-                printf '%s\n' "$AUTOTUNE_LLAMA_SERVER_HONOURING"
-                return 0
-            fi
-            log "AUTOTUNE_LLAMA_SERVER_HONOURING=$AUTOTUNE_LLAMA_SERVER_HONOURING is not an executable file"
-            return 1
-        fi
-        if [[ -x "$CACHED_BIN" ]]; then
-            printf '%s\n' "$CACHED_BIN"
-            return 0
-        fi
-        return 1
-    fi
     if [[ -n "${AUTOTUNE_LLAMA_SERVER:-}" ]]; then
         if [[ -x "$AUTOTUNE_LLAMA_SERVER" ]]; then
             printf '%s\n' "$AUTOTUNE_LLAMA_SERVER"
@@ -108,8 +78,7 @@ build_server() {
 if SERVER="$(find_server)"; then
     log "using llama-server: $SERVER"
 else
-    if [[ "$HONOURING" == 1 && -n "${AUTOTUNE_LLAMA_SERVER_HONOURING:-}" ]] \
-        || [[ "$HONOURING" == 0 && -n "${AUTOTUNE_LLAMA_SERVER:-}" ]]; then
+    if [[ -n "${AUTOTUNE_LLAMA_SERVER:-}" ]]; then
         exit 1
     fi
     build_server

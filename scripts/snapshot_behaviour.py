@@ -27,14 +27,20 @@ SPACES = [
     ("spaces/methods.yaml", 0, 24),
 ]
 FORMATS = ["sglang", "command", "yaml", "json", "env", "compose", "k8s", "vllm"]
-WALL = ("datetime", "wall", "elapsed", "started_at", "finished_at", "created_at", "_s_real", "date")
+WALL = ("datetime", "wall", "elapsed", "started_at", "finished_at", "created_at", "_s_real", "date", "worker")
 
 
 def _clean(value):
+    """Without wall-clock fields and process ids; the checkout's folder as ``<repo>`` (two checkouts compare); floats
+    to 12 significant digits (a level's mean over concurrent streams sums in arrival order)."""
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items() if not any(w in str(k) for w in WALL)}
     if isinstance(value, list):
         return [_clean(v) for v in value]
+    if isinstance(value, str):
+        return value.replace(str(ROOT), "<repo>")
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
     return value
 
 
@@ -80,7 +86,7 @@ def snapshot_space(space: str, seed: int, n_trials: int | None, studies: Path) -
         ex = _autotune("export", space, "--simulate", "--studies-dir", str(studies), "--format", fmt)
         text = ex.stdout if ex.returncode == 0 else f"rc={ex.returncode} {ex.stderr.strip()}"
         skip = ("date", "exported", "autotune_version")
-        out["exports"][fmt] = [line for line in text.splitlines() if not any(w in line.lower() for w in skip)]
+        out["exports"][fmt] = [_clean(line) for line in text.splitlines() if not any(w in line.lower() for w in skip)]
     return out
 
 

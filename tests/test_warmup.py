@@ -1,4 +1,4 @@
-"""Warm-up to steady state (``autotune.warmup``): the rule a start warms up by, and what the H200 runs say of it."""
+"""Warm-up (``autotune.warmup``): the rule a start warms up by, and what the H200 runs say of it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from autotune import warmup
 from autotune.backends.llamacpp import LlamaCppBackend
 from autotune.backends.sglang import SGLangBackend
 from autotune.backends.vllm import VLLMBackend
-from autotune.warmup import Rule, WarmUp, resolve, shift, steady
+from autotune.warmup import Rule, WarmUp, resolve, shift
 
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "gpu-runs"
 
@@ -21,11 +21,9 @@ def test_the_space_value_wins_over_the_servers_default():
     assert resolve(None, 1, "llama.cpp") == Rule(1, "llama.cpp's default")
     assert resolve(None, 0, "SGLang").none
     assert resolve(0, 1, "llama.cpp") == Rule(0, "benchmark.warmup_passes")
-    assert resolve("auto", 0, "SGLang").auto
-    assert resolve(3, 0, "SGLang").bounds == (3, 3)
-    assert resolve("auto", 0, "SGLang").bounds == (warmup.MIN_PASSES, warmup.MAX_PASSES)
-    for bad in (-1, "sometimes", 1.5, True):
-        with pytest.raises(ValueError, match="warm-up passes must be 'auto' or a whole number"):
+    assert resolve(3, 0, "SGLang") == Rule(3, "benchmark.warmup_passes")
+    for bad in (-1, "auto", "sometimes", 1.5, True):  # ``auto`` (passes until steady) is gone: it did no better
+        with pytest.raises(ValueError, match="warm-up passes must be a whole number"):
             resolve(bad, 0, "SGLang")
 
 
@@ -43,18 +41,10 @@ def test_shift_pairs_each_prompt_with_itself():
     assert shift([], []) == 0.0
 
 
-def test_a_fixed_rule_takes_its_passes_and_auto_stops_once_steady():
+def test_a_rule_takes_its_passes():
     fixed = Rule(2, "t")
     assert not fixed.done([]) and not fixed.done([[1.0]]) and fixed.done([[1.0], [1.0]])
     assert Rule(0, "t").done([])
-    auto = Rule(None, "t")
-    assert not auto.done([[100.0]])  # the first pass has nothing to be compared with
-    assert not auto.done([[100.0], [105.0]])  # +5%: still rising
-    assert auto.done([[100.0], [105.0], [105.5]])  # +0.5%: steady
-    assert auto.done([[100.0], [100.5]])
-    assert auto.done([[100.0], [110.0], [120.0], [130.0]])  # still rising, but the most passes are taken
-    assert steady([[100.0], [100.9]]) and not steady([[100.0], [101.2]])
-    assert not steady([[100.0]])
 
 
 def test_a_warm_up_round_trips_and_is_summarized():
@@ -94,7 +84,8 @@ def _speedups(runs: dict, mode: str) -> list[float]:
 
 def test_on_the_h200_one_warm_up_pass_takes_the_first_pass_to_steady_state():
     """docs/gpu-runs/2026-12-04-h200-warmup24/side-by-side: one llama.cpp server per start, 2 starts each of no
-    warm-up pass (the one warm-up request), one pass and auto, interleaved on one machine, 3 timed passes each.
+    warm-up pass (the one warm-up request), one pass and auto (passes until steady, since removed), interleaved on
+    one machine, 3 timed passes each.
     Without a pass the first timed pass measures a server still capturing CUDA graphs: its speedup 1.874 against
     ~1.99 for the later passes; after one untimed pass the first timed pass agrees with the later ones."""
     runs = _runs("2026-12-04-h200-warmup24/side-by-side")
@@ -113,20 +104,14 @@ def test_on_the_h200_one_warm_up_pass_takes_the_first_pass_to_steady_state():
     passes = [len(s["warmup"]["tok_per_s"]) for k, v in runs.items() if k.endswith("auto") for s in v]
     assert sorted(passes) == [2, 4, 4, 4]
     assert max(auto) / min(auto) > max(one) / min(one)
-    # the recorded warm-up passes are the rule's: each "1" start has one, each auto start stopped by the rule
-    for k, v in runs.items():
-        for s in v:
-            w = s["warmup"]["tok_per_s"]
-            if k.endswith("warm-up 1"):
-                assert len(w) == 1
-            elif k.endswith("auto"):
-                assert Rule(None, "t").done(w) and not any(Rule(None, "t").done(w[:i]) for i in range(len(w)))
+    # the recorded warm-up passes are the rule's: each "1" start has one
+    assert all(len(s["warmup"]["tok_per_s"]) == 1 for k, v in runs.items() if k.endswith("warm-up 1") for s in v)
 
 
 def test_on_the_h200_auto_leaves_the_baseline_steady_and_the_draft_within_two_percent():
-    """docs/gpu-runs/2026-12-04-h200-warmup24/auto (another lease): auto against the one warm-up request, 3 starts
-    each (2 of the draft without passes): without passes the timed passes rise by 1.8% and 7.9%; after auto's 3-4
-    passes by -0.2% and +1.7%."""
+    """docs/gpu-runs/2026-12-04-h200-warmup24/auto (another lease; ``auto`` since removed): auto against the one
+    warm-up request, 3 starts each (2 of the draft without passes): without passes the timed passes rise by 1.8%
+    and 7.9%; after auto's 3-4 passes by -0.2% and +1.7%."""
     runs = _runs("2026-12-04-h200-warmup24/auto")
 
     def first_shift(name: str) -> float:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.backends.base import Backend, ChunkParser, KnobDomain
+from autotune.backends.base import Backend, KnobDomain
+from autotune.backends.openai_stream import ChunkParser
 from autotune.backends.registry import (
     DEFAULT_BACKEND,
     backend_class,

@@ -25,7 +25,7 @@ default format).
 
 The OpenAI API's streamed chunks and log-probabilities (``ChunkInfo``, ``parse_openai_chunk``,
 ``parse_openai_logprobs``) live in ``autotune.backends.openai_stream`` and the Prometheus text parser shared by the
-backends (``parse_prometheus``, ``metric_total``) in ``autotune.backends.prometheus``; both are re-exported here.
+backends (``parse_prometheus``, ``metric_total``) in ``autotune.backends.prometheus``.
 """
 
 from __future__ import annotations
@@ -37,26 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
 from autotune.acceptance import AcceptPositions
-from autotune.backends.openai_stream import (
-    ChunkInfo,
-    ChunkParser,
-    _float_or_none,
-    _int_or_none,
-    _sorted_top,
-    _token_texts,
-    parse_openai_chunk,
-    parse_openai_logprobs,
-)
-from autotune.backends.prometheus import (
-    _LABEL,
-    _SAMPLE,
-    _parse_labels,
-    metric_by_label,
-    metric_total,
-    parse_prometheus,
-    per_position_deltas,
-    series_key,
-)
+from autotune.backends.openai_stream import ChunkInfo, ChunkParser, parse_openai_chunk, parse_openai_logprobs
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 
@@ -64,7 +45,6 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.backends.methods import Method
-    from autotune.backends.per_request import PerRequest
     from autotune.checks import Problem
     from autotune.space import Space
 
@@ -167,12 +147,8 @@ class Backend(ABC):
         return config if isinstance(config, EffectiveConfig) else self.resolve(config, space)
 
     #: untimed passes of the prompts a start gets when ``benchmark.warmup_passes`` is not given (``autotune.warmup``):
-    #: 0 for servers that capture their CUDA graphs at start-up, "auto" for one that captures them lazily
-    warmup_passes: int | str = 0
-
-    def per_request(self, space: Space) -> PerRequest | None:
-        """Knobs its server takes per request (``backends.per_request``); None: every trial is its own start."""
-        return None
+    #: 0 for servers that capture their CUDA graphs at start-up
+    warmup_passes: int = 0
 
     #: flags sized from the highest load level (``benchmark.concurrency``): each gets that level unless
     #: ``server.extra_args`` gives it; a given value below the level is an error (``level_flag_problems``)
@@ -458,25 +434,9 @@ def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
 
 __all__ = [
     "Backend",
-    "ChunkInfo",
-    "ChunkParser",
     "DRAFTER_ALGORITHMS",
     "KnobDomain",
     "Portable",
     "ScheduledLaunch",
-    "_LABEL",
-    "_SAMPLE",
-    "_float_or_none",
-    "_int_or_none",
-    "_parse_labels",
-    "_sorted_top",
-    "_token_texts",
     "flag_value",
-    "metric_by_label",
-    "metric_total",
-    "parse_openai_chunk",
-    "parse_openai_logprobs",
-    "parse_prometheus",
-    "per_position_deltas",
-    "series_key",
 ]

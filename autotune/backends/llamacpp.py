@@ -22,7 +22,7 @@ Rules this module knows (llama.cpp, checked against its source):
   ``reported_spec_types`` and ``check_effective`` ignores it.
 
 Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.llamacpp_stream``).
-Method spaces (``search.methods``) are ``llamacpp_methods``'s; per-request knobs ``llamacpp_request``'s.
+Method spaces (``search.methods``) are ``llamacpp_methods``'s.
 """
 
 from __future__ import annotations
@@ -36,15 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import checks
 from autotune.backends import encode, llamacpp_stream
-from autotune.backends.base import (
-    Backend,
-    ChunkInfo,
-    KnobDomain,
-    Portable,
-    _float_or_none,
-    _int_or_none,
-    parse_openai_chunk,
-)
+from autotune.backends.base import Backend, KnobDomain, Portable
 from autotune.backends.llamacpp_flags import (
     LLAMA_CPP_PYTHON_VERSION,
     NEW_SPELLING,
@@ -58,8 +50,8 @@ from autotune.backends.llamacpp_flags import (
 )
 from autotune.backends.llamacpp_grid import DEFAULT_P_MIN, flat_grid, nearest_p_min, p_min_values
 from autotune.backends.llamacpp_methods import METHODS, LlamaMethods, help_spec_types
-from autotune.backends.llamacpp_request import LlamaPerRequest, for_space
 from autotune.backends.llamacpp_stream import accept_length, acceptance_rate, metrics_delta, parse_timings
+from autotune.backends.openai_stream import ChunkInfo, _float_or_none, _int_or_none, parse_openai_chunk
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.space import FloatRange
@@ -117,8 +109,8 @@ class LlamaCppBackend(Backend):
     display_name = "llama.cpp"
     #: llama.cpp captures a CUDA graph the first time it meets a batch shape: on an H200, after one warm-up request,
     #: the second pass of the prompts ran 1.4% (baseline) and 8.2% (draft model) faster than the first (speedup
-    #: 1.874 -> 1.997); after one untimed pass the timed passes agreed (2.005, 1.993, 2.018), and "auto" (2-4 passes)
-    #: did no better (docs/gpu-runs/2026-12-04-h200-warmup24)
+    #: 1.874 -> 1.997); after one untimed pass the timed passes agreed (2.005, 1.993, 2.018), and passes until steady
+    #: (2-4) did no better (docs/gpu-runs/2026-12-04-h200-warmup24)
     warmup_passes = 1
     # draft_p_min can stop every draft: one config's zero acceptance says nothing about the drafter's others
     not_engaged_is_per_drafter = False
@@ -307,11 +299,6 @@ class LlamaCppBackend(Backend):
             except InfeasibleConfig:
                 continue
         return out
-
-    def per_request(self, space: Space) -> LlamaPerRequest | None:
-        """The draft knobs go in each request's body (``llamacpp_request``): not in a method space or unshared."""
-        ok = not space.search.methods and space.search.share_starts and self._n_max_values(space)
-        return for_space(space, self._n_max_values(space), self._n_min_values, DRAFT_MODEL_TYPES) if ok else None
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """A method space's every feasible point (``LlamaMethods.grid``), else the flat space's (``flat_grid``)."""

@@ -1,6 +1,5 @@
 """llama-server's flag spelling by build, read from its ``--help`` (``flag_spelling``), and where this machine's
-llama-server is (``find_llama_server``: ``$AUTOTUNE_LLAMA_SERVER``, PATH, the setup script's cached build; the
-build that honours per-request draft knobs: ``find_honouring_llama_server``)."""
+llama-server is (``find_llama_server``: ``$AUTOTUNE_LLAMA_SERVER``, PATH, the setup script's cached build)."""
 
 from __future__ import annotations
 
@@ -14,10 +13,6 @@ from autotune.errors import InfeasibleConfig
 
 #: the llama-cpp-python release whose vendored llama.cpp ``scripts/llamacpp_setup.sh`` builds
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
-#: the newest llama-cpp-python release whose llama.cpp server reads ``speculative.n_max`` / ``n_min`` / ``p_min``
-#: from the request body (``tools/server/server-task.cpp``; from 0.3.24 on they sit in ``#if 0``): the live test of
-#: shared starts runs on it (``scripts/llamacpp_setup.sh --honouring`` builds it; the script reads this line)
-LLAMA_CPP_PYTHON_HONOURING_VERSION = "0.3.23"
 
 #: flag names by role for the newest known release, and for releases before the ``--spec-*`` rename
 NEW_SPELLING: dict[str, str | None] = {
@@ -129,25 +124,12 @@ def find_llama_server() -> str | None:
     return str(cached) if _executable(cached) else None
 
 
-def find_honouring_llama_server() -> str | None:
-    """A llama-server that reads the per-request draft knobs: ``$AUTOTUNE_LLAMA_SERVER_HONOURING``, else the setup
-    script's cached build of ``LLAMA_CPP_PYTHON_HONOURING_VERSION`` (``--honouring``); None when there is none.
-    PATH is not searched: a ``llama-server`` there is whatever build was installed."""
-    env = os.environ.get("AUTOTUNE_LLAMA_SERVER_HONOURING")
-    if env:
-        return env if _executable(env) else None
-    cached = cached_server_path(LLAMA_CPP_PYTHON_HONOURING_VERSION)
-    return str(cached) if _executable(cached) else None
-
-
 __all__ = [
-    "LLAMA_CPP_PYTHON_HONOURING_VERSION",
     "LLAMA_CPP_PYTHON_VERSION",
     "NEW_SPELLING",
     "OLD_SPELLING",
     "cache_dir",
     "cached_server_path",
-    "find_honouring_llama_server",
     "find_llama_server",
     "flag_spelling",
     "help_flags",

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune.acceptance import AcceptPositions
-from autotune.backends.base import _float_or_none, _int_or_none, metric_total
-from autotune.backends.prometheus import per_position_deltas
+from autotune.backends.openai_stream import _float_or_none, _int_or_none
+from autotune.backends.prometheus import metric_total, per_position_deltas
 
 
 def accept_length(predicted_n: int | None, accepted: int | None) -> float | None:

@@ -40,30 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import checks
 from autotune.backends import encode
-from autotune.backends.base import (
-    Backend,
-    ChunkInfo,
-    ChunkParser,
-    KnobDomain,
-    Portable,
-    ScheduledLaunch,
-    _float_or_none,
-    _int_or_none,
-    flag_value,
-    parse_openai_chunk,
-)
-from autotune.backends.sglang_catalogue import ADAPTIVE_FILE, tree_flags
+from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch, flag_value
+from autotune.backends.openai_stream import ChunkInfo, ChunkParser, _float_or_none, _int_or_none, parse_openai_chunk
+from autotune.backends.sglang_catalogue import ADAPTIVE_FILE, METHODS, feasibility_reason, tree_flags
 from autotune.backends.sglang_catalogue import _read_json as _read_config_json
-from autotune.backends.sglang_deploy import (
-    CLIENT_ONLY_FLAGS,
-    PORTABLE_FLAGS,
-    adaptive_config,
-    adaptive_initial_steps,
-    portable_settings,
-)
+from autotune.backends.sglang_deploy import adaptive_config, adaptive_initial_steps, portable_settings
 from autotune.backends.sglang_flags import (
     DECODE_MAX_BS_FLAG,
-    DEFAULT_VERSION,
     LEGACY,
     OLD_MAX_BS_FLAG,
     PER_PHASE,
@@ -73,12 +56,10 @@ from autotune.backends.sglang_flags import (
     cuda_graph_state,
     flag_spelling_from_help,
     max_bs_flag_from_help,
-    parse_version,
     run_help,
 )
-from autotune.backends.sglang_methods import METHODS, MethodTree, feasibility_reason, tree_bound
+from autotune.backends.sglang_methods import MethodTree
 from autotune.backends.sglang_stream import (
-    INCREMENTAL_OUTPUT_FLAG,
     incremental_output,
     parse_generate_chunk,
     parse_generate_logprobs,
@@ -562,34 +543,12 @@ class SGLangBackend(Backend):
 
 
 __all__ = [
-    "ADAPTIVE_FILE",
-    "CLIENT_ONLY_FLAGS",
-    "DEFAULT_VERSION",
-    "INCREMENTAL_OUTPUT_FLAG",
     "KNOBS",
     "KNOB_DOMAINS",
-    "LEGACY",
-    "PER_PHASE",
-    "PORTABLE_FLAGS",
     "SGLangBackend",
     "_LLAMA_LIKE_ARCHS",
     "_LLAMA_LIKE_DEFAULT",
     "_OTHER_DEFAULT",
     "_spec_values",
-    "adaptive_config",
-    "adaptive_initial_steps",
-    "cuda_graph_max_bs_flag",
-    "cuda_graph_off_flags",
-    "cuda_graph_spelling",
-    "feasibility_reason",
-    "flag_spelling_from_help",
-    "incremental_output",
-    "max_bs_flag_from_help",
-    "parse_generate_chunk",
-    "parse_generate_logprobs",
-    "parse_version",
-    "portable_settings",
     "resolved_algorithm",
-    "run_help",
-    "tree_bound",
 ]

@@ -1,8 +1,7 @@
 """SGLang 0.5.23's speculative methods: the catalogue (``METHODS``: each method's algorithm, knobs and defaults)
 and its resolution rules (MTP availability, the adaptive config file and start steps, the EAGLE tree bound), read
-from SGLang's ``srt/arg_groups/`` and ``srt/speculative/adaptive_spec_params.py``.
-
-``autotune.backends.sglang_methods`` (the tree walk over a space's methods) re-exports every name.
+from SGLang's ``srt/arg_groups/`` and ``srt/speculative/adaptive_spec_params.py``; the tree walk over a space's
+methods is ``autotune.backends.sglang_methods``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Deploying an SGLang study: its ``server.extra_args`` in server-neutral terms (``portable_settings``, for another
 server's export) and a per-level schedule in SGLang's own form, the adaptive config file
 (``--speculative-adaptive-config``, ``adaptive_config``) and the steps an adaptive server starts at
-(``adaptive_initial_steps``). ``autotune.backends.sglang`` re-exports every name.
+(``adaptive_initial_steps``).
 """
 
 from __future__ import annotations

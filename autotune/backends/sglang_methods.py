@@ -27,8 +27,8 @@ Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (
 ``autotune.backends.methods.MethodWalk`` for ``suggest`` and ``params``, so the two never disagree; this module
 adds SGLang's knobs of each method (``walk_knobs``) and their resolution (``resolve_knobs``).
 
-The catalogue and its resolution rules live in ``autotune.backends.sglang_catalogue`` (re-exported here); this
-module is the tree walk (``MethodTree``).
+The catalogue and its resolution rules live in ``autotune.backends.sglang_catalogue``; this module is the tree
+walk (``MethodTree``).
 """
 
 from __future__ import annotations
@@ -40,28 +40,20 @@ from typing import TYPE_CHECKING, Any
 from autotune import checks
 from autotune.backends import encode
 from autotune.backends.methods import METHOD_KNOB, MethodWalk, param_name
-from autotune.backends.methods import OptunaAsk as _OptunaAsk
-from autotune.backends.methods import ReplayAsk as _ReplayAsk
 from autotune.backends.sglang_catalogue import (
-    _ADAPTIVE_SINCE_NOTE,
     _STANDALONE_DEFAULT,
     _TREE,
     ADAPTIVE_FILE,
     ALGORITHMS,
-    DEFAULT_ADAPTIVE_CONFIG,
     MATCH_TYPES,
     METHODS,
-    MTP_ARCHITECTURES,
-    NGRAM_DEFAULTS,
     NGRAM_FLAGS,
     REPORTED,
-    _read_json,
     adaptive_file,
     adaptive_start,
     feasibility_reason,
     mtp_unavailable,
     parse_steps,
-    tree_bound,
     tree_flags,
 )
 from autotune.config import EffectiveConfig, TrialConfig
@@ -404,27 +396,5 @@ class MethodTree(MethodWalk):
 
 
 __all__ = [
-    "ADAPTIVE_FILE",
-    "ALGORITHMS",
-    "DEFAULT_ADAPTIVE_CONFIG",
-    "MATCH_TYPES",
-    "METHODS",
-    "MTP_ARCHITECTURES",
     "MethodTree",
-    "NGRAM_DEFAULTS",
-    "NGRAM_FLAGS",
-    "REPORTED",
-    "_ADAPTIVE_SINCE_NOTE",
-    "_OptunaAsk",
-    "_ReplayAsk",
-    "_STANDALONE_DEFAULT",
-    "_TREE",
-    "_read_json",
-    "adaptive_file",
-    "adaptive_start",
-    "feasibility_reason",
-    "mtp_unavailable",
-    "parse_steps",
-    "tree_bound",
-    "tree_flags",
 ]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.acceptance import AcceptPositions, from_histogram
-from autotune.backends.base import ChunkInfo, _float_or_none, _int_or_none
+from autotune.backends.openai_stream import ChunkInfo, _float_or_none, _int_or_none
 from autotune.config import ReferenceOutput, TokenChoice
 
 if TYPE_CHECKING:

@@ -37,9 +37,10 @@ from typing import TYPE_CHECKING, Any
 from autotune import checks
 from autotune.acceptance import AcceptPositions
 from autotune.backends import encode
-from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch, _int_or_none, metric_total
+from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch
 from autotune.backends.methods import version_lacks
-from autotune.backends.prometheus import per_position_deltas
+from autotune.backends.openai_stream import _int_or_none
+from autotune.backends.prometheus import metric_total, per_position_deltas
 from autotune.backends.vllm_drafters import architecture_problem
 from autotune.backends.vllm_methods import METHODS as METHOD_CATALOGUE
 from autotune.backends.vllm_methods import PER_BATCH_SIZE_SINCE, SINCE, VLLMMethods, mtp_unavailable

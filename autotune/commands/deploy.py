@@ -22,11 +22,12 @@ def export(ctx: Context) -> ExportResult:
     """``autotune export``: the deployment text, written to ``-o FILE`` when given."""
     from autotune import export as exp
     from autotune.errors import UserError
-    from autotune.export import Options
+    from autotune.export_bundle import Options
+    from autotune.export_formats import format_problem
     from autotune.study.result import study_result
 
     args = ctx.args
-    problem = exp.format_problem(ctx.backend, args.format)
+    problem = format_problem(ctx.backend, args.format)
     if problem:
         raise UserError(problem)
     if args.gpus is not None and args.gpus < 1:

@@ -98,7 +98,7 @@ def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
     """``autotune reverify``: the exported config and its baseline measured again, interleaved; the result (its
     ``holds``: the new interval overlaps the exported one)."""
     from autotune.errors import UserError
-    from autotune.export import read_provenance
+    from autotune.export_bundle import read_provenance
     from autotune.reverify import reverify as measure_again
 
     path = Path(args.exported)

@@ -330,7 +330,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
         gpus=gpus_needed(space, ctx.backend.parallel_size_flags)[0],
         costs=costs,
         settle_after=_settle_after(ctx, n_trials),
-        warmup_passes=warmup_rule(space).bounds,
+        warmup_passes=warmup_rule(space).passes,
         **_level_phase_left(ctx, study),
     )
 

@@ -7,24 +7,17 @@ written into the launch's own folder beside its log file, which argv names); the
 (``backend.health_path``, up to ``server.startup_timeout_s`` hardware seconds: divided by ``time_scale`` on the wall
 clock); the resolved settings (``backend.info_path``) go in ``LaunchInfo.effective``; the ``ProcessSession`` it
 returns owns the server process. Any failure or Ctrl-C during a launch stops the server before propagating.
-
-``share_starts(True)`` (the study's search phase): configs differing only in knobs the server takes per request
-run on one kept server (``autotune.process.sharing``); ``share_starts(False)`` stops it, and every launch is a
-fresh start again (confirmation's rounds).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from autotune._io import atomic_write
 from autotune.backends.base import Backend
-from autotune.backends.per_request import Honoured
 from autotune.client import BenchmarkClient
 from autotune.clock import Clock, MonotonicClock
 from autotune.config import EffectiveConfig, LaunchInfo, TrialConfig
@@ -33,7 +26,6 @@ from autotune.process.pidrecord import PidRecord, reap_leftovers
 from autotune.process.ports import url_host
 from autotune.process.server import ServerProcess
 from autotune.process.session import ProcessSession
-from autotune.process.sharing import KeptStart, StartSharing, attach, launch_key, probe
 from autotune.redact import redact_env
 from autotune.space import Space
 
@@ -80,30 +72,6 @@ class ProcessRunner:
         self.record = PidRecord(Path(record_path)) if record_path is not None else None
         self._launches = 0
         self._probed = False
-        #: shared starts (None: every launch is a fresh start); see ``share_starts``
-        self.sharing: StartSharing | None = None
-        #: why the backend's per-request knobs are not shared (kept across ``share_starts`` calls: a server that
-        #: ignored them once is not trusted again by this runner)
-        self._sharing_off: str | None = None
-
-    def share_starts(self, on: bool) -> StartSharing | None:
-        """Turn shared starts on (when the backend declares per-request knobs for the space: ``Backend.per_request``)
-        or off (a kept server is stopped). Returns the sharing state, None when off or not supported."""
-        if self.sharing is not None:
-            self._sharing_off = self.sharing.off_reason
-            self.sharing.release()
-            self.sharing = None
-        if not on or self.simulated:
-            return None
-        per = self.backend.per_request(self.space)
-        if per is None:
-            return None
-        self.sharing = StartSharing(per, off_reason=self._sharing_off)
-        return self.sharing
-
-    def close(self) -> None:
-        """Stop a kept server (shared starts off)."""
-        self.share_starts(False)
 
     def reap_leftovers(self) -> list[int]:
         """Stop what a previous, killed orchestrator left in this runner's PID record (see ``reap_leftovers``)."""
@@ -123,93 +91,7 @@ class ProcessRunner:
     # -- launching ----------------------------------------------------------------------------------
 
     def launch(self, config: TrialConfig) -> ProcessSession:
-        effective = self.backend.effective(config, self.space)
-        sharing = self.sharing
-        if sharing is None:
-            return self._start(effective)
-        if not sharing.on or not sharing.per.applies(effective):
-            sharing.release()
-            return self._start(effective)
-        return self._launch_shared(effective, sharing)
-
-    def _launch_shared(self, effective: EffectiveConfig, sharing: StartSharing) -> ProcessSession:
-        """``effective`` on the kept server of its launch key, or on a new one kept for the next trials."""
-        per = sharing.per
-        launch = per.launch_config(effective)
-        self._probe_once()
-        files = self.backend.files(launch, self.space)
-        files_dir = "@files" if files else None
-        key = launch_key(
-            self.backend.argv(launch, self.space, port=0, simulate=self.simulated, files_dir=files_dir),
-            self.backend.env(launch, self.space),
-            files,
-        )
-        kept = sharing.kept
-        if kept is not None and (kept.key != key or not self._healthy(kept)):
-            sharing.release()
-            kept = None
-        if kept is None:
-            session = self._start(launch)
-            kept = KeptStart(key, session.server, launch, session.info, f"{os.getpid()}-{self._launches:04d}")
-            sharing.kept = kept
-            sharing.starts += 1
-            shared = False
-        else:
-            session = self._session(kept.server, dataclasses.replace(kept.info, startup_s=0.0, start={}), effective)
-            sharing.reused += 1
-            shared = True
-        session.config = effective
-        attach(session, sharing, effective, kept)
-        kept.trials += 1
-        values = per.body(effective)
-        by_knob = {k: effective.knob(k) for k in per.knobs}  # the trial's per-request values, by knob name
-        start: dict[str, Any] = {"id": kept.start_id, "shared": shared, "per_request": by_knob}
-        if values != per.body(launch) and kept.probe is None:
-            try:
-                check = probe(session, sharing, kept, self._first_prompt())
-            except BaseException:
-                session.failed = True
-                session.close()
-                raise
-            start["probe"] = check.to_dict()
-            if check.honoured is Honoured.NO:
-                sharing.turn_off(f"the server ignored the per-request values ({check.reason})")
-                start["sharing_off"] = sharing.off_reason
-            if check.honoured not in (Honoured.YES, Honoured.CONSISTENT):
-                session.failed = True
-                session.close()  # stops the kept server
-                sharing.kept = None
-                own = self._start(effective)
-                # the refused start's time is recorded with the trial that paid it
-                own.info.start = {
-                    **start,
-                    "id": None,
-                    "shared": False,
-                    "own_start": check.reason,
-                    "refused_start_s": kept.info.startup_s,
-                }
-                return own
-            kept.probe = check
-        elif kept.probe is not None:
-            start["probe"] = kept.probe.to_dict()
-        session.info.start = start
-        # the server reports its launch values of the per-request knobs: the session's own are in the request
-        session.info.effective = {k: v for k, v in session.info.effective.items() if k not in per.knobs}
-        return session
-
-    def _first_prompt(self) -> str:
-        prompts = self.space.benchmark.prompts
-        return prompts[0].text if prompts else "Hello"
-
-    def _healthy(self, kept: KeptStart) -> bool:
-        """A kept server still running and answering its health check."""
-        if kept.server.returncode is not None:
-            return False
-        client = BenchmarkClient.for_space(
-            self.space, self.backend, f"http://{url_host(self.space.server.host)}:{kept.server.port}", clock=self.clock
-        )
-        with client:
-            return client.status(self.backend.health_path, timeout_s=5.0) == 200
+        return self._start(self.backend.effective(config, self.space))
 
     def _probe_once(self) -> None:
         """Learn the installed server's flags before the first argv (``Backend.probe``)."""

@@ -50,10 +50,6 @@ class ProcessSession:
         #: wall seconds to wait for the server's exit status after a failed request
         self.death_grace_s = float(death_grace_s)
         self.closed = False
-        #: a request failed or was interrupted: the server is stopped at close, never kept for another trial
-        self.failed = False
-        #: asked at close whether the server is kept running for the next trial (``autotune.process.sharing``)
-        self.on_close: Callable[[ProcessSession], bool] | None = None
 
     @property
     def port(self) -> int:
@@ -104,7 +100,6 @@ class ProcessSession:
         try:
             return request()
         except BenchmarkError as e:
-            self.failed = True
             # a dying server closes its sockets a moment before its exit status is visible
             rc = self.server.wait(self.death_grace_s)
             if rc is not None:
@@ -115,7 +110,6 @@ class ProcessSession:
                 ) from e
             raise
         except KeyboardInterrupt:
-            self.failed = True
             self.close()
             raise
 
@@ -198,7 +192,6 @@ class ProcessSession:
             for th in threads:
                 th.join(max(limit - (clock.now() - t0), 0.0))
         except KeyboardInterrupt:
-            self.failed = True
             self.close()
             raise
         if any(th.is_alive() for th in threads):
@@ -217,13 +210,11 @@ class ProcessSession:
     # -- stopping -----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the client, then stop the server (see ``ServerProcess.stop``) unless ``on_close`` keeps it for the
-        next trial (a shared start); idempotent."""
+        """Close the client, then stop the server (see ``ServerProcess.stop``); idempotent."""
         if self.closed:
             return
         self.closed = True
         try:
             self.client.close()
         finally:
-            if self.on_close is None or not self.on_close(self):
-                self.server.stop()
+            self.server.stop()

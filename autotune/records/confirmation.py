@@ -45,9 +45,9 @@ class RoundLevels:
 
 @dataclass
 class StartRecord:
-    """One confirmation start's detail: each pass's per-prompt tok/s (``autotune.noise``), its start-up seconds,
-    its timed seconds (the prompts of every pass, and the load levels above 1), its warm-up passes, and the server
-    seconds of the starts of the same config that failed before it in its round (``measure.measure_fresh``)."""
+    """One confirmation start's detail: its per-prompt tok/s (one list: the pass of the prompts it measured), its
+    start-up seconds, its timed seconds (the prompts, and the load levels above 1), its warm-up passes, and the
+    server seconds of the starts of the same config that failed before it in its round (``measure.measure_fresh``)."""
 
     tok_per_s: list[list[float]]
     startup_s: float
@@ -97,14 +97,12 @@ class RoundStarts:
 
 @dataclass
 class Round:
-    """One round: a fresh baseline start per CUDA-graph setting and one start per candidate still racing (tok/s),
-    each measuring the prompts ``passes`` times over; ``starts`` each start's per-prompt detail (rounds recorded
-    before it was kept have none)."""
+    """One round: a fresh baseline start per CUDA-graph setting and one start per candidate still racing (tok/s);
+    ``starts`` each start's per-prompt detail (rounds recorded before it was kept have none)."""
 
     baseline: dict[bool, float] = field(default_factory=dict)
     candidates: dict[int, float] = field(default_factory=dict)
     levels: RoundLevels | None = None
-    passes: int = 1
     starts: RoundStarts | None = None
 
     @classmethod
@@ -114,7 +112,6 @@ class Round:
             {_graph(k): v for k, v in (d.get("baseline") or {}).items()},
             {int(k): v for k, v in (d.get("candidates") or {}).items()},
             None if lv is None else RoundLevels.from_dict(lv),
-            int(d.get("passes") or 1),
             None if st is None else RoundStarts.from_dict(st),
         )
 
@@ -125,8 +122,6 @@ class Round:
         }
         if self.levels is not None:
             out["levels"] = self.levels.to_dict()
-        if self.passes != 1:
-            out["passes"] = self.passes
         if self.starts is not None:
             out["starts"] = self.starts.to_dict()
         return out
@@ -177,9 +172,6 @@ class ConfirmationState:
     # the server seconds of fresh baseline starts that failed in a round whose baseline could not be measured
     # (``confirm._baseline``: confirmation stopped there; a resumed study goes on from the rounds), billed
     lost_s: list[float] | None = field(default=None, init=False)
-    # where the rounds' noise is, between starts or per request, and the passes per start it calls for
-    # (``autotune.noise``: the split, the passes, why)
-    noise: dict[str, Any] | None = field(default=None, init=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)

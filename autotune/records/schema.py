@@ -26,7 +26,6 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``baseline_trial`` | before launch | the baseline trial it is paired with |
 | ``argv`` / ``env`` / ``server_effective`` | launch | the launch command, the variables set, the server's own account |
 | ``startup_s`` / ``log_path`` / ``log_tail`` | launch | startup time, server log, its end (on failures) |
-| ``start`` | launch | a shared start (``autotune.process.sharing``): ``id``, ``shared``, ``per_request``, ``probe`` |
 | ``crashes`` | a crash | each crash of its server (exit, last log line): one fresh start; two: ``unstable`` |
 | ``failed_starts`` | a failed start | starts that held the machine for nothing: ``kind``, ``seconds`` (billed) |
 | ``measured`` | launch | True once the server ran this config (the prompts follow) |
@@ -104,7 +103,6 @@ REFERENCE = "reference"
 LOSSLESS = "lossless"
 LEVELS = "levels"
 SLO_BROKEN = "slo_broken"
-START = "start"
 WARMUP = "warmup"
 
 # study user attrs
@@ -132,7 +130,7 @@ TRIAL_KEYS = (
     ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, CLAIMED, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
     INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST,
     NOT_WORTH_A_START, BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS,
-    ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES, FAILED_STARTS, START, WARMUP,
+    ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES, FAILED_STARTS, WARMUP,
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,

@@ -54,7 +54,6 @@ from autotune.records.schema import (
     SLO_BROKEN,
     SPEEDUP,
     SPEEDUP_UPPER,
-    START,
     STARTUP_S,
     WARMUP,
     WORKER,
@@ -214,19 +213,9 @@ class TrialRecord:
         return self.attrs.get(STARTUP_S)
 
     @property
-    def start(self) -> dict[str, Any]:
-        """A shared start's record (``START``); empty for a trial that had its own start as before."""
-        return dict(self.attrs.get(START) or {})
-
-    @property
     def warmup(self) -> WarmUp:
         """Its untimed warm-up passes (``autotune.warmup``); empty when it had none."""
         return WarmUp.from_dict(self.attrs.get(WARMUP))
-
-    @property
-    def shared_start(self) -> bool:
-        """True: the trial ran on a server an earlier trial started (no start of its own)."""
-        return bool(self.start.get("shared"))
 
     @property
     def crashes(self) -> list[str]:
@@ -364,8 +353,6 @@ class TrialWriter:
         self._set(ARGV, list(info.argv))
         self._set(ENV, dict(info.env))
         self._set(SERVER_EFFECTIVE, info.effective)
-        if info.start:
-            self._set(START, dict(info.start))
 
     def measuring(self, info: LaunchInfo) -> None:
         """The server runs the config it was asked for: from here on the trial is a measurement."""

@@ -11,7 +11,8 @@ import dataclasses
 import sys
 
 from autotune.errors import SpaceError
-from autotune.sim.args import ResolvedArgs, SimLaunchError, parse_launch_args
+from autotune.sim.args import ResolvedArgs, parse_launch_args
+from autotune.sim.faults import SimLaunchError
 from autotune.sim.prompts import FIELD_REPORT_PROMPTS
 from autotune.sim.runner import ModelRunner
 from autotune.sim.scenario import (

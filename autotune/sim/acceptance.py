@@ -1,7 +1,16 @@
 """Acceptance in the performance model: stable hashing and noise, drafter profiles and prompts, the draft tree.
 
-Pure functions, seeded, no I/O (``autotune.sim.model`` re-exports every name; the model itself is described
-there and in ``docs/simulator.md``).
+Pure functions, seeded, no I/O. The performance model (spec: ``docs/simulator.md``) lives here and in ``timing``
+(the hardware, a round, a request), ``method_models`` (n-gram, MTP and standalone costs) and ``adaptive`` (SGLang's
+adaptive controller); times are milliseconds of the simulated hardware, callers convert to seconds.
+
+- Acceptance: a drafter profile (a, c, th, lam, kappa); per prompt a_p ~ Beta(mu*kappa, (1-mu)*kappa) with
+  mu = sigmoid(logit(a) + delta_category), fixed per (prompt text, drafter, seed) through a stable hash.
+- Tree: depth 1 has k children; at each later depth the k best nodes by path probability get k children;
+  the N-1 best nodes are kept. tau = 1 + sum of kept path probabilities.
+- Time per round: T_cyc = S*t_ds + t_ext + T_ver(N) + t_ovh (+ t_tree if k > 1), with an MoE expert term in T_ver.
+- A request: prefill (first token), then rounds; each round accepts L tokens drawn from the distribution of a walk
+  down the kept tree. Draws are stratified so a prompt's realised accept length sits close to its expectation.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """SGLang's adaptive speculative controller in the performance model: its default config, its per-batch-size
 slots, the chain it runs at each step count and a request's expected time under it.
 
-Pure functions, no I/O (re-exported by ``autotune.sim.model``).
+Pure functions, no I/O.
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ are ignored with a log line. A command SGLang would refuse raises ``SimLaunchErr
 have printed before exiting non-zero. Used by both the HTTP server and the in-process ``ModelRunner``.
 
 This module holds the flag table, ``ResolvedArgs`` and the parsing; SGLang's speculative resolution rules live in
-``autotune.sim.speculative_hook`` and the faults and launch errors in ``autotune.sim.faults`` (every name of both
-stays importable from here).
+``autotune.sim.speculative_hook`` and the faults and launch errors in ``autotune.sim.faults``.
 """
 
 from __future__ import annotations
@@ -21,12 +20,10 @@ from typing import Any
 from autotune.sim.faults import _FAULTS_WITH_N, FAULT_KINDS, Fault, SimLaunchError, _fail, _not_loadable, _traceback
 from autotune.sim.scenario import Scenario, ScenarioError, ScenarioLoader, SimDrafter, load_scenario, scenario_names
 from autotune.sim.speculative_hook import (
-    MTP_ARCHITECTURES,
     _adaptive_unsupported_reason,
     _load_adaptive_config,
     _resolve_eagle_family,
     _resolve_ngram,
-    load_adaptive_config,
     load_adaptive_config_steps,
 )
 
@@ -459,30 +456,16 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
 
 
 __all__ = [
-    "FAULT_KINDS",
-    "Fault",
     "KNOWN_ALGORITHMS",
-    "MTP_ARCHITECTURES",
     "NGRAM_DEFAULTS",
     "ResolvedArgs",
     "SGLANG_VERSION",
     "SIMULATED_ALGORITHMS",
-    "SimLaunchError",
     "_BOOL_FLAGS",
-    "_FAULTS_WITH_N",
     "_INT_FIELDS",
     "_VALUE_FLAGS",
-    "_adaptive_unsupported_reason",
-    "_fail",
-    "_load_adaptive_config",
-    "_not_loadable",
-    "_resolve_eagle_family",
-    "_resolve_ngram",
     "_split",
     "_target_ok",
-    "_traceback",
-    "load_adaptive_config",
-    "load_adaptive_config_steps",
     "parse_launch_args",
     "usage",
 ]

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.sim.model import AdaptiveController, Hardware, SpecShape, t_cycle_adaptive, t_cycle_batch, t_prefill
+from autotune.sim.acceptance import SpecShape
+from autotune.sim.adaptive import AdaptiveController, t_cycle_adaptive
+from autotune.sim.timing import Hardware, t_cycle_batch, t_prefill
 
 #: CUDA-graph batch sizes captured when the launch does not say (SGLang picks by GPU memory and tp size)
 DEFAULT_GRAPH_MAX_BS = 160

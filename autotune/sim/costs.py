@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.config import TrialConfig
 from autotune.plan import Costs
-from autotune.sim.args import SimLaunchError, parse_launch_args
+from autotune.sim.args import parse_launch_args
 from autotune.sim.engine import SimEngine
+from autotune.sim.faults import SimLaunchError
 from autotune.sim.runner import sim_argv
 
 if TYPE_CHECKING:

@@ -16,30 +16,31 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.config import ReferenceOutput, TokenChoice
-from autotune.sim.args import ResolvedArgs, SimLaunchError
-from autotune.sim.batch import Batcher, Seq
-from autotune.sim.model import (
-    AdaptiveController,
+from autotune.sim.acceptance import (
     DrafterProfile,
-    Hardware,
-    Phase,
-    RequestPlan,
     SpecShape,
     accept_length_distribution,
-    count_prompt_tokens,
-    expected_adaptive_request_ms,
-    expected_request_ms,
-    ngram_shape,
-    plan_request,
     prompt_acceptance,
     request_factor,
     rng_for,
     start_factor,
+)
+from autotune.sim.adaptive import AdaptiveController, expected_adaptive_request_ms, t_cycle_adaptive
+from autotune.sim.args import ResolvedArgs
+from autotune.sim.batch import Batcher, Seq
+from autotune.sim.faults import SimLaunchError
+from autotune.sim.method_models import ngram_shape
+from autotune.sim.text import Answer, divergence_point, near_tie_position
+from autotune.sim.timing import (
+    Hardware,
+    Phase,
+    RequestPlan,
+    count_prompt_tokens,
+    expected_request_ms,
+    plan_request,
     t_cycle,
-    t_cycle_adaptive,
     t_prefill,
 )
-from autotune.sim.text import Answer, divergence_point, near_tie_position
 
 #: the acceptance of an EAGLE-3 drafter run under --speculative-algorithm EAGLE (fusion layer skipped)
 NOT_ENGAGED = DrafterProfile(a=0.01, c=0.02, th=0.3, lam=1.0, kappa=120.0)

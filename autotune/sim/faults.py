@@ -1,7 +1,5 @@
 """How a simulated launch fails: the faults a test injects (``--fault KIND[:N][@DRAFTER]``) and the refusals
 SGLang prints before exiting non-zero (``SimLaunchError`` and the helpers that build its log).
-
-Re-exported by ``autotune.sim.args``.
 """
 
 from __future__ import annotations

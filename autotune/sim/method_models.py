@@ -1,7 +1,7 @@
 """The methods beyond EAGLE in the performance model: their draft costs (MTP, a standalone draft model) and the
 n-gram (prompt lookup) drafter, whose acceptance follows how much an answer repeats its prompt.
 
-Pure functions, seeded, no I/O (re-exported by ``autotune.sim.model``).
+Pure functions, seeded, no I/O.
 """
 
 from __future__ import annotations

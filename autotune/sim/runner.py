@@ -15,10 +15,11 @@ from autotune.acceptance import from_histogram
 from autotune.clock import VirtualClock
 from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, level_requests
 from autotune.errors import BenchmarkError, LaunchError, ServerDied, ServerExited, ServerOOM, StartupTimeout
-from autotune.sim.args import ResolvedArgs, SimLaunchError, parse_launch_args
+from autotune.sim.acceptance import stable_hash
+from autotune.sim.args import ResolvedArgs, parse_launch_args
 from autotune.sim.batch import Seq, closed_loop
 from autotune.sim.engine import Generation, SimEngine
-from autotune.sim.model import stable_hash
+from autotune.sim.faults import SimLaunchError
 from autotune.sim.scenario import ScenarioLoader, load_scenario
 
 if TYPE_CHECKING:

@@ -15,7 +15,9 @@ from typing import Any
 
 import yaml
 
-from autotune.sim.model import REQUEST_NOISE_SD, START_NOISE_SD, DrafterProfile, Hardware, NgramProfile, method_hardware
+from autotune.sim.acceptance import REQUEST_NOISE_SD, START_NOISE_SD, DrafterProfile
+from autotune.sim.method_models import NgramProfile, method_hardware
+from autotune.sim.timing import Hardware
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
 

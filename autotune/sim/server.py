@@ -24,8 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from autotune.sim import logprobs
-from autotune.sim.args import SGLANG_VERSION, ResolvedArgs, SimLaunchError, parse_launch_args
+from autotune.sim.args import SGLANG_VERSION, ResolvedArgs, parse_launch_args
 from autotune.sim.engine import Generation, SimEngine
+from autotune.sim.faults import SimLaunchError
 from autotune.sim.scheduler import DecodeLog, Scheduler
 
 #: longest wall wait for the scheduler's next tokens before a stream gives up (a bound, never reached normally)

@@ -2,7 +2,7 @@
 config loader of ``srt/speculative/adaptive_spec_params.py``), mirrored for the simulator: what a launch of
 NGRAM or the EAGLE family resolves to, and the adaptive config it reads.
 
-``parse_launch_args`` (``autotune.sim.args``, which re-exports these names) calls them after reading the flags.
+``parse_launch_args`` (``autotune.sim.args``) calls them after reading the flags.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from autotune.config import TokenChoice
-from autotune.sim.model import stable_hash
+from autotune.sim.acceptance import stable_hash
 
 _WORDS = (
     "the of and to in is that for it as with was on be by this are from or an at which not but have can "

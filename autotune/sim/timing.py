@@ -1,6 +1,6 @@
 """Time in the performance model: the hardware's costs, one round and one prefill, one request's rounds.
 
-Milliseconds of the simulated hardware; pure functions, seeded, no I/O (re-exported by ``autotune.sim.model``).
+Milliseconds of the simulated hardware; pure functions, seeded, no I/O.
 """
 
 from __future__ import annotations

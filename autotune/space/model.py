@@ -99,9 +99,6 @@ class SearchSpec:
     knobs: Mapping[str, ParamSpec] = field(default_factory=dict)  # backend knob name -> range/choices
     #: method name -> its drafters and knobs (``search.methods``); empty: the drafters' own methods, as before
     methods: Mapping[str, MethodSpec] = field(default_factory=dict)
-    #: trials whose launches differ only in knobs the server takes per request share one start (where the backend
-    #: declares such knobs: ``Backend.per_request``)
-    share_starts: bool = True
 
 
 @dataclass(frozen=True)
@@ -117,9 +114,9 @@ class BenchmarkSpec:
     max_tokens: int = 1024
     temperature: float = 0.0
     warmup_requests: int = 1
-    #: untimed passes of the prompts after the warm-up requests: a number, "auto" (until steady), or None: the
-    #: server's default (``autotune.warmup``)
-    warmup_passes: int | str | None = None
+    #: untimed passes of the prompts after the warm-up requests: a number, or None: the server's default
+    #: (``autotune.warmup``)
+    warmup_passes: int | None = None
     api: str = "completions"  # completions | chat
     retries: int = 2  # per request, for HTTP errors and truncated streams
     prompts_file: str | None = None  # absolute path of the file the prompts came from, if any

@@ -37,18 +37,14 @@ from autotune.space.model import (
     Space,
     VerdictSpec,
 )
-from autotune.space.validate_benchmark import BenchmarkSection, _json_lines
-from autotune.space.validate_search import _ANY, SearchSection
+from autotune.space.validate_benchmark import BenchmarkSection
+from autotune.space.validate_search import SearchSection
 
 __all__ = [
-    "_ANY",
     "_ENV_NAME",
     "_REQUIRED_TOP_KEYS",
     "_TOP_KEYS",
-    "BenchmarkSection",
-    "SearchSection",
     "SpaceReader",
-    "_json_lines",
     "_load",
     "load_space",
     "space_errors",

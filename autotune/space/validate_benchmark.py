@@ -48,14 +48,10 @@ class BenchmarkSection(Checker):
             )
         return BenchmarkSpec(**d)
 
-    def warmup_passes(self, v: Any, f: str, line: int | None) -> int | str:
-        """``auto`` or a whole number of untimed passes of the prompts (``autotune.warmup``)."""
-        if v == "auto":
-            return "auto"
+    def warmup_passes(self, v: Any, f: str, line: int | None) -> int:
+        """A whole number of untimed passes of the prompts (``autotune.warmup``)."""
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 20:
-            raise self.expected(
-                f, line, "'auto' (passes until one is within 1% of the one before) or a whole number 0-20", v
-            )
+            raise self.expected(f, line, "a number of passes (a whole number 0-20)", v)
         return v
 
     def concurrency(self, v: Any, f: str, line: int | None) -> tuple[int, ...]:

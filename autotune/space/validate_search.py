@@ -27,7 +27,11 @@ class SearchSection(Checker):
     """Validators of the ``search`` section (``search``) and of a knob's values (``param``)."""
 
     #: search keys that a space with search.methods takes too (the rest are given per method)
-    COMMON_KEYS = ("cuda_graph", "share_starts")
+    COMMON_KEYS = ("cuda_graph",)
+    #: search keys that were removed, and what to do instead (an error naming them, not "unknown knob")
+    REMOVED_KEYS = {
+        "share_starts": "removed (shared server starts are gone: every trial gets its own start); delete the key",
+    }
 
     def search(
         self,
@@ -47,10 +51,9 @@ class SearchSection(Checker):
         cuda_graph: tuple[bool, ...] = (True,)
         knobs: dict[str, ParamSpec] = {}
         methods: dict[str, MethodSpec] = {}
-        share = True
         if isinstance(m, dict) and "methods" in m:
             for key in m:
-                if key != "methods" and key not in self.COMMON_KEYS:
+                if key != "methods" and key not in self.COMMON_KEYS and key not in self.REMOVED_KEYS:
                     raise self.error(
                         join(f, key),
                         key_line(m, key, line),
@@ -64,15 +67,15 @@ class SearchSection(Checker):
                 drafters = self.attempt(partial(self.search_drafters, value, p, kl, drafter_names), drafters)
             elif key == "cuda_graph":
                 cuda_graph = self.attempt(partial(self.bool_choices, value, p, kl), cuda_graph)
-            elif key == "share_starts":
-                share = self.attempt(partial(self.bool_, value, p, kl), share)
+            elif key in self.REMOVED_KEYS:
+                self.errors.append(self.error(p, kl, self.REMOVED_KEYS[key]))
             else:
                 spec = self.attempt(partial(self.knob, key, value, p, kl, backend, domains))
                 if spec is not None:
                     knobs[key] = spec
         if methods:
-            return SearchSpec(drafters=(), cuda_graph=cuda_graph, methods=methods, share_starts=share)
-        return SearchSpec(drafters=drafters, cuda_graph=cuda_graph, knobs=knobs, share_starts=share)
+            return SearchSpec(drafters=(), cuda_graph=cuda_graph, methods=methods)
+        return SearchSpec(drafters=drafters, cuda_graph=cuda_graph, knobs=knobs)
 
     def methods(
         self,

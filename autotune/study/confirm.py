@@ -23,7 +23,7 @@ from autotune.stats import (
     rounds_to_settle,
     start_prior,
 )
-from autotune.study import baseline_check, passes, race
+from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.figures import confirmation_floor
@@ -276,7 +276,6 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
         points = race.bar_points(info, state.deploy_cuda_graph, levels, _prior(ctx))
         tie = race.tie_rule(info, spec, state.deploy_cuda_graph, _tie(ctx), _prior(ctx))
         racing = race.still_racing(state.rounds, [t.number for t in cands], spec, points, tie)
-        changed = passes.for_next_round(ctx, info, state, _prior(ctx), _tie(ctx), racing=racing is not None)
         active = race.next_round(
             state.rounds,
             info,
@@ -286,14 +285,11 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
             _level_only(state),
             _prior(ctx),
             _tie(ctx),
-            shrink=(state.noise or {}).get("shrink", 1.0),
         )
         if not active:
             break
         n = len(state.rounds)
         which = ", ".join(map(str, active))
-        if changed:
-            ctx.emit(Event("note", data={"message": f"confirmation: {changed}"}))
         if racing is None:
             ctx.emit(
                 Event(
@@ -371,12 +367,11 @@ def _round(
     deployable baseline when no candidate racing runs under its setting. A candidate whose starts fail leaves
     confirmation (``_drop``); a baseline whose starts fail stops it (``ConfirmationFailed``)."""
     deploy_cg = state.deploy_cuda_graph
-    k = state.noise["passes"] if state.noise else 1
     starts = RoundStarts()
-    rnd = Round(passes=k, starts=starts)
+    rnd = Round(starts=starts)
     lv = RoundLevels()  # per-level tok/s (with load levels)
-    base = _Into(lv.baseline, starts.baseline, k)
-    cand = _Into(lv.candidates, starts.candidates, k)
+    base = _Into(lv.baseline, starts.baseline)
+    cand = _Into(lv.candidates, starts.candidates)
     for cg in graph_settings:
         racing = [t for t in cands if TrialRecord(t).cuda_graph == cg and t.number in active]
         if not racing:
@@ -407,12 +402,10 @@ def _baseline(ctx: StudyContext, cg: bool, into: _Into, state: ConfirmationState
 
 @dataclass(frozen=True)
 class _Into:
-    """Where ``_measure_once`` puts a start's detail: each level's tok/s, the start's record (``StartRecord``), and
-    the passes of the prompts it measures."""
+    """Where ``_measure_once`` puts a start's detail: each level's tok/s and the start's record (``StartRecord``)."""
 
     levels: dict[Any, dict[int, float]]
     starts: dict[Any, StartRecord]
-    passes: int = 1
 
 
 def _verdict(
@@ -558,8 +551,8 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
 
 
 def _measure_once(ctx: StudyContext, config: TrialConfig, into: _Into | None = None, key: Any = None) -> float:
-    """One start of ``config``: its objective (tok/s without load levels), measuring the prompts ``into.passes``
-    times over; each level's tok/s into ``into.levels[key]``, the start's record into ``into.starts[key]``.
+    """One start of ``config``: its objective (tok/s without load levels); each level's tok/s into
+    ``into.levels[key]``, the start's record into ``into.starts[key]``.
     A start that fails gets a fresh one (``measure.measure_fresh``); a baseline whose starts all failed raises
     ``ConfirmationFailed``, a candidate's ``StartsFailed``."""
 
@@ -568,7 +561,7 @@ def _measure_once(ctx: StudyContext, config: TrialConfig, into: _Into | None = N
         ctx.emit(Event("note", data={"message": message}))
 
     try:
-        m = measure_fresh(ctx.runner, config, ctx.space, on_retry=retry, passes=into.passes if into else 1)
+        m = measure_fresh(ctx.runner, config, ctx.space, on_retry=retry)
     except StartsFailed as e:
         if not config.is_baseline:
             raise

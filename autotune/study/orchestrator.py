@@ -22,7 +22,6 @@ from autotune.study import confirm as _confirm
 from autotune.study import figures as _figures
 from autotune.study import ladder as _ladder
 from autotune.study import search as _search
-from autotune.study import sharing as _sharing
 from autotune.study import trial as _trial
 from autotune.study.context import StudyContext
 from autotune.study.events import Listener, quiet
@@ -106,10 +105,9 @@ class Orchestrator:
 
     # -- the search -----------------------------------------------------------------------------------
     def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:
-        with _sharing.searching(self.ctx):  # trials differing only in per-request knobs share a server start
-            _search.search(self.ctx, self.objective, n_trials, timeout_s=timeout_s)
-            if self.space.benchmark.loaded:  # each level's winner measured: the best config's draft-length ladder
-                _ladder.run(self.ctx, self.objective)
+        _search.search(self.ctx, self.objective, n_trials, timeout_s=timeout_s)
+        if self.space.benchmark.loaded:  # each level's winner measured: the best config's draft-length ladder
+            _ladder.run(self.ctx, self.objective)
 
     def objective(self, trial: optuna.Trial) -> float:
         return self._objective(trial)

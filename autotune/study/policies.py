@@ -28,16 +28,8 @@ class CandidatePolicy:
     #: search: under the bar a config 1% faster than a tie changes nothing); False: only beat the best-ranked one
     #: by the resolution, under the bar too (scripts/bench_search.py ``tuner_join_under``: kimi 5.73 h, 4.71 h with)
     join_over_bar: bool = True
-    #: the most passes of the prompt set one confirmation start measures in the rounds bought to settle an open
-    #: verdict (``autotune.study.passes`` chooses from the rounds' noise split and costs). 1 (shipped): on the
-    #: H200 a second pass on one llama.cpp server ran 2.6% (baseline) and 5.3% (speculative) faster than the
-    #: first, its speedup 2.7% higher (CUDA graphs captured in the first pass, docs/gpu-runs/2026-12-04-h200-
-    #: noise23): passes are not re-measurements of the first, and more would shift the verdict's figure
-    max_passes: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_passes < 1:
-            raise ValueError(f"max_passes must be at least 1 but got {self.max_passes}")
         if self.race_tie is not None and not 0 < self.race_tie < 0.5:
             raise ValueError(f"race_tie must be in (0, 0.5) or None but got {self.race_tie}")
         if self.per_level < 0:

@@ -399,14 +399,12 @@ def next_round(
     level_only: frozenset[int] = frozenset(),
     prior: Spread | None = DEFAULT_PRIOR,
     tie: float | None = None,
-    shrink: float = 1.0,
 ) -> list[int]:
     """Which candidates the next round measures (none: confirmation is over). Every candidate for
     ``spec.repeats`` rounds (a level-only one: ``LEVEL_ONLY_ROUNDS``, then only while it leads a level), then those
     still racing while two or more are; then, while it is open whether the pick clears ``1 + min_gain`` (its point
     estimate above it, its interval's low end not), the pick, and with load levels the best of each level where
-    that is open, up to ``spec.max_rounds`` rounds in all. ``shrink``: the variance of a round to come over that of
-    the rounds so far (below 1 when the coming rounds measure more passes of the prompts: ``autotune.noise``)."""
+    that is open, up to ``spec.max_rounds`` rounds in all."""
     gone = level_only_out(rounds, cands, levels, level_only)
     keys = [n for n, _, _ in cands if n not in gone]
     if not cands or len(rounds) >= spec.max_rounds:
@@ -426,23 +424,21 @@ def next_round(
     best = next((r for r in seen["results"] if r["trial"] == seen["best"]), None)
     if best is not None and (
         _could_win(headline(best), bar)
-        or _could_settle_below(headline(best), bar, len(rounds), spec, in_contention(rounds, keys, spec), shrink)
+        or _could_settle_below(headline(best), bar, len(rounds), spec, in_contention(rounds, keys, spec))
     ):
         out.append(best["trial"])
     for lv in seen.get("level_verdicts") or []:
         if (
             lv["trial"] is not None
             and _could_win(lv["speedup_ci"], bar)
-            and _could_clear(lv["speedup_ci"], bar, len(rounds), spec, in_contention(rounds, keys, spec), shrink)
+            and _could_clear(lv["speedup_ci"], bar, len(rounds), spec, in_contention(rounds, keys, spec))
             and lv["trial"] not in out
         ):
             out.append(lv["trial"])
     return out
 
 
-def _could_clear(
-    interval: dict[str, Any] | None, bar: float, n: int, spec: VerdictSpec, candidates: int = 1, shrink: float = 1.0
-) -> bool:
+def _could_clear(interval: dict[str, Any] | None, bar: float, n: int, spec: VerdictSpec, candidates: int = 1) -> bool:
     """Whether the rounds left can lift a level's winner over the bar (``_could_win``'s question, with load
     levels): its interval's half-width projected to ``spec.max_rounds`` rounds (the spread measured so far, at the
     last look's confidence) must fit between the bar and the point estimate, as ``_could_settle_below`` asks
@@ -450,11 +446,11 @@ def _could_clear(
     streams after 8 rounds, 2% bar) is not settled by more rounds, and each is two server starts."""
     if interval is None or n < 2:
         return True
-    return math.log(interval["point"]) - math.log(bar) > _projected(interval, n, spec, candidates, shrink)
+    return math.log(interval["point"]) - math.log(bar) > _projected(interval, n, spec, candidates)
 
 
 def _could_settle_below(
-    interval: dict[str, Any] | None, bar: float, n: int, spec: VerdictSpec, candidates: int = 1, shrink: float = 1.0
+    interval: dict[str, Any] | None, bar: float, n: int, spec: VerdictSpec, candidates: int = 1
 ) -> bool:
     """Open on the other question more rounds can answer: whether the pick's gain lies under the bar (its point
     estimate below ``1 + min_gain``, its interval's high end not yet): "no worthwhile gain" instead of
@@ -464,37 +460,17 @@ def _could_settle_below(
     rounds, and each round is a server start of the candidate and of the baseline."""
     if interval is None or not interval["point"] < bar <= interval["high"] or n < 2:
         return False
-    return math.log(bar) - math.log(interval["point"]) > _projected(interval, n, spec, candidates, shrink)
+    return math.log(bar) - math.log(interval["point"]) > _projected(interval, n, spec, candidates)
 
 
-def settle_rounds(
-    interval: dict[str, Any] | None, bar: float, n: int, spec: VerdictSpec, candidates: int = 1, shrink: float = 1.0
-) -> int | None:
-    """The fewest rounds in all (more than ``n``, at most ``spec.max_rounds``) after which ``interval``'s projected
-    half-width (``_projected``, each round to come at ``shrink`` times the variance) fits between its point
-    estimate and ``bar``: when the question whether the pick clears the bar (or lies under it) would be settled.
-    None when the rounds left cannot settle it."""
-    if interval is None or n < 2:
-        return None
-    gap = abs(math.log(interval["point"]) - math.log(bar))
-    for rounds in range(n + 1, spec.max_rounds + 1):
-        if _projected(interval, n, spec, candidates, shrink, rounds) < gap:
-            return rounds
-    return None
-
-
-def _projected(
-    interval: dict[str, Any], n: int, spec: VerdictSpec, candidates: int, shrink: float = 1.0, at: int | None = None
-) -> float:
-    """The half-width (log) ``interval``, measured over ``n`` rounds, would have after ``at`` rounds in all
-    (``spec.max_rounds``) at the last look's confidence, if the spread stays what it is (each round to come at
-    ``shrink`` times its variance: more passes of the prompts per start)."""
+def _projected(interval: dict[str, Any], n: int, spec: VerdictSpec, candidates: int) -> float:
+    """The half-width (log) ``interval``, measured over ``n`` rounds, would have after ``spec.max_rounds`` rounds
+    at the last look's confidence, if the spread stays what it is."""
     iv = Interval(**{k: interval[k] for k in ("point", "low", "high", "n", "confidence")}, df=interval.get("df"))
-    rounds = spec.max_rounds if at is None else at
+    rounds = spec.max_rounds
     last = look_confidence(spec, spec.repeats, rounds, candidates)
     df = rounds - 1 + (iv.df - (n - 1) if iv.df is not None else 0.0)
-    share = (min(n, rounds) + max(rounds - n, 0) * shrink) / rounds  # the mean's variance over that of equal rounds
-    return two_sided_t(last, df) * iv.sd * math.sqrt(share) / math.sqrt(rounds)
+    return two_sided_t(last, df) * iv.sd / math.sqrt(rounds)
 
 
 def _could_win(interval: dict[str, Any] | None, bar: float) -> bool:

@@ -20,7 +20,7 @@ from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
 from autotune.space import Choices
-from autotune.study import _optuna, methods, settle, sharing
+from autotune.study import _optuna, methods, settle
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.outcomes import FAILURES
@@ -229,14 +229,9 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
         _wait_for_running(ctx)
 
 
-def queue_pick(ctx: StudyContext, config: TrialConfig) -> str:
-    """Queue the surrogate's pick ``config`` for the next trial, unless a kept server (shared starts) has a sibling
-    worth a trial (``sharing.before_trial``): that one costs no server start, so it goes first and the pick is
-    asked again after it. Returns what was queued: ``records.SEEDED_SURROGATE`` or ``sharing.SEEDED_SIBLING``."""
-    if sharing.before_trial(ctx, surrogate):
-        return sharing.SEEDED_SIBLING
+def queue_pick(ctx: StudyContext, config: TrialConfig) -> None:
+    """Queue the surrogate's pick ``config`` for the next trial."""
     records.enqueue_speculative(ctx.study, ctx.backend.params(config, ctx.space), seeded=records.SEEDED_SURROGATE)
-    return records.SEEDED_SURROGATE
 
 
 def _wait_for_running(ctx: StudyContext) -> None:
@@ -404,7 +399,6 @@ def _optimize(
             if prepare is not None:
                 prepare()
                 prepare = None
-            sharing.before_trial(ctx, surrogate)  # a kept server's launch group first (shared starts)
 
             current: list[optuna.Trial] = []
 
@@ -500,13 +494,13 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
 
     Asked only where the answer is the objective's best config (not with load levels: a level's winner can be a
     config the objective never favours), once the surrogate has its points, and never for the baselines, the
-    server defaults, the surrogate's own picks, a kept server's siblings (no start to save) or a requeued config.
+    server defaults, the surrogate's own picks or a requeued config.
     On kimi (the field report's space) a third of the sampler's trials in a seed were graphs-off configs at 0.4x
     the graphs-on baseline, each a ten-minute start (scripts/bench_search.py)."""
     limit, margin = ctx.policies.refine.skip_below, ctx.policies.refine.skip_margin
     if limit is None or config.is_baseline or seeded not in (None, records.SEEDED_DESIGN):
         return None
-    if ctx.space.benchmark.loaded or ctx.grid is None or _on_kept_start(ctx, config):
+    if ctx.space.benchmark.loaded or ctx.grid is None:
         return None
     model = surrogate(ctx)
     if model is None:
@@ -549,14 +543,6 @@ def fastest_baseline(ctx: StudyContext) -> Any:
     """The measured baseline trial with the highest tok/s over the space's CUDA-graph settings, or None."""
     base = [records.find_baseline(ctx.study, cg) for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph})]
     return max((b for b in base if b is not None and b.value), key=lambda b: float(b.value), default=None)
-
-
-def _on_kept_start(ctx: StudyContext, config: TrialConfig) -> bool:
-    """``config`` would run on the server kept from the last trial (shared starts): no start to save."""
-    state = sharing.sharing_of(ctx)
-    if state is None or not state.on or state.kept is None:
-        return False
-    return config.key() in {s.key() for s in state.per.siblings(state.kept.launch)}
 
 
 def running_configs(ctx: StudyContext) -> list[TrialConfig]:

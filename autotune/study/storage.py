@@ -362,7 +362,7 @@ def worker_spec(space: Space) -> dict[str, Any]:
 
     rule = warmup_rule(space)
     if not rule.none:  # every start must warm up alike (absent: none, as before warm-up passes)
-        spec["warmup_passes"] = "auto" if rule.auto else rule.passes
+        spec["warmup_passes"] = rule.passes
     return json.loads(json.dumps(spec))  # tuples -> lists, as stored
 
 

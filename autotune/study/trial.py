@@ -363,8 +363,6 @@ class Objective:
             if ctx.space.benchmark.loaded:
                 on_level = functools.partial(self._after_level, t, config, baseline, n)
                 levels = run_levels(session, ctx.space, results, on_level=on_level, done=t.levels[1:])
-            if session.info.start:  # a shared start's answers as checked (autotune.process.sharing)
-                t.record.launched(session.info)
         return self._complete(t, config, baseline, results, levels)
 
     def _level_summaries(self, levels: list[LevelResult], baseline: FrozenTrial | None) -> list[dict[str, Any]]:
@@ -411,10 +409,7 @@ class Objective:
             if isinstance(e, ServerOOM):
                 raise Infeasible(f"out of memory at startup: {e}", kind=ServerOOM.kind, launch_error=e) from e
             raise
-        start = session.info.start or {}
-        if start.get("refused_start_s"):  # the server ignored the per-request values: the kept start was stopped
-            t.lost("per-request values refused", float(start["refused_start_s"]))
-        t.start_s = None if start.get("shared") else session.info.startup_s
+        t.start_s = session.info.startup_s
         return session
 
     @staticmethod

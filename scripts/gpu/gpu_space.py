@@ -75,7 +75,6 @@ def space_yaml(
     comment: str = "",
     concurrency: Sequence[int] = (),
     methods: Sequence[str] = (),
-    share_starts: bool = True,
 ) -> str:
     """The space's text; with ``methods`` (llama.cpp --spec-type names, a combination as "a,b") a ``search.methods``
     space over the good drafter and the repetition-heavy prompts of ``REWRITE`` instead of the drafter search."""
@@ -107,7 +106,6 @@ def space_yaml(
         "",
         "search:",
         f"  cuda_graph: [{', '.join('true' if b else 'false' for b in cuda_graph)}]",
-        *([] if share_starts else ["  share_starts: false"]),
     ]
     if methods:
         lines.append("  methods:")
@@ -175,15 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a method study: --spec-type methods, comma-separated, a combination joined with + "
         "(e.g. draft-simple,ngram-mod,draft-simple+ngram-mod)",
     )
-    p.add_argument(
-        "--share-starts",
-        type=_bools,
-        default=[True],
-        help="on (default): trials differing only in per-request knobs share a start; off: a start per trial",
-    )
     a = p.parse_args(argv)
-    if len(a.share_starts) != 1:
-        p.error("--share-starts takes one value, on or off")
     low, high = (int(x) for x in a.draft_n_max.split(","))
     text = space_yaml(
         name=a.name,
@@ -199,7 +189,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         comment=a.comment,
         concurrency=[int(x) for x in a.concurrency.split(",") if x.strip()],
         methods=[m.strip().replace("+", ",") for m in a.methods.split(",") if m.strip()],
-        share_starts=a.share_starts[0],
     )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

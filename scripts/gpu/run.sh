@@ -18,11 +18,6 @@
 #   study    `autotune study .gpu/space.yaml --json`, then `autotune report --json` and `autotune export --format
 #            command`; cut at STUDY_WALL_S with SIGTERM (the study stops its server and is resumed by the next
 #            `run.sh study`)
-#   noise    scripts/gpu/noise.py on .gpu/space.yaml: NOISE_STARTS (4) fresh starts each of the baseline and the good
-#            draft (draft_n_max NOISE_N_MAX, 8), each measuring the prompts NOISE_PASSES (3) times on one server;
-#            writes noise.json: the split between start-to-start and per-request noise, and the passes per start
-#            it calls for (autotune.noise); stops starting servers at NOISE_BUDGET_S (200); NOISE_WARMUPS (e.g.
-#            auto,0: each config once per benchmark.warmup_passes setting, interleaved; default: the space's own)
 #   reverify `autotune export --format yaml` of the finished study, then `autotune reverify` of it (REVERIFY_REPEATS
 #            rounds); cut at REVERIFY_WALL_S with SIGINT (its rounds are journaled: the next `run.sh reverify`
 #            resumes them); writes reverify.json and reverify.log
@@ -56,8 +51,6 @@
 #   SWEEP_BUDGET_S (450: the default plan took 431 s on an H200)
 #   SWEEP_FRESH (0; 1 ignores an earlier sweep's results)
 #   STUDY_TRIALS (16)  STUDY_GRAPHS (off,on)  STUDY_WALL_S (480)  STUDY_NAME (llamacpp-gpu)
-#   STUDY_SHARE_STARTS  on (default) or off: search.share_starts (trials differing only in per-request knobs
-#                   share one server start where the build honours the values)
 #   STUDY_CONCURRENCY (none; e.g. 1,4,16: the study measures these load levels, llama-server gets -np slots)
 #   STUDY_METHODS   (none) a method study instead of the default one: llama.cpp --spec-type methods, comma-separated,
 #                   a combination joined with + (e.g. draft-simple,ngram-simple,ngram-mod,draft-simple+ngram-mod):
@@ -487,7 +480,7 @@ write_space() {  # [METHODS]: a search.methods space (the study stage with STUDY
         --max-tokens "$MAX_TOKENS" --n-trials "$STUDY_TRIALS" "--cuda-graph=$STUDY_GRAPHS" \
         --startup-timeout-s "$STARTUP_TIMEOUT_S" --port "$PORT" "--extra-args=$SERVER_EXTRA_ARGS" \
         "--comment=models: $(tr -d '\n' <"$MODELS/models.json")" "--concurrency=${STUDY_CONCURRENCY:-}" \
-        "--methods=${1:-}" "--share-starts=${STUDY_SHARE_STARTS:-on}"
+        "--methods=${1:-}"
 }
 
 stage_sweep() {
@@ -562,27 +555,6 @@ stage_study() {
     ((rc == 0 || rc == 124 || rc == 130)) || die "study exited with $rc"
 }
 
-stage_noise() {
-    local t=$SECONDS
-    ensure_setup
-    server_env
-    write_space
-    local budget
-    budget="$(within_call "${NOISE_BUDGET_S:-200}" 40)"
-    local args=("$SPACE" --out "$OUT" --starts "${NOISE_STARTS:-4}" --passes "${NOISE_PASSES:-3}"
-        --n-max "${NOISE_N_MAX:-8}" --budget-s "$budget" --log-dir "$STATE/noise-logs"
-        --warmups "${NOISE_WARMUPS:-default}")
-    log "noise: $PY scripts/gpu/noise.py ${args[*]}"
-    local rc=0
-    "$PY" scripts/gpu/noise.py "${args[@]}" >"$OUT/noise.log" 2>&1 || rc=$?
-    tail -n 12 "$OUT/noise.log"
-    local status=ok
-    ((rc == 3)) && status=no-split
-    ((rc != 0 && rc != 3)) && status="exit-$rc"
-    record noise "$status" "$((SECONDS - t))" "command=$PY scripts/gpu/noise.py ${args[*]}"
-    log "noise: $status in $((SECONDS - t)) s"
-}
-
 stage_reverify() {
     local t=$SECONDS
     ensure_setup
@@ -618,9 +590,9 @@ stages=()
 for s in "$@"; do
     case "$s" in
         all) stages+=(setup build models sweep study) ;;
-        setup | build | models | sweep | study | noise | reverify) stages+=("$s") ;;
+        setup | build | models | sweep | study | reverify) stages+=("$s") ;;
         -h | --help) awk 'NR > 1 && /^set -euo/ {exit} NR > 1' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) echo "run.sh: unknown stage $s (setup build models sweep study noise reverify all)" >&2; exit 2 ;;
+        *) echo "run.sh: unknown stage $s (setup build models sweep study reverify all)" >&2; exit 2 ;;
     esac
 done
 machine_info

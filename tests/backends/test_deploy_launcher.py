@@ -9,7 +9,7 @@ from autotune.backends.llamacpp import LlamaCppBackend
 from autotune.backends.sglang import SGLangBackend
 from autotune.backends.vllm import VLLMBackend
 from autotune.config import TrialConfig
-from autotune.export import launch_argv
+from autotune.export_bundle import launch_argv
 from autotune.space import BenchmarkSpec, DrafterSpec, Prompt, SearchSpec, ServerSpec, Space
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune import export
+from autotune import export_formats
 from autotune.backends import get_backend
 
 GENERIC = ["command", "yaml", "json", "env", "compose", "k8s"]
@@ -25,17 +25,17 @@ GENERIC = ["command", "yaml", "json", "env", "compose", "k8s"]
 )
 def test_formats_of_each_backend(name, names, fitting, suggested):
     b = get_backend(name)
-    assert export.format_names(b) == names
-    assert export.fitting_formats(b) == fitting
-    assert export.suggested_format(b) == suggested
+    assert export_formats.format_names(b) == names
+    assert export_formats.fitting_formats(b) == fitting
+    assert export_formats.suggested_format(b) == suggested
     listed = ", ".join(fitting)
-    assert export.format_problem(b, "helm") == f"--format helm: unknown format; expected one of {listed}"
+    assert export_formats.format_problem(b, "helm") == f"--format helm: unknown format; expected one of {listed}"
     for f in fitting:
-        assert export.format_problem(b, f) is None
+        assert export_formats.format_problem(b, f) is None
 
 
 def test_a_gguf_study_is_not_exported_as_a_vllm_launch():
-    assert export.format_problem(get_backend("llamacpp"), "vllm") == (
+    assert export_formats.format_problem(get_backend("llamacpp"), "vllm") == (
         "--format vllm: it launches vLLM, which cannot load this llama.cpp study's checkpoints; formats that fit: "
         "command, yaml, json, env, compose, k8s"
     )
@@ -44,7 +44,7 @@ def test_a_gguf_study_is_not_exported_as_a_vllm_launch():
 @pytest.mark.parametrize("name, fitting", [("llamacpp", GENERIC), ("vllm", ["vllm", *GENERIC])])
 def test_another_servers_launch_command_is_refused(name, fitting):
     ran = get_backend(name).display_name
-    assert export.format_problem(get_backend(name), "sglang") == (
+    assert export_formats.format_problem(get_backend(name), "sglang") == (
         f"--format sglang: it launches SGLang, which takes no other server's study; this study ran {ran}; "
         f"formats that fit: {', '.join(fitting)}"
     )

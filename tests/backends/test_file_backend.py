@@ -18,7 +18,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune import export
+from autotune import export, export_bundle, export_formats
 from autotune.backends import Backend, KnobDomain, encode, register_backend, unregister_backend
 from autotune.backends.base import flag_value
 from autotune.clock import VirtualClock
@@ -202,7 +202,7 @@ def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filesp
     assert command.startswith("CUDA_VISIBLE_DEVICES=0 filespec-server --model /models/Llama-3.1-8B-Instruct")
     assert command.endswith('--spec-config "$(dirname "$0")"/spec.json')  # beside the script
     assert f"# reads {SPEC_FILE} beside this script" in text
-    assert export.read_provenance(text)["backend"] == NAME
+    assert export_bundle.read_provenance(text)["backend"] == NAME
     out = tmp_path / "deploy" / "filespec.sh"
     out.parent.mkdir()
     written = export.write(out, text, export.files(deploy, backend, report))
@@ -214,8 +214,9 @@ def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filesp
     assert json.loads(export.render(deploy, backend, report, "json", read_space=space))["launch"]["files"] == {
         SPEC_FILE: (out.parent / SPEC_FILE).read_text()
     }
-    assert export.format_problem(backend, "sglang").startswith("--format sglang: it launches SGLang, which takes no")
-    assert export.format_problem(backend, "vllm") is None and export.suggested_format(backend) == NAME
+    problem = export_formats.format_problem(backend, "sglang")
+    assert problem.startswith("--format sglang: it launches SGLang, which takes no")
+    assert export_formats.format_problem(backend, "vllm") is None and export_formats.suggested_format(backend) == NAME
 
 
 def test_the_process_runner_writes_the_files_where_argv_names_them(tmp_path, filespec_backend):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from autotune import lossless
-from autotune.backends.base import parse_openai_logprobs
 from autotune.backends.llamacpp import LlamaCppBackend
+from autotune.backends.openai_stream import parse_openai_logprobs
 from autotune.backends.sglang import SGLangBackend
 from autotune.backends.vllm import VLLMBackend
 

@@ -15,7 +15,7 @@ import yaml
 
 from autotune.backends.sglang import SGLangBackend
 from autotune.config import TrialConfig
-from autotune.export import read_provenance
+from autotune.export_bundle import read_provenance
 from autotune.sim import load_scenario
 
 from .helpers import autotune, space_file
@@ -257,7 +257,7 @@ def test_bad_export_arguments_are_one_line_exit_2(won, extra, message):
 
 
 def test_trial_that_was_not_measured_to_the_end_is_refused(won):
-    from autotune.export import _choose
+    from autotune.export_bundle import _choose
 
     _space, _s, rep, _t = won
     row = {**rep["trials"][-1], "state": "PRUNED"}

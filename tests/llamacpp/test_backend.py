@@ -9,7 +9,6 @@ import optuna
 import pytest
 
 from autotune.backends import get_backend
-from autotune.backends.base import parse_prometheus
 from autotune.backends.llamacpp import (
     DEFAULT_N_MAX,
     NEW_SPELLING,
@@ -24,6 +23,7 @@ from autotune.backends.llamacpp import (
     metrics_delta,
     parse_timings,
 )
+from autotune.backends.prometheus import parse_prometheus
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.space import Choices, FloatRange, IntRange
@@ -191,57 +191,6 @@ def test_default_launcher_search_order(tmp_path, monkeypatch):
     assert find_llama_server() == str(cached_server_path())
 
 
-def test_the_honouring_build_is_found_by_its_own_variable_or_its_cached_version_never_on_path(tmp_path, monkeypatch):
-    from autotune.backends.llamacpp_flags import LLAMA_CPP_PYTHON_HONOURING_VERSION, find_honouring_llama_server
-
-    on_path = tmp_path / "bin" / "llama-server"
-    on_path.parent.mkdir()
-    on_path.write_text("#!/bin/sh\n")
-    on_path.chmod(0o755)
-    monkeypatch.setenv("PATH", str(on_path.parent))
-    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("AUTOTUNE_LLAMA_SERVER_HONOURING", raising=False)
-    assert find_honouring_llama_server() is None  # PATH's llama-server is whatever build was installed
-    cached = cached_server_path(LLAMA_CPP_PYTHON_HONOURING_VERSION)
-    assert cached == tmp_path / "cache" / f"llama-server-{LLAMA_CPP_PYTHON_HONOURING_VERSION}" / "llama-server"
-    cached.parent.mkdir(parents=True)
-    cached.write_text("#!/bin/sh\n")
-    cached.chmod(0o755)
-    assert find_honouring_llama_server() == str(cached)
-    monkeypatch.setenv("AUTOTUNE_LLAMA_SERVER_HONOURING", str(on_path))
-    assert find_honouring_llama_server() == str(on_path)
-    monkeypatch.setenv("AUTOTUNE_LLAMA_SERVER_HONOURING", str(tmp_path / "missing"))
-    assert find_honouring_llama_server() is None
-
-
-def test_the_setup_script_builds_the_pinned_honouring_release(tmp_path):
-    """``llamacpp_setup.sh --honouring`` reads the version from llamacpp_flags.py and uses its cache (here: a stand-in
-    binary already cached, so nothing is built) or ``$AUTOTUNE_LLAMA_SERVER_HONOURING``."""
-    import os
-    import subprocess
-
-    from autotune.backends.llamacpp_flags import LLAMA_CPP_PYTHON_HONOURING_VERSION
-
-    script = Path(__file__).resolve().parents[2] / "scripts" / "llamacpp_setup.sh"
-    cached = tmp_path / f"llama-server-{LLAMA_CPP_PYTHON_HONOURING_VERSION}" / "llama-server"
-    cached.parent.mkdir()
-    cached.write_text("#!/bin/sh\n")
-    cached.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNE_LLAMA_SERVER")}
-    env.update(AUTOTUNE_CACHE=str(tmp_path), AUTOTUNE_SKIP_MODELS="1", AUTOTUNE_LLAMA_SERVER="/nonexistent")
-
-    def run(**extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["bash", str(script), "--honouring"], env={**env, **extra}, capture_output=True, text=True, timeout=60
-        )
-
-    proc = run()
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == str(cached)
-    proc = run(AUTOTUNE_LLAMA_SERVER_HONOURING=str(tmp_path / "missing"))
-    assert proc.returncode == 1 and "AUTOTUNE_LLAMA_SERVER_HONOURING" in proc.stderr
-
-
 def test_probe_reads_help_once_per_binary(tmp_path):
     calls = tmp_path / "calls"
     exe = tmp_path / "llama-server"
@@ -260,12 +209,12 @@ def test_probe_reads_help_once_per_binary(tmp_path):
 
 
 def test_a_build_whose_spec_type_names_only_model_free_types_drafts_with_the_model_alone(tmp_path):
-    """llama-cpp-python 0.3.23 (the honouring build): ``--spec-*`` names, but ``--spec-type [none|ngram-...]`` takes
+    """llama-cpp-python 0.3.23: ``--spec-*`` names, but ``--spec-type [none|ngram-...]`` takes
     no draft type (it would exit "unknown speculative decoding type without draft model"): draft-simple is the
     draft model alone; n-gram types keep ``--spec-type``; other draft types this build cannot run."""
     from autotune.backends.llamacpp_methods import help_spec_types
 
-    text = sample("help-0.3.23.txt")  # `llama-server --help` of the build `llamacpp_setup.sh --honouring` makes
+    text = sample("help-0.3.23.txt")  # `llama-server --help` of llama-cpp-python 0.3.23's build
     listed = help_spec_types(text)
     assert listed == ("ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
     assert help_spec_types(sample("help-0.3.36.txt"))[:2] == ("draft-simple", "draft-eagle3")  # the comma form
@@ -294,7 +243,7 @@ def test_a_build_whose_spec_type_names_only_model_free_types_drafts_with_the_mod
 
 
 def test_argv_never_probes_and_export_probes_first(tmp_path):
-    from autotune.export import launch_argv
+    from autotune.export_bundle import launch_argv
 
     calls = tmp_path / "calls"
     exe = tmp_path / "llama-server-old"

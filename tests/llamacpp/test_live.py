@@ -481,34 +481,22 @@ def test_a_study_with_two_load_levels_on_parallel_slots(tmp_path):
     assert "-np 4" in e.stdout and "streams:" in e.stdout  # the schedule table, then the static command
 
 
-def test_passes_of_the_prompts_on_one_real_server_give_the_noise_split(space, tmp_path):
-    """Confirmation's passes (``measure_config(passes=2)``, ``autotune.noise``): two starts of the good draft on the
-    real server, each measuring the prompts twice on the same process. Every pass answers each prompt with the
-    same text (temperature 0, one server), the start's tok/s is over all of its passes, and the split of the four
-    passes separates the request noise (from the passes on one server) from the noise between the two starts."""
+def test_a_real_server_warms_up_with_an_untimed_pass_of_the_prompts(space, tmp_path):
+    """llama.cpp's default warm-up (``autotune.warmup``): one untimed pass of the prompts before the timed ones, on
+    the real server; the space's ``benchmark.warmup_passes`` wins over the default."""
     from autotune.measure import measure_config
-    from autotune.noise import split
 
     before = _descendants()
     runner = ProcessRunner(space, LlamaCppBackend(), log_dir=tmp_path)
     config = TrialConfig.make("good", draft_n_max=N_MAX)
-    starts = [measure_config(runner, config, space, passes=2) for _ in range(2)]
+    m = measure_config(runner, config, space)
     n = len(space.benchmark.prompts)
-    for m in starts:
-        assert m.passes == 2 and len(m.results) == 2 * n
-        assert [r.text for r in m.results[:n]] == [r.text for r in m.results[n:]]
-        assert m.tok_per_s == pytest.approx(summarize(m.results)["tok_per_s"])
-        assert [len(p) for p in m.pass_tok_per_s()] == [n, n]
-        # llama.cpp's default warm-up: one untimed pass of the prompts before the timed ones (autotune.warmup)
-        assert m.warmup.passes == 1 and len(m.warmup.tok_per_s[0]) == n and m.warmup.seconds > 0
-        assert all(v > 0 for v in m.warmup.tok_per_s[0])
+    assert len(m.results) == n and m.tok_per_s == pytest.approx(summarize(m.results)["tok_per_s"])
+    assert [len(p) for p in m.pass_tok_per_s()] == [n]
+    assert m.warmup.passes == 1 and len(m.warmup.tok_per_s[0]) == n and m.warmup.seconds > 0
+    assert all(v > 0 for v in m.warmup.tok_per_s[0])
     cold = dataclasses.replace(space, benchmark=dataclasses.replace(space.benchmark, warmup_passes=0))
     assert measure_config(runner, config, cold).warmup.passes == 0  # the space's value wins over the default
-    s = split([[m.pass_tok_per_s() for m in starts]])
-    assert s is not None and s.repeat and s.prompts == n
-    assert s.request_df == 2 * n and s.start_df == 1
-    assert 0 < s.request_sd < 0.5 and s.start_sd >= 0
-    print(f"llama-server on this CPU: between starts {s.start_sd:.1%}, per request {s.request_sd:.1%}")
     deadline = time.monotonic() + 10
     while (left := _descendants() - before) and time.monotonic() < deadline:
         time.sleep(0.05)

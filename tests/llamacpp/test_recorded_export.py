@@ -16,7 +16,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune import export
+from autotune import export, export_bundle, export_formats
 from autotune.backends.llamacpp import LlamaCppBackend
 from autotune.backends.llamacpp_flags import NEW_SPELLING
 from autotune.clock import VirtualClock
@@ -101,10 +101,10 @@ def replayed():
 def test_every_fitting_format_exports_the_recorded_winner_with_its_method(replayed, tmp_path):
     space, backend, report = replayed
     rec = report["recommended"]["config"]
-    assert export.fitting_formats(backend) == ["command", "yaml", "json", "env", "compose", "k8s"]
-    for fmt in export.fitting_formats(backend):
+    assert export_formats.fitting_formats(backend) == ["command", "yaml", "json", "env", "compose", "k8s"]
+    for fmt in export_formats.fitting_formats(backend):
         out = export.export(space, backend, report, fmt)
-        p = export.read_provenance(out.text)
+        p = export_bundle.read_provenance(out.text)
         assert p["method"] == "draft-simple" and p["config"] == rec and p["backend"] == "llamacpp"
         assert p["simulated"] is None and "SIMULATED" not in out.text
         if fmt not in ("yaml", "json"):

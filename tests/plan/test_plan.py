@@ -97,12 +97,10 @@ def test_load_levels_plan_the_level_picks_and_the_ladder_after_the_search():
 
 def test_warm_up_passes_are_priced_into_every_start():
     # one untimed pass of the 5 prompts: 600 + (1 + 2 x 5) x 10 = 710 s a start
-    p = _plan(warmup_passes=(1, 1))
+    p = _plan(warmup_passes=1)
     assert p.start_s == pytest.approx(710.0) and p.server_s == pytest.approx((36 * 710.0, 60 * 710.0))
     assert "710 s a start" in planmod.render(p) and ", 1 untimed warm-up pass(es) of the prompts;" in planmod.render(p)
-    # auto: 2 passes at the fewest, 4 at the most (the most-starts bound takes the most passes)
-    p = _plan(warmup_passes=(2, 4))
-    assert p.start_s == pytest.approx(760.0) and p.start_s_max == pytest.approx(860.0)
-    assert p.server_s == pytest.approx((36 * 760.0, 60 * 860.0))
-    assert "2-4 untimed warm-up pass(es) of the prompts (up to 860 s)" in planmod.render(p)
+    p = _plan(warmup_passes=2)
+    assert p.start_s == pytest.approx(760.0) and p.server_s == pytest.approx((36 * 760.0, 60 * 760.0))
+    assert ", 2 untimed warm-up pass(es) of the prompts;" in planmod.render(p)
     assert "warm-up pass" not in planmod.render(_plan())

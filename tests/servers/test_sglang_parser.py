@@ -44,9 +44,10 @@ def autotune_sglang_launches(space_path: Path) -> dict:
     (``speculative_algorithm`` None for a baseline). ``schedule_files``: for load-level spaces, the adaptive-config
     file autotune writes for a per-level schedule, with the launch flags it is exported with (without the file's
     path: the test appends it)."""
-    from autotune import checks, export
+    from autotune import checks, export_bundle
     from autotune.backends import get_backend
-    from autotune.backends.sglang import adaptive_config, resolved_algorithm
+    from autotune.backends.sglang import resolved_algorithm
+    from autotune.backends.sglang_deploy import adaptive_config
     from autotune.config import TrialConfig
     from autotune.sim import simulated_space
     from autotune.sim.scenario import SCENARIO_DIR, read_scenario, scenario_loader
@@ -107,7 +108,7 @@ def autotune_sglang_launches(space_path: Path) -> dict:
     )
     for c in baselines + backend.defaults(sim):
         launch_argv(c)  # writes the files the launch reads into files_dir
-        argv = export.launch_argv(deploy, backend, c, files_dir=files_dir)
+        argv = export_bundle.launch_argv(deploy, backend, c, files_dir=files_dir)
         flags = [here.get(a, a) for a in argv[len(backend.launcher(space, deploy=True)) :]]
         launches.append((f"export {_name(c)}", flags, expected(c)))
 

@@ -386,11 +386,11 @@ def test_every_export_format_of_a_vllm_study_is_accepted(name, batch):
 
 
 def exports(name: str, tmp_path: Path) -> tuple[list[dict], dict]:
-    from autotune import export
+    from autotune import export_formats
     from autotune.backends.vllm import VLLMBackend
 
     space = load(name, tmp_path)
-    fmts = export.fitting_formats(VLLMBackend())
+    fmts = export_formats.fitting_formats(VLLMBackend())
     assert fmts == ["vllm", "command", "yaml", "json", "env", "compose", "k8s"]
     chosen = configs(space)
     by_method: dict = {}
@@ -414,7 +414,7 @@ def test_a_vllm_load_study_exports_its_schedule_as_vllm_reads_it(batch):
 
 
 def schedule_exports(tmp_path: Path) -> tuple[list[dict], dict]:
-    from autotune import export
+    from autotune import export, export_formats
     from autotune.backends.vllm import VLLMBackend
     from autotune.config import TrialConfig
     from autotune.schedule import batch_ranges
@@ -435,7 +435,7 @@ def schedule_exports(tmp_path: Path) -> tuple[list[dict], dict]:
     want = meant(config, space)
     want["speculative"].update(num_speculative_tokens=4, num_speculative_tokens_per_batch_size=ranges)
     items, expected = [], {}
-    for fmt in export.fitting_formats(VLLMBackend()):
+    for fmt in export_formats.fitting_formats(VLLMBackend()):
         text = export.export(space, VLLMBackend(), report_for(config), fmt, schedule=sched).text
         items.append({"id": fmt, "argv": serve_flags(text, fmt)})
         expected[fmt] = want
@@ -543,7 +543,7 @@ def test_the_exported_sglang_load_schedule_as_vllm_is_accepted(tmp_path):
     )
     assert e.returncode == 0, e.stderr[-3000:]
     text = script.read_text()
-    from autotune import export
+    from autotune import export_bundle
     from autotune.sim import simulated_space
     from autotune.space import load_space
 
@@ -554,7 +554,7 @@ def test_the_exported_sglang_load_schedule_as_vllm_is_accepted(tmp_path):
     flags = standins(serve_flags(text, "vllm"), here)
     spec_i = flags.index("--speculative-config") if "--speculative-config" in flags else None
     spec = json.loads(flags[spec_i + 1]) if spec_i is not None else {}
-    p = export.read_provenance(text)
+    p = export_bundle.read_provenance(text)
     sched = p.get("schedule") or []
     want: dict = {"max_num_seqs": max(deploy.benchmark.concurrency)}
     if spec_i is not None:

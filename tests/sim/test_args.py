@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.sim.args import Fault, SimLaunchError, parse_launch_args
+from autotune.sim.args import parse_launch_args
+from autotune.sim.faults import Fault, SimLaunchError
 from autotune.sim.scenario import load_scenario
 
 KIMI = ["--scenario", "kimi-k25-rtxpro6000", "--model-path", "kimi-k25"]

@@ -13,8 +13,9 @@ import pytest
 from autotune.clock import VirtualClock
 from autotune.config import ReferenceOutput
 from autotune.sim import logprobs, scenario, sim_launcher
-from autotune.sim.args import SimLaunchError, parse_launch_args
+from autotune.sim.args import parse_launch_args
 from autotune.sim.engine import SimEngine
+from autotune.sim.faults import SimLaunchError
 from autotune.sim.prompts import FIELD_REPORT_PROMPTS
 from autotune.sim.runner import ModelRunner
 from autotune.sim.text import (

@@ -9,15 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.sim.args import SimLaunchError, parse_launch_args
+from autotune.sim.adaptive import DEFAULT_ADAPTIVE_CONFIG, AdaptiveController, AdaptiveSlot
+from autotune.sim.args import parse_launch_args
 from autotune.sim.batch import closed_loop
 from autotune.sim.engine import SimEngine
-from autotune.sim.model import (
-    DEFAULT_ADAPTIVE_CONFIG,
-    AdaptiveController,
-    AdaptiveSlot,
-    prompt_repetition,
-)
+from autotune.sim.faults import SimLaunchError
+from autotune.sim.method_models import prompt_repetition
 
 PROMPTS = Path(__file__).parent / "prompts"
 METHODS = ["--scenario", "llama31-8b-h100-methods", "--model-path", "llama-3.1-8b-instruct"]
@@ -283,7 +280,7 @@ def test_controller_routes_batch_sizes() -> None:
 def _fixed_points(engine: SimEngine, text: str) -> list[int]:
     """The steps at which SGLang's rule stays put for this prompt's expected accepted drafts (its hysteresis can
     leave more than one: a run that has climbed stays up)."""
-    from autotune.sim.model import accept_length_distribution
+    from autotune.sim.acceptance import accept_length_distribution
 
     a_p, prof = engine.prompt_profile(text)  # type: ignore[misc]
     out = []

@@ -7,26 +7,22 @@ import math
 import numpy as np
 import pytest
 
-from autotune.sim.model import (
+from autotune.sim.acceptance import (
     DrafterProfile,
-    Phase,
     SpecShape,
     accept_length_distribution,
     chain_accept_length,
     expected_accept_length,
-    expected_request_ms,
     infer_category,
     kept_tree,
-    plan_request,
     prompt_acceptance,
     rng_for,
     stable_hash,
     start_factor,
-    t_cycle,
-    t_verify,
     walk_tree,
 )
 from autotune.sim.scenario import load_scenario
+from autotune.sim.timing import Phase, expected_request_ms, plan_request, t_cycle, t_verify
 
 KIMI = load_scenario("kimi-k25-rtxpro6000")
 LLAMA = load_scenario("llama31-8b-h100")

@@ -115,8 +115,8 @@ def test_the_gates_rules():
     for seeded in (None, records.SEEDED_DESIGN):
         assert search.not_worth_a_start(ctx, slow, seeded) is not None
         assert search.not_worth_a_start(ctx, fast, seeded) is None
-    # never the server defaults, the surrogate's own picks or a kept server's siblings, never a baseline
-    for seeded in (records.SEEDED_DEFAULT, records.SEEDED_SURROGATE, "shared start"):
+    # never the server defaults or the surrogate's own picks, never a baseline
+    for seeded in (records.SEEDED_DEFAULT, records.SEEDED_SURROGATE):
         assert search.not_worth_a_start(ctx, slow, seeded) is None
     baseline = TrialConfig.baseline(False)
     assert search.not_worth_a_start(ctx, baseline, None) is None

@@ -37,7 +37,8 @@ def test_the_result_carries_what_an_export_reads():
 def test_an_export_reads_the_result_as_it_read_the_report():
     import datetime as dt
 
-    from autotune.export import bundle, render
+    from autotune.export import render
+    from autotune.export_bundle import bundle
 
     space = make_space(n_trials=8, drafters=("good", "bad"), confirm_top=2, repeats=3)
     runner = ScriptedRunner(speed={"good": lambda c: 1.6, "bad": lambda c: 0.5})
