@@ -1,8 +1,8 @@
 """Static checks of drafter checkpoints against the target, from their ``config.json`` files (no server).
 
-``check_space(space)`` returns a list of ``Problem``s: errors (a launch would be misconfigured or useless)
-and warnings (something could not be verified). ``derive_algorithm`` tells EAGLE-3 from EAGLE-1/2 drafters;
-``resolved_algorithm`` is what the backends launch with.
+``autotune.backends.registry.check_space(space)`` returns a list of ``Problem``s: errors (a launch would be
+misconfigured or useless) and warnings (something could not be verified). ``derive_algorithm`` tells EAGLE-3 from
+EAGLE-1/2 drafters; ``resolved_algorithm`` is what the backends launch with.
 
 What is checked, per drafter that the search uses:
 
@@ -37,14 +37,12 @@ from typing import TYPE_CHECKING, Any
 from autotune.errors import ValidationFailed
 
 if TYPE_CHECKING:
-    from autotune.backends.base import Backend
     from autotune.space import DrafterSpec, Space
 
 __all__ = [
     "Problem",
     "check_checkpoints",
     "check_model_files",
-    "check_space",
     "derive_algorithm",
     "estimate_tokens",
     "resolved_algorithm",
@@ -158,16 +156,6 @@ def _undeterminable(drafter: DrafterSpec, cfg: Mapping[str, Any]) -> str:
 def estimate_tokens(text: str) -> int:
     """A tokenizer-free upper-ish estimate of a text's token count: max(words * 1.3, chars / 4)."""
     return math.ceil(max(len(text.split()) * 1.3, len(text) / 4))
-
-
-def check_space(space: Space, backend: Backend | None = None) -> list[Problem]:
-    """Static checks of the searched drafters against the target (see the module docstring), the ones the space's
-    backend (or ``backend``) applies: ``Backend.check_drafters``."""
-    if backend is None:
-        from autotune.backends.registry import get_backend  # not the backends: they import this module
-
-        backend = get_backend(space.server.backend)
-    return backend.check_drafters(space)
 
 
 def check_stand_ins(space: Space) -> list[Problem]:

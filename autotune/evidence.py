@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 
 from autotune import records
-from autotune.config import PromptResult
+from autotune.config import PromptResult, config_label
 from autotune.redact import redact_env
 
 #: artifact file names (the dashboard shows the name; ``.jsonl`` and ``.svg`` are previewed)
@@ -190,7 +190,6 @@ def prompts_svg(title: str, tok_per_s: Sequence[float], baseline: Sequence[float
 
 
 def _label(cfg: Mapping[str, Any] | None) -> str:
-    from autotune.render import config_label
 
     return config_label(dict(cfg) if cfg else None)
 

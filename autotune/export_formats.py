@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from autotune.backends.base import Backend
-from autotune.backends.registry import backend_class, backend_names
+from autotune.backends.registry import backend_class
 from autotune.export_bundle import (
     _SCRIPT_MARK,
     CONTAINER_FILES,
@@ -27,6 +27,7 @@ from autotune.export_bundle import (
     _NoAliases,
 )
 from autotune.redact import is_secret_name
+from autotune.servers import backend_names
 from autotune.space import Space
 
 # ---------------------------------------------------------------------------------------------- the formats

@@ -11,7 +11,8 @@ from typing import Any
 import optuna
 
 from autotune._io import atomic_write
-from autotune.render import config_label, measured, position_rows
+from autotune.config import config_label
+from autotune.render import measured, position_rows
 from autotune.study import baseline_check
 
 

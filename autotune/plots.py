@@ -22,8 +22,8 @@ from plotly.subplots import make_subplots
 
 from autotune import records
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
+from autotune.config import config_label
 from autotune.records import TrialRecord
-from autotune.render import config_label
 
 COLOURS = {"COMPLETE": "#3366cc", "PRUNED": "#aaaaaa", "FAIL": "#cc3333", "baseline": "#222222"}
 PALETTE = ("#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00")

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from autotune.config import config_label
 from autotune.study import baseline_check
 from autotune.verdict import Verdict
 
@@ -32,17 +33,6 @@ def _duration(s: float | None) -> str:
     if s >= 60:
         return f"{s / 60:.1f} min"
     return f"{s:.0f} s"
-
-
-def config_label(cfg: dict[str, Any] | None) -> str:
-    """``aq-medai num_steps=4,topk=1,... graphs off`` or ``baseline (graphs on)``."""
-    cfg = cfg or {}
-    graphs = "on" if cfg.get("cuda_graph", True) else "off"
-    if cfg.get("drafter") in (None, "none") and cfg.get("method") is None:
-        return f"baseline (graphs {graphs})"
-    knobs = ",".join(f"{k}={v}" for k, v in cfg.items() if k not in ("drafter", "cuda_graph", "method"))
-    who = cfg["drafter"] if cfg.get("method") is None else ":".join(x for x in (cfg["method"], cfg["drafter"]) if x)
-    return f"{who} {knobs} graphs {graphs}"
 
 
 def _console(out: IO[str]) -> Console:

@@ -1,11 +1,12 @@
 """The ``autotune`` package's import graph: no import circle, and server names only where servers live.
 
-The graph is read from the source with ``ast``: every import at any depth (module level, inside a function, a class
-or a ``try``), absolute and relative (``from . import x``), except those under ``if TYPE_CHECKING:`` (types only,
-never run). An edge goes to the module imported: ``from a import b`` names ``a.b`` when that is a module; a name a
-package's ``__init__`` re-exports (``from autotune.space import Space``) names the submodule it comes from, so a
-facade is not a false circle; otherwise the package itself. A package's ``__init__`` has an edge to each submodule it
-imports, like any module. A circle A -> B -> A through function-level imports counts as much as one at module level.
+The graph is read from the source with ``ast``, counted as Python executes imports: every import at any depth
+(module level, inside a function, a class, a ``try`` or under ``if TYPE_CHECKING:``, whose types are part of the
+design), absolute and relative (``from . import x``). An edge goes to the module imported (``from a import b`` names
+``a.b`` when that is a module, else ``a``) and to every package above it that the importer is not inside of: Python
+runs a package's ``__init__`` before its submodules, so ``from autotune.space import Space`` depends on all that
+``autotune/space/__init__.py`` imports. A package's ``__init__`` has an edge to each submodule it imports, like any
+module. A circle A -> B -> A through function-level imports counts as much as one at module level.
 """
 
 from __future__ import annotations
@@ -28,20 +29,11 @@ def module_names(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST):
-    """Every import statement at any depth, except under ``if TYPE_CHECKING:``."""
+    """Every import statement at any depth (under ``if TYPE_CHECKING:`` too)."""
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                yield from _imports(ast.Module(body=[child], type_ignores=[]))
         else:
             yield from _imports(node)
 
@@ -63,6 +55,12 @@ def _deepest_module(name: str, modules: dict[str, Path]) -> str | None:
         if ".".join(parts[:i]) in modules:
             return ".".join(parts[:i])
     return None
+
+
+def _packages_above(module: str, modules: dict[str, Path]) -> list[str]:
+    """The packages whose ``__init__`` Python runs before ``module`` (``a``, ``a.b`` for ``a.b.c``)."""
+    parts = module.split(".")
+    return [p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p in modules]
 
 
 def _reexports(modules: dict[str, Path]) -> dict[str, dict[str, str]]:
@@ -111,6 +109,8 @@ def import_graph(modules: dict[str, Path] | None = None) -> dict[str, set[str]]:
                     elif base in modules:
                         targets.append(through_facade(base, alias.name))
             edges |= {t for t in targets if t is not None}
+        own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 2)}  # the importer's packages
+        edges |= {a for t in list(edges) for a in _packages_above(t, modules) if a not in own}
         edges.discard(name)
         graph[name] = edges
     return graph
@@ -187,19 +187,22 @@ def test_the_graph_sees_what_matters(tmp_path):
     (pkg / "sub" / "c.py").write_text("X = 1\n")
     (pkg / "sub" / "d.py").write_text("class K:\n    def m(self):\n        from pkg import b\n")
     graph = import_graph(module_names(pkg))
-    assert graph["pkg.a"] == {"pkg.b", "pkg.sub.c"}  # a re-exported name: the module it comes from
-    assert graph["pkg.b"] == {"pkg.sub", "pkg.sub.d"}  # not TYPE_CHECKING; inside a function and a try
+    # a re-exported name: the module it comes from, and the package whose __init__ runs first
+    assert graph["pkg.a"] == {"pkg.b", "pkg.sub", "pkg.sub.c"}
+    assert graph["pkg.b"] == {"pkg.a", "pkg.sub", "pkg.sub.d"}  # under TYPE_CHECKING; inside a function and a try
     assert graph["pkg.sub"] == {"pkg.sub.c", "pkg.sub.d"}  # the facade imports its submodules
-    assert graph["pkg.sub.d"] == {"pkg.b"}  # inside a method
-    assert find_cycles(graph) == [["pkg.b", "pkg.sub.d", "pkg.b"]]  # not through the facade re-exporting C
+    assert graph["pkg.sub.d"] == {"pkg.b"}  # inside a method; not its own package
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]  # one per circle: the TYPE_CHECKING one counts
+    without_types = {**graph, "pkg.b": {"pkg.sub", "pkg.sub.d"}, "pkg.a": {"pkg.b", "pkg.sub.c"}}
+    assert find_cycles(without_types) == [["pkg.b", "pkg.sub.d", "pkg.b"]]
 
 
 #: a server or a server's knob named as a string literal
 SERVER_NAMES = re.compile(
     r"""["'](sglang|vllm|llamacpp|llama\.cpp)["']|["'](num_steps|draft_n_max|num_speculative_tokens|speculative_algorithm)["']"""
 )
-#: where servers and their knobs are the subject
-SERVER_HOMES = ("backends", "sim")
+#: where servers and their knobs are the subject (``servers.py``: the table of servers)
+SERVER_HOMES = ("backends", "sim", "servers.py")
 
 
 def server_names_outside_backends(root: Path = ROOT) -> list[str]:
@@ -225,34 +228,3 @@ def test_the_server_name_check_sees_them(tmp_path):
     (pkg / "backends" / "x.py").write_text('NAME = "sglang"\n')
     (pkg / "y.py").write_text("KNOB = 'num_steps'\nOK = 'sglang-like'\n")
     assert server_names_outside_backends(pkg) == ["autotune/y.py:1: KNOB = 'num_steps'"]
-
-
-#: no module of the package reaches this many lines (issue #21)
-MAX_MODULE_LINES = 600
-#: modules still over the limit while their split is pending elsewhere, each held to the size it has now: one may
-#: shrink (and leaves this table once it is under the limit) but never grow
-OVER_THE_LIMIT: dict[str, int] = {}
-
-
-def module_lengths(root: Path = ROOT) -> dict[str, int]:
-    """Every module of the package: ``autotune/...py`` -> its number of lines."""
-    return {
-        f"autotune/{path.relative_to(root).as_posix()}": len(path.read_text(encoding="utf-8").splitlines())
-        for path in sorted(root.rglob("*.py"))
-    }
-
-
-def test_no_module_reaches_600_lines():
-    lengths = module_lengths()
-    over = {m: n for m, n in lengths.items() if n >= MAX_MODULE_LINES and n > OVER_THE_LIMIT.get(m, 0)}
-    assert not over, f"modules of {MAX_MODULE_LINES} lines or more (split them by concern): {over}"
-    stale = sorted(m for m in OVER_THE_LIMIT if lengths.get(m, 0) < MAX_MODULE_LINES)
-    assert not stale, f"under {MAX_MODULE_LINES} lines now, drop from OVER_THE_LIMIT: {stale}"
-
-
-def test_the_length_check_counts_lines(tmp_path):
-    pkg = tmp_path / "autotune"
-    (pkg / "sim").mkdir(parents=True)
-    (pkg / "sim" / "big.py").write_text("x = 1\n" * MAX_MODULE_LINES)
-    (pkg / "small.py").write_text("x = 1\n" * (MAX_MODULE_LINES - 1))
-    assert module_lengths(pkg) == {"autotune/sim/big.py": MAX_MODULE_LINES, "autotune/small.py": MAX_MODULE_LINES - 1}

@@ -40,32 +40,17 @@ from autotune.acceptance import AcceptPositions
 from autotune.backends.openai_stream import ChunkInfo, ChunkParser, parse_openai_chunk, parse_openai_logprobs
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
+from autotune.servers import KnobDomain, Method
 
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.backends.methods import Method
     from autotune.checks import Problem
     from autotune.space import Space
 
 #: the drafter algorithms a space file may force (``drafters[].algorithm``) when the backend names none of its own:
 #: the checkpoint families ``autotune.checks`` tells apart (NEXTN: EAGLE for MTP layers; STANDALONE: a draft model)
 DRAFTER_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
-
-
-@dataclass(frozen=True)
-class KnobDomain:
-    """The values a knob takes in a space file: ``kind`` ``"int"``, ``"float"``, ``"str"`` or ``"any"`` (any plain
-    scalar), between ``low`` and ``high`` inclusive (None: unbounded). The space validator checks values and ranges
-    against it; the backend's own rules (``resolve``) come on top."""
-
-    kind: str = "any"
-    low: float | None = None
-    high: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("int", "float", "str", "any"):
-            raise ValueError(f"kind must be int, float, str or any but got {self.kind!r}")
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotune.backends.base import KnobDomain
-from autotune.backends.methods import METHOD_KNOB, FlatMethods, Method
+from autotune.backends.methods import METHOD_KNOB, FlatMethods
 from autotune.config import TrialConfig
 from autotune.errors import UserError
+from autotune.servers import KnobDomain, Method
 
 if TYPE_CHECKING:
     from autotune.space import Space

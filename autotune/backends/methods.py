@@ -14,16 +14,14 @@ has drafter None. Optuna params of a method space: ``method`` (categorical over 
 from __future__ import annotations
 
 import itertools
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.backends import encode
-from autotune.backends.base import KnobDomain
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
+from autotune.servers import Method
 from autotune.space.model import Choices, FloatRange, IntRange, ParamSpec
 
 if TYPE_CHECKING:
@@ -34,72 +32,19 @@ if TYPE_CHECKING:
 __all__ = [
     "METHOD_KNOB",
     "FlatMethods",
-    "Method",
     "MethodWalk",
     "OptunaAsk",
     "ReplayAsk",
     "param_name",
-    "version_lacks",
 ]
 
 #: the knob of a ``TrialConfig`` that names its method (only in spaces with ``search.methods``)
 METHOD_KNOB = "method"
 
 
-@dataclass(frozen=True)
-class Method:
-    """One way of speculating a backend offers.
-
-    ``name``: the key in ``search.methods``; ``label``: how reports name it ("EAGLE-3", "n-gram");
-    ``needs_drafter``: the method runs a checkpoint from the space's ``drafters`` (``drafter_kind`` says which: "an
-    EAGLE head", "a small draft model"); ``knobs``: the knobs ``search.methods.NAME`` may search, with their domains;
-    ``defaults``: the server's own value of each knob (what a launch without the flag runs); ``adaptive``: the
-    engine's runtime controller (compared in reports with the tuned static config it competes with); ``since``:
-    the first server version that has the method (None: every version autotune targets); ``knob_since``: the same
-    per knob."""
-
-    name: str
-    label: str
-    needs_drafter: bool
-    knobs: Mapping[str, KnobDomain] = field(default_factory=dict)
-    defaults: Mapping[str, object] = field(default_factory=dict)
-    adaptive: bool = False
-    since: str | None = None
-    knob_since: Mapping[str, str] = field(default_factory=dict)
-    drafter_kind: str = "a drafter"
-    #: what the version note says when ``since`` was assumed rather than read from the server's source
-    since_note: str = ""
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.defaults) - set(self.knobs))
-        if unknown:
-            raise ValueError(f"method {self.name}: defaults for unknown knobs {unknown}")
-
-
 def param_name(method: str, knob: str) -> str:
     """The Optuna param of ``knob`` of ``method`` (``eagle3.num_steps``); ``drafter`` for its drafter."""
     return f"{method}.{knob}"
-
-
-def version_lacks(version: str | None, since: str | None) -> bool:
-    """Whether server ``version`` predates ``since`` (False when either is unknown)."""
-    if not version or not since:
-        return False
-    a, b = _numbers(version), _numbers(since)
-    return bool(a and b and a < b)
-
-
-def _numbers(version: str) -> tuple[int, ...]:
-    """``"0.5.23.post1"`` -> ``(0, 5, 23)``: the leading numeric components."""
-    out: list[int] = []
-    for piece in version.strip().lstrip("vVb").split("."):
-        m = re.match(r"\d+", piece)
-        if not m:
-            break
-        out.append(int(m.group()))
-        if m.end() != len(piece):
-            break
-    return tuple(out)
 
 
 # -- a method tree walk asks its questions of one of these: Optuna (suggest) or a config's values (params) --

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import checks
 from autotune.backends import encode
-from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch, flag_value
+from autotune.backends.base import Backend, Portable, ScheduledLaunch, flag_value
 from autotune.backends.openai_stream import ChunkInfo, ChunkParser, _float_or_none, _int_or_none, parse_openai_chunk
 from autotune.backends.sglang_catalogue import ADAPTIVE_FILE, METHODS, feasibility_reason, tree_flags
 from autotune.backends.sglang_catalogue import _read_json as _read_config_json
@@ -66,6 +66,7 @@ from autotune.backends.sglang_stream import (
 )
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
+from autotune.servers import KnobDomain
 from autotune.space import Choices, ParamSpec
 
 if TYPE_CHECKING:

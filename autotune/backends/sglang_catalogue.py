@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.backends.base import KnobDomain
-from autotune.backends.methods import Method
 from autotune.config import TrialConfig
+from autotune.servers import KnobDomain, Method
 
 if TYPE_CHECKING:
     pass

@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 from autotune import checks
 from autotune.acceptance import AcceptPositions
 from autotune.backends import encode
-from autotune.backends.base import Backend, KnobDomain, Portable, ScheduledLaunch
-from autotune.backends.methods import version_lacks
+from autotune.backends.base import Backend, Portable, ScheduledLaunch
 from autotune.backends.openai_stream import _int_or_none
 from autotune.backends.prometheus import metric_total, per_position_deltas
 from autotune.backends.vllm_drafters import architecture_problem
@@ -47,6 +46,7 @@ from autotune.backends.vllm_methods import PER_BATCH_SIZE_SINCE, SINCE, VLLMMeth
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.schedule import batch_ranges
+from autotune.servers import KnobDomain, version_lacks
 from autotune.space import Choices
 
 if TYPE_CHECKING:

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends.base import KnobDomain
-from autotune.backends.methods import METHOD_KNOB, FlatMethods, Method
+from autotune.backends.methods import METHOD_KNOB, FlatMethods
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
+from autotune.servers import KnobDomain, Method
 
 if TYPE_CHECKING:
     from autotune.space import Space

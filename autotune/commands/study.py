@@ -40,7 +40,8 @@ class WorkerResult:
 def validate(ctx: Context, *, stand_ins: bool = True) -> list[Any]:
     """The static drafter/target checks (``checks.Problem`` list); with ``--simulate`` they read the simulator's
     stand-ins, and ``stand_ins`` adds a warning for each real path not on this machine (``check_stand_ins``)."""
-    from autotune.checks import check_space, check_stand_ins
+    from autotune.backends.registry import check_space
+    from autotune.checks import check_stand_ins
 
     problems = check_space(ctx.run_space, ctx.backend)
     return problems + check_stand_ins(ctx.space) if ctx.simulated and stand_ins else problems
@@ -353,7 +354,7 @@ def _settle_after(ctx: Context, n_trials: int) -> int | None:
     """The fewest trials before the search may stop settled (``autotune.study.search.settled``): the baselines,
     then the server defaults and the design (``search.design_count``'s rule) or the surrogate's minimum; None when
     the search runs its whole budget (``budget.stop_when_settled`` off, or a backend that enumerates no grid)."""
-    from autotune.study.policies import DEFAULT_POLICIES
+    from autotune.study.search import MIN_SURROGATE_POINTS
     from autotune.surrogate import Encoding
 
     space = ctx.run_space
@@ -366,9 +367,9 @@ def _settle_after(ctx: Context, n_trials: int) -> int | None:
     seeds = len(ctx.backend.defaults(space)) * graphs
     design = space.budget.design_trials
     if design is None:
-        target = DEFAULT_POLICIES.refine.min_points + len(Encoding.from_configs(grid).knobs)
+        target = MIN_SURROGATE_POINTS + len(Encoding.from_configs(grid).knobs)
         design = max(0, min(n_trials // 4, target) - seeds)
-    return min(n_trials, graphs + max(seeds + design, DEFAULT_POLICIES.refine.min_points))
+    return min(n_trials, graphs + max(seeds + design, MIN_SURROGATE_POINTS))
 
 
 def load_report(ctx: Context) -> StudyResult:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.backends.registry import DEFAULT_BACKEND
+from autotune.servers import DEFAULT_BACKEND
 
 __all__ = [
     "BenchmarkSpec",

@@ -17,12 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from autotune.backends.registry import (
-    backend_class,
-    backend_names,
-    drafter_algorithms,
-)
 from autotune.errors import SpaceError
+from autotune.servers import backend_names, drafter_algorithms, server_class
 from autotune.space.checker import Recorded, Validator
 from autotune.space.describe import is_plain_number, join, suggest
 from autotune.space.loader import item_line, key_line, parse_yaml, read_text
@@ -99,7 +95,7 @@ class SpaceReader(SearchSection, BenchmarkSection):
         levels = bench.concurrency if bench is not None else None
         prompts = bench.prompts if bench is not None else None
         if server is not None and bench is not None and bench.loaded:
-            for problem in backend_class(server.backend).level_flag_problems(server.extra_args, max(levels)):
+            for problem in server_class(server.backend).level_flag_problems(server.extra_args, max(levels)):
                 line = key_line(top.get("server"), "extra_args", None)
                 self.errors.append(self.error("server.extra_args", line, problem))
         rest["objective"] = self.section(
@@ -180,7 +176,7 @@ class SpaceReader(SearchSection, BenchmarkSection):
     def managed_flags(self, spec: ServerSpec, raw: Any, f: str, line: int | None) -> None:
         """No item of ``extra_args`` is a flag the backend sets itself (``Backend.managed_flags``)."""
         extra = raw.get("extra_args") or []
-        sets_flag = backend_class(spec.backend).sets_flag
+        sets_flag = server_class(spec.backend).sets_flag
         for i, arg in enumerate(spec.extra_args):
             if sets_flag(arg):
                 raise self.error(

@@ -9,9 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from autotune.backends.base import KnobDomain
-from autotune.backends.methods import version_lacks
-from autotune.backends.registry import knob_domains, method_catalogue
+from autotune.servers import KnobDomain, knob_domains, method_catalogue, version_lacks
 from autotune.space.checker import Checker, Validator
 from autotune.space.describe import describe, fmt_num, is_int, is_num, join, suggest
 from autotune.space.loader import item_line, key_line

@@ -19,13 +19,14 @@ import pytest
 import yaml
 
 from autotune import export, export_bundle, export_formats
-from autotune.backends import Backend, KnobDomain, encode, register_backend, unregister_backend
+from autotune.backends import Backend, encode
 from autotune.backends.base import flag_value
 from autotune.clock import VirtualClock
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ServerExited
 from autotune.process.runner import ProcessRunner
 from autotune.report import build_report
+from autotune.servers import KnobDomain, register_backend, unregister_backend
 from autotune.sim import simulated_space
 from autotune.sim.runner import ModelRunner
 from autotune.space import Space, load_space
@@ -146,7 +147,8 @@ def _space_file(tmp_path: Path) -> Path:
 
 
 def test_registering_a_backend(filespec_backend):
-    from autotune.backends import backend_class, backend_names, get_backend, knob_domains
+    from autotune.backends import backend_class, get_backend
+    from autotune.servers import backend_names, knob_domains
 
     assert NAME in backend_names() and backend_class(NAME) is FileSpecBackend
     assert isinstance(get_backend(NAME), FileSpecBackend)

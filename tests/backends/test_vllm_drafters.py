@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.backends import check_space
 from autotune.backends.vllm import VLLMBackend
 from autotune.backends.vllm_drafters import ACCEPTED, architecture_problem, renamed
-from autotune.checks import check_space
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.space import load_space

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from autotune.checks import Problem, check_space, derive_algorithm, estimate_tokens, resolved_algorithm
+from autotune.backends import check_space
+from autotune.checks import Problem, derive_algorithm, estimate_tokens, resolved_algorithm
 from autotune.errors import ValidationFailed
 from autotune.space import BenchmarkSpec, DrafterSpec, Prompt, SearchSpec, ServerSpec, Space
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.backends import KNOBS
 from autotune.errors import SpaceError
+from autotune.servers import knob_domains
 from autotune.space import (
     BenchmarkSpec,
     BudgetSpec,
@@ -48,7 +48,7 @@ def test_shipped_spaces_load(path: Path):
     space = load_space(path)
     assert isinstance(space, Space)
     assert space.path == str(path)
-    assert set(space.search.knobs) <= set(KNOBS[space.server.backend])
+    assert set(space.search.knobs) <= set(knob_domains(space.server.backend))
     assert space.benchmark.prompts
 
 
