@@ -14,8 +14,9 @@ Figures (per scenario, slot count and seed):
   before the confirmation); total wall: search wall + the confirmation.
 - speed-up: the one-slot median search wall / the n-slot median search wall (same seeds, same budget).
 - trials: counted trials of the study (must equal the budget: the budget is shared and exact). The settled stop
-  (``StopPolicy.settle``) is off here: a search that stops early would not be the same budget on every slot count,
-  and the speed-up would compare different amounts of work (scripts/bench_search.py measures the stop).
+  is off here (``budget.stop_when_settled: false``, ``fixed_budget``): a search that stops early would not be the
+  same budget on every slot count, and the speed-up would compare different amounts of work
+  (scripts/bench_search.py measures the stop).
 - hit: the recommendation after confirmation is within 2% of the true (noise-free) optimum
   (``bench_search.ground_truth``).
 
@@ -55,21 +56,28 @@ from autotune.config import TrialConfig  # noqa: E402
 from autotune.report import build_report  # noqa: E402
 from autotune.space import Space  # noqa: E402
 from autotune.study import Orchestrator, make_pruner, make_sampler, open_study  # noqa: E402
-from autotune.study.policies import DEFAULT_POLICIES, StopPolicy  # noqa: E402
 
 SLOTS = (1, 2, 4)
-#: the whole budget on every slot count: the settled stop off (the module's docstring says why)
-FIXED_BUDGET = dataclasses.replace(DEFAULT_POLICIES, stop=StopPolicy(settle=False))
+
 #: scenarios run by default (bench_search's names): a clear winner, the field report's near-tie, an optimum on the edge
 DEFAULT_SCENARIOS = ("llama", "kimi", "llama-edge")
 WITHIN = bench_search.WITHIN
 
 
+def fixed_budget(space: Space) -> Space:
+    """The whole budget on every slot count: ``space`` with the settled stop off (``budget.stop_when_settled:
+    false``; the module's docstring says why)."""
+    return dataclasses.replace(space, budget=dataclasses.replace(space.budget, stop_when_settled=False))
+
+
 def parallel_search(
     space: Space, n_slots: int, seed: int, *, name: str, scenarios: Any = None
 ) -> tuple[optuna.Study, ParallelClocks, list[Any]]:
-    """Search ``space`` with ``n_slots`` parallel workers on one in-memory study; (study, timeline, runners)."""
+    """Search ``space`` with ``n_slots`` parallel workers on one in-memory study, its settled stop off
+    (``fixed_budget``); (study, timeline, runners)."""
     from autotune.sim.runner import ModelRunner
+
+    space = fixed_budget(space)
 
     backend = SGLangBackend()
     storage = optuna.storages.InMemoryStorage()
@@ -84,7 +92,7 @@ def parallel_search(
             study = optuna.load_study(
                 study_name=name, storage=storage, sampler=make_sampler(space, seed * 100 + i), pruner=make_pruner(space)
             )
-            orch = Orchestrator(space, backend, runners[i], study, clock=timeline.clock(i), policies=FIXED_BUDGET)
+            orch = Orchestrator(space, backend, runners[i], study, clock=timeline.clock(i))
             orch.search(space.budget.n_trials)
         except BaseException as e:  # reported by the caller
             errors.append(e)

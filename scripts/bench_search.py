@@ -72,7 +72,7 @@ from autotune.measure import measure_config  # noqa: E402
 from autotune.report import build_report  # noqa: E402
 from autotune.sim.scenario import SCENARIO_DIR, Scenario, ScenarioLoader, read_scenario, scenario_loader  # noqa: E402
 from autotune.space import Space, load_space  # noqa: E402
-from autotune.study import CandidatePolicy, Event, Orchestrator, Policies, RefinePolicy, StopPolicy, open_study  # noqa: E402
+from autotune.study import Event, Orchestrator, open_study  # noqa: E402
 
 #: name -> (space file relative to the repo, what the landscape shows)
 SCENARIOS: dict[str, tuple[str, str]] = {
@@ -97,35 +97,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 METHODS = ("grid", "tuner", "tuner_no_prune", "tuner_no_refine", "random")
 #: methods run on the generated landscapes
 LANDSCAPE_METHODS = ("grid", "random", "tuner")
-#: variants that change only the study's policies (make_method keeps the space; policies_for gives these)
-POLICY_VARIANTS: dict[str, Policies] = {
-    "tuner_no_settle": Policies(
-        stop=StopPolicy(settle=False),
-        candidates=CandidatePolicy(join_probability=0.0, race_tie=None, join_over_bar=False),
-    ),
-    "tuner_settle_only": Policies(candidates=CandidatePolicy(join_probability=0.0)),
-    "tuner_thin_only": Policies(stop=StopPolicy(settle=False)),
-    "tuner_settle01": Policies(stop=StopPolicy(settle_probability=0.01)),
-    "tuner_join20": Policies(candidates=CandidatePolicy(join_probability=0.2)),
-    "tuner_picks0": Policies(stop=StopPolicy(improve_after_picks=0)),
-    "tuner_picks5": Policies(stop=StopPolicy(improve_after_picks=5)),
-    "tuner_join01": Policies(candidates=CandidatePolicy(join_probability=0.01)),
-    "tuner_res01": Policies(stop=StopPolicy(resolution=0.01)),
-    "tuner_gain_only": Policies(stop=StopPolicy(improve_after_picks=10**6)),
-    "tuner_eg10": Policies(stop=StopPolicy(expected_gain=0.001)),
-    "tuner_eg20": Policies(stop=StopPolicy(expected_gain=0.002)),
-    "tuner_eg30": Policies(stop=StopPolicy(expected_gain=0.003)),
-    "tuner_egc03": Policies(stop=StopPolicy(expected_gain_per_start_min=0.0003)),
-    "tuner_egc05": Policies(stop=StopPolicy(expected_gain_per_start_min=0.0005)),
-    "tuner_no_skip": Policies(refine=RefinePolicy(skip_below=None)),
-    "tuner_skip20": Policies(refine=RefinePolicy(skip_margin=0.20)),
-    "tuner_skip05": Policies(refine=RefinePolicy(skip_margin=0.05)),
-    "tuner_unfactored": Policies(refine=RefinePolicy(factored=False)),
-    "tuner_improve_only": Policies(stop=StopPolicy(over_bar=False)),
-    "tuner_race_full": Policies(candidates=CandidatePolicy(race_tie=None)),
-    "tuner_join_under": Policies(candidates=CandidatePolicy(join_over_bar=False)),
-}
-#: comparisons with settings other than the shipped defaults, run only when asked for (see make_method)
+#: comparisons with settings other than the shipped defaults, run only when asked for (see make_method). The
+#: variants of the study's stop and candidate rules (``tuner_no_settle``, ``tuner_eg10``, ``tuner_race_full``, ...)
+#: went with those rules' options in #44; their figures stay in docs/benchmarks.md
 EXTRA_METHODS: tuple[str, ...] = (
     "tuner_prev",
     "tuner_half",
@@ -136,12 +110,10 @@ EXTRA_METHODS: tuple[str, ...] = (
     "tuner_margin0",
     "tuner_margin10",
     "tuner_top5",
-    "tuner_kappa0",
-    "tuner_kappa1",
     "tuner_bar5",
     "tuner_rep3",
     "tuner_rep3m6",
-    *POLICY_VARIANTS,
+    "tuner_thin_only",
 )
 WITHIN = 0.02
 
@@ -359,7 +331,7 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
         ), None
     if method == "tuner_no_leader":
         return dataclasses.replace(space, pruning=dataclasses.replace(space.pruning, leader=False)), None
-    if method in ("tuner_margin0", "tuner_margin10", "tuner_top5", "tuner_kappa0", "tuner_kappa1"):
+    if method in ("tuner_margin0", "tuner_margin10", "tuner_top5"):
         margin = 0.0 if method == "tuner_margin0" else 0.10
         return dataclasses.replace(space, pruning=dataclasses.replace(space.pruning, leader_margin=margin)), None
     if method == "tuner_no_design":
@@ -370,8 +342,8 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
     if method == "tuner_refine_all":  # the surrogate from the design on, no TPE between
         b = dataclasses.replace(space.budget, refine_trials=space.budget.n_trials)
         return dataclasses.replace(space, budget=b), None
-    if method in POLICY_VARIANTS:
-        return space, None  # policies only (policies_for)
+    if method == "tuner_thin_only":  # the settled stop off (the whole budget), confirmation as shipped
+        return dataclasses.replace(space, budget=dataclasses.replace(space.budget, stop_when_settled=False)), None
     if method == "tuner_rep3":  # the first look after 3 rounds instead of the space's 4; the same most rounds
         return _verdict(space, repeats=3, max_repeats=space.verdict.max_rounds), None
     if method == "tuner_rep3m6":  # the first look after 3 rounds, at most 6 rounds (twice the first look)
@@ -383,15 +355,6 @@ def make_method(method: str, space: Space, seed: int) -> tuple[Space, optuna.sam
         prev_space = _no_refine(dataclasses.replace(space, pruning=prev))
         return _verdict(prev_space, confirm_top=2, repeats=3, max_repeats=3), None
     raise ValueError(f"unknown method {method!r}")
-
-
-def policies_for(method: str) -> Policies:
-    """The study's policies under ``method``: the kappa variants rank confirmation candidates by posterior mean
-    + 0 or 1 sd instead of the shipped 2; ``tuner_no_settle`` runs its whole budget and confirms every candidate."""
-    if method in POLICY_VARIANTS:
-        return POLICY_VARIANTS[method]
-    kappa = {"tuner_kappa0": 0.0, "tuner_kappa1": 1.0}.get(method)
-    return Policies() if kappa is None else Policies(candidates=CandidatePolicy(kappa=kappa))
 
 
 def _no_refine(space: Space) -> Space:
@@ -420,8 +383,7 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
         sampler=sampler,
     )
     end_times = EndTimes(clock)
-    policies = policies_for(method)
-    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=end_times, policies=policies)
+    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=end_times)
     orch.search(space.budget.n_trials, timeout_s=space.budget.timeout_s)
     search_s = clock.now()
     state = orch.confirm()

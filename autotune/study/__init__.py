@@ -16,8 +16,7 @@ Modules, one job each:
 - ``trial``: one trial (``Objective``), from the suggestion to its outcome
 - ``confirm``: candidates, confirmation rounds, exclusions, the verdict
 - ``race``: the confirmation's math (pure)
-- ``context``, ``events``, ``policies``: what the jobs share; progress events; how candidates are chosen, the
-  search refined and the study stopped (passed to the ``Orchestrator``)
+- ``context``, ``events``: what the jobs share; progress events
 - ``outcomes``, ``waiting``: what a trial's steps raise; waiting for other workers
 - ``orchestrator``: ``Orchestrator``, the facade over all of it, and ``run``
 - ``_optuna``: the only access to Optuna's private members
@@ -28,7 +27,6 @@ from autotune.study.confirm import CANDIDATE_KAPPA
 from autotune.study.context import StudyContext
 from autotune.study.events import Event, Listener
 from autotune.study.orchestrator import Orchestrator, run
-from autotune.study.policies import DEFAULT_POLICIES, CandidatePolicy, Policies, RefinePolicy, StopPolicy
 from autotune.study.race import race_survivors
 from autotune.study.search import MIN_SURROGATE_POINTS, REFINE_KAPPA
 from autotune.study.storage import (
@@ -44,8 +42,6 @@ from autotune.study.trial import MAX_CONSECUTIVE_LAUNCH_FAILURES, WORKER, Object
 
 __all__ = [
     "CANDIDATE_KAPPA",
-    "DEFAULT_POLICIES",
-    "CandidatePolicy",
     "COUNTED",
     "Event",
     "Listener",
@@ -53,11 +49,8 @@ __all__ = [
     "MIN_SURROGATE_POINTS",
     "Objective",
     "Orchestrator",
-    "Policies",
     "REFINE_KAPPA",
     "RETRIED_FAILURES",
-    "RefinePolicy",
-    "StopPolicy",
     "StudyContext",
     "WORKER",
     "default_storage",

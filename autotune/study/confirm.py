@@ -27,14 +27,24 @@ from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.figures import confirmation_floor
-from autotune.study.policies import DEFAULT_POLICIES
-from autotune.study.search import fastest_baseline, surrogate
+from autotune.study.search import RESOLUTION, SETTLE_SAMPLES, fastest_baseline, surrogate
 from autotune.study.settle import baseline_draws, change_bar
 from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed
 
-CANDIDATE_KAPPA = DEFAULT_POLICIES.candidates.kappa
+#: confirmation candidates are ranked by posterior mean + ``CANDIDATE_KAPPA`` sd of the surrogate (``candidate_sets``)
+CANDIDATE_KAPPA = 2.0
 #: with load levels, the fastest measured configs per level confirmed for that level's sake (``_level_winners``)
-LEVEL_CANDIDATES = DEFAULT_POLICIES.candidates.per_level
+LEVEL_CANDIDATES = 2
+#: a candidate after the first joins only while the surrogate gives it at least this probability of changing the
+#: answer (``thin``): beating the best-ranked one (by posterior mean) by more than ``search.RESOLUTION`` or clearing
+#: the ``min_gain`` bar over the fastest baseline, whichever is higher (as the search's stop asks, ``Settled.p_change``:
+#: under the bar a config 1% faster than a tie changes nothing; scripts/bench_search.py, kimi: 4.71 h, 5.73 h with
+#: the resolution alone under the bar too). Each candidate costs a server start per round.
+JOIN_PROBABILITY = 0.05
+#: the race among confirmed candidates ends once every one still racing beside the leader is, at the race's
+#: confidence, at most this much faster than the leader (``race.still_racing``): which of near-ties to deploy
+#: changes tok/s by less than this, and racing them costs a start of each per round up to ``max_rounds``
+RACE_TIE = 0.01
 NOT_CONFIRMED = "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)"
 
 
@@ -70,8 +80,7 @@ def candidate_sets(
         # beats a lucky start, and a config on the space's edge, which a smooth model underrates, still gets
         # its chance in the race (scripts/bench_search.py measured both)
         mean, sd = model.predict([TrialRecord(t).effective_config() for t in complete])
-        kappa = ctx.policies.candidates.kappa
-        score = {t.number: float(m + kappa * v) for t, m, v in zip(complete, mean, sd, strict=True)}
+        score = {t.number: float(m + CANDIDATE_KAPPA * v) for t, m, v in zip(complete, mean, sd, strict=True)}
 
     baselines = {cg: records.find_baseline(ctx.study, cg) for cg in {TrialRecord(t).cuda_graph for t in complete}}
 
@@ -117,28 +126,25 @@ def candidate_sets(
 
 def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[FrozenTrial]:
     """Confirmation sized by what it can change: each round measures every candidate (a server start each), so a
-    candidate joins only while the surrogate's joint posterior gives it a real chance
-    (``policies.candidates.join_probability``) of beating the best-ranked candidate (by posterior mean) by more
-    than the study's resolution (``policies.stop.resolution``): a near-tie of the best costs rounds and cannot
-    change the answer by more than the resolution. A method's best (``_method_bests``) always stays: every method's
-    figure in the report is a confirmed interval."""
-    floor = ctx.policies.candidates.join_probability
-    if floor <= 0:
-        return cands
+    candidate joins only while the surrogate's joint posterior gives it a real chance (``JOIN_PROBABILITY``) of
+    beating the best-ranked candidate (by posterior mean) by more than the study's resolution (``search.RESOLUTION``)
+    or clearing the bar over the fastest baseline, whichever is higher: a near-tie of the best costs rounds and
+    cannot change the answer by more than the resolution. A method's best (``_method_bests``) always stays: every
+    method's figure in the report is a confirmed interval."""
     configs = [TrialRecord(t).effective_config() for t in cands]
     mean, _sd = model.predict(configs)
     top = int(np.argmax(mean))
     rng = np.random.default_rng(records.design_seed(ctx.study))
-    draws = model.sample(configs, ctx.policies.stop.settle_samples, rng)
-    fastest = fastest_baseline(ctx) if ctx.policies.candidates.join_over_bar else None
+    draws = model.sample(configs, SETTLE_SAMPLES, rng)
+    fastest = fastest_baseline(ctx)
     b = None if fastest is None else baseline_draws(math.log(float(fastest.value)), model.noise_floor, len(draws), rng)
-    change = change_bar(draws[:, top], ctx.policies.stop.resolution, b, ctx.space.verdict.min_gain)
+    change = change_bar(draws[:, top], RESOLUTION, b, ctx.space.verdict.min_gain)
     methods = {TrialRecord(t).method for t in cands} - {None}
     firsts = {m: next(t.number for t in cands if TrialRecord(t).method == m) for m in methods}
     out = []
     for i, t in enumerate(cands):
         chance = float(np.mean(draws[:, i] > change))
-        if i == top or chance >= floor or firsts.get(TrialRecord(t).method) == t.number:
+        if i == top or chance >= JOIN_PROBABILITY or firsts.get(TrialRecord(t).method) == t.number:
             out.append(t)
         else:
             ctx.emit(
@@ -147,7 +153,7 @@ def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[Frozen
                     t.number,
                     {
                         "message": f"trial {t.number} is not confirmed: the surrogate gives it P = {chance:.3f} of "
-                        f"beating trial {cands[top].number} by more than {ctx.policies.stop.resolution:.0%}"
+                        f"beating trial {cands[top].number} by more than {RESOLUTION:.0%}"
                         + (f" or clearing the {ctx.space.verdict.min_gain:.0%} bar" if fastest is not None else "")
                     },
                 )
@@ -180,7 +186,7 @@ def _scaled(v: float | None, ratio: float) -> float | None:
 
 
 def _level_winners(ctx: StudyContext, complete: list[FrozenTrial], seen: set[str | None]) -> list[FrozenTrial]:
-    """With load levels: of the ``policies.candidates.per_level`` fastest measured configs at each level (by their
+    """With load levels: of the ``LEVEL_CANDIDATES`` fastest measured configs at each level (by their
     speedup over the baseline's same level, above 1 and within the latency limits there), those that are not
     candidates yet, so that each level's winner is confirmed (taking that many that are not candidates yet cost
     more starts and hits: docs/benchmarks.md, session 22). On a level's plateau the single fastest measurement is
@@ -196,7 +202,7 @@ def _level_winners(ctx: StudyContext, complete: list[FrozenTrial], seen: set[str
                 continue
             ranked.append((float(x["speedup"]), t))
         ranked.sort(key=lambda p: (p[0], -p[1].number), reverse=True)
-        for speedup, t in ranked[: ctx.policies.candidates.per_level]:
+        for speedup, t in ranked[:LEVEL_CANDIDATES]:
             key = TrialRecord(t).config_key
             if speedup > 1.0 and key not in seen:
                 seen.add(key)
@@ -274,7 +280,7 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
     while True:
         info = _info(_live(cands, state))  # a candidate whose starts failed is out of the race
         points = race.bar_points(info, state.deploy_cuda_graph, levels, _prior(ctx))
-        tie = race.tie_rule(info, spec, state.deploy_cuda_graph, _tie(ctx), _prior(ctx))
+        tie = race.tie_rule(info, spec, state.deploy_cuda_graph, RACE_TIE, _prior(ctx))
         racing = race.still_racing(state.rounds, [t.number for t in cands], spec, points, tie)
         active = race.next_round(
             state.rounds,
@@ -284,7 +290,7 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
             levels,
             _level_only(state),
             _prior(ctx),
-            _tie(ctx),
+            RACE_TIE,
         )
         if not active:
             break
@@ -341,11 +347,6 @@ def _prior(ctx: StudyContext) -> Spread:
     """What the spread of a round's paired log ratio is known to be before confirmation measures it: the space's
     start-to-start noise (``stats.start_prior``)."""
     return start_prior(ctx.space.pruning.start_noise)
-
-
-def _tie(ctx: StudyContext) -> float | None:
-    """How close to the leader a racing candidate must be proven for the race to end (``race.still_racing``)."""
-    return ctx.policies.candidates.race_tie
 
 
 def _level_only(state: ConfirmationState) -> frozenset[int]:
@@ -420,7 +421,7 @@ def _verdict(
         _levels(ctx),
         _level_only(state),
         _prior(ctx),
-        _tie(ctx),
+        RACE_TIE,
     )
     for key in ("results", "level_results", "level_verdicts", "level_text", "confidence"):
         if key in seen:

@@ -1,5 +1,5 @@
 """What every job of a study shares: the space, the backend, the seam to the world (runner and clock), the study,
-the listener, the policies, and what is derived from them once (the grid, the lossless check's tolerance)."""
+the listener, and what is derived from them once (the grid, the lossless check's tolerance)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from autotune.pruner import BaselinePruner
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.study.events import Listener, quiet
-from autotune.study.policies import DEFAULT_POLICIES, Policies
 from autotune.study.storage import make_pruner
 
 
@@ -33,7 +32,6 @@ class StudyContext:
     clock: Clock = field(default_factory=MonotonicClock)
     emit: Listener = quiet
     evidence: Evidence | None = None  # where each trial's log, prompts and note go for the dashboard
-    policies: Policies = DEFAULT_POLICIES  # candidate selection, refinement, stopping
     pruner: BaselinePruner = field(init=False)
     #: the last surrogate fitted (``search.surrogate``) and what it was fitted on: one fit per observation set
     surrogate_fit: tuple[Any, Any] | None = field(default=None, init=False, repr=False)

@@ -99,9 +99,9 @@ def level_pool(grid: list[TrialConfig], keys: set[str], observed: list[TrialConf
 
 def level_picks(ctx: StudyContext) -> list[TrialConfig]:
     """Per load level, the unmeasured grid point a surrogate of that level's log tok/s ranks highest (posterior mean
-    + ``REFINE_KAPPA`` sd), when it could beat the level's best measurement: the search ranks by the objective, so a
-    config that wins only at one level (a deep tree at one stream) would otherwise never be measured. Levels where
-    every measured config clearly loses to the baseline (best speedup below 0.9) get none."""
+    + ``search.REFINE_KAPPA`` sd), when it could beat the level's best measurement: the search ranks by the
+    objective, so a config that wins only at one level (a deep tree at one stream) would otherwise never be
+    measured. Levels where every measured config clearly loses to the baseline (best speedup below 0.9) get none."""
     space = ctx.space
     grid = ctx.grid
     if not space.benchmark.loaded or grid is None:
@@ -120,14 +120,14 @@ def level_picks(ctx: StudyContext) -> list[TrialConfig]:
                 continue
             obs.append((r.effective_config(), math.log(x.tok_per_s)))
             best_speedup = max(best_speedup, x.speedup or 0.0)
-        if len({cfg.key() for cfg, _ in obs}) < ctx.policies.refine.min_points or best_speedup < 0.9:
+        if len({cfg.key() for cfg, _ in obs}) < _search.MIN_SURROGATE_POINTS or best_speedup < 0.9:
             continue
         model = Surrogate(Encoding.from_configs(grid + [cfg for cfg, _ in obs]), obs, noise_floor=floor)
         pool = level_pool(grid, keys, [cfg for cfg, _ in obs])
         if not pool:
             continue
         mean, sd = model.predict(pool)
-        ucb = mean + ctx.policies.refine.kappa * sd
+        ucb = mean + _search.REFINE_KAPPA * sd
         i = int(np.argmax(ucb))
         if ucb[i] > max(v for _, v in obs):
             keys.add(pool[i].key())

@@ -1,6 +1,6 @@
 """``Orchestrator``: one study's search and confirmation behind one object (what the CLI, the scripts and the
-tests drive), with the ``Policies`` it is given. Each job lives in its own module; this class only holds the
-shared ``StudyContext`` and delegates."""
+tests drive). Each job lives in its own module; this class only holds the shared ``StudyContext`` and
+delegates."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from autotune.study import search as _search
 from autotune.study import trial as _trial
 from autotune.study.context import StudyContext
 from autotune.study.events import Listener, quiet
-from autotune.study.policies import DEFAULT_POLICIES, Policies
 from autotune.surrogate import Model
 
 
@@ -42,7 +41,6 @@ class Orchestrator:
         clock: Clock | None = None,
         listener: Listener | None = None,
         evidence: Evidence | None = None,
-        policies: Policies = DEFAULT_POLICIES,
     ) -> None:
         self.ctx = StudyContext(
             space,
@@ -52,7 +50,6 @@ class Orchestrator:
             MonotonicClock() if clock is None else clock,
             quiet if listener is None else listener,
             evidence,
-            policies,
         )
         self._objective = _trial.Objective(self.ctx, gate=self._launch_gate)
 
@@ -75,10 +72,6 @@ class Orchestrator:
     @property
     def study(self) -> optuna.Study:
         return self.ctx.study
-
-    @property
-    def policies(self) -> Policies:
-        return self.ctx.policies
 
     @property
     def clock(self) -> Clock:
@@ -161,14 +154,10 @@ def run(
     listener: Listener | None = None,
     confirm: bool = True,
     evidence: Evidence | None = None,
-    policies: Policies = DEFAULT_POLICIES,
 ) -> ConfirmationState:
     """Search, then confirm. Returns the confirmation state (verdict inside). With ``evidence``, each trial's log,
-    per-prompt results and note are written for the dashboard; ``policies``: how candidates are chosen, the search
-    refined and the study stopped (default: the shipped ones)."""
-    orch = Orchestrator(
-        space, backend, runner, study, clock=clock, listener=listener, evidence=evidence, policies=policies
-    )
+    per-prompt results and note are written for the dashboard."""
+    orch = Orchestrator(space, backend, runner, study, clock=clock, listener=listener, evidence=evidence)
     orch.search(n_trials if n_trials is not None else space.budget.n_trials, timeout_s=space.budget.timeout_s)
     if not confirm:
         return {}

@@ -127,7 +127,7 @@ def tie_rule(
     tie: float | None,
     prior: Spread | None = DEFAULT_PRIOR,
 ) -> Tie | None:
-    """The race's end among near-ties (``CandidatePolicy.race_tie``; None: no such end): the leader (the best mean
+    """The race's end among near-ties (``confirm.RACE_TIE`` in a study; None: no such end): the leader (the best mean
     log tok/s over the rounds) is a proven winner, its interval against the fastest baseline above ``1 +
     min_gain`` at a confidence that shares the space's error among the candidates in contention and every round
     the race could end at (ending a race is a look), and every other candidate racing has the one-sided

@@ -24,13 +24,36 @@ from autotune.study import _optuna, methods, settle
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.outcomes import FAILURES
-from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
 from autotune.surrogate import Encoding, Model, fit, log_round_cost
 
-MIN_SURROGATE_POINTS = DEFAULT_POLICIES.refine.min_points
-REFINE_KAPPA = DEFAULT_POLICIES.refine.kappa
+#: the surrogate's part of the search (``refine_next``, the ladder): it takes over once this many configs were
+#: measured, and proposes the highest posterior mean + ``REFINE_KAPPA`` sd
+MIN_SURROGATE_POINTS = 6
+REFINE_KAPPA = 2.0
+#: a proposal of the sampler or of the design is not launched when the surrogate predicts it at least
+#: ``SKIP_MARGIN`` slower than the best measured config and gives it less than ``SKIP_BELOW`` probability of
+#: reaching it (``not_worth_a_start``). It still uses its place in the budget, as a config refused for predicted
+#: out-of-memory does.
+SKIP_BELOW = 0.01
+SKIP_MARGIN = 0.10
+#: the search stops before its budget once its answer is settled (``settled``, ``autotune.study.settle``): a
+#: probability under ``SETTLE_PROBABILITY``, with differences below ``RESOLUTION`` counted as ties;
+#: ``SETTLE_SAMPLES`` joint posterior draws. "The best is found" settles it only after ``IMPROVE_AFTER_PICKS`` of
+#: the surrogate's own picks were measured: a model fitted to the design alone is confident where it has not looked
+#: (scripts/bench_search.py: an optimum on the space's edge was missed in 3 of 20 seeds that stopped right after the
+#: design). The resolution is 1%, half the 2% a recommendation is judged by: at 2% the stop and the thinning
+#: together missed the 2% target in 3-4 of 20 seeds on two scenarios (docs/benchmarks.md, "The study's bill").
+#: "The best is found" also when no unmeasured config is likely to change the answer (``Settled.p_change``: beat
+#: the best measured by the resolution or clear the ``min_gain`` bar, whichever is higher), not only when none is
+#: likely to beat the best measured (``p_improve``). A stop on the next trial's expected gain
+#: (``Settled.expected_gain_bar``, flat at 0.1-0.3% or 0.03% per minute of a server start) was measured and not
+#: shipped: fewer hits on the generated landscapes (docs/benchmarks.md, "The study's bill"; removed in #44).
+SETTLE_PROBABILITY = 0.05
+RESOLUTION = 0.01
+SETTLE_SAMPLES = 512
+IMPROVE_AFTER_PICKS = 3
 
 Objective = Callable[[optuna.Trial], float]
 
@@ -111,13 +134,13 @@ def seed(ctx: StudyContext, n_trials: int | None = None) -> None:
 
 def design_count(ctx: StudyContext, n_trials: int) -> int:
     """How many design points follow the server defaults: enough that the surrogate can take over (defaults and
-    design together ``policies.refine.min_points`` + the number of numeric knobs), at most a quarter of the budget."""
+    design together ``MIN_SURROGATE_POINTS`` + the number of numeric knobs), at most a quarter of the budget."""
     if ctx.grid is None:
         return 0
     if ctx.space.budget.design_trials is not None:
         return min(n_trials, ctx.space.budget.design_trials)
     dims = len(Encoding.from_configs(ctx.grid).knobs)
-    target = ctx.policies.refine.min_points + dims
+    target = MIN_SURROGATE_POINTS + dims
     return max(0, min(n_trials // 4, target) - len(seed_configs(ctx)))
 
 
@@ -271,11 +294,11 @@ def settled_now(ctx: StudyContext, n_trials: int) -> bool:
 
 
 def settled(ctx: StudyContext) -> settle.Settled | None:
-    """``settle.settle`` over the study's measurements, or None while the question is not asked: the policy is
-    off, the space is not a finite grid, a config is still queued, or the surrogate lacks points."""
-    policy = ctx.policies.stop
+    """``settle.settle`` over the study's measurements, or None while the question is not asked: the space's
+    ``budget.stop_when_settled`` is off, the space is not a finite grid, a config is still queued, or the
+    surrogate lacks points."""
     grid = ctx.grid
-    if not (policy.settle and ctx.space.budget.stop_when_settled) or grid is None:
+    if not ctx.space.budget.stop_when_settled or grid is None:
         return None
     trials = records.trials(ctx.study)
     if any(t.state == TrialState.WAITING for t in trials):  # the baselines, defaults and design come first
@@ -290,27 +313,21 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
     if not measured:
         return None
     fastest = fastest_baseline(ctx)
-    gain_stop, gain_why = settle.expected_gain_stop(
-        policy.expected_gain, policy.expected_gain_per_start_min, [TrialRecord(t).startup_s for t in trials]
-    )
     return settle.settle(
         model,
         measured,
         _pool(ctx, grid, trials),
         baseline_log=math.log(float(fastest.value)) if fastest is not None else None,
         baseline_sd=model.noise_floor,
-        resolution=policy.resolution,
+        resolution=RESOLUTION,
         min_gain=ctx.space.verdict.min_gain,
-        threshold=policy.settle_probability,
-        samples=policy.settle_samples,
+        threshold=SETTLE_PROBABILITY,
+        samples=SETTLE_SAMPLES,
         seed=records.design_seed(ctx.study) + len(trials),
         # with load levels "the best is found" is the objective's answer only: each level's winner is a question
         # its surrogate does not see (scripts/bench_load.py: stopping on it missed a level's winner in 2 more
         # seeds of 20 and saved no GPU time); "nothing clears the bar" still stops the search
-        improve_settles=_surrogate_picks(trials) >= policy.improve_after_picks and not ctx.space.benchmark.loaded,
-        expected_gain_stop=gain_stop,
-        expected_gain_why=gain_why,
-        over_bar=policy.over_bar,
+        improve_settles=_surrogate_picks(trials) >= IMPROVE_AFTER_PICKS and not ctx.space.benchmark.loaded,
     )
 
 
@@ -433,11 +450,11 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
     baseline's tok/s over all prompts), so that prompts of different difficulty do not bias it, and its acceptance
     by the completed starts' on the same prompts (``surrogate.log_round_cost``). No round's cost with load levels
     (a round at a batch of many costs what that batch costs), with objective weights (the objective is then not
-    the prompt set's tokens over its seconds) or with ``policies.refine.factored`` off."""
+    the prompt set's tokens over its seconds)."""
     out: list[tuple[TrialConfig, float, float | None]] = []
     base_value: dict[Any, float] = {}
     # the factors hold where the objective is the prompt set's tokens over its seconds
-    factored = ctx.policies.refine.factored and not ctx.space.benchmark.loaded and not ctx.space.objective.weights
+    factored = not ctx.space.benchmark.loaded and not ctx.space.objective.weights
     done = records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED))
     complete = [
         TrialRecord(t).prompts
@@ -465,13 +482,13 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
 
 def surrogate(ctx: StudyContext) -> Model | None:
     """The surrogate of log tok/s (``autotune.surrogate.fit``: factored into acceptance and a round's cost where
-    every start reports its acceptance and ``policies.refine.factored``), or None with fewer than
-    ``policies.refine.min_points`` observations or no grid."""
+    every start reports its acceptance), or None with fewer than ``MIN_SURROGATE_POINTS`` observations or no
+    grid."""
     grid = ctx.grid
     if grid is None:
         return None
     obs = measured_starts(ctx)
-    if len({c.key() for c, _, _ in obs}) < ctx.policies.refine.min_points:
+    if len({c.key() for c, _, _ in obs}) < MIN_SURROGATE_POINTS:
         return None
     floor = max(ctx.space.pruning.start_noise / math.sqrt(2), 0.005)
     seen = {c.key() for c, _, _ in obs}
@@ -487,7 +504,7 @@ def surrogate(ctx: StudyContext) -> Model | None:
 
 def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None) -> dict[str, Any] | None:
     """Whether a proposal of the sampler (TPE) or of the design is not worth a server start: the surrogate gives it
-    less than ``policies.refine.skip_below`` probability of reaching the best measured config (the measured config
+    less than ``SKIP_BELOW`` probability of reaching the best measured config (the measured config
     with the highest posterior mean among those not judged lossy, or the fastest baseline when that is faster).
     Then it is not launched (the trial ends PRUNED without a measurement; ``trial.Objective``) and what the
     surrogate said is returned for its record; None: launch it.
@@ -497,8 +514,7 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
     server defaults, the surrogate's own picks or a requeued config.
     On kimi (the field report's space) a third of the sampler's trials in a seed were graphs-off configs at 0.4x
     the graphs-on baseline, each a ten-minute start (scripts/bench_search.py)."""
-    limit, margin = ctx.policies.refine.skip_below, ctx.policies.refine.skip_margin
-    if limit is None or config.is_baseline or seeded not in (None, records.SEEDED_DESIGN):
+    if config.is_baseline or seeded not in (None, records.SEEDED_DESIGN):
         return None
     if ctx.space.benchmark.loaded or ctx.grid is None:
         return None
@@ -523,7 +539,7 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
         return None
     ref, against, what = max(bars, key=lambda b: b[0])  # the measured config on a tie, as before
     p = 0.5 * math.erfc((ref - float(mu)) / (max(float(sd), 1e-9) * math.sqrt(2)))
-    if p >= limit or float(mu) > ref + math.log1p(-margin):
+    if p >= SKIP_BELOW or float(mu) > ref + math.log1p(-SKIP_MARGIN):
         return None
     return {
         "p": p,
@@ -533,8 +549,8 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
         "sd": float(sd),
         "reason": (
             f"the surrogate gives it P = {p:.4f} of reaching {what} {math.exp(ref):.1f} tok/s (predicted "
-            f"{math.exp(float(mu)):.1f} tok/s, sd {float(sd):.1%}: at least {margin:.0%} slower and P under "
-            f"{limit:g}: no server start)"
+            f"{math.exp(float(mu)):.1f} tok/s, sd {float(sd):.1%}: at least {SKIP_MARGIN:.0%} slower and P under "
+            f"{SKIP_BELOW:g}: no server start)"
         ),
     }
 
@@ -560,7 +576,7 @@ def running_configs(ctx: StudyContext) -> list[TrialConfig]:
 
 
 def refine_next(ctx: StudyContext, model: Model | None = None) -> TrialConfig | None:
-    """The unmeasured config with the highest upper confidence bound (posterior mean + ``policies.refine.kappa`` sd):
+    """The unmeasured config with the highest upper confidence bound (posterior mean + ``REFINE_KAPPA`` sd):
     near the top but not yet measured, which is where a sharp optimum on the space's edge hides (expected
     improvement, tried first, stayed next to lucky measurements: scripts/bench_search.py). None when there is
     no surrogate or nothing left to try."""
@@ -578,7 +594,7 @@ def refine_next(ctx: StudyContext, model: Model | None = None) -> TrialConfig | 
         if t.state in (TrialState.WAITING, TrialState.RUNNING)
     }
     mean, sd = model.predict(pool)
-    for i in np.argsort(-(mean + ctx.policies.refine.kappa * sd), kind="stable"):
+    for i in np.argsort(-(mean + REFINE_KAPPA * sd), kind="stable"):
         c = pool[int(i)]
         if json.dumps(ctx.backend.params(c, ctx.space), sort_keys=True) not in queued:
             return c

@@ -1,7 +1,7 @@
 """When the search's answer is settled: the surrogate's joint posterior says how likely any config not measured yet
 beats the best measured one by more than the study's resolution (``p_improve``), and how likely any config at all
 beats the fastest baseline by ``verdict.min_gain`` (``p_gain``). The search stops before its budget once either is
-under ``policies.stop.settle_probability`` (``budget.n_trials`` is then a cap, not a quota):
+under ``search.SETTLE_PROBABILITY`` (``budget.n_trials`` is then a cap, not a quota):
 
 - ``p_improve`` small: the best region is found; more trials would refine a difference below the resolution.
 - ``p_gain`` small: whatever the best config is, it is unlikely to clear the user's bar; the study goes straight to
@@ -42,7 +42,8 @@ class Settled:
     reason: str | None
     #: the largest expected improvement of one unmeasured config over the best measured one (relative tok/s): what
     #: the next trial can gain at best, in expectation; ``expected_gain_bar``: the same over the best measured or the
-    #: bar (the fastest baseline times 1 + min_gain), whichever is higher: the gain that could change the verdict
+    #: bar (the fastest baseline times 1 + min_gain), whichever is higher: the gain that could change the verdict.
+    #: Recorded with a settled stop (``records.search_settled``); no stop rule reads them
     expected_gain: float = 0.0
     expected_gain_bar: float = 0.0
     #: how likely any config not measured yet changes the answer: beats the best measured one by more than the
@@ -69,18 +70,13 @@ def settle(
     samples: int,
     seed: int,
     improve_settles: bool = True,
-    expected_gain_stop: float | None = None,
-    expected_gain_why: str = "",
-    over_bar: bool = True,
 ) -> Settled:
     """The probabilities by Monte Carlo over ``samples`` joint draws of the latent log tok/s (seeded: the same
     study asks the same question and gets the same answer). ``baseline_log``: the fastest baseline's log tok/s
     (one measurement: drawn with ``baseline_sd``); None: ``p_gain`` is 1 (nothing to compare with).
-    ``improve_settles``: whether a small ``p_improve`` may settle the search yet (it is computed either way).
-    ``expected_gain_why``: what ``expected_gain_stop`` stands for, said in the reason (e.g. a start's cost).
-    ``over_bar``: "the best is found" asks whether an unmeasured config changes the answer (``p_change``: beat the
-    best by the resolution or clear the bar, whichever is higher), not only whether it beats the best
-    (``p_improve``)."""
+    ``improve_settles``: whether a small ``p_improve`` or ``p_change`` may settle the search yet (they are
+    computed either way). "The best is found" asks whether an unmeasured config beats the best (``p_improve``) or
+    changes the answer (``p_change``: beat the best by the resolution or clear the bar, whichever is higher)."""
     if not measured:
         raise ValueError("settle needs at least one measured config")
     configs = list(measured) + list(unmeasured)
@@ -134,18 +130,12 @@ def settle(
             f"P = {p_improve:.3f} < {threshold:g} (surrogate over {n_meas} measured and {len(unmeasured)} "
             "unmeasured configs)"
         )
-    elif over_bar and p_change < threshold and improve_settles:
+    elif p_change < threshold and improve_settles:
         reason = (
             f"no unmeasured config is likely to change the answer (beat the best measured one by more than "
             f"{resolution:.0%} or the fastest baseline by the minimum gain, {min_gain:.0%}, whichever is higher): "
             f"P = {p_change:.3f} < {threshold:g} (surrogate over {n_meas} measured and {len(unmeasured)} "
             "unmeasured configs); confirmation settles whether the best clears the bar"
-        )
-    elif expected_gain_stop is not None and improve_settles and e_gain_bar < expected_gain_stop:
-        reason = (
-            f"the next trial's expected gain is {e_gain_bar:.2%} at best (over the best measured config or the "
-            f"{min_gain:.0%} bar, whichever is higher), under {expected_gain_stop:.2%}{expected_gain_why} "
-            f"(surrogate over {n_meas} measured and {len(unmeasured)} unmeasured configs)"
         )
     return Settled(
         p_improve=p_improve,
@@ -176,28 +166,3 @@ def change_bar(
     (``Settled.p_change``) and of the candidates by confirmation (``confirm.thin``)."""
     up = best + math.log1p(resolution)
     return up if baseline is None else np.maximum(up, baseline + math.log1p(min_gain))
-
-
-def expected_gain_stop(
-    expected_gain: float | None, per_start_min: float | None, startups_s: Sequence[float | None]
-) -> tuple[float | None, str]:
-    """The expected-gain stop's bar and what it stands for (``StopPolicy.expected_gain`` and
-    ``expected_gain_per_start_min``): the flat bar, or ``per_start_min`` times the median of the server starts
-    measured so far (``startups_s``, seconds; None for a trial without a start of its own), the larger when both are
-    set; (None, "") when neither is (or no start was measured yet)."""
-    bars: list[tuple[float, str]] = []
-    if expected_gain is not None:
-        bars.append((expected_gain, ""))
-    starts = sorted(s for s in startups_s if s)
-    if per_start_min is not None and starts:
-        minutes = starts[len(starts) // 2] / 60.0
-        bars.append(
-            (
-                per_start_min * minutes,
-                f" ({per_start_min:.2%} per minute of a server start, {minutes:.1f} min: the next trial would cost "
-                "more than it can gain)",
-            )
-        )
-    if not bars:
-        return None, ""
-    return max(bars, key=lambda b: b[0])

@@ -77,7 +77,6 @@ from autotune.study.outcomes import (
     Requeued,
     SameAsPruned,
 )
-from autotune.study.policies import DEFAULT_POLICIES
 from autotune.study.refusals import refuse_known_failures
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
@@ -88,7 +87,9 @@ WORKER = f"{socket.gethostname()}:{os.getpid()}"
 Gate = Callable[[TrialConfig, str | None], dict[str, Any] | None]
 #: what a ``level`` event carries (the live view shows it)
 LEVEL_EVENT_KEYS = ("level", "tok_per_s", "speedup", "stream_tok_per_s", "itl_p99_ms", "ttft_p99_ms", "failed")
-MAX_CONSECUTIVE_LAUNCH_FAILURES = DEFAULT_POLICIES.stop.max_launch_failures
+#: this many servers in a row that did not start (before any speculative config ran) stop the study with a
+#: ``UserError`` (``Objective._fatal``)
+MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
 
 
 @dataclass
@@ -204,7 +205,7 @@ class Objective:
                 f"the baseline server ({t.config.label()}) did not start: {e}\n"
                 f"last lines of its log ({e.log_path}):\n{e.log_tail[-1500:]}"
             )
-        limit = self.ctx.policies.stop.max_launch_failures
+        limit = MAX_CONSECUTIVE_LAUNCH_FAILURES
         if records.consecutive_launch_failures(self.ctx.study) + 1 >= limit:
             return UserError(f"{limit} servers in a row failed to start; the last: {e}\nlog: {e.log_path}")
         return None

@@ -135,6 +135,15 @@ def space():
     return make_space()
 
 
+@pytest.fixture
+def every_candidate(monkeypatch):
+    """Every candidate the surrogate ranks joins confirmation (``confirm.thin`` leaves no near-tie out: any chance
+    is at least 0), for tests of a race among several."""
+    from autotune.study import confirm
+
+    monkeypatch.setattr(confirm, "JOIN_PROBABILITY", 0.0)
+
+
 @pytest.fixture(autouse=True)
 def _quiet_optuna():
     import optuna

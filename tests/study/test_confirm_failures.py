@@ -24,13 +24,11 @@ from autotune.render import render_report
 from autotune.report import build_report
 from autotune.sim import ModelRunner, simulated_space
 from autotune.space import BudgetSpec, load_space
-from autotune.study import CandidatePolicy, Orchestrator, Policies, open_study
+from autotune.study import Orchestrator, open_study
 
 from .conftest import ScriptedRunner, make_space
 
 ROOT = Path(__file__).resolve().parents[2]
-#: every candidate the surrogate ranks is confirmed, so that one can leave and others stay
-EVERY_CANDIDATE = Policies(candidates=CandidatePolicy(join_probability=0.0))
 
 
 def peak(c) -> float:
@@ -60,18 +58,22 @@ def _space(n_trials=12, **verdict):
 
 
 def _searched(tmp_path, seed=4):
+    """A searched study with several candidates to confirm (asked with the ``every_candidate`` fixture: every
+    candidate the surrogate ranks is confirmed, so that one can leave and others stay)."""
     space = _space()
     url = f"sqlite:///{tmp_path}/s.db"
     runner = CrashLater(speed={"good": peak}, noise=0.02, seed=seed)
     study = open_study(space, url, "t", seed=seed)
-    orch = Orchestrator(space, SGLangBackend(), runner, study, policies=EVERY_CANDIDATE)
+    orch = Orchestrator(space, SGLangBackend(), runner, study)
     orch.search(space.budget.n_trials)
     cands = orch.candidates()
     assert len(cands) >= 2, "the landscape should leave several candidates to confirm"
     return space, url, runner, study, orch, cands
 
 
-def test_a_candidate_whose_server_crashes_on_every_fresh_start_leaves_confirmation_and_is_excluded(tmp_path):
+def test_a_candidate_whose_server_crashes_on_every_fresh_start_leaves_confirmation_and_is_excluded(
+    tmp_path, every_candidate
+):
     space, url, runner, study, orch, cands = _searched(tmp_path)
     doomed = cands[0]
     key = TrialRecord(doomed).effective_config().key()
@@ -105,12 +107,12 @@ def test_a_candidate_whose_server_crashes_on_every_fresh_start_leaves_confirmati
     write_html_report(study, rep, tmp_path / "r.html")
     assert "confirmation round 1" in (tmp_path / "r.html").read_text()
     # resumed (the same candidates): the recorded verdict stands, nothing is launched again
-    again = Orchestrator(space, SGLangBackend(), runner, open_study(space, url, "t", seed=4), policies=EVERY_CANDIDATE)
+    again = Orchestrator(space, SGLangBackend(), runner, open_study(space, url, "t", seed=4))
     n = len(runner.launches)
     assert again.confirm().failed == state.failed and len(runner.launches) == n
 
 
-def test_one_crash_gets_a_fresh_start_and_the_candidate_stays(tmp_path):
+def test_one_crash_gets_a_fresh_start_and_the_candidate_stays(tmp_path, every_candidate):
     space, url, runner, study, orch, cands = _searched(tmp_path)
     key = TrialRecord(cands[0]).effective_config().key()
     runner.doomed = {key: 1}  # its next start dies, the one after serves
@@ -127,7 +129,9 @@ def test_one_crash_gets_a_fresh_start_and_the_candidate_stays(tmp_path):
     assert g["confirmation_starts"] == len(starts) and g["failed_starts"] == 1 and g["failed_s"] == lost
 
 
-def test_a_baseline_that_crashes_on_every_fresh_start_stops_confirmation_clearly_and_it_resumes(tmp_path):
+def test_a_baseline_that_crashes_on_every_fresh_start_stops_confirmation_clearly_and_it_resumes(
+    tmp_path, every_candidate
+):
     space, url, runner, study, orch, cands = _searched(tmp_path)
     base = TrialConfig.baseline(True).key()
     runner.doomed = {base: -1}
@@ -140,7 +144,7 @@ def test_a_baseline_that_crashes_on_every_fresh_start_stops_confirmation_clearly
     # the two failed starts held the machine (start-up and the first prompt each): on record, and billed
     assert len(stored["lost_s"]) == 2 and all(s > runner.startup_s for s in stored["lost_s"])
     runner.doomed = {}
-    state = Orchestrator(space, SGLangBackend(), runner, open_study(space, url, "t", seed=4), policies=EVERY_CANDIDATE)
+    state = Orchestrator(space, SGLangBackend(), runner, open_study(space, url, "t", seed=4))
     done = state.confirm()
     assert done.done and done.verdict is not None and not done.failed
     g = build_report(open_study(space, url, "t", seed=4))["gpu_time"]

@@ -17,7 +17,6 @@ from autotune.config import TrialConfig
 from autotune.report import build_report
 from autotune.study import Orchestrator, open_study, search
 from autotune.study.context import StudyContext
-from autotune.study.policies import Policies, RefinePolicy, StopPolicy
 
 from .conftest import ScriptedRunner, make_space
 
@@ -34,15 +33,15 @@ def speed(c) -> float:
     return GRAPH_GAIN * 1.25 * shape
 
 
-def _run(policies: Policies, n_trials: int = 30, seed: int = 1) -> tuple[optuna.Study, ScriptedRunner]:
+def _run(n_trials: int = 30, seed: int = 1) -> tuple[optuna.Study, ScriptedRunner]:
+    """A search of ``n_trials``, the budget a quota (``budget.stop_when_settled: false``): every run measures the
+    same number of trials."""
     space = make_space(n_trials=n_trials, cuda_graph=(False, True), drafters=("good",))
+    space = dataclasses.replace(space, budget=dataclasses.replace(space.budget, stop_when_settled=False))
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=seed)
     runner = ScriptedRunner(speed={"good": speed}, graph_gain=GRAPH_GAIN, seed=seed)
-    Orchestrator(space, SGLangBackend(), runner, study, policies=policies).search(n_trials)
+    Orchestrator(space, SGLangBackend(), runner, study).search(n_trials)
     return study, runner
-
-
-NO_STOP = StopPolicy(settle=False)  # the budget is a quota: the two runs measure the same number of trials
 
 
 def _skipped(study: optuna.Study) -> list:
@@ -50,7 +49,7 @@ def _skipped(study: optuna.Study) -> list:
 
 
 def test_configs_the_surrogate_rules_out_cost_no_server_start():
-    study, runner = _run(Policies(stop=NO_STOP))
+    study, runner = _run()
     skipped = _skipped(study)
     assert skipped, "no proposal was ruled out"
     for t in skipped:
@@ -58,8 +57,8 @@ def test_configs_the_surrogate_rules_out_cost_no_server_start():
         assert t.state == TrialState.PRUNED and not t.intermediate_values and not r.measured
         assert r.seeded in (None, records.SEEDED_DESIGN)  # the sampler's or the design's, nothing else
         skip = r.not_worth_a_start
-        assert skip["p"] < RefinePolicy().skip_below
-        assert skip["predicted"] <= (1 - RefinePolicy().skip_margin) * skip["tok_per_s"]
+        assert skip["p"] < search.SKIP_BELOW
+        assert skip["predicted"] <= (1 - search.SKIP_MARGIN) * skip["tok_per_s"]
         assert records.outcome_reason(t).startswith("not launched: the surrogate gives it P = ")
     # what was not launched could not have won: graphs off (0.45x the fastest baseline) among them, and none
     # within 5% of the true optimum (an answer is judged within 2% of it; the single GP's skips here were all
@@ -75,22 +74,8 @@ def test_configs_the_surrogate_rules_out_cost_no_server_start():
     assert records.counted_trials(study) == 30
 
 
-def test_without_the_gate_the_same_budget_starts_those_servers():
-    gated, gated_runner = _run(Policies(stop=NO_STOP))
-    plain, plain_runner = _run(Policies(stop=NO_STOP, refine=RefinePolicy(skip_below=None)))
-    assert not _skipped(plain)
-
-    def graphs_off_starts(runner: ScriptedRunner) -> int:
-        return sum(1 for c in runner.launches if not c.is_baseline and not c.cuda_graph)
-
-    assert graphs_off_starts(gated_runner) < graphs_off_starts(plain_runner)
-    assert len(gated_runner.launches) < len(plain_runner.launches)
-    # the answer is as good: the best measured config is as fast (within the runner's 1% noise)
-    assert gated.best_value >= 0.97 * plain.best_value
-
-
 def test_the_report_says_which_trials_were_not_launched():
-    study, _ = _run(Policies(stop=NO_STOP))
+    study, _ = _run()
     report = build_report(study)
     rows = {row["number"]: row for row in report["trials"]}
     for t in _skipped(study):
@@ -105,8 +90,8 @@ def _ctx(study: optuna.Study, **space_changes) -> StudyContext:
     return StudyContext(space, SGLangBackend(), ScriptedRunner({}), study)
 
 
-def test_the_gates_rules():
-    study, _ = _run(Policies(stop=NO_STOP, refine=RefinePolicy(skip_below=None)))
+def test_the_gates_rules(monkeypatch):
+    study, _ = _run()
     ctx = _ctx(study)
     grid = ctx.grid
     slow = next(c for c in grid if not c.cuda_graph)
@@ -123,21 +108,6 @@ def test_the_gates_rules():
     # with load levels a level's winner can be a config the objective never favours: no gate
     loaded = _ctx(study, benchmark=dataclasses.replace(ctx.space.benchmark, concurrency=(1, 8)))
     assert search.not_worth_a_start(loaded, slow, None) is None
-    # off by policy; and a margin no prediction reaches keeps it
-    off = StudyContext(
-        ctx.space, ctx.backend, ctx.runner, study, policies=Policies(refine=RefinePolicy(skip_below=None))
-    )
-    assert search.not_worth_a_start(off, slow, None) is None
-    wide = Policies(refine=RefinePolicy(skip_margin=0.9))
-    assert (
-        search.not_worth_a_start(StudyContext(ctx.space, ctx.backend, ctx.runner, study, policies=wide), slow, None)
-        is None
-    )
-
-
-def test_the_policy_refuses_nonsense():
-    import pytest
-
-    for bad in ({"skip_below": 0.0}, {"skip_below": 0.5}, {"skip_margin": -0.1}, {"skip_margin": 1.0}):
-        with pytest.raises(ValueError):
-            RefinePolicy(**bad)
+    # a margin no prediction reaches keeps it
+    monkeypatch.setattr(search, "SKIP_MARGIN", 0.9)
+    assert search.not_worth_a_start(ctx, slow, None) is None

@@ -13,12 +13,9 @@ from autotune.backends.sglang import SGLangBackend
 from autotune.records import Round
 from autotune.report import build_report
 from autotune.space import BudgetSpec, VerdictSpec
-from autotune.study import CandidatePolicy, Orchestrator, Policies, open_study, race_survivors, run
+from autotune.study import Orchestrator, open_study, race_survivors, run
 
 from .conftest import ScriptedRunner, make_space
-
-#: every candidate the surrogate ranks is confirmed (near-ties are not left out: ``confirm.thin``), for the race
-EVERY_CANDIDATE = Policies(candidates=CandidatePolicy(join_probability=0.0))
 
 
 def peak(c) -> float:
@@ -93,13 +90,13 @@ def test_the_race_ends_when_no_candidate_racing_could_clear_the_bar():
     assert race.next_round(_rounds(close), cands, spec, True) == [1, 2, 3]
 
 
-def test_near_ties_under_the_bar_are_confirmed_in_the_first_rounds_only():
+def test_near_ties_under_the_bar_are_confirmed_in_the_first_rounds_only(every_candidate):
     """End to end: every config about as fast as the baseline, every candidate confirmed: the first look (3
     rounds) ends confirmation, where the race used to go on to ``max_rounds`` (8)."""
     space = _space(n_trials=10, repeats=3, confirm_top=3)
     runner = ScriptedRunner(speed={"good": lambda c: 1.0 + 0.002 * c.knob("num_steps")}, noise=0.01, seed=2)
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=2)
-    orch = Orchestrator(space, SGLangBackend(), runner, study, policies=EVERY_CANDIDATE)
+    orch = Orchestrator(space, SGLangBackend(), runner, study)
     orch.search(10)
     before = len(runner.launches)
     state = orch.confirm()
@@ -214,11 +211,11 @@ def test_resumed_search_finishes_the_surrogates_share_without_repeating_it(tmp_p
 # -- candidates and the race in a study ------------------------------------------------------------------------
 
 
-def test_confirmation_races_close_candidates_and_recommends_a_survivor():
+def test_confirmation_races_close_candidates_and_recommends_a_survivor(every_candidate):
     space = _space(n_trials=16, confirm_top=3, repeats=3, max_repeats=6)
     runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=5)
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=5)
-    orch = Orchestrator(space, SGLangBackend(), runner, study, policies=EVERY_CANDIDATE)
+    orch = Orchestrator(space, SGLangBackend(), runner, study)
     orch.search(16)
     launches_before_confirm = len(runner.launches)
     cands = orch.candidates()
@@ -288,7 +285,7 @@ def test_interrupted_confirmation_resumes_from_its_recorded_rounds(tmp_path):
     assert new_starts == sum(len(r["baseline"]) + len(r["candidates"]) for r in state["rounds"][2:])
 
 
-def test_reports_mark_candidates_that_left_the_race(tmp_path):
+def test_reports_mark_candidates_that_left_the_race(tmp_path, every_candidate):
     import io
 
     from autotune.html import write_html_report
@@ -297,7 +294,7 @@ def test_reports_mark_candidates_that_left_the_race(tmp_path):
     space = _space(n_trials=12, confirm_top=2, repeats=3)
     runner = ScriptedRunner(speed={"good": peak}, noise=0.02, seed=6)
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=6)
-    run(space, SGLangBackend(), runner, study, policies=EVERY_CANDIDATE)
+    run(space, SGLangBackend(), runner, study)
     report = build_report(study)
     assert len(report["confirmed"]) >= 2
     for c in report["confirmed"]:

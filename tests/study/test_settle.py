@@ -18,9 +18,8 @@ from autotune.config import TrialConfig
 from autotune.html import write_html_report
 from autotune.report import build_report
 from autotune.space import BudgetSpec
-from autotune.study import Orchestrator, open_study, settle
+from autotune.study import Orchestrator, confirm, open_study, search, settle
 from autotune.study.events import Event
-from autotune.study.policies import DEFAULT_POLICIES, CandidatePolicy, Policies, StopPolicy
 from autotune.surrogate import Encoding, Surrogate
 
 from .conftest import ScriptedRunner, make_space
@@ -136,17 +135,17 @@ def peak(c) -> float:
     return 2.0 * math.exp(-0.03 * (s - 5) ** 2 - 0.15 * (math.log2(k) - 2) ** 2 - 0.004 * (n - 14) ** 2)
 
 
-def _space(n_trials: int):
+def _space(n_trials: int, stop_when_settled: bool = True):
     space = make_space(n_trials=n_trials, drafters=("good",))
-    return dataclasses.replace(space, budget=BudgetSpec(n_trials=n_trials))
+    return dataclasses.replace(space, budget=BudgetSpec(n_trials=n_trials, stop_when_settled=stop_when_settled))
 
 
 def _counted(study: optuna.Study) -> int:
     return records.counted_trials(study)
 
 
-def _search(speed, n_trials: int, policies: Policies | None = None, events: list | None = None) -> optuna.Study:
-    space = _space(n_trials)
+def _search(speed, n_trials: int, events: list | None = None, stop_when_settled: bool = True) -> optuna.Study:
+    space = _space(n_trials, stop_when_settled)
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=1)
     orch = Orchestrator(
         space,
@@ -154,7 +153,6 @@ def _search(speed, n_trials: int, policies: Policies | None = None, events: list
         ScriptedRunner(speed={"good": speed}),
         study,
         listener=(events.append if events is not None else None),
-        policies=policies or DEFAULT_POLICIES,
     )
     orch.search(n_trials)
     return study
@@ -180,17 +178,16 @@ def test_a_settled_search_stops_before_its_budget_and_says_why(tmp_path):
     assert len(study.trials) == before
 
 
-def test_the_best_is_found_only_after_the_surrogate_measured_its_own_picks():
+def test_the_best_is_found_only_after_the_surrogate_measured_its_own_picks(monkeypatch):
     study = _search(peak, 60)
     picks = [t for t in study.trials if t.user_attrs.get("seeded") == "surrogate"]
-    assert len(picks) >= StopPolicy().improve_after_picks
-    never = Policies(stop=StopPolicy(improve_after_picks=1000))  # only "nothing clears the bar" may stop it
-    assert records.search_settled(_search(peak, 30, policies=never)) is None
+    assert len(picks) >= search.IMPROVE_AFTER_PICKS
+    monkeypatch.setattr(search, "IMPROVE_AFTER_PICKS", 1000)  # only "nothing clears the bar" may stop it
+    assert records.search_settled(_search(peak, 30)) is None
 
 
 def test_without_the_stop_rule_the_budget_is_a_quota():
-    off = Policies(stop=StopPolicy(settle=False))
-    study = _search(peak, 30, policies=off)
+    study = _search(peak, 30, stop_when_settled=False)  # budget.stop_when_settled: false
     assert records.search_settled(study) is None
     assert _counted(study) == 30
 
@@ -202,25 +199,26 @@ def test_a_landscape_where_every_config_loses_stops_on_the_minimum_gain():
     assert state["trials"] < 20
 
 
-def test_confirmation_leaves_out_near_ties_the_surrogate_says_cannot_change_the_answer():
-    def run(policies: Policies) -> list[int]:
-        space = dataclasses.replace(_space(20), verdict=dataclasses.replace(_space(20).verdict, confirm_top=3))
+def test_confirmation_leaves_out_near_ties_the_surrogate_says_cannot_change_the_answer(monkeypatch):
+    def run() -> list[int]:
+        space = _space(20, stop_when_settled=False)
+        space = dataclasses.replace(space, verdict=dataclasses.replace(space.verdict, confirm_top=3))
         study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=1)
-        orch = Orchestrator(
-            space, SGLangBackend(), ScriptedRunner(speed={"good": peak}, seed=3), study, policies=policies
-        )
+        orch = Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}, seed=3), study)
         orch.search(20)
         return [t.number for t in orch.candidates()]
 
-    every = run(Policies(stop=StopPolicy(settle=False), candidates=CandidatePolicy(join_probability=0.0)))
-    thinned = run(Policies(stop=StopPolicy(settle=False)))
+    with monkeypatch.context() as m:
+        m.setattr(confirm, "JOIN_PROBABILITY", 0.0)  # every candidate joins
+        every = run()
+    thinned = run()
     assert len(every) >= 3
     assert 1 <= len(thinned) < len(every)
     assert thinned[0] in every
 
 
 def test_search_only_trials_are_counted_as_before():
-    study = _search(peak, 12, policies=Policies(stop=StopPolicy(settle=False)))
+    study = _search(peak, 12, stop_when_settled=False)
     assert _counted(study) == 12
     assert all(t.state != TrialState.RUNNING for t in study.trials)
 
@@ -257,8 +255,6 @@ def test_a_gain_under_the_bar_is_no_worthwhile_gain_and_the_baseline_is_recommen
 def test_one_surrogate_fit_per_observation_set(monkeypatch):
     """The settle check and the next pick ask for the same surrogate between two trials: fitted once, and fitted
     again as soon as a measurement is added."""
-    from autotune.study import search
-
     space = _space(30)
     study = open_study(space, optuna.storages.InMemoryStorage(), "fits", seed=1)
     orch = Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study)
@@ -285,7 +281,6 @@ def test_one_surrogate_fit_per_observation_set(monkeypatch):
 def test_with_load_levels_only_nothing_clearing_the_bar_stops_the_search(monkeypatch):
     """The surrogate models the weighted objective, not each level's winner: with load levels "the best is found"
     is not asked to stop the search (scripts/bench_load.py: it missed a level's winner in more seeds)."""
-    from autotune.study import search
     from autotune.study.context import StudyContext
 
     study = _search(peak, 60)  # one stream: the peak is found and settles the search
@@ -307,9 +302,9 @@ def test_with_load_levels_only_nothing_clearing_the_bar_stops_the_search(monkeyp
         assert (state.reason is not None) is expected  # the same measurements: settled only without levels
 
 
-def test_the_next_trials_expected_gain_settles_the_search_when_asked():
-    """``expected_gain``: what measuring the most promising unmeasured config next can gain, in expectation; it
-    settles the search (``expected_gain_stop``) only when asked and only once the surrogate's picks were measured."""
+def test_the_next_trials_expected_gain_is_recorded_with_the_settle_check():
+    """``expected_gain``: what measuring the most promising unmeasured config next can gain, in expectation (over
+    the best measured, and over it or the bar: ``expected_gain_bar``); computed and recorded, no stop rule."""
     spread = GRID[::8]  # the peak's region sampled, not every neighbour of the best measured
     corner = [c for c in GRID if c.knob("num_steps") <= 2 and c.knob("num_draft_tokens") <= 8]
 
@@ -318,10 +313,6 @@ def test_the_next_trials_expected_gain_settles_the_search_when_asked():
     found, open_ = run(spread, 100.0), run(corner, 100.0)
     assert found.expected_gain < 0.01 < 0.1 < open_.expected_gain  # the peak's region measured vs far from it
     assert found.p_improve > 0.05 and found.reason is None  # "any config beats the best by 2%" is still open
-    stop = run(spread, 100.0, expected_gain_stop=0.01)
-    assert stop.reason is not None and "expected gain" in stop.reason
-    assert run(corner, 100.0, expected_gain_stop=0.01).reason is None
-    assert run(spread, 100.0, expected_gain_stop=0.01, improve_settles=False).reason is None
     # the bar: a gain that cannot lift any config over 1.02x a baseline of 260 cannot change the verdict
     for s in (found, open_, run(corner, 260.0), run(spread, 195.0)):
         assert 0.0 <= s.expected_gain_bar <= s.expected_gain
@@ -330,59 +321,11 @@ def test_the_next_trials_expected_gain_settles_the_search_when_asked():
     assert run(spread, 195.0).expected_gain_bar < found.expected_gain_bar
 
 
-def test_the_expected_gain_bar_scales_with_what_a_server_start_costs():
-    """``StopPolicy.expected_gain_per_start_min``: the bar is that much relative tok/s per minute of the median
-    server start measured so far (a 10-minute start must promise ten times a 1-minute one's gain); with
-    ``expected_gain`` too, the larger bar; nothing before a start was measured. The search passes every trial's
-    start-up seconds (``search.settled``)."""
-    bar, why = settle.expected_gain_stop(None, 0.0003, [590.0, None, 630.0, 600.0])
-    assert bar == pytest.approx(0.003) and "0.03% per minute of a server start, 10.0 min" in why
-    assert settle.expected_gain_stop(None, 0.0003, [None]) == (None, "")
-    assert settle.expected_gain_stop(None, None, [600.0]) == (None, "")
-    assert settle.expected_gain_stop(0.001, 0.0003, [60.0]) == (0.001, "")  # a 1-minute start: 0.03% < 0.1%
-    assert settle.expected_gain_stop(0.001, 0.0003, [600.0])[0] == pytest.approx(0.003)
-    with pytest.raises(ValueError, match="expected_gain_per_start_min"):
-        StopPolicy(expected_gain_per_start_min=0.0)
-
-
-def _field_report_search(seed: int, policies: Policies) -> tuple[optuna.Study, int]:
-    from pathlib import Path
-
-    from autotune.clock import VirtualClock
-    from autotune.sim import simulated_space
-    from autotune.sim.runner import ModelRunner
-    from autotune.space import load_space
-
-    space = simulated_space(load_space(str(Path(__file__).resolve().parents[2] / "spaces/eagle3.yaml")))
-    backend = SGLangBackend()
-    runner = ModelRunner(space, backend, VirtualClock(), seed=seed)
-    study = open_study(space, optuna.storages.InMemoryStorage(), f"kimi-{seed}", seed=seed, simulated=True)
-    Orchestrator(space, backend, runner, study, clock=runner.clock, policies=policies).search(space.budget.n_trials)
-    return study, runner.launches
-
-
-def test_on_the_field_reports_ten_minute_starts_the_cost_scaled_stop_ends_a_search_that_ran_its_budget():
-    """The field report's landscape (a tie with the baseline, ~10 minutes a start) on the simulator, seed 13: the
-    search without the cost-scaled stop measures its whole budget of 40 trials (a lucky or unlucky start keeps
-    "better by 1%" plausible on the plateau); with it, the search stops once the next trial's expected gain is
-    under 0.03% per start-minute, and says so, after fewer server starts."""
-    without = Policies(stop=StopPolicy(expected_gain_per_start_min=None))
-    with_ = Policies(stop=StopPolicy(expected_gain_per_start_min=0.0003))
-    study_off, starts_off = _field_report_search(13, without)
-    assert records.search_settled(study_off) is None and _counted(study_off) == 40
-    study_on, starts_on = _field_report_search(13, with_)
-    state = records.search_settled(study_on)
-    assert state is not None and "per minute of a server start" in state["reason"]
-    assert _counted(study_on) < 40 and starts_on < starts_off
-
-
 def test_a_config_judged_lossy_is_never_the_best_the_stop_and_the_gate_measure_against(monkeypatch):
     """A lossy config cannot be recommended, so it is not "the best measured" of the settle check or of the launch
     gate: here a drafter twice as fast as the good one changes the answers (``diverge``). Its measurements stay
     in the surrogate (its speed is real), but every settle question is asked against lossless configs only, and
     the gate's bar is a lossless config or the baseline, never the lossy one."""
-    from autotune.study import search
-
     asked: list[list[TrialConfig]] = []
     real = search.settle.settle
 
@@ -416,10 +359,8 @@ def test_a_config_judged_lossy_is_never_the_best_the_stop_and_the_gate_measure_a
 
 def test_the_search_factors_its_surrogate_where_every_start_reports_acceptance():
     """The sim's and the scripted server's starts report an acceptance length: the search's surrogate is the
-    factored one, its acceptance the measured 2.5 tokens a round; the policy off (or a start without acceptance)
-    gives one GP of log tok/s."""
-    from autotune.study import search
-    from autotune.study.policies import RefinePolicy
+    factored one, its acceptance the measured 2.5 tokens a round (a start without acceptance gives one GP of log
+    tok/s)."""
     from autotune.surrogate import FactoredSurrogate
 
     space = _space(30)
@@ -438,10 +379,6 @@ def test_the_search_factors_its_surrogate_where_every_start_reports_acceptance()
     assert len(done) >= 3
     la, _lc = model.predict_factors(done)
     assert np.allclose(la, math.log(2.5), atol=0.02)
-    orch.ctx.policies = dataclasses.replace(orch.ctx.policies, refine=RefinePolicy(factored=False))
-    orch.ctx.surrogate_fit = None
-    assert type(search.surrogate(orch.ctx)) is Surrogate
-    assert Policies().refine.factored  # the shipped default
 
 
 def test_under_the_bar_the_best_is_found_once_no_unmeasured_config_is_likely_to_clear_it():
@@ -449,12 +386,11 @@ def test_under_the_bar_the_best_is_found_once_no_unmeasured_config_is_likely_to_
     1 + min_gain), an unmeasured one 2% faster than it changes nothing the user decides (both deploy the
     baseline); what could change the answer is one that clears the bar. Here the peak (~200 tok/s) is under the
     bar of a 203 tok/s baseline (207): an unmeasured config beats the best by 2% with P ~0.19, clears the bar with
-    P ~0.03, and the search stops; without ``over_bar`` it goes on. Above the bar the two questions are one."""
+    P ~0.03, and the search stops. Above the bar the two questions are one."""
     measured = GRID[::10]
     under = _settle(measured, 203.0)
     assert under.p_improve > 0.1 and under.p_change < 0.05 and under.p_gain > 0.05
     assert under.reason is not None and "change the answer" in under.reason
-    assert _settle(measured, 203.0, over_bar=False).reason is None
     assert _settle(measured, 203.0, improve_settles=False).reason is None  # the surrogate's picks come first
     above = _settle(measured, 100.0)  # the best is twice the baseline: the bar is far below it
     assert above.p_change == pytest.approx(above.p_improve, abs=0.02) and above.reason is None

@@ -22,8 +22,7 @@ from autotune.backends.sglang import SGLangBackend
 from autotune.records import Round, RoundLevels
 from autotune.space import VerdictSpec
 from autotune.stats import Spread, two_sided_t
-from autotune.study import Orchestrator, open_study, race
-from autotune.study.policies import DEFAULT_POLICIES
+from autotune.study import Orchestrator, confirm, open_study, race
 
 from ..study.conftest import ScriptedRunner, make_space
 
@@ -343,12 +342,12 @@ def _race_many(
 def test_a_race_between_proven_winners_ends_at_the_tie_and_an_open_verdict_races_as_before():
     """Two candidates both far over the bar and within a fraction of a percent of each other raced to
     ``max_repeats`` (llama-load seed 5 of scripts/bench_load.py: trials 7 and 9 at 1.218x and 1.222x, four rounds
-    more, 12 starts). With ``CandidatePolicy.race_tie`` (1%, shipped) the race ends once the leader is a proven
+    more, 12 starts). With ``confirm.RACE_TIE`` (1%, shipped) the race ends once the leader is a proven
     winner (at a confidence shared by every round the race could end at) and the others are proven at most 1%
     faster: these draws, 1.22x and 1.218x beside a 1.0x config, 14.1 starts instead of 18.4 with the same loss of
     the pick (0.07%); 1.25x against 1.2x still picks the faster (loss 0.04%). Candidates at the bar race as before:
     three ties at the bar a false winner 2.4% of the time with the rule and without (4,000 draws)."""
-    tie = DEFAULT_POLICIES.candidates.race_tie
+    tie = confirm.RACE_TIE
     assert tie == 0.01
     win, _, starts, loss = _race_many([1.22, 1.218, 1.0], 1000, tie=tie)
     win_full, _, starts_full, loss_full = _race_many([1.22, 1.218, 1.0], 1000, tie=None)
