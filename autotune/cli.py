@@ -177,11 +177,7 @@ def _print_report(report: dict[str, Any], as_json: bool, ctx: Context | None = N
         return
     from autotune.render import render_report
 
-    render_report(report, sys.stdout)
-    command = commands.recommended_command(ctx, report) if ctx is not None else None
-    if command:
-        what = "the recommended config" if (report["recommended"].get("config") or {}).get("drafter") else "it"
-        print(f"to deploy {what} (autotune export ... for other formats):\n  {command}")
+    render_report(report, sys.stdout, deploy=commands.recommended_command(ctx, report) if ctx is not None else None)
 
 
 def _watch(ctx: Context) -> Any:

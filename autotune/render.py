@@ -40,7 +40,9 @@ def _console(out: IO[str]) -> Console:
     return Console(file=out, width=None if tty else 160, force_terminal=tty, no_color=not tty, highlight=False)
 
 
-def render_report(report: dict[str, Any], out: IO[str]) -> None:
+def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = None) -> None:
+    """The whole report: its tables and evidence, then the closing summary (``summary_lines``); ``deploy``: the
+    recommended config's launch command, printed in the summary."""
     con = _console(out)
 
     def line(text: str, style: str | None = None) -> None:
@@ -59,7 +61,6 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
         f"of their benchmark: {_pruned_by(report)}), {c['FAIL']} failed"
     )
     _reasons(con, report)
-    _gpu(line, report)
     if (report.get("objective") or {}).get("category_weights"):
         line("objective: " + report["objective"]["text"])
     _best(con, report)
@@ -105,7 +106,7 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
                 + (" - left the race: clearly slower than the leader" if cf.get("dropped") else "")
             )
     if report.get("confirmed") and report.get("interval_note"):
-        line(f"  ({report['interval_note']})")
+        line(f"  ({INTERVAL_POINTER})")
     load = report.get("load")
     if load:
 
@@ -128,32 +129,61 @@ def render_report(report: dict[str, Any], out: IO[str]) -> None:
             ci = v.get("speedup_ci")
             iv = f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "-"
             w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
-        if load.get("confirmed_text"):
-            w(f"  per level: {load['confirmed_text']}\n")
     if report.get("search_settled"):
         line(report["search_settled"]["text"])
     for c in report.get("baseline_check") or []:
         line(baseline_check.text(c), "yellow" if c["flagged"] else None)
     for e in report.get("exclusions", []):
         line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
+    if report.get("warmup"):
+        line(f"warm-up: {report['warmup']['text']}")
+    line("")
     style = {
         Verdict.SPECULATION_WINS: "bold green",
         Verdict.BASELINE_WINS: "bold",
         Verdict.NO_WORTHWHILE_GAIN: "bold",
         Verdict.INCONCLUSIVE: "bold yellow",
     }
-    line(
-        f"verdict: {report['verdict']} ({report.get('verdict_rests_on', report['verdict_basis'])})",
-        style.get(report["verdict"]),
-    )
-    line(f"  {report['verdict_text']}")
+    for text in summary_lines(report, deploy):
+        strong = style.get(report["verdict"]) if text.startswith("verdict:") else None
+        line(text, strong or ("bold" if text.startswith("recommended:") else None))
+
+
+#: the terminal's pointer to the intervals' derivation (the whole of it: the report's ``interval_note``, shown by the
+#: HTML report and the dashboard's note)
+INTERVAL_POINTER = (
+    "intervals at the verdict's confidence, corrected for the candidates raced and for every extra look, their "
+    "spread starting from the start-to-start noise: how, in the HTML report's note on intervals"
+)
+
+
+def summary_lines(report: dict[str, Any], deploy: str | None = None) -> list[str]:
+    """The study's closing summary, at most 12 lines: the verdict and what it rests on, how to settle an open one,
+    the per-level verdicts, the recommendation with its interval, what the study cost, how to deploy it."""
+    out = [f"verdict: {report['verdict']} ({report.get('verdict_rests_on', report['verdict_basis'])})"]
+    out.append(f"  {report['verdict_text']}")
     if report.get("to_settle"):
-        line(f"  {report['to_settle']['text']}")
-    if report.get("warmup"):
-        line(f"warm-up: {report['warmup']['text']}")
+        out.append(f"  {report['to_settle']['text']}")
+    load = report.get("load") or {}
+    if load.get("confirmed_text"):
+        out.append(f"  per level: {load['confirmed_text']}")
     rec = report["recommended"]
     if rec.get("config"):
-        line(f"recommended: trial {rec.get('trial')}: {config_label(rec['config'])}  ({rec['why']})", "bold")
+        out.append(f"recommended: trial {rec.get('trial')}: {config_label(rec['config'])}  ({rec['why']})")
+        ci = rec.get("speedup_ci")
+        if ci:
+            out.append(
+                f"  speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}] "
+                f"({ci.get('confidence', 0.95) * 100:.4g}% CI) against the fastest baseline"
+            )
+    cost = gpu_text(report)
+    if cost:
+        out.append(cost)
+    if deploy:
+        what = "the recommended config" if (rec.get("config") or {}).get("drafter") else "it"
+        out.append(f"to deploy {what} (autotune export ... for other formats):")
+        out.append(f"  {deploy}")
+    return out
 
 
 def _baselines(con: Console, report: dict[str, Any]) -> None:
@@ -180,13 +210,14 @@ def _reasons(con: Console, report: dict[str, Any]) -> None:
     con.print(t)
 
 
-def _gpu(line: Any, report: dict[str, Any]) -> None:
+def gpu_text(report: dict[str, Any]) -> str | None:
+    """What the study cost in GPU time, one line (None: a report without the figure)."""
     g = report.get("gpu_time")
     if not g:
-        return
+        return None
     failed = g.get("failed_starts") or 0  # reports written before failed starts were billed have none
     lost = f"; {_duration(g['failed_s'])} in {failed} start(s) that failed or were refused" if failed else ""
-    line(
+    return (
         f"GPU time: {_duration(g['total_s'])} ({_duration(g['search_s'])} search in {g['search_starts']} server "
         f"starts, {_duration(g['confirmation_s'])} confirmation in {g['confirmation_starts']}{lost}); saved "
         f"{_duration(g['saved_by_pruning_s'])} by pruning, {_duration(g['saved_by_dedup_s'])} by not re-measuring "

@@ -95,3 +95,30 @@ def test_terminal_report_shows_tables_and_whole_lines(study_and_report):
     ci = best["speedup_ci"]
     if ci:
         assert f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" in text
+
+
+def test_the_closing_summary_is_at_most_12_lines_and_ends_the_report(study_and_report):
+    """The study's last lines are the summary a person reads (verdict, interval, recommendation, cost, how to
+    deploy): at most 12, whatever the report holds; the intervals' derivation is a pointer, not a paragraph."""
+    from autotune.render import INTERVAL_POINTER, summary_lines
+
+    _study, rep, _runner = study_and_report
+    deploy = "python3 -m sglang.launch_server --model-path /m"
+    lines = summary_lines(rep, deploy)
+    assert lines[0].startswith(f"verdict: {rep['verdict']}") and lines[-1] == f"  {deploy}"
+    assert any(x.startswith("recommended: trial ") for x in lines) and any(x.startswith("GPU time: ") for x in lines)
+    # the most a report can say: an open verdict with its way to settle, per-level verdicts, a confirmed pick
+    full = {
+        **rep,
+        "to_settle": {"text": "settling whether ... would take about 15 fresh rounds"},
+        "load": {"confirmed_text": "speculation wins up to 64 streams"},
+        "recommended": {**rep["recommended"], "speedup_ci": {"point": 1.2, "low": 1.1, "high": 1.3, "confidence": 0.95}},
+    }
+    assert len(summary_lines(full, deploy)) <= 12
+    assert "  speedup 1.200 [1.100, 1.300] (95% CI) against the fastest baseline" in summary_lines(full)
+    out = io.StringIO()
+    render_report(rep, out, deploy=deploy)
+    text = out.getvalue().rstrip("\n").splitlines()
+    assert text[-len(lines) :] == lines  # the summary closes the report
+    assert rep["confirmed"] and "Bonferroni" in rep["interval_note"]  # the derivation: in the report, the HTML
+    assert "Bonferroni" not in "\n".join(text) and f"  ({INTERVAL_POINTER})" in text  # the terminal points to it
