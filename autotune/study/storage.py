@@ -430,7 +430,11 @@ def open_study(
     sampler: optuna.samplers.BaseSampler | None = None,
     heartbeat_s: int | None = None,
 ) -> optuna.Study:
-    """Create or load the study; refuse to resume one measured with a different prompt set."""
+    """Create or load the study; refuse to resume one measured with a different prompt set. A simulated study is
+    labelled so (``label``: its scenario and time scale, by default the space's ``simulate`` section's)."""
+    if simulated and label is None:
+        sim = space.simulate
+        label = {"scenario": sim.scenario if sim else None, "time_scale": sim.time_scale if sim else None}
     st = make_storage(storage, heartbeat_s=heartbeat_s) if isinstance(storage, str) else storage
     pruner = make_pruner(space)
     sampler = sampler or make_sampler(space, seed)
