@@ -19,6 +19,7 @@ WORK="${GPU_WORK:-$REPO_ROOT/.gpu}"
 OUT="${OUT:-$REPO_ROOT/studies/gpu-out}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
+export PYTHONPATH="${GPU_SITE:-/tmp/site}:$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 SERVER="${LLAMA_SERVER:-$WORK/build/cmake/bin/llama-server}"
 MODELS="$WORK/models"
 KEEP_MB="${FAIL_KEEP_MB:-64}"
@@ -47,6 +48,9 @@ for i in $(seq 1 "$N"); do
     echo "$i $t1 $t2 $rc" >>"$direct"
     echo "[failed_starts] direct launch $i: $("$PY" -c "print(round($t2-$t1, 2))") s, exit $rc; last line: $(tail -n 1 "$WORK/failed-direct-$i.log")"
 done
+
+tail -n 30 "$WORK/failed-direct-1.log" >"$OUT/failed-direct.log" || true
+cp -f "$direct" "$OUT/failed-direct.txt"
 
 CALL_BUDGET_S="${CALL_BUDGET_S:+$((CALL_BUDGET_S - (SECONDS - T0)))}" bash scripts/gpu/run.sh study || true
 
@@ -86,4 +90,3 @@ print(f"[failed_starts] direct: median {doc['direct_median_s']} s of {len(direct
       f"start(s), median {doc['billed_median_s']} s; report failed_s={gpu_time and gpu_time.get('failed_s')}, "
       f"failed_starts={gpu_time and gpu_time.get('failed_starts')}")
 EOF
-tail -n 30 "$WORK/failed-direct-1.log" >"$OUT/failed-direct.log" || true
