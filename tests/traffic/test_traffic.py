@@ -1,0 +1,219 @@
+"""Request logs in (#45): every format read with each request's own sampling and lengths, bad logs refused with
+the file, line and field; a representative subset; each validity guard silent on a clean log and firing on one
+made to trip it."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from autotune.errors import SpaceError
+from autotune.traffic import Turn, guards, pick_subset, random_token_score, read_requests, representativeness
+
+from .logs import SYSTEM, ask, chat_line, clean_log, write_jsonl
+
+
+def test_openai_chat_and_completions_bodies_keep_their_own_sampling_and_answers(tmp_path):
+    log = write_jsonl(
+        tmp_path / "log.jsonl",
+        [
+            {
+                "request": {
+                    "messages": [
+                        {"role": "system", "content": "Be brief."},
+                        {
+                            "role": "user",
+                            "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}],
+                        },
+                        {"role": "assistant", "content": "Hi."},
+                        {"role": "user", "content": "Write a haiku."},
+                    ],
+                    "max_completion_tokens": 64,
+                    "temperature": 0.7,
+                    "top_p": 0.9,
+                    "chat_template_kwargs": {"enable_thinking": False},
+                },
+                "response": {
+                    "choices": [
+                        {"message": {"content": "Leaves fall", "reasoning_content": "think"}, "finish_reason": "stop"}
+                    ],
+                    "usage": {"prompt_tokens": 31, "completion_tokens": 5},
+                },
+                "category": "creative",
+            },
+            {"prompt": "def f(x):", "max_tokens": 128, "id": "c1"},
+        ],
+    )
+    chat, comp = read_requests(log)
+    assert chat.messages == (
+        Turn("system", "Be brief."),
+        Turn("user", "Hello there"),
+        Turn("assistant", "Hi."),
+        Turn("user", "Write a haiku."),
+    )
+    assert (chat.max_tokens, chat.temperature, chat.top_p, chat.thinking, chat.category) == (
+        64,
+        0.7,
+        0.9,
+        False,
+        "creative",
+    )
+    assert (chat.response, chat.finish_reason, chat.output_tokens, chat.input_tokens, chat.reasoned) == (
+        "Leaves fall",
+        "stop",
+        5,
+        31,
+        True,
+    )
+    assert chat.ask == "Write a haiku." and chat.line == 1 and chat.id == "r0"
+    assert comp.prompt == "def f(x):" and comp.messages is None and comp.max_tokens == 128 and comp.id == "c1"
+    assert comp.temperature is None and comp.response is None and comp.line == 2
+
+
+@pytest.mark.parametrize("form", ["array", "jsonl"])
+def test_sharegpt_conversations_end_at_the_last_human_turn(tmp_path, form):
+    convs = [
+        {
+            "id": "a",
+            "conversations": [
+                {"from": "system", "value": "S"},
+                {"from": "human", "value": "Q1"},
+                {"from": "gpt", "value": "A1"},
+                {"from": "human", "value": "Q2"},
+                {"from": "gpt", "value": "A2 <think>x</think>"},
+            ],
+        },
+        {"id": "b", "conversations": [{"from": "human", "value": "only"}]},
+    ]
+    path = tmp_path / f"sg.{form}"
+    path.write_text(json.dumps(convs, indent=1) if form == "array" else "\n".join(map(json.dumps, convs)))
+    a, b = read_requests(path)
+    assert [t.role for t in a.messages] == ["system", "user", "assistant", "user"] and a.ask == "Q2"
+    assert a.response == "A2 <think>x</think>" and a.reasoned and b.response is None
+    assert (a.line, b.line) == ((2, 27) if form == "array" else (1, 2))
+
+
+@pytest.mark.parametrize(
+    ("lines", "where", "said"),
+    [
+        (['{"messages": [{"role": "user", "content": "x"}]}', "{not json"], ":2: ", "invalid JSON"),
+        (
+            ['{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}'],
+            "temperature",
+            "a number from 0 to 2",
+        ),
+        (['{"messages": [{"role": "system", "content": "x"}]}'], "messages", "at least one user turn"),
+        (
+            ['{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}'],
+            "messages[0].content[0].type",
+            "cannot be replayed",
+        ),
+        (['{"messages": [{"role": "robot", "content": "x"}]}'], "messages[0].role", "one of assistant"),
+        (['{"max_tokens": 5}'], ":1: ", "found neither"),
+        (['{"prompt": "a", "max_tokens": 0}'], "max_tokens", "at least 1"),
+        (['{"id": "x", "prompt": "a"}', '{"id": "x", "prompt": "b"}'], ":2: ", "used twice (first on line 1)"),
+        ([], "log.jsonl", "has no requests"),
+    ],
+)
+def test_a_bad_log_names_the_file_line_and_field(tmp_path, lines, where, said):
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(lines))
+    with pytest.raises(SpaceError) as e:
+        read_requests(path)
+    msg = str(e.value)
+    assert str(path) in msg and where in msg and said in msg
+
+
+def test_a_missing_log_is_a_clear_error(tmp_path):
+    with pytest.raises(SpaceError, match="does not exist"):
+        read_requests(tmp_path / "nope.jsonl")
+
+
+def test_a_subset_of_a_large_log_keeps_each_strata_share_and_its_length_distribution(tmp_path):
+    reqs = read_requests(clean_log(tmp_path / "log.jsonl", n=1500))
+    sub = pick_subset(reqs, 60, seed=3)
+    assert len(sub.picked) == 60 and len(set(sub.picked)) == 60 and sub.by == "category"
+    for (_inp, _out, _cat), (in_log, picked) in sub.strata.items():
+        assert abs(picked - 60 * in_log / 1500) < 1  # largest remainders: within one of its proportional share
+    assert pick_subset(reqs, 60, seed=3).picked == sub.picked  # seeded
+    rep = representativeness(reqs, sub)
+    assert rep["input_tokens"]["ks_p"] > 0.05 and rep["output_tokens"]["ks_p"] > 0.05
+    assert all(abs(c["log"] - c["subset"]) < 0.05 for c in rep["categories"].values())
+    # the same check tells a biased pick: the 60 shortest requests
+    shortest = sorted(range(len(reqs)), key=lambda i: reqs[i].input_len)[:60]
+    biased = representativeness(reqs, type(sub)(tuple(sorted(shortest)), sub.strata, sub.by, sub.buckets))
+    assert biased["input_tokens"]["ks_p"] < 1e-6 and biased["input_tokens"]["ks_distance"] > 0.5
+
+
+def test_without_categories_the_strata_are_text_clusters(tmp_path):
+    rng = random.Random(0)
+    topics = {
+        "code": "def return value function error list string index query",
+        "cook": "salt pepper onion oven bake boil stir flour sugar",
+    }
+    lines = []
+    for i in range(300):
+        words = topics["code" if i % 4 else "cook"].split()
+        lines.append(chat_line(rng, i, ask_text=" ".join(rng.choice(words) for _ in range(25)), category=None))
+    reqs = read_requests(write_jsonl(tmp_path / "log.jsonl", lines))
+    sub = pick_subset(reqs, 40, seed=0, clusters=2)
+    assert sub.by == "text clusters"
+    cook = sum(1 for i in sub.picked if "salt" in reqs[i].ask or "oven" in reqs[i].ask or "bake" in reqs[i].ask)
+    assert cook == 10  # a quarter of the log, a quarter of the subset
+
+
+def test_the_guards_are_silent_on_a_clean_log(tmp_path):
+    reqs = read_requests(clean_log(tmp_path / "log.jsonl", n=1200))
+    assert guards(reqs, api="chat") == []
+
+
+def _fired(lines, **kw):
+    return [g.name for g in guards(lines, **kw)]
+
+
+def test_each_guard_fires_on_a_log_made_to_trip_it(tmp_path):
+    rng = random.Random(1)
+    base = [chat_line(rng, i) for i in range(400)]
+
+    dup = [chat_line(rng, i, ask_text=base[i % 50]["body"]["messages"][-1]["content"]) for i in range(400)]
+    assert _fired(read_requests(write_jsonl(tmp_path / "d.jsonl", dup))) == ["near-duplicates"]
+
+    pieces = ["hijo", "Dre", "ICAgICAg", "ывает", "ngth", "XTkw", "的", "strm", "ометр", "Ġthe", "zzkq", "bRtY"]
+    junk = [chat_line(rng, i, ask_text=" ".join(rng.choice(pieces) for _ in range(40))) for i in range(400)]
+    assert "random-tokens" in _fired(read_requests(write_jsonl(tmp_path / "r.jsonl", junk)))
+
+    tpl = [
+        chat_line(
+            rng,
+            i,
+            ask_text="Translate the following sentence into French and answer with the translation only: "
+            + ask(rng, 3),
+        )
+        for i in range(400)
+    ]
+    assert _fired(read_requests(write_jsonl(tmp_path / "t.jsonl", tpl))) == ["templated"]
+
+    cut = [chat_line(rng, i, finish="length" if i % 10 < 7 else "stop") for i in range(400)]
+    assert _fired(read_requests(write_jsonl(tmp_path / "f.jsonl", cut))) == ["forced-length"]
+
+    clean = read_requests(write_jsonl(tmp_path / "c.jsonl", base))
+    assert _fired(clean, api="completions") == ["no-chat-template"]
+    assert _fired(clean, api="completions", drafter_is_chat_tuned=False) == []
+
+    think = [chat_line(rng, i, answer="<think>hmm</think> " + ask(rng, 20)) for i in range(400)]
+    assert _fired(read_requests(write_jsonl(tmp_path / "k.jsonl", think))) == ["thinking-mode"]
+    asked = [chat_line(rng, i, answer="<think>hmm</think> " + ask(rng, 20), thinking=True) for i in range(400)]
+    assert _fired(read_requests(write_jsonl(tmp_path / "k2.jsonl", asked))) == []
+
+
+def test_random_token_score_tells_decoded_random_ids_from_prose_and_code():
+    assert random_token_score("The kettle on the stove began to whistle, and the old man looked up from his paper") == 0
+    code = (
+        "def fibonacci(n):\n    if n < 2:\n        return n\n"
+        "    return fibonacci(n - 1) + fibonacci(n - 2)  # getUserName HTTPServer"
+    )
+    assert random_token_score(code) == 0
+    assert random_token_score("hijo Dre Reader accomplish bodied ICAgICAg ывает strcmp ометр XTkw ngth 的 sdk") > 0.3
+    assert random_token_score(SYSTEM) == 0
