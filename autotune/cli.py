@@ -220,7 +220,7 @@ def cmd_validate(ctx: Context) -> int:
     _note(
         f"ok: {ctx.args.space}: {len(ctx.space.drafters)} drafter(s) checked"
         + (f" (the simulator's stand-ins, scenario {sim.scenario if sim else 'default'})" if ctx.simulated else "")
-        + (f", {len(problems)} warning(s)" if problems else "")
+        + (f", {n_warn} warning(s)" if (n_warn := sum(p.severity == "warning" for p in problems)) else "")
     )
     return EXIT_OK
 

@@ -51,6 +51,7 @@ from autotune.errors import BenchmarkError
 
 if TYPE_CHECKING:
     from autotune.space import Space
+    from autotune.space.model import Prompt
 
 
 class _Retryable(Exception):
@@ -323,16 +324,18 @@ class BenchmarkClient:
         *,
         max_tokens: int | None = None,
         alone: bool = True,
+        request: Prompt | None = None,
     ) -> PromptResult:
         """Stream one completion for ``prompt_text`` (``max_tokens``: the client's unless given; ``alone``: no other
-        request of this client is in flight, so a per-request /metrics window is this request's own); seconds are
+        request of this client is in flight, so a per-request /metrics window is this request's own; ``request``: a
+        logged request's own answer limit, sampling, chat turns and thinking switch, where it has them); seconds are
         this clock's (wall) seconds. Safe to call from several threads at once (a load level's streams)."""
         reasons: list[str] = []
         for attempt in range(self.retries + 1):
             if attempt:
                 self.clock.sleep(self.retry_delay_s * attempt)
             try:
-                return self._measure_once(prompt_index, prompt_text, max_tokens, alone)
+                return self._measure_once(prompt_index, prompt_text, max_tokens, alone, request)
             except _Retryable as e:
                 reasons.append(str(e))
         raise BenchmarkError(f"prompt {prompt_index}: failed after {len(reasons)} attempt(s): " + "; ".join(reasons))
@@ -343,13 +346,18 @@ class BenchmarkClient:
         prompt_text: str,
         max_tokens: int | None = None,
         alone: bool = True,
+        request: Prompt | None = None,
     ) -> PromptResult:
+        own = request.max_tokens if request is not None and request.max_tokens is not None else self.max_tokens
         path, body = self.backend.request(
             prompt_text,
-            max_tokens=self.max_tokens if max_tokens is None else int(max_tokens),
-            temperature=self.temperature,
+            max_tokens=own if max_tokens is None else min(int(max_tokens), own),
+            temperature=self.temperature if request is None or request.temperature is None else request.temperature,
             api=self.api,
             model=self.model,
+            top_p=None if request is None else request.top_p,
+            messages=None if request is None else request.messages,
+            thinking=None if request is None else request.thinking,
         )
         scrape = self.backend.acceptance_from_metrics_deltas or (self.backend.positions_from_metrics_deltas and alone)
         before = self.metrics() if scrape else None

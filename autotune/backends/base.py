@@ -341,8 +341,13 @@ class Backend(ABC):
         temperature: float,
         api: str = "completions",
         model: str | None = None,
+        top_p: float | None = None,
+        messages: tuple[tuple[str, str], ...] | None = None,
+        thinking: bool | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """One streaming request for ``prompt``: (path, JSON body). Default: the OpenAI API."""
+        """One streaming request for ``prompt``: (path, JSON body). Default: the OpenAI API. A logged request's own
+        ``top_p``, chat turns (``messages``: (role, content), for the chat API) and thinking switch are sent as
+        logged."""
         body: dict[str, Any] = {
             "max_tokens": int(max_tokens),
             "temperature": float(temperature),
@@ -351,8 +356,13 @@ class Backend(ABC):
         }
         if model:
             body["model"] = model
+        if top_p is not None:
+            body["top_p"] = float(top_p)
         if api == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
+            turns = messages or (("user", prompt),)
+            body["messages"] = [{"role": role, "content": content} for role, content in turns]
+            if thinking is not None:
+                body["chat_template_kwargs"] = {"enable_thinking": bool(thinking)}
             return "/v1/chat/completions", body
         body["prompt"] = prompt
         return "/v1/completions", body

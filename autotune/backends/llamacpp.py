@@ -553,9 +553,21 @@ class LlamaCppBackend(Backend):
         temperature: float,
         api: str = "completions",
         model: str | None = None,
+        top_p: float | None = None,
+        messages: tuple[tuple[str, str], ...] | None = None,
+        thinking: bool | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """The OpenAI request, with ``cache_prompt: false`` so that repeated prompts are measured alike."""
-        path, body = super().request(prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model)
+        path, body = super().request(
+            prompt,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            api=api,
+            model=model,
+            top_p=top_p,
+            messages=messages,
+            thinking=thinking,
+        )
         body["cache_prompt"] = False
         return path, body
 

@@ -489,15 +489,26 @@ class SGLangBackend(Backend):
         temperature: float,
         api: str = "completions",
         model: str | None = None,
+        top_p: float | None = None,
+        messages: tuple[tuple[str, str], ...] | None = None,
+        thinking: bool | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """Native ``/generate`` (carries acceptance per request); ``api == "chat"``: OpenAI chat."""
         if api == "chat":
-            return super().request(prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model)
-        return "/generate", {
-            "text": prompt,
-            "sampling_params": {"max_new_tokens": int(max_tokens), "temperature": float(temperature)},
-            "stream": True,
-        }
+            return super().request(
+                prompt,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                api=api,
+                model=model,
+                top_p=top_p,
+                messages=messages,
+                thinking=thinking,
+            )
+        sampling: dict[str, Any] = {"max_new_tokens": int(max_tokens), "temperature": float(temperature)}
+        if top_p is not None:
+            sampling["top_p"] = float(top_p)
+        return "/generate", {"text": prompt, "sampling_params": sampling, "stream": True}
 
     def reference_request(
         self,

@@ -43,8 +43,53 @@ def validate(ctx: Context, *, stand_ins: bool = True) -> list[Any]:
     from autotune.backends.registry import check_space
     from autotune.checks import check_stand_ins
 
-    problems = check_space(ctx.run_space, ctx.backend)
+    problems = check_space(ctx.run_space, ctx.backend) + traffic_problems(ctx.space)
     return problems + check_stand_ins(ctx.space) if ctx.simulated and stand_ins else problems
+
+
+def traffic_problems(space: Any) -> list[Any]:
+    """A request-log space's subset and validity guards (``autotune.traffic``), as warnings said before any GPU
+    time: what was picked from the log and how it compares, each guard that fired, and a lossless check that
+    cannot run because the logged requests sample."""
+    from autotune.checks import Problem
+
+    t = space.benchmark.traffic
+    if t is None:
+        return []
+    field = "benchmark.requests_file"
+    rep = t.representativeness.get("input_tokens") or {}
+    out = [
+        Problem(
+            "warning" if t.guards else "info",
+            f"traffic: {t.picked} of {t.log_requests} logged requests picked (stratified by length and {t.by}); "
+            + (
+                f"input length p10/p50/p90 {_trio(rep['subset_p10_p50_p90'])} against the log's "
+                f"{_trio(rep['log_p10_p50_p90'])} (KS p = {rep['ks_p']:.2f})"
+                if rep
+                else "too few to compare lengths"
+            ),
+            field=field,
+            file=t.path,
+        )
+    ]
+    out += [Problem("warning", f"traffic guard {name}: {text}", field=field, file=t.path) for name, text in t.guards]
+    if not space.benchmark.greedy:
+        hot = sum(space.benchmark.temperature_for(p) > 0 for p in space.benchmark.prompts)
+        out.append(
+            Problem(
+                "warning",
+                f"traffic: {hot} of {len(space.benchmark.prompts)} picked requests sample (temperature > 0): the "
+                "speedup is measured at each request's own sampling, and the lossless check (temperature 0 only) "
+                "does not run",
+                field=field,
+                file=t.path,
+            )
+        )
+    return out
+
+
+def _trio(q: Any) -> str:
+    return "/".join(f"{x:.0f}" for x in q)
 
 
 def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyResult:

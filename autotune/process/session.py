@@ -88,7 +88,8 @@ class ProcessSession:
         )
 
     def _measure(self, index: int, text: str) -> PromptResult:
-        return self._call(index, lambda: self._scaled(self.client.measure(index, text)))
+        prompt = self.benchmark.prompts[index] if 0 <= index < len(self.benchmark.prompts) else None
+        return self._call(index, lambda: self._scaled(self.client.measure(index, text, request=prompt)))
 
     def _call(self, index: int, request: Callable[[], _T], *, track: bool = True) -> _T:
         """One request to the server; a failure of a server that has exited is ``ServerDied``. ``track``: note
@@ -164,7 +165,9 @@ class ProcessSession:
                 try:
                     r = self._call(
                         i,
-                        lambda i=i: self.client.measure(i, prompts[i].text, max_tokens=max_tokens, alone=streams == 1),
+                        lambda i=i: self.client.measure(
+                            i, prompts[i].text, max_tokens=max_tokens, alone=streams == 1, request=prompts[i]
+                        ),
                         track=False,
                     )
                 except ServerDied as e:

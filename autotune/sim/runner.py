@@ -143,8 +143,9 @@ class ModelRunner:
         bench = self.space.benchmark
         out = []
         for p in bench.prompts:
-            ms = engine.expected_ms(p.text, bench.max_tokens, temperature=bench.temperature, category=p.category)
-            out.append((engine.expected_tokens(bench.max_tokens), ms / 1000.0))
+            tokens = bench.tokens_for(p)
+            ms = engine.expected_ms(p.text, tokens, temperature=bench.temperature_for(p), category=p.category)
+            out.append((engine.expected_tokens(tokens), ms / 1000.0))
         return out
 
     def true_tok_per_s(self, config: TrialConfig) -> float:
@@ -221,7 +222,7 @@ class ModelSession:
         if not 0 <= index < len(bench.prompts):
             raise IndexError(f"prompt index {index} out of range (the space has {len(bench.prompts)} prompts)")
         p = bench.prompts[index]
-        gen = self._request(p.text, bench.max_tokens, bench.temperature, p.category, "generate")
+        gen = self._request(p.text, bench.tokens_for(p), bench.temperature_for(p), p.category, "generate")
         plan = gen.plan
         return PromptResult(
             index=index,
@@ -274,7 +275,12 @@ class ModelSession:
                 if fault is not None:
                     continue
                 gen = self.engine.generate(
-                    p.text, max_tokens, temperature=bench.temperature, category=p.category, request_index=n, alone=False
+                    p.text,
+                    min(max_tokens, bench.tokens_for(p)),
+                    temperature=bench.temperature_for(p),
+                    category=p.category,
+                    request_index=n,
+                    alone=False,
                 )
                 self.engine.record(gen.plan.completion_tokens, gen.plan.verify_ct)
                 return self.engine.seq(gen, (i, gen))
@@ -311,7 +317,7 @@ class ModelSession:
         if not 0 <= index < len(bench.prompts):
             raise IndexError(f"prompt index {index} out of range (the space has {len(bench.prompts)} prompts)")
         p = bench.prompts[index]
-        gen = self._request(p.text, bench.max_tokens, 0.0, p.category, "reference")
+        gen = self._request(p.text, bench.tokens_for(p), 0.0, p.category, "reference")
         return gen.reference(index, top_n)
 
     def close(self) -> None:

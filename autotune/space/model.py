@@ -106,6 +106,28 @@ class Prompt:
     id: str
     text: str
     category: str | None = None  # code, math, chat, summarization, creative (used by the simulator)
+    #: a logged request's own settings (``benchmark.requests_file``); None: the benchmark's
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    #: a logged chat request's turns as (role, content), system and earlier turns included; None: ``text`` alone
+    messages: tuple[tuple[str, str], ...] | None = None
+    #: a logged chat request's ``chat_template_kwargs.enable_thinking``; None: the server's default
+    thinking: bool | None = None
+
+
+@dataclass(frozen=True)
+class TrafficInfo:
+    """Where a traffic space's prompts came from: the log, how many of its requests were picked and how
+    (``autotune.traffic``), how the subset compares with the whole log, and the validity guards that fired."""
+
+    path: str
+    log_requests: int
+    picked: int
+    by: str
+    representativeness: dict[str, Any]
+    #: (name, text) of each guard that fired
+    guards: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,8 @@ class BenchmarkSpec:
     prompts_file: str | None = None  # absolute path of the file the prompts came from, if any
     #: load levels (streams at once), lowest first; (1,) = one stream at a time, today's measurement
     concurrency: tuple[int, ...] = (1,)
+    #: the request log the prompts were picked from (``benchmark.requests_file``), with the subset and its guards
+    traffic: TrafficInfo | None = None
 
     @property
     def levels(self) -> tuple[int, ...]:
@@ -131,6 +155,19 @@ class BenchmarkSpec:
     def loaded(self) -> bool:
         """Whether any level runs more than one stream at once."""
         return any(c > 1 for c in self.concurrency)
+
+    def tokens_for(self, p: Prompt) -> int:
+        """The answer limit a prompt is measured with: its own (a logged request's), else the benchmark's."""
+        return self.max_tokens if p.max_tokens is None else p.max_tokens
+
+    def temperature_for(self, p: Prompt) -> float:
+        """The temperature a prompt is measured at: its own (a logged request's), else the benchmark's."""
+        return self.temperature if p.temperature is None else p.temperature
+
+    @property
+    def greedy(self) -> bool:
+        """Whether every prompt is measured at temperature 0 (where the lossless check can compare answers)."""
+        return all(self.temperature_for(p) == 0 for p in self.prompts)
 
     @property
     def categories(self) -> tuple[str | None, ...]:

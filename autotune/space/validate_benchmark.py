@@ -13,7 +13,10 @@ from autotune.errors import SpaceError
 from autotune.space.checker import Checker, Validator
 from autotune.space.describe import join
 from autotune.space.loader import LineSeq, item_line, key_line, parse_yaml, read_text
-from autotune.space.model import BenchmarkSpec, ObjectiveSpec, Prompt, SloSpec
+from autotune.space.model import BenchmarkSpec, ObjectiveSpec, Prompt, SloSpec, TrafficInfo
+
+#: requests picked from a request log when the space does not say (``benchmark.requests``)
+DEFAULT_REQUESTS = 32
 
 __all__ = ["BenchmarkSection", "_json_lines"]
 
@@ -25,6 +28,8 @@ class BenchmarkSection(Checker):
         schema: dict[str, Validator] = {
             "prompts": self.prompts,
             "prompts_file": self.optional(self.str_),
+            "requests_file": self.optional(self.str_),
+            "requests": lambda x, p, ln: self.int_(x, p, ln, 1),
             "max_tokens": lambda x, p, ln: self.int_(x, p, ln, 1),
             "temperature": lambda x, p, ln: self.num(x, p, ln, 0),
             "warmup_requests": lambda x, p, ln: self.int_(x, p, ln, 0),
@@ -36,17 +41,84 @@ class BenchmarkSection(Checker):
         d = self.fields(v, f, line, schema, complete=True)
         file_ = d.pop("prompts_file", None)
         file_field, file_line = join(f, "prompts_file"), key_line(v, "prompts_file", line)
-        if file_ is not None and "prompts" in d:
-            raise self.error(file_field, file_line, "give either prompts or prompts_file, not both")
+        log = d.pop("requests_file", None)
+        n_requests = d.pop("requests", None)
+        given = [k for k, x in (("prompts", d.get("prompts")), ("prompts_file", file_), ("requests_file", log)) if x]
+        if len(given) > 1:
+            raise self.error(
+                file_field if file_ else join(f, "requests_file"),
+                file_line or line,
+                f"give one of prompts, prompts_file or requests_file, not {' and '.join(given)}",
+            )
+        if n_requests is not None and log is None:
+            raise self.error(
+                join(f, "requests"),
+                key_line(v, "requests", line),
+                "requests (how many to pick) needs requests_file (the log to pick them from)",
+            )
         if file_ is not None:
             d["prompts"], d["prompts_file"] = self.prompts_file(file_, file_field, file_line)
+        if log is not None:
+            explicit_api = isinstance(v, dict) and "api" in v
+            d["prompts"], d["prompts_file"], d["traffic"], chat = self.requests_file(
+                log,
+                n_requests or DEFAULT_REQUESTS,
+                d.get("api", "completions") if explicit_api else None,
+                join(f, "requests_file"),
+                key_line(v, "requests_file", line),
+            )
+            if not explicit_api and chat:
+                d["api"] = "chat"  # a log of chat requests is replayed through the chat template
         if "prompts" not in d:
             raise self.error(
                 join(f, "prompts"),
                 line,
-                "no prompts; expected prompts (a list) or prompts_file (a file next to the space)",
+                "no prompts; expected prompts (a list), prompts_file (a file next to the space) "
+                "or requests_file (a request log to pick them from)",
             )
         return BenchmarkSpec(**d)
+
+    def requests_file(
+        self, v: str, n: int, api: str | None, f: str, line: int | None
+    ) -> tuple[tuple[Prompt, ...], str, TrafficInfo, bool]:
+        """The prompts picked from the request log ``v`` (``autotune.traffic``: its formats, the subset, the guards),
+        the log's path, what the plan and report say of it, and whether its requests are chat requests."""
+        from autotune.traffic import guards, pick_subset, read_requests, representativeness
+
+        target = (self.base_dir / os.path.expanduser(v)).resolve()
+        if not target.is_file():
+            raise self.error(
+                f,
+                line,
+                f"expected a request log, but {target} {'is not a file' if target.exists() else 'does not exist'} "
+                "(relative paths are read from the space file's folder)",
+            )
+        log = read_requests(target)  # a bad log: SpaceError naming its own file, line and field
+        subset = pick_subset(log, n, seed=0)
+        chat = sum(r.is_chat for r in log) * 2 > len(log)
+        prompts = tuple(
+            Prompt(
+                id=r.id,
+                text=r.text if r.messages is None else r.ask,
+                category=r.category,
+                max_tokens=r.max_tokens,
+                temperature=r.temperature,
+                top_p=r.top_p,
+                messages=None if r.messages is None else tuple((t.role, t.content) for t in r.messages),
+                thinking=r.thinking,
+            )
+            for r in (log[i] for i in subset.picked)
+        )
+        fired = guards(log, api=api or ("chat" if chat else "completions"))
+        info = TrafficInfo(
+            path=str(target),
+            log_requests=len(log),
+            picked=len(prompts),
+            by=subset.by,
+            representativeness=representativeness(log, subset),
+            guards=tuple((g.name, g.text) for g in fired),
+        )
+        return prompts, str(target), info, chat
 
     def warmup_passes(self, v: Any, f: str, line: int | None) -> int:
         """A whole number of untimed passes of the prompts (``autotune.warmup``)."""

@@ -407,6 +407,13 @@ def space_digest(space: Space) -> str:
         "temperature": b.temperature,
         "backend": space.server.backend,
     }
+    own = [
+        [p.id, p.max_tokens, p.temperature, p.top_p, p.messages, p.thinking]
+        for p in b.prompts
+        if (p.max_tokens, p.temperature, p.top_p, p.messages, p.thinking) != (None, None, None, None, None)
+    ]
+    if own:  # logged requests' own settings and turns (absent: as before)
+        fields["requests"] = own
     if b.concurrency != (1,):  # the load levels and their weights define the objective (absent: as before)
         fields["concurrency"] = list(b.concurrency)
         fields["weights"] = {str(c): w for c, w in space.objective.weights_for(b.concurrency).items()}

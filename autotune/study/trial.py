@@ -358,7 +358,7 @@ class Objective:
                 "check_first": alarm,
             }
             results = run_prompts(session, n, on_prompt=on_prompt, done=t.results or (), **warm)
-            if config.is_baseline and ctx.space.benchmark.temperature == 0:
+            if config.is_baseline and ctx.space.benchmark.greedy:
                 t.record.references(self._references(session, n))
             levels = None
             if ctx.space.benchmark.loaded:
@@ -498,11 +498,11 @@ class Objective:
         texts = [r.text for r in results]
         if config.is_baseline:
             t.record.outputs(texts)
-            if ctx.space.benchmark.temperature == 0:
+            if ctx.space.benchmark.greedy:
                 baseline_floor(ctx, t.number, config, texts)
         else:
             self._record_speedup(t, results, baseline, ctx.space)
-            if baseline is not None and ctx.space.benchmark.temperature == 0:
+            if baseline is not None and ctx.space.benchmark.greedy:
                 check = lossless_record(ctx, texts, baseline)
                 t.record.lossless(check)
                 if not check["ok"]:

@@ -112,7 +112,10 @@ def test_the_closing_summary_is_at_most_12_lines_and_ends_the_report(study_and_r
         **rep,
         "to_settle": {"text": "settling whether ... would take about 15 fresh rounds"},
         "load": {"confirmed_text": "speculation wins up to 64 streams"},
-        "recommended": {**rep["recommended"], "speedup_ci": {"point": 1.2, "low": 1.1, "high": 1.3, "confidence": 0.95}},
+        "recommended": {
+            **rep["recommended"],
+            "speedup_ci": {"point": 1.2, "low": 1.1, "high": 1.3, "confidence": 0.95},
+        },
     }
     assert len(summary_lines(full, deploy)) <= 12
     assert "  speedup 1.200 [1.100, 1.300] (95% CI) against the fastest baseline" in summary_lines(full)

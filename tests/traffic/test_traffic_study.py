@@ -1,0 +1,105 @@
+"""A study from a request log (#45) on the simulator: the subset it picks, each request measured with its own
+answer limit and sampling, the guards said before any GPU time, bad logs refused with exit 2."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import optuna
+
+from autotune.backends.sglang import SGLangBackend
+from autotune.space import load_space
+
+from ..cli.helpers import autotune
+from .logs import chat_line, clean_log, write_jsonl
+
+SPACE = """name: traffic
+server:
+  backend: sglang
+  model_path: /models/Llama-3.1-8B-Instruct
+  version: "0.5.23"
+  extra_args: [--dtype, bfloat16]
+drafters:
+  - name: eagle3-llama31-8b
+    path: /models/EAGLE3-LLaMA3.1-Instruct-8B
+search:
+  cuda_graph: [true]
+  num_steps: {low: 1, high: 8}
+  topk: [1, 2, 4]
+  num_draft_tokens: {low: 2, high: 32}
+benchmark:
+  requests_file: LOG
+  requests: 24
+simulate:
+  scenario: llama31-8b-h100
+"""
+
+
+def _space(tmp_path, log_name="log.jsonl"):
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE.replace("LOG", log_name))
+    return path
+
+
+def test_a_space_takes_its_prompts_from_a_request_log_with_their_own_settings(tmp_path):
+    clean_log(tmp_path / "log.jsonl", n=1200)
+    space = load_space(str(_space(tmp_path)))
+    b = space.benchmark
+    assert len(b.prompts) == 24 and b.api == "chat"  # a chat log is replayed through the chat template
+    assert b.traffic is not None and b.traffic.log_requests == 1200 and b.traffic.guards == ()
+    logged = {json.loads(x)["custom_id"]: json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()}
+    for p in b.prompts:
+        body = logged[p.id]["body"]
+        assert b.tokens_for(p) == body["max_tokens"] and b.temperature_for(p) == body["temperature"]
+        assert p.messages is not None and p.messages[-1] == ("user", body["messages"][-1]["content"])
+    assert not b.greedy  # the log samples: the lossless check cannot run
+    # the request the server gets: the logged turns, top_p and limits
+    p = b.prompts[0]
+    path, body = SGLangBackend().request(
+        p.text,
+        max_tokens=b.tokens_for(p),
+        temperature=b.temperature_for(p),
+        api=b.api,
+        top_p=p.top_p,
+        messages=p.messages,
+        thinking=True,
+    )
+    assert path == "/v1/chat/completions" and body["messages"][0]["role"] == "system"
+    assert body["top_p"] == p.top_p and body["chat_template_kwargs"] == {"enable_thinking": True}
+
+
+def test_a_study_runs_from_the_log_and_says_what_it_picked_first(tmp_path):
+    clean_log(tmp_path / "log.jsonl", n=1200)
+    space, studies = _space(tmp_path), tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    head = r.stderr.split("plan: ")[0]
+    assert "traffic: 24 of 1200 logged requests picked (stratified by length and category)" in head
+    assert "lossless check (temperature 0 only) does not run" in head
+    db = next(studies.glob("*.db"))
+    study = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{db}")[0], storage=f"sqlite:///{db}")
+    picked = load_space(str(space)).benchmark
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    results = [res for t in done for res in t.user_attrs.get("prompts") or []]
+    assert len(results) >= 24
+    for res in results:
+        p = picked.prompts[res["index"]]
+        assert res["completion_tokens"] <= picked.tokens_for(p)  # each answer stops at its own limit
+    assert any(res["completion_tokens"] > 256 for res in results)  # limits above the smallest logged one
+
+
+def test_validate_names_each_guard_that_fires(tmp_path):
+    rng = random.Random(2)
+    tpl = "Translate the following sentence into French and answer with the translation only: "
+    write_jsonl(tmp_path / "log.jsonl", [chat_line(rng, i, ask_text=tpl + f"item {i} please") for i in range(300)])
+    r = autotune("validate", str(_space(tmp_path)), "--simulate")
+    assert r.returncode == 0, r.stderr
+    assert "warning: traffic guard templated: " in r.stderr
+
+
+def test_a_bad_log_is_exit_2_naming_its_file_and_line(tmp_path):
+    (tmp_path / "log.jsonl").write_text('{"messages": [{"role": "user", "content": "x"}]}\n{"prompt": 3}\n')
+    r = autotune("validate", str(_space(tmp_path)), "--simulate")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{tmp_path / 'log.jsonl'}:2" in r.stderr and "prompt" in r.stderr
