@@ -501,3 +501,26 @@ def test_a_real_server_warms_up_with_an_untimed_pass_of_the_prompts(space, tmp_p
     while (left := _descendants() - before) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, f"processes left behind: {left}"
+
+
+def test_logged_requests_reach_the_real_chat_endpoint_with_their_own_sampling(space, tmp_path):
+    """#45: a request log's requests are replayed as logged through llama-server's chat endpoint: the system turn,
+    each request's own max_tokens, and its own temperature (greedy answers repeat, hot ones differ)."""
+    turns = (("system", "You are terse."), ("user", "Name three colours."))
+    logged = (
+        Prompt(id="short", text="x", max_tokens=6, temperature=0.0, messages=turns),
+        Prompt(id="long", text="x", max_tokens=40, temperature=0.0, messages=turns),
+        Prompt(id="hot", text="x", max_tokens=40, temperature=1.5, top_p=1.0, messages=turns),
+    )
+    chat = dataclasses.replace(
+        space, benchmark=dataclasses.replace(space.benchmark, prompts=logged, api="chat", max_tokens=64)
+    )
+    session = ProcessRunner(chat, LlamaCppBackend(), log_dir=tmp_path).launch(TrialConfig.baseline())
+    try:
+        short, long1, long2 = (session.run_prompt(i) for i in (0, 1, 1))
+        hot = [session.run_prompt(2).text for _ in range(3)]
+    finally:
+        session.close()
+    assert short.completion_tokens <= 6 < long1.completion_tokens <= 40  # each request's own limit
+    assert long1.text == long2.text  # temperature 0: the same answer
+    assert len(set(hot)) > 1  # temperature 1.5 reached the server: the answers differ
