@@ -38,6 +38,7 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         *_confirmation(report),
         *_methods(report),
         *_levels(report),
+        *_traffic(report),
         *_positions(report),
         *_alarms(report),
         *_trials(report),
@@ -204,6 +205,35 @@ def _levels(report: dict[str, Any]) -> list[str]:
                 "config breaking a limit after every config within the limits; a level schedule does not use it "
                 "there.</p>"
             )
+    return parts
+
+
+def _traffic(report: dict[str, Any]) -> list[str]:
+    """A request-log study: what was measured of the log, the guards, the recommended config by input length."""
+    t = report.get("traffic")
+    if not t:
+        return []
+    parts = [
+        "<h2>Traffic</h2>",
+        f"<p id='traffic'>{_e(t['picked'])} of {_e(t['log_requests'])} logged requests measured "
+        f"(<code>{_e(t['path'])}</code>; stratified by length and {_e(t['by'])}).</p>",
+    ]
+    parts += [
+        f"<p class='warn' id='guard-{_e(n)}'>traffic guard {_e(n)}: {_e(x)}</p>" for n, x in t.get("guards") or []
+    ]
+    rows = t.get("by_length") or []
+    if rows:
+        parts.append(
+            "<table id='by-length'><tr><th>input length</th><th>tokens</th><th>prompts</th><th>baseline tok/s</th>"
+            "<th>tok/s</th><th>speedup</th></tr>"
+        )
+        for r in rows:
+            parts.append(
+                f"<tr><td>{_e(r['bucket'])}</td><td>{_e(r['input_tokens'][0])}-{_e(r['input_tokens'][1])}</td>"
+                f"<td>{_e(r['prompts'])}</td><td>{_num(r['baseline_tok_per_s'])}</td><td>{_num(r['tok_per_s'])}</td>"
+                f"<td>{_num(r['speedup'], '.2f')}</td></tr>"
+            )
+        parts.append(f"</table><p>{_e(t.get('by_length_text'))}</p>")
     return parts
 
 

@@ -129,6 +129,16 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
             ci = v.get("speedup_ci")
             iv = f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "-"
             w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
+    traffic = report.get("traffic")
+    if traffic:
+        line(
+            f"traffic: {traffic['picked']} of {traffic['log_requests']} logged requests measured ({traffic['path']}; "
+            f"stratified by length and {traffic['by']})"
+        )
+        for name, text in traffic.get("guards") or []:
+            line(f"  traffic guard {name}: {text}", "yellow")
+        if traffic.get("by_length_text"):
+            line(traffic["by_length_text"], "yellow" if "WARNING" in traffic["by_length_text"] else None)
     if report.get("search_settled"):
         line(report["search_settled"]["text"])
     for c in report.get("baseline_check") or []:

@@ -180,6 +180,23 @@ def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _traffic(info: dict[str, Any], recommended: dict[str, Any], by_number: dict[int, FrozenTrial]) -> dict[str, Any]:
+    """A request-log study's subset and guards, and the recommended config's speedup by input-length third against
+    its baseline (the search's measurements; none when the baseline is recommended)."""
+    from autotune.traffic import by_length, length_text
+
+    out = dict(info)
+    t = by_number.get(recommended.get("trial"))  # type: ignore[arg-type]
+    rows: list[dict[str, Any]] = []
+    if t is not None and not TrialRecord(t).is_baseline:
+        b = by_number.get(TrialRecord(t).baseline_trial)  # type: ignore[arg-type]
+        if b is not None:
+            rows = by_length(TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results())
+    out["by_length"] = rows
+    out["by_length_text"] = length_text(rows)
+    return out
+
+
 def build_report(study: optuna.Study) -> dict[str, Any]:
     trials = records.trials(study)
     rows = [_trial_row(t) for t in trials]
@@ -261,6 +278,9 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "fastest baseline (what would be deployed without speculation); every speedup is the objective's "
         "(a trial stopped early: over what it measured, its basis says what)",
     }
+    traffic = records.traffic(study)  # spaces measured from a request log only
+    if traffic is not None:
+        out["traffic"] = _traffic(traffic, recommended, by_number)
     per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
     if per_method is not None:
         out["methods"] = per_method

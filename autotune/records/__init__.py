@@ -27,10 +27,12 @@ from autotune.records.attrs import (
     set_outcome,
     set_search_settled,
     set_study_n_trials,
+    set_traffic,
     set_worker_spec,
     space_digest,
     study_labels,
     study_n_trials,
+    traffic,
     worker_spec,
 )
 from autotune.records.confirmation import (
@@ -149,6 +151,7 @@ from autotune.records.store import (
 __all__ = [
     "method_catalogue",
     "set_method_catalogue",
+    "set_traffic",
     "set_outcome",
     "set_search_settled",
     "ACCEPT_LENGTH",
@@ -269,6 +272,7 @@ __all__ = [
     "set_worker_spec",
     "space_digest",
     "study_labels",
+    "traffic",
     "study_n_trials",
     "trials",
     "unstable",

@@ -23,6 +23,7 @@ from autotune.records.schema import (
     SIMULATED,
     SPACE_DIGEST,
     SPACE_NAME,
+    TRAFFIC,
     UNITS,
     VERDICT,
     WORKER_SPEC,
@@ -144,6 +145,18 @@ def prompt_ids(study: optuna.Study) -> list[str]:
 def study_labels(study: optuna.Study) -> tuple[Any, str]:
     """(simulated label or None, units) for reports."""
     return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
+
+
+def traffic(study: optuna.Study) -> dict[str, Any] | None:
+    """A request-log study's subset and guards (``space.model.TrafficInfo`` as recorded); None for other studies."""
+    value = study.user_attrs.get(TRAFFIC)
+    return value if isinstance(value, dict) else None
+
+
+def set_traffic(study: optuna.Study, info: dict[str, Any]) -> None:
+    """Record the subset and guards once (the first run's stay: the study's prompts are fixed by its digest)."""
+    if TRAFFIC not in study.user_attrs:
+        study.set_user_attr(TRAFFIC, info)
 
 
 def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:

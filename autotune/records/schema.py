@@ -123,6 +123,8 @@ BASELINE_CHECK_ROUNDS = "baseline_check_rounds"
 SEARCH_SETTLED = "search_settled"
 VERDICT = "verdict"
 METHODS = "methods"
+#: a request-log space's subset and guards (``autotune.traffic``), as the study recorded it
+TRAFFIC = "traffic"
 RECOMMENDED = "recommended"
 
 # fmt: off

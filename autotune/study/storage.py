@@ -4,6 +4,7 @@ several), and opening it with the sampler and pruner every worker must build ali
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -474,6 +475,8 @@ def open_study(
         )
         if sampler is None or isinstance(sampler, optuna.samplers.TPESampler):
             records.set_worker_spec(study, worker_spec(space))
+        if space.benchmark.traffic is not None:
+            records.set_traffic(study, dataclasses.asdict(space.benchmark.traffic))
     elif recorded != digest:
         raise UserError(
             f"study {study_name!r} was measured with a different prompt set, max_tokens, temperature or backend; "

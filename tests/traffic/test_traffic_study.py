@@ -103,3 +103,39 @@ def test_a_bad_log_is_exit_2_naming_its_file_and_line(tmp_path):
     r = autotune("validate", str(_space(tmp_path)), "--simulate")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{tmp_path / 'log.jsonl'}:2" in r.stderr and "prompt" in r.stderr
+
+
+def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(tmp_path):
+    clean_log(tmp_path / "log.jsonl", n=1200)
+    space, studies = _space(tmp_path), tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    t = rep["traffic"]
+    assert (t["log_requests"], t["picked"], t["guards"]) == (1200, 24, [])
+    assert rep["recommended"]["config"]["drafter"]  # this seeded study recommends EAGLE-3
+    rows = t["by_length"]
+    assert [x["bucket"] for x in rows] == ["short", "medium", "long"] and sum(x["prompts"] for x in rows) == 24
+    assert rows[0]["input_tokens"][1] <= rows[2]["input_tokens"][0]
+    assert all(x["speedup"] == x["tok_per_s"] / x["baseline_tok_per_s"] for x in rows)
+    assert t["by_length_text"].startswith("by input length (search measurement): short inputs")
+    text = autotune("report", str(space), "--simulate", "--studies-dir", str(studies)).stdout
+    assert "traffic: 24 of 1200 logged requests measured" in text
+    html = tmp_path / "r.html"
+    autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
+    assert "id='traffic'" in html.read_text()
+
+
+def test_by_length_warns_when_the_longest_inputs_lose():
+    from autotune.config import PromptResult
+    from autotune.traffic import by_length, length_text
+
+    def res(i, tokens, secs):
+        return PromptResult(index=i, completion_tokens=100, seconds=secs, ttft_s=None, prompt_tokens=tokens)
+
+    base = [res(i, 100 * (i + 1), 1.0) for i in range(6)]
+    spec = [res(i, 100 * (i + 1), 0.5 if i < 4 else 1.25) for i in range(6)]  # 2x on short, 0.8x on long inputs
+    rows = by_length(spec, base)
+    assert [(x["bucket"], round(x["speedup"], 2)) for x in rows] == [("short", 2.0), ("medium", 2.0), ("long", 0.8)]
+    assert "WARNING: the longest inputs lose to the baseline (0.80x)" in length_text(rows)
+    assert "WARNING" not in length_text(by_length(base, base))
