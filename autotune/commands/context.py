@@ -64,7 +64,8 @@ class Context:
             from autotune.sim.runner import ModelRunner
 
             clock = VirtualClock()
-            return ModelRunner(space, self.backend, clock, seed=seed), clock
+            # the files a start reads (an adaptive config) kept beside the study, a folder per start
+            return ModelRunner(space, self.backend, clock, seed=seed, files_dir=log_dir), clock
         from autotune.clock import MonotonicClock
         from autotune.process import ProcessRunner
 
