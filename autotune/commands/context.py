@@ -125,6 +125,25 @@ class Context:
                 raise UserError(f"no study at {path}{hint}: run `autotune study {self.args.space}` first")
 
 
+def launcher_problems(ctx: Context) -> list[Any]:
+    """The server's launcher on this machine (``checks.check_launcher``: an error when it is missing); none with
+    ``--simulate``, whose launcher is this interpreter (and none at all in-process)."""
+    if ctx.simulated:
+        return []
+    from autotune.backends.registry import check_launcher
+
+    return check_launcher(ctx.run_space, ctx.backend)
+
+
+def require_launcher(ctx: Context, what: str) -> None:
+    """Exit 2 before anything is written when this machine cannot start the server (``launcher_problems``)."""
+    problems = launcher_problems(ctx)
+    if problems:
+        from autotune.errors import ValidationFailed
+
+        raise ValidationFailed([str(p) for p in problems] + [f"{what} (nothing written)"])
+
+
 def reap(ctx: Context, note: Note) -> None:
     """Stop servers a previous run of ours left behind (killed orchestrator), found by their recorded PID and start
     time, never by name; before the port check, so our own leftover is not mistaken for a foreign process."""

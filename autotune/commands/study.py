@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.commands.context import Context, Note, preflight, reap
+from autotune.commands.context import Context, Note, launcher_problems, preflight, reap, require_launcher
 
 #: a context manager around the search: it yields the listener of the study's events (the CLI: the live view)
 Watch = Callable[[], AbstractContextManager[Any]]
@@ -38,12 +38,13 @@ class WorkerResult:
 
 
 def validate(ctx: Context, *, stand_ins: bool = True) -> list[Any]:
-    """The static drafter/target checks (``checks.Problem`` list); with ``--simulate`` they read the simulator's
-    stand-ins, and ``stand_ins`` adds a warning for each real path not on this machine (``check_stand_ins``)."""
+    """The static drafter/target checks (``checks.Problem`` list) and the server's launcher on this machine
+    (``launcher_problems``; not with ``--simulate``); with ``--simulate`` they read the simulator's stand-ins, and
+    ``stand_ins`` adds a warning for each real path not on this machine (``check_stand_ins``)."""
     from autotune.backends.registry import check_space
     from autotune.checks import check_stand_ins
 
-    problems = check_space(ctx.run_space, ctx.backend)
+    problems = check_space(ctx.run_space, ctx.backend) + launcher_problems(ctx)
     return problems + check_stand_ins(ctx.space) if ctx.simulated and stand_ins else problems
 
 
@@ -60,13 +61,13 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
         from autotune.errors import UserError
 
         raise UserError(f"--n-trials must be at least 1 but got {args.n_trials}")
-    if not args.skip_validation:
-        problems = validate(ctx, stand_ins=False)
-        errors = [p for p in problems if p.severity == "error"]
-        for p in problems:
-            note(f"{p.severity}: {p}")
-        if errors:
-            raise ValidationFailed([f"{p}" for p in errors] + ["the study was not started (nothing written)"])
+    # the launcher is checked even with --skip-validation: a study that cannot start its server writes nothing
+    problems = launcher_problems(ctx) if args.skip_validation else validate(ctx, stand_ins=False)
+    errors = [p for p in problems if p.severity == "error"]
+    for p in problems:
+        note(f"{p.severity}: {p}")
+    if errors:
+        raise ValidationFailed([f"{p}" for p in errors] + ["the study was not started (nothing written)"])
     slots = ctx.slots(args.gpus)
     if len(slots) > 1:
         from autotune.workers import require_server_database
@@ -226,6 +227,7 @@ def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerR
     study = ctx.open_study(create=False, seed=args.seed)
     n_trials = study_n_trials(study) or ctx.space.budget.n_trials
     check_worker(study, ctx.space, args.space)
+    require_launcher(ctx, "the worker was not started")
     reap(ctx, note)
     preflight(ctx, None if slot is None else [slot])
     ctx.ensure_dirs()

@@ -1,0 +1,105 @@
+"""On the way from a space to production (issue #43): a missing launcher, a changed search space, a study still
+running or not finished. Each guard: exit 2, one clear message (what, where, how to go on), no traceback, nothing
+half-written."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .helpers import REPO, autotune
+
+STAND_INS = REPO / "autotune" / "sim" / "scenarios" / "llama31-8b-h100"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------- a missing launcher
+
+
+def _server_space(tmp_path: Path, backend: str) -> Path:
+    """A real (not simulated) space of ``backend`` whose checkpoints exist here: only the launcher may be missing."""
+    if backend == "llamacpp":
+        models = tmp_path / "models"
+        models.mkdir()
+        for name in ("target", "draft"):
+            (models / f"{name}.gguf").write_bytes(b"GGUF")
+        server = {"backend": "llamacpp", "model_path": str(models / "target.gguf")}
+        drafters = [{"name": "draft", "path": str(models / "draft.gguf")}]
+        search = {"draft_n_max": {"low": 1, "high": 8}}
+    elif backend == "vllm":
+        server = {"backend": "vllm", "model_path": str(STAND_INS / "target")}
+        drafters = [{"name": "eagle3-llama31-8b", "path": str(STAND_INS / "drafters" / "eagle3-llama31-8b")}]
+        search = {"num_speculative_tokens": {"low": 1, "high": 4}}
+    else:
+        server = {"backend": "sglang", "model_path": str(STAND_INS / "target"), "version": "0.5.23"}
+        drafters = [{"name": "eagle3-llama31-8b", "path": str(STAND_INS / "drafters" / "eagle3-llama31-8b")}]
+        search = {"num_steps": {"low": 1, "high": 4}, "topk": [1]}
+    data = {
+        "name": f"launcher-{backend}",
+        "server": {**server, "port": _free_port()},
+        "drafters": drafters,
+        "search": search,
+        "benchmark": {"prompts": [{"id": "a", "text": "hello there"}], "max_tokens": 32},
+        "budget": {"n_trials": 3},
+        "simulate": {"scenario": "llama31-8b-h100", "time_scale": 200},
+    }
+    path = tmp_path / f"{backend}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _bare_env(tmp_path: Path, *on_path: str) -> dict[str, str]:
+    """PATH holding only ``on_path`` (fake executables), the setup script's cache empty, no $AUTOTUNE_LLAMA_SERVER."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in on_path:
+        exe = bin_dir / name
+        exe.write_text("#!/bin/sh\nexit 0\n")
+        exe.chmod(0o755)
+    cache = tmp_path / "cache"
+    cache.mkdir(exist_ok=True)
+    return {"PATH": str(bin_dir), "AUTOTUNE_CACHE": str(cache), "AUTOTUNE_LLAMA_SERVER": ""}
+
+
+@pytest.mark.parametrize(
+    ("backend", "binary", "how"),
+    [("llamacpp", "llama-server", "scripts/llamacpp_setup.sh"), ("vllm", "vllm", "pip install vllm")],
+)
+def test_a_missing_launcher_is_refused_before_anything_is_written(tmp_path, backend, binary, how):
+    space = _server_space(tmp_path, backend)
+    studies = tmp_path / "studies"
+    env = _bare_env(tmp_path)
+    for command in (["validate"], ["study", "--dry-run"], ["study"], ["study", "--skip-validation"], ["bench"]):
+        r = autotune(command[0], str(space), *command[1:], "--studies-dir", str(studies), env=env)
+        assert r.returncode == 2, (command, r.stderr)
+        assert "Traceback" not in r.stderr, (command, r.stderr)
+        assert binary in r.stderr and ("not found" in r.stderr or "is not on PATH" in r.stderr), (command, r.stderr)
+        assert str(tmp_path / "bin") in r.stderr, (command, r.stderr)  # where it was looked for
+        assert how in r.stderr and "server.launcher" in r.stderr, (command, r.stderr)  # how to fix it
+        assert not studies.exists() or not any(studies.rglob("*")), (command, list(studies.rglob("*")))
+    if backend == "llamacpp":  # every place it looks, in its order
+        assert "$AUTOTUNE_LLAMA_SERVER (not set)" in r.stderr and str(tmp_path / "cache") in r.stderr
+    # the same space with the binary on PATH passes the check
+    ok = autotune("validate", str(space), env=_bare_env(tmp_path, binary))
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
+def test_sglang_missing_from_this_python_is_refused_by_validate_but_the_simulator_needs_none(tmp_path):
+    space = _server_space(tmp_path, "sglang")
+    r = autotune("validate", str(space))
+    assert r.returncode == 2 and "no module 'sglang'" in r.stderr and sys.executable in r.stderr, r.stderr
+    assert "pip install 'sglang[all]'" in r.stderr and "server.launcher" in r.stderr
+    assert autotune("validate", str(space), "--simulate").returncode == 0  # --simulate launches the simulator
+    dry = autotune("study", str(space), "--simulate", "--dry-run", "--studies-dir", str(tmp_path / "s"))
+    assert dry.returncode == 0, dry.stderr
