@@ -254,8 +254,11 @@ def run_confirm(ctx: Context, *, note: Note) -> StudyResult:
     from autotune.report import build_report
     from autotune.study import Orchestrator
     from autotune.study.runlock import run_lock
+    from autotune.study.storage import check_resume
 
     study = ctx.open_study(create=False)
+    check_resume(study, ctx.space, ctx.storage_url)  # confirming under another space would deploy outside it
+    require_launcher(ctx, "the confirmation was not started")
     with run_lock(ctx.storage_url, ctx.study_name):
         reap(ctx, note)
         preflight(ctx)
@@ -275,13 +278,17 @@ def _plan_event(ctx: Context, study: Any, n_trials: int) -> Any:
 
 
 def _existing_study(ctx: Context) -> Any:
-    """The study if it exists already (for a plan that knows what is measured), else None; creates nothing."""
+    """The study if it exists already (for a plan that knows what is measured), else None; creates nothing. A study
+    of another space is refused as the run would refuse it (``storage.check_resume``)."""
     from autotune.errors import UserError
+    from autotune.study.storage import check_resume
 
     try:
-        return ctx.open_study(create=False)
+        study = ctx.open_study(create=False)
     except UserError:
         return None
+    check_resume(study, ctx.space, ctx.storage_url)
+    return study
 
 
 def resuming_line(study: Any, name: str) -> str | None:

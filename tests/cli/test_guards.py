@@ -9,10 +9,11 @@ import socket
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
-from .helpers import REPO, autotune
+from .helpers import REPO, autotune, space_file
 
 STAND_INS = REPO / "autotune" / "sim" / "scenarios" / "llama31-8b-h100"
 
@@ -103,3 +104,64 @@ def test_sglang_missing_from_this_python_is_refused_by_validate_but_the_simulato
     assert autotune("validate", str(space), "--simulate").returncode == 0  # --simulate launches the simulator
     dry = autotune("study", str(space), "--simulate", "--dry-run", "--studies-dir", str(tmp_path / "s"))
     assert dry.returncode == 0, dry.stderr
+
+
+# ---------------------------------------------------------------------------------------------- a changed space
+
+
+def _trials(studies: Path, name: str) -> list:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{studies}/{name}.db").get_trials()
+
+
+def test_a_changed_search_space_is_refused_naming_the_change(tmp_path):
+    studies = tmp_path / "studies"
+    space = space_file(tmp_path, "llama-8b-eagle3.yaml", name="narrowed")
+    common = ["--simulate", "--studies-dir", str(studies)]
+    run = [*common, "--in-process", "--n-trials", "4", "--no-confirm"]
+    first = autotune("study", str(space), *run)
+    assert first.returncode == 0, first.stderr
+    before = len(_trials(studies, "narrowed-sim"))
+    data = yaml.safe_load(space.read_text())
+    data["search"]["num_steps"] = {"low": 1, "high": 4}  # narrowed from 1-8
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    for extra in ([], ["--dry-run"]):
+        r = autotune("study", str(space), *run, *extra)
+        assert r.returncode == 2, (extra, r.stderr)
+        assert "Traceback" not in r.stderr
+        msg = r.stderr.strip().splitlines()[-1]
+        assert "search.knobs.num_steps: the study has 1-8, this space file has 1-4" in msg, msg
+        assert "new `name:`" in msg and "optuna delete-study --study-name narrowed-sim" in msg, msg
+        assert "resuming study" not in r.stderr
+    assert len(_trials(studies, "narrowed-sim")) == before  # nothing run, nothing written
+    c = autotune("confirm", str(space), *common, "--in-process")
+    assert c.returncode == 2 and "the study has 1-8" in c.stderr, c.stderr
+    # under a new name it is a new study; the old space (and another budget) resumes the old one
+    data["name"] = "narrowed-v2"
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    new = autotune("study", str(space), *run)
+    assert new.returncode == 0 and "resuming" not in new.stderr, new.stderr
+    data["name"], data["search"]["num_steps"] = "narrowed", {"low": 1, "high": 8}
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    again = autotune("study", str(space), *common, "--in-process", "--n-trials", "5", "--no-confirm")
+    assert again.returncode == 0 and "resuming study narrowed-sim" in again.stderr, again.stderr
+
+
+def test_a_method_space_records_its_methods_and_a_changed_method_is_named():
+    import dataclasses
+
+    from autotune.space import IntRange, load_space
+    from autotune.study import storage
+
+    space = load_space(REPO / "spaces" / "methods.yaml")
+    spec = storage.worker_spec(space)
+    assert spec["search"]["methods"]["eagle3"]["knobs"]["num_steps"]["high"] == 8
+    methods = dict(space.search.methods)
+    eagle3 = methods["eagle3"]
+    methods["eagle3"] = dataclasses.replace(eagle3, knobs={**eagle3.knobs, "num_steps": IntRange(1, 4)})
+    other = dataclasses.replace(space, search=dataclasses.replace(space.search, methods=methods))
+    assert storage.spec_differences(spec, storage.worker_spec(other)) == [
+        "search.methods.eagle3.knobs.num_steps: the study has 1-8, this space file has 1-4"
+    ]
+    # a study recorded before the spec named the methods is compared without them
+    old = {**spec, "search": {k: v for k, v in spec["search"].items() if k != "methods"}}
+    assert storage.spec_differences(old, storage._comparable(old, storage.worker_spec(other))) == []
