@@ -381,9 +381,58 @@ def _settle_after(ctx: Context, n_trials: int) -> int | None:
     return min(n_trials, graphs + max(seeds + design, MIN_SURROGATE_POINTS))
 
 
-def load_report(ctx: Context) -> StudyResult:
-    """``autotune report``: an existing study and its report."""
+@dataclass(frozen=True)
+class Progress:
+    """Where a study stands that is not finished (``progress``)."""
+
+    study: str
+    holder: str | None  # the autotune running it now (``runlock.running``); None: nothing runs it
+    trials: int
+    confirmation: str  # "confirmation not done", "confirmation under way (2 rounds so far)", ...
+
+    def text(self) -> str:
+        if self.holder:
+            return (
+                f"study {self.study!r} is still running ({self.holder}): {self.trials} trials so far, "
+                f"{self.confirmation}; figures may change"
+            )
+        return f"study {self.study!r} is not finished: {self.trials} trials, {self.confirmation}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "text": self.text()}
+
+
+def progress(ctx: Context, study: Any) -> Progress | None:
+    """None for a finished study (its confirmation done, no autotune running it); else who runs it (the run lock,
+    ``runlock.running``), its trials and how far its confirmation got (the study attr ``confirmation``)."""
+    from autotune.records import confirmation
+    from autotune.study.runlock import running
+
+    holder = running(ctx.storage_url, ctx.study_name)
+    conf = confirmation(study)
+    if conf is not None and conf.done and holder is None:
+        return None
+    if conf is None:
+        phase = "confirmation not done"
+    elif conf.done:
+        phase = "confirmation done, being run again"
+    else:
+        n = len(conf.rounds)
+        phase = f"confirmation {'under way' if holder else 'cut short'} ({n} round{'' if n == 1 else 's'} so far)"
+    return Progress(ctx.study_name, holder, len(study.get_trials(deepcopy=False)), phase)
+
+
+def load_report(ctx: Context, *, note: Note | None = None) -> StudyResult:
+    """``autotune report``: an existing study and its report. A study that an autotune runs now is said to be
+    running (``note``, and the report's key ``running``): its figures may change; a finished one is reported as it
+    is."""
     from autotune.report import build_report
 
     study = ctx.open_study(create=False)
-    return StudyResult(study, build_report(study))
+    report = build_report(study)
+    now = progress(ctx, study)
+    if now is not None and now.holder is not None:
+        report["running"] = now.to_dict()
+        if note is not None:
+            note(now.text())
+    return StudyResult(study, report)

@@ -5,8 +5,14 @@ half-written."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import signal
 import socket
+import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import optuna
@@ -165,3 +171,119 @@ def test_a_method_space_records_its_methods_and_a_changed_method_is_named():
     # a study recorded before the spec named the methods is compared without them
     old = {**spec, "search": {k: v for k, v in spec["search"].items() if k != "methods"}}
     assert storage.spec_differences(old, storage._comparable(old, storage.worker_spec(other))) == []
+
+
+# ---------------------------------------------------------------------------------------------- running, unfinished
+
+HOLD = textwrap.dedent(
+    """
+    import sys
+    from autotune.study.runlock import run_lock
+    with run_lock(sys.argv[1], sys.argv[2]):
+        print("held", flush=True)
+        sys.stdin.readline()
+    """
+)
+
+
+def _hold_run_lock(url: str, name: str) -> subprocess.Popen:
+    """The run lock of ``name`` held as a running `autotune study` holds it."""
+    argv = [sys.executable, "-c", HOLD, url, name]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_an_unfinished_study_is_not_exported_unless_a_trial_is_asked_for(tmp_path):
+    studies = tmp_path / "studies"
+    space = space_file(tmp_path, "llama-8b-eagle3.yaml", name="unfinished")
+    common = ["--simulate", "--studies-dir", str(studies)]
+    r = autotune("study", str(space), *common, "--in-process", "--n-trials", "4", "--no-confirm")
+    assert r.returncode == 0, r.stderr
+    e = autotune("export", str(space), *common, "--format", "sglang")
+    assert e.returncode == 2 and e.stdout == "" and "Traceback" not in e.stderr, e.stderr
+    assert "is not finished: 4 trials, confirmation not done" in e.stderr and "--trial N" in e.stderr, e.stderr
+    assert f"autotune confirm {space} --simulate" in e.stderr
+    out = tmp_path / "launch.sh"
+    e = autotune("export", str(space), *common, "--format", "sglang", "-o", str(out))
+    assert e.returncode == 2 and not out.exists()  # nothing half-written
+    t = autotune("export", str(space), *common, "--format", "sglang", "--trial", "1")
+    assert t.returncode == 0 and "trial 1" in t.stdout and t.stderr == "", t.stderr
+    # a study nobody runs is reported as before: no note, no key
+    rep = autotune("report", str(space), *common, "--json")
+    assert rep.returncode == 0 and rep.stderr == "" and "running" not in json.loads(rep.stdout)
+
+    # while an autotune runs it (its run lock held), report and export say so
+    holder = _hold_run_lock(f"sqlite:///{studies}/unfinished-sim.db", "unfinished-sim")
+    try:
+        rep = autotune("report", str(space), *common, "--json")
+        assert rep.returncode == 0, rep.stderr
+        running = json.loads(rep.stdout)["running"]
+        assert f"pid {holder.pid} on " in running["holder"] and running["trials"] == 4
+        assert "is still running" in rep.stderr and "figures may change" in rep.stderr, rep.stderr
+        text = autotune("report", str(space), *common)
+        assert text.returncode == 0 and "is still running" in text.stderr
+        e = autotune("export", str(space), *common, "--format", "yaml")
+        assert e.returncode == 2 and "is still running" in e.stderr and "Wait for it to finish" in e.stderr
+        assert "--trial N" in e.stderr and "Traceback" not in e.stderr
+        t = autotune("export", str(space), *common, "--format", "yaml", "--trial", "1")
+        assert t.returncode == 0 and "is still running" in t.stderr, t.stderr
+    finally:
+        holder.communicate("\n", timeout=30)
+
+
+def test_a_finished_study_is_reported_and_exported_as_before(tmp_path):
+    studies = tmp_path / "studies"
+    space = space_file(tmp_path, "llama-8b-eagle3.yaml", name="finished")
+    common = ["--simulate", "--studies-dir", str(studies)]
+    r = autotune("study", str(space), *common, "--in-process", "--n-trials", "6", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = autotune("report", str(space), *common, "--json")
+    assert rep.returncode == 0 and rep.stderr == "", rep.stderr
+    assert json.loads(rep.stdout).keys() == json.loads(r.stdout).keys()  # no "running"
+    e = autotune("export", str(space), *common, "--format", "sglang")
+    assert e.returncode == 0 and e.stderr == "", e.stderr
+
+
+@pytest.mark.slow
+def test_a_study_running_in_another_process_is_said_to_be_running(tmp_path):
+    """A real `autotune study` (simulated server processes) in the background: mid-run, report says so and the
+    export of its recommendation is refused; cut short (SIGTERM), it is not finished."""
+    studies = tmp_path / "studies"
+    space = space_file(tmp_path, "llama-8b-eagle3.yaml", name="bg", server={"port": _free_port()})
+    common = ["--simulate", "--studies-dir", str(studies)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "study", str(space), *common, "--n-trials", "8", "--json"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        db = studies / "bg-sim.db"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:  # the file may exist before the study in it does
+                if db.exists() and any(t.state.name == "COMPLETE" for t in _trials(studies, "bg-sim")):
+                    break
+            except KeyError:
+                pass
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.5)
+        rep = autotune("report", str(space), *common, "--json")
+        assert rep.returncode == 0, rep.stderr
+        assert f"pid {proc.pid} on " in json.loads(rep.stdout)["running"]["holder"]
+        assert "is still running" in rep.stderr
+        e = autotune("export", str(space), *common, "--format", "sglang")
+        assert e.returncode == 2 and "is still running" in e.stderr and "--trial N" in e.stderr, e.stderr
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    e = autotune("export", str(space), *common, "--format", "sglang")
+    assert e.returncode == 2 and "is not finished" in e.stderr and "still running" not in e.stderr, e.stderr
+    rep = autotune("report", str(space), *common, "--json")
+    assert rep.returncode == 0 and "running" not in json.loads(rep.stdout)
