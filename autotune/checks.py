@@ -21,15 +21,23 @@ checks are then skipped. llama.cpp drafters are GGUF files: only their existence
 
 Which checks apply is the backend's choice (``Backend.check_drafters``): ``check_checkpoints`` for checkpoint
 directories (SGLang, vLLM), ``check_model_files`` for single model files (llama.cpp).
+
+``missing_launcher`` says whether this machine can start a server at all (what ``Backend.launcher_problem`` builds
+on, and ``backends.registry.check_launcher`` reports): the launcher's executable, and the module of a
+``python -m MODULE`` launcher run by this interpreter.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import os
 import re
+import shutil
 import struct
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +53,7 @@ __all__ = [
     "check_model_files",
     "derive_algorithm",
     "estimate_tokens",
+    "missing_launcher",
     "resolved_algorithm",
 ]
 
@@ -156,6 +165,30 @@ def _undeterminable(drafter: DrafterSpec, cfg: Mapping[str, Any]) -> str:
 def estimate_tokens(text: str) -> int:
     """A tokenizer-free upper-ish estimate of a text's token count: max(words * 1.3, chars / 4)."""
     return math.ceil(max(len(text.split()) * 1.3, len(text) / 4))
+
+
+def missing_launcher(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """What of launcher ``argv`` this machine lacks, with where it was looked for, or None when it can run: its
+    executable (a path, or a name on the ``PATH`` the server gets: ``env``'s, else ours, as ``Popen`` searches it)
+    and, for ``python -m MODULE`` run by this very interpreter, the module. Nothing is run."""
+    if not argv:
+        return None
+    exe = str(argv[0])
+    if os.sep in exe:
+        if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            return f"{exe} {'is not an executable file' if os.path.exists(exe) else 'does not exist'}"
+        found = exe
+    else:
+        path = env.get("PATH") or os.environ.get("PATH") or os.defpath
+        which = shutil.which(exe, path=path)
+        if which is None:
+            return f"`{exe}` is not on PATH ({path})"
+        found = which
+    if len(argv) > 2 and argv[1] == "-m" and os.path.abspath(found) == os.path.abspath(sys.executable):
+        top = str(argv[2]).split(".")[0]
+        if importlib.util.find_spec(top) is None:
+            return f"this Python ({found}) has no module {top!r} for `{' '.join(map(str, argv[:3]))}`"
+    return None
 
 
 def check_stand_ins(space: Space) -> list[Problem]:

@@ -236,12 +236,13 @@ def cmd_study(ctx: Context) -> int:
     if not args.json:
         from autotune.export_formats import suggested_format
 
-        print(
-            f"\nreport: {html}   "
-            f"export: autotune export {args.space}{' --simulate' if ctx.simulated else ''} --format "
-            f"{suggested_format(ctx.backend)}",
-            file=sys.stderr,
+        sim = " --simulate" if ctx.simulated else ""
+        then = (  # an unconfirmed recommendation is not exported (`autotune export` says so)
+            f"confirm: autotune confirm {args.space}{sim}"
+            if args.no_confirm
+            else f"export: autotune export {args.space}{sim} --format {suggested_format(ctx.backend)}"
         )
+        print(f"\nreport: {html}   {then}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -259,7 +260,7 @@ def cmd_confirm(ctx: Context) -> int:
 
 
 def cmd_report(ctx: Context) -> int:
-    result = commands.load_report(ctx)
+    result = commands.load_report(ctx, note=_note)
     if ctx.args.html:
         _write_html(ctx, result.study, result.report, Path(ctx.args.html))
     _print_report(result.report, ctx.args.json, ctx)
@@ -267,7 +268,7 @@ def cmd_report(ctx: Context) -> int:
 
 
 def cmd_export(ctx: Context) -> int:
-    result = commands.export(ctx)
+    result = commands.export(ctx, note=_note)
     if result.output is not None:
         _note(f"wrote {result.output} ({ctx.args.format}){''.join(f', {p}' for p in result.files)}")
     else:

@@ -8,7 +8,9 @@
 #   ${AUTOTUNE_CACHE:-$HOME/.cache/autotune}/llama-server-$LLAMA_CPP_PYTHON_VERSION/llama-server
 #   (outside the repository; never commit it) and reused on later runs.
 # - The tiny target/draft models are (re)written only when missing or written with other parameters.
-# - Uses the Python of the current environment ($PYTHON, else `python`, else `python3`); it needs `gguf` and numpy.
+# - Uses the Python of the current environment ($PYTHON, else `python`, else `python3`); it needs `gguf` and numpy
+#   (pip install -e '.[llamacpp]') for the models, and pip, tar, cmake, make (or ninja) and a C and C++ compiler
+#   for a build. Everything needed is checked first: one message naming all that is missing, before a build starts.
 # The last line printed is the path of the llama-server binary.
 set -euo pipefail
 
@@ -24,7 +26,7 @@ if [[ -n "${PYTHON:-}" ]]; then
 elif command -v python >/dev/null 2>&1; then
     PY="$(command -v python)"
 else
-    PY="$(command -v python3)"
+    PY="$(command -v python3 || true)"
 fi
 
 log() { printf '[llamacpp_setup] %s\n' "$*" >&2; }
@@ -75,21 +77,75 @@ build_server() {
     trap - EXIT
 }
 
+# What this run needs, checked before anything is built or written (a build takes half an hour on 2 cores):
+# prints one line per missing piece with how to get it; returns 1 when anything is missing.
+check_requirements() {
+    local need_build=$1 missing=()
+    if [[ -z "$PY" ]] || ! "$PY" -c '' >/dev/null 2>&1; then
+        missing+=("a Python interpreter: set PYTHON, or put python or python3 on PATH")
+    else
+        if [[ "${AUTOTUNE_SKIP_MODELS:-0}" != "1" ]]; then
+            local mods
+            mods="$("$PY" - <<'PYEOF' 2>/dev/null || echo "gguf numpy"
+import importlib
+missing = []
+for name in ("gguf", "numpy"):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        missing.append(name)
+print(" ".join(missing))
+PYEOF
+)"
+            if [[ -n "$mods" ]]; then
+                missing+=("the Python module(s) $mods in $PY (to write the tiny models): pip install -e '.[llamacpp]' (or $PY -m pip install gguf numpy), or set PYTHON to a Python that has them")
+            fi
+        fi
+        if [[ "$need_build" == 1 ]] && ! "$PY" -m pip --version >/dev/null 2>&1; then
+            missing+=("pip in $PY (to download the llama-cpp-python sdist): $PY -m ensurepip")
+        fi
+    fi
+    if [[ "$need_build" == 1 ]]; then
+        local tool
+        for tool in tar cmake; do
+            command -v "$tool" >/dev/null 2>&1 || missing+=("$tool (to build llama-server): e.g. apt-get install $tool")
+        done
+        if ! command -v make >/dev/null 2>&1 && ! command -v ninja >/dev/null 2>&1; then
+            missing+=("make or ninja (to build llama-server): e.g. apt-get install make")
+        fi
+        if ! command -v "${CC:-cc}" >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1 && ! command -v clang >/dev/null 2>&1; then
+            missing+=("a C compiler (to build llama-server): e.g. apt-get install gcc, or set CC")
+        fi
+        if ! command -v "${CXX:-c++}" >/dev/null 2>&1 && ! command -v g++ >/dev/null 2>&1 && ! command -v clang++ >/dev/null 2>&1; then
+            missing+=("a C++ compiler (to build llama-server): e.g. apt-get install g++, or set CXX")
+        fi
+    fi
+    if ((${#missing[@]})); then
+        log "missing (nothing was built or written):"
+        local m
+        for m in "${missing[@]}"; do
+            log "  - $m"
+        done
+        if [[ "$need_build" == 1 ]]; then
+            log "(or skip the build: name a llama-server binary in AUTOTUNE_LLAMA_SERVER or put one on PATH)"
+        fi
+        return 1
+    fi
+}
+
 if SERVER="$(find_server)"; then
+    check_requirements 0 || exit 1
     log "using llama-server: $SERVER"
 else
     if [[ -n "${AUTOTUNE_LLAMA_SERVER:-}" ]]; then
         exit 1
     fi
+    check_requirements 1 || exit 1
     build_server
     SERVER="$CACHED_BIN"
 fi
 
 if [[ "${AUTOTUNE_SKIP_MODELS:-0}" != "1" ]]; then
-    if ! "$PY" -c 'import gguf, numpy' >/dev/null 2>&1; then
-        log "$PY cannot import gguf and numpy: run '$PY -m pip install gguf numpy' (or pip install -e '.[llamacpp]'), or set PYTHON"
-        exit 1
-    fi
     PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m autotune.llamacpp_models "$MODELS_DIR" >&2
 fi
 

@@ -218,6 +218,19 @@ class Backend(ABC):
         machine's default, or with ``deploy`` the plain ``deploy_launcher`` a deployment host has."""
         return list(space.server.launcher) or list(self.deploy_launcher)
 
+    #: how to get the server when this machine lacks its launcher (ends ``launcher_problem``'s message)
+    install_hint: str = "install the server on this machine, or name its launcher in the space's server.launcher"
+
+    def launcher_problem(self, space: Space) -> str | None:
+        """Why this machine cannot start the server (``checks.missing_launcher``: what is missing and where it was
+        looked for, then ``install_hint``), or None. Asked before anything is written (``autotune validate``, the
+        plan, ``study``); not with ``--simulate``, whose launcher is this interpreter. Nothing is run."""
+        missing = checks.missing_launcher(self.launcher(space), space.server.env)
+        if missing is None:
+            return None
+        server = self.display_name or self.name
+        return f"{server}'s server cannot be started on this machine: {missing}. {self.install_hint}"
+
     def env(self, config: TrialConfig, space: Space) -> dict[str, str]:
         """Environment variables to set on top of the inherited environment."""
         return dict(space.server.env)

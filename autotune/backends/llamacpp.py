@@ -369,6 +369,27 @@ class LlamaCppBackend(Backend):
             return super().launcher(space, deploy=deploy)
         return [find_llama_server() or "llama-server"]
 
+    install_hint = (
+        "Build it once with scripts/llamacpp_setup.sh (cached outside the repository), put llama-server on PATH, "
+        "or name the binary in $AUTOTUNE_LLAMA_SERVER or the space's server.launcher"
+    )
+
+    def launcher_problem(self, space: Space) -> str | None:
+        """As ``Backend.launcher_problem``; without ``server.launcher``, every place ``find_llama_server`` looked."""
+        problem = super().launcher_problem(space)
+        if problem is None or space.server.launcher:
+            return problem
+        env = os.environ.get("AUTOTUNE_LLAMA_SERVER")
+        cached = cached_server_path()
+        path = space.server.env.get("PATH") or os.environ.get("PATH") or os.defpath
+        looked = [
+            f"$AUTOTUNE_LLAMA_SERVER ({env}: not an executable file)" if env else "$AUTOTUNE_LLAMA_SERVER (not set)",
+            f"llama-server on PATH ({path})",
+            f"the setup script's build ({cached}: {'not executable' if cached.exists() else 'absent'})",
+        ]
+        where = "; ".join(looked)
+        return f"llama.cpp's llama-server was not found on this machine: looked at {where}. {self.install_hint}"
+
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:
         """Learn the flag spelling from ``<server> --help`` (cached per binary; keeps NEW_SPELLING on failure)."""
         if self.spelling is not None:

@@ -322,6 +322,11 @@ class SGLangBackend(Backend):
         return out
 
     deploy_launcher = ("python3", "-m", "sglang.launch_server")
+    install_hint = (
+        "Install SGLang in this environment (pip install 'sglang[all]', the release of server.version), or name "
+        "the Python of an environment that has it in the space's server.launcher, e.g. [/opt/sglang/bin/python, -m, "
+        "sglang.launch_server]"
+    )
 
     def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
         """``server.launcher``, else this interpreter's ``-m sglang.launch_server`` (SGLang installed beside

@@ -105,6 +105,10 @@ class VLLMBackend(Backend):
     size_knob = "num_speculative_tokens"
     parallel_size_flags = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp")
     display_name = "vLLM"
+    install_hint = (
+        "Install vLLM on this machine (pip install vllm, on a CUDA host), or name its launcher in the space's "
+        "server.launcher, e.g. [/opt/vllm/bin/vllm, serve]"
+    )
     prompt_lookup_max = 4
     prompt_lookup_min = 1
     images = ("vllm/vllm-openai:v{version}", "vllm/vllm-openai:latest")

@@ -64,7 +64,8 @@ class Context:
             from autotune.sim.runner import ModelRunner
 
             clock = VirtualClock()
-            return ModelRunner(space, self.backend, clock, seed=seed), clock
+            # the files a start reads (an adaptive config) kept beside the study, a folder per start
+            return ModelRunner(space, self.backend, clock, seed=seed, files_dir=log_dir), clock
         from autotune.clock import MonotonicClock
         from autotune.process import ProcessRunner
 
@@ -122,6 +123,25 @@ class Context:
                 if not self.simulated and Path(str(path).replace(".db", "-sim.db")).exists():
                     hint = " (a simulated study exists: add --simulate)"
                 raise UserError(f"no study at {path}{hint}: run `autotune study {self.args.space}` first")
+
+
+def launcher_problems(ctx: Context) -> list[Any]:
+    """The server's launcher on this machine (``checks.check_launcher``: an error when it is missing); none with
+    ``--simulate``, whose launcher is this interpreter (and none at all in-process)."""
+    if ctx.simulated:
+        return []
+    from autotune.backends.registry import check_launcher
+
+    return check_launcher(ctx.run_space, ctx.backend)
+
+
+def require_launcher(ctx: Context, what: str) -> None:
+    """Exit 2 before anything is written when this machine cannot start the server (``launcher_problems``)."""
+    problems = launcher_problems(ctx)
+    if problems:
+        from autotune.errors import ValidationFailed
+
+        raise ValidationFailed([str(p) for p in problems] + [f"{what} (nothing written)"])
 
 
 def reap(ctx: Context, note: Note) -> None:

@@ -18,8 +18,10 @@ class ExportResult:
     files: tuple[Path, ...] = ()  # the files a launch needs, written beside ``output``
 
 
-def export(ctx: Context) -> ExportResult:
-    """``autotune export``: the deployment text, written to ``-o FILE`` when given."""
+def export(ctx: Context, *, note: Note | None = None) -> ExportResult:
+    """``autotune export``: the deployment text, written to ``-o FILE`` when given. The recommendation of a study
+    that is not finished (running, or its confirmation not done) is refused, one trial (``--trial``) is not; a
+    running study is said to be (``note``)."""
     from autotune import export as exp
     from autotune.errors import UserError
     from autotune.export_bundle import Options
@@ -36,6 +38,7 @@ def export(ctx: Context) -> ExportResult:
     if out is not None and not out.parent.is_dir():
         raise UserError(f"-o {args.output}: no such directory {out.parent}")
     study = ctx.open_study(create=False)
+    _check_finished(ctx, study, note)
     result = study_result(study, ctx.space)
     sched = None
     if ctx.space.benchmark.loaded and args.trial is None and ctx.backend.schedule_knob:
@@ -66,6 +69,31 @@ def export(ctx: Context) -> ExportResult:
         return ExportResult(exported.text, None)
     written = exp.write(out, exported.text, exported.files)
     return ExportResult(exported.text, out, tuple(written))
+
+
+def _check_finished(ctx: Context, study: Any, note: Note | None) -> None:
+    """Exit 2 for the recommendation of an unfinished study (``study.progress``): it may change; ``--trial N`` is
+    exported, saying so when the study runs."""
+    from autotune.commands.study import progress
+    from autotune.errors import UserError
+
+    now = progress(ctx, study)
+    if now is None:
+        return
+    if ctx.args.trial is not None:
+        if now.holder is not None and note is not None:
+            note(now.text())
+        return
+    space = f"{ctx.args.space}{' --simulate' if ctx.simulated else ''}"
+    finish = (
+        "Wait for it to finish"
+        if now.holder
+        else f"Finish it first (`autotune confirm {space}` confirms it; re-running `autotune study {space}` resumes it)"
+    )
+    raise UserError(
+        f"{now.text()}: its recommendation is not confirmed and may change, so it is not exported. {finish}, or "
+        f"export one trial you chose with --trial N (the trials: `autotune report {space}`)."
+    )
 
 
 def recommended_command(ctx: Context, report: dict[str, Any]) -> str | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.commands.context import Context, Note, preflight, reap
+from autotune.commands.context import Context, Note, preflight, reap, require_launcher
 
 
 @dataclass
@@ -73,6 +73,7 @@ def bench(ctx: Context, *, note: Note, on_prompt: Callable[..., None] | None = N
     from autotune.measure import measure_config
 
     eff = bench_config(ctx)
+    require_launcher(ctx, "nothing was measured")
     reap(ctx, note)
     preflight(ctx)
     ctx.ensure_dirs()
@@ -131,6 +132,7 @@ def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
             f"{path} was exported from study {prov['study']}, but its space file {space} now describes study "
             f"{ctx.study_name}: give the space file that study ran with (--space FILE)"
         )
+    require_launcher(ctx, "nothing was measured")
     reap(ctx, note)
     preflight(ctx)
     ctx.ensure_dirs()

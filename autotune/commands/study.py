@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.commands.context import Context, Note, preflight, reap
+from autotune.commands.context import Context, Note, launcher_problems, preflight, reap, require_launcher
 
 #: a context manager around the search: it yields the listener of the study's events (the CLI: the live view)
 Watch = Callable[[], AbstractContextManager[Any]]
@@ -38,12 +38,13 @@ class WorkerResult:
 
 
 def validate(ctx: Context, *, stand_ins: bool = True) -> list[Any]:
-    """The static drafter/target checks (``checks.Problem`` list); with ``--simulate`` they read the simulator's
-    stand-ins, and ``stand_ins`` adds a warning for each real path not on this machine (``check_stand_ins``)."""
+    """The static drafter/target checks (``checks.Problem`` list) and the server's launcher on this machine
+    (``launcher_problems``; not with ``--simulate``); with ``--simulate`` they read the simulator's stand-ins, and
+    ``stand_ins`` adds a warning for each real path not on this machine (``check_stand_ins``)."""
     from autotune.backends.registry import check_space
     from autotune.checks import check_stand_ins
 
-    problems = check_space(ctx.run_space, ctx.backend) + traffic_problems(ctx.space)
+    problems = check_space(ctx.run_space, ctx.backend) + launcher_problems(ctx) + traffic_problems(ctx.space)
     return problems + check_stand_ins(ctx.space) if ctx.simulated and stand_ins else problems
 
 
@@ -105,13 +106,13 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
         from autotune.errors import UserError
 
         raise UserError(f"--n-trials must be at least 1 but got {args.n_trials}")
-    if not args.skip_validation:
-        problems = validate(ctx, stand_ins=False)
-        errors = [p for p in problems if p.severity == "error"]
-        for p in problems:
-            note(f"{p.severity}: {p}")
-        if errors:
-            raise ValidationFailed([f"{p}" for p in errors] + ["the study was not started (nothing written)"])
+    # the launcher is checked even with --skip-validation: a study that cannot start its server writes nothing
+    problems = launcher_problems(ctx) if args.skip_validation else validate(ctx, stand_ins=False)
+    errors = [p for p in problems if p.severity == "error"]
+    for p in problems:
+        note(f"{p.severity}: {p}")
+    if errors:
+        raise ValidationFailed([f"{p}" for p in errors] + ["the study was not started (nothing written)"])
     slots = ctx.slots(args.gpus)
     if len(slots) > 1:
         from autotune.workers import require_server_database
@@ -271,6 +272,7 @@ def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerR
     study = ctx.open_study(create=False, seed=args.seed)
     n_trials = study_n_trials(study) or ctx.space.budget.n_trials
     check_worker(study, ctx.space, args.space)
+    require_launcher(ctx, "the worker was not started")
     reap(ctx, note)
     preflight(ctx, None if slot is None else [slot])
     ctx.ensure_dirs()
@@ -297,8 +299,11 @@ def run_confirm(ctx: Context, *, note: Note) -> StudyResult:
     from autotune.report import build_report
     from autotune.study import Orchestrator
     from autotune.study.runlock import run_lock
+    from autotune.study.storage import check_resume
 
     study = ctx.open_study(create=False)
+    check_resume(study, ctx.space, ctx.storage_url)  # confirming under another space would deploy outside it
+    require_launcher(ctx, "the confirmation was not started")
     with run_lock(ctx.storage_url, ctx.study_name):
         reap(ctx, note)
         preflight(ctx)
@@ -318,13 +323,17 @@ def _plan_event(ctx: Context, study: Any, n_trials: int) -> Any:
 
 
 def _existing_study(ctx: Context) -> Any:
-    """The study if it exists already (for a plan that knows what is measured), else None; creates nothing."""
+    """The study if it exists already (for a plan that knows what is measured), else None; creates nothing. A study
+    of another space is refused as the run would refuse it (``storage.check_resume``)."""
     from autotune.errors import UserError
+    from autotune.study.storage import check_resume
 
     try:
-        return ctx.open_study(create=False)
+        study = ctx.open_study(create=False)
     except UserError:
         return None
+    check_resume(study, ctx.space, ctx.storage_url)
+    return study
 
 
 def resuming_line(study: Any, name: str) -> str | None:
@@ -417,9 +426,58 @@ def _settle_after(ctx: Context, n_trials: int) -> int | None:
     return min(n_trials, graphs + max(seeds + design, MIN_SURROGATE_POINTS))
 
 
-def load_report(ctx: Context) -> StudyResult:
-    """``autotune report``: an existing study and its report."""
+@dataclass(frozen=True)
+class Progress:
+    """Where a study stands that is not finished (``progress``)."""
+
+    study: str
+    holder: str | None  # the autotune running it now (``runlock.running``); None: nothing runs it
+    trials: int
+    confirmation: str  # "confirmation not done", "confirmation under way (2 rounds so far)", ...
+
+    def text(self) -> str:
+        if self.holder:
+            return (
+                f"study {self.study!r} is still running ({self.holder}): {self.trials} trials so far, "
+                f"{self.confirmation}; figures may change"
+            )
+        return f"study {self.study!r} is not finished: {self.trials} trials, {self.confirmation}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "text": self.text()}
+
+
+def progress(ctx: Context, study: Any) -> Progress | None:
+    """None for a finished study (its confirmation done, no autotune running it); else who runs it (the run lock,
+    ``runlock.running``), its trials and how far its confirmation got (the study attr ``confirmation``)."""
+    from autotune.records import confirmation
+    from autotune.study.runlock import running
+
+    holder = running(ctx.storage_url, ctx.study_name)
+    conf = confirmation(study)
+    if conf is not None and conf.done and holder is None:
+        return None
+    if conf is None:
+        phase = "confirmation not done"
+    elif conf.done:
+        phase = "confirmation done, being run again"
+    else:
+        n = len(conf.rounds)
+        phase = f"confirmation {'under way' if holder else 'cut short'} ({n} round{'' if n == 1 else 's'} so far)"
+    return Progress(ctx.study_name, holder, len(study.get_trials(deepcopy=False)), phase)
+
+
+def load_report(ctx: Context, *, note: Note | None = None) -> StudyResult:
+    """``autotune report``: an existing study and its report. A study that an autotune runs now is said to be
+    running (``note``, and the report's key ``running``): its figures may change; a finished one is reported as it
+    is."""
     from autotune.report import build_report
 
     study = ctx.open_study(create=False)
-    return StudyResult(study, build_report(study))
+    report = build_report(study)
+    now = progress(ctx, study)
+    if now is not None and now.holder is not None:
+        report["running"] = now.to_dict()
+        if note is not None:
+            note(now.text())
+    return StudyResult(study, report)

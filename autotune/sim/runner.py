@@ -61,7 +61,9 @@ def _launch_error(e: SimLaunchError, log_path: str | None = None) -> ServerExite
 
 class ModelRunner:
     """The in-process simulator runner. ``seed`` varies the per-start noise between runners; ``scenarios`` resolves
-    scenario names (``autotune.sim.scenario.scenario_loader`` adds scenarios that are not shipped)."""
+    scenario names (``autotune.sim.scenario.scenario_loader`` adds scenarios that are not shipped); ``files_dir``
+    holds the files each start reads (an adaptive config), a folder per start as a process runner keeps them, so
+    that every recorded argv names its own (default: a temporary folder)."""
 
     simulated = True
 
@@ -73,6 +75,7 @@ class ModelRunner:
         seed: int = 0,
         *,
         scenarios: ScenarioLoader = load_scenario,
+        files_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.space = space
         self.backend = backend
@@ -80,21 +83,38 @@ class ModelRunner:
         self.seed = int(seed)
         self.scenarios = scenarios  # how the argv's --scenario name resolves
         self.launches = 0
+        self.files_dir = None if files_dir is None else os.fspath(files_dir)
 
     def _parse(self, argv: list[str]) -> ResolvedArgs:
         return parse_launch_args(sim_argv(argv), load=self.scenarios)
 
-    def _argv(self, config: TrialConfig) -> list[str]:
+    def _files_root(self) -> str:
+        if self.files_dir is None:
+            import tempfile
+
+            self.files_dir = tempfile.mkdtemp(prefix="autotune-sim-files-")
+        os.makedirs(self.files_dir, exist_ok=True)
+        return self.files_dir
+
+    def _argv(self, config: TrialConfig, *, start: bool = False) -> list[str]:
+        """The launch argv of ``config``; the files it reads (an adaptive config) written as a process runner writes
+        them: for a ``start``, into a new folder of its own (its argv is recorded: the file must stay its own), else
+        (``resolve``: nothing recorded) into one scratch folder."""
         files = self.backend.files(config, self.space) if hasattr(self.backend, "files") else {}  # type: ignore[attr-defined]
         if not files:
             return list(self.backend.argv(config, self.space, port=self.space.server.port, simulate=True))
-        import tempfile  # the launch's files (an adaptive config), written as a process runner writes them
+        root = self._files_root()
+        if start:
+            import tempfile
 
-        if getattr(self, "_files_dir", None) is None:  # one folder per runner: each launch reads its files at once
-            self._files_dir = tempfile.mkdtemp(prefix="autotune-sim-files-")
-        folder = self._files_dir
+            folder = tempfile.mkdtemp(prefix=f"sim-start-{self.launches + 1:04d}-", dir=root)
+        else:
+            folder = os.path.join(root, "resolve")
+            os.makedirs(folder, exist_ok=True)
         for name, text in files.items():
-            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            path = os.path.join(folder, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
         return list(
             self.backend.argv(  # type: ignore[call-arg]
@@ -110,7 +130,7 @@ class ModelRunner:
             raise _launch_error(e) from None
 
     def launch(self, config: TrialConfig) -> ModelSession:
-        argv = self._argv(config)
+        argv = self._argv(config, start=True)
         env: dict[str, Any] = {}
         if hasattr(self.backend, "env"):
             env = dict(self.backend.env(config, self.space))  # type: ignore[attr-defined]

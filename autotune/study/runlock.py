@@ -48,10 +48,23 @@ def sqlite_path(url: str) -> Path | None:
     return None if path in ("", ":memory:") else Path(path)
 
 
+def _lock_path(db: Path, study_name: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in study_name)
+    return db.parent / f"{db.name}.{safe}.lock"
+
+
+def _file_holder_text(fd: int) -> str:
+    """The holder written in a lock file (pid, host, since), as ``holder_text`` words it."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        info = {}
+    return holder_text(info.get("pid", "?"), info.get("host", "?"), info.get("since"))
+
+
 @contextlib.contextmanager
 def _file_lock(db: Path, study_name: str) -> Iterator[None]:
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in study_name)
-    path = db.parent / f"{db.name}.{safe}.lock"
+    path = _lock_path(db, study_name)
     created = [d for d in (db.parent, *db.parent.parents) if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     new_file = not path.exists()
@@ -60,13 +73,7 @@ def _file_lock(db: Path, study_name: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-            except (OSError, ValueError):
-                info = {}
-            raise _busy(
-                study_name, holder_text(info.get("pid", "?"), info.get("host", "?"), info.get("since")), str(path)
-            ) from None
+            raise _busy(study_name, _file_holder_text(fd), str(path)) from None
         me = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -87,44 +94,58 @@ def _file_lock(db: Path, study_name: str) -> Iterator[None]:
         os.close(fd)
 
 
+def _pg_key(study_name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"autotune-run:{study_name}".encode()).digest()[:8], "big", signed=True)
+
+
+def _pg_holder(conn: Any, key: int) -> str:
+    """Who holds the advisory lock ``key`` (its session's application name, address and start)."""
+    import sqlalchemy
+
+    u = key & 0xFFFFFFFFFFFFFFFF  # the lock's two 32-bit halves, as pg_locks shows them (classid, objid)
+    row = conn.execute(
+        sqlalchemy.text(
+            "SELECT a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+            "AND l.objsubid = 1 AND l.classid::bigint = :hi AND l.objid::bigint = :lo"
+        ),
+        {"hi": u >> 32, "lo": u & 0xFFFFFFFF},
+    ).first()
+    if row is None:
+        return "another session"
+    return f"{row[0] or 'a session'} ({row[1] or 'local'}, since {row[2]:%Y-%m-%d %H:%M:%S})"
+
+
+@contextlib.contextmanager
+def _pg_connection(url: str, name: str) -> Iterator[Any]:
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(
+        url, poolclass=sqlalchemy.pool.NullPool, connect_args={"application_name": name[:63], "connect_timeout": 30}
+    )
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
 @contextlib.contextmanager
 def _pg_lock(url: str, study_name: str) -> Iterator[None]:
     import sqlalchemy
 
-    key = int.from_bytes(hashlib.sha256(f"autotune-run:{study_name}".encode()).digest()[:8], "big", signed=True)
-    me = f"autotune study pid {os.getpid()} on {socket.gethostname()}"[:63]
-    engine = sqlalchemy.create_engine(
-        url, poolclass=sqlalchemy.pool.NullPool, connect_args={"application_name": me, "connect_timeout": 30}
-    )
-    conn = engine.connect()
-    try:
+    key = _pg_key(study_name)
+    with _pg_connection(url, f"autotune study pid {os.getpid()} on {socket.gethostname()}") as conn:
         got = conn.execute(sqlalchemy.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
         conn.commit()
         if not got:
-            u = key & 0xFFFFFFFFFFFFFFFF  # the lock's two 32-bit halves, as pg_locks shows them (classid, objid)
-            row = conn.execute(
-                sqlalchemy.text(
-                    "SELECT a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
-                    "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-                    "AND l.objsubid = 1 AND l.classid::bigint = :hi AND l.objid::bigint = :lo"
-                ),
-                {"hi": u >> 32, "lo": u & 0xFFFFFFFF},
-            ).first()
-            holder = (
-                f"{row[0] or 'a session'} ({row[1] or 'local'}, since {row[2]:%Y-%m-%d %H:%M:%S})"
-                if row
-                else "another session"
-            )
-            raise _busy(study_name, holder, "a PostgreSQL advisory lock")
+            raise _busy(study_name, _pg_holder(conn, key), "a PostgreSQL advisory lock")
         try:
             yield
         finally:
             with contextlib.suppress(Exception):  # the session may be gone; its end released the lock
                 conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
                 conn.commit()
-    finally:
-        conn.close()
-        engine.dispose()
 
 
 @contextlib.contextmanager
@@ -146,4 +167,39 @@ def run_lock(storage: Any, study_name: str) -> Iterator[None]:
     yield
 
 
-__all__ = ["holder_text", "run_lock", "sqlite_path"]
+def running(storage: Any, study_name: str) -> str | None:
+    """Who runs ``study_name`` now (``pid P on HOST since T``, or the PostgreSQL session), from its run lock, or
+    None when no `autotune study` / `autotune confirm` holds it (a finished, interrupted or killed run; workers of
+    a shared study take no run lock). Creates nothing: a lock file that does not exist was never taken. The probe
+    holds the lock for an instant when it is free (a run starting in that instant is refused, as by any holder)."""
+    if not isinstance(storage, str):
+        return None
+    db = sqlite_path(storage)
+    if db is not None:
+        try:
+            fd = os.open(_lock_path(db, study_name), os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _file_holder_text(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+    if storage.startswith(("postgresql", "postgres")):
+        import sqlalchemy
+
+        key = _pg_key(study_name)
+        with _pg_connection(storage, f"autotune report pid {os.getpid()} on {socket.gethostname()}") as conn:
+            got = conn.execute(sqlalchemy.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()
+            if got:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            conn.commit()
+            return None if got else _pg_holder(conn, key)
+    return None
+
+
+__all__ = ["holder_text", "run_lock", "running", "sqlite_path"]

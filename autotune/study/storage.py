@@ -345,13 +345,16 @@ def worker_spec(space: Space) -> dict[str, Any]:
     Paths, ports, hosts and the environment may differ between nodes."""
     import dataclasses
 
+    def knobs(specs: Any) -> dict[str, Any]:
+        return {k: {"type": type(v).__name__, **dataclasses.asdict(v)} for k, v in specs.items()}
+
     searched = space.searched_drafters()
     spec = {
         "space_digest": space_digest(space),
         "search": {
             "drafters": list(searched),
             "cuda_graph": list(space.search.cuda_graph),
-            "knobs": {k: {"type": type(v).__name__, **dataclasses.asdict(v)} for k, v in space.search.knobs.items()},
+            "knobs": knobs(space.search.knobs),
         },
         "drafters": {d.name: {"algorithm": d.algorithm} for d in space.drafters if d.name in searched},
         "pruning": dataclasses.asdict(space.pruning),
@@ -361,23 +364,86 @@ def worker_spec(space: Space) -> dict[str, Any]:
     }
     from autotune.measure import warmup_rule
 
+    if space.search.methods:  # each method's drafters and knobs (absent: a space without methods, as before)
+        spec["search"]["methods"] = {
+            name: {"drafters": list(m.drafters), "knobs": knobs(m.knobs)} for name, m in space.search.methods.items()
+        }
     rule = warmup_rule(space)
     if not rule.none:  # every start must warm up alike (absent: none, as before warm-up passes)
         spec["warmup_passes"] = rule.passes
     return json.loads(json.dumps(spec))  # tuples -> lists, as stored
 
 
+_KNOB_TYPES = ("IntRange", "FloatRange", "Choices")
+
+
+def _is_knob(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") in _KNOB_TYPES
+
+
+def _spec_text(value: Any) -> str:
+    """A ``worker_spec`` value as a message shows it: a knob's domain as the space file says it (``1-8``,
+    ``1-64 step 2 (log)``, ``[1, 2, 4]``), anything else as JSON."""
+    if not _is_knob(value):
+        return json.dumps(value)
+    if value["type"] == "Choices":
+        return json.dumps(value.get("values"))
+    text = f"{value.get('low')}-{value.get('high')}"
+    if value.get("step", 1) != 1:
+        text += f" step {value['step']}"
+    return text + (" (log)" if value.get("log") else "")
+
+
 def spec_differences(recorded: dict[str, Any], mine: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two ``worker_spec`` dicts, each with both values."""
+    """Dotted keys whose values differ between two ``worker_spec`` dicts, each with both values (a knob's domain
+    as one value: ``search.knobs.num_steps: the study has 1-8, this space file has 1-4``)."""
     out: list[str] = []
     for key in sorted(set(recorded) | set(mine)):
         a, b = recorded.get(key), mine.get(key)
         name = f"{prefix}{key}"
-        if isinstance(a, dict) and isinstance(b, dict):
+        if isinstance(a, dict) and isinstance(b, dict) and not (_is_knob(a) or _is_knob(b)):
             out += spec_differences(a, b, name + ".")
         elif a != b:
-            out.append(f"{name}: the study has {json.dumps(a)}, this space file has {json.dumps(b)}")
+            out.append(f"{name}: the study has {_spec_text(a)}, this space file has {_spec_text(b)}")
     return out
+
+
+#: the parts of ``worker_spec`` that are the searched space: a study is resumed only over the space it searched
+SEARCHED_SPACE = ("search", "drafters")
+
+
+def _comparable(recorded: dict[str, Any], mine: dict[str, Any], keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """``mine`` as ``recorded`` can be compared with it: only ``keys`` (all: None), and without the methods where the
+    study recorded none (a study recorded before ``worker_spec`` named them)."""
+    out = {k: v for k, v in mine.items() if keys is None or k in keys}
+    search = recorded.get("search")
+    if isinstance(search, dict) and "methods" not in search and isinstance(out.get("search"), dict):
+        out["search"] = {k: v for k, v in out["search"].items() if k != "methods"}
+    return out
+
+
+def check_resume(study: optuna.Study, space: Space, storage: str | None = None) -> None:
+    """A study is resumed only over the space it searched (``SEARCHED_SPACE`` of ``worker_spec``, compared as
+    ``check_worker`` compares a worker's): else a ``UserError`` naming each change and the ways on. Other settings
+    (budget, pruning) may change between runs; a study recorded before the spec has nothing to compare."""
+    recorded = records.worker_spec(study)
+    if recorded is None:
+        return
+    recorded = {k: v for k, v in recorded.items() if k in SEARCHED_SPACE}
+    diffs = spec_differences(recorded, _comparable(recorded, worker_spec(space), SEARCHED_SPACE))
+    if not diffs:
+        return
+    name = study.study_name
+    more = f" (and {len(diffs) - 5} more)" if len(diffs) > 5 else ""
+    raise UserError(
+        f"study {name!r} searched another space than this space file describes: "
+        + "; ".join(diffs[:5])
+        + more
+        + ". Resuming it would mix the two (its trials and its recommendation may lie outside the new space). "
+        "To search the new space, give the space file a new `name:` (a new study); to start this study over, delete "
+        f"it (`optuna delete-study --study-name {name} --storage {_redact_url(storage) if storage else 'URL'}`); to "
+        "resume it, restore the old values."
+    )
 
 
 def check_worker(study: optuna.Study, space: Space, space_path: str) -> None:
@@ -388,7 +454,7 @@ def check_worker(study: optuna.Study, space: Space, space_path: str) -> None:
     if recorded is None:
         records.set_worker_spec(study, mine)
         return
-    diffs = spec_differences(recorded, mine)
+    diffs = spec_differences(recorded, _comparable(recorded, mine))
     if diffs:
         more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
         raise UserError(
@@ -482,4 +548,6 @@ def open_study(
             f"study {study_name!r} was measured with a different prompt set, max_tokens, temperature or backend; "
             "its figures cannot be compared with new ones. Use a new `name:` in the space file or another --storage."
         )
+    else:
+        check_resume(study, space, storage if isinstance(storage, str) else None)
     return study

@@ -119,7 +119,7 @@ def test_worker_spec_differences_are_named():
     knobs["topk"] = dataclasses.replace(knobs["topk"], values=(1, 2))
     other = dataclasses.replace(space, search=dataclasses.replace(space.search, knobs=knobs))
     diffs = st.spec_differences(st.worker_spec(space), st.worker_spec(other))
-    assert diffs == ["search.knobs.topk.values: the study has [1, 2, 4], this space file has [1, 2]"]
+    assert diffs == ["search.knobs.topk: the study has [1, 2, 4], this space file has [1, 2]"]
     moved = dataclasses.replace(space, server=dataclasses.replace(space.server, model_path="/elsewhere", port=1))
     assert st.spec_differences(st.worker_spec(space), st.worker_spec(moved)) == []  # paths and ports may differ
 

@@ -203,7 +203,7 @@ def test_a_worker_with_another_space_is_refused_naming_the_difference(pg_url, tm
     )  # fmt: skip
     assert r.returncode == 2
     line = r.stderr.strip().splitlines()[-1]
-    assert "search.knobs.num_steps.high: the study has 6, this space file has 5" in line, r.stderr
+    assert "search.knobs.num_steps: the study has 1-6, this space file has 1-5" in line, r.stderr
     assert "Traceback" not in r.stderr
     # the same space file joins, runs what is left of the study's budget (none) and exits 0
     ok = subprocess.run(

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from autotune.errors import UserError
-from autotune.study.runlock import run_lock, sqlite_path
+from autotune.study.runlock import run_lock, running, sqlite_path
 
 HOLD = textwrap.dedent(
     """
@@ -81,6 +81,41 @@ def test_a_second_run_of_a_postgres_study_is_refused_naming_the_holder():
     finally:
         p.communicate("\n", timeout=30)
     with run_lock(url, name):
+        pass
+
+
+def test_who_runs_a_sqlite_study_is_read_from_its_run_lock_without_taking_it(tmp_path):
+    url = f"sqlite:///{tmp_path}/studies/s.db"
+    assert running(url, "s") is None and not (tmp_path / "studies").exists()  # never run: nothing created
+    p = _holder(url, "s")
+    try:
+        assert f"pid {p.pid} on " in (running(url, "s") or "")
+        assert running(url, "other") is None
+        with pytest.raises(UserError):  # the probe left the lock with its holder
+            with run_lock(url, "s"):
+                pass
+    finally:
+        p.communicate("\n", timeout=30)
+    assert running(url, "s") is None  # ended (or killed): nothing runs it
+    with run_lock(url, "s"):  # and the probe took nothing away
+        assert running(url, "s") is not None
+    assert running(object(), "s") is None and running("sqlite:///:memory:", "s") is None
+
+
+@pytest.mark.postgres
+def test_who_runs_a_postgres_study_is_read_from_its_advisory_lock():
+    url = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("AUTOTUNE_TEST_POSTGRES_URL not set")
+    name = f"running-{os.getpid()}"
+    assert running(url, name) is None
+    p = _holder(url, name)
+    try:
+        assert f"autotune study pid {p.pid} on " in (running(url, name) or "")
+    finally:
+        p.communicate("\n", timeout=30)
+    assert running(url, name) is None
+    with run_lock(url, name):  # the probe released what it took
         pass
 
 
