@@ -185,8 +185,9 @@ def bundle(
     provenance. ``schedule``: a per-load-level schedule the launch runs (``Backend.schedule_launch``); ``server``:
     another server to deploy on (``Backend.translate``; ValueError when the translation would not be faithful).
     The launch comes in three namings of its files: bare (``argv``), beside a script (``_script_argv``) and in a
-    container, listening on every interface there (``_container_argv``). ``result``: the study's (a report dict is
-    read as one)."""
+    container, listening on every interface there and started as the image starts it (``_container``,
+    ``container_launch``). ``_startup``: the study's measured start-ups (``startup``). ``result``: the study's (a
+    report dict is read as one)."""
     res = as_result(result)
     chosen = _choose(res, trial)
     config = TrialConfig.from_dict(chosen["config"])
@@ -217,6 +218,7 @@ def bundle(
     container_argv = launch(inside, CONTAINER_FILES)[0]
     env = redact_env(dbackend.env(dconfig, dspace))
     launcher = dbackend.launcher(dspace, deploy=True)
+    started_by = launcher if container_argv[: len(launcher)] == launcher else container_argv[:1]
     provenance = {
         "study": res.study,
         "trial": chosen["trial"],
@@ -271,9 +273,32 @@ def bundle(
         "_space": dspace,
         "_backend": dbackend,
         "_script_argv": script_argv,
-        "_container_argv": container_argv,
+        "_container": container_launch(dbackend, started_by, container_argv[len(started_by) :]),
+        "_startup": startup(res),
         "_schedule_note": schedule_note,
     }
+
+
+def container_launch(backend: Backend, launcher: list[str], args: list[str]) -> dict[str, Any]:
+    """The launch in a container of the backend's image: ``entrypoint``, the image's own (``Backend.image_entrypoint``,
+    [] when it has none); ``launcher``, what starts the server there (the entrypoint, else the plain
+    ``deploy_launcher``, never a path of this machine that ``server.launcher`` names); ``args``, the arguments after
+    it; ``replaced``: the space's launcher when the container starts the server otherwise (None: the same)."""
+    entrypoint = list(backend.image_entrypoint)
+    there = entrypoint or list(backend.deploy_launcher) or list(launcher)
+    return {
+        "entrypoint": entrypoint,
+        "launcher": there,
+        "args": list(args),
+        "replaced": None if list(launcher) == there else list(launcher),
+    }
+
+
+def startup(result: StudyResult) -> dict[str, Any]:
+    """The study's measured start-ups (seconds to healthy, in the measured hardware's time; a duplicate trial's is its
+    original's): the slowest and how many starts were timed (``slowest_s`` None when none was)."""
+    times = [float(t["startup_s"]) for t in result.trials if t.get("startup_s") and t.get("duplicate_of") is None]
+    return {"slowest_s": max(times) if times else None, "starts": len(times)}
 
 
 # ---------------------------------------------------------------------------------------------- reading back

@@ -18,6 +18,7 @@ from autotune.config import TrialConfig
 from autotune.export_bundle import read_provenance
 from autotune.sim import load_scenario
 
+from ..servers import as_run
 from .helpers import autotune, space_file
 
 SECRET = "hf_exp0rt-secret-never-written"
@@ -131,28 +132,23 @@ def test_the_sglang_command_round_trips_to_the_same_config(won):
     _check_provenance(read_provenance(out), rep, space)
 
 
-def test_env_file_sources_in_a_posix_shell(won, tmp_path):
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_env_file_starts_the_exact_argv_under_bash_and_sh(won, tmp_path, shell):
+    """The README's start line, run for real: the server gets the exported argv word for word, the env file's
+    variables, and no secret."""
     space, _s, rep, _t = won
     out = _export(won, "env")
-    path = tmp_path / "server.env"
-    path.write_text(out)
+    argv = _json_bundle(won)["launch"]["argv"]
+    assert as_run.env_argv(out, shell, tmp_path) == argv
     shown = subprocess.run(
-        [
-            "bash",
-            "-c",
-            'set -a; . "$1"; printf "%s\\0" "$SERVER_LAUNCHER" "$SERVER_ARGS" "$CUDA_VISIBLE_DEVICES" '
-            '"${HF_TOKEN-unset}"',
-            "_",
-            str(path),
-        ],
+        [shell, "-c", 'set -a; . ./server.env; set +a; printf "%s\\0" "$CUDA_VISIBLE_DEVICES" "${HF_TOKEN-unset}"'],
         capture_output=True,
         text=True,
         check=True,
+        cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin"},
     ).stdout.split("\0")
-    argv = _json_bundle(won)["launch"]["argv"]
-    assert shlex.split(shown[0]) + shlex.split(shown[1]) == argv
-    assert shown[2] == "0,1" and shown[3] == "unset"  # the secret is named, never set
+    assert shown[:2] == ["0,1", "unset"]  # the secret is named, never set
     assert "HF_TOKEN is a secret" in out
     _check_provenance(read_provenance(out), rep, space)
 
@@ -183,7 +179,7 @@ def _on_every_interface(argv):
 def test_k8s_deployment_with_image_and_resources_as_parameters(won):
     space, _s, rep, _t = won
     text = _export(won, "k8s", "--image", "registry.local/sglang:pinned", "--gpus", "4", "--name", "Spec Llama")
-    doc = yaml.safe_load(text)
+    doc, service = yaml.safe_load_all(text)
     assert doc["apiVersion"] == "apps/v1" and doc["kind"] == "Deployment"
     assert doc["metadata"]["name"] == "spec-llama"
     spec = doc["spec"]
@@ -198,7 +194,20 @@ def test_k8s_deployment_with_image_and_resources_as_parameters(won):
     assert env["CUDA_VISIBLE_DEVICES"]["value"] == "0,1"
     assert "&id" not in text  # plain YAML, no anchors
     _check_provenance(read_provenance(text), rep, space)
-    default = yaml.safe_load(_export(won, "k8s"))
+    # the Service in front of it, on the space's port
+    assert service["kind"] == "Service" and service["metadata"]["name"] == "spec-llama"
+    assert service["spec"]["selector"] == spec["template"]["metadata"]["labels"]
+    assert service["spec"]["ports"] == [{"name": "http", "port": 30000, "targetPort": "http"}]
+    # probes on the health endpoint, the start-up one sized to the study's slowest measured start-up with a margin
+    slowest = max(t["startup_s"] for t in rep["trials"] if t["startup_s"] and t["duplicate_of"] is None)
+    assert slowest > 0
+    startup, ready = c["startupProbe"], c["readinessProbe"]
+    assert startup["httpGet"] == ready["httpGet"] == {"path": "/health", "port": "http"}
+    allowed = startup["periodSeconds"] * startup["failureThreshold"]
+    assert max(2 * slowest, slowest + 600) <= allowed < max(2 * slowest, slowest + 600) + startup["periodSeconds"]
+    assert f"may fail for {allowed} s" in text and f"the study's slowest start-up {slowest:.0f} s" in text
+    assert ready["failureThreshold"] * ready["periodSeconds"] <= 60
+    default, _service = yaml.safe_load_all(_export(won, "k8s"))
     (c,) = default["spec"]["template"]["spec"]["containers"]
     assert c["image"] == "lmsysorg/sglang:v0.5.23" and c["resources"]["limits"]["nvidia.com/gpu"] == 2
 

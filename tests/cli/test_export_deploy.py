@@ -97,8 +97,8 @@ def test_compose_and_k8s_carry_the_adaptive_config_and_listen_on_every_interface
     assert doc["x-autotune"]["method"] == "EAGLE3"
 
     text = _export(load, "k8s").stdout
-    config_map, deployment = yaml.safe_load_all(text)
-    assert config_map["kind"] == "ConfigMap" and deployment["kind"] == "Deployment"
+    config_map, deployment, service = yaml.safe_load_all(text)
+    assert config_map["kind"] == "ConfigMap" and deployment["kind"] == "Deployment" and service["kind"] == "Service"
     assert json.loads(config_map["data"][ADAPTIVE_FILE]) == _adaptive(text)
     (c,) = deployment["spec"]["template"]["spec"]["containers"]
     args = c["args"]
@@ -198,3 +198,51 @@ def test_validate_simulate_says_what_it_checked_and_flags_missing_real_paths(tmp
         "--simulate checked the simulator's stand-in (scenario llama31-8b-h100) in its place"
     ) in lines
     assert any(line.startswith("warning: the target /models/Llama-3.1-8B-Instruct does not exist") for line in lines)
+
+
+def test_a_hub_id_stays_a_hub_id_and_a_local_checkpoint_gets_a_volume(tmp_path):
+    """A study whose target is a Hugging Face hub id (``org/name``, no such path here) and whose drafter is a local
+    directory: compose and Kubernetes mount the drafter only, pass the hub id as it is (the server downloads it) and
+    run from the image's own working directory; the export says so."""
+    hub = "meta-llama/Llama-3.1-8B-Instruct"
+    space = space_file(tmp_path, base="llama-8b-eagle3.yaml", server={"model_path": hub})
+    studies = tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "8", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr[-2000:]
+    drafter = "/models/EAGLE3-LLaMA3.1-Instruct-8B"
+    args = ("export", str(space), "--simulate", "--studies-dir", str(studies), "--format")
+
+    text = autotune(*args, "compose").stdout
+    ((_name, svc),) = yaml.safe_load(text)["services"].items()
+    assert svc["volumes"] == [f"{drafter}:{drafter}:ro"] and "working_dir" not in svc
+    assert svc["command"][svc["command"].index("--model-path") + 1] == hub
+    assert f"# {hub}: a Hugging Face hub id, no volume: the server downloads it at start" in text
+
+    text = autotune(*args, "k8s").stdout
+    deployment = next(d for d in yaml.safe_load_all(text) if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v] == [drafter]
+    assert [m["mountPath"] for m in c["volumeMounts"]] == [drafter, "/dev/shm"] and "workingDir" not in c
+    assert c["args"][c["args"].index("--model-path") + 1] == hub
+    assert f"# {hub}: a Hugging Face hub id" in text
+
+
+def test_compose_and_k8s_say_which_image_runs_the_server_and_what_to_change_for_another(load):
+    """SGLang's image has no entrypoint of its own: compose's command and Kubernetes' command + args are the whole
+    launch, and the comment says what another image needs."""
+    compose = _export(load, "compose").stdout
+    ((_name, svc),) = yaml.safe_load(compose)["services"].items()
+    assert svc["command"][:3] == ["python3", "-m", "sglang.launch_server"] and "entrypoint" not in svc
+    assert (
+        "# image lmsysorg/sglang:v0.5.23: no entrypoint of its own, `command:` is the whole launch; for an image with "
+        "an entrypoint add `entrypoint: [python3, -m, sglang.launch_server]`"
+    ) in compose
+    k8s = _export(load, "k8s", "--image", "registry.local/sglang:pinned").stdout
+    deployment = next(d for d in yaml.safe_load_all(k8s) if d["kind"] == "Deployment")
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == ["python3", "-m", "sglang.launch_server"] and c["args"][0] == "--model-path"
+    assert (
+        "# image registry.local/sglang:pinned (taken to start as lmsysorg/sglang:v0.5.23): `command` "
+        "[python3, -m, sglang.launch_server] is how it starts the server"
+    ) in k8s
