@@ -266,9 +266,7 @@ def bundle(
             **({"files": files} if files else {}),
         },
         **({"schedule": dict(schedule)} if schedule is not None else {}),
-        "verify": "autotune bench "
-        + shlex.quote(space.path or "SPACE")
-        + "".join(" --set " + shlex.quote(f"{k}={v}") for k, v in config.to_dict().items() if v is not None),
+        "verify": verify_command(space, config, simulated=bool(res.simulated)),
         "provenance": provenance,
         "_space": dspace,
         "_backend": dbackend,
@@ -277,6 +275,16 @@ def bundle(
         "_startup": startup(res),
         "_schedule_note": schedule_note,
     }
+
+
+def verify_command(space: Space, config: TrialConfig, *, simulated: bool) -> str:
+    """The command that measures ``config`` again on the study's own server (``autotune bench``; ``--simulate`` for
+    a simulated study), every value of the config set."""
+    words = ["autotune", "bench", space.path or "SPACE", *(["--simulate"] if simulated else [])]
+    for k, v in config.to_dict().items():
+        if v is not None:
+            words += ["--set", f"{k}={v}"]
+    return shlex.join(words)
 
 
 def container_launch(backend: Backend, launcher: list[str], args: list[str]) -> dict[str, Any]:

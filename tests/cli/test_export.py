@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,6 +89,22 @@ def test_yaml_and_json_carry_the_config_and_provenance(won):
         _check_provenance(b["provenance"], rep, space)
         assert b["launch"]["env"]["HF_TOKEN"] == "***"
     assert y["launch"]["argv"] == j["launch"]["argv"]
+
+
+def test_the_verify_line_runs_as_written(won, tmp_path):
+    """yaml and json carry ``verify``: the command that measures the exported config again on the study's server
+    (here the simulator: ``--simulate``). Run exactly as written by a shell from another directory, it measures that
+    very config."""
+    space, _s, rep, _t = won
+    j = _json_bundle(won)
+    assert yaml.safe_load(_export(won, "yaml"))["verify"] == j["verify"]
+    assert j["verify"].startswith(f"autotune bench {space} --simulate --set ")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    r = subprocess.run(["bash", "-c", j["verify"]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    label = TrialConfig.from_dict(rep["recommended"]["config"]).label()
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith(label + ": ")]
+    assert line.endswith("[simulated]")
 
 
 def _sglang_parser():
