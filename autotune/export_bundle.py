@@ -19,6 +19,7 @@ import yaml
 from autotune import __version__
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig
 from autotune.redact import redact_env
 from autotune.space import Space
 from autotune.study.result import StudyResult, as_result
@@ -170,6 +171,19 @@ def checkpoints(space: Space, config: TrialConfig, read_space: Space | None = No
     return out
 
 
+def _read_paths(space: Space, read_space: Space | None) -> Space:
+    """``space`` with the checkpoint paths of ``read_space`` (where they are read on this machine), matched by
+    drafter name; ``space`` itself without one."""
+    if read_space is None:
+        return space
+    where = {d.name: d.path for d in read_space.drafters}
+    return dataclasses.replace(
+        space,
+        server=dataclasses.replace(space.server, model_path=read_space.server.model_path),
+        drafters=tuple(dataclasses.replace(d, path=where.get(d.name, d.path)) for d in space.drafters),
+    )
+
+
 def bundle(
     space: Space,
     backend: Backend,
@@ -196,12 +210,22 @@ def bundle(
     if server is not None and type(server) is not type(backend):
         dspace, dconfig = server.translate(space, backend.portable(config, space))
         dbackend = server
+        # the translation as the other server resolves it, on the checkpoints readable here (a simulated study's
+        # stand-ins carry the real config.json): a drafter it would refuse is no faithful translation
+        here = _read_paths(dspace, read_space)
+        try:
+            dbackend.resolve(dconfig, here)
+        except InfeasibleConfig as e:
+            raise ValueError(str(e)) from None
         translation = {
             "server": dbackend.name,
             "from": backend.name,
             "method": dbackend.deploy_method(dconfig, dspace),
             "config": dconfig.to_dict(),
             "measured_on": backend.display_name or backend.name,
+            # the drafter's checkpoint could not be read here, so nothing checked that the server loads it
+            "unchecked": dconfig.drafter is not None
+            and not (Path(here.drafter(dconfig.drafter).path) / "config.json").is_file(),
         }
 
     def launch(sp: Space, files_dir: str | None) -> tuple[list[str], dict[str, str], str | None]:

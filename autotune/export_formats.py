@@ -70,6 +70,11 @@ def _comment_lines(b: dict[str, Any], files_where: Callable[[str], str] | None =
             "never on this server; measure it there "
             "before relying on the figures"
         )
+        if t.get("unchecked"):
+            lines.append(
+                f"# the drafter's checkpoint is not on this machine: nothing checked that {b['_backend'].display_name}"
+                " loads its architecture; check it before deploying"
+            )
     if b.get("_schedule_note"):
         lines.append(f"# schedule: {b['_schedule_note']}")
     where = files_where or (

@@ -6,6 +6,7 @@ do; a server the simulator does not play is refused by ``--simulate`` before any
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -18,7 +19,7 @@ import yaml
 from autotune.backends.sglang_catalogue import ADAPTIVE_FILE
 from autotune.export_bundle import read_provenance
 
-from .helpers import REPO, autotune, space_file
+from .helpers import REPO, autotune, report, space_file
 
 FAKE_PYTHON3 = """#!/bin/sh
 # stands in for the deployment host's python3: records the argv it was started with
@@ -246,3 +247,69 @@ def test_compose_and_k8s_say_which_image_runs_the_server_and_what_to_change_for_
         "# image registry.local/sglang:pinned (taken to start as lmsysorg/sglang:v0.5.23): `command` "
         "[python3, -m, sglang.launch_server] is how it starts the server"
     ) in k8s
+
+
+def _eagle1_space(tmp_path: Path, path: str) -> Path:
+    """The Kimi space with one EAGLE-1 head in SGLang's format (the simulator's eagle1-legacy stand-in:
+    LlamaForCausalLMEagle), chains only (topk 1: what translates to vLLM)."""
+    data = yaml.safe_load((REPO / "spaces" / "eagle3.yaml").read_text())
+    data["name"] = "kimi-eagle1"
+    data["drafters"] = [{"name": "eagle1-legacy", "path": path}]
+    data["search"] = {"drafters": ["eagle1-legacy"], "cuda_graph": [True], "num_steps": {"low": 1, "high": 4}}
+    data["search"]["topk"] = [1]
+    out = tmp_path / "eagle1.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def test_an_sglang_format_eagle1_head_is_no_vllm_translation(tmp_path):
+    """vLLM 0.33.0 refuses an EAGLE-1 head in SGLang's format (LlamaForCausalLMEagle): a simulated study's trial with
+    it, exported --format vllm, is exit 2 naming the formats that fit (its stand-in's config.json read in place of
+    the real checkpoint's), never a command vLLM refuses; its own formats export."""
+    space = _eagle1_space(tmp_path, "/models/kimi-eagle1-legacy")
+    studies = tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = report(space, studies)
+    trial = next(t["number"] for t in rep["trials"] if t["state"] == "COMPLETE" and (t["config"] or {}).get("drafter"))
+    args = ("export", str(space), "--simulate", "--studies-dir", str(studies), "--trial", str(trial), "--format")
+    r = autotune(*args, "vllm")
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("autotune: error: --format vllm: no faithful translation of this SGLang study to vLLM: ")
+    assert "architectures ['LlamaForCausalLMEagle'] are not loaded by vLLM 0.33.0 under method eagle" in line
+    assert line.endswith("; formats that fit: sglang, command, yaml, json, env, compose, k8s")
+    r = autotune(*args, "sglang")
+    assert r.returncode == 0 and "--speculative-algorithm EAGLE " in r.stdout, r.stderr[-2000:]
+
+
+def test_a_translation_checks_a_readable_drafter_and_says_when_it_could_not(tmp_path):
+    """Without a simulator: a drafter checkpoint on this machine is checked (the SGLang-format head refused, exit 2
+    through the CLI's ValueError), one that is not here is exported with a line saying nothing checked it."""
+    from autotune import export
+    from autotune.backends import get_backend
+    from autotune.space import load_space
+
+    standin = REPO / "autotune" / "sim" / "scenarios" / "kimi-k25-rtxpro6000" / "drafters" / "eagle1-legacy"
+    config = {"drafter": "eagle1-legacy", "cuda_graph": True, "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
+    rep = {
+        "study": "hand-made",
+        "verdict": "speculation-wins",
+        "recommended": {"trial": 1, "config": config, "why": "test", "tok_per_s": 100.0},
+        "best": {},
+        "fastest_baseline": {},
+        "baseline": {},
+        "trials": [],
+    }
+    readable = load_space(str(_eagle1_space(tmp_path, str(standin))))
+    readable = dataclasses.replace(
+        readable, drafters=tuple(dataclasses.replace(d, algorithm="EAGLE") for d in readable.drafters)
+    )
+    with pytest.raises(ValueError, match=r"LlamaForCausalLMEagle.*formats that fit: sglang, command"):
+        export.export(readable, get_backend("sglang"), rep, "vllm")
+    elsewhere = dataclasses.replace(
+        readable, drafters=tuple(dataclasses.replace(d, path="/models/kimi-eagle1") for d in readable.drafters)
+    )
+    text = export.export(elsewhere, get_backend("sglang"), rep, "vllm").text
+    assert "# the drafter's checkpoint is not on this machine: nothing checked that vLLM loads its architecture" in text
+    assert '"method": "eagle"' in text.splitlines()[-1]
