@@ -270,17 +270,39 @@ def test_trial_exports_that_trials_config(won):
         (("--format", "yaml", "--trial", "999"), "--trial 999: no such trial"),
         (("--format", "k8s", "--gpus", "0"), "--gpus must be at least 1 but got 0"),
         (("--format", "yaml", "-o", "/nonexistent-dir/x.yaml"), "-o /nonexistent-dir/x.yaml: no such directory"),
+        # a folder no one may create files in (sysfs: not even root)
+        (("--format", "yaml", "-o", "/sys/x.yaml"), "-o /sys/x.yaml: cannot write /sys/x.yaml: Permission denied"),
+        (("--format", "k8s", "-o", "TMP"), "-o TMP: it is a directory"),
     ],
 )
-def test_bad_export_arguments_are_one_line_exit_2(won, extra, message):
+def test_bad_export_arguments_are_one_line_exit_2(won, extra, message, tmp_path):
     space, studies, rep, _t = won
     if "TREE" in extra:
         tree = next(t for t in rep["trials"] if t["state"] == "COMPLETE" and (t["config"] or {}).get("topk", 1) > 1)
         extra = tuple(str(tree["number"]) if a == "TREE" else a for a in extra)
+    extra = tuple(str(tmp_path) if a == "TMP" else a for a in extra)
+    message = message.replace("TMP", str(tmp_path))
     r = autotune("export", str(space), "--simulate", "--studies-dir", str(studies), *extra)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [f"autotune: error: {r.stderr.split('error: ', 1)[1].strip()}"]
     assert message in r.stderr and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("/sys/report.html", "--html /sys/report.html: cannot write it: Permission denied; nothing was written"),
+        ("TMP", "--html TMP: it is a directory"),
+    ],
+)
+def test_an_unwritable_html_report_path_is_one_line_exit_2(won, tmp_path, where, message):
+    space, studies, _rep, _t = won
+    where, message = where.replace("TMP", str(tmp_path)), message.replace("TMP", str(tmp_path))
+    r = autotune("report", str(space), "--simulate", "--studies-dir", str(studies), "--html", where)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [f"autotune: error: {message}"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_trial_that_was_not_measured_to_the_end_is_refused(won):

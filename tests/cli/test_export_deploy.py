@@ -85,6 +85,18 @@ def test_o_writes_a_script_bash_accepts_and_the_adaptive_config_beside_it(load, 
     assert argv[argv.index("--max-running-requests") + 1] == "256"
 
 
+def test_an_export_that_cannot_write_every_file_writes_none(load, tmp_path):
+    """-o FILE writes FILE and the files beside it all or none: where the adaptive config cannot be written (a
+    folder of that name is there), exit 2 naming it, and neither the script nor a temporary file is left."""
+    (tmp_path / ADAPTIVE_FILE).mkdir()
+    out = tmp_path / "launch.sh"
+    r = _export(load, "sglang", "-o", str(out), rc=2)
+    assert r.stderr.strip().splitlines() == [
+        f"autotune: error: -o {out}: cannot write {tmp_path / ADAPTIVE_FILE}: it is a directory; nothing was written"
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == [ADAPTIVE_FILE] and not any((tmp_path / ADAPTIVE_FILE).iterdir())
+
+
 def test_compose_and_k8s_carry_the_adaptive_config_and_listen_on_every_interface(load, tmp_path):
     compose = tmp_path / "docker-compose.yaml"
     _export(load, "compose", "-o", str(compose))
