@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "atomic_write"]
+__all__ = ["atomic_path", "atomic_write", "atomic_write_all", "output_problem"]
 
 
 @contextlib.contextmanager
@@ -35,3 +35,29 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, *, fsync: bool
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
+
+
+def output_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be written as a new or replaced file (one phrase), or None as far as can be told before
+    trying: a directory, no such directory to hold it, a directory this process may not write to."""
+    target = Path(path)
+    if target.is_dir():
+        return "it is a directory"
+    folder = target.parent
+    if not folder.is_dir():
+        return f"no such directory {folder}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the directory {folder} is not writable"
+    return None
+
+
+def atomic_write_all(files: dict[Path, str]) -> None:
+    """Write every file (path -> text) or none: each to its temporary file first, then all renamed; an error
+    before the renames (OSError) leaves no file written and no temporary file behind."""
+    with contextlib.ExitStack() as stack:
+        for path, text in files.items():
+            tmp = stack.enter_context(atomic_path(path))
+            try:
+                tmp.write_bytes(text.encode("utf-8"))
+            except OSError as e:  # named by the file it was for, not its temporary name
+                raise OSError(e.errno, e.strerror, str(path)) from e

@@ -260,9 +260,19 @@ def cmd_confirm(ctx: Context) -> int:
 
 
 def cmd_report(ctx: Context) -> int:
+    from autotune._io import output_problem
+    from autotune.errors import UserError
+
+    html = Path(ctx.args.html) if ctx.args.html else None
+    problem = output_problem(html) if html is not None and html.parent.is_dir() else None  # else: made, or fails
+    if problem:  # before the study is read
+        raise UserError(f"--html {html}: {problem}")
     result = commands.load_report(ctx, note=_note)
-    if ctx.args.html:
-        _write_html(ctx, result.study, result.report, Path(ctx.args.html))
+    if html is not None:
+        try:
+            _write_html(ctx, result.study, result.report, html)
+        except OSError as e:
+            raise UserError(f"--html {html}: cannot write it: {e.strerror or e}; nothing was written") from None
     _print_report(result.report, ctx.args.json, ctx)
     return EXIT_OK
 

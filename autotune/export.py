@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune._io import atomic_write
+from autotune._io import atomic_write_all, output_problem
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
 from autotune.export_bundle import Options, _choose, bundle
@@ -113,13 +113,18 @@ def files(
 
 
 def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:
-    """The export to ``path`` and each of its files beside it, atomically; returns the files' paths."""
-    atomic_write(path, text)
-    out = []
-    for name, content in files_.items():
-        atomic_write(path.parent / name, content)
-        out.append(path.parent / name)
-    return out
+    """The export to ``path`` and each of its files beside it, all or none (``atomic_write_all``); returns the files'
+    paths. ValueError (nothing written) when one of them cannot be written there."""
+    beside = {path.parent / name: content for name, content in files_.items()}
+    for target in (path, *beside):
+        problem = output_problem(target)
+        if problem:
+            raise ValueError(f"{target}: {problem}")
+    try:
+        atomic_write_all({path: text, **beside})
+    except OSError as e:
+        raise ValueError(f"{e.filename or path}: {e.strerror or e}") from None
+    return list(beside)
 
 
 __all__ = [

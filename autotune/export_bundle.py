@@ -19,6 +19,7 @@ import yaml
 from autotune import __version__
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
+from autotune.errors import InfeasibleConfig
 from autotune.redact import redact_env
 from autotune.space import Space
 from autotune.study.result import StudyResult, as_result
@@ -170,6 +171,19 @@ def checkpoints(space: Space, config: TrialConfig, read_space: Space | None = No
     return out
 
 
+def _read_paths(space: Space, read_space: Space | None) -> Space:
+    """``space`` with the checkpoint paths of ``read_space`` (where they are read on this machine), matched by
+    drafter name; ``space`` itself without one."""
+    if read_space is None:
+        return space
+    where = {d.name: d.path for d in read_space.drafters}
+    return dataclasses.replace(
+        space,
+        server=dataclasses.replace(space.server, model_path=read_space.server.model_path),
+        drafters=tuple(dataclasses.replace(d, path=where.get(d.name, d.path)) for d in space.drafters),
+    )
+
+
 def bundle(
     space: Space,
     backend: Backend,
@@ -185,8 +199,9 @@ def bundle(
     provenance. ``schedule``: a per-load-level schedule the launch runs (``Backend.schedule_launch``); ``server``:
     another server to deploy on (``Backend.translate``; ValueError when the translation would not be faithful).
     The launch comes in three namings of its files: bare (``argv``), beside a script (``_script_argv``) and in a
-    container, listening on every interface there (``_container_argv``). ``result``: the study's (a report dict is
-    read as one)."""
+    container, listening on every interface there and started as the image starts it (``_container``,
+    ``container_launch``). ``_startup``: the study's measured start-ups (``startup``). ``result``: the study's (a
+    report dict is read as one)."""
     res = as_result(result)
     chosen = _choose(res, trial)
     config = TrialConfig.from_dict(chosen["config"])
@@ -195,12 +210,22 @@ def bundle(
     if server is not None and type(server) is not type(backend):
         dspace, dconfig = server.translate(space, backend.portable(config, space))
         dbackend = server
+        # the translation as the other server resolves it, on the checkpoints readable here (a simulated study's
+        # stand-ins carry the real config.json): a drafter it would refuse is no faithful translation
+        here = _read_paths(dspace, read_space)
+        try:
+            dbackend.resolve(dconfig, here)
+        except InfeasibleConfig as e:
+            raise ValueError(str(e)) from None
         translation = {
             "server": dbackend.name,
             "from": backend.name,
             "method": dbackend.deploy_method(dconfig, dspace),
             "config": dconfig.to_dict(),
             "measured_on": backend.display_name or backend.name,
+            # the drafter's checkpoint could not be read here, so nothing checked that the server loads it
+            "unchecked": dconfig.drafter is not None
+            and not (Path(here.drafter(dconfig.drafter).path) / "config.json").is_file(),
         }
 
     def launch(sp: Space, files_dir: str | None) -> tuple[list[str], dict[str, str], str | None]:
@@ -217,6 +242,7 @@ def bundle(
     container_argv = launch(inside, CONTAINER_FILES)[0]
     env = redact_env(dbackend.env(dconfig, dspace))
     launcher = dbackend.launcher(dspace, deploy=True)
+    started_by = launcher if container_argv[: len(launcher)] == launcher else container_argv[:1]
     provenance = {
         "study": res.study,
         "trial": chosen["trial"],
@@ -264,16 +290,47 @@ def bundle(
             **({"files": files} if files else {}),
         },
         **({"schedule": dict(schedule)} if schedule is not None else {}),
-        "verify": "autotune bench "
-        + shlex.quote(space.path or "SPACE")
-        + "".join(" --set " + shlex.quote(f"{k}={v}") for k, v in config.to_dict().items() if v is not None),
+        "verify": verify_command(space, config, simulated=bool(res.simulated)),
         "provenance": provenance,
         "_space": dspace,
         "_backend": dbackend,
         "_script_argv": script_argv,
-        "_container_argv": container_argv,
+        "_container": container_launch(dbackend, started_by, container_argv[len(started_by) :]),
+        "_startup": startup(res),
         "_schedule_note": schedule_note,
     }
+
+
+def verify_command(space: Space, config: TrialConfig, *, simulated: bool) -> str:
+    """The command that measures ``config`` again on the study's own server (``autotune bench``; ``--simulate`` for
+    a simulated study), every value of the config set."""
+    words = ["autotune", "bench", space.path or "SPACE", *(["--simulate"] if simulated else [])]
+    for k, v in config.to_dict().items():
+        if v is not None:
+            words += ["--set", f"{k}={v}"]
+    return shlex.join(words)
+
+
+def container_launch(backend: Backend, launcher: list[str], args: list[str]) -> dict[str, Any]:
+    """The launch in a container of the backend's image: ``entrypoint``, the image's own (``Backend.image_entrypoint``,
+    [] when it has none); ``launcher``, what starts the server there (the entrypoint, else the plain
+    ``deploy_launcher``, never a path of this machine that ``server.launcher`` names); ``args``, the arguments after
+    it; ``replaced``: the space's launcher when the container starts the server otherwise (None: the same)."""
+    entrypoint = list(backend.image_entrypoint)
+    there = entrypoint or list(backend.deploy_launcher) or list(launcher)
+    return {
+        "entrypoint": entrypoint,
+        "launcher": there,
+        "args": list(args),
+        "replaced": None if list(launcher) == there else list(launcher),
+    }
+
+
+def startup(result: StudyResult) -> dict[str, Any]:
+    """The study's measured start-ups (seconds to healthy, in the measured hardware's time; a duplicate trial's is its
+    original's): the slowest and how many starts were timed (``slowest_s`` None when none was)."""
+    times = [float(t["startup_s"]) for t in result.trials if t.get("startup_s") and t.get("duplicate_of") is None]
+    return {"slowest_s": max(times) if times else None, "starts": len(times)}
 
 
 # ---------------------------------------------------------------------------------------------- reading back

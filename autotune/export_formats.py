@@ -5,6 +5,7 @@ a study's server (its own, another server's only as a faithful translation).
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Callable
@@ -69,6 +70,11 @@ def _comment_lines(b: dict[str, Any], files_where: Callable[[str], str] | None =
             "never on this server; measure it there "
             "before relying on the figures"
         )
+        if t.get("unchecked"):
+            lines.append(
+                f"# the drafter's checkpoint is not on this machine: nothing checked that {b['_backend'].display_name}"
+                " loads its architecture; check it before deploying"
+            )
     if b.get("_schedule_note"):
         lines.append(f"# schedule: {b['_schedule_note']}")
     where = files_where or (
@@ -111,12 +117,22 @@ def fmt_yaml(b: dict[str, Any], _opts: Options) -> str:
     return yaml.safe_dump(_public(b), sort_keys=False)
 
 
+#: how an env export starts the server (README): ``SERVER_LAUNCHER`` and ``SERVER_ARGS`` hold shell-quoted words,
+#: which ``eval`` reads back whole (a JSON argument with spaces stays one argument); an unquoted
+#: ``$SERVER_LAUNCHER $SERVER_ARGS`` would split them at every space
+ENV_START = 'set -a; . ./FILE; set +a; eval "$SERVER_LAUNCHER $SERVER_ARGS"'
+
+
 def fmt_env(b: dict[str, Any], _opts: Options) -> str:
-    """A POSIX shell env file (``set -a; . FILE``): the server's variables, ``SERVER_LAUNCHER`` and ``SERVER_ARGS``
-    (``$SERVER_LAUNCHER $SERVER_ARGS`` starts it); secrets are named in a comment, never written."""
+    """A POSIX shell env file: the server's variables, ``SERVER_LAUNCHER`` and ``SERVER_ARGS`` as shell-quoted words
+    (``ENV_START`` starts it, under sh or bash); secrets are named in a comment, never written."""
     launch = b["launch"]
     argv, launcher = launch["argv"], launch["launcher"]
     lines = _comment_lines(b)
+    lines.append(
+        f"# start it (sh or bash, FILE this file): {ENV_START}  (eval keeps each quoted argument whole; "
+        "an unquoted $SERVER_LAUNCHER $SERVER_ARGS would split them at spaces)"
+    )
     for k in _secret_names(b):
         lines.append(f"# {k} is a secret: set it in the deployment's environment (not written here)")
     lines += [f"{k}={shlex.quote(v)}" for k, v in sorted(launch["env"].items()) if not is_secret_name(k)]
@@ -125,30 +141,98 @@ def fmt_env(b: dict[str, Any], _opts: Options) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: a Hugging Face hub id (``org/name``), as SGLang and vLLM take one in place of a local checkpoint directory
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def is_hub_id(path: str) -> bool:
+    """Whether checkpoint ``path`` names a model on the Hugging Face hub (``org/name``, downloaded by the server),
+    not a local path: the hub id's shape, not absolute, no such file or directory here, not a GGUF file (which
+    llama.cpp reads from disk only)."""
+    return (
+        _HUB_ID.fullmatch(path) is not None
+        and not path.endswith(".gguf")
+        and not Path(path).is_absolute()
+        and not Path(path).exists()
+    )
+
+
 def _deploy(b: dict[str, Any], opts: Options) -> dict[str, Any]:
     """What compose and Kubernetes share: name, image, GPUs, port, the model directories to mount (absolute; a
-    relative checkpoint path is read from the working directory, which the container then gets too)."""
+    relative checkpoint path is read from the working directory, which the container then gets too; a hub id is no
+    path: the server downloads it), the hub ids, and how the image starts the server (``_container``)."""
     space: Space = b["_space"]
     version = space.server.version
     images = b["_backend"].images
-    image = opts.image or (images[0].format(version=version) if version else images[1])
+    default = images[0].format(version=version) if version else images[1]
+    image = opts.image or default
     name = re.sub(r"[^a-z0-9-]+", "-", (opts.name or space.name).lower()).strip("-")[:63] or "autotune"
-    paths = [Path(c["path"]) for c in b["provenance"]["checkpoints"]]
+    checkpoints = b["provenance"]["checkpoints"]
+    hub = sorted({c["path"] for c in checkpoints if is_hub_id(c["path"])})
+    local = [c for c in checkpoints if c["path"] not in hub]
+    paths = [Path(c["path"]) for c in local]
     dirs = {
         (p.parent if c.get("file_sha256_first_mib") or p.suffix == ".gguf" else p)
-        for p, c in zip(paths, b["provenance"]["checkpoints"], strict=True)
+        for p, c in zip(paths, local, strict=True)
     }
     relative = any(not p.is_absolute() for p in paths)
     return {
         "name": name,
         "image": image,
+        "default_image": default,
         "gpus": opts.gpus or _gpus(space),
         "port": space.server.port,
         "host": space.server.host,
         "mounts": sorted({str(d if d.is_absolute() else Path.cwd() / d) for d in dirs}),
+        "hub": hub,
         "workdir": str(Path.cwd()) if relative else None,
         "files": b["launch"].get("files", {}),
+        "container": b["_container"],
     }
+
+
+def _words(argv: list[str]) -> str:
+    return "[" + ", ".join(argv) + "]"
+
+
+def _image_lines(d: dict[str, Any], fmt: str) -> list[str]:
+    """The comment lines saying which image runs the server and how it starts it, and what to change for another
+    image (``fmt``: compose or k8s); the hub ids the server downloads."""
+    c = d["container"]
+    entrypoint, launcher = c["entrypoint"], c["launcher"]
+    image = d["image"] if d["image"] == d["default_image"] else f"{d['image']} (taken to start as {d['default_image']})"
+    if fmt == "compose":
+        if entrypoint:
+            lines = [
+                f"# image {image}: its entrypoint {_words(entrypoint)} runs with `command:` as its arguments; for an "
+                f"image with another entrypoint add `entrypoint: {_words(launcher)}`"
+            ]
+        else:
+            lines = [
+                f"# image {image}: no entrypoint of its own, `command:` is the whole launch; for an image with an "
+                f"entrypoint add `entrypoint: {_words(launcher)}` and keep only the arguments after "
+                f"{_words(launcher)} in `command:`"
+            ]
+    else:
+        lines = [
+            f"# image {image}: `command` {_words(launcher)} is "
+            + (
+                "its entrypoint (Kubernetes' command replaces the image's entrypoint"
+                if entrypoint
+                else "how it starts the server (it has no entrypoint of its own"
+            )
+            + ", `args` its CMD); for another image set `command` to how that image starts the server"
+        ]
+    if c["replaced"]:
+        lines.append(
+            f"# the space's server.launcher {_words(c['replaced'])} is this machine's: in the container the image's "
+            f"{_words(launcher)} starts the server"
+        )
+    lines += [
+        f"# {h}: a Hugging Face hub id, no volume: the server downloads it at start (set HF_TOKEN for a gated model)"
+        for h in d["hub"]
+    ]
+    return lines
 
 
 def _gpus(space: Space) -> int:
@@ -178,7 +262,9 @@ def fmt_compose(b: dict[str, Any], opts: Options) -> str:
     env = {k: (f"${{{k}:?set {k}}}" if is_secret_name(k) else v) for k, v in sorted(b["launch"]["env"].items())}
     service: dict[str, Any] = {
         "image": d["image"],
-        "command": b["_container_argv"],
+        "command": d["container"]["args"]
+        if d["container"]["entrypoint"]
+        else [*d["container"]["launcher"], *d["container"]["args"]],
         "ipc": "host",
         "ports": [f"{d['host']}:{d['port']}:{d['port']}"],
         "volumes": [f"{m}:{m}:ro" for m in d["mounts"]] + [f"./{n}:{CONTAINER_FILES}/{n}:ro" for n in d["files"]],
@@ -196,18 +282,42 @@ def fmt_compose(b: dict[str, Any], opts: Options) -> str:
     lines = _comment_lines(
         b, lambda n: f"{n}: mounted from beside this file at {CONTAINER_FILES}/{n} (autotune export -o writes it)"
     )[:-1]
+    lines += _image_lines(d, "compose")
     lines.append(_listen_line(d, f"in the container, published on {d['host']}:{d['port']} of this host"))
     return "\n".join(lines) + "\n" + _dump(doc)
 
 
+#: the start-up a Kubernetes startup probe allows: twice the study's slowest, or that plus this many seconds when
+#: longer (a cold node: page cache empty, a hub checkpoint to download)
+STARTUP_MARGIN_S = 600
+#: seconds between probes of the health endpoint
+PROBE_PERIOD_S = 10
+
+
+def startup_budget(b: dict[str, Any]) -> tuple[int, str]:
+    """The seconds a startup probe allows and why: from the study's slowest measured start-up (``bundle``'s
+    ``_startup``) with a margin (``STARTUP_MARGIN_S``), else the space's ``server.startup_timeout_s``."""
+    s = b["_startup"]
+    if s["slowest_s"] is None:
+        limit = float(b["_space"].server.startup_timeout_s)
+        return int(math.ceil(limit)), f"the space's server.startup_timeout_s, {limit:.0f} s: no start-up was measured"
+    slowest = float(s["slowest_s"])
+    budget = max(2 * slowest, slowest + STARTUP_MARGIN_S)
+    return int(math.ceil(budget)), (
+        f"the study's slowest start-up {slowest:.0f} s of {s['starts']} measured, twice that or "
+        f"{STARTUP_MARGIN_S} s more, whichever is longer"
+    )
+
+
 def fmt_k8s(b: dict[str, Any], opts: Options) -> str:
-    """A Kubernetes Deployment: the launcher as ``command``, the exact args listening on the pod's address, GPUs as
-    ``nvidia.com/gpu`` limits, the checkpoints as hostPath volumes at the same paths, the launch's files from a
-    ConfigMap ``NAME-files`` (a document before the Deployment), secrets from a Secret named ``NAME-secrets``, and
-    the provenance as an annotation."""
+    """A Kubernetes Deployment and its Service: the image's launcher as ``command``, the exact args listening on the
+    pod's address, GPUs as ``nvidia.com/gpu`` limits, the local checkpoints as hostPath volumes at the same paths (a
+    hub id none), the launch's files from a ConfigMap ``NAME-files`` (a document before the Deployment), secrets
+    from a Secret named ``NAME-secrets``, a startup probe on the server's health endpoint sized to the study's
+    measured start-up (``startup_budget``) and a readiness probe, the provenance as an annotation; the Service
+    ``NAME`` on the space's port."""
     d = _deploy(b, opts)
     launch = b["launch"]
-    argv = b["_container_argv"]
     env = []
     for k, v in sorted(launch["env"].items()):
         if is_secret_name(k):
@@ -237,14 +347,29 @@ def fmt_k8s(b: dict[str, Any], opts: Options) -> str:
         )
         volumes.append({"name": "files", "configMap": {"name": config_map}})
         mounts.append({"name": "files", "mountPath": CONTAINER_FILES, "readOnly": True})
+    budget, why = startup_budget(b)
+    budget = int(math.ceil(budget / PROBE_PERIOD_S)) * PROBE_PERIOD_S  # whole probe periods
+    health = {"path": b["_backend"].health_path, "port": "http"}
     container: dict[str, Any] = {
         "name": "server",
         "image": d["image"],
-        "command": launch["launcher"],
-        "args": argv[len(launch["launcher"]) :],
+        "command": d["container"]["launcher"],
+        "args": d["container"]["args"],
         "ports": [{"containerPort": d["port"], "name": "http"}],
         "resources": {"limits": {"nvidia.com/gpu": d["gpus"]}},
         "volumeMounts": mounts,
+        "startupProbe": {
+            "httpGet": health,
+            "periodSeconds": PROBE_PERIOD_S,
+            "timeoutSeconds": PROBE_PERIOD_S,
+            "failureThreshold": budget // PROBE_PERIOD_S,
+        },
+        "readinessProbe": {
+            "httpGet": health,
+            "periodSeconds": PROBE_PERIOD_S,
+            "timeoutSeconds": PROBE_PERIOD_S,
+            "failureThreshold": 3,
+        },
     }
     if d["workdir"]:
         container["workingDir"] = d["workdir"]
@@ -270,8 +395,21 @@ def fmt_k8s(b: dict[str, Any], opts: Options) -> str:
             },
         }
     )
+    docs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": d["name"], "labels": labels},
+            "spec": {"selector": labels, "ports": [{"name": "http", "port": d["port"], "targetPort": "http"}]},
+        }
+    )
     lines = _comment_lines(b, lambda n: f"{n}: from ConfigMap {d['name']}-files, mounted at {CONTAINER_FILES}")[:-1]
-    lines.append(_listen_line(d, "on the pod's address (put a Service in front to reach it)"))
+    lines += _image_lines(d, "k8s")
+    lines.append(
+        f"# startupProbe: {health['path']} may fail for {budget} s before Kubernetes restarts the server ({why}); "
+        "readinessProbe: traffic only while it answers"
+    )
+    lines.append(_listen_line(d, f"on the pod's address, reached through Service {d['name']}:{d['port']}"))
     return "\n".join(lines) + "\n" + yaml.dump_all(docs, Dumper=_NoAliases, sort_keys=False)
 
 

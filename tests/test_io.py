@@ -32,3 +32,28 @@ def test_a_block_that_writes_nothing_fails_loudly(tmp_path):
     with pytest.raises(FileNotFoundError), atomic_path(tmp_path / "x"):
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_all_writes_every_file_or_none(tmp_path):
+    from autotune._io import atomic_write_all
+
+    (tmp_path / "launch.sh").write_text("old")
+    atomic_write_all({tmp_path / "launch.sh": "new", tmp_path / "adaptive.json": "{}"})
+    assert (tmp_path / "launch.sh").read_text() == "new" and (tmp_path / "adaptive.json").read_text() == "{}"
+    # the second file's folder is missing: its write fails, the first is not renamed either, no temp file is left
+    with pytest.raises(OSError) as e:
+        atomic_write_all({tmp_path / "launch.sh": "newer", tmp_path / "gone" / "adaptive.json": "[]"})
+    assert e.value.filename == str(tmp_path / "gone" / "adaptive.json")
+    assert (tmp_path / "launch.sh").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adaptive.json", "launch.sh"]
+
+
+@pytest.mark.parametrize(
+    "name, problem",
+    [("x.yaml", None), ("sub", "it is a directory"), ("missing/x.yaml", "no such directory {tmp}/missing")],
+)
+def test_output_problem(tmp_path, name, problem):
+    from autotune._io import output_problem
+
+    (tmp_path / "sub").mkdir()
+    assert output_problem(tmp_path / name) == (problem.format(tmp=tmp_path) if problem else None)

@@ -299,6 +299,10 @@ class Backend(ABC):
     #: container images for ``autotune export`` (compose, k8s) when ``--image`` is not given: (with
     #: ``server.version``, its ``{version}`` filled in; without one)
     images: tuple[str, str] = ("{version}", "latest")
+    #: the entrypoint those images start with, as their Dockerfile sets it: a compose ``command:`` is appended to it,
+    #: and it is the Kubernetes container's ``command`` (which replaces it); () when the image has none of its own,
+    #: so that the command is the whole launch (``deploy_launcher``)
+    image_entrypoint: tuple[str, ...] = ()
     #: the knob that is the draft length of a per-load-level schedule (``autotune.schedule``) and of the ladder
     #: measured after the search (``autotune.study.ladder``); None: no schedule
     schedule_knob: str | None = None

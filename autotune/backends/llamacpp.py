@@ -157,6 +157,9 @@ class LlamaCppBackend(Backend):
     managed_flags = ("--spec-*", "--draft-*", "--port", "--host", "-m", "--model", "-md", "--model-draft")
     size_knob = "draft_n_max"
     images = ("ghcr.io/ggml-org/llama.cpp:server-cuda", "ghcr.io/ggml-org/llama.cpp:server-cuda")
+    #: llama.cpp's .devops/cuda.Dockerfile, target server: ``ENTRYPOINT [ "/app/llama-server" ]``, the binary only
+    #: there (not on PATH as ``llama-server``)
+    image_entrypoint = ("/app/llama-server",)
     schedule_knob = "draft_n_max"  # the longest draft
     schedule_static_knobs = ("spec_type",)
     probe_before_argv = True  # the flag names changed between builds of one release: no version tells them

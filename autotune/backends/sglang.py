@@ -123,6 +123,9 @@ class SGLangBackend(Backend):
     )
     read_keys = ("num_steps", "cuda_graph")
     images = ("lmsysorg/sglang:v{version}", "lmsysorg/sglang:latest")
+    #: none: SGLang's docker/Dockerfile sets no ENTRYPOINT (its nvidia/cuda base's /opt/nvidia/nvidia_entrypoint.sh
+    #: runs the command as given), so a container's command is the whole ``python3 -m sglang.launch_server ...``
+    image_entrypoint = ()
     schedule_knob = "num_steps"
     schedule_static_knobs = ("topk",)
     export_format = "sglang"

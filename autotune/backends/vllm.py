@@ -112,6 +112,9 @@ class VLLMBackend(Backend):
     prompt_lookup_max = 4
     prompt_lookup_min = 1
     images = ("vllm/vllm-openai:v{version}", "vllm/vllm-openai:latest")
+    #: vLLM's docker/Dockerfile, target vllm-openai: ``ENTRYPOINT ["vllm", "serve"]`` and no CMD, so a container
+    #: takes the arguments after ``vllm serve`` (the model first)
+    image_entrypoint = ("vllm", "serve")
     schedule_knob = "num_speculative_tokens"
     schedule_static_knobs = ("method",)
     export_format = "vllm"

@@ -23,6 +23,7 @@ def export(ctx: Context, *, note: Note | None = None) -> ExportResult:
     that is not finished (running, or its confirmation not done) is refused, one trial (``--trial``) is not; a
     running study is said to be (``note``)."""
     from autotune import export as exp
+    from autotune._io import output_problem
     from autotune.errors import UserError
     from autotune.export_bundle import Options
     from autotune.export_formats import format_problem
@@ -35,8 +36,9 @@ def export(ctx: Context, *, note: Note | None = None) -> ExportResult:
     if args.gpus is not None and args.gpus < 1:
         raise UserError(f"--gpus must be at least 1 but got {args.gpus}")
     out = Path(args.output) if args.output else None
-    if out is not None and not out.parent.is_dir():
-        raise UserError(f"-o {args.output}: no such directory {out.parent}")
+    problem = output_problem(out) if out is not None else None
+    if problem:  # before the study is read
+        raise UserError(f"-o {args.output}: {problem}")
     study = ctx.open_study(create=False)
     _check_finished(ctx, study, note)
     result = study_result(study, ctx.space)
@@ -67,7 +69,10 @@ def export(ctx: Context, *, note: Note | None = None) -> ExportResult:
         raise UserError(str(e)) from None
     if out is None:
         return ExportResult(exported.text, None)
-    written = exp.write(out, exported.text, exported.files)
+    try:
+        written = exp.write(out, exported.text, exported.files)
+    except ValueError as e:
+        raise UserError(f"-o {args.output}: cannot write {e}; nothing was written") from None
     return ExportResult(exported.text, out, tuple(written))
 
 

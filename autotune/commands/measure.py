@@ -50,6 +50,8 @@ def bench_config(ctx: Context) -> Any:
         k, v = item.split("=", 1)
         values[k.strip()] = parse_value(v.strip())
     allowed = {"drafter", "cuda_graph", *ctx.backend.knob_names}
+    if ctx.space.search.methods:  # a method space: the method and its knobs (each checked against it by resolve)
+        allowed |= {"method", *(k for m in ctx.backend.methods.values() for k in m.knobs)}
     unknown = sorted(set(values) - allowed)
     if unknown:
         raise UserError(f"--set: unknown key(s) {', '.join(unknown)}; expected one of {', '.join(sorted(allowed))}")

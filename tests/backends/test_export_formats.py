@@ -48,3 +48,61 @@ def test_another_servers_launch_command_is_refused(name, fitting):
         f"--format sglang: it launches SGLang, which takes no other server's study; this study ran {ran}; "
         f"formats that fit: {', '.join(fitting)}"
     )
+
+
+@pytest.mark.parametrize(
+    "path, hub",
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", True),
+        ("Qwen/Qwen2.5-0.5B-Instruct", True),
+        ("/models/Llama-3.1-8B-Instruct", False),  # absolute: a local directory
+        ("studies/llamacpp-models/target.gguf", False),  # a relative path, not org/name
+        ("models/target.gguf", False),  # a GGUF file: llama.cpp reads it from disk
+        ("./org/name", False),
+        ("local/model", False),  # exists in the working directory (made below)
+        ("Llama-3.1-8B-Instruct", False),
+    ],
+)
+def test_a_hub_id_is_org_name_and_no_local_path(path, hub, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "local" / "model").mkdir(parents=True)
+    assert export_formats.is_hub_id(path) is hub
+
+
+@pytest.mark.parametrize(
+    "name, entrypoint", [("sglang", ()), ("vllm", ("vllm", "serve")), ("llamacpp", ("/app/llama-server",))]
+)
+def test_each_backend_names_its_default_images_entrypoint(name, entrypoint):
+    """As the images' Dockerfiles set it (tests/servers/as_run.py keeps them, read from the projects' files)."""
+    from tests.servers.as_run import image_of
+
+    b = get_backend(name)
+    assert b.image_entrypoint == entrypoint
+    for image in b.images:
+        assert tuple(image_of(image.format(version="1.2.3"))[0]) == entrypoint
+
+
+def test_without_a_measured_start_up_the_startup_probe_allows_the_spaces_startup_timeout():
+    import yaml
+
+    from autotune import export
+    from autotune.space import load_space
+    from tests.cli.helpers import REPO
+
+    space = load_space(str(REPO / "spaces" / "eagle3.yaml"))  # server.startup_timeout_s: 1800
+    report = {
+        "study": "hand-made",
+        "verdict": "baseline-wins",
+        "recommended": {"trial": 0, "config": {"drafter": None, "cuda_graph": True}, "why": "test"},
+        "best": {},
+        "fastest_baseline": {},
+        "baseline": {},
+        "trials": [],
+    }
+    text = export.render(space, get_backend("sglang"), report, "k8s")
+    (c,) = [d for d in yaml.safe_load_all(text) if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    probe = c["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == 1800
+    assert "the space's server.startup_timeout_s, 1800 s: no start-up was measured" in text

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from autotune.config import TrialConfig
 from autotune.export_bundle import read_provenance
 from autotune.sim import load_scenario
 
+from ..servers import as_run
 from .helpers import autotune, space_file
 
 SECRET = "hf_exp0rt-secret-never-written"
@@ -88,6 +91,22 @@ def test_yaml_and_json_carry_the_config_and_provenance(won):
     assert y["launch"]["argv"] == j["launch"]["argv"]
 
 
+def test_the_verify_line_runs_as_written(won, tmp_path):
+    """yaml and json carry ``verify``: the command that measures the exported config again on the study's server
+    (here the simulator: ``--simulate``). Run exactly as written by a shell from another directory, it measures that
+    very config."""
+    space, _s, rep, _t = won
+    j = _json_bundle(won)
+    assert yaml.safe_load(_export(won, "yaml"))["verify"] == j["verify"]
+    assert j["verify"].startswith(f"autotune bench {space} --simulate --set ")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    r = subprocess.run(["bash", "-c", j["verify"]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    label = TrialConfig.from_dict(rep["recommended"]["config"]).label()
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith(label + ": ")]
+    assert line.endswith("[simulated]")
+
+
 def _sglang_parser():
     """SGLang's own names for the flags autotune writes (python/sglang/srt/server_args.py, ``add_cli_args``): the
     dest of each is the ``ServerArgs`` field, which /server_info reports and ``read_effective`` reads."""
@@ -131,28 +150,23 @@ def test_the_sglang_command_round_trips_to_the_same_config(won):
     _check_provenance(read_provenance(out), rep, space)
 
 
-def test_env_file_sources_in_a_posix_shell(won, tmp_path):
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_env_file_starts_the_exact_argv_under_bash_and_sh(won, tmp_path, shell):
+    """The README's start line, run for real: the server gets the exported argv word for word, the env file's
+    variables, and no secret."""
     space, _s, rep, _t = won
     out = _export(won, "env")
-    path = tmp_path / "server.env"
-    path.write_text(out)
+    argv = _json_bundle(won)["launch"]["argv"]
+    assert as_run.env_argv(out, shell, tmp_path) == argv
     shown = subprocess.run(
-        [
-            "bash",
-            "-c",
-            'set -a; . "$1"; printf "%s\\0" "$SERVER_LAUNCHER" "$SERVER_ARGS" "$CUDA_VISIBLE_DEVICES" '
-            '"${HF_TOKEN-unset}"',
-            "_",
-            str(path),
-        ],
+        [shell, "-c", 'set -a; . ./server.env; set +a; printf "%s\\0" "$CUDA_VISIBLE_DEVICES" "${HF_TOKEN-unset}"'],
         capture_output=True,
         text=True,
         check=True,
+        cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin"},
     ).stdout.split("\0")
-    argv = _json_bundle(won)["launch"]["argv"]
-    assert shlex.split(shown[0]) + shlex.split(shown[1]) == argv
-    assert shown[2] == "0,1" and shown[3] == "unset"  # the secret is named, never set
+    assert shown[:2] == ["0,1", "unset"]  # the secret is named, never set
     assert "HF_TOKEN is a secret" in out
     _check_provenance(read_provenance(out), rep, space)
 
@@ -183,7 +197,7 @@ def _on_every_interface(argv):
 def test_k8s_deployment_with_image_and_resources_as_parameters(won):
     space, _s, rep, _t = won
     text = _export(won, "k8s", "--image", "registry.local/sglang:pinned", "--gpus", "4", "--name", "Spec Llama")
-    doc = yaml.safe_load(text)
+    doc, service = yaml.safe_load_all(text)
     assert doc["apiVersion"] == "apps/v1" and doc["kind"] == "Deployment"
     assert doc["metadata"]["name"] == "spec-llama"
     spec = doc["spec"]
@@ -198,7 +212,20 @@ def test_k8s_deployment_with_image_and_resources_as_parameters(won):
     assert env["CUDA_VISIBLE_DEVICES"]["value"] == "0,1"
     assert "&id" not in text  # plain YAML, no anchors
     _check_provenance(read_provenance(text), rep, space)
-    default = yaml.safe_load(_export(won, "k8s"))
+    # the Service in front of it, on the space's port
+    assert service["kind"] == "Service" and service["metadata"]["name"] == "spec-llama"
+    assert service["spec"]["selector"] == spec["template"]["metadata"]["labels"]
+    assert service["spec"]["ports"] == [{"name": "http", "port": 30000, "targetPort": "http"}]
+    # probes on the health endpoint, the start-up one sized to the study's slowest measured start-up with a margin
+    slowest = max(t["startup_s"] for t in rep["trials"] if t["startup_s"] and t["duplicate_of"] is None)
+    assert slowest > 0
+    startup, ready = c["startupProbe"], c["readinessProbe"]
+    assert startup["httpGet"] == ready["httpGet"] == {"path": "/health", "port": "http"}
+    allowed = startup["periodSeconds"] * startup["failureThreshold"]
+    assert max(2 * slowest, slowest + 600) <= allowed < max(2 * slowest, slowest + 600) + startup["periodSeconds"]
+    assert f"may fail for {allowed} s" in text and f"the study's slowest start-up {slowest:.0f} s" in text
+    assert ready["failureThreshold"] * ready["periodSeconds"] <= 60
+    default, _service = yaml.safe_load_all(_export(won, "k8s"))
     (c,) = default["spec"]["template"]["spec"]["containers"]
     assert c["image"] == "lmsysorg/sglang:v0.5.23" and c["resources"]["limits"]["nvidia.com/gpu"] == 2
 
@@ -243,17 +270,39 @@ def test_trial_exports_that_trials_config(won):
         (("--format", "yaml", "--trial", "999"), "--trial 999: no such trial"),
         (("--format", "k8s", "--gpus", "0"), "--gpus must be at least 1 but got 0"),
         (("--format", "yaml", "-o", "/nonexistent-dir/x.yaml"), "-o /nonexistent-dir/x.yaml: no such directory"),
+        # a folder no one may create files in (sysfs: not even root)
+        (("--format", "yaml", "-o", "/sys/x.yaml"), "-o /sys/x.yaml: cannot write /sys/x.yaml: Permission denied"),
+        (("--format", "k8s", "-o", "TMP"), "-o TMP: it is a directory"),
     ],
 )
-def test_bad_export_arguments_are_one_line_exit_2(won, extra, message):
+def test_bad_export_arguments_are_one_line_exit_2(won, extra, message, tmp_path):
     space, studies, rep, _t = won
     if "TREE" in extra:
         tree = next(t for t in rep["trials"] if t["state"] == "COMPLETE" and (t["config"] or {}).get("topk", 1) > 1)
         extra = tuple(str(tree["number"]) if a == "TREE" else a for a in extra)
+    extra = tuple(str(tmp_path) if a == "TMP" else a for a in extra)
+    message = message.replace("TMP", str(tmp_path))
     r = autotune("export", str(space), "--simulate", "--studies-dir", str(studies), *extra)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [f"autotune: error: {r.stderr.split('error: ', 1)[1].strip()}"]
     assert message in r.stderr and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("/sys/report.html", "--html /sys/report.html: cannot write it: Permission denied; nothing was written"),
+        ("TMP", "--html TMP: it is a directory"),
+    ],
+)
+def test_an_unwritable_html_report_path_is_one_line_exit_2(won, tmp_path, where, message):
+    space, studies, _rep, _t = won
+    where, message = where.replace("TMP", str(tmp_path)), message.replace("TMP", str(tmp_path))
+    r = autotune("report", str(space), "--simulate", "--studies-dir", str(studies), "--html", where)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [f"autotune: error: {message}"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_trial_that_was_not_measured_to_the_end_is_refused(won):

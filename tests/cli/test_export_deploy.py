@@ -6,6 +6,7 @@ do; a server the simulator does not play is refused by ``--simulate`` before any
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -18,7 +19,7 @@ import yaml
 from autotune.backends.sglang_catalogue import ADAPTIVE_FILE
 from autotune.export_bundle import read_provenance
 
-from .helpers import REPO, autotune, space_file
+from .helpers import REPO, autotune, report, space_file
 
 FAKE_PYTHON3 = """#!/bin/sh
 # stands in for the deployment host's python3: records the argv it was started with
@@ -84,6 +85,18 @@ def test_o_writes_a_script_bash_accepts_and_the_adaptive_config_beside_it(load, 
     assert argv[argv.index("--max-running-requests") + 1] == "256"
 
 
+def test_an_export_that_cannot_write_every_file_writes_none(load, tmp_path):
+    """-o FILE writes FILE and the files beside it all or none: where the adaptive config cannot be written (a
+    folder of that name is there), exit 2 naming it, and neither the script nor a temporary file is left."""
+    (tmp_path / ADAPTIVE_FILE).mkdir()
+    out = tmp_path / "launch.sh"
+    r = _export(load, "sglang", "-o", str(out), rc=2)
+    assert r.stderr.strip().splitlines() == [
+        f"autotune: error: -o {out}: cannot write {tmp_path / ADAPTIVE_FILE}: it is a directory; nothing was written"
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == [ADAPTIVE_FILE] and not any((tmp_path / ADAPTIVE_FILE).iterdir())
+
+
 def test_compose_and_k8s_carry_the_adaptive_config_and_listen_on_every_interface(load, tmp_path):
     compose = tmp_path / "docker-compose.yaml"
     _export(load, "compose", "-o", str(compose))
@@ -97,8 +110,8 @@ def test_compose_and_k8s_carry_the_adaptive_config_and_listen_on_every_interface
     assert doc["x-autotune"]["method"] == "EAGLE3"
 
     text = _export(load, "k8s").stdout
-    config_map, deployment = yaml.safe_load_all(text)
-    assert config_map["kind"] == "ConfigMap" and deployment["kind"] == "Deployment"
+    config_map, deployment, service = yaml.safe_load_all(text)
+    assert config_map["kind"] == "ConfigMap" and deployment["kind"] == "Deployment" and service["kind"] == "Service"
     assert json.loads(config_map["data"][ADAPTIVE_FILE]) == _adaptive(text)
     (c,) = deployment["spec"]["template"]["spec"]["containers"]
     args = c["args"]
@@ -198,3 +211,117 @@ def test_validate_simulate_says_what_it_checked_and_flags_missing_real_paths(tmp
         "--simulate checked the simulator's stand-in (scenario llama31-8b-h100) in its place"
     ) in lines
     assert any(line.startswith("warning: the target /models/Llama-3.1-8B-Instruct does not exist") for line in lines)
+
+
+def test_a_hub_id_stays_a_hub_id_and_a_local_checkpoint_gets_a_volume(tmp_path):
+    """A study whose target is a Hugging Face hub id (``org/name``, no such path here) and whose drafter is a local
+    directory: compose and Kubernetes mount the drafter only, pass the hub id as it is (the server downloads it) and
+    run from the image's own working directory; the export says so."""
+    hub = "meta-llama/Llama-3.1-8B-Instruct"
+    space = space_file(tmp_path, base="llama-8b-eagle3.yaml", server={"model_path": hub})
+    studies = tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "8", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr[-2000:]
+    drafter = "/models/EAGLE3-LLaMA3.1-Instruct-8B"
+    args = ("export", str(space), "--simulate", "--studies-dir", str(studies), "--format")
+
+    text = autotune(*args, "compose").stdout
+    ((_name, svc),) = yaml.safe_load(text)["services"].items()
+    assert svc["volumes"] == [f"{drafter}:{drafter}:ro"] and "working_dir" not in svc
+    assert svc["command"][svc["command"].index("--model-path") + 1] == hub
+    assert f"# {hub}: a Hugging Face hub id, no volume: the server downloads it at start" in text
+
+    text = autotune(*args, "k8s").stdout
+    deployment = next(d for d in yaml.safe_load_all(text) if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v] == [drafter]
+    assert [m["mountPath"] for m in c["volumeMounts"]] == [drafter, "/dev/shm"] and "workingDir" not in c
+    assert c["args"][c["args"].index("--model-path") + 1] == hub
+    assert f"# {hub}: a Hugging Face hub id" in text
+
+
+def test_compose_and_k8s_say_which_image_runs_the_server_and_what_to_change_for_another(load):
+    """SGLang's image has no entrypoint of its own: compose's command and Kubernetes' command + args are the whole
+    launch, and the comment says what another image needs."""
+    compose = _export(load, "compose").stdout
+    ((_name, svc),) = yaml.safe_load(compose)["services"].items()
+    assert svc["command"][:3] == ["python3", "-m", "sglang.launch_server"] and "entrypoint" not in svc
+    assert (
+        "# image lmsysorg/sglang:v0.5.23: no entrypoint of its own, `command:` is the whole launch; for an image with "
+        "an entrypoint add `entrypoint: [python3, -m, sglang.launch_server]`"
+    ) in compose
+    k8s = _export(load, "k8s", "--image", "registry.local/sglang:pinned").stdout
+    deployment = next(d for d in yaml.safe_load_all(k8s) if d["kind"] == "Deployment")
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == ["python3", "-m", "sglang.launch_server"] and c["args"][0] == "--model-path"
+    assert (
+        "# image registry.local/sglang:pinned (taken to start as lmsysorg/sglang:v0.5.23): `command` "
+        "[python3, -m, sglang.launch_server] is how it starts the server"
+    ) in k8s
+
+
+def _eagle1_space(tmp_path: Path, path: str) -> Path:
+    """The Kimi space with one EAGLE-1 head in SGLang's format (the simulator's eagle1-legacy stand-in:
+    LlamaForCausalLMEagle), chains only (topk 1: what translates to vLLM)."""
+    data = yaml.safe_load((REPO / "spaces" / "eagle3.yaml").read_text())
+    data["name"] = "kimi-eagle1"
+    data["drafters"] = [{"name": "eagle1-legacy", "path": path}]
+    data["search"] = {"drafters": ["eagle1-legacy"], "cuda_graph": [True], "num_steps": {"low": 1, "high": 4}}
+    data["search"]["topk"] = [1]
+    out = tmp_path / "eagle1.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def test_an_sglang_format_eagle1_head_is_no_vllm_translation(tmp_path):
+    """vLLM 0.33.0 refuses an EAGLE-1 head in SGLang's format (LlamaForCausalLMEagle): a simulated study's trial with
+    it, exported --format vllm, is exit 2 naming the formats that fit (its stand-in's config.json read in place of
+    the real checkpoint's), never a command vLLM refuses; its own formats export."""
+    space = _eagle1_space(tmp_path, "/models/kimi-eagle1-legacy")
+    studies = tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = report(space, studies)
+    trial = next(t["number"] for t in rep["trials"] if t["state"] == "COMPLETE" and (t["config"] or {}).get("drafter"))
+    args = ("export", str(space), "--simulate", "--studies-dir", str(studies), "--trial", str(trial), "--format")
+    r = autotune(*args, "vllm")
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("autotune: error: --format vllm: no faithful translation of this SGLang study to vLLM: ")
+    assert "architectures ['LlamaForCausalLMEagle'] are not loaded by vLLM 0.33.0 under method eagle" in line
+    assert line.endswith("; formats that fit: sglang, command, yaml, json, env, compose, k8s")
+    r = autotune(*args, "sglang")
+    assert r.returncode == 0 and "--speculative-algorithm EAGLE " in r.stdout, r.stderr[-2000:]
+
+
+def test_a_translation_checks_a_readable_drafter_and_says_when_it_could_not(tmp_path):
+    """Without a simulator: a drafter checkpoint on this machine is checked (the SGLang-format head refused, exit 2
+    through the CLI's ValueError), one that is not here is exported with a line saying nothing checked it."""
+    from autotune import export
+    from autotune.backends import get_backend
+    from autotune.space import load_space
+
+    standin = REPO / "autotune" / "sim" / "scenarios" / "kimi-k25-rtxpro6000" / "drafters" / "eagle1-legacy"
+    config = {"drafter": "eagle1-legacy", "cuda_graph": True, "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
+    rep = {
+        "study": "hand-made",
+        "verdict": "speculation-wins",
+        "recommended": {"trial": 1, "config": config, "why": "test", "tok_per_s": 100.0},
+        "best": {},
+        "fastest_baseline": {},
+        "baseline": {},
+        "trials": [],
+    }
+    readable = load_space(str(_eagle1_space(tmp_path, str(standin))))
+    readable = dataclasses.replace(
+        readable, drafters=tuple(dataclasses.replace(d, algorithm="EAGLE") for d in readable.drafters)
+    )
+    with pytest.raises(ValueError, match=r"LlamaForCausalLMEagle.*formats that fit: sglang, command"):
+        export.export(readable, get_backend("sglang"), rep, "vllm")
+    elsewhere = dataclasses.replace(
+        readable, drafters=tuple(dataclasses.replace(d, path="/models/kimi-eagle1") for d in readable.drafters)
+    )
+    text = export.export(elsewhere, get_backend("sglang"), rep, "vllm").text
+    assert "# the drafter's checkpoint is not on this machine: nothing checked that vLLM loads its architecture" in text
+    assert '"method": "eagle"' in text.splitlines()[-1]

@@ -9,21 +9,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import socket
 import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import optuna
 import pytest
 import yaml
 
 from autotune import export, export_bundle, export_formats
-from autotune.backends.llamacpp import LlamaCppBackend
+from autotune.backends.llamacpp import LlamaCppBackend, find_llama_server
 from autotune.backends.llamacpp_flags import NEW_SPELLING
 from autotune.clock import VirtualClock
 from autotune.config import LaunchInfo, PromptResult, TrialConfig
 from autotune.report import build_report
 from autotune.space import Choices, load_space
 from autotune.study import Orchestrator, open_study
+from tests.llamacpp.conftest import models_dir
+from tests.servers import as_run
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).parent / "samples" / "h200-sweep-prompts.json"
@@ -129,10 +134,60 @@ def test_compose_and_k8s_mount_the_relative_gguf_paths_and_listen_on_every_inter
     assert svc["volumes"] == [f"{models}:{models}:ro"] and svc["working_dir"] == str(Path.cwd())
     assert svc["command"][svc["command"].index("--host") + 1] == "0.0.0.0"
     assert svc["ports"] == ["127.0.0.1:30080:30080"] and svc["image"] == "ghcr.io/ggml-org/llama.cpp:server-cuda"
-    k8s = yaml.safe_load(export.render(space, backend, report, "k8s"))
+    # the image's entrypoint is /app/llama-server: the command is its arguments, the model first
+    assert svc["command"][:2] == ["-m", "studies/llamacpp-models/target.gguf"] and "entrypoint" not in svc
+    k8s = next(d for d in yaml.safe_load_all(export.render(space, backend, report, "k8s")) if d["kind"] == "Deployment")
     (c,) = k8s["spec"]["template"]["spec"]["containers"]
     assert c["workingDir"] == str(Path.cwd()) and c["args"][c["args"].index("--host") + 1] == "0.0.0.0"
+    assert c["command"] == ["/app/llama-server"]  # the only place that image installs it
     assert {"name": "ckpt-0", "mountPath": models, "readOnly": True} in c["volumeMounts"]
+
+
+@pytest.mark.llamacpp
+@pytest.mark.parametrize("fmt", ["command", "env", "compose", "k8s"])
+def test_the_real_llama_server_starts_from_each_export_as_its_runtime_runs_it(replayed, fmt, tmp_path):
+    """Each export's argv as its runtime runs it (``as_run``: bash, the README's env line under bash and sh, the
+    image's entrypoint /app/llama-server + compose's command, Kubernetes' command + args), the launcher swapped for
+    this machine's llama-server, the GGUF paths for the tiny models here and the port for a free one: the real
+    binary parses it, loads the models and answers its health endpoint."""
+    server = find_llama_server()
+    if server is None:
+        pytest.skip("no llama-server binary (scripts/llamacpp_setup.sh)")
+    space, backend, report = replayed
+    text = export.render(space, backend, report, fmt)
+    argv = as_run.exported_argv(text, fmt, tmp_path / "run")
+    launcher = ["/app/llama-server"] if fmt in ("compose", "k8s") else ["llama-server"]
+    args = as_run.after(argv, launcher)
+    models = models_dir()
+    here = {str(Path("studies/llamacpp-models") / p.name): str(p) for p in models.glob("*.gguf")}
+    args = [here.get(a, a) for a in args]
+    assert sum(a in here.values() for a in args) == 2  # the target and the drafter
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args[args.index("--port") + 1] = str(port)
+    args[args.index("--host") + 1] = "127.0.0.1"
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([server, *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, f"llama-server exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.3)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def test_a_gguf_study_has_no_vllm_or_sglang_launch(replayed):

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +69,12 @@ def test_a_drafterless_winner_is_reported_and_exported(tmp_path, truth):
         assert "--speculative-ngram-max-bfs-breadth" in line
     else:
         assert "--speculative-draft-model-path" not in line  # MTP: the target's own layers
+    # the yaml/json export's verify line, run as written: it measures the drafter-less config again
+    verify = json.loads(cli("export", "--format", "json").stdout)["verify"]
+    assert " --set method=" in verify and " --set drafter=" not in verify, verify
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    r = subprocess.run(["bash", "-c", verify], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("[simulated]"), r.stderr[-2000:]
     r = cli("export", "--format", "vllm")
     assert r.returncode == 2 and "without a drafter checkpoint" in r.stderr and "formats that fit" in r.stderr, r
     assert "Traceback" not in r.stderr

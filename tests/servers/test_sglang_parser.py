@@ -244,3 +244,79 @@ def test_the_exported_load_schedule_is_accepted(tmp_path):
     results = run_sglang(items, tmp_path)
     problems = _problems(items, results, {"command": {"speculative_adaptive": True}})
     assert not problems, "\n".join(problems) + "\n" + script.read_text()
+
+
+@pytest.mark.parametrize("base", ["llama-8b-load.yaml", "llama-8b-eagle3.yaml"])
+def test_every_export_runs_as_its_runtime_runs_it(base, tmp_path):
+    """A study on the simulator (the load space: a schedule with its adaptive file; the EAGLE-3 space: a tree), its
+    recommendation exported with ``-o`` in every format of an SGLang study, each run as its runtime runs it
+    (``as_run``: bash for the scripts, the README's env line under bash and under sh, the image's entrypoint + the
+    command for compose, command + args for Kubernetes, the argv as written for yaml/json): SGLang accepts each and
+    resolves every one to the same speculative config."""
+    from autotune.backends import get_backend
+    from autotune.export_formats import fitting_formats
+    from autotune.sim import simulated_space
+    from autotune.space import load_space
+
+    from . import as_run
+
+    space = tmp_path / base
+    space.write_text((REPO / "spaces" / base).read_text().replace("prompts_file: ../", f"prompts_file: {REPO}/"))
+    studies = tmp_path / "studies"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cli = [sys.executable, "-m", "autotune"]
+    r = subprocess.run(
+        [*cli, "study", str(space), "--simulate", "--in-process", "--n-trials", "12", "--studies-dir", str(studies)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    deploy = load_space(space)
+    sim = simulated_space(deploy)
+    here = {deploy.server.model_path: sim.server.model_path}
+    here.update({d.path: s.path for d, s in zip(deploy.drafters, sim.drafters, strict=True)})
+    items = []
+    for fmt in [f for f in fitting_formats(get_backend("sglang")) if f != "vllm"]:
+        folder = tmp_path / fmt
+        out = folder / "deploy" / "launch.sh" if fmt in ("sglang", "command") else folder / "server.env"
+        out.parent.mkdir(parents=True)
+        e = subprocess.run(
+            [*cli, "export", str(space), "--simulate", "--format", fmt, "--studies-dir", str(studies), "-o", str(out)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            check=False,
+        )
+        assert e.returncode == 0, e.stderr[-3000:]
+        text = out.read_text()
+        files = {p.name: p for p in out.parent.iterdir() if p != out}  # what -o wrote beside the export
+        if fmt == "env":
+            argvs = {f"env ({sh})": as_run.env_argv(text, sh, folder) for sh in ("bash", "sh")}
+        elif fmt in ("sglang", "command"):
+            argvs = {fmt: as_run.script_argv(text, folder)}
+        else:
+            argvs = {fmt: as_run.exported_argv(text, fmt, folder)}
+        for name, argv in argvs.items():
+            flags = as_run.after(argv, ["python3", "-m", "sglang.launch_server"])
+            # checkpoints: the stand-ins here; a file the launch reads: the one -o wrote (a script's and an env
+            # file's path must be that very file; the container's is mounted from it)
+            for i, a in enumerate(flags):
+                if Path(a).name in files:
+                    if fmt in ("sglang", "command", "env"):
+                        assert (folder / "deploy" if fmt != "env" else folder).joinpath(a).resolve() == files[
+                            Path(a).name
+                        ].resolve(), a
+                    flags[i] = str(files[Path(a).name])
+            items.append({"id": name, "argv": [here.get(a, a) for a in flags]})
+    assert len(items) == 8
+    results = run_sglang(items, tmp_path)
+    problems = _problems(items, results, {})
+    assert not problems, "\n".join(problems)
+    resolved = {it["id"]: results[it["id"]]["resolved"] for it in items}
+    assert len({json.dumps(v, sort_keys=True) for v in resolved.values()}) == 1, resolved
+    (one,) = {json.dumps(v, sort_keys=True) for v in resolved.values()}
+    assert json.loads(one)["speculative_algorithm"] == "EAGLE3", one

@@ -21,10 +21,13 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
+
+from . import as_run
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("vllm_parse.py")
@@ -250,26 +253,11 @@ def exported_flags(space, config, fmt: str) -> list[str]:  # noqa: ANN001
 
 
 def serve_flags(text: str, fmt: str) -> list[str]:
-    """The arguments after ``vllm serve`` in an export's text."""
-    if fmt in ("command", "vllm"):
-        (line,) = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-        argv = shlex.split(line)
-    elif fmt == "env":
-        env = dict(ln.split("=", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
-        argv = [*shlex.split(shlex.split(env["SERVER_LAUNCHER"])[0]), *shlex.split(shlex.split(env["SERVER_ARGS"])[0])]
-    elif fmt in ("json", "yaml"):
-        argv = (json.loads(text) if fmt == "json" else yaml.safe_load(text))["launch"]["argv"]
-    elif fmt == "compose":
-        ((_, svc),) = yaml.safe_load(text)["services"].items()
-        argv = svc["command"]
-    elif fmt == "k8s":
-        deployment = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == "Deployment"][0]
-        (c,) = deployment["spec"]["template"]["spec"]["containers"]
-        argv = [*c.get("command", []), *c["args"]]
-    else:
-        raise AssertionError(fmt)
-    i = next(i for i in range(len(argv) - 1) if argv[i] == "vllm" and argv[i + 1] == "serve")
-    return [str(a) for a in argv[i + 2 :]]
+    """The arguments after ``vllm serve`` of an export's text, as its runtime runs it (``as_run``: a script by
+    bash, an env file by the README's line under bash and sh, compose and Kubernetes with the image's entrypoint)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = as_run.exported_argv(text, fmt, Path(tmp))
+    return as_run.after(argv, ["vllm", "serve"])
 
 
 def standins(flags: list[str], here: dict) -> list[str]:
@@ -335,6 +323,7 @@ def batch(tmp_path_factory) -> dict:
     groups = {f"launch {n}": launches(n, tmp) for n in sorted(SPACES)}
     groups.update({f"export {n}": exports(n, tmp) for n in EXPORTED})
     groups["schedule"] = schedule_exports(tmp)
+    groups["study"] = study_exports(tmp)
     groups["translated"] = translated(tmp)
     items = [{**it, "id": f"{g}: {it['id']}"} for g, (its, _) in groups.items() for it in its]
     results = run_vllm(items, tmp)
@@ -404,6 +393,42 @@ def exports(name: str, tmp_path: Path) -> tuple[list[dict], dict]:
             items.append({"id": i, "argv": exported_flags(space, c, fmt)})
             want = meant(c, space)
             expected[i] = want
+    return items, expected
+
+
+def test_a_simulated_vllm_study_exports_what_vllm_runs_as_each_runtime_runs_it(batch):
+    """A vLLM study on the simulator (``vllm_study``: autotune's vLLM backend, the simulator behind the runner's
+    seam), its recommendation exported in every format that fits, each run as its runtime runs it (``as_run``): the
+    scripts by bash, the env file by the README's line under bash and under sh (the ``--speculative-config`` JSON
+    kept whole), compose and Kubernetes with the image's entrypoint: vLLM accepts each and reads the speculative
+    config the study measured."""
+    check(batch, "study")
+
+
+def study_exports(tmp_path: Path) -> tuple[list[dict], dict]:
+    from autotune import export, export_formats
+    from autotune.config import TrialConfig
+
+    from .vllm_study import run_vllm_study, vllm_space_file
+
+    st = run_vllm_study(vllm_space_file(tmp_path))
+    rec = TrialConfig.from_dict(st.report["recommended"]["config"])
+    assert rec.drafter and st.report["verdict"] == "speculation-wins", st.report["recommended"]
+    here = {st.deploy.server.model_path: st.sim.server.model_path}
+    here.update({d.path: s.path for d, s in zip(st.deploy.drafters, st.sim.drafters, strict=True)})
+    want = meant(rec, st.sim)
+    items, expected = [], {}
+    runs = tmp_path / "study-runs"
+    for fmt in export_formats.fitting_formats(st.backend):
+        text = export.export(st.deploy, st.backend, st.report, fmt, read_space=st.sim).text
+        if fmt == "env":
+            argvs = {f"env ({sh})": as_run.env_argv(text, sh, runs / f"env-{sh}") for sh in ("bash", "sh")}
+        else:
+            argvs = {fmt: as_run.exported_argv(text, fmt, runs / fmt)}
+        for i, argv in argvs.items():
+            items.append({"id": i, "argv": standins(as_run.after(argv, ["vllm", "serve"]), here)})
+            expected[i] = want
+    assert len(items) == 8 and want["speculative"]["method"] == "eagle3"
     return items, expected
 
 
