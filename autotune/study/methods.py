@@ -38,6 +38,7 @@ def catalogue(space: Space, backend: Backend) -> dict[str, Any] | None:
         methods[name] = {
             "label": m.label,
             "adaptive": m.adaptive,
+            "adapts": m.adapts,
             "unavailable": backend.method_unavailable(space, name),
         }
     return {"methods": methods, "categories": [p.category for p in space.benchmark.prompts]}
@@ -90,6 +91,7 @@ def summarize(
             "method": name,
             "label": m["label"],
             "adaptive": bool(m.get("adaptive")),
+            "adapts": m.get("adapts"),
             "unavailable": m.get("unavailable"),
             "trials": len([r for r in mine if r.get("duplicate_of") is None]),
             "measured": len(measured),
@@ -168,14 +170,17 @@ def _text(out: list[dict[str, Any]], winner: str | None) -> str:
 
 def _adaptive_rows(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each adaptive method's best beside the tuned static config it competes with: the best static config of the
-    same drafter, else the best static config of any method."""
+    method it adapts (adaptive MTP: MTP's), else of the same drafter, else the best static config of any method."""
     rows = []
     static = [e for e in out if not e["adaptive"] and e["best"] is not None]
     for e in out:
         if not e["adaptive"] or e["best"] is None:
             continue
         drafter = e["best"]["config"].get("drafter")
-        same = [s for s in static if s["best"]["config"].get("drafter") == drafter]
+        if e.get("adapts"):
+            same = [s for s in static if s["method"] == e["adapts"]]
+        else:
+            same = [s for s in static if s["best"]["config"].get("drafter") == drafter]
         pool = same or static
         if not pool:
             continue

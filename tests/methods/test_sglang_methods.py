@@ -189,3 +189,69 @@ def test_the_summary_names_the_winner_and_sets_adaptive_beside_static():
     # ranking by throughput, never by acceptance: EAGLE-3's higher acceptance does not win
     lost = per_method.summarize(info, rows, confirmed, None, "inconclusive")
     assert lost["winner"] is None and lost["text"].startswith("no method wins")
+
+
+MTP_SPACE = ROOT / "spaces" / "methods-mtp.yaml"
+
+
+@pytest.fixture(scope="module")
+def mtp_space():
+    return simulated_space(load_space(MTP_SPACE))
+
+
+def test_adaptive_over_mtp_launches_nextn_with_adaptive_on(mtp_space, backend, tmp_path):
+    """SGLang 0.5.23 resolves NEXTN to EAGLE before its adaptive check, so adaptive stays on over the target's MTP
+    layers: no drafter, NEXTN, the adaptive config file; the simulator's copy of SGLang's rules keeps it on and the
+    server's reported config matches."""
+    eff = backend.resolve(TrialConfig.make(None, True, method="adaptive-mtp", candidate_steps="1,2,3"), mtp_space)
+    assert eff.drafter is None
+    assert (eff.knob("num_steps"), eff.knob("topk"), eff.knob("num_draft_tokens")) == (2, 1, 3)
+    files = backend.files(eff, mtp_space)
+    assert json.loads(files["adaptive.json"])["1"]["candidate_steps"] == [1, 2, 3]
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    argv = backend.argv(eff, mtp_space, port=1, files_dir=str(tmp_path))
+    assert argv[argv.index("--speculative-algorithm") + 1] == "NEXTN"
+    assert "--speculative-draft-model-path" not in argv and "--speculative-adaptive" in argv
+    args = parse_launch_args(sim_argv(argv))
+    assert args.speculative_adaptive and args.speculative_algorithm == "EAGLE"
+    assert backend.check_effective(eff, backend.read_effective(args.server_args())) == []
+    assert backend.deploy_method(eff, mtp_space) == "NEXTN"
+    assert "adaptive-mtp" in {c.knob("method") for c in backend.defaults(mtp_space)}
+
+
+def test_adaptive_over_mtp_needs_the_targets_mtp_layers(space, backend, tmp_path):
+    methods = {**space.search.methods, "adaptive-mtp": MethodSpec("adaptive-mtp")}
+    llama = dataclasses.replace(space, search=dataclasses.replace(space.search, methods=methods))
+    assert "not available" in (backend.method_unavailable(llama, "adaptive-mtp") or "")
+    assert "adaptive-mtp" not in {c.knob("method") for c in backend.defaults(llama)}
+    with pytest.raises(InfeasibleConfig, match="MTP not available"):
+        backend.resolve(TrialConfig.make(None, True, method="adaptive-mtp"), llama)
+    with pytest.raises(SpaceError, match="runs no drafter"):
+        load_space(_write(tmp_path, "  methods: {adaptive-mtp: {drafters: [head]}}"))
+
+
+def test_adaptive_mtp_is_set_beside_tuned_static_mtp_not_another_drafterless_method():
+    info = {
+        "methods": {
+            "mtp": {"label": "MTP", "adaptive": False, "unavailable": None},
+            "ngram": {"label": "n-gram", "adaptive": False, "unavailable": None},
+            "adaptive-mtp": {"label": "adaptive MTP", "adaptive": True, "adapts": "mtp", "unavailable": None},
+        },
+        "categories": [],
+    }
+    rows = [
+        {
+            "number": n,
+            "role": "speculative",
+            "state": "COMPLETE",
+            "duplicate_of": None,
+            "config": {"method": m, "drafter": None},
+            "speedup_vs_fastest": x,
+            "accept_length": 2.0,
+        }
+        for n, m, x in ((1, "mtp", 1.5), (2, "ngram", 1.7), (3, "adaptive-mtp", 1.6))
+    ]
+    out = per_method.summarize(info, rows, [], None, "inconclusive")
+    (row,) = out["adaptive"]
+    assert row["static_method"] == "mtp"  # n-gram also runs no drafter, but adaptive MTP adapts MTP
