@@ -59,6 +59,9 @@ def test_gpu_time_is_startups_plus_timed_prompts_and_pruning_savings(study_and_r
     rounds = study.user_attrs["confirmation"]["rounds"]
     assert g["confirmation_starts"] == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
     assert g["total_s"] == pytest.approx(g["search_s"] + g["confirmation_s"])
+    # each trial's own server time (a method's share of the search adds these up): the rows sum to the search's
+    assert sum(r["gpu_s"] for r in rep["trials"]) == pytest.approx(g["search_s"])
+    assert all(r["gpu_s"] == 0.0 for r in rep["trials"] if r["duplicate_of"] is not None)
 
 
 def test_best_configs_are_the_fastest_speculative_with_their_intervals(study_and_report):
@@ -112,7 +115,10 @@ def test_the_closing_summary_is_at_most_12_lines_and_ends_the_report(study_and_r
         **rep,
         "to_settle": {"text": "settling whether ... would take about 15 fresh rounds"},
         "load": {"confirmed_text": "speculation wins up to 64 streams"},
-        "recommended": {**rep["recommended"], "speedup_ci": {"point": 1.2, "low": 1.1, "high": 1.3, "confidence": 0.95}},
+        "recommended": {
+            **rep["recommended"],
+            "speedup_ci": {"point": 1.2, "low": 1.1, "high": 1.3, "confidence": 0.95},
+        },
     }
     assert len(summary_lines(full, deploy)) <= 12
     assert "  speedup 1.200 [1.100, 1.300] (95% CI) against the fastest baseline" in summary_lines(full)
