@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,6 @@ def test_a_study_with_adaptive_over_mtp_runs(tmp_path):
     assert not any(t["state"] == "FAIL" for t in ours)
     rows = {r["static_method"]: r for r in report["methods"]["adaptive"]}
     assert "mtp" in rows and rows["mtp"]["text"].startswith("adaptive MTP ")
+    # confirmation weighs no more candidates than the plan said (each of the 5 methods' best may join the top 3)
+    (most,) = re.findall(r"rounds of \d+ to (\d+) candidates", done.stderr)
+    assert int(most) == 3 + 5 and 1 <= len(report["confirmed"]) <= int(most)
