@@ -141,17 +141,25 @@ def _methods(report: dict[str, Any]) -> list[str]:
     parts = [
         f"<h2>Methods</h2><p id='methods-text'>{_e(m['text'])}</p>",
         "<table id='methods'><tr><th>method</th><th>best speedup</th><th>interval</th><th>trial</th>"
-        "<th>measured</th><th>accept len</th></tr>",
+        "<th>configs measured</th><th>share of the search</th><th>accept len</th></tr>",
     ]
     for e in m["methods"]:
         b = e.get("best") or {}
         ci = b.get("speedup_ci")
+        budget = e.get("budget") or {}
+        share = " · ".join(
+            f"{_num(100 * budget[k], '.0f')}% of {what}"
+            for k, what in (("trials_share", "trials"), ("gpu_share", "server time"))
+            if budget.get(k) is not None
+        )
         parts.append(
             f"<tr><td>{_e(e['label'])}</td><td>{_num(b.get('speedup'), '.3f')}</td>"
             f"<td>{_range(ci) if ci else _e(e.get('unavailable') or '-')}</td><td>{_e(b.get('trial', ''))}</td>"
-            f"<td>{e['measured']} of {e['trials']}</td><td>{_num(e.get('accept_length'), '.2f')}</td></tr>"
+            f"<td>{e.get('configs_measured', e['measured'])}</td><td>{_e(share or '-')}</td>"
+            f"<td>{_num(e.get('accept_length'), '.2f')}</td></tr>"
         )
     parts.append("</table>")
+    parts += [f"<p class='adaptive'>{_e(a['text'])}</p>" for a in m.get("adaptive") or []]
     cats = m.get("categories") or {}
     names = sorted({c for row in cats.values() for c in row})
     if names:

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from autotune.space import Space
 from autotune.study import Event
+from autotune.study.ladder import SEEDED_LADDER, SEEDED_LEVEL
 
 
 class LiveView:
@@ -125,14 +126,20 @@ class LiveView:
 
 class Progress:
     """Where a study stands: phase, trials of the budget, server starts against the plan (``plan`` event: the
-    ``autotune.plan`` figures), elapsed wall time and an ETA from the starts so far."""
+    ``autotune.plan`` figures, a range), elapsed wall time and an ETA from the starts so far. Trials count what
+    used a place in the search's budget; the launch gate's "not launched" (a place used, no start) and duplicates
+    (no place, no start) are said apart, and so are the load levels' picks after the search (their own phase): a
+    study once showed "trials 40/40" while 16 more trials and server starts ran."""
 
     def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
         self.now = now
         self.t0 = now()
         self.phase = "search"
         self.n_trials: int | None = None
-        self.trials = 0  # trials ended in this run
+        self.trials = 0  # search trials ended in this run that used a place in the budget
+        self.not_launched = 0  # of those, kept from a start by the launch gate
+        self.duplicates = 0  # trials that copied a measured config (no place in the budget, no start)
+        self.level_trials = 0  # the level phase's trials after the search (``study.ladder``)
         self.used0 = 0  # the budget a resumed study had used already
         self.starts = 0  # server starts in this run
         self.planned: tuple[int, int] | None = None  # starts this run plans (as planned, at most)
@@ -143,7 +150,14 @@ class Progress:
             self.n_trials, self.used0 = d.get("n_trials"), int(d.get("used") or 0)
             self.planned = tuple(d["starts"]) if d.get("starts") else None  # type: ignore[assignment]
         elif ev.kind == "trial-end":
-            self.trials += 1
+            if d.get("seeded") in (SEEDED_LEVEL, SEEDED_LADDER):
+                self.phase = "level picks"
+                self.level_trials += 1
+            elif d.get("duplicate"):
+                self.duplicates += 1
+            elif d.get("budget", True):
+                self.trials += 1
+                self.not_launched += bool(d.get("not_launched"))
         elif ev.kind in ("launched", "confirm-measure"):
             self.starts += 1
         elif ev.kind == "confirm-start":
@@ -162,8 +176,17 @@ class Progress:
     def text(self) -> str:
         parts = [self.phase]
         if self.n_trials:
-            parts.append(f"trials {min(self.used0 + self.trials, self.n_trials)}/{self.n_trials}")
-        parts.append(f"starts {self.starts}" + (f"/{self.planned[0]}" if self.planned else ""))
+            gate = f" ({self.not_launched} not launched)" if self.not_launched else ""
+            parts.append(f"trials {self.used0 + self.trials}/{self.n_trials}{gate}")
+        if self.duplicates:
+            parts.append(f"{self.duplicates} duplicate{'s' if self.duplicates > 1 else ''}")
+        if self.level_trials:
+            parts.append(f"{self.level_trials} level trial{'s' if self.level_trials > 1 else ''}")
+        planned = ""
+        if self.planned:
+            lo, hi = self.planned
+            planned = f"/{lo}" if lo == hi else f"/{lo}-{hi}"
+        parts.append(f"starts {self.starts}{planned}")
         parts.append(f"{_clock(self.now() - self.t0)} elapsed")
         eta = self.eta_s()
         if eta is not None and self.phase != "verdict":

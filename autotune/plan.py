@@ -4,7 +4,9 @@ The counts follow the study's own rules: the search takes at most ``budget.n_tri
 are duplicates, the budget was partly used before a resume, or the answer settles first: ``settle_after``); with
 load levels each level's surrogate picks and the best config's draft-length ladder follow it (``study.ladder``);
 confirmation measures up to ``verdict.confirm_top``
-candidates plus the fastest single measurement (plus two per load level, for their first two rounds), each round
+candidates plus the fastest single measurement (plus, in a space with ``search.methods``, the best config of each
+method not among them: every method's figure is a confirmed interval; plus two per load level, for their first two
+rounds), each round
 a fresh baseline of every CUDA-graph setting and each candidate still racing, ``verdict.repeats`` rounds and at
 most ``verdict.max_repeats``. A start costs the server's start-up, the warm-up and the prompts (each load level's
 requests at its number of streams); the figures come from the study's own measurements when it has any, else
@@ -95,6 +97,7 @@ def plan(
     level_rounds: int = 0,
     ladder_rungs: int = 0,
     warmup_passes: int = 0,
+    methods: int = 0,
 ) -> Plan:
     """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume). ``settle_after``:
     the fewest trials after which the search may stop settled (``budget.stop_when_settled``: the baselines, the
@@ -102,7 +105,10 @@ def plan(
     to one. With load levels, after the search: ``level_rounds`` rounds of one surrogate pick per level and
     ``ladder_rungs`` rungs of the best config's draft-length ladder still to run (``study.ladder``; what a resumed
     study has run is not counted), each a start at most, none where nothing could beat a level's best.
-    ``warmup_passes``: the untimed passes of the prompts each start warms up with."""
+    ``warmup_passes``: the untimed passes of the prompts each start warms up with. ``methods``: the methods a
+    space with ``search.methods`` can run (``study.confirm._method_bests`` adds each one's best not among the top
+    ``confirm_top``, so up to ``confirm_top + methods`` candidates: the top from one method, every other method's
+    best and the fastest single measurement); 0 without methods."""
     search_left = max(0, n_trials - used)
     note = f"{n_trials} trials in the budget, {used} used"
     search_lo = search_left
@@ -115,7 +121,7 @@ def plan(
         parts += [f"up to {ladder_rungs} draft lengths of the best config"] if ladder_rungs else []
         phases.append(Phase("level picks", 0, level_rounds * len(levels) + ladder_rungs, " and ".join(parts)))
     if confirm and confirm_top > 0 and repeats >= 2:
-        cands = confirm_top + 1
+        cands = confirm_top + max(1, methods)
         fewest = 1 if settle_after is not None else cands
         level_only = LEVEL_CANDIDATES * len([c for c in levels if c > 1]) if len(levels) > 1 else 0
         per_round = min(graph_settings, cands) + cands

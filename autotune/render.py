@@ -269,7 +269,7 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
         b = e["best"]
         acc = f", accept length {e['accept_length']:.2f}" if e.get("accept_length") else ""
         shown = f"best {_fmt(b['speedup'], '.2f')}x {_ci(b['speedup_ci'])} trial {b['trial']}" if b else "-"
-        out.append(f"  {e['label']:<12} {shown}  ({e['measured']} measured of {e['trials']}{acc})")
+        out.append(f"  {e['label']:<12} {shown}  ({e['budget']['text']}{acc})")
     out += [f"  {a['text']}" for a in m.get("adaptive") or []]
     weights = m.get("category_weights") or {}
     if weights and m.get("categories"):

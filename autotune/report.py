@@ -70,6 +70,7 @@ def _trial_row(t: FrozenTrial) -> dict[str, Any]:
         "slo_broken": r.slo_broken,
         # why it ended so (every PRUNED and FAIL trial has one; a COMPLETE one only when there is something to say)
         "reason": records.outcome_reason(t) or _complete_note(r),
+        "gpu_s": trial_gpu_s(t),  # its server time, as gpu_time bills it (a duplicate: none)
     }
 
 
@@ -366,6 +367,16 @@ def _start_seconds(t: FrozenTrial) -> float:
     """A trial's server time: its startup, its warm-up passes and its timed benchmark (the warm-up requests and
     reference answers not counted)."""
     return (TrialRecord(t).startup_s or 0.0) + warmup_seconds(t) + bench_seconds(t)
+
+
+def trial_gpu_s(t: FrozenTrial) -> float:
+    """A search trial's server time as ``gpu_time`` bills it: its start when it ran one, and its starts that failed
+    (a duplicate: none, it started nothing)."""
+    r = TrialRecord(t)
+    if r.is_duplicate:
+        return 0.0
+    own = _start_seconds(t) if r.measured or r.startup_s is not None else 0.0
+    return own + sum(bill.failed_starts(t))
 
 
 def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any]:

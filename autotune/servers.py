@@ -57,7 +57,8 @@ class Method:
     ``defaults``: the server's own value of each knob (what a launch without the flag runs); ``adaptive``: the
     engine's runtime controller (compared in reports with the tuned static config it competes with); ``since``:
     the first server version that has the method (None: every version autotune targets); ``knob_since``: the same
-    per knob."""
+    per knob; ``adapts``: the static method an adaptive method without a drafter adapts (SGLang's adaptive MTP:
+    ``mtp``)."""
 
     name: str
     label: str
@@ -70,6 +71,8 @@ class Method:
     drafter_kind: str = "a drafter"
     #: what the version note says when ``since`` was assumed rather than read from the server's source
     since_note: str = ""
+    #: an adaptive method without a drafter: the static method it adapts (a report compares the two)
+    adapts: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.defaults) - set(self.knobs))

@@ -393,7 +393,7 @@ class SGLangBackend(Backend):
         if eff.is_baseline:
             return Portable(None, eff.cuda_graph, settings=settings, source=self.display_name)
         algorithm = self.deploy_method(config, space)
-        if space.search.methods and eff.knob("method") == "adaptive":
+        if space.search.methods and self.methods[str(eff.knob("method"))].adaptive:
             raise ValueError(
                 "the config runs SGLang's adaptive mode (--speculative-adaptive); a translation would run one static "
                 "draft length instead"

@@ -69,6 +69,13 @@ _ADAPTIVE_SINCE_NOTE = (
     "older releases may lack --speculative-adaptive)"
 )
 
+_ADAPTIVE_KNOBS = {
+    "candidate_steps": KnobDomain("str"),
+    "up_hysteresis": KnobDomain("float"),
+    "down_hysteresis": KnobDomain("float"),
+}
+_ADAPTIVE_DEFAULTS: dict[str, Any] = {"candidate_steps": "1,3,5,7", "up_hysteresis": 0.0, "down_hysteresis": -0.25}
+
 METHODS: dict[str, Method] = {
     "eagle": Method("eagle", "EAGLE", True, _TREE, drafter_kind="an EAGLE head"),
     "eagle3": Method("eagle3", "EAGLE-3", True, _TREE, drafter_kind="an EAGLE-3 head"),
@@ -91,20 +98,40 @@ METHODS: dict[str, Method] = {
         "adaptive",
         "adaptive",
         True,
-        {
-            "candidate_steps": KnobDomain("str"),
-            "up_hysteresis": KnobDomain("float"),
-            "down_hysteresis": KnobDomain("float"),
-        },
-        defaults={"candidate_steps": "1,3,5,7", "up_hysteresis": 0.0, "down_hysteresis": -0.25},
+        _ADAPTIVE_KNOBS,
+        defaults=_ADAPTIVE_DEFAULTS,
         adaptive=True,
         since="0.5.23",
         since_note=_ADAPTIVE_SINCE_NOTE,
         drafter_kind="an EAGLE or EAGLE-3 head",
     ),
+    # NEXTN (the target's MTP layers) under --speculative-adaptive: SGLang 0.5.23 resolves NEXTN to EAGLE
+    # (``speculative_hook._resolve_speculative_algorithm_alias``, called in ``handle_speculative_decoding``) before
+    # its adaptive check (``adaptive_spec_params.adaptive_unsupported_reason``: EAGLE/EAGLE3 at topk 1), so it keeps
+    # adaptive on; tests/servers/test_sglang_parser.py checks it with SGLang's own code (spaces/methods-mtp.yaml)
+    "adaptive-mtp": Method(
+        "adaptive-mtp",
+        "adaptive MTP",
+        False,
+        _ADAPTIVE_KNOBS,
+        defaults=_ADAPTIVE_DEFAULTS,
+        adaptive=True,
+        adapts="mtp",
+        since="0.5.23",
+        since_note=_ADAPTIVE_SINCE_NOTE,
+    ),
 }
+#: the methods that run SGLang's adaptive mode
+ADAPTIVE_METHODS = ("adaptive", "adaptive-mtp")
 #: ``--speculative-algorithm`` of each method (adaptive: the drafter's own, EAGLE or EAGLE3)
-ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "standalone": "STANDALONE", "ngram": "NGRAM"}
+ALGORITHMS = {
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE3",
+    "mtp": "NEXTN",
+    "standalone": "STANDALONE",
+    "ngram": "NGRAM",
+    "adaptive-mtp": "NEXTN",
+}
 #: what /server_info reports as the algorithm after SGLang's alias resolution
 REPORTED = {"NEXTN": "EAGLE"}
 _STANDALONE_DEFAULT = (3, 1, 4)

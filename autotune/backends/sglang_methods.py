@@ -21,6 +21,9 @@ The catalogue (``METHODS``) and how each method becomes a launch, read from SGLa
   with only a warning for any algorithm but EAGLE/EAGLE3 or a topk other than 1 (``_maybe_disable_adaptive``):
   we always pass topk 1 and refuse any other algorithm, and read ``speculative_adaptive`` back from /server_info.
   The start steps are SGLang's own choice (the middle of the candidate steps' union), passed explicitly.
+- ``adaptive-mtp``: the same over ``NEXTN`` (the target's MTP layers, no drafter, available where ``mtp`` is).
+  SGLang resolves NEXTN to EAGLE (``speculative_hook._resolve_speculative_algorithm_alias``) before it asks
+  ``adaptive_spec_params.adaptive_unsupported_reason``, so adaptive stays on.
 
 Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (cut names as
 ``autotune.backends.encode.cut_name`` makes them, prefixed by the method), through the one walk of
@@ -44,6 +47,7 @@ from autotune.backends.sglang_catalogue import (
     _STANDALONE_DEFAULT,
     _TREE,
     ADAPTIVE_FILE,
+    ADAPTIVE_METHODS,
     ALGORITHMS,
     MATCH_TYPES,
     METHODS,
@@ -78,7 +82,7 @@ class MethodTree(MethodWalk):
     # -- what the space offers -----------------------------------------------------------------------------
 
     def unavailable(self, space: Space, method: str) -> str | None:
-        if method == "mtp":
+        if method in ("mtp", "adaptive-mtp"):
             return mtp_unavailable(space.server.model_path)
         return None
 
@@ -94,7 +98,7 @@ class MethodTree(MethodWalk):
     def walk_knobs(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
         if method == "ngram":
             return self._walk_ngram(ask, space)
-        if method == "adaptive":
+        if method in ADAPTIVE_METHODS:
             return {
                 k: ask.number(k, param_name(method, k), self.spec(space, method, k))
                 for k in ("candidate_steps", "up_hysteresis", "down_hysteresis")
@@ -169,8 +173,8 @@ class MethodTree(MethodWalk):
     def resolve_knobs(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
         if method == "ngram":
             return self._resolve_ngram(config, space)
-        if method == "adaptive":
-            return self._resolve_adaptive(config, space)
+        if method in ADAPTIVE_METHODS:
+            return self._resolve_adaptive(config, space, method)
         return self._resolve_tree(config, space, method)
 
     def _resolve_tree(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
@@ -211,15 +215,16 @@ class MethodTree(MethodWalk):
             num_steps=n // b,
         )
 
-    def _resolve_adaptive(self, config: TrialConfig, space: Space) -> EffectiveConfig:
-        algo = self.drafter_algorithm(space, str(config.drafter))
-        if algo not in ("EAGLE", "EAGLE3"):
-            # SGLang would switch adaptive off with only a warning (_maybe_disable_adaptive): never launch that
-            raise InfeasibleConfig(
-                f"adaptive needs an EAGLE or EAGLE-3 head; drafter {config.drafter!r} runs {algo}, for which SGLang "
-                "switches --speculative-adaptive off with only a warning"
-            )
-        text = self.knob_or_default(config, space, "adaptive", "candidate_steps")
+    def _resolve_adaptive(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
+        if method == "adaptive":  # adaptive-mtp: NEXTN, which SGLang runs as EAGLE before its adaptive check
+            algo = self.drafter_algorithm(space, str(config.drafter))
+            if algo not in ("EAGLE", "EAGLE3"):
+                # SGLang would switch adaptive off with only a warning (_maybe_disable_adaptive): never launch that
+                raise InfeasibleConfig(
+                    f"adaptive needs an EAGLE or EAGLE-3 head; drafter {config.drafter!r} runs {algo}, for which "
+                    "SGLang switches --speculative-adaptive off with only a warning"
+                )
+        text = self.knob_or_default(config, space, method, "candidate_steps")
         steps = parse_steps(text)
         if steps is None:
             raise InfeasibleConfig(
@@ -228,10 +233,10 @@ class MethodTree(MethodWalk):
         cfg = TrialConfig.make(
             config.drafter,
             config.cuda_graph,
-            method="adaptive",
+            method=method,
             candidate_steps=str(text),
-            up_hysteresis=float(self.knob_or_default(config, space, "adaptive", "up_hysteresis")),
-            down_hysteresis=float(self.knob_or_default(config, space, "adaptive", "down_hysteresis")),
+            up_hysteresis=float(self.knob_or_default(config, space, method, "up_hysteresis")),
+            down_hysteresis=float(self.knob_or_default(config, space, method, "down_hysteresis")),
         )
         start = adaptive_start(cfg)
         return EffectiveConfig.of(cfg.with_knobs(num_steps=start, topk=1, num_draft_tokens=start + 1))
@@ -271,7 +276,7 @@ class MethodTree(MethodWalk):
         for method in self.available(space):
             drafters = list(space.search.methods[method].drafters) or [None]
             knobs: dict[str, Any] = {}
-            if method in ("ngram", "adaptive"):
+            if method == "ngram" or method in ADAPTIVE_METHODS:
                 for k in METHODS[method].knobs:
                     vals = encode.spec_values(self.spec(space, method, k))
                     d = self.default(space, method, k)
@@ -323,7 +328,7 @@ class MethodTree(MethodWalk):
                                                 max_trie_depth=depth,
                                             )
                                         )
-            elif method == "adaptive":
+            elif method in ADAPTIVE_METHODS:
                 v = {k: encode.spec_values(specs[k]) or [] for k in specs}
                 for c in v["candidate_steps"]:
                     for up in v["up_hysteresis"]:
@@ -344,7 +349,8 @@ class MethodTree(MethodWalk):
         return out
 
     def algorithm(self, eff: TrialConfig, space: Space) -> str:
-        """``--speculative-algorithm`` of a method config: the method's own, an adaptive one's drafter's."""
+        """``--speculative-algorithm`` of a method config: the method's own, an adaptive one's drafter's (adaptive
+        MTP: NEXTN)."""
         method = str(eff.knob(METHOD_KNOB))
         return self.drafter_algorithm(space, str(eff.drafter)) if method == "adaptive" else ALGORITHMS[method]
 
@@ -364,12 +370,12 @@ class MethodTree(MethodWalk):
         out = tree_flags(
             self.algorithm(eff, space), space.drafter(eff.drafter).path if eff.drafter is not None else None, eff
         )
-        if method == "adaptive":
+        if method in ADAPTIVE_METHODS:
             out += ["--speculative-adaptive", "--speculative-adaptive-config", file_arg(ADAPTIVE_FILE, files_dir)]
         return out
 
     def files(self, config: TrialConfig) -> dict[str, str]:
-        if config.knob(METHOD_KNOB) != "adaptive":
+        if config.knob(METHOD_KNOB) not in ADAPTIVE_METHODS:
             return {}
         return {ADAPTIVE_FILE: json.dumps(adaptive_file(config), indent=1, sort_keys=True) + "\n"}
 
@@ -380,6 +386,7 @@ class MethodTree(MethodWalk):
         method = str(config.knob(METHOD_KNOB))
         algo = effective.get("speculative_algorithm")
         want = None if method == "adaptive" else REPORTED.get(ALGORITHMS[method], ALGORITHMS[method])
+        adaptive = method in ADAPTIVE_METHODS
         if algo is None:
             problems.append(f"method {method} launched but the server reports no speculative algorithm")
         elif want is not None and algo != want:
@@ -388,9 +395,9 @@ class MethodTree(MethodWalk):
             got = effective.get(knob)
             if got is not None and config.knob(knob) is not None and got != config.knob(knob):
                 problems.append(f"{knob}: launched {config.knob(knob)}, server runs {got}")
-        if method == "adaptive" and effective.get("speculative_adaptive") is False:
+        if adaptive and effective.get("speculative_adaptive") is False:
             problems.append("adaptive launched but the server switched --speculative-adaptive off")
-        if method != "adaptive" and effective.get("speculative_adaptive"):
+        if not adaptive and effective.get("speculative_adaptive"):
             problems.append(f"method {method} launched static but the server runs adaptive")
         return problems
 

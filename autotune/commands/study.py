@@ -386,6 +386,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
         costs=costs,
         settle_after=_settle_after(ctx, n_trials),
         warmup_passes=warmup_rule(space).passes,
+        methods=sum(1 for m in space.search.methods if ctx.backend.method_unavailable(space, m) is None),
         **_level_phase_left(ctx, study),
     )
 

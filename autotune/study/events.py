@@ -12,8 +12,10 @@ class Event:
     """Progress for live views and logs; the loop never depends on who listens.
 
     Kinds: ``trial-start`` (``config``: its label), ``launched`` (``startup_s``), ``prompt`` (``index``, ``of``,
-    ``tok_per_s``, ``accept_length``), ``trial-end`` (``state``, ``reason``, ``tok_per_s``, ``speedup``; once per
-    trial, the last thing it does), ``confirm-start``, ``confirm-measure``, ``verdict``, ``note`` (``message``)."""
+    ``tok_per_s``, ``accept_length``), ``trial-end`` (``state``, ``reason``, ``tok_per_s``, ``speedup``, ``budget``:
+    it used a place in the budget, ``duplicate``, ``not_launched``: the launch gate kept it from a start,
+    ``seeded``; once per trial, the last thing it does), ``confirm-start``, ``confirm-measure``, ``verdict``,
+    ``note`` (``message``)."""
 
     kind: str
     trial: int | None = None

@@ -23,9 +23,13 @@ if TYPE_CHECKING:
     from autotune.backends.base import Backend
     from autotune.space import Space
 
-__all__ = ["catalogue", "from_study", "record", "summarize"]
+__all__ = ["TUNED_MIN_CONFIGS", "catalogue", "from_study", "record", "summarize"]
 
-#: the study user attr holding the space's method catalogue and prompt categories
+#: a static method is "tuned" in a comparison only with at least this many configs measured (a config measured: a
+#: trial that ran at least one timed prompt, complete or stopped early; no duplicate, nothing refused a start);
+#: below it the comparison says how many configs it rests on: 2 of the 4 method studies of #46 set adaptive beside
+#: an EAGLE-3 side of one config and read as adaptive matching tuned static EAGLE-3, which the grid contradicts
+TUNED_MIN_CONFIGS = 3
 
 
 def catalogue(space: Space, backend: Backend) -> dict[str, Any] | None:
@@ -38,6 +42,7 @@ def catalogue(space: Space, backend: Backend) -> dict[str, Any] | None:
         methods[name] = {
             "label": m.label,
             "adaptive": m.adaptive,
+            "adapts": m.adapts,
             "unavailable": backend.method_unavailable(space, name),
         }
     return {"methods": methods, "categories": [p.category for p in space.benchmark.prompts]}
@@ -81,21 +86,38 @@ def summarize(
     cat = info.get("methods") or {}
     confirmed_by = {c["trial"]: c for c in confirmed}
     speculative = [r for r in rows if r.get("role") == "speculative" and (r.get("config") or {}).get("method")]
+    counted = [r for r in speculative if r.get("duplicate_of") is None]
+    all_trials = len(counted)
+    all_gpu = sum(float(r.get("gpu_s") or 0.0) for r in counted)
     out: list[dict[str, Any]] = []
     for name, m in cat.items():
         mine = [r for r in speculative if r["config"].get("method") == name]
-        measured = [r for r in mine if r.get("state") == "COMPLETE" and r.get("duplicate_of") is None]
+        own = [r for r in mine if r.get("duplicate_of") is None]
+        measured = [r for r in own if r.get("state") == "COMPLETE"]
+        configs = [r for r in own if r.get("state") in ("COMPLETE", "PRUNED") and (r.get("prompts_measured") or 0) > 0]
         accepts = [r["accept_length"] for r in measured if r.get("accept_length") is not None]
+        gpu_s = sum(float(r.get("gpu_s") or 0.0) for r in own)
         entry: dict[str, Any] = {
             "method": name,
             "label": m["label"],
             "adaptive": bool(m.get("adaptive")),
+            "adapts": m.get("adapts"),
             "unavailable": m.get("unavailable"),
-            "trials": len([r for r in mine if r.get("duplicate_of") is None]),
+            "trials": len(own),
             "measured": len(measured),
+            "configs_measured": len(configs),
+            "tuned": len(configs) >= TUNED_MIN_CONFIGS,
+            # its share of the search's speculative trials (duplicates use none) and of their server time
+            "budget": {
+                "trials": len(own),
+                "trials_share": len(own) / all_trials if all_trials else None,
+                "gpu_s": gpu_s,
+                "gpu_share": gpu_s / all_gpu if all_gpu else None,
+            },
             "accept_length": sum(accepts) / len(accepts) if accepts else None,
             "best": None,
         }
+        entry["budget"]["text"] = _budget_text(entry)
         ours = [confirmed_by[r["number"]] for r in mine if r["number"] in confirmed_by]
         ours = [c for c in ours if (c.get("deploy_speedup_ci") or c.get("speedup_ci"))]
         if ours:
@@ -168,29 +190,58 @@ def _text(out: list[dict[str, Any]], winner: str | None) -> str:
 
 def _adaptive_rows(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each adaptive method's best beside the tuned static config it competes with: the best static config of the
-    same drafter, else the best static config of any method."""
+    method it adapts (adaptive MTP: MTP's), else of the same drafter, else the best static config of any method."""
     rows = []
     static = [e for e in out if not e["adaptive"] and e["best"] is not None]
     for e in out:
         if not e["adaptive"] or e["best"] is None:
             continue
         drafter = e["best"]["config"].get("drafter")
-        same = [s for s in static if s["best"]["config"].get("drafter") == drafter]
+        if e.get("adapts"):
+            same = [s for s in static if s["method"] == e["adapts"]]
+        else:
+            same = [s for s in static if s["best"]["config"].get("drafter") == drafter]
         pool = same or static
         if not pool:
             continue
         s = max(pool, key=lambda s: s["best"]["speedup"])
         a, b = e["best"], s["best"]
+        tuned = bool(s.get("tuned"))
         rows.append(
             {
                 "adaptive": a,
                 "static": b,
                 "static_method": s["method"],
-                "text": f"{e['label']} {_fmt(a['speedup'])}{_ci_text(a['speedup_ci'])} vs tuned static "
-                f"{_fmt(b['speedup'])}{_ci_text(b['speedup_ci'])} ({s['label']})",
+                "static_configs": s.get("configs_measured"),
+                "static_tuned": tuned,
+                "text": f"{e['label']} {_fmt(a['speedup'])}{_ci_text(a['speedup_ci'])} "
+                f"({_configs(e.get('configs_measured'))}) vs {'tuned static' if tuned else 'static'} "
+                f"{_fmt(b['speedup'])}{_ci_text(b['speedup_ci'])} ({s['label']}, "
+                f"{_configs(s.get('configs_measured'))}"
+                + ("" if tuned else f": fewer than {TUNED_MIN_CONFIGS}, not a tuned static config")
+                + ")",
             }
         )
     return rows
+
+
+def _configs(n: int | None) -> str:
+    n = int(n or 0)
+    return f"{n} config{'' if n == 1 else 's'} measured"
+
+
+def _budget_text(e: Mapping[str, Any]) -> str:
+    """A method's measured configs and its share of the search: ``3 configs measured; 7 trials (18% of the
+    search's), 0.52 h of server time (21%)``."""
+    b = e.get("budget") or {}
+    share = b.get("trials_share")
+    gshare = b.get("gpu_share")
+    return (
+        f"{_configs(e.get('configs_measured'))}; {b.get('trials', e.get('trials', 0))} trials"
+        + (f" ({share:.0%} of the search's)" if share is not None else "")
+        + f", {float(b.get('gpu_s') or 0.0) / 3600:.2f} h of server time"
+        + (f" ({gshare:.0%})" if gshare is not None else "")
+    )
 
 
 def _categories(

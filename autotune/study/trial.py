@@ -158,6 +158,16 @@ class Objective:
     # -- outcomes -------------------------------------------------------------------------------------
     def _end(self, t: _Trial, data: dict[str, Any]) -> None:
         self._evidence(t, data)
+        r = TrialRecord(t.trial)
+        # what the live view counts apart: a place in the budget used, a copy of a measured config (no start, no
+        # budget), a config the launch gate kept from a start (its place used, no start), the phase it ran for
+        data = {
+            **data,
+            "budget": not r.interrupted and not r.is_duplicate,
+            "duplicate": r.is_duplicate,
+            "not_launched": r.not_worth_a_start is not None,
+            "seeded": r.seeded,
+        }
         self.ctx.emit(Event("trial-end", t.number, data))
 
     def _evidence(self, t: _Trial, data: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,24 @@ def test_a_drafterless_winner_is_reported_and_exported(tmp_path, truth):
     html = tmp_path / "report.html"
     r = cli("report", "--html", str(html))
     assert r.returncode == 0 and html.stat().st_size > 10_000, r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_study_with_adaptive_over_mtp_runs(tmp_path):
+    """spaces/methods-mtp.yaml on the simulator: adaptive over the target's MTP layers is launched (NEXTN with
+    --speculative-adaptive, which SGLang 0.5.23 keeps on), measured, and set beside tuned static MTP."""
+    import json
+
+    argv = [sys.executable, "-m", "autotune", "study", str(ROOT / "spaces" / "methods-mtp.yaml"), "--simulate"]
+    argv += ["--in-process", "--n-trials", "20", "--studies-dir", str(tmp_path / "studies"), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    ours = [t for t in report["trials"] if (t.get("config") or {}).get("method") == "adaptive-mtp"]
+    assert any(t["state"] == "COMPLETE" for t in ours), [t["state"] for t in ours]
+    assert not any(t["state"] == "FAIL" for t in ours)
+    rows = {r["static_method"]: r for r in report["methods"]["adaptive"]}
+    assert "mtp" in rows and rows["mtp"]["text"].startswith("adaptive MTP ")
+    # confirmation weighs no more candidates than the plan said (each of the 5 methods' best may join the top 3)
+    (most,) = re.findall(r"rounds of \d+ to (\d+) candidates", done.stderr)
+    assert int(most) == 3 + 5 and 1 <= len(report["confirmed"]) <= int(most)

@@ -172,6 +172,8 @@ def test_the_summary_names_the_winner_and_sets_adaptive_beside_static():
             "config": {"method": method, "drafter": drafter},
             "speedup_vs_fastest": speedup,
             "accept_length": accept,
+            "prompts_measured": 2,
+            "gpu_s": 100.0,
         }
 
     rows = [row(1, "eagle3", "h", 1.1, 3.0), row(2, "ngram", None, 1.3, 2.0), row(3, "adaptive", "h", 1.2, 2.5)]
@@ -183,9 +185,130 @@ def test_the_summary_names_the_winner_and_sets_adaptive_beside_static():
     assert out["winner"] == "ngram"
     assert out["text"].startswith("n-gram wins on this prompt set: 1.31x [1.24, 1.38]; ")
     assert "MTP: MTP not available for this target" in out["text"]
-    assert out["adaptive"][0]["static_method"] == "eagle3"  # the same drafter's tuned static config
-    assert out["adaptive"][0]["text"].startswith("adaptive 1.20x vs tuned static 1.10x")
+    assert out["adaptive"][0]["static_method"] == "eagle3"  # the same drafter's static config
+    # one EAGLE-3 config measured: never called tuned static
+    assert out["adaptive"][0]["text"] == (
+        "adaptive 1.20x (1 config measured) vs static 1.10x (EAGLE-3, 1 config measured: fewer than 3, not a tuned "
+        "static config)"
+    )
+    assert not out["adaptive"][0]["static_tuned"]
+    eagle3 = next(e for e in out["methods"] if e["method"] == "eagle3")
+    assert eagle3["budget"]["trials_share"] == pytest.approx(1 / 3) and eagle3["budget"]["gpu_s"] == 100.0
+    assert eagle3["budget"]["text"] == "1 config measured; 1 trials (33% of the search's), 0.03 h of server time (33%)"
+    # three EAGLE-3 configs measured (one stopped early counts; a duplicate and one never launched do not): tuned
+    more = [
+        row(4, "eagle3", "h", 1.0, 3.0),
+        {**row(5, "eagle3", "h", 0.9, 3.0), "state": "PRUNED"},
+        {**row(6, "eagle3", "h", 1.1, 3.0), "duplicate_of": 1},
+        {**row(7, "eagle3", "h", None, None), "state": "PRUNED", "prompts_measured": 0},
+    ]
+    tuned = per_method.summarize(info, rows + more, confirmed, {"config": rows[1]["config"]}, "speculation-wins")
+    assert tuned["adaptive"][0]["static_tuned"]
+    assert tuned["adaptive"][0]["text"] == (
+        "adaptive 1.20x (1 config measured) vs tuned static 1.10x (EAGLE-3, 3 configs measured)"
+    )
+    eagle3 = next(e for e in tuned["methods"] if e["method"] == "eagle3")
+    assert (eagle3["configs_measured"], eagle3["trials"], eagle3["budget"]["trials_share"]) == (3, 4, 4 / 6)
     assert out["categories"]["ngram"] == {"chat": 1.0, "code": 2.0}
     # ranking by throughput, never by acceptance: EAGLE-3's higher acceptance does not win
     lost = per_method.summarize(info, rows, confirmed, None, "inconclusive")
     assert lost["winner"] is None and lost["text"].startswith("no method wins")
+
+
+MTP_SPACE = ROOT / "spaces" / "methods-mtp.yaml"
+
+
+@pytest.fixture(scope="module")
+def mtp_space():
+    return simulated_space(load_space(MTP_SPACE))
+
+
+def test_adaptive_over_mtp_launches_nextn_with_adaptive_on(mtp_space, backend, tmp_path):
+    """SGLang 0.5.23 resolves NEXTN to EAGLE before its adaptive check, so adaptive stays on over the target's MTP
+    layers: no drafter, NEXTN, the adaptive config file; the simulator's copy of SGLang's rules keeps it on and the
+    server's reported config matches."""
+    eff = backend.resolve(TrialConfig.make(None, True, method="adaptive-mtp", candidate_steps="1,2,3"), mtp_space)
+    assert eff.drafter is None
+    assert (eff.knob("num_steps"), eff.knob("topk"), eff.knob("num_draft_tokens")) == (2, 1, 3)
+    files = backend.files(eff, mtp_space)
+    assert json.loads(files["adaptive.json"])["1"]["candidate_steps"] == [1, 2, 3]
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    argv = backend.argv(eff, mtp_space, port=1, files_dir=str(tmp_path))
+    assert argv[argv.index("--speculative-algorithm") + 1] == "NEXTN"
+    assert "--speculative-draft-model-path" not in argv and "--speculative-adaptive" in argv
+    args = parse_launch_args(sim_argv(argv))
+    assert args.speculative_adaptive and args.speculative_algorithm == "EAGLE"
+    assert backend.check_effective(eff, backend.read_effective(args.server_args())) == []
+    assert backend.deploy_method(eff, mtp_space) == "NEXTN"
+    assert "adaptive-mtp" in {c.knob("method") for c in backend.defaults(mtp_space)}
+
+
+def test_adaptive_over_mtp_needs_the_targets_mtp_layers(space, backend, tmp_path):
+    methods = {**space.search.methods, "adaptive-mtp": MethodSpec("adaptive-mtp")}
+    llama = dataclasses.replace(space, search=dataclasses.replace(space.search, methods=methods))
+    assert "not available" in (backend.method_unavailable(llama, "adaptive-mtp") or "")
+    assert "adaptive-mtp" not in {c.knob("method") for c in backend.defaults(llama)}
+    with pytest.raises(InfeasibleConfig, match="MTP not available"):
+        backend.resolve(TrialConfig.make(None, True, method="adaptive-mtp"), llama)
+    with pytest.raises(SpaceError, match="runs no drafter"):
+        load_space(_write(tmp_path, "  methods: {adaptive-mtp: {drafters: [head]}}"))
+
+
+def test_adaptive_mtp_is_set_beside_tuned_static_mtp_not_another_drafterless_method():
+    info = {
+        "methods": {
+            "mtp": {"label": "MTP", "adaptive": False, "unavailable": None},
+            "ngram": {"label": "n-gram", "adaptive": False, "unavailable": None},
+            "adaptive-mtp": {"label": "adaptive MTP", "adaptive": True, "adapts": "mtp", "unavailable": None},
+        },
+        "categories": [],
+    }
+    rows = [
+        {
+            "number": n,
+            "role": "speculative",
+            "state": "COMPLETE",
+            "duplicate_of": None,
+            "config": {"method": m, "drafter": None},
+            "speedup_vs_fastest": x,
+            "accept_length": 2.0,
+        }
+        for n, m, x in ((1, "mtp", 1.5), (2, "ngram", 1.7), (3, "adaptive-mtp", 1.6))
+    ]
+    out = per_method.summarize(info, rows, [], None, "inconclusive")
+    (row,) = out["adaptive"]
+    assert row["static_method"] == "mtp"  # n-gram also runs no drafter, but adaptive MTP adapts MTP
+
+
+def test_the_html_and_terminal_reports_say_what_each_method_got():
+    from autotune import html, render
+
+    info = {
+        "methods": {
+            "eagle3": {"label": "EAGLE-3", "adaptive": False, "unavailable": None},
+            "adaptive": {"label": "adaptive", "adaptive": True, "unavailable": None},
+        },
+        "categories": [],
+    }
+    rows = [
+        {
+            "number": n,
+            "role": "speculative",
+            "state": "COMPLETE",
+            "duplicate_of": None,
+            "prompts_measured": 2,
+            "config": {"method": m, "drafter": "h"},
+            "speedup_vs_fastest": x,
+            "accept_length": 2.0,
+            "gpu_s": g,
+        }
+        for n, m, x, g in ((1, "eagle3", 1.1, 300.0), (2, "adaptive", 1.2, 100.0), (3, "adaptive", 1.15, 100.0))
+    ]
+    m = per_method.summarize(info, rows, [], None, "inconclusive")
+    page = "".join(html._methods({"methods": m}))
+    assert "33% of trials · 60% of server time" in page  # EAGLE-3: 1 of 3 trials, 300 of 500 s
+    assert "vs static 1.10x (EAGLE-3, 1 config measured: fewer than 3, not a tuned static config)" in page
+    lines = render._methods_lines(m)
+    assert any("EAGLE-3" in ln and "1 config measured; 1 trials (33% of the search's)" in ln for ln in lines)
+    assert not any("vs tuned static" in ln for ln in lines)

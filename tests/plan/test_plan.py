@@ -104,3 +104,12 @@ def test_warm_up_passes_are_priced_into_every_start():
     assert p.start_s == pytest.approx(760.0) and p.server_s == pytest.approx((36 * 760.0, 60 * 760.0))
     assert ", 2 untimed warm-up pass(es) of the prompts;" in planmod.render(p)
     assert "warm-up pass" not in planmod.render(_plan())
+
+
+def test_a_method_space_plans_each_methods_best_among_the_candidates():
+    """Confirmation adds each method's best not among the top ``confirm_top`` (``confirm._method_bests``): with 4
+    methods, up to 3 + 4 = 7 candidates (the plan once said "1 to 4" and confirmation weighed 6 and 5)."""
+    p = _plan(methods=4, graph_settings=1, repeats=3, max_repeats=8, settle_after=8)
+    assert "1 to 7 candidates" in p.phases[1].note
+    assert p.phases[1].starts_max == 8 * (1 + 7)
+    assert "1 to 4 candidates" in _plan(methods=1, graph_settings=1, repeats=3, settle_after=8).phases[1].note

@@ -81,12 +81,15 @@ def autotune_sglang_launches(space_path: Path) -> dict:
             algorithm = "EAGLE" if algorithm == "NEXTN" else algorithm  # NEXTN is EAGLE inside SGLang
         else:
             algorithm = resolved_algorithm(sim, eff.drafter)
-        return {
+        out = {
             "speculative_algorithm": algorithm,
             "speculative_num_steps": eff.knob("num_steps"),
             "speculative_eagle_topk": eff.knob("topk"),
             "speculative_num_draft_tokens": eff.knob("num_draft_tokens"),
         }
+        if eff.knob("method") is not None:  # adaptive stays on where autotune runs it (adaptive MTP too), else off
+            out["speculative_adaptive"] = backend.methods[str(eff.knob("method"))].adaptive
+        return out
 
     grid = backend.grid(sim) or []
     step = max(1, len(grid) // GRID_SAMPLE)
@@ -320,3 +323,17 @@ def test_every_export_runs_as_its_runtime_runs_it(base, tmp_path):
     assert len({json.dumps(v, sort_keys=True) for v in resolved.values()}) == 1, resolved
     (one,) = {json.dumps(v, sort_keys=True) for v in resolved.values()}
     assert json.loads(one)["speculative_algorithm"] == "EAGLE3", one
+
+
+def test_sglang_keeps_adaptive_on_over_nextn(tmp_path):
+    """Adaptive over MTP (method adaptive-mtp): SGLang 0.5.23 resolves NEXTN to EAGLE
+    (``speculative_hook._resolve_speculative_algorithm_alias``) before ``adaptive_unsupported_reason`` asks for
+    EAGLE/EAGLE3 at topk 1, so it accepts the launch and keeps ``speculative_adaptive`` on, as autotune says."""
+    got = autotune_sglang_launches(REPO / "spaces" / "methods-mtp.yaml")
+    mine = [(n, f, w) for n, f, w in got["launches"] if "method=adaptive-mtp" in n]
+    assert mine and all("NEXTN" in f and "--speculative-adaptive" in f for _, f, _ in mine)
+    items = [{"id": n, "argv": f} for n, f, _ in mine]
+    results = run_sglang(items, tmp_path)
+    assert not _problems(items, results, {n: w for n, _, w in mine})
+    assert all(results[n]["resolved"]["speculative_adaptive"] is True for n, _, _ in mine)
+    assert all(results[n]["resolved"]["speculative_algorithm"] == "EAGLE" for n, _, _ in mine)

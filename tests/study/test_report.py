@@ -59,6 +59,9 @@ def test_gpu_time_is_startups_plus_timed_prompts_and_pruning_savings(study_and_r
     rounds = study.user_attrs["confirmation"]["rounds"]
     assert g["confirmation_starts"] == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
     assert g["total_s"] == pytest.approx(g["search_s"] + g["confirmation_s"])
+    # each trial's own server time (a method's share of the search adds these up): the rows sum to the search's
+    assert sum(r["gpu_s"] for r in rep["trials"]) == pytest.approx(g["search_s"])
+    assert all(r["gpu_s"] == 0.0 for r in rep["trials"] if r["duplicate_of"] is not None)
 
 
 def test_best_configs_are_the_fastest_speculative_with_their_intervals(study_and_report):
