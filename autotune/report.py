@@ -205,7 +205,8 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
             t, fastest_trial, weights, n_prompts, by_category
         )
         if row["speedup"] is None and row["duplicate_of"] is None:  # stopped between levels: none recorded
-            own = by_number.get(TrialRecord(t).baseline_trial)  # type: ignore[arg-type]
+            own_number = TrialRecord(t).baseline_trial
+            own = by_number.get(own_number) if own_number is not None else None
             row["speedup"] = objective_speedup(t, own, weights, n_prompts, by_category)[0] if own is not None else None
     if conf.done:
         v = conf.verdict or Verdict.INCONCLUSIVE
