@@ -63,8 +63,8 @@ class Context:
             from autotune.clock import VirtualClock
             from autotune.sim.runner import ModelRunner
 
-            clock = VirtualClock()
-            return ModelRunner(space, self.backend, clock, seed=seed), clock
+            virtual = VirtualClock()
+            return ModelRunner(space, self.backend, virtual, seed=seed), virtual
         from autotune.clock import MonotonicClock
         from autotune.process import ProcessRunner
 
