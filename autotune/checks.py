@@ -40,7 +40,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from autotune.errors import ValidationFailed
 
@@ -571,5 +571,5 @@ def _architectures(cfg: Mapping[str, Any]) -> list[str]:
     return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)

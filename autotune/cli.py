@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from autotune import commands
 from autotune.commands import Context
@@ -23,7 +23,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own usage errors: exit 2 like ours
+    def error(self, message: str) -> NoReturn:  # argparse's own usage errors: exit 2 like ours
         self.print_usage(sys.stderr)
         print(f"autotune: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
@@ -352,7 +352,7 @@ def _interrupt_on_termination() -> None:
     signal interrupts: more Ctrl-C presses while the server is being stopped (bounded waits) do not cut that short."""
     import signal
 
-    fired = []
+    fired: list[int] = []
 
     def _raise(signum: int, _frame: object) -> None:
         if fired:

@@ -163,8 +163,8 @@ def timed_transport(
     transport = httpx.HTTPTransport(trust_env=False)
     pool = getattr(transport, "_pool", None)
     inner = getattr(pool, "_network_backend", None)
-    if isinstance(inner, httpcore.NetworkBackend):
-        pool._network_backend = _TimedBackend(network_backend or inner, now)  # type: ignore[union-attr]
+    if pool is not None and isinstance(inner, httpcore.NetworkBackend):
+        pool._network_backend = _TimedBackend(network_backend or inner, now)
     return transport
 
 

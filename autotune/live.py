@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console, Group
@@ -49,9 +50,11 @@ class LiveView:
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.live is not None:
-            self.live.__exit__(*exc)  # type: ignore[arg-type]
+            self.live.__exit__(exc_type, exc, tb)
             self.live = None
 
     def on_event(self, ev: Event) -> None:
@@ -148,7 +151,7 @@ class Progress:
         d = ev.data
         if ev.kind == "plan":
             self.n_trials, self.used0 = d.get("n_trials"), int(d.get("used") or 0)
-            self.planned = tuple(d["starts"]) if d.get("starts") else None  # type: ignore[assignment]
+            self.planned = tuple(d["starts"]) if d.get("starts") else None
         elif ev.kind == "trial-end":
             if d.get("seeded") in (SEEDED_LEVEL, SEEDED_LADDER):
                 self.phase = "level picks"
@@ -200,7 +203,7 @@ def _clock(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def level_line(trial: int | None, d: dict) -> str:
+def level_line(trial: int | None, d: Mapping[str, Any]) -> str:
     """One load level of a trial: aggregate tok/s, speedup over the baseline's level, p99 latencies, failures."""
     line = f"#{trial} {d.get('level')} streams: {d.get('tok_per_s') or 0:.1f} tok/s"
     if d.get("speedup") is not None:

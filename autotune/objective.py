@@ -279,7 +279,7 @@ def category_prune_decision(
     total = sum(w for w in weights.values() if w > 0)
     mean = sum(weights[c] / total * means[c] for c in by)
     var = sum((weights[c] / total) ** 2 * sd * sd / len(by[c]) for c in by) + start_noise**2
-    ub = math.exp(mean + float(_t_quantile(confidence, max(df, 1))) * math.sqrt(var))  # type: ignore[arg-type]
+    ub = math.exp(mean + float(_t_quantile(confidence, max(df, 1))) * math.sqrt(var))
     what = "the baseline" if rule == "baseline" else f"the leader (trial {against})"
     where = ", ".join(f"{c} {len(by[c])}" for c in weights if c in by)
     if clearly_loses(ub):

@@ -77,9 +77,8 @@ def history(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -
         clock += a + b
         xs[t.number] = clock / 3600
     for state in ("COMPLETE", "PRUNED", "FAIL"):
-        pts = [t for t in starts if t.state.name == state and not TrialRecord(t).is_baseline]
-        pts = [(t, _value(t, report)) for t in pts]
-        pts = [(t, v) for t, v in pts if v is not None]
+        trials = [t for t in starts if t.state.name == state and not TrialRecord(t).is_baseline]
+        pts = [(t, v) for t in trials if (v := _value(t, report)) is not None]
         if not pts:
             continue
         fig.add_trace(
@@ -158,8 +157,7 @@ def acceptance(study: optuna.Study, report: dict[str, Any], units: str, sim: str
         if r["role"] == records.ROLE_SPECULATIVE and r["accept_length"] is not None and r["duplicate_of"] is None
     ]
     by_number = {t.number: t for t in records.trials(study)}
-    pts = [(r, _value(by_number[r["number"]], report)) for r in rows]
-    pts = [(r, v) for r, v in pts if v is not None]
+    pts = [(r, v) for r in rows if (v := _value(by_number[r["number"]], report)) is not None]
     if not pts:
         return None
     fig = go.Figure()
@@ -207,8 +205,7 @@ def knobs(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> 
         and r["duplicate_of"] is None
         and r["number"] in by_number
     ]
-    pts = [(r, _value(by_number[r["number"]], report)) for r in rows]
-    pts = [(r, v) for r, v in pts if v is not None]
+    pts = [(r, v) for r in rows if (v := _value(by_number[r["number"]], report)) is not None]
     if not pts:
         return None
     names = ["drafter", "cuda_graph"] + sorted(

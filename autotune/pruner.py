@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TypedDict
 
 import optuna
 from optuna.pruners import BasePruner
@@ -59,14 +60,15 @@ def _measured(trials: Sequence[FrozenTrial], exclude: int) -> list[FrozenTrial]:
 def leader_of(trials: Sequence[FrozenTrial], exclude: int = -1) -> FrozenTrial | None:
     """The fastest fully measured trial (COMPLETE, not a copy, not lossy), baselines included; None if none."""
     best: FrozenTrial | None = None
+    best_value = 0.0
     for t in trials:
         if t.number == exclude or t.state != TrialState.COMPLETE or not t.intermediate_values or not t.value:
             continue
         r = TrialRecord(t)
         if r.is_duplicate or r.lossy:
             continue
-        if best is None or t.value > best.value:  # type: ignore[operator]
-            best = t
+        if best is None or t.value > best_value:
+            best, best_value = t, t.value
     return best
 
 
@@ -103,6 +105,14 @@ def spread_vs(reference: FrozenTrial, trials: Sequence[FrozenTrial], exclude: in
         log_ratios(*paired_values(t, reference)) for t in _measured(trials, exclude) if t.number != reference.number
     ]
     return pooled_spread(groups, PRIOR_SPREAD)
+
+
+class _Opts(TypedDict):
+    """The clearly-loses rule's settings, the same for both of ``prune_decision``'s references."""
+
+    confidence: float
+    min_prompts: int
+    start_noise: float
 
 
 class BaselinePruner(BasePruner):
@@ -168,7 +178,7 @@ class BaselinePruner(BasePruner):
                 start_noise=self.start_noise,
             )
         everything = study.get_trials(deepcopy=False)
-        opts = {"confidence": self.confidence, "min_prompts": self.min_prompts, "start_noise": self.start_noise}
+        opts = _Opts(confidence=self.confidence, min_prompts=self.min_prompts, start_noise=self.start_noise)
         spread = spread_vs_baselines(study, everything, trial.number) if self.pooled else None
         if self.category_weights:
             d = self._by_category(trial.intermediate_values, baseline.intermediate_values, spread, baseline.number)

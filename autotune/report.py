@@ -25,7 +25,7 @@ from autotune.study.levels import summary_text
 from autotune.study.race import headline as _headline
 from autotune.verdict import Verdict, loses_on, point_verdict, search_verdict, to_settle_text
 
-VERDICT_TEXT = {
+VERDICT_TEXT: dict[str, str] = {
     Verdict.SPECULATION_WINS: "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
     Verdict.BASELINE_WINS: "the baseline wins: no speculative config beats it",
     Verdict.NO_WORTHWHILE_GAIN: "no worthwhile gain: the best config's confirmed speedup interval lies below the "
@@ -119,8 +119,11 @@ def objective_speedup(
             where = ", ".join(str(c) for c in sorted(w))
             return value, f"levels {where} of {len(weights)} measured (weights of those levels)"
     base = {p.get("index"): p for p in b.prompts}
-    pairs = [(p, base.get(p.get("index"))) for p in r.prompts]
-    pairs = [(p, q) for p, q in pairs if q is not None and p.get("seconds") and q.get("seconds")]
+    pairs = [
+        (p, q)
+        for p in r.prompts
+        if (q := base.get(p.get("index"))) is not None and p.get("seconds") and q.get("seconds")
+    ]
     if not pairs:
         return None, None
     tps = sum(p["completion_tokens"] for p, _ in pairs) / sum(p["seconds"] for p, _ in pairs)
@@ -164,7 +167,7 @@ def _mean(xs: list[Any]) -> float | None:
 
 
 def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for t in records.trials(study, (TrialState.COMPLETE,)):
         r = TrialRecord(t)
         if r.is_baseline and not r.is_duplicate:
@@ -220,7 +223,8 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
             t, fastest_trial, weights, n_prompts, by_category
         )
         if row["speedup"] is None and row["duplicate_of"] is None:  # stopped between levels: none recorded
-            own = by_number.get(TrialRecord(t).baseline_trial)  # type: ignore[arg-type]
+            own_number = TrialRecord(t).baseline_trial
+            own = by_number.get(own_number) if own_number is not None else None
             row["speedup"] = objective_speedup(t, own, weights, n_prompts, by_category)[0] if own is not None else None
     if conf.done:
         v = conf.verdict or Verdict.INCONCLUSIVE
@@ -303,7 +307,7 @@ def interval_note(conf: ConfirmationState) -> str | None:
     """Why the confirmation's intervals are at the confidence they are at (None: nothing confirmed)."""
     level = conf.confidence
     if level is None:
-        cis = [r.get("speedup_ci") for r in conf.results or [] if r.get("speedup_ci")]
+        cis = [ci for r in conf.results or [] if (ci := r.get("speedup_ci"))]
         level = cis[0].get("confidence") if cis else None
     if level is None:
         return None
@@ -510,13 +514,14 @@ def _best(
         return None
     r = next(c for c in confirmed if c["trial"] == conf.best)
     t = by_number[conf.best]
+    headline = _headline(r)
     return {
         "trial": t.number,
         "params": dict(t.params),
         "config": r["config"],
         "tok_per_s": r["tok_per_s"],
-        "speedup": _headline(r)["point"] if _headline(r) else None,
-        "speedup_ci": _headline(r),
+        "speedup": headline["point"] if headline else None,
+        "speedup_ci": headline,
         "same_setting_speedup_ci": r["speedup_ci"],
         "search_tok_per_s": t.value,
         "accept_length": TrialRecord(t).accept_length,

@@ -64,7 +64,7 @@ class Method:
     label: str
     needs_drafter: bool
     knobs: Mapping[str, KnobDomain] = field(default_factory=dict)
-    defaults: Mapping[str, object] = field(default_factory=dict)
+    defaults: Mapping[str, float | str] = field(default_factory=dict)
     adaptive: bool = False
     since: str | None = None
     knob_since: Mapping[str, str] = field(default_factory=dict)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from scipy import stats as _st
 
 
-def log_ratios(trial: Sequence[float], baseline: Sequence[float]) -> list[float]:
-    """Paired log-ratios log(trial_i / baseline_i) over the pairs where both are positive."""
+def log_ratios(trial: Sequence[float | None], baseline: Sequence[float | None]) -> list[float]:
+    """Paired log-ratios log(trial_i / baseline_i) over the pairs where both are positive (None: not measured)."""
     out = []
     for t, b in zip(trial, baseline, strict=False):
         if t is None or b is None or t <= 0 or b <= 0 or math.isnan(t) or math.isnan(b):

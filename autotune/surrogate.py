@@ -214,7 +214,7 @@ class Surrogate:
                     ll[:, b, :, r, c] = -0.5 * (z2[:, None, :] / eig).sum(axis=2) - 0.5 * np.log(eig).sum(axis=2)
         flat = ll.reshape(-1)
         best = int(np.flatnonzero(flat >= flat.max() - 1e-9)[0])
-        a, b, k, r, c = np.unravel_index(best, ll.shape)
+        a, b, k, r, c = (int(i) for i in np.unravel_index(best, ll.shape))
         return (length_grid[a], SIGNAL[b] * self.scale, NOISE_FACTORS[k] * self.noise_floor, rhos[r]), lvs[c]
 
     def predict(self, configs: Sequence[TrialConfig]) -> tuple[np.ndarray, np.ndarray]:
@@ -364,13 +364,13 @@ def fit(
     same one."""
     factored = all(cyc is not None for _, _, cyc in observations)
     if factored:
-        obs3 = [(c, v, float(cyc)) for c, v, cyc in observations]  # type: ignore[arg-type]
-        model: Model = FactoredSurrogate(encoding, obs3, noise_floor=noise_floor)
+        obs3 = [(c, v, float(cyc)) for c, v, cyc in observations if cyc is not None]  # all of them
+        factors = FactoredSurrogate(encoding, obs3, noise_floor=noise_floor)
         if pending:
-            la, lc = model.predict_factors(pending)
+            la, lc = factors.predict_factors(pending)
             extra = [(c, float(a - b), float(b)) for c, a, b in zip(pending, la, lc, strict=True)]
-            model = FactoredSurrogate(encoding, obs3 + extra, noise_floor=noise_floor)
-        return model
+            factors = FactoredSurrogate(encoding, obs3 + extra, noise_floor=noise_floor)
+        return factors
     obs = [(c, v) for c, v, _ in observations]
     model = Surrogate(encoding, obs, noise_floor=noise_floor)
     if pending:

@@ -61,7 +61,7 @@ def suggest_int(
     full = spec_values(spec)
     if isinstance(spec, IntRange) and allowed == full:
         return int(trial.suggest_int(name, spec.low, spec.high, step=spec.step, log=spec.log if log is None else log))
-    if isinstance(spec, IntRange) and allowed and allowed == full[: len(allowed)] and not spec.log:
+    if isinstance(spec, IntRange) and full is not None and allowed and allowed == full[: len(allowed)] and not spec.log:
         return int(trial.suggest_int(name, allowed[0], allowed[-1], step=spec.step))
     return int(trial.suggest_categorical(name, list(allowed)))
 

@@ -531,7 +531,8 @@ class LlamaCppBackend(Backend):
         """From ``/props``: model path, slots, context, build, and the (unreliable) reported spec types."""
         dgs = server_info.get("default_generation_settings")
         dgs = dgs if isinstance(dgs, Mapping) else {}
-        params = dgs.get("params") if isinstance(dgs.get("params"), Mapping) else {}
+        params = dgs.get("params")
+        params = params if isinstance(params, Mapping) else {}
         out: dict[str, Any] = {
             "model_path": server_info.get("model_path"),
             "total_slots": _int_or_none(server_info.get("total_slots")),

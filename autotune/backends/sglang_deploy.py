@@ -7,7 +7,7 @@ server's export) and a per-level schedule in SGLang's own form, the adaptive con
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from autotune.backends.sglang_stream import INCREMENTAL_OUTPUT_FLAG
 from autotune.schedule import batch_ranges
@@ -15,7 +15,7 @@ from autotune.schedule import batch_ranges
 __all__ = ["CLIENT_ONLY_FLAGS", "PORTABLE_FLAGS", "adaptive_config", "adaptive_initial_steps", "portable_settings"]
 
 #: ``server.extra_args`` with a server-neutral meaning (``portable``): flag -> setting (True: a switch)
-PORTABLE_FLAGS = {
+PORTABLE_FLAGS: dict[str, str | Literal[True]] = {
     "--tp-size": "tensor_parallel_size",
     "--tp": "tensor_parallel_size",
     "--tensor-parallel-size": "tensor_parallel_size",

@@ -274,7 +274,7 @@ class MethodTree(MethodWalk):
         graphs = [bool(b) for b in space.search.cuda_graph]
         cg = True if True in graphs else graphs[0]
         for method in self.available(space):
-            drafters = list(space.search.methods[method].drafters) or [None]
+            drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
             knobs: dict[str, Any] = {}
             if method == "ngram" or method in ADAPTIVE_METHODS:
                 for k in METHODS[method].knobs:
@@ -309,7 +309,7 @@ class MethodTree(MethodWalk):
             specs = {k: self.spec(space, method, k) for k in METHODS[method].knobs}
             if any(encode.spec_values(sp) is None for sp in specs.values()):
                 return None
-            drafters = list(space.search.methods[method].drafters) or [None]
+            drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
             points: list[dict[str, Any]] = []
             if method == "ngram":
                 v = {k: encode.spec_values(specs[k]) or [] for k in specs}

@@ -76,7 +76,8 @@ def mtp_unavailable(model_path: str) -> str | None:
         return None
     if not isinstance(cfg, dict):
         return None
-    for where in (cfg, cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}):
+    text = cfg.get("text_config")
+    for where in (cfg, text if isinstance(text, dict) else {}):
         for key in _MTP_KEYS:
             if isinstance(where.get(key), int) and where[key] >= 1:
                 return None

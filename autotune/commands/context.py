@@ -63,9 +63,9 @@ class Context:
             from autotune.clock import VirtualClock
             from autotune.sim.runner import ModelRunner
 
-            clock = VirtualClock()
+            virtual = VirtualClock()
             # the files a start reads (an adaptive config) kept beside the study, a folder per start
-            return ModelRunner(space, self.backend, clock, seed=seed, files_dir=log_dir), clock
+            return ModelRunner(space, self.backend, virtual, seed=seed, files_dir=log_dir), virtual
         from autotune.clock import MonotonicClock
         from autotune.process import ProcessRunner
 

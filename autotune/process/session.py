@@ -7,8 +7,10 @@ It measures prompts with its ``BenchmarkClient`` (wall seconds times ``time_scal
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from autotune.client import BenchmarkClient
@@ -23,6 +25,15 @@ _T = TypeVar("_T")
 
 #: max_tokens of a load level's warm-up requests
 LEVEL_WARMUP_TOKENS = 64
+
+
+@dataclass
+class _Progress:
+    """A load level's streams' shared count (under their lock): the next request, the failed ones, the last end."""
+
+    next: int = 0
+    failed: int = 0
+    end: float = 0.0
 
 
 class ProcessSession:
@@ -150,23 +161,28 @@ class ProcessSession:
         prompts = self.benchmark.prompts
         lock = threading.Lock()
         out: list[PromptResult | None] = [None] * len(indices)
-        state = {"next": 0, "failed": 0, "end": 0.0}
+        state = _Progress()
         died: list[BaseException] = []
         clock = self.client.clock
 
         def worker() -> None:
             while True:
                 with lock:
-                    k = state["next"]
+                    k = state.next
                     if k >= len(indices) or died:
                         return
-                    state["next"] = k + 1
+                    state.next = k + 1
                 i = indices[k]
                 try:
                     r = self._call(
                         i,
-                        lambda i=i: self.client.measure(
-                            i, prompts[i].text, max_tokens=max_tokens, alone=streams == 1, request=prompts[i]
+                        functools.partial(
+                            self.client.measure,
+                            i,
+                            prompts[i].text,
+                            max_tokens=max_tokens,
+                            alone=streams == 1,
+                            request=prompts[i],
                         ),
                         track=False,
                     )
@@ -176,12 +192,12 @@ class ProcessSession:
                     return
                 except BenchmarkError:
                     with lock:
-                        state["failed"] += 1
+                        state.failed += 1
                     continue
                 now = clock.now()
                 with lock:
                     out[k] = r
-                    state["end"] = max(state["end"], now)
+                    state.end = max(state.end, now)
 
         self.server.track()
         t0 = clock.now()
@@ -204,7 +220,7 @@ class ProcessSession:
         results = [r for r in out if r is not None]
         if not results:
             raise BenchmarkError(f"every request of the load level of {streams} streams failed")
-        return results, max(state["end"] - t0, 0.0), int(state["failed"])
+        return results, max(state.end - t0, 0.0), state.failed
 
     def reference(self, index: int, top_n: int) -> ReferenceOutput | None:
         text = self._prompt_text(index)

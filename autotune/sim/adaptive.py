@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from autotune.sim.acceptance import SpecShape
 from autotune.sim.timing import Hardware, t_cycle_batch
@@ -42,7 +42,7 @@ class AdaptiveSlot:
         self._batch_count = 0
         self.switches = 0
 
-    def update(self, accepted_drafts: list[float]) -> bool:
+    def update(self, accepted_drafts: Sequence[float]) -> bool:
         if not accepted_drafts:
             return False
         if self.current_steps > 0:
@@ -121,7 +121,7 @@ class AdaptiveController:
     def steps(self, batch: int) -> int:
         return self.slot(batch).current_steps
 
-    def on_verify(self, accepted_drafts: list[float], batch: int) -> None:
+    def on_verify(self, accepted_drafts: Sequence[float], batch: int) -> None:
         self.slot(batch).update(accepted_drafts)
 
     @property

@@ -18,7 +18,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from autotune.sim.faults import _FAULTS_WITH_N, FAULT_KINDS, Fault, SimLaunchError, _fail, _not_loadable, _traceback
 from autotune.sim.scenario import Scenario, ScenarioError, ScenarioLoader, SimDrafter, load_scenario, scenario_names
@@ -28,8 +28,18 @@ SGLANG_VERSION = "0.5.23"
 #: algorithm names SGLang accepts (upper-cased); NEXTN is an alias of EAGLE
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+
+
+class NgramDefaults(TypedDict):
+    speculative_ngram_min_bfs_breadth: int
+    speculative_ngram_max_bfs_breadth: int
+    speculative_ngram_match_type: str
+    speculative_ngram_max_trie_depth: int
+    speculative_ngram_capacity: int
+
+
 #: SGLang's n-gram defaults (``arg_groups/fields/spec.py``)
-NGRAM_DEFAULTS = {
+NGRAM_DEFAULTS: NgramDefaults = {
     "speculative_ngram_min_bfs_breadth": 1,
     "speculative_ngram_max_bfs_breadth": 10,
     "speculative_ngram_match_type": "BFS",
@@ -312,8 +322,8 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
                 ) from None
     try:
         time_scale = float(vals.get("time_scale", 1.0))
-        load = vals.get("sim_load_time")
-        sim_load_time = float(load) if load is not None else None
+        load_time = vals.get("sim_load_time")
+        sim_load_time = float(load_time) if load_time is not None else None
     except ValueError as e:
         raise _fail(f"autotune.sim: {e}", log, returncode=2) from None
     if not time_scale > 0:

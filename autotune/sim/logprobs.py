@@ -79,7 +79,7 @@ def completions_logprobs(choices: Sequence[TokenChoice], top_n: int) -> dict[str
     for c in choices:
         offsets.append(at)
         at += len(c.text)
-        top = {t: lp for t, lp in c.top[:top_n]}
+        top: dict[str, float | None] = {t: lp for t, lp in c.top[:top_n]}
         top.setdefault(c.text, c.logprob)  # the chosen token is always listed, as vLLM does
         tops.append(top)
     return {

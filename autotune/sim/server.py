@@ -382,12 +382,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             prompt = "\n".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
         else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1:
-                prompt = prompt[0]
-            if not isinstance(prompt, str):
+            given = body.get("prompt")
+            if isinstance(given, list) and len(given) == 1:
+                given = given[0]
+            if not isinstance(given, str):
                 self._json(400, {"error": "'prompt' must be a string"})
                 return
+            prompt = given
         max_new = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         temperature = float(body.get("temperature", 1.0))
         top_n = self._logprob_request(logprobs.chat_request if chat else logprobs.completions_request, body)

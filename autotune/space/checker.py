@@ -124,7 +124,7 @@ class Checker:
 
     # -- mappings ---------------------------------------------------------------------------------------
 
-    def mapping(self, v: Any, f: str, line: int | None, keys: tuple[str, ...]) -> dict:
+    def mapping(self, v: Any, f: str, line: int | None, keys: tuple[str, ...]) -> dict[Any, Any]:
         if isinstance(v, dict):
             return v
         raise self.expected(f, line, "a mapping with keys " + ", ".join(keys), v)
@@ -167,7 +167,7 @@ class Checker:
 
     # -- lists ------------------------------------------------------------------------------------------
 
-    def str_list(self, v: Any, f: str, line: int | None, what: str, coerce_numbers: bool = False) -> tuple:
+    def str_list(self, v: Any, f: str, line: int | None, what: str, coerce_numbers: bool = False) -> tuple[str, ...]:
         if isinstance(v, str):
             hint = "; argv lists only, a shell string is never split"
             try:
@@ -177,7 +177,7 @@ class Checker:
             raise self.expected(f, line, what, v, hint)
         if not isinstance(v, list):
             raise self.expected(f, line, what, v)
-        out = []
+        out: list[str] = []
         for i, item in enumerate(v):
             il = item_line(v, i, line)
             if coerce_numbers and is_plain_number(item):

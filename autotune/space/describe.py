@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -70,11 +70,11 @@ def flow(items: list[str]) -> str:
     return "[" + ", ".join(item if plain(item) else json.dumps(item) for item in items) + "]"
 
 
-def is_int(v: Any) -> bool:
+def is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def is_num(v: Any) -> bool:
+def is_num(v: Any) -> TypeGuard[int | float]:
     return (isinstance(v, int | float) and not isinstance(v, bool)) and (not isinstance(v, float) or math.isfinite(v))
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from autotune.errors import SpaceError
 from autotune.space.describe import describe
@@ -26,14 +26,14 @@ MAX_BYTES = 1 << 20
 _MAX_DEPTH = 50
 
 
-class LineMap(dict):
+class LineMap(dict[Any, Any]):
     """A mapping from the YAML file that remembers the 1-based line of each key."""
 
     line: int | None = None
     key_lines: dict[Any, int]
 
 
-class LineSeq(list):
+class LineSeq(list[Any]):
     """A sequence from the YAML file that remembers the 1-based line of each item."""
 
     line: int | None = None
@@ -57,9 +57,9 @@ class _Loader(yaml.SafeLoader):
 
     _depth = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node | None:  # type: ignore[override]
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's stubs leave Parser.peek_event bare
             raise ComposerError(
                 None,
                 None,
@@ -67,7 +67,8 @@ class _Loader(yaml.SafeLoader):
                 event.start_mark,
             )
         if self._depth >= _MAX_DEPTH:
-            raise ComposerError(None, None, f"nested more than {_MAX_DEPTH} levels deep", self.peek_event().start_mark)
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's stubs leave Parser.peek_event bare
+            raise ComposerError(None, None, f"nested more than {_MAX_DEPTH} levels deep", event.start_mark)
         self._depth += 1
         try:
             return super().compose_node(parent, index)
@@ -75,9 +76,14 @@ class _Loader(yaml.SafeLoader):
             self._depth -= 1
 
 
+def _kind(node: Node) -> str:
+    """The node's kind as PyYAML names it (``scalar``, ``sequence``, ``mapping``)."""
+    return node.id if isinstance(node, ScalarNode | SequenceNode | MappingNode) else type(node).__name__
+
+
 def _construct_map(loader: _Loader, node: Node) -> LineMap:
     if not isinstance(node, MappingNode):
-        raise ConstructorError(None, None, f"expected a mapping node, but found {node.id}", node.start_mark)
+        raise ConstructorError(None, None, f"expected a mapping node, but found {_kind(node)}", node.start_mark)
     m = LineMap()
     m.line = node.start_mark.line + 1
     m.key_lines = {}
@@ -111,7 +117,7 @@ def _construct_key(loader: _Loader, key_node: Node) -> Any:
 
 def _construct_seq(loader: _Loader, node: Node) -> LineSeq:
     if not isinstance(node, SequenceNode):
-        raise ConstructorError(None, None, f"expected a sequence node, but found {node.id}", node.start_mark)
+        raise ConstructorError(None, None, f"expected a sequence node, but found {_kind(node)}", node.start_mark)
     s = LineSeq(loader.construct_object(child, deep=True) for child in node.value)
     s.line = node.start_mark.line + 1
     s.item_lines = [child.start_mark.line + 1 for child in node.value]

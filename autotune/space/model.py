@@ -258,23 +258,24 @@ class ObjectiveSpec:
     @property
     def by_category(self) -> bool:
         """Whether the weights name prompt categories (not load levels)."""
-        return bool(self.weights) and all(isinstance(k, str) for k in self.weights)  # type: ignore[union-attr]
+        return bool(self.weights) and all(isinstance(k, str) for k in self.weights or ())
 
     def weights_for(self, levels: tuple[int, ...]) -> dict[int, float]:
         """Normalised weights over ``levels`` (a level without a weight gets 0; none given, or weights over
         categories: equal weights)."""
         if not self.weights or self.by_category:
             return {c: 1.0 / len(levels) for c in levels}
-        total = sum(float(self.weights.get(c, 0.0)) for c in levels)  # type: ignore[call-overload]
-        return {c: float(self.weights.get(c, 0.0)) / total for c in levels}  # type: ignore[call-overload]
+        per_level = {k: w for k, w in self.weights.items() if isinstance(k, int)}
+        total = sum(float(per_level.get(c, 0.0)) for c in levels)
+        return {c: float(per_level.get(c, 0.0)) / total for c in levels}
 
     def category_weights(self) -> dict[str, float] | None:
         """The weights over prompt categories, normalised to sum 1, in the order given (a category of the prompts
         not named has weight 0); None when the weights are per load level or absent."""
-        if not self.by_category:
+        if not self.weights or not self.by_category:
             return None
-        total = sum(float(w) for w in self.weights.values())  # type: ignore[union-attr]
-        return {str(c): float(w) / total for c, w in self.weights.items()}  # type: ignore[union-attr]
+        total = sum(float(w) for w in self.weights.values())
+        return {str(c): float(w) / total for c, w in self.weights.items()}
 
 
 @dataclass(frozen=True)

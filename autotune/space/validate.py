@@ -95,7 +95,7 @@ class SpaceReader(SearchSection, BenchmarkSection):
         levels = bench.concurrency if bench is not None else None
         prompts = bench.prompts if bench is not None else None
         if server is not None and bench is not None and bench.loaded:
-            for problem in server_class(server.backend).level_flag_problems(server.extra_args, max(levels)):
+            for problem in server_class(server.backend).level_flag_problems(server.extra_args, max(bench.concurrency)):
                 line = key_line(top.get("server"), "extra_args", None)
                 self.errors.append(self.error("server.extra_args", line, problem))
         rest["objective"] = self.section(
@@ -105,7 +105,7 @@ class SpaceReader(SearchSection, BenchmarkSection):
             return None
         return Space(name=name, server=server, drafters=drafters, storage=storage, path=self.path, **rest)
 
-    def top_level(self, doc: Any) -> dict:
+    def top_level(self, doc: Any) -> dict[Any, Any]:
         """The file's mapping; unknown and missing top-level keys are recorded."""
         if doc is None:
             raise self.error(
@@ -120,7 +120,7 @@ class SpaceReader(SearchSection, BenchmarkSection):
                 self.errors.append(self.error(key, None, f"missing; expected {what}"))
         return top
 
-    def section(self, top: dict, key: str, fn: Validator, default: Any = None) -> Any:
+    def section(self, top: dict[Any, Any], key: str, fn: Validator, default: Any = None) -> Any:
         """Top-level section ``key`` validated by ``fn`` (``default`` when absent or invalid)."""
         if key not in top:
             return default

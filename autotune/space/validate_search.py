@@ -235,7 +235,7 @@ class SearchSection(Checker):
             return v
         raise self.expected(f, line, "a plain value (string, number or boolean)", v)
 
-    def range_(self, v: dict, f: str, line: int | None, domain: KnobDomain) -> ParamSpec:
+    def range_(self, v: dict[Any, Any], f: str, line: int | None, domain: KnobDomain) -> ParamSpec:
         if domain.kind == "str":
             raise self.expected(f, line, "a list of choices (ranges are only for numeric knobs)", v)
         integer = domain.kind == "int" or (domain.kind == "any" and is_int(v.get("low")) and is_int(v.get("high")))

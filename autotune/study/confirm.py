@@ -27,7 +27,7 @@ from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
 from autotune.study.figures import confirmation_floor
-from autotune.study.search import RESOLUTION, SETTLE_SAMPLES, fastest_baseline, surrogate
+from autotune.study.search import RESOLUTION, SETTLE_SAMPLES, fastest_baseline, log_value, surrogate
 from autotune.study.settle import baseline_draws, change_bar
 from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed
 
@@ -137,7 +137,7 @@ def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[Frozen
     rng = np.random.default_rng(records.design_seed(ctx.study))
     draws = model.sample(configs, SETTLE_SAMPLES, rng)
     fastest = fastest_baseline(ctx)
-    b = None if fastest is None else baseline_draws(math.log(float(fastest.value)), model.noise_floor, len(draws), rng)
+    b = None if fastest is None else baseline_draws(log_value(fastest), model.noise_floor, len(draws), rng)
     change = change_bar(draws[:, top], RESOLUTION, b, ctx.space.verdict.min_gain)
     methods = {TrialRecord(t).method for t in cands} - {None}
     firsts = {m: next(t.number for t in cands if TrialRecord(t).method == m) for m in methods}

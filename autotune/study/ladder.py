@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,7 @@ def ladder_configs(ctx: StudyContext) -> list[TrialConfig]:
     else:
         return []
     keys = {TrialRecord(t).config_key for t in records.trials(ctx.study)}
-    out = []
+    out: list[TrialConfig] = []
     for v in rungs(values):
         try:
             cfg = ctx.backend.resolve(best.with_knobs(**{knob: v}), space)
@@ -88,7 +89,7 @@ def family(cfg: TrialConfig) -> tuple[str | None, Any]:
     return cfg.drafter, cfg.knob("method")
 
 
-def level_pool(grid: list[TrialConfig], keys: set[str], observed: list[TrialConfig]) -> list[TrialConfig]:
+def level_pool(grid: list[TrialConfig], keys: Collection[str | None], observed: list[TrialConfig]) -> list[TrialConfig]:
     """The grid points a level's pick may be: not launched yet (``keys``), of a family (drafter, method) measured
     to the end at that level. The surrogate knows nothing of a family that never was (its trials pruned as losing,
     or failed): its upper bound is the prior's, which outranks every measured point. On the H200 (levels21) both

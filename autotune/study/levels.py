@@ -68,7 +68,7 @@ def level_verdicts(
     per_candidate: dict[str, dict[str, dict[str, Any] | None]], levels: list[int], min_gain: float
 ) -> list[dict[str, Any]]:
     """For each level the candidate with the best point estimate there, its interval and the level's verdict."""
-    out = []
+    out: list[dict[str, Any]] = []
     for c in levels:
         best: tuple[float, str, dict[str, Any]] | None = None
         for number, ivs in per_candidate.items():

@@ -288,7 +288,7 @@ def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any]
         mine = {p["index"]: p.get("tok_per_s") for p in r.prompts}
         theirs = {p["index"]: p.get("tok_per_s") for p in TrialRecord(base).prompts}
         n = len(info.get("categories") or [])
-        per_prompt[t.number] = [(mine[i] / theirs[i]) if mine.get(i) and theirs.get(i) else None for i in range(n)]
+        per_prompt[t.number] = [(a / b) if (a := mine.get(i)) and (b := theirs.get(i)) else None for i in range(n)]
     weights = (report.get("objective") or {}).get("category_weights")
     return summarize(
         info, report["trials"], report["confirmed"], report.get("best"), report["verdict"], per_prompt, weights

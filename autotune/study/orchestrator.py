@@ -154,11 +154,11 @@ def run(
     listener: Listener | None = None,
     confirm: bool = True,
     evidence: Evidence | None = None,
-) -> ConfirmationState:
-    """Search, then confirm. Returns the confirmation state (verdict inside). With ``evidence``, each trial's log,
-    per-prompt results and note are written for the dashboard."""
+) -> ConfirmationState | None:
+    """Search, then confirm. Returns the confirmation state (verdict inside; None with ``confirm=False``). With
+    ``evidence``, each trial's log, per-prompt results and note are written for the dashboard."""
     orch = Orchestrator(space, backend, runner, study, clock=clock, listener=listener, evidence=evidence)
     orch.search(n_trials if n_trials is not None else space.budget.n_trials, timeout_s=space.budget.timeout_s)
     if not confirm:
-        return {}
+        return None
     return orch.confirm()

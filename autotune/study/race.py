@@ -66,7 +66,8 @@ def race_survivors(rounds: list[Round], keys: list[int], spec: VerdictSpec) -> l
         done = rounds[:i]
         if len(active) <= 1:
             break
-        leader = max(active, key=lambda k, done=done: _mean_log(done, k))
+        means = {k: _mean_log(done, k) for k in active}
+        leader = max(active, key=means.__getitem__)
         keep = [leader]
         for k in active:
             if k == leader:
@@ -256,7 +257,10 @@ def candidate_result(
     spread is pooled with ``prior`` (the start-to-start noise, ``stats.speedup_interval``)."""
     mine = [r for r in rounds if r.candidates.get(number)]
     pairs = [(r.candidates[number], r.baseline.get(cuda_graph)) for r in mine]
-    dep = [(r.candidates[number], r.baseline.get(deploy_cuda_graph)) for r in mine]  # type: ignore[arg-type]
+    dep = [
+        (r.candidates[number], r.baseline.get(deploy_cuda_graph) if deploy_cuda_graph is not None else None)
+        for r in mine
+    ]
     return {
         "trial": number,
         "config": config,
@@ -277,11 +281,9 @@ def headline(result: dict[str, Any]) -> dict[str, Any] | None:
 def pick(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The best point estimate against the fastest baseline among the candidates still racing (the others were
     clearly slower than the leader of their rounds)."""
-    return max(
-        (r for r in results if headline(r) and not r["dropped"]),
-        key=lambda r: headline(r)["point"],  # type: ignore[index]
-        default=None,
-    )
+    racing = [(h, r) for r in results if (h := headline(r)) and not r["dropped"]]
+    best = max(racing, key=lambda hr: hr[0]["point"], default=None)
+    return best[1] if best is not None else None
 
 
 def decide(
@@ -305,7 +307,7 @@ def basis(results: list[dict[str, Any]], excluded: list[dict[str, Any]], deploy_
     graphs = {True: "graphs on", False: "graphs off"}.get(deploy_cg, "") if deploy_cg is not None else ""
     confirmed = [r for r in results if headline(r)]
     if confirmed:
-        rounds = sorted({headline(r)["n"] for r in confirmed})  # type: ignore[index]
+        rounds = sorted({h["n"] for r in confirmed if (h := headline(r))})
         n = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}"
         text = f"confirmed: {len(confirmed)} candidate(s), {n} rounds each against fresh baselines" + (
             f"; speedups against the fastest baseline ({graphs})" if graphs else ""

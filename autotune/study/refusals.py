@@ -108,11 +108,11 @@ def refuse_known_failures(study: optuna.Study, eff: TrialConfig, backend: Any, s
             f"start-up ({kind}) and none of its configs started; not launched again",
             kind,
         )
-    shaky = never_served(kin)
-    if shaky:
+    unserved = never_served(kin)
+    if unserved:
         raise NotLaunched(
             f"drafter {eff.drafter!r} (CUDA graphs {graphs}) never served: its servers crashed on every start in "
-            f"trials {_numbers(shaky)} (unstable) and none of its configs was measured; not launched again",
+            f"trials {_numbers(unserved)} (unstable) and none of its configs was measured; not launched again",
             Unstable.kind,
         )
     if not backend.not_engaged_is_per_drafter:

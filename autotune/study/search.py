@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune import records
 from autotune.config import TrialConfig
@@ -317,7 +317,7 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
         model,
         measured,
         _pool(ctx, grid, trials),
-        baseline_log=math.log(float(fastest.value)) if fastest is not None else None,
+        baseline_log=log_value(fastest) if fastest is not None else None,
         baseline_sd=model.noise_floor,
         resolution=RESOLUTION,
         min_gain=ctx.space.verdict.min_gain,
@@ -534,7 +534,7 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
         bars.append((float(means[i]), best, f"trial {best.number}'s" if best else "the best measured config's"))
     fastest = fastest_baseline(ctx)
     if fastest is not None:
-        bars.append((math.log(float(fastest.value)), fastest, f"the baseline's (trial {fastest.number})"))
+        bars.append((log_value(fastest), fastest, f"the baseline's (trial {fastest.number})"))
     if not bars:
         return None
     ref, against, what = max(bars, key=lambda b: b[0])  # the measured config on a tie, as before
@@ -555,10 +555,17 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
     }
 
 
-def fastest_baseline(ctx: StudyContext) -> Any:
+def fastest_baseline(ctx: StudyContext) -> FrozenTrial | None:
     """The measured baseline trial with the highest tok/s over the space's CUDA-graph settings, or None."""
     base = [records.find_baseline(ctx.study, cg) for cg in sorted({bool(b) for b in ctx.space.search.cuda_graph})]
-    return max((b for b in base if b is not None and b.value), key=lambda b: float(b.value), default=None)
+    return max((b for b in base if b is not None and b.value), key=lambda b: b.value or 0.0, default=None)
+
+
+def log_value(t: FrozenTrial) -> float:
+    """The log of a measured trial's tok/s (``fastest_baseline``'s trial is one)."""
+    if not t.value:
+        raise ValueError(f"trial {t.number} has no measured tok/s")
+    return math.log(t.value)
 
 
 def running_configs(ctx: StudyContext) -> list[TrialConfig]:

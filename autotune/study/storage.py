@@ -115,7 +115,7 @@ def _redact_url(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-def _connection_error(e: BaseException) -> bool:
+def _connection_error(e: BaseException | None) -> bool:
     """Whether ``e`` (or what caused it) is a lost or refused database connection, not a bad request."""
     import sqlalchemy.exc
 
@@ -127,7 +127,7 @@ def _connection_error(e: BaseException) -> bool:
             return True
         if isinstance(e, sqlalchemy.exc.DisconnectionError):
             return True
-        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+        e = e.__cause__ or e.__context__
         seen += 1
     return False
 
@@ -349,7 +349,7 @@ def worker_spec(space: Space) -> dict[str, Any]:
         return {k: {"type": type(v).__name__, **dataclasses.asdict(v)} for k, v in specs.items()}
 
     searched = space.searched_drafters()
-    spec = {
+    spec: dict[str, object] = {
         "space_digest": space_digest(space),
         "search": {
             "drafters": list(searched),

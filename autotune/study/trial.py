@@ -201,8 +201,8 @@ class Objective:
         t.record.failed(getattr(e, "kind", None), str(e), not_launched=isinstance(e, NotLaunched))
         if isinstance(e, LaunchError):
             t.record.server_log(e.log_tail, e.log_path)
-        elif getattr(e, "log_tail", ""):
-            t.record.log_tail(e.log_tail)  # type: ignore[attr-defined]
+        elif tail := getattr(e, "log_tail", ""):
+            t.record.log_tail(tail)
         self._end(t, {"state": TrialState.FAIL.name, "reason": str(e)})
 
     def _fatal(self, t: _Trial, e: Exception) -> UserError | None:
@@ -314,7 +314,8 @@ class Objective:
         if dup.state == TrialState.PRUNED:
             raise SameAsPruned(dup)
         end = {"state": dup.state.name, "reason": f"same server config as trial {dup.number}", "tok_per_s": dup.value}
-        return float(dup.value), end  # type: ignore[arg-type]
+        assert dup.value is not None  # a COMPLETE trial has its value
+        return float(dup.value), end
 
     def _refuse_hopeless(self, t: _Trial, eff: TrialConfig) -> None:
         """A proposal the search's ``gate`` finds not worth a server start (``search.not_worth_a_start``)."""
@@ -362,12 +363,15 @@ class Objective:
             n = len(ctx.space.benchmark.prompts)
             on_prompt = functools.partial(self._after_prompt, t, config, baseline, n)
             alarm = self._alarm if not config.is_baseline and ctx.backend.checks_engagement(config) else None
-            warm = {
-                "warmup": warmup_rule(ctx.space),
-                "on_warmup": functools.partial(self._warmed, t),
-                "check_first": alarm,
-            }
-            results = run_prompts(session, n, on_prompt=on_prompt, done=t.results or (), **warm)
+            results = run_prompts(
+                session,
+                n,
+                on_prompt=on_prompt,
+                done=t.results or (),
+                warmup=warmup_rule(ctx.space),
+                on_warmup=functools.partial(self._warmed, t),
+                check_first=alarm,
+            )
             if config.is_baseline and ctx.space.benchmark.greedy:
                 t.record.references(self._references(session, n))
             levels = None
