@@ -362,11 +362,11 @@ class BenchmarkClient:
         scrape = self.backend.acceptance_from_metrics_deltas or (self.backend.positions_from_metrics_deltas and alone)
         before = self.metrics() if scrape else None
         s = _Stream()
-        request = self._http.build_request("POST", path, json=body)
+        http_request = self._http.build_request("POST", path, json=body)
         t0 = self.clock.now()
         deadline = t0 + self.request_timeout_s
         try:
-            resp = self._http.send(request, stream=True)
+            resp = self._http.send(http_request, stream=True)
             try:
                 stream = resp.extensions.get("network_stream")
                 timed = stream if isinstance(stream, _TimedStream) else None

@@ -193,8 +193,8 @@ class Progress:
         parts.append(f"{_clock(self.now() - self.t0)} elapsed")
         eta = self.eta_s()
         if eta is not None and self.phase != "verdict":
-            lo, hi = eta
-            parts.append(f"ETA {_clock(lo)}" + (f" (at most {_clock(hi)})" if hi > lo + 1 else ""))
+            eta_lo, eta_hi = eta
+            parts.append(f"ETA {_clock(eta_lo)}" + (f" (at most {_clock(eta_hi)})" if eta_hi > eta_lo + 1 else ""))
         return " · ".join(parts)
 
 

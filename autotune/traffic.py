@@ -236,7 +236,7 @@ class _Reader:
             finish = c.get("finish_reason")
         if text is not None and not isinstance(text, str):
             raise self.expected(line, "response.choices[0].content", "a text", text)
-        usage = resp.get("usage") if isinstance(resp.get("usage"), dict) else {}
+        usage: dict[str, Any] = resp["usage"] if isinstance(resp.get("usage"), dict) else {}
         out_tokens = usage.get("completion_tokens")
         in_tokens = usage.get("prompt_tokens")
         return _replace(

@@ -349,13 +349,14 @@ def worker_spec(space: Space) -> dict[str, Any]:
         return {k: {"type": type(v).__name__, **dataclasses.asdict(v)} for k, v in specs.items()}
 
     searched = space.searched_drafters()
+    search: dict[str, Any] = {
+        "drafters": list(searched),
+        "cuda_graph": list(space.search.cuda_graph),
+        "knobs": knobs(space.search.knobs),
+    }
     spec: dict[str, object] = {
         "space_digest": space_digest(space),
-        "search": {
-            "drafters": list(searched),
-            "cuda_graph": list(space.search.cuda_graph),
-            "knobs": knobs(space.search.knobs),
-        },
+        "search": search,
         "drafters": {d.name: {"algorithm": d.algorithm} for d in space.drafters if d.name in searched},
         "pruning": dataclasses.asdict(space.pruning),
         "budget": {"refine_trials": space.budget.refine_trials},
@@ -365,7 +366,7 @@ def worker_spec(space: Space) -> dict[str, Any]:
     from autotune.measure import warmup_rule
 
     if space.search.methods:  # each method's drafters and knobs (absent: a space without methods, as before)
-        spec["search"]["methods"] = {
+        search["methods"] = {
             name: {"drafters": list(m.drafters), "knobs": knobs(m.knobs)} for name, m in space.search.methods.items()
         }
     rule = warmup_rule(space)
