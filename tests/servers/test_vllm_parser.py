@@ -1,8 +1,10 @@
 """vLLM's own parser and engine-config builder as a standing check: every ``vllm serve`` launch autotune makes for
 the vLLM spaces below (baselines, each method's server default, every grid point of a method space, every feasible
 config of a flat space; load-level flags included) and every export that carries a command (each fitting format of
-a vLLM study, SGLang studies translated with ``--format vllm``, a load study's ``--format vllm`` schedule) goes
-through vLLM 0.33.0's ``vllm serve`` parser, ``validate_parsed_serve_args`` and ``create_engine_config``
+a vLLM study, hand-made and from a study on the simulator (``vllm_study``), SGLang studies translated with
+``--format vllm``, a load study's ``--format vllm`` schedule), each run as its runtime runs it (``as_run``: bash,
+the env file's start line under bash and sh, compose and Kubernetes with the image's entrypoint), goes through
+vLLM 0.33.0's ``vllm serve`` parser, ``validate_parsed_serve_args`` and ``create_engine_config``
 (tests/servers/vllm_parse.py, run by the venv of scripts/vllm_setup.sh), and the ``SpeculativeConfig`` vLLM builds
 must be the one autotune means: method, num_speculative_tokens, model, prompt_lookup_min/max,
 draft_tensor_parallel_size, num_speculative_tokens_per_batch_size, plus enforce_eager (CUDA graphs off) and
