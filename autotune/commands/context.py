@@ -126,8 +126,8 @@ class Context:
 
 
 def launcher_problems(ctx: Context) -> list[Any]:
-    """The server's launcher on this machine (``checks.check_launcher``: an error when it is missing); none with
-    ``--simulate``, whose launcher is this interpreter (and none at all in-process)."""
+    """The server's launcher on this machine (``backends.registry.check_launcher``: an error when it is missing);
+    none with ``--simulate``, whose launcher is this interpreter (and none at all in-process)."""
     if ctx.simulated:
         return []
     from autotune.backends.registry import check_launcher

@@ -95,9 +95,10 @@ def _check_finished(ctx: Context, study: Any, note: Note | None) -> None:
         if now.holder
         else f"Finish it first (`autotune confirm {space}` confirms it; re-running `autotune study {space}` resumes it)"
     )
+    why = "may change" if now.holder else "is not confirmed and may change"
     raise UserError(
-        f"{now.text()}: its recommendation is not confirmed and may change, so it is not exported. {finish}, or "
-        f"export one trial you chose with --trial N (the trials: `autotune report {space}`)."
+        f"{now.text()}: its recommendation {why}, so it is not exported. {finish}, or export one trial you chose "
+        f"with --trial N (the trials: `autotune report {space}`)."
     )
 
 
