@@ -173,7 +173,8 @@ class TrialRecord:
         """``baseline`` or ``leader`` for a trial the pruner stopped (older studies: baseline)."""
         if self.attrs.get(PRUNE_REASON) is None:
             return None
-        return self.attrs.get(PRUNE_RULE, "baseline")
+        rule: str = self.attrs.get(PRUNE_RULE, "baseline")
+        return rule
 
     @property
     def pruned_against(self) -> int | None:
@@ -196,7 +197,8 @@ class TrialRecord:
     @property
     def prompts(self) -> list[dict[str, Any]]:
         """Per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed."""
-        return self.attrs.get(PROMPTS, [])
+        prompts: list[dict[str, Any]] = self.attrs.get(PROMPTS, [])
+        return prompts
 
     @property
     def accept_positions(self) -> AcceptPositions | None:
@@ -240,7 +242,8 @@ class TrialRecord:
 
     @property
     def outputs(self) -> list[str]:
-        return self.attrs.get(OUTPUTS, [])
+        outputs: list[str] = self.attrs.get(OUTPUTS, [])
+        return outputs
 
     def references(self) -> list[ReferenceOutput | None]:
         return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
@@ -252,7 +255,8 @@ class TrialRecord:
     @property
     def levels(self) -> list[dict[str, Any]]:
         """Per-level summaries as stored (empty without load levels); ``level_results`` reads them typed."""
-        return self.attrs.get(LEVELS, [])
+        levels: list[dict[str, Any]] = self.attrs.get(LEVELS, [])
+        return levels
 
     def level_results(self) -> list[LevelSummary]:
         """Per-level summaries, lowest level first (empty without load levels)."""
@@ -267,7 +271,8 @@ class TrialRecord:
 
     @property
     def slo_broken(self) -> list[str]:
-        return self.attrs.get(SLO_BROKEN, [])
+        broken: list[str] = self.attrs.get(SLO_BROKEN, [])
+        return broken
 
     @property
     def lossy(self) -> bool:
