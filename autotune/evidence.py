@@ -194,7 +194,7 @@ def _label(cfg: Mapping[str, Any] | None) -> str:
     return config_label(dict(cfg) if cfg else None)
 
 
-def _ci_text(ci: Mapping[str, Any] | None) -> str:
+def _ci_text(ci: Mapping[str, float] | None) -> str:
     if not ci:
         return "-"
     return f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}] ({ci.get('confidence', 0) * 100:.4g}%)"

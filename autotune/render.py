@@ -6,6 +6,7 @@ terminal; into a pipe or file the same text without escapes, 160 columns wide.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import IO, Any
 
 from rich.console import Console
@@ -21,7 +22,7 @@ def _fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _ci(ci: dict[str, Any] | None) -> str:
+def _ci(ci: Mapping[str, float] | None) -> str:
     return "-" if not ci else f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
 
 

@@ -127,7 +127,7 @@ def reverify(
     }
 
 
-def _interval(pairs: list[dict[str, Any]], space: Space) -> dict[str, Any] | None:
+def _interval(pairs: list[dict[str, Any]], space: Space) -> dict[str, float] | None:
     """The speedup interval of paired ``baseline`` / ``config`` figures (the pairs where both are positive), at
     ``verdict.confidence`` with the start prior; None under two such pairs."""
     logs = log_ratios([p["config"] for p in pairs], [p["baseline"] for p in pairs])

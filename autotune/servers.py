@@ -156,7 +156,8 @@ def server_class(name: str) -> type[ServerFacts]:
     if isinstance(entry, type):
         return entry
     module, cls = entry
-    return getattr(importlib.import_module(module), cls)
+    facts: type[ServerFacts] = getattr(importlib.import_module(module), cls)
+    return facts
 
 
 def knob_domains(name: str | None = None) -> dict[str, KnobDomain]:

@@ -345,7 +345,8 @@ class FactoredSurrogate:
 
     def sample(self, configs: Sequence[TrialConfig], n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` joint draws of log tok/s at ``configs``: a draw of each factor's joint posterior, subtracted."""
-        return self.accept.sample(configs, n, rng) - self.cycle.sample(configs, n, rng)
+        draws: np.ndarray = self.accept.sample(configs, n, rng) - self.cycle.sample(configs, n, rng)
+        return draws
 
 
 Model = Surrogate | FactoredSurrogate

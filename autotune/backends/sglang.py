@@ -368,7 +368,7 @@ class SGLangBackend(Backend):
 
     def checks_engagement(self, config: TrialConfig) -> bool:
         """Not for n-gram lookup: no drafter to be misconfigured; finding nothing to copy is a measured loss."""
-        return config.knob("method") != "ngram"
+        return bool(config.knob("method") != "ngram")
 
     def drafter_algorithm(self, space: Space, name: str) -> str:
         """``--speculative-algorithm`` of drafter ``name`` (``resolved_algorithm``)."""

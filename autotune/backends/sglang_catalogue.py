@@ -183,7 +183,7 @@ def adaptive_file(config: TrialConfig) -> dict[str, Any]:
     """The ``--speculative-adaptive-config`` JSON of an adaptive config: SGLang's default with the batch-size-1
     slot's candidate steps and hysteresis from the config's knobs."""
     steps = parse_steps(config.knob("candidate_steps")) or [1, 3, 5, 7]
-    out = json.loads(json.dumps(DEFAULT_ADAPTIVE_CONFIG))
+    out: dict[str, Any] = json.loads(json.dumps(DEFAULT_ADAPTIVE_CONFIG))
     out["1"].update(
         candidate_steps=steps,
         up_hysteresis=float(config.knob("up_hysteresis", 0.0)),

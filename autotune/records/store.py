@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -60,6 +60,8 @@ from autotune.records.schema import (
 )
 from autotune.warmup import WarmUp
 
+_T = TypeVar("_T")
+
 
 class TrialRecord:
     """Typed read access to one trial's record (a ``FrozenTrial``, or the running ``optuna.Trial``)."""
@@ -69,6 +71,11 @@ class TrialRecord:
     def __init__(self, trial: FrozenTrial | optuna.Trial) -> None:
         self.trial = trial
         self.attrs: dict[str, Any] = trial.user_attrs
+
+    def _attr(self, key: str, default: _T) -> _T:
+        """The stored attr ``key`` (``default`` when absent), as the type of ``default``: stored JSON, not checked."""
+        value: _T = self.attrs.get(key, default)
+        return value
 
     @property
     def role(self) -> str | None:
@@ -173,7 +180,7 @@ class TrialRecord:
         """``baseline`` or ``leader`` for a trial the pruner stopped (older studies: baseline)."""
         if self.attrs.get(PRUNE_REASON) is None:
             return None
-        return self.attrs.get(PRUNE_RULE, "baseline")
+        return self._attr(PRUNE_RULE, "baseline")
 
     @property
     def pruned_against(self) -> int | None:
@@ -196,7 +203,7 @@ class TrialRecord:
     @property
     def prompts(self) -> list[dict[str, Any]]:
         """Per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed."""
-        return self.attrs.get(PROMPTS, [])
+        return self._attr(PROMPTS, [])
 
     @property
     def accept_positions(self) -> AcceptPositions | None:
@@ -240,7 +247,7 @@ class TrialRecord:
 
     @property
     def outputs(self) -> list[str]:
-        return self.attrs.get(OUTPUTS, [])
+        return self._attr(OUTPUTS, [])
 
     def references(self) -> list[ReferenceOutput | None]:
         return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
@@ -252,7 +259,7 @@ class TrialRecord:
     @property
     def levels(self) -> list[dict[str, Any]]:
         """Per-level summaries as stored (empty without load levels); ``level_results`` reads them typed."""
-        return self.attrs.get(LEVELS, [])
+        return self._attr(LEVELS, [])
 
     def level_results(self) -> list[LevelSummary]:
         """Per-level summaries, lowest level first (empty without load levels)."""
@@ -267,7 +274,7 @@ class TrialRecord:
 
     @property
     def slo_broken(self) -> list[str]:
-        return self.attrs.get(SLO_BROKEN, [])
+        return self._attr(SLO_BROKEN, [])
 
     @property
     def lossy(self) -> bool:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from autotune.sim.acceptance import SpecShape
 from autotune.sim.timing import Hardware, t_cycle_batch
 
 #: SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG (speculative/adaptive_spec_params.py)
-DEFAULT_ADAPTIVE_CONFIG: dict[str, dict] = {
+DEFAULT_ADAPTIVE_CONFIG: dict[str, dict[str, Any]] = {
     "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0},
     "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
     "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
@@ -26,7 +27,7 @@ class AdaptiveSlot:
     """SGLang's ``AdaptiveStepSlot``: an EMA of the accepted draft tokens per verify (batch mean) picks num_steps
     among the slot's candidates, every ``update_interval`` verifies after ``warmup_batches``."""
 
-    def __init__(self, initial_steps: int, cfg: dict) -> None:
+    def __init__(self, initial_steps: int, cfg: Mapping[str, Any]) -> None:
         self.candidate_steps = sorted(set(cfg["candidate_steps"]))
         self.ema_alpha = float(cfg.get("ema_alpha", 0.2))
         self.update_interval = int(cfg.get("update_interval", 5))
@@ -100,7 +101,7 @@ class AdaptiveController:
     padded up to a captured CUDA-graph batch size, then routed to the largest key not above it (the smallest key
     below every key)."""
 
-    def __init__(self, initial_steps: int, config: dict, cuda_graph_bs: list[int] | None = None) -> None:
+    def __init__(self, initial_steps: int, config: Mapping[str, Any], cuda_graph_bs: list[int] | None = None) -> None:
         entries = {int(k): v for k, v in config.items() if k.isdigit()}
         self.bs_keys = sorted(entries)
         self.slots = {bs: AdaptiveSlot(initial_steps, {**config, **entries[bs]}) for bs in self.bs_keys}

@@ -515,7 +515,7 @@ def load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
         cfg = DEFAULT_ADAPTIVE_CONFIG
     if not isinstance(cfg, dict):
         raise AttributeError(f"'{type(cfg).__name__}' object has no attribute 'items'")
-    bs_entries: dict[int, dict] = {}
+    bs_entries: dict[int, dict[str, Any]] = {}
     for key, entry in cfg.items():
         if not key.isdigit():
             continue

@@ -236,7 +236,7 @@ def look_confidence(spec: VerdictSpec, first: int | None, n: int, candidates: in
     return 1.0 - error / extra
 
 
-def _interval(pairs: list[tuple[Any, Any]], confidence: float, prior: Spread | None) -> dict[str, Any] | None:
+def _interval(pairs: list[tuple[Any, Any]], confidence: float, prior: Spread | None) -> dict[str, float] | None:
     logs = [math.log(c / b) for c, b in pairs if c and b]
     return speedup_interval(logs, confidence, prior).to_dict() if len(logs) >= 2 else None
 
