@@ -26,7 +26,7 @@ import unicodedata
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -239,7 +239,7 @@ class _Reader:
         usage: dict[str, Any] = resp["usage"] if isinstance(resp.get("usage"), dict) else {}
         out_tokens = usage.get("completion_tokens")
         in_tokens = usage.get("prompt_tokens")
-        return _replace(
+        return replace(
             req,
             response=text,
             finish_reason=finish if isinstance(finish, str) else None,
@@ -286,12 +286,6 @@ class _Reader:
         return self.openai(obj, line, index)
 
 
-def _replace(req: LoggedRequest, **changes: Any) -> LoggedRequest:
-    from dataclasses import replace
-
-    return replace(req, **changes)
-
-
 def read_requests(path: str | Path) -> list[LoggedRequest]:
     """Every request of the log at ``path`` (see the module for the formats), in file order."""
     p = Path(path)
@@ -334,7 +328,8 @@ def read_requests(path: str | Path) -> list[LoggedRequest]:
 
 def _array_lines(text: str, n: int) -> list[int]:
     """The line each top-level element of a JSON array starts on (best effort: 1-based, 0 when unknown)."""
-    lines, depth, starts, in_str, esc, line = [], 0, [], False, False, 1
+    depth, in_str, esc, line = 0, False, False, 1
+    starts: list[int] = []
     for ch in text:
         if ch == "\n":
             line += 1
