@@ -14,6 +14,7 @@ sys.path.insert(0, str(SCRIPTS))
 
 import bench_overhead  # noqa: E402
 import bench_search  # noqa: E402
+import bench_statistics  # noqa: E402
 
 
 def test_bench_search_tiny(tmp_path):
@@ -131,3 +132,27 @@ def test_generated_landscapes_are_plausible_reproducible_and_benchmarked(tmp_pat
     assert 0 < d["ratio_vs_full_grid"]["0.5"] <= 1
     md = (tmp_path / "benchmarks.md").read_text()
     assert "<!-- begin search-generated -->" in md and "gen-001" in md
+
+
+def test_bench_statistics_tiny(tmp_path):
+    """Every statistical property measured with a few draws and one small coverage study: the figures are shares
+    and round counts in range, each row carries its bound, and only its own section and key are written (the rules
+    themselves: tests/verdict/test_sequential.py, test_coverage.py, test_baseline_check.py, tests/study/
+    test_surrogate.py)."""
+    (tmp_path / "benchmarks.json").write_text(json.dumps({"search": {"kept": True}}))
+    rc = bench_statistics.main(
+        ["--scale", "0.002", "--seeds", "1", "--trials", "6", "--jobs", "1", "--out", str(tmp_path)]
+    )
+    assert rc == 0
+    data = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert data["search"] == {"kept": True}
+    props = data["statistics"]["properties"]
+    assert set(props) == {*bench_statistics.PROPERTIES, "interval_coverage"}
+    for key, p in props.items():
+        assert p["what"] and p["text"] and p["bound"] and isinstance(p["holds"], bool), key
+    assert 0 <= props["looks_at_the_bar"]["figures"]["false_win"] <= 1
+    assert 3 <= props["first_look_after_three_rounds"]["figures"]["clear_rounds"] <= 8
+    cov = props["interval_coverage"]["figures"]
+    assert cov["studies"] == 1 and cov["covered"] + len(cov["misses"]) == 1
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert "<!-- begin statistics -->" in md and "| The race's tie end |" in md

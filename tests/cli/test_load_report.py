@@ -26,7 +26,7 @@ SPACE = REPO / "spaces" / "llama-8b-load.yaml"
 def load_study(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("load")
     studies = tmp / "studies"
-    r = autotune("study", str(SPACE), "--simulate", "--in-process", "--studies-dir", str(studies))
+    r = autotune("study", str(SPACE), "--simulate", "--in-process", "--n-trials", "16", "--studies-dir", str(studies))
     assert r.returncode == 0, r.stderr
     r = autotune("report", str(SPACE), "--simulate", "--json", "--studies-dir", str(studies))
     assert r.returncode == 0, r.stderr

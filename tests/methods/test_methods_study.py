@@ -1,5 +1,6 @@
 """The method choice end to end: ``spaces/methods.yaml`` on the simulator's three truths names the right method
-(scripts/bench_methods.py runs 20 seeds per truth; here 2)."""
+(one seed per truth here, each study shared by the tests that read it; how often it does over 20 seeds per truth:
+scripts/bench_methods.py, docs/benchmarks.md "Methods")."""
 
 from __future__ import annotations
 
@@ -24,12 +25,25 @@ def _bench():
     return mod
 
 
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    """``run(truth)``: bench_methods' run of that truth at seed 0 (its output and its folder), once per module."""
+    bench, done = _bench(), {}
+
+    def run(truth: str) -> tuple[dict, Path]:
+        if truth not in done:
+            work = tmp_path_factory.mktemp(f"methods-{truth}")
+            done[truth] = bench.run_one(truth, 0, work), work
+        return done[truth]
+
+    return bench, run
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("truth", ["code-edit", "chat", "mtp"])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_right_method_wins(tmp_path, truth, seed):
-    bench = _bench()
-    out = bench.run_one(truth, seed, tmp_path)
+def test_the_right_method_wins(studies, truth):
+    bench, run = studies
+    out, _ = run(truth)
     assert out.get("error") is None and out["rc"] == 0, out
     assert out["winner"] == bench.TRUTHS[truth]["expect"], out["text"]
     assert out["text"].split(" wins on this prompt set: ")[1]  # the winner's interval follows
@@ -44,15 +58,15 @@ NATIVE_FORMATS = ("sglang", "command", "yaml", "json", "env", "compose", "k8s")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("truth", sorted(DRAFTERLESS))
-def test_a_drafterless_winner_is_reported_and_exported(tmp_path, truth):
+def test_a_drafterless_winner_is_reported_and_exported(studies, tmp_path, truth):
     """n-gram and MTP run without a drafter checkpoint: the study ends with rc 0, the text and HTML reports render,
     every native export format names the method's algorithm, and the translation to vLLM says why it does not fit
     (exit 2, the formats that fit)."""
-    bench = _bench()
-    out = bench.run_one(truth, 0, tmp_path)
+    bench, run = studies
+    out, work = run(truth)
     assert out["rc"] == 0 and out["winner"] == bench.TRUTHS[truth]["expect"], out
-    space = tmp_path / f"{truth}-0" / f"methods-{truth}.yaml"
-    common = ["--simulate", "--studies-dir", str(tmp_path / f"{truth}-0" / "studies")]
+    space = work / f"{truth}-0" / f"methods-{truth}.yaml"
+    common = ["--simulate", "--studies-dir", str(work / f"{truth}-0" / "studies")]
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         argv = [sys.executable, "-m", "autotune", args[0], str(space), *common, *args[1:]]

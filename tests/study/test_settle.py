@@ -158,14 +158,26 @@ def _search(speed, n_trials: int, events: list | None = None, stop_when_settled:
     return study
 
 
-def test_a_settled_search_stops_before_its_budget_and_says_why(tmp_path):
+#: the budget of the settled search several tests read (``settled``): the peak is found and the search stops before
+#: its end
+SETTLED_BUDGET = 20
+
+
+@pytest.fixture(scope="module")
+def settled() -> tuple[optuna.Study, list[Event]]:
+    """One search of the smooth ``peak`` landscape with the stop rule on, and its events (read, not changed, by the
+    tests that use it)."""
     events: list[Event] = []
-    study = _search(peak, 60, events=events)
+    return _search(peak, SETTLED_BUDGET, events=events), events
+
+
+def test_a_settled_search_stops_before_its_budget_and_says_why(tmp_path, settled):
+    study, events = settled
     state = records.search_settled(study)
-    assert state is not None and state["n_trials"] == 60
-    assert _counted(study) == state["trials"] < 60
+    assert state is not None and state["n_trials"] == SETTLED_BUDGET
+    assert _counted(study) == state["trials"] < SETTLED_BUDGET
     notes = [e.data["message"] for e in events if e.kind == "note" and "search stopped" in e.data.get("message", "")]
-    assert len(notes) == 1 and f"after {state['trials']} of up to 60 trials" in notes[0]
+    assert len(notes) == 1 and f"after {state['trials']} of up to {SETTLED_BUDGET} trials" in notes[0]
     # the report says it, on the terminal and in the HTML page
     report = build_report(study)
     assert report["search_settled"]["text"] == notes[0]
@@ -173,23 +185,28 @@ def test_a_settled_search_stops_before_its_budget_and_says_why(tmp_path):
     assert "id='search-settled'" in (tmp_path / "r.html").read_text()
     # the same budget again (a resumed run): nothing more is measured
     before = len(study.trials)
-    space = _space(60)
-    Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study).search(60)
+    space = _space(SETTLED_BUDGET)
+    Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study).search(SETTLED_BUDGET)
     assert len(study.trials) == before
 
 
-def test_the_best_is_found_only_after_the_surrogate_measured_its_own_picks(monkeypatch):
-    study = _search(peak, 60)
+def test_the_best_is_found_only_after_the_surrogate_measured_its_own_picks(monkeypatch, settled):
+    """The settled search had measured the surrogate's own picks; with more picks required than the budget holds,
+    only "nothing clears the bar" may stop the same search, and it does not."""
+    study, _ = settled
     picks = [t for t in study.trials if t.user_attrs.get("seeded") == "surrogate"]
     assert len(picks) >= search.IMPROVE_AFTER_PICKS
-    monkeypatch.setattr(search, "IMPROVE_AFTER_PICKS", 1000)  # only "nothing clears the bar" may stop it
-    assert records.search_settled(_search(peak, 30)) is None
+    monkeypatch.setattr(search, "IMPROVE_AFTER_PICKS", 1000)
+    study = _search(peak, SETTLED_BUDGET)
+    assert records.search_settled(study) is None and _counted(study) == SETTLED_BUDGET
 
 
-def test_without_the_stop_rule_the_budget_is_a_quota():
-    study = _search(peak, 30, stop_when_settled=False)  # budget.stop_when_settled: false
+def test_without_the_stop_rule_the_budget_is_a_quota(settled):
+    """The same search with ``budget.stop_when_settled: false`` runs every trial of the budget."""
+    assert _counted(settled[0]) < SETTLED_BUDGET
+    study = _search(peak, SETTLED_BUDGET, stop_when_settled=False)
     assert records.search_settled(study) is None
-    assert _counted(study) == 30
+    assert _counted(study) == SETTLED_BUDGET
 
 
 def test_a_landscape_where_every_config_loses_stops_on_the_minimum_gain():
@@ -278,14 +295,14 @@ def test_one_surrogate_fit_per_observation_set(monkeypatch):
     assert len(fits) == n + 1
 
 
-def test_with_load_levels_only_nothing_clearing_the_bar_stops_the_search(monkeypatch):
+def test_with_load_levels_only_nothing_clearing_the_bar_stops_the_search(monkeypatch, settled):
     """The surrogate models the weighted objective, not each level's winner: with load levels "the best is found"
     is not asked to stop the search (scripts/bench_load.py: it missed a level's winner in more seeds)."""
     from autotune.study.context import StudyContext
 
-    study = _search(peak, 60)  # one stream: the peak is found and settles the search
+    study, _ = settled  # one stream: the peak is found and settles the search
     assert "no unmeasured config" in records.search_settled(study)["reason"]
-    space = _space(60)
+    space = _space(SETTLED_BUDGET)
     asked = []
     real = search.settle.settle
 
@@ -334,12 +351,12 @@ def test_a_config_judged_lossy_is_never_the_best_the_stop_and_the_gate_measure_a
         return real(model, measured, *a, **k)
 
     monkeypatch.setattr(search.settle, "settle", spy)
-    space = make_space(n_trials=40, drafters=("good", "fast"))
-    space = dataclasses.replace(space, budget=BudgetSpec(n_trials=40))
+    space = make_space(n_trials=16, drafters=("good", "fast"))
+    space = dataclasses.replace(space, budget=BudgetSpec(n_trials=16))
     study = open_study(space, optuna.storages.InMemoryStorage(), "lossy", seed=1)
     runner = ScriptedRunner(speed={"good": peak, "fast": lambda c: 2.0 * peak(c)}, diverge={"fast"})
     orch = Orchestrator(space, SGLangBackend(), runner, study)
-    orch.search(40)
+    orch.search(16)
     lossy = [t for t in study.trials if records.TrialRecord(t).lossy]
     assert lossy and all(records.TrialRecord(t).effective_config().drafter == "fast" for t in lossy)
     observed = {c.drafter for c, _ in search.observations(orch.ctx)}

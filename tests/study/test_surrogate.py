@@ -1,5 +1,5 @@
 """The surrogate (pure): encoding, fit, and what it is for: picking a near-optimal config from noisy single starts
-better than the best single measurement does."""
+better than the best single measurement does (on a fixed case here; over many seeds: scripts/bench_statistics.py)."""
 
 from __future__ import annotations
 
@@ -60,25 +60,22 @@ def test_fit_respects_the_noise_floor_and_averages_repeats():
     assert (sd > 0).all()
 
 
-def test_posterior_mean_picks_better_than_the_best_single_noisy_start():
-    """30 configs measured once with 2.5% start noise: the config with the highest posterior mean is, over 30
-    seeds, closer to the optimum than the config with the highest single measurement (the winner's curse)."""
+def test_the_posterior_mean_discounts_a_lucky_single_start():
+    """30 configs measured once with 2.5% start noise (this seed's draws): the highest single measurement is a start
+    7% above its config's truth, far from the optimum; the posterior mean there is pulled down toward its
+    neighbours and the highest posterior mean is a config much nearer the optimum (the winner's curse avoided).
+    Over 30 seeds: scripts/bench_statistics.py (``posterior_mean_pick``)."""
     enc = Encoding.from_configs(GRID)
     truth = np.array([true_log_speed(c) for c in GRID])
-    best = truth.max()
-    raw_regret, model_regret = [], []
-    for seed in range(30):
-        rng = random.Random(seed)
-        idx = rng.sample(range(len(GRID)), 30)
-        obs = [(GRID[i], truth[i] + rng.gauss(0, 0.025)) for i in idx]
-        model = Surrogate(enc, obs, noise_floor=0.025)
-        mean, _ = model.predict([GRID[i] for i in idx])
-        raw_pick = idx[int(np.argmax([y for _, y in obs]))]
-        model_pick = idx[int(np.argmax(mean))]
-        raw_regret.append(best - truth[raw_pick])
-        model_regret.append(best - truth[model_pick])
-    assert np.mean(model_regret) < np.mean(raw_regret)
-    assert sum(m <= r for m, r in zip(model_regret, raw_regret, strict=True)) >= 20
+    rng = random.Random(1)
+    idx = rng.sample(range(len(GRID)), 30)
+    obs = [(GRID[i], truth[i] + rng.gauss(0, 0.025)) for i in idx]
+    mean, _ = Surrogate(enc, obs, noise_floor=0.025).predict([GRID[i] for i in idx])
+    raw = int(np.argmax([y for _, y in obs]))
+    pick = int(np.argmax(mean))
+    assert obs[raw][1] - truth[idx[raw]] > 0.05  # the lucky start
+    assert mean[raw] < obs[raw][1] - 0.02
+    assert pick != raw and truth.max() - truth[idx[pick]] < 0.5 * (truth.max() - truth[idx[raw]])
 
 
 def test_unmeasured_group_reverts_to_the_prior_with_more_uncertainty():
