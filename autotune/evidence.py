@@ -326,19 +326,20 @@ class Evidence:
     def attach(
         self,
         trial: optuna.Trial,
+        attrs: Mapping[str, Any],
         outcome: Mapping[str, Any],
         results: Sequence[PromptResult],
         prompt_ids: Sequence[str],
         baseline: Sequence[float],
     ) -> None:
         """Upload the server log (if there is one), the per-prompt results and their figure; save the note (when
-        optuna-dashboard is installed: a tuning host without it still keeps the artifacts)."""
+        optuna-dashboard is installed: a tuning host without it still keeps the artifacts). ``attrs``: the trial's user
+        attrs (read, not copied: ``autotune.study._optuna.live_attrs``)."""
         try:
             from optuna_dashboard import save_note
         except ImportError:
             save_note = None
 
-        attrs = records.TrialRecord(trial).attrs
         n = trial.number
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

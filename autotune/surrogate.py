@@ -24,6 +24,7 @@ H200 with 16 server slots a long draft's twins accepted 8.86 vs 9.29 tokens a ro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -39,6 +40,21 @@ NOISE_FACTORS = (1.0, 1.5, 2.5, 4.0)  # x the noise floor
 SIGNAL = (0.5, 1.0, 2.0)  # x the sd of the observations
 RHO = (0.0, 0.5, 0.9)
 LEVEL = (0.0, 1.0, 2.0)  # x the sd of the observations: a level shared by the configs of one level group
+
+
+@functools.cache
+def _blas() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def one_blas_thread() -> Any:
+    """A context in which BLAS runs one thread: the surrogate's matrices are a grid's size (~1,000), and BLAS's
+    threads spin-waiting beside each small factorization cost more CPU than they save (a 40-trial study on this
+    2-core machine: 8.6-12.6 CPU-s with BLAS's threads, 5.5-5.7 with one; scripts/bench_loop.py). In the process
+    only: servers started from it keep their own threads."""
+    return _blas().limit(limits=1, user_api="blas")
 
 
 def _ids(keys: Sequence[Hashable], known: Mapping[Hashable, int]) -> np.ndarray:
@@ -87,6 +103,12 @@ class Encoding:
         return (c.drafter, bool(c.cuda_graph) if self.graph_groups else None, other)
 
     def coords(self, c: TrialConfig) -> list[float]:
+        return list(self._coords(c))
+
+    @functools.lru_cache(maxsize=1 << 14)  # noqa: B019 (an encoding lives as long as a study's surrogates)
+    def _coords(self, c: TrialConfig) -> tuple[float, ...]:
+        """``coords``, once per config: every prediction over the grid re-encoded ~1,000 configs (0.65 CPU-s of a
+        40-trial study)."""
         out = []
         for k, lo, hi, log in zip(self.knobs, self.lows, self.highs, self.logs, strict=True):
             v = c.knob(k)
@@ -96,7 +118,7 @@ class Encoding:
             x = float(v)
             x = math.log2(x) if log and x > 0 else x
             out.append((x - lo) / (hi - lo))
-        return out
+        return tuple(out)
 
 
 class Surrogate:

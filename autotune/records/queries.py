@@ -3,7 +3,8 @@ launch failures in a row, exclusions, budget, level rows) and enqueueing."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import optuna
@@ -66,8 +67,32 @@ def enqueue_retry(study: optuna.Study, lost: FrozenTrial, system_attrs: dict[str
 # ---------------------------------------------------------------------------------------------- queries
 
 
+#: where ``reading`` keeps its snapshot on the study object
+_SNAPSHOT = "_autotune_snapshot"
+
+
 def trials(study: optuna.Study, states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
-    return study.get_trials(deepcopy=False, states=states)
+    """The study's trials (of ``states``), from the snapshot of an enclosing ``reading`` if there is one."""
+    snapshot: list[FrozenTrial] | None = study.__dict__.get(_SNAPSHOT)
+    if snapshot is None:
+        return study.get_trials(deepcopy=False, states=states)
+    return snapshot if states is None else [t for t in snapshot if t.state in states]
+
+
+@contextlib.contextmanager
+def reading(study: optuna.Study) -> Iterator[None]:
+    """Within: every ``trials(study)`` reads one snapshot of the study, taken on entry. For a decision that only
+    reads (the refusal rules before a start, the settled check between trials): each read of an RDB study
+    re-reads the running trials with all their attrs (Optuna's cache), ~24 reads a trial were a third of the
+    loop's CPU. Not for a wait on other workers (it would never see them change). Nested: the outer snapshot."""
+    if study.__dict__.get(_SNAPSHOT) is not None:
+        yield
+        return
+    study.__dict__[_SNAPSHOT] = study.get_trials(deepcopy=False)
+    try:
+        yield
+    finally:
+        del study.__dict__[_SNAPSHOT]
 
 
 def is_baseline_trial(t: FrozenTrial) -> bool:

@@ -68,9 +68,11 @@ class TrialRecord:
 
     __slots__ = ("trial", "attrs")
 
-    def __init__(self, trial: FrozenTrial | optuna.Trial) -> None:
+    def __init__(self, trial: FrozenTrial | optuna.Trial, attrs: dict[str, Any] | None = None) -> None:
+        """``attrs``: the trial's user attrs where the caller has them without a copy (a running ``optuna.Trial``
+        deep-copies them on every read: ``autotune.study._optuna.live_attrs``)."""
         self.trial = trial
-        self.attrs: dict[str, Any] = trial.user_attrs
+        self.attrs: dict[str, Any] = trial.user_attrs if attrs is None else attrs
 
     def _attr(self, key: str, default: _T) -> _T:
         """The stored attr ``key`` (``default`` when absent), as the type of ``default``: stored JSON, not checked."""

@@ -9,7 +9,6 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune import records
 from autotune.backends.base import Backend
 from autotune.clock import Clock, MonotonicClock
 from autotune.config import TrialConfig
@@ -19,13 +18,12 @@ from autotune.records import ConfirmationState
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.study import confirm as _confirm
-from autotune.study import figures as _figures
 from autotune.study import ladder as _ladder
 from autotune.study import search as _search
 from autotune.study import trial as _trial
 from autotune.study.context import StudyContext
 from autotune.study.events import Listener, quiet
-from autotune.surrogate import Model
+from autotune.surrogate import Model, one_blas_thread
 
 
 class Orchestrator:
@@ -93,29 +91,18 @@ class Orchestrator:
     def tie_tolerance(self) -> tuple[float, str]:
         return self.ctx.tie_tolerance
 
-    def lossless_tolerance(self) -> float:
-        return self.ctx.lossless_tolerance()
-
     # -- the search -----------------------------------------------------------------------------------
     def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:
-        _search.search(self.ctx, self.objective, n_trials, timeout_s=timeout_s)
-        if self.space.benchmark.loaded:  # each level's winner measured: the best config's draft-length ladder
-            _ladder.run(self.ctx, self.objective)
+        with one_blas_thread():
+            _search.search(self.ctx, self.objective, n_trials, timeout_s=timeout_s)
+            if self.space.benchmark.loaded:  # each level's winner measured: the best config's draft-length ladder
+                _ladder.run(self.ctx, self.objective)
 
     def objective(self, trial: optuna.Trial) -> float:
         return self._objective(trial)
 
     def counted_trials(self, running: bool = False) -> int:
         return _search.counted_trials(self.ctx, running)
-
-    def remaining(self, n_trials: int) -> int:
-        return _search.remaining(self.ctx, n_trials)
-
-    def seed_configs(self) -> list[TrialConfig]:
-        return _search.seed_configs(self.ctx)
-
-    def refine_count(self, n_trials: int) -> int:
-        return _search.refine_count(self.ctx, n_trials)
 
     def observations(self) -> list[tuple[TrialConfig, float]]:
         return _search.observations(self.ctx)
@@ -126,21 +113,13 @@ class Orchestrator:
     def refine_next(self, model: Model | None = None) -> TrialConfig | None:
         return _search.refine_next(self.ctx, model)
 
-    def lossless_record(self, texts: list[str], baseline: FrozenTrial) -> dict[str, Any]:
-        return _figures.lossless_record(self.ctx, texts, baseline)
-
     # -- confirmation ---------------------------------------------------------------------------------
     def candidates(self) -> list[FrozenTrial]:
         return _confirm.candidates(self.ctx)
 
-    def exclusions(self) -> list[dict[str, Any]]:
-        return records.find_exclusions(self.study)
-
-    def fastest_baseline_setting(self) -> bool | None:
-        return _confirm.fastest_baseline_setting(self.ctx)
-
     def confirm(self) -> ConfirmationState:
-        return _confirm.confirm(self.ctx)
+        with one_blas_thread():
+            return _confirm.confirm(self.ctx)
 
 
 def run(

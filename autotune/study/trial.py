@@ -92,6 +92,11 @@ LEVEL_EVENT_KEYS = ("level", "tok_per_s", "speedup", "stream_tok_per_s", "itl_p9
 MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
 
 
+def _record(trial: optuna.Trial) -> TrialRecord:
+    """The running trial's record, read without Optuna's deep copy of its user attrs (``_optuna.live_attrs``)."""
+    return TrialRecord(trial, _optuna.live_attrs(trial))
+
+
 @dataclass
 class _Trial:
     """One trial while it runs."""
@@ -158,7 +163,7 @@ class Objective:
     # -- outcomes -------------------------------------------------------------------------------------
     def _end(self, t: _Trial, data: dict[str, Any]) -> None:
         self._evidence(t, data)
-        r = TrialRecord(t.trial)
+        r = _record(t.trial)
         # what the live view counts apart: a place in the budget used, a copy of a measured config (no start, no
         # budget), a config the launch gate kept from a start (its place used, no start), the phase it ran for
         data = {
@@ -175,12 +180,19 @@ class Objective:
         evidence = self.ctx.evidence
         if evidence is None:
             return
-        results = t.results or [PromptResult.from_dict(p) for p in TrialRecord(t.trial).prompts]  # a duplicate: copied
+        results = t.results or [PromptResult.from_dict(p) for p in _record(t.trial).prompts]  # a duplicate: copied
         cg = t.config.cuda_graph if t.config is not None else None
         base = None if t.config is None or t.config.is_baseline else records.find_baseline(self.ctx.study, cg)
         per_prompt = [] if base is None else [base.intermediate_values[s] for s in sorted(base.intermediate_values)]
         try:
-            evidence.attach(t.trial, data, results, [p.id for p in self.ctx.space.benchmark.prompts], per_prompt)
+            evidence.attach(
+                t.trial,
+                _optuna.live_attrs(t.trial),
+                data,
+                results,
+                [p.id for p in self.ctx.space.benchmark.prompts],
+                per_prompt,
+            )
         except OSError as e:  # evidence is for review: a full disk must not lose the measurement
             self.ctx.emit(Event("note", t.number, {"message": f"trial evidence not written: {e}"}))
 
@@ -224,8 +236,8 @@ class Objective:
         """The server was stopped by the session's close(); the trial does not use the budget and its config is
         measured again when the study resumes."""
         t.record.interrupted()
-        if TrialRecord(t.trial).role != records.ROLE_BASELINE:
-            seeded = TrialRecord(t.trial).seeded  # a level's pick stays one (``ladder``: its phase runs it)
+        if _record(t.trial).role != records.ROLE_BASELINE:
+            seeded = _record(t.trial).seeded  # a level's pick stays one (``ladder``: its phase runs it)
             records.enqueue_speculative(self.ctx.study, dict(t.trial.params), seeded=seeded, requeued_from=t.number)
 
     # -- the steps ------------------------------------------------------------------------------------
@@ -245,9 +257,10 @@ class Objective:
             dup = records.find_duplicate(ctx.study, eff.key(), t.number)
         if dup is not None:
             return self._reuse(t, dup)
-        refuse_known_failures(self.ctx.study, eff, self.ctx.backend, self.size_knob)
-        self._refuse_hopeless(t, eff)
-        baseline = None if eff.is_baseline else records.find_baseline(ctx.study, eff.cuda_graph)
+        with records.reading(ctx.study):  # the refusal rules read one snapshot
+            refuse_known_failures(self.ctx.study, eff, self.ctx.backend, self.size_knob)
+            self._refuse_hopeless(t, eff)
+            baseline = None if eff.is_baseline else records.find_baseline(ctx.study, eff.cuda_graph)
         return self._measure(t, eff, baseline)
 
     def _await_same_config(self, t: _Trial, eff: TrialConfig) -> bool:
@@ -301,7 +314,7 @@ class Objective:
 
     def _suggest(self, trial: optuna.Trial) -> TrialConfig:
         space = self.ctx.space
-        if TrialRecord(trial).role == records.ROLE_BASELINE:
+        if _record(trial).role == records.ROLE_BASELINE:
             cg = trial.suggest_categorical(records.PARAM_CUDA_GRAPH, list(space.search.cuda_graph))
             return TrialConfig.baseline(bool(cg))
         return self.ctx.backend.suggest(trial, space)
@@ -319,7 +332,7 @@ class Objective:
 
     def _refuse_hopeless(self, t: _Trial, eff: TrialConfig) -> None:
         """A proposal the search's ``gate`` finds not worth a server start (``search.not_worth_a_start``)."""
-        r = TrialRecord(t.trial)
+        r = _record(t.trial)
         if self.gate is None or r.attrs.get(records.REQUEUED_FROM) is not None:
             return
         skip = self.gate(eff, r.seeded)

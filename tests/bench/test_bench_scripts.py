@@ -12,6 +12,7 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
+import bench_loop  # noqa: E402
 import bench_overhead  # noqa: E402
 import bench_search  # noqa: E402
 import bench_statistics  # noqa: E402
@@ -85,6 +86,20 @@ def test_kept_runs_continue_a_cut_benchmark(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["chat-0.pkl", "tuner-llama-load-3.pkl"]
     with pytest.raises(ValueError, match="plain file name"):
         kept.keep(("../x",), 1)
+
+
+def test_bench_loop_tiny(tmp_path):
+    """Two short studies of this checkout, alternated as before/after: each run's CPU seconds are recorded, the
+    two outputs compare equal (the same package), and only its own section and key are written."""
+    (tmp_path / "benchmarks.json").write_text(json.dumps({"search": {"kept": True}}))
+    rc = bench_loop.main(["--runs", "1", "--n-trials", "6", "--before", str(SCRIPTS.parent), "--out", str(tmp_path)])
+    assert rc == 0
+    data = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert data["search"] == {"kept": True}
+    loop = data["loop"]
+    assert loop["same_output"] is True and set(loop["cpu_s"]) == {"before", "after"}
+    assert all(len(xs) == 1 and xs[0] > 0 for xs in loop["cpu_s"].values())
+    assert "<!-- begin loop -->" in (tmp_path / "benchmarks.md").read_text()
 
 
 def test_bench_overhead_tiny(tmp_path):

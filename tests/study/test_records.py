@@ -167,3 +167,21 @@ def test_the_record_reads_prompts_and_levels_back_typed():
     assert x.per_prompt_tok_per_s == loaded.per_prompt_tok_per_s() and x.itl_p99_ms == level4["itl_p99_ms"]
     assert (x.speedup, x.slo_broken, r.level(1).speedup, r.level(8)) == (1.2, ("itl_p99_ms",), None, None)
     assert r.level_tok_per_s() == {1: 150 / 2.5, 4: loaded.tok_per_s}
+
+
+def test_reading_serves_one_snapshot_inside_and_the_study_outside(tmp_path):
+    """``records.reading``: within it every read is the snapshot taken on entry (a trial added meanwhile is not
+    seen, states still filter), nested readings keep the outer snapshot, and after it reads see the study again.
+    On SQLite, as studies run."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", direction="maximize")
+    _add(study, TrialState.COMPLETE, drafter="none", value=100.0, iv={0: 100.0})
+    with records.reading(study):
+        _add(study, TrialState.FAIL, size=16)
+        assert [t.number for t in records.trials(study)] == [0]
+        with records.reading(study):
+            assert len(records.trials(study)) == 1
+        assert records.trials(study, (TrialState.FAIL,)) == []
+        assert len(records.trials(study)) == 1  # the inner reading left the outer snapshot in place
+    assert [t.state for t in records.trials(study)] == [TrialState.COMPLETE, TrialState.FAIL]
+    assert [t.number for t in records.trials(study, (TrialState.FAIL,))] == [1]

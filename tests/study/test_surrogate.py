@@ -277,3 +277,20 @@ def test_the_closed_form_fit_picks_the_combo_one_cholesky_per_combo_picks(seed):
     level_of = (lambda c: bool(c.cuda_graph)) if seed % 2 else None
     model = Surrogate(enc, obs, noise_floor=0.02, level_of=level_of)
     assert (model.params, model.level) == _brute_force_fit(model)
+
+
+def test_the_surrogates_blas_runs_one_thread_inside_its_context_only():
+    """``one_blas_thread``: BLAS's threads spin-waiting beside the surrogate's small factorizations doubled the
+    loop's CPU (scripts/bench_loop.py); inside the context BLAS runs one thread, outside it as many as before."""
+    from threadpoolctl import threadpool_info
+
+    from autotune.surrogate import one_blas_thread
+
+    def blas_threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    outside = blas_threads()
+    assert outside  # numpy's BLAS is loaded (the surrogate imports numpy)
+    with one_blas_thread():
+        assert blas_threads() == [1] * len(outside)
+    assert blas_threads() == outside
