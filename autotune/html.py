@@ -229,6 +229,9 @@ def _traffic(report: dict[str, Any]) -> list[str]:
     parts += [
         f"<p class='warn' id='guard-{_e(n)}'>traffic guard {_e(n)}: {_e(x)}</p>" for n, x in t.get("guards") or []
     ]
+    check = t.get("holdout_check")
+    warn = " class='warn'" if check and check.get("warning") else ""
+    parts.append(f"<p id='holdout'{warn}>{_e(t['holdout_text'])}</p>")
     rows = t.get("by_length") or []
     if rows:
         parts.append(

@@ -184,12 +184,27 @@ def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _traffic(info: dict[str, Any], recommended: dict[str, Any], by_number: dict[int, FrozenTrial]) -> dict[str, Any]:
-    """A request-log study's subset and guards, and the recommended config's speedup by input-length third against
-    its baseline (the search's measurements; none when the baseline is recommended)."""
+def _traffic(
+    info: dict[str, Any],
+    holdout: dict[str, Any] | None,
+    recommended: dict[str, Any],
+    by_number: dict[int, FrozenTrial],
+) -> dict[str, Any]:
+    """A request-log study's subset and guards, the holdout check (``traffic.HoldoutCheck``, as recorded), and the
+    recommended config's speedup by input-length third against its baseline (the search's measurements; none when
+    the baseline is recommended)."""
     from autotune.traffic import by_length, length_text
 
     out = dict(info)
+    out["holdout_check"] = holdout
+    if holdout is not None:
+        out["holdout_text"] = f"subset vs the rest of the log (baseline trial {holdout['trial']}): {holdout['text']}"
+    elif info.get("holdout"):
+        out["holdout_text"] = "subset vs the rest of the log: not measured (no baseline measured it)"
+    else:
+        out["holdout_text"] = (
+            "subset vs the rest of the log: off (benchmark.holdout: 0, or no request outside the subset)"
+        )
     t = by_number.get(recommended.get("trial"))  # type: ignore[arg-type]
     rows: list[dict[str, Any]] = []
     if t is not None and not TrialRecord(t).is_baseline:
@@ -285,7 +300,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     }
     traffic = records.traffic(study)  # spaces measured from a request log only
     if traffic is not None:
-        out["traffic"] = _traffic(traffic, recommended, by_number)
+        out["traffic"] = _traffic(traffic, records.traffic_holdout(study), recommended, by_number)
     per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
     if per_method is not None:
         out["methods"] = per_method

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import SpaceError
+from autotune.stats import Interval, speedup_interval, two_sample_interval
 
 #: characters per token, for lengths where the log has no token counts (English text and code average 3.5-4.5)
 CHARS_PER_TOKEN = 4.0
@@ -504,6 +505,77 @@ def representativeness(requests: Sequence[LoggedRequest], subset: Subset) -> dic
             c: {"log": cats[c] / len(requests), "subset": sub_cats.get(c, 0) / len(sub)} for c in sorted(cats)
         }
     return out
+
+
+def draw_holdout(n_log: int, subset: Subset, k: int, seed: int = 1) -> list[int]:
+    """``k`` requests of the log outside ``subset`` (as many as there are, at most), a seeded uniform draw: the sample
+    of the rest the subset's baseline is checked against (``holdout_check``). Indexes into the log, in log order."""
+    picked = set(subset.picked)
+    rest = [i for i in range(n_log) if i not in picked]
+    return sorted(random.Random(seed).sample(rest, min(k, len(rest))))
+
+
+@dataclass(frozen=True)
+class HoldoutCheck:
+    """The baseline's tok/s on the subset against a sample of the rest of the log, measured on one server start:
+    each side's geometric mean of its per-prompt tok/s with its t-interval, and their ratio (subset / rest) with a
+    Welch interval (two independent samples of prompts, paired by nothing). ``warning`` when that interval lies
+    wholly outside [1 / (1 + min_gain), 1 + min_gain]: the subset's speed differs from the rest's by more than the
+    gain the study is looking for, so its figures may not transfer to the whole log."""
+
+    subset: Interval
+    rest: Interval
+    ratio: Interval
+    min_gain: float
+    warning: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "subset_tok_per_s": self.subset.to_dict(),
+            "rest_tok_per_s": self.rest.to_dict(),
+            "ratio": self.ratio.to_dict(),
+            "min_gain": self.min_gain,
+            "warning": self.warning,
+            "text": self.text(),
+        }
+
+    def text(self) -> str:
+        def iv(x: Interval) -> str:
+            return f"{x.point:.1f} [{x.low:.1f}, {x.high:.1f}]"
+
+        r = self.ratio
+        line = (
+            f"baseline tok/s on the subset {iv(self.subset)} ({self.subset.n} requests) vs a sample of the rest "
+            f"{iv(self.rest)} ({self.rest.n} requests): ratio {r.point:.3f} [{r.low:.3f}, {r.high:.3f}] "
+            f"({r.confidence:.0%})"
+        )
+        return line + (f" - WARNING subset-unrepresentative: {self.warning}" if self.warning else "")
+
+
+#: the name of the holdout check's warning (``HoldoutCheck``)
+UNREPRESENTATIVE = "subset-unrepresentative"
+
+
+def holdout_check(
+    subset_tok_per_s: Sequence[float], rest_tok_per_s: Sequence[float], min_gain: float, confidence: float = 0.95
+) -> HoldoutCheck | None:
+    """``HoldoutCheck`` of the baseline's per-prompt tok/s on the subset and on the holdout; None with fewer than 2
+    positive figures on either side."""
+    a = [math.log(x) for x in subset_tok_per_s if x > 0]
+    b = [math.log(x) for x in rest_tok_per_s if x > 0]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ratio = two_sample_interval(a, b, confidence)
+    warning = None
+    bar = 1.0 + min_gain
+    if ratio.low > bar or ratio.high < 1.0 / bar:
+        side = "faster" if ratio.low > bar else "slower"
+        warning = (
+            f"the baseline is {side} on the subset than on the rest of the log by more than min_gain "
+            f"({min_gain:.0%}) at {confidence:.0%} confidence; pick more requests (benchmark.requests) or check the "
+            "log's mix"
+        )
+    return HoldoutCheck(speedup_interval(a, confidence), speedup_interval(b, confidence), ratio, min_gain, warning)
 
 
 # ---------------------------------------------------------------------------------------------- guards

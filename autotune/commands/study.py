@@ -62,7 +62,9 @@ def traffic_problems(space: Any) -> list[Any]:
     out = [
         Problem(
             "warning" if t.guards else "info",
-            f"traffic: {t.picked} of {t.log_requests} logged requests picked (stratified by length and {t.by}); "
+            f"traffic: {t.picked} of {t.log_requests} logged requests picked (stratified by length and {t.by}"
+            + (f"; {t.holdout} more from the rest to check them against" if t.holdout else "")
+            + "); "
             + (
                 f"input length p10/p50/p90 {_trio(rep['subset_p10_p50_p90'])} against the log's "
                 f"{_trio(rep['log_p10_p50_p90'])} (KS p = {rep['ks_p']:.2f})"
@@ -353,7 +355,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
     time at the study's own measured costs, else the simulator's, else counts only."""
     from autotune import plan
     from autotune.measure import warmup_rule
-    from autotune.records import TrialRecord, used_budget
+    from autotune.records import TrialRecord, traffic_holdout, used_budget
 
     space = ctx.run_space
     used = used_budget(study)[0] if study is not None else 0
@@ -387,6 +389,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
         settle_after=_settle_after(ctx, n_trials),
         warmup_passes=warmup_rule(space).passes,
         methods=sum(1 for m in space.search.methods if ctx.backend.method_unavailable(space, m) is None),
+        holdout=0 if study is not None and traffic_holdout(study) else len(space.benchmark.holdout),
         **_level_phase_left(ctx, study),
     )
 

@@ -99,7 +99,7 @@ class ProcessSession:
         )
 
     def _measure(self, index: int, text: str) -> PromptResult:
-        prompt = self.benchmark.prompts[index] if 0 <= index < len(self.benchmark.prompts) else None
+        prompt = self.benchmark.prompt_at(index)
         return self._call(index, lambda: self._scaled(self.client.measure(index, text, request=prompt)))
 
     def _call(self, index: int, request: Callable[[], _T], *, track: bool = True) -> _T:
@@ -126,10 +126,7 @@ class ProcessSession:
             raise
 
     def _prompt_text(self, index: int) -> str:
-        prompts = self.benchmark.prompts
-        if not 0 <= index < len(prompts):
-            raise IndexError(f"prompt index {index} outside 0..{len(prompts) - 1}")
-        return prompts[index].text
+        return self.benchmark.prompt_at(index).text
 
     def warmup(self) -> None:
         prompts = self.benchmark.prompts

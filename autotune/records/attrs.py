@@ -24,6 +24,7 @@ from autotune.records.schema import (
     SPACE_DIGEST,
     SPACE_NAME,
     TRAFFIC,
+    TRAFFIC_HOLDOUT,
     UNITS,
     VERDICT,
     WORKER_SPEC,
@@ -157,6 +158,18 @@ def set_traffic(study: optuna.Study, info: dict[str, Any]) -> None:
     """Record the subset and guards once (the first run's stay: the study's prompts are fixed by its digest)."""
     if TRAFFIC not in study.user_attrs:
         study.set_user_attr(TRAFFIC, info)
+
+
+def traffic_holdout(study: optuna.Study) -> dict[str, Any] | None:
+    """The holdout check as recorded (``TRAFFIC_HOLDOUT``); None until a baseline measured it, or without one."""
+    value = study.user_attrs.get(TRAFFIC_HOLDOUT)
+    return value if isinstance(value, dict) else None
+
+
+def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
+    """Record the holdout check once (the first baseline's; later baselines do not measure it again)."""
+    if TRAFFIC_HOLDOUT not in study.user_attrs:
+        study.set_user_attr(TRAFFIC_HOLDOUT, value)
 
 
 def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:

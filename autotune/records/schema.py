@@ -125,6 +125,9 @@ VERDICT = "verdict"
 METHODS = "methods"
 #: a request-log space's subset and guards (``autotune.traffic``), as the study recorded it
 TRAFFIC = "traffic"
+#: the baseline's tok/s on the subset against a sample of the rest of the log (``autotune.traffic.HoldoutCheck``,
+#: its per-prompt figures and the baseline trial), written once, by the first baseline that measures the holdout
+TRAFFIC_HOLDOUT = "traffic_holdout"
 RECOMMENDED = "recommended"
 
 # fmt: off
@@ -136,7 +139,7 @@ TRIAL_KEYS = (
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
-    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS,
+    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS, TRAFFIC, TRAFFIC_HOLDOUT,
 )
 # fmt: on
 

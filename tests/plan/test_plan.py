@@ -113,3 +113,12 @@ def test_a_method_space_plans_each_methods_best_among_the_candidates():
     assert "1 to 7 candidates" in p.phases[1].note
     assert p.phases[1].starts_max == 8 * (1 + 7)
     assert "1 to 4 candidates" in _plan(methods=1, graph_settings=1, repeats=3, settle_after=8).phases[1].note
+
+
+def test_a_request_logs_holdout_check_is_one_extra_baseline_pass_in_the_cost():
+    without, p = _plan(), _plan(holdout=32)
+    assert p.starts == without.starts  # on the first baseline's start: no start of its own
+    assert [ph.name for ph in p.phases] == ["search", "holdout check", "confirmation"]
+    # 32 more requests at 10 s each, once
+    assert p.server_s == pytest.approx((without.server_s[0] + 320.0, without.server_s[1] + 320.0))
+    assert "one extra baseline pass: 32 requests from the rest of the log" in planmod.render(p)

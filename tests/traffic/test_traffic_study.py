@@ -69,20 +69,50 @@ def test_a_space_takes_its_prompts_from_a_request_log_with_their_own_settings(tm
     assert body["top_p"] == p.top_p and body["chat_template_kwargs"] == {"enable_thinking": True}
 
 
+def test_the_holdout_is_as_many_requests_again_from_the_rest_and_0_turns_it_off(tmp_path):
+    clean_log(tmp_path / "log.jsonl", n=1200)
+    b = load_space(str(_space(tmp_path))).benchmark
+    assert len(b.holdout) == 24 and b.traffic is not None and b.traffic.holdout == 24
+    assert not {p.id for p in b.holdout} & {p.id for p in b.prompts}
+    assert b.prompt_at(24) == b.holdout[0] and b.prompt_at(23) == b.prompts[23]  # a session's index: then the holdout
+    (tmp_path / "space.yaml").write_text(
+        SPACE.replace("requests: 24\n", "requests: 24\n  holdout: 0\n").replace("LOG", "log.jsonl")
+    )
+    assert load_space(str(tmp_path / "space.yaml")).benchmark.holdout == ()
+
+
+def test_holdout_without_a_request_log_is_exit_2(tmp_path):
+    text = SPACE.replace("  requests_file: LOG\n  requests: 24\n", "  prompts: [{id: a, text: hi}]\n  holdout: 8\n")
+    (tmp_path / "space.yaml").write_text(text)
+    r = autotune("validate", str(tmp_path / "space.yaml"), "--simulate")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "benchmark.holdout" in r.stderr and "needs requests_file" in r.stderr
+
+
 def test_a_study_runs_from_the_log_and_says_what_it_picked_first(tmp_path):
     clean_log(tmp_path / "log.jsonl", n=1200)
     space, studies = _space(tmp_path), tmp_path / "studies"
     r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
     assert r.returncode == 0, r.stderr
     head = r.stderr.split("plan: ")[0]
-    assert "traffic: 24 of 1200 logged requests picked (stratified by length and category)" in head
+    assert (
+        "traffic: 24 of 1200 logged requests picked (stratified by length and category; 24 more from the rest to "
+        "check them against)" in head
+    )
     assert "lossless check (temperature 0 only) does not run" in head
+    assert "holdout check 0 server starts (one extra baseline pass: 24 requests from the rest" in r.stderr
+    # measured on the first baseline's start, said before the search goes on
+    said = r.stderr.index("traffic: baseline tok/s on the subset")
+    assert said < r.stderr.index("#1   COMPLETE")
     db = next(studies.glob("*.db"))
     study = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{db}")[0], storage=f"sqlite:///{db}")
     picked = load_space(str(space)).benchmark
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     results = [res for t in done for res in t.user_attrs.get("prompts") or []]
     assert len(results) >= 24
+    check = study.user_attrs["traffic_holdout"]
+    assert check["trial"] == 0 and len(check["subset"]) == len(check["rest"]) == 24
+    assert all(len(t.user_attrs.get("prompts") or []) <= 24 for t in done)  # the holdout is not in the objective
     for res in results:
         p = picked.prompts[res["index"]]
         assert res["completion_tokens"] <= picked.tokens_for(p)  # each answer stops at its own limit
@@ -113,6 +143,12 @@ def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(
     rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
     t = rep["traffic"]
     assert (t["log_requests"], t["picked"], t["guards"]) == (1200, 24, [])
+    h = t["holdout_check"]
+    assert h["warning"] is None and h["ratio"]["low"] <= 1.02 and h["ratio"]["high"] >= 1 / 1.02  # a clean log
+    assert h["subset_tok_per_s"]["n"] == h["rest_tok_per_s"]["n"] == 24
+    assert t["holdout_text"].startswith(
+        "subset vs the rest of the log (baseline trial 0): baseline tok/s on the subset"
+    )
     assert rep["recommended"]["config"]["drafter"]  # this seeded study recommends EAGLE-3
     rows = t["by_length"]
     assert [x["bucket"] for x in rows] == ["short", "medium", "long"] and sum(x["prompts"] for x in rows) == 24
@@ -121,9 +157,10 @@ def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(
     assert t["by_length_text"].startswith("by input length (search measurement): short inputs")
     text = autotune("report", str(space), "--simulate", "--studies-dir", str(studies)).stdout
     assert "traffic: 24 of 1200 logged requests measured" in text
+    assert "subset vs the rest of the log (baseline trial 0): baseline tok/s" in text
     html = tmp_path / "r.html"
     autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
-    assert "id='traffic'" in html.read_text()
+    assert "id='traffic'" in html.read_text() and "<p id='holdout'>subset vs the rest" in html.read_text()
 
 
 def test_by_length_warns_when_the_longest_inputs_lose():
