@@ -220,8 +220,8 @@ class ProcessSession:
         return results, max(state.end - t0, 0.0), state.failed
 
     def reference(self, index: int, top_n: int) -> ReferenceOutput | None:
-        text = self._prompt_text(index)
-        return self._call(index, lambda: self.client.reference(index, text, top_n))
+        prompt = self.benchmark.prompt_at(index)
+        return self._call(index, lambda: self.client.reference(index, prompt.text, top_n, request=prompt))
 
     # -- stopping -----------------------------------------------------------------------------------
 

@@ -3,11 +3,13 @@ answer limit and sampling, the guards said before any GPU time, bad logs refused
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
 import optuna
 
+from autotune.backends.llamacpp import LlamaCppBackend
 from autotune.backends.sglang import SGLangBackend
 from autotune.space import load_space
 
@@ -55,18 +57,20 @@ def test_a_space_takes_its_prompts_from_a_request_log_with_their_own_settings(tm
         assert p.messages is not None and p.messages[-1] == ("user", body["messages"][-1]["content"])
     assert not b.greedy  # the log samples: the lossless check cannot run
     # the request the server gets: the logged turns, top_p and limits
-    p = b.prompts[0]
-    path, body = SGLangBackend().request(
-        p.text,
-        max_tokens=b.tokens_for(p),
-        temperature=b.temperature_for(p),
-        api=b.api,
-        top_p=p.top_p,
-        messages=p.messages,
-        thinking=True,
-    )
-    assert path == "/v1/chat/completions" and body["messages"][0]["role"] == "system"
-    assert body["top_p"] == p.top_p and body["chat_template_kwargs"] == {"enable_thinking": True}
+    p = dataclasses.replace(b.prompts[0], thinking=True)
+    for backend in (SGLangBackend(), LlamaCppBackend()):
+        path, body = backend.request(
+            p.text, max_tokens=b.tokens_for(p), temperature=b.temperature_for(p), api=b.api, request=p
+        )
+        assert path == "/v1/chat/completions" and body["messages"][0]["role"] == "system"
+        assert body["top_p"] == p.top_p and body["chat_template_kwargs"] == {"enable_thinking": True}
+        # the lossless check's greedy reference asks the same turns, greedy
+        path, ref = backend.reference_request(p.text, max_tokens=b.tokens_for(p), top_n=5, api=b.api, request=p)
+        assert ref["messages"] == body["messages"] and ref["chat_template_kwargs"] == {"enable_thinking": True}
+        assert ref["temperature"] == 0.0 and "top_p" not in ref and ref["max_tokens"] == b.tokens_for(p)
+    # SGLang's native /generate (api: completions) carries the request's top_p too
+    path, body = SGLangBackend().request(p.text, max_tokens=8, temperature=0.5, request=p)
+    assert path == "/generate" and body["sampling_params"]["top_p"] == p.top_p
 
 
 def test_the_holdout_is_as_many_requests_again_from_the_rest_and_0_turns_it_off(tmp_path):
