@@ -36,6 +36,7 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         *_verdict(report),
         *_baselines(report),
         *_confirmation(report),
+        *_greedy(report),
         *_methods(report),
         *_levels(report),
         *_traffic(report),
@@ -214,6 +215,15 @@ def _levels(report: dict[str, Any]) -> list[str]:
                 "there.</p>"
             )
     return parts
+
+
+def _greedy(report: dict[str, Any]) -> list[str]:
+    """A sampling space's lossless check at temperature 0, and which figures come from which measurement."""
+    lo = report.get("lossless") or {}
+    if not lo.get("greedy_text"):
+        return []
+    warn = "" if lo["greedy"].get("ok") else " class='warn'"
+    return [f"<p id='greedy-lossless'{warn}>{_e(lo['greedy_text'])} ({_e(lo['figures_from'])})</p>"]
 
 
 def _traffic(report: dict[str, Any]) -> list[str]:

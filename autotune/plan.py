@@ -102,6 +102,7 @@ def plan(
     warmup_passes: int = 0,
     methods: int = 0,
     holdout: int = 0,
+    greedy_check: bool = False,
 ) -> Plan:
     """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume). ``settle_after``:
     the fewest trials after which the search may stop settled (``budget.stop_when_settled``: the baselines, the
@@ -113,7 +114,9 @@ def plan(
     space with ``search.methods`` can run (``study.confirm._method_bests`` adds each one's best not among the top
     ``confirm_top``, so up to ``confirm_top + methods`` candidates: the top from one method, every other method's
     best and the fastest single measurement); 0 without methods. ``holdout``: the requests of a request log's holdout
-    check (``benchmark.holdout``), one extra baseline pass on the first baseline's start, 0 when off or done."""
+    check (``benchmark.holdout``), one extra baseline pass on the first baseline's start, 0 when off or done.
+    ``greedy_check``: prompts that sample get their lossless check at temperature 0 after confirmation
+    (``study.greedy``): one more start when speculation wins."""
     search_left = max(0, n_trials - used)
     note = f"{n_trials} trials in the budget, {used} used"
     search_lo = search_left
@@ -148,6 +151,10 @@ def plan(
             + (f", {level_only} level-only candidates for {LEVEL_ONLY_ROUNDS} rounds" if level_only else "")
         )
         phases.append(Phase("confirmation", lo, hi, note))
+        if greedy_check:
+            phases.append(
+                Phase("lossless check", 0, 1, "the winner's answers at temperature 0 (the prompts sample), if one wins")
+            )
     start_s = None
     if costs:
         start_s = costs.start_s(n_prompts=n_prompts, warmup=warmup, levels=levels, warmup_passes=warmup_passes)

@@ -287,9 +287,9 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "baseline_check": conf.baseline_check or [],
         "suspect_prunes": conf.suspect_prunes or [],
         "fastest_baseline": fastest,
-        "lossless": _lossless_summary(rows, records.lossless_floor(study)),
+        "lossless": _lossless_summary(rows, records.lossless_floor(study), records.greedy_lossless(study)),
         "recommended": recommended,
-        "flags": _flags(rows),
+        "flags": _flags(rows, records.greedy_lossless(study)),
         "load": _load(rows, best, conf),
         "objective": objective.describe(weights, by_category[0]),
         "interval_note": interval_note(conf),
@@ -543,10 +543,16 @@ def _best(
     }
 
 
-def _lossless_summary(rows: list[dict[str, Any]], floor: list[dict[str, Any]]) -> dict[str, Any]:
-    """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor."""
+def _lossless_summary(
+    rows: list[dict[str, Any]], floor: list[dict[str, Any]], greedy: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor; in
+    a space whose prompts sample, the winner's check at temperature 0 (``study.greedy``) and which figures come
+    from which measurement."""
+    from autotune.study.greedy import text as greedy_text
+
     checked = [r for r in rows if r.get("lossless")]
-    return {
+    out = {
         "numerics": sum(len(r["lossless"].get("numerics", [])) for r in checked if r["duplicate_of"] is None),
         "lossy_trials": [r["number"] for r in checked if not r["lossless"].get("ok", True)],
         "tolerance": checked[0]["lossless"].get("tolerance") if checked else None,
@@ -554,6 +560,15 @@ def _lossless_summary(rows: list[dict[str, Any]], floor: list[dict[str, Any]]) -
         "baseline_divergences": [f for f in floor if f.get("kind")],
         "baselines_compared": sum(1 for f in floor if f.get("checked")),
     }
+    if greedy is not None:
+        out["greedy"] = greedy
+        out["greedy_text"] = "lossless check at temperature 0: " + greedy_text(greedy)
+        out["figures_from"] = (
+            "speedups, intervals and the verdict: measured at each prompt's own sampling (the objective); the "
+            "lossless check: the same prompts at temperature 0, untimed, the recommended config on one more start "
+            "against its search baseline's reference answers"
+        )
+    return out
 
 
 def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]] | None = None) -> str:
@@ -631,8 +646,14 @@ def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) ->
     }
 
 
-def _flags(rows: list[dict[str, Any]]) -> list[str]:
+def _flags(rows: list[dict[str, Any]], greedy: dict[str, Any] | None = None) -> list[str]:
     out = []
+    if greedy is not None and greedy.get("ok") is False:
+        out.append(
+            f"trial {greedy['trial']} (the confirmed winner): output diverges from its baseline at temperature 0 on "
+            f"the same prompts ({lossless.summary_line(greedy)}): broken drafter, kernel or config; its speedup was "
+            "measured while sampling, where no answer can be checked: do not deploy it"
+        )
     for r in rows:
         if r["fail_kind"] == DrafterNotEngaged.kind:
             out.append(f"trial {r['number']}: drafter not engaged: {r['fail_reason']}")

@@ -12,6 +12,7 @@ from autotune.records.schema import (
     BACKEND,
     BASELINE_CHECK_ROUNDS,
     CONFIRMATION,
+    GREEDY_LOSSLESS,
     LEVEL_PHASE,
     LOSSLESS_FLOOR,
     METHODS,
@@ -170,6 +171,16 @@ def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
     """Record the holdout check once (the first baseline's; later baselines do not measure it again)."""
     if TRAFFIC_HOLDOUT not in study.user_attrs:
         study.set_user_attr(TRAFFIC_HOLDOUT, value)
+
+
+def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
+    """A sampling space's temperature-0 lossless check as recorded (``GREEDY_LOSSLESS``); None until it ran."""
+    value = study.user_attrs.get(GREEDY_LOSSLESS)
+    return value if isinstance(value, dict) else None
+
+
+def set_greedy_lossless(study: optuna.Study, value: dict[str, Any]) -> None:
+    study.set_user_attr(GREEDY_LOSSLESS, value)
 
 
 def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:

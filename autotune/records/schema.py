@@ -52,7 +52,11 @@ Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, 
 ``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm),
 ``verdict`` / ``recommended`` (written by ``autotune dashboard`` for optuna-dashboard: the verdict, and the trial
 autotune recommends with rounded figures; ``autotune.evidence.publish``), ``methods`` (a space with
-``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``).
+``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``),
+``traffic`` (a request-log space: the subset, its comparison with the log and the guards; ``autotune.traffic``),
+``traffic_holdout`` (the subset's baseline tok/s against a holdout from the rest of the log, measured on the first
+baseline's start: ``autotune.traffic.HoldoutCheck``), ``greedy_lossless`` (a space whose prompts sample: the
+confirmed winner's answers at temperature 0 against its baseline's references; ``autotune.study.greedy``).
 """
 
 from __future__ import annotations
@@ -128,6 +132,9 @@ TRAFFIC = "traffic"
 #: the baseline's tok/s on the subset against a sample of the rest of the log (``autotune.traffic.HoldoutCheck``,
 #: its per-prompt figures and the baseline trial), written once, by the first baseline that measures the holdout
 TRAFFIC_HOLDOUT = "traffic_holdout"
+#: a sampling space's lossless check at temperature 0: confirmation's winner against its baseline's references
+#: (``autotune.study.greedy``)
+GREEDY_LOSSLESS = "greedy_lossless"
 RECOMMENDED = "recommended"
 
 # fmt: off
@@ -140,6 +147,7 @@ TRIAL_KEYS = (
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
     N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS, TRAFFIC, TRAFFIC_HOLDOUT,
+    GREEDY_LOSSLESS,
 )
 # fmt: on
 

@@ -20,6 +20,7 @@ from autotune.runner import Runner
 from autotune.space import Space
 from autotune.study import confirm as _confirm
 from autotune.study import figures as _figures
+from autotune.study import greedy as _greedy
 from autotune.study import ladder as _ladder
 from autotune.study import search as _search
 from autotune.study import trial as _trial
@@ -140,7 +141,10 @@ class Orchestrator:
         return _confirm.fastest_baseline_setting(self.ctx)
 
     def confirm(self) -> ConfirmationState:
-        return _confirm.confirm(self.ctx)
+        """Confirmation, then (a space whose prompts sample) its winner's lossless check at temperature 0."""
+        state = _confirm.confirm(self.ctx)
+        _greedy.check(self.ctx, state)
+        return state
 
 
 def run(

@@ -372,7 +372,7 @@ class Objective:
                 on_warmup=functools.partial(self._warmed, t),
                 check_first=alarm,
             )
-            if config.is_baseline and ctx.space.benchmark.greedy:
+            if config.is_baseline:  # greedy answers: the lossless check's, sampling spaces' too (``study.greedy``)
                 t.record.references(self._references(session, n))
             if config.is_baseline and ctx.space.benchmark.holdout and records.traffic_holdout(ctx.study) is None:
                 self._holdout(t, session, results)

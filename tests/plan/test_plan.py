@@ -122,3 +122,11 @@ def test_a_request_logs_holdout_check_is_one_extra_baseline_pass_in_the_cost():
     # 32 more requests at 10 s each, once
     assert p.server_s == pytest.approx((without.server_s[0] + 320.0, without.server_s[1] + 320.0))
     assert "one extra baseline pass: 32 requests from the rest of the log" in planmod.render(p)
+
+
+def test_sampling_prompts_plan_one_more_start_for_the_winners_lossless_check_at_temperature_0():
+    p = _plan(greedy_check=True)
+    assert [(ph.name, ph.starts, ph.starts_max) for ph in p.phases][-1] == ("lossless check", 0, 1)
+    assert p.starts == (_plan().starts[0], _plan().starts[1] + 1)
+    assert "lossless check 0-1 server starts" in planmod.render(p)
+    assert [ph.name for ph in _plan(greedy_check=True, confirm=False).phases] == ["search"]  # no winner, no check

@@ -8,12 +8,13 @@ import json
 import random
 
 import optuna
+import yaml
 
 from autotune.backends.llamacpp import LlamaCppBackend
 from autotune.backends.sglang import SGLangBackend
 from autotune.space import load_space
 
-from ..cli.helpers import autotune
+from ..cli.helpers import REPO, autotune
 from .logs import chat_line, clean_log, write_jsonl
 
 SPACE = """name: traffic
@@ -103,7 +104,8 @@ def test_a_study_runs_from_the_log_and_says_what_it_picked_first(tmp_path):
         "traffic: 24 of 1200 logged requests picked (stratified by length and category; 24 more from the rest to "
         "check them against)" in head
     )
-    assert "lossless check (temperature 0 only) does not run" in head
+    assert "the lossless check at temperature 0 on the same prompts" in head
+    assert "lossless check 0-1 server starts" in r.stderr  # the winner's greedy answers: one more start
     assert "holdout check 0 server starts (one extra baseline pass: 24 requests from the rest" in r.stderr
     # measured on the first baseline's start, said before the search goes on
     said = r.stderr.index("traffic: baseline tok/s on the subset")
@@ -117,6 +119,13 @@ def test_a_study_runs_from_the_log_and_says_what_it_picked_first(tmp_path):
     check = study.user_attrs["traffic_holdout"]
     assert check["trial"] == 0 and len(check["subset"]) == len(check["rest"]) == 24
     assert all(len(t.user_attrs.get("prompts") or []) <= 24 for t in done)  # the holdout is not in the objective
+    # the log samples: the speedup at its sampling, the lossless check at temperature 0 (the baseline's references
+    # against the winner's greedy answers on one more start)
+    assert len(done[0].user_attrs["reference"]) == 24 and not any("lossless" in t.user_attrs for t in done)
+    greedy = study.user_attrs["greedy_lossless"]
+    assert greedy["ok"] is True and greedy["temperature"] == 0.0 and greedy["baseline"] == 0
+    assert len(greedy["prefix_fraction"]) == 24 and set(greedy["prefix_fraction"]) == {1.0}
+    assert "lossless check at temperature 0: lossless: trial " in r.stderr
     for res in results:
         p = picked.prompts[res["index"]]
         assert res["completion_tokens"] <= picked.tokens_for(p)  # each answer stops at its own limit
@@ -180,3 +189,29 @@ def test_by_length_warns_when_the_longest_inputs_lose():
     assert [(x["bucket"], round(x["speedup"], 2)) for x in rows] == [("short", 2.0), ("medium", 2.0), ("long", 0.8)]
     assert "WARNING: the longest inputs lose to the baseline (0.80x)" in length_text(rows)
     assert "WARNING" not in length_text(by_length(base, base))
+
+
+def test_a_winner_that_is_lossy_at_temperature_0_is_caught_though_the_log_samples(tmp_path):
+    """#45: the divergent drafter (a broken kernel, the simulator's) wins while the requests sample, where no answer
+    can be checked; its greedy answers on the same prompts depart from the baseline's: an alarm."""
+    rng = random.Random(0)
+    write_jsonl(tmp_path / "code.jsonl", [chat_line(rng, i, category="code") for i in range(1000)])
+    data = yaml.safe_load((REPO / "spaces" / "eagle3.yaml").read_text())
+    data["drafters"] = [{"name": "divergent", "path": "/models/divergent"}]
+    data["search"] = {**data["search"], "drafters": ["divergent"], "cuda_graph": [True]}
+    data["benchmark"] = {"requests_file": "code.jsonl", "requests": 12, "holdout": 0}
+    space, studies = tmp_path / "space.yaml", tmp_path / "studies"
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    assert rep["verdict"] == "speculation-wins"  # measured while sampling: nothing to compare there
+    assert all(t.get("lossless") is None for t in rep["trials"])
+    lo = rep["lossless"]
+    assert lo["greedy"]["ok"] is False and lo["greedy"]["trial"] == rep["recommended"]["trial"]
+    assert lo["greedy_text"].startswith("lossless check at temperature 0: LOSSY: trial ")
+    assert "measured at each prompt's own sampling" in lo["figures_from"]
+    assert any("diverges from its baseline at temperature 0" in f and "do not deploy it" in f for f in rep["flags"])
+    html = tmp_path / "r.html"
+    autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
+    assert "<p id='greedy-lossless' class='warn'>lossless check at temperature 0: LOSSY" in html.read_text()
