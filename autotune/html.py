@@ -37,6 +37,10 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         *_baselines(report),
         *_confirmation(report),
         *_greedy(report),
+        *(
+            f"<p class='warn' id='guard-{_e(g['name'])}'>guard {_e(g['name'])}: {_e(g['text'])}</p>"
+            for g in report.get("acceptance_guards") or []
+        ),
         *_methods(report),
         *_levels(report),
         *_traffic(report),

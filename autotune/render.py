@@ -91,6 +91,8 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
             f"{lo.get('lossy_trials') or 'none'}; baselines against each other: "
             + (f"{len(floor)} divergence(s)" if floor else "identical")
         )
+    for g in report.get("acceptance_guards") or []:
+        line(f"guard {g['name']}: {g['text']}", "yellow")
     if lo.get("greedy_text"):
         line(lo["greedy_text"], None if lo["greedy"].get("ok") else "yellow")
         line(f"  ({lo['figures_from']})")

@@ -216,6 +216,23 @@ def _traffic(
     return out
 
 
+def _acceptance_guards(
+    rows: list[dict[str, Any]], by_number: dict[int, FrozenTrial], references: dict[str, float]
+) -> list[dict[str, str]]:
+    """``acceptance-far-below`` (``traffic.acceptance_guards``) on each drafter's fastest measured trial."""
+    from autotune.traffic import acceptance_guards
+
+    fastest: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        drafter = (r["config"] or {}).get("drafter")
+        if r["role"] != records.ROLE_SPECULATIVE or not drafter or r["duplicate_of"] is not None or not r["tok_per_s"]:
+            continue
+        if drafter not in fastest or r["tok_per_s"] > fastest[drafter]["tok_per_s"]:
+            fastest[drafter] = r
+    judged = [(d, r["number"], TrialRecord(by_number[r["number"]]).prompt_results()) for d, r in fastest.items()]
+    return [{"name": g.name, "text": g.text} for g in acceptance_guards(judged, references)]
+
+
 def build_report(study: optuna.Study) -> dict[str, Any]:
     trials = records.trials(study)
     rows = [_trial_row(t) for t in trials]
@@ -290,6 +307,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "lossless": _lossless_summary(rows, records.lossless_floor(study), records.greedy_lossless(study)),
         "recommended": recommended,
         "flags": _flags(rows, records.greedy_lossless(study)),
+        "acceptance_guards": _acceptance_guards(rows, by_number, records.drafter_references(study)),
         "load": _load(rows, best, conf),
         "objective": objective.describe(weights, by_category[0]),
         "interval_note": interval_note(conf),

@@ -818,3 +818,68 @@ def length_text(rows: Sequence[dict[str, Any]]) -> str | None:
     if last["bucket"] == "long" and last["speedup"] is not None and last["speedup"] < 1:
         text += f" - WARNING: the longest inputs lose to the baseline ({last['speedup']:.2f}x)"
     return text
+
+
+# ---------------------------------------------------------------------------------------------- acceptance far below
+
+#: a drafter's accepted draft tokens per round (acceptance length - 1) below this share of what it reached elsewhere
+#: (its best input-length third in the study, or its reference) fire the ``acceptance-far-below`` guard
+FAR_BELOW = 0.5
+#: the name of that guard
+ACCEPTANCE_FAR_BELOW = "acceptance-far-below"
+
+
+def acceptance_guards(
+    trials: Sequence[tuple[str, int, Sequence[Any]]], references: dict[str, float] | None = None
+) -> list[Guard]:
+    """``acceptance-far-below`` for each drafter whose acceptance in the study is far below what it reached
+    elsewhere. ``trials``: per drafter, (name, trial number, per-prompt results: ``accept_length`` and
+    ``prompt_tokens``, ``PromptResult``-like) of the trial that judges it (its fastest); ``references``: an
+    acceptance length per drafter name (``drafters[].reference_acceptance``). Compared as accepted draft tokens
+    per round (acceptance length - 1: what the bonus token does not give for free):
+
+    - within the study: the trial's prompts by input-length third (each third with 2 or more prompts): the worst
+      third below ``FAR_BELOW`` of the best third (a drafter that collapses at long context, or on some of the
+      traffic);
+    - against the reference: the trial's mean below ``FAR_BELOW`` of the reference's (a wrong chat template or
+      thinking mode, a drafter trained for another target or data)."""
+    out = []
+    refs = references or {}
+    for name, number, results in trials:
+        rows = [r for r in results if r.accept_length is not None]
+        if not rows:
+            continue
+        mean = sum(r.accept_length for r in rows) / len(rows)
+        with_len = [r for r in rows if r.prompt_tokens]
+        if len(with_len) >= 6:
+            edges = _tertile_edges([float(r.prompt_tokens) for r in with_len])
+            thirds = [[r for r in with_len if _bucket(float(r.prompt_tokens), edges) == k] for k in range(3)]
+            means = {
+                LENGTH_BUCKETS[k]: sum(r.accept_length for r in part) / len(part)
+                for k, part in enumerate(thirds)
+                if len(part) >= 2
+            }
+            if len(means) >= 2:
+                best, worst = max(means, key=lambda k: means[k]), min(means, key=lambda k: means[k])
+                if means[best] > 1 and means[worst] - 1 < FAR_BELOW * (means[best] - 1):
+                    out.append(
+                        Guard(
+                            ACCEPTANCE_FAR_BELOW,
+                            f"{name} (trial {number}): acceptance length {means[worst]:.2f} on the {worst} inputs "
+                            f"against {means[best]:.2f} on the {best} ones ({means[worst] - 1:.2f} accepted draft "
+                            f"tokens a round against {means[best] - 1:.2f}, under {FAR_BELOW:.0%}): the drafter fails "
+                            "on part of the traffic; its speedup there is not the study's",
+                        )
+                    )
+        ref = refs.get(name)
+        if ref is not None and mean - 1 < FAR_BELOW * (ref - 1):
+            out.append(
+                Guard(
+                    ACCEPTANCE_FAR_BELOW,
+                    f"{name} (trial {number}): acceptance length {mean:.2f} against the {ref:.2f} it reaches elsewhere "
+                    f"(drafters[].reference_acceptance; {mean - 1:.2f} accepted draft tokens a round against "
+                    f"{ref - 1:.2f}, under {FAR_BELOW:.0%}): check the chat template, the thinking mode and that the "
+                    "drafter was trained for this target",
+                )
+            )
+    return out

@@ -12,6 +12,7 @@ from autotune.records.schema import (
     BACKEND,
     BASELINE_CHECK_ROUNDS,
     CONFIRMATION,
+    DRAFTER_REFERENCES,
     GREEDY_LOSSLESS,
     LEVEL_PHASE,
     LOSSLESS_FLOOR,
@@ -181,6 +182,17 @@ def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
 
 def set_greedy_lossless(study: optuna.Study, value: dict[str, Any]) -> None:
     study.set_user_attr(GREEDY_LOSSLESS, value)
+
+
+def drafter_references(study: optuna.Study) -> dict[str, float]:
+    """The drafters' reference acceptance lengths as the space gave them ({} when it gave none)."""
+    value = study.user_attrs.get(DRAFTER_REFERENCES)
+    return {str(k): float(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def set_drafter_references(study: optuna.Study, value: dict[str, float]) -> None:
+    if study.user_attrs.get(DRAFTER_REFERENCES) != value:
+        study.set_user_attr(DRAFTER_REFERENCES, value)
 
 
 def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:

@@ -79,6 +79,9 @@ class DrafterSpec:
     name: str
     path: str
     algorithm: str | None = None  # forced algorithm; None = derived from the checkpoint's config.json
+    #: the acceptance length (tokens per verify round, the bonus token included) the drafter reaches elsewhere (its
+    #: model card, another study); None: none given (``autotune.traffic.acceptance_guards``)
+    reference_acceptance: float | None = None
 
 
 @dataclass(frozen=True)

@@ -261,3 +261,27 @@ def test_random_token_score_tells_decoded_random_ids_from_prose_and_code():
     assert random_token_score(code) == 0
     assert random_token_score("hijo Dre Reader accomplish bodied ICAgICAg ывает strcmp ометр XTkw ngth 的 sdk") > 0.3
     assert random_token_score(SYSTEM) == 0
+
+
+def _results(accepts, tokens):
+    from autotune.config import PromptResult
+
+    return [
+        PromptResult(index=i, completion_tokens=100, seconds=1.0, ttft_s=None, prompt_tokens=n, accept_length=a)
+        for i, (a, n) in enumerate(zip(accepts, tokens, strict=True))
+    ]
+
+
+def test_acceptance_far_below_fires_on_a_length_third_or_a_reference_and_is_silent_otherwise():
+    from autotune.traffic import ACCEPTANCE_FAR_BELOW, acceptance_guards
+
+    tokens = [100 * (i + 1) for i in range(9)]
+    collapses = _results([4.0, 4.1, 3.9, 4.0, 3.8, 4.2, 1.3, 1.2, 1.4], tokens)  # the longest third: 0.3 accepted
+    (g,) = acceptance_guards([("d", 7, collapses)])
+    assert g.name == ACCEPTANCE_FAR_BELOW and "d (trial 7): acceptance length 1.30 on the long inputs" in g.text
+    even = _results([4.0, 4.1, 3.9, 4.0, 3.8, 4.2, 3.0, 2.9, 3.1], tokens)  # 2.0 of 3.0 accepted: not far below
+    assert acceptance_guards([("d", 7, even)]) == []
+    (r,) = acceptance_guards([("d", 7, even)], {"d": 8.0})  # 2.67 accepted against 7 elsewhere
+    assert "against the 8.00 it reaches elsewhere" in r.text
+    assert acceptance_guards([("d", 7, even)], {"d": 5.0, "other": 9.0}) == []  # 2.67 of 4: not far below
+    assert acceptance_guards([("d", 7, _results([None] * 9, tokens))], {"d": 9.0}) == []  # nothing reported

@@ -156,6 +156,7 @@ def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(
     rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
     t = rep["traffic"]
     assert (t["log_requests"], t["picked"], t["guards"]) == (1200, 24, [])
+    assert rep["acceptance_guards"] == []  # EAGLE-3 accepts alike on every length third of a clean log
     h = t["holdout_check"]
     assert h["warning"] is None and h["ratio"]["low"] <= 1.02 and h["ratio"]["high"] >= 1 / 1.02  # a clean log
     assert h["subset_tok_per_s"]["n"] == h["rest_tok_per_s"]["n"] == 24
@@ -215,3 +216,48 @@ def test_a_winner_that_is_lossy_at_temperature_0_is_caught_though_the_log_sample
     html = tmp_path / "r.html"
     autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
     assert "<p id='greedy-lossless' class='warn'>lossless check at temperature 0: LOSSY" in html.read_text()
+
+
+def test_acceptance_far_below_the_drafters_reference_is_a_named_warning(tmp_path):
+    clean_log(tmp_path / "log.jsonl", n=1200)
+    space, studies = _space(tmp_path), tmp_path / "studies"
+    text = space.read_text().replace(
+        "    path: /models/EAGLE3-LLaMA3.1-Instruct-8B\n",
+        "    path: /models/EAGLE3-LLaMA3.1-Instruct-8B\n    reference_acceptance: 9.0\n",
+    )
+    space.write_text(text)
+    r = autotune(
+        "study",
+        str(space),
+        "--simulate",
+        "--in-process",
+        "--n-trials",
+        "3",
+        "--no-confirm",
+        "--studies-dir",
+        str(studies),
+    )
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    (g,) = rep["acceptance_guards"]
+    assert g["name"] == "acceptance-far-below" and g["text"].startswith("eagle3-llama31-8b (trial ")
+    assert "against the 9.00 it reaches elsewhere (drafters[].reference_acceptance" in g["text"]
+    out = autotune("report", str(space), "--simulate", "--studies-dir", str(studies)).stdout
+    assert "guard acceptance-far-below: eagle3-llama31-8b" in out
+    html = tmp_path / "r.html"
+    autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
+    assert "id='guard-acceptance-far-below'" in html.read_text()
+
+
+def test_reference_acceptance_must_exceed_1(tmp_path):
+    clean_log(tmp_path / "log.jsonl", n=50)
+    space = _space(tmp_path)
+    space.write_text(
+        space.read_text().replace(
+            "    path: /models/EAGLE3-LLaMA3.1-Instruct-8B\n",
+            "    path: /models/EAGLE3-LLaMA3.1-Instruct-8B\n    reference_acceptance: 0.7\n",
+        )
+    )
+    r = autotune("validate", str(space), "--simulate")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "drafters[0].reference_acceptance" in r.stderr
