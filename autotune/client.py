@@ -355,9 +355,7 @@ class BenchmarkClient:
             temperature=self.temperature if request is None or request.temperature is None else request.temperature,
             api=self.api,
             model=self.model,
-            top_p=None if request is None else request.top_p,
-            messages=None if request is None else request.messages,
-            thinking=None if request is None else request.thinking,
+            request=request,
         )
         scrape = self.backend.acceptance_from_metrics_deltas or (self.backend.positions_from_metrics_deltas and alone)
         before = self.metrics() if scrape else None
@@ -426,12 +424,16 @@ class BenchmarkClient:
             positions=positions,
         )
 
-    def reference(self, prompt_index: int, prompt_text: str, top_n: int) -> ReferenceOutput | None:
+    def reference(
+        self, prompt_index: int, prompt_text: str, top_n: int, *, request: Prompt | None = None
+    ) -> ReferenceOutput | None:
         """One non-streamed temperature-0 answer with the ``top_n`` most likely tokens per position (not timed; the
-        lossless check's reference). Retried like ``measure`` on 5xx and connection errors; None when the server
-        answers without log-probabilities (or refuses the request with a 4xx: it does not support them)."""
+        lossless check's reference; ``request``: a logged request's own answer limit, chat turns and thinking
+        switch, as ``measure`` sends them). Retried like ``measure`` on 5xx and connection errors; None when the
+        server answers without log-probabilities (or refuses the request with a 4xx: it does not support them)."""
+        own = request.max_tokens if request is not None and request.max_tokens is not None else self.max_tokens
         path, body = self.backend.reference_request(
-            prompt_text, max_tokens=self.max_tokens, top_n=top_n, api=self.api, model=self.model
+            prompt_text, max_tokens=own, top_n=top_n, api=self.api, model=self.model, request=request
         )
         reasons: list[str] = []
         for attempt in range(self.retries + 1):

@@ -36,6 +36,11 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         *_verdict(report),
         *_baselines(report),
         *_confirmation(report),
+        *_greedy(report),
+        *(
+            f"<p class='warn' id='guard-{_e(g['name'])}'>guard {_e(g['name'])}: {_e(g['text'])}</p>"
+            for g in report.get("acceptance_guards") or []
+        ),
         *_methods(report),
         *_levels(report),
         *_traffic(report),
@@ -216,6 +221,15 @@ def _levels(report: dict[str, Any]) -> list[str]:
     return parts
 
 
+def _greedy(report: dict[str, Any]) -> list[str]:
+    """A sampling space's lossless check at temperature 0, and which figures come from which measurement."""
+    lo = report.get("lossless") or {}
+    if not lo.get("greedy_text"):
+        return []
+    warn = "" if lo["greedy"].get("ok") else " class='warn'"
+    return [f"<p id='greedy-lossless'{warn}>{_e(lo['greedy_text'])} ({_e(lo['figures_from'])})</p>"]
+
+
 def _traffic(report: dict[str, Any]) -> list[str]:
     """A request-log study: what was measured of the log, the guards, the recommended config by input length."""
     t = report.get("traffic")
@@ -229,6 +243,9 @@ def _traffic(report: dict[str, Any]) -> list[str]:
     parts += [
         f"<p class='warn' id='guard-{_e(n)}'>traffic guard {_e(n)}: {_e(x)}</p>" for n, x in t.get("guards") or []
     ]
+    check = t.get("holdout_check")
+    warn = " class='warn'" if check and check.get("warning") else ""
+    parts.append(f"<p id='holdout'{warn}>{_e(t['holdout_text'])}</p>")
     rows = t.get("by_length") or []
     if rows:
         parts.append(

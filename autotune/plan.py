@@ -65,6 +65,8 @@ class Plan:
     costs: Costs | None
     #: untimed warm-up passes of the prompts a start takes (``autotune.warmup``)
     warmup_passes: int = 0
+    #: requests measured beyond the starts' own (a request-log space's holdout check, on the first baseline's start)
+    extra_requests: int = 0
 
     @property
     def starts(self) -> tuple[int, int]:
@@ -76,7 +78,8 @@ class Plan:
         if self.start_s is None:
             return None
         lo, hi = self.starts
-        return lo * self.start_s, hi * self.start_s
+        extra = self.extra_requests * self.costs.request_s if self.costs else 0.0
+        return lo * self.start_s + extra, hi * self.start_s + extra
 
 
 def plan(
@@ -98,6 +101,8 @@ def plan(
     ladder_rungs: int = 0,
     warmup_passes: int = 0,
     methods: int = 0,
+    holdout: int = 0,
+    greedy_check: bool = False,
 ) -> Plan:
     """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume). ``settle_after``:
     the fewest trials after which the search may stop settled (``budget.stop_when_settled``: the baselines, the
@@ -108,7 +113,10 @@ def plan(
     ``warmup_passes``: the untimed passes of the prompts each start warms up with. ``methods``: the methods a
     space with ``search.methods`` can run (``study.confirm._method_bests`` adds each one's best not among the top
     ``confirm_top``, so up to ``confirm_top + methods`` candidates: the top from one method, every other method's
-    best and the fastest single measurement); 0 without methods."""
+    best and the fastest single measurement); 0 without methods. ``holdout``: the requests of a request log's holdout
+    check (``benchmark.holdout``), one extra baseline pass on the first baseline's start, 0 when off or done.
+    ``greedy_check``: prompts that sample get their lossless check at temperature 0 after confirmation
+    (``study.greedy``): one more start when speculation wins."""
     search_left = max(0, n_trials - used)
     note = f"{n_trials} trials in the budget, {used} used"
     search_lo = search_left
@@ -116,6 +124,15 @@ def plan(
         search_lo = max(0, min(search_left, settle_after - used))
         note += f"; it stops earlier once its answer is settled, not before {settle_after}"
     phases = [Phase("search", search_lo, search_left, note)]
+    if holdout:
+        phases.append(
+            Phase(
+                "holdout check",
+                0,
+                0,
+                f"one extra baseline pass: {holdout} requests from the rest of the log on the first baseline's start",
+            )
+        )
     if len(levels) > 1 and (level_rounds or ladder_rungs):
         parts = [f"{level_rounds} round(s) of a pick per level"] if level_rounds else []
         parts += [f"up to {ladder_rungs} draft lengths of the best config"] if ladder_rungs else []
@@ -134,10 +151,14 @@ def plan(
             + (f", {level_only} level-only candidates for {LEVEL_ONLY_ROUNDS} rounds" if level_only else "")
         )
         phases.append(Phase("confirmation", lo, hi, note))
+        if greedy_check:
+            phases.append(
+                Phase("lossless check", 0, 1, "the winner's answers at temperature 0 (the prompts sample), if one wins")
+            )
     start_s = None
     if costs:
         start_s = costs.start_s(n_prompts=n_prompts, warmup=warmup, levels=levels, warmup_passes=warmup_passes)
-    return Plan(tuple(phases), start_s, max(1, gpus), used, costs, warmup_passes)
+    return Plan(tuple(phases), start_s, max(1, gpus), used, costs, warmup_passes, holdout)
 
 
 def _hours(s: float) -> str:

@@ -91,6 +91,11 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
             f"{lo.get('lossy_trials') or 'none'}; baselines against each other: "
             + (f"{len(floor)} divergence(s)" if floor else "identical")
         )
+    for g in report.get("acceptance_guards") or []:
+        line(f"guard {g['name']}: {g['text']}", "yellow")
+    if lo.get("greedy_text"):
+        line(lo["greedy_text"], None if lo["greedy"].get("ok") else "yellow")
+        line(f"  ({lo['figures_from']})")
     for cf in report.get("confirmed", []):
         ci = cf["speedup_ci"]
         dep = cf.get("deploy_speedup_ci")
@@ -138,6 +143,8 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
         )
         for name, text in traffic.get("guards") or []:
             line(f"  traffic guard {name}: {text}", "yellow")
+        check = traffic.get("holdout_check")
+        line("  " + traffic["holdout_text"], "yellow" if check and check.get("warning") else None)
         if traffic.get("by_length_text"):
             line(traffic["by_length_text"], "yellow" if "WARNING" in traffic["by_length_text"] else None)
     if report.get("search_settled"):

@@ -184,12 +184,27 @@ def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _traffic(info: dict[str, Any], recommended: dict[str, Any], by_number: dict[int, FrozenTrial]) -> dict[str, Any]:
-    """A request-log study's subset and guards, and the recommended config's speedup by input-length third against
-    its baseline (the search's measurements; none when the baseline is recommended)."""
+def _traffic(
+    info: dict[str, Any],
+    holdout: dict[str, Any] | None,
+    recommended: dict[str, Any],
+    by_number: dict[int, FrozenTrial],
+) -> dict[str, Any]:
+    """A request-log study's subset and guards, the holdout check (``traffic.HoldoutCheck``, as recorded), and the
+    recommended config's speedup by input-length third against its baseline (the search's measurements; none when
+    the baseline is recommended)."""
     from autotune.traffic import by_length, length_text
 
     out = dict(info)
+    out["holdout_check"] = holdout
+    if holdout is not None:
+        out["holdout_text"] = f"subset vs the rest of the log (baseline trial {holdout['trial']}): {holdout['text']}"
+    elif info.get("holdout"):
+        out["holdout_text"] = "subset vs the rest of the log: not measured (no baseline measured it)"
+    else:
+        out["holdout_text"] = (
+            "subset vs the rest of the log: off (benchmark.holdout: 0, or no request outside the subset)"
+        )
     t = by_number.get(recommended.get("trial"))  # type: ignore[arg-type]
     rows: list[dict[str, Any]] = []
     if t is not None and not TrialRecord(t).is_baseline:
@@ -199,6 +214,23 @@ def _traffic(info: dict[str, Any], recommended: dict[str, Any], by_number: dict[
     out["by_length"] = rows
     out["by_length_text"] = length_text(rows)
     return out
+
+
+def _acceptance_guards(
+    rows: list[dict[str, Any]], by_number: dict[int, FrozenTrial], references: dict[str, float]
+) -> list[dict[str, str]]:
+    """``acceptance-far-below`` (``traffic.acceptance_guards``) on each drafter's fastest measured trial."""
+    from autotune.traffic import acceptance_guards
+
+    fastest: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        drafter = (r["config"] or {}).get("drafter")
+        if r["role"] != records.ROLE_SPECULATIVE or not drafter or r["duplicate_of"] is not None or not r["tok_per_s"]:
+            continue
+        if drafter not in fastest or r["tok_per_s"] > fastest[drafter]["tok_per_s"]:
+            fastest[drafter] = r
+    judged = [(d, r["number"], TrialRecord(by_number[r["number"]]).prompt_results()) for d, r in fastest.items()]
+    return [{"name": g.name, "text": g.text} for g in acceptance_guards(judged, references)]
 
 
 def build_report(study: optuna.Study) -> dict[str, Any]:
@@ -272,9 +304,10 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
         "baseline_check": conf.baseline_check or [],
         "suspect_prunes": conf.suspect_prunes or [],
         "fastest_baseline": fastest,
-        "lossless": _lossless_summary(rows, records.lossless_floor(study)),
+        "lossless": _lossless_summary(rows, records.lossless_floor(study), records.greedy_lossless(study)),
         "recommended": recommended,
-        "flags": _flags(rows),
+        "flags": _flags(rows, records.greedy_lossless(study)),
+        "acceptance_guards": _acceptance_guards(rows, by_number, records.drafter_references(study)),
         "load": _load(rows, best, conf),
         "objective": objective.describe(weights, by_category[0]),
         "interval_note": interval_note(conf),
@@ -285,7 +318,7 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     }
     traffic = records.traffic(study)  # spaces measured from a request log only
     if traffic is not None:
-        out["traffic"] = _traffic(traffic, recommended, by_number)
+        out["traffic"] = _traffic(traffic, records.traffic_holdout(study), recommended, by_number)
     per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
     if per_method is not None:
         out["methods"] = per_method
@@ -528,10 +561,16 @@ def _best(
     }
 
 
-def _lossless_summary(rows: list[dict[str, Any]], floor: list[dict[str, Any]]) -> dict[str, Any]:
-    """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor."""
+def _lossless_summary(
+    rows: list[dict[str, Any]], floor: list[dict[str, Any]], greedy: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor; in
+    a space whose prompts sample, the winner's check at temperature 0 (``study.greedy``) and which figures come
+    from which measurement."""
+    from autotune.study.greedy import text as greedy_text
+
     checked = [r for r in rows if r.get("lossless")]
-    return {
+    out = {
         "numerics": sum(len(r["lossless"].get("numerics", [])) for r in checked if r["duplicate_of"] is None),
         "lossy_trials": [r["number"] for r in checked if not r["lossless"].get("ok", True)],
         "tolerance": checked[0]["lossless"].get("tolerance") if checked else None,
@@ -539,6 +578,15 @@ def _lossless_summary(rows: list[dict[str, Any]], floor: list[dict[str, Any]]) -
         "baseline_divergences": [f for f in floor if f.get("kind")],
         "baselines_compared": sum(1 for f in floor if f.get("checked")),
     }
+    if greedy is not None:
+        out["greedy"] = greedy
+        out["greedy_text"] = "lossless check at temperature 0: " + greedy_text(greedy)
+        out["figures_from"] = (
+            "speedups, intervals and the verdict: measured at each prompt's own sampling (the objective); the "
+            "lossless check: the same prompts at temperature 0, untimed, the recommended config on one more start "
+            "against its search baseline's reference answers"
+        )
+    return out
 
 
 def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]] | None = None) -> str:
@@ -616,8 +664,14 @@ def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) ->
     }
 
 
-def _flags(rows: list[dict[str, Any]]) -> list[str]:
+def _flags(rows: list[dict[str, Any]], greedy: dict[str, Any] | None = None) -> list[str]:
     out = []
+    if greedy is not None and greedy.get("ok") is False:
+        out.append(
+            f"trial {greedy['trial']} (the confirmed winner): output diverges from its baseline at temperature 0 on "
+            f"the same prompts ({lossless.summary_line(greedy)}): broken drafter, kernel or config; its speedup was "
+            "measured while sampling, where no answer can be checked: do not deploy it"
+        )
     for r in rows:
         if r["fail_kind"] == DrafterNotEngaged.kind:
             out.append(f"trial {r['number']}: drafter not engaged: {r['fail_reason']}")

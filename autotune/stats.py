@@ -103,6 +103,30 @@ def speedup_interval(logs: Sequence[float], confidence: float = 0.95, prior: Spr
     )
 
 
+def two_sample_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Two-sided Welch t-interval of exp(mean(a) - mean(b)) from two independent samples of logs (each n >= 2):
+    the ratio of two geometric means when nothing pairs the samples (e.g. two sets of prompts on one server).
+    ``n`` is the smaller sample's size, ``df`` Welch-Satterthwaite's."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) but got {confidence}")
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"a two-sample interval needs at least 2 values in each sample but got {len(a)} and {len(b)}")
+    (ma, sa), (mb, sb) = mean_sd(a), mean_sd(b)
+    va, vb = sa * sa / len(a), sb * sb / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1)) if se > 0 else float(len(a) + len(b) - 2)
+    half = _t_quantile(0.5 + confidence / 2, df) * se
+    d = ma - mb
+    return Interval(
+        point=math.exp(d),
+        low=math.exp(d - half),
+        high=math.exp(d + half),
+        n=min(len(a), len(b)),
+        confidence=confidence,
+        df=df,
+    )
+
+
 #: default sd of the log speedup between server starts (see ``PruningSpec.start_noise``)
 START_NOISE = 0.035
 

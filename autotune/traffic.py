@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import SpaceError
+from autotune.stats import Interval, speedup_interval, two_sample_interval
 
 #: characters per token, for lengths where the log has no token counts (English text and code average 3.5-4.5)
 CHARS_PER_TOKEN = 4.0
@@ -506,6 +507,77 @@ def representativeness(requests: Sequence[LoggedRequest], subset: Subset) -> dic
     return out
 
 
+def draw_holdout(n_log: int, subset: Subset, k: int, seed: int = 1) -> list[int]:
+    """``k`` requests of the log outside ``subset`` (as many as there are, at most), a seeded uniform draw: the sample
+    of the rest the subset's baseline is checked against (``holdout_check``). Indexes into the log, in log order."""
+    picked = set(subset.picked)
+    rest = [i for i in range(n_log) if i not in picked]
+    return sorted(random.Random(seed).sample(rest, min(k, len(rest))))
+
+
+@dataclass(frozen=True)
+class HoldoutCheck:
+    """The baseline's tok/s on the subset against a sample of the rest of the log, measured on one server start:
+    each side's geometric mean of its per-prompt tok/s with its t-interval, and their ratio (subset / rest) with a
+    Welch interval (two independent samples of prompts, paired by nothing). ``warning`` when that interval lies
+    wholly outside [1 / (1 + min_gain), 1 + min_gain]: the subset's speed differs from the rest's by more than the
+    gain the study is looking for, so its figures may not transfer to the whole log."""
+
+    subset: Interval
+    rest: Interval
+    ratio: Interval
+    min_gain: float
+    warning: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "subset_tok_per_s": self.subset.to_dict(),
+            "rest_tok_per_s": self.rest.to_dict(),
+            "ratio": self.ratio.to_dict(),
+            "min_gain": self.min_gain,
+            "warning": self.warning,
+            "text": self.text(),
+        }
+
+    def text(self) -> str:
+        def iv(x: Interval) -> str:
+            return f"{x.point:.1f} [{x.low:.1f}, {x.high:.1f}]"
+
+        r = self.ratio
+        line = (
+            f"baseline tok/s on the subset {iv(self.subset)} ({self.subset.n} requests) vs a sample of the rest "
+            f"{iv(self.rest)} ({self.rest.n} requests): ratio {r.point:.3f} [{r.low:.3f}, {r.high:.3f}] "
+            f"({r.confidence:.0%})"
+        )
+        return line + (f" - WARNING subset-unrepresentative: {self.warning}" if self.warning else "")
+
+
+#: the name of the holdout check's warning (``HoldoutCheck``)
+UNREPRESENTATIVE = "subset-unrepresentative"
+
+
+def holdout_check(
+    subset_tok_per_s: Sequence[float], rest_tok_per_s: Sequence[float], min_gain: float, confidence: float = 0.95
+) -> HoldoutCheck | None:
+    """``HoldoutCheck`` of the baseline's per-prompt tok/s on the subset and on the holdout; None with fewer than 2
+    positive figures on either side."""
+    a = [math.log(x) for x in subset_tok_per_s if x > 0]
+    b = [math.log(x) for x in rest_tok_per_s if x > 0]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ratio = two_sample_interval(a, b, confidence)
+    warning = None
+    bar = 1.0 + min_gain
+    if ratio.low > bar or ratio.high < 1.0 / bar:
+        side = "faster" if ratio.low > bar else "slower"
+        warning = (
+            f"the baseline is {side} on the subset than on the rest of the log by more than min_gain "
+            f"({min_gain:.0%}) at {confidence:.0%} confidence; pick more requests (benchmark.requests) or check the "
+            "log's mix"
+        )
+    return HoldoutCheck(speedup_interval(a, confidence), speedup_interval(b, confidence), ratio, min_gain, warning)
+
+
 # ---------------------------------------------------------------------------------------------- guards
 
 
@@ -746,3 +818,68 @@ def length_text(rows: Sequence[dict[str, Any]]) -> str | None:
     if last["bucket"] == "long" and last["speedup"] is not None and last["speedup"] < 1:
         text += f" - WARNING: the longest inputs lose to the baseline ({last['speedup']:.2f}x)"
     return text
+
+
+# ---------------------------------------------------------------------------------------------- acceptance far below
+
+#: a drafter's accepted draft tokens per round (acceptance length - 1) below this share of what it reached elsewhere
+#: (its best input-length third in the study, or its reference) fire the ``acceptance-far-below`` guard
+FAR_BELOW = 0.5
+#: the name of that guard
+ACCEPTANCE_FAR_BELOW = "acceptance-far-below"
+
+
+def acceptance_guards(
+    trials: Sequence[tuple[str, int, Sequence[Any]]], references: dict[str, float] | None = None
+) -> list[Guard]:
+    """``acceptance-far-below`` for each drafter whose acceptance in the study is far below what it reached
+    elsewhere. ``trials``: per drafter, (name, trial number, per-prompt results: ``accept_length`` and
+    ``prompt_tokens``, ``PromptResult``-like) of the trial that judges it (its fastest); ``references``: an
+    acceptance length per drafter name (``drafters[].reference_acceptance``). Compared as accepted draft tokens
+    per round (acceptance length - 1: what the bonus token does not give for free):
+
+    - within the study: the trial's prompts by input-length third (each third with 2 or more prompts): the worst
+      third below ``FAR_BELOW`` of the best third (a drafter that collapses at long context, or on some of the
+      traffic);
+    - against the reference: the trial's mean below ``FAR_BELOW`` of the reference's (a wrong chat template or
+      thinking mode, a drafter trained for another target or data)."""
+    out = []
+    refs = references or {}
+    for name, number, results in trials:
+        rows = [r for r in results if r.accept_length is not None]
+        if not rows:
+            continue
+        mean = sum(r.accept_length for r in rows) / len(rows)
+        with_len = [r for r in rows if r.prompt_tokens]
+        if len(with_len) >= 6:
+            edges = _tertile_edges([float(r.prompt_tokens) for r in with_len])
+            thirds = [[r for r in with_len if _bucket(float(r.prompt_tokens), edges) == k] for k in range(3)]
+            means = {
+                LENGTH_BUCKETS[k]: sum(r.accept_length for r in part) / len(part)
+                for k, part in enumerate(thirds)
+                if len(part) >= 2
+            }
+            if len(means) >= 2:
+                best, worst = max(means, key=lambda k: means[k]), min(means, key=lambda k: means[k])
+                if means[best] > 1 and means[worst] - 1 < FAR_BELOW * (means[best] - 1):
+                    out.append(
+                        Guard(
+                            ACCEPTANCE_FAR_BELOW,
+                            f"{name} (trial {number}): acceptance length {means[worst]:.2f} on the {worst} inputs "
+                            f"against {means[best]:.2f} on the {best} ones ({means[worst] - 1:.2f} accepted draft "
+                            f"tokens a round against {means[best] - 1:.2f}, under {FAR_BELOW:.0%}): the drafter fails "
+                            "on part of the traffic; its speedup there is not the study's",
+                        )
+                    )
+        ref = refs.get(name)
+        if ref is not None and mean - 1 < FAR_BELOW * (ref - 1):
+            out.append(
+                Guard(
+                    ACCEPTANCE_FAR_BELOW,
+                    f"{name} (trial {number}): acceptance length {mean:.2f} against the {ref:.2f} it reaches elsewhere "
+                    f"(drafters[].reference_acceptance; {mean - 1:.2f} accepted draft tokens a round against "
+                    f"{ref - 1:.2f}, under {FAR_BELOW:.0%}): check the chat template, the thinking mode and that the "
+                    "drafter was trained for this target",
+                )
+            )
+    return out

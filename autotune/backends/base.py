@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.checks import Problem
-    from autotune.space import Space
+    from autotune.space import Prompt, Space
 
 #: the drafter algorithms a space file may force (``drafters[].algorithm``) when the backend names none of its own:
 #: the checkpoint families ``autotune.checks`` tells apart (NEXTN: EAGLE for MTP layers; STANDALONE: a draft model)
@@ -358,13 +358,11 @@ class Backend(ABC):
         temperature: float,
         api: str = "completions",
         model: str | None = None,
-        top_p: float | None = None,
-        messages: tuple[tuple[str, str], ...] | None = None,
-        thinking: bool | None = None,
+        request: Prompt | None = None,
     ) -> tuple[str, dict[str, Any]]:
-        """One streaming request for ``prompt``: (path, JSON body). Default: the OpenAI API. A logged request's own
-        ``top_p``, chat turns (``messages``: (role, content), for the chat API) and thinking switch are sent as
-        logged."""
+        """One streaming request for ``prompt``: (path, JSON body). Default: the OpenAI API. ``request``: the space's
+        prompt, whose logged ``top_p``, chat turns (``messages``, for the chat API) and thinking switch are sent as
+        logged (``max_tokens`` and ``temperature`` come resolved: the caller's limits apply)."""
         body: dict[str, Any] = {
             "max_tokens": int(max_tokens),
             "temperature": float(temperature),
@@ -373,14 +371,10 @@ class Backend(ABC):
         }
         if model:
             body["model"] = model
-        if top_p is not None:
-            body["top_p"] = float(top_p)
+        if request is not None and request.top_p is not None:
+            body["top_p"] = float(request.top_p)
         if api == "chat":
-            turns = messages or (("user", prompt),)
-            body["messages"] = [{"role": role, "content": content} for role, content in turns]
-            if thinking is not None:
-                body["chat_template_kwargs"] = {"enable_thinking": bool(thinking)}
-            return "/v1/chat/completions", body
+            return "/v1/chat/completions", {**body, **_chat_turns(prompt, request)}
         body["prompt"] = prompt
         return "/v1/completions", body
 
@@ -402,14 +396,16 @@ class Backend(ABC):
         top_n: int,
         api: str = "completions",
         model: str | None = None,
+        request: Prompt | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """One non-streaming temperature-0 request for ``prompt`` that asks for the ``top_n`` most likely tokens at
-        every position (the lossless check's reference): (path, JSON body). Default: the OpenAI API."""
+        every position (the lossless check's reference): (path, JSON body). Default: the OpenAI API. ``request``:
+        as ``request``'s, its chat turns and thinking switch (its sampling not: the reference is greedy)."""
         body: dict[str, Any] = {"max_tokens": int(max_tokens), "temperature": 0.0, "stream": False}
         if model:
             body["model"] = model
         if api == "chat":
-            body.update(messages=[{"role": "user", "content": prompt}], logprobs=True, top_logprobs=int(top_n))
+            body.update(_chat_turns(prompt, request), logprobs=True, top_logprobs=int(top_n))
             return "/v1/chat/completions", body
         body.update(prompt=prompt, logprobs=int(top_n))
         return "/v1/completions", body
@@ -430,6 +426,16 @@ class Backend(ABC):
         """Per-position acceptance counts of the requests between two /metrics scrapes (``autotune.acceptance``;
         None: the server reports none there)."""
         return None
+
+
+def _chat_turns(prompt: str, request: Prompt | None) -> dict[str, Any]:
+    """The chat API's ``messages`` (a logged request's turns, else ``prompt`` as the one user turn) and its thinking
+    switch (``chat_template_kwargs.enable_thinking``) where the request has one."""
+    turns = request.messages if request is not None and request.messages else (("user", prompt),)
+    out: dict[str, Any] = {"messages": [{"role": role, "content": content} for role, content in turns]}
+    if request is not None and request.thinking is not None:
+        out["chat_template_kwargs"] = {"enable_thinking": bool(request.thinking)}
+    return out
 
 
 def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:

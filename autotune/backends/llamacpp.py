@@ -55,7 +55,7 @@ from autotune.backends.openai_stream import ChunkInfo, _float_or_none, _int_or_n
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain
-from autotune.space import FloatRange
+from autotune.space import FloatRange, Prompt
 
 if TYPE_CHECKING:
     import optuna
@@ -578,20 +578,11 @@ class LlamaCppBackend(Backend):
         temperature: float,
         api: str = "completions",
         model: str | None = None,
-        top_p: float | None = None,
-        messages: tuple[tuple[str, str], ...] | None = None,
-        thinking: bool | None = None,
+        request: Prompt | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """The OpenAI request, with ``cache_prompt: false`` so that repeated prompts are measured alike."""
         path, body = super().request(
-            prompt,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            api=api,
-            model=model,
-            top_p=top_p,
-            messages=messages,
-            thinking=thinking,
+            prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model, request=request
         )
         body["cache_prompt"] = False
         return path, body
@@ -604,10 +595,13 @@ class LlamaCppBackend(Backend):
         top_n: int,
         api: str = "completions",
         model: str | None = None,
+        request: Prompt | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """The OpenAI request with llama.cpp's ``n_probs`` (its completions endpoint then answers with a
         ``logprobs.content`` list of tokens, raw bytes and ``top_logprobs``); ``cache_prompt: false`` as measured."""
-        path, body = super().reference_request(prompt, max_tokens=max_tokens, top_n=top_n, api=api, model=model)
+        path, body = super().reference_request(
+            prompt, max_tokens=max_tokens, top_n=top_n, api=api, model=model, request=request
+        )
         if api != "chat":
             body.pop("logprobs", None)
             body["n_probs"] = int(top_n)

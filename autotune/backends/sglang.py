@@ -67,7 +67,7 @@ from autotune.backends.sglang_stream import (
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain
-from autotune.space import Choices, ParamSpec
+from autotune.space import Choices, ParamSpec, Prompt
 
 if TYPE_CHECKING:
     import optuna
@@ -497,25 +497,16 @@ class SGLangBackend(Backend):
         temperature: float,
         api: str = "completions",
         model: str | None = None,
-        top_p: float | None = None,
-        messages: tuple[tuple[str, str], ...] | None = None,
-        thinking: bool | None = None,
+        request: Prompt | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """Native ``/generate`` (carries acceptance per request); ``api == "chat"``: OpenAI chat."""
         if api == "chat":
             return super().request(
-                prompt,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                api=api,
-                model=model,
-                top_p=top_p,
-                messages=messages,
-                thinking=thinking,
+                prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model, request=request
             )
         sampling: dict[str, Any] = {"max_new_tokens": int(max_tokens), "temperature": float(temperature)}
-        if top_p is not None:
-            sampling["top_p"] = float(top_p)
+        if request is not None and request.top_p is not None:
+            sampling["top_p"] = float(request.top_p)
         return "/generate", {"text": prompt, "sampling_params": sampling, "stream": True}
 
     def reference_request(
@@ -526,10 +517,13 @@ class SGLangBackend(Backend):
         top_n: int,
         api: str = "completions",
         model: str | None = None,
+        request: Prompt | None = None,
     ) -> tuple[str, dict[str, Any]]:
         """Native ``/generate``, not streamed, with ``return_logprob``, ``top_logprobs_num`` and token texts."""
         if api == "chat":
-            return super().reference_request(prompt, max_tokens=max_tokens, top_n=top_n, api=api, model=model)
+            return super().reference_request(
+                prompt, max_tokens=max_tokens, top_n=top_n, api=api, model=model, request=request
+            )
         return "/generate", {
             "text": prompt,
             "sampling_params": {"max_new_tokens": int(max_tokens), "temperature": 0.0},

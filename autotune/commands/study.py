@@ -50,8 +50,8 @@ def validate(ctx: Context, *, stand_ins: bool = True) -> list[Any]:
 
 def traffic_problems(space: Any) -> list[Any]:
     """A request-log space's subset and validity guards (``autotune.traffic``), as warnings said before any GPU
-    time: what was picked from the log and how it compares, each guard that fired, and a lossless check that
-    cannot run because the logged requests sample."""
+    time: what was picked from the log and how it compares, each guard that fired, and where the logged requests
+    sample, which figures are measured how (the speedup at their sampling, the lossless check at temperature 0)."""
     from autotune.checks import Problem
 
     t = space.benchmark.traffic
@@ -62,7 +62,9 @@ def traffic_problems(space: Any) -> list[Any]:
     out = [
         Problem(
             "warning" if t.guards else "info",
-            f"traffic: {t.picked} of {t.log_requests} logged requests picked (stratified by length and {t.by}); "
+            f"traffic: {t.picked} of {t.log_requests} logged requests picked (stratified by length and {t.by}"
+            + (f"; {t.holdout} more from the rest to check them against" if t.holdout else "")
+            + "); "
             + (
                 f"input length p10/p50/p90 {_trio(rep['subset_p10_p50_p90'])} against the log's "
                 f"{_trio(rep['log_p10_p50_p90'])} (KS p = {rep['ks_p']:.2f})"
@@ -80,8 +82,9 @@ def traffic_problems(space: Any) -> list[Any]:
             Problem(
                 "warning",
                 f"traffic: {hot} of {len(space.benchmark.prompts)} picked requests sample (temperature > 0): the "
-                "speedup is measured at each request's own sampling, and the lossless check (temperature 0 only) "
-                "does not run",
+                "speedup is measured at each request's own sampling, and the lossless check at temperature 0 on the "
+                "same prompts: the baselines' reference answers against the winner's, on one more start after "
+                "confirmation",
                 field=field,
                 file=t.path,
             )
@@ -353,7 +356,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
     time at the study's own measured costs, else the simulator's, else counts only."""
     from autotune import plan
     from autotune.measure import warmup_rule
-    from autotune.records import TrialRecord, used_budget
+    from autotune.records import TrialRecord, greedy_lossless, traffic_holdout, used_budget
 
     space = ctx.run_space
     used = used_budget(study)[0] if study is not None else 0
@@ -387,6 +390,8 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
         settle_after=_settle_after(ctx, n_trials),
         warmup_passes=warmup_rule(space).passes,
         methods=sum(1 for m in space.search.methods if ctx.backend.method_unavailable(space, m) is None),
+        holdout=0 if study is not None and traffic_holdout(study) else len(space.benchmark.holdout),
+        greedy_check=not space.benchmark.greedy and (study is None or greedy_lossless(study) is None),
         **_level_phase_left(ctx, study),
     )
 

@@ -99,7 +99,7 @@ class ProcessSession:
         )
 
     def _measure(self, index: int, text: str) -> PromptResult:
-        prompt = self.benchmark.prompts[index] if 0 <= index < len(self.benchmark.prompts) else None
+        prompt = self.benchmark.prompt_at(index)
         return self._call(index, lambda: self._scaled(self.client.measure(index, text, request=prompt)))
 
     def _call(self, index: int, request: Callable[[], _T], *, track: bool = True) -> _T:
@@ -126,10 +126,7 @@ class ProcessSession:
             raise
 
     def _prompt_text(self, index: int) -> str:
-        prompts = self.benchmark.prompts
-        if not 0 <= index < len(prompts):
-            raise IndexError(f"prompt index {index} outside 0..{len(prompts) - 1}")
-        return prompts[index].text
+        return self.benchmark.prompt_at(index).text
 
     def warmup(self) -> None:
         prompts = self.benchmark.prompts
@@ -223,8 +220,8 @@ class ProcessSession:
         return results, max(state.end - t0, 0.0), state.failed
 
     def reference(self, index: int, top_n: int) -> ReferenceOutput | None:
-        text = self._prompt_text(index)
-        return self._call(index, lambda: self.client.reference(index, text, top_n))
+        prompt = self.benchmark.prompt_at(index)
+        return self._call(index, lambda: self.client.reference(index, prompt.text, top_n, request=prompt))
 
     # -- stopping -----------------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ from autotune.records.schema import (
     BACKEND,
     BASELINE_CHECK_ROUNDS,
     CONFIRMATION,
+    DRAFTER_REFERENCES,
+    GREEDY_LOSSLESS,
     LEVEL_PHASE,
     LOSSLESS_FLOOR,
     METHODS,
@@ -24,6 +26,7 @@ from autotune.records.schema import (
     SPACE_DIGEST,
     SPACE_NAME,
     TRAFFIC,
+    TRAFFIC_HOLDOUT,
     UNITS,
     VERDICT,
     WORKER_SPEC,
@@ -157,6 +160,39 @@ def set_traffic(study: optuna.Study, info: dict[str, Any]) -> None:
     """Record the subset and guards once (the first run's stay: the study's prompts are fixed by its digest)."""
     if TRAFFIC not in study.user_attrs:
         study.set_user_attr(TRAFFIC, info)
+
+
+def traffic_holdout(study: optuna.Study) -> dict[str, Any] | None:
+    """The holdout check as recorded (``TRAFFIC_HOLDOUT``); None until a baseline measured it, or without one."""
+    value = study.user_attrs.get(TRAFFIC_HOLDOUT)
+    return value if isinstance(value, dict) else None
+
+
+def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
+    """Record the holdout check once (the first baseline's; later baselines do not measure it again)."""
+    if TRAFFIC_HOLDOUT not in study.user_attrs:
+        study.set_user_attr(TRAFFIC_HOLDOUT, value)
+
+
+def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
+    """A sampling space's temperature-0 lossless check as recorded (``GREEDY_LOSSLESS``); None until it ran."""
+    value = study.user_attrs.get(GREEDY_LOSSLESS)
+    return value if isinstance(value, dict) else None
+
+
+def set_greedy_lossless(study: optuna.Study, value: dict[str, Any]) -> None:
+    study.set_user_attr(GREEDY_LOSSLESS, value)
+
+
+def drafter_references(study: optuna.Study) -> dict[str, float]:
+    """The drafters' reference acceptance lengths as the space gave them ({} when it gave none)."""
+    value = study.user_attrs.get(DRAFTER_REFERENCES)
+    return {str(k): float(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def set_drafter_references(study: optuna.Study, value: dict[str, float]) -> None:
+    if study.user_attrs.get(DRAFTER_REFERENCES) != value:
+        study.set_user_attr(DRAFTER_REFERENCES, value)
 
 
 def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:

@@ -52,7 +52,13 @@ Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, 
 ``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm),
 ``verdict`` / ``recommended`` (written by ``autotune dashboard`` for optuna-dashboard: the verdict, and the trial
 autotune recommends with rounded figures; ``autotune.evidence.publish``), ``methods`` (a space with
-``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``).
+``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``),
+``traffic`` (a request-log space: the subset, its comparison with the log and the guards; ``autotune.traffic``),
+``traffic_holdout`` (the subset's baseline tok/s against a holdout from the rest of the log, measured on the first
+baseline's start: ``autotune.traffic.HoldoutCheck``), ``greedy_lossless`` (a space whose prompts sample: the
+confirmed winner's answers at temperature 0 against its baseline's references; ``autotune.study.greedy``),
+``drafter_references`` (the acceptance length each drafter reaches elsewhere, as the space gives it: the report's
+``acceptance-far-below`` guard; set at every open, so the space's current values).
 """
 
 from __future__ import annotations
@@ -125,6 +131,14 @@ VERDICT = "verdict"
 METHODS = "methods"
 #: a request-log space's subset and guards (``autotune.traffic``), as the study recorded it
 TRAFFIC = "traffic"
+#: the baseline's tok/s on the subset against a sample of the rest of the log (``autotune.traffic.HoldoutCheck``,
+#: its per-prompt figures and the baseline trial), written once, by the first baseline that measures the holdout
+TRAFFIC_HOLDOUT = "traffic_holdout"
+#: a sampling space's lossless check at temperature 0: confirmation's winner against its baseline's references
+#: (``autotune.study.greedy``)
+GREEDY_LOSSLESS = "greedy_lossless"
+#: the drafters' reference acceptance lengths the space gives (``drafters[].reference_acceptance``), by name
+DRAFTER_REFERENCES = "drafter_references"
 RECOMMENDED = "recommended"
 
 # fmt: off
@@ -136,7 +150,8 @@ TRIAL_KEYS = (
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
-    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS,
+    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS, TRAFFIC, TRAFFIC_HOLDOUT,
+    GREEDY_LOSSLESS, DRAFTER_REFERENCES,
 )
 # fmt: on
 

@@ -237,9 +237,7 @@ class ModelSession:
 
     def run_prompt(self, index: int) -> PromptResult:
         bench = self.runner.space.benchmark
-        if not 0 <= index < len(bench.prompts):
-            raise IndexError(f"prompt index {index} out of range (the space has {len(bench.prompts)} prompts)")
-        p = bench.prompts[index]
+        p = bench.prompt_at(index)
         gen = self._request(p.text, bench.tokens_for(p), bench.temperature_for(p), p.category, "generate")
         plan = gen.plan
         return PromptResult(
@@ -332,9 +330,7 @@ class ModelSession:
         tokens at every position: what the HTTP server's ``/generate`` answers with ``return_logprob``. Charged to
         the clock's "reference" ledger; a request like any other for faults, retries and the acceptance counters."""
         bench = self.runner.space.benchmark
-        if not 0 <= index < len(bench.prompts):
-            raise IndexError(f"prompt index {index} out of range (the space has {len(bench.prompts)} prompts)")
-        p = bench.prompts[index]
+        p = bench.prompt_at(index)
         gen = self._request(p.text, bench.tokens_for(p), 0.0, p.category, "reference")
         return gen.reference(index, top_n)
 

@@ -79,6 +79,9 @@ class DrafterSpec:
     name: str
     path: str
     algorithm: str | None = None  # forced algorithm; None = derived from the checkpoint's config.json
+    #: the acceptance length (tokens per verify round, the bonus token included) the drafter reaches elsewhere (its
+    #: model card, another study); None: none given (``autotune.traffic.acceptance_guards``)
+    reference_acceptance: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ class TrafficInfo:
     representativeness: dict[str, Any]
     #: (name, text) of each guard that fired
     guards: tuple[tuple[str, str], ...] = ()
+    #: requests drawn (seeded) from the rest of the log to check the subset against (``benchmark.holdout``; 0: off)
+    holdout: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,10 +151,20 @@ class BenchmarkSpec:
     concurrency: tuple[int, ...] = (1,)
     #: the request log the prompts were picked from (``benchmark.requests_file``), with the subset and its guards
     traffic: TrafficInfo | None = None
+    #: requests of that log outside the subset, measured once on the first baseline's start to check that the subset
+    #: stands for the rest (``benchmark.holdout``; ``autotune.traffic.holdout_check``); never part of the objective
+    holdout: tuple[Prompt, ...] = ()
 
     @property
     def levels(self) -> tuple[int, ...]:
         return self.concurrency
+
+    def prompt_at(self, index: int) -> Prompt:
+        """Request ``index`` a session sends: the prompts, then the holdout requests (index ``len(prompts) + j``)."""
+        n = len(self.prompts)
+        if not 0 <= index < n + len(self.holdout):
+            raise IndexError(f"prompt index {index} outside 0..{n + len(self.holdout) - 1}")
+        return self.prompts[index] if index < n else self.holdout[index - n]
 
     @property
     def loaded(self) -> bool:

@@ -218,6 +218,7 @@ class SpaceReader(SearchSection, BenchmarkSection):
             "name": self.name,
             "path": lambda x, q, ln: self.str_(x, q, ln, "the checkpoint directory"),
             "algorithm": self.optional(partial(self.algorithm, algorithms=drafter_algorithms(backend))),
+            "reference_acceptance": self.optional(lambda x, q, ln: self.num(x, q, ln, 1, lo_open=True)),
         }
         required = {"name": "a drafter name", "path": "the drafter checkpoint directory"}
         return self.fields(v, f, line, schema, required=required, complete=True)

@@ -30,6 +30,7 @@ class BenchmarkSection(Checker):
             "prompts_file": self.optional(self.str_),
             "requests_file": self.optional(self.str_),
             "requests": lambda x, p, ln: self.int_(x, p, ln, 1),
+            "holdout": lambda x, p, ln: self.int_(x, p, ln, 0),
             "max_tokens": lambda x, p, ln: self.int_(x, p, ln, 1),
             "temperature": lambda x, p, ln: self.num(x, p, ln, 0),
             "warmup_requests": lambda x, p, ln: self.int_(x, p, ln, 0),
@@ -43,6 +44,7 @@ class BenchmarkSection(Checker):
         file_field, file_line = join(f, "prompts_file"), key_line(v, "prompts_file", line)
         log = d.pop("requests_file", None)
         n_requests = d.pop("requests", None)
+        n_holdout = d.pop("holdout", None)
         given = [k for k, x in (("prompts", d.get("prompts")), ("prompts_file", file_), ("requests_file", log)) if x]
         if len(given) > 1:
             raise self.error(
@@ -50,19 +52,25 @@ class BenchmarkSection(Checker):
                 file_line or line,
                 f"give one of prompts, prompts_file or requests_file, not {' and '.join(given)}",
             )
-        if n_requests is not None and log is None:
-            raise self.error(
-                join(f, "requests"),
-                key_line(v, "requests", line),
-                "requests (how many to pick) needs requests_file (the log to pick them from)",
-            )
+        for key, given_n, what in (
+            ("requests", n_requests, "how many to pick"),
+            ("holdout", n_holdout, "how many to check the subset against"),
+        ):
+            if given_n is not None and log is None:
+                raise self.error(
+                    join(f, key),
+                    key_line(v, key, line),
+                    f"{key} ({what}) needs requests_file (the log to pick them from)",
+                )
         if file_ is not None:
             d["prompts"], d["prompts_file"] = self.prompts_file(file_, file_field, file_line)
         if log is not None:
             explicit_api = isinstance(v, dict) and "api" in v
-            d["prompts"], d["prompts_file"], d["traffic"], chat = self.requests_file(
+            n = n_requests or DEFAULT_REQUESTS
+            d["prompts"], d["prompts_file"], d["traffic"], d["holdout"], chat = self.requests_file(
                 log,
-                n_requests or DEFAULT_REQUESTS,
+                n,
+                n if n_holdout is None else n_holdout,
                 d.get("api", "completions") if explicit_api else None,
                 join(f, "requests_file"),
                 key_line(v, "requests_file", line),
@@ -79,11 +87,12 @@ class BenchmarkSection(Checker):
         return BenchmarkSpec(**d)
 
     def requests_file(
-        self, v: str, n: int, api: str | None, f: str, line: int | None
-    ) -> tuple[tuple[Prompt, ...], str, TrafficInfo, bool]:
+        self, v: str, n: int, holdout: int, api: str | None, f: str, line: int | None
+    ) -> tuple[tuple[Prompt, ...], str, TrafficInfo, tuple[Prompt, ...], bool]:
         """The prompts picked from the request log ``v`` (``autotune.traffic``: its formats, the subset, the guards),
-        the log's path, what the plan and report say of it, and whether its requests are chat requests."""
-        from autotune.traffic import guards, pick_subset, read_requests, representativeness
+        the log's path, what the plan and report say of it, the ``holdout`` requests drawn from the rest of the log
+        (as many as it has, at most), and whether its requests are chat requests."""
+        from autotune.traffic import LoggedRequest, draw_holdout, guards, pick_subset, read_requests, representativeness
 
         target = (self.base_dir / os.path.expanduser(v)).resolve()
         if not target.is_file():
@@ -96,8 +105,9 @@ class BenchmarkSection(Checker):
         log = read_requests(target)  # a bad log: SpaceError naming its own file, line and field
         subset = pick_subset(log, n, seed=0)
         chat = sum(r.is_chat for r in log) * 2 > len(log)
-        prompts = tuple(
-            Prompt(
+
+        def prompt(r: LoggedRequest) -> Prompt:
+            return Prompt(
                 id=r.id,
                 text=r.text if r.messages is None else r.ask,
                 category=r.category,
@@ -107,8 +117,9 @@ class BenchmarkSection(Checker):
                 messages=None if r.messages is None else tuple((t.role, t.content) for t in r.messages),
                 thinking=r.thinking,
             )
-            for r in (log[i] for i in subset.picked)
-        )
+
+        prompts = tuple(prompt(log[i]) for i in subset.picked)
+        held = tuple(prompt(log[i]) for i in draw_holdout(len(log), subset, holdout, seed=1))
         fired = guards(log, api=api or ("chat" if chat else "completions"))
         info = TrafficInfo(
             path=str(target),
@@ -117,8 +128,9 @@ class BenchmarkSection(Checker):
             by=subset.by,
             representativeness=representativeness(log, subset),
             guards=tuple((g.name, g.text) for g in fired),
+            holdout=len(held),
         )
-        return prompts, str(target), info, chat
+        return prompts, str(target), info, held, chat
 
     def warmup_passes(self, v: Any, f: str, line: int | None) -> int:
         """A whole number of untimed passes of the prompts (``autotune.warmup``)."""

@@ -18,6 +18,7 @@ from autotune.records import ConfirmationState
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.study import confirm as _confirm
+from autotune.study import greedy as _greedy
 from autotune.study import ladder as _ladder
 from autotune.study import search as _search
 from autotune.study import trial as _trial
@@ -118,8 +119,11 @@ class Orchestrator:
         return _confirm.candidates(self.ctx)
 
     def confirm(self) -> ConfirmationState:
+        """Confirmation, then (a space whose prompts sample) its winner's lossless check at temperature 0."""
         with one_blas_thread():
-            return _confirm.confirm(self.ctx)
+            state = _confirm.confirm(self.ctx)
+        _greedy.check(self.ctx, state)
+        return state
 
 
 def run(

@@ -551,4 +551,7 @@ def open_study(
         )
     else:
         check_resume(study, space, storage if isinstance(storage, str) else None)
+    refs = {d.name: d.reference_acceptance for d in space.drafters if d.reference_acceptance is not None}
+    if refs or records.drafter_references(study):
+        records.set_drafter_references(study, refs)  # the space's current values (a report-only guard)
     return study

@@ -385,8 +385,10 @@ class Objective:
                 on_warmup=functools.partial(self._warmed, t),
                 check_first=alarm,
             )
-            if config.is_baseline and ctx.space.benchmark.greedy:
+            if config.is_baseline:  # greedy answers: the lossless check's, sampling spaces' too (``study.greedy``)
                 t.record.references(self._references(session, n))
+            if config.is_baseline and ctx.space.benchmark.holdout and records.traffic_holdout(ctx.study) is None:
+                self._holdout(t, session, results)
             levels = None
             if ctx.space.benchmark.loaded:
                 on_level = functools.partial(self._after_level, t, config, baseline, n)
@@ -493,6 +495,27 @@ class Objective:
                 f"acceptance length {acc:.2f} after the first prompt: the drafter is not engaged; "
                 f"{self.ctx.backend.not_engaged_hint}"
             )
+
+    def _holdout(self, t: _Trial, session: Session, results: list[PromptResult]) -> None:
+        """The holdout requests of a request-log space (``benchmark.holdout``) on this baseline's server after its
+        timed prompts, and the subset's tok/s against theirs (``traffic.holdout_check``), recorded once for the
+        study and said at once, before the search spends its budget. A request that fails leaves the check out
+        (the baseline's measurement stands)."""
+        from autotune.traffic import holdout_check
+
+        ctx = self.ctx
+        n = len(ctx.space.benchmark.prompts)
+        try:
+            rest = [session.run_prompt(n + j).tok_per_s for j in range(len(ctx.space.benchmark.holdout))]
+        except BenchmarkError as e:
+            ctx.emit(Event("note", t.number, {"message": f"holdout check not measured: {e}"}))
+            return
+        subset = [r.tok_per_s for r in results]
+        check = holdout_check(subset, rest, ctx.space.verdict.min_gain)
+        if check is None:
+            return
+        records.set_traffic_holdout(ctx.study, {"trial": t.number, "subset": subset, "rest": rest, **check.to_dict()})
+        ctx.emit(Event("note", t.number, {"message": "traffic: " + check.text()}))
 
     def _references(self, session: Session, n: int) -> list[ReferenceOutput | None]:
         """The baseline's reference answers (top tokens per position), one non-timed request per prompt; a

@@ -519,8 +519,10 @@ def test_logged_requests_reach_the_real_chat_endpoint_with_their_own_sampling(sp
     try:
         short, long1, long2 = (session.run_prompt(i) for i in (0, 1, 1))
         hot = [session.run_prompt(2).text for _ in range(3)]
+        greedy = session.reference(2, 5)  # the lossless check's reference of the hot request: its turns, greedy
     finally:
         session.close()
     assert short.completion_tokens <= 6 < long1.completion_tokens <= 40  # each request's own limit
     assert long1.text == long2.text  # temperature 0: the same answer
+    assert greedy is not None and greedy.text == long1.text  # same turns and limit at temperature 0
     assert len(set(hot)) > 1  # temperature 1.5 reached the server: the answers differ

@@ -113,3 +113,20 @@ def test_a_method_space_plans_each_methods_best_among_the_candidates():
     assert "1 to 7 candidates" in p.phases[1].note
     assert p.phases[1].starts_max == 8 * (1 + 7)
     assert "1 to 4 candidates" in _plan(methods=1, graph_settings=1, repeats=3, settle_after=8).phases[1].note
+
+
+def test_a_request_logs_holdout_check_is_one_extra_baseline_pass_in_the_cost():
+    without, p = _plan(), _plan(holdout=32)
+    assert p.starts == without.starts  # on the first baseline's start: no start of its own
+    assert [ph.name for ph in p.phases] == ["search", "holdout check", "confirmation"]
+    # 32 more requests at 10 s each, once
+    assert p.server_s == pytest.approx((without.server_s[0] + 320.0, without.server_s[1] + 320.0))
+    assert "one extra baseline pass: 32 requests from the rest of the log" in planmod.render(p)
+
+
+def test_sampling_prompts_plan_one_more_start_for_the_winners_lossless_check_at_temperature_0():
+    p = _plan(greedy_check=True)
+    assert [(ph.name, ph.starts, ph.starts_max) for ph in p.phases][-1] == ("lossless check", 0, 1)
+    assert p.starts == (_plan().starts[0], _plan().starts[1] + 1)
+    assert "lossless check 0-1 server starts" in planmod.render(p)
+    assert [ph.name for ph in _plan(greedy_check=True, confirm=False).phases] == ["search"]  # no winner, no check

@@ -5,12 +5,23 @@ made to trip it."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
 
 from autotune.errors import SpaceError
-from autotune.traffic import Turn, guards, pick_subset, random_token_score, read_requests, representativeness
+from autotune.traffic import (
+    UNREPRESENTATIVE,
+    Turn,
+    draw_holdout,
+    guards,
+    holdout_check,
+    pick_subset,
+    random_token_score,
+    read_requests,
+    representativeness,
+)
 
 from .logs import SYSTEM, ask, chat_line, clean_log, write_jsonl
 
@@ -147,6 +158,39 @@ def test_a_subset_of_a_large_log_keeps_each_strata_share_and_its_length_distribu
     assert biased["input_tokens"]["ks_p"] < 1e-6 and biased["input_tokens"]["ks_distance"] > 0.5
 
 
+def test_the_holdout_is_a_seeded_draw_from_the_rest_of_the_log(tmp_path):
+    reqs = read_requests(clean_log(tmp_path / "log.jsonl", n=300))
+    sub = pick_subset(reqs, 40)
+    held = draw_holdout(len(reqs), sub, 40)
+    assert len(held) == 40 and not set(held) & set(sub.picked) and held == sorted(held)
+    assert draw_holdout(len(reqs), sub, 40) == held and draw_holdout(len(reqs), sub, 40, seed=2) != held
+    assert len(draw_holdout(len(reqs), sub, 1000)) == 260  # as many as the rest has, at most
+    assert draw_holdout(len(reqs), sub, 0) == []
+
+
+def test_the_holdout_check_warns_only_when_the_subset_is_off_by_more_than_min_gain():
+    from scipy.stats import ttest_ind
+
+    rng = random.Random(0)
+    rest = [100 * rng.lognormvariate(0, 0.1) for _ in range(32)]
+    same = [100 * rng.lognormvariate(0, 0.1) for _ in range(32)]  # drawn alike (this draw: 0.7% apart)
+    clean = holdout_check(same, rest, min_gain=0.02)
+    assert clean is not None and clean.warning is None
+    assert clean.ratio.low < 1 < clean.ratio.high and clean.subset.n == clean.rest.n == 32
+    # the ratio's interval is Welch's two-sample t-interval of the log tok/s
+    ci = ttest_ind([math.log(x) for x in same], [math.log(x) for x in rest], equal_var=False).confidence_interval()
+    assert (math.log(clean.ratio.low), math.log(clean.ratio.high)) == pytest.approx((ci.low, ci.high))
+    fast = holdout_check([x * 1.2 for x in same], rest, min_gain=0.02)
+    assert fast is not None and fast.warning and "faster on the subset" in fast.warning
+    assert f"WARNING {UNREPRESENTATIVE}" in fast.text() and fast.to_dict()["warning"] == fast.warning
+    slow = holdout_check([x / 1.2 for x in same], rest, min_gain=0.02)
+    assert slow is not None and slow.warning and "slower on the subset" in slow.warning
+    # off by 5%, but the study looks for 10% gains: no warning
+    near = holdout_check([x * 1.05 for x in same], rest, min_gain=0.10)
+    assert near is not None and near.warning is None
+    assert holdout_check([100.0], rest, min_gain=0.02) is None  # too few to compare
+
+
 def test_without_categories_the_strata_are_text_clusters(tmp_path):
     rng = random.Random(0)
     topics = {
@@ -217,3 +261,27 @@ def test_random_token_score_tells_decoded_random_ids_from_prose_and_code():
     assert random_token_score(code) == 0
     assert random_token_score("hijo Dre Reader accomplish bodied ICAgICAg ывает strcmp ометр XTkw ngth 的 sdk") > 0.3
     assert random_token_score(SYSTEM) == 0
+
+
+def _results(accepts, tokens):
+    from autotune.config import PromptResult
+
+    return [
+        PromptResult(index=i, completion_tokens=100, seconds=1.0, ttft_s=None, prompt_tokens=n, accept_length=a)
+        for i, (a, n) in enumerate(zip(accepts, tokens, strict=True))
+    ]
+
+
+def test_acceptance_far_below_fires_on_a_length_third_or_a_reference_and_is_silent_otherwise():
+    from autotune.traffic import ACCEPTANCE_FAR_BELOW, acceptance_guards
+
+    tokens = [100 * (i + 1) for i in range(9)]
+    collapses = _results([4.0, 4.1, 3.9, 4.0, 3.8, 4.2, 1.3, 1.2, 1.4], tokens)  # the longest third: 0.3 accepted
+    (g,) = acceptance_guards([("d", 7, collapses)])
+    assert g.name == ACCEPTANCE_FAR_BELOW and "d (trial 7): acceptance length 1.30 on the long inputs" in g.text
+    even = _results([4.0, 4.1, 3.9, 4.0, 3.8, 4.2, 3.0, 2.9, 3.1], tokens)  # 2.0 of 3.0 accepted: not far below
+    assert acceptance_guards([("d", 7, even)]) == []
+    (r,) = acceptance_guards([("d", 7, even)], {"d": 8.0})  # 2.67 accepted against 7 elsewhere
+    assert "against the 8.00 it reaches elsewhere" in r.text
+    assert acceptance_guards([("d", 7, even)], {"d": 5.0, "other": 9.0}) == []  # 2.67 of 4: not far below
+    assert acceptance_guards([("d", 7, _results([None] * 9, tokens))], {"d": 9.0}) == []  # nothing reported

@@ -3,15 +3,18 @@ answer limit and sampling, the guards said before any GPU time, bad logs refused
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
 import optuna
+import yaml
 
+from autotune.backends.llamacpp import LlamaCppBackend
 from autotune.backends.sglang import SGLangBackend
 from autotune.space import load_space
 
-from ..cli.helpers import autotune
+from ..cli.helpers import REPO, autotune
 from .logs import chat_line, clean_log, write_jsonl
 
 SPACE = """name: traffic
@@ -55,18 +58,40 @@ def test_a_space_takes_its_prompts_from_a_request_log_with_their_own_settings(tm
         assert p.messages is not None and p.messages[-1] == ("user", body["messages"][-1]["content"])
     assert not b.greedy  # the log samples: the lossless check cannot run
     # the request the server gets: the logged turns, top_p and limits
-    p = b.prompts[0]
-    path, body = SGLangBackend().request(
-        p.text,
-        max_tokens=b.tokens_for(p),
-        temperature=b.temperature_for(p),
-        api=b.api,
-        top_p=p.top_p,
-        messages=p.messages,
-        thinking=True,
+    p = dataclasses.replace(b.prompts[0], thinking=True)
+    for backend in (SGLangBackend(), LlamaCppBackend()):
+        path, body = backend.request(
+            p.text, max_tokens=b.tokens_for(p), temperature=b.temperature_for(p), api=b.api, request=p
+        )
+        assert path == "/v1/chat/completions" and body["messages"][0]["role"] == "system"
+        assert body["top_p"] == p.top_p and body["chat_template_kwargs"] == {"enable_thinking": True}
+        # the lossless check's greedy reference asks the same turns, greedy
+        path, ref = backend.reference_request(p.text, max_tokens=b.tokens_for(p), top_n=5, api=b.api, request=p)
+        assert ref["messages"] == body["messages"] and ref["chat_template_kwargs"] == {"enable_thinking": True}
+        assert ref["temperature"] == 0.0 and "top_p" not in ref and ref["max_tokens"] == b.tokens_for(p)
+    # SGLang's native /generate (api: completions) carries the request's top_p too
+    path, body = SGLangBackend().request(p.text, max_tokens=8, temperature=0.5, request=p)
+    assert path == "/generate" and body["sampling_params"]["top_p"] == p.top_p
+
+
+def test_the_holdout_is_as_many_requests_again_from_the_rest_and_0_turns_it_off(tmp_path):
+    clean_log(tmp_path / "log.jsonl", n=1200)
+    b = load_space(str(_space(tmp_path))).benchmark
+    assert len(b.holdout) == 24 and b.traffic is not None and b.traffic.holdout == 24
+    assert not {p.id for p in b.holdout} & {p.id for p in b.prompts}
+    assert b.prompt_at(24) == b.holdout[0] and b.prompt_at(23) == b.prompts[23]  # a session's index: then the holdout
+    (tmp_path / "space.yaml").write_text(
+        SPACE.replace("requests: 24\n", "requests: 24\n  holdout: 0\n").replace("LOG", "log.jsonl")
     )
-    assert path == "/v1/chat/completions" and body["messages"][0]["role"] == "system"
-    assert body["top_p"] == p.top_p and body["chat_template_kwargs"] == {"enable_thinking": True}
+    assert load_space(str(tmp_path / "space.yaml")).benchmark.holdout == ()
+
+
+def test_holdout_without_a_request_log_is_exit_2(tmp_path):
+    text = SPACE.replace("  requests_file: LOG\n  requests: 24\n", "  prompts: [{id: a, text: hi}]\n  holdout: 8\n")
+    (tmp_path / "space.yaml").write_text(text)
+    r = autotune("validate", str(tmp_path / "space.yaml"), "--simulate")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "benchmark.holdout" in r.stderr and "needs requests_file" in r.stderr
 
 
 def test_a_study_runs_from_the_log_and_says_what_it_picked_first(tmp_path):
@@ -75,14 +100,32 @@ def test_a_study_runs_from_the_log_and_says_what_it_picked_first(tmp_path):
     r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
     assert r.returncode == 0, r.stderr
     head = r.stderr.split("plan: ")[0]
-    assert "traffic: 24 of 1200 logged requests picked (stratified by length and category)" in head
-    assert "lossless check (temperature 0 only) does not run" in head
+    assert (
+        "traffic: 24 of 1200 logged requests picked (stratified by length and category; 24 more from the rest to "
+        "check them against)" in head
+    )
+    assert "the lossless check at temperature 0 on the same prompts" in head
+    assert "lossless check 0-1 server starts" in r.stderr  # the winner's greedy answers: one more start
+    assert "holdout check 0 server starts (one extra baseline pass: 24 requests from the rest" in r.stderr
+    # measured on the first baseline's start, said before the search goes on
+    said = r.stderr.index("traffic: baseline tok/s on the subset")
+    assert said < r.stderr.index("#1   COMPLETE")
     db = next(studies.glob("*.db"))
     study = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{db}")[0], storage=f"sqlite:///{db}")
     picked = load_space(str(space)).benchmark
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     results = [res for t in done for res in t.user_attrs.get("prompts") or []]
     assert len(results) >= 24
+    check = study.user_attrs["traffic_holdout"]
+    assert check["trial"] == 0 and len(check["subset"]) == len(check["rest"]) == 24
+    assert all(len(t.user_attrs.get("prompts") or []) <= 24 for t in done)  # the holdout is not in the objective
+    # the log samples: the speedup at its sampling, the lossless check at temperature 0 (the baseline's references
+    # against the winner's greedy answers on one more start)
+    assert len(done[0].user_attrs["reference"]) == 24 and not any("lossless" in t.user_attrs for t in done)
+    greedy = study.user_attrs["greedy_lossless"]
+    assert greedy["ok"] is True and greedy["temperature"] == 0.0 and greedy["baseline"] == 0
+    assert len(greedy["prefix_fraction"]) == 24 and set(greedy["prefix_fraction"]) == {1.0}
+    assert "lossless check at temperature 0: lossless: trial " in r.stderr
     for res in results:
         p = picked.prompts[res["index"]]
         assert res["completion_tokens"] <= picked.tokens_for(p)  # each answer stops at its own limit
@@ -113,6 +156,13 @@ def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(
     rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
     t = rep["traffic"]
     assert (t["log_requests"], t["picked"], t["guards"]) == (1200, 24, [])
+    assert rep["acceptance_guards"] == []  # EAGLE-3 accepts alike on every length third of a clean log
+    h = t["holdout_check"]
+    assert h["warning"] is None and h["ratio"]["low"] <= 1.02 and h["ratio"]["high"] >= 1 / 1.02  # a clean log
+    assert h["subset_tok_per_s"]["n"] == h["rest_tok_per_s"]["n"] == 24
+    assert t["holdout_text"].startswith(
+        "subset vs the rest of the log (baseline trial 0): baseline tok/s on the subset"
+    )
     assert rep["recommended"]["config"]["drafter"]  # this seeded study recommends EAGLE-3
     rows = t["by_length"]
     assert [x["bucket"] for x in rows] == ["short", "medium", "long"] and sum(x["prompts"] for x in rows) == 24
@@ -121,9 +171,10 @@ def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(
     assert t["by_length_text"].startswith("by input length (search measurement): short inputs")
     text = autotune("report", str(space), "--simulate", "--studies-dir", str(studies)).stdout
     assert "traffic: 24 of 1200 logged requests measured" in text
+    assert "subset vs the rest of the log (baseline trial 0): baseline tok/s" in text
     html = tmp_path / "r.html"
     autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
-    assert "id='traffic'" in html.read_text()
+    assert "id='traffic'" in html.read_text() and "<p id='holdout'>subset vs the rest" in html.read_text()
 
 
 def test_by_length_warns_when_the_longest_inputs_lose():
@@ -139,3 +190,74 @@ def test_by_length_warns_when_the_longest_inputs_lose():
     assert [(x["bucket"], round(x["speedup"], 2)) for x in rows] == [("short", 2.0), ("medium", 2.0), ("long", 0.8)]
     assert "WARNING: the longest inputs lose to the baseline (0.80x)" in length_text(rows)
     assert "WARNING" not in length_text(by_length(base, base))
+
+
+def test_a_winner_that_is_lossy_at_temperature_0_is_caught_though_the_log_samples(tmp_path):
+    """#45: the divergent drafter (a broken kernel, the simulator's) wins while the requests sample, where no answer
+    can be checked; its greedy answers on the same prompts depart from the baseline's: an alarm."""
+    rng = random.Random(0)
+    write_jsonl(tmp_path / "code.jsonl", [chat_line(rng, i, category="code") for i in range(1000)])
+    data = yaml.safe_load((REPO / "spaces" / "eagle3.yaml").read_text())
+    data["drafters"] = [{"name": "divergent", "path": "/models/divergent"}]
+    data["search"] = {**data["search"], "drafters": ["divergent"], "cuda_graph": [True]}
+    data["benchmark"] = {"requests_file": "code.jsonl", "requests": 12, "holdout": 0}
+    space, studies = tmp_path / "space.yaml", tmp_path / "studies"
+    space.write_text(yaml.safe_dump(data, sort_keys=False))
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    assert rep["verdict"] == "speculation-wins"  # measured while sampling: nothing to compare there
+    assert all(t.get("lossless") is None for t in rep["trials"])
+    lo = rep["lossless"]
+    assert lo["greedy"]["ok"] is False and lo["greedy"]["trial"] == rep["recommended"]["trial"]
+    assert lo["greedy_text"].startswith("lossless check at temperature 0: LOSSY: trial ")
+    assert "measured at each prompt's own sampling" in lo["figures_from"]
+    assert any("diverges from its baseline at temperature 0" in f and "do not deploy it" in f for f in rep["flags"])
+    html = tmp_path / "r.html"
+    autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
+    assert "<p id='greedy-lossless' class='warn'>lossless check at temperature 0: LOSSY" in html.read_text()
+
+
+def test_acceptance_far_below_the_drafters_reference_is_a_named_warning(tmp_path):
+    clean_log(tmp_path / "log.jsonl", n=1200)
+    space, studies = _space(tmp_path), tmp_path / "studies"
+    text = space.read_text().replace(
+        "    path: /models/EAGLE3-LLaMA3.1-Instruct-8B\n",
+        "    path: /models/EAGLE3-LLaMA3.1-Instruct-8B\n    reference_acceptance: 9.0\n",
+    )
+    space.write_text(text)
+    r = autotune(
+        "study",
+        str(space),
+        "--simulate",
+        "--in-process",
+        "--n-trials",
+        "3",
+        "--no-confirm",
+        "--studies-dir",
+        str(studies),
+    )
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    (g,) = rep["acceptance_guards"]
+    assert g["name"] == "acceptance-far-below" and g["text"].startswith("eagle3-llama31-8b (trial ")
+    assert "against the 9.00 it reaches elsewhere (drafters[].reference_acceptance" in g["text"]
+    out = autotune("report", str(space), "--simulate", "--studies-dir", str(studies)).stdout
+    assert "guard acceptance-far-below: eagle3-llama31-8b" in out
+    html = tmp_path / "r.html"
+    autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
+    assert "id='guard-acceptance-far-below'" in html.read_text()
+
+
+def test_reference_acceptance_must_exceed_1(tmp_path):
+    clean_log(tmp_path / "log.jsonl", n=50)
+    space = _space(tmp_path)
+    space.write_text(
+        space.read_text().replace(
+            "    path: /models/EAGLE3-LLaMA3.1-Instruct-8B\n",
+            "    path: /models/EAGLE3-LLaMA3.1-Instruct-8B\n    reference_acceptance: 0.7\n",
+        )
+    )
+    r = autotune("validate", str(space), "--simulate")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "drafters[0].reference_acceptance" in r.stderr
