@@ -1,4 +1,4 @@
-"""Print the markdown section "Real GPU (H200, llama.cpp CUDA)" for docs/benchmarks.md from the GPU harness's output.
+"""Print a markdown write-up of a GPU harness run (for its folder under docs/gpu-runs/) from the harness's output.
 
     python3 scripts/gpu/writeup.py RESULTS_DIR [RESULTS_DIR ...] [--title TITLE]
 
