@@ -1,10 +1,10 @@
 """What every command starts from: ``Context`` (the space, the backend, the study's name and storage, the runner,
-built from the flags once), and the steps before a command starts servers (``reap``, ``preflight``)."""
+built from its options once), and the steps before a command starts servers (``reap``, ``preflight``)."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +12,51 @@ from typing import Any
 Note = Callable[[str], None]
 
 
-class Context:
-    """Everything a command needs, built from the flags once."""
+@dataclass(frozen=True)
+class CommandOptions:
+    """What a command was asked, typed (``autotune.cli`` builds it from the flags; a script builds it directly).
+    Each command reads the fields of its own flags; the rest keep their defaults."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    #: the space file
+    space: str
+    simulate: bool = False
+    #: with ``simulate``: the simulator's model in-process on a virtual clock
+    in_process: bool = False
+    #: an Optuna storage URL (default: the space's ``storage:`` or sqlite under ``studies_dir``)
+    storage: str | None = None
+    studies_dir: str = "studies"
+    #: seconds between a running trial's heartbeats on a server database (None: the default)
+    heartbeat_s: int | None = None
+    # study / worker
+    n_trials: int | None = None
+    seed: int | None = None
+    no_confirm: bool = False
+    skip_validation: bool = False
+    #: print the plan and exit
+    dry_run: bool = False
+    #: GPU slots (``0-3``): the study's, one worker per slot; a worker's own (at most one)
+    gpus: tuple[str, ...] = ()
+    #: a worker's slot number on its host
+    slot: int = 0
+    # bench: config values, ``KEY=VALUE``
+    set: tuple[str, ...] = ()
+    # export
+    format: str = "yaml"
+    trial: int | None = None
+    output: str | None = None
+    image: str | None = None
+    #: GPUs a compose/k8s export reserves
+    reserve_gpus: int | None = None
+    name: str | None = None
+    # dashboard
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+class Context:
+    """Everything a command needs, built from its options once (``args``: those options)."""
+
+    def __init__(self, args: CommandOptions) -> None:
         from autotune.backends import get_backend
         from autotune.space import load_space
 
@@ -109,7 +150,7 @@ class Context:
             simulated=self.simulated,
             create=create,
             label=self.label,
-            heartbeat_s=getattr(self.args, "heartbeat_s", None),
+            heartbeat_s=self.args.heartbeat_s,
         )
 
     def _require_existing(self) -> None:

@@ -3,13 +3,12 @@ baseline again). Each returns what the CLI renders."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.commands.context import Context, Note, preflight, reap, require_launcher
+from autotune.commands.context import CommandOptions, Context, Note, preflight, reap, require_launcher
 
 
 @dataclass
@@ -97,7 +96,21 @@ def bench(ctx: Context, *, note: Note, on_prompt: Callable[..., None] | None = N
     return BenchResult(data, eff.label(), ctx.simulated, m.tok_per_s if m.levels else None)
 
 
-def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReverifyOptions:
+    """What ``autotune reverify`` was asked: the exported file, the space file when not the one it names, and how
+    to measure."""
+
+    exported: str
+    space: str | None = None
+    simulate: bool = False
+    in_process: bool = False
+    #: interleaved rounds of baseline + config (None: the space's ``verdict.repeats``)
+    repeats: int | None = None
+    studies_dir: str = "studies"
+
+
+def reverify(args: ReverifyOptions, *, note: Note) -> dict[str, Any]:
     """``autotune reverify``: the exported config and its baseline measured again, interleaved; the result (its
     ``holds``: the new interval overlaps the exported one)."""
     from autotune.errors import UserError
@@ -111,22 +124,16 @@ def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
         prov = read_provenance(path.read_text(encoding="utf-8", errors="replace"), str(path))
     except ValueError as e:
         raise UserError(str(e)) from None
-    space = args.space_override or prov.get("space")
+    space = args.space or prov.get("space")
     if not space:
         raise UserError(f"{path}: the export names no space file; give one with --space")
     if args.repeats is not None and args.repeats < 2:
         raise UserError(f"--repeats must be at least 2 but got {args.repeats}")
     if prov.get("simulated") and not args.simulate:
         raise UserError(f"{path} was exported from a simulated study: re-verify it with --simulate")
-    ns = argparse.Namespace(
-        space=space,
-        simulate=args.simulate,
-        storage=None,
-        studies_dir=args.studies_dir,
-        in_process=args.in_process,
-        verbose=args.verbose,
+    ctx = Context(
+        CommandOptions(space, simulate=args.simulate, studies_dir=args.studies_dir, in_process=args.in_process)
     )
-    ctx = Context(ns)
     if prov.get("study") and ctx.study_name != prov["study"]:
         # the space file was replaced or renamed since the export (on the H200 the harness's next study rewrote
         # it: reverify measured another study's levels and prompts); what is measured must be the export's study

@@ -113,13 +113,13 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
         note(f"{p.severity}: {p}")
     if errors:
         raise ValidationFailed([f"{p}" for p in errors] + ["the study was not started (nothing written)"])
-    slots = ctx.slots(args.gpus)
+    slots = ctx.slots(list(args.gpus))
     if len(slots) > 1:
         from autotune.workers import require_server_database
 
         require_server_database(ctx.storage_url, f"--gpus with {len(slots)} slots")
     n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
-    if getattr(args, "dry_run", False):
+    if args.dry_run:
         note(render_plan(study_plan(ctx, _existing_study(ctx), n_trials)))
         return StudyResult(None, {})
     # one orchestrator per study: taken before anything else touches it (a second run exits 2 here, before
@@ -263,7 +263,7 @@ def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerR
     if args.gpus:
         from autotune.slots import Slot, check_fits, parse_gpus
 
-        slot = Slot(args.slot, parse_gpus(args.gpus), args.gpus)
+        slot = Slot(args.slot, parse_gpus(args.gpus[0]), args.gpus[0])
         check_fits([slot], ctx.space, ctx.backend.parallel_size_flags, args.space)
     elif args.slot:
         from autotune.errors import UserError

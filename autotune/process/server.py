@@ -41,7 +41,7 @@ import psutil
 
 from autotune.clock import Clock, MonotonicClock
 from autotune.errors import PortInUse, ServerExited, ServerOOM
-from autotune.process.tree import PidRecord, ProcessTree, stop_fresh_group
+from autotune.process.tree import PidRecord, ProcessTree, RecordedServer, stop_fresh_group
 
 if TYPE_CHECKING:
     from autotune.space import ServerSpec
@@ -159,18 +159,18 @@ class ServerProcess:
             raise
         return self
 
-    def _record_entry(self) -> dict[str, Any]:
+    def _record_entry(self) -> RecordedServer:
         assert self.popen is not None and self.tree is not None
-        return {
-            "pid": self.popen.pid,
-            "create_time": self.tree.create_time,
-            "argv": self.argv,
-            "port": self.port,
-            "log_path": str(self.log_path),
-            "orchestrator_pid": os.getpid(),
-            "orchestrator_create_time": _own_create_time(),
-            "children": self.tree.descendants(),
-        }
+        return RecordedServer(
+            pid=self.popen.pid,
+            create_time=self.tree.create_time,
+            argv=list(self.argv),
+            port=self.port,
+            log_path=str(self.log_path),
+            orchestrator_pid=os.getpid(),
+            orchestrator_create_time=_own_create_time(),
+            children=self.tree.descendants(),
+        )
 
     def track(self) -> None:
         """Add the server's current descendants to what ``stop()`` stops (and to the PID record)."""

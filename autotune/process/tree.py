@@ -21,11 +21,35 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import psutil
 
 from autotune._io import atomic_write
+
+
+class RecordedChild(TypedDict):
+    """A descendant of a started server, as the PID record keeps it."""
+
+    pid: int
+    create_time: float
+    cmdline: list[str]
+
+
+class RecordedServer(TypedDict, total=False):
+    """One PID record entry: a server we started (pid + create_time + argv name it), its port and log, the
+    orchestrator that started it, and its descendants seen so far. Read back from a file another run may have
+    written, so every key is optional and checked where it is read."""
+
+    pid: int
+    create_time: float | None
+    argv: list[str]
+    port: int
+    log_path: str
+    orchestrator_pid: int
+    orchestrator_create_time: float | None
+    children: list[RecordedChild]
+
 
 #: create_time of one process as seen twice by psutil agrees to well within this
 _CTIME_TOLERANCE_S = 0.05
@@ -142,10 +166,10 @@ class ProcessTree:
                 added = True
         return added
 
-    def descendants(self) -> list[dict[str, Any]]:
+    def descendants(self) -> list[RecordedChild]:
         """The descendants seen so far, as PID record entries (pid, create_time, cmdline)."""
         return [
-            {"pid": pid, "create_time": p.create_time(), "cmdline": self._cmdlines.get(pid, [])}
+            RecordedChild(pid=pid, create_time=p.create_time(), cmdline=self._cmdlines.get(pid, []))
             for pid, p in self._procs.items()
             if pid != self.root_pid
         ]
@@ -182,19 +206,19 @@ class PidRecord:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[RecordedServer]:
         try:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
         except (OSError, ValueError):
             return []
         entries = data.get("servers") if isinstance(data, dict) else None
-        return [e for e in entries or [] if isinstance(e, dict)]
+        return [cast(RecordedServer, e) for e in entries or [] if isinstance(e, dict)]
 
-    def _write(self, entries: list[dict[str, Any]]) -> None:
+    def _write(self, entries: list[RecordedServer]) -> None:
         atomic_write(self.path, json.dumps({"servers": entries}, indent=1), fsync=True)
 
-    def put(self, entry: dict[str, Any]) -> None:
+    def put(self, entry: RecordedServer) -> None:
         with self._locked():
             entries = [e for e in self.read() if e.get("pid") != entry["pid"]]
             entries.append(entry)
@@ -215,12 +239,14 @@ class PidRecord:
                 self._write([e for e in self.read() if e.get("pid") not in pids])
 
 
-def _recorded_processes(entry: dict[str, Any]) -> tuple[list[psutil.Process], int | None]:
+def _recorded_processes(entry: RecordedServer) -> tuple[list[psutil.Process], int | None]:
     """The live processes one record entry names (the root, its descendants now, its recorded children), each only
     if pid + create_time (+ argv / cmdline) match, and the group to signal (the root's, when it leads one)."""
     try:
-        pid = int(entry["pid"])
-        ctime = float(entry["create_time"])
+        pid, recorded = int(entry["pid"]), entry["create_time"]
+        if recorded is None:  # psutil could not see the server start
+            return [], None
+        ctime = float(recorded)
         argv = [str(a) for a in entry.get("argv") or []]
     except (KeyError, TypeError, ValueError):
         return [], None
@@ -241,10 +267,13 @@ def _recorded_processes(entry: dict[str, Any]) -> tuple[list[psutil.Process], in
     return procs, pgid
 
 
-def _owner_alive(entry: dict[str, Any]) -> bool:
+def _owner_alive(entry: RecordedServer) -> bool:
     """Whether the orchestrator that recorded ``entry`` still runs (its pid and start time match a live process)."""
     try:
-        pid, ctime = int(entry["orchestrator_pid"]), float(entry["orchestrator_create_time"])
+        pid, recorded = int(entry["orchestrator_pid"]), entry["orchestrator_create_time"]
+        if recorded is None:
+            return False
+        ctime = float(recorded)
     except (KeyError, TypeError, ValueError):
         return False
     return same_process(pid, ctime) is not None
