@@ -301,12 +301,12 @@ def cmd_reverify(args: argparse.Namespace) -> int:
         note=_note,
     )
     if args.json:
-        _print_json(result)
+        _print_json(result.to_dict())
     else:
         from autotune.reverify import render_result
 
         render_result(result, sys.stdout)
-    return EXIT_OK if result["holds"] else EXIT_FAIL
+    return EXIT_OK if result.holds else EXIT_FAIL
 
 
 def cmd_bench(ctx: Context, args: argparse.Namespace) -> int:

@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.commands.context import CommandOptions, Context, Note, preflight, reap, require_launcher
+
+if TYPE_CHECKING:
+    from autotune.reverify import ReverifyResult
 
 
 @dataclass
@@ -110,7 +113,7 @@ class ReverifyOptions:
     studies_dir: str = "studies"
 
 
-def reverify(args: ReverifyOptions, *, note: Note) -> dict[str, Any]:
+def reverify(args: ReverifyOptions, *, note: Note) -> ReverifyResult:
     """``autotune reverify``: the exported config and its baseline measured again, interleaved; the result (its
     ``holds``: the new interval overlaps the exported one)."""
     from autotune.errors import UserError
