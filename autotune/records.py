@@ -1098,13 +1098,22 @@ def set_lossless_floor(study: optuna.Study, floor: list[dict[str, Any]]) -> None
     study.set_user_attr(LOSSLESS_FLOOR, floor)
 
 
-def level_phase(study: optuna.Study) -> dict[str, Any]:
-    """With load levels: how far the phase after the search got (``rounds`` of per-level picks, ``ladder`` done)."""
-    return dict(study.user_attrs.get(LEVEL_PHASE) or {})
+@dataclass(frozen=True)
+class LevelPhase:
+    """With load levels: how far the phase after the search got: ``rounds`` of per-level picks, the ladder done."""
+
+    rounds: int = 0
+    ladder: bool = False
 
 
-def set_level_phase(study: optuna.Study, state: dict[str, Any]) -> None:
-    study.set_user_attr(LEVEL_PHASE, state)
+def level_phase(study: optuna.Study) -> LevelPhase:
+    stored = study.user_attrs.get(LEVEL_PHASE) or {}
+    return LevelPhase(int(stored.get("rounds", 0)), bool(stored.get("ladder", False)))
+
+
+def set_level_phase(study: optuna.Study, state: LevelPhase) -> None:
+    """Stored as ``{"rounds": N}`` until the ladder is done, then with ``"ladder": true`` (as it always was)."""
+    study.set_user_attr(LEVEL_PHASE, {"rounds": state.rounds, **({"ladder": True} if state.ladder else {})})
 
 
 def baseline_check_rounds(study: optuna.Study) -> list[Round]:

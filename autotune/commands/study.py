@@ -415,15 +415,15 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
 def _level_phase_left(ctx: Context, study: Any) -> dict[str, int]:
     """With load levels, what is left of the level phase after the search (``autotune.study.ladder``): its rounds of
     per-level picks and the ladder's rungs (the most; a resumed study's recorded progress taken off)."""
-    from autotune.records import level_phase
+    from autotune.records import LevelPhase, level_phase
     from autotune.study.ladder import LEVEL_ROUNDS, MAX_RUNGS
 
     space = ctx.run_space
     if not space.benchmark.loaded:
         return {}
-    done = level_phase(study) if study is not None else {}
-    ladder = 0 if done.get("ladder") or ctx.backend.schedule_knob is None else MAX_RUNGS
-    return {"level_rounds": max(0, LEVEL_ROUNDS - int(done.get("rounds", 0))), "ladder_rungs": ladder}
+    done = level_phase(study) if study is not None else LevelPhase()
+    ladder = 0 if done.ladder or ctx.backend.schedule_knob is None else MAX_RUNGS
+    return {"level_rounds": max(0, LEVEL_ROUNDS - done.rounds), "ladder_rungs": ladder}
 
 
 def _settle_after(ctx: Context, n_trials: int) -> int | None:
