@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.checks import Problem
+    from autotune.clock import Clock
+    from autotune.runner import Runner
+    from autotune.slots import Slot
 
 #: where a command's messages go while it runs (the CLI: one line to stderr)
 Note = Callable[[str], None]
@@ -93,7 +99,7 @@ class Context:
         self.studies_dir.mkdir(parents=True, exist_ok=True)
         (self.studies_dir / self.study_name / "logs").mkdir(parents=True, exist_ok=True)
 
-    def runner(self, seed: int = 0, slot: Any = None):
+    def runner(self, seed: int = 0, slot: Slot | None = None) -> tuple[Runner, Clock]:
         """The runner (and its clock) of this host's only worker, or of GPU slot ``slot`` (``autotune.slots``)."""
         space, log_dir = self.run_space, self.studies_dir / self.study_name / "logs"
         if slot is not None:
@@ -127,7 +133,7 @@ class Context:
             runner.next_port_tries = PORT_STRIDE  # port_busy: next stays inside the slot's ports
         return runner, clock
 
-    def slots(self, specs: list[str]) -> list[Any]:
+    def slots(self, specs: list[str]) -> list[Slot]:
         """The GPU slots of ``--gpus`` (checked against the space's tensor-parallel size), [] without."""
         if not specs:
             return []
@@ -166,7 +172,7 @@ class Context:
                 raise UserError(f"no study at {path}{hint}: run `autotune study {self.args.space}` first")
 
 
-def launcher_problems(ctx: Context) -> list[Any]:
+def launcher_problems(ctx: Context) -> list[Problem]:
     """The server's launcher on this machine (``backends.registry.check_launcher``: an error when it is missing);
     none with ``--simulate``, whose launcher is this interpreter (and none at all in-process)."""
     if ctx.simulated:
@@ -198,7 +204,7 @@ def reap(ctx: Context, note: Note) -> None:
         note(f"stopped {len(stopped)} server(s) left by an earlier run: pid {', '.join(map(str, stopped))}")
 
 
-def preflight(ctx: Context, slots: list[Any] | None = None) -> None:
+def preflight(ctx: Context, slots: list[Slot] | None = None) -> None:
     """The port check before anything is written (``ServerProcess.preflight``): the space's port, or each GPU slot's.
     Not for the in-process simulator (no ports)."""
     if ctx.args.in_process:
