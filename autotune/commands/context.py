@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from autotune.checks import Problem
@@ -70,13 +70,10 @@ class Context:
         self.space = load_space(args.space)  # SpaceError -> exit 2 before anything is written
         self.simulated = bool(args.simulate)
         self.run_space = self.space
-        self.label: dict[str, Any] | None = None
         if self.simulated:
             from autotune.sim import simulated_space
 
             self.run_space = simulated_space(self.space)
-            sim = self.space.simulate
-            self.label = {"scenario": sim.scenario if sim else None, "time_scale": sim.time_scale if sim else None}
         elif args.in_process:
             from autotune.errors import UserError
 
@@ -155,7 +152,6 @@ class Context:
             seed=seed,
             simulated=self.simulated,
             create=create,
-            label=self.label,
             heartbeat_s=self.args.heartbeat_s,
         )
 

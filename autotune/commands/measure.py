@@ -75,6 +75,7 @@ def bench(ctx: Context, *, note: Note, on_prompt: Callable[..., None] | None = N
     """``autotune bench``: one config measured (launch, warm-up, prompts, load levels); ``on_prompt(i, result,
     results)`` after each prompt."""
     from autotune.measure import measure_config
+    from autotune.study.storage import simulation_label
 
     eff = bench_config(ctx)
     require_launcher(ctx, "nothing was measured")
@@ -86,7 +87,7 @@ def bench(ctx: Context, *, note: Note, on_prompt: Callable[..., None] | None = N
     info = m.info
     data = {
         "config": eff.to_dict(),
-        "simulated": ctx.label,
+        "simulated": simulation_label(ctx.space) if ctx.simulated else None,
         "argv": info.argv,
         "startup_s": info.startup_s,
         "server_effective": info.effective,
