@@ -322,20 +322,20 @@ def cmd_bench(ctx: Context, args: argparse.Namespace) -> int:
 
     result = commands.bench(ctx, note=_note, on_prompt=progress)
     if args.json:
-        _print_json(result.data)
+        _print_json(result.to_dict())
         return EXIT_OK
-    summary = result.data["summary"]
+    summary = result.measurement.summary
     acc = summary["accept_length"]
     print(
-        f"{result.label}: {summary['tok_per_s']:.1f} tok/s ({summary['completion_tokens']} tokens in "
+        f"{result.config.label()}: {summary['tok_per_s']:.1f} tok/s ({summary['completion_tokens']} tokens in "
         f"{summary['seconds']:.1f} s{'' if acc is None else f', accept length {acc:.2f}'})"
-        + (" [simulated]" if result.simulated else "")
+        + (" [simulated]" if result.simulated is not None else "")
     )
     if result.objective is not None:
         from autotune.live import level_line
 
-        for d in result.data["levels"]:
-            print("  " + level_line(None, d).split(" ", 1)[1])
+        for lv in result.measurement.levels:
+            print("  " + level_line(None, lv.summary()).split(" ", 1)[1])
         print(f"  objective (weighted geometric mean over the levels): {result.objective:.1f} tok/s")
     return EXIT_OK
 

@@ -11,17 +11,41 @@ from typing import TYPE_CHECKING, Any
 from autotune.commands.context import CommandOptions, Context, Note, preflight, reap, require_launcher
 
 if TYPE_CHECKING:
+    from autotune.config import EffectiveConfig
+    from autotune.measure import Measurement
     from autotune.reverify import ReverifyResult
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchResult:
-    """``bench --json``'s object (``data``), and what its text form says besides."""
+    """What ``autotune bench`` measured: the config as the server ran it, and its measurement (``to_dict``:
+    ``bench --json``'s object)."""
 
-    data: dict[str, Any]
-    label: str  # the effective config's label
-    simulated: bool
-    objective: float | None  # with load levels: the weighted geometric mean over the levels
+    config: EffectiveConfig
+    measurement: Measurement
+    #: a simulated run's scenario and time scale (``study.storage.simulation_label``); None on a real server
+    simulated: dict[str, Any] | None
+
+    @property
+    def objective(self) -> float | None:
+        """With load levels: the weighted geometric mean over the levels; None without."""
+        return self.measurement.tok_per_s if self.measurement.levels else None
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.measurement
+        data = {
+            "config": self.config.to_dict(),
+            "simulated": self.simulated,
+            "argv": m.info.argv,
+            "startup_s": m.info.startup_s,
+            "server_effective": m.info.effective,
+            "summary": m.summary,
+            "prompts": [r.to_dict() for r in m.results],
+        }
+        if m.levels:  # load levels: each level's figures and the objective
+            data["levels"] = [lv.summary() for lv in m.levels]
+            data["objective_tok_per_s"] = m.tok_per_s
+        return data
 
 
 def parse_value(v: str) -> Any:
@@ -39,7 +63,7 @@ def parse_value(v: str) -> Any:
     return v
 
 
-def bench_config(ctx: Context) -> Any:
+def bench_config(ctx: Context) -> EffectiveConfig:
     """The effective config of ``--set KEY=VALUE ...`` (``UserError`` for an unknown key or drafter, or a config
     the server would reject or rewrite)."""
     from autotune.config import TrialConfig
@@ -84,20 +108,7 @@ def bench(ctx: Context, *, note: Note, on_prompt: Callable[..., None] | None = N
     ctx.ensure_dirs()
     runner, _ = ctx.runner()
     m = measure_config(runner, eff, ctx.space, on_prompt=on_prompt)
-    info = m.info
-    data = {
-        "config": eff.to_dict(),
-        "simulated": simulation_label(ctx.space) if ctx.simulated else None,
-        "argv": info.argv,
-        "startup_s": info.startup_s,
-        "server_effective": info.effective,
-        "summary": m.summary,
-        "prompts": [r.to_dict() for r in m.results],
-    }
-    if m.levels:  # load levels: each level's figures and the objective
-        data["levels"] = [lv.summary() for lv in m.levels]
-        data["objective_tok_per_s"] = m.tok_per_s
-    return BenchResult(data, eff.label(), ctx.simulated, m.tok_per_s if m.levels else None)
+    return BenchResult(eff, m, simulation_label(ctx.space) if ctx.simulated else None)
 
 
 @dataclass(frozen=True)
