@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from autotune import commands
-from autotune.commands import Context
+from autotune.commands import CommandOptions, Context
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -180,14 +181,14 @@ def _print_report(report: dict[str, Any], as_json: bool, ctx: Context | None = N
     render_report(report, sys.stdout, deploy=commands.recommended_command(ctx, report) if ctx is not None else None)
 
 
-def _watch(ctx: Context) -> Any:
-    """The live view around a search: yields its listener (quiet with --json)."""
+def _watch(ctx: Context, *, quiet: bool) -> Any:
+    """The live view around a search: yields its listener (``quiet``: --json)."""
 
     @contextlib.contextmanager
     def watch() -> Iterator[Any]:
         from autotune.live import LiveView
 
-        view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=ctx.args.json)
+        view = LiveView(ctx.space, ctx.study_name, simulated=ctx.simulated, quiet=quiet)
         with view:
             yield view.on_event
 
@@ -210,7 +211,7 @@ def _write_html(ctx: Context, study: Any, report: dict[str, Any], path: Path) ->
 # ---------------------------------------------------------------------------------------------- commands
 
 
-def cmd_validate(ctx: Context) -> int:
+def cmd_validate(ctx: Context, args: argparse.Namespace) -> int:
     problems = commands.validate(ctx)
     for p in problems:
         _note(f"{p.severity}: {p}")
@@ -225,9 +226,8 @@ def cmd_validate(ctx: Context) -> int:
     return EXIT_OK
 
 
-def cmd_study(ctx: Context) -> int:
-    args = ctx.args
-    result = commands.run_study(ctx, note=_note, watch=_watch(ctx))
+def cmd_study(ctx: Context, args: argparse.Namespace) -> int:
+    result = commands.run_study(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
     if result.study is None:  # --dry-run: the plan was the output
         return EXIT_OK
     html = ctx.studies_dir / ctx.study_name / "report.html"
@@ -246,24 +246,24 @@ def cmd_study(ctx: Context) -> int:
     return EXIT_OK
 
 
-def cmd_worker(ctx: Context) -> int:
+def cmd_worker(ctx: Context, args: argparse.Namespace) -> int:
     """Join a running study: same space (checked), the study's budget, search only (no confirmation)."""
-    result = commands.run_worker(ctx, note=_note, watch=_watch(ctx))
+    result = commands.run_worker(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
     _note(f"worker done: {result.used} of {result.n_trials} trials of study {ctx.study_name} used")
     return EXIT_OK
 
 
-def cmd_confirm(ctx: Context) -> int:
+def cmd_confirm(ctx: Context, args: argparse.Namespace) -> int:
     result = commands.run_confirm(ctx, note=_note)
-    _print_report(result.report, ctx.args.json, ctx)
+    _print_report(result.report, args.json, ctx)
     return EXIT_OK
 
 
-def cmd_report(ctx: Context) -> int:
+def cmd_report(ctx: Context, args: argparse.Namespace) -> int:
     from autotune._io import output_problem
     from autotune.errors import UserError
 
-    html = Path(ctx.args.html) if ctx.args.html else None
+    html = Path(args.html) if args.html else None
     problem = output_problem(html) if html is not None and html.parent.is_dir() else None  # else: made, or fails
     if problem:  # before the study is read
         raise UserError(f"--html {html}: {problem}")
@@ -273,14 +273,14 @@ def cmd_report(ctx: Context) -> int:
             _write_html(ctx, result.study, result.report, html)
         except OSError as e:
             raise UserError(f"--html {html}: cannot write it: {e.strerror or e}; nothing was written") from None
-    _print_report(result.report, ctx.args.json, ctx)
+    _print_report(result.report, args.json, ctx)
     return EXIT_OK
 
 
-def cmd_export(ctx: Context) -> int:
+def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
     result = commands.export(ctx, note=_note)
     if result.output is not None:
-        _note(f"wrote {result.output} ({ctx.args.format}){''.join(f', {p}' for p in result.files)}")
+        _note(f"wrote {result.output} ({args.format}){''.join(f', {p}' for p in result.files)}")
     else:
         sys.stdout.write(result.text)
     return EXIT_OK
@@ -289,21 +289,31 @@ def cmd_export(ctx: Context) -> int:
 def cmd_reverify(args: argparse.Namespace) -> int:
     """Measure the exported config and its baseline again, interleaved; exit 0 when the speedup still holds
     (the new interval overlaps the exported one), 1 when it does not."""
-    result = commands.reverify(args, note=_note)
+    result = commands.reverify(
+        commands.ReverifyOptions(
+            args.exported,
+            space=args.space_override,
+            simulate=args.simulate,
+            in_process=args.in_process,
+            repeats=args.repeats,
+            studies_dir=args.studies_dir,
+        ),
+        note=_note,
+    )
     if args.json:
-        _print_json(result)
+        _print_json(result.to_dict())
     else:
         from autotune.reverify import render_result
 
         render_result(result, sys.stdout)
-    return EXIT_OK if result["holds"] else EXIT_FAIL
+    return EXIT_OK if result.holds else EXIT_FAIL
 
 
-def cmd_bench(ctx: Context) -> int:
+def cmd_bench(ctx: Context, args: argparse.Namespace) -> int:
     prompts = ctx.space.benchmark.prompts
 
     def progress(i: int, r: Any, _results: list[Any]) -> None:
-        if not ctx.args.json:
+        if not args.json:
             acc = f"  accept length {r.accept_length:.2f}" if r.accept_length is not None else ""
             _note(
                 f"  {prompts[i].id:<24} {r.completion_tokens:>6} tokens {r.seconds:8.2f} s "
@@ -311,26 +321,26 @@ def cmd_bench(ctx: Context) -> int:
             )
 
     result = commands.bench(ctx, note=_note, on_prompt=progress)
-    if ctx.args.json:
-        _print_json(result.data)
+    if args.json:
+        _print_json(result.to_dict())
         return EXIT_OK
-    summary = result.data["summary"]
+    summary = result.measurement.summary
     acc = summary["accept_length"]
     print(
-        f"{result.label}: {summary['tok_per_s']:.1f} tok/s ({summary['completion_tokens']} tokens in "
+        f"{result.config.label()}: {summary['tok_per_s']:.1f} tok/s ({summary['completion_tokens']} tokens in "
         f"{summary['seconds']:.1f} s{'' if acc is None else f', accept length {acc:.2f}'})"
-        + (" [simulated]" if result.simulated else "")
+        + (" [simulated]" if result.simulated is not None else "")
     )
     if result.objective is not None:
         from autotune.live import level_line
 
-        for d in result.data["levels"]:
-            print("  " + level_line(None, d).split(" ", 1)[1])
+        for lv in result.measurement.levels:
+            print("  " + level_line(None, lv.summary()).split(" ", 1)[1])
         print(f"  objective (weighted geometric mean over the levels): {result.objective:.1f} tok/s")
     return EXIT_OK
 
 
-def cmd_dashboard(ctx: Context) -> int:
+def cmd_dashboard(ctx: Context, args: argparse.Namespace) -> int:
     return commands.dashboard(ctx, note=_note)
 
 
@@ -344,6 +354,19 @@ COMMANDS = {
     "confirm": cmd_confirm,
     "dashboard": cmd_dashboard,
 }
+
+
+def command_options(args: argparse.Namespace) -> CommandOptions:
+    """A command's typed options from its flags (the flags only the CLI reads, such as ``--json``, stay here)."""
+    given = {k: v for k, v in vars(args).items() if k in {f.name for f in dataclasses.fields(CommandOptions)}}
+    gpus = given.pop("gpus", None)
+    if args.command == "export":
+        given["reserve_gpus"] = gpus
+    elif gpus:
+        given["gpus"] = tuple(gpus) if isinstance(gpus, list) else (gpus,)
+    if "set" in given:
+        given["set"] = tuple(given["set"])
+    return CommandOptions(**given)
 
 
 def _interrupt_on_termination() -> None:
@@ -379,8 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         optuna.logging.set_verbosity(optuna.logging.WARNING if args.verbose else optuna.logging.ERROR)
         if args.command in OWN_CONTEXT:
             return OWN_CONTEXT[args.command](args)
-        ctx = Context(args)
-        return COMMANDS[args.command](ctx)
+        ctx = Context(command_options(args))
+        return COMMANDS[args.command](ctx, args)
     except UserError as e:
         if args.verbose:
             raise

@@ -146,7 +146,7 @@ else
 fi
 
 if [[ "${AUTOTUNE_SKIP_MODELS:-0}" != "1" ]]; then
-    PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m autotune.llamacpp_models "$MODELS_DIR" >&2
+    PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$REPO_ROOT/scripts/llamacpp_models.py" "$MODELS_DIR" >&2
 fi
 
 printf '%s\n' "$SERVER"

@@ -1,21 +1,68 @@
 """What every command starts from: ``Context`` (the space, the backend, the study's name and storage, the runner,
-built from the flags once), and the steps before a command starts servers (``reap``, ``preflight``)."""
+built from its options once), and the steps before a command starts servers (``reap``, ``preflight``)."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.checks import Problem
+    from autotune.clock import Clock
+    from autotune.runner import Runner
+    from autotune.slots import Slot
 
 #: where a command's messages go while it runs (the CLI: one line to stderr)
 Note = Callable[[str], None]
 
 
-class Context:
-    """Everything a command needs, built from the flags once."""
+@dataclass(frozen=True)
+class CommandOptions:
+    """What a command was asked, typed (``autotune.cli`` builds it from the flags; a script builds it directly).
+    Each command reads the fields of its own flags; the rest keep their defaults."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    #: the space file
+    space: str
+    simulate: bool = False
+    #: with ``simulate``: the simulator's model in-process on a virtual clock
+    in_process: bool = False
+    #: an Optuna storage URL (default: the space's ``storage:`` or sqlite under ``studies_dir``)
+    storage: str | None = None
+    studies_dir: str = "studies"
+    #: seconds between a running trial's heartbeats on a server database (None: the default)
+    heartbeat_s: int | None = None
+    # study / worker
+    n_trials: int | None = None
+    seed: int | None = None
+    no_confirm: bool = False
+    skip_validation: bool = False
+    #: print the plan and exit
+    dry_run: bool = False
+    #: GPU slots (``0-3``): the study's, one worker per slot; a worker's own (at most one)
+    gpus: tuple[str, ...] = ()
+    #: a worker's slot number on its host
+    slot: int = 0
+    # bench: config values, ``KEY=VALUE``
+    set: tuple[str, ...] = ()
+    # export
+    format: str = "yaml"
+    trial: int | None = None
+    output: str | None = None
+    image: str | None = None
+    #: GPUs a compose/k8s export reserves
+    reserve_gpus: int | None = None
+    name: str | None = None
+    # dashboard
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+class Context:
+    """Everything a command needs, built from its options once (``args``: those options)."""
+
+    def __init__(self, args: CommandOptions) -> None:
         from autotune.backends import get_backend
         from autotune.space import load_space
 
@@ -23,13 +70,10 @@ class Context:
         self.space = load_space(args.space)  # SpaceError -> exit 2 before anything is written
         self.simulated = bool(args.simulate)
         self.run_space = self.space
-        self.label: dict[str, Any] | None = None
         if self.simulated:
             from autotune.sim import simulated_space
 
             self.run_space = simulated_space(self.space)
-            sim = self.space.simulate
-            self.label = {"scenario": sim.scenario if sim else None, "time_scale": sim.time_scale if sim else None}
         elif args.in_process:
             from autotune.errors import UserError
 
@@ -52,7 +96,7 @@ class Context:
         self.studies_dir.mkdir(parents=True, exist_ok=True)
         (self.studies_dir / self.study_name / "logs").mkdir(parents=True, exist_ok=True)
 
-    def runner(self, seed: int = 0, slot: Any = None):
+    def runner(self, seed: int = 0, slot: Slot | None = None) -> tuple[Runner, Clock]:
         """The runner (and its clock) of this host's only worker, or of GPU slot ``slot`` (``autotune.slots``)."""
         space, log_dir = self.run_space, self.studies_dir / self.study_name / "logs"
         if slot is not None:
@@ -86,7 +130,7 @@ class Context:
             runner.next_port_tries = PORT_STRIDE  # port_busy: next stays inside the slot's ports
         return runner, clock
 
-    def slots(self, specs: list[str]) -> list[Any]:
+    def slots(self, specs: list[str]) -> list[Slot]:
         """The GPU slots of ``--gpus`` (checked against the space's tensor-parallel size), [] without."""
         if not specs:
             return []
@@ -108,8 +152,7 @@ class Context:
             seed=seed,
             simulated=self.simulated,
             create=create,
-            label=self.label,
-            heartbeat_s=getattr(self.args, "heartbeat_s", None),
+            heartbeat_s=self.args.heartbeat_s,
         )
 
     def _require_existing(self) -> None:
@@ -125,7 +168,7 @@ class Context:
                 raise UserError(f"no study at {path}{hint}: run `autotune study {self.args.space}` first")
 
 
-def launcher_problems(ctx: Context) -> list[Any]:
+def launcher_problems(ctx: Context) -> list[Problem]:
     """The server's launcher on this machine (``backends.registry.check_launcher``: an error when it is missing);
     none with ``--simulate``, whose launcher is this interpreter (and none at all in-process)."""
     if ctx.simulated:
@@ -157,7 +200,7 @@ def reap(ctx: Context, note: Note) -> None:
         note(f"stopped {len(stopped)} server(s) left by an earlier run: pid {', '.join(map(str, stopped))}")
 
 
-def preflight(ctx: Context, slots: list[Any] | None = None) -> None:
+def preflight(ctx: Context, slots: list[Slot] | None = None) -> None:
     """The port check before anything is written (``ServerProcess.preflight``): the space's port, or each GPU slot's.
     Not for the in-process simulator (no ports)."""
     if ctx.args.in_process:

@@ -33,8 +33,8 @@ def export(ctx: Context, *, note: Note | None = None) -> ExportResult:
     problem = format_problem(ctx.backend, args.format)
     if problem:
         raise UserError(problem)
-    if args.gpus is not None and args.gpus < 1:
-        raise UserError(f"--gpus must be at least 1 but got {args.gpus}")
+    if args.reserve_gpus is not None and args.reserve_gpus < 1:
+        raise UserError(f"--gpus must be at least 1 but got {args.reserve_gpus}")
     out = Path(args.output) if args.output else None
     problem = output_problem(out) if out is not None else None
     if problem:  # before the study is read
@@ -61,7 +61,7 @@ def export(ctx: Context, *, note: Note | None = None) -> ExportResult:
             result,
             args.format,
             trial=args.trial,
-            options=Options(image=args.image, gpus=args.gpus, name=args.name),
+            options=Options(image=args.image, gpus=args.reserve_gpus, name=args.name),
             read_space=ctx.run_space if ctx.simulated else None,
             schedule=sched,
         )

@@ -3,23 +3,49 @@ baseline again). Each returns what the CLI renders."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.commands.context import Context, Note, preflight, reap, require_launcher
+from autotune.commands.context import CommandOptions, Context, Note, preflight, reap, require_launcher
+
+if TYPE_CHECKING:
+    from autotune.config import EffectiveConfig
+    from autotune.measure import Measurement
+    from autotune.reverify import ReverifyResult
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchResult:
-    """``bench --json``'s object (``data``), and what its text form says besides."""
+    """What ``autotune bench`` measured: the config as the server ran it, and its measurement (``to_dict``:
+    ``bench --json``'s object)."""
 
-    data: dict[str, Any]
-    label: str  # the effective config's label
-    simulated: bool
-    objective: float | None  # with load levels: the weighted geometric mean over the levels
+    config: EffectiveConfig
+    measurement: Measurement
+    #: a simulated run's scenario and time scale (``study.storage.simulation_label``); None on a real server
+    simulated: dict[str, Any] | None
+
+    @property
+    def objective(self) -> float | None:
+        """With load levels: the weighted geometric mean over the levels; None without."""
+        return self.measurement.tok_per_s if self.measurement.levels else None
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.measurement
+        data = {
+            "config": self.config.to_dict(),
+            "simulated": self.simulated,
+            "argv": m.info.argv,
+            "startup_s": m.info.startup_s,
+            "server_effective": m.info.effective,
+            "summary": m.summary,
+            "prompts": [r.to_dict() for r in m.results],
+        }
+        if m.levels:  # load levels: each level's figures and the objective
+            data["levels"] = [lv.summary() for lv in m.levels]
+            data["objective_tok_per_s"] = m.tok_per_s
+        return data
 
 
 def parse_value(v: str) -> Any:
@@ -37,7 +63,7 @@ def parse_value(v: str) -> Any:
     return v
 
 
-def bench_config(ctx: Context) -> Any:
+def bench_config(ctx: Context) -> EffectiveConfig:
     """The effective config of ``--set KEY=VALUE ...`` (``UserError`` for an unknown key or drafter, or a config
     the server would reject or rewrite)."""
     from autotune.config import TrialConfig
@@ -73,6 +99,7 @@ def bench(ctx: Context, *, note: Note, on_prompt: Callable[..., None] | None = N
     """``autotune bench``: one config measured (launch, warm-up, prompts, load levels); ``on_prompt(i, result,
     results)`` after each prompt."""
     from autotune.measure import measure_config
+    from autotune.study.storage import simulation_label
 
     eff = bench_config(ctx)
     require_launcher(ctx, "nothing was measured")
@@ -81,23 +108,24 @@ def bench(ctx: Context, *, note: Note, on_prompt: Callable[..., None] | None = N
     ctx.ensure_dirs()
     runner, _ = ctx.runner()
     m = measure_config(runner, eff, ctx.space, on_prompt=on_prompt)
-    info = m.info
-    data = {
-        "config": eff.to_dict(),
-        "simulated": ctx.label,
-        "argv": info.argv,
-        "startup_s": info.startup_s,
-        "server_effective": info.effective,
-        "summary": m.summary,
-        "prompts": [r.to_dict() for r in m.results],
-    }
-    if m.levels:  # load levels: each level's figures and the objective
-        data["levels"] = [lv.summary() for lv in m.levels]
-        data["objective_tok_per_s"] = m.tok_per_s
-    return BenchResult(data, eff.label(), ctx.simulated, m.tok_per_s if m.levels else None)
+    return BenchResult(eff, m, simulation_label(ctx.space) if ctx.simulated else None)
 
 
-def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReverifyOptions:
+    """What ``autotune reverify`` was asked: the exported file, the space file when not the one it names, and how
+    to measure."""
+
+    exported: str
+    space: str | None = None
+    simulate: bool = False
+    in_process: bool = False
+    #: interleaved rounds of baseline + config (None: the space's ``verdict.repeats``)
+    repeats: int | None = None
+    studies_dir: str = "studies"
+
+
+def reverify(args: ReverifyOptions, *, note: Note) -> ReverifyResult:
     """``autotune reverify``: the exported config and its baseline measured again, interleaved; the result (its
     ``holds``: the new interval overlaps the exported one)."""
     from autotune.errors import UserError
@@ -111,22 +139,16 @@ def reverify(args: argparse.Namespace, *, note: Note) -> dict[str, Any]:
         prov = read_provenance(path.read_text(encoding="utf-8", errors="replace"), str(path))
     except ValueError as e:
         raise UserError(str(e)) from None
-    space = args.space_override or prov.get("space")
+    space = args.space or prov.get("space")
     if not space:
         raise UserError(f"{path}: the export names no space file; give one with --space")
     if args.repeats is not None and args.repeats < 2:
         raise UserError(f"--repeats must be at least 2 but got {args.repeats}")
     if prov.get("simulated") and not args.simulate:
         raise UserError(f"{path} was exported from a simulated study: re-verify it with --simulate")
-    ns = argparse.Namespace(
-        space=space,
-        simulate=args.simulate,
-        storage=None,
-        studies_dir=args.studies_dir,
-        in_process=args.in_process,
-        verbose=args.verbose,
+    ctx = Context(
+        CommandOptions(space, simulate=args.simulate, studies_dir=args.studies_dir, in_process=args.in_process)
     )
-    ctx = Context(ns)
     if prov.get("study") and ctx.study_name != prov["study"]:
         # the space file was replaced or renamed since the export (on the H200 the harness's next study rewrote
         # it: reverify measured another study's levels and prompts); what is measured must be the export's study

@@ -1,19 +1,45 @@
 """The study's commands: ``validate``, ``study`` (one worker or one per GPU slot, then the confirmation),
-``worker`` (join a running study), ``confirm`` and ``report``. Each returns what the CLI renders."""
+``worker`` (join a running study), ``confirm`` and ``report``. Each returns what the CLI renders.
+
+Parallel workers of one study: ``run_slots``, the slot supervisor of ``autotune study --gpus A --gpus B``, starts
+one ``autotune worker`` process per GPU slot (argv list, its own session, output to
+``studies/NAME/logs/slot-i/worker.log``), reports the study's progress, and waits for them; SIGTERM / Ctrl-C is
+passed on to exactly those processes (bounded waits, then SIGKILL). ``wait_for_trials`` waits (bounded) until no
+trial of any worker runs, failing lost workers' trials, before the confirmation runs once. A worker needs a server
+database (``require_server_database``).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
+import subprocess
+import sys
+import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.commands.context import Context, Note, launcher_problems, preflight, reap, require_launcher
+from autotune.commands.context import (
+    CommandOptions,
+    Context,
+    Note,
+    launcher_problems,
+    preflight,
+    reap,
+    require_launcher,
+)
 
 #: a context manager around the search: it yields the listener of the study's events (the CLI: the live view)
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.slots import Slot
+
 Watch = Callable[[], AbstractContextManager[Any]]
 
 
@@ -116,13 +142,11 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
         note(f"{p.severity}: {p}")
     if errors:
         raise ValidationFailed([f"{p}" for p in errors] + ["the study was not started (nothing written)"])
-    slots = ctx.slots(args.gpus)
+    slots = ctx.slots(list(args.gpus))
     if len(slots) > 1:
-        from autotune.workers import require_server_database
-
         require_server_database(ctx.storage_url, f"--gpus with {len(slots)} slots")
     n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
-    if getattr(args, "dry_run", False):
+    if args.dry_run:
         note(render_plan(study_plan(ctx, _existing_study(ctx), n_trials)))
         return StudyResult(None, {})
     # one orchestrator per study: taken before anything else touches it (a second run exits 2 here, before
@@ -212,13 +236,12 @@ def _search_and_confirm(
 def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note) -> None:
     """One ``autotune worker`` process per GPU slot, in parallel; then, once no trial of any worker runs, the
     confirmation once, on the first slot."""
-    from autotune import workers
     from autotune.errors import AutotuneError
 
     args = ctx.args
-    results = workers.run_slots(
+    results = run_slots(
         slots,
-        lambda sl: workers.worker_argv(args, sl, seed, ctx.storage_url),
+        lambda sl: worker_argv(args, sl, seed, ctx.storage_url),
         ctx.studies_dir / ctx.study_name / "logs",
         study,
         n_trials,
@@ -242,11 +265,10 @@ def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_t
 def _confirm_after_workers(ctx: Context, study: Any, runner: Any, clock: Any, listener: Any, note: Note) -> None:
     """The confirmation, once, after the trials of every worker of a shared study ended (bounded wait)."""
     from autotune import study as st
-    from autotune import workers
     from autotune.study.waiting import trial_limit_s
 
     orch = st.Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock, listener=listener)
-    still = workers.wait_for_trials(study, trial_limit_s(orch.ctx))
+    still = wait_for_trials(study, trial_limit_s(orch.ctx))
     if still:
         note(f"{still} trial(s) of other workers still running; confirming without them")
     orch.confirm()
@@ -258,7 +280,6 @@ def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerR
     from autotune.evidence import Evidence
     from autotune.records import counted_trials, study_n_trials
     from autotune.study.storage import check_worker
-    from autotune.workers import require_server_database
 
     args = ctx.args
     require_server_database(ctx.storage_url, "autotune worker")
@@ -266,7 +287,7 @@ def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerR
     if args.gpus:
         from autotune.slots import Slot, check_fits, parse_gpus
 
-        slot = Slot(args.slot, parse_gpus(args.gpus), args.gpus)
+        slot = Slot(args.slot, parse_gpus(args.gpus[0]), args.gpus[0])
         check_fits([slot], ctx.space, ctx.backend.parallel_size_flags, args.space)
     elif args.slot:
         from autotune.errors import UserError
@@ -399,15 +420,15 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
 def _level_phase_left(ctx: Context, study: Any) -> dict[str, int]:
     """With load levels, what is left of the level phase after the search (``autotune.study.ladder``): its rounds of
     per-level picks and the ladder's rungs (the most; a resumed study's recorded progress taken off)."""
-    from autotune.records import level_phase
+    from autotune.records import LevelPhase, level_phase
     from autotune.study.ladder import LEVEL_ROUNDS, MAX_RUNGS
 
     space = ctx.run_space
     if not space.benchmark.loaded:
         return {}
-    done = level_phase(study) if study is not None else {}
-    ladder = 0 if done.get("ladder") or ctx.backend.schedule_knob is None else MAX_RUNGS
-    return {"level_rounds": max(0, LEVEL_ROUNDS - int(done.get("rounds", 0))), "ladder_rungs": ladder}
+    done = level_phase(study) if study is not None else LevelPhase()
+    ladder = 0 if done.ladder or ctx.backend.schedule_knob is None else MAX_RUNGS
+    return {"level_rounds": max(0, LEVEL_ROUNDS - done.rounds), "ladder_rungs": ladder}
 
 
 def _settle_after(ctx: Context, n_trials: int) -> int | None:
@@ -487,3 +508,138 @@ def load_report(ctx: Context, *, note: Note | None = None) -> StudyResult:
         if note is not None:
             note(now.text())
     return StudyResult(study, report)
+
+
+#: wall seconds a worker gets to stop its server after SIGTERM, before SIGKILL
+STOP_TIMEOUT_S = 120.0
+#: wall seconds between two looks at the workers and the study
+POLL_S = 1.0
+
+
+def require_server_database(url: str, what: str) -> None:
+    """Parallel workers need a database that serves several processes (PostgreSQL; MySQL works too)."""
+    if url.startswith("sqlite"):
+        from autotune.errors import UserError
+
+        raise UserError(
+            f"{what} needs a server database shared by the workers, but the storage is SQLite ({url}): SQLite has "
+            "no row locks (two workers could take the same queued trial) and no heartbeat across processes. Use "
+            "--storage postgresql+psycopg://USER@HOST/DB (scripts/start_postgres.sh starts one locally)"
+        )
+
+
+def worker_argv(args: CommandOptions, slot: Slot, seed: int | None, storage: str) -> list[str]:
+    """The ``autotune worker`` command of one slot (flags of the ``autotune study`` that started it)."""
+    argv = [sys.executable, "-m", "autotune", "worker", str(args.space), "--storage", storage]
+    argv += ["--studies-dir", str(args.studies_dir), "--gpus", slot.spec, "--slot", str(slot.index), "--json"]
+    if seed is not None:
+        argv += ["--seed", str(seed + slot.index)]
+    if args.simulate:
+        argv.append("--simulate")
+    if args.in_process:
+        argv.append("--in-process")
+    if args.heartbeat_s is not None:
+        argv += ["--heartbeat-s", str(args.heartbeat_s)]
+    return argv
+
+
+@dataclass
+class WorkerProcess:
+    slot: Slot
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"# autotune: {self.argv!r}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def poll(self) -> int | None:
+        assert self.popen is not None
+        return self.popen.poll()
+
+    def signal(self, sig: int) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(sig)
+
+    def wait(self, timeout_s: float) -> int | None:
+        assert self.popen is not None
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_tail(self, chars: int = 1500) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+def stop_workers(workers: list[WorkerProcess], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM to each worker we started (each stops its own server), a bounded wait, SIGKILL to survivors."""
+    for w in workers:
+        w.signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for w in workers:
+        if w.popen is not None and w.wait(max(0.0, deadline - time.monotonic())) is None:
+            w.signal(signal.SIGKILL)
+            w.wait(10.0)
+
+
+def run_slots(
+    slots: list[Slot],
+    argv_of: Callable[[Slot], list[str]],
+    log_dir: Path,
+    study: optuna.Study,
+    n_trials: int,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> list[tuple[WorkerProcess, int]]:
+    """Start one worker per slot, wait for all of them, return each with its exit code."""
+    from autotune import records
+
+    workers = [WorkerProcess(sl, argv_of(sl), log_dir / sl.name / "worker.log") for sl in slots]
+    try:
+        for w in workers:
+            w.start()
+            if progress:
+                assert w.popen is not None
+                gpus = w.slot.cuda_visible_devices
+                progress(f"slot {w.slot.index} (GPUs {gpus}): worker pid {w.popen.pid}, log {w.log_path}")
+        last = -1
+        while any(w.poll() is None for w in workers):
+            time.sleep(POLL_S)
+            done, running = records.used_budget(study)
+            if progress and done != last:
+                last = done
+                progress(f"{done}/{n_trials} trials done, {running} running")
+    except BaseException:
+        stop_workers(workers)
+        raise
+    return [(w, int(w.poll() or 0)) for w in workers]
+
+
+def wait_for_trials(study: optuna.Study, limit_s: float, clock_sleep: Callable[[float], None] = time.sleep) -> int:
+    """Wait until no trial of any worker runs (failing lost workers' trials on the way), at most ``limit_s``;
+    returns how many still run."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from autotune import records
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        running = len(records.trials(study, (TrialState.RUNNING,)))
+        if running == 0 or time.monotonic() >= deadline:
+            return running
+        clock_sleep(POLL_S)

@@ -6,7 +6,7 @@ Modelled on mirakuru's ``StartCheckExecutor`` and pytest-xprocess's ``ProcessSta
 - ``preflight(server, where)`` and ``claim_port(server, ...)``: its port checks, the one place they live. The first,
   before anything is written (the CLI): something we did not start answering on ``server.port`` under
   ``port_busy: fail`` raises ``PortInUse``; the second, before each launch builds its argv (the port is in it): the
-  port the server gets by ``server.port_busy`` (``ports.choose_port``: fail, wait or next).
+  port the server gets by ``server.port_busy`` (``choose_port``: fail, wait or next).
 - ``start()``: the argv list (never a shell) in its own session, stdin from /dev/null, stdout + stderr appended to
   ``log_path`` after a ``# autotune: [argv...]`` line, ``env`` on top of our environment; the entry (pid,
   create_time, argv, port, log path, children) goes in the PID record.
@@ -17,6 +17,11 @@ Modelled on mirakuru's ``StartCheckExecutor`` and pytest-xprocess's ``ProcessSta
 - ``stop()``: SIGTERM to our process group and to every process of the tree (only those whose pid AND create_time
   match what we saw), a bounded wait, SIGKILL to survivors, reaping, the exit code in ``returncode``, the PID
   record entry removed, then a bounded wait for the port to be free (``port_freed``). Idempotent.
+
+Its ports: ``accepts_connections`` is the one connect probe: both port checks (``claim_port`` through
+``port_listening``, and ``preflight``) use it; ``port_listening`` adds psutil's view of listeners on the port (one
+bound to another address, or one that does not accept). Every probe and every wait has a limit; waits run on the
+injected clock. Its log: ``log_tail`` (the last lines) and ``looks_like_oom``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import contextlib
 import json
 import logging
 import os
+import re
+import socket
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -34,13 +41,11 @@ import psutil
 
 from autotune.clock import Clock, MonotonicClock
 from autotune.errors import PortInUse, ServerExited, ServerOOM
-from autotune.process.logs import log_tail, looks_like_oom
-from autotune.process.pidrecord import PidRecord
-from autotune.process.ports import accepts_connections, choose_port, describe_owner, wait_port_free
-from autotune.process.tree import ProcessTree, stop_fresh_group
+from autotune.process.tree import PidRecord, ProcessTree, RecordedServer, stop_fresh_group
 
 if TYPE_CHECKING:
     from autotune.space import ServerSpec
+
 
 log = logging.getLogger("autotune.process")
 
@@ -154,18 +159,18 @@ class ServerProcess:
             raise
         return self
 
-    def _record_entry(self) -> dict[str, Any]:
+    def _record_entry(self) -> RecordedServer:
         assert self.popen is not None and self.tree is not None
-        return {
-            "pid": self.popen.pid,
-            "create_time": self.tree.create_time,
-            "argv": self.argv,
-            "port": self.port,
-            "log_path": str(self.log_path),
-            "orchestrator_pid": os.getpid(),
-            "orchestrator_create_time": _own_create_time(),
-            "children": self.tree.descendants(),
-        }
+        return RecordedServer(
+            pid=self.popen.pid,
+            create_time=self.tree.create_time,
+            argv=list(self.argv),
+            port=self.port,
+            log_path=str(self.log_path),
+            orchestrator_pid=os.getpid(),
+            orchestrator_create_time=_own_create_time(),
+            children=self.tree.descendants(),
+        )
 
     def track(self) -> None:
         """Add the server's current descendants to what ``stop()`` stops (and to the PID record)."""
@@ -258,3 +263,134 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+_PORT_BUSY = ("fail", "wait", "next")
+
+
+def connect_host(host: str) -> str:
+    """The address to connect to for a server bound to ``host`` (a wildcard address means this machine)."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def url_host(host: str) -> str:
+    """``host`` as it goes in a URL (IPv6 in brackets)."""
+    h = connect_host(host)
+    return f"[{h}]" if ":" in h else h
+
+
+def accepts_connections(host: str, port: int, *, timeout_s: float = 0.5) -> bool:
+    """True when a TCP connection to (host, port) succeeds within ``timeout_s``."""
+    try:
+        with socket.create_connection((connect_host(host), port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _listeners(port: int) -> list[Any] | None:
+    """psutil's listening sockets on ``port`` (None when psutil may not look)."""
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.AccessDenied, OSError):
+        return None
+    return [c for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+
+
+def port_owner(port: int) -> psutil.Process | None:
+    """The process listening on ``port``, when psutil may see it."""
+    for c in _listeners(port) or []:
+        if c.pid:
+            try:
+                return psutil.Process(c.pid)
+            except psutil.Error:
+                return None
+    return None
+
+
+def port_listening(host: str, port: int, *, timeout_s: float = 0.5) -> bool:
+    """True when something accepts connections on (host, port), or psutil sees a listener on the port."""
+    return accepts_connections(host, port, timeout_s=timeout_s) or bool(_listeners(port))
+
+
+def describe_owner(port: int) -> str:
+    proc = port_owner(port)
+    if proc is None:
+        return "an unknown process"
+    try:
+        cmd = " ".join(proc.cmdline())[:200] or proc.name()
+    except psutil.Error:
+        cmd = "?"
+    return f"pid {proc.pid} ({cmd})"
+
+
+def bindable(host: str, port: int) -> bool:
+    """True when a socket may bind (host, port) right now."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_port(host: str, port: int, *, busy: str, wait_s: float, tries: int, clock: Clock) -> int:
+    """The port a launch gets: ``port`` when nothing listens there; otherwise by ``busy``: ``fail`` raises
+    ``PortInUse`` naming the owner (never stopped), ``wait`` polls up to ``wait_s`` on ``clock``, ``next`` takes the
+    first of the following ``tries`` ports that is free and bindable."""
+    if busy not in _PORT_BUSY:
+        raise ValueError(f"server.port_busy must be fail, wait or next but got {busy!r}")
+    if not port_listening(host, port):
+        return port
+    if busy == "fail":
+        raise PortInUse(
+            f"port {port} on {host} is in use by {describe_owner(port)}; autotune did not start it "
+            "and will not stop it (set server.port_busy to wait or next, or free the port)"
+        )
+    if busy == "wait":
+        deadline = clock.now() + wait_s
+        while clock.now() < deadline:
+            clock.sleep(min(0.5, max(0.0, deadline - clock.now())))
+            if not port_listening(host, port):
+                return port
+        raise PortInUse(
+            f"port {port} on {host} still in use by {describe_owner(port)} after "
+            f"{wait_s:g} s; autotune did not start it and will not stop it"
+        )
+    for candidate in range(port + 1, min(port + 1 + tries, 65536)):
+        if not port_listening(host, candidate) and bindable(host, candidate):
+            return candidate
+    raise PortInUse(f"no free port in {port}..{port + tries} on {host}")
+
+
+def wait_port_free(host: str, port: int, *, timeout_s: float, clock: Clock) -> bool:
+    """Wait up to ``timeout_s`` on ``clock`` until nothing listens on the port; False when something still does."""
+    deadline = clock.now() + timeout_s
+    while port_listening(host, port, timeout_s=0.2):
+        if clock.now() >= deadline:
+            return False
+        clock.sleep(0.05)
+    return True
+
+
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.IGNORECASE)
+
+
+def log_tail(path: str | Path | None, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
+    """The last ``lines`` lines of a log file ('' when unreadable)."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
+def looks_like_oom(text: str) -> bool:
+    return bool(_OOM.search(text))

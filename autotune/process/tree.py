@@ -4,18 +4,52 @@ A process is named by its pid AND its create_time (psutil checks create_time aga
 the system reused is never signalled. Stopping (``stop_processes``) sends SIGTERM to the process group and to each
 process, waits a bounded time, sends SIGKILL to survivors, and waits a bounded time again; ``ProcessTree`` is the
 tree of one started server: its root and every descendant seen so far.
+
+The PID record (``PidRecord``) is a JSON file of the servers an orchestrator started and has not stopped yet;
+``reap_leftovers`` stops what a SIGKILLed orchestrator left running, by that record (pid + create_time + argv),
+never by name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import signal
 import subprocess
 import time
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TypedDict, cast
 
 import psutil
+
+from autotune._io import atomic_write
+
+
+class RecordedChild(TypedDict):
+    """A descendant of a started server, as the PID record keeps it."""
+
+    pid: int
+    create_time: float
+    cmdline: list[str]
+
+
+class RecordedServer(TypedDict, total=False):
+    """One PID record entry: a server we started (pid + create_time + argv name it), its port and log, the
+    orchestrator that started it, and its descendants seen so far. Read back from a file another run may have
+    written, so every key is optional and checked where it is read."""
+
+    pid: int
+    create_time: float | None
+    argv: list[str]
+    port: int
+    log_path: str
+    orchestrator_pid: int
+    orchestrator_create_time: float | None
+    children: list[RecordedChild]
+
 
 #: create_time of one process as seen twice by psutil agrees to well within this
 _CTIME_TOLERANCE_S = 0.05
@@ -132,10 +166,10 @@ class ProcessTree:
                 added = True
         return added
 
-    def descendants(self) -> list[dict[str, Any]]:
+    def descendants(self) -> list[RecordedChild]:
         """The descendants seen so far, as PID record entries (pid, create_time, cmdline)."""
         return [
-            {"pid": pid, "create_time": p.create_time(), "cmdline": self._cmdlines.get(pid, [])}
+            RecordedChild(pid=pid, create_time=p.create_time(), cmdline=self._cmdlines.get(pid, []))
             for pid, p in self._procs.items()
             if pid != self.root_pid
         ]
@@ -150,3 +184,118 @@ class ProcessTree:
             known = {p.pid for p in ours}
             ours += [p for p in group_members(pgid) if p.pid not in known]
         stop_processes(ours, pgid, term_timeout_s, kill_timeout_s)
+
+
+class PidRecord:
+    """A JSON file listing the servers an orchestrator started and has not stopped yet.
+
+    Written atomically (temp file + rename) under an advisory lock, so that a SIGKILLed orchestrator leaves a
+    readable record behind for ``reap_leftovers``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def read(self) -> list[RecordedServer]:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return []
+        entries = data.get("servers") if isinstance(data, dict) else None
+        return [cast(RecordedServer, e) for e in entries or [] if isinstance(e, dict)]
+
+    def _write(self, entries: list[RecordedServer]) -> None:
+        atomic_write(self.path, json.dumps({"servers": entries}, indent=1), fsync=True)
+
+    def put(self, entry: RecordedServer) -> None:
+        with self._locked():
+            entries = [e for e in self.read() if e.get("pid") != entry["pid"]]
+            entries.append(entry)
+            self._write(entries)
+
+    def remove(self, pid: int) -> None:
+        with self._locked():
+            entries = self.read()
+            kept = [e for e in entries if e.get("pid") != pid]
+            if len(kept) != len(entries):
+                self._write(kept)
+
+    def clear(self, pids: set[int] | None = None) -> None:
+        with self._locked():
+            if pids is None:
+                self._write([])
+            else:
+                self._write([e for e in self.read() if e.get("pid") not in pids])
+
+
+def _recorded_processes(entry: RecordedServer) -> tuple[list[psutil.Process], int | None]:
+    """The live processes one record entry names (the root, its descendants now, its recorded children), each only
+    if pid + create_time (+ argv / cmdline) match, and the group to signal (the root's, when it leads one)."""
+    try:
+        pid, recorded = int(entry["pid"]), entry["create_time"]
+        if recorded is None:  # psutil could not see the server start
+            return [], None
+        ctime = float(recorded)
+        argv = [str(a) for a in entry.get("argv") or []]
+    except (KeyError, TypeError, ValueError):
+        return [], None
+    procs: list[psutil.Process] = []
+    root = same_process(pid, ctime, argv)
+    if root is not None:
+        procs.append(root)
+        with contextlib.suppress(psutil.Error):
+            procs += [c for c in root.children(recursive=True) if c not in procs]
+    for child in entry.get("children") or []:
+        try:
+            cp = same_process(int(child["pid"]), float(child["create_time"]), list(child.get("cmdline") or []))
+        except (KeyError, TypeError, ValueError):
+            cp = None
+        if cp is not None and all(cp.pid != p.pid for p in procs):
+            procs.append(cp)
+    pgid = pid if root is not None and pgid_of(pid) == pid else None
+    return procs, pgid
+
+
+def _owner_alive(entry: RecordedServer) -> bool:
+    """Whether the orchestrator that recorded ``entry`` still runs (its pid and start time match a live process)."""
+    try:
+        pid, recorded = int(entry["orchestrator_pid"]), entry["orchestrator_create_time"]
+        if recorded is None:
+            return False
+        ctime = float(recorded)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return same_process(pid, ctime) is not None
+
+
+def reap_leftovers(record_path: str | Path, *, term_timeout_s: float = 20.0, kill_timeout_s: float = 5.0) -> list[int]:
+    """Stop the servers (and their recorded children) a previous orchestrator run left running.
+
+    Only processes whose pid, create_time and argv match the record are touched; entries of processes that
+    are gone (or whose pid now belongs to someone else) are dropped. Returns the pids stopped.
+    """
+    record = PidRecord(Path(record_path))
+    if not record.path.exists():
+        return []
+    # another worker on this host (a GPU slot, a second `autotune worker`) still runs its own servers: not ours
+    entries = [e for e in record.read() if not _owner_alive(e)]
+    stopped: list[int] = []
+    for e in entries:
+        procs, pgid = _recorded_processes(e)
+        if not procs:
+            continue
+        stopped += [p.pid for p in procs if alive(p)]
+        stop_processes(procs, pgid, term_timeout_s, kill_timeout_s)
+    record.clear({int(e["pid"]) for e in entries if "pid" in e})
+    return stopped

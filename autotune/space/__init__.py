@@ -2,9 +2,11 @@
 
 - ``model``: the validated, typed form every other module uses (frozen dataclasses, ``Space`` at the top);
 - ``loader``: reading YAML defensively with the line of every key (``MAX_BYTES``, no aliases, no Python tags);
-- ``checker``: generic validators that collect every error with its field path and line;
-- ``validate``: the space file's schema; ``load_space`` reads and validates a file, raising a ``SpaceError`` that
-  names the file, the line, the field path and what was expected.
+- ``checker``: generic validators that collect every error with its field path and line, and the wording of values
+  in their messages;
+- ``validate``: the space file's schema (``SpaceReader`` with its ``search`` and ``benchmark`` sections);
+  ``load_space`` reads and validates a file, raising a ``SpaceError`` that names the file, the line, the field path
+  and what was expected.
 
 ``docs/space-reference.md`` documents every key.
 """

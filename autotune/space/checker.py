@@ -3,20 +3,77 @@
 A validator is ``fn(value, field, line) -> typed value``: it returns the value in its typed form or raises a
 ``SpaceError`` naming the field, the line and what was expected. ``Checker`` holds the generic ones (numbers,
 strings, names, mappings against a schema, lists of strings); ``autotune.space.validate`` builds the space
-file's schema from them.
+file's schema from them. The wording of values in its messages lives here too (``suggest``, ``join``, ``fmt_num``,
+``flow``) with what counts as a number (``is_int``, ``is_num``, ``is_plain_number``); ``describe`` (how a value is
+shown after "got") is the loader's, which words its own errors with it.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+import math
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
+
+import yaml
 
 from autotune.errors import SpaceError
-from autotune.space.describe import describe, flow, fmt_num, is_int, is_num, is_plain_number, join, suggest
-from autotune.space.loader import item_line, key_line
+from autotune.space.loader import describe, item_line, key_line
+
+
+def suggest(word: Any, options: tuple[str, ...] | list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``options``, or ``""``."""
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    if not close and word.lower() in options:
+        close = [word.lower()]
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def join(parent: str, key: Any) -> str:
+    """The field path of ``key`` under ``parent`` (``server.port``)."""
+    key = key if isinstance(key, str) else describe(key)
+    return f"{parent}.{key}" if parent else key
+
+
+def fmt_num(x: float | None) -> str:
+    """A bound as written in a message: ``2`` rather than ``2.0``."""
+    if x is None:
+        return ""
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x)) if abs(x) < 1e15 else repr(x)
+    return str(x) if not isinstance(x, int) or x.bit_length() <= 128 else "a very large integer"
+
+
+def flow(items: list[str]) -> str:
+    """A YAML flow list of strings, quoting the items YAML would not read back as strings."""
+
+    def plain(item: str) -> bool:
+        try:
+            return isinstance(yaml.safe_load(item), str) and "," not in item and item == item.strip()
+        except yaml.YAMLError:
+            return False
+
+    return "[" + ", ".join(item if plain(item) else json.dumps(item) for item in items) + "]"
+
+
+def is_int(v: Any) -> TypeGuard[int]:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_num(v: Any) -> TypeGuard[int | float]:
+    return (isinstance(v, int | float) and not isinstance(v, bool)) and (not isinstance(v, float) or math.isfinite(v))
+
+
+def is_plain_number(v: Any) -> bool:
+    """A number that may stand for its string form (argv items, env values)."""
+    return is_num(v) and (not isinstance(v, int) or v.bit_length() <= 128)
+
 
 __all__ = ["Checker", "Recorded", "Validator"]
 

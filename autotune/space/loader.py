@@ -17,13 +17,33 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from autotune.errors import SpaceError
-from autotune.space.describe import describe
 
 __all__ = ["MAX_BYTES", "LineMap", "LineSeq", "item_line", "key_line", "parse_yaml", "read_text"]
 
 #: files larger than this are refused before parsing (space files and prompts files)
 MAX_BYTES = 1 << 20
 _MAX_DEPTH = 50
+
+
+def describe(v: Any) -> str:
+    """How a value is shown after "got" in an error message."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        if v == "":
+            return "an empty string"
+        return repr(v if len(v) <= 60 else v[:57] + "...")
+    if isinstance(v, int):
+        return str(v) if v.bit_length() <= 128 else "a very large integer"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, dict):
+        return "an empty mapping" if not v else "a mapping"
+    if isinstance(v, list):
+        return "an empty list" if not v else "a list"
+    return f"a value of type {type(v).__name__}"
 
 
 class LineMap(dict[Any, Any]):

@@ -33,7 +33,7 @@ from typing import Any
 
 from scipy import stats as _st
 
-from autotune.records.confirmation import Round
+from autotune.records import Round
 from autotune.stats import pooled_spread, start_prior
 from autotune.verdict import clearly_loses
 

@@ -143,19 +143,19 @@ def run(ctx: StudyContext, objective: _search.Objective, *, deadline: float | No
     n = 0
     _drain(ctx, objective, deadline)
     done = records.level_phase(ctx.study)  # a resumed study does not start the phase over
-    for r in range(int(done.get("rounds", 0)), LEVEL_ROUNDS):  # each round refits on the last one's measurements
+    for r in range(done.rounds, LEVEL_ROUNDS):  # each round refits on the last one's measurements
         picks = level_picks(ctx)
         if picks:
             n += _measure(ctx, objective, picks, SEEDED_LEVEL, deadline)
         # a round without picks ends the rounds (the next would refit on the same measurements): recorded as over,
         # so that a run cut in the ladder does not pick again once the ladder is measured, as an uncut one does not
-        done = {**done, "rounds": r + 1 if picks else LEVEL_ROUNDS}
+        done = records.LevelPhase(r + 1 if picks else LEVEL_ROUNDS)
         records.set_level_phase(ctx.study, done)
         if not picks:
             break
-    if not done.get("ladder"):
+    if not done.ladder:
         n += _measure(ctx, objective, ladder_configs(ctx), SEEDED_LADDER, deadline)
-        records.set_level_phase(ctx.study, {**done, "rounds": LEVEL_ROUNDS, "ladder": True})
+        records.set_level_phase(ctx.study, records.LevelPhase(LEVEL_ROUNDS, ladder=True))
     return n
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autotune.records.confirmation import Round
+from autotune.records import Round
 from autotune.stats import Interval, Spread, pooled_spread, speedup_interval
 from autotune.verdict import Verdict, verdict
 

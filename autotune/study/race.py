@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from autotune.records.confirmation import Round
+from autotune.records import Round
 from autotune.space import VerdictSpec
 from autotune.stats import Interval, Spread, pooled_spread, speedup_interval, start_prior, two_sided_t, upper_bound
 from autotune.study.levels import level_intervals, level_verdicts, summary_text

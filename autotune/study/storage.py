@@ -493,6 +493,13 @@ def space_digest(space: Space) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def simulation_label(space: Space) -> dict[str, Any]:
+    """What a simulated study (or ``bench --simulate``) is labelled with: the space's ``simulate`` section's
+    scenario and time scale."""
+    sim = space.simulate
+    return {"scenario": sim.scenario if sim else None, "time_scale": sim.time_scale if sim else None}
+
+
 def open_study(
     space: Space,
     storage: str | optuna.storages.BaseStorage,
@@ -501,15 +508,12 @@ def open_study(
     seed: int | None = None,
     simulated: bool = False,
     create: bool = True,
-    label: dict[str, Any] | None = None,
     sampler: optuna.samplers.BaseSampler | None = None,
     heartbeat_s: int | None = None,
 ) -> optuna.Study:
     """Create or load the study; refuse to resume one measured with a different prompt set. A simulated study is
-    labelled so (``label``: its scenario and time scale, by default the space's ``simulate`` section's)."""
-    if simulated and label is None:
-        sim = space.simulate
-        label = {"scenario": sim.scenario if sim else None, "time_scale": sim.time_scale if sim else None}
+    labelled so (``simulation_label``)."""
+    label = simulation_label(space) if simulated else None
     st = make_storage(storage, heartbeat_s=heartbeat_s) if isinstance(storage, str) else storage
     pruner = make_pruner(space)
     sampler = sampler or make_sampler(space, seed)

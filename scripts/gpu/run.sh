@@ -11,7 +11,7 @@
 #   build    untar .gpu/llama.cpp-src.tar.xz and build llama-server with CUDA for the GPU's compute capability
 #            (nvidia-smi) into .gpu/build/ (kept between commands on one machine: skipped when built; a build
 #            cut short by BUILD_WALL_S resumes where it stopped)
-#   models   write the target/draft-good/draft-bad GGUF models into .gpu/models (autotune.llamacpp_models;
+#   models   write the target/draft-good/draft-bad GGUF models into .gpu/models (scripts/llamacpp_models.py;
 #            skipped when present with the same parameters)
 #   sweep    scripts/gpu/sweep.py on .gpu/space.yaml: baseline and drafters over draft_n_max x CUDA graphs,
 #            fresh server per start, partial results after every start, resumable
@@ -453,8 +453,8 @@ stage_models() {
     ensure_setup
     local args=()
     mapfile -t args < <(model_args)
-    log "models: $PY -m autotune.llamacpp_models ${args[*]}"
-    "$PY" -m autotune.llamacpp_models "${args[@]}" || { record models failed "$((SECONDS - t))"; die "writing the models failed"; }
+    log "models: $PY $REPO_ROOT/scripts/llamacpp_models.py ${args[*]}"
+    PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$REPO_ROOT/scripts/llamacpp_models.py" "${args[@]}" || { record models failed "$((SECONDS - t))"; die "writing the models failed"; }
     local sizes
     sizes="$("$PY" -c '
 import json, os, sys
@@ -462,7 +462,7 @@ d = sys.argv[1]
 print(json.dumps({n: os.path.getsize(os.path.join(d, n)) for n in ("target.gguf", "draft-good.gguf", "draft-bad.gguf")}))' "$MODELS")"
     log "models: ready in $((SECONDS - t)) s: $sizes"
     record models ok "$((SECONDS - t))" "dir=$MODELS" "bytes=$sizes" "spec=$(cat "$MODELS/models.json")" \
-        "command=$PY -m autotune.llamacpp_models ${args[*]}"
+        "command=$PY $REPO_ROOT/scripts/llamacpp_models.py ${args[*]}"
 }
 
 server_env() {

@@ -191,7 +191,8 @@ def models_section(h: dict[str, Any]) -> list[str]:
     heads, kv, ffn = spec.get("heads"), spec.get("kv_heads"), spec.get("ffn")
     gb = {k: v / 1e9 for k, v in sizes.items()} if isinstance(sizes, dict) else {}
     return [
-        f"- Models (random llama-architecture GGUF, autotune.llamacpp_models, {str(spec.get('dtype', '?')).upper()}): "
+        "- Models (random llama-architecture GGUF, scripts/llamacpp_models.py, "
+        f"{str(spec.get('dtype', '?')).upper()}): "
         f"target width {width}, {layers} layers, {heads} heads / {kv} KV heads, FFN {ffn} "
         f"({_f(gb.get('target.gguf'), '.2f')} GB); draft-good = its first {spec.get('draft_layers')} layers "
         f"(the others' output projections scaled by eps {spec.get('eps')}; {_f(gb.get('draft-good.gguf'), '.2f')} GB); "

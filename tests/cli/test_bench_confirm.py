@@ -37,6 +37,7 @@ def test_bench_measures_the_field_report_manual_run(tmp_path):
         "num_steps": 4,
         "topk": 1,
     }
+    assert out["simulated"] == {"scenario": "kimi-k25-rtxpro6000", "time_scale": 200}  # the space's simulate
     assert 43 < out["summary"]["tok_per_s"] < 58
     assert 1.8 < out["summary"]["accept_length"] < 2.4
     assert len(out["prompts"]) == 5 and len({round(p["tok_per_s"], 1) for p in out["prompts"]}) > 1

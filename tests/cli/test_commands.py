@@ -24,3 +24,35 @@ def test_the_cli_imports_no_study_machinery_for_help():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["study", "s.yaml", "--gpus", "0-1", "--gpus", "2-3", "--n-trials", "5"],
+            {"gpus": ("0-1", "2-3"), "n_trials": 5},
+        ),
+        (["study", "s.yaml", "--dry-run", "--no-confirm"], {"dry_run": True, "no_confirm": True, "gpus": ()}),
+        (["worker", "s.yaml", "--gpus", "4-7", "--slot", "1"], {"gpus": ("4-7",), "slot": 1}),
+        (
+            ["bench", "s.yaml", "--set", "drafter=none", "--set", "cuda_graph=false"],
+            {"set": ("drafter=none", "cuda_graph=false")},
+        ),
+        (
+            ["export", "s.yaml", "--gpus", "2", "--format", "k8s", "-o", "x.yaml"],
+            {"reserve_gpus": 2, "gpus": (), "format": "k8s", "output": "x.yaml"},
+        ),
+        (["dashboard", "s.yaml", "--port", "9000"], {"port": 9000, "host": "127.0.0.1"}),
+        (
+            ["report", "s.yaml", "--simulate", "--in-process", "--studies-dir", "d"],
+            {"simulate": True, "in_process": True, "studies_dir": "d"},
+        ),
+    ],
+)
+def test_each_command_s_flags_become_its_typed_options(argv, expected):
+    from autotune.cli import build_parser, command_options
+
+    options = command_options(build_parser().parse_args(argv))
+    assert options.space == "s.yaml"
+    assert {k: getattr(options, k) for k in expected} == expected

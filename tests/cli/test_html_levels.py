@@ -32,7 +32,7 @@ def test_the_baseline_check_of_the_h200_runs_is_in_the_baselines_section():
     """The baseline-check run recorded its check (not flagged, +2.5%); the run before it predates the check, and its
     figures (1622.3 against a fresh mean of 1843.8) are flagged when checked."""
     from autotune.html import _baselines
-    from autotune.records.confirmation import Round
+    from autotune.records import Round
     from autotune.study import baseline_check
 
     report = json.loads((REPO / "docs/gpu-runs/2026-12-01-h200-baseline-check/report.json").read_text())

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from autotune.reverify import holds
+from autotune.stats import Interval
 
 from .helpers import REPO, autotune, space_file
 
@@ -200,7 +201,7 @@ def test_a_baseline_export_has_nothing_to_reverify(tmp_path):
     ],
 )
 def test_holds_is_overlap_of_the_intervals(new, exported, point, ok):
-    n = {"low": new[0], "high": new[1], "point": sum(new) / 2}
+    n = Interval(point=sum(new) / 2, low=new[0], high=new[1], n=4, confidence=0.95)
     e = None if exported is None else {"low": exported[0], "high": exported[1], "point": sum(exported) / 2}
     assert holds(n, e, point) is ok
 
@@ -220,5 +221,5 @@ def test_a_journal_without_per_level_figures_is_not_resumed_for_a_load_level_exp
     new = tmp_path / "new.json"
     rnd = {"baseline": 334.1, "config": 592.0, "levels": {"1": {"baseline": 202.8, "config": 381.6}}}
     new.write_text(json.dumps({"rounds": [rnd]}))
-    assert _kept(new, notes.append, levelled=True) == [rnd]
+    assert [r.to_dict() for r in _kept(new, notes.append, levelled=True)] == [rnd]
     assert notes[-1].endswith("1 round(s) kept")

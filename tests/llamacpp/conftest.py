@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import psutil
 
-from autotune.llamacpp_models import ModelSpec, models_present, write_models
 from autotune.space import BenchmarkSpec, DrafterSpec, IntRange, Prompt, SearchSpec, ServerSpec, Space
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))  # the tiny GGUF writer (scripts/llamacpp_models.py) for this folder's tests
+
+from llamacpp_models import ModelSpec, models_present, write_models  # noqa: E402
 
 
 def models_dir() -> Path:

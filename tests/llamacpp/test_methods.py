@@ -217,7 +217,7 @@ def test_engagement_alarm_only_where_a_draft_type_runs():
 def test_mtp_unavailable_on_a_target_without_nextn_layers(tmp_path):
     import dataclasses
 
-    from autotune.llamacpp_models import ModelSpec, write_models
+    from llamacpp_models import ModelSpec, write_models
 
     write_models(tmp_path, dataclasses.replace(ModelSpec(), width=64, layers=2, heads=2, kv_heads=2, ffn=128))
     target = str(tmp_path / "target.gguf")

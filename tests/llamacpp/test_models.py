@@ -9,7 +9,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from autotune.llamacpp_models import (  # noqa: E402
+from llamacpp_models import (  # noqa: E402
     DRAFT_BAD,
     DRAFT_GOOD,
     TARGET,

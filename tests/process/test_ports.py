@@ -8,7 +8,7 @@ import pytest
 
 from autotune.clock import VirtualClock
 from autotune.errors import PortInUse
-from autotune.process.ports import accepts_connections, choose_port, connect_host, url_host, wait_port_free
+from autotune.process.server import accepts_connections, choose_port, connect_host, url_host, wait_port_free
 
 from .conftest import free_port
 

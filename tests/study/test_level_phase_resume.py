@@ -77,7 +77,7 @@ def test_a_study_cut_in_its_level_phase_resumes_it_and_leaves_nothing_waiting(tm
         and not TrialRecord(t).is_duplicate
     ]
     assert len(measured) == len(set(measured)), "a config of the level phase was measured twice"
-    assert records.level_phase(study) == {"rounds": LEVEL_ROUNDS, "ladder": True}
+    assert records.level_phase(study) == records.LevelPhase(LEVEL_ROUNDS, ladder=True)
 
 
 def test_a_level_pick_stays_within_the_families_measured_at_that_level():
@@ -126,4 +126,4 @@ def test_a_resumed_level_phase_does_what_an_uncut_one_does_after_a_round_without
     assert [t.number for t in trials if TrialRecord(t).seeded == SEEDED_LEVEL] == []
     ladder = {TrialRecord(t).config_key for t in trials if TrialRecord(t).seeded == SEEDED_LADDER}
     assert ladder == {TrialRecord(t).config_key for t in uncut.get_trials() if TrialRecord(t).seeded == SEEDED_LADDER}
-    assert records.level_phase(study) == {"rounds": LEVEL_ROUNDS, "ladder": True}
+    assert records.level_phase(study) == records.LevelPhase(LEVEL_ROUNDS, ladder=True)

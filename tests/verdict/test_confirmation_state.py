@@ -1,4 +1,4 @@
-"""The confirmation's typed state and rounds (``autotune.records.confirmation``): stored JSON in, the same JSON out."""
+"""The confirmation's typed state and rounds (``autotune.records``): stored JSON in, the same JSON out."""
 
 from __future__ import annotations
 

@@ -150,7 +150,11 @@ def test_gguf_weight_type_is_the_type_holding_most_elements(tmp_path) -> None:
 
 def test_gguf_written_by_the_test_model_writer_is_f16(tmp_path) -> None:
     pytest.importorskip("gguf")
-    from autotune.llamacpp_models import ModelSpec, write_models
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from llamacpp_models import ModelSpec, write_models
 
     spec = ModelSpec(width=64, layers=2, draft_layers=1, heads=2, kv_heads=1, ffn=128, dtype="f16")
     paths = write_models(tmp_path, spec)

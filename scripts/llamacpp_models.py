@@ -23,7 +23,7 @@ rows are otherwise zero too). Greedy decoding therefore never picks a byte piece
 text is valid UTF-8 and generation runs to ``max_tokens``.
 
 Files are rewritten only when missing or written with other parameters (``models.json`` records them).
-Run as ``python -m autotune.llamacpp_models DIR [--width ...]``; needs ``gguf`` and numpy.
+Run as ``python scripts/llamacpp_models.py DIR [--width ...]``; needs ``gguf`` and numpy.
 """
 
 from __future__ import annotations
@@ -287,7 +287,7 @@ def write_models(
 
 def main(argv: Sequence[str] | None = None) -> int:
     d = ModelSpec()
-    p = argparse.ArgumentParser(prog="python -m autotune.llamacpp_models", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python scripts/llamacpp_models.py", description=__doc__.split("\n")[0])
     p.add_argument("out_dir", nargs="?", default="studies/llamacpp-models")
     p.add_argument("--width", type=int, default=d.width)
     p.add_argument("--layers", type=int, default=d.layers)

@@ -1,0 +1,1319 @@
+"""The trial record: what a study stores about each trial (Optuna user attrs) and about itself (study attrs), and
+the queries over trials.
+
+Every user-attr key autotune writes or reads is named here, and nowhere else: the study writes a running trial
+through ``TrialWriter`` (Optuna refuses writes once a trial has finished), everyone reads through ``TrialRecord``
+or the queries below (the pruner, the search, confirmation, the report). The study's own attrs are read and written
+by the functions at the end; the study attr ``confirmation`` is typed (``ConfirmationState``, its rounds ``Round``).
+
+Trial user attrs (``TrialRecord`` reads each as a property of the same name in lower case):
+
+| key | written | value |
+|---|---|---|
+| ``role`` | enqueued / trial start | ``baseline`` (enqueued, never proposed by the sampler) or ``speculative`` |
+| ``seeded`` | enqueued | ``server default`` (the first configs) or ``surrogate`` (the refinement's picks) |
+| ``requeued_from`` | enqueued | the number of the interrupted trial whose config this one measures again |
+| ``config`` / ``effective`` | trial start | the suggested config / the one the server runs (``TrialConfig.to_dict``) |
+| ``config_key`` | trial start | ``TrialConfig.key()`` of ``effective``: same key, same server config |
+| ``worker`` | trial start | ``host:pid`` of the worker that ran it |
+| ``claimed`` | trial start | True: the trial took a place in the study's budget (under the study lock) |
+| ``duplicate_of`` | duplicate | the trial whose measurement this one copies (it costs no start and no budget) |
+| ``fail_kind`` / ``fail_reason`` | outcome | what ended it (an error's ``kind``: ``exited``, ``oom``, ...) |
+| ``infeasible`` / ``feasible`` | outcome | why the server would reject it (PRUNED) / False then, True once measured |
+| ``not_launched`` | outcome | True: refused before launch (its config failed twice) |
+| ``interrupted`` | outcome | True: the orchestrator stopped during it (it does not use the budget) |
+| ``prune_reason`` / ``speedup_upper`` | outcome | why it lost / the upper bound of its speedup over the reference |
+| ``prune_rule`` / ``pruned_against`` | outcome | ``baseline`` or ``leader`` / the reference trial it lost to |
+| ``not_worth_a_start`` | outcome | not launched: why (``search.not_worth_a_start``: P, prediction, reference) |
+| ``baseline_trial`` | before launch | the baseline trial it is paired with |
+| ``argv`` / ``env`` / ``server_effective`` | launch | the launch command, the variables set, the server's own account |
+| ``startup_s`` / ``log_path`` / ``log_tail`` | launch | startup time, server log, its end (on failures) |
+| ``crashes`` | a crash | each crash of its server (exit, last log line): one fresh start; two: ``unstable`` |
+| ``failed_starts`` | a failed start | starts that held the machine for nothing: ``kind``, ``seconds`` (billed) |
+| ``measured`` | launch | True once the server ran this config (the prompts follow) |
+| ``warmup`` | after warm-up | its untimed passes of the prompts (``autotune.warmup.WarmUp.to_dict``), when it had any |
+| ``prompts`` | each prompt | ``PromptResult.to_dict()`` of each prompt measured so far (+ ``accept_positions``) |
+| ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
+| ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
+| ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
+| ``levels`` | each level | with load levels: ``LevelResult.summary()`` per level so far, ``speedup``, ``slo_broken`` |
+| ``slo_broken`` | end | levels (strings) breaking ``objective.slo``; constraint ``slo`` = their number |
+
+``accept_positions`` (in a prompt's dict only where the server reports it): the per-position acceptance counts of
+that request, ``{"drafts", "accepted": [drafts whose first i tokens were accepted, i = 1..K]}``
+(``autotune.acceptance``); ``TrialRecord.accept_positions`` pools a trial's prompts.
+
+A trial's evidence for review (server log, per-prompt results and figure as Optuna artifacts, a dashboard note) is
+not a user attr: ``autotune.evidence`` writes it as the system attrs Optuna and optuna-dashboard define.
+
+Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, ``prompt_ids``, ``units``, ``seed``
+(set when the study is created), ``lossless_floor`` (divergences between baselines), ``confirmation``
+(``ConfirmationState``), ``worker_spec`` (what every worker must share: ``autotune.study.storage.worker_spec``),
+``n_trials`` (the budget the last ``autotune study`` set; ``autotune worker`` reads it),
+``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search),
+``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm),
+``verdict`` / ``recommended`` (written by ``autotune dashboard`` for optuna-dashboard: the verdict, and the trial
+autotune recommends with rounded figures; ``autotune.evidence.publish``), ``methods`` (a space with
+``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``),
+``traffic`` (a request-log space: the subset, its comparison with the log and the guards; ``autotune.traffic``),
+``traffic_holdout`` (the subset's baseline tok/s against a holdout from the rest of the log, measured on the first
+baseline's start: ``autotune.traffic.HoldoutCheck``), ``greedy_lossless`` (a space whose prompts sample: the
+confirmed winner's answers at temperature 0 against its baseline's references; ``autotune.study.greedy``),
+``drafter_references`` (the acceptance length each drafter reaches elsewhere, as the space gives it: the report's
+``acceptance-far-below`` guard; set at every open, so the space's current values).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import lossless
+from autotune.acceptance import AcceptPositions, pool
+from autotune.config import LaunchInfo, LevelSummary, PromptResult, ReferenceOutput, TrialConfig
+from autotune.errors import (
+    BenchmarkError,
+    DrafterNotEngaged,
+    LaunchError,
+    ServerDied,
+    ServerExited,
+    ServerOOM,
+    StartupTimeout,
+    Unstable,
+)
+from autotune.verdict import Verdict
+from autotune.warmup import WarmUp
+
+ROLE = "role"
+SEEDED = "seeded"
+REQUEUED_FROM = "requeued_from"
+CONFIG = "config"
+EFFECTIVE = "effective"
+CONFIG_KEY = "config_key"
+WORKER = "worker"
+CLAIMED = "claimed"
+DUPLICATE_OF = "duplicate_of"
+FAIL_KIND = "fail_kind"
+FAIL_REASON = "fail_reason"
+INFEASIBLE = "infeasible"
+FEASIBLE = "feasible"
+NOT_LAUNCHED = "not_launched"
+INTERRUPTED = "interrupted"
+PRUNE_REASON = "prune_reason"
+SPEEDUP_UPPER = "speedup_upper"
+PRUNE_RULE = "prune_rule"
+PRUNED_AGAINST = "pruned_against"
+#: a proposal not launched: the surrogate gave it too little chance of reaching the best measured config
+#: (``search.not_worth_a_start``): {"p", "against", "tok_per_s", "predicted", "sd", "reason"}
+NOT_WORTH_A_START = "not_worth_a_start"
+BASELINE_TRIAL = "baseline_trial"
+ARGV = "argv"
+ENV = "env"
+SERVER_EFFECTIVE = "server_effective"
+STARTUP_S = "startup_s"
+CRASHES = "crashes"
+FAILED_STARTS = "failed_starts"
+LOG_PATH = "log_path"
+LOG_TAIL = "log_tail"
+MEASURED = "measured"
+PROMPTS = "prompts"
+ACCEPT_LENGTH = "accept_length"
+SPEEDUP = "speedup"
+OUTPUTS = "outputs"
+REFERENCE = "reference"
+LOSSLESS = "lossless"
+LEVELS = "levels"
+SLO_BROKEN = "slo_broken"
+WARMUP = "warmup"
+
+# study user attrs
+SPACE_DIGEST = "space_digest"
+SPACE_NAME = "space_name"
+BACKEND = "backend"
+SIMULATED = "simulated"
+PROMPT_IDS = "prompt_ids"
+UNITS = "units"
+LOSSLESS_FLOOR = "lossless_floor"
+CONFIRMATION = "confirmation"
+SEED = "seed"
+WORKER_SPEC = "worker_spec"
+N_TRIALS = "n_trials"
+LEVEL_PHASE = "level_phase"
+BASELINE_CHECK_ROUNDS = "baseline_check_rounds"
+#: the search stopped before its budget because its answer was settled (``autotune.study.settle``)
+SEARCH_SETTLED = "search_settled"
+VERDICT = "verdict"
+METHODS = "methods"
+#: a request-log space's subset and guards (``autotune.traffic``), as the study recorded it
+TRAFFIC = "traffic"
+#: the baseline's tok/s on the subset against a sample of the rest of the log (``autotune.traffic.HoldoutCheck``,
+#: its per-prompt figures and the baseline trial), written once, by the first baseline that measures the holdout
+TRAFFIC_HOLDOUT = "traffic_holdout"
+#: a sampling space's lossless check at temperature 0: confirmation's winner against its baseline's references
+#: (``autotune.study.greedy``)
+GREEDY_LOSSLESS = "greedy_lossless"
+#: the drafters' reference acceptance lengths the space gives (``drafters[].reference_acceptance``), by name
+DRAFTER_REFERENCES = "drafter_references"
+RECOMMENDED = "recommended"
+
+# fmt: off
+TRIAL_KEYS = (
+    ROLE, SEEDED, REQUEUED_FROM, CONFIG, EFFECTIVE, CONFIG_KEY, WORKER, CLAIMED, DUPLICATE_OF, FAIL_KIND, FAIL_REASON,
+    INFEASIBLE, FEASIBLE, NOT_LAUNCHED, INTERRUPTED, PRUNE_REASON, SPEEDUP_UPPER, PRUNE_RULE, PRUNED_AGAINST,
+    NOT_WORTH_A_START, BASELINE_TRIAL, ARGV, ENV, SERVER_EFFECTIVE, STARTUP_S, LOG_PATH, LOG_TAIL, MEASURED, PROMPTS,
+    ACCEPT_LENGTH, SPEEDUP, OUTPUTS, REFERENCE, LOSSLESS, LEVELS, SLO_BROKEN, CRASHES, FAILED_STARTS, WARMUP,
+)
+STUDY_KEYS = (
+    SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
+    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS, TRAFFIC, TRAFFIC_HOLDOUT,
+    GREEDY_LOSSLESS, DRAFTER_REFERENCES,
+)
+# fmt: on
+
+#: what a duplicate copies from the trial it duplicates
+COPIED_BY_DUPLICATES = (SPEEDUP, ACCEPT_LENGTH, PROMPTS, BASELINE_TRIAL, LOSSLESS, STARTUP_S, LEVELS, SLO_BROKEN)
+
+# values, parameter and constraint names
+ROLE_BASELINE = "baseline"
+ROLE_SPECULATIVE = "speculative"
+SEEDED_DEFAULT = "server default"
+SEEDED_SURROGATE = "surrogate"
+SEEDED_DESIGN = "design"
+#: Optuna parameter names every backend's ``suggest`` uses; the baseline is drafter "none"
+PARAM_DRAFTER = "drafter"
+#: the method param of a trial in a space with ``search.methods`` (``autotune.backends.methods``)
+PARAM_METHOD = "method"
+PARAM_CUDA_GRAPH = "cuda_graph"
+BASELINE_DRAFTER = "none"
+#: the constraint (``trial.set_constraint``) that marks a trial infeasible (value 1.0; feasible is <= 0)
+CONSTRAINT_FEASIBLE = "feasible"
+#: the constraint that counts the load levels whose latency limits a config breaks (0: feasible)
+CONSTRAINT_SLO = "slo"
+#: log tail kept in a record (characters)
+LOG_TAIL_CHARS = 4000
+
+#: trials that used the budget (with these states, unless interrupted or duplicates)
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+#: failures of a launched server that one retry may cover (a config failing twice is not launched again)
+RETRIED_FAILURES = (ServerExited.kind, StartupTimeout.kind, LaunchError.kind, ServerDied.kind, BenchmarkError.kind)
+#: failures to start: several in a row before any speculative config ran stop the study
+START_FAILURES = (ServerExited.kind, StartupTimeout.kind, LaunchError.kind)
+#: a server that resolved another config than launched (listed as an exclusion)
+CONFIG_MISMATCH = "config-mismatch"
+
+
+# -- the study attr ``confirmation`` typed: the confirmation's state (``ConfirmationState``) and its rounds
+# (``Round``). Both read from and write to the stored JSON unchanged: rounds keep CUDA-graph settings as
+# ``"True"``/``"False"`` and trial numbers and load levels as strings there, real ``bool`` / ``int`` keys here; the
+# state writes its keys in the order they were first set (as the dict it replaces did), and keeps keys it does not
+# know.
+
+_GRAPHS = {"True": True, "False": False}
+
+
+def _graph(key: str) -> bool:
+    if key not in _GRAPHS:
+        raise ValueError(f"a round's CUDA-graph key must be 'True' or 'False' but got {key!r}")
+    return _GRAPHS[key]
+
+
+@dataclass
+class RoundLevels:
+    """With load levels: each start's ``{level: tok/s}``, baselines by setting, candidates by trial number."""
+
+    baseline: dict[bool, dict[int, float]] = field(default_factory=dict)
+    candidates: dict[int, dict[int, float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoundLevels:
+        return cls(
+            {_graph(k): {int(c): v for c, v in lv.items()} for k, lv in (d.get("baseline") or {}).items()},
+            {int(k): {int(c): v for c, v in lv.items()} for k, lv in (d.get("candidates") or {}).items()},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": {str(k): {str(c): v for c, v in lv.items()} for k, lv in self.baseline.items()},
+            "candidates": {str(k): {str(c): v for c, v in lv.items()} for k, lv in self.candidates.items()},
+        }
+
+
+@dataclass
+class StartRecord:
+    """One confirmation start's detail: its per-prompt tok/s (one list: the pass of the prompts it measured), its
+    start-up seconds, its timed seconds (the prompts, and the load levels above 1), its warm-up passes, and the
+    server seconds of the starts of the same config that failed before it in its round (``measure.measure_fresh``)."""
+
+    tok_per_s: list[list[float]]
+    startup_s: float
+    seconds: float
+    warmup: WarmUp = WarmUp()  # its untimed warm-up passes (``autotune.warmup``), when it had any
+    failed_s: tuple[float, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StartRecord:
+        return cls(
+            [list(map(float, p)) for p in d.get("tok_per_s") or []],
+            float(d["startup_s"]),
+            float(d["seconds"]),
+            WarmUp.from_dict(d.get("warmup")),
+            tuple(float(x) for x in d.get("failed_s") or ()),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tok_per_s": self.tok_per_s, "startup_s": self.startup_s, "seconds": self.seconds}
+        if self.warmup.passes:
+            out["warmup"] = self.warmup.to_dict()
+        if self.failed_s:
+            out["failed_s"] = list(self.failed_s)
+        return out
+
+
+@dataclass
+class RoundStarts:
+    """Each start's ``StartRecord``: baselines by CUDA-graph setting, candidates by trial number."""
+
+    baseline: dict[bool, StartRecord] = field(default_factory=dict)
+    candidates: dict[int, StartRecord] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RoundStarts:
+        return cls(
+            {_graph(k): StartRecord.from_dict(v) for k, v in (d.get("baseline") or {}).items()},
+            {int(k): StartRecord.from_dict(v) for k, v in (d.get("candidates") or {}).items()},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": {str(k): v.to_dict() for k, v in self.baseline.items()},
+            "candidates": {str(k): v.to_dict() for k, v in self.candidates.items()},
+        }
+
+
+@dataclass
+class Round:
+    """One round: a fresh baseline start per CUDA-graph setting and one start per candidate still racing (tok/s);
+    ``starts`` each start's per-prompt detail (rounds recorded before it was kept have none)."""
+
+    baseline: dict[bool, float] = field(default_factory=dict)
+    candidates: dict[int, float] = field(default_factory=dict)
+    levels: RoundLevels | None = None
+    starts: RoundStarts | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Round:
+        lv, st = d.get("levels"), d.get("starts")
+        return cls(
+            {_graph(k): v for k, v in (d.get("baseline") or {}).items()},
+            {int(k): v for k, v in (d.get("candidates") or {}).items()},
+            None if lv is None else RoundLevels.from_dict(lv),
+            None if st is None else RoundStarts.from_dict(st),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "baseline": {str(k): v for k, v in self.baseline.items()},
+            "candidates": {str(k): v for k, v in self.candidates.items()},
+        }
+        if self.levels is not None:
+            out["levels"] = self.levels.to_dict()
+        if self.starts is not None:
+            out["starts"] = self.starts.to_dict()
+        return out
+
+
+def rounds_from(stored: list[dict[str, Any]] | None) -> list[Round]:
+    return [Round.from_dict(r) for r in stored or []]
+
+
+def rounds_to(rounds: list[Round]) -> list[dict[str, Any]]:
+    return [r.to_dict() for r in rounds]
+
+
+@dataclass(eq=False)
+class ConfirmationState:
+    """The study attr ``confirmation``: recorded after every round, so that a killed run resumes it. A field is
+    stored once it is set (``recorded``); unset ones read as None."""
+
+    keys: list[str | None]  # the candidates' config keys
+    rounds: list[Round] = field(default_factory=list)
+    done: bool = field(default=False, init=False)
+    level_only: list[int] | None = field(default=None, init=False)  # candidates confirmed for a level's sake
+    deploy_cuda_graph: bool | None = field(default=None, init=False)  # the fastest search baseline's setting
+    results: list[dict[str, Any]] | None = field(default=None, init=False)  # per candidate (``race.candidate_result``)
+    # with load levels (``autotune.study.levels``): per candidate {level: interval}; per level the best candidate,
+    # its interval and the level's verdict; "speculation wins up to 8 streams, loses from 32"
+    level_results: dict[str, dict[str, Any]] | None = field(default=None, init=False)
+    level_verdicts: list[dict[str, Any]] | None = field(default=None, init=False)
+    level_text: str | None = field(default=None, init=False)
+    confidence: float | None = field(default=None, init=False)  # of the verdict's intervals
+    exclusions: list[dict[str, Any]] | None = field(default=None, init=False)  # ``records.find_exclusions``
+    verdict: Verdict | None = field(default=None, init=False)
+    best: int | None = field(default=None, init=False)
+    basis: str | None = field(default=None, init=False)  # confirmed | not-confirmed | search
+    rests_on: str | None = field(default=None, init=False)  # what the verdict rests on, in words
+    note: str | None = field(default=None, init=False)
+    # the search's baseline against confirmation's fresh ones (``autotune.study.baseline_check``): fresh baselines
+    # alone when the search left nothing to confirm, the checks, baseline-rule prunes a fast baseline may have caused
+    check_rounds: list[Round] | None = field(default=None, init=False)
+    baseline_check: list[dict[str, Any]] | None = field(default=None, init=False)
+    suspect_prunes: list[dict[str, Any]] | None = field(default=None, init=False)
+    # an inconclusive verdict whose pick straddles the bar: what settling it would take (``confirm._to_settle``)
+    to_settle: dict[str, Any] | None = field(default=None, init=False)
+    # candidates whose starts failed in a round (a crash on every fresh start it got, a refusal, a timeout):
+    # [{"trial", "kind", "reason", "round", "failed_s"}] (``failed_s``: each failed start's server seconds), out of
+    # the race and listed among the exclusions
+    failed: list[dict[str, Any]] | None = field(default=None, init=False)
+    # the server seconds of fresh baseline starts that failed in a round whose baseline could not be measured
+    # (``confirm._baseline``: confirmation stopped there; a resumed study goes on from the rounds), billed
+    lost_s: list[float] | None = field(default=None, init=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _FIELDS:
+            order = self.__dict__.setdefault("_order", [])
+            if name not in order:
+                order.append(name)
+
+    def recorded(self, name: str) -> bool:
+        """Whether ``name`` is stored (set, to None or not)."""
+        return name in self.__dict__.get("_order", [])
+
+    @classmethod
+    def not_confirmed(cls, note: str, exclusions: list[dict[str, Any]]) -> ConfirmationState:
+        """Configs worth confirming exist but the space asks for no (usable) confirmation: nothing is proven."""
+        s = cls.__new__(cls)
+        s.keys, s.rounds, s.results, s.best, s.done = [], [], [], None, True
+        s.verdict, s.basis, s.rests_on, s.note, s.exclusions = (
+            Verdict.INCONCLUSIVE,
+            "not-confirmed",
+            note,
+            note,
+            exclusions,
+        )
+        return s
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ConfirmationState:
+        s = cls.__new__(cls)
+        object.__setattr__(s, "rounds", [])
+        extra: dict[str, Any] = {}
+        object.__setattr__(s, "_extra", extra)
+        for k, v in d.items():
+            if k in _DECODE:
+                setattr(s, k, _DECODE[k](v))
+            elif k in _FIELDS:
+                setattr(s, k, v)
+            else:
+                extra[k] = v
+                s.__dict__.setdefault("_order", []).append(k)
+        return s
+
+    def to_dict(self) -> dict[str, Any]:
+        extra = self.__dict__.get("_extra", {})
+        out = {}
+        for k in self.__dict__.get("_order", []):
+            if k in extra:
+                out[k] = extra[k]
+            else:
+                v = getattr(self, k)
+                out[k] = _ENCODE[k](v) if k in _ENCODE and v is not None else v
+        return out
+
+    def __getitem__(self, key: str) -> Any:
+        """The stored (JSON) form of one key, for readers of the study attr's shape."""
+        return self.to_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``self[key]``, or ``default`` when the state has no such key (the benchmark scripts read it so)."""
+        return self.to_dict().get(key, default)
+
+
+_FIELDS = frozenset(f.name for f in fields(ConfirmationState))
+_DECODE: dict[str, Any] = {
+    "rounds": rounds_from,
+    "check_rounds": rounds_from,
+    "level_only": lambda v: None if v is None else [int(x) for x in v],
+    "verdict": lambda v: None if v is None else Verdict(v),
+}
+_ENCODE: dict[str, Any] = {
+    "rounds": rounds_to,
+    "check_rounds": rounds_to,
+    "level_only": lambda v: [str(x) for x in v],
+    "verdict": lambda v: Verdict(v).value,
+}
+
+
+# -- one trial's record: ``TrialRecord`` (typed reads) and ``TrialWriter`` (writes while it runs)
+
+_T = TypeVar("_T")
+
+
+class TrialRecord:
+    """Typed read access to one trial's record (a ``FrozenTrial``, or the running ``optuna.Trial``)."""
+
+    __slots__ = ("trial", "attrs")
+
+    def __init__(self, trial: FrozenTrial | optuna.Trial, attrs: dict[str, Any] | None = None) -> None:
+        """``attrs``: the trial's user attrs where the caller has them without a copy (a running ``optuna.Trial``
+        deep-copies them on every read: ``autotune.study._optuna.live_attrs``)."""
+        self.trial = trial
+        self.attrs: dict[str, Any] = trial.user_attrs if attrs is None else attrs
+
+    def _attr(self, key: str, default: _T) -> _T:
+        """The stored attr ``key`` (``default`` when absent), as the type of ``default``: stored JSON, not checked."""
+        value: _T = self.attrs.get(key, default)
+        return value
+
+    @property
+    def role(self) -> str | None:
+        return self.attrs.get(ROLE)
+
+    @property
+    def is_baseline(self) -> bool:
+        """Baseline trials are enqueued with role=baseline (the sampler never proposes them)."""
+        return self.attrs.get(ROLE) == ROLE_BASELINE or self.trial.params.get(PARAM_DRAFTER) == BASELINE_DRAFTER
+
+    @property
+    def drafter(self) -> Any:
+        """The drafter param; in a method space (param ``method``) the suggested config's drafter (None: model-free)."""
+        if PARAM_DRAFTER in self.trial.params or PARAM_METHOD not in self.trial.params:
+            return self.trial.params.get(PARAM_DRAFTER)
+        return (self.attrs.get(CONFIG) or {}).get(PARAM_DRAFTER)
+
+    @property
+    def method(self) -> Any:
+        """The method param of a trial in a space with ``search.methods`` (None elsewhere)."""
+        return self.trial.params.get(PARAM_METHOD)
+
+    @property
+    def is_speculative(self) -> bool:
+        """Not a baseline, and a drafter or a method was suggested."""
+        return not self.is_baseline and (PARAM_DRAFTER in self.trial.params or PARAM_METHOD in self.trial.params)
+
+    @property
+    def cuda_graph(self) -> Any:
+        return self.trial.params.get(PARAM_CUDA_GRAPH)
+
+    @property
+    def seeded(self) -> str | None:
+        return self.attrs.get(SEEDED)
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        return self.attrs.get(CONFIG)
+
+    @property
+    def effective(self) -> dict[str, Any] | None:
+        return self.attrs.get(EFFECTIVE)
+
+    @property
+    def shown_config(self) -> dict[str, Any] | None:
+        """The effective config, else the suggested one (a config the server would reject has no effective one)."""
+        return self.attrs.get(EFFECTIVE) or self.attrs.get(CONFIG)
+
+    def effective_config(self) -> TrialConfig:
+        return TrialConfig.from_dict(self.attrs.get(EFFECTIVE) or {})
+
+    @property
+    def config_key(self) -> str | None:
+        return self.attrs.get(CONFIG_KEY)
+
+    @property
+    def duplicate_of(self) -> int | None:
+        return self.attrs.get(DUPLICATE_OF)
+
+    @property
+    def is_duplicate(self) -> bool:
+        return DUPLICATE_OF in self.attrs
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.attrs.get(MEASURED))
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.attrs.get(INTERRUPTED))
+
+    @property
+    def not_launched(self) -> bool:
+        return bool(self.attrs.get(NOT_LAUNCHED))
+
+    @property
+    def fail_kind(self) -> str | None:
+        return self.attrs.get(FAIL_KIND)
+
+    @property
+    def fail_reason(self) -> str | None:
+        return self.attrs.get(FAIL_REASON)
+
+    @property
+    def infeasible(self) -> str | None:
+        return self.attrs.get(INFEASIBLE)
+
+    @property
+    def feasible(self) -> bool | None:
+        return self.attrs.get(FEASIBLE)
+
+    @property
+    def prune_reason(self) -> str | None:
+        return self.attrs.get(PRUNE_REASON)
+
+    @property
+    def speedup_upper(self) -> float | None:
+        return self.attrs.get(SPEEDUP_UPPER)
+
+    @property
+    def prune_rule(self) -> str | None:
+        """``baseline`` or ``leader`` for a trial the pruner stopped (older studies: baseline)."""
+        if self.attrs.get(PRUNE_REASON) is None:
+            return None
+        return self._attr(PRUNE_RULE, "baseline")
+
+    @property
+    def pruned_against(self) -> int | None:
+        return self.attrs.get(PRUNED_AGAINST)
+
+    @property
+    def not_worth_a_start(self) -> dict[str, Any] | None:
+        """Not launched: the surrogate's chance of it reaching the best measured config was too small
+        (``search.not_worth_a_start``)."""
+        return self.attrs.get(NOT_WORTH_A_START)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.attrs.get(SPEEDUP)
+
+    @property
+    def accept_length(self) -> float | None:
+        return self.attrs.get(ACCEPT_LENGTH)
+
+    @property
+    def prompts(self) -> list[dict[str, Any]]:
+        """Per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed."""
+        return self._attr(PROMPTS, [])
+
+    @property
+    def accept_positions(self) -> AcceptPositions | None:
+        """Its prompts' per-position acceptance counts pooled (``autotune.acceptance.pool``; None: the server
+        reported none): ``rates`` are accepted at position i / drafts, an explanation, never a ranking."""
+        return pool(AcceptPositions.from_dict(p.get("accept_positions")) for p in self.prompts)
+
+    def prompt_results(self) -> list[PromptResult]:
+        """Per-prompt results, in the order measured (``PromptResult``, without the answers' text)."""
+        return [PromptResult.from_dict(p) for p in self.prompts]
+
+    @property
+    def startup_s(self) -> float | None:
+        return self.attrs.get(STARTUP_S)
+
+    @property
+    def warmup(self) -> WarmUp:
+        """Its untimed warm-up passes (``autotune.warmup``); empty when it had none."""
+        return WarmUp.from_dict(self.attrs.get(WARMUP))
+
+    @property
+    def crashes(self) -> list[str]:
+        return list(self.attrs.get(CRASHES) or [])
+
+    @property
+    def failed_starts(self) -> list[dict[str, Any]]:
+        """Its starts that failed (``{"kind", "seconds"}``: server seconds each held the machine), billed."""
+        return list(self.attrs.get(FAILED_STARTS) or [])
+
+    @property
+    def log_path(self) -> str | None:
+        return self.attrs.get(LOG_PATH)
+
+    @property
+    def argv(self) -> list[str] | None:
+        return self.attrs.get(ARGV)
+
+    @property
+    def baseline_trial(self) -> int | None:
+        return self.attrs.get(BASELINE_TRIAL)
+
+    @property
+    def outputs(self) -> list[str]:
+        return self._attr(OUTPUTS, [])
+
+    def references(self) -> list[ReferenceOutput | None]:
+        return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
+
+    @property
+    def lossless(self) -> dict[str, Any] | None:
+        return self.attrs.get(LOSSLESS)
+
+    @property
+    def levels(self) -> list[dict[str, Any]]:
+        """Per-level summaries as stored (empty without load levels); ``level_results`` reads them typed."""
+        return self._attr(LEVELS, [])
+
+    def level_results(self) -> list[LevelSummary]:
+        """Per-level summaries, lowest level first (empty without load levels)."""
+        return [LevelSummary.from_dict(x) for x in self.levels]
+
+    def level(self, level: int) -> LevelSummary | None:
+        """Load level ``level``'s summary (None: not measured)."""
+        return next((x for x in self.level_results() if x.level == int(level)), None)
+
+    def level_tok_per_s(self) -> dict[int, float]:
+        return {x.level: x.tok_per_s for x in self.level_results()}
+
+    @property
+    def slo_broken(self) -> list[str]:
+        return self._attr(SLO_BROKEN, [])
+
+    @property
+    def lossy(self) -> bool:
+        """A lossless record that says the answers diverged where the baseline was confident."""
+        return not (self.attrs.get(LOSSLESS) or {}).get("ok", True)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+class TrialWriter:
+    """Writes the running trial's record (Optuna accepts user attrs only while a trial runs)."""
+
+    __slots__ = ("trial",)
+
+    def __init__(self, trial: optuna.Trial) -> None:
+        self.trial = trial
+
+    def _set(self, key: str, value: Any) -> None:
+        self.trial.set_user_attr(key, value)
+
+    def claimed(self) -> None:
+        self._set(CLAIMED, True)
+
+    def started(self, config: TrialConfig, worker: str) -> None:
+        self._set(CONFIG, config.to_dict())
+        self._set(ROLE, ROLE_BASELINE if config.is_baseline else ROLE_SPECULATIVE)
+        self._set(WORKER, worker)
+
+    def resolved(self, effective: TrialConfig) -> None:
+        self._set(EFFECTIVE, effective.to_dict())
+        self._set(CONFIG_KEY, effective.key())
+
+    def duplicate(self, of: FrozenTrial) -> None:
+        self._set(DUPLICATE_OF, of.number)
+        for k in COPIED_BY_DUPLICATES:
+            if k in of.user_attrs:
+                self._set(k, of.user_attrs[k])
+
+    def failed(self, kind: str | None, reason: str, *, not_launched: bool = False) -> None:
+        self._set(FAIL_KIND, kind)
+        self._set(FAIL_REASON, reason)
+        if not_launched:
+            self._set(NOT_LAUNCHED, True)
+
+    def infeasible(self, kind: str, reason: str) -> None:
+        self._set(FAIL_KIND, kind)
+        self._set(INFEASIBLE, reason)
+        self._set(FEASIBLE, False)
+
+    def pruned(self, reason: str, upper: float | None, rule: str | None = None, against: int | None = None) -> None:
+        self._set(PRUNE_REASON, reason)
+        self._set(SPEEDUP_UPPER, upper)
+        if rule is not None:
+            self._set(PRUNE_RULE, rule)
+        if against is not None:
+            self._set(PRUNED_AGAINST, against)
+
+    def not_worth_a_start(self, skip: dict[str, Any]) -> None:
+        self._set(NOT_WORTH_A_START, skip)
+
+    def server_log(self, tail: str, path: str | None) -> None:
+        """The log of a server that did not start."""
+        self._set(LOG_TAIL, tail[-LOG_TAIL_CHARS:])
+        self._set(LOG_PATH, path)
+
+    def log_tail(self, tail: str) -> None:
+        self._set(LOG_TAIL, tail[-LOG_TAIL_CHARS:])
+
+    def crashes(self, lines: list[str]) -> None:
+        self._set(CRASHES, list(lines))
+
+    def failed_starts(self, starts: list[dict[str, Any]]) -> None:
+        self._set(FAILED_STARTS, list(starts))
+
+    def interrupted(self) -> None:
+        self._set(INTERRUPTED, True)
+
+    def baseline_trial(self, number: int) -> None:
+        self._set(BASELINE_TRIAL, number)
+
+    def launched(self, info: LaunchInfo) -> None:
+        self._set(ARGV, list(info.argv))
+        self._set(ENV, dict(info.env))
+        self._set(SERVER_EFFECTIVE, info.effective)
+
+    def measuring(self, info: LaunchInfo) -> None:
+        """The server runs the config it was asked for: from here on the trial is a measurement."""
+        self._set(STARTUP_S, info.startup_s)
+        self._set(LOG_PATH, info.log_path)
+        self._set(MEASURED, True)
+
+    def warmup(self, w: WarmUp) -> None:
+        if w.passes:
+            self._set(WARMUP, w.to_dict())
+
+    def prompts(self, results: Sequence[PromptResult]) -> None:
+        self._set(PROMPTS, [x.to_dict() for x in results])
+
+    def references(self, refs: Sequence[ReferenceOutput | None]) -> None:
+        self._set(REFERENCE, [r.to_dict() if r is not None else None for r in refs])
+
+    def measured(self, accept_length: float | None) -> None:
+        self._set(ACCEPT_LENGTH, accept_length)
+        self._set(FEASIBLE, True)
+
+    def outputs(self, texts: list[str]) -> None:
+        self._set(OUTPUTS, texts)
+
+    def speedup(self, value: float) -> None:
+        self._set(SPEEDUP, value)
+
+    def lossless(self, record: dict[str, Any]) -> None:
+        self._set(LOSSLESS, record)
+
+    def levels(self, summaries: list[dict[str, Any]]) -> None:
+        self._set(LEVELS, summaries)
+
+    def slo_broken(self, levels: list[str]) -> None:
+        self._set(SLO_BROKEN, levels)
+
+
+# -- queries over a study's trials (baseline of a setting, duplicates, failed twice, drafter not engaged, predicted
+# OOM, launch failures in a row, exclusions, budget, level rows) and enqueueing
+
+
+def enqueue_baseline(study: optuna.Study, cuda_graph: bool) -> None:
+    study.enqueue_trial({PARAM_CUDA_GRAPH: cuda_graph}, user_attrs={ROLE: ROLE_BASELINE})
+
+
+def enqueue_speculative(
+    study: optuna.Study, params: dict[str, Any], *, seeded: str | None = None, requeued_from: int | None = None
+) -> None:
+    attrs: dict[str, Any] = {ROLE: ROLE_SPECULATIVE}
+    if seeded is not None:
+        attrs[SEEDED] = seeded
+    if requeued_from is not None:
+        attrs[REQUEUED_FROM] = requeued_from
+    study.enqueue_trial(params, user_attrs=attrs)
+
+
+def enqueue_retry(study: optuna.Study, lost: FrozenTrial, system_attrs: dict[str, Any]) -> None:
+    """Queue the config of a lost trial again (``autotune.study.storage.RetryLostTrial``): its params, the attrs
+    it was enqueued with (role, seeded) and ``requeued_from``, not what the lost attempt recorded."""
+    attrs = {k: lost.user_attrs[k] for k in (ROLE, SEEDED) if k in lost.user_attrs}
+    attrs[REQUEUED_FROM] = lost.number
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.WAITING,
+            params=lost.params,
+            distributions=lost.distributions,
+            user_attrs=attrs,
+            system_attrs=system_attrs,
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------- queries
+
+
+#: where ``reading`` keeps its snapshot on the study object
+_SNAPSHOT = "_autotune_snapshot"
+
+
+def trials(study: optuna.Study, states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
+    """The study's trials (of ``states``), from the snapshot of an enclosing ``reading`` if there is one."""
+    snapshot: list[FrozenTrial] | None = study.__dict__.get(_SNAPSHOT)
+    if snapshot is None:
+        return study.get_trials(deepcopy=False, states=states)
+    return snapshot if states is None else [t for t in snapshot if t.state in states]
+
+
+@contextlib.contextmanager
+def reading(study: optuna.Study) -> Iterator[None]:
+    """Within: every ``trials(study)`` reads one snapshot of the study, taken on entry. For a decision that only
+    reads (the refusal rules before a start, the settled check between trials): each read of an RDB study
+    re-reads the running trials with all their attrs (Optuna's cache), ~24 reads a trial were a third of the
+    loop's CPU. Not for a wait on other workers (it would never see them change). Nested: the outer snapshot."""
+    if study.__dict__.get(_SNAPSHOT) is not None:
+        yield
+        return
+    study.__dict__[_SNAPSHOT] = study.get_trials(deepcopy=False)
+    try:
+        yield
+    finally:
+        del study.__dict__[_SNAPSHOT]
+
+
+def is_baseline_trial(t: FrozenTrial) -> bool:
+    """Baseline trials are enqueued with user attr role=baseline (the sampler never proposes them)."""
+    return TrialRecord(t).is_baseline
+
+
+def find_baseline(study: optuna.Study, cuda_graph: object) -> FrozenTrial | None:
+    """The measured baseline trial (not a duplicate) for a CUDA-graph setting, or None. A finished trial never
+    changes, so one found is kept on the study object (the search asks several times a trial)."""
+    found: dict[object, FrozenTrial] = study.__dict__.setdefault("_autotune_baselines", {})
+    if cuda_graph in found:
+        return found[cuda_graph]
+    for t in trials(study, (TrialState.COMPLETE,)):
+        r = TrialRecord(t)
+        if r.is_baseline and r.cuda_graph == cuda_graph and not r.is_duplicate and t.intermediate_values:
+            found[cuda_graph] = t
+            return t
+    return None
+
+
+def is_lost(t: FrozenTrial) -> bool:
+    """A trial whose worker was lost (SIGKILL, node down) mid-trial: FAIL without an outcome of ours, failed by
+    Optuna's heartbeat check (``autotune.study.storage.RetryLostTrial`` queues its config once more)."""
+    return t.state == TrialState.FAIL and FAIL_REASON not in t.user_attrs and not t.user_attrs.get(INTERRUPTED)
+
+
+def is_counted(t: FrozenTrial) -> bool:
+    """Whether a trial (of a counted state) used the budget: not interrupted, not a duplicate, not lost."""
+    r = TrialRecord(t)
+    return not r.interrupted and not r.is_duplicate and not is_lost(t)
+
+
+def counted_trials(study: optuna.Study, *, running: bool = False) -> int:
+    """Trials that used the budget: measured, failed or infeasible; not duplicates nor interrupted ones."""
+    states = COUNTED + ((TrialState.RUNNING,) if running else ())
+    return sum(1 for t in trials(study, states) if is_counted(t))
+
+
+def used_budget(study: optuna.Study, among: list[FrozenTrial] | None = None) -> tuple[int, int]:
+    """(finished trials that used the budget, running trials of any worker that claimed a place in it and may
+    still use it): what a worker weighs before it starts a trial."""
+    done = running = 0
+    for t in trials(study) if among is None else among:
+        if t.state in COUNTED and is_counted(t):
+            done += 1
+        elif t.state == TrialState.RUNNING and t.user_attrs.get(CLAIMED) and is_counted(t):
+            running += 1
+    return done, running
+
+
+def running_same_config(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
+    """A trial of another worker that is measuring the server config ``key`` right now (not a duplicate)."""
+    for t in trials(study, (TrialState.RUNNING,)):
+        r = TrialRecord(t)
+        if t.number != number and r.config_key == key and not r.is_duplicate:
+            return t
+    return None
+
+
+def is_measured_speculative(t: FrozenTrial) -> bool:
+    """A speculative start that measured prompts (not a duplicate)."""
+    r = TrialRecord(t)
+    return not r.is_baseline and not r.is_duplicate and r.measured
+
+
+def find_duplicate(study: optuna.Study, key: str, number: int) -> FrozenTrial | None:
+    """A measured trial (COMPLETE or PRUNED, not itself a duplicate) of the server config ``key``."""
+    for t in trials(study, (TrialState.COMPLETE, TrialState.PRUNED)):
+        r = TrialRecord(t)
+        if t.number != number and r.config_key == key and not r.is_duplicate and r.measured:
+            return t
+    return None
+
+
+def failed_twice(study: optuna.Study, key: str) -> list[FrozenTrial]:
+    """Two launched trials of this server config that failed (crash, hang, benchmark failure), else []."""
+    failed = [
+        t
+        for t in trials(study, (TrialState.FAIL,))
+        if (r := TrialRecord(t)).config_key == key
+        and r.fail_kind in RETRIED_FAILURES
+        and not r.interrupted
+        and not r.not_launched
+    ]
+    return failed[:2] if len(failed) >= 2 else []
+
+
+def unstable(study: optuna.Study, key: str) -> FrozenTrial | None:
+    """A trial whose server config ``key`` crashed on every start it got (``fail_kind`` ``unstable``)."""
+    for t in trials(study, (TrialState.FAIL,)):
+        r = TrialRecord(t)
+        if r.config_key == key and r.fail_kind == Unstable.kind:
+            return t
+    return None
+
+
+def disengaged(study: optuna.Study, config: TrialConfig, among: list[FrozenTrial] | None = None) -> FrozenTrial | None:
+    """A failed trial whose drafter (``config``'s) was found not engaged."""
+    for t in trials(study, (TrialState.FAIL,)) if among is None else among:
+        r = TrialRecord(t)
+        if (
+            t.state == TrialState.FAIL
+            and r.fail_kind == DrafterNotEngaged.kind
+            and r.drafter == config.drafter
+            and r.method == config.knob(PARAM_METHOD)
+        ):
+            return t
+    return None
+
+
+def config_size(config: TrialConfig, size_knob: str | None) -> int | None:
+    """The config's tree size (its backend's ``size_knob``), None without one."""
+    v = config.knob(size_knob) if size_knob else None
+    return None if v is None else int(v)
+
+
+def predicted_oom(
+    study: optuna.Study, config: TrialConfig, size_knob: str | None, among: list[FrozenTrial] | None = None
+) -> FrozenTrial | None:
+    """A trial that ran out of memory with the same drafter and CUDA-graph setting at a size <= ``config``'s."""
+    size = config_size(config, size_knob)
+    if size is None:
+        return None
+    for t in trials(study, (TrialState.PRUNED,)) if among is None else among:
+        r = TrialRecord(t)
+        if t.state != TrialState.PRUNED or r.fail_kind != ServerOOM.kind:
+            continue
+        eff = TrialConfig.from_dict(r.effective or {})
+        other = config_size(eff, size_knob)
+        if (
+            eff.drafter == config.drafter
+            and eff.cuda_graph == config.cuda_graph
+            and other is not None
+            and size >= other
+        ):
+            return t
+    return None
+
+
+def consecutive_launch_failures(study: optuna.Study) -> int:
+    """Servers that failed to start in a row since the last measured one. Once a speculative config has run, a
+    failing one is that config's problem (the study goes on): then 0."""
+    counted = trials(study, COUNTED)
+    if any((r := TrialRecord(t)).measured and not r.is_baseline for t in counted):
+        return 0
+    n = 0
+    for t in sorted(counted, key=lambda t: t.number, reverse=True):
+        r = TrialRecord(t)
+        if r.not_launched:
+            continue
+        if r.fail_kind in START_FAILURES:
+            n += 1
+        elif r.measured:
+            break
+    return n
+
+
+def find_exclusions(study: optuna.Study) -> list[dict[str, Any]]:
+    """Speculative configs the verdict cannot weigh, each with its reason: answers that diverge from the
+    baseline's where the baseline was confident (lossy), drafters that were not engaged, server configs that
+    failed and were never measured. A verdict with exclusions says so, and "the baseline wins" becomes
+    inconclusive: an excluded config might have won."""
+    everything = sorted(trials(study), key=lambda t: t.number)
+    measured = {
+        TrialRecord(t).config_key
+        for t in everything
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and TrialRecord(t).measured
+    }
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for t in everything:
+        r = TrialRecord(t)
+        if r.is_baseline or r.is_duplicate or r.interrupted:
+            continue
+        cfg = r.shown_config
+        if t.state == TrialState.COMPLETE and r.lossy:
+            out.append(
+                {
+                    "trial": t.number,
+                    "kind": "lossy",
+                    "config": cfg,
+                    "speedup": r.speedup,
+                    "reason": "output differs from the baseline's where the baseline was confident: "
+                    + lossless.summary_line(r.lossless or {}),  # lossy: it has one
+                }
+            )
+        elif t.state == TrialState.FAIL and r.fail_kind == DrafterNotEngaged.kind:
+            key = f"drafter:{r.drafter}"
+            if key not in seen:
+                seen.add(key)
+                out.append({"trial": t.number, "kind": "not-engaged", "config": cfg, "reason": r.fail_reason})
+        elif (
+            t.state == TrialState.FAIL
+            and r.fail_kind in (*RETRIED_FAILURES, CONFIG_MISMATCH)
+            and r.config_key not in measured
+        ):
+            key = f"config:{r.config_key}"
+            if key not in seen:
+                seen.add(key)
+                out.append(
+                    {"trial": t.number, "kind": "failed", "config": cfg, "reason": f"{r.fail_kind}: {r.fail_reason}"}
+                )
+    return out
+
+
+def level_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """Measured speculative trials with load levels, as ``autotune.schedule.build`` reads them."""
+    out = []
+    for t in trials(study, (TrialState.COMPLETE,)):
+        r = TrialRecord(t)
+        if r.is_baseline or r.is_duplicate or not r.levels:
+            continue
+        out.append({"trial": t.number, "config": r.effective, "levels": r.levels, "lossy": r.lossy})
+    return out
+
+
+def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """The confirmed candidates' per-level speedups (interval points) as ``autotune.schedule.build`` reads them;
+    [] without a per-level confirmation. Latency limits broken in the search still count."""
+    conf = confirmation(study)
+    per = (conf.level_results if conf is not None else None) or {}
+    out = []
+    for number, ivs in per.items():
+        t = next((x for x in trials(study) if x.number == int(number)), None)
+        if t is None:
+            continue
+        r = TrialRecord(t)
+        broken = {x.level: list(x.slo_broken) for x in r.level_results()}
+        levels = [
+            {"level": int(c), "speedup": iv["point"], "slo_broken": broken.get(int(c)) or []}
+            for c, iv in ivs.items()
+            if iv
+        ]
+        out.append({"trial": t.number, "config": r.effective, "levels": levels, "lossy": r.lossy})
+    return out
+
+
+def outcome_reason(t: FrozenTrial) -> str | None:
+    """Why a trial ended as it did, in words, for every table and note (None: a COMPLETE trial, nothing to say).
+
+    Every PRUNED and FAIL trial gets one, also those without an outcome of ours: a trial failed by another run or
+    by Optuna's heartbeat check (``is_lost``), and one a launch error outside the trial's steps left FAIL."""
+    r = TrialRecord(t)
+    if r.is_duplicate:
+        return f"same server config as trial {r.duplicate_of}: its measurement is copied"
+    if t.state == TrialState.COMPLETE:
+        return None
+    if t.state == TrialState.WAITING:
+        return "queued, not started yet"
+    if t.state == TrialState.RUNNING:
+        return "running"
+    if r.interrupted:
+        why = r.fail_reason or "the run stopped during this trial"
+        return f"interrupted: {why} (not counted in the budget)"
+    if t.state == TrialState.PRUNED:
+        if r.not_worth_a_start:
+            return f"not launched: {r.not_worth_a_start.get('reason')}"
+        if r.infeasible:
+            kind = "out of memory" if r.fail_kind == ServerOOM.kind else "infeasible"
+            return f"{kind}: {r.infeasible}"
+        if r.prune_reason:
+            against = f" (trial {r.pruned_against})" if r.pruned_against is not None else ""
+            who = "lost to the leader" if r.prune_rule == "leader" else "lost to the baseline"
+            return f"{who}{against}: {r.prune_reason}"
+        return "pruned (no reason recorded)"
+    if r.fail_reason or r.fail_kind:
+        head = r.fail_kind or "failed"
+        return f"{head}: {r.fail_reason}" if r.fail_reason else head
+    return (
+        "no outcome recorded: the process running it stopped (killed, lost, or an error outside the trial's "
+        "steps) before the trial settled; it does not use the budget"
+    )
+
+
+# -- the study's own attrs: labels, the lossless floor, the phases' recorded state, the worker spec, the budget
+def lossless_floor(study: optuna.Study) -> list[dict[str, Any]]:
+    """The divergences found between baselines (and each baseline compared: ``{"checked": True}``)."""
+    return list(study.user_attrs.get(LOSSLESS_FLOOR, []))
+
+
+def set_lossless_floor(study: optuna.Study, floor: list[dict[str, Any]]) -> None:
+    study.set_user_attr(LOSSLESS_FLOOR, floor)
+
+
+@dataclass(frozen=True)
+class LevelPhase:
+    """With load levels: how far the phase after the search got: ``rounds`` of per-level picks, the ladder done."""
+
+    rounds: int = 0
+    ladder: bool = False
+
+
+def level_phase(study: optuna.Study) -> LevelPhase:
+    stored = study.user_attrs.get(LEVEL_PHASE) or {}
+    return LevelPhase(int(stored.get("rounds", 0)), bool(stored.get("ladder", False)))
+
+
+def set_level_phase(study: optuna.Study, state: LevelPhase) -> None:
+    """Stored as ``{"rounds": N}`` until the ladder is done, then with ``"ladder": true`` (as it always was)."""
+    study.set_user_attr(LEVEL_PHASE, {"rounds": state.rounds, **({"ladder": True} if state.ladder else {})})
+
+
+def baseline_check_rounds(study: optuna.Study) -> list[Round]:
+    """Rounds of fresh baselines alone, measured when the search left nothing to confirm (so that "the baseline
+    wins" does not rest on a single baseline start); ``autotune.study.baseline_check``."""
+    return rounds_from(study.user_attrs.get(BASELINE_CHECK_ROUNDS))
+
+
+def set_baseline_check_rounds(study: optuna.Study, rounds: list[Round]) -> None:
+    study.set_user_attr(BASELINE_CHECK_ROUNDS, rounds_to(rounds))
+
+
+def search_settled(study: optuna.Study) -> dict[str, Any] | None:
+    """Why the search stopped before its budget (``autotune.study.settle.Settled`` as a dict, with ``trials`` and
+    the ``n_trials`` cap it stopped under), or None."""
+    stored = study.user_attrs.get(SEARCH_SETTLED)
+    return dict(stored) if stored else None
+
+
+def set_search_settled(study: optuna.Study, state: dict[str, Any]) -> None:
+    study.set_user_attr(SEARCH_SETTLED, state)
+
+
+def confirmation(study: optuna.Study) -> ConfirmationState | None:
+    stored = study.user_attrs.get(CONFIRMATION)
+    return ConfirmationState.from_dict(stored) if stored else None
+
+
+def set_confirmation(study: optuna.Study, state: ConfirmationState) -> None:
+    study.set_user_attr(CONFIRMATION, state.to_dict())
+
+
+def reopen_confirmation(study: optuna.Study) -> None:
+    """Mark a recorded confirmation not done, so that it is run again (``autotune confirm``)."""
+    prev = confirmation(study)
+    if prev:
+        prev.done = False
+        set_confirmation(study, prev)
+
+
+def label_study(
+    study: optuna.Study,
+    *,
+    digest: str,
+    space_name: str,
+    backend: str,
+    simulated: bool,
+    label: dict[str, Any] | None,
+    prompt_ids: list[str],
+    seed: int | None = None,
+) -> None:
+    """A new study's labels; ``label`` (the scenario and time scale) is kept for simulated studies only; ``seed``
+    (``--seed``) also seeds the search's design."""
+    if seed is not None:
+        study.set_user_attr(SEED, seed)
+    study.set_user_attr(SPACE_DIGEST, digest)
+    study.set_user_attr(SPACE_NAME, space_name)
+    study.set_user_attr(BACKEND, backend)
+    study.set_user_attr(SIMULATED, label if simulated else None)
+    study.set_user_attr(PROMPT_IDS, prompt_ids)
+    study.set_user_attr(UNITS, "simulated hardware tok/s" if simulated else "tok/s")
+
+
+def design_seed(study: optuna.Study) -> int:
+    """The seed of the search's design: the study's ``--seed``, else derived from its name (stable per study)."""
+    seed = study.user_attrs.get(SEED)
+    if isinstance(seed, int):
+        return seed
+    return int.from_bytes(hashlib.sha256(study.study_name.encode()).digest()[:4], "little")
+
+
+def worker_spec(study: optuna.Study) -> dict[str, Any] | None:
+    return study.user_attrs.get(WORKER_SPEC)
+
+
+def set_worker_spec(study: optuna.Study, spec: dict[str, Any]) -> None:
+    study.set_user_attr(WORKER_SPEC, spec)
+
+
+def study_n_trials(study: optuna.Study) -> int | None:
+    return study.user_attrs.get(N_TRIALS)
+
+
+def set_study_n_trials(study: optuna.Study, n: int) -> None:
+    study.set_user_attr(N_TRIALS, int(n))
+
+
+def space_digest(study: optuna.Study) -> str | None:
+    return study.user_attrs.get(SPACE_DIGEST)
+
+
+def prompt_ids(study: optuna.Study) -> list[str]:
+    """The ids of the study's prompts, in order (``prompt_ids``, set when the study is created)."""
+    return list(study.user_attrs.get(PROMPT_IDS) or [])
+
+
+def study_labels(study: optuna.Study) -> tuple[Any, str]:
+    """(simulated label or None, units) for reports."""
+    return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
+
+
+def traffic(study: optuna.Study) -> dict[str, Any] | None:
+    """A request-log study's subset and guards (``space.model.TrafficInfo`` as recorded); None for other studies."""
+    value = study.user_attrs.get(TRAFFIC)
+    return value if isinstance(value, dict) else None
+
+
+def set_traffic(study: optuna.Study, info: dict[str, Any]) -> None:
+    """Record the subset and guards once (the first run's stay: the study's prompts are fixed by its digest)."""
+    if TRAFFIC not in study.user_attrs:
+        study.set_user_attr(TRAFFIC, info)
+
+
+def traffic_holdout(study: optuna.Study) -> dict[str, Any] | None:
+    """The holdout check as recorded (``TRAFFIC_HOLDOUT``); None until a baseline measured it, or without one."""
+    value = study.user_attrs.get(TRAFFIC_HOLDOUT)
+    return value if isinstance(value, dict) else None
+
+
+def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
+    """Record the holdout check once (the first baseline's; later baselines do not measure it again)."""
+    if TRAFFIC_HOLDOUT not in study.user_attrs:
+        study.set_user_attr(TRAFFIC_HOLDOUT, value)
+
+
+def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
+    """A sampling space's temperature-0 lossless check as recorded (``GREEDY_LOSSLESS``); None until it ran."""
+    value = study.user_attrs.get(GREEDY_LOSSLESS)
+    return value if isinstance(value, dict) else None
+
+
+def set_greedy_lossless(study: optuna.Study, value: dict[str, Any]) -> None:
+    study.set_user_attr(GREEDY_LOSSLESS, value)
+
+
+def drafter_references(study: optuna.Study) -> dict[str, float]:
+    """The drafters' reference acceptance lengths as the space gave them ({} when it gave none)."""
+    value = study.user_attrs.get(DRAFTER_REFERENCES)
+    return {str(k): float(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def set_drafter_references(study: optuna.Study, value: dict[str, float]) -> None:
+    if study.user_attrs.get(DRAFTER_REFERENCES) != value:
+        study.set_user_attr(DRAFTER_REFERENCES, value)
+
+
+def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:
+    """The method space's catalogue the study recorded (``autotune.study.methods``); None for other spaces."""
+    return study.user_attrs.get(METHODS)
+
+
+def set_method_catalogue(study: optuna.Study, info: dict[str, Any]) -> None:
+    """Record the catalogue once (the first run's stays)."""
+    if METHODS not in study.user_attrs:
+        study.set_user_attr(METHODS, info)
+
+
+def set_outcome(study: optuna.Study, verdict: str, recommended: dict[str, Any]) -> None:
+    """The verdict and the recommendation, rounded, for optuna-dashboard's study view."""
+    study.set_user_attr(VERDICT, verdict)
+    study.set_user_attr(RECOMMENDED, recommended)
