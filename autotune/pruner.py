@@ -31,7 +31,7 @@ from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import objective
-from autotune.records import BASELINE_DRAFTER, TrialRecord, find_baseline, is_baseline_trial
+from autotune.records import BASELINE_DRAFTER, TrialRecord, find_baseline, is_baseline_trial, trials
 from autotune.stats import PRIOR_SPREAD, START_NOISE, Spread, log_ratios, pooled_spread
 from autotune.verdict import PruneDecision, prune_decision
 
@@ -177,7 +177,7 @@ class BaselinePruner(BasePruner):
                 min_prompts=self.min_prompts,
                 start_noise=self.start_noise,
             )
-        everything = study.get_trials(deepcopy=False)
+        everything = trials(study)  # the snapshot of an enclosing ``records.reading``, if any
         opts = _Opts(confidence=self.confidence, min_prompts=self.min_prompts, start_noise=self.start_noise)
         spread = spread_vs_baselines(study, everything, trial.number) if self.pooled else None
         if self.category_weights:

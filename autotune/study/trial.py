@@ -376,15 +376,18 @@ class Objective:
             n = len(ctx.space.benchmark.prompts)
             on_prompt = functools.partial(self._after_prompt, t, config, baseline, n)
             alarm = self._alarm if not config.is_baseline and ctx.backend.checks_engagement(config) else None
-            results = run_prompts(
-                session,
-                n,
-                on_prompt=on_prompt,
-                done=t.results or (),
-                warmup=warmup_rule(ctx.space),
-                on_warmup=functools.partial(self._warmed, t),
-                check_first=alarm,
-            )
+            # the pruner's decision after each prompt reads the study as it was when the prompts began (another
+            # worker's trial ending meanwhile is seen from the next trial on): one storage read, not one a prompt
+            with records.reading(ctx.study):
+                results = run_prompts(
+                    session,
+                    n,
+                    on_prompt=on_prompt,
+                    done=t.results or (),
+                    warmup=warmup_rule(ctx.space),
+                    on_warmup=functools.partial(self._warmed, t),
+                    check_first=alarm,
+                )
             if config.is_baseline:  # greedy answers: the lossless check's, sampling spaces' too (``study.greedy``)
                 t.record.references(self._references(session, n))
             if config.is_baseline and ctx.space.benchmark.holdout and records.traffic_holdout(ctx.study) is None:
