@@ -475,9 +475,9 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
             returncode=2,
         )
     if vals.get("disable_cuda_graph"):
-        log.append(
-            "WARNING server_args.py: --disable-cuda-graph is deprecated; use --disable-decode-cuda-graph "
-            "and --disable-prefill-cuda-graph"
+        log.append(  # SGLang 0.5.23's DeprecatedStoreTrueAction
+            "WARNING argparse_actions.py: '--disable-cuda-graph' is deprecated and will be removed in a future "
+            "release. Use '--cuda-graph-backend-{decode,prefill}=disabled' instead."
         )
 
     if "speculative_ngram_match_type" in vals:

@@ -169,6 +169,8 @@ def _problems(items: list[dict], results: dict, expected: dict) -> list[str]:
         if not res["accepted"]:
             out.append(f"{it['id']}: rejected at {res['stage']}: {res['error']}\n    {shlex.join(it.get('argv', []))}")
             continue
+        if res.get("deprecated"):  # a launch in a spelling this release deprecates
+            out.append(f"{it['id']}: SGLang warns {res['deprecated']}\n    {shlex.join(it.get('argv', []))}")
         want = expected.get(it["id"])
         got = res.get("resolved", {})
         if want is not None:
