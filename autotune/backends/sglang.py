@@ -109,7 +109,16 @@ class SGLangBackend(Backend):
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
     methods = METHODS
-    managed_flags = ("--speculative-*", "--port", "--host", "--model-path", "--model", "--disable-cuda-graph")
+    managed_flags = (
+        "--speculative-*",
+        "--port",
+        "--host",
+        "--model-path",
+        "--model",
+        "--disable-cuda-graph",
+        "--disable-decode-cuda-graph",
+        "--disable-prefill-cuda-graph",
+    )
     #: with load levels: every level's streams run at once (a speculative server defaults to 48) and stay
     #: inside the captured CUDA graphs. Both spellings of the graph cap are listed so that a value given in
     #: ``extra_args`` under either is checked; ``level_args`` writes the one ``server.version`` knows.

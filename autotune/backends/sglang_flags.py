@@ -13,8 +13,13 @@ from typing import Any
 
 #: the SGLang release targeted when the space does not name one
 DEFAULT_VERSION = "0.5.23"
-#: the newest release known to accept ``--disable-cuda-graph`` (deprecated there)
-_LAST_LEGACY_CUDA_GRAPH_FLAG = (0, 5, 23)
+#: the first release written with the per-phase CUDA-graph flags: SGLang 0.5.23's server_args.py registers
+#: ``--disable-cuda-graph`` as a ``DeprecatedStoreTrueAction`` (it warns "'--disable-cuda-graph' is deprecated and will
+#: be removed in a future release. Use '--cuda-graph-backend-{decode,prefill}=disabled' instead."), while
+#: ``--disable-decode-cuda-graph`` / ``--disable-prefill-cuda-graph`` are current ("Convenience for
+#: --cuda-graph-backend-{decode,prefill}=disabled", arg_groups/fields/exec_.py). Older releases keep the legacy flag
+#: (not read here; a space without ``server.version`` is probed with ``--help``).
+_FIRST_PER_PHASE_CUDA_GRAPH_FLAGS = (0, 5, 23)
 
 #: the first release with ``--cuda-graph-max-bs-decode`` (read from the wheels: 0.5.13 knows only
 #: ``--cuda-graph-max-bs``; 0.5.14-0.5.19 keep that as a deprecated alias; 0.5.20 dropped it, so argparse's prefix
@@ -44,9 +49,10 @@ def parse_version(version: str) -> tuple[int, ...]:
 
 
 def cuda_graph_spelling(version: str | None) -> str:
-    """How to turn CUDA graphs off for SGLang ``version``: ``LEGACY`` up to 0.5.23, ``PER_PHASE`` after."""
+    """How to turn CUDA graphs off for SGLang ``version``: ``LEGACY`` before 0.5.23, ``PER_PHASE`` from 0.5.23 on
+    (where ``--disable-cuda-graph`` is deprecated)."""
     v = parse_version(version or DEFAULT_VERSION)
-    return LEGACY if v <= _LAST_LEGACY_CUDA_GRAPH_FLAG else PER_PHASE
+    return LEGACY if v < _FIRST_PER_PHASE_CUDA_GRAPH_FLAGS else PER_PHASE
 
 
 def cuda_graph_max_bs_flag(version: str | None) -> str:

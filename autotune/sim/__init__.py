@@ -1,4 +1,4 @@
-"""The simulated SGLang server: a performance model of speculative decoding, served over real HTTP
+"""The simulated server (SGLang's or vLLM's): a performance model of speculative decoding, served over real HTTP
 (``python -m autotune.sim``) or run in-process on a virtual clock (``ModelRunner``).
 
 ``simulated_space(space)`` points a space at a scenario's stand-in checkpoints and at the simulator's launcher, so
@@ -11,7 +11,7 @@ import dataclasses
 import sys
 
 from autotune.errors import SpaceError
-from autotune.sim.args import ResolvedArgs, parse_launch_args
+from autotune.sim.args import ENGINES, ResolvedArgs, parse_launch_args
 from autotune.sim.faults import SimLaunchError
 from autotune.sim.prompts import FIELD_REPORT_PROMPTS
 from autotune.sim.runner import ModelRunner
@@ -27,13 +27,14 @@ from autotune.sim.scenario import (
 from autotune.space import SimulateSpec, Space
 
 
-def sim_launcher(spec: SimulateSpec) -> tuple[str, ...]:
-    """The argv prefix that starts the simulator for ``spec``; SGLang flags follow it. ``--near-ties`` only when the
-    space sets ``near_ties`` (else the scenario's value applies)."""
-    argv: tuple[str, ...] = (
-        sys.executable,
-        "-m",
-        "autotune.sim",
+def sim_launcher(spec: SimulateSpec, engine: str = "sglang") -> tuple[str, ...]:
+    """The argv prefix that starts the simulator for ``spec`` playing server ``engine``; that server's flags follow
+    it (``vllm serve``'s: the model first). ``--near-ties`` only when the space sets ``near_ties`` (else the
+    scenario's value applies)."""
+    argv: tuple[str, ...] = (sys.executable, "-m", "autotune.sim")
+    if engine != "sglang":
+        argv += ("--engine", engine)
+    argv += (
         "--scenario",
         spec.scenario,
         "--time-scale",
@@ -46,8 +47,8 @@ def sim_launcher(spec: SimulateSpec) -> tuple[str, ...]:
     return argv
 
 
-#: the servers the simulator plays: it parses their launch flags (SGLang 0.5.23's)
-PLAYED_BACKENDS = ("sglang",)
+#: the servers the simulator plays: it parses their launch flags (SGLang 0.5.23's, vLLM 0.33.0's)
+PLAYED_BACKENDS = ENGINES
 
 
 def simulated_space(space: Space, *, scenarios: ScenarioLoader = load_scenario, seam: bool = False) -> Space:
@@ -58,8 +59,8 @@ def simulated_space(space: Space, *, scenarios: ScenarioLoader = load_scenario, 
     that server's launches into SGLang flags (a test's backend)."""
     if not seam and space.server.backend not in PLAYED_BACKENDS:
         raise SpaceError(
-            f"--simulate plays SGLang only (the simulator parses SGLang's launch flags); this space's server is "
-            f"{space.server.backend!r}: run it on that server, without --simulate",
+            f"--simulate plays {' and '.join(PLAYED_BACKENDS)} only (the simulator parses their launch flags); this "
+            f"space's server is {space.server.backend!r}: run it on that server, without --simulate",
             path=space.path,
             field="server.backend",
         )
@@ -79,7 +80,8 @@ def simulated_space(space: Space, *, scenarios: ScenarioLoader = load_scenario, 
                 field=f"drafters.{d.name}",
             )
         drafters.append(dataclasses.replace(d, path=sd.dir))
-    server = dataclasses.replace(space.server, model_path=scenario.target_dir, launcher=sim_launcher(spec))
+    engine = space.server.backend if space.server.backend in PLAYED_BACKENDS else "sglang"
+    server = dataclasses.replace(space.server, model_path=scenario.target_dir, launcher=sim_launcher(spec, engine))
     return dataclasses.replace(space, server=server, drafters=tuple(drafters), simulate=spec)
 
 

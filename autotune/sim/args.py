@@ -1,8 +1,9 @@
 """SGLang launch flags as the simulator reads them, with SGLang's rules applied as SGLang applies them.
 
-``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``--scenario``,
-``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``, ``--sim-no-noise``,
-``--near-ties``) and SGLang's flags. Unknown flags
+``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``--engine``,
+``--scenario``, ``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``,
+``--sim-no-noise``, ``--near-ties``) and SGLang's flags (``--engine vllm``: vLLM's, ``autotune.sim.vllm_args``,
+which shares the sim's flags and settings, ``sim_args``). Unknown flags
 are ignored with a log line. A command SGLang would refuse raises ``SimLaunchError`` whose ``log`` is what SGLang would
 have printed before exiting non-zero. Used by both the HTTP server and the in-process ``ModelRunner``.
 
@@ -48,7 +49,23 @@ NGRAM_DEFAULTS: NgramDefaults = {
 }
 
 
-# flags taking a value / boolean switches that the simulator understands
+#: the servers the simulator plays (``--engine``): it reads that server's launch flags and applies its rules
+ENGINES = ("sglang", "vllm")
+
+# the simulator's own flags, whichever server it plays
+_SIM_VALUE_FLAGS = {
+    "--engine": "engine",
+    "--scenario": "scenario",
+    "--time-scale": "time_scale",
+    "--seed": "seed",
+    "--fault": "fault",
+    "--launch-index": "launch_index",
+    "--sim-load-time": "sim_load_time",
+    "--near-ties": "near_ties",
+}
+_SIM_BOOL_FLAGS = {"--sim-no-noise": "sim_no_noise"}
+
+# SGLang's flags taking a value / boolean switches that the simulator understands
 _VALUE_FLAGS = {
     "--model-path": "model_path",
     "--model": "model_path",
@@ -74,22 +91,17 @@ _VALUE_FLAGS = {
     "--speculative-ngram-match-type": "speculative_ngram_match_type",
     "--speculative-ngram-max-trie-depth": "speculative_ngram_max_trie_depth",
     "--speculative-ngram-capacity": "speculative_ngram_capacity",
-    "--scenario": "scenario",
-    "--time-scale": "time_scale",
-    "--seed": "seed",
-    "--fault": "fault",
-    "--launch-index": "launch_index",
-    "--sim-load-time": "sim_load_time",
-    "--near-ties": "near_ties",
+    **_SIM_VALUE_FLAGS,
 }
 _BOOL_FLAGS = {
     "--disable-cuda-graph": "disable_cuda_graph",
     "--disable-decode-cuda-graph": "disable_decode_cuda_graph",
     "--disable-prefill-cuda-graph": "disable_prefill_cuda_graph",
     "--enable-metrics": "enable_metrics",
-    "--sim-no-noise": "sim_no_noise",
     "--speculative-adaptive": "speculative_adaptive",
+    **_SIM_BOOL_FLAGS,
 }
+#: integer values of either engine's flags (and the sim's own)
 _INT_FIELDS = (
     "speculative_num_steps",
     "speculative_eagle_topk",
@@ -110,12 +122,14 @@ _INT_FIELDS = (
 def usage() -> str:
     """``python -m autotune.sim --help``: the flags the simulated server understands (others are ignored)."""
     from autotune.sim.scenario import scenario_names
+    from autotune.sim.vllm_args import _VALUE_FLAGS as VLLM_VALUE_FLAGS
 
     lines = [
         "usage: python -m autotune.sim --scenario NAME --model-path PATH [--time-scale X] [--seed N] "
         "[--fault KIND[:N][@DRAFTER]] ... [SGLang launch flags]",
+        "       python -m autotune.sim --engine vllm --scenario NAME [...] MODEL [vllm serve flags]",
         "",
-        "A simulated SGLang server (autotune's test and demo stand-in for a GPU server).",
+        "A simulated SGLang or vLLM server (autotune's test and demo stand-in for a GPU server).",
         f"scenarios: {', '.join(scenario_names())}",
         f"faults: {', '.join(FAULT_KINDS)} (N for {', '.join(_FAULTS_WITH_N)}; @DRAFTER scopes one to a drafter, "
         "@none to the baseline)",
@@ -124,8 +138,10 @@ def usage() -> str:
         *(f"  {flag}" for flag in _VALUE_FLAGS),
         "switches:",
         *(f"  {flag}" for flag in _BOOL_FLAGS),
+        "vllm serve flags with a value (--enforce-eager the only switch):",
+        *(f"  {flag}" for flag in VLLM_VALUE_FLAGS if flag not in _SIM_VALUE_FLAGS),
         "",
-        "Other SGLang flags are accepted and ignored with a log line.",
+        "Other flags are accepted and ignored with a log line.",
     ]
     return "\n".join(lines)
 
@@ -136,6 +152,7 @@ class ResolvedArgs:
 
     scenario: Scenario
     model_path: str
+    engine: str = "sglang"  # the server the simulator plays (``ENGINES``)
     time_scale: float = 1.0
     seed: int = 0
     launch_index: int | None = None  # None: the server draws one at random
@@ -172,6 +189,8 @@ class ResolvedArgs:
     served_model_name: str | None = None
     max_running_requests: int | None = None  # None: SGLang's default (48 for a speculative server)
     cuda_graph_max_bs: int | None = None  # None: the simulator's default (autotune.sim.batch.DEFAULT_GRAPH_MAX_BS)
+    #: vLLM: the ``--speculative-config`` as vLLM resolved it (``autotune.sim.vllm_args``); None otherwise
+    speculative_config: dict[str, Any] | None = None
     log: list[str] = field(default_factory=list)  # lines printed while parsing (warnings, ignored flags)
 
     @property
@@ -204,7 +223,19 @@ class ResolvedArgs:
         return t
 
     def server_args(self) -> dict[str, Any]:
-        """SGLang's ``server_args`` as /server_info reports them."""
+        """The launch's settings as the server reports them: SGLang's ``server_args`` (/server_info); vLLM's engine
+        arguments that matter here (it logs them at start)."""
+        if self.engine == "vllm":
+            return {
+                "model": self.model_path,
+                "served_model_name": self.served_model_name or self.model_path,
+                "tensor_parallel_size": self.tp_size,
+                "host": self.host,
+                "port": self.port,
+                "speculative_config": self.speculative_config,
+                "enforce_eager": not self.cuda_graph,
+                "max_num_seqs": self.effective_max_running,
+            }
         return {
             "model_path": self.model_path,
             "served_model_name": self.served_model_name or self.model_path,
@@ -240,17 +271,35 @@ class ResolvedArgs:
 
         if self.max_running_requests is not None:
             return self.max_running_requests
+        if self.engine == "vllm":
+            from autotune.sim.vllm_args import DEFAULT_MAX_NUM_SEQS
+
+            return DEFAULT_MAX_NUM_SEQS
         return SPECULATIVE_MAX_RUNNING if self.speculative else None
 
     @property
     def effective_graph_max_bs(self) -> int:
         from autotune.sim.batch import DEFAULT_GRAPH_MAX_BS
 
-        return self.cuda_graph_max_bs if self.cuda_graph_max_bs is not None else DEFAULT_GRAPH_MAX_BS
+        if self.cuda_graph_max_bs is not None:
+            return self.cuda_graph_max_bs
+        if self.engine == "vllm":
+            from autotune.sim.vllm_args import DEFAULT_GRAPH_MAX_BS as VLLM_GRAPH_MAX_BS
+
+            return VLLM_GRAPH_MAX_BS
+        return DEFAULT_GRAPH_MAX_BS
 
 
-def _split(argv: list[str]) -> tuple[dict[str, Any], list[str], list[str]]:
-    """argv -> (known values, fault texts, log lines about ignored flags)."""
+def _split(
+    argv: list[str],
+    value_flags: dict[str, str] = _VALUE_FLAGS,
+    bool_flags: dict[str, str] = _BOOL_FLAGS,
+    *,
+    positional: str | None = None,
+    prog: str = "launch_server.py",
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """argv -> (known values, fault texts, log lines about ignored flags), by a server's flag tables; ``positional``
+    names the value of the first bare argument (vLLM's ``vllm serve MODEL``), else bare arguments are ignored."""
     vals: dict[str, Any] = {}
     faults: list[str] = []
     log: list[str] = []
@@ -258,14 +307,17 @@ def _split(argv: list[str]) -> tuple[dict[str, Any], list[str], list[str]]:
     while i < len(argv):
         tok = argv[i]
         i += 1
-        if not tok.startswith("--"):
-            log.append(f"WARNING autotune.sim: ignoring stray argument {tok!r}")
+        if not tok.startswith("-") or tok == "-":
+            if positional is not None and positional not in vals:
+                vals[positional] = tok
+            else:
+                log.append(f"WARNING autotune.sim: ignoring stray argument {tok!r}")
             continue
         name, eq, inline = tok.partition("=")
-        if name in _BOOL_FLAGS:
-            vals[_BOOL_FLAGS[name]] = True
+        if name in bool_flags:
+            vals[bool_flags[name]] = True
             continue
-        if name in _VALUE_FLAGS:
+        if name in value_flags:
             if eq:
                 value = inline
             elif i < len(argv):
@@ -274,10 +326,10 @@ def _split(argv: list[str]) -> tuple[dict[str, Any], list[str], list[str]]:
             else:
                 raise SimLaunchError(
                     f"error: argument {name}: expected one argument",
-                    log=f"launch_server.py: error: argument {name}: expected one argument",
+                    log=f"{prog}: error: argument {name}: expected one argument",
                     returncode=2,
                 )
-            key = _VALUE_FLAGS[name]
+            key = value_flags[name]
             if key == "fault":
                 faults.append(value)
             else:
@@ -299,10 +351,33 @@ def _target_ok(path: str, scenario: Scenario) -> bool:
     return os.path.isdir(path) and os.path.isfile(cfg)
 
 
-def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
-    """Parse the sim's and SGLang's launch flags and apply SGLang's rules. Raises SimLaunchError. ``load`` resolves
-    ``--scenario`` (default: the shipped scenarios)."""
-    vals, fault_texts, log = _split(list(argv))
+def engine_of(argv: list[str]) -> str:
+    """The server a simulator launch plays (its ``--engine``, default sglang). Raises SimLaunchError for another."""
+    engine = "sglang"
+    for i, tok in enumerate(argv):
+        if tok == "--engine" and i + 1 < len(argv):
+            engine = argv[i + 1]
+        elif tok.startswith("--engine="):
+            engine = tok.partition("=")[2]
+    if engine not in ENGINES:
+        message = f"autotune.sim: --engine must be one of {', '.join(ENGINES)} but got {engine!r}"
+        raise SimLaunchError(message, returncode=2)
+    return engine
+
+
+def sim_args(
+    vals: dict[str, Any],
+    fault_texts: list[str],
+    log: list[str],
+    load: ScenarioLoader,
+    *,
+    engine: str,
+    prog: str,
+    model_flag: str,
+) -> ResolvedArgs:
+    """The launch's settings that do not depend on the server's speculative rules: the sim's own flags (scenario,
+    time scale, seed, faults, near ties), the target (``model_flag``: how the server names it in its usage error),
+    the address and the served name. Integer values are converted in ``vals`` (``prog``: who refuses one)."""
     name = vals.get("scenario")
     if not name:
         raise _fail(f"autotune.sim: --scenario is required (one of {', '.join(scenario_names())})", log, returncode=2)
@@ -316,7 +391,7 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
                 vals[key] = int(vals[key])
             except ValueError:
                 raise _fail(
-                    f"launch_server.py: error: argument --{key.replace('_', '-')}: invalid int value: {vals[key]!r}",
+                    f"{prog}: error: argument --{key.replace('_', '-')}: invalid int value: {vals[key]!r}",
                     log,
                     returncode=2,
                 ) from None
@@ -352,13 +427,13 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
 
     model_path = vals.get("model_path")
     if not model_path:
-        raise _fail("launch_server.py: error: the following arguments are required: --model-path", log, returncode=2)
+        raise _fail(f"{prog}: error: the following arguments are required: {model_flag}", log, returncode=2)
     if not _target_ok(model_path, scenario):
         raise _not_loadable(model_path, log)
-
-    args = ResolvedArgs(
+    return ResolvedArgs(
         scenario=scenario,
         model_path=model_path,
+        engine=engine,
         time_scale=time_scale,
         seed=int(vals.get("seed", 0)),
         launch_index=vals.get("launch_index"),
@@ -366,19 +441,32 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
         faults=faults,
         noise=not vals.get("sim_no_noise", False),
         near_ties=near_ties,
-        disable_cuda_graph=bool(vals.get("disable_cuda_graph", False)),
-        disable_decode_cuda_graph=bool(vals.get("disable_decode_cuda_graph", False)),
-        disable_prefill_cuda_graph=bool(vals.get("disable_prefill_cuda_graph", False)),
-        cuda_graph_backend_decode=str(vals.get("cuda_graph_backend_decode", "full")),
         tp_size=int(vals.get("tp_size", 1)),
         host=str(vals.get("host", "127.0.0.1")),
         port=int(vals.get("port", 30000)),
-        enable_metrics=bool(vals.get("enable_metrics", False)),
         served_model_name=vals.get("served_model_name"),
         max_running_requests=vals.get("max_running_requests"),
-        cuda_graph_max_bs=vals.get("cuda_graph_max_bs"),
         log=log,
     )
+
+
+def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+    """Parse the sim's own flags and the launch flags of the server it plays (``--engine``: SGLang unless told,
+    vLLM's in ``autotune.sim.vllm_args``) and apply that server's rules. Raises SimLaunchError. ``load`` resolves
+    ``--scenario`` (default: the shipped scenarios)."""
+    engine = engine_of(argv)
+    if engine == "vllm":
+        from autotune.sim.vllm_args import parse_vllm_args
+
+        return parse_vllm_args(argv, load=load)
+    vals, fault_texts, log = _split(list(argv))
+    args = sim_args(vals, fault_texts, log, load, engine="sglang", prog="launch_server.py", model_flag="--model-path")
+    args.disable_cuda_graph = bool(vals.get("disable_cuda_graph", False))
+    args.disable_decode_cuda_graph = bool(vals.get("disable_decode_cuda_graph", False))
+    args.disable_prefill_cuda_graph = bool(vals.get("disable_prefill_cuda_graph", False))
+    args.cuda_graph_backend_decode = str(vals.get("cuda_graph_backend_decode", "full"))
+    args.enable_metrics = bool(vals.get("enable_metrics", False))
+    args.cuda_graph_max_bs = vals.get("cuda_graph_max_bs")
     if args.cuda_graph_backend_decode not in ("full", "breakable", "disabled"):
         raise _fail(
             f"launch_server.py: error: argument --cuda-graph-backend-decode: invalid choice: "
@@ -387,9 +475,9 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
             returncode=2,
         )
     if vals.get("disable_cuda_graph"):
-        log.append(
-            "WARNING server_args.py: --disable-cuda-graph is deprecated; use --disable-decode-cuda-graph "
-            "and --disable-prefill-cuda-graph"
+        log.append(  # SGLang 0.5.23's DeprecatedStoreTrueAction
+            "WARNING argparse_actions.py: '--disable-cuda-graph' is deprecated and will be removed in a future "
+            "release. Use '--cuda-graph-backend-{decode,prefill}=disabled' instead."
         )
 
     if "speculative_ngram_match_type" in vals:
@@ -692,6 +780,7 @@ def _resolve_eagle_family(
 
 
 __all__ = [
+    "ENGINES",
     "KNOWN_ALGORITHMS",
     "NGRAM_DEFAULTS",
     "ResolvedArgs",
@@ -702,6 +791,8 @@ __all__ = [
     "_VALUE_FLAGS",
     "_split",
     "_target_ok",
+    "engine_of",
     "parse_launch_args",
+    "sim_args",
     "usage",
 ]

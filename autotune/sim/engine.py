@@ -11,7 +11,7 @@ import copy
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,6 +51,28 @@ OOM_LINE = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.52 GiB. GPU 0 has a total capacity of "
     "94.97 GiB of which 1.21 GiB is free. Including non-PyTorch memory, this process has 93.70 GiB memory in use."
 )
+
+
+@dataclass
+class DraftCounters:
+    """vLLM's spec-decode counters of one server start (``SpecDecodingStats``): a draft per request per decode round,
+    its proposed and accepted tokens, and per draft position the drafts whose tokens up to it were all accepted."""
+
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    def add(self, histogram: list[int], draft_len: int) -> None:
+        """One request's rounds (``RequestPlan.correct_drafts_histogram``) of ``draft_len`` proposed tokens each."""
+        if len(self.accepted_per_pos) < draft_len:
+            self.accepted_per_pos += [0] * (draft_len - len(self.accepted_per_pos))
+        for accepted, rounds in enumerate(histogram):
+            self.drafts += rounds
+            self.draft_tokens += rounds * draft_len
+            self.accepted += rounds * accepted
+            for pos in range(min(accepted, draft_len)):
+                self.accepted_per_pos[pos] += rounds
 
 
 @dataclass(frozen=True)
@@ -124,6 +146,7 @@ class SimEngine:
         self.requests = 0
         self.generation_tokens = 0
         self.verify_ct = 0
+        self.drafts = DraftCounters()
 
     def hardware(self, cuda_graph: bool) -> Hardware:
         """The scenario's hardware set with this method's draft costs (n-gram lookup, a standalone model's
@@ -139,7 +162,7 @@ class SimEngine:
         CUDA-graph sizes (1, 2, 4, 8, then multiples of 8 up to the graph limit; SGLang's default capture list)."""
         assert self.args.adaptive_config is not None and self.args.speculative_num_steps is not None
         bs = None
-        if self.args.cuda_graph:
+        if self.args.cuda_graph and self.args.engine == "sglang":  # vLLM's schedule is looked up by the batch itself
             top = self.args.effective_graph_max_bs
             bs = sorted({b for b in (1, 2, 4, 8, *range(16, top + 1, 8)) if b <= top})
         return AdaptiveController(self.args.speculative_num_steps, self.args.adaptive_config, bs)
@@ -473,10 +496,13 @@ class SimEngine:
         flipped = tie is not None and self.args.drafter is not None
         return Answer(prompt, n, diverge_at=diverge_at, sample_seed=sample_seed, tie_at=tie, flipped=flipped)
 
-    def record(self, tokens: int, rounds: int) -> None:
+    def record(self, plan: RequestPlan) -> None:
+        """Count a finished request: its tokens and verify rounds (SGLang's counters), its drafts (vLLM's)."""
         with self._lock:
-            self.generation_tokens += tokens
-            self.verify_ct += rounds
+            self.generation_tokens += plan.completion_tokens
+            self.verify_ct += plan.verify_ct
+            if self.shape is not None:
+                self.drafts.add(plan.correct_drafts_histogram, self.shape.num_draft_tokens - 1)
 
     @property
     def avg_accept_length(self) -> float:

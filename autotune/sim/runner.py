@@ -211,7 +211,7 @@ class ModelSession:
                 text, max_tokens, temperature=temperature, category=category, request_index=n, alone=True
             )
             if fault is None:
-                self.engine.record(gen.plan.completion_tokens, gen.plan.verify_ct)
+                self.engine.record(gen.plan)
                 clock.advance(gen.plan.e2e_ms / 1000.0, ledger)
                 return gen
             if fault == "http500":
@@ -298,7 +298,7 @@ class ModelSession:
                     request_index=n,
                     alone=False,
                 )
-                self.engine.record(gen.plan.completion_tokens, gen.plan.verify_ct)
+                self.engine.record(gen.plan)
                 return self.engine.seq(gen, (i, gen))
             failed += 1
             return None

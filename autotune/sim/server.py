@@ -1,6 +1,8 @@
-"""The simulated SGLang server: a real HTTP process with SGLang's endpoints, logs and timing.
+"""The simulated server: a real HTTP process with SGLang's endpoints, logs and timing, or vLLM's endpoints and
+Prometheus counters (``--engine vllm``: ``autotune.sim.vllm_args``).
 
 ``python -m autotune.sim --scenario NAME [--time-scale X] [--seed N] [--fault F] [SGLang flags...]``
+``python -m autotune.sim --engine vllm --scenario NAME [...] MODEL [vllm serve flags...]``
 
 Everything it serves comes from ``SimEngine`` (the same model the in-process ModelRunner uses). Wall-clock times are
 hardware times divided by ``--time-scale``. Streamed chunks carry every token a round accepted, sent at the round's
@@ -28,6 +30,7 @@ from autotune.sim.args import SGLANG_VERSION, ResolvedArgs, parse_launch_args
 from autotune.sim.engine import Generation, SimEngine
 from autotune.sim.faults import SimLaunchError
 from autotune.sim.scheduler import DecodeLog, Scheduler
+from autotune.sim.vllm_args import VLLM_VERSION
 
 #: longest wall wait for the scheduler's next tokens before a stream gives up (a bound, never reached normally)
 STREAM_WAIT_S = 3600.0
@@ -124,7 +127,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
         srv = self.server
-        if path in ("/health", "/health_generate", "/ready"):
+        if srv.args.engine == "vllm":
+            self._vllm_get(path)
+        elif path in ("/health", "/health_generate", "/ready"):
             if srv.ready:
                 self._text(200, "")
             else:
@@ -148,9 +153,30 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": f"not found: {path}"})
 
+    def _vllm_get(self, path: str) -> None:
+        """vLLM's OpenAI server: /health, /version, /v1/models and /metrics (always served)."""
+        srv = self.server
+        if path == "/health":
+            self._text(200 if srv.ready else 503, "")
+        elif not srv.ready:
+            self._json(503, {"error": "server is starting"})
+        elif path == "/version":
+            self._json(200, {"version": VLLM_VERSION})
+        elif path == "/v1/models":
+            self._json(
+                200, {"object": "list", "data": [{"id": self._model_name(), "object": "model", "owned_by": "vllm"}]}
+            )
+        elif path == "/metrics":
+            self._text(200, self._vllm_metrics(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._json(404, {"detail": "Not Found"})
+
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
-        if path not in ("/generate", "/v1/completions", "/v1/chat/completions"):
+        served: tuple[str, ...] = ("/v1/completions", "/v1/chat/completions")
+        if self.server.args.engine == "sglang":
+            served += ("/generate",)
+        if path not in served:
             self._json(404, {"error": f"not found: {path}"})
             return
         if not self.server.ready:
@@ -232,6 +258,36 @@ class _Handler(BaseHTTPRequestHandler):
         metric(
             "gen_throughput", "gauge", self.server.decode_log.last_throughput, "The generation throughput (token/s)."
         )
+        return "\n".join(lines) + "\n"
+
+    def _vllm_metrics(self) -> str:
+        """vLLM 0.33.0's spec-decode counters (``SpecDecodingProm``, labels ``model_name`` and ``engine``; the
+        per-position one also ``position``, 0..K-1) and its generation-token counter; no spec-decode series without
+        a ``--speculative-config``."""
+        e = self.server.engine
+        name = self._model_name().replace('"', "")
+        label = f'model_name="{name}",engine="0"'
+        lines: list[str] = []
+
+        def counter(metric: str, help_: str, series: list[tuple[str, float]]) -> None:
+            lines.append(f"# HELP vllm:{metric}_total {help_}")
+            lines.append(f"# TYPE vllm:{metric}_total counter")
+            lines.extend(f"vllm:{metric}_total{{{label}{extra}}} {float(v)}" for extra, v in series)
+
+        with e._lock:
+            d = e.drafts
+            counter("generation_tokens", "Number of generation tokens processed.", [("", e.generation_tokens)])
+            if e.shape is not None:
+                counter("spec_decode_num_drafts", "Number of spec decoding drafts.", [("", d.drafts)])
+                counter("spec_decode_num_draft_tokens", "Number of draft tokens.", [("", d.draft_tokens)])
+                counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.", [("", d.accepted)])
+                k = e.shape.num_draft_tokens - 1
+                per_pos = [*d.accepted_per_pos, *[0] * k][:k]
+                counter(
+                    "spec_decode_num_accepted_tokens_per_pos",
+                    "Accepted tokens per draft position.",
+                    [(f',position="{i}"', v) for i, v in enumerate(per_pos)],
+                )
         return "\n".join(lines) + "\n"
 
     def _plan(self, prompt: str, max_new: int, temperature: float) -> tuple[Generation, str | None]:
@@ -320,7 +376,7 @@ class _Handler(BaseHTTPRequestHandler):
         return top_n
 
     def _finish(self, gen: Generation) -> None:
-        self.server.engine.record(gen.plan.completion_tokens, gen.plan.verify_ct)
+        self.server.engine.record(gen.plan)
 
     def _generate(self, body: dict[str, Any]) -> None:
         sp = body.get("sampling_params") or {}
@@ -406,7 +462,8 @@ class _Handler(BaseHTTPRequestHandler):
             "completion_tokens": p.completion_tokens,
             "total_tokens": p.prompt_tokens + p.completion_tokens,
         }
-        sglext = self._spec_meta(gen)
+        # SGLang's extension of the OpenAI answer (vLLM has none)
+        sglext = self._spec_meta(gen) if self.server.args.engine == "sglang" else None
         if not body.get("stream"):
             lp = None
             if top_n is not None:  # built before the wait, so the answer leaves on time
@@ -428,7 +485,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "model": self._model_name(),
                     "choices": [choice],
                     "usage": usage,
-                    "sglext": sglext,
+                    **({"sglext": sglext} if sglext is not None else {}),
                 },
             )
             return
@@ -453,7 +510,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [choice],
                 "usage": None,
             }
-            if final:
+            if final and sglext is not None:
                 chunk["sglext"] = sglext
             self._send_event(json.dumps(chunk))
 
@@ -469,7 +526,7 @@ class _Handler(BaseHTTPRequestHandler):
                         "model": self._model_name(),
                         "choices": [],
                         "usage": usage,
-                        "sglext": sglext,
+                        **({"sglext": sglext} if sglext is not None else {}),
                     }
                 )
             )
@@ -534,7 +591,8 @@ def main(argv: list[str]) -> int:
             e.strerror,
         )
         return 1
-    server.launch_command = " ".join(["python3", "-m", "sglang.launch_server", *argv])
+    launcher = ["vllm", "serve"] if args.engine == "vllm" else ["python3", "-m", "sglang.launch_server"]
+    server.launch_command = " ".join([*launcher, *argv])
     # serve_forever checks for shutdown every poll_interval: a short one makes SIGTERM -> exit quick
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()

@@ -94,9 +94,11 @@ def test_argv_baseline_graphs_on():
     ("version", "expected"),
     [
         ("0.4.9", ["--disable-cuda-graph"]),
-        ("0.5.23", ["--disable-cuda-graph"]),
-        ("0.5.23.post1", ["--disable-cuda-graph"]),
-        (None, ["--disable-cuda-graph"]),
+        ("0.5.22", ["--disable-cuda-graph"]),
+        # 0.5.23 deprecates --disable-cuda-graph (server_args.py: DeprecatedStoreTrueAction)
+        ("0.5.23", ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]),
+        ("0.5.23.post1", ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]),
+        (None, ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]),
         ("0.5.24", ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]),
         ("0.6.0rc1", ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]),
         ("v1.0", ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]),
@@ -523,6 +525,6 @@ def test_probe_times_out_and_keeps_spelling(tmp_path):
 
 def test_version_helpers():
     assert parse_version("0.5.23.post1") == (0, 5, 23)
-    assert cuda_graph_spelling("0.5.22") == LEGACY and cuda_graph_spelling("0.5.24") == PER_PHASE
+    assert cuda_graph_spelling("0.5.22") == LEGACY and cuda_graph_spelling("0.5.23") == PER_PHASE
     with pytest.raises(ValueError):
         parse_version("dev")

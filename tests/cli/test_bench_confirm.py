@@ -43,7 +43,7 @@ def test_bench_measures_the_field_report_manual_run(tmp_path):
     assert len(out["prompts"]) == 5 and len({round(p["tok_per_s"], 1) for p in out["prompts"]}) > 1
     argv = out["argv"]
     assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
-    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "5" and "--disable-cuda-graph" in argv
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "5" and "--disable-decode-cuda-graph" in argv
     base = json.loads(
         autotune(
             "bench",

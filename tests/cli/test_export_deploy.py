@@ -175,24 +175,16 @@ def test_a_gguf_study_exported_as_vllm_is_exit_2_listing_the_formats_that_fit(tm
     assert not (tmp_path / "studies").exists()
 
 
-def _vllm_space(tmp_path: Path) -> Path:
-    data = yaml.safe_load((REPO / "spaces" / "llama-8b-eagle3.yaml").read_text())
-    data["server"].update(backend="vllm", version="0.11.0", extra_args=[], port=8000)
-    data["search"] = {"cuda_graph": [True], "num_speculative_tokens": {"low": 1, "high": 6}}
-    path = tmp_path / "vllm.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 @pytest.mark.parametrize("command", [["validate"], ["study", "--in-process"], ["study"]])
 def test_simulate_refuses_a_server_the_simulator_does_not_play(tmp_path, command):
-    space = _vllm_space(tmp_path)
+    space = tmp_path / "llamacpp.yaml"
+    space.write_text((REPO / "spaces" / "llamacpp-tiny.yaml").read_text())
     studies = tmp_path / "studies"
     r = autotune(command[0], str(space), "--simulate", *command[1:], "--studies-dir", str(studies))
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [
-        f"autotune: error: {space}: server.backend: --simulate plays SGLang only (the simulator parses SGLang's "
-        "launch flags); this space's server is 'vllm': run it on that server, without --simulate"
+        f"autotune: error: {space}: server.backend: --simulate plays sglang and vllm only (the simulator parses "
+        "their launch flags); this space's server is 'llamacpp': run it on that server, without --simulate"
     ]
     assert not studies.exists()
 

@@ -114,7 +114,7 @@ def test_graphs_off_reads_back(tmp_path):
     space = sim_space()
     with runner_for(space, tmp_path).launch(TrialConfig.baseline(False)) as session:
         assert session.info.effective["cuda_graph"] is False
-        assert "--disable-cuda-graph" in session.info.argv
+        assert "--disable-decode-cuda-graph" in session.info.argv
 
 
 @pytest.mark.parametrize(

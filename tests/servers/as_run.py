@@ -15,6 +15,9 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +133,65 @@ def after(argv: list[str], launcher: list[str]) -> list[str]:
     """The arguments after ``launcher`` (asserted to start ``argv``)."""
     assert argv[: len(launcher)] == launcher, (launcher, argv)
     return argv[len(launcher) :]
+
+
+#: the formats whose export is a shell script (run by ``bash FILE``)
+_DATA_FORMATS = ("env", "json", "yaml", "compose", "k8s")
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One ``autotune export -o PATH`` of a study: the text it wrote, and what it wrote beside it (a file the launch
+    reads) by name."""
+
+    fmt: str
+    path: Path
+    text: str
+    files: dict[str, Path]
+
+
+def autotune_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m autotune ARGS`` of this checkout (PYTHONPATH), asserted to exit 0."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run(
+        [sys.executable, "-m", "autotune", *args], capture_output=True, text=True, env=env, cwd=cwd, check=False
+    )
+    assert r.returncode == 0, f"autotune {' '.join(args)} exited {r.returncode}:\n{r.stderr[-3000:]}"
+    return r
+
+
+def study_then_export(
+    space: Path, formats: Sequence[str], tmp: Path, *, n_trials: int, in_process: bool = True
+) -> dict[str, Exported]:
+    """A simulated study of ``space`` (``--in-process``, or a server process per start over real HTTP), then its
+    recommendation exported with ``-o`` in each of ``formats``, each into a folder of its own under ``tmp`` (a script
+    as ``FMT/deploy/launch.sh``, run from elsewhere; anything else as ``FMT/server.FMT``): fmt -> ``Exported``."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    studies = tmp / "studies"
+    run = ["--in-process"] if in_process else []
+    autotune_cli(
+        "study", str(space), "--simulate", *run, "--n-trials", str(n_trials), "--studies-dir", str(studies), cwd=tmp
+    )
+    out = {}
+    for fmt in formats:
+        folder = tmp / fmt
+        path = folder / f"server.{fmt}" if fmt in _DATA_FORMATS else folder / "deploy" / "launch.sh"
+        path.parent.mkdir(parents=True)
+        autotune_cli(
+            "export", str(space), "--simulate", "--format", fmt, "--studies-dir", str(studies), "-o", str(path), cwd=tmp
+        )
+        files = {p.name: p for p in path.parent.iterdir() if p != path}
+        out[fmt] = Exported(fmt, path, path.read_text(), files)
+    return out
+
+
+def stand_ins(space: Path) -> dict[str, str]:
+    """The space's deployment checkpoints -> the simulator's stand-ins for them (this machine has no /models)."""
+    from autotune.sim import simulated_space
+    from autotune.space import load_space
+
+    deploy = load_space(space)
+    sim = simulated_space(deploy)
+    here = {deploy.server.model_path: sim.server.model_path}
+    here.update({d.path: s.path for d, s in zip(deploy.drafters, sim.drafters, strict=True)})
+    return here

@@ -34,6 +34,7 @@ import importlib.abc
 import importlib.machinery
 import io
 import json
+import logging
 import os
 import sys
 import traceback
@@ -100,6 +101,19 @@ def _last_error_line(text: str) -> str:
     return lines[-1].strip() if lines else text.strip().splitlines()[-1] if text.strip() else ""
 
 
+class _Deprecations(logging.Handler):
+    """The deprecation warnings SGLang logs while it parses (``argparse_actions.print_deprecated_warning``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "deprecated" in message.lower():
+            self.messages.append(message)
+
+
 def _check_argv(argv: list[str]) -> dict:
     from sglang.srt.server_args import prepare_server_args
 
@@ -107,6 +121,8 @@ def _check_argv(argv: list[str]) -> dict:
     if not any(a == "--device" or a.startswith("--device=") for a in argv):
         argv += ["--device", "cpu"]
     err = io.StringIO()
+    warned = _Deprecations()
+    logging.getLogger().addHandler(warned)
     try:
         with contextlib.redirect_stderr(err):
             args = prepare_server_args(argv)
@@ -114,6 +130,9 @@ def _check_argv(argv: list[str]) -> dict:
         return {"accepted": False, "stage": "parse", "error": _last_error_line(err.getvalue())}
     except Exception as e:  # noqa: BLE001
         return {"accepted": False, "stage": "parse", "error": f"{type(e).__name__}: {e}"}
+    finally:
+        logging.getLogger().removeHandler(warned)
+    deprecated = [*warned.messages, *(ln for ln in err.getvalue().splitlines() if "deprecated" in ln.lower())]
     try:
         args.resolve_once()
         resolved = args.resolved_dict()
@@ -126,7 +145,7 @@ def _check_argv(argv: list[str]) -> dict:
             "error": f"{type(e).__name__}: {e}",
             "where": traceback.format_exc().strip().splitlines()[-3:],
         }
-    return {"accepted": True, "resolved": {k: resolved.get(k) for k in RESOLVED}}
+    return {"accepted": True, "resolved": {k: resolved.get(k) for k in RESOLVED}, "deprecated": deprecated}
 
 
 def _check_adaptive(path: str) -> dict:

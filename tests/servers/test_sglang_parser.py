@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -170,6 +169,8 @@ def _problems(items: list[dict], results: dict, expected: dict) -> list[str]:
         if not res["accepted"]:
             out.append(f"{it['id']}: rejected at {res['stage']}: {res['error']}\n    {shlex.join(it.get('argv', []))}")
             continue
+        if res.get("deprecated"):  # a launch in a spelling this release deprecates
+            out.append(f"{it['id']}: SGLang warns {res['deprecated']}\n    {shlex.join(it.get('argv', []))}")
         want = expected.get(it["id"])
         got = res.get("resolved", {})
         if want is not None:
@@ -201,42 +202,13 @@ def test_sglang_accepts_every_launch_and_resolves_it_as_autotune_says(space_path
 def test_the_exported_load_schedule_is_accepted(tmp_path):
     """A real load study on the simulator, ``export --format sglang``: its command and adaptive file as SGLang reads
     them."""
+    from . import as_run
+
     space = REPO / "spaces" / "llama-8b-load.yaml"
-    studies = tmp_path / "studies"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cli = [sys.executable, "-m", "autotune"]
-    r = subprocess.run(
-        [*cli, "study", str(space), "--simulate", "--in-process", "--n-trials", "16", "--studies-dir", str(studies)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    script = tmp_path / "launch.sh"
-    e = subprocess.run(
-        [
-            *cli,
-            "export",
-            str(space),
-            "--simulate",
-            "--format",
-            "sglang",
-            "--studies-dir",
-            str(studies),
-            "-o",
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
-    assert e.returncode == 0, e.stderr[-3000:]
-    adaptive = tmp_path / "adaptive.json"  # written beside the script by -o
-    assert adaptive.is_file(), e.stderr
+    exported = as_run.study_then_export(space, ["sglang"], tmp_path, n_trials=16)["sglang"]
+    script = exported.path
+    adaptive = exported.files.get("adaptive.json")  # written beside the script by -o
+    assert adaptive is not None, exported.files
     (line,) = [ln for ln in script.read_text().splitlines() if "sglang.launch_server" in ln and not ln.startswith("#")]
     argv = shlex.split(line)
     argv = argv[argv.index("sglang.launch_server") + 1 :]
@@ -258,49 +230,20 @@ def test_every_export_runs_as_its_runtime_runs_it(base, tmp_path):
     resolves every one to the same speculative config."""
     from autotune.backends import get_backend
     from autotune.export_formats import fitting_formats
-    from autotune.sim import simulated_space
-    from autotune.space import load_space
 
     from . import as_run
 
     space = tmp_path / base
     space.write_text((REPO / "spaces" / base).read_text().replace("prompts_file: ../", f"prompts_file: {REPO}/"))
-    studies = tmp_path / "studies"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cli = [sys.executable, "-m", "autotune"]
-    r = subprocess.run(
-        [*cli, "study", str(space), "--simulate", "--in-process", "--n-trials", "12", "--studies-dir", str(studies)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    deploy = load_space(space)
-    sim = simulated_space(deploy)
-    here = {deploy.server.model_path: sim.server.model_path}
-    here.update({d.path: s.path for d, s in zip(deploy.drafters, sim.drafters, strict=True)})
+    formats = [f for f in fitting_formats(get_backend("sglang")) if f != "vllm"]
+    here = as_run.stand_ins(space)
     items = []
-    for fmt in [f for f in fitting_formats(get_backend("sglang")) if f != "vllm"]:
-        folder = tmp_path / fmt
-        out = folder / "deploy" / "launch.sh" if fmt in ("sglang", "command") else folder / "server.env"
-        out.parent.mkdir(parents=True)
-        e = subprocess.run(
-            [*cli, "export", str(space), "--simulate", "--format", fmt, "--studies-dir", str(studies), "-o", str(out)],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-            check=False,
-        )
-        assert e.returncode == 0, e.stderr[-3000:]
-        text = out.read_text()
-        files = {p.name: p for p in out.parent.iterdir() if p != out}  # what -o wrote beside the export
+    for fmt, exported in as_run.study_then_export(space, formats, tmp_path, n_trials=12).items():
+        folder, text, files = exported.path.parent, exported.text, exported.files
         if fmt == "env":
             argvs = {f"env ({sh})": as_run.env_argv(text, sh, folder) for sh in ("bash", "sh")}
         elif fmt in ("sglang", "command"):
-            argvs = {fmt: as_run.script_argv(text, folder)}
+            argvs = {fmt: as_run.script_argv(text, folder.parent)}
         else:
             argvs = {fmt: as_run.exported_argv(text, fmt, folder)}
         for name, argv in argvs.items():
@@ -310,9 +253,7 @@ def test_every_export_runs_as_its_runtime_runs_it(base, tmp_path):
             for i, a in enumerate(flags):
                 if Path(a).name in files:
                     if fmt in ("sglang", "command", "env"):
-                        assert (folder / "deploy" if fmt != "env" else folder).joinpath(a).resolve() == files[
-                            Path(a).name
-                        ].resolve(), a
+                        assert folder.joinpath(a).resolve() == files[Path(a).name].resolve(), a
                     flags[i] = str(files[Path(a).name])
             items.append({"id": name, "argv": [here.get(a, a) for a in flags]})
     assert len(items) == 8

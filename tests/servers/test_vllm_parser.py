@@ -1,18 +1,18 @@
 """vLLM's own parser and engine-config builder as a standing check: every ``vllm serve`` launch autotune makes for
 the vLLM spaces below (baselines, each method's server default, every grid point of a method space, every feasible
 config of a flat space; load-level flags included) and every export that carries a command (each fitting format of
-a vLLM study, hand-made and from a study on the simulator (``vllm_study``), SGLang studies translated with
-``--format vllm``, a load study's ``--format vllm`` schedule), each run as its runtime runs it (``as_run``: bash,
-the env file's start line under bash and sh, compose and Kubernetes with the image's entrypoint), goes through
-vLLM 0.33.0's ``vllm serve`` parser, ``validate_parsed_serve_args`` and ``create_engine_config``
-(tests/servers/vllm_parse.py, run by the venv of scripts/vllm_setup.sh), and the ``SpeculativeConfig`` vLLM builds
-must be the one autotune means: method, num_speculative_tokens, model, prompt_lookup_min/max,
-draft_tensor_parallel_size, num_speculative_tokens_per_batch_size, plus enforce_eager (CUDA graphs off) and
-max_num_seqs (load levels).
+a vLLM study, hand-made and from a study of spaces/vllm-llama-8b-eagle3.yaml on the simulator playing vLLM, SGLang
+studies translated with ``--format vllm``, a load study's ``--format vllm`` schedule), each run as its runtime runs
+it (``as_run``: bash, the env file's start line under bash and sh, compose and Kubernetes with the image's
+entrypoint), goes through vLLM 0.33.0's ``vllm serve`` parser, ``validate_parsed_serve_args`` and
+``create_engine_config`` (tests/servers/vllm_parse.py, run by the venv of scripts/vllm_setup.sh), and the
+``SpeculativeConfig`` vLLM builds must be the one autotune means: method, num_speculative_tokens, model,
+prompt_lookup_min/max, draft_tensor_parallel_size, num_speculative_tokens_per_batch_size, plus enforce_eager (CUDA
+graphs off) and max_num_seqs (load levels).
 
-No vLLM space ships in spaces/ (``--simulate`` plays SGLang only), so the spaces are here: on the simulator's stand-in
-checkpoints (real config.json files, no weights), covering every method autotune has for vLLM (eagle, eagle3,
-draft_model, mtp, ngram), a flat space (``method`` as a knob), load levels, and a server-side extra flag.
+Besides the shipped vLLM space, the spaces are here, on the simulator's stand-in checkpoints (real config.json
+files, no weights), covering every method autotune has for vLLM (eagle, eagle3, draft_model, mtp, ngram), a flat
+space (``method`` as a knob), load levels, and a server-side extra flag.
 
 Needs AUTOTUNE_VLLM_PYTHON (the path scripts/vllm_setup.sh prints last); skipped without it, set in CI."""
 
@@ -22,7 +22,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -399,34 +398,44 @@ def exports(name: str, tmp_path: Path) -> tuple[list[dict], dict]:
 
 
 def test_a_simulated_vllm_study_exports_what_vllm_runs_as_each_runtime_runs_it(batch):
-    """A vLLM study on the simulator (``vllm_study``: autotune's vLLM backend, the simulator behind the runner's
-    seam), its recommendation exported in every format that fits, each run as its runtime runs it (``as_run``): the
-    scripts by bash, the env file by the README's line under bash and under sh (the ``--speculative-config`` JSON
-    kept whole), compose and Kubernetes with the image's entrypoint: vLLM accepts each and reads the speculative
-    config the study measured."""
+    """The shipped vLLM space studied on the simulator playing vLLM (``autotune study --simulate``: a server process
+    per start, real HTTP, acceptance from vLLM's /metrics counters), its recommendation exported with ``-o`` in
+    every format that fits, each run as its runtime runs it (``as_run``): the scripts by bash, the env file by the
+    README's line under bash and under sh (the ``--speculative-config`` JSON kept whole), compose and Kubernetes
+    with the image's entrypoint: vLLM accepts each and reads the speculative config the study recommended."""
     check(batch, "study")
 
 
 def study_exports(tmp_path: Path) -> tuple[list[dict], dict]:
-    from autotune import export, export_formats
+    from autotune import export_formats
+    from autotune.backends.vllm import VLLMBackend
     from autotune.config import TrialConfig
+    from autotune.sim import simulated_space
+    from autotune.space import load_space
 
-    from .vllm_study import run_vllm_study, vllm_space_file
-
-    st = run_vllm_study(vllm_space_file(tmp_path))
-    rec = TrialConfig.from_dict(st.report["recommended"]["config"])
-    assert rec.drafter and st.report["verdict"] == "speculation-wins", st.report["recommended"]
-    here = {st.deploy.server.model_path: st.sim.server.model_path}
-    here.update({d.path: s.path for d, s in zip(st.deploy.drafters, st.sim.drafters, strict=True)})
-    want = meant(rec, st.sim)
+    # the shipped space at a faster clock (the simulator's hardware seconds / 400 of wall time)
+    space = tmp_path / "vllm-llama-8b-eagle3.yaml"
+    text = (REPO / "spaces" / "vllm-llama-8b-eagle3.yaml").read_text()
+    space.write_text(text.replace("time_scale: 50,", "time_scale: 400,"))
+    formats = export_formats.fitting_formats(VLLMBackend())
+    exported = as_run.study_then_export(space, formats, tmp_path / "study", n_trials=6, in_process=False)
+    studies = str(tmp_path / "study" / "studies")
+    report = json.loads(
+        as_run.autotune_cli("report", str(space), "--simulate", "--json", "--studies-dir", studies, cwd=tmp_path).stdout
+    )
+    rec = TrialConfig.from_dict(report["recommended"]["config"])
+    assert rec.drafter and report["verdict"] == "speculation-wins", report["recommended"]
+    # acceptance came from vLLM's counters over HTTP: 1 + accepted / drafts of every measured speculative trial
+    measured = [t["accept_length"] for t in report["trials"] if t["config"].get("drafter") and t["accept_length"]]
+    assert measured and all(1.5 < a < 9 for a in measured), measured
+    here = as_run.stand_ins(space)
+    want = meant(rec, simulated_space(load_space(space)))
     items, expected = [], {}
-    runs = tmp_path / "study-runs"
-    for fmt in export_formats.fitting_formats(st.backend):
-        text = export.export(st.deploy, st.backend, st.report, fmt, read_space=st.sim).text
+    for fmt, ex in exported.items():
         if fmt == "env":
-            argvs = {f"env ({sh})": as_run.env_argv(text, sh, runs / f"env-{sh}") for sh in ("bash", "sh")}
+            argvs = {f"env ({sh})": as_run.env_argv(ex.text, sh, ex.path.parent / sh) for sh in ("bash", "sh")}
         else:
-            argvs = {fmt: as_run.exported_argv(text, fmt, runs / fmt)}
+            argvs = {fmt: as_run.exported_argv(ex.text, fmt, ex.path.parent)}
         for i, argv in argvs.items():
             items.append({"id": i, "argv": standins(as_run.after(argv, ["vllm", "serve"]), here)})
             expected[i] = want
@@ -535,49 +544,13 @@ def translated(tmp_path: Path) -> tuple[list[dict], dict]:
 def test_the_exported_sglang_load_schedule_as_vllm_is_accepted(tmp_path):
     """A real load study on the simulator, ``export --format vllm`` (its schedule as
     ``num_speculative_tokens_per_batch_size``): the script's command as vLLM reads it."""
-    space = REPO / "spaces" / "llama-8b-load.yaml"
-    studies = tmp_path / "studies"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cli = [sys.executable, "-m", "autotune"]
-    r = subprocess.run(
-        [*cli, "study", str(space), "--simulate", "--in-process", "--n-trials", "16", "--studies-dir", str(studies)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    script = tmp_path / "launch.sh"
-    e = subprocess.run(
-        [
-            *cli,
-            "export",
-            str(space),
-            "--simulate",
-            "--format",
-            "vllm",
-            "--studies-dir",
-            str(studies),
-            "-o",
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
-    assert e.returncode == 0, e.stderr[-3000:]
-    text = script.read_text()
     from autotune import export_bundle
-    from autotune.sim import simulated_space
     from autotune.space import load_space
 
+    space = REPO / "spaces" / "llama-8b-load.yaml"
+    text = as_run.study_then_export(space, ["vllm"], tmp_path, n_trials=16)["vllm"].text
     deploy = load_space(space)
-    sim = simulated_space(deploy)
-    here = {deploy.server.model_path: sim.server.model_path}
-    here.update({d.path: s.path for d, s in zip(deploy.drafters, sim.drafters, strict=True)})
+    here = as_run.stand_ins(space)
     flags = standins(serve_flags(text, "vllm"), here)
     spec_i = flags.index("--speculative-config") if "--speculative-config" in flags else None
     spec = json.loads(flags[spec_i + 1]) if spec_i is not None else {}
