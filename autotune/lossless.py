@@ -60,8 +60,7 @@ REFERENCE_TOP_N = 5
 #: runs": 2026-12-01-h200): an F16 target's 30 speculative flips all fell within 0.04 nats of the baseline's best token
 #: (0.001-0.039, the widest at 16 draft tokens, the largest verify batch); float16 gets 2.5x that. Coarser types scale
 #: with their rounding (bfloat16 has 8x float16's unit in the last place); a broken drafter or kernel departs where the
-#: baseline
-#: is confident, typically by whole nats.
+#: baseline is confident, typically by whole nats.
 TIE_TOLERANCE = {
     "float32": 0.02,
     "float16": 0.1,
