@@ -26,6 +26,7 @@ from autotune.records.schema import (
     SPACE_DIGEST,
     SPACE_NAME,
     TRAFFIC,
+    TRAFFIC_ACCEPTANCE,
     TRAFFIC_HOLDOUT,
     UNITS,
     VERDICT,
@@ -172,6 +173,17 @@ def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
     """Record the holdout check once (the first baseline's; later baselines do not measure it again)."""
     if TRAFFIC_HOLDOUT not in study.user_attrs:
         study.set_user_attr(TRAFFIC_HOLDOUT, value)
+
+
+def traffic_acceptance(study: optuna.Study) -> dict[str, Any] | None:
+    """The winner's acceptance on the subset against the holdout as recorded (``TRAFFIC_ACCEPTANCE``); None until
+    it ran, or without a holdout."""
+    value = study.user_attrs.get(TRAFFIC_ACCEPTANCE)
+    return value if isinstance(value, dict) else None
+
+
+def set_traffic_acceptance(study: optuna.Study, value: dict[str, Any]) -> None:
+    study.set_user_attr(TRAFFIC_ACCEPTANCE, value)
 
 
 def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
