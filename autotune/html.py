@@ -246,6 +246,10 @@ def _traffic(report: dict[str, Any]) -> list[str]:
     check = t.get("holdout_check")
     warn = " class='warn'" if check and check.get("warning") else ""
     parts.append(f"<p id='holdout'{warn}>{_e(t['holdout_text'])}</p>")
+    if t.get("acceptance_text"):
+        acc = t.get("acceptance_check")
+        warn = " class='warn'" if acc and acc.get("warning") else ""
+        parts.append(f"<p id='holdout-acceptance'{warn}>{_e(t['acceptance_text'])}</p>")
     rows = t.get("by_length") or []
     if rows:
         parts.append(

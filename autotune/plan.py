@@ -103,6 +103,7 @@ def plan(
     methods: int = 0,
     holdout: int = 0,
     greedy_check: bool = False,
+    holdout_acceptance: int = 0,
 ) -> Plan:
     """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume). ``settle_after``:
     the fewest trials after which the search may stop settled (``budget.stop_when_settled``: the baselines, the
@@ -116,7 +117,9 @@ def plan(
     best and the fastest single measurement); 0 without methods. ``holdout``: the requests of a request log's holdout
     check (``benchmark.holdout``), one extra baseline pass on the first baseline's start, 0 when off or done.
     ``greedy_check``: prompts that sample get their lossless check at temperature 0 after confirmation
-    (``study.greedy``): one more start when speculation wins."""
+    (``study.greedy``); ``holdout_acceptance``: the holdout requests the winner answers after confirmation for its
+    acceptance against the subset's (``traffic.AcceptanceCheck``), 0 when off or done. Either is the winner's one
+    more start (``study.winner``), one for both, when speculation wins."""
     search_left = max(0, n_trials - used)
     note = f"{n_trials} trials in the budget, {used} used"
     search_lo = search_left
@@ -151,10 +154,12 @@ def plan(
             + (f", {level_only} level-only candidates for {LEVEL_ONLY_ROUNDS} rounds" if level_only else "")
         )
         phases.append(Phase("confirmation", lo, hi, note))
-        if greedy_check:
-            phases.append(
-                Phase("lossless check", 0, 1, "the winner's answers at temperature 0 (the prompts sample), if one wins")
-            )
+        parts = ["its answers at temperature 0 (the prompts sample)"] if greedy_check else []
+        if holdout_acceptance:
+            parts.append(f"its acceptance on the {holdout_acceptance} holdout requests against the subset's")
+        if parts:
+            note = "one more start of the winner, if one wins: " + " and ".join(parts)
+            phases.append(Phase("winner check", 0, 1, note))
     start_s = None
     if costs:
         start_s = costs.start_s(n_prompts=n_prompts, warmup=warmup, levels=levels, warmup_passes=warmup_passes)

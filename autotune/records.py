@@ -57,7 +57,9 @@ autotune recommends with rounded figures; ``autotune.evidence.publish``), ``meth
 ``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``),
 ``traffic`` (a request-log space: the subset, its comparison with the log and the guards; ``autotune.traffic``),
 ``traffic_holdout`` (the subset's baseline tok/s against a holdout from the rest of the log, measured on the first
-baseline's start: ``autotune.traffic.HoldoutCheck``), ``greedy_lossless`` (a space whose prompts sample: the
+baseline's start: ``autotune.traffic.HoldoutCheck``), ``traffic_acceptance`` (the confirmed winner's acceptance on
+the subset against the holdout, the holdout measured on the winner's one more start after confirmation:
+``autotune.traffic.AcceptanceCheck``), ``greedy_lossless`` (a space whose prompts sample: the
 confirmed winner's answers at temperature 0 against its baseline's references; ``autotune.study.greedy``),
 ``drafter_references`` (the acceptance length each drafter reaches elsewhere, as the space gives it: the report's
 ``acceptance-far-below`` guard; set at every open, so the space's current values).
@@ -155,6 +157,9 @@ TRAFFIC = "traffic"
 #: the baseline's tok/s on the subset against a sample of the rest of the log (``autotune.traffic.HoldoutCheck``,
 #: its per-prompt figures and the baseline trial), written once, by the first baseline that measures the holdout
 TRAFFIC_HOLDOUT = "traffic_holdout"
+#: the confirmed winner's accepted draft tokens a round on the subset against the holdout
+#: (``autotune.traffic.AcceptanceCheck``, its per-request acceptance lengths), written after confirmation
+TRAFFIC_ACCEPTANCE = "traffic_acceptance"
 #: a sampling space's lossless check at temperature 0: confirmation's winner against its baseline's references
 #: (``autotune.study.greedy``)
 GREEDY_LOSSLESS = "greedy_lossless"
@@ -172,7 +177,7 @@ TRIAL_KEYS = (
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
     N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS, TRAFFIC, TRAFFIC_HOLDOUT,
-    GREEDY_LOSSLESS, DRAFTER_REFERENCES,
+    TRAFFIC_ACCEPTANCE, GREEDY_LOSSLESS, DRAFTER_REFERENCES,
 )
 # fmt: on
 
@@ -1279,6 +1284,17 @@ def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
     """Record the holdout check once (the first baseline's; later baselines do not measure it again)."""
     if TRAFFIC_HOLDOUT not in study.user_attrs:
         study.set_user_attr(TRAFFIC_HOLDOUT, value)
+
+
+def traffic_acceptance(study: optuna.Study) -> dict[str, Any] | None:
+    """The winner's acceptance on the subset against the holdout as recorded (``TRAFFIC_ACCEPTANCE``); None until
+    it ran, or without a holdout."""
+    value = study.user_attrs.get(TRAFFIC_ACCEPTANCE)
+    return value if isinstance(value, dict) else None
+
+
+def set_traffic_acceptance(study: optuna.Study, value: dict[str, Any]) -> None:
+    study.set_user_attr(TRAFFIC_ACCEPTANCE, value)
 
 
 def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:

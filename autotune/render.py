@@ -145,6 +145,9 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
             line(f"  traffic guard {name}: {text}", "yellow")
         check = traffic.get("holdout_check")
         line("  " + traffic["holdout_text"], "yellow" if check and check.get("warning") else None)
+        if traffic.get("acceptance_text"):
+            acc = traffic.get("acceptance_check")
+            line("  " + traffic["acceptance_text"], "yellow" if acc and acc.get("warning") else None)
         if traffic.get("by_length_text"):
             line(traffic["by_length_text"], "yellow" if "WARNING" in traffic["by_length_text"] else None)
     if report.get("search_settled"):

@@ -187,10 +187,13 @@ def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
 def _traffic(
     info: dict[str, Any],
     holdout: dict[str, Any] | None,
+    accepted: dict[str, Any] | None,
     recommended: dict[str, Any],
     by_number: dict[int, FrozenTrial],
 ) -> dict[str, Any]:
-    """A request-log study's subset and guards, the holdout check (``traffic.HoldoutCheck``, as recorded), and the
+    """A request-log study's subset and guards, the holdout check (``traffic.HoldoutCheck``, as recorded), the
+    winner's acceptance on the subset against the holdout (``traffic.AcceptanceCheck``, as ``study.winner``
+    recorded it, measured after confirmation), and the
     recommended config's speedup by input-length third against its baseline (the search's measurements; none when
     the baseline is recommended)."""
     from autotune.traffic import by_length, length_text
@@ -204,6 +207,17 @@ def _traffic(
     else:
         out["holdout_text"] = (
             "subset vs the rest of the log: off (benchmark.holdout: 0, or no request outside the subset)"
+        )
+    from autotune.study.winner import text as acceptance_text
+
+    out["acceptance_check"] = accepted
+    if accepted is not None:
+        out["acceptance_text"] = "subset vs the rest of the log (the winner, after confirmation): " + acceptance_text(
+            accepted
+        )
+    elif info.get("holdout"):
+        out["acceptance_text"] = (
+            "the winner's acceptance on the rest of the log: not measured (no speculative winner confirmed)"
         )
     t = by_number.get(recommended.get("trial"))  # type: ignore[arg-type]
     rows: list[dict[str, Any]] = []
@@ -318,7 +332,9 @@ def build_report(study: optuna.Study) -> dict[str, Any]:
     }
     traffic = records.traffic(study)  # spaces measured from a request log only
     if traffic is not None:
-        out["traffic"] = _traffic(traffic, records.traffic_holdout(study), recommended, by_number)
+        out["traffic"] = _traffic(
+            traffic, records.traffic_holdout(study), records.traffic_acceptance(study), recommended, by_number
+        )
     per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
     if per_method is not None:
         out["methods"] = per_method

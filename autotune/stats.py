@@ -127,6 +127,40 @@ def two_sample_interval(a: Sequence[float], b: Sequence[float], confidence: floa
     )
 
 
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Two-sided t-interval of the arithmetic mean of ``values`` (n >= 2): for figures that may be 0 (accepted
+    draft tokens per round), where a geometric mean cannot be taken."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) but got {confidence}")
+    if len(values) < 2:
+        raise ValueError(f"an interval needs at least 2 values but got {len(values)}")
+    m, sd = mean_sd(values)
+    half = _t_quantile(0.5 + confidence / 2, len(values) - 1) * sd / math.sqrt(len(values))
+    return Interval(point=m, low=m - half, high=m + half, n=len(values), confidence=confidence)
+
+
+def ratio_of_means_interval(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Two-sided interval of mean(a) / mean(b) from two independent samples (each n >= 2, both means positive):
+    the delta method on the log of the ratio, se^2 = var(a) / (n_a mean(a)^2) + var(b) / (n_b mean(b)^2), with
+    Welch-Satterthwaite's degrees of freedom on those two terms; mapped back with exp (so it stays positive).
+    ``n`` is the smaller sample's size."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) but got {confidence}")
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"a two-sample interval needs at least 2 values in each sample but got {len(a)} and {len(b)}")
+    (ma, sa), (mb, sb) = mean_sd(a), mean_sd(b)
+    if ma <= 0 or mb <= 0:
+        raise ValueError(f"a ratio of means needs both means positive but got {ma} and {mb}")
+    va, vb = sa * sa / (len(a) * ma * ma), sb * sb / (len(b) * mb * mb)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1)) if se > 0 else float(len(a) + len(b) - 2)
+    half = _t_quantile(0.5 + confidence / 2, df) * se
+    r = ma / mb
+    return Interval(
+        point=r, low=r * math.exp(-half), high=r * math.exp(half), n=min(len(a), len(b)), confidence=confidence, df=df
+    )
+
+
 #: default sd of the log speedup between server starts (see ``PruningSpec.start_noise``)
 START_NOISE = 0.035
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import SpaceError
-from autotune.stats import Interval, speedup_interval, two_sample_interval
+from autotune.stats import Interval, mean_interval, ratio_of_means_interval, speedup_interval, two_sample_interval
 
 #: characters per token, for lengths where the log has no token counts (English text and code average 3.5-4.5)
 CHARS_PER_TOKEN = 4.0
@@ -576,6 +576,76 @@ def holdout_check(
             "log's mix"
         )
     return HoldoutCheck(speedup_interval(a, confidence), speedup_interval(b, confidence), ratio, min_gain, warning)
+
+
+@dataclass(frozen=True)
+class AcceptanceCheck:
+    """The recommended config's acceptance on the subset against the holdout (a sample of the rest of the log):
+    accepted draft tokens per verify round (acceptance length - 1, what the bonus token does not give for free),
+    each side's mean with its t-interval, and their ratio (subset / rest) with a delta-method Welch interval (two
+    independent prompt sets). The subset's figures are the config's search trial's, the holdout's come from the
+    winner's one more start after confirmation, each request at its own sampling. ``warning`` when the ratio's
+    interval lies wholly above 1 + min_gain (the rest's acceptance below 1 / (1 + min_gain) of the subset's): the
+    subset flatters the drafter by more than the gain the study looks for, so the speedup may not transfer."""
+
+    trial: int
+    subset: Interval
+    rest: Interval
+    ratio: Interval
+    min_gain: float
+    warning: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trial": self.trial,
+            "subset_accepted_per_round": self.subset.to_dict(),
+            "rest_accepted_per_round": self.rest.to_dict(),
+            "ratio": self.ratio.to_dict(),
+            "min_gain": self.min_gain,
+            "warning": self.warning,
+            "text": self.text(),
+        }
+
+    def text(self) -> str:
+        def iv(x: Interval) -> str:
+            return f"{x.point:.2f} [{x.low:.2f}, {x.high:.2f}]"
+
+        r = self.ratio
+        line = (
+            f"trial {self.trial}'s accepted draft tokens a round on the subset {iv(self.subset)} ({self.subset.n} "
+            f"requests) vs a sample of the rest {iv(self.rest)} ({self.rest.n} requests): ratio {r.point:.3f} "
+            f"[{r.low:.3f}, {r.high:.3f}] ({r.confidence:.0%})"
+        )
+        return line + (f" - WARNING {FLATTERS_DRAFTER}: {self.warning}" if self.warning else "")
+
+
+#: the name of the acceptance check's warning (``AcceptanceCheck``)
+FLATTERS_DRAFTER = "subset-flatters-drafter"
+
+
+def acceptance_check(
+    trial: int,
+    subset_accept_lengths: Sequence[float | None],
+    rest_accept_lengths: Sequence[float | None],
+    min_gain: float,
+    confidence: float = 0.95,
+) -> AcceptanceCheck | None:
+    """``AcceptanceCheck`` of a config's per-request acceptance lengths (``PromptResult.accept_length``, with the
+    bonus token) on the subset and on the holdout; None with fewer than 2 reported on either side or nothing
+    accepted on either (no ratio to take)."""
+    a = [x - 1.0 for x in subset_accept_lengths if x is not None]
+    b = [x - 1.0 for x in rest_accept_lengths if x is not None]
+    if len(a) < 2 or len(b) < 2 or sum(a) <= 0 or sum(b) <= 0:
+        return None
+    ratio = ratio_of_means_interval(a, b, confidence)
+    warning = None
+    if ratio.low > 1.0 + min_gain:
+        warning = (
+            f"the drafter accepts fewer draft tokens a round on the rest of the log than on the subset, by more than "
+            f"min_gain ({min_gain:.0%}) at {confidence:.0%} confidence: the subset flatters it and the speedup may "
+            "not transfer; pick more requests (benchmark.requests) or check the log's mix"
+        )
+    return AcceptanceCheck(trial, mean_interval(a, confidence), mean_interval(b, confidence), ratio, min_gain, warning)
 
 
 # ---------------------------------------------------------------------------------------------- guards

@@ -377,7 +377,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
     time at the study's own measured costs, else the simulator's, else counts only."""
     from autotune import plan
     from autotune.measure import warmup_rule
-    from autotune.records import TrialRecord, greedy_lossless, traffic_holdout, used_budget
+    from autotune.records import TrialRecord, greedy_lossless, traffic_acceptance, traffic_holdout, used_budget
 
     space = ctx.run_space
     used = used_budget(study)[0] if study is not None else 0
@@ -413,6 +413,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
         methods=sum(1 for m in space.search.methods if ctx.backend.method_unavailable(space, m) is None),
         holdout=0 if study is not None and traffic_holdout(study) else len(space.benchmark.holdout),
         greedy_check=not space.benchmark.greedy and (study is None or greedy_lossless(study) is None),
+        holdout_acceptance=0 if study is not None and traffic_acceptance(study) else len(space.benchmark.holdout),
         **_level_phase_left(ctx, study),
     )
 

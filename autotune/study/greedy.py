@@ -2,71 +2,86 @@
 above 0): the speedup is measured at each prompt's own sampling (the objective), where two answers differ by
 chance and cannot be compared. The check runs at temperature 0 on the same prompts instead: every baseline of the
 search keeps its reference answers (``Session.reference``, untimed), and once confirmation has a speculative
-winner, that config is started once more and answers every prompt greedily the same way; its answers are judged
-against its own search baseline's (``lossless.check_outputs``, the greedy check's rules). Recorded as study attr
-``greedy_lossless``; the report says which figures come from which measurement."""
+winner, that config answers every prompt greedily the same way on its one more start (``study.winner``, which
+may measure the holdout's acceptance on the same start); its answers are judged against its own search
+baseline's (``lossless.check_outputs``, the greedy check's rules). Recorded as study attr ``greedy_lossless``;
+the report says which figures come from which measurement."""
 
 from __future__ import annotations
 
-import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 from autotune import lossless, records
 from autotune.config import ReferenceOutput
-from autotune.errors import BenchmarkError, LaunchError
-from autotune.records import ConfirmationState, TrialRecord
+from autotune.errors import BenchmarkError
+from autotune.records import TrialRecord
+from autotune.runner import Session
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
-from autotune.verdict import Verdict
 
 
-def check(ctx: StudyContext, state: ConfirmationState) -> dict[str, Any] | None:
-    """The temperature-0 check of confirmation's winner (``state.best``) in a sampling space, once (a resumed study
-    keeps it); None for a greedy space (its trials are checked as they run) or without a speculative winner."""
-    if ctx.space.benchmark.greedy or state.verdict != Verdict.SPECULATION_WINS or state.best is None:
+@dataclass(frozen=True)
+class Pending:
+    """The check still to run for the winner ``trial``: its baseline's temperature-0 references."""
+
+    trial: int
+    baseline: int
+    references: list[ReferenceOutput]
+
+
+def pending(ctx: StudyContext, best: int, by_number: dict[int, Any]) -> Pending | None:
+    """The check the winner ``best`` still needs in a sampling space; None for a greedy space (its trials are
+    checked as they run), when done for this winner (a resumed study keeps it), or when it cannot run (its baseline
+    kept no references: recorded as skipped at once)."""
+    if ctx.space.benchmark.greedy:
         return None
     done = records.greedy_lossless(ctx.study)
-    if done is not None and done.get("trial") == state.best:
-        return done
-    by_number = {t.number: t for t in records.trials(ctx.study)}
-    best = TrialRecord(by_number[state.best])
-    base_number = best.baseline_trial
-    refs = TrialRecord(by_number[base_number]).references() if base_number in by_number else []
-    out: dict[str, Any] = {"trial": state.best, "baseline": base_number, "temperature": 0.0}
-    if not refs or any(r is None for r in refs):
-        out["skipped"] = "its baseline has no temperature-0 reference answers (the server gives no log-probabilities)"
+    if done is not None and done.get("trial") == best:
+        return None
+    base = TrialRecord(by_number[best]).baseline_trial
+    refs = TrialRecord(by_number[base]).references() if base is not None and base in by_number else []
+    if base is None or not refs or any(r is None for r in refs):
+        why = "its baseline has no temperature-0 reference answers (the server gives no log-probabilities)"
+        _record(ctx, best, base, why)
+        return None
+    return Pending(best, base, [r for r in refs if r is not None])
+
+
+def run(ctx: StudyContext, job: Pending, session: Session | str) -> dict[str, Any]:
+    """The winner's temperature-0 answer to every prompt on ``session`` (or the line saying why its start failed),
+    judged against its baseline's references; recorded and said."""
+    answers: list[str] | str
+    if isinstance(session, str):
+        answers = session
     else:
-        answers = _greedy_answers(ctx, best, len(refs))
-        if isinstance(answers, str):
-            out["skipped"] = answers
-        else:
-            out |= lossless.check_outputs(
-                answers,
-                [r.text for r in refs if r is not None],
-                refs,
-                tolerance=ctx.lossless_tolerance(),
-                min_prefix=ctx.space.verdict.lossless_min_prefix,
-            )
-    records.set_greedy_lossless(ctx.study, out)
-    ctx.emit(Event("note", state.best, {"message": "lossless check at temperature 0: " + text(out)}))
-    return out
-
-
-def _greedy_answers(ctx: StudyContext, best: TrialRecord, n: int) -> list[str] | str:
-    """The config's temperature-0 answer to each of the ``n`` prompts on one fresh start; a line saying why not
-    when the start or a request fails."""
-    try:
-        session = ctx.runner.launch(best.effective_config())
-    except LaunchError as e:
-        return f"the start for the check failed ({e.kind}: {str(e)[:200]})"
-    with contextlib.closing(session):
-        answers: list[ReferenceOutput | None] = []
         try:
-            for i in range(n):
-                answers.append(session.reference(i, lossless.REFERENCE_TOP_N))
+            got = [session.reference(i, lossless.REFERENCE_TOP_N) for i in range(len(job.references))]
+            answers = [a.text if a is not None else "" for a in got]
         except BenchmarkError as e:
-            return f"a request of the check failed ({str(e)[:200]})"
-    return [a.text if a is not None else "" for a in answers]
+            answers = f"a request of the check failed ({str(e)[:200]})"
+    if isinstance(answers, str):
+        return _record(ctx, job.trial, job.baseline, answers)
+    found = lossless.check_outputs(
+        answers,
+        [r.text for r in job.references],
+        job.references,
+        tolerance=ctx.lossless_tolerance(),
+        min_prefix=ctx.space.verdict.lossless_min_prefix,
+    )
+    return _record(ctx, job.trial, job.baseline, None, found)
+
+
+def _record(
+    ctx: StudyContext, trial: int, baseline: int | None, skipped: str | None, found: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"trial": trial, "baseline": baseline, "temperature": 0.0}
+    if skipped is not None:
+        out["skipped"] = skipped
+    out |= found or {}
+    records.set_greedy_lossless(ctx.study, out)
+    ctx.emit(Event("note", trial, {"message": "lossless check at temperature 0: " + text(out)}))
+    return out
 
 
 def text(record: dict[str, Any]) -> str:

@@ -18,10 +18,10 @@ from autotune.records import ConfirmationState
 from autotune.runner import Runner
 from autotune.space import Space
 from autotune.study import confirm as _confirm
-from autotune.study import greedy as _greedy
 from autotune.study import ladder as _ladder
 from autotune.study import search as _search
 from autotune.study import trial as _trial
+from autotune.study import winner as _winner
 from autotune.study.context import StudyContext
 from autotune.study.events import Listener, quiet
 from autotune.surrogate import Model, one_blas_thread
@@ -119,10 +119,11 @@ class Orchestrator:
         return _confirm.candidates(self.ctx)
 
     def confirm(self) -> ConfirmationState:
-        """Confirmation, then (a space whose prompts sample) its winner's lossless check at temperature 0."""
+        """Confirmation, then the checks on its winner's one more start (``study.winner``): the lossless check at
+        temperature 0 (a space whose prompts sample), its acceptance on a request log's holdout."""
         with one_blas_thread():
             state = _confirm.confirm(self.ctx)
-        _greedy.check(self.ctx, state)
+        _winner.check(self.ctx, state)
         return state
 
 

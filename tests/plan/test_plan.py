@@ -126,7 +126,20 @@ def test_a_request_logs_holdout_check_is_one_extra_baseline_pass_in_the_cost():
 
 def test_sampling_prompts_plan_one_more_start_for_the_winners_lossless_check_at_temperature_0():
     p = _plan(greedy_check=True)
-    assert [(ph.name, ph.starts, ph.starts_max) for ph in p.phases][-1] == ("lossless check", 0, 1)
+    assert [(ph.name, ph.starts, ph.starts_max) for ph in p.phases][-1] == ("winner check", 0, 1)
     assert p.starts == (_plan().starts[0], _plan().starts[1] + 1)
-    assert "lossless check 0-1 server starts" in planmod.render(p)
+    said = "winner check 0-1 server starts (one more start of the winner, if one wins: its answers at temperature 0"
+    assert said in planmod.render(p)
     assert [ph.name for ph in _plan(greedy_check=True, confirm=False).phases] == ["search"]  # no winner, no check
+
+
+def test_the_holdouts_acceptance_shares_the_winners_start_and_a_greedy_log_plans_it_alone():
+    both = _plan(greedy_check=True, holdout_acceptance=32)
+    assert both.starts == _plan(greedy_check=True).starts  # one start serves both checks
+    assert both.phases[-1].note.endswith(
+        "its answers at temperature 0 (the prompts sample) and its acceptance on the 32 holdout requests against "
+        "the subset's"
+    )
+    alone = _plan(holdout_acceptance=32)  # a greedy log: the start exists for this check only, and is counted
+    assert [(ph.name, ph.starts, ph.starts_max) for ph in alone.phases][-1] == ("winner check", 0, 1)
+    assert alone.starts == (_plan().starts[0], _plan().starts[1] + 1)

@@ -78,3 +78,26 @@ def write_jsonl(path: Path, lines: list[dict]) -> Path:
 def clean_log(path: Path, n: int = 1200, seed: int = 0, categories: bool = True) -> Path:
     rng = random.Random(seed)
     return write_jsonl(path, [chat_line(rng, i, category="auto" if categories else None) for i in range(n)])
+
+
+def flattering_log(path: Path, n: int = 1200, requests: int = 24) -> Path:
+    """A log whose subset (``requests`` picked, seed 0) the simulator's drafter likes and whose rest it does not: no
+    request names a category but the first (so the strata are length and category, never the text), the subset's
+    asks name code (the simulator infers category code: high acceptance) and the rest's ask for a poem without a code
+    or summary word (category creative: low). The asks change after the pick, which their text never steered (the
+    logged token counts give the lengths); the pick is checked to stay the same."""
+    from autotune.traffic import pick_subset, read_requests
+
+    rng = random.Random(0)
+    lines = [chat_line(rng, i, category="chat" if i == 0 else None) for i in range(n)]
+    picked = pick_subset(read_requests(write_jsonl(path, lines)), requests, seed=0).picked
+    chosen = set(picked)
+    for i, line in enumerate(lines):
+        for m in line["body"]["messages"][1:]:
+            text = m["content"].replace("function", "answer").replace("summary", "letter")
+            m["content"] = text
+        last = line["body"]["messages"][-1]
+        last["content"] += " Write it in python." if i in chosen else " Make it a poem."
+    write_jsonl(path, lines)
+    assert pick_subset(read_requests(path), requests, seed=0).picked == picked
+    return path

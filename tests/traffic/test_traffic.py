@@ -12,8 +12,10 @@ import pytest
 
 from autotune.errors import SpaceError
 from autotune.traffic import (
+    FLATTERS_DRAFTER,
     UNREPRESENTATIVE,
     Turn,
+    acceptance_check,
     draw_holdout,
     guards,
     holdout_check,
@@ -189,6 +191,29 @@ def test_the_holdout_check_warns_only_when_the_subset_is_off_by_more_than_min_ga
     near = holdout_check([x * 1.05 for x in same], rest, min_gain=0.10)
     assert near is not None and near.warning is None
     assert holdout_check([100.0], rest, min_gain=0.02) is None  # too few to compare
+
+
+def test_the_acceptance_check_warns_only_when_the_rest_accepts_clearly_less_than_the_subset():
+    """Accepted draft tokens a round (acceptance length - 1), ratio subset / rest: a warning only when its whole
+    interval lies above 1 + min_gain (the subset flatters the drafter); a subset that under-sells it says nothing."""
+    rng = random.Random(0)
+    rest = [1 + rng.uniform(2.5, 3.5) for _ in range(24)]
+    same = [1 + rng.uniform(2.5, 3.5) for _ in range(24)]
+    clean = acceptance_check(7, same, rest, min_gain=0.02)
+    assert clean is not None and clean.warning is None and clean.ratio.low < 1 < clean.ratio.high
+    assert clean.subset.point == pytest.approx(sum(same) / 24 - 1)  # the mean of accepted tokens, not of lengths
+    assert clean.ratio.point == pytest.approx(clean.subset.point / clean.rest.point)
+    flattered = acceptance_check(7, [1 + (x - 1) * 1.3 for x in rest], rest, min_gain=0.02)
+    assert flattered is not None and flattered.warning and "fewer draft tokens a round on the rest" in flattered.warning
+    assert flattered.ratio.low > 1.02 and flattered.ratio.point == pytest.approx(1.3)
+    assert f"WARNING {FLATTERS_DRAFTER}" in flattered.text() and flattered.to_dict()["trial"] == 7
+    undersold = acceptance_check(7, [1 + (x - 1) / 1.3 for x in rest], rest, min_gain=0.02)
+    assert undersold is not None and undersold.warning is None and undersold.ratio.high < 1
+    # 10% apart, but the study looks for 20% gains: no warning
+    near = acceptance_check(7, [1 + (x - 1) * 1.1 for x in rest], rest, min_gain=0.20)
+    assert near is not None and near.warning is None
+    assert acceptance_check(7, [4.0, None], rest, min_gain=0.02) is None  # one reported: too few
+    assert acceptance_check(7, [1.0, 1.0, 1.0], rest, min_gain=0.02) is None  # nothing accepted: no ratio
 
 
 def test_without_categories_the_strata_are_text_clusters(tmp_path):

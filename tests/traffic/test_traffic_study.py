@@ -8,6 +8,7 @@ import json
 import random
 
 import optuna
+import pytest
 import yaml
 
 from autotune.backends.llamacpp import LlamaCppBackend
@@ -15,7 +16,7 @@ from autotune.backends.sglang import SGLangBackend
 from autotune.space import load_space
 
 from ..cli.helpers import REPO, autotune
-from .logs import chat_line, clean_log, write_jsonl
+from .logs import chat_line, clean_log, flattering_log, write_jsonl
 
 SPACE = """name: traffic
 server:
@@ -105,7 +106,10 @@ def test_a_study_runs_from_the_log_and_says_what_it_picked_first(tmp_path):
         "check them against)" in head
     )
     assert "the lossless check at temperature 0 on the same prompts" in head
-    assert "lossless check 0-1 server starts" in r.stderr  # the winner's greedy answers: one more start
+    assert (
+        "winner check 0-1 server starts (one more start of the winner, if one wins: its answers at temperature 0"
+        in (r.stderr)
+    )  # the winner's greedy answers and its acceptance on the holdout: one more start
     assert "holdout check 0 server starts (one extra baseline pass: 24 requests from the rest" in r.stderr
     # measured on the first baseline's start, said before the search goes on
     said = r.stderr.index("traffic: baseline tok/s on the subset")
@@ -163,6 +167,14 @@ def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(
     assert t["holdout_text"].startswith(
         "subset vs the rest of the log (baseline trial 0): baseline tok/s on the subset"
     )
+    # the winner's acceptance on the subset (its search trial) against the holdout (its one more start): alike
+    a = t["acceptance_check"]
+    assert a["trial"] == rep["recommended"]["trial"] and a["warning"] is None and len(a["rest"]) == 24
+    assert a["subset_accepted_per_round"]["n"] == a["rest_accepted_per_round"]["n"] == 24
+    assert a["ratio"]["low"] <= 1.02 and a["rest_accepted_per_round"]["point"] == pytest.approx(sum(a["rest"]) / 24 - 1)
+    assert t["acceptance_text"].startswith(
+        f"subset vs the rest of the log (the winner, after confirmation): trial {a['trial']}'s accepted draft tokens"
+    )
     assert rep["recommended"]["config"]["drafter"]  # this seeded study recommends EAGLE-3
     rows = t["by_length"]
     assert [x["bucket"] for x in rows] == ["short", "medium", "long"] and sum(x["prompts"] for x in rows) == 24
@@ -172,9 +184,40 @@ def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(
     text = autotune("report", str(space), "--simulate", "--studies-dir", str(studies)).stdout
     assert "traffic: 24 of 1200 logged requests measured" in text
     assert "subset vs the rest of the log (baseline trial 0): baseline tok/s" in text
+    assert "subset vs the rest of the log (the winner, after confirmation): trial" in text and "WARNING" not in text
     html = tmp_path / "r.html"
     autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
     assert "id='traffic'" in html.read_text() and "<p id='holdout'>subset vs the rest" in html.read_text()
+    assert "<p id='holdout-acceptance'>subset vs the rest of the log (the winner" in html.read_text()
+
+
+def test_a_subset_that_flatters_the_drafter_is_a_named_warning_after_confirmation(tmp_path):
+    """#45: the subset's requests ask for code (the simulator's drafter accepts more there), the rest for poems
+    (less): the baseline's speed cannot tell (the holdout check stays silent), the winner's acceptance on the
+    holdout, measured on its one more start after confirmation, can."""
+    flattering_log(tmp_path / "log.jsonl")
+    space, studies = _space(tmp_path), tmp_path / "studies"
+    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
+    assert r.returncode == 0, r.stderr
+    assert "its acceptance on the 24 holdout requests against the subset's" in r.stderr.split("plan: ")[1]
+    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    t = rep["traffic"]
+    assert t["holdout_check"]["warning"] is None  # the baseline runs as fast on either
+    a = t["acceptance_check"]
+    assert a["trial"] == rep["recommended"]["trial"] and a["min_gain"] == 0.02
+    sub, rest, ratio = a["subset_accepted_per_round"], a["rest_accepted_per_round"], a["ratio"]
+    assert (
+        rest["high"] < sub["low"]
+        and ratio["low"] > 1.02
+        and ratio["point"] == pytest.approx(sub["point"] / rest["point"])
+    )
+    assert a["warning"].startswith("the drafter accepts fewer draft tokens a round on the rest of the log")
+    assert "WARNING subset-flatters-drafter: " in t["acceptance_text"]
+    said = autotune("report", str(space), "--simulate", "--studies-dir", str(studies)).stdout
+    assert "WARNING subset-flatters-drafter" in said
+    html = tmp_path / "r.html"
+    autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
+    assert "<p id='holdout-acceptance' class='warn'>subset vs the rest of the log (the winner" in html.read_text()
 
 
 def test_by_length_warns_when_the_longest_inputs_lose():
@@ -261,3 +304,31 @@ def test_reference_acceptance_must_exceed_1(tmp_path):
     r = autotune("validate", str(space), "--simulate")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "drafters[0].reference_acceptance" in r.stderr
+
+
+def test_one_more_start_of_the_winner_serves_the_lossless_check_and_the_holdouts_acceptance(tmp_path):
+    """A sampling log with a holdout: both checks after confirmation on one start of the winner (the plan's one
+    ``winner check`` start), and none again once both are recorded (a resumed study)."""
+    from autotune.clock import VirtualClock
+    from autotune.records import greedy_lossless, traffic_acceptance
+    from autotune.sim import ModelRunner, simulated_space
+    from autotune.study import Orchestrator, confirm, open_study, winner
+    from autotune.verdict import Verdict
+
+    clean_log(tmp_path / "log.jsonl", n=1200)
+    space = load_space(str(_space(tmp_path)))
+    sim, backend, clock = simulated_space(space), SGLangBackend(), VirtualClock()
+    runner = ModelRunner(sim, backend, clock, seed=0)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "one-start", seed=0, simulated=True)
+    orch = Orchestrator(sim, backend, runner, study, clock=clock)
+    orch.search(6)
+    state = confirm.confirm(orch.ctx)
+    assert state.verdict == Verdict.SPECULATION_WINS
+    before = runner.launches
+    winner.check(orch.ctx, state)
+    assert runner.launches == before + 1
+    lossless, accepted = greedy_lossless(study), traffic_acceptance(study)
+    assert lossless is not None and accepted is not None and lossless["trial"] == accepted["trial"] == state.best
+    assert lossless["ok"] is True and accepted["warning"] is None
+    winner.check(orch.ctx, state)
+    assert runner.launches == before + 1
