@@ -1,6 +1,7 @@
 """SGLang launch flags as the simulator reads them, with SGLang's rules applied as SGLang applies them.
 
-``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``--engine``,
+``parse_launch_args(argv)`` (``autotune.sim.vllm_args``) takes everything after ``-m autotune.sim``: the sim's
+own flags (``--engine``,
 ``--scenario``, ``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``,
 ``--sim-no-noise``, ``--near-ties``) and SGLang's flags (``--engine vllm``: vLLM's, ``autotune.sim.vllm_args``,
 which shares the sim's flags and settings, ``sim_args``). Unknown flags
@@ -65,6 +66,24 @@ _SIM_VALUE_FLAGS = {
 }
 _SIM_BOOL_FLAGS = {"--sim-no-noise": "sim_no_noise"}
 
+#: vLLM 0.33.0's ``max_num_seqs`` for the OpenAI server on a GPU of 70 GiB or more (``EngineArgs``'s defaults)
+VLLM_DEFAULT_MAX_NUM_SEQS = 1024
+#: vLLM 0.33.0's default CUDA-graph capture ceiling (``VllmConfig``, before Blackwell)
+VLLM_DEFAULT_GRAPH_MAX_BS = 512
+#: ``vllm serve``'s value flags the simulator reads (``autotune.sim.vllm_args``: its rules; here because the usage
+#: and the resolved args' defaults name them too)
+VLLM_VALUE_FLAGS = {
+    "--model": "model_path",
+    "--speculative-config": "speculative_config",
+    "--max-num-seqs": "max_running_requests",
+    "--tensor-parallel-size": "tp_size",
+    "-tp": "tp_size",
+    "--served-model-name": "served_model_name",
+    "--host": "host",
+    "--port": "port",
+    **_SIM_VALUE_FLAGS,
+}
+
 # SGLang's flags taking a value / boolean switches that the simulator understands
 _VALUE_FLAGS = {
     "--model-path": "model_path",
@@ -122,7 +141,6 @@ _INT_FIELDS = (
 def usage() -> str:
     """``python -m autotune.sim --help``: the flags the simulated server understands (others are ignored)."""
     from autotune.sim.scenario import scenario_names
-    from autotune.sim.vllm_args import _VALUE_FLAGS as VLLM_VALUE_FLAGS
 
     lines = [
         "usage: python -m autotune.sim --scenario NAME --model-path PATH [--time-scale X] [--seed N] "
@@ -272,9 +290,7 @@ class ResolvedArgs:
         if self.max_running_requests is not None:
             return self.max_running_requests
         if self.engine == "vllm":
-            from autotune.sim.vllm_args import DEFAULT_MAX_NUM_SEQS
-
-            return DEFAULT_MAX_NUM_SEQS
+            return VLLM_DEFAULT_MAX_NUM_SEQS
         return SPECULATIVE_MAX_RUNNING if self.speculative else None
 
     @property
@@ -284,9 +300,7 @@ class ResolvedArgs:
         if self.cuda_graph_max_bs is not None:
             return self.cuda_graph_max_bs
         if self.engine == "vllm":
-            from autotune.sim.vllm_args import DEFAULT_GRAPH_MAX_BS as VLLM_GRAPH_MAX_BS
-
-            return VLLM_GRAPH_MAX_BS
+            return VLLM_DEFAULT_GRAPH_MAX_BS
         return DEFAULT_GRAPH_MAX_BS
 
 
@@ -450,15 +464,9 @@ def sim_args(
     )
 
 
-def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
-    """Parse the sim's own flags and the launch flags of the server it plays (``--engine``: SGLang unless told,
-    vLLM's in ``autotune.sim.vllm_args``) and apply that server's rules. Raises SimLaunchError. ``load`` resolves
-    ``--scenario`` (default: the shipped scenarios)."""
-    engine = engine_of(argv)
-    if engine == "vllm":
-        from autotune.sim.vllm_args import parse_vllm_args
-
-        return parse_vllm_args(argv, load=load)
+def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+    """Parse the sim's own flags and SGLang's launch flags and apply SGLang's rules (``parse_launch_args`` in
+    ``autotune.sim.vllm_args`` picks the engine). Raises SimLaunchError. ``load`` resolves ``--scenario``."""
     vals, fault_texts, log = _split(list(argv))
     args = sim_args(vals, fault_texts, log, load, engine="sglang", prog="launch_server.py", model_flag="--model-path")
     args.disable_cuda_graph = bool(vals.get("disable_cuda_graph", False))
@@ -549,7 +557,7 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
     return _resolve_eagle_family(args, vals, requested, steps, topk, ndt, log)
 
 
-# -- SGLang 0.5.23's speculative resolution rules, called by ``parse_launch_args`` after reading the flags
+# -- SGLang 0.5.23's speculative resolution rules, called by ``parse_sglang_args`` after reading the flags
 
 #: target architectures whose draft model path defaults to the target (their MTP/NextN layers), from
 #: ``_handle_eagle_family`` in SGLang 0.5.23's ``arg_groups/speculative_hook.py``
@@ -792,7 +800,7 @@ __all__ = [
     "_split",
     "_target_ok",
     "engine_of",
-    "parse_launch_args",
+    "parse_sglang_args",
     "sim_args",
     "usage",
 ]

@@ -26,11 +26,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from autotune.sim import logprobs
-from autotune.sim.args import SGLANG_VERSION, ResolvedArgs, parse_launch_args
+from autotune.sim.args import SGLANG_VERSION, ResolvedArgs
 from autotune.sim.engine import Generation, SimEngine
 from autotune.sim.faults import SimLaunchError
 from autotune.sim.scheduler import DecodeLog, Scheduler
-from autotune.sim.vllm_args import VLLM_VERSION
+from autotune.sim.vllm_args import VLLM_VERSION, parse_launch_args
 
 #: longest wall wait for the scheduler's next tokens before a stream gives up (a bound, never reached normally)
 STREAM_WAIT_S = 3600.0

@@ -25,15 +25,27 @@ import os
 from typing import Any
 
 from autotune.backends.vllm_drafters import architecture_problem
-from autotune.sim.args import _SIM_BOOL_FLAGS, _SIM_VALUE_FLAGS, ResolvedArgs, _split, sim_args
+from autotune.sim.args import (
+    _SIM_BOOL_FLAGS,
+    ResolvedArgs,
+    _split,
+    engine_of,
+    parse_sglang_args,
+    sim_args,
+)
+from autotune.sim.args import (
+    VLLM_DEFAULT_GRAPH_MAX_BS as DEFAULT_GRAPH_MAX_BS,
+)
+from autotune.sim.args import (
+    VLLM_DEFAULT_MAX_NUM_SEQS as DEFAULT_MAX_NUM_SEQS,
+)
+from autotune.sim.args import (
+    VLLM_VALUE_FLAGS as _VALUE_FLAGS,
+)
 from autotune.sim.faults import SimLaunchError, _fail, _not_loadable
 from autotune.sim.scenario import ScenarioLoader, SimDrafter, load_scenario
 
 VLLM_VERSION = "0.33.0"
-#: vLLM 0.33.0's ``max_num_seqs`` for the OpenAI server on a GPU of 70 GiB or more (``EngineArgs``'s defaults)
-DEFAULT_MAX_NUM_SEQS = 1024
-#: vLLM 0.33.0's default CUDA-graph capture ceiling (``VllmConfig``, before Blackwell)
-DEFAULT_GRAPH_MAX_BS = 512
 #: the methods the simulator plays (vLLM has more: suffix, ngram_gpu, dflash, dspark, custom_class, ...)
 SIMULATED_METHODS = ("eagle", "eagle3", "draft_model", "mtp", "ngram")
 #: vLLM's method -> the algorithm of the performance model
@@ -49,21 +61,17 @@ _SPEC_KEYS = (
     "draft_tensor_parallel_size",
 )
 
-_VALUE_FLAGS = {
-    "--model": "model_path",
-    "--speculative-config": "speculative_config",
-    "--max-num-seqs": "max_running_requests",
-    "--tensor-parallel-size": "tp_size",
-    "-tp": "tp_size",
-    "--served-model-name": "served_model_name",
-    "--host": "host",
-    "--port": "port",
-    **_SIM_VALUE_FLAGS,
-}
 _BOOL_FLAGS = {"--enforce-eager": "enforce_eager", **_SIM_BOOL_FLAGS}
 _PROG = "vllm serve"
 
-__all__ = ["DEFAULT_GRAPH_MAX_BS", "DEFAULT_MAX_NUM_SEQS", "SIMULATED_METHODS", "VLLM_VERSION", "parse_vllm_args"]
+__all__ = [
+    "DEFAULT_GRAPH_MAX_BS",
+    "DEFAULT_MAX_NUM_SEQS",
+    "SIMULATED_METHODS",
+    "VLLM_VERSION",
+    "parse_launch_args",
+    "parse_vllm_args",
+]
 
 
 def _error(message: str, log: list[str]) -> SimLaunchError:
@@ -213,3 +221,12 @@ def _schedule(value: object, log: list[str]) -> list[tuple[int, int, int]]:
             "The first batch-size range must start at 1 so every runtime batch size has a defined schedule.", log
         )
     return out
+
+
+def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+    """Parse the sim's own flags and the launch flags of the server it plays (``--engine``: SGLang unless told) and
+    apply that server's rules. Raises SimLaunchError. ``load`` resolves ``--scenario`` (default: the shipped
+    scenarios). Here, not in ``autotune.sim.args``, because vLLM's rules build on that module's parsing."""
+    if engine_of(argv) == "vllm":
+        return parse_vllm_args(argv, load=load)
+    return parse_sglang_args(argv, load=load)
