@@ -12,7 +12,9 @@ trial prompt by prompt (``step`` = prompt index, the same prompt in every trial)
 Both are ``autotune.verdict.clearly_loses``: the baseline rule prunes once the one-sided upper confidence bound of
 the paired speedup over the baseline falls below 1; the leader rule once the bound over the leader falls below
 1 - ``leader_margin`` (the leader's figure is
-the luckiest of many, and a config a few percent behind it may still be the optimum). The bound
+the luckiest of many, and a config a few percent behind it may still be the optimum); in a space with
+``search.methods`` only once the trial's method has ``leader_after`` measured starts of its own (the trial's
+included). The bound
 uses the study's pooled prompt-to-prompt spread (``stats.pooled_spread``: every other measured trial's per-prompt
 log ratios against the same kind of reference, from a conservative prior), the trial's own where it is larger, and
 the start-to-start noise. With ``objective.weights`` over prompt categories both rules use the objective's
@@ -55,6 +57,12 @@ def _measured(trials: Sequence[FrozenTrial], exclude: int) -> list[FrozenTrial]:
             continue
         out.append(t)
     return out
+
+
+def _own(trials: Sequence[FrozenTrial], method: object, exclude: int) -> int:
+    """How many measured starts (complete or pruned after its prompts, not copies) ``method`` has besides
+    ``exclude``."""
+    return sum(1 for t in _measured(trials, exclude) if TrialRecord(t).method == method)
 
 
 def leader_of(trials: Sequence[FrozenTrial], exclude: int = -1) -> FrozenTrial | None:
@@ -131,6 +139,7 @@ class BaselinePruner(BasePruner):
         n_prompts: int = 0,
         categories: Sequence[str | None] = (),
         category_weights: dict[str, float] | None = None,
+        leader_after: int = 0,
     ) -> None:
         if not 0 <= leader_margin < 1:
             raise ValueError(f"leader_margin must be in [0, 1) but got {leader_margin}")
@@ -156,6 +165,12 @@ class BaselinePruner(BasePruner):
         self.category_weights = dict(category_weights or {})
         if self.category_weights and not self.categories:
             raise ValueError("category_weights need the prompts' categories")
+        if leader_after < 0:
+            raise ValueError(f"leader_after must be at least 0 but got {leader_after}")
+        #: a trial of a method (``search.methods``) is held to the leader only once its method has this many measured
+        #: starts of its own, the trial's included: every method is explored on its own evidence before another's
+        #: leader cuts it
+        self.leader_after = int(leader_after)
 
     def decide(self, study: optuna.Study, trial: FrozenTrial) -> PruneDecision | None:
         """The decision with its numbers (the baseline rule's, or the leader rule's when that one prunes), or
@@ -185,6 +200,12 @@ class BaselinePruner(BasePruner):
         else:
             d = prune_decision(*paired_values(trial, baseline), spread=spread, against=baseline.number, **opts)
         if d.prune or not self.leader:
+            return d
+        if (
+            self.leader_after
+            and r.method is not None
+            and 1 + _own(everything, r.method, trial.number) < self.leader_after
+        ):
             return d
         lead = leader_of(everything, exclude=trial.number)
         if lead is None or lead.number == baseline.number:

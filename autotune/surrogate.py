@@ -131,10 +131,13 @@ class Surrogate:
         *,
         noise_floor: float = 0.025,
         level_of: Callable[[TrialConfig], Hashable] | None = None,
+        prior_scale: float | None = None,
     ) -> None:
         """``noise_floor``: the smallest sd of one start's log tok/s the fit may assume. Servers differ by ~2.5%
         from one start to the next (``pruning.start_noise`` / sqrt 2); without a floor, a few points near the top
-        are explained as signal and the lucky start wins again."""
+        are explained as signal and the lucky start wins again. ``prior_scale``: the signal's sd, fixed, instead of
+        one the fit chooses from the observations' own spread (``MethodSurrogate``: a method with too few
+        measurements of its own to say how its configs spread)."""
         if not observations:
             raise ValueError("a surrogate needs at least one observation")
         if not noise_floor > 0:
@@ -152,6 +155,9 @@ class Surrogate:
         self.mean = float(y.mean())
         self.y = y - self.mean
         self.scale = float(y.std()) if len(y) > 1 and y.std() > 1e-6 else 0.05
+        self._signals: tuple[float, ...] = SIGNAL
+        if prior_scale is not None:
+            self.scale, self._signals = float(prior_scale), (1.0,)
         self.params, self.level = self._fit()
         lengths, signal, noise, rho = self.params
         K = self._cov(self.X, self.g, self.lv, self.X, self.g, self.lv) + noise**2 * np.eye(len(y))
@@ -214,7 +220,7 @@ class Surrogate:
         diffs = [(self.X[:, j : j + 1] - self.X[:, j : j + 1].T) ** 2 for j in range(dims)]
         same = self.g[:, None] == self.g[None, :]
         length_grid = list(itertools.product(LENGTHS, repeat=dims))
-        signals = np.array([s * self.scale for s in SIGNAL])
+        signals = np.array([s * self.scale for s in self._signals])
         lvs = [lv * self.scale for lv in levels]
         d2 = np.zeros((len(length_grid), n, n))
         for j in range(dims):
@@ -237,7 +243,7 @@ class Surrogate:
         flat = ll.reshape(-1)
         best = int(np.flatnonzero(flat >= flat.max() - 1e-9)[0])
         a, b, k, r, c = (int(i) for i in np.unravel_index(best, ll.shape))
-        return (length_grid[a], SIGNAL[b] * self.scale, NOISE_FACTORS[k] * self.noise_floor, rhos[r]), lvs[c]
+        return (length_grid[a], self._signals[b] * self.scale, NOISE_FACTORS[k] * self.noise_floor, rhos[r]), lvs[c]
 
     def predict(self, configs: Sequence[TrialConfig]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and sd of log tok/s at each config."""
@@ -371,7 +377,72 @@ class FactoredSurrogate:
         return draws
 
 
-Model = Surrogate | FactoredSurrogate
+class MethodSurrogate:
+    """One model per speculative method of a space with ``search.methods``, independent of each other: a kernel
+    that never correlates two methods. A method's numeric knobs mean different things (EAGLE-3's steps are draft
+    forwards of a head, n-gram's a trie's depth, adaptive's a start the controller leaves), and the speed of one
+    method says nothing of another's: a single GP over all of them, its groups correlated by ``rho``, predicted an
+    n-gram config at 428 tok/s, sd a few percent, that truly ran 1,124 (#46). Each method's model has its own
+    encoding (its own knobs' ranges), its own hyperparameters and, with every start's round cost, its own factors.
+
+    A method with fewer than ``min_own`` measured configs of its own is not modelled from them alone: its model is
+    one GP of log tok/s whose signal sd is fixed at ``prior_scale`` (the spread of every measurement of the study,
+    every method's: how far one config can be from another here), centred on its own measurements (on every
+    measurement's mean when it has none), so that the surrogate stays uncertain about it until it has its own
+    evidence. ``own(config)`` says how many a config's method has."""
+
+    def __init__(
+        self,
+        models: Mapping[Hashable, Model],
+        key_of: Callable[[TrialConfig], Hashable],
+        counts: Mapping[Hashable, int],
+        *,
+        prior_mean: float,
+        prior_scale: float,
+        noise_floor: float,
+    ) -> None:
+        self.models = dict(models)
+        self.key_of = key_of
+        self.counts = dict(counts)
+        self.prior_mean = prior_mean
+        self.prior_scale = prior_scale
+        self.noise_floor = noise_floor
+
+    def own(self, config: TrialConfig) -> int:
+        """How many measured configs of its own ``config``'s method has."""
+        return self.counts.get(self.key_of(config), 0)
+
+    def _split(self, configs: Sequence[TrialConfig]) -> dict[Hashable, list[int]]:
+        out: dict[Hashable, list[int]] = {}
+        for i, c in enumerate(configs):
+            out.setdefault(self.key_of(c), []).append(i)
+        return out
+
+    def predict(self, configs: Sequence[TrialConfig]) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and sd of log tok/s at each config, each by its method's model."""
+        mean = np.full(len(configs), self.prior_mean)
+        sd = np.full(len(configs), self.prior_scale)
+        for key, idx in self._split(configs).items():
+            model = self.models.get(key)
+            if model is not None:
+                m, v = model.predict([configs[i] for i in idx])
+                mean[idx], sd[idx] = m, v
+        return mean, sd
+
+    def sample(self, configs: Sequence[TrialConfig], n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` joint draws: each method's from its own joint posterior, independent of the others' (a method
+        without a model: its prior, each config on its own)."""
+        out = np.empty((n, len(configs)))
+        for key, idx in self._split(configs).items():
+            model = self.models.get(key)
+            if model is not None:
+                out[:, idx] = model.sample([configs[i] for i in idx], n, rng)
+            else:
+                out[:, idx] = self.prior_mean + self.prior_scale * rng.standard_normal((n, len(idx)))
+        return out
+
+
+Model = Surrogate | FactoredSurrogate | MethodSurrogate
 
 
 def fit(
@@ -404,4 +475,52 @@ def fit(
     return model
 
 
-__all__ = ["Encoding", "FactoredSurrogate", "Model", "Surrogate", "fit", "log_round_cost", "tokens_per_round"]
+def fit_by_method(
+    grid: Sequence[TrialConfig],
+    observations: Sequence[tuple[TrialConfig, float, float | None]],
+    *,
+    key_of: Callable[[TrialConfig], Hashable],
+    noise_floor: float,
+    min_own: int,
+    pending: Sequence[TrialConfig] = (),
+) -> MethodSurrogate:
+    """A ``MethodSurrogate`` over ``observations``: per method (``key_of``) of ``grid``, ``fit`` with that
+    method's own encoding (its grid configs and observations) once it has ``min_own`` measured configs, else one
+    GP at the study's prior scale (the sd of every observation's log tok/s, at least the noise floor)."""
+    ys = [v for _, v, _ in observations]
+    prior_mean = float(np.mean(ys)) if ys else 0.0
+    prior_scale = max(float(np.std(ys)) if len(ys) > 1 else 0.0, noise_floor)
+    by_key: dict[Hashable, list[tuple[TrialConfig, float, float | None]]] = {}
+    for o in observations:
+        by_key.setdefault(key_of(o[0]), []).append(o)
+    grid_of: dict[Hashable, list[TrialConfig]] = {}
+    for c in grid:
+        grid_of.setdefault(key_of(c), []).append(c)
+    models: dict[Hashable, Model] = {}
+    counts: dict[Hashable, int] = {}
+    for key, obs in by_key.items():
+        counts[key] = len({c.key() for c, _, _ in obs})
+        encoding = Encoding.from_configs(grid_of.get(key, []) + [c for c, _, _ in obs])
+        mine = [p for p in pending if key_of(p) == key]
+        if counts[key] >= min_own:
+            models[key] = fit(encoding, obs, noise_floor=noise_floor, pending=mine)
+        else:
+            models[key] = Surrogate(
+                encoding, [(c, v) for c, v, _ in obs], noise_floor=noise_floor, prior_scale=prior_scale
+            )
+    return MethodSurrogate(
+        models, key_of, counts, prior_mean=prior_mean, prior_scale=prior_scale, noise_floor=noise_floor
+    )
+
+
+__all__ = [
+    "Encoding",
+    "FactoredSurrogate",
+    "MethodSurrogate",
+    "Model",
+    "Surrogate",
+    "fit",
+    "fit_by_method",
+    "log_round_cost",
+    "tokens_per_round",
+]

@@ -117,3 +117,48 @@ def test_no_baseline_no_decision_and_disabled_never_prunes() -> None:
     t = _running(study, [0.3, 0.32])
     assert BaselinePruner().prune(study, t)
     assert not BaselinePruner(enabled=False).prune(study, t)
+
+
+MDIST = {**DIST, records.PARAM_METHOD: CategoricalDistribution(["a", "b"])}
+
+
+def _method_trial(study: optuna.Study, method: str, scale: float, *, running: bool = False) -> Any:
+    """A speculative trial of ``method`` at ``scale`` x the baseline (measured, or RUNNING after two prompts)."""
+    params = {records.PARAM_DRAFTER: "d", records.PARAM_CUDA_GRAPH: True, records.PARAM_METHOD: method}
+    if running:
+        study.enqueue_trial(params)
+        t = study.ask(MDIST)
+        base = _values(1.0)
+        for i in range(2):
+            t.report(base[i] * scale, i)
+        return study._storage.get_trial(t._trial_id)  # noqa: SLF001 - the frozen view the pruner gets
+    vals = _values(scale)
+    study.add_trial(
+        create_trial(
+            state=TrialState.COMPLETE,
+            value=sum(vals.values()) / len(vals),
+            params=params,
+            distributions=MDIST,
+            user_attrs={records.ROLE: records.ROLE_SPECULATIVE, records.MEASURED: True},
+            intermediate_values=vals,
+        )
+    )
+    return study.trials[-1]
+
+
+def test_a_method_is_held_to_the_leader_only_on_its_own_evidence() -> None:
+    """``leader_after``: a config of method b is not cut by method a's leader before b has 3 measured starts of its
+    own (the trial's included); then the leader rule applies as everywhere (#46: configs of one method were pruned
+    against another's leader before their method was explored)."""
+    study = _study()
+    for s in (2.0, 1.9, 1.95):
+        _method_trial(study, "a", s)
+    first = _method_trial(study, "b", 1.1, running=True)
+    assert BaselinePruner().decide(study, first).prune  # without the rule: cut by method a's leader
+    d = BaselinePruner(leader_after=3).decide(study, first)
+    assert d is not None and not d.prune and d.rule == "baseline"
+    study.tell(first.number, state=TrialState.PRUNED)
+    _method_trial(study, "b", 1.05)
+    third = _method_trial(study, "b", 1.1, running=True)  # b's third measured start
+    d = BaselinePruner(leader_after=3).decide(study, third)
+    assert d is not None and d.prune and d.rule == "leader"

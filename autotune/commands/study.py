@@ -436,8 +436,7 @@ def _settle_after(ctx: Context, n_trials: int) -> int | None:
     """The fewest trials before the search may stop settled (``autotune.study.search.settled``): the baselines,
     then the server defaults and the design (``search.design_count``'s rule) or the surrogate's minimum; None when
     the search runs its whole budget (``budget.stop_when_settled`` off, or a backend that enumerates no grid)."""
-    from autotune.study.search import MIN_SURROGATE_POINTS
-    from autotune.surrogate import Encoding
+    from autotune.study.search import MIN_SURROGATE_POINTS, design_total
 
     space = ctx.run_space
     if not space.budget.stop_when_settled:
@@ -446,12 +445,11 @@ def _settle_after(ctx: Context, n_trials: int) -> int | None:
     if not grid:
         return None
     graphs = len(space.search.cuda_graph)
-    seeds = len(ctx.backend.defaults(space)) * graphs
-    design = space.budget.design_trials
-    if design is None:
-        target = MIN_SURROGATE_POINTS + len(Encoding.from_configs(grid).knobs)
-        design = max(0, min(n_trials // 4, target) - seeds)
-    return min(n_trials, graphs + max(seeds + design, MIN_SURROGATE_POINTS))
+    seeds = [
+        dataclasses.replace(c, cuda_graph=bool(g)) for g in space.search.cuda_graph for c in ctx.backend.defaults(space)
+    ]
+    design = design_total(space, grid, seeds, n_trials)
+    return min(n_trials, graphs + max(len(seeds) + design, MIN_SURROGATE_POINTS))
 
 
 @dataclass(frozen=True)

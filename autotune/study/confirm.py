@@ -109,7 +109,16 @@ def candidate_sets(
         if key not in seen and eligible(t):
             seen.add(key)
             out.append(t)
-    out += _method_bests(complete, score, eligible, seen)
+
+    def contends(t: FrozenTrial) -> bool:
+        # a method's best that has clearly lost to the leader (the leader prune's rule, which holds a method's
+        # configs only once it has its own evidence) keeps its search figure: confirming it changes no answer
+        if not eligible(t):
+            return False
+        d = ctx.pruner.decide(ctx.study, t)
+        return not (d is not None and d.prune and d.rule == "leader")
+
+    out += _method_bests(complete, score, contends, seen)
     if model is not None and out:
         fastest = next(
             (t for t in sorted(complete, key=lambda t: measured[t.number], reverse=True) if eligible(t)), None
@@ -164,8 +173,9 @@ def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[Frozen
 def _method_bests(
     complete: list[FrozenTrial], score: dict[int, float], eligible: Any, seen: set[str | None]
 ) -> list[FrozenTrial]:
-    """In a space with ``search.methods``: the best-scored eligible (lossless, not clearly losing) config of each
-    method not among the candidates yet, so that every method's figure in the report is a confirmed interval.
+    """In a space with ``search.methods``: the best-scored eligible (lossless, not clearly losing to the baseline
+    nor to the leader) config of each method not among the candidates yet, so that every method still in contention
+    has a confirmed interval in the report (one that clearly lost keeps its search figure, as a pruned one does).
     Nothing elsewhere (trials without a method param)."""
     out: list[FrozenTrial] = []
     have = {TrialRecord(t).method for t in complete if TrialRecord(t).config_key in seen}

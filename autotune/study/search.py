@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -23,10 +24,11 @@ from autotune.space import Choices
 from autotune.study import _optuna, methods, settle
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
+from autotune.study.methods import MIN_OWN_EVIDENCE
 from autotune.study.outcomes import FAILURES
 from autotune.study.storage import study_lock
 from autotune.study.waiting import idle, trial_limit_s
-from autotune.surrogate import Encoding, Model, fit, log_round_cost
+from autotune.surrogate import Encoding, MethodSurrogate, Model, fit, fit_by_method, log_round_cost
 
 #: the surrogate's part of the search (``refine_next``, the ladder): it takes over once this many configs were
 #: measured, and proposes the highest posterior mean + ``REFINE_KAPPA`` sd
@@ -133,15 +135,46 @@ def seed(ctx: StudyContext, n_trials: int | None = None) -> None:
 
 
 def design_count(ctx: StudyContext, n_trials: int) -> int:
-    """How many design points follow the server defaults: enough that the surrogate can take over (defaults and
-    design together ``MIN_SURROGATE_POINTS`` + the number of numeric knobs), at most a quarter of the budget."""
+    """How many design points follow the server defaults (``design_total``)."""
     if ctx.grid is None:
         return 0
-    if ctx.space.budget.design_trials is not None:
-        return min(n_trials, ctx.space.budget.design_trials)
-    dims = len(Encoding.from_configs(ctx.grid).knobs)
+    return design_total(ctx.space, ctx.grid, seed_configs(ctx), n_trials)
+
+
+def design_total(space: Any, grid: list[TrialConfig], seeds: list[TrialConfig], n_trials: int) -> int:
+    """How many design points follow the server defaults ``seeds``: enough that the surrogate can take over
+    (defaults and design together ``MIN_SURROGATE_POINTS`` + the number of numeric knobs), at most a quarter of the
+    budget; in a space with ``search.methods``, at least what brings every method of the grid to
+    ``MIN_OWN_EVIDENCE`` configs with its defaults (``method_shares``), at most half the budget."""
+    if space.budget.design_trials is not None:
+        return min(n_trials, space.budget.design_trials)
+    dims = len(Encoding.from_configs(grid).knobs)
     target = MIN_SURROGATE_POINTS + dims
-    return max(0, min(n_trials // 4, target) - len(seed_configs(ctx)))
+    count = max(0, min(n_trials // 4, target) - len(seeds))
+    if space.search.methods:
+        count = min(max(count, sum(method_shares(grid, seeds, count).values())), n_trials // 2)
+    return count
+
+
+def _method_of(c: TrialConfig) -> Any:
+    return c.knob("method")
+
+
+def method_shares(grid: list[TrialConfig], seeds: list[TrialConfig], count: int) -> dict[Any, int]:
+    """Each method's share of a design of ``count`` points in a space with ``search.methods``: an equal share of
+    ``count``, and at least what brings it to ``MIN_OWN_EVIDENCE`` configs with its server defaults; never more
+    than its grid has beyond them."""
+    methods: dict[Any, int] = {}
+    for c in grid:
+        methods[_method_of(c)] = methods.get(_method_of(c), 0) + 1
+    if not methods:
+        return {}
+    even = math.ceil(count / len(methods))
+    out = {}
+    for m, size in methods.items():
+        seeded = sum(1 for c in seeds if _method_of(c) == m)
+        out[m] = max(0, min(size - seeded, max(even, MIN_OWN_EVIDENCE - seeded)))
+    return out
 
 
 def design_configs(ctx: StudyContext, count: int) -> list[TrialConfig]:
@@ -150,12 +183,33 @@ def design_configs(ctx: StudyContext, count: int) -> list[TrialConfig]:
     chosen (the defaults count as chosen). The drafter x CUDA-graph groups take turns, and so do the values of a
     knob given as a list of choices (topk), so a thin slice of the valid region (topk 1 allows one tree size per
     depth) is measured too. Seeded by the study's ``--seed`` (else its name), so a study and its resumption draw
-    the same design."""
+    the same design. In a space with ``search.methods`` each method gets its share (``method_shares``), drawn in
+    its own coordinates, the methods taking turns."""
     grid = ctx.grid
     if not grid or count <= 0:
         return []
+    if ctx.space.search.methods:
+        seeds = seed_configs(ctx)
+        shares = method_shares(grid, seeds, count)
+        per = [
+            _design_points(ctx, [c for c in grid if _method_of(c) == m], n, seeds, ctx.space.search.methods[m].knobs)
+            for m, n in shares.items()
+            if n
+        ]
+        out = [c for turn in itertools.zip_longest(*per) for c in turn if c is not None]
+        return out[:count]
+    return _design_points(ctx, grid, count, seed_configs(ctx), ctx.space.search.knobs)
+
+
+def _design_points(
+    ctx: StudyContext, grid: list[TrialConfig], count: int, seeds: list[TrialConfig], specs: Any
+) -> list[TrialConfig]:
+    """``design_configs`` over ``grid`` (one method's configs, or the whole grid) whose knobs' specs are
+    ``specs``."""
+    if not grid or count <= 0:
+        return []
     enc = Encoding.from_configs(grid)
-    choice_knobs = [k for k in enc.knobs if isinstance(ctx.space.search.knobs.get(k), Choices)]
+    choice_knobs = [k for k in enc.knobs if isinstance(specs.get(k), Choices)]
     strata: dict[Any, list[TrialConfig]] = {}
     for c in grid:
         strata.setdefault((enc.group(c), tuple(c.knob(k) for k in choice_knobs)), []).append(c)
@@ -170,7 +224,7 @@ def design_configs(ctx: StudyContext, count: int) -> list[TrialConfig]:
 
     sobol = qmc.Sobol(d=max(1, len(free)), scramble=True, seed=seed)
     points = sobol.random(1 << math.ceil(math.log2(max(2, 4 * count))))
-    taken = {c.key() for c in seed_configs(ctx)}
+    taken = {c.key() for c in seeds}
     out: list[TrialConfig] = []
     for i, x in enumerate(points):
         if len(out) >= count:
@@ -296,8 +350,9 @@ def settled_now(ctx: StudyContext, n_trials: int) -> bool:
 
 def settled(ctx: StudyContext) -> settle.Settled | None:
     """``settle.settle`` over the study's measurements, or None while the question is not asked: the space's
-    ``budget.stop_when_settled`` is off, the space is not a finite grid, a config is still queued, or the
-    surrogate lacks points."""
+    ``budget.stop_when_settled`` is off, the space is not a finite grid, a config is still queued, the surrogate
+    lacks points, or (``search.methods``) a method with unmeasured configs has fewer than ``MIN_OWN_EVIDENCE``
+    measured configs of its own."""
     grid = ctx.grid
     if not ctx.space.budget.stop_when_settled or grid is None:
         return None
@@ -313,11 +368,14 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
     measured = recommendable(ctx, trials)
     if not measured:
         return None
+    pool = _pool(ctx, grid, trials)
+    if isinstance(model, MethodSurrogate) and any(model.own(c) < MIN_OWN_EVIDENCE for c in pool):
+        return None  # the stop asks every available method: one with unmeasured configs has its own evidence first
     fastest = fastest_baseline(ctx)
     return settle.settle(
         model,
         measured,
-        _pool(ctx, grid, trials),
+        pool,
         baseline_log=log_value(fastest) if fastest is not None else None,
         baseline_sd=model.noise_floor,
         resolution=RESOLUTION,
@@ -486,8 +544,8 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
 
 def surrogate(ctx: StudyContext) -> Model | None:
     """The surrogate of log tok/s (``autotune.surrogate.fit``: factored into acceptance and a round's cost where
-    every start reports its acceptance), or None with fewer than ``MIN_SURROGATE_POINTS`` observations or no
-    grid."""
+    every start reports its acceptance; in a space with ``search.methods`` one per method, ``fit_by_method``), or
+    None with fewer than ``MIN_SURROGATE_POINTS`` observations or no grid."""
     grid = ctx.grid
     if grid is None:
         return None
@@ -500,8 +558,14 @@ def surrogate(ctx: StudyContext) -> Model | None:
     fitted_on = (tuple((c.key(), v, y) for c, v, y in obs), tuple(c.key() for c in pending), floor)
     if ctx.surrogate_fit is not None and ctx.surrogate_fit[0] == fitted_on:  # the settle check's fit, reused
         return ctx.surrogate_fit[1]
-    encoding = Encoding.from_configs(grid + [c for c, _, _ in obs])
-    model = fit(encoding, obs, noise_floor=floor, pending=pending)
+    model: Model
+    if ctx.space.search.methods:  # one model per method, none judged on another's data
+        model = fit_by_method(
+            grid, obs, key_of=_method_of, noise_floor=floor, min_own=MIN_OWN_EVIDENCE, pending=pending
+        )
+    else:
+        encoding = Encoding.from_configs(grid + [c for c, _, _ in obs])
+        model = fit(encoding, obs, noise_floor=floor, pending=pending)
     ctx.surrogate_fit = (fitted_on, model)
     return model
 
@@ -515,16 +579,21 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
 
     Asked only where the answer is the objective's best config (not with load levels: a level's winner can be a
     config the objective never favours), once the surrogate has its points, and never for the baselines, the
-    server defaults, the surrogate's own picks or a requeued config.
+    server defaults, the surrogate's own picks or a requeued config; in a space with ``search.methods`` never for
+    the design, and only by the config's method's own model once that has ``MIN_OWN_EVIDENCE`` measured configs.
     On kimi (the field report's space) a third of the sampler's trials in a seed were graphs-off configs at 0.4x
     the graphs-on baseline, each a ten-minute start (scripts/bench_search.py)."""
     if config.is_baseline or seeded not in (None, records.SEEDED_DESIGN):
         return None
     if ctx.space.benchmark.loaded or ctx.grid is None:
         return None
+    if ctx.space.search.methods and seeded == records.SEEDED_DESIGN:
+        return None  # every method's share of the design is measured before the surrogate steers
     model = surrogate(ctx)
     if model is None:
         return None
+    if isinstance(model, MethodSurrogate) and model.own(config) < MIN_OWN_EVIDENCE:
+        return None  # its method's own evidence is too thin to keep it from a start
     measured = recommendable(ctx)  # a lossy config's speed is no bar to clear
     try:
         (mu,), (sd,) = model.predict([config])

@@ -22,6 +22,7 @@ from autotune.errors import UserError
 from autotune.pruner import BaselinePruner
 from autotune.space import Space
 from autotune.study import _optuna
+from autotune.study.methods import MIN_OWN_EVIDENCE
 
 
 def study_name_for(space: Space, simulated: bool) -> str:
@@ -320,6 +321,7 @@ def make_pruner(space: Space) -> BaselinePruner:
         n_prompts=len(space.benchmark.prompts),
         categories=space.benchmark.categories,
         category_weights=space.objective.category_weights(),
+        leader_after=MIN_OWN_EVIDENCE if space.search.methods else 0,
     )
 
 

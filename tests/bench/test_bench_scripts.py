@@ -171,3 +171,69 @@ def test_bench_statistics_tiny(tmp_path):
     assert cov["studies"] == 1 and cov["covered"] + len(cov["misses"]) == 1
     md = (tmp_path / "benchmarks.md").read_text()
     assert "<!-- begin statistics -->" in md and "| The race's tie end |" in md
+
+
+def test_generated_method_landscapes_are_reproducible_and_summarised():
+    import bench_method_landscapes as mgen
+
+    a, b = mgen.generate(3), mgen.generate(3)
+    assert a[1] == b[1] and a[2] == b[2] and a[0] == b[0]  # drawn from the index alone
+    drawn = [mgen.generate(i) for i in range(12)]
+    for scenario, doc, _what in drawn:
+        assert len(doc["search"]["methods"]) >= 2 and len(doc["benchmark"]["prompts"]) == mgen.N_PROMPTS
+        assert scenario.name in mgen.BASES
+    assert len({tuple(sorted(d["search"]["methods"])) for _, d, _ in drawn}) > 3  # the methods vary
+    rows = [
+        {
+            "index": 0,
+            "seed": 0,
+            "what": "x",
+            "grid_best_method": "ngram",
+            "method_best": {"baseline": 100.0, "ngram": 300.0, "eagle3": 296.0},
+            "recommended_method": "ngram",
+            "right_method": True,
+            "within_2pct": True,
+            "recommended_ratio": 0.99,
+            "gpu_s": 10.0,
+            "grid_s": 100.0,
+            "gated_within_2pct": 0,
+        },
+        {
+            "index": 1,
+            "seed": 0,
+            "what": "y",
+            "grid_best_method": "mtp",
+            "method_best": {"baseline": 100.0, "mtp": 300.0, "eagle3": 250.0},
+            "recommended_method": "eagle3",
+            "right_method": False,
+            "within_2pct": False,
+            "recommended_ratio": 0.9,
+            "gpu_s": 30.0,
+            "grid_s": 100.0,
+            "gated_within_2pct": 1,
+        },
+    ]
+    s = mgen.summary(rows)
+    assert (s["right_method_rate"], s["within_2pct_rate"], s["gpu_vs_grid_median"]) == (0.5, 0.5, 0.2)
+    assert s["gated_within_2pct_runs"] == 1 and [m["index"] for m in s["misses"]] == [1]
+    assert s["close_calls"] == 1 and s["right_method_rate_clear"] == 0.0  # ngram 300 vs eagle3 296: a close call
+    assert "| 50.0% | 0.0% (1 runs) | 50.0% |" in mgen.markdown(s, 2, 1, "cmd", "here")
+
+
+def test_bench_method_landscapes_tiny(tmp_path):
+    """One generated method landscape, one seed, through the script's main: the study and the grid's truth run,
+    only its own key and section are written, and the figures are in range."""
+    import bench_method_landscapes as mgen
+
+    (tmp_path / "benchmarks.json").write_text(json.dumps({"other": 1}))
+    args = ["--landscapes", "1", "--start", "1", "--seeds", "1", "--jobs", "1"]
+    assert mgen.main([*args, "--work", str(tmp_path / "work"), "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert data["other"] == 1
+    m = data["methods_generated"]
+    assert (m["landscapes"], m["seeds"], m["runs"]) == (1, 1, 1)
+    assert 0 <= m["right_method_rate"] <= 1 and 0 <= m["within_2pct_rate"] <= 1
+    assert m["gpu_median_s"] > 0 and m["grid_median_s"] > 0 and m["gpu_vs_grid_median"] > 0
+    assert len(m["misses"]) == (0 if m["right_method_rate"] == 1 and m["within_2pct_rate"] == 1 else 1)
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert "<!-- begin methods-generated -->" in md and "landscapes x 1 seed(s)" in md

@@ -294,3 +294,39 @@ def test_the_surrogates_blas_runs_one_thread_inside_its_context_only():
     with one_blas_thread():
         assert blas_threads() == [1] * len(outside)
     assert blas_threads() == outside
+
+
+def mcfg(method: str, steps: int, n: int, drafter: str | None = None) -> TrialConfig:
+    return TrialConfig.make(drafter, True, method=method, num_steps=steps, topk=1, num_draft_tokens=n)
+
+
+MGRID = [mcfg(m, s, s + 1, "h" if m == "eagle3" else None) for m in ("eagle3", "ngram") for s in range(1, 9)]
+
+
+def test_methods_are_modelled_apart():
+    """One model per method (``fit_by_method``): another method's measurements never move a method's prediction
+    (the steps knob means different things per method), and a method without its own evidence stays uncertain
+    (#46: an n-gram config predicted far too low, with little uncertainty, from EAGLE-3's data)."""
+    from autotune.surrogate import MethodSurrogate, fit_by_method
+
+    def method(c):
+        return c.knob("method")
+
+    eagle = [(mcfg("eagle3", s, s + 1, "h"), 5.5 - 0.05 * (s - 4) ** 2, None) for s in (1, 3, 5, 7)]
+    ngram = [(mcfg("ngram", s, s + 1), 6.2 + 0.02 * s, None) for s in (2, 6, 8)]
+    a = fit_by_method(MGRID, eagle + ngram, key_of=method, noise_floor=0.02, min_own=3)
+    assert isinstance(a, MethodSurrogate) and a.own(mcfg("ngram", 4, 5)) == 3
+    # EAGLE-3 measured ten times lower: n-gram's predictions do not move
+    low = [(c, v - 2.3, y) for c, v, y in eagle]
+    b = fit_by_method(MGRID, low + ngram, key_of=method, noise_floor=0.02, min_own=3)
+    probe = [mcfg("ngram", s, s + 1) for s in (1, 4, 7)]
+    np.testing.assert_allclose(a.predict(probe)[0], b.predict(probe)[0])
+    np.testing.assert_allclose(a.predict(probe)[1], b.predict(probe)[1])
+    # joint draws are independent across methods
+    draws = a.sample([mcfg("eagle3", 2, 3, "h"), mcfg("ngram", 4, 5)], 4000, np.random.default_rng(0))
+    assert abs(np.corrcoef(draws.T)[0, 1]) < 0.05
+    # a method with one measurement of its own: the study's spread as its uncertainty away from it
+    one = fit_by_method(MGRID, eagle + ngram[:1], key_of=method, noise_floor=0.02, min_own=3)
+    _, sd = one.predict([mcfg("ngram", 8, 9)])
+    spread = float(np.std([v for _, v, _ in eagle + ngram[:1]]))
+    assert one.own(mcfg("ngram", 8, 9)) == 1 and sd[0] > 0.8 * spread
