@@ -154,7 +154,14 @@ def dashboard(ctx: Context, *, note: Note) -> int:
     found = str(exe) if exe.exists() else shutil.which("optuna-dashboard")
     if not found:
         raise UserError("optuna-dashboard is not installed in this environment (pip install optuna-dashboard)")
-    argv = [found, ctx.storage_url, "--host", ctx.args.host, "--port", str(ctx.args.port)]
+    from autotune.process.server import bindable, describe_owner
+
+    host, port = ctx.args.host, int(ctx.args.port)
+    if not bindable(host, port):  # else optuna-dashboard says "Listening on" and then dies in a traceback
+        raise UserError(
+            f"dashboard: port {port} on {host} is taken (by {describe_owner(port)}): give another with --port N"
+        )
+    argv = [found, ctx.storage_url, "--host", host, "--port", str(port)]
     artifacts = ctx.artifact_dir
     if artifacts.is_dir():
         argv += ["--artifact-dir", str(artifacts)]

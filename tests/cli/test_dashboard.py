@@ -182,3 +182,17 @@ def test_dashboard_binds_to_loopback_unless_told(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+
+
+def test_a_taken_port_is_exit_2_naming_it_before_anything_starts(tmp_path):
+    """A port another process listens on: exit 2 naming the port and its owner, no traceback, no optuna-dashboard
+    started (it would print "Listening on" and then die in a traceback)."""
+    space, studies, _name = _study(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = autotune("dashboard", str(space), "--simulate", "--port", str(port), "--studies-dir", str(studies))
+    assert r.returncode == 2, r.stderr
+    assert f"port {port} on 127.0.0.1 is taken" in r.stderr and "--port N" in r.stderr
+    assert "Traceback" not in r.stderr and "Listening" not in r.stdout + r.stderr
