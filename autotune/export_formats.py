@@ -223,6 +223,11 @@ def _image_lines(d: dict[str, Any], fmt: str) -> list[str]:
             )
             + ", `args` its CMD); for another image set `command` to how that image starts the server"
         ]
+    if "@sha256:" not in d["image"]:  # a tag can be moved to another build; a digest names one
+        lines.append(
+            f"# pin it: --image {d['image']}@sha256:DIGEST (`docker buildx imagetools inspect {d['image']}` prints "
+            "the digest)"
+        )
     if c["replaced"]:
         lines.append(
             f"# the space's server.launcher {_words(c['replaced'])} is this machine's: in the container the image's "

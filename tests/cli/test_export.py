@@ -225,9 +225,16 @@ def test_k8s_deployment_with_image_and_resources_as_parameters(won):
     assert max(2 * slowest, slowest + 600) <= allowed < max(2 * slowest, slowest + 600) + startup["periodSeconds"]
     assert f"may fail for {allowed} s" in text and f"the study's slowest start-up {slowest:.0f} s" in text
     assert ready["failureThreshold"] * ready["periodSeconds"] <= 60
-    default, _service = yaml.safe_load_all(_export(won, "k8s"))
+    default_text = _export(won, "k8s")
+    default, _service = yaml.safe_load_all(default_text)
     (c,) = default["spec"]["template"]["spec"]["containers"]
     assert c["image"] == "lmsysorg/sglang:v0.5.23" and c["resources"]["limits"]["nvidia.com/gpu"] == 2
+    # a tag names no one build: the export says how to pin it by digest; an image given by digest runs as given
+    assert "# pin it: --image lmsysorg/sglang:v0.5.23@sha256:DIGEST" in default_text
+    pinned = "lmsysorg/sglang:v0.5.23@sha256:" + "0" * 64
+    for fmt in ("k8s", "compose"):
+        text = _export(won, fmt, "--image", pinned)
+        assert f"image: {pinned}" in text and "# pin it" not in text, fmt
 
 
 def test_no_format_leaks_the_secret_and_o_writes_the_same_atomically(won, tmp_path):
