@@ -173,7 +173,8 @@ def _methods(report: dict[str, Any]) -> list[str]:
         labels = {e["method"]: e["label"] for e in m["methods"]}
         parts.append(
             "<p>Each prompt category's speedup (geometric mean over its prompts, against the trial's own "
-            "baseline) of each method's best config.</p>"
+            "baseline) of each method's best config: search figures from that config's start, beside the confirmed "
+            "intervals above (a category's figure is one start's, not an interval).</p>"
             f"<table id='categories'><tr><th>method</th>{head}</tr>"
         )
         for method, row in cats.items():

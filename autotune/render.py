@@ -286,7 +286,10 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
     if weights and m.get("categories"):
         out.append("  categories weighted: " + ", ".join(f"{c} {w:.3g}" for c, w in weights.items()))
     for method, cats in (m.get("categories") or {}).items():
-        out.append(f"  {method} by category: " + ", ".join(f"{c} {_fmt(v, '.2f')}x" for c, v in cats.items()))
+        out.append(
+            f"  {method} by category (search figures, its best config's start): "
+            + ", ".join(f"{c} {_fmt(v, '.2f')}x" for c, v in cats.items())
+        )
     return out
 
 

@@ -209,6 +209,7 @@ def test_weights_over_categories_flip_the_winner(tmp_path):
         html = rep["_html"]
         assert "id='objective'>objective: weighted over categories" in html
         assert "<table id='categories'>" in html and f"{cat} (weight 1)" in html
+        assert "search figures from that config's start" in html  # not to be read as confirmed intervals
     # the two winners' category tables show why: n-gram far ahead on code, behind on chat
     ng, e3 = code["methods"]["categories"]["ngram"], chat["methods"]["categories"]["eagle3"]
     assert ng["code-edit"] > e3["code-edit"] and ng["chat"] < e3["chat"]
