@@ -122,12 +122,14 @@ def test_the_recorded_reverify_intervals_and_their_answer_are_rebuilt_from_their
     holds, recomputed from the recorded rounds by the code that computed them."""
     space = load_space(str(LEVELS22 / "first" / "space.yaml"))
     rec = json.loads((LEVELS22 / run / "reverify.json").read_text())
-    new = reverify._interval(rec["rounds"], space)
-    assert new == pytest.approx(rec["speedup_ci"]) and new["df"] == len(rec["rounds"]) + 2
-    levels = reverify._level_intervals(rec["rounds"], space)
-    assert [x["level"] for x in levels] == [x["level"] for x in rec.get("levels", [])]
+    rounds = [reverify.Round.from_dict(r) for r in rec["rounds"]]
+    new = reverify._interval(rounds, space)
+    assert new is not None
+    assert new.to_dict() == pytest.approx(rec["speedup_ci"]) and new.df == len(rec["rounds"]) + 2
+    levels = reverify._level_intervals(rounds, space)
+    assert [x.level for x in levels] == [x["level"] for x in rec.get("levels", [])]
     for x, recorded in zip(levels, rec.get("levels", []), strict=True):
-        assert x["speedup_ci"] == pytest.approx(recorded["speedup_ci"])
+        assert x.speedup_ci.to_dict() == pytest.approx(recorded["speedup_ci"])
     assert reverify.holds(new, rec["exported_speedup_ci"], rec["exported_speedup"]) is rec["holds"] is True
 
 
