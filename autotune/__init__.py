@@ -14,8 +14,8 @@ imported on first use (``import autotune`` itself loads nothing heavy)::
     runner = autotune.ModelRunner(sim, backend, clock, seed=0)      # in-process simulator on a virtual clock
     study = autotune.open_study(space, optuna.storages.InMemoryStorage(), "demo", seed=0, simulated=True)
     autotune.run(sim, backend, runner, study, n_trials=8, clock=clock)  # baselines, search, confirmation
-    report = autotune.build_report(study)                           # the dict `autotune report --json` prints
-    print(report["verdict"], report["recommended"])
+    report = autotune.build_report(study)                           # typed; .to_json() is `autotune report --json`
+    print(report.verdict.value, report.recommended.config)
 
 On real servers, a ``ProcessRunner`` (``autotune.process``) takes the ModelRunner's place.
 """

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AcceptPositions", "acceptance_profile", "from_histogram", "attach", "pool", "summary"]
+__all__ = ["AcceptPositions", "acceptance_profile", "from_histogram", "pool", "summary"]
 
 #: tolerance of the rates' checks (pooled float counters)
 _EPS = 1e-9
@@ -120,15 +120,3 @@ def summary(positions: AcceptPositions | None) -> dict[str, Any] | None:
     except ValueError:  # counts that are not prefix counts (a malformed server answer): the rates alone
         profile = None
     return {"drafts": positions.drafts, "rates": list(rates), "profile": list(profile) if profile else None}
-
-
-def attach(report: dict[str, Any]) -> None:
-    """The per-position acceptance (``accept_per_pos``, ``autotune.acceptance.summary``) of each method's best
-    config and of each best config, from its trial's row, where the server reported it: the explanation of its
-    acceptance (never used to rank)."""
-    by = {r["number"]: r for r in report["trials"]}
-    bests = [e["best"] for e in (report.get("methods") or {}).get("methods") or [] if e.get("best")]
-    for entry in [*bests, *(report.get("best_configs") or [])]:
-        row = by.get(entry.get("trial"))
-        if row is not None and row.get("accept_per_pos"):
-            entry["accept_per_pos"] = row["accept_per_pos"]

@@ -15,10 +15,13 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from autotune import commands
 from autotune.commands import CommandOptions, Context
+
+if TYPE_CHECKING:
+    from autotune.report import Report
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -172,13 +175,14 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def _print_report(report: dict[str, Any], as_json: bool, ctx: Context | None = None) -> None:
+def _print_report(report: Report, as_json: bool, ctx: Context | None = None) -> None:
     if as_json:
-        _print_json(report)
+        _print_json(report.to_json())
         return
     from autotune.render import render_report
 
-    render_report(report, sys.stdout, deploy=commands.recommended_command(ctx, report) if ctx is not None else None)
+    deploy = commands.recommended_command(ctx, report.result) if ctx is not None else None
+    render_report(report, sys.stdout, deploy=deploy)
 
 
 def _watch(ctx: Context, *, quiet: bool) -> Any:
@@ -195,7 +199,7 @@ def _watch(ctx: Context, *, quiet: bool) -> Any:
     return watch
 
 
-def _write_html(ctx: Context, study: Any, report: dict[str, Any], path: Path) -> None:
+def _write_html(ctx: Context, study: Any, report: Report, path: Path) -> None:
     """The study's HTML report. A host without the plotting package (an incomplete install) still gets the
     study, its report and its exit code: the HTML is skipped with one line saying why."""
     try:
@@ -228,7 +232,7 @@ def cmd_validate(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_study(ctx: Context, args: argparse.Namespace) -> int:
     result = commands.run_study(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
-    if result.study is None:  # --dry-run: the plan was the output
+    if result is None:  # --dry-run: the plan was the output
         return EXIT_OK
     html = ctx.studies_dir / ctx.study_name / "report.html"
     _write_html(ctx, result.study, result.report, html)

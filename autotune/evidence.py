@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 
 from autotune import records
-from autotune.config import PromptResult, config_label
+from autotune.config import PromptResult
 from autotune.redact import redact_env
 
 #: artifact file names (the dashboard shows the name; ``.jsonl`` and ``.svg`` are previewed)
@@ -187,130 +187,6 @@ def prompts_svg(title: str, tok_per_s: Sequence[float], baseline: Sequence[float
         f"<text x='{left + 94}' y='{h - 13}'>this trial (tok/s)</text></svg>"
     )
     return "".join(parts)
-
-
-def _label(cfg: Mapping[str, Any] | None) -> str:
-
-    return config_label(dict(cfg) if cfg else None)
-
-
-def _ci_text(ci: Mapping[str, float] | None) -> str:
-    if not ci:
-        return "-"
-    return f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}] ({ci.get('confidence', 0) * 100:.4g}%)"
-
-
-def optuna_best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The trial optuna-dashboard shows as "Best Trial": the highest objective value of one start (None: none)."""
-    try:
-        return study.best_trial
-    except ValueError:
-        return None
-
-
-def study_note(study: optuna.Study, report: Mapping[str, Any]) -> str:
-    """The study's note (Markdown, at the top of its dashboard page): the verdict, a SIMULATED label, the trial
-    autotune recommends and why, how that differs from optuna-dashboard's "Best Trial", what the objective value
-    is, the intervals' confidence, and every pruned and failed trial with its reason."""
-    sim = report.get("simulated")
-    lines = [f"## autotune study `{report['study']}`"]
-    if sim:
-        lines.append(
-            f"**SIMULATED** (scenario {sim.get('scenario')}, time scale {sim.get('time_scale')}): every figure is "
-            "in simulated hardware time; no GPU was measured."
-        )
-    rests = report.get("verdict_rests_on") or report.get("verdict_basis")
-    lines.append(f"**Verdict: {report['verdict']}** ({rests}): {report['verdict_text']}")
-    rec = report.get("recommended") or {}
-    rec_trial = rec.get("trial")
-    if rec_trial is not None:
-        ci = rec.get("speedup_ci")
-        lines.append(
-            f"**autotune recommends trial {rec_trial}**: `{_label(rec.get('config'))}` ({rec.get('why')})"
-            + (f"; confirmed speedup against the fastest baseline {_ci_text(ci)}" if ci else "")
-        )
-    best = optuna_best(study)
-    if best is not None:
-        value = f"{best.value:.1f}" if best.value is not None else "-"
-        is_base = records.TrialRecord(best).is_baseline
-        if best.number == rec_trial:
-            lines.append(
-                f'optuna-dashboard\'s "Best Trial" (trial {best.number}, objective {value}) is the recommended one.'
-            )
-        else:
-            why = (
-                "a baseline: the objective value is tok/s, and without speculation this start was the fastest"
-                if is_base
-                else "the highest objective value of a single search start, where a start's figure is often its "
-                "luckiest; autotune picks by the speedup confirmed against fresh baseline starts"
-            )
-            lines.append(
-                f'optuna-dashboard\'s "Best Trial" is trial {best.number} (objective {value}): {why}. It cannot be '
-                f"made to agree (Optuna ranks complete trials by one search start's value, baselines included): "
-                f"**deploy trial {rec_trial}**, not the dashboard's best."
-                if rec_trial is not None
-                else f'optuna-dashboard\'s "Best Trial" is trial {best.number} (objective {value}): {why}.'
-            )
-    units = report.get("units") or "tok/s"
-    objective = (report.get("objective") or {}).get("text") or "tok/s over the prompt set"
-    lines.append(
-        f"**Objective value** (`tok_per_s`, {units}): {objective}. Every speedup autotune shows (tables, plots, the "
-        "recommendation) is a ratio of it."
-    )
-    if report.get("interval_note") and report.get("confirmed"):
-        lines.append(f"**Intervals:** {report['interval_note']}.")
-    lines = ["\n\n".join(lines)]
-    bad = [r for r in report.get("trials") or [] if r["state"] in ("PRUNED", "FAIL")]
-    if bad:
-        lines += ["", "### Pruned and failed trials", "| trial | state | reason |", "|---:|---|---|"]
-        for r in bad:
-            reason = (r.get("reason") or "no reason recorded").replace("|", "/").replace("\n", " ")
-            lines.append(f"| {r['number']} | {r['state']} | {reason} |")
-    return "\n".join(lines) + "\n"
-
-
-def publish(study: optuna.Study, report: Mapping[str, Any], *, attrs: bool = False) -> None:
-    """What optuna-dashboard shows about the study as a whole: its note (``study_note``), and a note for each
-    pruned or failed trial that has none (one failed outside its steps: its reason); with ``attrs`` also the study
-    user attrs ``verdict`` and ``recommended`` (rounded figures). Without optuna-dashboard installed: the attrs
-    only."""
-    try:
-        from optuna_dashboard import save_note
-        from optuna_dashboard._note import get_note_from_system_attrs, save_note_with_version
-    except ImportError:
-        save_note = None
-    if save_note is not None:
-        save_note(study, study_note(study, report))
-        system = study._storage.get_study_system_attrs(study._study_id)
-        prompt_ids = records.prompt_ids(study)
-        rows = {r["number"]: r for r in report.get("trials") or []}
-        for t in study.get_trials(deepcopy=False):
-            row = rows.get(t.number)
-            if row is None or row["state"] not in ("PRUNED", "FAIL"):
-                continue
-            if get_note_from_system_attrs(system, t._trial_id)["body"]:
-                continue
-            outcome = {"state": t.state.name, "reason": row.get("reason")}
-            body = trial_note(t.number, records.TrialRecord(t).attrs, outcome, prompt_ids, t.params)
-            save_note_with_version(study._storage, study._study_id, t._trial_id, 1, body)
-    if attrs:
-        rec = report.get("recommended") or {}
-        ci = rec.get("speedup_ci")
-        records.set_outcome(
-            study,
-            report["verdict"],
-            {
-                "trial": rec.get("trial"),
-                "config": _label(rec.get("config")),
-                "why": rec.get("why"),
-                "tok_per_s": None if rec.get("tok_per_s") is None else round(rec["tok_per_s"], 1),
-                "speedup": None if not ci else round(ci["point"], 3),
-                "speedup_ci": None if not ci else [round(ci["low"], 3), round(ci["high"], 3)],
-            },
-        )
-
-
-# ---------------------------------------------------------------------------------------------- writing
 
 
 class Evidence:

@@ -29,10 +29,10 @@ from typing import Any
 from autotune._io import atomic_write_all, output_problem
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
-from autotune.export_bundle import Options, _choose, bundle
+from autotune.export_bundle import Options, bundle, choose
 from autotune.export_formats import FORMATS, _server_formats, fitting_formats, fmt_command, format_problem
 from autotune.space import Space
-from autotune.study.result import StudyResult, as_result
+from autotune.study.result import StudyResult
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Exported:
 def export(
     space: Space,
     backend: Backend,
-    result: StudyResult | Mapping[str, Any],
+    result: StudyResult,
     fmt: str,
     *,
     trial: int | None = None,
@@ -58,15 +58,13 @@ def export(
     launches it (``Backend.schedule_launch``), the text formats with its table after their comment block; its
     static config is the recommended one, or when the baseline is recommended the config of its first level with
     speculation on. Another server's format translates the study (``Backend.portable`` / ``translate``).
-    ``result``: the study's (``autotune.study.result``; a report dict is read as one). ValueError: the format does
-    not fit."""
-    result = as_result(result)
+    ``result``: the study's (``autotune.study.result``). ValueError: the format does not fit."""
     problem = format_problem(backend, fmt)
     if problem:
         raise ValueError(problem)
     owner = _server_formats().get(fmt)
     server = owner() if owner is not None and not isinstance(backend, owner) else None
-    if schedule is not None and trial is None and not (result.recommended.get("config") or {}).get("drafter"):
+    if schedule is not None and trial is None and not (result.recommended.config or {}).get("drafter"):
         on = [x for x in schedule["levels"] if x.get("draft")]
         trial = on[0]["trial"] if on else None
     try:
@@ -94,7 +92,7 @@ def export(
 def render(
     space: Space,
     backend: Backend,
-    result: StudyResult | Mapping[str, Any],
+    result: StudyResult,
     fmt: str,
     *,
     trial: int | None = None,
@@ -105,11 +103,9 @@ def render(
     return export(space, backend, result, fmt, trial=trial, options=options, read_space=read_space).text
 
 
-def files(
-    space: Space, backend: Backend, result: StudyResult | Mapping[str, Any], *, trial: int | None = None
-) -> dict[str, str]:
+def files(space: Space, backend: Backend, result: StudyResult, *, trial: int | None = None) -> dict[str, str]:
     """The files the exported config's server reads at launch (``Backend.files``): name -> text."""
-    return backend.files(TrialConfig.from_dict(_choose(result, trial)["config"]), space)
+    return backend.files(TrialConfig.from_dict(choose(result, trial).config), space)
 
 
 def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:

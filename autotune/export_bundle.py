@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from optuna.trial import TrialState
 
 from autotune import __version__
 from autotune.backends.base import Backend
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
+from autotune.records import TrialRecord
 from autotune.redact import redact_env
 from autotune.space import Space
-from autotune.study.result import StudyResult, as_result
+from autotune.study.result import CI, Baseline, StudyResult
 
 #: Kubernetes annotation / compose extension / comment prefix holding the provenance
 PROVENANCE_ANNOTATION = "autotune/provenance"
@@ -79,60 +81,67 @@ def launch_argv(space: Space, backend: Backend, config: TrialConfig, *, files_di
 # ---------------------------------------------------------------------------------------------- what is exported
 
 
-def _choose(result: StudyResult | Mapping[str, Any], trial: int | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Chosen:
+    """The config an export deploys and its figures (``choose``)."""
+
+    trial: int | None
+    config: dict[str, Any]
+    why: str
+    tok_per_s: float | None
+    speedup: float | None
+    speedup_ci: CI | None
+    source: str  # confirmation | search
+    baseline: dict[str, Any] | None  # the baseline its speedup is against: trial, config, tok_per_s
+
+
+def choose(res: StudyResult, trial: int | None) -> Chosen:
     """The config to export and its figures: the recommendation, or trial ``trial`` (its search measurement, and
     its confirmed interval when it was a confirmation candidate)."""
-    res = as_result(result)
     if trial is None:
         rec = res.recommended
-        if rec.get("config") is None:
+        if rec.config is None:
             raise ValueError("nothing to export yet: no baseline has been measured")
-        best = res.best or {}
-        fastest = res.fastest_baseline or {}
-        is_best = best.get("trial") == rec.get("trial") and res.speedup_ci is not None
-        return {
-            "trial": rec.get("trial"),
-            "config": rec["config"],
-            "why": rec.get("why"),
-            "tok_per_s": rec.get("tok_per_s"),
-            "speedup": best.get("speedup") if is_best else None,
-            "speedup_ci": res.speedup_ci,
-            "source": "confirmation" if res.speedup_ci else "search",
-            "baseline": _baseline_entry(fastest),
-        }
-    row = res.trial_row(trial)
-    if row is None:
+        best = res.best
+        ci = rec.speedup_ci if rec.winner else None
+        is_best = best is not None and best.trial == rec.trial and ci is not None
+        return Chosen(
+            trial=rec.trial,
+            config=rec.config,
+            why=rec.why,
+            tok_per_s=rec.tok_per_s,
+            speedup=best.speedup if best is not None and is_best else None,
+            speedup_ci=ci,
+            source="confirmation" if ci else "search",
+            baseline=_baseline_entry(res.fastest_baseline),
+        )
+    t = res.trial(trial)
+    if t is None:
         raise ValueError(f"--trial {trial}: no such trial in study {res.study}")
-    if row["state"] != "COMPLETE" or not row.get("config"):
-        raise ValueError(f"--trial {trial}: it was not measured to the end ({row['state']}); nothing to export")
-    confirmed = res.confirmed_row(trial)
-    ci = (confirmed.get("deploy_speedup_ci") or confirmed.get("speedup_ci")) if confirmed else None
-    cfg = TrialConfig.from_dict(row["config"])
-    same = res.baseline(cfg.cuda_graph) or {}
-    if ci is not None and confirmed and confirmed.get("deploy_speedup_ci"):
-        base = res.fastest_baseline or same
-    else:
-        base = same
-    return {
-        "trial": trial,
-        "config": row["config"],
-        "why": f"trial {trial}, chosen with --trial",
-        "tok_per_s": confirmed["tok_per_s"] if confirmed else row["tok_per_s"],
-        "speedup": ci["point"] if ci else (row.get("speedup") if not cfg.is_baseline else 1.0),
-        "speedup_ci": ci,
-        "source": "confirmation" if ci else "search",
-        "baseline": _baseline_entry(base),
-    }
+    config = TrialRecord(t).shown_config
+    if t.state != TrialState.COMPLETE or not config:
+        raise ValueError(f"--trial {trial}: it was not measured to the end ({t.state.name}); nothing to export")
+    confirmed = res.confirmed_of(trial)
+    ci = confirmed.headline if confirmed else None
+    cfg = TrialConfig.from_dict(config)
+    same = res.baseline(cfg.cuda_graph)
+    base = (res.fastest_baseline or same) if ci is not None and confirmed and confirmed.deploy_speedup_ci else same
+    return Chosen(
+        trial=trial,
+        config=config,
+        why=f"trial {trial}, chosen with --trial",
+        tok_per_s=confirmed.tok_per_s if confirmed else t.value,
+        speedup=ci["point"] if ci else (res.search_speedup(t) if not cfg.is_baseline else 1.0),
+        speedup_ci=ci,
+        source="confirmation" if ci else "search",
+        baseline=_baseline_entry(base),
+    )
 
 
-def _baseline_entry(b: dict[str, Any]) -> dict[str, Any] | None:
-    if not b:
+def _baseline_entry(b: Baseline | None) -> dict[str, Any] | None:
+    if b is None:
         return None
-    return {
-        "trial": b.get("trial"),
-        "config": TrialConfig.baseline(b["cuda_graph"]).to_dict(),
-        "tok_per_s": b.get("tok_per_s"),
-    }
+    return {"trial": b.trial, "config": b.config.to_dict(), "tok_per_s": b.tok_per_s}
 
 
 def fingerprint(path: str | Path) -> dict[str, Any]:
@@ -187,7 +196,7 @@ def _read_paths(space: Space, read_space: Space | None) -> Space:
 def bundle(
     space: Space,
     backend: Backend,
-    result: StudyResult | Mapping[str, Any],
+    result: StudyResult,
     *,
     trial: int | None = None,
     read_space: Space | None = None,
@@ -200,11 +209,10 @@ def bundle(
     another server to deploy on (``Backend.translate``; ValueError when the translation would not be faithful).
     The launch comes in three namings of its files: bare (``argv``), beside a script (``_script_argv``) and in a
     container, listening on every interface there and started as the image starts it (``_container``,
-    ``container_launch``). ``_startup``: the study's measured start-ups (``startup``). ``result``: the study's (a
-    report dict is read as one)."""
-    res = as_result(result)
-    chosen = _choose(res, trial)
-    config = TrialConfig.from_dict(chosen["config"])
+    ``container_launch``). ``_startup``: the study's measured start-ups (``startup``). ``result``: the study's."""
+    res = result
+    chosen = choose(res, trial)
+    config = TrialConfig.from_dict(chosen.config)
     dspace, dbackend, dconfig = space, backend, config
     translation: dict[str, Any] | None = None
     if server is not None and type(server) is not type(backend):
@@ -245,7 +253,7 @@ def bundle(
     started_by = launcher if container_argv[: len(launcher)] == launcher else container_argv[:1]
     provenance = {
         "study": res.study,
-        "trial": chosen["trial"],
+        "trial": chosen.trial,
         "simulated": res.simulated,
         "space": space.path,
         "backend": space.server.backend,
@@ -254,16 +262,16 @@ def bundle(
         "autotune_version": __version__,
         "exported_at": (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "verdict": res.verdict.value,
-        "why": chosen["why"],
+        "why": chosen.why,
         "config": config.to_dict(),
         "measured": {
-            "tok_per_s": chosen["tok_per_s"],
-            "speedup": chosen["speedup"],
-            "speedup_ci": chosen["speedup_ci"],
-            "source": chosen["source"],
+            "tok_per_s": chosen.tok_per_s,
+            "speedup": chosen.speedup,
+            "speedup_ci": chosen.speedup_ci,
+            "source": chosen.source,
             "units": res.units,
         },
-        "baseline": chosen["baseline"],
+        "baseline": chosen.baseline,
         "checkpoints": checkpoints(space, config, read_space),
     }
     if translation is not None:
@@ -275,8 +283,8 @@ def bundle(
     return {
         **{k: provenance[k] for k in ("autotune_version", "exported_at", "study", "simulated", "space", "backend")},
         "verdict": res.verdict.value,
-        "why": chosen["why"],
-        "trial": chosen["trial"],
+        "why": chosen.why,
+        "trial": chosen.trial,
         "config": config.to_dict(),
         "method": provenance["method"],
         "speculative": not config.is_baseline,
@@ -329,7 +337,8 @@ def container_launch(backend: Backend, launcher: list[str], args: list[str]) -> 
 def startup(result: StudyResult) -> dict[str, Any]:
     """The study's measured start-ups (seconds to healthy, in the measured hardware's time; a duplicate trial's is its
     original's): the slowest and how many starts were timed (``slowest_s`` None when none was)."""
-    times = [float(t["startup_s"]) for t in result.trials if t.get("startup_s") and t.get("duplicate_of") is None]
+    records = [TrialRecord(t) for t in result.trials]
+    times = [float(r.startup_s) for r in records if r.startup_s and r.duplicate_of is None]
     return {"slowest_s": max(times) if times else None, "starts": len(times)}
 
 

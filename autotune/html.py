@@ -13,6 +13,7 @@ import optuna
 from autotune._io import atomic_write
 from autotune.config import config_label
 from autotune.render import measured, position_rows
+from autotune.report import COMPARISONS, Report
 from autotune.study import baseline_check
 
 
@@ -30,7 +31,7 @@ def _range(ci: dict[str, Any]) -> str:
     return f"[{_num(ci.get('low'), '.3f')}, {_num(ci.get('high'), '.3f')}] {conf}%"
 
 
-def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -> None:
+def write_html_report(study: optuna.Study, report: Report, path: Path) -> None:
     parts = [
         *_head(report),
         *_verdict(report),
@@ -38,8 +39,8 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
         *_confirmation(report),
         *_greedy(report),
         *(
-            f"<p class='warn' id='guard-{_e(g['name'])}'>guard {_e(g['name'])}: {_e(g['text'])}</p>"
-            for g in report.get("acceptance_guards") or []
+            f"<p class='warn' id='guard-{_e(g.name)}'>guard {_e(g.name)}: {_e(g.text)}</p>"
+            for g in report.acceptance_guards
         ),
         *_methods(report),
         *_levels(report),
@@ -53,15 +54,15 @@ def write_html_report(study: optuna.Study, report: dict[str, Any], path: Path) -
     atomic_write(path, "".join(parts))  # workers sharing a study may write the same report at the same moment
 
 
-def _head(report: dict[str, Any]) -> list[str]:
-    sim = report.get("simulated")
+def _head(report: Report) -> list[str]:
+    sim = report.result.simulated
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>autotune: {_e(report['study'])}</title>",
+        f"<!doctype html><html><head><meta charset='utf-8'><title>autotune: {_e(report.study)}</title>",
         "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}.PRUNED{color:#888}"
         ".FAIL{color:#b00}.verdict{font-size:1.3em;padding:.6em;background:#f4f4f4;border-left:6px solid #36c}"
         ".sim{background:#fff3cd;padding:.5em}</style></head><body>",
-        f"<h1>autotune study <code>{_e(report['study'])}</code></h1>",
+        f"<h1>autotune study <code>{_e(report.study)}</code></h1>",
     ]
     if sim:
         parts.append(
@@ -71,76 +72,74 @@ def _head(report: dict[str, Any]) -> list[str]:
     return parts
 
 
-def _verdict(report: dict[str, Any]) -> list[str]:
+def _verdict(report: Report) -> list[str]:
     """The verdict, the configs it could not weigh, and the recommended deployment."""
-    rests_on = report.get("verdict_rests_on", report["verdict_basis"])
+    res = report.result
     parts = [
-        f"<p class='verdict' id='verdict'><b>{_e(report['verdict'])}</b> ({_e(rests_on)}): "
-        f"{_e(report['verdict_text'])}</p>"
+        f"<p class='verdict' id='verdict'><b>{_e(res.verdict.value)}</b> ({_e(res.rests_on)}): "
+        f"{_e(report.verdict_text)}</p>"
     ]
-    if report.get("to_settle"):
-        parts.append(f"<p class='to-settle' id='to-settle'>{_e(report['to_settle']['text'])}</p>")
+    if report.to_settle:
+        parts.append(f"<p class='to-settle' id='to-settle'>{_e(report.to_settle['text'])}</p>")
     parts += _objective_line(report)
-    if report.get("search_settled"):
-        parts.append(f"<p class='settled' id='search-settled'>{_e(report['search_settled']['text'])}</p>")
-    if report.get("warmup"):
-        parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report['warmup']['text'])}</p>")
-    for e in report.get("exclusions", []):
+    if report.search_settled:
+        parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled['text'])}</p>")
+    if report.warmup:
+        parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report.warmup['text'])}</p>")
+    for e in res.exclusions:
         parts.append(
             f"<p class='excluded'>excluded trial {_e(e['trial'])} ({_e(config_label(e.get('config')))}): "
             f"{_e(e['kind'])}: {_e(e['reason'])}</p>"
         )
-    rec = report["recommended"]
-    parts.append(
-        f"<p>Recommended deployment: <code>{_e(config_label(rec.get('config')))}</code> ({_e(rec.get('why'))})</p>"
-    )
+    rec = res.recommended
+    parts.append(f"<p>Recommended deployment: <code>{_e(config_label(rec.config))}</code> ({_e(rec.why)})</p>")
     return parts
 
 
-def _baselines(report: dict[str, Any]) -> list[str]:
+def _baselines(report: Report) -> list[str]:
     parts = ["<h2>Baselines</h2><ul>"]
-    for k, b in sorted(report["baseline"].items()):
-        parts.append(f"<li>{_e(k)}: {_num(b['tok_per_s'])} tok/s (trial {b['trial']})</li>")
+    for k, b in sorted(report.result.baselines.items()):
+        parts.append(f"<li>{_e(k)}: {_num(b.tok_per_s)} tok/s (trial {b.trial})</li>")
     parts.append("</ul>")
-    for c in report.get("baseline_check") or []:  # the search's baseline start against confirmation's fresh ones
+    for c in report.baseline_check:  # the search's baseline start against confirmation's fresh ones
         cls = "excluded" if c["flagged"] else "check"
         parts.append(f"<p class='{cls}' id='baseline-check-{_e(c['cuda_graph'])}'>{_e(baseline_check.text(c))}</p>")
-    parts.append(f"<p>{_e(report['comparisons'])}.</p>")
+    parts.append(f"<p>{_e(COMPARISONS)}.</p>")
     return parts
 
 
-def _confirmation(report: dict[str, Any]) -> list[str]:
-    if not report.get("confirmed"):
+def _confirmation(report: Report) -> list[str]:
+    if not report.result.confirmed:
         return []
     parts = [
         "<h2>Confirmation</h2><table><tr><th>trial</th><th>config</th><th>tok/s</th>"
         "<th>speedup</th><th>CI</th><th>rounds</th></tr>"
     ]
-    for c in report["confirmed"]:
-        ci = c["speedup_ci"] or {}
+    for c in report.result.confirmed:
+        ci = c.speedup_ci or {}
         parts.append(
-            f"<tr><td>{c['trial']}</td><td>{_e(config_label(c['config']))}</td><td>{_num(c['tok_per_s'])}</td>"
+            f"<tr><td>{c.trial}</td><td>{_e(config_label(c.config))}</td><td>{_num(c.tok_per_s)}</td>"
             f"<td>{_num(ci.get('point'), '.3f')}</td><td>{_range(ci)}</td>"
-            f"<td>{ci.get('n', '')}{' (left the race)' if c.get('dropped') else ''}</td></tr>"
+            f"<td>{ci.get('n', '')}{' (left the race)' if c.dropped else ''}</td></tr>"
         )
     parts.append("</table>")
-    if report.get("interval_note"):
-        parts.append(f"<p class='note' id='interval-note'>{_e(report['interval_note'])}.</p>")
+    if report.interval_note:
+        parts.append(f"<p class='note' id='interval-note'>{_e(report.interval_note)}.</p>")
     return parts
 
 
-def _objective_line(report: dict[str, Any]) -> list[str]:
+def _objective_line(report: Report) -> list[str]:
     """What the study maximised, when its weights name prompt categories."""
-    obj = report.get("objective") or {}
+    obj = report.objective
     if not obj.get("category_weights"):
         return []
     return [f"<p class='objective' id='objective'>objective: {_e(obj['text'])}</p>"]
 
 
-def _methods(report: dict[str, Any]) -> list[str]:
+def _methods(report: Report) -> list[str]:
     """Per-method results (spaces with search.methods): the sentence naming the winner, each method's best, and
     each prompt category's speedup per method."""
-    m = report.get("methods")
+    m = report.methods
     if not m:
         return []
     parts = [
@@ -184,20 +183,20 @@ def _methods(report: dict[str, Any]) -> list[str]:
     return parts
 
 
-def _levels(report: dict[str, Any]) -> list[str]:
+def _levels(report: Report) -> list[str]:
     """With load levels: per level, the search's best trial there and the confirmation's winner, interval and
     verdict (the table ``autotune report`` prints)."""
-    load = report.get("load")
-    if not load or not load.get("levels"):
+    load = report.load
+    if load is None or not load.levels:
         return []
-    confirmed = {int(v["level"]): v for v in load.get("confirmed") or []}
+    confirmed = {int(v["level"]): v for v in load.confirmed or []}
     parts = [
-        f"<h2>Load levels</h2><p>Search (trial {_e(load.get('trial'))}): {_e(load.get('text'))}"
-        + (f"; confirmed: {_e(load.get('confirmed_text'))}" if load.get("confirmed_text") else "")
+        f"<h2>Load levels</h2><p>Search (trial {_e(load.trial)}): {_e(load.text)}"
+        + (f"; confirmed: {_e(load.confirmed_text)}" if load.confirmed_text else "")
         + "</p><table><tr><th>streams</th><th>tok/s</th><th>per stream</th><th>speedup</th><th>ITL p99 ms</th>"
         "<th>TTFT p99 ms</th><th>failed</th><th>confirmed winner</th><th>CI</th><th>verdict</th></tr>"
     ]
-    for x in load["levels"]:
+    for x in load.levels:
         c = int(x["level"])
         v = confirmed.get(c) or {}
         ci = v.get("speedup_ci") or {}
@@ -211,10 +210,10 @@ def _levels(report: dict[str, Any]) -> list[str]:
             f"<td>{_e(v.get('verdict'))}</td></tr>"
         )
     parts.append("</table>")
-    for x in load["levels"]:
+    for x in load.levels:
         if x.get("slo_broken"):
             parts.append(
-                f"<p class='slo' id='slo-{_e(x['level'])}'>At {_e(x['level'])} streams trial {_e(load.get('trial'))} "
+                f"<p class='slo' id='slo-{_e(x['level'])}'>At {_e(x['level'])} streams trial {_e(load.trial)} "
                 f"breaks the latency limit (objective.slo): {_e('; '.join(x['slo_broken']))}. The search ranks a "
                 "config breaking a limit after every config within the limits; a level schedule does not use it "
                 "there.</p>"
@@ -222,18 +221,18 @@ def _levels(report: dict[str, Any]) -> list[str]:
     return parts
 
 
-def _greedy(report: dict[str, Any]) -> list[str]:
+def _greedy(report: Report) -> list[str]:
     """A sampling space's lossless check at temperature 0, and which figures come from which measurement."""
-    lo = report.get("lossless") or {}
-    if not lo.get("greedy_text"):
+    lo = report.lossless
+    if lo.greedy is None or not lo.greedy_text:
         return []
-    warn = "" if lo["greedy"].get("ok") else " class='warn'"
-    return [f"<p id='greedy-lossless'{warn}>{_e(lo['greedy_text'])} ({_e(lo['figures_from'])})</p>"]
+    warn = "" if lo.greedy.get("ok") else " class='warn'"
+    return [f"<p id='greedy-lossless'{warn}>{_e(lo.greedy_text)} ({_e(lo.figures_from)})</p>"]
 
 
-def _traffic(report: dict[str, Any]) -> list[str]:
+def _traffic(report: Report) -> list[str]:
     """A request-log study: what was measured of the log, the guards, the recommended config by input length."""
-    t = report.get("traffic")
+    t = report.traffic
     if not t:
         return []
     parts = [
@@ -267,15 +266,15 @@ def _traffic(report: dict[str, Any]) -> list[str]:
     return parts
 
 
-def _alarms(report: dict[str, Any]) -> list[str]:
-    if not report["flags"]:
+def _alarms(report: Report) -> list[str]:
+    if not report.flags:
         return []
-    return ["<h2>Alarms</h2><ul>" + "".join(f"<li>{_e(f)}</li>" for f in report["flags"]) + "</ul>"]
+    return ["<h2>Alarms</h2><ul>" + "".join(f"<li>{_e(f)}</li>" for f in report.flags) + "</ul>"]
 
 
-def _trials(report: dict[str, Any]) -> list[str]:
-    objective = (report.get("objective") or {}).get("text")
-    n_levels = len((report.get("objective") or {}).get("weights") or {})
+def _trials(report: Report) -> list[str]:
+    objective = report.objective.get("text")
+    n_levels = len(report.objective.get("weights") or {})
     parts = [
         "<h2>Trials</h2>"
         + (
@@ -287,29 +286,27 @@ def _trials(report: dict[str, Any]) -> list[str]:
         + "<table id='trials'><tr><th>#</th><th>state</th><th>config</th><th>tok/s</th>"
         "<th>speedup</th><th>vs best</th><th>measured</th><th>accept len</th><th>startup s</th><th>note</th></tr>"
     ]
-    for r in report["trials"]:
-        note = r.get("reason") or (
-            r.get("prune_reason")
-            or r.get("fail_reason")
-            or (f"same as #{r['duplicate_of']}" if r.get("duplicate_of") is not None else "")
+    for r in report.trials:
+        note = r.reason or (
+            r.prune_reason or r.fail_reason or (f"same as #{r.duplicate_of}" if r.duplicate_of is not None else "")
         )
-        if r["state"] != "COMPLETE" and r.get("speedup_basis"):
-            note = f"{note} [speedup over {r['speedup_basis']}]" if note else f"speedup over {r['speedup_basis']}"
-        early = "~" if r["state"] != "COMPLETE" else ""
-        vs = r.get("speedup_vs_fastest")
+        if r.state != "COMPLETE" and r.speedup_basis:
+            note = f"{note} [speedup over {r.speedup_basis}]" if note else f"speedup over {r.speedup_basis}"
+        early = "~" if r.state != "COMPLETE" else ""
+        vs = r.speedup_vs_fastest
         parts.append(
-            f"<tr class='{_e(r['state'])}' id='trial-{r['number']}'><td>{r['number']}</td><td>{_e(r['state'])}</td>"
-            f"<td>{_e(config_label(r['config']))}</td><td>{_num(r['tok_per_s'])}</td>"
-            f"<td>{_num(r['speedup'], '.3f')}{early if r['speedup'] is not None else ''}</td>"
+            f"<tr class='{_e(r.state)}' id='trial-{r.number}'><td>{r.number}</td><td>{_e(r.state)}</td>"
+            f"<td>{_e(config_label(r.config))}</td><td>{_num(r.tok_per_s)}</td>"
+            f"<td>{_num(r.speedup, '.3f')}{early if r.speedup is not None else ''}</td>"
             f"<td>{_num(vs, '.3f')}{early if vs is not None else ''}</td>"
-            f"<td>{_e(measured(r, n_levels))}</td><td>{_num(r['accept_length'], '.2f')}</td>"
-            f"<td>{_num(r['startup_s'], '.0f')}</td><td>{_e(note)}</td></tr>"
+            f"<td>{_e(measured(r, n_levels))}</td><td>{_num(r.accept_length, '.2f')}</td>"
+            f"<td>{_num(r.startup_s, '.0f')}</td><td>{_e(note)}</td></tr>"
         )
     parts.append("</table>")
     return parts
 
 
-def _plots(study: optuna.Study, report: dict[str, Any]) -> list[str]:
+def _plots(study: optuna.Study, report: Report) -> list[str]:
     """The review plots (``autotune.plots``); plotly.js is inlined with the first one only."""
     from autotune.plots import figures
 
@@ -327,7 +324,7 @@ def _plots(study: optuna.Study, report: dict[str, Any]) -> list[str]:
     return parts
 
 
-def _positions(report: dict[str, Any]) -> list[str]:
+def _positions(report: Report) -> list[str]:
     """Per-position acceptance of each method's best config (``render.position_rows``): an explanation, never a
     ranking; nothing where the server reports none."""
     rows = position_rows(report)

@@ -8,12 +8,13 @@
 - ``timeline``: the server starts, start-up against benchmark time
 
 Times are the measured hardware's (a simulated study's: simulated hardware time, and every title says so).
-Pure over the study's trials and the report dict; ``figures`` returns ``(key, title, figure or None)``.
+Pure over the study's trials and its report (``autotune.report.Report``); ``figures`` returns
+``(key, title, figure or None)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import plotly.graph_objects as go
@@ -24,6 +25,9 @@ from autotune import records
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.config import config_label
 from autotune.records import TrialRecord
+
+if TYPE_CHECKING:
+    from autotune.report import Report
 
 COLOURS = {"COMPLETE": "#3366cc", "PRUNED": "#aaaaaa", "FAIL": "#cc3333", "baseline": "#222222"}
 PALETTE = ("#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00")
@@ -49,24 +53,24 @@ def _starts(study: optuna.Study) -> list[FrozenTrial]:
     return out
 
 
-def _value(t: FrozenTrial, report: dict[str, Any]) -> float | None:
+def _value(t: FrozenTrial, report: Report) -> float | None:
     """A trial in the objective's unit: COMPLETE, its objective value; stopped early (PRUNED), the fastest
-    baseline's objective times the trial's speedup over what it measured (``report.objective_speedup``), so
+    baseline's objective times the trial's speedup over what it measured (``study.result.objective_speedup``), so
     that a pruned point on a load study is aggregate tok/s like the complete ones, not one stream's."""
     if t.state == TrialState.COMPLETE:
         return t.value
-    row = next((r for r in report["trials"] if r["number"] == t.number), None)
-    fastest = report.get("fastest_baseline")
-    if row is None or not fastest or row.get("speedup_vs_fastest") is None:
+    row = report.row(t.number)
+    fastest = report.result.fastest_baseline
+    if row is None or not fastest or row.speedup_vs_fastest is None or fastest.tok_per_s is None:
         return None
-    return fastest["tok_per_s"] * row["speedup_vs_fastest"]
+    return fastest.tok_per_s * row.speedup_vs_fastest
 
 
-def _estimated(report: dict[str, Any]) -> str:
-    return "levels measured" if (report.get("objective") or {}).get("weights") else "prompts measured"
+def _estimated(report: Report) -> str:
+    return "levels measured" if report.objective.get("weights") else "prompts measured"
 
 
-def history(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
+def history(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figure | None:
     starts = _starts(study)
     if not starts:
         return None
@@ -93,40 +97,38 @@ def history(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -
                 hovertemplate="%{text}<br>%{y:.1f} tok/s<extra></extra>",
             )
         )
-    for _key, b in sorted(report["baseline"].items()):
+    for _key, base in sorted(report.result.baselines.items()):
         fig.add_hline(
-            y=b["tok_per_s"],
-            line_dash="dash" if b["cuda_graph"] else "dot",
+            y=base.tok_per_s,
+            line_dash="dash" if base.cuda_graph else "dot",
             line_color=COLOURS["baseline"],
-            annotation_text=f"baseline, graphs {'on' if b['cuda_graph'] else 'off'}: {b['tok_per_s']:.1f}",
+            annotation_text=f"baseline, graphs {'on' if base.cuda_graph else 'off'}: {base.tok_per_s:.1f}",
         )
     return _layout(
         fig,
         f"the objective of every trial against the baseline{sim}",
         xaxis_title=f"GPU time at the trial's end (h){sim}",
-        yaxis_title=units + (" (the objective)" if (report.get("objective") or {}).get("weights") else ""),
+        yaxis_title=units + (" (the objective)" if report.objective.get("weights") else ""),
     )
 
 
-def per_prompt(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
+def per_prompt(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figure | None:
     """Each prompt's tok/s, one stream (with load levels: level 1 only, and the title says so)."""
-    fastest = report.get("fastest_baseline")
-    confirmed = report.get("confirmed") or []
+    fastest = report.result.fastest_baseline
+    confirmed = report.result.confirmed
     if not fastest or not confirmed:
         return None
-    loaded = bool((report.get("objective") or {}).get("weights"))
-    ids = records.prompt_ids(study) or [str(i) for i in range(len(fastest["per_prompt_tok_per_s"]))]
+    loaded = bool(report.objective.get("weights"))
+    ids = records.prompt_ids(study) or [str(i) for i in range(len(fastest.per_prompt_tok_per_s))]
     n = len(ids)
     by_number = {t.number: t for t in records.trials(study)}
     fig = go.Figure()
-    base = fastest["per_prompt_tok_per_s"][:n]  # with load levels the later steps are the levels' streams
+    base = list(fastest.per_prompt_tok_per_s[:n])  # with load levels the later steps are the levels' streams
     fig.add_trace(
-        go.Bar(
-            x=ids[: len(base)], y=base, name=f"baseline (trial {fastest['trial']})", marker_color=COLOURS["baseline"]
-        )
+        go.Bar(x=ids[: len(base)], y=base, name=f"baseline (trial {fastest.trial})", marker_color=COLOURS["baseline"])
     )
     for i, c in enumerate(confirmed):
-        t = by_number.get(c["trial"])
+        t = by_number.get(c.trial)
         if t is None:
             continue
         ys = [t.intermediate_values[s] for s in sorted(t.intermediate_values) if s < n]
@@ -134,7 +136,7 @@ def per_prompt(study: optuna.Study, report: dict[str, Any], units: str, sim: str
             go.Bar(
                 x=ids[: len(ys)],
                 y=ys,
-                name=f"#{c['trial']} {config_label(c['config'])}",
+                name=f"#{c.trial} {config_label(c.config)}",
                 marker_color=PALETTE[i % len(PALETTE)],
             )
         )
@@ -150,39 +152,35 @@ def per_prompt(study: optuna.Study, report: dict[str, Any], units: str, sim: str
     )
 
 
-def acceptance(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
-    rows = [
-        r
-        for r in report["trials"]
-        if r["role"] == records.ROLE_SPECULATIVE and r["accept_length"] is not None and r["duplicate_of"] is None
-    ]
+def acceptance(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figure | None:
+    rows = [r for r in report.trials if r.speculative and r.accept_length is not None and r.duplicate_of is None]
     by_number = {t.number: t for t in records.trials(study)}
-    pts = [(r, v) for r in rows if (v := _value(by_number[r["number"]], report)) is not None]
+    pts = [(r, v) for r in rows if (v := _value(by_number[r.number], report)) is not None]
     if not pts:
         return None
     fig = go.Figure()
-    drafters = sorted({(r["config"] or {}).get("drafter") or "?" for r, _ in pts})
+    drafters = sorted({(r.config or {}).get("drafter") or "?" for r, _ in pts})
     for i, d in enumerate(drafters):
-        mine = [(r, v) for r, v in pts if ((r["config"] or {}).get("drafter") or "?") == d]
+        mine = [(r, v) for r, v in pts if ((r.config or {}).get("drafter") or "?") == d]
         fig.add_trace(
             go.Scatter(
-                x=[r["accept_length"] for r, _ in mine],
+                x=[r.accept_length for r, _ in mine],
                 y=[v for _, v in mine],
                 mode="markers",
                 name=d,
                 marker={
                     "color": PALETTE[i % len(PALETTE)],
                     "size": 9,
-                    "symbol": ["circle" if r["state"] == "COMPLETE" else "circle-open" for r, _ in mine],
+                    "symbol": ["circle" if r.state == "COMPLETE" else "circle-open" for r, _ in mine],
                 },
-                text=[f"#{r['number']} {config_label(r['config'])} ({r['state'].lower()})" for r, _ in mine],
+                text=[f"#{r.number} {config_label(r.config)} ({r.state.lower()})" for r, _ in mine],
                 hovertemplate="%{text}<br>accept %{x:.2f}, %{y:.1f} tok/s<extra></extra>",
             )
         )
-    fastest = report.get("fastest_baseline")
+    fastest = report.result.fastest_baseline
     if fastest:
         fig.add_hline(
-            y=fastest["tok_per_s"], line_dash="dash", line_color=COLOURS["baseline"], annotation_text="fastest baseline"
+            y=fastest.tok_per_s, line_dash="dash", line_color=COLOURS["baseline"], annotation_text="fastest baseline"
         )
     return _layout(
         fig,
@@ -192,34 +190,34 @@ def acceptance(study: optuna.Study, report: dict[str, Any], units: str, sim: str
     )
 
 
-def knobs(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
+def knobs(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figure | None:
     """Knob by knob: each measured config's objective against the knob's value; pruned configs as open markers
     (in the same unit: estimated from what they measured)."""
     by_number = {t.number: t for t in records.trials(study)}
     rows = [
         r
-        for r in report["trials"]
-        if r["role"] == records.ROLE_SPECULATIVE
-        and r["state"] in ("COMPLETE", "PRUNED")
-        and r["config"]
-        and r["duplicate_of"] is None
-        and r["number"] in by_number
+        for r in report.trials
+        if r.speculative
+        and r.state in ("COMPLETE", "PRUNED")
+        and r.config
+        and r.duplicate_of is None
+        and r.number in by_number
     ]
-    pts = [(r, v) for r in rows if (v := _value(by_number[r["number"]], report)) is not None]
+    pts = [(r, v) for r in rows if (v := _value(by_number[r.number], report)) is not None]
     if not pts:
         return None
     names = ["drafter", "cuda_graph"] + sorted(
-        {k for r, _ in pts for k in r["config"] if k not in ("drafter", "cuda_graph")}
+        {k for r, _ in pts for k in r.config or {} if k not in ("drafter", "cuda_graph")}
     )
     fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, subplot_titles=names)
     top = max(v for _, v in pts)
     for i, name in enumerate(names, start=1):
         for state, symbol in (("COMPLETE", "circle"), ("PRUNED", "circle-open")):
-            mine = [(r, v) for r, v in pts if r["state"] == state]
+            mine = [(r, v) for r, v in pts if r.state == state]
             if not mine:
                 continue
             xs = [
-                str(r["config"].get(name)) if name in ("drafter", "cuda_graph") else r["config"].get(name)
+                str((r.config or {}).get(name)) if name in ("drafter", "cuda_graph") else (r.config or {}).get(name)
                 for r, _ in mine
             ]
             fig.add_trace(
@@ -239,7 +237,7 @@ def knobs(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> 
                         "symbol": symbol,
                         "line": {"width": 1.5},
                     },
-                    text=[f"#{r['number']} {config_label(r['config'])} ({state.lower()})" for r, _ in mine],
+                    text=[f"#{r.number} {config_label(r.config)} ({state.lower()})" for r, _ in mine],
                     hovertemplate="%{text}<br>%{y:.1f} tok/s<extra></extra>",
                 ),
                 row=1,
@@ -264,17 +262,17 @@ def interval_axis(cis: list[dict[str, Any]], racing: list[bool]) -> tuple[float,
     return lo - pad, hi + pad
 
 
-def intervals(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
-    conf = [c for c in report.get("confirmed") or [] if c.get("deploy_speedup_ci") or c.get("speedup_ci")]
+def intervals(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figure | None:
+    conf = [c for c in report.result.confirmed if c.headline]
     if not conf:
         return None
     fig = go.Figure()
-    cis = [c.get("deploy_speedup_ci") or c["speedup_ci"] for c in conf]
-    x0, x1 = interval_axis(cis, [not c.get("dropped") for c in conf])
+    cis = [c.headline or {} for c in conf]
+    x0, x1 = interval_axis(cis, [not c.dropped for c in conf])
     clipped = [ci["low"] < x0 or ci["high"] > x1 for ci in cis]
     labels = [
-        f"#{c['trial']} {config_label(c['config'])}"
-        + (" - out of the race" if c.get("dropped") else "")
+        f"#{c.trial} {config_label(c.config)}"
+        + (" - out of the race" if c.dropped else "")
         + (" (interval clipped)" if cut else "")
         for c, cut in zip(conf, clipped, strict=True)
     ]
@@ -330,7 +328,7 @@ def intervals(study: optuna.Study, report: dict[str, Any], units: str, sim: str)
     )
 
 
-def timeline(study: optuna.Study, report: dict[str, Any], units: str, sim: str) -> go.Figure | None:
+def timeline(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figure | None:
     """Every server start in order: the search's (measured) then confirmation's (estimated from their tok/s)."""
     starts = _starts(study)
     if not starts:
@@ -396,7 +394,7 @@ PLOTS = (
 )
 
 
-def figures(study: optuna.Study, report: dict[str, Any]) -> list[tuple[str, str, go.Figure | None]]:
-    sim = " [simulated hardware time]" if report.get("simulated") else ""
-    units = report.get("units") or "tok/s"
+def figures(study: optuna.Study, report: Report) -> list[tuple[str, str, go.Figure | None]]:
+    sim = " [simulated hardware time]" if report.result.simulated else ""
+    units = report.result.units or "tok/s"
     return [(key, title, fn(study, report, units, sim)) for key, title, fn in PLOTS]

@@ -53,7 +53,7 @@ Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, 
 ``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search),
 ``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm),
 ``verdict`` / ``recommended`` (written by ``autotune dashboard`` for optuna-dashboard: the verdict, and the trial
-autotune recommends with rounded figures; ``autotune.evidence.publish``), ``methods`` (a space with
+autotune recommends with rounded figures; ``autotune.render.publish``), ``methods`` (a space with
 ``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``),
 ``traffic`` (a request-log space: the subset, its comparison with the log and the guards; ``autotune.traffic``),
 ``traffic_holdout`` (the subset's baseline tok/s against a holdout from the rest of the log, measured on the first

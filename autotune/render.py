@@ -1,21 +1,28 @@
-"""Report dict -> the terminal (rich) for people (the JSON form is the report dict itself).
+"""Report -> text for people: the terminal (rich; the JSON form is ``Report.to_json``) and optuna-dashboard's
+notes (``publish``).
 
 Tables for the baselines, the best configs, the pruned and failed reasons and the trials; sentences (verdict,
 confirmed intervals, exclusions) as whole lines, never wrapped, so that they can be grepped. Colour only on a
-terminal; into a pipe or file the same text without escapes, 160 columns wide."""
+terminal; into a pipe or file the same text without escapes, 160 columns wide. The dashboard's study note is
+Markdown: the verdict, the recommended trial and how it differs from the dashboard's "Best Trial"."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+import optuna
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from autotune import evidence, records
 from autotune.config import config_label
 from autotune.study import baseline_check
 from autotune.verdict import Verdict
+
+if TYPE_CHECKING:
+    from autotune.report import GpuTime, Report, TrialRow
 
 
 def _fmt(x: Any, spec: str = ".1f") -> str:
@@ -41,7 +48,7 @@ def _console(out: IO[str]) -> Console:
     return Console(file=out, width=None if tty else 160, force_terminal=tty, no_color=not tty, highlight=False)
 
 
-def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = None) -> None:
+def render_report(report: Report, out: IO[str], deploy: str | None = None) -> None:
     """The whole report: its tables and evidence, then the closing summary (``summary_lines``); ``deploy``: the
     recommended config's launch command, printed in the summary."""
     con = _console(out)
@@ -49,59 +56,60 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
     def line(text: str, style: str | None = None) -> None:
         con.print(Text(text, style=style or ""), soft_wrap=True)
 
-    sim = report.get("simulated")
+    res = report.result
+    sim = res.simulated
     line(
-        f"study {report['study']}"
+        f"study {res.study}"
         + (f"  [SIMULATED: scenario {sim['scenario']}, figures in simulated hardware time]" if sim else ""),
         "bold",
     )
     _baselines(con, report)
-    c = report["counts"]
+    c = report.counts
     line(
-        f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report['pruned_before_last_prompt']} before the end "
+        f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report.pruned_before_last_prompt} before the end "
         f"of their benchmark: {_pruned_by(report)}), {c['FAIL']} failed"
     )
     _reasons(con, report)
-    if (report.get("objective") or {}).get("category_weights"):
-        line("objective: " + report["objective"]["text"])
+    if report.objective.get("category_weights"):
+        line("objective: " + report.objective["text"])
     _best(con, report)
-    for text in _methods_lines(report.get("methods")):
+    for text in _methods_lines(report.methods):
         line(text)
     for text in positions_lines(report):
         line(text)
     _trials(con, report)
     line(
         "  (speedup: the objective's ("
-        + (report.get("objective") or {}).get("text", "tok/s over the prompt set")
+        + report.objective.get("text", "tok/s over the prompt set")
         + ") against the baseline of the same CUDA-graph setting; vs best: against the fastest baseline; "
         "~: a trial stopped early, over what it measured)"
     )
-    if report["flags"]:
+    if report.flags:
         line("")
         line("alarms:", "bold red")
-        for f in report["flags"]:
+        for f in report.flags:
             line(f"  - {f}", "red")
     line("")
-    lo = report.get("lossless") or {}
-    if lo.get("tolerance") is not None:
-        floor = lo.get("baseline_divergences") or []
+    lo = report.lossless
+    if lo.tolerance is not None:
+        floor = lo.baseline_divergences
         line(
-            f"lossless check: near-tie tolerance {lo['tolerance']:.3g} nats ({lo.get('tolerance_source')}); "
-            f"{lo.get('numerics', 0)} near-tie flip(s) recorded as numerics; lossy trials: "
-            f"{lo.get('lossy_trials') or 'none'}; baselines against each other: "
+            f"lossless check: near-tie tolerance {lo.tolerance:.3g} nats ({lo.tolerance_source}); "
+            f"{lo.numerics} near-tie flip(s) recorded as numerics; lossy trials: "
+            f"{lo.lossy_trials or 'none'}; baselines against each other: "
             + (f"{len(floor)} divergence(s)" if floor else "identical")
         )
-    for g in report.get("acceptance_guards") or []:
-        line(f"guard {g['name']}: {g['text']}", "yellow")
-    if lo.get("greedy_text"):
-        line(lo["greedy_text"], None if lo["greedy"].get("ok") else "yellow")
-        line(f"  ({lo['figures_from']})")
-    for cf in report.get("confirmed", []):
-        ci = cf["speedup_ci"]
-        dep = cf.get("deploy_speedup_ci")
+    for g in report.acceptance_guards:
+        line(f"guard {g.name}: {g.text}", "yellow")
+    if lo.greedy is not None and lo.greedy_text:
+        line(lo.greedy_text, None if lo.greedy.get("ok") else "yellow")
+        line(f"  ({lo.figures_from})")
+    for cf in res.confirmed:
+        ci = cf.speedup_ci
+        dep = cf.deploy_speedup_ci
         if ci:
             line(
-                f"confirmed trial {cf['trial']} ({config_label(cf.get('config'))}): speedup {ci['point']:.3f} "
+                f"confirmed trial {cf.trial} ({config_label(cf.config)}): speedup {ci['point']:.3f} "
                 f"[{ci['low']:.3f}, {ci['high']:.3f}] against its own baseline"
                 + (
                     f", {dep['point']:.3f} [{dep['low']:.3f}, {dep['high']:.3f}] against the fastest baseline"
@@ -109,19 +117,19 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
                     else ""
                 )
                 + f" ({ci['confidence'] * 100:.4g}% CI, {ci['n']} paired repeats)"
-                + (" - left the race: clearly slower than the leader" if cf.get("dropped") else "")
+                + (" - left the race: clearly slower than the leader" if cf.dropped else "")
             )
-    if report.get("confirmed") and report.get("interval_note"):
+    if res.confirmed and report.interval_note:
         line(f"  ({INTERVAL_POINTER})")
-    load = report.get("load")
+    load = report.load
     if load:
 
         def w(text: str) -> None:
             line(text.rstrip("\n"))
 
-        w(f"per level (trial {load['trial']}, search measurement):\n")
+        w(f"per level (trial {load.trial}, search measurement):\n")
         w("  streams     tok/s  speedup  per-stream  ITL p50/p99 ms   TTFT p50/p99 ms  accept  failed\n")
-        for x in load["levels"]:
+        for x in load.levels:
             slo = "  SLO broken: " + "; ".join(x["slo_broken"]) if x.get("slo_broken") else ""
             w(
                 f"  {x['level']:>7} {_fmt(x.get('tok_per_s')):>9} {_fmt(x.get('speedup'), '.2f'):>8} "
@@ -130,12 +138,12 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
                 f"{_fmt(x.get('ttft_p50_ms')):>8}/{_fmt(x.get('ttft_p99_ms')):<8} "
                 f"{_fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}\n"
             )
-        w(f"  {load['text']} (search)\n")
-        for v in load.get("confirmed") or []:
+        w(f"  {load.text} (search)\n")
+        for v in load.confirmed or []:
             ci = v.get("speedup_ci")
             iv = f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "-"
             w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
-    traffic = report.get("traffic")
+    traffic = report.traffic
     if traffic:
         line(
             f"traffic: {traffic['picked']} of {traffic['log_requests']} logged requests measured ({traffic['path']}; "
@@ -150,14 +158,14 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
             line("  " + traffic["acceptance_text"], "yellow" if acc and acc.get("warning") else None)
         if traffic.get("by_length_text"):
             line(traffic["by_length_text"], "yellow" if "WARNING" in traffic["by_length_text"] else None)
-    if report.get("search_settled"):
-        line(report["search_settled"]["text"])
-    for c in report.get("baseline_check") or []:
+    if report.search_settled:
+        line(report.search_settled["text"])
+    for c in report.baseline_check:
         line(baseline_check.text(c), "yellow" if c["flagged"] else None)
-    for e in report.get("exclusions", []):
+    for e in res.exclusions:
         line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
-    if report.get("warmup"):
-        line(f"warm-up: {report['warmup']['text']}")
+    if report.warmup:
+        line(f"warm-up: {report.warmup['text']}")
     line("")
     style = {
         Verdict.SPECULATION_WINS: "bold green",
@@ -166,7 +174,7 @@ def render_report(report: dict[str, Any], out: IO[str], deploy: str | None = Non
         Verdict.INCONCLUSIVE: "bold yellow",
     }
     for text in summary_lines(report, deploy):
-        strong = style.get(report["verdict"]) if text.startswith("verdict:") else None
+        strong = style.get(res.verdict) if text.startswith("verdict:") else None
         line(text, strong or ("bold" if text.startswith("recommended:") else None))
 
 
@@ -178,48 +186,45 @@ INTERVAL_POINTER = (
 )
 
 
-def summary_lines(report: dict[str, Any], deploy: str | None = None) -> list[str]:
+def summary_lines(report: Report, deploy: str | None = None) -> list[str]:
     """The study's closing summary, at most 12 lines: the verdict and what it rests on, how to settle an open one,
     the per-level verdicts, the recommendation with its interval, what the study cost, how to deploy it."""
-    out = [f"verdict: {report['verdict']} ({report.get('verdict_rests_on', report['verdict_basis'])})"]
-    out.append(f"  {report['verdict_text']}")
-    if report.get("to_settle"):
-        out.append(f"  {report['to_settle']['text']}")
-    load = report.get("load") or {}
-    if load.get("confirmed_text"):
-        out.append(f"  per level: {load['confirmed_text']}")
-    rec = report["recommended"]
-    if rec.get("config"):
-        out.append(f"recommended: trial {rec.get('trial')}: {config_label(rec['config'])}  ({rec['why']})")
-        ci = rec.get("speedup_ci")
+    res = report.result
+    out = [f"verdict: {res.verdict.value} ({res.rests_on})"]
+    out.append(f"  {report.verdict_text}")
+    if report.to_settle:
+        out.append(f"  {report.to_settle['text']}")
+    if report.load is not None and report.load.confirmed_text:
+        out.append(f"  per level: {report.load.confirmed_text}")
+    rec = res.recommended
+    if rec.config:
+        out.append(f"recommended: trial {rec.trial}: {config_label(rec.config)}  ({rec.why})")
+        ci = rec.speedup_ci
         if ci:
             out.append(
                 f"  speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}] "
                 f"({ci.get('confidence', 0.95) * 100:.4g}% CI) against the fastest baseline"
             )
-    cost = gpu_text(report)
-    if cost:
-        out.append(cost)
+    out.append(gpu_text(report.gpu_time))
     if deploy:
-        what = "the recommended config" if (rec.get("config") or {}).get("drafter") else "it"
+        what = "the recommended config" if (rec.config or {}).get("drafter") else "it"
         out.append(f"to deploy {what} (autotune export ... for other formats):")
         out.append(f"  {deploy}")
     return out
 
 
-def _baselines(con: Console, report: dict[str, Any]) -> None:
+def _baselines(con: Console, report: Report) -> None:
     t = Table(title="baselines", title_justify="left", show_edge=False)
     for col in ("CUDA graphs", "tok/s", "trial", "per prompt tok/s"):
         t.add_column(col, justify="left" if col == "CUDA graphs" else "right")
-    for _key, b in sorted(report["baseline"].items()):
-        per = " ".join(f"{x:.0f}" for x in b.get("per_prompt_tok_per_s") or [])
-        t.add_row("on" if b["cuda_graph"] else "off", _fmt(b["tok_per_s"]), str(b["trial"]), per)
+    for _key, b in sorted(report.result.baselines.items()):
+        per = " ".join(f"{x:.0f}" for x in b.per_prompt_tok_per_s)
+        t.add_row("on" if b.cuda_graph else "off", _fmt(b.tok_per_s), str(b.trial), per)
     con.print(t)
 
 
-def _reasons(con: Console, report: dict[str, Any]) -> None:
-    reasons = report.get("reasons") or {}
-    rows = [(state, why, n) for state in ("PRUNED", "FAIL") for why, n in sorted((reasons.get(state) or {}).items())]
+def _reasons(con: Console, report: Report) -> None:
+    rows = [(state, why, n) for state in ("PRUNED", "FAIL") for why, n in sorted(report.reasons[state].items())]
     if not rows:
         return
     t = Table(title="pruned and failed, by reason", title_justify="left", show_edge=False)
@@ -231,23 +236,20 @@ def _reasons(con: Console, report: dict[str, Any]) -> None:
     con.print(t)
 
 
-def gpu_text(report: dict[str, Any]) -> str | None:
-    """What the study cost in GPU time, one line (None: a report without the figure)."""
-    g = report.get("gpu_time")
-    if not g:
-        return None
-    failed = g.get("failed_starts") or 0  # reports written before failed starts were billed have none
-    lost = f"; {_duration(g['failed_s'])} in {failed} start(s) that failed or were refused" if failed else ""
+def gpu_text(g: GpuTime) -> str:
+    """What the study cost in GPU time, one line."""
+    failed = g.failed_starts
+    lost = f"; {_duration(g.failed_s)} in {failed} start(s) that failed or were refused" if failed else ""
     return (
-        f"GPU time: {_duration(g['total_s'])} ({_duration(g['search_s'])} search in {g['search_starts']} server "
-        f"starts, {_duration(g['confirmation_s'])} confirmation in {g['confirmation_starts']}{lost}); saved "
-        f"{_duration(g['saved_by_pruning_s'])} by pruning, {_duration(g['saved_by_dedup_s'])} by not re-measuring "
+        f"GPU time: {_duration(g.total_s)} ({_duration(g.search_s)} search in {g.search_starts} server "
+        f"starts, {_duration(g.confirmation_s)} confirmation in {g.confirmation_starts}{lost}); saved "
+        f"{_duration(g.saved_by_pruning_s)} by pruning, {_duration(g.saved_by_dedup_s)} by not re-measuring "
         f"duplicates"
     )
 
 
-def _best(con: Console, report: dict[str, Any]) -> None:
-    best = report.get("best_configs") or []
+def _best(con: Console, report: Report) -> None:
+    best = report.best_configs
     if not best:
         return
     t = Table(
@@ -260,12 +262,12 @@ def _best(con: Console, report: dict[str, Any]) -> None:
         t.add_column(col, justify="left" if col == "config" else "right")
     for b in best:
         t.add_row(
-            f"{b['trial']}{'*' if b.get('recommended') else ''}",
-            config_label(b["config"]),
-            _fmt(b["tok_per_s"]),
-            _fmt(b["speedup"], ".3f"),
-            _ci(b.get("speedup_ci")),
-            _fmt(b.get("accept_length"), ".2f"),
+            f"{b.trial}{'*' if b.recommended else ''}",
+            config_label(b.config),
+            _fmt(b.tok_per_s),
+            _fmt(b.speedup, ".3f"),
+            _ci(b.speedup_ci),
+            _fmt(b.accept_length, ".2f"),
         )
     con.print(t)
 
@@ -293,9 +295,9 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def _trials(con: Console, report: dict[str, Any]) -> None:
+def _trials(con: Console, report: Report) -> None:
     t = Table(title="trials", title_justify="left", show_edge=False)
-    n_levels = len((report.get("objective") or {}).get("weights") or {})
+    n_levels = len(report.objective.get("weights") or {})
     for col in ("#", "state", "config", "tok/s", "speedup", "vs best", "measured", "accept", "note"):
         t.add_column(
             col,
@@ -305,38 +307,38 @@ def _trials(con: Console, report: dict[str, Any]) -> None:
             max_width=44 if col == "note" else None,
         )
     colour = {"COMPLETE": "", "PRUNED": "dim", "FAIL": "red"}
-    for r in report["trials"]:
+    for r in report.trials:
         t.add_row(
-            str(r["number"]),
-            r["state"],
-            config_label(r["config"]),
-            _fmt(r["tok_per_s"]),
-            _fmt(r["speedup"], ".2f") + ("~" if r["state"] != "COMPLETE" and r["speedup"] is not None else ""),
-            _fmt(r.get("speedup_vs_fastest"), ".2f")
-            + ("~" if r["state"] != "COMPLETE" and r.get("speedup_vs_fastest") is not None else ""),
+            str(r.number),
+            r.state,
+            config_label(r.config),
+            _fmt(r.tok_per_s),
+            _fmt(r.speedup, ".2f") + ("~" if r.state != "COMPLETE" and r.speedup is not None else ""),
+            _fmt(r.speedup_vs_fastest, ".2f")
+            + ("~" if r.state != "COMPLETE" and r.speedup_vs_fastest is not None else ""),
             measured(r, n_levels),
-            _fmt(r["accept_length"], ".2f"),
+            _fmt(r.accept_length, ".2f"),
             trial_note(r),
-            style=colour.get(r["state"], ""),
+            style=colour.get(r.state, ""),
         )
     con.print(t)
 
 
-def trial_note(r: dict[str, Any]) -> str:
+def trial_note(r: TrialRow) -> str:
     """A trial row's note: why it was pruned or failed (every such row has one), a copy, a lossless finding."""
-    if r.get("duplicate_of") is not None:
-        return f"= #{r['duplicate_of']}"
+    if r.duplicate_of is not None:
+        return f"= #{r.duplicate_of}"
     parts = []
-    if r["state"] == "PRUNED" and r.get("prune_reason") and r.get("speedup_upper") is not None:
-        who = "lost to the leader" if r.get("prune_rule") == "leader" else "lost to the baseline"
-        against = f" #{r['pruned_against']}" if r.get("pruned_against") is not None else ""
-        parts.append(f"{who}{against} (upper bound {r['speedup_upper']:.3f})")
-    elif r.get("reason"):
-        parts.append(_clip(r["reason"], 70))
-    elif r["state"] in ("PRUNED", "FAIL"):  # a report from before reasons were listed
-        parts.append(_clip(r.get("prune_reason") or r.get("fail_reason") or r.get("fail_kind") or "no reason", 70))
-    if r.get("lossless") and r.get("lossless_summary") not in (None, "identical"):
-        parts.append(r["lossless_summary"])
+    if r.state == "PRUNED" and r.prune_reason and r.speedup_upper is not None:
+        who = "lost to the leader" if r.prune_rule == "leader" else "lost to the baseline"
+        against = f" #{r.pruned_against}" if r.pruned_against is not None else ""
+        parts.append(f"{who}{against} (upper bound {r.speedup_upper:.3f})")
+    elif r.reason:
+        parts.append(_clip(r.reason, 70))
+    elif r.state in ("PRUNED", "FAIL"):
+        parts.append(_clip(r.prune_reason or r.fail_reason or r.fail_kind or "no reason", 70))
+    if r.lossless and r.lossless_summary not in (None, "identical"):
+        parts.append(r.lossless_summary)
     return "; ".join(parts)
 
 
@@ -344,33 +346,33 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def measured(r: dict[str, Any], n_levels: int) -> str:
+def measured(r: TrialRow, n_levels: int) -> str:
     """What a trial measured: its prompts; with load levels the levels it reached (a pruned one: fewer)."""
     if not n_levels:
-        return str(r["prompts_measured"])
-    levels = r.get("levels_measured") or []
-    return f"{len(levels)}/{n_levels} levels" if levels else f"{r['prompts_measured']} prompts"
+        return str(r.prompts_measured)
+    levels = r.levels_measured
+    return f"{len(levels)}/{n_levels} levels" if levels else f"{r.prompts_measured} prompts"
 
 
-def _pruned_by(report: dict[str, Any]) -> str:
-    by = report.get("pruned_by") or {}
-    return f"{by.get('baseline', 0)} slower than their baseline, {by.get('leader', 0)} slower than the leader"
+def _pruned_by(report: Report) -> str:
+    by = report.pruned_by
+    return f"{by['baseline']} slower than their baseline, {by['leader']} slower than the leader"
 
 
-def position_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+def position_rows(report: Report) -> list[dict[str, Any]]:
     """The per-position acceptance to show (``accept_per_pos``, where the server reports it): each method's best
     config in a space with ``search.methods``, else the best configs; an explanation of the acceptance, never a
     ranking. Each row: ``who`` (method label or config), ``trial`` and the summary's ``drafts``, ``rates``,
     ``profile``."""
-    methods = (report.get("methods") or {}).get("methods") or []
+    methods = (report.methods or {}).get("methods") or []
     if methods:
-        picked = [(e["label"], e["best"]) for e in methods if e.get("best")]
+        picked = [(e["label"], e["best"]["trial"], e["best"].get("accept_per_pos")) for e in methods if e.get("best")]
     else:
-        picked = [(config_label(b["config"]), b) for b in report.get("best_configs") or []]
-    return [{"who": who, "trial": b["trial"], **b["accept_per_pos"]} for who, b in picked if b.get("accept_per_pos")]
+        picked = [(config_label(b.config), b.trial, b.accept_per_pos) for b in report.best_configs]
+    return [{"who": who, "trial": trial, **pos} for who, trial, pos in picked if pos]
 
 
-def positions_lines(report: dict[str, Any]) -> list[str]:
+def positions_lines(report: Report) -> list[str]:
     """``position_rows`` as text: P(first i draft tokens accepted) for i = 1..K, and the expected accepted draft
     tokens at each depth k <= K (``autotune.acceptance.acceptance_profile``)."""
     rows = position_rows(report)
@@ -383,3 +385,129 @@ def positions_lines(report: dict[str, Any]) -> list[str]:
         depth = f"; expected accepted at depth 1..{len(r['profile'])}: {prof}" if r["profile"] else ""
         out.append(f"  {r['who']} (trial {r['trial']}, {r['drafts']} drafts): {rates}{depth}")
     return out
+
+
+# ---------------------------------------------------------------------------------------------- the dashboard's note
+
+
+def _label(cfg: Mapping[str, Any] | None) -> str:
+    return config_label(dict(cfg) if cfg else None)
+
+
+def _ci_text(ci: Mapping[str, float] | None) -> str:
+    if not ci:
+        return "-"
+    return f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}] ({ci.get('confidence', 0) * 100:.4g}%)"
+
+
+def optuna_best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The trial optuna-dashboard shows as "Best Trial": the highest objective value of one start (None: none)."""
+    try:
+        return study.best_trial
+    except ValueError:
+        return None
+
+
+def study_note(study: optuna.Study, report: Report) -> str:
+    """The study's note (Markdown, at the top of its dashboard page): the verdict, a SIMULATED label, the trial
+    autotune recommends and why, how that differs from optuna-dashboard's "Best Trial", what the objective value
+    is, the intervals' confidence, and every pruned and failed trial with its reason."""
+    res = report.result
+    sim = res.simulated
+    lines = [f"## autotune study `{res.study}`"]
+    if sim:
+        lines.append(
+            f"**SIMULATED** (scenario {sim.get('scenario')}, time scale {sim.get('time_scale')}): every figure is "
+            "in simulated hardware time; no GPU was measured."
+        )
+    lines.append(f"**Verdict: {res.verdict.value}** ({res.rests_on or res.basis}): {report.verdict_text}")
+    rec = res.recommended
+    rec_trial = rec.trial
+    if rec_trial is not None:
+        ci = rec.speedup_ci
+        lines.append(
+            f"**autotune recommends trial {rec_trial}**: `{_label(rec.config)}` ({rec.why})"
+            + (f"; confirmed speedup against the fastest baseline {_ci_text(ci)}" if ci else "")
+        )
+    best = optuna_best(study)
+    if best is not None:
+        value = f"{best.value:.1f}" if best.value is not None else "-"
+        is_base = records.TrialRecord(best).is_baseline
+        if best.number == rec_trial:
+            lines.append(
+                f'optuna-dashboard\'s "Best Trial" (trial {best.number}, objective {value}) is the recommended one.'
+            )
+        else:
+            why = (
+                "a baseline: the objective value is tok/s, and without speculation this start was the fastest"
+                if is_base
+                else "the highest objective value of a single search start, where a start's figure is often its "
+                "luckiest; autotune picks by the speedup confirmed against fresh baseline starts"
+            )
+            lines.append(
+                f'optuna-dashboard\'s "Best Trial" is trial {best.number} (objective {value}): {why}. It cannot be '
+                f"made to agree (Optuna ranks complete trials by one search start's value, baselines included): "
+                f"**deploy trial {rec_trial}**, not the dashboard's best."
+                if rec_trial is not None
+                else f'optuna-dashboard\'s "Best Trial" is trial {best.number} (objective {value}): {why}.'
+            )
+    units = res.units or "tok/s"
+    objective = report.objective.get("text") or "tok/s over the prompt set"
+    lines.append(
+        f"**Objective value** (`tok_per_s`, {units}): {objective}. Every speedup autotune shows (tables, plots, the "
+        "recommendation) is a ratio of it."
+    )
+    if report.interval_note and res.confirmed:
+        lines.append(f"**Intervals:** {report.interval_note}.")
+    lines = ["\n\n".join(lines)]
+    bad = [r for r in report.trials if r.state in ("PRUNED", "FAIL")]
+    if bad:
+        lines += ["", "### Pruned and failed trials", "| trial | state | reason |", "|---:|---|---|"]
+        for r in bad:
+            reason = (r.reason or "no reason recorded").replace("|", "/").replace("\n", " ")
+            lines.append(f"| {r.number} | {r.state} | {reason} |")
+    return "\n".join(lines) + "\n"
+
+
+def publish(study: optuna.Study, report: Report, *, attrs: bool = False) -> None:
+    """What optuna-dashboard shows about the study as a whole: its note (``study_note``), and a note for each
+    pruned or failed trial that has none (one failed outside its steps: its reason); with ``attrs`` also the study
+    user attrs ``verdict`` and ``recommended`` (rounded figures). Without optuna-dashboard installed: the attrs
+    only."""
+    try:
+        from optuna_dashboard import save_note
+        from optuna_dashboard._note import get_note_from_system_attrs, save_note_with_version
+    except ImportError:
+        save_note = None
+    if save_note is not None:
+        save_note(study, study_note(study, report))
+        system = study._storage.get_study_system_attrs(study._study_id)
+        prompt_ids = records.prompt_ids(study)
+        rows = {r.number: r for r in report.trials}
+        for t in study.get_trials(deepcopy=False):
+            row = rows.get(t.number)
+            if row is None or row.state not in ("PRUNED", "FAIL"):
+                continue
+            if get_note_from_system_attrs(system, t._trial_id)["body"]:
+                continue
+            outcome = {"state": t.state.name, "reason": row.reason}
+            body = evidence.trial_note(t.number, records.TrialRecord(t).attrs, outcome, prompt_ids, t.params)
+            save_note_with_version(study._storage, study._study_id, t._trial_id, 1, body)
+    if attrs:
+        rec = report.recommended
+        ci = rec.speedup_ci
+        records.set_outcome(
+            study,
+            report.verdict.value,
+            {
+                "trial": rec.trial,
+                "config": _label(rec.config),
+                "why": rec.why,
+                "tok_per_s": None if rec.tok_per_s is None else round(rec.tok_per_s, 1),
+                "speedup": None if not ci else round(ci["point"], 3),
+                "speedup_ci": None if not ci else [round(ci["low"], 3), round(ci["high"], 3)],
+            },
+        )
+
+
+# ---------------------------------------------------------------------------------------------- writing

@@ -1,8 +1,12 @@
-"""Study -> report: one dict (``report --json``), rendered as text and HTML elsewhere. Pure over the study."""
+"""Study -> ``Report``: the typed report, built once from the study's records by ``build_report`` and never changed
+after; ``Report.to_json`` is ``report --json``, ``autotune.render`` and ``autotune.html`` render it as text and
+HTML. The study's result (verdict, baselines, confirmation, recommendation) is ``autotune.study.result``'s; the
+report adds the trials' rows, the cost and the checks. Sections recorded by other modules (load levels, traffic,
+per-method results, warm-ups, lossless records, intervals) are carried as they recorded them."""
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -10,20 +14,20 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import acceptance, bill, lossless, objective, records, warmup
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
-from autotune.config import PromptResult, TrialConfig
 from autotune.errors import DrafterNotEngaged, ServerOOM
-from autotune.records import (
-    ConfirmationState,
-    TrialRecord,
-    find_baseline,
-    find_exclusions,
-    is_baseline_trial,
-)
-from autotune.stats import log_ratios
+from autotune.records import ConfirmationState, TrialRecord
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
-from autotune.study.race import headline as _headline
-from autotune.verdict import Verdict, loses_on, point_verdict, search_verdict, to_settle_text
+from autotune.study.result import (
+    CI,
+    Best,
+    Confirmed,
+    Recommendation,
+    StudyResult,
+    objective_speedup,
+    study_result,
+)
+from autotune.verdict import Verdict, point_verdict, to_settle_text
 
 VERDICT_TEXT: dict[str, str] = {
     Verdict.SPECULATION_WINS: "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
@@ -32,46 +36,357 @@ VERDICT_TEXT: dict[str, str] = {
     "minimum gain (verdict.min_gain); whatever it gains is under the bar: deploy the baseline",
     Verdict.INCONCLUSIVE: "inconclusive: no config is proven faster than the baseline; deploy the baseline",
 }
-#: the confidence of the search-only verdict's clearly-loses test (confirmation's: the space's ``verdict.confidence``)
-SEARCH_VERDICT_CONFIDENCE = 0.95
+
+COMPARISONS = (
+    "every speculative trial is paired with the baseline measured under the same CUDA-graph "
+    "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
+    "fastest baseline (what would be deployed without speculation); every speedup is the objective's "
+    "(a trial stopped early: over what it measured, its basis says what)"
+)
 
 
-def _trial_row(t: FrozenTrial) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial as the report shows it: its outcome, config, figures and why it ended so."""
+
+    number: int
+    state: str
+    role: str | None
+    seeded: Any
+    params: dict[str, Any]
+    config: dict[str, Any] | None
+    tok_per_s: float | None
+    speedup: float | None  # over its own baseline (a trial stopped early: over what it measured)
+    speedup_upper: float | None
+    prompts_measured: int
+    accept_length: float | None
+    accept_per_pos: dict[str, Any] | None  # an explanation, never a ranking
+    startup_s: float | None
+    duplicate_of: int | None
+    prune_reason: str | None
+    prune_rule: str | None
+    pruned_against: int | None
+    fail_kind: str | None
+    fail_reason: str | None
+    lossless: dict[str, Any] | None
+    lossless_summary: str | None
+    log_path: str | None
+    argv: list[str] | None
+    levels: list[dict[str, Any]]  # with load levels: each level's figures (LevelResult.summary + speedup, slo_broken)
+    levels_measured: list[int]
+    slo_broken: list[str] | None
+    reason: str | None  # why it ended so (every PRUNED and FAIL trial; a COMPLETE one when there is something to say)
+    gpu_s: float  # its server time, as gpu_time bills it (a duplicate: none)
+    speedup_vs_fastest: float | None  # the objective's speedup over the fastest baseline (speculative trials)
+    speedup_basis: str | None  # what that speedup rests on
+    confirmed: bool  # a confirmation candidate: it has a confirmed interval
+    speedup_ci: CI | None  # confirmation's interval against its own baseline
+
+    @property
+    def speculative(self) -> bool:
+        return self.role == records.ROLE_SPECULATIVE
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {name: getattr(self, name) for name in _ROW_KEYS}
+        if self.confirmed:
+            out["speedup_ci"] = self.speedup_ci
+        out["speedup_vs_fastest"] = self.speedup_vs_fastest
+        out["speedup_basis"] = self.speedup_basis
+        return out
+
+
+_ROW_KEYS = list(TrialRow.__dataclass_fields__)[: list(TrialRow.__dataclass_fields__).index("speedup_vs_fastest")]
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """Server time (hardware seconds the GPUs were held) of the search and confirmation, and what pruning and
+    deduplication saved."""
+
+    search_s: float
+    search_starts: int
+    failed_starts: int  # of both: refused, timed out, out of memory, crashed
+    failed_s: float
+    confirmation_s: float
+    confirmation_starts: int
+    total_s: float
+    saved_by_pruning_s: float
+    saved_by_dedup_s: float
+    note: str = (
+        "server time: startups, warm-up passes, timed prompts and load levels, and the starts that failed "
+        "until they did (warm-up requests and reference answers not counted); confirmation as its rounds recorded "
+        "it (rounds recorded without it: estimated from their tok/s)"
+    )
+
+    def to_json(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """One of the best measured speculative configs against the fastest baseline: ``speedup`` the search's,
+    ``confirmed_speedup`` confirmation's where it measured it."""
+
+    trial: int
+    config: dict[str, Any] | None
+    tok_per_s: float | None
+    speedup: float | None
+    speedup_ci: CI | None
+    confirmed_speedup: float | None
+    recommended: bool
+    accept_length: float | None
+    accept_per_pos: dict[str, Any] | None  # where the server reported it
+
+    def to_json(self) -> dict[str, object]:
+        out = dict(self.__dict__)
+        if not self.accept_per_pos:
+            del out["accept_per_pos"]
+        return out
+
+
+@dataclass(frozen=True)
+class Lossless:
+    """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor; in
+    a space whose prompts sample, the winner's check at temperature 0 (``greedy``) and which figures come from which
+    measurement."""
+
+    numerics: int
+    lossy_trials: list[int]
+    tolerance: float | None
+    tolerance_source: str | None
+    baseline_divergences: list[dict[str, Any]]
+    baselines_compared: int
+    greedy: dict[str, Any] | None = None
+    greedy_text: str | None = None
+    figures_from: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out = dict(self.__dict__)
+        if self.greedy is None:
+            for k in ("greedy", "greedy_text", "figures_from"):
+                del out[k]
+        return out
+
+
+@dataclass(frozen=True)
+class Load:
+    """With load levels: a trial's per-level figures with the per-level verdict of its search measurement, and
+    confirmation's per-level winners and verdicts."""
+
+    trial: int
+    levels: list[dict[str, Any]]
+    text: str
+    confirmed: list[dict[str, Any]] | None
+    confirmed_text: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Guard:
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """A study's report. ``result``: what the study found (verdict, baselines, confirmation, recommendation);
+    the rest presents the trials, the cost and the checks."""
+
+    result: StudyResult
+    trials: tuple[TrialRow, ...]
+    counts: dict[str, int]  # trials per state
+    pruned_before_last_prompt: int
+    pruned_by: dict[str, int]  # pruning rule -> speculative trials
+    reasons: dict[str, dict[str, int]]  # PRUNED / FAIL -> why -> trials
+    gpu_time: GpuTime
+    search_settled: dict[str, Any] | None  # why the search stopped before its budget (``study.settle``), with text
+    to_settle: dict[str, Any] | None  # what settling an open verdict would take (``verdict.to_settle_text``)
+    warmup: dict[str, Any] | None  # ``warmup.summary`` with its line as ``text``
+    best_configs: tuple[BestConfig, ...]
+    verdict_text: str
+    baseline_check: list[dict[str, Any]]
+    suspect_prunes: list[dict[str, Any]]
+    lossless: Lossless
+    flags: list[str]  # alarms
+    acceptance_guards: tuple[Guard, ...]
+    load: Load | None
+    objective: dict[str, Any]  # ``objective.describe``
+    interval_note: str | None
+    traffic: dict[str, Any] | None  # request-log studies only
+    methods: dict[str, Any] | None  # spaces with search.methods only (``study.methods.summarize``)
+    running: dict[str, Any] | None = None  # a study an autotune runs now (``commands.study.progress``)
+
+    @property
+    def study(self) -> str:
+        return self.result.study
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.result.verdict
+
+    @property
+    def recommended(self) -> Recommendation:
+        return self.result.recommended
+
+    def row(self, number: int | None) -> TrialRow | None:
+        return next((r for r in self.trials if r.number == number), None)
+
+    def to_json(self) -> dict[str, object]:
+        """``report --json``."""
+        res = self.result
+        out: dict[str, object] = {
+            "study": res.study,
+            "simulated": res.simulated,
+            "units": res.units,
+            "baseline": {k: b.to_json() for k, b in res.baselines.items()},
+            "trials": [r.to_json() for r in self.trials],
+            "counts": self.counts,
+            "pruned_before_last_prompt": self.pruned_before_last_prompt,
+            "pruned_by": self.pruned_by,
+            "reasons": self.reasons,
+            "gpu_time": self.gpu_time.to_json(),
+            "search_settled": self.search_settled,
+            "to_settle": self.to_settle,
+            "warmup": self.warmup,
+            "best_configs": [b.to_json() for b in self.best_configs],
+            "best": res.best.to_json() if res.best is not None else None,
+            "confirmed": [c.to_json() for c in res.confirmed],
+            "verdict": res.verdict.value,
+            "verdict_basis": res.basis,
+            "verdict_rests_on": res.rests_on,
+            "verdict_text": self.verdict_text,
+            "exclusions": res.exclusions,
+            "baseline_check": self.baseline_check,
+            "suspect_prunes": self.suspect_prunes,
+            "fastest_baseline": res.fastest_baseline.to_json() if res.fastest_baseline is not None else None,
+            "lossless": self.lossless.to_json(),
+            "recommended": res.recommended.to_json(),
+            "flags": self.flags,
+            "acceptance_guards": [{"name": g.name, "text": g.text} for g in self.acceptance_guards],
+            "load": self.load.to_json() if self.load is not None else None,
+            "objective": self.objective,
+            "interval_note": self.interval_note,
+            "comparisons": COMPARISONS,
+        }
+        if self.traffic is not None:
+            out["traffic"] = self.traffic
+        if self.methods is not None:
+            out["methods"] = self.methods
+        if self.running is not None:
+            out["running"] = self.running
+        return out
+
+
+def build_report(study: optuna.Study, running: dict[str, Any] | None = None) -> Report:
+    """The study's report, from its records (``running``: the study is running now, ``commands.study.progress``)."""
+    res = study_result(study)
+    trials = list(res.trials)
+    conf = res.confirmation
+    by_number = {t.number: t for t in trials}
+    weights = objective.study_level_weights(study)
+    by_category = objective.study_category_weights(study)
+    n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompts) for t in trials), default=0)
+    fastest_trial = by_number.get(res.fastest_baseline.trial) if res.fastest_baseline else None
+    cis = {c.trial: c.speedup_ci for c in res.confirmed}
+    rows: list[TrialRow] = []
+    for t in trials:
+        r = TrialRecord(t)
+        vs_fastest: tuple[float | None, str | None] = (None, None)
+        speedup = r.speedup
+        if r.role == records.ROLE_SPECULATIVE:
+            vs_fastest = objective_speedup(t, fastest_trial, weights, n_prompts, by_category)
+            if speedup is None and r.duplicate_of is None:  # stopped between levels: none recorded
+                own = by_number.get(r.baseline_trial) if r.baseline_trial is not None else None
+                speedup = objective_speedup(t, own, weights, n_prompts, by_category)[0] if own is not None else None
+        rows.append(_trial_row(t, speedup, vs_fastest, t.number in cis, cis.get(t.number)))
+    spec = [r for r in rows if r.speculative]
+    gpu = gpu_time(trials, conf)
+    greedy = records.greedy_lossless(study)
+    describe = objective.describe(weights, by_category[0])
+    traffic = records.traffic(study)  # spaces measured from a request log only
+    return Report(
+        result=res,
+        trials=tuple(rows),
+        counts={
+            s.name: sum(1 for t in trials if t.state == s)
+            for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
+        },
+        pruned_before_last_prompt=sum(
+            1 for r in spec if r.state == "PRUNED" and r.prompts_measured > 0 and r.duplicate_of is None
+        ),
+        pruned_by={
+            rule: sum(1 for r in spec if r.prune_rule == rule and r.duplicate_of is None)
+            for rule in ("baseline", "leader")
+        },
+        reasons=_reasons(trials),
+        gpu_time=gpu,
+        search_settled=_settled_text(records.search_settled(study)),
+        to_settle=to_settle_text(conf.to_settle if conf.done else None, gpu.to_json()),
+        warmup=_warmups(trials, conf),
+        best_configs=_best_configs(rows, res.confirmed, res.recommended.trial),
+        verdict_text=_verdict_text(res.verdict, res.exclusions, conf.suspect_prunes or []),
+        baseline_check=conf.baseline_check or [],
+        suspect_prunes=conf.suspect_prunes or [],
+        lossless=_lossless_summary(rows, records.lossless_floor(study), greedy),
+        flags=_flags(rows, greedy),
+        acceptance_guards=_acceptance_guards(rows, by_number, records.drafter_references(study)),
+        load=_load(rows, res.best, conf),
+        objective=describe,
+        interval_note=interval_note(conf),
+        traffic=None
+        if traffic is None
+        else _traffic(traffic, records.traffic_holdout(study), records.traffic_acceptance(study), res, by_number),
+        methods=_methods_section(study, rows, res, describe),
+        running=running,
+    )
+
+
+def _trial_row(
+    t: FrozenTrial,
+    speedup: float | None,
+    vs_fastest: tuple[float | None, str | None],
+    confirmed: bool,
+    ci: CI | None,
+) -> TrialRow:
     r = TrialRecord(t)
-    levels_measured = [int(x["level"]) for x in r.levels]
-    return {
-        "number": t.number,
-        "state": t.state.name,
-        "role": r.role,
-        "seeded": r.seeded,
-        "params": dict(t.params),
-        "config": r.shown_config,
-        "tok_per_s": t.value if t.state == TrialState.COMPLETE else None,
-        "speedup": r.speedup,
-        "speedup_upper": r.speedup_upper,
-        "prompts_measured": len(t.intermediate_values),
-        "accept_length": r.accept_length
+    return TrialRow(
+        number=t.number,
+        state=t.state.name,
+        role=r.role,
+        seeded=r.seeded,
+        params=dict(t.params),
+        config=r.shown_config,
+        tok_per_s=t.value if t.state == TrialState.COMPLETE else None,
+        speedup=speedup,
+        speedup_upper=r.speedup_upper,
+        prompts_measured=len(t.intermediate_values),
+        accept_length=r.accept_length
         if r.accept_length is not None
         else _mean([p.get("accept_length") for p in r.prompts]),
-        "accept_per_pos": acceptance.summary(r.accept_positions),  # an explanation, never a ranking
-        "startup_s": r.startup_s,
-        "duplicate_of": r.duplicate_of,
-        "prune_reason": r.prune_reason or r.infeasible,
-        "prune_rule": r.prune_rule,
-        "pruned_against": r.pruned_against,
-        "fail_kind": r.fail_kind,
-        "fail_reason": r.fail_reason,
-        "lossless": r.lossless,
-        "lossless_summary": lossless.summary_line(r.lossless) if r.lossless else None,
-        "log_path": r.log_path,
-        "argv": r.argv,
-        "levels": r.levels,  # with load levels: each level's figures (LevelResult.summary + speedup, slo_broken)
-        "levels_measured": levels_measured,
-        "slo_broken": r.slo_broken,
-        # why it ended so (every PRUNED and FAIL trial has one; a COMPLETE one only when there is something to say)
-        "reason": records.outcome_reason(t) or _complete_note(r),
-        "gpu_s": trial_gpu_s(t),  # its server time, as gpu_time bills it (a duplicate: none)
-    }
+        accept_per_pos=acceptance.summary(r.accept_positions),
+        startup_s=r.startup_s,
+        duplicate_of=r.duplicate_of,
+        prune_reason=r.prune_reason or r.infeasible,
+        prune_rule=r.prune_rule,
+        pruned_against=r.pruned_against,
+        fail_kind=r.fail_kind,
+        fail_reason=r.fail_reason,
+        lossless=r.lossless,
+        lossless_summary=lossless.summary_line(r.lossless) if r.lossless else None,
+        log_path=r.log_path,
+        argv=r.argv,
+        levels=r.levels,
+        levels_measured=[int(x["level"]) for x in r.levels],
+        slo_broken=r.slo_broken,
+        reason=records.outcome_reason(t) or _complete_note(r),
+        gpu_s=trial_gpu_s(t),
+        speedup_vs_fastest=vs_fastest[0],
+        speedup_basis=vs_fastest[1],
+        confirmed=confirmed,
+        speedup_ci=ci,
+    )
 
 
 def _complete_note(r: TrialRecord) -> str | None:
@@ -86,79 +401,21 @@ def _complete_note(r: TrialRecord) -> str | None:
     )
 
 
-def objective_speedup(
-    t: FrozenTrial,
-    ref: FrozenTrial | None,
-    weights: dict[int, float],
-    n_prompts: int,
-    by_category: tuple[dict[str, float], tuple[str | None, ...]] | None = None,
-) -> tuple[float | None, str | None]:
-    """The one speedup of a study: ``t``'s objective over ``ref``'s (a COMPLETE baseline), and what it rests on.
-
-    COMPLETE: the ratio of the objective values (tok/s over the prompt set; with load levels the weighted geometric
-    mean of the levels' aggregate tok/s, ``autotune.objective``), the figure the search, confirmation and the
-    recommendation use. A trial stopped early has no objective value: the same ratio over what it measured, the
-    weighted geometric mean of its measured levels' speedups (weights of those levels), or with none its prompts'
-    aggregate tok/s against the reference's over the same prompts (with weights over prompt categories,
-    ``by_category``: the weighted geometric mean of the per-category speedups over the categories measured); the
-    basis says which."""
-    if ref is None or not ref.value or TrialRecord(t).is_duplicate:
-        return None, None
-    if t.state == TrialState.COMPLETE:
-        return (t.value / ref.value, "objective") if t.value else (None, None)
-    r, b = TrialRecord(t), TrialRecord(ref)
-    if by_category and by_category[0]:
-        mine, theirs = ([PromptResult.from_dict(p) for p in x.prompts] for x in (r, b))
-        return objective.category_basis(mine, theirs, by_category[1], by_category[0], n_prompts)
-    if weights and r.levels:
-        ratios = objective.speedups(r.level_tok_per_s(), b.level_tok_per_s())
-        w = {c: weights.get(c, 0.0) for c in ratios if weights.get(c, 0.0) > 0}
-        if w:
-            total = sum(w.values())
-            value = math.exp(sum(x * math.log(ratios[c]) for c, x in w.items()) / total)
-            where = ", ".join(str(c) for c in sorted(w))
-            return value, f"levels {where} of {len(weights)} measured (weights of those levels)"
-    base = {p.get("index"): p for p in b.prompts}
-    pairs = [
-        (p, q)
-        for p in r.prompts
-        if (q := base.get(p.get("index"))) is not None and p.get("seconds") and q.get("seconds")
-    ]
-    if not pairs:
-        return None, None
-    tps = sum(p["completion_tokens"] for p, _ in pairs) / sum(p["seconds"] for p, _ in pairs)
-    ref_tps = sum(q["completion_tokens"] for _, q in pairs) / sum(q["seconds"] for _, q in pairs)
-    where = f"{len(pairs)} of {n_prompts} prompts" + (" at 1 stream (level 1 only)" if weights else "")
-    return (tps / ref_tps if ref_tps > 0 else None), where
-
-
-def _load(rows: list[dict[str, Any]], best: dict[str, Any] | None, conf: ConfirmationState) -> dict[str, Any] | None:
+def _load(rows: list[TrialRow], best: Best | None, conf: ConfirmationState) -> Load | None:
     """With load levels: the best trial's per-level figures with the per-level verdict of its search measurement
     ("speculation wins up to 64 streams, loses from 256"), and confirmation's per-level winners and verdicts
     (``confirmed``, ``confirmed_text``); None without levels."""
-    by = {r["number"]: r for r in rows}
-    row = by.get(best.get("trial")) if best else None
+    row = next((r for r in rows if r.number == best.trial), None) if best else None
     if row is None:  # nothing confirmed yet: the search's best measurement of the objective
-        spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE and r["levels"] and r["tok_per_s"]]
-        row = max(spec, key=lambda r: r["tok_per_s"], default=None)
-    if not row or not row.get("levels"):
+        spec = [r for r in rows if r.speculative and r.levels and r.tok_per_s]
+        row = max(spec, key=lambda r: r.tok_per_s or 0.0, default=None)
+    if not row or not row.levels:
         return None
-    levels = row["levels"]
     won = [
-        {
-            "level": x["level"],
-            "verdict": point_verdict(x.get("speedup"), bool(x.get("slo_broken"))).value,
-        }
-        for x in levels
+        {"level": x["level"], "verdict": point_verdict(x.get("speedup"), bool(x.get("slo_broken"))).value}
+        for x in row.levels
     ]
-    text = summary_text(won)
-    return {
-        "trial": row["number"],
-        "levels": levels,
-        "text": text,
-        "confirmed": conf.level_verdicts,
-        "confirmed_text": conf.level_text,
-    }
+    return Load(row.number, row.levels, summary_text(won), conf.level_verdicts, conf.level_text)
 
 
 def _mean(xs: list[Any]) -> float | None:
@@ -166,36 +423,18 @@ def _mean(xs: list[Any]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def baselines(study: optuna.Study) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for t in records.trials(study, (TrialState.COMPLETE,)):
-        r = TrialRecord(t)
-        if r.is_baseline and not r.is_duplicate:
-            key = "cuda_graph_on" if r.cuda_graph else "cuda_graph_off"
-            out.setdefault(
-                key,
-                {
-                    "trial": t.number,
-                    "tok_per_s": t.value,
-                    "cuda_graph": bool(r.cuda_graph),
-                    "per_prompt_tok_per_s": [t.intermediate_values[s] for s in sorted(t.intermediate_values)],
-                },
-            )
-    return out
-
-
 def _traffic(
     info: dict[str, Any],
     holdout: dict[str, Any] | None,
     accepted: dict[str, Any] | None,
-    recommended: dict[str, Any],
+    res: StudyResult,
     by_number: dict[int, FrozenTrial],
 ) -> dict[str, Any]:
     """A request-log study's subset and guards, the holdout check (``traffic.HoldoutCheck``, as recorded), the
     winner's acceptance on the subset against the holdout (``traffic.AcceptanceCheck``, as ``study.winner``
-    recorded it, measured after confirmation), and the
-    recommended config's speedup by input-length third against its baseline (the search's measurements; none when
-    the baseline is recommended)."""
+    recorded it, measured after confirmation), and the recommended config's speedup by input-length third against
+    its baseline (the search's measurements; none when the baseline is recommended)."""
+    from autotune.study.winner import text as acceptance_text
     from autotune.traffic import by_length, length_text
 
     out = dict(info)
@@ -208,8 +447,6 @@ def _traffic(
         out["holdout_text"] = (
             "subset vs the rest of the log: off (benchmark.holdout: 0, or no request outside the subset)"
         )
-    from autotune.study.winner import text as acceptance_text
-
     out["acceptance_check"] = accepted
     if accepted is not None:
         out["acceptance_text"] = "subset vs the rest of the log (the winner, after confirmation): " + acceptance_text(
@@ -219,10 +456,11 @@ def _traffic(
         out["acceptance_text"] = (
             "the winner's acceptance on the rest of the log: not measured (no speculative winner confirmed)"
         )
-    t = by_number.get(recommended.get("trial"))  # type: ignore[arg-type]
+    t = by_number.get(res.recommended.trial) if res.recommended.trial is not None else None
     rows: list[dict[str, Any]] = []
     if t is not None and not TrialRecord(t).is_baseline:
-        b = by_number.get(TrialRecord(t).baseline_trial)  # type: ignore[arg-type]
+        own = TrialRecord(t).baseline_trial
+        b = by_number.get(own) if own is not None else None
         if b is not None:
             rows = by_length(TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results())
     out["by_length"] = rows
@@ -230,116 +468,47 @@ def _traffic(
     return out
 
 
+def _methods_section(
+    study: optuna.Study, rows: list[TrialRow], res: StudyResult, describe: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Per-method results (``study.methods``; spaces with search.methods only), each method's best config with
+    its per-position acceptance where reported."""
+    per_method = _methods.from_study(
+        study,
+        {
+            "trials": [r.to_json() for r in rows],
+            "confirmed": [c.to_json() for c in res.confirmed],
+            "best": res.best.to_json() if res.best is not None else None,
+            "verdict": res.verdict.value,
+            "objective": describe,
+        },
+    )
+    if per_method is None:
+        return None
+    by = {r.number: r for r in rows}
+    for entry in per_method.get("methods") or []:
+        best = entry.get("best")
+        row = by.get(best.get("trial")) if best else None
+        if best and row is not None and row.accept_per_pos:
+            best["accept_per_pos"] = row.accept_per_pos
+    return per_method
+
+
 def _acceptance_guards(
-    rows: list[dict[str, Any]], by_number: dict[int, FrozenTrial], references: dict[str, float]
-) -> list[dict[str, str]]:
+    rows: list[TrialRow], by_number: dict[int, FrozenTrial], references: dict[str, float]
+) -> tuple[Guard, ...]:
     """``acceptance-far-below`` (``traffic.acceptance_guards``) on each drafter's fastest measured trial."""
     from autotune.traffic import acceptance_guards
 
-    fastest: dict[str, dict[str, Any]] = {}
+    fastest: dict[str, TrialRow] = {}
     for r in rows:
-        drafter = (r["config"] or {}).get("drafter")
-        if r["role"] != records.ROLE_SPECULATIVE or not drafter or r["duplicate_of"] is not None or not r["tok_per_s"]:
+        drafter = (r.config or {}).get("drafter")
+        if not r.speculative or not drafter or r.duplicate_of is not None or not r.tok_per_s:
             continue
-        if drafter not in fastest or r["tok_per_s"] > fastest[drafter]["tok_per_s"]:
+        if drafter not in fastest or r.tok_per_s > (fastest[drafter].tok_per_s or 0.0):
             fastest[drafter] = r
-    judged = [(d, r["number"], TrialRecord(by_number[r["number"]]).prompt_results()) for d, r in fastest.items()]
-    return [{"name": g.name, "text": g.text} for g in acceptance_guards(judged, references)]
-
-
-def build_report(study: optuna.Study) -> dict[str, Any]:
-    trials = records.trials(study)
-    rows = [_trial_row(t) for t in trials]
-    conf = records.confirmation(study) or ConfirmationState(keys=[])
-    by_number = {t.number: t for t in trials}
-    base = baselines(study)
-    confirmed = _confirmed(conf, rows)
-    best = _best(conf, confirmed, by_number)
-    fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
-    weights = objective.study_level_weights(study)
-    by_category = objective.study_category_weights(study)
-    n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompts) for t in trials), default=0)
-    fastest_trial = by_number.get(fastest["trial"]) if fastest else None
-    for row in rows:
-        t = by_number[row["number"]]
-        if row["role"] != records.ROLE_SPECULATIVE:
-            row["speedup_vs_fastest"], row["speedup_basis"] = None, None
-            continue
-        row["speedup_vs_fastest"], row["speedup_basis"] = objective_speedup(
-            t, fastest_trial, weights, n_prompts, by_category
-        )
-        if row["speedup"] is None and row["duplicate_of"] is None:  # stopped between levels: none recorded
-            own_number = TrialRecord(t).baseline_trial
-            own = by_number.get(own_number) if own_number is not None else None
-            row["speedup"] = objective_speedup(t, own, weights, n_prompts, by_category)[0] if own is not None else None
-    if conf.done:
-        v = conf.verdict or Verdict.INCONCLUSIVE
-        basis = conf.basis or "confirmed"
-        rests_on = conf.rests_on or basis
-        exclusions = conf.exclusions or []
-    else:
-        v, rests_on = _unconfirmed_verdict(study)
-        basis = "search"
-        exclusions = find_exclusions(study)
-    spec = [r for r in rows if r["role"] == records.ROLE_SPECULATIVE]
-    simulated, units = records.study_labels(study)
-    gpu = gpu_time(trials, conf)
-    recommended = recommend(study, v, best)
-    out = {
-        "study": study.study_name,
-        "simulated": simulated,
-        "units": units,
-        "baseline": base,
-        "trials": rows,
-        "counts": {
-            s.name: sum(1 for t in trials if t.state == s)
-            for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
-        },
-        "pruned_before_last_prompt": sum(
-            1 for r in spec if r["state"] == "PRUNED" and r["prompts_measured"] > 0 and r["duplicate_of"] is None
-        ),
-        "pruned_by": {
-            rule: sum(1 for r in spec if r["prune_rule"] == rule and r["duplicate_of"] is None)
-            for rule in ("baseline", "leader")
-        },
-        "reasons": _reasons(trials),
-        "gpu_time": gpu,
-        "search_settled": _settled_text(records.search_settled(study)),
-        "to_settle": to_settle_text(conf.to_settle if conf.done else None, gpu),
-        "warmup": _warmups(trials, conf),
-        "best_configs": _best_configs(rows, confirmed, recommended.get("trial")),
-        "best": best,
-        "confirmed": confirmed,
-        "verdict": Verdict(v).value,
-        "verdict_basis": basis,
-        "verdict_rests_on": rests_on,
-        "verdict_text": _verdict_text(v, exclusions, conf.suspect_prunes or []),
-        "exclusions": exclusions,
-        "baseline_check": conf.baseline_check or [],
-        "suspect_prunes": conf.suspect_prunes or [],
-        "fastest_baseline": fastest,
-        "lossless": _lossless_summary(rows, records.lossless_floor(study), records.greedy_lossless(study)),
-        "recommended": recommended,
-        "flags": _flags(rows, records.greedy_lossless(study)),
-        "acceptance_guards": _acceptance_guards(rows, by_number, records.drafter_references(study)),
-        "load": _load(rows, best, conf),
-        "objective": objective.describe(weights, by_category[0]),
-        "interval_note": interval_note(conf),
-        "comparisons": "every speculative trial is paired with the baseline measured under the same CUDA-graph "
-        "setting, prompt by prompt (pruning, intervals); the headline speedup and the verdict are against the "
-        "fastest baseline (what would be deployed without speculation); every speedup is the objective's "
-        "(a trial stopped early: over what it measured, its basis says what)",
-    }
-    traffic = records.traffic(study)  # spaces measured from a request log only
-    if traffic is not None:
-        out["traffic"] = _traffic(
-            traffic, records.traffic_holdout(study), records.traffic_acceptance(study), recommended, by_number
-        )
-    per_method = _methods.from_study(study, out)  # spaces with search.methods only: per-method results
-    if per_method is not None:
-        out["methods"] = per_method
-    acceptance.attach(out)  # each best config's per-position acceptance, where reported
-    return out
+    judged = [(d, r.number, TrialRecord(by_number[r.number]).prompt_results()) for d, r in fastest.items()]
+    return tuple(Guard(g.name, g.text) for g in acceptance_guards(judged, references))
 
 
 def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -432,7 +601,7 @@ def trial_gpu_s(t: FrozenTrial) -> float:
     return own + sum(bill.failed_starts(t))
 
 
-def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any]:
+def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
     """Server time (hardware seconds the GPUs were held) spent by the search and confirmation, and what pruning
     and deduplication saved. Pruning saved what a pruned trial did not run: its missing prompts (at its own mean
     time per prompt) and, with load levels, the levels it did not reach (at the complete trials' mean time for
@@ -474,135 +643,85 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
     confirm_s, confirm_starts = sum(a + b for _, a, b in confirm), len(confirm)
     confirm_failed = bill.confirmation_failed_s(conf)
     spent = searched + confirm_s
-    return {
-        "search_s": searched,
-        "search_starts": starts,
-        "failed_starts": len(failed) + len(confirm_failed),  # of both: refused, timed out, out of memory, crashed
-        "failed_s": sum(failed) + sum(confirm_failed),
-        "confirmation_s": confirm_s,
-        "confirmation_starts": confirm_starts,
-        "total_s": spent,
-        "saved_by_pruning_s": pruning,
-        "saved_by_dedup_s": dedup,
-        "note": "server time: startups, warm-up passes, timed prompts and load levels, and the starts that failed "
-        "until they did (warm-up requests and reference answers not counted); confirmation as its rounds recorded "
-        "it (rounds recorded without it: estimated from their tok/s)",
-    }
+    return GpuTime(
+        search_s=searched,
+        search_starts=starts,
+        failed_starts=len(failed) + len(confirm_failed),
+        failed_s=sum(failed) + sum(confirm_failed),
+        confirmation_s=confirm_s,
+        confirmation_starts=confirm_starts,
+        total_s=spent,
+        saved_by_pruning_s=pruning,
+        saved_by_dedup_s=dedup,
+    )
 
 
 def _best_configs(
-    rows: list[dict[str, Any]], confirmed: list[dict[str, Any]], recommended: int | None = None, n: int = 5
-) -> list[dict[str, Any]]:
+    rows: list[TrialRow], confirmed: tuple[Confirmed, ...], recommended: int | None = None, n: int = 5
+) -> tuple[BestConfig, ...]:
     """The best measured speculative configs against the fastest baseline, by the objective's speedup: the
     confirmed one where confirmation measured it (more starts, fresh baselines), else the search's; the recommended
     trial first. ``speedup`` stays the search measurement's, ``confirmed_speedup`` is confirmation's."""
-    by_trial = {c["trial"]: c for c in confirmed}
+    by_trial = {c.trial: c for c in confirmed}
     spec = [
         r
         for r in rows
-        if r["role"] == records.ROLE_SPECULATIVE
-        and r["state"] == "COMPLETE"
-        and r["duplicate_of"] is None
-        and r.get("speedup_vs_fastest") is not None
+        if r.speculative and r.state == "COMPLETE" and r.duplicate_of is None and r.speedup_vs_fastest is not None
     ]
 
-    def ci_of(r: dict[str, Any]) -> dict[str, Any] | None:
-        c = by_trial.get(r["number"])
-        return (c.get("deploy_speedup_ci") or c.get("speedup_ci")) if c else None
+    def ci_of(r: TrialRow) -> CI | None:
+        c = by_trial.get(r.number)
+        return c.headline if c else None
 
-    def rank(r: dict[str, Any]) -> tuple[bool, float]:
+    def rank(r: TrialRow) -> tuple[bool, float]:
         ci = ci_of(r)
-        return (r["number"] == recommended, ci["point"] if ci else r["speedup_vs_fastest"])
+        return (r.number == recommended, ci["point"] if ci else r.speedup_vs_fastest or 0.0)
 
     spec.sort(key=rank, reverse=True)
     out = []
     for r in spec[:n]:
         ci = ci_of(r)
         out.append(
-            {
-                "trial": r["number"],
-                "config": r["config"],
-                "tok_per_s": r["tok_per_s"],
-                "speedup": r["speedup_vs_fastest"],
-                "speedup_ci": ci,
-                "confirmed_speedup": ci["point"] if ci else None,
-                "recommended": r["number"] == recommended,
-                "accept_length": r["accept_length"],
-            }
+            BestConfig(
+                trial=r.number,
+                config=r.config,
+                tok_per_s=r.tok_per_s,
+                speedup=r.speedup_vs_fastest,
+                speedup_ci=ci,
+                confirmed_speedup=ci["point"] if ci else None,
+                recommended=r.number == recommended,
+                accept_length=r.accept_length,
+                accept_per_pos=r.accept_per_pos,
+            )
         )
-    return out
+    return tuple(out)
 
 
-def _confirmed(conf: ConfirmationState, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The confirmation's candidates as report rows; each trial row gets its confirmed interval."""
-    by_row = {row["number"]: row for row in rows}
-    out = []
-    for r in conf.results or []:
-        out.append(
-            {
-                "trial": r["trial"],
-                "config": r["config"],
-                "speedup_ci": r["speedup_ci"],
-                "deploy_speedup_ci": r.get("deploy_speedup_ci"),
-                "tok_per_s": _mean(r["tok_per_s"]),
-                "baseline_tok_per_s": _mean(r["baseline_tok_per_s"]),
-                "rounds": len(r["tok_per_s"]),
-                "dropped": bool(r.get("dropped", False)),
-            }
-        )
-        if r["trial"] in by_row:
-            by_row[r["trial"]]["speedup_ci"] = r["speedup_ci"]
-    return out
-
-
-def _best(
-    conf: ConfirmationState, confirmed: list[dict[str, Any]], by_number: dict[int, FrozenTrial]
-) -> dict[str, Any] | None:
-    """The confirmation's pick, with its headline interval (against the fastest baseline)."""
-    if conf.best is None:
-        return None
-    r = next(c for c in confirmed if c["trial"] == conf.best)
-    t = by_number[conf.best]
-    headline = _headline(r)
-    return {
-        "trial": t.number,
-        "params": dict(t.params),
-        "config": r["config"],
-        "tok_per_s": r["tok_per_s"],
-        "speedup": headline["point"] if headline else None,
-        "speedup_ci": headline,
-        "same_setting_speedup_ci": r["speedup_ci"],
-        "search_tok_per_s": t.value,
-        "accept_length": TrialRecord(t).accept_length,
-    }
-
-
-def _lossless_summary(
-    rows: list[dict[str, Any]], floor: list[dict[str, Any]], greedy: dict[str, Any] | None
-) -> dict[str, Any]:
+def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy: dict[str, Any] | None) -> Lossless:
     """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor; in
     a space whose prompts sample, the winner's check at temperature 0 (``study.greedy``) and which figures come
     from which measurement."""
     from autotune.study.greedy import text as greedy_text
 
-    checked = [r for r in rows if r.get("lossless")]
-    out = {
-        "numerics": sum(len(r["lossless"].get("numerics", [])) for r in checked if r["duplicate_of"] is None),
-        "lossy_trials": [r["number"] for r in checked if not r["lossless"].get("ok", True)],
-        "tolerance": checked[0]["lossless"].get("tolerance") if checked else None,
-        "tolerance_source": checked[0]["lossless"].get("tolerance_source") if checked else None,
-        "baseline_divergences": [f for f in floor if f.get("kind")],
-        "baselines_compared": sum(1 for f in floor if f.get("checked")),
-    }
-    if greedy is not None:
-        out["greedy"] = greedy
-        out["greedy_text"] = "lossless check at temperature 0: " + greedy_text(greedy)
-        out["figures_from"] = (
+    checked = [(r, r.lossless) for r in rows if r.lossless]
+    first = checked[0][1] if checked else {}
+    return Lossless(
+        numerics=sum(len(rec.get("numerics", [])) for r, rec in checked if r.duplicate_of is None),
+        lossy_trials=[r.number for r, rec in checked if not rec.get("ok", True)],
+        tolerance=first.get("tolerance") if checked else None,
+        tolerance_source=first.get("tolerance_source") if checked else None,
+        baseline_divergences=[f for f in floor if f.get("kind")],
+        baselines_compared=sum(1 for f in floor if f.get("checked")),
+        greedy=greedy,
+        greedy_text=None if greedy is None else "lossless check at temperature 0: " + greedy_text(greedy),
+        figures_from=None
+        if greedy is None
+        else (
             "speedups, intervals and the verdict: measured at each prompt's own sampling (the objective); the "
             "lossless check: the same prompts at temperature 0, untimed, the recommended config on one more start "
             "against its search baseline's reference answers"
-        )
-    return out
+        ),
+    )
 
 
 def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]] | None = None) -> str:
@@ -622,65 +741,7 @@ def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[
     return VERDICT_TEXT[v]
 
 
-def _unconfirmed_verdict(study: optuna.Study) -> tuple[Verdict, str]:
-    """Without confirmation (``verdict.search_verdict``): baseline-wins only if every measured speculative trial
-    clearly lost to its baseline, at a fixed 95% and the default start noise (not the space's)."""
-    spec = [
-        t
-        for t in records.trials(study, (TrialState.COMPLETE,))
-        if not is_baseline_trial(t) and not TrialRecord(t).is_duplicate
-    ]
-    return search_verdict((_lost(study, t) for t in spec), len(find_exclusions(study)))
-
-
-def _lost(study: optuna.Study, t: FrozenTrial) -> bool | None:
-    """Whether a search trial clearly lost to its baseline over its measured prompts (None: no baseline)."""
-    b = find_baseline(study, TrialRecord(t).cuda_graph)
-    if b is None:
-        return None
-    steps = sorted(t.intermediate_values)
-    logs = log_ratios([t.intermediate_values[s] for s in steps], [b.intermediate_values.get(s) for s in steps])
-    return loses_on(logs, confidence=SEARCH_VERDICT_CONFIDENCE)
-
-
-def recommend(study: optuna.Study, verdict: str, best: dict[str, Any] | None) -> dict[str, Any]:
-    """The config to deploy: the confirmed winner, else the fastest baseline. If a baseline under another
-    CUDA-graph setting is faster than the winner, that baseline is recommended instead (and said so)."""
-    base = baselines(study)
-    fastest = max(base.values(), key=lambda b: b["tok_per_s"] or 0.0, default=None)
-    fastest_cfg = TrialConfig.baseline(fastest["cuda_graph"]).to_dict() if fastest is not None else None
-    if verdict == Verdict.SPECULATION_WINS and best is not None:
-        if (
-            fastest is not None
-            and fastest["tok_per_s"]
-            and best["tok_per_s"]
-            and fastest["tok_per_s"] > best["tok_per_s"]
-        ):
-            return {
-                "config": fastest_cfg,
-                "trial": fastest["trial"],
-                "tok_per_s": fastest["tok_per_s"],
-                "why": "speculation wins against its own baseline, but a baseline under another CUDA-graph "
-                "setting is faster still",
-            }
-        return {
-            "config": best["config"],
-            "trial": best["trial"],
-            "tok_per_s": best["tok_per_s"],
-            "speedup_ci": best["speedup_ci"],
-            "why": "confirmed speculative winner",
-        }
-    if fastest is None:
-        return {"config": None, "trial": None, "tok_per_s": None, "why": "no baseline measured yet"}
-    return {
-        "config": fastest_cfg,
-        "trial": fastest["trial"],
-        "tok_per_s": fastest["tok_per_s"],
-        "why": "no speculative config is proven faster: deploy the fastest baseline",
-    }
-
-
-def _flags(rows: list[dict[str, Any]], greedy: dict[str, Any] | None = None) -> list[str]:
+def _flags(rows: list[TrialRow], greedy: dict[str, Any] | None = None) -> list[str]:
     out = []
     if greedy is not None and greedy.get("ok") is False:
         out.append(
@@ -689,15 +750,15 @@ def _flags(rows: list[dict[str, Any]], greedy: dict[str, Any] | None = None) -> 
             "measured while sampling, where no answer can be checked: do not deploy it"
         )
     for r in rows:
-        if r["fail_kind"] == DrafterNotEngaged.kind:
-            out.append(f"trial {r['number']}: drafter not engaged: {r['fail_reason']}")
-        record = r.get("lossless")
+        if r.fail_kind == DrafterNotEngaged.kind:
+            out.append(f"trial {r.number}: drafter not engaged: {r.fail_reason}")
+        record = r.lossless
         if record and not record.get("ok", True):
             out.append(
-                f"trial {r['number']}: output diverges from the baseline at temperature 0 where the baseline was "
+                f"trial {r.number}: output diverges from the baseline at temperature 0 where the baseline was "
                 f"confident ({lossless.summary_line(record)}; matching prefix {record['min_prefix_fraction']:.0%}): "
                 "broken drafter, kernel or config"
             )
-        if r["fail_kind"] == ServerOOM.kind:
-            out.append(f"trial {r['number']}: out of memory ({r['prune_reason']})")
+        if r.fail_kind == ServerOOM.kind:
+            out.append(f"trial {r.number}: out of memory ({r.prune_reason})")
     return out

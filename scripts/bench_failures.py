@@ -58,7 +58,7 @@ def run(fault: str, seed: int, variant: str) -> dict[str, Any]:
         state = orch.confirm()
     finally:
         refusals.NEVER_STARTED = keep
-    g = build_report(study)["gpu_time"]
+    g = build_report(study).to_json()["gpu_time"]
     server_s = clock.charged.get("startup", 0.0) + clock.charged.get("generate", 0.0)
     return {
         "fault": fault or "none",

@@ -165,7 +165,7 @@ def run_tuner(name: str, seed: int, truth: dict[str, Any]) -> dict[str, Any]:
     orch.search(space.budget.n_trials)
     search_s = clock.now()
     state = orch.confirm()
-    rep = build_report(study)
+    rep = build_report(study).to_json()
     rec = rep["recommended"]["config"]
     rec_key = TrialConfig.from_dict(rec).key()
     levels = space.benchmark.concurrency

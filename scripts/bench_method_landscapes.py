@@ -207,7 +207,7 @@ def run_one(index: int, seed: int, work: Path) -> dict[str, Any]:
     orch = Orchestrator(space, backend, runner, study, clock=clock)
     orch.search(N_TRIALS)
     orch.confirm()
-    report = build_report(study)
+    report = build_report(study).to_json()
 
     def true_of(cfg: dict[str, Any] | None) -> float | None:
         if not cfg:

@@ -126,7 +126,7 @@ def run_one(name: str, n_slots: int, seed: int, truth: dict[str, float], opt: fl
     clock = VirtualClock(start=search_s)  # the confirmation: once, on slot 0's GPUs, after every worker ended
     confirm_runner = ModelRunner(space, SGLangBackend(), clock, seed=seed * 100, scenarios=loader)
     state = Orchestrator(space, SGLangBackend(), confirm_runner, study, clock=clock).confirm()
-    rec = build_report(study)["recommended"]["config"]
+    rec = build_report(study).to_json()["recommended"]["config"]
     regret = 1 - truth[TrialConfig.from_dict(rec).key()] / opt
     trials = study.get_trials(deepcopy=False)
     return {

@@ -401,7 +401,7 @@ def run_orchestrated(name: str, method: str, seed: int, truth: dict[str, float],
             traj.append((end_times.at[t.number], truth[best_key]))
     t2 = _first_within(traj, opt)
 
-    rec = build_report(study)["recommended"]["config"]
+    rec = build_report(study).to_json()["recommended"]["config"]
     rec_key = TrialConfig.from_dict(rec).key()
 
     measured = [t for t in trials if records.is_measured_speculative(t)]

@@ -22,7 +22,7 @@ def test_the_documented_example_runs_as_written(monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     scope: dict = {}
     exec(compile(code, "autotune.__doc__", "exec"), scope)
-    report = scope["report"]
+    report = scope["report"].to_json()
     assert report["verdict"] in {v.value for v in autotune.Verdict}
     assert report["simulated"] and report["recommended"]["trial"] is not None
     assert report["verdict"] in capsys.readouterr().out

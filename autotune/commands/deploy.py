@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.commands.context import Context, Note
+
+if TYPE_CHECKING:
+    from autotune.study.result import StudyResult
 
 
 @dataclass
@@ -50,7 +53,7 @@ def export(ctx: Context, *, note: Note | None = None) -> ExportResult:
         sched = schedule.build(
             result.schedule_rows,
             ctx.space.benchmark.concurrency,
-            result.recommended.get("config"),
+            result.recommended.config,
             backend=ctx.space.server.backend,
             min_gain=ctx.space.verdict.min_gain,
         )
@@ -102,16 +105,16 @@ def _check_finished(ctx: Context, study: Any, note: Note | None) -> None:
     )
 
 
-def recommended_command(ctx: Context, report: dict[str, Any]) -> str | None:
-    """The launch command of the report's recommendation (the ``command`` export without its comments), for the
+def recommended_command(ctx: Context, result: StudyResult) -> str | None:
+    """The launch command of the study's recommendation (the ``command`` export without its comments), for the
     end of a study's or report's text; None when the study has no recommendation or it cannot be rendered."""
     from autotune.export import render
 
-    if (report.get("recommended") or {}).get("trial") is None:
+    if result.recommended.trial is None:
         return None
     try:
         text = render(
-            deploy_space(ctx), ctx.backend, report, "command", read_space=ctx.run_space if ctx.simulated else None
+            deploy_space(ctx), ctx.backend, result, "command", read_space=ctx.run_space if ctx.simulated else None
         )
     except (ValueError, KeyError):
         return None
@@ -145,7 +148,7 @@ def dashboard(ctx: Context, *, note: Note) -> int:
     from autotune.errors import UserError
 
     ctx._require_existing()
-    from autotune.evidence import publish
+    from autotune.render import publish
     from autotune.report import build_report
 
     study = ctx.open_study(create=False)

@@ -38,6 +38,7 @@ from autotune.commands.context import (
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.report import Report
     from autotune.slots import Slot
 
 Watch = Callable[[], AbstractContextManager[Any]]
@@ -54,7 +55,7 @@ class StudyResult:
     """A study (after ``study``, ``confirm`` or for ``report``) and its report (``report --json``)."""
 
     study: Any
-    report: dict[str, Any]
+    report: Report
 
 
 @dataclass
@@ -122,9 +123,9 @@ def _trio(q: Any) -> str:
     return "/".join(f"{x:.0f}" for x in q)
 
 
-def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyResult:
+def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyResult | None:
     """``autotune study``: validate (unless skipped), reap, check the ports, open the study, search (one worker, or
-    one ``autotune worker`` per GPU slot), confirm, build the report."""
+    one ``autotune worker`` per GPU slot), confirm, build the report (None: --dry-run, the plan was the output)."""
     from autotune.errors import UserError, ValidationFailed
     from autotune.plan import render as render_plan
     from autotune.records import set_study_n_trials
@@ -148,7 +149,7 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
     n_trials = args.n_trials if args.n_trials is not None else ctx.space.budget.n_trials
     if args.dry_run:
         note(render_plan(study_plan(ctx, _existing_study(ctx), n_trials)))
-        return StudyResult(None, {})
+        return None
     # one orchestrator per study: taken before anything else touches it (a second run exits 2 here, before
     # reaping servers, claiming trials or recovering "killed" ones that are another run's). A search-only run on a
     # server database is an extra worker of a shared study (as `autotune worker`): it takes no run lock
@@ -203,7 +204,8 @@ def _search_and_confirm(
     ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note, watch: Watch
 ) -> StudyResult:
     from autotune import study as st
-    from autotune.evidence import Evidence, publish
+    from autotune.evidence import Evidence
+    from autotune.render import publish
     from autotune.report import build_report
 
     args = ctx.args
@@ -500,13 +502,12 @@ def load_report(ctx: Context, *, note: Note | None = None) -> StudyResult:
     from autotune.report import build_report
 
     study = ctx.open_study(create=False)
-    report = build_report(study)
     now = progress(ctx, study)
-    if now is not None and now.holder is not None:
-        report["running"] = now.to_dict()
-        if note is not None:
-            note(now.text())
-    return StudyResult(study, report)
+    if now is None or now.holder is None:
+        return StudyResult(study, build_report(study))
+    if note is not None:
+        note(now.text())
+    return StudyResult(study, build_report(study, running=now.to_dict()))
 
 
 #: wall seconds a worker gets to stop its server after SIGTERM, before SIGKILL

@@ -1,87 +1,389 @@
-"""A study's result, typed: what an export deploys and the figures it cites, built from the report (``report.py``).
+"""A study's result, typed and pure over its records: the verdict and what it rests on, the baselines, confirmation's
+candidates and pick, and the config to deploy (``study_result``).
 
-``autotune export`` reads it (``study_result``); the export functions take a report dict too (``as_result``)."""
+``autotune export`` reads it; the report (``autotune.report``) presents it beside the trials. Nothing here reads
+the report: presentation reads the study's result, never the reverse."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.trial import FrozenTrial, TrialState
 
-from autotune import records
-from autotune.config import TrialConfig
-from autotune.report import build_report
+from autotune import objective, records
+from autotune.config import PromptResult, TrialConfig
+from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
 from autotune.space import Space
-from autotune.verdict import Verdict
+from autotune.stats import log_ratios
+from autotune.verdict import Verdict, loses_on, search_verdict
+
+#: an interval as confirmation records it (``stats.Interval.to_dict``): point, low, high, n, confidence, df
+CI = dict[str, float]
+
+#: the confidence of the search-only verdict's clearly-loses test (confirmation's: the space's ``verdict.confidence``)
+SEARCH_VERDICT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The search's first measured baseline of a CUDA-graph setting."""
+
+    trial: int
+    tok_per_s: float | None
+    cuda_graph: bool
+    per_prompt_tok_per_s: tuple[float, ...]
+
+    @property
+    def config(self) -> TrialConfig:
+        return TrialConfig.baseline(self.cuda_graph)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "trial": self.trial,
+            "tok_per_s": self.tok_per_s,
+            "cuda_graph": self.cuda_graph,
+            "per_prompt_tok_per_s": list(self.per_prompt_tok_per_s),
+        }
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """A confirmation candidate (``race.candidate_result``, as recorded): its intervals against its own baseline
+    and against the fastest one, its mean tok/s and its baseline's over the rounds it ran."""
+
+    trial: int
+    config: dict[str, Any]
+    speedup_ci: CI | None
+    deploy_speedup_ci: CI | None
+    tok_per_s: float | None
+    baseline_tok_per_s: float | None
+    rounds: int
+    dropped: bool  # left the race: clearly slower than the leader
+
+    @property
+    def headline(self) -> CI | None:
+        """The interval against the fastest baseline (the same-setting one when that is missing)."""
+        return self.deploy_speedup_ci or self.speedup_ci
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "trial": self.trial,
+            "config": self.config,
+            "speedup_ci": self.speedup_ci,
+            "deploy_speedup_ci": self.deploy_speedup_ci,
+            "tok_per_s": self.tok_per_s,
+            "baseline_tok_per_s": self.baseline_tok_per_s,
+            "rounds": self.rounds,
+            "dropped": self.dropped,
+        }
+
+
+@dataclass(frozen=True)
+class Best:
+    """Confirmation's pick, with its headline interval (against the fastest baseline)."""
+
+    trial: int
+    params: dict[str, Any]
+    config: dict[str, Any]
+    tok_per_s: float | None
+    speedup: float | None
+    speedup_ci: CI | None
+    same_setting_speedup_ci: CI | None
+    search_tok_per_s: float | None
+    accept_length: float | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "trial": self.trial,
+            "params": self.params,
+            "config": self.config,
+            "tok_per_s": self.tok_per_s,
+            "speedup": self.speedup,
+            "speedup_ci": self.speedup_ci,
+            "same_setting_speedup_ci": self.same_setting_speedup_ci,
+            "search_tok_per_s": self.search_tok_per_s,
+            "accept_length": self.accept_length,
+        }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The config to deploy, the trial that measured it and why; a confirmed speculative winner carries its
+    interval against the fastest baseline (``winner``)."""
+
+    config: dict[str, Any] | None  # None: no baseline measured yet
+    trial: int | None
+    tok_per_s: float | None
+    why: str
+    winner: bool = False
+    speedup_ci: CI | None = None
+
+    @property
+    def trial_config(self) -> TrialConfig | None:
+        return None if self.config is None else TrialConfig.from_dict(self.config)
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"config": self.config, "trial": self.trial, "tok_per_s": self.tok_per_s}
+        if self.winner:
+            out["speedup_ci"] = self.speedup_ci
+        out["why"] = self.why
+        return out
 
 
 @dataclass(frozen=True)
 class StudyResult:
-    """The fields of ``report --json`` an export reads, and the space it deploys. Rows stay the report's dicts."""
+    """What a study found: its verdict and what it rests on, baselines, confirmation and the recommendation; the
+    trials it read (an export of one trial reads its record) and, with load levels, the per-level rows a schedule
+    is built from (confirmed ones, else the search's)."""
 
     study: str
-    verdict: Verdict
     simulated: Any  # the simulator's label, None on real hardware
     units: str
-    recommended: dict[str, Any]  # config, trial, tok_per_s, why, speedup_ci (confirmed winners only)
-    best: dict[str, Any] | None  # confirmation's pick: trial, speedup, speedup_ci, ...
-    fastest_baseline: dict[str, Any] | None  # trial, tok_per_s, cuda_graph, per_prompt_tok_per_s
-    baselines: dict[str, dict[str, Any]]  # "cuda_graph_on" / "cuda_graph_off"
-    trials: list[dict[str, Any]]  # one row per trial (number, state, config, tok_per_s, speedup, ...)
-    confirmed: list[dict[str, Any]]  # confirmation's candidates (trial, speedup_ci, deploy_speedup_ci, tok_per_s)
-    schedule_rows: list[dict[str, Any]]  # per-level rows for ``schedule.build``: confirmed ones, else the search's
-    space: Space | None
-    report: dict[str, Any]  # the whole report dict
+    confirmation: ConfirmationState
+    verdict: Verdict
+    basis: str  # confirmed | not-confirmed | search
+    rests_on: str
+    exclusions: list[dict[str, Any]]
+    baselines: dict[str, Baseline]  # "cuda_graph_on" / "cuda_graph_off", in the order first measured
+    fastest_baseline: Baseline | None
+    confirmed: tuple[Confirmed, ...]
+    best: Best | None
+    recommended: Recommendation
+    trials: tuple[FrozenTrial, ...]
+    schedule_rows: list[dict[str, Any]]
+    space: Space | None = None
 
-    @property
-    def recommended_config(self) -> TrialConfig | None:
-        cfg = self.recommended.get("config")
-        return None if cfg is None else TrialConfig.from_dict(cfg)
+    def trial(self, number: int | None) -> FrozenTrial | None:
+        return next((t for t in self.trials if t.number == number), None)
 
-    @property
-    def speedup_ci(self) -> dict[str, Any] | None:
-        """The recommended config's confirmed interval against the fastest baseline (None unless confirmed)."""
-        return self.recommended.get("speedup_ci")
+    def confirmed_of(self, number: int) -> Confirmed | None:
+        return next((c for c in self.confirmed if c.trial == number), None)
 
-    def trial_row(self, number: int) -> dict[str, Any] | None:
-        return next((r for r in self.trials if r["number"] == number), None)
-
-    def confirmed_row(self, number: int) -> dict[str, Any] | None:
-        return next((c for c in self.confirmed if c["trial"] == number), None)
-
-    def baseline(self, cuda_graph: bool) -> dict[str, Any] | None:
+    def baseline(self, cuda_graph: bool) -> Baseline | None:
         """The search's baseline of a CUDA-graph setting."""
         return self.baselines.get("cuda_graph_on" if cuda_graph else "cuda_graph_off")
 
+    def search_speedup(self, t: FrozenTrial) -> float | None:
+        """A COMPLETE trial's speedup over its own baseline as the search recorded it (a speculative one without a
+        record: its objective over its baseline's, ``objective_speedup``)."""
+        r = TrialRecord(t)
+        if r.speedup is not None or r.role != records.ROLE_SPECULATIVE or r.is_duplicate:
+            return r.speedup
+        own = self.trial(r.baseline_trial)
+        return objective_speedup(t, own, {}, 0)[0] if own is not None else None
+
 
 def study_result(study: optuna.Study, space: Space | None = None) -> StudyResult:
-    """The study's result (``build_report`` once; the per-level rows read from the study)."""
-    report = build_report(study)
-    return from_report(report, records.confirmed_level_rows(study) or records.level_rows(study), space)
-
-
-def from_report(
-    report: dict[str, Any], schedule_rows: list[dict[str, Any]] | None = None, space: Space | None = None
-) -> StudyResult:
+    """The study's result, read once from its records."""
+    trials = tuple(records.trials(study))
+    conf = records.confirmation(study) or ConfirmationState(keys=[])
+    by_number = {t.number: t for t in trials}
+    base = baselines(trials)
+    fastest = max(base.values(), key=lambda b: b.tok_per_s or 0.0, default=None)
+    confirmed = tuple(_confirmed(conf))
+    best = _best(conf, confirmed, by_number)
+    if conf.done:
+        verdict = conf.verdict or Verdict.INCONCLUSIVE
+        basis = conf.basis or "confirmed"
+        rests_on = conf.rests_on or basis
+        exclusions = conf.exclusions or []
+    else:
+        verdict, rests_on = _unconfirmed_verdict(study, trials)
+        basis = "search"
+        exclusions = find_exclusions(study)
+    simulated, units = records.study_labels(study)
     return StudyResult(
-        study=report["study"],
-        verdict=Verdict(report["verdict"]),
-        simulated=report.get("simulated"),
-        units=report.get("units") or "tok/s",
-        recommended=report["recommended"],
-        best=report.get("best"),
-        fastest_baseline=report.get("fastest_baseline"),
-        baselines=report["baseline"],
-        trials=report["trials"],
-        confirmed=report.get("confirmed", []),
-        schedule_rows=list(schedule_rows or []),
+        study=study.study_name,
+        simulated=simulated,
+        units=units,
+        confirmation=conf,
+        verdict=Verdict(verdict),
+        basis=basis,
+        rests_on=rests_on,
+        exclusions=exclusions,
+        baselines=base,
+        fastest_baseline=fastest,
+        confirmed=confirmed,
+        best=best,
+        recommended=recommend(Verdict(verdict), best, fastest),
+        trials=trials,
+        schedule_rows=records.confirmed_level_rows(study) or records.level_rows(study),
         space=space,
-        report=report,
     )
 
 
-def as_result(result: StudyResult | Mapping[str, Any]) -> StudyResult:
-    """``result`` as a ``StudyResult``: a report dict (``report --json``) is read as one, without per-level rows."""
-    return result if isinstance(result, StudyResult) else from_report(dict(result))
+def baselines(trials: tuple[FrozenTrial, ...]) -> dict[str, Baseline]:
+    """The first measured baseline of each CUDA-graph setting (a copy of one not counted)."""
+    out: dict[str, Baseline] = {}
+    for t in trials:
+        r = TrialRecord(t)
+        if t.state == TrialState.COMPLETE and r.is_baseline and not r.is_duplicate:
+            key = "cuda_graph_on" if r.cuda_graph else "cuda_graph_off"
+            if key not in out:
+                per_prompt = tuple(t.intermediate_values[s] for s in sorted(t.intermediate_values))
+                out[key] = Baseline(t.number, t.value, bool(r.cuda_graph), per_prompt)
+    return out
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _confirmed(conf: ConfirmationState) -> list[Confirmed]:
+    return [
+        Confirmed(
+            trial=r["trial"],
+            config=r["config"],
+            speedup_ci=r["speedup_ci"],
+            deploy_speedup_ci=r.get("deploy_speedup_ci"),
+            tok_per_s=_mean([x for x in r["tok_per_s"] if x is not None]),
+            baseline_tok_per_s=_mean([x for x in r["baseline_tok_per_s"] if x is not None]),
+            rounds=len(r["tok_per_s"]),
+            dropped=bool(r.get("dropped", False)),
+        )
+        for r in conf.results or []
+    ]
+
+
+def _best(conf: ConfirmationState, confirmed: tuple[Confirmed, ...], by_number: dict[int, FrozenTrial]) -> Best | None:
+    if conf.best is None:
+        return None
+    c = next(c for c in confirmed if c.trial == conf.best)
+    t = by_number[conf.best]
+    ci = c.headline
+    return Best(
+        trial=t.number,
+        params=dict(t.params),
+        config=c.config,
+        tok_per_s=c.tok_per_s,
+        speedup=ci["point"] if ci else None,
+        speedup_ci=ci,
+        same_setting_speedup_ci=c.speedup_ci,
+        search_tok_per_s=t.value,
+        accept_length=TrialRecord(t).accept_length,
+    )
+
+
+def recommend(verdict: Verdict, best: Best | None, fastest: Baseline | None) -> Recommendation:
+    """The config to deploy: the confirmed winner, else the fastest baseline. If a baseline under another
+    CUDA-graph setting is faster than the winner, that baseline is recommended instead (and said so)."""
+    fastest_cfg = fastest.config.to_dict() if fastest is not None else None
+    if verdict == Verdict.SPECULATION_WINS and best is not None:
+        if fastest is not None and fastest.tok_per_s and best.tok_per_s and fastest.tok_per_s > best.tok_per_s:
+            return Recommendation(
+                fastest_cfg,
+                fastest.trial,
+                fastest.tok_per_s,
+                "speculation wins against its own baseline, but a baseline under another CUDA-graph setting is "
+                "faster still",
+            )
+        return Recommendation(
+            best.config, best.trial, best.tok_per_s, "confirmed speculative winner", True, best.speedup_ci
+        )
+    if fastest is None:
+        return Recommendation(None, None, None, "no baseline measured yet")
+    return Recommendation(
+        fastest_cfg,
+        fastest.trial,
+        fastest.tok_per_s,
+        "no speculative config is proven faster: deploy the fastest baseline",
+    )
+
+
+def _unconfirmed_verdict(study: optuna.Study, trials: tuple[FrozenTrial, ...]) -> tuple[Verdict, str]:
+    """Without confirmation (``verdict.search_verdict``): baseline-wins only if every measured speculative trial
+    clearly lost to its baseline, at a fixed 95% and the default start noise (not the space's)."""
+    spec = [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE and not is_baseline_trial(t) and not TrialRecord(t).is_duplicate
+    ]
+    return search_verdict((_lost(study, t) for t in spec), len(find_exclusions(study)))
+
+
+def _lost(study: optuna.Study, t: FrozenTrial) -> bool | None:
+    """Whether a search trial clearly lost to its baseline over its measured prompts (None: no baseline)."""
+    b = find_baseline(study, TrialRecord(t).cuda_graph)
+    if b is None:
+        return None
+    steps = sorted(t.intermediate_values)
+    logs = log_ratios([t.intermediate_values[s] for s in steps], [b.intermediate_values.get(s) for s in steps])
+    return loses_on(logs, confidence=SEARCH_VERDICT_CONFIDENCE)
+
+
+def objective_speedup(
+    t: FrozenTrial,
+    ref: FrozenTrial | None,
+    weights: dict[int, float],
+    n_prompts: int,
+    by_category: tuple[dict[str, float], tuple[str | None, ...]] | None = None,
+) -> tuple[float | None, str | None]:
+    """The one speedup of a study: ``t``'s objective over ``ref``'s (a COMPLETE baseline), and what it rests on.
+
+    COMPLETE: the ratio of the objective values (tok/s over the prompt set; with load levels the weighted geometric
+    mean of the levels' aggregate tok/s, ``autotune.objective``), the figure the search, confirmation and the
+    recommendation use. A trial stopped early has no objective value: the same ratio over what it measured, the
+    weighted geometric mean of its measured levels' speedups (weights of those levels), or with none its prompts'
+    aggregate tok/s against the reference's over the same prompts (with weights over prompt categories,
+    ``by_category``: the weighted geometric mean of the per-category speedups over the categories measured); the
+    basis says which."""
+    if ref is None or not ref.value or TrialRecord(t).is_duplicate:
+        return None, None
+    if t.state == TrialState.COMPLETE:
+        return (t.value / ref.value, "objective") if t.value else (None, None)
+    r, b = TrialRecord(t), TrialRecord(ref)
+    if by_category and by_category[0]:
+        mine, theirs = ([PromptResult.from_dict(p) for p in x.prompts] for x in (r, b))
+        return objective.category_basis(mine, theirs, by_category[1], by_category[0], n_prompts)
+    if weights and r.levels:
+        ratios = objective.speedups(r.level_tok_per_s(), b.level_tok_per_s())
+        w = {c: weights.get(c, 0.0) for c in ratios if weights.get(c, 0.0) > 0}
+        if w:
+            total = sum(w.values())
+            value = math.exp(sum(x * math.log(ratios[c]) for c, x in w.items()) / total)
+            where = ", ".join(str(c) for c in sorted(w))
+            return value, f"levels {where} of {len(weights)} measured (weights of those levels)"
+    base = {p.get("index"): p for p in b.prompts}
+    pairs = [
+        (p, q)
+        for p in r.prompts
+        if (q := base.get(p.get("index"))) is not None and p.get("seconds") and q.get("seconds")
+    ]
+    if not pairs:
+        return None, None
+    tps = sum(p["completion_tokens"] for p, _ in pairs) / sum(p["seconds"] for p, _ in pairs)
+    ref_tps = sum(q["completion_tokens"] for _, q in pairs) / sum(q["seconds"] for _, q in pairs)
+    where = f"{len(pairs)} of {n_prompts} prompts" + (" at 1 stream (level 1 only)" if weights else "")
+    return (tps / ref_tps if ref_tps > 0 else None), where
+
+
+def recommending(
+    config: dict[str, Any],
+    study: str,
+    verdict: Verdict,
+    why: str,
+    trial: int | None = None,
+    tok_per_s: float | None = None,
+) -> StudyResult:
+    """A result that recommends ``config`` and holds nothing else (no trials, baselines or confirmation): a config
+    chosen outside a study, for the exports."""
+    return StudyResult(
+        study=study,
+        simulated=None,
+        units="tok/s",
+        confirmation=ConfirmationState(keys=[]),
+        verdict=verdict,
+        basis="search",
+        rests_on="search",
+        exclusions=[],
+        baselines={},
+        fastest_baseline=None,
+        confirmed=(),
+        best=None,
+        recommended=Recommendation(config, trial, tok_per_s, why),
+        trials=(),
+        schedule_rows=[],
+    )

@@ -8,6 +8,8 @@ import pytest
 
 from autotune import export_formats
 from autotune.backends import get_backend
+from autotune.study.result import recommending
+from autotune.verdict import Verdict
 
 GENERIC = ["command", "yaml", "json", "env", "compose", "k8s"]
 
@@ -90,16 +92,8 @@ def test_without_a_measured_start_up_the_startup_probe_allows_the_spaces_startup
     from tests.cli.helpers import REPO
 
     space = load_space(str(REPO / "spaces" / "eagle3.yaml"))  # server.startup_timeout_s: 1800
-    report = {
-        "study": "hand-made",
-        "verdict": "baseline-wins",
-        "recommended": {"trial": 0, "config": {"drafter": None, "cuda_graph": True}, "why": "test"},
-        "best": {},
-        "fastest_baseline": {},
-        "baseline": {},
-        "trials": [],
-    }
-    text = export.render(space, get_backend("sglang"), report, "k8s")
+    result = recommending({"drafter": None, "cuda_graph": True}, "hand-made", Verdict.BASELINE_WINS, "test", trial=0)
+    text = export.render(space, get_backend("sglang"), result, "k8s")
     (c,) = [d for d in yaml.safe_load_all(text) if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"][
         "containers"
     ]

@@ -25,12 +25,13 @@ from autotune.clock import VirtualClock
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ServerExited
 from autotune.process.runner import ProcessRunner
-from autotune.report import build_report
 from autotune.servers import KnobDomain, register_backend, unregister_backend
 from autotune.sim import simulated_space
 from autotune.sim.runner import ModelRunner
 from autotune.space import Space, load_space
 from autotune.study import Orchestrator, open_study
+from autotune.study.result import study_result
+from autotune.verdict import Verdict
 
 from ..cli.helpers import REPO
 
@@ -194,9 +195,9 @@ def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filesp
     measured = [t for t in study.trials if t.user_attrs.get("role") != "baseline" and t.value]
     assert measured, "no speculative trial was measured"
     assert {int(s["depth"]) for s in seam.spec_files} >= {int(t.params["depth"]) for t in measured}
-    report = build_report(study)
-    assert report["verdict"] == "speculation-wins"
-    config = TrialConfig.from_dict(report["recommended"]["config"])
+    report = study_result(study)
+    assert report.verdict == Verdict.SPECULATION_WINS
+    config = TrialConfig.from_dict(report.recommended.config)
     assert config.drafter == "eagle3-llama31-8b"
 
     text = export.render(deploy, backend, report, NAME, read_space=space)

@@ -313,12 +313,23 @@ def test_an_unwritable_html_report_path_is_one_line_exit_2(won, tmp_path, where,
 
 
 def test_trial_that_was_not_measured_to_the_end_is_refused(won):
-    from autotune.export_bundle import _choose
+    import copy
+    import dataclasses
 
-    _space, _s, rep, _t = won
-    row = {**rep["trials"][-1], "state": "PRUNED"}
+    import optuna
+
+    from autotune.export_bundle import choose
+    from autotune.study.result import study_result
+
+    _space, studies, rep, _t = won
+    study = optuna.load_study(study_name=rep["study"], storage=f"sqlite:///{next(studies.glob('*.db'))}")
+    res = study_result(study)
+    last = next(t for t in res.trials if t.state == optuna.trial.TrialState.COMPLETE)
+    assert choose(dataclasses.replace(res, trials=(last,)), last.number).trial == last.number
+    pruned = copy.deepcopy(last)
+    pruned.state, pruned.number = optuna.trial.TrialState.PRUNED, 7
     with pytest.raises(ValueError, match=r"--trial 7: it was not measured to the end \(PRUNED\)"):
-        _choose({**rep, "trials": [{**row, "number": 7}]}, 7)
+        choose(dataclasses.replace(res, trials=(pruned,)), 7)
 
 
 def test_a_chain_config_exports_to_vllm_as_a_translated_vllm_serve_command(won, tmp_path):

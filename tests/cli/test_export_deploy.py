@@ -293,18 +293,12 @@ def test_a_translation_checks_a_readable_drafter_and_says_when_it_could_not(tmp_
     from autotune import export
     from autotune.backends import get_backend
     from autotune.space import load_space
+    from autotune.study.result import recommending
+    from autotune.verdict import Verdict
 
     standin = REPO / "autotune" / "sim" / "scenarios" / "kimi-k25-rtxpro6000" / "drafters" / "eagle1-legacy"
     config = {"drafter": "eagle1-legacy", "cuda_graph": True, "num_steps": 3, "topk": 1, "num_draft_tokens": 4}
-    rep = {
-        "study": "hand-made",
-        "verdict": "speculation-wins",
-        "recommended": {"trial": 1, "config": config, "why": "test", "tok_per_s": 100.0},
-        "best": {},
-        "fastest_baseline": {},
-        "baseline": {},
-        "trials": [],
-    }
+    rep = recommending(config, "hand-made", Verdict.SPECULATION_WINS, "test", trial=1, tok_per_s=100.0)
     readable = load_space(str(_eagle1_space(tmp_path, str(standin))))
     readable = dataclasses.replace(
         readable, drafters=tuple(dataclasses.replace(d, algorithm="EAGLE") for d in readable.drafters)

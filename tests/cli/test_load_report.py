@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from autotune.evidence import publish
 from autotune.plots import figures, interval_axis
 from autotune.records import TrialRecord
+from autotune.render import publish
 from autotune.report import build_report
 from autotune.space import load_space
 from autotune.study.storage import open_study
@@ -84,7 +84,7 @@ def test_pruning_saves_the_levels_a_pruned_trial_did_not_run(load_study):
 
 def test_the_plots_show_pruned_trials_in_the_objectives_unit(load_study):
     study, rep, _tmp = load_study
-    figs = {k: f for k, _t, f in figures(study, rep)}
+    figs = {k: f for k, _t, f in figures(study, build_report(study))}
     complete = next(t for t in figs["history"].data if t.name == "complete trials")
     pruned = next(t for t in figs["history"].data if t.name.startswith("pruned trials"))
     assert min(pruned.y) > 0.4 * min(complete.y)  # aggregate tok/s, not one stream's (~10x lower)

@@ -24,9 +24,9 @@ from autotune.backends.llamacpp import LlamaCppBackend, find_llama_server
 from autotune.backends.llamacpp_flags import NEW_SPELLING
 from autotune.clock import VirtualClock
 from autotune.config import LaunchInfo, PromptResult, TrialConfig
-from autotune.report import build_report
 from autotune.space import Choices, load_space
 from autotune.study import Orchestrator, open_study
+from autotune.study.result import study_result
 from tests.llamacpp.conftest import models_dir
 from tests.servers import as_run
 
@@ -98,14 +98,14 @@ def replayed():
     orch = Orchestrator(space, backend, ReplayRunner(starts, clock), study, clock=clock)
     orch.search(10)
     orch.confirm()
-    report = build_report(study)
-    assert report["recommended"]["config"]["drafter"] == "good"  # the good draft wins on the H200
+    report = study_result(study)
+    assert (report.recommended.config or {})["drafter"] == "good"  # the good draft wins on the H200
     return space, backend, report
 
 
 def test_every_fitting_format_exports_the_recorded_winner_with_its_method(replayed, tmp_path):
     space, backend, report = replayed
-    rec = report["recommended"]["config"]
+    rec = report.recommended.config
     assert export_formats.fitting_formats(backend) == ["command", "yaml", "json", "env", "compose", "k8s"]
     for fmt in export_formats.fitting_formats(backend):
         out = export.export(space, backend, report, fmt)
@@ -196,4 +196,4 @@ def test_a_gguf_study_has_no_vllm_or_sglang_launch(replayed):
         with pytest.raises(ValueError, match=f"--format {fmt}: it launches .*; formats that fit: command, yaml"):
             export.export(space, backend, report, fmt)
     with pytest.raises(ValueError, match="GGUF files, which no other server loads"):
-        backend.portable(TrialConfig.from_dict(report["recommended"]["config"]), space)
+        backend.portable(TrialConfig.from_dict(report.recommended.config), space)

@@ -231,17 +231,14 @@ def launch_flags(config, space) -> list[str]:  # noqa: ANN001
     return argv[2:]
 
 
-def report_for(config) -> dict:  # noqa: ANN001
-    """The smallest study report an export reads (``autotune.export_bundle._choose``): ``config`` recommended."""
-    return {
-        "study": "vllm-parser-check",
-        "verdict": "speculation-wins" if config.drafter or config.knob("method") else "baseline-wins",
-        "recommended": {"trial": 1, "config": config.to_dict(), "why": "the config under test", "tok_per_s": 100.0},
-        "best": {},
-        "fastest_baseline": {},
-        "baseline": {},
-        "trials": [],
-    }
+def report_for(config):  # noqa: ANN001, ANN201
+    """The smallest study result an export reads: ``config`` recommended."""
+    from autotune.study.result import recommending
+    from autotune.verdict import Verdict
+
+    winner = config.drafter or config.knob("method")
+    verdict = Verdict.SPECULATION_WINS if winner else Verdict.BASELINE_WINS
+    return recommending(config.to_dict(), "vllm-parser-check", verdict, "the config under test", 1, 100.0)
 
 
 def exported_flags(space, config, fmt: str) -> list[str]:  # noqa: ANN001

@@ -48,7 +48,7 @@ def _server_s(clock: VirtualClock) -> float:
 def test_starts_that_run_out_of_memory_are_billed_until_they_fail():
     # the field report's Kimi space: trees of more than 6 draft tokens run out of memory after loading the model
     study, clock, searched, _ = _study("spaces/eagle3.yaml", "oom-above:6")
-    g = build_report(study)["gpu_time"]
+    g = build_report(study).to_json()["gpu_time"]
     oom = [t for t in study.trials if TrialRecord(t).fail_kind == "oom" and TrialRecord(t).failed_starts]
     assert oom, "the space should launch some trees that run out of memory"
     assert g["failed_starts"] == len(oom) and g["failed_s"] > 0
@@ -61,7 +61,7 @@ def test_starts_that_run_out_of_memory_are_billed_until_they_fail():
 
 def test_a_drafter_whose_server_never_gets_healthy_is_billed_at_the_startup_timeout():
     study, clock, searched, _ = _study("spaces/eagle3.yaml", "never-healthy@aq-medai", confirm=False)
-    g = build_report(study)["gpu_time"]
+    g = build_report(study).to_json()["gpu_time"]
     timeout = load_space(str(ROOT / "spaces/eagle3.yaml")).server.startup_timeout_s
     hung = [f for t in study.trials for f in TrialRecord(t).failed_starts]
     assert hung and all(f["kind"] == "startup-timeout" and f["seconds"] == timeout for f in hung)
@@ -72,7 +72,7 @@ def test_a_drafter_whose_server_never_gets_healthy_is_billed_at_the_startup_time
 def test_a_start_that_crashes_while_serving_is_billed_and_its_fresh_start_too():
     # every server of one drafter dies at its third request: a fresh start, which dies too (unstable)
     study, clock, _, _ = _study("spaces/eagle3.yaml", "crash-after:3@aq-medai", confirm=False)
-    g = build_report(study)["gpu_time"]
+    g = build_report(study).to_json()["gpu_time"]
     crashed = [t for t in study.trials if TrialRecord(t).crashes]
     assert crashed and g["failed_starts"] > 0
     lost = [f for t in crashed for f in TrialRecord(t).failed_starts]
@@ -84,7 +84,7 @@ def test_a_start_that_crashes_while_serving_is_billed_and_its_fresh_start_too():
 
 def test_confirmation_of_a_load_study_bills_its_load_levels():
     study, clock, searched, _ = _study("spaces/llama-8b-load.yaml")
-    g = build_report(study)["gpu_time"]
+    g = build_report(study).to_json()["gpu_time"]
     assert g["confirmation_starts"] > 0 and g["failed_starts"] == 0
     assert g["search_s"] == pytest.approx(searched, rel=1e-9)
     assert g["confirmation_s"] == pytest.approx(_server_s(clock) - searched, rel=1e-9)

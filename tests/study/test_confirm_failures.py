@@ -95,10 +95,12 @@ def test_a_candidate_whose_server_crashes_on_every_fresh_start_leaves_confirmati
     assert state.best != doomed.number and state.best in others
     assert {r["trial"] for r in state.results} == others
     rep = build_report(study)
-    assert rep["gpu_time"]["failed_starts"] == 2 and rep["gpu_time"]["failed_s"] == sum(failed["failed_s"])
+    assert rep.to_json()["gpu_time"]["failed_starts"] == 2 and rep.to_json()["gpu_time"]["failed_s"] == sum(
+        failed["failed_s"]
+    )
     measured = sum(len(r.baseline) + len(r.candidates) for r in state.rounds)
-    assert rep["gpu_time"]["confirmation_starts"] == measured + 2 == len(runner.launches) - before
-    (ex,) = [e for e in rep["exclusions"] if e["trial"] == doomed.number]
+    assert rep.to_json()["gpu_time"]["confirmation_starts"] == measured + 2 == len(runner.launches) - before
+    (ex,) = [e for e in rep.to_json()["exclusions"] if e["trial"] == doomed.number]
     assert ex["kind"] == "unstable" and "confirmation round 1" in ex["reason"] and ex["config"]
     out = io.StringIO()
     render_report(rep, out)
@@ -125,7 +127,7 @@ def test_one_crash_gets_a_fresh_start_and_the_candidate_stays(tmp_path, every_ca
     assert len(starts) == measured + 1  # the one crashed start, measured again on a fresh one
     (lost,) = state.rounds[0].starts.candidates[cands[0].number].failed_s  # billed with the start after it
     assert lost > runner.startup_s
-    g = build_report(study)["gpu_time"]
+    g = build_report(study).to_json()["gpu_time"]
     assert g["confirmation_starts"] == len(starts) and g["failed_starts"] == 1 and g["failed_s"] == lost
 
 
@@ -147,7 +149,7 @@ def test_a_baseline_that_crashes_on_every_fresh_start_stops_confirmation_clearly
     state = Orchestrator(space, SGLangBackend(), runner, open_study(space, url, "t", seed=4))
     done = state.confirm()
     assert done.done and done.verdict is not None and not done.failed
-    g = build_report(open_study(space, url, "t", seed=4))["gpu_time"]
+    g = build_report(open_study(space, url, "t", seed=4)).to_json()["gpu_time"]
     assert g["failed_starts"] == 2 and g["failed_s"] == pytest.approx(sum(stored["lost_s"]))
 
 
@@ -192,5 +194,5 @@ def test_a_load_level_study_whose_leader_crashes_in_confirmation_ends_with_a_ver
     assert state.verdict is not None and state.best != leader.number
     assert state.level_verdicts and all(v["trial"] != leader.number for v in state.level_verdicts)
     rep = build_report(study)
-    assert any(e["trial"] == leader.number and e["kind"] == "unstable" for e in rep["exclusions"])
+    assert any(e["trial"] == leader.number and e["kind"] == "unstable" for e in rep.to_json()["exclusions"])
     assert optuna.load_study(study_name="l", storage=f"sqlite:///{tmp_path}/l.db").user_attrs["confirmation"]["done"]

@@ -32,7 +32,7 @@ def test_a_graphs_off_winner_is_judged_against_the_faster_graphs_on_baseline(tmp
         if r["config"]["cuda_graph"] is False and r["speedup_ci"]:
             assert r["speedup_ci"]["low"] > 1.2  # against its own baseline it clearly wins...
             assert r["deploy_speedup_ci"]["high"] < 1.0  # ...against the one a user would deploy it loses
-    rep = build_report(study)
+    rep = build_report(study).to_json()
     assert rep["recommended"]["config"] == {"drafter": None, "cuda_graph": True}
 
 
@@ -46,7 +46,7 @@ def test_a_graphs_off_winner_that_beats_the_fastest_baseline_wins_with_the_deplo
     assert best["config"]["cuda_graph"] is False
     assert best["speedup_ci"]["point"] == pytest.approx(1.4, rel=0.05)  # against its own (graphs-off) baseline
     assert best["deploy_speedup_ci"]["point"] == pytest.approx(1.4 / 1.1, rel=0.05)  # against graphs on: headline
-    rep = build_report(study)
+    rep = build_report(study).to_json()
     assert rep["best"]["speedup"] == pytest.approx(best["deploy_speedup_ci"]["point"])
     row = next(r for r in rep["trials"] if r["number"] == state["best"])
     assert row["speedup_vs_fastest"] == pytest.approx(1.4 / 1.1, rel=0.05)
@@ -105,7 +105,7 @@ def test_a_verdict_rests_on_what_it_says(tmp_path, speed, crash, diverge):
     except Exception as e:  # noqa: BLE001 - 3 crashed servers in a row is a user error, which is fine here
         assert "in a row failed" in str(e)
         return
-    rep = build_report(study)
+    rep = build_report(study).to_json()
     confirmed = [r for r in state["results"] if r.get("speedup_ci")]
     assert (state["basis"] == "confirmed") == bool(confirmed)
     assert rep["verdict_basis"] == state["basis"] and rep["verdict_rests_on"] == state["rests_on"]

@@ -76,7 +76,7 @@ def test_configs_the_surrogate_rules_out_cost_no_server_start():
 
 def test_the_report_says_which_trials_were_not_launched():
     study, _ = _run()
-    report = build_report(study)
+    report = build_report(study).to_json()
     rows = {row["number"]: row for row in report["trials"]}
     for t in _skipped(study):
         assert rows[t.number]["reason"].startswith("not launched: ")

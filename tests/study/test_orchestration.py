@@ -48,9 +48,9 @@ def test_baseline_first_then_search_and_verdict_speculation_wins(tmp_path):
     assert bad and all(t.state == TrialState.PRUNED and len(t.intermediate_values) < 5 for t in bad)
     assert state["verdict"] == "speculation-wins"
     rep = build_report(study)
-    assert rep["best"]["config"]["drafter"] == "good"
-    assert rep["best"]["speedup_ci"]["low"] > 1.02
-    assert rep["recommended"]["config"]["drafter"] == "good"
+    assert rep.to_json()["best"]["config"]["drafter"] == "good"
+    assert rep.to_json()["best"]["speedup_ci"]["low"] > 1.02
+    assert rep.to_json()["recommended"]["config"]["drafter"] == "good"
 
 
 def test_nothing_beats_baseline_gives_baseline_wins_and_recommends_baseline(tmp_path):
@@ -60,8 +60,8 @@ def test_nothing_beats_baseline_gives_baseline_wins_and_recommends_baseline(tmp_
     state = run(space, SGLangBackend(), runner, study)
     assert state["verdict"] == "baseline-wins"
     rep = build_report(study)
-    assert rep["recommended"]["config"] == {"drafter": None, "cuda_graph": True}
-    assert rep["pruned_before_last_prompt"] >= 1
+    assert rep.to_json()["recommended"]["config"] == {"drafter": None, "cuda_graph": True}
+    assert rep.to_json()["pruned_before_last_prompt"] >= 1
 
 
 def test_rerun_resumes_and_runs_nothing_new(tmp_path):
@@ -125,12 +125,12 @@ def test_lossless_divergence_is_flagged_and_never_recommended(tmp_path):
     study = _study(space, tmp_path)
     state = run(space, SGLangBackend(), runner, study)
     rep = build_report(study)
-    assert any("diverges" in f for f in rep["flags"])
-    assert rep["recommended"]["config"]["drafter"] is None
+    assert any("diverges" in f for f in rep.to_json()["flags"])
+    assert rep.to_json()["recommended"]["config"]["drafter"] is None
     # the only drafter's configs were excluded as lossy: nothing was weighed, so the baseline has not "won"
     assert state["verdict"] == "inconclusive"
     assert state["exclusions"] and {e["kind"] for e in state["exclusions"]} == {"lossy"}
-    assert "lossy" in state["rests_on"].split("excluded: ")[1] and "lossy" in rep["verdict_text"]
+    assert "lossy" in state["rests_on"].split("excluded: ")[1] and "lossy" in rep.to_json()["verdict_text"]
 
 
 def test_baseline_launch_failure_is_a_clear_user_error(tmp_path):
@@ -197,15 +197,15 @@ def test_an_inconclusive_verdict_says_what_settling_it_would_take(tmp_path):
     state = run(space, SGLangBackend(), runner, study)
     assert state["verdict"] == "inconclusive"
     rep = build_report(study)
-    assert rep["to_settle"]["rounds"] is not None, "this seed's pick is far enough from the bar to be settled"
-    settle = rep["to_settle"]
+    assert rep.to_json()["to_settle"]["rounds"] is not None, "this seed's pick is far enough from the bar to be settled"
+    settle = rep.to_json()["to_settle"]
     ci = settle["speedup_ci"]
-    assert settle["trial"] == rep["best"]["trial"] and ci["low"] <= 1.02 <= ci["high"]
+    assert settle["trial"] == rep.to_json()["best"]["trial"] and ci["low"] <= 1.02 <= ci["high"]
     # the rounds named are where an interval at the measured spread leaves the bar (tests/test_stats.py), and
     # each round is two server starts, priced at this study's mean confirmation start
     assert settle["rounds"] == rounds_to_settle(settle["sd"], ci["point"], 1.02, 0.95)
     assert settle["starts"] == 2 * settle["rounds"]
-    per_start = rep["gpu_time"]["confirmation_s"] / rep["gpu_time"]["confirmation_starts"]
+    per_start = rep.to_json()["gpu_time"]["confirmation_s"] / rep.to_json()["gpu_time"]["confirmation_starts"]
     assert settle["gpu_s"] == pytest.approx(settle["starts"] * per_start)
     assert f"autotune reverify F --repeats {settle['rounds']}" in settle["text"]
     assert f"trial {settle['trial']}" in settle["text"]
@@ -224,7 +224,7 @@ def test_a_settled_verdict_has_nothing_to_settle(tmp_path):
     study = _study(space, tmp_path)
     state = run(space, SGLangBackend(), runner, study)
     assert state["verdict"] == "speculation-wins"
-    assert build_report(study)["to_settle"] is None
+    assert build_report(study).to_json()["to_settle"] is None
 
 
 def test_an_inconclusive_verdict_on_the_bar_says_rounds_would_not_settle_it(tmp_path):
@@ -233,7 +233,7 @@ def test_an_inconclusive_verdict_on_the_bar_says_rounds_would_not_settle_it(tmp_
     runner = ScriptedRunner(speed={"good": lambda c: 1.0}, noise=0.03, seed=0)
     study = _study(space, tmp_path)
     assert run(space, SGLangBackend(), runner, study)["verdict"] == "inconclusive"
-    settle = build_report(study)["to_settle"]
+    settle = build_report(study).to_json()["to_settle"]
     ci = settle["speedup_ci"]
     assert settle["rounds"] is None and settle["starts"] is None and settle["gpu_s"] is None
     assert rounds_to_settle(settle["sd"], ci["point"], 1.02, 0.95, most=settle["most"]) is None

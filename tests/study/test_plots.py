@@ -40,13 +40,13 @@ def test_history_and_timeline_show_every_server_start(study_and_report):
     assert (
         len(confirm.x)
         == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
-        == rep["gpu_time"]["confirmation_starts"]
+        == rep.to_json()["gpu_time"]["confirmation_starts"]
     )
-    assert sum(confirm.x) * 60 == pytest.approx(rep["gpu_time"]["confirmation_s"])
+    assert sum(confirm.x) * 60 == pytest.approx(rep.to_json()["gpu_time"]["confirmation_s"])
     assert [round(x * 60, 6) for x in up.x] == [60.0] * len(starts)  # ScriptedRunner's startup_s
     shown = sum(len(tr.x) for tr in figs["history"].data)
     assert shown == len([t for t in starts if not TrialRecord(t).is_baseline])
-    baseline = rep["baseline"]["cuda_graph_on"]["tok_per_s"]
+    baseline = rep.to_json()["baseline"]["cuda_graph_on"]["tok_per_s"]
     assert any(s.y0 == pytest.approx(baseline) for s in figs["history"].layout.shapes)
 
 
@@ -54,12 +54,12 @@ def test_intervals_and_per_prompt_follow_the_confirmation(study_and_report):
     study, rep = study_and_report
     figs = {k: f for k, _t, f in figures(study, rep)}
     (tr,) = figs["intervals"].data
-    cis = [c.get("deploy_speedup_ci") or c["speedup_ci"] for c in rep["confirmed"]]
+    cis = [c.get("deploy_speedup_ci") or c["speedup_ci"] for c in rep.to_json()["confirmed"]]
     assert list(tr.x) == [ci["point"] for ci in cis]
     assert list(tr.error_x.array) == pytest.approx([ci["high"] - ci["point"] for ci in cis])
     bars = figs["prompts"].data
-    assert len(bars) == 1 + len(rep["confirmed"])
-    assert list(bars[0].y) == rep["fastest_baseline"]["per_prompt_tok_per_s"]
+    assert len(bars) == 1 + len(rep.to_json()["confirmed"])
+    assert list(bars[0].y) == rep.to_json()["fastest_baseline"]["per_prompt_tok_per_s"]
     assert list(bars[0].x) == [f"p{i}" for i in range(5)]
 
 

@@ -238,7 +238,7 @@ def test_confirmation_races_close_candidates_and_recommends_a_survivor(every_can
         assert len(race_survivors(rounds[:-1], keys, space.verdict)) >= 2
     starts = len(runner.launches) - launches_before_confirm
     assert starts == sum(len(r.baseline) + len(r.candidates) for r in rounds)
-    assert build_report(study)["recommended"]["trial"] == state["best"]
+    assert build_report(study).to_json()["recommended"]["trial"] == state["best"]
 
 
 def test_without_the_race_every_candidate_gets_exactly_repeats_rounds():
@@ -287,6 +287,7 @@ def test_interrupted_confirmation_resumes_from_its_recorded_rounds(tmp_path):
 
 def test_reports_mark_candidates_that_left_the_race(tmp_path, every_candidate):
     import io
+    from dataclasses import replace
 
     from autotune.html import write_html_report
     from autotune.render import render_report
@@ -296,11 +297,12 @@ def test_reports_mark_candidates_that_left_the_race(tmp_path, every_candidate):
     study = open_study(space, optuna.storages.InMemoryStorage(), "t", seed=6)
     run(space, SGLangBackend(), runner, study)
     report = build_report(study)
-    assert len(report["confirmed"]) >= 2
-    for c in report["confirmed"]:
-        assert c["rounds"] == c["speedup_ci"]["n"]
-    for i, c in enumerate(report["confirmed"]):
-        c["dropped"] = i == 1  # as the race records it
+    assert len(report.result.confirmed) >= 2
+    for c in report.result.confirmed:
+        assert c.speedup_ci is not None and c.rounds == c.speedup_ci["n"]
+    # the second one left the race, as the race records it
+    confirmed = tuple(replace(c, dropped=i == 1) for i, c in enumerate(report.result.confirmed))
+    report = replace(report, result=replace(report.result, confirmed=confirmed))
     out = io.StringIO()
     render_report(report, out)
     lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("confirmed trial")]

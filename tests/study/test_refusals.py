@@ -42,7 +42,7 @@ def test_a_drafter_that_never_starts_gets_three_starts_per_graph_setting_then_no
         assert t.state == TrialState.FAIL and r.fail_kind == "exited" and not r.failed_starts
         assert f"CUDA graphs {'on' if r.cuda_graph else 'off'}" in r.fail_reason and "drafter 'bad'" in r.fail_reason
     assert any(t.state == TrialState.COMPLETE and TrialRecord(t).drafter == "good" for t in study.trials)
-    rep = build_report(study)
+    rep = build_report(study).to_json()
     assert rep["gpu_time"]["failed_starts"] == 2 * NEVER_STARTED  # billed: half a start-up each
     assert rep["gpu_time"]["failed_s"] == 2 * NEVER_STARTED * runner.startup_s / 2
 
@@ -75,7 +75,7 @@ def test_a_drafter_whose_servers_crash_on_every_start_is_not_launched_after_two_
     refused = [t for t in _bad(study) if "never served" in (TrialRecord(t).fail_reason or "")]
     assert refused and all(TrialRecord(t).not_launched for t in refused)
     # one crash of each unstable config was followed by a fresh start: those are the starts billed as failed
-    assert build_report(study)["gpu_time"]["failed_starts"] == NEVER_SERVED
+    assert build_report(study).to_json()["gpu_time"]["failed_starts"] == NEVER_SERVED
 
 
 def test_a_drafter_measured_once_is_not_refused_for_its_unstable_configs():

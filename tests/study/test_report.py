@@ -4,6 +4,7 @@ the terminal rendering of them (rich, plain text into a pipe)."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from autotune.backends.sglang import SGLangBackend
 from autotune.records import TrialRecord
 from autotune.render import render_report
-from autotune.report import build_report
+from autotune.report import Load, build_report
 from autotune.study import open_study, run
 
 from .conftest import ScriptedRunner, make_space
@@ -30,16 +31,16 @@ def study_and_report():
 
 def test_reasons_count_every_pruned_and_failed_trial(study_and_report):
     study, rep, _runner = study_and_report
-    reasons = rep["reasons"]
-    assert sum(reasons["PRUNED"].values()) == rep["counts"]["PRUNED"]
-    assert sum(reasons["FAIL"].values()) == rep["counts"]["FAIL"]
+    reasons = rep.to_json()["reasons"]
+    assert sum(reasons["PRUNED"].values()) == rep.to_json()["counts"]["PRUNED"]
+    assert sum(reasons["FAIL"].values()) == rep.to_json()["counts"]["FAIL"]
     assert reasons["PRUNED"].get("lost to the baseline", 0) >= 1  # "bad" loses
     assert reasons["FAIL"].get("exited", 0) >= 1  # "crashy" never starts
 
 
 def test_gpu_time_is_startups_plus_timed_prompts_and_pruning_savings(study_and_report):
     study, rep, _runner = study_and_report
-    g = rep["gpu_time"]
+    g = rep.to_json()["gpu_time"]
     measured = [t for t in study.get_trials() if TrialRecord(t).measured and not TrialRecord(t).is_duplicate]
     # the starts that failed: "crashy" half-way through its start-up, trees over 12 tokens out of memory after it
     failed = [f for t in study.get_trials() for f in TrialRecord(t).failed_starts]
@@ -60,21 +61,21 @@ def test_gpu_time_is_startups_plus_timed_prompts_and_pruning_savings(study_and_r
     assert g["confirmation_starts"] == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
     assert g["total_s"] == pytest.approx(g["search_s"] + g["confirmation_s"])
     # each trial's own server time (a method's share of the search adds these up): the rows sum to the search's
-    assert sum(r["gpu_s"] for r in rep["trials"]) == pytest.approx(g["search_s"])
-    assert all(r["gpu_s"] == 0.0 for r in rep["trials"] if r["duplicate_of"] is not None)
+    assert sum(r["gpu_s"] for r in rep.to_json()["trials"]) == pytest.approx(g["search_s"])
+    assert all(r["gpu_s"] == 0.0 for r in rep.to_json()["trials"] if r["duplicate_of"] is not None)
 
 
 def test_best_configs_are_the_fastest_speculative_with_their_intervals(study_and_report):
     _study, rep, _runner = study_and_report
-    best = rep["best_configs"]
+    best = rep.to_json()["best_configs"]
     assert best and all(b["config"]["drafter"] == "good" for b in best)
     # the recommended config first, then by the objective's speedup: confirmation's where it measured one
-    assert best[0]["trial"] == rep["recommended"]["trial"] and best[0]["recommended"]
+    assert best[0]["trial"] == rep.to_json()["recommended"]["trial"] and best[0]["recommended"]
     shown = [b["confirmed_speedup"] if b["confirmed_speedup"] is not None else b["speedup"] for b in best[1:]]
     assert shown == sorted(shown, reverse=True)
-    fastest = rep["fastest_baseline"]["tok_per_s"]
+    fastest = rep.to_json()["fastest_baseline"]["tok_per_s"]
     assert all(b["speedup"] == pytest.approx(b["tok_per_s"] / fastest) for b in best)
-    confirmed = {c["trial"] for c in rep["confirmed"]}
+    confirmed = {c["trial"] for c in rep.to_json()["confirmed"]}
     for b in best:
         assert (b["speedup_ci"] is not None) == (b["trial"] in confirmed)
 
@@ -89,12 +90,10 @@ def test_terminal_report_shows_tables_and_whole_lines(study_and_report):
     assert "pruned and failed, by reason" in text and "lost to the baseline" in text and "exited" in text
     gpu = next(line for line in text.splitlines() if line.startswith("GPU time: "))
     assert "saved" in gpu and "by pruning" in gpu
-    assert (
-        f"in {rep['gpu_time']['failed_starts']} start(s) that failed or were refused" in gpu
-    )  # "crashy" and the OOM trees
+    assert f"in {rep.gpu_time.failed_starts} start(s) that failed or were refused" in gpu  # "crashy" and the OOM trees
     verdict = next(line for line in text.splitlines() if line.startswith("verdict: "))
-    assert rep["verdict"] in verdict
-    best = rep["best_configs"][0]
+    assert rep.to_json()["verdict"] in verdict
+    best = rep.to_json()["best_configs"][0]
     ci = best["speedup_ci"]
     if ci:
         assert f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" in text
@@ -108,23 +107,21 @@ def test_the_closing_summary_is_at_most_12_lines_and_ends_the_report(study_and_r
     _study, rep, _runner = study_and_report
     deploy = "python3 -m sglang.launch_server --model-path /m"
     lines = summary_lines(rep, deploy)
-    assert lines[0].startswith(f"verdict: {rep['verdict']}") and lines[-1] == f"  {deploy}"
+    assert lines[0].startswith(f"verdict: {rep.verdict.value}") and lines[-1] == f"  {deploy}"
     assert any(x.startswith("recommended: trial ") for x in lines) and any(x.startswith("GPU time: ") for x in lines)
     # the most a report can say: an open verdict with its way to settle, per-level verdicts, a confirmed pick
-    full = {
-        **rep,
-        "to_settle": {"text": "settling whether ... would take about 15 fresh rounds"},
-        "load": {"confirmed_text": "speculation wins up to 64 streams"},
-        "recommended": {
-            **rep["recommended"],
-            "speedup_ci": {"point": 1.2, "low": 1.1, "high": 1.3, "confidence": 0.95},
-        },
-    }
+    ci = {"point": 1.2, "low": 1.1, "high": 1.3, "confidence": 0.95}
+    full = replace(
+        rep,
+        to_settle={"text": "settling whether ... would take about 15 fresh rounds"},
+        load=Load(1, [], "", None, "speculation wins up to 64 streams"),
+        result=replace(rep.result, recommended=replace(rep.recommended, winner=True, speedup_ci=ci)),
+    )
     assert len(summary_lines(full, deploy)) <= 12
     assert "  speedup 1.200 [1.100, 1.300] (95% CI) against the fastest baseline" in summary_lines(full)
     out = io.StringIO()
     render_report(rep, out, deploy=deploy)
     text = out.getvalue().rstrip("\n").splitlines()
     assert text[-len(lines) :] == lines  # the summary closes the report
-    assert rep["confirmed"] and "Bonferroni" in rep["interval_note"]  # the derivation: in the report, the HTML
+    assert rep.result.confirmed and "Bonferroni" in (rep.interval_note or "")  # the derivation: in the report, the HTML
     assert "Bonferroni" not in "\n".join(text) and f"  ({INTERVAL_POINTER})" in text  # the terminal points to it

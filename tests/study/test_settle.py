@@ -180,7 +180,7 @@ def test_a_settled_search_stops_before_its_budget_and_says_why(tmp_path, settled
     assert len(notes) == 1 and f"after {state['trials']} of up to {SETTLED_BUDGET} trials" in notes[0]
     # the report says it, on the terminal and in the HTML page
     report = build_report(study)
-    assert report["search_settled"]["text"] == notes[0]
+    assert report.to_json()["search_settled"]["text"] == notes[0]
     write_html_report(study, report, tmp_path / "r.html")
     assert "id='search-settled'" in (tmp_path / "r.html").read_text()
     # the same budget again (a resumed run): nothing more is measured
@@ -260,8 +260,11 @@ def test_a_gain_under_the_bar_is_no_worthwhile_gain_and_the_baseline_is_recommen
     ci = best["deploy_speedup_ci"]
     assert ci["low"] <= 1.0 < ci["high"] < 1.10  # not a loss, not worth the bar
     report = build_report(study)
-    assert report["verdict"] == "no-worthwhile-gain" and "deploy the baseline" in report["verdict_text"]
-    assert report["recommended"]["config"]["drafter"] is None  # the baseline
+    assert (
+        report.to_json()["verdict"] == "no-worthwhile-gain"
+        and "deploy the baseline" in report.to_json()["verdict_text"]
+    )
+    assert report.to_json()["recommended"]["config"]["drafter"] is None  # the baseline
     out = io.StringIO()
     render_report(report, out)
     assert "verdict: no-worthwhile-gain" in out.getvalue()

@@ -7,7 +7,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import records
-from autotune.evidence import param_knobs, study_note, trial_note
+from autotune.evidence import param_knobs, trial_note
+from autotune.render import study_note
 from autotune.report import _reasons, build_report
 
 
@@ -35,7 +36,7 @@ def _study() -> optuna.Study:
 
 def test_every_failed_and_pruned_row_has_a_reason():
     study = _study()
-    rows = {r["number"]: r for r in build_report(study)["trials"]}
+    rows = {r["number"]: r for r in build_report(study).to_json()["trials"]}
     assert "no outcome recorded" in rows[0]["reason"]
     assert rows[1]["reason"].startswith("lost to the leader (trial 3): upper 95% bound")
     assert rows[2]["reason"] == "interrupted: baseline queued, not measured yet (not counted in the budget)"

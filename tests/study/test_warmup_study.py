@@ -50,11 +50,11 @@ def studies():
 
 
 def test_without_a_pass_the_cold_requests_bias_the_speedup_and_one_pass_removes_it(studies):
-    cold = studies[0][1]["best"]["speedup"]
-    warm = studies[1][1]["best"]["speedup"]
+    cold = studies[0][1].to_json()["best"]["speedup"]
+    warm = studies[1][1].to_json()["best"]["speedup"]
     assert cold == pytest.approx(TRUE * (1 + COLD) / (1 + COLD_SPEC), rel=0.01)  # 1.417: 5.6% low
     assert warm == pytest.approx(TRUE, rel=0.01)
-    assert studies[0][1]["warmup"] is None  # no passes, no line
+    assert studies[0][1].to_json()["warmup"] is None  # no passes, no line
 
 
 def test_every_start_records_its_pass_and_the_bill_counts_it(studies):
@@ -66,12 +66,12 @@ def test_every_start_records_its_pass_and_the_bill_counts_it(studies):
         timed = [p["tok_per_s"] for p in TrialRecord(t).prompts]
         # the pass took the cold requests: it ran slower than the timed prompts, prompt by prompt
         assert all(a < b for a, b in zip(w.tok_per_s[0], timed, strict=False))
-    g = rep["gpu_time"]
+    g = rep.to_json()["gpu_time"]
     expected = sum(
         60.0 + TrialRecord(t).warmup.seconds + sum(p["seconds"] for p in TrialRecord(t).prompts) for t in measured
     )
     assert g["search_s"] == pytest.approx(expected)
-    w = rep["warmup"]
+    w = rep.to_json()["warmup"]
     assert w["starts"] == g["search_starts"] + g["confirmation_starts"]
     assert (w["passes_median"], w["passes_max"]) == (1, 1)
     assert w["text"].startswith(f"{w['starts']} starts warmed up with 1 pass(es) of the prompts")
@@ -102,7 +102,7 @@ def test_the_terminal_and_html_reports_say_how_the_starts_warmed_up(studies, tmp
     study, rep = studies[1]
     out = io.StringIO()
     render_report(rep, out)
-    assert f"warm-up: {rep['warmup']['text']}" in out.getvalue()
+    assert f"warm-up: {rep.to_json()['warmup']['text']}" in out.getvalue()
     write_html_report(study, rep, tmp_path / "r.html")
     assert "id='warmup'>Warm-up: " in (tmp_path / "r.html").read_text()
     out = io.StringIO()

@@ -1,11 +1,19 @@
-"""The typed study result (``autotune.study.result``): the report's fields an export reads, and the space."""
+"""The typed study result (``autotune.study.result``): what the study found, read from its records without the
+report; the report presents the same figures, and an export deploys them. Presentation reads the study's result,
+never the reverse."""
 
 from __future__ import annotations
 
+import ast
+import datetime as dt
+from pathlib import Path
+
 import optuna
+import pytest
 
 from autotune.backends.sglang import SGLangBackend
 from autotune.config import TrialConfig
+from autotune.export_bundle import bundle
 from autotune.report import build_report
 from autotune.study import open_study, run
 from autotune.study.result import study_result
@@ -14,47 +22,69 @@ from autotune.verdict import Verdict
 from ..study.conftest import ScriptedRunner, make_space
 
 
-def test_the_result_carries_what_an_export_reads():
+@pytest.fixture(scope="module")
+def finished():
     space = make_space(n_trials=8, drafters=("good", "bad"), confirm_top=2, repeats=3)
     runner = ScriptedRunner(speed={"good": lambda c: 1.6, "bad": lambda c: 0.5})
     study = open_study(space, optuna.storages.InMemoryStorage(), "result", seed=3)
     run(space, SGLangBackend(), runner, study)
-    rep = build_report(study)
-    res = study_result(study, space)
-    assert res.report == rep and res.space is space
+    return space, study
+
+
+def test_the_result_is_what_the_report_says(finished):
+    space, study = finished
+    res, rep = study_result(study, space), build_report(study).to_json()
+    assert res.space is space and res.schedule_rows == []  # no load levels
     assert res.verdict is Verdict(rep["verdict"]) is Verdict.SPECULATION_WINS
-    assert (res.study, res.simulated, res.units) == (rep["study"], rep["simulated"], rep["units"])
-    assert res.recommended == rep["recommended"] and res.speedup_ci == rep["recommended"]["speedup_ci"]
-    assert res.recommended_config == TrialConfig.from_dict(rep["recommended"]["config"])
-    assert res.best == rep["best"] and res.fastest_baseline == rep["fastest_baseline"]
-    assert res.baseline(True) == rep["baseline"]["cuda_graph_on"] and res.baseline(False) is None
-    n = rep["best"]["trial"]
-    assert res.trial_row(n) == next(r for r in rep["trials"] if r["number"] == n)
-    assert res.confirmed_row(n) == next(c for c in rep["confirmed"] if c["trial"] == n)
-    assert res.schedule_rows == []  # no load levels
+    assert (res.study, res.simulated, res.units, res.basis) == (rep["study"], None, "tok/s", rep["verdict_basis"])
+    assert res.recommended.to_json() == rep["recommended"] and res.recommended.winner
+    assert res.recommended.trial_config == TrialConfig.from_dict(rep["recommended"]["config"])
+    assert res.best is not None and res.best.to_json() == rep["best"]
+    assert [c.to_json() for c in res.confirmed] == rep["confirmed"]
+    assert {k: b.to_json() for k, b in res.baselines.items()} == rep["baseline"]
+    assert res.baseline(False) is None and res.fastest_baseline == res.baseline(True)
+    rows = {r["number"]: r for r in rep["trials"]}
+    for t in res.trials:
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            assert res.search_speedup(t) == rows[t.number]["speedup"]
 
 
-def test_an_export_reads_the_result_as_it_read_the_report():
-    import datetime as dt
-
-    from autotune.export import render
-    from autotune.export_bundle import bundle
-
-    space = make_space(n_trials=8, drafters=("good", "bad"), confirm_top=2, repeats=3)
-    runner = ScriptedRunner(speed={"good": lambda c: 1.6, "bad": lambda c: 0.5})
-    study = open_study(space, optuna.storages.InMemoryStorage(), "export", seed=3)
-    backend = SGLangBackend()
-    run(space, backend, runner, study)
-    res, rep = study_result(study, space), build_report(study)
+def test_an_export_cites_the_recommendation_or_the_chosen_trial(finished):
+    space, study = finished
+    res, rep = study_result(study, space), build_report(study).to_json()
     now = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
-    typed, plain = bundle(space, backend, res, now=now), bundle(space, backend, rep, now=now)
-    assert typed == plain and type(typed["verdict"]) is str and typed["verdict"] == "speculation-wins"
-    assert typed["trial"] == rep["recommended"]["trial"] and typed["measured"]["units"] == rep["units"]
-    n = next(r["number"] for r in rep["trials"] if r["state"] == "COMPLETE" and r["number"] != typed["trial"])
-    assert bundle(space, backend, res, trial=n, now=now) == bundle(space, backend, rep, trial=n, now=now)
+    b = bundle(space, SGLangBackend(), res, now=now)
+    rec = rep["recommended"]
+    assert (b["trial"], b["config"], b["why"]) == (rec["trial"], rec["config"], rec["why"])
+    assert b["measured"]["speedup_ci"] == rec["speedup_ci"] and b["measured"]["source"] == "confirmation"
+    assert b["measured"]["speedup"] == rep["best"]["speedup"]
+    other = next(
+        r
+        for r in rep["trials"]
+        if r["state"] == "COMPLETE" and r["role"] == "speculative" and r["number"] != b["trial"]
+    )
+    chosen = bundle(space, SGLangBackend(), res, trial=other["number"], now=now)
+    confirmed = {c["trial"]: c for c in rep["confirmed"]}.get(other["number"])
+    if confirmed is None:
+        assert chosen["measured"]["speedup"] == other["speedup"] and chosen["measured"]["source"] == "search"
+    else:
+        assert chosen["measured"]["speedup_ci"] == confirmed["deploy_speedup_ci"] or confirmed["speedup_ci"]
+    with pytest.raises(ValueError, match="no such trial"):
+        bundle(space, SGLangBackend(), res, trial=999, now=now)
 
-    def text(result, fmt):  # the export's text but for the time it was made
-        return [line for line in render(space, backend, result, fmt).splitlines() if "exported_at" not in line]
 
-    for fmt in ("command", "yaml", "json", "compose"):
-        assert text(res, fmt) == text(rep, fmt)
+def test_the_study_layer_imports_no_presentation():
+    """``autotune/study/`` reads records and computes results; the report, text, HTML and plots read those."""
+    presentation = {"autotune.report", "autotune.render", "autotune.html", "autotune.plots"}
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[2] / "autotune" / "study").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            found += [f"{path.name}: {n}" for n in names if n in presentation]
+    assert found == []
