@@ -10,7 +10,7 @@ warm-up and every generated token in the simulated hardware's seconds. Methods:
   Recommendation: the point with the highest measured tok/s.
 - ``tuner``: ``autotune.study`` as shipped (TPE from ``make_sampler``, ``BaselinePruner``, baselines and SGLang's
   default enqueued, dedup, the surrogate's last half of the budget, candidates ranked by the surrogate, racing
-  confirmation, verdict). Recommendation: ``autotune.report.recommend`` after confirmation.
+  confirmation, verdict). Recommendation: ``autotune.study.result.recommend`` after confirmation.
 - ``tuner_no_prune``: the same with pruning disabled.
 - ``tuner_no_refine``: the same with ``budget.refine_trials`` 0 (every trial from TPE).
 - ``random``: the same orchestration (baselines, defaults, dedup, confirmation) with ``optuna.samplers.RandomSampler``,

@@ -26,7 +26,6 @@ from autotune.stats import (
 from autotune.study import baseline_check, race
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
-from autotune.study.figures import confirmation_floor
 from autotune.study.search import RESOLUTION, SETTLE_SAMPLES, fastest_baseline, log_value, surrogate
 from autotune.study.settle import baseline_draws, change_bar
 from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed
@@ -590,6 +589,6 @@ def _measure_once(ctx: StudyContext, config: TrialConfig, into: _Into | None = N
         seconds = sum(r.seconds for r in m.results) + sum(lv.seconds for lv in m.levels if lv.level > 1)
         into.starts[key] = StartRecord(m.pass_tok_per_s(), m.info.startup_s, seconds, m.warmup, m.failed_s)
     if config.is_baseline and ctx.space.benchmark.temperature == 0:
-        confirmation_floor(ctx, config, [r.text for r in m.results])
+        ctx.confirmation_floor(config, [r.text for r in m.results])
     ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))
     return tps

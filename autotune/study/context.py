@@ -1,5 +1,7 @@
 """What every job of a study shares: the space, the backend, the seam to the world (runner and clock), the study,
-the listener, and what is derived from them once (the grid, the lossless check's tolerance)."""
+the listener, and what is derived from them once (the grid, the lossless check's tolerance); the lossless check's
+records: a trial's answers against its baseline's, a new baseline's against the other baselines' (the server's own
+numerics, ``lossless_floor``), and confirmation's fresh baselines against the search's."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune import lossless, records
 from autotune.backends.base import Backend
@@ -79,3 +81,37 @@ class StudyContext:
             tolerance=tolerance,
             min_prefix=self.space.verdict.lossless_min_prefix,
         )
+
+    def lossless_record(self, texts: list[str], baseline: FrozenTrial) -> dict[str, Any]:
+        """The lossless record of ``texts`` (one answer per prompt) against ``baseline``'s answers and references."""
+        record = self.compare_outputs(texts, baseline, self.lossless_tolerance())
+        record["tolerance_source"] = self.tie_tolerance[1]
+        return record
+
+    def baseline_floor(self, number: int, config: TrialConfig, texts: list[str]) -> None:
+        """Compare a new baseline's answers with every other baseline's (another CUDA-graph setting: other kernels
+        and batch shapes; a fresh start in confirmation): a divergence there is this server's own numerics. Each
+        classified divergence joins the study's ``lossless_floor``; a confident one raises the tolerance in force
+        (``lossless_tolerance``) and is reported."""
+        floor = records.lossless_floor(self.study)
+        for other in records.trials(self.study, (TrialState.COMPLETE,)):
+            r = records.TrialRecord(other)
+            if other.number == number or not r.is_baseline or r.is_duplicate or not r.outputs:
+                continue
+            rec = self.compare_outputs(texts, other, self.tie_tolerance[0])
+            for d in rec["divergences"]:
+                floor.append({**d, "baseline": number, "against": other.number, "cuda_graph": config.cuda_graph})
+        floor.append({"baseline": number, "checked": True, "cuda_graph": config.cuda_graph})
+        records.set_lossless_floor(self.study, floor)
+
+    def confirmation_floor(self, config: TrialConfig, texts: list[str]) -> None:
+        """A fresh baseline start of confirmation against the search's baseline of the same setting: the floor."""
+        base = records.find_baseline(self.study, config.cuda_graph)
+        if base is None or not records.TrialRecord(base).outputs:
+            return
+        rec = self.compare_outputs(texts, base, self.tie_tolerance[0])
+        if rec["divergences"]:
+            floor = records.lossless_floor(self.study)
+            for d in rec["divergences"]:
+                floor.append({**d, "baseline": "confirmation", "against": base.number, "cuda_graph": config.cuda_graph})
+            records.set_lossless_floor(self.study, floor)

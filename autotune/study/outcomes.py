@@ -60,10 +60,6 @@ class NotWorthAStart(Pruned):
         self.skip = skip
 
 
-#: the former name (the baseline was the only reference)
-LostToBaseline = Lost
-
-
 class SameAsPruned(Pruned):
     """A duplicate of a pruned trial: pruned too, infeasible if that one was."""
 

@@ -64,13 +64,11 @@ from autotune.space import Space
 from autotune.study import _optuna
 from autotune.study.context import StudyContext
 from autotune.study.events import Event
-from autotune.study.figures import baseline_floor, lossless_record, speedup_of
 from autotune.study.outcomes import (
     CRASH_STARTS,
     FAILURES,
     Infeasible,
     Lost,
-    LostToBaseline,
     NotLaunched,
     NotWorthAStart,
     Pruned,
@@ -431,7 +429,7 @@ class Objective:
         self.ctx.emit(Event("level", t.number, {k: summaries[-1].get(k) for k in LEVEL_EVENT_KEYS}))
         if baseline is not None and li < len(order) - 1 and t.trial.should_prune():
             d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
-            raise LostToBaseline(d.reason if d else "pruned", d.upper_bound if d else None)
+            raise Lost(d.reason if d else "pruned", d.upper_bound if d else None)
 
     def _launch(self, t: _Trial, config: TrialConfig) -> Session:
         t.launched, t.start_s = True, None
@@ -552,11 +550,11 @@ class Objective:
         if config.is_baseline:
             t.record.outputs(texts)
             if ctx.space.benchmark.greedy:
-                baseline_floor(ctx, t.number, config, texts)
+                ctx.baseline_floor(t.number, config, texts)
         else:
             self._record_speedup(t, results, baseline, ctx.space)
             if baseline is not None and ctx.space.benchmark.greedy:
-                check = lossless_record(ctx, texts, baseline)
+                check = ctx.lossless_record(texts, baseline)
                 t.record.lossless(check)
                 if not check["ok"]:
                     ctx.emit(Event("note", t.number, {"message": "lossy: " + lossless.summary_line(check)}))
@@ -613,3 +611,20 @@ def _baselines_of(study: optuna.Study, cuda_graph: object) -> list[FrozenTrial]:
         for t in records.trials(study)
         if TrialRecord(t).is_baseline and _optuna.params_of(t).get(records.PARAM_CUDA_GRAPH) == cuda_graph
     ]
+
+
+def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, space: Space | None = None) -> float | None:
+    """Aggregate tok/s over the measured prompts over the baseline's there (or ``objective.one_stream_speedup``)."""
+    if baseline is None or not results:
+        return None
+    base_prompts = TrialRecord(baseline).prompts
+    if space is not None and space.objective.by_category:
+        return objective.one_stream_speedup(results, [PromptResult.from_dict(p) for p in base_prompts], space)
+    n = len(results)
+    base_tokens = sum(p["completion_tokens"] for p in base_prompts[:n])
+    base_seconds = sum(p["seconds"] for p in base_prompts[:n])
+    tokens = sum(r.completion_tokens for r in results)
+    seconds = sum(r.seconds for r in results)
+    if base_seconds > 0 and seconds > 0 and base_tokens > 0:
+        return (tokens / seconds) / (base_tokens / base_seconds)
+    return None
