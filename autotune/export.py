@@ -28,7 +28,6 @@ from typing import Any
 
 from autotune._io import atomic_write_all, output_problem
 from autotune.backends.base import Backend
-from autotune.config import TrialConfig
 from autotune.export_bundle import Options, bundle, choose
 from autotune.export_formats import FORMATS, _server_formats, fitting_formats, fmt_command, format_problem
 from autotune.space import Space
@@ -105,7 +104,7 @@ def render(
 
 def files(space: Space, backend: Backend, result: StudyResult, *, trial: int | None = None) -> dict[str, str]:
     """The files the exported config's server reads at launch (``Backend.files``): name -> text."""
-    return backend.files(TrialConfig.from_dict(choose(result, trial).config), space)
+    return backend.files(choose(result, trial).config, space)
 
 
 def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:

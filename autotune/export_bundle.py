@@ -86,7 +86,7 @@ class Chosen:
     """The config an export deploys and its figures (``choose``)."""
 
     trial: int | None
-    config: dict[str, Any]
+    config: TrialConfig
     why: str
     tok_per_s: float | None
     speedup: float | None
@@ -100,14 +100,15 @@ def choose(res: StudyResult, trial: int | None) -> Chosen:
     its confirmed interval when it was a confirmation candidate)."""
     if trial is None:
         rec = res.recommended
-        if rec.config is None:
+        config = rec.trial_config
+        if config is None:
             raise ValueError("nothing to export yet: no baseline has been measured")
         best = res.best
         ci = rec.speedup_ci if rec.winner else None
         is_best = best is not None and best.trial == rec.trial and ci is not None
         return Chosen(
             trial=rec.trial,
-            config=rec.config,
+            config=config,
             why=rec.why,
             tok_per_s=rec.tok_per_s,
             speedup=best.speedup if best is not None and is_best else None,
@@ -118,17 +119,17 @@ def choose(res: StudyResult, trial: int | None) -> Chosen:
     t = res.trial(trial)
     if t is None:
         raise ValueError(f"--trial {trial}: no such trial in study {res.study}")
-    config = TrialRecord(t).shown_config
-    if t.state != TrialState.COMPLETE or not config:
+    shown = TrialRecord(t).shown_config
+    if t.state != TrialState.COMPLETE or not shown:
         raise ValueError(f"--trial {trial}: it was not measured to the end ({t.state.name}); nothing to export")
     confirmed = res.confirmed_of(trial)
     ci = confirmed.headline if confirmed else None
-    cfg = TrialConfig.from_dict(config)
+    cfg = TrialConfig.from_dict(shown)
     same = res.baseline(cfg.cuda_graph)
     base = (res.fastest_baseline or same) if ci is not None and confirmed and confirmed.deploy_speedup_ci else same
     return Chosen(
         trial=trial,
-        config=config,
+        config=cfg,
         why=f"trial {trial}, chosen with --trial",
         tok_per_s=confirmed.tok_per_s if confirmed else t.value,
         speedup=ci["point"] if ci else (res.search_speedup(t) if not cfg.is_baseline else 1.0),
@@ -212,7 +213,7 @@ def bundle(
     ``container_launch``). ``_startup``: the study's measured start-ups (``startup``). ``result``: the study's."""
     res = result
     chosen = choose(res, trial)
-    config = TrialConfig.from_dict(chosen.config)
+    config = chosen.config
     dspace, dbackend, dconfig = space, backend, config
     translation: dict[str, Any] | None = None
     if server is not None and type(server) is not type(backend):
