@@ -69,16 +69,7 @@ class Confirmed:
         return self.deploy_speedup_ci or self.speedup_ci
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "trial": self.trial,
-            "config": self.config,
-            "speedup_ci": self.speedup_ci,
-            "deploy_speedup_ci": self.deploy_speedup_ci,
-            "tok_per_s": self.tok_per_s,
-            "baseline_tok_per_s": self.baseline_tok_per_s,
-            "rounds": self.rounds,
-            "dropped": self.dropped,
-        }
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -96,17 +87,7 @@ class Best:
     accept_length: float | None
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "trial": self.trial,
-            "params": self.params,
-            "config": self.config,
-            "tok_per_s": self.tok_per_s,
-            "speedup": self.speedup,
-            "speedup_ci": self.speedup_ci,
-            "same_setting_speedup_ci": self.same_setting_speedup_ci,
-            "search_tok_per_s": self.search_tok_per_s,
-            "accept_length": self.accept_length,
-        }
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
