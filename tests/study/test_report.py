@@ -125,3 +125,31 @@ def test_the_closing_summary_is_at_most_12_lines_and_ends_the_report(study_and_r
     assert text[-len(lines) :] == lines  # the summary closes the report
     assert rep.result.confirmed and "Bonferroni" in (rep.interval_note or "")  # the derivation: in the report, the HTML
     assert "Bonferroni" not in "\n".join(text) and f"  ({INTERVAL_POINTER})" in text  # the terminal points to it
+
+
+def test_report_json_keeps_its_keys_and_their_order(study_and_report):
+    """``report --json`` is read by scripts and diffed between versions: the typed report writes the same keys in
+    the same order (a row's confirmed interval only on confirmation's candidates)."""
+    _study, rep, _runner = study_and_report
+    js = rep.to_json()
+    assert (
+        list(js)
+        == (
+            "study simulated units baseline trials counts pruned_before_last_prompt pruned_by reasons gpu_time "
+            "search_settled to_settle warmup best_configs best confirmed verdict verdict_basis verdict_rests_on "
+            "verdict_text exclusions baseline_check suspect_prunes fastest_baseline lossless recommended flags "
+            "acceptance_guards load objective interval_note comparisons"
+        ).split()
+    )
+    row_keys = (
+        "number state role seeded params config tok_per_s speedup speedup_upper prompts_measured accept_length "
+        "accept_per_pos startup_s duplicate_of prune_reason prune_rule pruned_against fail_kind fail_reason lossless "
+        "lossless_summary log_path argv levels levels_measured slo_broken reason gpu_s"
+    ).split()
+    confirmed = {c.trial for c in rep.result.confirmed}
+    assert confirmed
+    for row in js["trials"]:
+        ci = ["speedup_ci"] if row["number"] in confirmed else []
+        assert list(row) == [*row_keys, *ci, "speedup_vs_fastest", "speedup_basis"]
+    assert list(js["recommended"]) == ["config", "trial", "tok_per_s", "speedup_ci", "why"]
+    assert list(js["gpu_time"])[-1] == "note" and list(js["lossless"])[:2] == ["numerics", "lossy_trials"]
