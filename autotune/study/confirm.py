@@ -588,7 +588,7 @@ def _measure_once(ctx: StudyContext, config: TrialConfig, into: _Into | None = N
             into.levels[key] = {lv.level: lv.tok_per_s for lv in m.levels}
         seconds = sum(r.seconds for r in m.results) + sum(lv.seconds for lv in m.levels if lv.level > 1)
         into.starts[key] = StartRecord(m.pass_tok_per_s(), m.info.startup_s, seconds, m.warmup, m.failed_s)
-    if config.is_baseline and ctx.space.benchmark.temperature == 0:
+    if config.is_baseline and ctx.space.benchmark.greedy:  # each prompt's own temperature: sampled answers differ
         ctx.confirmation_floor(config, [r.text for r in m.results])
     ctx.emit(Event("confirm-measure", data={"config": config.label(), "tok_per_s": tps}))
     return tps

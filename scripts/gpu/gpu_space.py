@@ -75,9 +75,14 @@ def space_yaml(
     comment: str = "",
     concurrency: Sequence[int] = (),
     methods: Sequence[str] = (),
+    requests_file: str = "",
+    requests: int = 16,
+    holdout: int = 16,
 ) -> str:
     """The space's text; with ``methods`` (llama.cpp --spec-type names, a combination as "a,b") a ``search.methods``
-    space over the good drafter and the repetition-heavy prompts of ``REWRITE`` instead of the drafter search."""
+    space over the good drafter and the repetition-heavy prompts of ``REWRITE`` instead of the drafter search; with
+    ``requests_file`` (a chat request log, ``traffic_log.py``) the drafter search over ``requests`` requests picked
+    from the log, each at its own sampling and length, checked against ``holdout`` more (the chat endpoint)."""
     m = Path(models)
     lines = [
         "# Written by scripts/gpu/gpu_space.py (the GPU harness); read by scripts/gpu/sweep.py and `autotune study`.",
@@ -117,6 +122,15 @@ def space_yaml(
                 lines[-2] = lines[-2] + " {}"
                 lines.pop()
         lines += ["", "benchmark:", f"  prompts_file: {_q(str(REWRITE))}"]
+    elif requests_file:
+        lines += [
+            f"  draft_n_max: {{low: {int(draft_n_max[0])}, high: {int(draft_n_max[1])}}}",
+            "",
+            "benchmark:",
+            f"  requests_file: {_q(str(Path(requests_file).resolve()))}",
+            f"  requests: {int(requests)}",
+            f"  holdout: {int(holdout)}",
+        ]
     else:
         lines += [
             f"  draft_n_max: {{low: {int(draft_n_max[0])}, high: {int(draft_n_max[1])}}}",
@@ -129,9 +143,9 @@ def space_yaml(
     lines += [
         f"  max_tokens: {int(max_tokens)}",
         *([f"  concurrency: [{', '.join(str(int(c)) for c in concurrency)}]"] if concurrency else []),
-        "  temperature: 0",
+        *([] if requests_file else ["  temperature: 0"]),  # a log's requests keep their own
         "  warmup_requests: 1",
-        "  api: completions",
+        f"  api: {'chat' if requests_file else 'completions'}",
         "",
         f"budget: {{n_trials: {int(n_trials)}}}",
         "",
@@ -173,6 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a method study: --spec-type methods, comma-separated, a combination joined with + "
         "(e.g. draft-simple,ngram-mod,draft-simple+ngram-mod)",
     )
+    p.add_argument("--requests-file", default="", help="a chat request log: a request-log study (traffic_log.py)")
+    p.add_argument("--requests", type=int, default=16, help="with --requests-file: requests to pick (default 16)")
+    p.add_argument("--holdout", type=int, default=16, help="with --requests-file: holdout requests (default 16)")
     a = p.parse_args(argv)
     low, high = (int(x) for x in a.draft_n_max.split(","))
     text = space_yaml(
@@ -189,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         comment=a.comment,
         concurrency=[int(x) for x in a.concurrency.split(",") if x.strip()],
         methods=[m.strip().replace("+", ",") for m in a.methods.split(",") if m.strip()],
+        requests_file=a.requests_file,
+        requests=a.requests,
+        holdout=a.holdout,
     )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,13 @@
 #                   a combination joined with + (e.g. draft-simple,ngram-simple,ngram-mod,draft-simple+ngram-mod):
 #                   the study stage writes .gpu/space-methods.yaml (search.methods over the same models, the good
 #                   drafter, prompts that ask to rewrite a function) and runs it as study STUDY_NAME-methods
+#   STUDY_TRAFFIC   (none) a request-log study instead of the default one: clean or flatter. The study stage writes a
+#                   chat request log of TRAFFIC_LOG_N (120) requests (scripts/gpu/traffic_log.py: code/chat/summary,
+#                   max_tokens 48-96, temperature 0/0.7/1.0; flatter: the picked subset asks for code at temperature
+#                   0, the rest for a poem at 1.0) and .gpu/space-traffic-KIND.yaml (benchmark.requests_file,
+#                   requests STUDY_REQUESTS (16), holdout STUDY_HOLDOUT (16), the chat endpoint), runs it as study
+#                   STUDY_NAME-traffic-KIND, and writes traffic.json (the study attrs traffic_holdout,
+#                   traffic_acceptance, greedy_lossless), the log and the study's database beside report.json
 #   REVERIFY_REPEATS (3)  REVERIFY_WALL_S (480)
 #   CALL_BUDGET_S   seconds this whole run.sh may take (e.g. 570 under a 600 s command limit): the build, sweep and
 #                   study limits above shrink to what is left when their stage starts
@@ -473,14 +480,14 @@ server_env() {
     fi
 }
 
-write_space() {  # [METHODS]: a search.methods space (the study stage with STUDY_METHODS)
+write_space() {  # [METHODS [MORE gpu_space.py ARGS]]: a search.methods space (the study stage with STUDY_METHODS)
     [[ -x "$SERVER" ]] || die "no llama-server at $SERVER: run the build stage first (or set LLAMA_SERVER)"
     [[ -f "$MODELS/target.gguf" && -f "$MODELS/models.json" ]] || die "no models in $MODELS: run the models stage first"
     "$PY" scripts/gpu/gpu_space.py "$SPACE" --name "$STUDY_NAME" --server "$SERVER" --models "$MODELS" \
         --max-tokens "$MAX_TOKENS" --n-trials "$STUDY_TRIALS" "--cuda-graph=$STUDY_GRAPHS" \
         --startup-timeout-s "$STARTUP_TIMEOUT_S" --port "$PORT" "--extra-args=$SERVER_EXTRA_ARGS" \
         "--comment=models: $(tr -d '\n' <"$MODELS/models.json")" "--concurrency=${STUDY_CONCURRENCY:-}" \
-        "--methods=${1:-}"
+        "--methods=${1:-}" "${@:2}"
 }
 
 stage_sweep() {
@@ -510,11 +517,21 @@ stage_study() {
     local t=$SECONDS
     ensure_setup
     server_env
+    local traffic=()
     if [[ -n "${STUDY_METHODS:-}" ]]; then
         SPACE="$WORK/space-methods.yaml"
         STUDY_NAME="$STUDY_NAME-methods"
+    elif [[ -n "${STUDY_TRAFFIC:-}" ]]; then
+        [[ "$STUDY_TRAFFIC" == clean || "$STUDY_TRAFFIC" == flatter ]] || die "STUDY_TRAFFIC=$STUDY_TRAFFIC: expected clean or flatter"
+        local log="$WORK/traffic-$STUDY_TRAFFIC.jsonl" flat=()
+        [[ "$STUDY_TRAFFIC" == flatter ]] && flat=(--flatter "${STUDY_REQUESTS:-16}")
+        "$PY" scripts/gpu/traffic_log.py "$log" --n "${TRAFFIC_LOG_N:-120}" "${flat[@]}" || die "writing the request log failed"
+        SPACE="$WORK/space-traffic-$STUDY_TRAFFIC.yaml"
+        STUDY_NAME="$STUDY_NAME-traffic-$STUDY_TRAFFIC"
+        traffic=(--requests-file "$log" --requests "${STUDY_REQUESTS:-16}" --holdout "${STUDY_HOLDOUT:-16}")
+        cp -f "$log" "$OUT/"
     fi
-    write_space "${STUDY_METHODS:-}"
+    write_space "${STUDY_METHODS:-}" "${traffic[@]}"
     cp -f "$SPACE" "$OUT/space.yaml"
     local common=("$SPACE" --studies-dir "$STUDIES")
     local cmd=("$PY" -m autotune study "${common[@]}" --json)
@@ -546,6 +563,11 @@ stage_study() {
         log "study: report failed (see study.log)"
     "$PY" -m autotune export "${common[@]}" --format command >"$OUT/export.txt" 2>>"$OUT/study.log" ||
         log "study: export failed (see study.log)"
+    if [[ -n "${STUDY_TRAFFIC:-}" ]]; then
+        "$PY" scripts/gpu/traffic_attrs.py "$SPACE" "$STUDIES" >"$OUT/traffic.json" 2>>"$OUT/study.log" ||
+            log "study: reading the traffic attrs failed (see study.log)"
+        cp -f "$STUDIES/$STUDY_NAME.db" "$OUT/" 2>/dev/null || true
+    fi
     local verdict
     verdict="$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r.get("verdict"))' "$OUT/report.json" 2>/dev/null || echo "?")"
     record study "$status" "$((SECONDS - t))" "study_s=$study_s" "exit=$rc" "verdict=$verdict" \
