@@ -37,6 +37,7 @@ cannot leak into the next.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -120,15 +121,20 @@ def _check_argv(argv: list[str]) -> dict:
     return out
 
 
-def _in_child(item: dict) -> dict:
+def _in_child(item: dict, report_imports: bool = False) -> dict:
+    """``item`` checked in a forked child (vLLM's config changes process-wide state); with ``report_imports`` the
+    result also lists the modules the child imported (``"_imported"``)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
         os.close(r)
+        before = set(sys.modules)
         try:
             out = _check_argv(item["argv"]) if "argv" in item else {"accepted": False, "stage": "input"}
         except BaseException as e:  # noqa: BLE001
             out = {"accepted": False, "stage": "driver", "error": f"{type(e).__name__}: {e}"}
+        if report_imports:
+            out["_imported"] = [m for m in sys.modules if m not in before]
         with os.fdopen(w, "w") as f:
             json.dump(out, f, default=str)
         os._exit(0)
@@ -148,7 +154,17 @@ def main(path: str) -> int:
     import vllm.entrypoints.cli.serve  # noqa: F401
     from vllm.version import __version__
 
-    results = [{"id": item.get("id"), "vllm": __version__, **_in_child(item)} for item in items]
+    results = []
+    for i, item in enumerate(items):
+        out = _in_child(item, report_imports=i == 0)
+        # what the first check imported lazily, imported here once before the next fork (imports only: each check
+        # still runs in its own child)
+        for name in out.pop("_imported", []):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001  (a module that imports only inside its parent's import: the child's job)
+                pass
+        results.append({"id": item.get("id"), "vllm": __version__, **out})
     json.dump(results, sys.stdout, default=str)
     sys.stdout.write("\n")
     return 0
