@@ -129,6 +129,12 @@ def test_the_gate_refuses_a_start_only_when_every_model_of_the_method_does(searc
     ngram = next(c for c in grid if c.knob("method") == "ngram")
     adaptive = next(c for c in grid if c.knob("method") == "adaptive")
     assert len(model.opinions(ngram)) == 2 and len(model.opinions(adaptive)) == 1
+    asked = []
+    fit = search.surrogate
+    monkeypatch.setattr(search, "surrogate", lambda ctx, judged=None: asked.append(judged) or fit(ctx, judged))
+    search.not_worth_a_start(ctx, ngram, None)
+    assert asked == [ngram]  # the judged config is not counted as being measured (test_launch_gate.py)
+    monkeypatch.setattr(search, "surrogate", fit)
     best = max(model.predict(search.recommendable(ctx))[0])
     low, near = (best - 0.5, 0.01), (best, 0.01)
     monkeypatch.setattr(MethodSurrogate, "opinions", lambda self, c: [low, low])
