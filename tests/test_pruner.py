@@ -162,3 +162,26 @@ def test_a_method_is_held_to_the_leader_only_on_its_own_evidence() -> None:
     third = _method_trial(study, "b", 1.1, running=True)  # b's third measured start
     d = BaselinePruner(leader_after=3).decide(study, third)
     assert d is not None and d.prune and d.rule == "leader"
+
+
+def test_another_methods_leader_cuts_a_trial_only_after_every_prompt_category() -> None:
+    """Against a leader of another method, a trial is held to the leader only once it measured a prompt of every
+    category: one method's speed over another's differs by category (#46, landscape 32 seed 1: the EAGLE-3 configs
+    truly best were pruned after two code prompts against an n-gram leader 0.81 of the best). Against a leader of
+    its own method, the first prompts are enough as before."""
+    study = _study()
+    for s in (2.0, 1.9, 1.95):
+        _method_trial(study, "a", s)
+    for _ in range(2):
+        _method_trial(study, "b", 1.05)
+    third = _method_trial(study, "b", 1.1, running=True)  # b's third measured start, two prompts measured
+    n = len(PROMPT_SHAPE)
+    code_first = ("code", "code") + ("chat",) * (n - 2)
+    mixed = ("code", "chat") + ("chat",) * (n - 2)
+    held = BaselinePruner(leader_after=3, categories=code_first).decide(study, third)
+    assert held is not None and not held.prune and held.rule == "baseline"  # no chat prompt measured yet
+    cut = BaselinePruner(leader_after=3, categories=mixed).decide(study, third)
+    assert cut is not None and cut.prune and cut.rule == "leader"
+    own = _method_trial(study, "a", 1.1, running=True)  # the leader's own method: its first prompts suffice
+    d = BaselinePruner(leader_after=3, categories=code_first).decide(study, own)
+    assert d is not None and d.prune and d.rule == "leader"

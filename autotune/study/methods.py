@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from autotune.backends.base import Backend
     from autotune.space import Space
 
-__all__ = ["MIN_OWN_EVIDENCE", "TUNED_MIN_CONFIGS", "catalogue", "from_study", "record", "summarize"]
+__all__ = ["METHOD_TIE", "MIN_OWN_EVIDENCE", "TUNED_MIN_CONFIGS", "catalogue", "from_study", "record", "summarize"]
 
 #: in a space with ``search.methods``, a method is judged on its own evidence only, and only once it has this many
 #: measured configs of its own: the surrogate models it alone from then (``surrogate.MethodSurrogate``; before, a
@@ -34,6 +34,14 @@ __all__ = ["MIN_OWN_EVIDENCE", "TUNED_MIN_CONFIGS", "catalogue", "from_study", "
 #: n-gram config predicted 428 tok/s (truly 1,124, the best ~1,135) was not launched, a settled stop left n-gram
 #: configs 0.9-1.8% better than its pick unmeasured
 MIN_OWN_EVIDENCE = 3
+
+#: two methods tie when each one's best was confirmed and their confirmed speedups are within this of each other:
+#: confirmation's intervals (about +-5% after its rounds) cannot tell them apart, the race stops separating configs
+#: within 1% (``confirm.RACE_TIE``), and 2% is how far from the best a recommendation may be and still be right.
+#: The report then names every tied method ("EAGLE-3 and adaptive EAGLE-3 tie on this prompt set (within 2%:
+#: either)"), the recommendation still one config: on #46's generated landscapes most wrong-method runs were such
+#: pairs, their truths 0.996-0.999 of each other
+METHOD_TIE = 0.02
 
 #: a static method is "tuned" in a comparison only with at least this many configs measured (a config measured: a
 #: trial that ran at least one timed prompt, complete or stopped early; no duplicate, nothing refused a start);
@@ -163,10 +171,12 @@ def summarize(
     winner = None
     if verdict == "speculation-wins" and best is not None:
         winner = (best.get("config") or {}).get("method")
+    tied = _tied(out, winner)
     summary = {
         "methods": out,
         "winner": winner,
-        "text": _text(out, winner),
+        "tied": tied,
+        "text": _text(out, winner, tied),
         "adaptive": _adaptive_rows(out),
         "categories": _categories(out, info.get("categories") or [], per_prompt or {}),
     }
@@ -175,7 +185,28 @@ def summarize(
     return summary
 
 
-def _text(out: list[dict[str, Any]], winner: str | None) -> str:
+def _tied(out: list[dict[str, Any]], winner: str | None) -> list[str]:
+    """The winner and every other method whose confirmed best is within ``METHOD_TIE`` of the winner's confirmed
+    best (the winner first, the rest by speedup); empty when no other method ties or the winner's best was not
+    confirmed."""
+    w = next((e for e in out if e["method"] == winner), None)
+    if w is None or w["best"] is None or not w["best"]["confirmed"]:
+        return []
+    top = float(w["best"]["speedup"])
+    others = [
+        e
+        for e in out
+        if e is not w
+        and e["best"] is not None
+        and e["best"]["confirmed"]
+        and abs(float(e["best"]["speedup"]) - top) <= METHOD_TIE * max(top, float(e["best"]["speedup"]))
+    ]
+    if not others:
+        return []
+    return [w["method"]] + [e["method"] for e in sorted(others, key=lambda e: -float(e["best"]["speedup"]))]
+
+
+def _text(out: list[dict[str, Any]], winner: str | None, tied: Sequence[str] = ()) -> str:
     ranked = sorted((e for e in out if e["best"] is not None), key=lambda e: e["best"]["speedup"], reverse=True)
     parts = []
     for e in ranked:
@@ -192,6 +223,10 @@ def _text(out: list[dict[str, Any]], winner: str | None) -> str:
     if winner is not None:
         w = next(e for e in out if e["method"] == winner)
         first = f"{w['label']} wins on this prompt set: "
+        if tied:
+            labels = [next(e["label"] for e in out if e["method"] == m) for m in tied]
+            names = ", ".join(labels[:-1]) + " and " + labels[-1]
+            first = f"{names} tie on this prompt set (within {METHOD_TIE:.0%}: either; {w['label']} recommended): "
         rest = [p for p in parts if not p.startswith(w["label"] + " ")]
         mine = next((p for p in parts if p.startswith(w["label"] + " ")), w["label"])
         return first + mine[len(w["label"]) + 1 :] + ("; " + "; ".join(rest) if rest else "")

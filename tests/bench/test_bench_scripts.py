@@ -192,6 +192,8 @@ def test_generated_method_landscapes_are_reproducible_and_summarised():
             "method_best": {"baseline": 100.0, "ngram": 300.0, "eagle3": 296.0},
             "recommended_method": "ngram",
             "right_method": True,
+            "tied": [],
+            "right_method_or_tie": True,
             "within_2pct": True,
             "recommended_ratio": 0.99,
             "gpu_s": 10.0,
@@ -206,6 +208,8 @@ def test_generated_method_landscapes_are_reproducible_and_summarised():
             "method_best": {"baseline": 100.0, "mtp": 300.0, "eagle3": 250.0},
             "recommended_method": "eagle3",
             "right_method": False,
+            "tied": ["eagle3", "mtp"],
+            "right_method_or_tie": True,
             "within_2pct": False,
             "recommended_ratio": 0.9,
             "gpu_s": 30.0,
@@ -217,7 +221,41 @@ def test_generated_method_landscapes_are_reproducible_and_summarised():
     assert (s["right_method_rate"], s["within_2pct_rate"], s["gpu_vs_grid_median"]) == (0.5, 0.5, 0.2)
     assert s["gated_within_2pct_runs"] == 1 and [m["index"] for m in s["misses"]] == [1]
     assert s["close_calls"] == 1 and s["right_method_rate_clear"] == 0.0  # ngram 300 vs eagle3 296: a close call
-    assert "| 50.0% | 0.0% (1 runs) | 50.0% |" in mgen.markdown(s, 2, 1, "cmd", "here")
+    assert s["right_method_or_declared_tie_rate"] == 1.0 and s["declared_ties"] == 1  # strict and tie-aware apart
+    assert "| 50.0% | 100.0% (1 ties declared) | 0.0% (1 runs) | 50.0% |" in mgen.markdown(s, 2, 1, "cmd", "here")
+    assert "tie declared: eagle3, mtp" in mgen.markdown(s, 2, 1, "cmd", "here")
+
+
+def test_an_adaptive_configs_truth_is_the_expectation_of_its_measurements(tmp_path):
+    """``adaptive_truth``: starts over the baseline's at the same runner seeds, times the baseline's noise-free
+    figure. For a static config that is its noise-free figure (the seed's noise is common to both); for an adaptive
+    one it differs from the simulator's mean-field figure (landscape 41: candidate steps 1,3,5,7 measures ~6%
+    above it), which no study could see."""
+    import bench_method_landscapes as mgen
+
+    from autotune.backends.registry import get_backend
+    from autotune.clock import VirtualClock
+    from autotune.sim import simulated_space
+    from autotune.sim.runner import ModelRunner
+
+    scenario, doc, _ = mgen.generate(41)
+
+    def loader(_name):
+        return scenario
+
+    space = simulated_space(mgen._space(doc, tmp_path), scenarios=loader)
+    backend = get_backend("sglang")
+    runner = ModelRunner(space, backend, VirtualClock(), seed=0, scenarios=loader)
+    grid = backend.grid(space)
+    static = next(c for c in grid if c.knob("method") == "ngram")
+    adaptive = next(c for c in grid if c.knob("method") == "adaptive" and c.knob("candidate_steps") == "1,3,5,7")
+    for c in (static, adaptive):
+        mean_field = runner.true_tok_per_s(c)
+        measured = mgen.adaptive_truth(space, backend, loader, c, mean_field)
+        if c is static:
+            assert measured == pytest.approx(mean_field, rel=0.005)
+        else:
+            assert measured > 1.03 * mean_field
 
 
 def test_bench_method_landscapes_tiny(tmp_path):

@@ -215,6 +215,49 @@ def test_the_summary_names_the_winner_and_sets_adaptive_beside_static():
     assert lost["winner"] is None and lost["text"].startswith("no method wins")
 
 
+def test_methods_whose_confirmed_bests_are_within_the_tie_are_named_together():
+    """Two methods' confirmed speedups within ``METHOD_TIE`` (2%) of each other: the summary names both, the
+    recommended one first ("n-gram and EAGLE-3 tie on this prompt set (within 2%: either; ..."); one 3% behind, or
+    one only measured in the search, does not tie (#46: most wrong-method studies were pairs 0.996-0.999 apart)."""
+    info = {
+        "methods": {
+            "eagle3": {"label": "EAGLE-3", "adaptive": False, "unavailable": None},
+            "ngram": {"label": "n-gram", "adaptive": False, "unavailable": None},
+            "adaptive": {"label": "adaptive", "adaptive": True, "unavailable": None},
+        },
+        "categories": ["code", "chat"],
+    }
+    rows = [
+        {
+            "number": n,
+            "role": "speculative",
+            "state": "COMPLETE",
+            "duplicate_of": None,
+            "config": {"method": m, "drafter": None},
+            "speedup_vs_fastest": 1.0,
+            "accept_length": 2.0,
+            "prompts_measured": 2,
+            "gpu_s": 1.0,
+        }
+        for n, m in ((1, "ngram"), (2, "eagle3"), (3, "adaptive"))
+    ]
+
+    def summary(points: dict[int, float]) -> dict:
+        confirmed = [
+            {"trial": n, "config": rows[n - 1]["config"], "speedup_ci": {"point": p, "low": p - 0.1, "high": p + 0.1}}
+            for n, p in points.items()
+        ]
+        return per_method.summarize(info, rows, confirmed, {"config": rows[0]["config"]}, "speculation-wins")
+
+    tie = summary({1: 1.50, 2: 1.48, 3: 1.40})
+    assert tie["winner"] == "ngram" and tie["tied"] == ["ngram", "eagle3"]
+    assert tie["text"].startswith("n-gram and EAGLE-3 tie on this prompt set (within 2%: either; n-gram recommended): ")
+    apart = summary({1: 1.50, 2: 1.455})  # 3% behind
+    assert apart["tied"] == [] and apart["text"].startswith("n-gram wins on this prompt set: ")
+    unconfirmed = summary({1: 1.50})  # EAGLE-3's figure is its search one
+    assert unconfirmed["tied"] == []
+
+
 MTP_SPACE = ROOT / "spaces" / "methods-mtp.yaml"
 
 

@@ -111,3 +111,32 @@ def test_the_gates_rules(monkeypatch):
     # a margin no prediction reaches keeps it
     monkeypatch.setattr(search, "SKIP_MARGIN", 0.9)
     assert search.not_worth_a_start(ctx, slow, None) is None
+
+
+def test_the_gate_does_not_count_the_config_it_judges_as_being_measured():
+    """The gate is asked from inside the judged config's own running trial; the surrogate counts running configs
+    as measured at its own mean (parallel workers), and counting the judged one made the model certain of it:
+    its sd fell to the noise floor with no measurement near it (#46: an n-gram config truly 0.991 of the best was
+    refused at predicted 0.895, sd 0.5%). The gate leaves it out in a method space only
+    (tests/study/test_methods_search.py); here, a single method's space, it stays counted (as measured there)."""
+    study, _ = _run()
+    ctx = _ctx(study)
+    measured = {c.key() for c, _, _ in search.measured_starts(ctx)}
+    probe = next(c for c in ctx.grid if c.cuda_graph and c.key() not in measured)
+    (_,), (sd_before,) = search.surrogate(ctx).predict([probe])
+    trial = study.ask()  # the judged config's own trial, running
+    trial.set_user_attr(records.EFFECTIVE, probe.to_dict())
+    ctx.surrogate_fit = None
+    (_,), (sd_running,) = search.surrogate(ctx).predict([probe])
+    assert sd_running < 0.7 * sd_before  # counted as measured: as the gate saw it before
+    ctx.surrogate_fit = None
+    (_,), (sd_judged,) = search.surrogate(ctx, judged=probe).predict([probe])
+    assert math.isclose(sd_judged, sd_before, rel_tol=1e-6)
+    asked = []
+    fit = search.surrogate
+    search.surrogate = lambda ctx, judged=None: asked.append(judged) or fit(ctx, judged)
+    try:
+        search.not_worth_a_start(ctx, probe, None)
+    finally:
+        search.surrogate = fit
+    assert asked == [None]

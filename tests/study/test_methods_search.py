@@ -112,3 +112,32 @@ def test_a_method_that_clearly_lost_to_the_leader_keeps_its_search_figure(search
     assert "ngram" in methods and "standalone" not in methods
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE and TrialRecord(t).method == "standalone"]
     assert complete  # measured in full (its own evidence), yet not a candidate
+
+
+def test_the_gate_refuses_a_start_only_when_every_model_of_the_method_does(searched, monkeypatch):
+    """In a method space the gate asks each of the method's models (``MethodSurrogate.opinions``: the factored one
+    and one GP of log tok/s, each at least at its held-out error) and refuses only when every one gives the config
+    less than ``SKIP_BELOW`` of reaching the best (#46: the factored model refused an n-gram config truly 0.991 of
+    the best that one GP put at 0.99); an adaptive method is not factored (one opinion)."""
+    from autotune.surrogate import MethodSurrogate
+
+    _study, orch = searched
+    ctx = orch.ctx
+    model = search.surrogate(ctx)
+    assert isinstance(model, MethodSurrogate)
+    grid = ctx.grid
+    ngram = next(c for c in grid if c.knob("method") == "ngram")
+    adaptive = next(c for c in grid if c.knob("method") == "adaptive")
+    assert len(model.opinions(ngram)) == 2 and len(model.opinions(adaptive)) == 1
+    asked = []
+    fit = search.surrogate
+    monkeypatch.setattr(search, "surrogate", lambda ctx, judged=None: asked.append(judged) or fit(ctx, judged))
+    search.not_worth_a_start(ctx, ngram, None)
+    assert asked == [ngram]  # the judged config is not counted as being measured (test_launch_gate.py)
+    monkeypatch.setattr(search, "surrogate", fit)
+    best = max(model.predict(search.recommendable(ctx))[0])
+    low, near = (best - 0.5, 0.01), (best, 0.01)
+    monkeypatch.setattr(MethodSurrogate, "opinions", lambda self, c: [low, low])
+    assert search.not_worth_a_start(ctx, ngram, None) is not None
+    monkeypatch.setattr(MethodSurrogate, "opinions", lambda self, c: [low, near])
+    assert search.not_worth_a_start(ctx, ngram, None) is None

@@ -330,3 +330,53 @@ def test_methods_are_modelled_apart():
     _, sd = one.predict([mcfg("ngram", 8, 9)])
     spread = float(np.std([v for _, v, _ in eagle + ngram[:1]]))
     assert one.own(mcfg("ngram", 8, 9)) == 1 and sd[0] > 0.8 * spread
+
+
+def test_leave_one_out_is_the_prediction_from_the_other_configs():
+    """``Surrogate.loo``: each measured config's observations' mean minus the model's prediction of it from the other
+    configs' observations (the fitted hyperparameters kept), repeats of a config left out together."""
+    obs = [(c, true_log_speed(c) + 0.03 * math.sin(i)) for i, c in enumerate(GRID[::41])]
+    obs.append((obs[2][0], obs[2][1] + 0.02))  # a repeat
+    model = Surrogate(Encoding.from_configs(GRID), obs, noise_floor=0.02)
+    res, sds = model.loo()
+    keys = list(dict.fromkeys(c.key() for c, _ in obs))
+    assert len(res) == len(keys) == len(sds)
+    _lengths, _signal, noise, _rho = model.params
+    K = model._cov(model.X, model.g, model.lv, model.X, model.g, model.lv) + (noise**2 + 1e-10) * np.eye(len(obs))
+    y = model.y
+    for j, key in enumerate(keys):
+        mine = [i for i, (c, _) in enumerate(obs) if c.key() == key]
+        rest = [i for i in range(len(obs)) if i not in mine]
+        pred = K[np.ix_(mine, rest)] @ np.linalg.solve(K[np.ix_(rest, rest)], y[rest])
+        assert res[j] == pytest.approx(float(np.mean(y[mine] - pred)), abs=1e-6)
+        assert 0 < sds[j] < 1
+
+
+def test_a_methods_opinions_and_draws_carry_its_held_out_error():
+    """``MethodSurrogate.opinions``: a factored method's model and one GP of log tok/s over the same measurements,
+    each sd at least the model's held-out error; an ``unfactored`` (adaptive) method one GP only. Its joint draws
+    move as a whole by that error: a model that missed its own measured configs can miss everywhere at once."""
+    from autotune.surrogate import FactoredSurrogate, MethodSurrogate, fit_by_method, held_out_error
+
+    def method(c):
+        return c.knob("method")
+
+    eagle = [(mcfg("eagle3", s, s + 1, "h"), 5.5 - 0.05 * (s - 4) ** 2, -3.0 + 0.02 * s) for s in (1, 3, 5, 7)]
+    ngram = [
+        (mcfg("ngram", s, s + 1), v, -3.5) for s, v in zip((1, 2, 4, 6, 8), (6.0, 6.3, 6.0, 6.3, 6.0), strict=True)
+    ]
+    model = fit_by_method(MGRID, eagle + ngram, key_of=method, noise_floor=0.02, min_own=3, unfactored=("ngram",))
+    assert isinstance(model, MethodSurrogate)
+    assert isinstance(model.models["eagle3"], FactoredSurrogate)
+    assert not isinstance(model.models["ngram"], FactoredSurrogate)  # adaptive-like: one GP of log tok/s
+    probe_e, probe_n = mcfg("eagle3", 2, 3, "h"), mcfg("ngram", 3, 4)
+    assert len(model.opinions(probe_e)) == 2 and len(model.opinions(probe_n)) == 1
+    err = held_out_error(model.models["ngram"])
+    res, _ = model.models["ngram"].loo()
+    assert err >= float(np.sqrt(np.mean(res**2))) > 0.1  # a jumpy method: its model misses its own configs
+    assert model.opinions(probe_n)[0][1] >= err
+    # the draws at a measured n-gram config spread by at least the held-out error (its posterior sd alone is less)
+    _, sd = model.models["ngram"].predict([ngram[0][0]])
+    assert sd[0] < err
+    draws = model.sample([ngram[0][0]], 4000, np.random.default_rng(1))
+    assert float(np.std(draws)) > 0.9 * err
