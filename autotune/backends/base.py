@@ -24,8 +24,8 @@ per launch: ``chunk_parser(space)`` gives the reader for the space's server (``p
 default format).
 
 The OpenAI API's streamed chunks and log-probabilities (``ChunkInfo``, ``parse_openai_chunk``,
-``parse_openai_logprobs``) live in ``autotune.backends.openai_stream`` and the Prometheus text parser shared by the
-backends (``parse_prometheus``, ``metric_total``) in ``autotune.backends.prometheus``.
+``parse_openai_logprobs``) live in ``autotune.backends.streams`` and the Prometheus text parser shared by the
+backends (``parse_prometheus``, ``metric_total``) in ``autotune.backends.streams``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
 from autotune.acceptance import AcceptPositions
-from autotune.backends.openai_stream import ChunkInfo, ChunkParser, parse_openai_chunk, parse_openai_logprobs
+from autotune.backends.streams import ChunkInfo, ChunkParser, parse_openai_chunk, parse_openai_logprobs
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain, Method

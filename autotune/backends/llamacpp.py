@@ -21,7 +21,7 @@ Rules this module knows (llama.cpp, checked against its source):
 - ``/props`` reports ``speculative.types: none`` even while speculating: ``read_effective`` records it as
   ``reported_spec_types`` and ``check_effective`` ignores it.
 
-Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.llamacpp_stream``).
+Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.streams``).
 Method spaces (``search.methods``) are ``llamacpp_methods``'s.
 """
 
@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends import encode, llamacpp_stream
+from autotune.backends import encode, streams
 from autotune.backends.base import Backend, Portable
 from autotune.backends.llamacpp_flags import (
     LLAMA_CPP_PYTHON_VERSION,
@@ -50,8 +50,16 @@ from autotune.backends.llamacpp_flags import (
     spec_type_args,
 )
 from autotune.backends.llamacpp_methods import METHODS, LlamaMethods, help_spec_types
-from autotune.backends.llamacpp_stream import accept_length, acceptance_rate, metrics_delta, parse_timings
-from autotune.backends.openai_stream import ChunkInfo, _float_or_none, _int_or_none, parse_openai_chunk
+from autotune.backends.streams import (
+    ChunkInfo,
+    _float_or_none,
+    _int_or_none,
+    accept_length,
+    acceptance_rate,
+    metrics_delta,
+    parse_openai_chunk,
+    parse_timings,
+)
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain
@@ -631,7 +639,7 @@ class LlamaCppBackend(Backend):
         return 1.0 + d["accepted"] / d["drafts"]
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
-        return llamacpp_stream.metrics_positions(before, after)  # the per-draft-position counter, where reported
+        return streams.metrics_positions(before, after)  # the per-draft-position counter, where reported
 
 
 def _fmt(v: Any) -> str:

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 from autotune import checks
 from autotune.backends import encode
 from autotune.backends.base import Backend, Portable, ScheduledLaunch, flag_value
-from autotune.backends.openai_stream import ChunkInfo, ChunkParser, _float_or_none, _int_or_none, parse_openai_chunk
 from autotune.backends.sglang_catalogue import ADAPTIVE_FILE, METHODS, feasibility_reason, tree_flags
 from autotune.backends.sglang_catalogue import _read_json as _read_config_json
 from autotune.backends.sglang_deploy import adaptive_config, adaptive_initial_steps, portable_settings
@@ -59,10 +58,15 @@ from autotune.backends.sglang_flags import (
     run_help,
 )
 from autotune.backends.sglang_methods import MethodTree
-from autotune.backends.sglang_stream import (
+from autotune.backends.streams import (
+    ChunkInfo,
+    ChunkParser,
+    _float_or_none,
+    _int_or_none,
     incremental_output,
     parse_generate_chunk,
     parse_generate_logprobs,
+    parse_openai_chunk,
 )
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig

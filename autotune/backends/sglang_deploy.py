@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from autotune.backends.sglang_stream import INCREMENTAL_OUTPUT_FLAG
+from autotune.backends.streams import INCREMENTAL_OUTPUT_FLAG
 from autotune.schedule import batch_ranges
 
 __all__ = ["CLIENT_ONLY_FLAGS", "PORTABLE_FLAGS", "adaptive_config", "adaptive_initial_steps", "portable_settings"]

@@ -38,8 +38,7 @@ from autotune import checks
 from autotune.acceptance import AcceptPositions
 from autotune.backends import encode
 from autotune.backends.base import Backend, Portable, ScheduledLaunch
-from autotune.backends.openai_stream import _int_or_none
-from autotune.backends.prometheus import metric_total, per_position_deltas
+from autotune.backends.streams import _int_or_none, metric_total, per_position_deltas
 from autotune.backends.vllm_drafters import architecture_problem
 from autotune.backends.vllm_methods import METHODS as METHOD_CATALOGUE
 from autotune.backends.vllm_methods import PER_BATCH_SIZE_SINCE, SINCE, VLLMMethods, mtp_unavailable

@@ -20,7 +20,7 @@ from autotune.backends.sglang_flags import (
     flag_spelling_from_help,
     parse_version,
 )
-from autotune.backends.sglang_stream import parse_generate_chunk
+from autotune.backends.streams import parse_generate_chunk
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.space import BenchmarkSpec, Choices, DrafterSpec, IntRange, SearchSpec, ServerSpec, Space

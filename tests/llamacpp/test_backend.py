@@ -23,7 +23,7 @@ from autotune.backends.llamacpp import (
     metrics_delta,
     parse_timings,
 )
-from autotune.backends.prometheus import parse_prometheus
+from autotune.backends.streams import parse_prometheus
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.space import Choices, FloatRange, IntRange

@@ -657,7 +657,7 @@ def test_the_accepted_tables_are_vllms_registry():
 def test_the_metrics_samples_are_what_vllm_writes(tmp_path):
     """tests/backends/samples/vllm-0.33.0_metrics_*.txt written again by vLLM's own SpecDecodingProm
     (vllm_metrics_gen.py): the same series and values (the ``_created`` timestamps aside)."""
-    from autotune.backends.prometheus import parse_prometheus
+    from autotune.backends.streams import parse_prometheus
 
     gen = Path(__file__).with_name("vllm_metrics_gen.py")
     r = subprocess.run([VLLM_PYTHON, str(gen), str(tmp_path)], capture_output=True, text=True, timeout=600)

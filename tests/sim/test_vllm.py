@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from autotune.backends.prometheus import parse_prometheus
+from autotune.backends.streams import parse_prometheus
 from autotune.backends.vllm import VLLMBackend
 from autotune.sim import parse_launch_args
 from autotune.sim.engine import SimEngine
