@@ -38,18 +38,20 @@ from typing import TYPE_CHECKING, Any
 from autotune import checks
 from autotune.backends import encode, streams
 from autotune.backends.base import Backend, Portable
-from autotune.backends.llamacpp_flags import (
+from autotune.backends.llamacpp_methods import (
     LLAMA_CPP_PYTHON_VERSION,
+    METHODS,
     NEW_SPELLING,
     OLD_SPELLING,
+    LlamaMethods,
     cache_dir,
     cached_server_path,
     find_llama_server,
     flag_spelling,
     help_flags,
+    help_spec_types,
     spec_type_args,
 )
-from autotune.backends.llamacpp_methods import METHODS, LlamaMethods, help_spec_types
 from autotune.backends.streams import (
     ChunkInfo,
     _float_or_none,

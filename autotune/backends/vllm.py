@@ -39,9 +39,14 @@ from autotune.acceptance import AcceptPositions
 from autotune.backends import encode
 from autotune.backends.base import Backend, Portable, ScheduledLaunch
 from autotune.backends.streams import _int_or_none, metric_total, per_position_deltas
-from autotune.backends.vllm_drafters import architecture_problem
 from autotune.backends.vllm_methods import METHODS as METHOD_CATALOGUE
-from autotune.backends.vllm_methods import PER_BATCH_SIZE_SINCE, SINCE, VLLMMethods, mtp_unavailable
+from autotune.backends.vllm_methods import (
+    PER_BATCH_SIZE_SINCE,
+    SINCE,
+    VLLMMethods,
+    architecture_problem,
+    mtp_unavailable,
+)
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.schedule import batch_ranges

@@ -11,7 +11,7 @@ ignored with a log line. A launch vLLM would refuse raises ``SimLaunchError`` wi
 Every method runs as a chain of K drafted tokens (vLLM drafts no trees), in the same performance model as SGLang's
 launches (``ResolvedArgs``): eagle -> EAGLE, eagle3 -> EAGLE3, draft_model -> STANDALONE, mtp -> the target's own MTP
 layers, ngram -> NGRAM (prompt lookup, breadth 1). An EAGLE-3 head launched as ``eagle`` loads when vLLM's registry
-knows its architecture (``autotune.backends.vllm_drafters``) and then accepts nothing: vLLM does not capture the
+knows its architecture (``autotune.backends.vllm_methods``) and then accepts nothing: vLLM does not capture the
 auxiliary hidden states the head was trained on, and says nothing (the silent collapse autotune's drafter-not-engaged
 alarm is for). A per-batch-size schedule (``num_speculative_tokens_per_batch_size``, vLLM's dynamic speculative
 decoding) runs as a controller whose every batch-size slot has one step count (``autotune.sim.adaptive``): K for a
@@ -24,7 +24,7 @@ import json
 import os
 from typing import Any
 
-from autotune.backends.vllm_drafters import architecture_problem
+from autotune.backends.vllm_methods import architecture_problem
 from autotune.sim.args import (
     _SIM_BOOL_FLAGS,
     ResolvedArgs,

@@ -21,7 +21,7 @@ import yaml
 
 from autotune import export, export_bundle, export_formats
 from autotune.backends.llamacpp import LlamaCppBackend, find_llama_server
-from autotune.backends.llamacpp_flags import NEW_SPELLING
+from autotune.backends.llamacpp_methods import NEW_SPELLING
 from autotune.clock import VirtualClock
 from autotune.config import LaunchInfo, PromptResult, TrialConfig
 from autotune.report import build_report

@@ -578,7 +578,7 @@ def test_the_exported_sglang_load_schedule_as_vllm_is_accepted(tmp_path):
             assert k == x["draft"], (x, got)
 
 
-# -- the drafters autotune refuses before launch (autotune.backends.vllm_drafters) ---------------------------------
+# -- the drafters autotune refuses before launch (autotune.backends.vllm_methods) ---------------------------------
 
 #: (method, architectures of the drafter's config.json): the SGLang formats, vLLM's formats, a base model vLLM has no
 #: EAGLE head for
@@ -600,7 +600,7 @@ def test_vllm_refuses_exactly_the_drafters_autotune_refuses(tmp_path):
     """Each case's drafter (a one-layer Llama head's config.json with those architectures) launched under its
     method on the Llama target: vLLM's own create_engine_config accepts it iff ``architecture_problem`` is None, and
     a refused one is refused for its architectures."""
-    from autotune.backends.vllm_drafters import architecture_problem
+    from autotune.backends.vllm_methods import architecture_problem
 
     items, want = [], {}
     for i, (method, archs) in enumerate(DRAFTER_CASES):
@@ -625,7 +625,7 @@ def test_vllm_refuses_exactly_the_drafters_autotune_refuses(tmp_path):
 
 def test_the_accepted_tables_are_vllms_registry():
     """``vllm_drafters.ACCEPTED`` recomputed from vLLM 0.33.0's model registry and EAGLEConfig's renaming."""
-    from autotune.backends.vllm_drafters import ACCEPTED
+    from autotune.backends.vllm_methods import ACCEPTED
 
     code = (
         "import json\n"
