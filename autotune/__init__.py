@@ -33,7 +33,7 @@ _PUBLIC = {
     "Space": "autotune.space",
     "SpaceError": "autotune.errors",
     "UserError": "autotune.errors",
-    "get_backend": "autotune.backends.registry",
+    "get_backend": "autotune.backends",
     "simulated_space": "autotune.sim",
     "ModelRunner": "autotune.sim.runner",
     "VirtualClock": "autotune.clock",

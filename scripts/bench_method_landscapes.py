@@ -183,7 +183,7 @@ def grid_truth(space: Any, backend: Any, loader: Any) -> dict[str, Any]:
 def run_one(index: int, seed: int, work: Path) -> dict[str, Any]:
     import optuna
 
-    from autotune.backends.registry import get_backend
+    from autotune.backends import get_backend
     from autotune.clock import VirtualClock
     from autotune.config import TrialConfig
     from autotune.report import build_report

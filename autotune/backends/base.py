@@ -15,7 +15,7 @@ A backend knows
 The defaults below speak the OpenAI API (``/v1/completions`` or ``/v1/chat/completions``, SSE, usage via
 ``stream_options.include_usage``), which every supported server offers.
 
-What a backend declares for the space file (read by ``autotune.space`` through ``autotune.backends.registry``):
+What a backend declares for the space file (read by ``autotune.space`` through ``autotune.backends``):
 ``knob_domains`` (each knob's kind and bounds) and ``managed_flags`` (flags autotune sets itself, refused in
 ``server.extra_args``).
 

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends import encode, streams
+from autotune.backends import streams
 from autotune.backends.base import Backend, Portable
 from autotune.backends.llamacpp_methods import (
     LLAMA_CPP_PYTHON_VERSION,
@@ -52,6 +52,7 @@ from autotune.backends.llamacpp_methods import (
     help_spec_types,
     spec_type_args,
 )
+from autotune.backends.methods import cut_name, spec_values, suggest_drafter, suggest_int
 from autotune.backends.streams import (
     ChunkInfo,
     _float_or_none,
@@ -111,7 +112,7 @@ def p_min_values(space: Space) -> list[float] | None:
         return [DEFAULT_P_MIN]
     if isinstance(spec, FloatRange):
         return None
-    return [float(v) for v in encode.spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+    return [float(v) for v in spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
 
 
 def nearest_p_min(space: Space) -> float | None:
@@ -203,26 +204,26 @@ class LlamaCppBackend(Backend):
         return str(forced).lower() if forced else DEFAULT_SPEC_TYPE
 
     def _type_values(self, space: Space, drafter: str) -> list[str]:
-        values = encode.spec_values(space.search.knobs.get("spec_type"))
+        values = spec_values(space.search.knobs.get("spec_type"))
         if values is None:
             return [self._default_type(space, drafter)]
         return [str(v) for v in values if str(v) in SPEC_TYPES]
 
     def _n_max_values(self, space: Space) -> list[int]:
-        values = encode.spec_values(space.search.knobs.get("draft_n_max"))
+        values = spec_values(space.search.knobs.get("draft_n_max"))
         if values is None:
             return [DEFAULT_N_MAX]
         return [int(v) for v in values if int(v) >= 1]
 
     def _n_min_values(self, space: Space, n_max: int) -> list[int]:
-        values = encode.spec_values(space.search.knobs.get("draft_n_min"))
+        values = spec_values(space.search.knobs.get("draft_n_min"))
         if values is None:
             return [min(DEFAULT_N_MIN, n_max)]
         return [int(v) for v in values if 0 <= int(v) <= n_max]
 
     def _n_min_name(self, space: Space, n_max: int) -> str:
-        full = encode.spec_values(space.search.knobs.get("draft_n_min"))
-        return encode.cut_name("draft_n_min", self._n_min_values(space, n_max), full, f"le{n_max}")
+        full = spec_values(space.search.knobs.get("draft_n_min"))
+        return cut_name("draft_n_min", self._n_min_values(space, n_max), full, f"le{n_max}")
 
     def _suggest_p_min(self, trial: optuna.trial.BaseTrial, space: Space) -> float:
         spec = space.search.knobs.get("draft_p_min")
@@ -248,7 +249,7 @@ class LlamaCppBackend(Backend):
         ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
         if space.search.methods:
             return self.tree.suggest(trial, space)
-        drafter, cuda_graph = encode.suggest_drafter(trial, space)
+        drafter, cuda_graph = suggest_drafter(trial, space)
         types = self._type_values(space, drafter)
         if not types:
             raise InfeasibleConfig(f"no spec_type of the space is one of {list(SPEC_TYPES)}")
@@ -259,13 +260,11 @@ class LlamaCppBackend(Backend):
         n_max_allowed = self._n_max_values(space)
         if not n_max_allowed:
             raise InfeasibleConfig("no draft_n_max value of the space is at least 1")
-        n_max = encode.suggest_int(trial, "draft_n_max", space.search.knobs.get("draft_n_max"), n_max_allowed)
+        n_max = suggest_int(trial, "draft_n_max", space.search.knobs.get("draft_n_max"), n_max_allowed)
         n_min_allowed = self._n_min_values(space, n_max)
         if not n_min_allowed:
             raise InfeasibleConfig(f"no draft_n_min value of the space lies in [0, draft_n_max={n_max}]")
-        n_min = encode.suggest_int(
-            trial, self._n_min_name(space, n_max), space.search.knobs.get("draft_n_min"), n_min_allowed
-        )
+        n_min = suggest_int(trial, self._n_min_name(space, n_max), space.search.knobs.get("draft_n_min"), n_min_allowed)
         p_min = self._suggest_p_min(trial, space)
         return TrialConfig.make(
             drafter, cuda_graph, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min

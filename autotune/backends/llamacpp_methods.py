@@ -26,7 +26,7 @@ length). A model-free method is not held to the not-engaged alarm: a prompt with
 a measured loss, not a misconfiguration (``checks_engagement``).
 
 Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter`` and ``METHOD.KNOB`` (``draft_n_min`` and
-``ngram_mod_n_min`` cut below their maximum as ``encode.cut_name`` names it), one walk for ``suggest`` and ``params``.
+``ngram_mod_n_min`` cut below their maximum as ``cut_name`` names it), one walk for ``suggest`` and ``params``.
 
 llama-server's flag spelling by build, read from its ``--help`` (``flag_spelling``), and where this machine's
 llama-server is (``find_llama_server``: ``$AUTOTUNE_LLAMA_SERVER``, PATH, the setup script's cached build).

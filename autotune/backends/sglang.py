@@ -44,8 +44,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from autotune import checks
-from autotune.backends import encode
 from autotune.backends.base import Backend, Portable, ScheduledLaunch, flag_value
+from autotune.backends.methods import cut_name, int_values, suggest_drafter, suggest_int
 from autotune.backends.sglang_methods import (
     ADAPTIVE_FILE,
     DECODE_MAX_BS_FLAG,
@@ -119,7 +119,7 @@ _LLAMA_LIKE_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ImgGen", "Gro
 
 
 def _spec_values(spec: ParamSpec | None) -> list[int] | None:
-    return encode.int_values(spec, "SGLang")
+    return int_values(spec, "SGLang")
 
 
 def resolved_algorithm(space: Space, name: str) -> str:
@@ -212,28 +212,26 @@ class SGLangBackend(Backend):
     def _names(self, space: Space, steps: int, topk: int) -> tuple[str, str]:
         topk_full = _spec_values(self._knob_spec(space, "topk"))
         ndt_full = _spec_values(self._knob_spec(space, "num_draft_tokens"))
-        topk_name = encode.cut_name("topk", self._topk_values(space, steps), topk_full, f"s{steps}")
-        ndt_name = encode.cut_name(
-            "num_draft_tokens", self._ndt_values(space, steps, topk), ndt_full, f"s{steps}_k{topk}"
-        )
+        topk_name = cut_name("topk", self._topk_values(space, steps), topk_full, f"s{steps}")
+        ndt_name = cut_name("num_draft_tokens", self._ndt_values(space, steps, topk), ndt_full, f"s{steps}_k{topk}")
         return topk_name, ndt_name
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         if space.search.methods:
             return self.tree.suggest(trial, space)
-        drafter, cuda_graph = encode.suggest_drafter(trial, space)
+        drafter, cuda_graph = suggest_drafter(trial, space)
         steps_allowed = self._steps_values(space)
         if not steps_allowed:
             raise InfeasibleConfig("no feasible (num_steps, topk, num_draft_tokens) in the space")
-        steps = encode.suggest_int(trial, "num_steps", self._knob_spec(space, "num_steps"), steps_allowed)
+        steps = suggest_int(trial, "num_steps", self._knob_spec(space, "num_steps"), steps_allowed)
         topk_allowed = self._topk_values(space, steps)
         topk_name, _ = self._names(space, steps, 1)
-        topk = encode.suggest_int(trial, topk_name, self._knob_spec(space, "topk"), topk_allowed)
+        topk = suggest_int(trial, topk_name, self._knob_spec(space, "topk"), topk_allowed)
         if topk == 1:
             ndt = steps + 1
         else:
             _, ndt_name = self._names(space, steps, topk)
-            ndt = encode.suggest_int(
+            ndt = suggest_int(
                 trial,
                 ndt_name,
                 self._knob_spec(space, "num_draft_tokens"),

@@ -34,7 +34,7 @@ The catalogue (``METHODS``) and how each method becomes a launch, read from SGLa
   ``adaptive_spec_params.adaptive_unsupported_reason``, so adaptive stays on.
 
 Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (cut names as
-``autotune.backends.encode.cut_name`` makes them, prefixed by the method), through the one walk of
+``autotune.backends.cut_name`` makes them, prefixed by the method), through the one walk of
 ``autotune.backends.methods.MethodWalk`` for ``suggest`` and ``params``, so the two never disagree; this module
 adds SGLang's knobs of each method (``walk_knobs``) and their resolution (``resolve_knobs``).
 """
@@ -52,8 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends import encode
-from autotune.backends.methods import METHOD_KNOB, MethodWalk, param_name
+from autotune.backends.methods import METHOD_KNOB, MethodWalk, cut_name, param_name, spec_values
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.servers import KnobDomain, Method
@@ -470,7 +469,7 @@ class MethodTree(MethodWalk):
         return self._walk_tree(ask, space, method)
 
     def _values(self, space: Space, method: str, knob: str) -> list[Any]:
-        return encode.spec_values(self.spec(space, method, knob)) or []
+        return spec_values(self.spec(space, method, knob)) or []
 
     def _ndt(self, space: Space, method: str, s: int, k: int) -> list[int]:
         return [int(n) for n in self._values(space, method, "num_draft_tokens") if feasibility_reason(s, k, n) is None]
@@ -490,14 +489,12 @@ class MethodTree(MethodWalk):
         spec = {k: self.spec(space, method, k) for k in _TREE}
         s = ask.int("num_steps", param_name(method, "num_steps"), spec["num_steps"], steps_allowed)
         topk_allowed = self._topk(space, method, s)
-        topk_name = encode.cut_name("topk", topk_allowed, encode.spec_values(spec["topk"]), f"s{s}")
+        topk_name = cut_name("topk", topk_allowed, spec_values(spec["topk"]), f"s{s}")
         k = ask.int("topk", param_name(method, topk_name), spec["topk"], topk_allowed)
         if k == 1:
             return {"num_steps": s, "topk": 1, "num_draft_tokens": s + 1}
         ndt_allowed = self._ndt(space, method, s, k)
-        ndt_name = encode.cut_name(
-            "num_draft_tokens", ndt_allowed, encode.spec_values(spec["num_draft_tokens"]), f"s{s}_k{k}"
-        )
+        ndt_name = cut_name("num_draft_tokens", ndt_allowed, spec_values(spec["num_draft_tokens"]), f"s{s}_k{k}")
         n = ask.int("num_draft_tokens", param_name(method, ndt_name), spec["num_draft_tokens"], ndt_allowed)
         return {"num_steps": s, "topk": k, "num_draft_tokens": n}
 
@@ -516,7 +513,7 @@ class MethodTree(MethodWalk):
             raise InfeasibleConfig("no n-gram BFS breadth with min_bfs_breadth <= max_bfs_breadth")
         b = ask.int("max_bfs_breadth", param_name(method, "max_bfs_breadth"), spec["max_bfs_breadth"], widest)
         mins_ok = [m for m in mins if m <= b]
-        min_name = encode.cut_name("min_bfs_breadth", mins_ok, encode.spec_values(spec["min_bfs_breadth"]), f"b{b}")
+        min_name = cut_name("min_bfs_breadth", mins_ok, spec_values(spec["min_bfs_breadth"]), f"b{b}")
         out["min_bfs_breadth"] = ask.int(
             "min_bfs_breadth", param_name(method, min_name), spec["min_bfs_breadth"], mins_ok
         )
@@ -642,7 +639,7 @@ class MethodTree(MethodWalk):
             knobs: dict[str, Any] = {}
             if method == "ngram" or method in ADAPTIVE_METHODS:
                 for k in METHODS[method].knobs:
-                    vals = encode.spec_values(self.spec(space, method, k))
+                    vals = spec_values(self.spec(space, method, k))
                     d = self.default(space, method, k)
                     knobs[k] = nearest(vals, d) if vals else d
                 if method == "ngram" and knobs["min_bfs_breadth"] > knobs["max_bfs_breadth"]:
@@ -671,12 +668,12 @@ class MethodTree(MethodWalk):
         out: list[TrialConfig] = []
         for method in self.available(space):
             specs = {k: self.spec(space, method, k) for k in METHODS[method].knobs}
-            if any(encode.spec_values(sp) is None for sp in specs.values()):
+            if any(spec_values(sp) is None for sp in specs.values()):
                 return None
             drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
             points: list[dict[str, Any]] = []
             if method == "ngram":
-                v = {k: encode.spec_values(specs[k]) or [] for k in specs}
+                v = {k: spec_values(specs[k]) or [] for k in specs}
                 for n in v["num_draft_tokens"]:
                     for b in v["max_bfs_breadth"]:
                         for lo in v["min_bfs_breadth"]:
@@ -693,7 +690,7 @@ class MethodTree(MethodWalk):
                                             )
                                         )
             elif method in ADAPTIVE_METHODS:
-                v = {k: encode.spec_values(specs[k]) or [] for k in specs}
+                v = {k: spec_values(specs[k]) or [] for k in specs}
                 for c in v["candidate_steps"]:
                     for up in v["up_hysteresis"]:
                         for down in v["down_hysteresis"]:

@@ -169,11 +169,11 @@ class Context:
 
 
 def launcher_problems(ctx: Context) -> list[Problem]:
-    """The server's launcher on this machine (``backends.registry.check_launcher``: an error when it is missing);
+    """The server's launcher on this machine (``backends.check_launcher``: an error when it is missing);
     none with ``--simulate``, whose launcher is this interpreter (and none at all in-process)."""
     if ctx.simulated:
         return []
-    from autotune.backends.registry import check_launcher
+    from autotune.backends import check_launcher
 
     return check_launcher(ctx.run_space, ctx.backend)
 

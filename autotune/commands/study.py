@@ -67,7 +67,7 @@ def validate(ctx: Context, *, stand_ins: bool = True) -> list[Any]:
     """The static drafter/target checks (``checks.Problem`` list) and the server's launcher on this machine
     (``launcher_problems``; not with ``--simulate``); with ``--simulate`` they read the simulator's stand-ins, and
     ``stand_ins`` adds a warning for each real path not on this machine (``check_stand_ins``)."""
-    from autotune.backends.registry import check_space
+    from autotune.backends import check_space
     from autotune.checks import check_stand_ins
 
     problems = check_space(ctx.run_space, ctx.backend) + launcher_problems(ctx) + traffic_problems(ctx.space)

@@ -157,7 +157,7 @@ def load(name: str, tmp_path: Path):  # noqa: ANN201
 def configs(space) -> list:  # noqa: ANN001
     """Every config autotune may launch for ``space``: baselines, the method defaults, the whole grid of a method
     space; for a flat space every feasible (drafter, method, K, CUDA graphs)."""
-    from autotune.backends import encode
+    from autotune.backends.methods import int_values
     from autotune.backends.vllm import VLLMBackend
     from autotune.config import TrialConfig
     from autotune.errors import InfeasibleConfig
@@ -171,7 +171,7 @@ def configs(space) -> list:  # noqa: ANN001
     knobs = space.search.knobs
     for d in space.searched_drafters():
         for method in [str(m) for m in knobs["method"].values] if "method" in knobs else [None]:
-            for k in encode.int_values(knobs["num_speculative_tokens"], "vLLM") or []:
+            for k in int_values(knobs["num_speculative_tokens"], "vLLM") or []:
                 for cg in space.search.cuda_graph:
                     c = TrialConfig.make(d, bool(cg), method=method, num_speculative_tokens=int(k))
                     try:
