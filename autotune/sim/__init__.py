@@ -11,8 +11,7 @@ import dataclasses
 import sys
 
 from autotune.errors import SpaceError
-from autotune.sim.args import ENGINES, ResolvedArgs
-from autotune.sim.faults import SimLaunchError
+from autotune.sim.launch import ENGINES, ResolvedArgs, SimLaunchError, parse_launch_args
 from autotune.sim.prompts import FIELD_REPORT_PROMPTS
 from autotune.sim.runner import ModelRunner
 from autotune.sim.scenario import (
@@ -24,7 +23,6 @@ from autotune.sim.scenario import (
     scenario_loader,
     scenario_names,
 )
-from autotune.sim.vllm_args import parse_launch_args
 from autotune.space import SimulateSpec, Space
 
 

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Any
 from autotune.config import TrialConfig
 from autotune.plan import Costs
 from autotune.sim.engine import SimEngine
-from autotune.sim.faults import SimLaunchError
+from autotune.sim.launch import SimLaunchError, parse_launch_args
 from autotune.sim.runner import sim_argv
-from autotune.sim.vllm_args import parse_launch_args
 
 if TYPE_CHECKING:
     from autotune.space import Space

@@ -16,12 +16,10 @@ from autotune.clock import VirtualClock
 from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, level_requests
 from autotune.errors import BenchmarkError, LaunchError, ServerDied, ServerExited, ServerOOM, StartupTimeout
 from autotune.sim.acceptance import stable_hash
-from autotune.sim.args import ResolvedArgs
 from autotune.sim.batch import Seq, closed_loop
 from autotune.sim.engine import Generation, SimEngine
-from autotune.sim.faults import SimLaunchError
+from autotune.sim.launch import ResolvedArgs, SimLaunchError, parse_launch_args
 from autotune.sim.scenario import ScenarioLoader, load_scenario
-from autotune.sim.vllm_args import parse_launch_args
 
 if TYPE_CHECKING:
     from autotune.space import Space

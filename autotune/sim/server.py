@@ -1,5 +1,5 @@
 """The simulated server: a real HTTP process with SGLang's endpoints, logs and timing, or vLLM's endpoints and
-Prometheus counters (``--engine vllm``: ``autotune.sim.vllm_args``).
+Prometheus counters (``--engine vllm``: ``autotune.sim.launch``).
 
 ``python -m autotune.sim --scenario NAME [--time-scale X] [--seed N] [--fault F] [SGLang flags...]``
 ``python -m autotune.sim --engine vllm --scenario NAME [...] MODEL [vllm serve flags...]``
@@ -26,11 +26,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from autotune.sim import logprobs
-from autotune.sim.args import SGLANG_VERSION, ResolvedArgs
 from autotune.sim.engine import Generation, SimEngine
-from autotune.sim.faults import SimLaunchError
+from autotune.sim.launch import SGLANG_VERSION, VLLM_VERSION, ResolvedArgs, SimLaunchError, parse_launch_args
 from autotune.sim.scheduler import DecodeLog, Scheduler
-from autotune.sim.vllm_args import VLLM_VERSION, parse_launch_args
 
 #: longest wall wait for the scheduler's next tokens before a stream gives up (a bound, never reached normally)
 STREAM_WAIT_S = 3600.0

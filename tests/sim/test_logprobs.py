@@ -14,7 +14,7 @@ from autotune.clock import VirtualClock
 from autotune.config import ReferenceOutput
 from autotune.sim import logprobs, scenario, sim_launcher
 from autotune.sim.engine import SimEngine
-from autotune.sim.faults import SimLaunchError
+from autotune.sim.launch import SimLaunchError, parse_launch_args
 from autotune.sim.prompts import FIELD_REPORT_PROMPTS
 from autotune.sim.runner import ModelRunner
 from autotune.sim.text import (
@@ -31,7 +31,6 @@ from autotune.sim.text import (
     token_choice,
     token_stream,
 )
-from autotune.sim.vllm_args import parse_launch_args
 from autotune.space import SimulateSpec
 
 from .helpers import KIMI, StandInBackend, make_space, spec

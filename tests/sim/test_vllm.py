@@ -12,7 +12,7 @@ from autotune.backends.streams import parse_prometheus
 from autotune.backends.vllm import VLLMBackend
 from autotune.sim import parse_launch_args
 from autotune.sim.engine import SimEngine
-from autotune.sim.faults import SimLaunchError
+from autotune.sim.launch import SimLaunchError
 from autotune.sim.prompts import FIELD_REPORT_PROMPTS
 
 from .helpers import KIMI, sim_process, sse_events
