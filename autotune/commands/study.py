@@ -389,7 +389,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
             [p["seconds"] for r in recs for p in r.prompts if p.get("seconds")],
         )
     if costs is None and ctx.simulated:
-        from autotune.sim.costs import costs as sim_costs
+        from autotune.sim.runner import costs as sim_costs
 
         costs = sim_costs(space, ctx.backend)
     from autotune.slots import gpus_needed

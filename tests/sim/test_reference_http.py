@@ -8,9 +8,9 @@ import pytest
 
 from autotune.clock import VirtualClock
 from autotune.config import ReferenceOutput, TokenChoice
+from autotune.sim import FIELD_REPORT_PROMPTS
 from autotune.sim.engine import SimEngine
 from autotune.sim.launch import parse_launch_args
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
 from autotune.sim.runner import ModelRunner
 from autotune.sim.text import NEAR_TIE_MARGIN, VOCAB, near_tie_position
 

@@ -10,10 +10,9 @@ import pytest
 
 from autotune.backends.streams import parse_prometheus
 from autotune.backends.vllm import VLLMBackend
-from autotune.sim import parse_launch_args
+from autotune.sim import FIELD_REPORT_PROMPTS, parse_launch_args
 from autotune.sim.engine import SimEngine
 from autotune.sim.launch import SimLaunchError
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
 
 from .helpers import KIMI, sim_process, sse_events
 
