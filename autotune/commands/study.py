@@ -265,7 +265,7 @@ def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_t
 def _confirm_after_workers(ctx: Context, study: Any, runner: Any, clock: Any, listener: Any, note: Note) -> None:
     """The confirmation, once, after the trials of every worker of a shared study ended (bounded wait)."""
     from autotune import study as st
-    from autotune.study.waiting import trial_limit_s
+    from autotune.study.context import trial_limit_s
 
     orch = st.Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock, listener=listener)
     still = wait_for_trials(study, trial_limit_s(orch.ctx))

@@ -24,8 +24,7 @@ Modules, one job each:
 
 from autotune.records import COUNTED, RETRIED_FAILURES, find_exclusions
 from autotune.study.confirm import CANDIDATE_KAPPA
-from autotune.study.context import StudyContext
-from autotune.study.events import Event, Listener
+from autotune.study.context import Event, Listener, StudyContext
 from autotune.study.orchestrator import Orchestrator, run
 from autotune.study.race import race_survivors
 from autotune.study.search import MIN_SURROGATE_POINTS, REFINE_KAPPA

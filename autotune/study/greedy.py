@@ -17,8 +17,7 @@ from autotune.config import ReferenceOutput
 from autotune.errors import BenchmarkError
 from autotune.records import TrialRecord
 from autotune.runner import Session
-from autotune.study.context import StudyContext
-from autotune.study.events import Event
+from autotune.study.context import Event, StudyContext
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,7 @@ from autotune.study import ladder as _ladder
 from autotune.study import search as _search
 from autotune.study import trial as _trial
 from autotune.study import winner as _winner
-from autotune.study.context import StudyContext
-from autotune.study.events import Listener, quiet
+from autotune.study.context import Listener, StudyContext, quiet
 from autotune.surrogate import Model, one_blas_thread
 
 

@@ -62,8 +62,7 @@ from autotune.records import TrialRecord, TrialWriter
 from autotune.runner import Session
 from autotune.space import Space
 from autotune.study import _optuna
-from autotune.study.context import StudyContext
-from autotune.study.events import Event
+from autotune.study.context import Event, StudyContext, idle, trial_limit_s
 from autotune.study.figures import baseline_floor, lossless_record, speedup_of
 from autotune.study.outcomes import (
     CRASH_STARTS,
@@ -79,7 +78,6 @@ from autotune.study.outcomes import (
 )
 from autotune.study.refusals import refuse_known_failures
 from autotune.study.storage import study_lock
-from autotune.study.waiting import idle, trial_limit_s
 from autotune.warmup import WarmUp
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"

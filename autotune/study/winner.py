@@ -19,8 +19,7 @@ from autotune.errors import BenchmarkError, LaunchError
 from autotune.records import ConfirmationState, TrialRecord
 from autotune.runner import Session
 from autotune.study import greedy
-from autotune.study.context import StudyContext
-from autotune.study.events import Event
+from autotune.study.context import Event, StudyContext
 from autotune.verdict import Verdict
 
 
