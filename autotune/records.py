@@ -60,7 +60,7 @@ autotune recommends with rounded figures; ``autotune.evidence.publish``), ``meth
 baseline's start: ``autotune.traffic.HoldoutCheck``), ``traffic_acceptance`` (the confirmed winner's acceptance on
 the subset against the holdout, the holdout measured on the winner's one more start after confirmation:
 ``autotune.traffic.AcceptanceCheck``), ``greedy_lossless`` (a space whose prompts sample: the
-confirmed winner's answers at temperature 0 against its baseline's references; ``autotune.study.greedy``),
+confirmed winner's answers at temperature 0 against its baseline's references; ``autotune.study.winner``),
 ``drafter_references`` (the acceptance length each drafter reaches elsewhere, as the space gives it: the report's
 ``acceptance-far-below`` guard; set at every open, so the space's current values).
 """
@@ -161,7 +161,7 @@ TRAFFIC_HOLDOUT = "traffic_holdout"
 #: (``autotune.traffic.AcceptanceCheck``, its per-request acceptance lengths), written after confirmation
 TRAFFIC_ACCEPTANCE = "traffic_acceptance"
 #: a sampling space's lossless check at temperature 0: confirmation's winner against its baseline's references
-#: (``autotune.study.greedy``)
+#: (``autotune.study.winner``)
 GREEDY_LOSSLESS = "greedy_lossless"
 #: the drafters' reference acceptance lengths the space gives (``drafters[].reference_acceptance``), by name
 DRAFTER_REFERENCES = "drafter_references"

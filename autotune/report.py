@@ -208,7 +208,7 @@ def _traffic(
         out["holdout_text"] = (
             "subset vs the rest of the log: off (benchmark.holdout: 0, or no request outside the subset)"
         )
-    from autotune.study.winner import text as acceptance_text
+    from autotune.study.winner import acceptance_text
 
     out["acceptance_check"] = accepted
     if accepted is not None:
@@ -583,7 +583,7 @@ def _lossless_summary(
     """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor; in
     a space whose prompts sample, the winner's check at temperature 0 (``study.greedy``) and which figures come
     from which measurement."""
-    from autotune.study.greedy import text as greedy_text
+    from autotune.study.winner import greedy_text
 
     checked = [r for r in rows if r.get("lossless")]
     out = {

@@ -128,7 +128,7 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
     from autotune.errors import UserError, ValidationFailed
     from autotune.plan import render as render_plan
     from autotune.records import set_study_n_trials
-    from autotune.study.runlock import run_lock
+    from autotune.study.storage import run_lock
 
     args = ctx.args
     if args.n_trials is not None and args.n_trials < 1:
@@ -175,7 +175,7 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
 
 def _new_sqlite_file(url: str) -> Path | None:
     """The SQLite file of ``url`` when this run is about to create it (else None)."""
-    from autotune.study.runlock import sqlite_path
+    from autotune.study.storage import sqlite_path
 
     path = sqlite_path(url)
     return path if path is not None and not path.exists() else None
@@ -322,8 +322,7 @@ def run_confirm(ctx: Context, *, note: Note) -> StudyResult:
     from autotune.records import reopen_confirmation
     from autotune.report import build_report
     from autotune.study import Orchestrator
-    from autotune.study.runlock import run_lock
-    from autotune.study.storage import check_resume
+    from autotune.study.storage import check_resume, run_lock
 
     study = ctx.open_study(create=False)
     check_resume(study, ctx.space, ctx.storage_url)  # confirming under another space would deploy outside it
@@ -477,7 +476,7 @@ def progress(ctx: Context, study: Any) -> Progress | None:
     """None for a finished study (its confirmation done, no autotune running it); else who runs it (the run lock,
     ``runlock.running``), its trials and how far its confirmation got (the study attr ``confirmation``)."""
     from autotune.records import confirmation
-    from autotune.study.runlock import running
+    from autotune.study.storage import running
 
     holder = running(ctx.storage_url, ctx.study_name)
     conf = confirmation(study)
