@@ -40,8 +40,7 @@ from autotune.config import (
     level_requests,
 )
 from autotune.errors import BenchmarkError, LaunchError, ServerDied, StartupTimeout
-from autotune.process.server import ServerProcess, url_host
-from autotune.process.tree import PidRecord, reap_leftovers
+from autotune.process.server import PidRecord, ServerProcess, reap_leftovers, url_host
 from autotune.redact import redact_env
 from autotune.space import Space
 
