@@ -36,7 +36,7 @@ _PUBLIC = {
     "get_backend": "autotune.backends",
     "simulated_space": "autotune.sim",
     "ModelRunner": "autotune.sim.runner",
-    "VirtualClock": "autotune.clock",
+    "VirtualClock": "autotune.seam",
     "open_study": "autotune.study",
     "run": "autotune.study",
     "build_report": "autotune.report",

@@ -18,7 +18,7 @@ from autotune import warmup as warm
 from autotune.config import LaunchInfo, LevelResult, PromptResult, TrialConfig, summarize
 from autotune.errors import BenchmarkError, LaunchError, StartsFailed, Unstable, crash_line, is_crash, server_seconds
 from autotune.objective import category_value, weighted_value
-from autotune.runner import Runner, Session
+from autotune.seam import Runner, Session
 from autotune.space import Space
 from autotune.warmup import WarmUp
 

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 from bench_common import replace_section  # noqa: E402
 
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
-from autotune.clock import VirtualClock  # noqa: E402
 from autotune.report import build_report  # noqa: E402
+from autotune.seam import VirtualClock  # noqa: E402
 from autotune.sim import ModelRunner, simulated_space  # noqa: E402
 from autotune.space import load_space  # noqa: E402
 from autotune.study import Orchestrator, open_study, trial  # noqa: E402

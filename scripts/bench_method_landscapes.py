@@ -147,8 +147,8 @@ def _space(doc: dict[str, Any], folder: Path) -> Any:
 def grid_truth(space: Any, backend: Any, loader: Any) -> dict[str, Any]:
     """Noise-free tok/s of every grid config and baseline (``by_key``), the best, each method's best, the grid's
     GPU seconds (each config measured once)."""
-    from autotune.clock import VirtualClock
     from autotune.config import TrialConfig
+    from autotune.seam import VirtualClock
     from autotune.sim.runner import ModelRunner
 
     runner = ModelRunner(space, backend, VirtualClock(), seed=0, scenarios=loader)
@@ -184,9 +184,9 @@ def run_one(index: int, seed: int, work: Path) -> dict[str, Any]:
     import optuna
 
     from autotune.backends import get_backend
-    from autotune.clock import VirtualClock
     from autotune.config import TrialConfig
     from autotune.report import build_report
+    from autotune.seam import VirtualClock
     from autotune.sim import simulated_space
     from autotune.sim.runner import ModelRunner
     from autotune.study import Orchestrator, open_study

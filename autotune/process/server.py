@@ -54,8 +54,8 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 import psutil
 
 from autotune._io import atomic_write
-from autotune.clock import Clock, MonotonicClock
 from autotune.errors import PortInUse, ServerExited, ServerOOM
+from autotune.seam import Clock, MonotonicClock
 
 if TYPE_CHECKING:
     from autotune.space import ServerSpec

@@ -19,12 +19,11 @@ from optuna.trial import FrozenTrial
 
 from autotune import lossless, records
 from autotune.backends.base import Backend
-from autotune.clock import Clock, MonotonicClock, VirtualClock
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.evidence import Evidence
 from autotune.pruner import BaselinePruner
-from autotune.runner import Runner
+from autotune.seam import Clock, MonotonicClock, Runner, VirtualClock
 from autotune.space import Space
 from autotune.study.storage import GRACE_PERIOD_FACTOR, HEARTBEAT_INTERVAL_S, make_pruner
 

@@ -71,7 +71,7 @@ from autotune.errors import crash_line as _crash_line
 from autotune.errors import is_crash as _crash
 from autotune.measure import run_levels, run_prompts, warmup_rule
 from autotune.records import TrialRecord, TrialWriter
-from autotune.runner import Session
+from autotune.seam import Session
 from autotune.space import Space
 from autotune.study import _optuna
 from autotune.study.context import Event, StudyContext, idle, trial_limit_s

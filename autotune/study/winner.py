@@ -29,7 +29,7 @@ from autotune import lossless, records
 from autotune.config import ReferenceOutput
 from autotune.errors import BenchmarkError, LaunchError
 from autotune.records import ConfirmationState, TrialRecord
-from autotune.runner import Session
+from autotune.seam import Session
 from autotune.study.context import Event, StudyContext
 from autotune.verdict import Verdict
 

@@ -22,11 +22,11 @@ from autotune import export, export_bundle, export_formats
 from autotune.backends import Backend
 from autotune.backends.base import flag_value
 from autotune.backends.methods import int_values, suggest_drafter, suggest_int
-from autotune.clock import VirtualClock
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ServerExited
 from autotune.process.runner import ProcessRunner
 from autotune.report import build_report
+from autotune.seam import VirtualClock
 from autotune.servers import KnobDomain, register_backend, unregister_backend
 from autotune.sim import simulated_space
 from autotune.sim.runner import ModelRunner

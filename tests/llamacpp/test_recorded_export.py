@@ -22,9 +22,9 @@ import yaml
 from autotune import export, export_bundle, export_formats
 from autotune.backends.llamacpp import LlamaCppBackend, find_llama_server
 from autotune.backends.llamacpp_methods import NEW_SPELLING
-from autotune.clock import VirtualClock
 from autotune.config import LaunchInfo, PromptResult, TrialConfig
 from autotune.report import build_report
+from autotune.seam import VirtualClock
 from autotune.space import Choices, load_space
 from autotune.study import Orchestrator, open_study
 from tests.llamacpp.conftest import models_dir

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
+from autotune.seam import VirtualClock
 from autotune.sim.acceptance import SpecShape
 from autotune.sim.batch import SPECULATIVE_MAX_RUNNING, closed_loop
 from autotune.sim.engine import SimEngine

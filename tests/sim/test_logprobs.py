@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.clock import VirtualClock
 from autotune.config import ReferenceOutput
+from autotune.seam import VirtualClock
 from autotune.sim import FIELD_REPORT_PROMPTS, scenario, sim_launcher
 from autotune.sim.engine import SimEngine
 from autotune.sim.launch import SimLaunchError, parse_launch_args

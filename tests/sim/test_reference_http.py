@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from autotune.clock import VirtualClock
 from autotune.config import ReferenceOutput, TokenChoice
+from autotune.seam import VirtualClock
 from autotune.sim import FIELD_REPORT_PROMPTS
 from autotune.sim.engine import SimEngine
 from autotune.sim.launch import parse_launch_args

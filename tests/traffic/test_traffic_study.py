@@ -309,8 +309,8 @@ def test_reference_acceptance_must_exceed_1(tmp_path):
 def test_one_more_start_of_the_winner_serves_the_lossless_check_and_the_holdouts_acceptance(tmp_path):
     """A sampling log with a holdout: both checks after confirmation on one start of the winner (the plan's one
     ``winner check`` start), and none again once both are recorded (a resumed study)."""
-    from autotune.clock import VirtualClock
     from autotune.records import greedy_lossless, traffic_acceptance
+    from autotune.seam import VirtualClock
     from autotune.sim import ModelRunner, simulated_space
     from autotune.study import Orchestrator, confirm, open_study, winner
     from autotune.verdict import Verdict
