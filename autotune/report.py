@@ -191,8 +191,8 @@ def _traffic(
     recommended: dict[str, Any],
     by_number: dict[int, FrozenTrial],
 ) -> dict[str, Any]:
-    """A request-log study's subset and guards, the holdout check (``traffic.HoldoutCheck``, as recorded), the
-    winner's acceptance on the subset against the holdout (``traffic.AcceptanceCheck``, as ``study.winner``
+    """A request-log study's subset and guards, the holdout check (``traffic.holdout_check``, as recorded), the
+    winner's acceptance on the subset against the holdout (``traffic.acceptance_check``, as ``study.winner``
     recorded it, measured after confirmation), and the
     recommended config's speedup by input-length third against its baseline (the search's measurements; none when
     the baseline is recommended)."""

@@ -3,7 +3,7 @@ make; one start serves both, none when neither is due (or no speculative config 
 
 - a space whose prompts sample: the lossless check at temperature 0 (``study.greedy``);
 - a request log with a holdout (``benchmark.holdout``): the winner's acceptance on the holdout requests, each at
-  its own sampling, against its acceptance on the subset in its search trial (``traffic.AcceptanceCheck``, study
+  its own sampling, against its acceptance on the subset in its search trial (``traffic.acceptance_check``, study
   attr ``traffic_acceptance``). This half of the representativeness check comes after the budget is spent, not
   before: until confirmation the best config is unknown (the baseline's half runs on the first baseline's start).
 
