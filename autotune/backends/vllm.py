@@ -194,7 +194,8 @@ class VLLMBackend(Backend):
 
     def check_drafters(self, space: Space) -> list[checks.Problem]:
         """The checkpoint checks, and each searched drafter's architectures against what vLLM 0.33.0 loads under
-        the method it would run with (``vllm_drafters``): a refused one is an error (nothing is launched)."""
+        the method it would run with (``vllm_methods.architecture_problem``): a refused one is an error (nothing is
+        launched)."""
         problems = super().check_drafters(space)
         refused = {p.drafter for p in problems if p.is_error}  # one error a drafter: the checkpoint's first
         for i, d in enumerate(space.drafters):
