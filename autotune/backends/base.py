@@ -453,7 +453,6 @@ def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
 __all__ = [
     "Backend",
     "DRAFTER_ALGORITHMS",
-    "KnobDomain",
     "Portable",
     "ScheduledLaunch",
     "flag_value",

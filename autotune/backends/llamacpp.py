@@ -39,12 +39,9 @@ from autotune import checks
 from autotune.backends import streams
 from autotune.backends.base import Backend, Portable
 from autotune.backends.llamacpp_methods import (
-    LLAMA_CPP_PYTHON_VERSION,
     METHODS,
     NEW_SPELLING,
-    OLD_SPELLING,
     LlamaMethods,
-    cache_dir,
     cached_server_path,
     find_llama_server,
     flag_spelling,
@@ -58,7 +55,6 @@ from autotune.backends.streams import (
     _float_or_none,
     _int_or_none,
     accept_length,
-    acceptance_rate,
     metrics_delta,
     parse_openai_chunk,
     parse_timings,
@@ -624,20 +620,20 @@ class LlamaCppBackend(Backend):
         if info.error is not None or not isinstance(timings, Mapping):
             return info
         figures = parse_timings(timings)
-        if figures["accept_length"] is None:
+        if figures.accept_length is None:
             return info
-        return dataclasses.replace(info, accept_length=figures["accept_length"])
+        return dataclasses.replace(info, accept_length=figures.accept_length)
 
     def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
         """Tokens per target forward pass between two /metrics scrapes (see the module docstring)."""
         d = metrics_delta(before, after)
-        if not d["drafts"]:
+        if not d.drafts:
             return None
-        if d["predicted"]:
-            length = accept_length(int(d["predicted"]), int(d["accepted"]))
+        if d.predicted:
+            length = accept_length(int(d.predicted), int(d.accepted))
             if length is not None:
                 return length
-        return 1.0 + d["accepted"] / d["drafts"]
+        return 1.0 + d.accepted / d.drafts
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
         return streams.metrics_positions(before, after)  # the per-draft-position counter, where reported
@@ -657,18 +653,6 @@ __all__ = [
     "DRAFT_MODEL_TYPES",
     "KNOBS",
     "KNOB_DOMAINS",
-    "LLAMA_CPP_PYTHON_VERSION",
-    "NEW_SPELLING",
-    "OLD_SPELLING",
     "SPEC_TYPES",
     "LlamaCppBackend",
-    "accept_length",
-    "acceptance_rate",
-    "cache_dir",
-    "cached_server_path",
-    "find_llama_server",
-    "flag_spelling",
-    "help_flags",
-    "metrics_delta",
-    "parse_timings",
 ]

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from autotune.space import Space
 
 __all__ = [
+    "CounterDeltas",
+    "Timings",
     "LLAMA_ACCEPTED_PER_POS",
     "ChunkInfo",
     "ChunkParser",
@@ -411,19 +413,32 @@ def acceptance_rate(drafted: int | float | None, accepted: int | float | None) -
     return float(accepted) / float(drafted)
 
 
-def parse_timings(timings: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Timings:
+    """The speculative figures of llama-server's final chunk's ``timings``: tokens generated and their rate, draft
+    tokens proposed and accepted, and what they give (``accept_length``, bonus token included; ``acceptance_rate``)."""
+
+    predicted_n: int | None
+    predicted_per_second: float | None
+    draft_n: int | None
+    draft_n_accepted: int | None
+    accept_length: float | None
+    acceptance_rate: float | None
+
+
+def parse_timings(timings: Mapping[str, Any]) -> Timings:
     """The speculative figures of a final chunk's ``timings`` object."""
     predicted = _int_or_none(timings.get("predicted_n"))
     drafted = _int_or_none(timings.get("draft_n"))
     accepted = _int_or_none(timings.get("draft_n_accepted"))
-    return {
-        "predicted_n": predicted,
-        "predicted_per_second": _float_or_none(timings.get("predicted_per_second")),
-        "draft_n": drafted,
-        "draft_n_accepted": accepted,
-        "accept_length": accept_length(predicted, accepted) if drafted else (1.0 if predicted else None),
-        "acceptance_rate": acceptance_rate(drafted, accepted),
-    }
+    return Timings(
+        predicted_n=predicted,
+        predicted_per_second=_float_or_none(timings.get("predicted_per_second")),
+        draft_n=drafted,
+        draft_n_accepted=accepted,
+        accept_length=accept_length(predicted, accepted) if drafted else (1.0 if predicted else None),
+        acceptance_rate=acceptance_rate(drafted, accepted),
+    )
 
 
 #: llama-server's counter per draft position (label ``position`` 0, 1, ...): at each verification step with n draft
@@ -440,17 +455,30 @@ def metrics_positions(before: Mapping[str, float], after: Mapping[str, float]) -
     return None if got is None else AcceptPositions(*got)
 
 
-def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+@dataclass(frozen=True)
+class CounterDeltas:
+    """llama-server's counter increases between two ``/metrics`` scrapes (0 where a counter is missing)."""
+
+    predicted: float  # tokens generated
+    drafted: float  # draft tokens proposed
+    accepted: float  # draft tokens accepted
+    drafts: float  # drafts made (speculative verify steps)
+
+
+#: the llama-server counter behind each ``CounterDeltas`` field
+_LLAMA_COUNTERS = {
+    "predicted": "llamacpp:tokens_predicted_total",
+    "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
+    "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
+    "drafts": LLAMA_DRAFTS,
+}
+
+
+def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> CounterDeltas:
     """Counter increases between two parsed /metrics scrapes: predicted tokens, drafted, accepted, drafts."""
-    names = {
-        "predicted": "llamacpp:tokens_predicted_total",
-        "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
-        "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
-        "drafts": LLAMA_DRAFTS,
-    }
     out: dict[str, float] = {}
-    for key, name in names.items():
+    for key, name in _LLAMA_COUNTERS.items():
         a = metric_total(after, name)
         b = metric_total(before, name) or 0.0
         out[key] = max(0.0, a - b) if a is not None else 0.0
-    return out
+    return CounterDeltas(**out)

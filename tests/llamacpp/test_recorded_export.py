@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from autotune import export, export_bundle, export_formats
-from autotune.backends.llamacpp import LlamaCppBackend, find_llama_server
-from autotune.backends.llamacpp_methods import NEW_SPELLING
+from autotune.backends.llamacpp import LlamaCppBackend
+from autotune.backends.llamacpp_methods import NEW_SPELLING, find_llama_server
 from autotune.config import LaunchInfo, PromptResult, TrialConfig
 from autotune.report import build_report
 from autotune.seam import VirtualClock
