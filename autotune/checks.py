@@ -1,6 +1,6 @@
 """Static checks of drafter checkpoints against the target, from their ``config.json`` files (no server).
 
-``autotune.backends.registry.check_space(space)`` returns a list of ``Problem``s: errors (a launch would be
+``autotune.backends.check_space(space)`` returns a list of ``Problem``s: errors (a launch would be
 misconfigured or useless) and warnings (something could not be verified). ``derive_algorithm`` tells EAGLE-3 from
 EAGLE-1/2 drafters; ``resolved_algorithm`` is what the backends launch with.
 
@@ -23,7 +23,7 @@ Which checks apply is the backend's choice (``Backend.check_drafters``): ``check
 directories (SGLang, vLLM), ``check_model_files`` for single model files (llama.cpp).
 
 ``missing_launcher`` says whether this machine can start a server at all (what ``Backend.launcher_problem`` builds
-on, and ``backends.registry.check_launcher`` reports): the launcher's executable, and the module of a
+on, and ``backends.check_launcher`` reports): the launcher's executable, and the module of a
 ``python -m MODULE`` launcher run by this interpreter.
 """
 

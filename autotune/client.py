@@ -43,11 +43,10 @@ import httpx
 
 from autotune.acceptance import AcceptPositions
 from autotune.backends.base import Backend
-from autotune.backends.openai_stream import ChunkInfo, ChunkParser
-from autotune.backends.prometheus import parse_prometheus
-from autotune.clock import Clock, MonotonicClock
+from autotune.backends.streams import ChunkInfo, ChunkParser, parse_prometheus
 from autotune.config import PromptResult, ReferenceOutput
 from autotune.errors import BenchmarkError
+from autotune.seam import Clock, MonotonicClock
 
 if TYPE_CHECKING:
     from autotune.space import Space

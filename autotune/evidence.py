@@ -41,7 +41,7 @@ def artifact_dir(studies_dir: str | Path, study_name: str) -> Path:
 def param_knobs(params: Mapping[str, Any], config: Mapping[str, Any] | None) -> dict[str, str]:
     """Each Optuna parameter name (what the dashboard lists) -> the knob it sets: a knob whose allowed values
     depend on an earlier choice is suggested under its own name (``num_draft_tokens_s4_k4``: num_draft_tokens
-    with the range left by the earlier knobs, ``autotune.backends.encode.cut_name``)."""
+    with the range left by the earlier knobs, ``autotune.backends.methods.cut_name``)."""
     knobs = sorted(config or {}, key=len, reverse=True)
     out = {}
     for name in params:

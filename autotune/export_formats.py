@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
+from autotune.backends import backend_class
 from autotune.backends.base import Backend
-from autotune.backends.registry import backend_class
 from autotune.export_bundle import (
     _SCRIPT_MARK,
     CONTAINER_FILES,

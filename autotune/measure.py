@@ -18,7 +18,7 @@ from autotune import warmup as warm
 from autotune.config import LaunchInfo, LevelResult, PromptResult, TrialConfig, summarize
 from autotune.errors import BenchmarkError, LaunchError, StartsFailed, Unstable, crash_line, is_crash, server_seconds
 from autotune.objective import category_value, weighted_value
-from autotune.runner import Runner, Session
+from autotune.seam import Runner, Session
 from autotune.space import Space
 from autotune.warmup import WarmUp
 
@@ -98,7 +98,7 @@ def started(runner: Runner, config: TrialConfig) -> Iterator[Session]:
 
 def warmup_rule(space: Space) -> warm.Rule:
     """How a start of ``space``'s server warms up: ``benchmark.warmup_passes``, else the server's default."""
-    from autotune.backends.registry import backend_class  # the backends import this module's callers' types
+    from autotune.backends import backend_class  # the backends import this module's callers' types
 
     server = backend_class(space.server.backend)  # class attributes: no backend made per trial
     return warm.resolve(space.benchmark.warmup_passes, server.warmup_passes, server.display_name or server.name)

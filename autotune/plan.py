@@ -117,8 +117,8 @@ def plan(
     best and the fastest single measurement); 0 without methods. ``holdout``: the requests of a request log's holdout
     check (``benchmark.holdout``), one extra baseline pass on the first baseline's start, 0 when off or done.
     ``greedy_check``: prompts that sample get their lossless check at temperature 0 after confirmation
-    (``study.greedy``); ``holdout_acceptance``: the holdout requests the winner answers after confirmation for its
-    acceptance against the subset's (``traffic.AcceptanceCheck``), 0 when off or done. Either is the winner's one
+    (``study.winner``); ``holdout_acceptance``: the holdout requests the winner answers after confirmation for its
+    acceptance against the subset's (``traffic.acceptance_check``), 0 when off or done. Either is the winner's one
     more start (``study.winner``), one for both, when speculation wins."""
     search_left = max(0, n_trials - used)
     note = f"{n_trials} trials in the budget, {used} used"

@@ -57,10 +57,10 @@ autotune recommends with rounded figures; ``autotune.render.publish``), ``method
 ``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``),
 ``traffic`` (a request-log space: the subset, its comparison with the log and the guards; ``autotune.traffic``),
 ``traffic_holdout`` (the subset's baseline tok/s against a holdout from the rest of the log, measured on the first
-baseline's start: ``autotune.traffic.HoldoutCheck``), ``traffic_acceptance`` (the confirmed winner's acceptance on
+baseline's start: ``autotune.traffic.holdout_check``), ``traffic_acceptance`` (the confirmed winner's acceptance on
 the subset against the holdout, the holdout measured on the winner's one more start after confirmation:
-``autotune.traffic.AcceptanceCheck``), ``greedy_lossless`` (a space whose prompts sample: the
-confirmed winner's answers at temperature 0 against its baseline's references; ``autotune.study.greedy``),
+``autotune.traffic.acceptance_check``), ``greedy_lossless`` (a space whose prompts sample: the
+confirmed winner's answers at temperature 0 against its baseline's references; ``autotune.study.winner``),
 ``drafter_references`` (the acceptance length each drafter reaches elsewhere, as the space gives it: the report's
 ``acceptance-far-below`` guard; set at every open, so the space's current values).
 """
@@ -154,14 +154,14 @@ VERDICT = "verdict"
 METHODS = "methods"
 #: a request-log space's subset and guards (``autotune.traffic``), as the study recorded it
 TRAFFIC = "traffic"
-#: the baseline's tok/s on the subset against a sample of the rest of the log (``autotune.traffic.HoldoutCheck``,
+#: the baseline's tok/s on the subset against a sample of the rest of the log (``autotune.traffic.holdout_check``,
 #: its per-prompt figures and the baseline trial), written once, by the first baseline that measures the holdout
 TRAFFIC_HOLDOUT = "traffic_holdout"
 #: the confirmed winner's accepted draft tokens a round on the subset against the holdout
-#: (``autotune.traffic.AcceptanceCheck``, its per-request acceptance lengths), written after confirmation
+#: (``autotune.traffic.acceptance_check``, its per-request acceptance lengths), written after confirmation
 TRAFFIC_ACCEPTANCE = "traffic_acceptance"
 #: a sampling space's lossless check at temperature 0: confirmation's winner against its baseline's references
-#: (``autotune.study.greedy``)
+#: (``autotune.study.winner``)
 GREEDY_LOSSLESS = "greedy_lossless"
 #: the drafters' reference acceptance lengths the space gives (``drafters[].reference_acceptance``), by name
 DRAFTER_REFERENCES = "drafter_references"

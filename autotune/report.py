@@ -430,11 +430,12 @@ def _traffic(
     res: StudyResult,
     by_number: dict[int, FrozenTrial],
 ) -> dict[str, Any]:
-    """A request-log study's subset and guards, the holdout check (``traffic.HoldoutCheck``, as recorded), the
-    winner's acceptance on the subset against the holdout (``traffic.AcceptanceCheck``, as ``study.winner``
-    recorded it, measured after confirmation), and the recommended config's speedup by input-length third against
-    its baseline (the search's measurements; none when the baseline is recommended)."""
-    from autotune.study.winner import text as acceptance_text
+    """A request-log study's subset and guards, the holdout check (``traffic.holdout_check``, as recorded), the
+    winner's acceptance on the subset against the holdout (``traffic.acceptance_check``, as ``study.winner``
+    recorded it, measured after confirmation), and the
+    recommended config's speedup by input-length third against its baseline (the search's measurements; none when
+    the baseline is recommended)."""
+    from autotune.study.winner import acceptance_text
     from autotune.traffic import by_length, length_text
 
     out = dict(info)
@@ -699,9 +700,9 @@ def _best_configs(
 
 def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy: dict[str, Any] | None) -> Lossless:
     """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor; in
-    a space whose prompts sample, the winner's check at temperature 0 (``study.greedy``) and which figures come
+    a space whose prompts sample, the winner's check at temperature 0 (``study.winner``) and which figures come
     from which measurement."""
-    from autotune.study.greedy import text as greedy_text
+    from autotune.study.winner import greedy_text
 
     checked = [(r, r.lossless) for r in rows if r.lossless]
     first = checked[0][1] if checked else {}

@@ -20,7 +20,7 @@ from autotune.backends.base import Backend
 from autotune.config import TrialConfig
 from autotune.errors import AutotuneError, InfeasibleConfig, StartsFailed, UserError
 from autotune.measure import FRESH_STARTS, Measurement, measure_fresh
-from autotune.runner import Runner
+from autotune.seam import Runner
 from autotune.space import Space
 from autotune.stats import Interval, log_ratios, speedup_interval, start_prior
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.backends.registry import backend_class
+from autotune.backends import backend_class
 
 #: at a level, configs within this share of the best speedup count as tied; the shortest draft among them is taken
 #: (vLLM PR #49163's rule: ties within 1% go to the smaller K)

@@ -516,23 +516,47 @@ def draw_holdout(n_log: int, subset: Subset, k: int, seed: int = 1) -> list[int]
 
 
 @dataclass(frozen=True)
-class HoldoutCheck:
-    """The baseline's tok/s on the subset against a sample of the rest of the log, measured on one server start:
-    each side's geometric mean of its per-prompt tok/s with its t-interval, and their ratio (subset / rest) with a
-    Welch interval (two independent samples of prompts, paired by nothing). ``warning`` when that interval lies
-    wholly outside [1 / (1 + min_gain), 1 + min_gain]: the subset's speed differs from the rest's by more than the
-    gain the study is looking for, so its figures may not transfer to the whole log."""
+class Measured:
+    """What a ``SubsetCheck`` compares between the subset and the rest of the log: its JSON key (``subset_KEY``,
+    ``rest_KEY``), its words, the digits its figures are shown with and the name of the warning it raises."""
 
+    key: str
+    words: str
+    digits: int
+    warning_name: str
+
+
+#: the name of the holdout check's warning
+UNREPRESENTATIVE = "subset-unrepresentative"
+#: the name of the acceptance check's warning
+FLATTERS_DRAFTER = "subset-flatters-drafter"
+#: the baseline's tok/s (``holdout_check``)
+BASELINE_TOK_PER_S = Measured("tok_per_s", "baseline tok/s", 1, UNREPRESENTATIVE)
+#: the recommended config's accepted draft tokens per verify round (``acceptance_check``)
+ACCEPTED_PER_ROUND = Measured("accepted_per_round", "accepted draft tokens a round", 2, FLATTERS_DRAFTER)
+
+
+@dataclass(frozen=True)
+class SubsetCheck:
+    """One figure (``measured``) on the subset against a sample of the rest of the log (the holdout): each side's
+    interval, their ratio (subset / rest) with its interval, and ``warning`` when that interval lies beyond the gain
+    the study looks for (``min_gain``), so the subset's figures may not transfer to the whole log. ``trial``: whose
+    figures they are, when a config's (the acceptance check's), None for the baseline's."""
+
+    measured: Measured
     subset: Interval
     rest: Interval
     ratio: Interval
     min_gain: float
     warning: str | None
+    trial: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        key = self.measured.key
         return {
-            "subset_tok_per_s": self.subset.to_dict(),
-            "rest_tok_per_s": self.rest.to_dict(),
+            **({"trial": self.trial} if self.trial is not None else {}),
+            f"subset_{key}": self.subset.to_dict(),
+            f"rest_{key}": self.rest.to_dict(),
             "ratio": self.ratio.to_dict(),
             "min_gain": self.min_gain,
             "warning": self.warning,
@@ -540,27 +564,28 @@ class HoldoutCheck:
         }
 
     def text(self) -> str:
+        d = self.measured.digits
+
         def iv(x: Interval) -> str:
-            return f"{x.point:.1f} [{x.low:.1f}, {x.high:.1f}]"
+            return f"{x.point:.{d}f} [{x.low:.{d}f}, {x.high:.{d}f}]"
 
         r = self.ratio
+        whose = f"trial {self.trial}'s " if self.trial is not None else ""
         line = (
-            f"baseline tok/s on the subset {iv(self.subset)} ({self.subset.n} requests) vs a sample of the rest "
-            f"{iv(self.rest)} ({self.rest.n} requests): ratio {r.point:.3f} [{r.low:.3f}, {r.high:.3f}] "
+            f"{whose}{self.measured.words} on the subset {iv(self.subset)} ({self.subset.n} requests) vs a sample of "
+            f"the rest {iv(self.rest)} ({self.rest.n} requests): ratio {r.point:.3f} [{r.low:.3f}, {r.high:.3f}] "
             f"({r.confidence:.0%})"
         )
-        return line + (f" - WARNING subset-unrepresentative: {self.warning}" if self.warning else "")
-
-
-#: the name of the holdout check's warning (``HoldoutCheck``)
-UNREPRESENTATIVE = "subset-unrepresentative"
+        return line + (f" - WARNING {self.measured.warning_name}: {self.warning}" if self.warning else "")
 
 
 def holdout_check(
     subset_tok_per_s: Sequence[float], rest_tok_per_s: Sequence[float], min_gain: float, confidence: float = 0.95
-) -> HoldoutCheck | None:
-    """``HoldoutCheck`` of the baseline's per-prompt tok/s on the subset and on the holdout; None with fewer than 2
-    positive figures on either side."""
+) -> SubsetCheck | None:
+    """The ``SubsetCheck`` of the baseline's per-prompt tok/s on the subset and on the holdout, measured on one server
+    start: each side's geometric mean with its t-interval, and their ratio with a Welch interval (two independent
+    samples of prompts, paired by nothing). A warning when that interval lies wholly outside
+    [1 / (1 + min_gain), 1 + min_gain]. None with fewer than 2 positive figures on either side."""
     a = [math.log(x) for x in subset_tok_per_s if x > 0]
     b = [math.log(x) for x in rest_tok_per_s if x > 0]
     if len(a) < 2 or len(b) < 2:
@@ -575,52 +600,8 @@ def holdout_check(
             f"({min_gain:.0%}) at {confidence:.0%} confidence; pick more requests (benchmark.requests) or check the "
             "log's mix"
         )
-    return HoldoutCheck(speedup_interval(a, confidence), speedup_interval(b, confidence), ratio, min_gain, warning)
-
-
-@dataclass(frozen=True)
-class AcceptanceCheck:
-    """The recommended config's acceptance on the subset against the holdout (a sample of the rest of the log):
-    accepted draft tokens per verify round (acceptance length - 1, what the bonus token does not give for free),
-    each side's mean with its t-interval, and their ratio (subset / rest) with a delta-method Welch interval (two
-    independent prompt sets). The subset's figures are the config's search trial's, the holdout's come from the
-    winner's one more start after confirmation, each request at its own sampling. ``warning`` when the ratio's
-    interval lies wholly above 1 + min_gain (the rest's acceptance below 1 / (1 + min_gain) of the subset's): the
-    subset flatters the drafter by more than the gain the study looks for, so the speedup may not transfer."""
-
-    trial: int
-    subset: Interval
-    rest: Interval
-    ratio: Interval
-    min_gain: float
-    warning: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trial": self.trial,
-            "subset_accepted_per_round": self.subset.to_dict(),
-            "rest_accepted_per_round": self.rest.to_dict(),
-            "ratio": self.ratio.to_dict(),
-            "min_gain": self.min_gain,
-            "warning": self.warning,
-            "text": self.text(),
-        }
-
-    def text(self) -> str:
-        def iv(x: Interval) -> str:
-            return f"{x.point:.2f} [{x.low:.2f}, {x.high:.2f}]"
-
-        r = self.ratio
-        line = (
-            f"trial {self.trial}'s accepted draft tokens a round on the subset {iv(self.subset)} ({self.subset.n} "
-            f"requests) vs a sample of the rest {iv(self.rest)} ({self.rest.n} requests): ratio {r.point:.3f} "
-            f"[{r.low:.3f}, {r.high:.3f}] ({r.confidence:.0%})"
-        )
-        return line + (f" - WARNING {FLATTERS_DRAFTER}: {self.warning}" if self.warning else "")
-
-
-#: the name of the acceptance check's warning (``AcceptanceCheck``)
-FLATTERS_DRAFTER = "subset-flatters-drafter"
+    subset, rest = speedup_interval(a, confidence), speedup_interval(b, confidence)
+    return SubsetCheck(BASELINE_TOK_PER_S, subset, rest, ratio, min_gain, warning)
 
 
 def acceptance_check(
@@ -629,10 +610,14 @@ def acceptance_check(
     rest_accept_lengths: Sequence[float | None],
     min_gain: float,
     confidence: float = 0.95,
-) -> AcceptanceCheck | None:
-    """``AcceptanceCheck`` of a config's per-request acceptance lengths (``PromptResult.accept_length``, with the
-    bonus token) on the subset and on the holdout; None with fewer than 2 reported on either side or nothing
-    accepted on either (no ratio to take)."""
+) -> SubsetCheck | None:
+    """The ``SubsetCheck`` of a config's per-request acceptance lengths (``PromptResult.accept_length``, with the
+    bonus token) on the subset and on the holdout, as accepted draft tokens per verify round (acceptance length - 1,
+    what the bonus token does not give for free): each side's mean with its t-interval, and their ratio with a
+    delta-method Welch interval (two independent prompt sets). The subset's figures are the config's search trial's,
+    the holdout's come from the winner's one more start after confirmation. A warning when the ratio's interval lies
+    wholly above 1 + min_gain (the subset flatters the drafter). None with fewer than 2 reported on either side or
+    nothing accepted on either (no ratio to take)."""
     a = [x - 1.0 for x in subset_accept_lengths if x is not None]
     b = [x - 1.0 for x in rest_accept_lengths if x is not None]
     if len(a) < 2 or len(b) < 2 or sum(a) <= 0 or sum(b) <= 0:
@@ -645,7 +630,8 @@ def acceptance_check(
             f"min_gain ({min_gain:.0%}) at {confidence:.0%} confidence: the subset flatters it and the speedup may "
             "not transfer; pick more requests (benchmark.requests) or check the log's mix"
         )
-    return AcceptanceCheck(trial, mean_interval(a, confidence), mean_interval(b, confidence), ratio, min_gain, warning)
+    subset, rest = mean_interval(a, confidence), mean_interval(b, confidence)
+    return SubsetCheck(ACCEPTED_PER_ROUND, subset, rest, ratio, min_gain, warning, trial)
 
 
 # ---------------------------------------------------------------------------------------------- guards

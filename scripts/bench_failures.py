@@ -6,7 +6,7 @@ draft tokens out of memory after loading, a drafter whose server never gets heal
 Per run: the server time the clock charged (start-ups, failed ones included, and every timed request: what the
 GPUs were held for), the report's GPU time read back from the study's records, the failed starts, the verdict.
 Variants side by side on the same seeds: ``shipped``, and ``no_family_rule`` (a drafter whose server never started
-is launched on, as before ``autotune.study.refusals.NEVER_STARTED``).
+is launched on, as before ``autotune.study.trial.NEVER_STARTED``).
 
     python scripts/bench_failures.py                 # 5 seeds, writes docs/benchmarks.md (section failed-starts)
     python scripts/bench_failures.py --seeds 2 --no-write
@@ -31,11 +31,11 @@ sys.path.insert(0, str(ROOT))
 from bench_common import replace_section  # noqa: E402
 
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
-from autotune.clock import VirtualClock  # noqa: E402
 from autotune.report import build_report  # noqa: E402
+from autotune.seam import VirtualClock  # noqa: E402
 from autotune.sim import ModelRunner, simulated_space  # noqa: E402
 from autotune.space import load_space  # noqa: E402
-from autotune.study import Orchestrator, open_study, refusals  # noqa: E402
+from autotune.study import Orchestrator, open_study, trial  # noqa: E402
 
 SPACE = "spaces/eagle3.yaml"
 FAULTS = ("", "oom-above:6", "never-healthy@aq-medai", "crash-startup@aq-medai", "crash-after:3@aq-medai")
@@ -51,13 +51,13 @@ def run(fault: str, seed: int, variant: str) -> dict[str, Any]:
     runner = ModelRunner(space, SGLangBackend(), clock, seed=seed)
     study = open_study(space, optuna.storages.InMemoryStorage(), f"f-{seed}", seed=seed, simulated=True)
     orch = Orchestrator(space, SGLangBackend(), runner, study, clock=clock)
-    keep = refusals.NEVER_STARTED
-    refusals.NEVER_STARTED = 10**9 if variant == "no_family_rule" else keep
+    keep = trial.NEVER_STARTED
+    trial.NEVER_STARTED = 10**9 if variant == "no_family_rule" else keep
     try:
         orch.search(space.budget.n_trials)
         state = orch.confirm()
     finally:
-        refusals.NEVER_STARTED = keep
+        trial.NEVER_STARTED = keep
     g = build_report(study).to_json()["gpu_time"]
     server_s = clock.charged.get("startup", 0.0) + clock.charged.get("generate", 0.0)
     return {

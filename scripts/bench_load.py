@@ -39,10 +39,10 @@ from bench_common import KeptRuns, replace_section  # noqa: E402
 
 from autotune import objective, records, schedule  # noqa: E402
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
-from autotune.clock import VirtualClock  # noqa: E402
 from autotune.config import LevelResult, TrialConfig  # noqa: E402
 from autotune.errors import LaunchError  # noqa: E402
 from autotune.report import build_report  # noqa: E402
+from autotune.seam import VirtualClock  # noqa: E402
 from autotune.sim import ModelRunner, simulated_space  # noqa: E402
 from autotune.sim.scenario import SCENARIO_DIR, ScenarioLoader, read_scenario, scenario_loader  # noqa: E402
 from autotune.space import Space, load_space  # noqa: E402

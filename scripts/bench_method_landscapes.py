@@ -148,7 +148,7 @@ def _space(doc: dict[str, Any], folder: Path) -> Any:
 
 def _measure(space: Any, backend: Any, loader: Any, config: Any, seed: int) -> float:
     """Tok/s over the prompts of one start of ``config`` at runner seed ``seed``."""
-    from autotune.clock import VirtualClock
+    from autotune.seam import VirtualClock
     from autotune.sim.runner import ModelRunner
 
     clock = VirtualClock()
@@ -166,8 +166,8 @@ def adaptive_truth(space: Any, backend: Any, loader: Any, config: Any, mean_fiel
     expected acceptance; the controller switches on thresholds, and its measured runs differ from that by up to ~7%
     on these landscapes, either way (landscape 41: candidate steps 1,3,5,7 measured 6% above it, 2,4,6 1% below):
     a truth a study cannot see. ``mean_field`` is unused but for a config the runner cannot start."""
-    from autotune.clock import VirtualClock
     from autotune.config import TrialConfig
+    from autotune.seam import VirtualClock
     from autotune.sim.runner import ModelRunner
 
     base = TrialConfig.baseline(bool(config.cuda_graph))
@@ -182,8 +182,8 @@ def grid_truth(space: Any, backend: Any, loader: Any) -> dict[str, Any]:
     """Tok/s of every grid config and baseline (``by_key``): noise-free (``ModelRunner.true_tok_per_s``), an
     adaptive method's the expectation of its measurements (``adaptive_truth``); the best, each method's best, the
     grid's GPU seconds (each config measured once)."""
-    from autotune.clock import VirtualClock
     from autotune.config import TrialConfig
+    from autotune.seam import VirtualClock
     from autotune.sim.runner import ModelRunner
 
     runner = ModelRunner(space, backend, VirtualClock(), seed=0, scenarios=loader)
@@ -220,10 +220,10 @@ def grid_truth(space: Any, backend: Any, loader: Any) -> dict[str, Any]:
 def run_one(index: int, seed: int, work: Path) -> dict[str, Any]:
     import optuna
 
-    from autotune.backends.registry import get_backend
-    from autotune.clock import VirtualClock
+    from autotune.backends import get_backend
     from autotune.config import TrialConfig
     from autotune.report import build_report
+    from autotune.seam import VirtualClock
     from autotune.sim import simulated_space
     from autotune.sim.runner import ModelRunner
     from autotune.study import Orchestrator, open_study

@@ -53,13 +53,13 @@ sys.path.insert(0, str(PACKAGE_ROOT))
 
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
 from autotune.client import BenchmarkClient  # noqa: E402
-from autotune.clock import MonotonicClock  # noqa: E402
 from autotune.config import TrialConfig  # noqa: E402
 from autotune.process import ProcessRunner  # noqa: E402
+from autotune.seam import MonotonicClock  # noqa: E402
 from autotune.sim import simulated_space  # noqa: E402
 from autotune.sim.engine import SimEngine  # noqa: E402
+from autotune.sim.launch import parse_launch_args  # noqa: E402
 from autotune.sim.runner import sim_argv  # noqa: E402
-from autotune.sim.vllm_args import parse_launch_args  # noqa: E402
 from autotune.space import SimulateSpec, Space, load_space  # noqa: E402
 from autotune.study import Event, Orchestrator, open_study  # noqa: E402
 

@@ -5,7 +5,7 @@ Each slot is a worker thread with its own ``ModelRunner`` (its own server starts
 (seed + slot) and its own ``optuna.Study`` object over one shared ``InMemoryStorage``: what ``autotune study
 --gpus A --gpus B`` runs as processes on PostgreSQL, with the same orchestration (the study lock, the budget
 claimed per trial, waiting for baselines and for configs another worker is measuring, constant-liar TPE). The
-slots' clocks are one timeline (``autotune.clock.ParallelClocks``): one worker runs at a time, the one whose
+slots' clocks are one timeline (``autotune.seam.ParallelClocks``): one worker runs at a time, the one whose
 virtual clock is the earliest, so that the workers see each other's trials in the order parallel servers would
 produce them. After the search, the confirmation runs once (on slot 0), as ``autotune study --gpus`` does.
 
@@ -51,9 +51,9 @@ from bench_common import replace_section  # noqa: E402
 
 from autotune import records  # noqa: E402
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
-from autotune.clock import ParallelClocks, VirtualClock  # noqa: E402
 from autotune.config import TrialConfig  # noqa: E402
 from autotune.report import build_report  # noqa: E402
+from autotune.seam import ParallelClocks, VirtualClock  # noqa: E402
 from autotune.space import Space  # noqa: E402
 from autotune.study import Orchestrator, make_pruner, make_sampler, open_study  # noqa: E402
 
@@ -188,7 +188,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"`{result['command']}` ({result['date']}; {result['machine']}; {result['seeds']} seeds per cell, "
         f"{result['wall_s']:.0f} s). The same budget searched by 1, 2 and 4 parallel workers of one study on the "
-        "simulator's in-process model, one virtual clock per slot on one timeline (`autotune.clock.ParallelClocks`); "
+        "simulator's in-process model, one virtual clock per slot on one timeline (`autotune.seam.ParallelClocks`); "
         "wall = simulated hardware time until the last worker's last trial (the confirmation, run once afterwards, "
         "is in `total`); the settled stop is off, so every slot count searches the whole budget. "
         "Hit = recommendation after confirmation within 2% of the true optimum.",

@@ -65,11 +65,11 @@ from bench_common import replace_section  # noqa: E402
 
 from autotune import records  # noqa: E402
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
-from autotune.clock import VirtualClock  # noqa: E402
 from autotune.config import TrialConfig  # noqa: E402
 from autotune.errors import LaunchError  # noqa: E402
 from autotune.measure import measure_config  # noqa: E402
 from autotune.report import build_report  # noqa: E402
+from autotune.seam import VirtualClock  # noqa: E402
 from autotune.sim.scenario import SCENARIO_DIR, Scenario, ScenarioLoader, read_scenario, scenario_loader  # noqa: E402
 from autotune.space import Space, load_space  # noqa: E402
 from autotune.study import Event, Orchestrator, open_study  # noqa: E402

@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT))
 from bench_common import replace_section  # noqa: E402
 
 from autotune.backends.sglang import SGLangBackend  # noqa: E402
-from autotune.clock import VirtualClock  # noqa: E402
 from autotune.config import TrialConfig  # noqa: E402
 from autotune.records import Round  # noqa: E402
+from autotune.seam import VirtualClock  # noqa: E402
 from autotune.sim import simulated_space  # noqa: E402
 from autotune.sim.runner import ModelRunner  # noqa: E402
 from autotune.space import BudgetSpec, SimulateSpec, VerdictSpec, load_space  # noqa: E402

@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 
 from autotune.backends.sglang import SGLangBackend
-from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
+from autotune.seam import VirtualClock
 from autotune.sim import FIELD_REPORT_PROMPTS, ModelRunner, simulated_space
 from autotune.sim.scenario import SCENARIO_DIR, ScenarioLoader, read_scenario, scenario_loader
 from autotune.space import BenchmarkSpec, DrafterSpec, Prompt, SearchSpec, ServerSpec, SimulateSpec, Space

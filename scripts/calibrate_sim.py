@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from autotune.sim import FIELD_REPORT_PROMPTS
 from autotune.sim.engine import SimEngine
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
-from autotune.sim.vllm_args import parse_launch_args
+from autotune.sim.launch import parse_launch_args
 
 BEGIN = "<!-- calibration:begin (scripts/calibrate_sim.py writes this table) -->"
 END = "<!-- calibration:end -->"

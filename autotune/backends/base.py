@@ -15,7 +15,7 @@ A backend knows
 The defaults below speak the OpenAI API (``/v1/completions`` or ``/v1/chat/completions``, SSE, usage via
 ``stream_options.include_usage``), which every supported server offers.
 
-What a backend declares for the space file (read by ``autotune.space`` through ``autotune.backends.registry``):
+What a backend declares for the space file (read by ``autotune.space`` through ``autotune.backends``):
 ``knob_domains`` (each knob's kind and bounds) and ``managed_flags`` (flags autotune sets itself, refused in
 ``server.extra_args``).
 
@@ -24,8 +24,8 @@ per launch: ``chunk_parser(space)`` gives the reader for the space's server (``p
 default format).
 
 The OpenAI API's streamed chunks and log-probabilities (``ChunkInfo``, ``parse_openai_chunk``,
-``parse_openai_logprobs``) live in ``autotune.backends.openai_stream`` and the Prometheus text parser shared by the
-backends (``parse_prometheus``, ``metric_total``) in ``autotune.backends.prometheus``.
+``parse_openai_logprobs``) live in ``autotune.backends.streams`` and the Prometheus text parser shared by the
+backends (``parse_prometheus``, ``metric_total``) in ``autotune.backends.streams``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
 from autotune.acceptance import AcceptPositions
-from autotune.backends.openai_stream import ChunkInfo, ChunkParser, parse_openai_chunk, parse_openai_logprobs
+from autotune.backends.streams import ChunkInfo, ChunkParser, parse_openai_chunk, parse_openai_logprobs
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain, Method
@@ -453,7 +453,6 @@ def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
 __all__ = [
     "Backend",
     "DRAFTER_ALGORITHMS",
-    "KnobDomain",
     "Portable",
     "ScheduledLaunch",
     "flag_value",

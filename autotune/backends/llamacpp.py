@@ -21,7 +21,7 @@ Rules this module knows (llama.cpp, checked against its source):
 - ``/props`` reports ``speculative.types: none`` even while speculating: ``read_effective`` records it as
   ``reported_spec_types`` and ``check_effective`` ignores it.
 
-Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.llamacpp_stream``).
+Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.streams``).
 Method spaces (``search.methods``) are ``llamacpp_methods``'s.
 """
 
@@ -36,22 +36,29 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends import encode, llamacpp_stream
+from autotune.backends import streams
 from autotune.backends.base import Backend, Portable
-from autotune.backends.llamacpp_flags import (
-    LLAMA_CPP_PYTHON_VERSION,
+from autotune.backends.llamacpp_methods import (
+    METHODS,
     NEW_SPELLING,
-    OLD_SPELLING,
-    cache_dir,
+    LlamaMethods,
     cached_server_path,
     find_llama_server,
     flag_spelling,
     help_flags,
+    help_spec_types,
     spec_type_args,
 )
-from autotune.backends.llamacpp_methods import METHODS, LlamaMethods, help_spec_types
-from autotune.backends.llamacpp_stream import accept_length, acceptance_rate, metrics_delta, parse_timings
-from autotune.backends.openai_stream import ChunkInfo, _float_or_none, _int_or_none, parse_openai_chunk
+from autotune.backends.methods import cut_name, spec_values, suggest_drafter, suggest_int
+from autotune.backends.streams import (
+    ChunkInfo,
+    _float_or_none,
+    _int_or_none,
+    accept_length,
+    metrics_delta,
+    parse_openai_chunk,
+    parse_timings,
+)
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain
@@ -101,7 +108,7 @@ def p_min_values(space: Space) -> list[float] | None:
         return [DEFAULT_P_MIN]
     if isinstance(spec, FloatRange):
         return None
-    return [float(v) for v in encode.spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
+    return [float(v) for v in spec_values(spec) or [] if 0.0 <= float(v) <= 1.0]
 
 
 def nearest_p_min(space: Space) -> float | None:
@@ -193,26 +200,26 @@ class LlamaCppBackend(Backend):
         return str(forced).lower() if forced else DEFAULT_SPEC_TYPE
 
     def _type_values(self, space: Space, drafter: str) -> list[str]:
-        values = encode.spec_values(space.search.knobs.get("spec_type"))
+        values = spec_values(space.search.knobs.get("spec_type"))
         if values is None:
             return [self._default_type(space, drafter)]
         return [str(v) for v in values if str(v) in SPEC_TYPES]
 
     def _n_max_values(self, space: Space) -> list[int]:
-        values = encode.spec_values(space.search.knobs.get("draft_n_max"))
+        values = spec_values(space.search.knobs.get("draft_n_max"))
         if values is None:
             return [DEFAULT_N_MAX]
         return [int(v) for v in values if int(v) >= 1]
 
     def _n_min_values(self, space: Space, n_max: int) -> list[int]:
-        values = encode.spec_values(space.search.knobs.get("draft_n_min"))
+        values = spec_values(space.search.knobs.get("draft_n_min"))
         if values is None:
             return [min(DEFAULT_N_MIN, n_max)]
         return [int(v) for v in values if 0 <= int(v) <= n_max]
 
     def _n_min_name(self, space: Space, n_max: int) -> str:
-        full = encode.spec_values(space.search.knobs.get("draft_n_min"))
-        return encode.cut_name("draft_n_min", self._n_min_values(space, n_max), full, f"le{n_max}")
+        full = spec_values(space.search.knobs.get("draft_n_min"))
+        return cut_name("draft_n_min", self._n_min_values(space, n_max), full, f"le{n_max}")
 
     def _suggest_p_min(self, trial: optuna.trial.BaseTrial, space: Space) -> float:
         spec = space.search.knobs.get("draft_p_min")
@@ -238,7 +245,7 @@ class LlamaCppBackend(Backend):
         ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
         if space.search.methods:
             return self.tree.suggest(trial, space)
-        drafter, cuda_graph = encode.suggest_drafter(trial, space)
+        drafter, cuda_graph = suggest_drafter(trial, space)
         types = self._type_values(space, drafter)
         if not types:
             raise InfeasibleConfig(f"no spec_type of the space is one of {list(SPEC_TYPES)}")
@@ -249,13 +256,11 @@ class LlamaCppBackend(Backend):
         n_max_allowed = self._n_max_values(space)
         if not n_max_allowed:
             raise InfeasibleConfig("no draft_n_max value of the space is at least 1")
-        n_max = encode.suggest_int(trial, "draft_n_max", space.search.knobs.get("draft_n_max"), n_max_allowed)
+        n_max = suggest_int(trial, "draft_n_max", space.search.knobs.get("draft_n_max"), n_max_allowed)
         n_min_allowed = self._n_min_values(space, n_max)
         if not n_min_allowed:
             raise InfeasibleConfig(f"no draft_n_min value of the space lies in [0, draft_n_max={n_max}]")
-        n_min = encode.suggest_int(
-            trial, self._n_min_name(space, n_max), space.search.knobs.get("draft_n_min"), n_min_allowed
-        )
+        n_min = suggest_int(trial, self._n_min_name(space, n_max), space.search.knobs.get("draft_n_min"), n_min_allowed)
         p_min = self._suggest_p_min(trial, space)
         return TrialConfig.make(
             drafter, cuda_graph, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min
@@ -615,23 +620,23 @@ class LlamaCppBackend(Backend):
         if info.error is not None or not isinstance(timings, Mapping):
             return info
         figures = parse_timings(timings)
-        if figures["accept_length"] is None:
+        if figures.accept_length is None:
             return info
-        return dataclasses.replace(info, accept_length=figures["accept_length"])
+        return dataclasses.replace(info, accept_length=figures.accept_length)
 
     def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
         """Tokens per target forward pass between two /metrics scrapes (see the module docstring)."""
         d = metrics_delta(before, after)
-        if not d["drafts"]:
+        if not d.drafts:
             return None
-        if d["predicted"]:
-            length = accept_length(int(d["predicted"]), int(d["accepted"]))
+        if d.predicted:
+            length = accept_length(int(d.predicted), int(d.accepted))
             if length is not None:
                 return length
-        return 1.0 + d["accepted"] / d["drafts"]
+        return 1.0 + d.accepted / d.drafts
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
-        return llamacpp_stream.metrics_positions(before, after)  # the per-draft-position counter, where reported
+        return streams.metrics_positions(before, after)  # the per-draft-position counter, where reported
 
 
 def _fmt(v: Any) -> str:
@@ -648,18 +653,6 @@ __all__ = [
     "DRAFT_MODEL_TYPES",
     "KNOBS",
     "KNOB_DOMAINS",
-    "LLAMA_CPP_PYTHON_VERSION",
-    "NEW_SPELLING",
-    "OLD_SPELLING",
     "SPEC_TYPES",
     "LlamaCppBackend",
-    "accept_length",
-    "acceptance_rate",
-    "cache_dir",
-    "cached_server_path",
-    "find_llama_server",
-    "flag_spelling",
-    "help_flags",
-    "metrics_delta",
-    "parse_timings",
 ]

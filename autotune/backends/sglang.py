@@ -28,6 +28,11 @@ Benchmark requests go to SGLang's native ``/generate`` (SSE, cumulative text, ``
 the acceptance length per request. ``api: chat`` uses the OpenAI ``/v1/chat/completions`` endpoint instead
 (acceptance then unknown per request). A server launched with ``--incremental-streaming-output`` (in
 ``server.extra_args``) streams deltas instead of the text so far: ``chunk_parser(space)`` reads them so.
+
+Deploying an SGLang study: its ``server.extra_args`` in server-neutral terms (``portable_settings``, for another
+server's export) and a per-level schedule in SGLang's own form, the adaptive config file
+(``--speculative-adaptive-config``, ``adaptive_config``) and the steps an adaptive server starts at
+(``adaptive_initial_steps``).
 """
 
 from __future__ import annotations
@@ -36,36 +41,44 @@ import dataclasses
 import json
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from autotune import checks
-from autotune.backends import encode
 from autotune.backends.base import Backend, Portable, ScheduledLaunch, flag_value
-from autotune.backends.openai_stream import ChunkInfo, ChunkParser, _float_or_none, _int_or_none, parse_openai_chunk
-from autotune.backends.sglang_catalogue import ADAPTIVE_FILE, METHODS, feasibility_reason, tree_flags
-from autotune.backends.sglang_catalogue import _read_json as _read_config_json
-from autotune.backends.sglang_deploy import adaptive_config, adaptive_initial_steps, portable_settings
-from autotune.backends.sglang_flags import (
+from autotune.backends.methods import cut_name, int_values, suggest_drafter, suggest_int
+from autotune.backends.sglang_methods import (
+    ADAPTIVE_FILE,
     DECODE_MAX_BS_FLAG,
     LEGACY,
+    METHODS,
     OLD_MAX_BS_FLAG,
     PER_PHASE,
+    MethodTree,
     cuda_graph_max_bs_flag,
     cuda_graph_off_flags,
     cuda_graph_spelling,
     cuda_graph_state,
+    feasibility_reason,
     flag_spelling_from_help,
     max_bs_flag_from_help,
     run_help,
+    tree_flags,
 )
-from autotune.backends.sglang_methods import MethodTree
-from autotune.backends.sglang_stream import (
+from autotune.backends.sglang_methods import _read_json as _read_config_json
+from autotune.backends.streams import (
+    INCREMENTAL_OUTPUT_FLAG,
+    ChunkInfo,
+    ChunkParser,
+    _float_or_none,
+    _int_or_none,
     incremental_output,
     parse_generate_chunk,
     parse_generate_logprobs,
+    parse_openai_chunk,
 )
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
+from autotune.schedule import batch_ranges
 from autotune.servers import KnobDomain
 from autotune.space import Choices, ParamSpec, Prompt
 
@@ -73,6 +86,23 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.space import Space
+
+__all__ = [
+    "CLIENT_ONLY_FLAGS",
+    "KNOBS",
+    "KNOB_DOMAINS",
+    "PORTABLE_FLAGS",
+    "SGLangBackend",
+    "_LLAMA_LIKE_ARCHS",
+    "_LLAMA_LIKE_DEFAULT",
+    "_OTHER_DEFAULT",
+    "_spec_values",
+    "adaptive_config",
+    "adaptive_initial_steps",
+    "portable_settings",
+    "resolved_algorithm",
+]
+
 
 #: tree depth S, branching k, verified nodes N (the root counts, so N >= 2)
 KNOB_DOMAINS = {
@@ -89,7 +119,7 @@ _LLAMA_LIKE_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ImgGen", "Gro
 
 
 def _spec_values(spec: ParamSpec | None) -> list[int] | None:
-    return encode.int_values(spec, "SGLang")
+    return int_values(spec, "SGLang")
 
 
 def resolved_algorithm(space: Space, name: str) -> str:
@@ -182,28 +212,26 @@ class SGLangBackend(Backend):
     def _names(self, space: Space, steps: int, topk: int) -> tuple[str, str]:
         topk_full = _spec_values(self._knob_spec(space, "topk"))
         ndt_full = _spec_values(self._knob_spec(space, "num_draft_tokens"))
-        topk_name = encode.cut_name("topk", self._topk_values(space, steps), topk_full, f"s{steps}")
-        ndt_name = encode.cut_name(
-            "num_draft_tokens", self._ndt_values(space, steps, topk), ndt_full, f"s{steps}_k{topk}"
-        )
+        topk_name = cut_name("topk", self._topk_values(space, steps), topk_full, f"s{steps}")
+        ndt_name = cut_name("num_draft_tokens", self._ndt_values(space, steps, topk), ndt_full, f"s{steps}_k{topk}")
         return topk_name, ndt_name
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         if space.search.methods:
             return self.tree.suggest(trial, space)
-        drafter, cuda_graph = encode.suggest_drafter(trial, space)
+        drafter, cuda_graph = suggest_drafter(trial, space)
         steps_allowed = self._steps_values(space)
         if not steps_allowed:
             raise InfeasibleConfig("no feasible (num_steps, topk, num_draft_tokens) in the space")
-        steps = encode.suggest_int(trial, "num_steps", self._knob_spec(space, "num_steps"), steps_allowed)
+        steps = suggest_int(trial, "num_steps", self._knob_spec(space, "num_steps"), steps_allowed)
         topk_allowed = self._topk_values(space, steps)
         topk_name, _ = self._names(space, steps, 1)
-        topk = encode.suggest_int(trial, topk_name, self._knob_spec(space, "topk"), topk_allowed)
+        topk = suggest_int(trial, topk_name, self._knob_spec(space, "topk"), topk_allowed)
         if topk == 1:
             ndt = steps + 1
         else:
             _, ndt_name = self._names(space, steps, topk)
-            ndt = encode.suggest_int(
+            ndt = suggest_int(
                 trial,
                 ndt_name,
                 self._knob_spec(space, "num_draft_tokens"),
@@ -565,13 +593,63 @@ class SGLangBackend(Backend):
         return parse_deltas
 
 
-__all__ = [
-    "KNOBS",
-    "KNOB_DOMAINS",
-    "SGLangBackend",
-    "_LLAMA_LIKE_ARCHS",
-    "_LLAMA_LIKE_DEFAULT",
-    "_OTHER_DEFAULT",
-    "_spec_values",
-    "resolved_algorithm",
-]
+#: ``server.extra_args`` with a server-neutral meaning (``portable``): flag -> setting (True: a switch)
+PORTABLE_FLAGS: dict[str, str | Literal[True]] = {
+    "--tp-size": "tensor_parallel_size",
+    "--tp": "tensor_parallel_size",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "--pp-size": "pipeline_parallel_size",
+    "--pipeline-parallel-size": "pipeline_parallel_size",
+    "--dtype": "dtype",
+    "--context-length": "max_model_len",
+    "--trust-remote-code": True,
+}
+#: flags that only shape how autotune reads the stream: no meaning for a deployment elsewhere
+CLIENT_ONLY_FLAGS = (INCREMENTAL_OUTPUT_FLAG,)
+
+
+def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``server.extra_args`` as server-neutral settings (``PORTABLE_FLAGS``); ValueError naming the flags that have
+    none."""
+    out: dict[str, Any] = {}
+    unknown: list[str] = []
+    args = [str(a) for a in extra_args]
+    i = 0
+    while i < len(args):
+        flag, _, inline = args[i].partition("=")
+        setting = PORTABLE_FLAGS.get(flag)
+        if flag in CLIENT_ONLY_FLAGS:
+            i += 1
+        elif setting is True:
+            out[flag.lstrip("-").replace("-", "_")] = True
+            i += 1
+        elif setting is not None and (inline or i + 1 < len(args)):
+            out[setting] = inline or args[i + 1]
+            i += 1 if inline else 2
+        else:
+            unknown.append(args[i])
+            i += 1
+    if unknown:
+        raise ValueError(
+            f"server.extra_args {' '.join(unknown)}: no equivalent on another server known to autotune, so no "
+            "faithful translation"
+        )
+    return out
+
+
+def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, Any]:
+    """SGLang's ``--speculative-adaptive-config`` file: one entry per batch-size range of ``schedule.batch_ranges``,
+    keyed by the range's first batch size (an integer string), ``{"candidate_steps": [K]}`` with the schedule's
+    draft length there (0: no speculation). Format as SGLang 0.5.23 reads it (``speculative/adaptive_spec_params.py``,
+    ``_load_adaptive_config``: at least one integer-string key, each ``candidate_steps`` a non-empty list of
+    non-negative ints). SGLang routes a decode batch (padded up to a captured CUDA-graph size) to the entry with the
+    largest key not above it, and within an entry moves between its candidate steps by the acceptance it observes
+    (an EMA); one candidate per entry pins the measured draft length. Batches above the highest level use the last
+    entry."""
+    return {str(start): {"candidate_steps": [int(k)]} for start, _end, k in batch_ranges(schedule)}
+
+
+def adaptive_initial_steps(schedule: Mapping[str, Any]) -> int:
+    """The ``--speculative-num-steps`` to launch an adaptive SGLang server with: the first level's draft length
+    (SGLang refuses a value that is in no entry's ``candidate_steps``)."""
+    return int(schedule["levels"][0]["draft"])

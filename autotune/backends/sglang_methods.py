@@ -1,4 +1,12 @@
-"""SGLang's speculative methods as a searched choice (``search.methods``), with SGLang 0.5.23's resolution rules.
+"""SGLang's speculative methods and flags: the flag spelling by release, the method catalogue with SGLang 0.5.23's
+resolution rules, and the method tree over ``search.methods`` (``MethodTree``).
+
+Flags: which CUDA-graph flags a version takes, read from ``launch_server --help`` when the version is unknown, and
+the CUDA-graph state its server args report.
+
+The catalogue (``METHODS``: each method's algorithm, knobs and defaults) and its resolution rules (MTP availability,
+the adaptive config file and start steps, the EAGLE tree bound, the tree's flags), read from SGLang's
+``srt/arg_groups/`` and ``srt/speculative/adaptive_spec_params.py``.
 
 The catalogue (``METHODS``) and how each method becomes a launch, read from SGLang 0.5.23 (``srt/arg_groups/``
 ``fields/spec.py``, ``srt/arg_groups/speculative_hook.py``, ``srt/speculative/adaptive_spec_params.py``):
@@ -26,45 +34,400 @@ The catalogue (``METHODS``) and how each method becomes a launch, read from SGLa
   ``adaptive_spec_params.adaptive_unsupported_reason``, so adaptive stays on.
 
 Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (cut names as
-``autotune.backends.encode.cut_name`` makes them, prefixed by the method), through the one walk of
+``autotune.backends.cut_name`` makes them, prefixed by the method), through the one walk of
 ``autotune.backends.methods.MethodWalk`` for ``suggest`` and ``params``, so the two never disagree; this module
 adds SGLang's knobs of each method (``walk_knobs``) and their resolution (``resolve_knobs``).
-
-The catalogue and its resolution rules live in ``autotune.backends.sglang_catalogue``; this module is the tree
-walk (``MethodTree``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import signal
+import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends import encode
-from autotune.backends.methods import METHOD_KNOB, MethodWalk, param_name
-from autotune.backends.sglang_catalogue import (
-    _STANDALONE_DEFAULT,
-    _TREE,
-    ADAPTIVE_FILE,
-    ADAPTIVE_METHODS,
-    ALGORITHMS,
-    MATCH_TYPES,
-    METHODS,
-    NGRAM_FLAGS,
-    REPORTED,
-    adaptive_file,
-    adaptive_start,
-    feasibility_reason,
-    mtp_unavailable,
-    parse_steps,
-    tree_flags,
-)
+from autotune.backends.methods import METHOD_KNOB, MethodWalk, cut_name, param_name, spec_values
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
+from autotune.servers import KnobDomain, Method
 
 if TYPE_CHECKING:
+    pass
     from autotune.space import Space
+
+__all__ = [
+    "ADAPTIVE_FILE",
+    "ADAPTIVE_METHODS",
+    "ALGORITHMS",
+    "DECODE_MAX_BS_FLAG",
+    "DEFAULT_ADAPTIVE_CONFIG",
+    "DEFAULT_VERSION",
+    "LEGACY",
+    "MATCH_TYPES",
+    "METHODS",
+    "MTP_ARCHITECTURES",
+    "MethodTree",
+    "NGRAM_DEFAULTS",
+    "NGRAM_FLAGS",
+    "OLD_MAX_BS_FLAG",
+    "PER_PHASE",
+    "REPORTED",
+    "adaptive_file",
+    "adaptive_start",
+    "cuda_graph_max_bs_flag",
+    "cuda_graph_off_flags",
+    "cuda_graph_spelling",
+    "cuda_graph_state",
+    "feasibility_reason",
+    "flag_spelling_from_help",
+    "max_bs_flag_from_help",
+    "mtp_unavailable",
+    "parse_steps",
+    "parse_version",
+    "run_help",
+    "tree_bound",
+    "tree_flags",
+]
+
+
+#: the SGLang release targeted when the space does not name one
+DEFAULT_VERSION = "0.5.23"
+#: the first release written with the per-phase CUDA-graph flags: SGLang 0.5.23's server_args.py registers
+#: ``--disable-cuda-graph`` as a ``DeprecatedStoreTrueAction`` (it warns "'--disable-cuda-graph' is deprecated and will
+#: be removed in a future release. Use '--cuda-graph-backend-{decode,prefill}=disabled' instead."), while
+#: ``--disable-decode-cuda-graph`` / ``--disable-prefill-cuda-graph`` are current ("Convenience for
+#: --cuda-graph-backend-{decode,prefill}=disabled", arg_groups/fields/exec_.py). Older releases keep the legacy flag
+#: (not read here; a space without ``server.version`` is probed with ``--help``).
+_FIRST_PER_PHASE_CUDA_GRAPH_FLAGS = (0, 5, 23)
+
+#: the first release with ``--cuda-graph-max-bs-decode`` (read from the wheels: 0.5.13 knows only
+#: ``--cuda-graph-max-bs``; 0.5.14-0.5.19 keep that as a deprecated alias; 0.5.20 dropped it, so argparse's prefix
+#: matching makes it "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode,
+#: --cuda-graph-max-bs-prefill")
+_FIRST_PER_PHASE_MAX_BS = (0, 5, 14)
+OLD_MAX_BS_FLAG = "--cuda-graph-max-bs"
+DECODE_MAX_BS_FLAG = "--cuda-graph-max-bs-decode"
+
+LEGACY = "legacy"  # --disable-cuda-graph
+PER_PHASE = "per-phase"  # --disable-decode-cuda-graph --disable-prefill-cuda-graph
+
+
+def parse_version(version: str) -> tuple[int, ...]:
+    """``"0.5.23.post1"`` -> ``(0, 5, 23)``; leading numeric components only."""
+    parts: list[int] = []
+    for piece in version.strip().lstrip("vV").split("."):
+        m = re.match(r"\d+", piece)
+        if not m:
+            break
+        parts.append(int(m.group()))
+        if m.end() != len(piece):
+            break
+    if not parts:
+        raise ValueError(f"not a version: {version!r}")
+    return tuple(parts)
+
+
+def cuda_graph_spelling(version: str | None) -> str:
+    """How to turn CUDA graphs off for SGLang ``version``: ``LEGACY`` before 0.5.23, ``PER_PHASE`` from 0.5.23 on
+    (where ``--disable-cuda-graph`` is deprecated)."""
+    v = parse_version(version or DEFAULT_VERSION)
+    return LEGACY if v < _FIRST_PER_PHASE_CUDA_GRAPH_FLAGS else PER_PHASE
+
+
+def cuda_graph_max_bs_flag(version: str | None) -> str:
+    """The flag capping the decode CUDA-graph batch size for SGLang ``version`` (``DEFAULT_VERSION`` when None):
+    ``--cuda-graph-max-bs-decode`` from 0.5.14 on, ``--cuda-graph-max-bs`` before."""
+    v = parse_version(version or DEFAULT_VERSION)
+    return DECODE_MAX_BS_FLAG if v >= _FIRST_PER_PHASE_MAX_BS else OLD_MAX_BS_FLAG
+
+
+def max_bs_flag_from_help(text: str) -> str | None:
+    """The CUDA-graph max-batch-size flag named in ``launch_server --help`` output (None: can't tell)."""
+    if re.search(r"--cuda-graph-max-bs-decode\b", text):
+        return DECODE_MAX_BS_FLAG
+    if re.search(r"--cuda-graph-max-bs(?![-\w])", text):
+        return OLD_MAX_BS_FLAG
+    return None
+
+
+def flag_spelling_from_help(text: str) -> str | None:
+    """Decide the CUDA-graph flag spelling from ``launch_server --help`` output (None: can't tell)."""
+    if re.search(r"--disable-decode-cuda-graph\b", text):
+        return PER_PHASE
+    if re.search(r"--disable-cuda-graph\b", text):
+        return LEGACY
+    return None
+
+
+def cuda_graph_off_flags(spelling: str) -> list[str]:
+    if spelling == LEGACY:
+        return ["--disable-cuda-graph"]
+    if spelling == PER_PHASE:
+        return ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
+    raise ValueError(f"unknown CUDA-graph flag spelling {spelling!r}")
+
+
+def run_help(argv: list[str], *, timeout_s: float) -> str | None:
+    """stdout+stderr of ``argv`` (a ``--help`` command), or None when it can't run or overruns ``timeout_s``."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return out.decode("utf-8", "replace")
+
+
+def cuda_graph_state(info: Mapping[str, Any]) -> bool | None:
+    """Whether the server runs with CUDA graphs, from its server args (None: they do not say)."""
+    keys = ("disable_cuda_graph", "disable_decode_cuda_graph", "disable_prefill_cuda_graph")
+    seen = [bool(info[k]) for k in keys if k in info and info[k] is not None]
+    backend = info.get("cuda_graph_backend_decode")
+    if backend is not None:
+        seen.append(str(backend).lower() == "disabled")
+    if not seen:
+        return None
+    return not any(seen)
+
+
+#: target architectures whose draft path SGLang 0.5.23 defaults to the target (their MTP/NextN layers):
+#: ``_handle_eagle_family`` in ``arg_groups/speculative_hook.py``
+MTP_ARCHITECTURES = (
+    "DeepseekV32ForCausalLM",
+    "DeepseekV3ForCausalLM",
+    "DeepseekV4ForCausalLM",
+    "Glm4MoeForCausalLM",
+    "Glm4MoeLiteForCausalLM",
+    "GlmMoeDsaForCausalLM",
+    "BailingMoeForCausalLM",
+    "BailingMoeV2ForCausalLM",
+    "BailingMoeV2_5ForCausalLM",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "HYV3ForCausalLM",
+    "HYV4ForCausalLM",
+    "Qwen4ExpForConditionalGeneration",
+)
+
+_TREE = {
+    "num_steps": KnobDomain("int", 1),
+    "topk": KnobDomain("int", 1),
+    "num_draft_tokens": KnobDomain("int", 2),
+}
+#: SGLang's n-gram defaults (``fields/spec.py``; 12 draft tokens from ``_handle_ngram``)
+NGRAM_DEFAULTS: dict[str, Any] = {
+    "num_draft_tokens": 12,
+    "min_bfs_breadth": 1,
+    "max_bfs_breadth": 10,
+    "match_type": "BFS",
+    "max_trie_depth": 18,
+}
+NGRAM_FLAGS = {
+    "min_bfs_breadth": "--speculative-ngram-min-bfs-breadth",
+    "max_bfs_breadth": "--speculative-ngram-max-bfs-breadth",
+    "match_type": "--speculative-ngram-match-type",
+    "max_trie_depth": "--speculative-ngram-max-trie-depth",
+}
+MATCH_TYPES = ("BFS", "PROB")
+#: SGLang 0.5.23's ``DEFAULT_ADAPTIVE_CONFIG`` (``speculative/adaptive_spec_params.py``)
+DEFAULT_ADAPTIVE_CONFIG: dict[str, dict[str, Any]] = {
+    "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0},
+    "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+    "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+    "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+}
+ADAPTIVE_FILE = "adaptive.json"
+
+_ADAPTIVE_SINCE_NOTE = (
+    " (assumed: 0.5.23 is the earliest SGLang release whose source autotune was checked against; "
+    "older releases may lack --speculative-adaptive)"
+)
+
+_ADAPTIVE_KNOBS = {
+    "candidate_steps": KnobDomain("str"),
+    "up_hysteresis": KnobDomain("float"),
+    "down_hysteresis": KnobDomain("float"),
+}
+_ADAPTIVE_DEFAULTS: dict[str, Any] = {"candidate_steps": "1,3,5,7", "up_hysteresis": 0.0, "down_hysteresis": -0.25}
+
+METHODS: dict[str, Method] = {
+    "eagle": Method("eagle", "EAGLE", True, _TREE, drafter_kind="an EAGLE head"),
+    "eagle3": Method("eagle3", "EAGLE-3", True, _TREE, drafter_kind="an EAGLE-3 head"),
+    "mtp": Method("mtp", "MTP", False, _TREE),
+    "standalone": Method("standalone", "draft model", True, _TREE, drafter_kind="a small draft model"),
+    "ngram": Method(
+        "ngram",
+        "n-gram",
+        False,
+        {
+            "num_draft_tokens": KnobDomain("int", 2),
+            "min_bfs_breadth": KnobDomain("int", 1),
+            "max_bfs_breadth": KnobDomain("int", 1),
+            "match_type": KnobDomain("str"),
+            "max_trie_depth": KnobDomain("int", 1),
+        },
+        defaults=NGRAM_DEFAULTS,
+    ),
+    "adaptive": Method(
+        "adaptive",
+        "adaptive",
+        True,
+        _ADAPTIVE_KNOBS,
+        defaults=_ADAPTIVE_DEFAULTS,
+        adaptive=True,
+        since="0.5.23",
+        since_note=_ADAPTIVE_SINCE_NOTE,
+        drafter_kind="an EAGLE or EAGLE-3 head",
+    ),
+    # NEXTN (the target's MTP layers) under --speculative-adaptive: SGLang 0.5.23 resolves NEXTN to EAGLE
+    # (``speculative_hook._resolve_speculative_algorithm_alias``, called in ``handle_speculative_decoding``) before
+    # its adaptive check (``adaptive_spec_params.adaptive_unsupported_reason``: EAGLE/EAGLE3 at topk 1), so it keeps
+    # adaptive on; tests/servers/test_sglang_parser.py checks it with SGLang's own code (spaces/methods-mtp.yaml)
+    "adaptive-mtp": Method(
+        "adaptive-mtp",
+        "adaptive MTP",
+        False,
+        _ADAPTIVE_KNOBS,
+        defaults=_ADAPTIVE_DEFAULTS,
+        adaptive=True,
+        adapts="mtp",
+        since="0.5.23",
+        since_note=_ADAPTIVE_SINCE_NOTE,
+    ),
+}
+#: the methods that run SGLang's adaptive mode
+ADAPTIVE_METHODS = ("adaptive", "adaptive-mtp")
+#: ``--speculative-algorithm`` of each method (adaptive: the drafter's own, EAGLE or EAGLE3)
+ALGORITHMS = {
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE3",
+    "mtp": "NEXTN",
+    "standalone": "STANDALONE",
+    "ngram": "NGRAM",
+    "adaptive-mtp": "NEXTN",
+}
+#: what /server_info reports as the algorithm after SGLang's alias resolution
+REPORTED = {"NEXTN": "EAGLE"}
+_STANDALONE_DEFAULT = (3, 1, 4)
+
+
+def _read_json(path: str | Path) -> dict[str, Any] | None:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        with p.open(encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def mtp_unavailable(model_path: str) -> str | None:
+    """Why the target at ``model_path`` has no MTP layers SGLang would run (None: it has, or its config.json is not
+    readable here, e.g. a hub id: then the server decides)."""
+    cfg = _read_json(model_path) if model_path else None
+    if cfg is None:
+        return None
+    archs = [str(a) for a in cfg.get("architectures") or ()]
+    if not any(a in MTP_ARCHITECTURES for a in archs):
+        return (
+            f"MTP not available for this target: {', '.join(archs) or 'its architecture'} is not one SGLang runs "
+            "MTP layers for (the draft path defaults to the target only for DeepSeek-V3-style, GLM-4 MoE, ... "
+            "architectures)"
+        )
+    layers = cfg.get("num_nextn_predict_layers")
+    if not isinstance(layers, int) or layers < 1:
+        return f"MTP not available for this target: its config.json has num_nextn_predict_layers {layers!r}"
+    return None
+
+
+def parse_steps(text: Any) -> list[int] | None:
+    """``"1,3,5,7"`` -> [1, 3, 5, 7] (sorted, distinct, non-negative, one positive at least); None when invalid."""
+    try:
+        steps = sorted({int(x) for x in str(text).split(",") if x.strip() != ""})
+    except ValueError:
+        return None
+    if not steps or steps[0] < 0 or steps[-1] < 1:
+        return None
+    return steps
+
+
+def adaptive_file(config: TrialConfig) -> dict[str, Any]:
+    """The ``--speculative-adaptive-config`` JSON of an adaptive config: SGLang's default with the batch-size-1
+    slot's candidate steps and hysteresis from the config's knobs."""
+    steps = parse_steps(config.knob("candidate_steps")) or [1, 3, 5, 7]
+    out: dict[str, Any] = json.loads(json.dumps(DEFAULT_ADAPTIVE_CONFIG))
+    out["1"].update(
+        candidate_steps=steps,
+        up_hysteresis=float(config.knob("up_hysteresis", 0.0)),
+        down_hysteresis=float(config.knob("down_hysteresis", -0.25)),
+    )
+    return out
+
+
+def adaptive_start(config: TrialConfig) -> int:
+    """SGLang's start steps: the middle of the union of every slot's candidate steps (``_init_adaptive_...``)."""
+    union: set[int] = set()
+    for key, entry in adaptive_file(config).items():
+        if key.isdigit():
+            union.update(entry["candidate_steps"])
+    ordered = sorted(union)
+    return ordered[len(ordered) // 2]
+
+
+def tree_bound(num_steps: int, topk: int) -> int:
+    """The largest feasible ``num_draft_tokens`` at (steps, topk): candidates + the root."""
+    return topk + (num_steps - 1) * topk * topk + 1
+
+
+def tree_flags(algorithm: str, draft_path: str | None, config: TrialConfig) -> list[str]:
+    """``--speculative-algorithm`` and the draft path (when there is one), then the three tree knobs of a resolved
+    config (all three always passed: SGLang picks its own for any left out)."""
+    out = ["--speculative-algorithm", algorithm]
+    if draft_path is not None:
+        out += ["--speculative-draft-model-path", draft_path]
+    for knob, flag in (
+        ("num_steps", "--speculative-num-steps"),
+        ("topk", "--speculative-eagle-topk"),
+        ("num_draft_tokens", "--speculative-num-draft-tokens"),
+    ):
+        out += [flag, str(config.knob(knob))]
+    return out
+
+
+def feasibility_reason(num_steps: int, topk: int, num_draft_tokens: int) -> str | None:
+    """Why (S, k, N) cannot run (None: it can). Assumes N already forced to S+1 when k == 1."""
+    if num_steps < 1:
+        return f"num_steps must be at least 1 but got {num_steps}"
+    if topk < 1:
+        return f"topk must be at least 1 but got {topk}"
+    if num_draft_tokens < 2:
+        return f"num_draft_tokens must be at least 2 but got {num_draft_tokens}"
+    bound = tree_bound(num_steps, topk)
+    if num_draft_tokens > bound:
+        return (
+            f"num_draft_tokens={num_draft_tokens} exceeds the draft tree: topk + (num_steps-1)*topk^2 = "
+            f"{bound - 1} candidates (+1 root) at num_steps={num_steps}, topk={topk}"
+        )
+    return None
 
 
 # -- the tree walk, shared by suggest (Optuna) and params (replay) ----------------------------------------------
@@ -106,7 +469,7 @@ class MethodTree(MethodWalk):
         return self._walk_tree(ask, space, method)
 
     def _values(self, space: Space, method: str, knob: str) -> list[Any]:
-        return encode.spec_values(self.spec(space, method, knob)) or []
+        return spec_values(self.spec(space, method, knob)) or []
 
     def _ndt(self, space: Space, method: str, s: int, k: int) -> list[int]:
         return [int(n) for n in self._values(space, method, "num_draft_tokens") if feasibility_reason(s, k, n) is None]
@@ -126,14 +489,12 @@ class MethodTree(MethodWalk):
         spec = {k: self.spec(space, method, k) for k in _TREE}
         s = ask.int("num_steps", param_name(method, "num_steps"), spec["num_steps"], steps_allowed)
         topk_allowed = self._topk(space, method, s)
-        topk_name = encode.cut_name("topk", topk_allowed, encode.spec_values(spec["topk"]), f"s{s}")
+        topk_name = cut_name("topk", topk_allowed, spec_values(spec["topk"]), f"s{s}")
         k = ask.int("topk", param_name(method, topk_name), spec["topk"], topk_allowed)
         if k == 1:
             return {"num_steps": s, "topk": 1, "num_draft_tokens": s + 1}
         ndt_allowed = self._ndt(space, method, s, k)
-        ndt_name = encode.cut_name(
-            "num_draft_tokens", ndt_allowed, encode.spec_values(spec["num_draft_tokens"]), f"s{s}_k{k}"
-        )
+        ndt_name = cut_name("num_draft_tokens", ndt_allowed, spec_values(spec["num_draft_tokens"]), f"s{s}_k{k}")
         n = ask.int("num_draft_tokens", param_name(method, ndt_name), spec["num_draft_tokens"], ndt_allowed)
         return {"num_steps": s, "topk": k, "num_draft_tokens": n}
 
@@ -152,7 +513,7 @@ class MethodTree(MethodWalk):
             raise InfeasibleConfig("no n-gram BFS breadth with min_bfs_breadth <= max_bfs_breadth")
         b = ask.int("max_bfs_breadth", param_name(method, "max_bfs_breadth"), spec["max_bfs_breadth"], widest)
         mins_ok = [m for m in mins if m <= b]
-        min_name = encode.cut_name("min_bfs_breadth", mins_ok, encode.spec_values(spec["min_bfs_breadth"]), f"b{b}")
+        min_name = cut_name("min_bfs_breadth", mins_ok, spec_values(spec["min_bfs_breadth"]), f"b{b}")
         out["min_bfs_breadth"] = ask.int(
             "min_bfs_breadth", param_name(method, min_name), spec["min_bfs_breadth"], mins_ok
         )
@@ -278,7 +639,7 @@ class MethodTree(MethodWalk):
             knobs: dict[str, Any] = {}
             if method == "ngram" or method in ADAPTIVE_METHODS:
                 for k in METHODS[method].knobs:
-                    vals = encode.spec_values(self.spec(space, method, k))
+                    vals = spec_values(self.spec(space, method, k))
                     d = self.default(space, method, k)
                     knobs[k] = nearest(vals, d) if vals else d
                 if method == "ngram" and knobs["min_bfs_breadth"] > knobs["max_bfs_breadth"]:
@@ -307,12 +668,12 @@ class MethodTree(MethodWalk):
         out: list[TrialConfig] = []
         for method in self.available(space):
             specs = {k: self.spec(space, method, k) for k in METHODS[method].knobs}
-            if any(encode.spec_values(sp) is None for sp in specs.values()):
+            if any(spec_values(sp) is None for sp in specs.values()):
                 return None
             drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
             points: list[dict[str, Any]] = []
             if method == "ngram":
-                v = {k: encode.spec_values(specs[k]) or [] for k in specs}
+                v = {k: spec_values(specs[k]) or [] for k in specs}
                 for n in v["num_draft_tokens"]:
                     for b in v["max_bfs_breadth"]:
                         for lo in v["min_bfs_breadth"]:
@@ -329,7 +690,7 @@ class MethodTree(MethodWalk):
                                             )
                                         )
             elif method in ADAPTIVE_METHODS:
-                v = {k: encode.spec_values(specs[k]) or [] for k in specs}
+                v = {k: spec_values(specs[k]) or [] for k in specs}
                 for c in v["candidate_steps"]:
                     for up in v["up_hysteresis"]:
                         for down in v["down_hysteresis"]:
@@ -400,8 +761,3 @@ class MethodTree(MethodWalk):
         if not adaptive and effective.get("speculative_adaptive"):
             problems.append(f"method {method} launched static but the server runs adaptive")
         return problems
-
-
-__all__ = [
-    "MethodTree",
-]

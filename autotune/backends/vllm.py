@@ -36,13 +36,17 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import checks
 from autotune.acceptance import AcceptPositions
-from autotune.backends import encode
 from autotune.backends.base import Backend, Portable, ScheduledLaunch
-from autotune.backends.openai_stream import _int_or_none
-from autotune.backends.prometheus import metric_total, per_position_deltas
-from autotune.backends.vllm_drafters import architecture_problem
+from autotune.backends.methods import cut_name, int_values, suggest_drafter, suggest_int
+from autotune.backends.streams import _int_or_none, metric_total, per_position_deltas
 from autotune.backends.vllm_methods import METHODS as METHOD_CATALOGUE
-from autotune.backends.vllm_methods import PER_BATCH_SIZE_SINCE, SINCE, VLLMMethods, mtp_unavailable
+from autotune.backends.vllm_methods import (
+    PER_BATCH_SIZE_SINCE,
+    SINCE,
+    VLLMMethods,
+    architecture_problem,
+    mtp_unavailable,
+)
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.schedule import batch_ranges
@@ -153,13 +157,13 @@ class VLLMBackend(Backend):
     def _method_name(self, space: Space, drafter: str) -> str:
         spec = space.search.knobs.get("method")
         full = [str(v) for v in spec.values] if isinstance(spec, Choices) else []
-        return encode.cut_name("method", self._methods_for(space, drafter), full, drafter)
+        return cut_name("method", self._methods_for(space, drafter), full, drafter)
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         if space.search.methods:
             return self.tree.suggest(trial, space)
         drafters = [d for d in space.searched_drafters() if self._methods_for(space, d)]
-        drafter, cuda_graph = encode.suggest_drafter(trial, space, drafters)
+        drafter, cuda_graph = suggest_drafter(trial, space, drafters)
         methods = self._methods_for(space, drafter)
         if "method" in space.search.knobs:
             method = str(trial.suggest_categorical(self._method_name(space, drafter), methods))
@@ -169,9 +173,9 @@ class VLLMBackend(Backend):
         if spec is None:
             k = 3
         else:
-            allowed = [v for v in encode.int_values(spec, self.display_name) or [] if v >= 1]
+            allowed = [v for v in int_values(spec, self.display_name) or [] if v >= 1]
             # a linear scale even for a log range, as this backend has always drawn it
-            k = encode.suggest_int(trial, "num_speculative_tokens", spec, allowed, log=False)
+            k = suggest_int(trial, "num_speculative_tokens", spec, allowed, log=False)
         return TrialConfig.make(drafter, cuda_graph, method=method, num_speculative_tokens=k)
 
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
@@ -190,7 +194,8 @@ class VLLMBackend(Backend):
 
     def check_drafters(self, space: Space) -> list[checks.Problem]:
         """The checkpoint checks, and each searched drafter's architectures against what vLLM 0.33.0 loads under
-        the method it would run with (``vllm_drafters``): a refused one is an error (nothing is launched)."""
+        the method it would run with (``vllm_methods.architecture_problem``): a refused one is an error (nothing is
+        launched)."""
         problems = super().check_drafters(space)
         refused = {p.drafter for p in problems if p.is_error}  # one error a drafter: the checkpoint's first
         for i, d in enumerate(space.drafters):

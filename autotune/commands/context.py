@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from autotune.checks import Problem
-    from autotune.clock import Clock
-    from autotune.runner import Runner
+    from autotune.seam import Clock, Runner
     from autotune.slots import Slot
 
 #: where a command's messages go while it runs (the CLI: one line to stderr)
@@ -104,14 +103,14 @@ class Context:
 
             space, log_dir = slot_space(space, slot), log_dir / slot.name
         if self.simulated and self.args.in_process:
-            from autotune.clock import VirtualClock
+            from autotune.seam import VirtualClock
             from autotune.sim.runner import ModelRunner
 
             virtual = VirtualClock()
             # the files a start reads (an adaptive config) kept beside the study, a folder per start
             return ModelRunner(space, self.backend, virtual, seed=seed, files_dir=log_dir), virtual
-        from autotune.clock import MonotonicClock
         from autotune.process import ProcessRunner
+        from autotune.seam import MonotonicClock
 
         sim = self.space.simulate
         clock = MonotonicClock()
@@ -169,11 +168,11 @@ class Context:
 
 
 def launcher_problems(ctx: Context) -> list[Problem]:
-    """The server's launcher on this machine (``backends.registry.check_launcher``: an error when it is missing);
+    """The server's launcher on this machine (``backends.check_launcher``: an error when it is missing);
     none with ``--simulate``, whose launcher is this interpreter (and none at all in-process)."""
     if ctx.simulated:
         return []
-    from autotune.backends.registry import check_launcher
+    from autotune.backends import check_launcher
 
     return check_launcher(ctx.run_space, ctx.backend)
 

@@ -68,7 +68,7 @@ def validate(ctx: Context, *, stand_ins: bool = True) -> list[Any]:
     """The static drafter/target checks (``checks.Problem`` list) and the server's launcher on this machine
     (``launcher_problems``; not with ``--simulate``); with ``--simulate`` they read the simulator's stand-ins, and
     ``stand_ins`` adds a warning for each real path not on this machine (``check_stand_ins``)."""
-    from autotune.backends.registry import check_space
+    from autotune.backends import check_space
     from autotune.checks import check_stand_ins
 
     problems = check_space(ctx.run_space, ctx.backend) + launcher_problems(ctx) + traffic_problems(ctx.space)
@@ -129,7 +129,7 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
     from autotune.errors import UserError, ValidationFailed
     from autotune.plan import render as render_plan
     from autotune.records import set_study_n_trials
-    from autotune.study.runlock import run_lock
+    from autotune.study.storage import run_lock
 
     args = ctx.args
     if args.n_trials is not None and args.n_trials < 1:
@@ -176,7 +176,7 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
 
 def _new_sqlite_file(url: str) -> Path | None:
     """The SQLite file of ``url`` when this run is about to create it (else None)."""
-    from autotune.study.runlock import sqlite_path
+    from autotune.study.storage import sqlite_path
 
     path = sqlite_path(url)
     return path if path is not None and not path.exists() else None
@@ -267,7 +267,7 @@ def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_t
 def _confirm_after_workers(ctx: Context, study: Any, runner: Any, clock: Any, listener: Any, note: Note) -> None:
     """The confirmation, once, after the trials of every worker of a shared study ended (bounded wait)."""
     from autotune import study as st
-    from autotune.study.waiting import trial_limit_s
+    from autotune.study.context import trial_limit_s
 
     orch = st.Orchestrator(ctx.run_space, ctx.backend, runner, study, clock=clock, listener=listener)
     still = wait_for_trials(study, trial_limit_s(orch.ctx))
@@ -324,8 +324,7 @@ def run_confirm(ctx: Context, *, note: Note) -> StudyResult:
     from autotune.records import reopen_confirmation
     from autotune.report import build_report
     from autotune.study import Orchestrator
-    from autotune.study.runlock import run_lock
-    from autotune.study.storage import check_resume
+    from autotune.study.storage import check_resume, run_lock
 
     study = ctx.open_study(create=False)
     check_resume(study, ctx.space, ctx.storage_url)  # confirming under another space would deploy outside it
@@ -391,7 +390,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
             [p["seconds"] for r in recs for p in r.prompts if p.get("seconds")],
         )
     if costs is None and ctx.simulated:
-        from autotune.sim.costs import costs as sim_costs
+        from autotune.sim.runner import costs as sim_costs
 
         costs = sim_costs(space, ctx.backend)
     from autotune.slots import gpus_needed
@@ -479,7 +478,7 @@ def progress(ctx: Context, study: Any) -> Progress | None:
     """None for a finished study (its confirmation done, no autotune running it); else who runs it (the run lock,
     ``runlock.running``), its trials and how far its confirmation got (the study attr ``confirmation``)."""
     from autotune.records import confirmation
-    from autotune.study.runlock import running
+    from autotune.study.storage import running
 
     holder = running(ctx.storage_url, ctx.study_name)
     conf = confirmation(study)

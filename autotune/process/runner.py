@@ -1,4 +1,4 @@
-"""``ProcessRunner``: one real server process per trial, behind the ``Runner`` seam (``autotune.runner``).
+"""``ProcessRunner``: one real server process per trial, behind the ``Runner`` seam (``autotune.seam``).
 
 ``launch(config)``: the backend resolves the config unless it is an ``EffectiveConfig`` already (an infeasible one
 raises ``InfeasibleConfig``, nothing starts) and builds the argv list, environment and files (``Backend.files``,
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, TypeVar
 from autotune._io import atomic_write
 from autotune.backends.base import Backend
 from autotune.client import BenchmarkClient
-from autotune.clock import Clock, MonotonicClock
 from autotune.config import (
     EffectiveConfig,
     LaunchInfo,
@@ -40,9 +39,9 @@ from autotune.config import (
     level_requests,
 )
 from autotune.errors import BenchmarkError, LaunchError, ServerDied, StartupTimeout
-from autotune.process.server import ServerProcess, url_host
-from autotune.process.tree import PidRecord, reap_leftovers
+from autotune.process.server import PidRecord, ServerProcess, reap_leftovers, url_host
 from autotune.redact import redact_env
+from autotune.seam import Clock, MonotonicClock
 from autotune.space import Space
 
 if TYPE_CHECKING:

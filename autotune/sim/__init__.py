@@ -3,6 +3,8 @@
 
 ``simulated_space(space)`` points a space at a scenario's stand-in checkpoints and at the simulator's launcher, so
 everything downstream (checks, argv, process supervision, the HTTP client) runs unchanged.
+
+``FIELD_REPORT_PROMPTS``: the field report's benchmark prompts (5 fixed prompts, max_tokens 1024, temperature 0).
 """
 
 from __future__ import annotations
@@ -11,9 +13,7 @@ import dataclasses
 import sys
 
 from autotune.errors import SpaceError
-from autotune.sim.args import ENGINES, ResolvedArgs
-from autotune.sim.faults import SimLaunchError
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
+from autotune.sim.launch import ENGINES, ResolvedArgs, SimLaunchError, parse_launch_args
 from autotune.sim.runner import ModelRunner
 from autotune.sim.scenario import (
     Scenario,
@@ -24,8 +24,25 @@ from autotune.sim.scenario import (
     scenario_loader,
     scenario_names,
 )
-from autotune.sim.vllm_args import parse_launch_args
 from autotune.space import SimulateSpec, Space
+
+__all__ = [
+    "FIELD_REPORT_PROMPTS",
+    "ModelRunner",
+    "PLAYED_BACKENDS",
+    "ResolvedArgs",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioLoader",
+    "SimLaunchError",
+    "load_scenario",
+    "parse_launch_args",
+    "read_scenario",
+    "scenario_loader",
+    "scenario_names",
+    "sim_launcher",
+    "simulated_space",
+]
 
 
 def sim_launcher(spec: SimulateSpec, engine: str = "sglang") -> tuple[str, ...]:
@@ -86,20 +103,11 @@ def simulated_space(space: Space, *, scenarios: ScenarioLoader = load_scenario, 
     return dataclasses.replace(space, server=server, drafters=tuple(drafters), simulate=spec)
 
 
-__all__ = [
-    "FIELD_REPORT_PROMPTS",
-    "PLAYED_BACKENDS",
-    "ModelRunner",
-    "ResolvedArgs",
-    "Scenario",
-    "ScenarioError",
-    "ScenarioLoader",
-    "SimLaunchError",
-    "load_scenario",
-    "parse_launch_args",
-    "read_scenario",
-    "scenario_loader",
-    "scenario_names",
-    "sim_launcher",
-    "simulated_space",
-]
+#: (id, text): general relativity; merge sort (code); climate change; photosynthesis; ML vs traditional programming
+FIELD_REPORT_PROMPTS: tuple[tuple[str, str], ...] = (
+    ("relativity", "Explain the theory of general relativity in simple terms."),
+    ("merge-sort", "Write a Python function that implements merge sort, and explain how it works."),
+    ("climate", "What are the main causes and consequences of climate change?"),
+    ("photosynthesis", "Describe the process of photosynthesis in detail."),
+    ("ml-vs-programming", "How does machine learning differ from traditional programming?"),
+)

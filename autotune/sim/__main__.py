@@ -9,7 +9,7 @@ from autotune.sim.server import main
 
 if __name__ == "__main__":
     if any(a in ("-h", "--help") for a in sys.argv[1:]):
-        from autotune.sim.args import usage
+        from autotune.sim.launch import usage
 
         print(usage())
         sys.exit(0)

@@ -26,9 +26,8 @@ from autotune.sim.acceptance import (
     start_factor,
 )
 from autotune.sim.adaptive import AdaptiveController, expected_adaptive_request_ms, t_cycle_adaptive
-from autotune.sim.args import ResolvedArgs
 from autotune.sim.batch import Batcher, Seq
-from autotune.sim.faults import SimLaunchError
+from autotune.sim.launch import ResolvedArgs, SimLaunchError
 from autotune.sim.method_models import ngram_shape
 from autotune.sim.text import Answer, divergence_point, near_tie_position
 from autotune.sim.timing import (

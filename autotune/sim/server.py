@@ -1,5 +1,5 @@
 """The simulated server: a real HTTP process with SGLang's endpoints, logs and timing, or vLLM's endpoints and
-Prometheus counters (``--engine vllm``: ``autotune.sim.vllm_args``).
+Prometheus counters (``--engine vllm``: ``autotune.sim.launch``).
 
 ``python -m autotune.sim --scenario NAME [--time-scale X] [--seed N] [--fault F] [SGLang flags...]``
 ``python -m autotune.sim --engine vllm --scenario NAME [...] MODEL [vllm serve flags...]``
@@ -7,6 +7,22 @@ Prometheus counters (``--engine vllm``: ``autotune.sim.vllm_args``).
 Everything it serves comes from ``SimEngine`` (the same model the in-process ModelRunner uses). Wall-clock times are
 hardware times divided by ``--time-scale``. Streamed chunks carry every token a round accepted, sent at the round's
 time measured against a monotonic deadline, so sleeps do not accumulate error.
+
+Log-probabilities on the wire: what a request asks for, and the three answer formats the simulator serves.
+
+- SGLang native ``/generate``: ``return_logprob``, ``top_logprobs_num``, ``return_text_in_logprobs`` ->
+  ``meta_info.output_token_logprobs`` ``[[logprob, token_id, text], ...]`` and ``meta_info.output_top_logprobs``
+  (one list of such triples per token; only when ``top_logprobs_num`` > 0). ``text`` is None without
+  ``return_text_in_logprobs``, as on SGLang.
+- OpenAI ``/v1/completions`` (legacy, as vLLM and SGLang answer): ``logprobs: N`` -> ``choices[0].logprobs`` with
+  ``tokens``, ``token_logprobs``, ``top_logprobs`` (a dict per token, the chosen token always in it) and
+  ``text_offset`` (character offsets in the completion text).
+- OpenAI ``/v1/chat/completions``: ``logprobs: true``, ``top_logprobs: N`` -> ``choices[0].logprobs.content``.
+
+Token ids are indices in the simulator's vocabulary (``autotune.sim.text.VOCAB``); the formats are pure functions.
+
+The scheduler thread (``Scheduler``): it runs the continuous batch (``sim.batch``) on the wall clock and delivers each
+step's tokens to the requests' streams; and the decode log lines SGLang prints while it decodes (``DecodeLog``).
 """
 
 from __future__ import annotations
@@ -22,15 +38,15 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from autotune.sim import logprobs
-from autotune.sim.args import SGLANG_VERSION, ResolvedArgs
+from autotune.config import TokenChoice
+from autotune.sim.batch import Seq, Step
 from autotune.sim.engine import Generation, SimEngine
-from autotune.sim.faults import SimLaunchError
-from autotune.sim.scheduler import DecodeLog, Scheduler
-from autotune.sim.vllm_args import VLLM_VERSION, parse_launch_args
+from autotune.sim.launch import SGLANG_VERSION, VLLM_VERSION, ResolvedArgs, SimLaunchError, parse_launch_args
+from autotune.sim.text import token_id
 
 #: longest wall wait for the scheduler's next tokens before a stream gives up (a bound, never reached normally)
 STREAM_WAIT_S = 3600.0
@@ -359,12 +375,14 @@ class _Handler(BaseHTTPRequestHandler):
             return {"type": "length", "length": gen.plan.completion_tokens}
         return {"type": gen.finish_reason, "matched": None}
 
-    def _logprob_request(self, parse: Any, body: dict[str, Any]) -> int | None | bool:
+    def _logprob_request(
+        self, parse: Callable[[Mapping[str, Any]], int | None], body: dict[str, Any]
+    ) -> int | None | bool:
         """How many top log-probabilities ``body`` asks for (None: none asked). False: refused with a 400 (invalid
         fields, or log-probabilities on a streamed request, which the simulator does not serve)."""
         try:
             top_n = parse(body)
-        except logprobs.LogprobRequestError as e:
+        except LogprobRequestError as e:
             self._json(400, {"error": str(e)})
             return False
         if top_n is not None and body.get("stream"):
@@ -386,7 +404,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         max_new = int(sp.get("max_new_tokens", 128))
         temperature = float(sp.get("temperature", 1.0))
-        top_n = self._logprob_request(logprobs.native_request, body)
+        top_n = self._logprob_request(native_request, body)
         if top_n is False:
             return
         gen, fault = self._plan(text, max_new, temperature)
@@ -398,7 +416,7 @@ class _Handler(BaseHTTPRequestHandler):
             extra: dict[str, Any] = {}
             if top_n is not None:  # built before the wait, so the answer leaves on time
                 with_text = bool(body.get("return_text_in_logprobs"))
-                extra = logprobs.native_meta(gen.choices(top_n), top_n, with_text=with_text)
+                extra = native_meta(gen.choices(top_n), top_n, with_text=with_text)
             wall = self._stream_rounds(gen, fault, lambda *_: None)
             self._finish(gen)
             meta = {
@@ -447,7 +465,7 @@ class _Handler(BaseHTTPRequestHandler):
             prompt = given
         max_new = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         temperature = float(body.get("temperature", 1.0))
-        top_n = self._logprob_request(logprobs.chat_request if chat else logprobs.completions_request, body)
+        top_n = self._logprob_request(chat_request if chat else completions_request, body)
         if top_n is False:
             return
         gen, fault = self._plan(prompt, max_new, temperature)
@@ -467,7 +485,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not body.get("stream"):
             lp = None
             if top_n is not None:  # built before the wait, so the answer leaves on time
-                fmt = logprobs.chat_logprobs if chat else logprobs.completions_logprobs
+                fmt = chat_logprobs if chat else completions_logprobs
                 lp = fmt(gen.choices(top_n), top_n)
             self._stream_rounds(gen, fault, lambda *_: None)
             self._finish(gen)
@@ -625,3 +643,238 @@ def main(argv: list[str]) -> int:
         thread.join(timeout=5)
         logging.shutdown()
     return code
+
+
+class LogprobRequestError(ValueError):
+    """A request's log-probability fields are invalid (the server answers 400 with this message)."""
+
+
+def _count(v: Any, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise LogprobRequestError(f"'{name}' must be a non-negative integer, got {v!r}")
+    return v
+
+
+def native_request(body: Mapping[str, Any]) -> int | None:
+    """``/generate``: the number of top log-probabilities asked for, or None when ``return_logprob`` is off."""
+    if not body.get("return_logprob"):
+        return None
+    n = body.get("top_logprobs_num")
+    return 0 if n is None else _count(n, "top_logprobs_num")
+
+
+def completions_request(body: Mapping[str, Any]) -> int | None:
+    """``/v1/completions``: ``logprobs`` (an integer; null or false: not asked)."""
+    v = body.get("logprobs")
+    if v is None or v is False:
+        return None
+    return _count(v, "logprobs")
+
+
+def chat_request(body: Mapping[str, Any]) -> int | None:
+    """``/v1/chat/completions``: ``top_logprobs`` when ``logprobs`` is true, else None."""
+    asked = body.get("logprobs")
+    top = body.get("top_logprobs")
+    if asked is None or asked is False:
+        if top not in (None, 0):
+            raise LogprobRequestError("'top_logprobs' needs 'logprobs': true")
+        return None
+    if asked is not True:
+        raise LogprobRequestError(f"'logprobs' must be true or false, got {asked!r}")
+    return 0 if top is None else _count(top, "top_logprobs")
+
+
+def _triple(text: str, logprob: float | None, with_text: bool) -> list[Any]:
+    return [logprob, token_id(text), text if with_text else None]
+
+
+def native_meta(choices: Sequence[TokenChoice], top_n: int, *, with_text: bool) -> dict[str, Any]:
+    """The ``meta_info`` fields SGLang adds for ``return_logprob`` (output tokens only)."""
+    meta: dict[str, Any] = {"output_token_logprobs": [_triple(c.text, c.logprob, with_text) for c in choices]}
+    if top_n > 0:
+        meta["output_top_logprobs"] = [[_triple(t, lp, with_text) for t, lp in c.top[:top_n]] for c in choices]
+    return meta
+
+
+def completions_logprobs(choices: Sequence[TokenChoice], top_n: int) -> dict[str, Any]:
+    """``choices[0].logprobs`` of a legacy completion."""
+    offsets, at = [], 0
+    tops = []
+    for c in choices:
+        offsets.append(at)
+        at += len(c.text)
+        top: dict[str, float | None] = {t: lp for t, lp in c.top[:top_n]}
+        top.setdefault(c.text, c.logprob)  # the chosen token is always listed, as vLLM does
+        tops.append(top)
+    return {
+        "tokens": [c.text for c in choices],
+        "token_logprobs": [c.logprob for c in choices],
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+def _chat_entry(text: str, logprob: float | None) -> dict[str, Any]:
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+
+def chat_logprobs(choices: Sequence[TokenChoice], top_n: int) -> dict[str, Any]:
+    """``choices[0].logprobs`` of a chat completion."""
+    return {
+        "content": [
+            {**_chat_entry(c.text, c.logprob), "top_logprobs": [_chat_entry(t, lp) for t, lp in c.top[:top_n]]}
+            for c in choices
+        ]
+    }
+
+
+#: rounds due within this many wall-clock seconds of each other are streamed as one chunk
+COALESCE_S = 0.002
+#: running requests up to which the coalescing window is COALESCE_S; above, it grows in proportion
+COALESCE_BATCH = 8
+
+log = logging.getLogger("autotune.sim")
+
+DECODE_LOG_INTERVAL = 40
+
+
+class DecodeLog:
+    """SGLang's periodic ``Decode batch`` line: every 40 decode rounds, over the interval (hardware time)."""
+
+    def __init__(self, engine: SimEngine) -> None:
+        self.engine = engine
+        self.lock = threading.Lock()
+        self.rounds = 0
+        self.tokens = 0
+        self.hw_ms = 0.0
+        self.last_throughput = 0.0
+        self.running = 1
+
+    def add(self, tokens: int, hw_ms: float, running: int = 1) -> None:
+        with self.lock:
+            self.running = running
+            self.rounds += 1
+            self.tokens += tokens
+            self.hw_ms += hw_ms
+            if self.rounds < DECODE_LOG_INTERVAL:
+                return
+            thr = self.tokens / (self.hw_ms / 1000.0) if self.hw_ms > 0 else 0.0
+            self.last_throughput = thr
+            shape = self.engine.shape
+            acc_len = self.tokens / self.rounds
+            if shape is not None:
+                acc_rate = acc_len / shape.num_draft_tokens
+                spec = f"accept len: {acc_len:.2f}, accept rate: {acc_rate:.2f}, "
+            else:
+                spec = ""
+            log.info(
+                "Decode batch, #running-req: %d, #token: %d, token usage: 0.01, %scuda graph: %s, "
+                "gen throughput (token/s): %.2f, #queue-req: 0",
+                self.running,
+                self.tokens,
+                spec,
+                self.engine.args.cuda_graph,
+                thr,
+            )
+            self.rounds, self.tokens, self.hw_ms = 0, 0, 0.0
+
+
+class Scheduler:
+    """The continuous-batching scheduler thread (``autotune.sim.batch.Batcher`` against the monotonic clock).
+
+    Steps are chained deadline after deadline (a late wake-up does not shift the next step), starting at the
+    arrival of the request that ends an idle spell; each step's requests get their tokens when it ends. Decode
+    steps due within ``COALESCE_S`` wall of each other are delivered together at the last one's time (at high
+    time scales per-chunk Python overhead would otherwise make streams fall behind; with more than
+    ``COALESCE_BATCH`` requests running the window grows in proportion, as each step writes a chunk per request);
+    a prefill step is always delivered on its own, and requests arriving meanwhile join at the next step."""
+
+    def __init__(self, engine: SimEngine, decode_log: DecodeLog) -> None:
+        self.batcher = engine.batcher()
+        self.scale = engine.args.time_scale
+        self.decode_log = decode_log
+        self.cond = threading.Condition()
+        self.queues: dict[int, queue.SimpleQueue[tuple[int, int, bool]]] = {}
+        self.arrivals: dict[int, float] = {}
+        self.last_end = 0.0
+        self._pending: Step | None = None  # computed, delivered with the next group
+        self.thread = threading.Thread(target=self._run, name="sim-scheduler", daemon=True)
+        self.thread.start()
+
+    def submit(self, seq: Seq, arrived: float) -> queue.SimpleQueue[tuple[int, int, bool]]:
+        q: queue.SimpleQueue[tuple[int, int, bool]] = queue.SimpleQueue()
+        with self.cond:
+            self.queues[id(seq)] = q
+            self.arrivals[id(seq)] = arrived
+            self.batcher.add(seq)
+            self.cond.notify()
+        return q
+
+    def cancel(self, seq: Seq) -> None:
+        with self.cond:
+            self.batcher.cancel(seq)
+            self.queues.pop(id(seq), None)
+            self.arrivals.pop(id(seq), None)
+
+    def _group(self, t: float) -> tuple[float, list[Step]]:
+        """Steps from wall time ``t`` on, to be delivered together (called with the lock held): the first step,
+        then the next ones while they end within ``COALESCE_S`` of the first (a step computed past that waits for
+        the next group); a prefill step, or requests waiting, end the group."""
+        group: list[Step] = []
+        first_end = None
+        # a wider window for big batches: every step writes one chunk per running request
+        window = COALESCE_S * max(1.0, len(self.batcher.running) / COALESCE_BATCH)
+        while True:
+            step, self._pending = (self._pending, None) if self._pending is not None else (self.batcher.step(), None)
+            if step is None:
+                break
+            end = t + step.ms / 1000.0 / self.scale
+            if first_end is not None and (step.prefill or end - first_end > window):
+                self._pending = step
+                break
+            t = end
+            group.append(step)
+            if first_end is None:
+                first_end = end
+            if step.prefill or self.batcher.waiting:
+                break
+        return t, group
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:  # a broken scheduler is a crashed server, never a silent hang
+            log.error("Scheduler hit an exception: %s: %s", type(e).__name__, e)
+            logging.shutdown()
+            os._exit(1)
+
+    def _loop(self) -> None:
+        t: float | None = None
+        while True:
+            with self.cond:
+                while self.batcher.idle and self._pending is None:
+                    t = None
+                    self.cond.wait()
+                if t is None:
+                    arrived = min((self.arrivals.get(id(s), 0.0) for s in self.batcher.waiting), default=0.0)
+                    t = max(arrived, self.last_end)
+                t, group = self._group(t)
+            delay = t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self.last_end = t
+            with self.cond:
+                out: dict[int, list[int | bool]] = {}
+                for step in group:
+                    for em in step.emissions:
+                        cur = out.setdefault(id(em.seq), [0, 0, False])
+                        cur[0], cur[1], cur[2] = em.round, int(cur[1]) + em.tokens, em.finished
+                    if not step.prefill:
+                        self.decode_log.add(sum(em.tokens for em in step.emissions), step.ms, step.batch)
+                for key, (rnd, k, fin) in out.items():
+                    q = self.queues.get(key)
+                    if q is not None:
+                        q.put((int(rnd), int(k), bool(fin)))
+                    if fin:
+                        self.queues.pop(key, None)
+                        self.arrivals.pop(key, None)

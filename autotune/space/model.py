@@ -60,7 +60,7 @@ ParamSpec = IntRange | FloatRange | Choices
 
 @dataclass(frozen=True)
 class ServerSpec:
-    backend: str = DEFAULT_BACKEND  # a name of autotune.backends.registry
+    backend: str = DEFAULT_BACKEND  # a name of autotune.backends
     model_path: str = ""
     version: str | None = None  # server version targeted (flag spelling); None = probe or newest known
     launcher: tuple[str, ...] = ()  # argv prefix overriding the backend's default (e.g. a venv's python)

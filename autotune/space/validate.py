@@ -2,7 +2,7 @@
 
 ``load_space`` reads and validates a file; every error is a ``SpaceError`` naming the file, the line, the field
 path and what was expected. ``docs/space-reference.md`` documents every key. The knobs a backend searches, the
-values they take and the flags it sets itself come from the backend (``autotune.backends.registry``).
+values they take and the flags it sets itself come from the backend (``autotune.backends``).
 
 ``SpaceReader`` reads the file's top level, the server, the drafters and the study's settings; its bases read the
 sections: ``SearchSection`` the ``search`` section (the drafters and CUDA-graph settings searched, each knob's values:

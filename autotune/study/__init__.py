@@ -13,19 +13,18 @@ Modules, one job each:
 
 - ``storage``: study names, the storage (SQLite pragmas, heartbeats), sampler and pruner, ``open_study``
 - ``search``: recovery of a killed run, seeding, the TPE + surrogate loop, the budget
-- ``trial``: one trial (``Objective``), from the suggestion to its outcome
+- ``trial``: one trial (``Objective``), from the suggestion to its outcome, and the configs refused before launch
 - ``confirm``: candidates, confirmation rounds, exclusions, the verdict
 - ``race``: the confirmation's math (pure)
-- ``context``, ``events``: what the jobs share; progress events
-- ``outcomes``, ``waiting``: what a trial's steps raise; waiting for other workers
+- ``context``: what the jobs share, progress events, waiting for other workers
+- ``outcomes``: what a trial's steps raise
 - ``orchestrator``: ``Orchestrator``, the facade over all of it, and ``run``
 - ``_optuna``: the only access to Optuna's private members
 """
 
 from autotune.records import COUNTED, RETRIED_FAILURES, find_exclusions
 from autotune.study.confirm import CANDIDATE_KAPPA
-from autotune.study.context import StudyContext
-from autotune.study.events import Event, Listener
+from autotune.study.context import Event, Listener, StudyContext
 from autotune.study.orchestrator import Orchestrator, run
 from autotune.study.race import race_survivors
 from autotune.study.search import MIN_SURROGATE_POINTS, REFINE_KAPPA

@@ -24,8 +24,7 @@ from autotune.stats import (
     start_prior,
 )
 from autotune.study import baseline_check, race
-from autotune.study.context import StudyContext
-from autotune.study.events import Event
+from autotune.study.context import Event, StudyContext
 from autotune.study.search import RESOLUTION, SETTLE_SAMPLES, fastest_baseline, log_value, surrogate
 from autotune.study.settle import baseline_draws, change_bar
 from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed

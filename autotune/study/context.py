@@ -1,11 +1,18 @@
 """What every job of a study shares: the space, the backend, the seam to the world (runner and clock), the study,
 the listener, and what is derived from them once (the grid, the lossless check's tolerance); the lossless check's
 records: a trial's answers against its baseline's, a new baseline's against the other baselines' (the server's own
-numerics, ``lossless_floor``), and confirmation's fresh baselines against the search's."""
+numerics, ``lossless_floor``), and confirmation's fresh baselines against the search's.
+
+Progress events (``Event``): what the study tells its listener (the live view, logs, benchmark timers). Waiting for
+other workers of a shared study: how long one trial can take (``trial_limit_s``), and one bounded look at the study
+(``idle``)."""
 
 from __future__ import annotations
 
 import functools
+import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,15 +21,35 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import lossless, records
 from autotune.backends.base import Backend
-from autotune.clock import Clock, MonotonicClock
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.evidence import Evidence
 from autotune.pruner import BaselinePruner
-from autotune.runner import Runner
+from autotune.seam import Clock, MonotonicClock, Runner, VirtualClock
 from autotune.space import Space
-from autotune.study.events import Listener, quiet
-from autotune.study.storage import make_pruner
+from autotune.study.storage import GRACE_PERIOD_FACTOR, HEARTBEAT_INTERVAL_S, make_pruner
+
+
+@dataclass
+class Event:
+    """Progress for live views and logs; the loop never depends on who listens.
+
+    Kinds: ``trial-start`` (``config``: its label), ``launched`` (``startup_s``), ``prompt`` (``index``, ``of``,
+    ``tok_per_s``, ``accept_length``), ``trial-end`` (``state``, ``reason``, ``tok_per_s``, ``speedup``, ``budget``:
+    it used a place in the budget, ``duplicate``, ``not_launched``: the launch gate kept it from a start,
+    ``seeded``; once per trial, the last thing it does), ``confirm-start``, ``confirm-measure``, ``verdict``,
+    ``note`` (``message``)."""
+
+    kind: str
+    trial: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+Listener = Callable[[Event], None]
+
+
+def quiet(_: Event) -> None:
+    return None
 
 
 @dataclass
@@ -115,3 +142,32 @@ class StudyContext:
             for d in rec["divergences"]:
                 floor.append({**d, "baseline": "confirmation", "against": base.number, "cuda_graph": config.cuda_graph})
             records.set_lossless_floor(self.study, floor)
+
+
+#: seconds (on the study's clock) between two looks at the study while waiting for other workers
+POLL_S = 2.0
+#: wall seconds a worker on a ``VirtualClock`` (``--in-process``) pauses between two looks
+IDLE_WALL_S = 0.05
+
+
+def trial_limit_s(ctx: StudyContext) -> float:
+    """The longest one trial can take (server start, warm-up, every prompt and reference answer with every
+    retry), plus three heartbeat grace periods: how long a worker waits for another worker's trial."""
+    server, bench = ctx.space.server, ctx.space.benchmark
+    requests = bench.warmup_requests + 2 * len(bench.prompts)
+    return (
+        server.startup_timeout_s
+        + requests * server.request_timeout_s * (bench.retries + 1)
+        + (3 * GRACE_PERIOD_FACTOR * HEARTBEAT_INTERVAL_S)
+    )
+
+
+def idle(ctx: StudyContext) -> None:
+    """One wait for other workers: fail trials of lost workers (stale heartbeats; their configs are queued again),
+    then sleep ``POLL_S``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(ctx.study)
+    ctx.clock.sleep(POLL_S)
+    if type(ctx.clock) is VirtualClock:  # does not wait: a worker of an in-process study would spin on the database
+        time.sleep(IDLE_WALL_S)

@@ -10,20 +10,18 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.backends.base import Backend
-from autotune.clock import Clock, MonotonicClock
 from autotune.config import TrialConfig
 from autotune.evidence import Evidence
 from autotune.pruner import BaselinePruner
 from autotune.records import ConfirmationState
-from autotune.runner import Runner
+from autotune.seam import Clock, MonotonicClock, Runner
 from autotune.space import Space
 from autotune.study import confirm as _confirm
 from autotune.study import ladder as _ladder
 from autotune.study import search as _search
 from autotune.study import trial as _trial
 from autotune.study import winner as _winner
-from autotune.study.context import StudyContext
-from autotune.study.events import Listener, quiet
+from autotune.study.context import Listener, StudyContext, quiet
 from autotune.surrogate import Model, one_blas_thread
 
 

@@ -22,12 +22,10 @@ from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
 from autotune.space import Choices
 from autotune.study import _optuna, methods, settle
-from autotune.study.context import StudyContext
-from autotune.study.events import Event
+from autotune.study.context import Event, StudyContext, idle, trial_limit_s
 from autotune.study.methods import MIN_OWN_EVIDENCE
 from autotune.study.outcomes import FAILURES
 from autotune.study.storage import study_lock
-from autotune.study.waiting import idle, trial_limit_s
 from autotune.surrogate import Encoding, MethodSurrogate, Model, fit, fit_by_method, log_round_cost
 
 #: the surrogate's part of the search (``refine_next``, the ladder): it takes over once this many configs were

@@ -19,12 +19,13 @@ import pytest
 import yaml
 
 from autotune import export, export_bundle, export_formats
-from autotune.backends import Backend, encode
+from autotune.backends import Backend
 from autotune.backends.base import flag_value
-from autotune.clock import VirtualClock
+from autotune.backends.methods import int_values, suggest_drafter, suggest_int
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ServerExited
 from autotune.process.runner import ProcessRunner
+from autotune.seam import VirtualClock
 from autotune.servers import KnobDomain, register_backend, unregister_backend
 from autotune.sim import simulated_space
 from autotune.sim.runner import ModelRunner
@@ -56,9 +57,9 @@ class FileSpecBackend(Backend):
     export_format_launches = True
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        drafter, cuda_graph = encode.suggest_drafter(trial, space)
+        drafter, cuda_graph = suggest_drafter(trial, space)
         spec = space.search.knobs.get("depth")
-        depth = encode.suggest_int(trial, "depth", spec, encode.int_values(spec, self.display_name) or [3])
+        depth = suggest_int(trial, "depth", spec, int_values(spec, self.display_name) or [3])
         return TrialConfig.make(drafter, cuda_graph, depth=depth)
 
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:

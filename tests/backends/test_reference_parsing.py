@@ -10,8 +10,8 @@ import pytest
 
 from autotune import lossless
 from autotune.backends.llamacpp import LlamaCppBackend
-from autotune.backends.openai_stream import parse_openai_logprobs
 from autotune.backends.sglang import SGLangBackend
+from autotune.backends.streams import parse_openai_logprobs
 from autotune.backends.vllm import VLLMBackend
 
 LLAMA_SAMPLES = Path(__file__).resolve().parents[1] / "llamacpp" / "samples"

@@ -12,15 +12,16 @@ import pytest
 
 from autotune.backends import get_backend
 from autotune.backends.sglang import SGLangBackend
-from autotune.backends.sglang_catalogue import feasibility_reason, tree_bound
-from autotune.backends.sglang_flags import (
+from autotune.backends.sglang_methods import (
     LEGACY,
     PER_PHASE,
     cuda_graph_spelling,
+    feasibility_reason,
     flag_spelling_from_help,
     parse_version,
+    tree_bound,
 )
-from autotune.backends.sglang_stream import parse_generate_chunk
+from autotune.backends.streams import parse_generate_chunk
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.space import BenchmarkSpec, Choices, DrafterSpec, IntRange, SearchSpec, ServerSpec, Space

@@ -10,8 +10,7 @@ import optuna
 import pytest
 
 from autotune.backends import get_backend
-from autotune.backends.openai_stream import parse_openai_chunk
-from autotune.backends.prometheus import parse_prometheus
+from autotune.backends.streams import parse_openai_chunk, parse_prometheus
 from autotune.backends.vllm import VLLMBackend
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig

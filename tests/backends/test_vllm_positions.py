@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.acceptance import AcceptPositions, acceptance_profile
-from autotune.backends.prometheus import parse_prometheus
+from autotune.backends.streams import parse_prometheus
 from autotune.backends.vllm import VLLMBackend
 from autotune.client import BenchmarkClient
 

@@ -10,12 +10,12 @@ sys.path.insert(0, str(SCRIPTS))
 
 import bench_failures  # noqa: E402
 
-from autotune.study import refusals  # noqa: E402
+from autotune.study import trial  # noqa: E402
 
 
 def test_bench_failures_one_fault_both_ways():
     rows = [bench_failures.run("crash-startup@aq-medai", 0, v) for v in bench_failures.VARIANTS]
-    assert refusals.NEVER_STARTED == 3  # the variant's patch is undone
+    assert trial.NEVER_STARTED == 3  # the variant's patch is undone
     shipped, before = rows
     for r in rows:
         assert r["billed_s"] == r["server_s"] > 0 and r["failed_starts"] > 0  # every failed start on the bill

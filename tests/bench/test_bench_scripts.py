@@ -233,8 +233,8 @@ def test_an_adaptive_configs_truth_is_the_expectation_of_its_measurements(tmp_pa
     above it), which no study could see."""
     import bench_method_landscapes as mgen
 
-    from autotune.backends.registry import get_backend
-    from autotune.clock import VirtualClock
+    from autotune.backends import get_backend
+    from autotune.seam import VirtualClock
     from autotune.sim import simulated_space
     from autotune.sim.runner import ModelRunner
 

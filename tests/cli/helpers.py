@@ -38,6 +38,23 @@ def space_file(tmp_path: Path, base: str = "eagle3.yaml", **changes) -> Path:
     return path
 
 
+def study(space: Path, studies: Path, *args: str, n_trials: int = 6) -> subprocess.CompletedProcess:
+    """``autotune study`` of ``space`` on the simulator in-process, into ``studies``; it must succeed."""
+    r = autotune(
+        "study",
+        str(space),
+        "--simulate",
+        "--in-process",
+        "--n-trials",
+        str(n_trials),
+        *args,
+        "--studies-dir",
+        str(studies),
+    )
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def report(space: Path, studies: Path, simulate: bool = True) -> dict:
     r = autotune("report", str(space), *(["--simulate"] if simulate else []), "--json", "--studies-dir", str(studies))
     assert r.returncode == 0, r.stderr

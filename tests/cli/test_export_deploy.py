@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.backends.sglang_catalogue import ADAPTIVE_FILE
+from autotune.backends.sglang_methods import ADAPTIVE_FILE
 from autotune.export_bundle import read_provenance
 
 from .helpers import REPO, autotune, report, space_file
@@ -47,7 +47,7 @@ def _export(load, fmt, *extra, rc=0):
 
 
 def _adaptive(text: str) -> dict:
-    from autotune.backends.sglang_deploy import adaptive_config
+    from autotune.backends.sglang import adaptive_config
 
     p = read_provenance(text)
     levels = [{"level": x["level"], "draft": x["draft"]} for x in p["schedule"]]

@@ -178,7 +178,7 @@ def test_a_method_space_records_its_methods_and_a_changed_method_is_named():
 HOLD = textwrap.dedent(
     """
     import sys
-    from autotune.study.runlock import run_lock
+    from autotune.study.storage import run_lock
     with run_lock(sys.argv[1], sys.argv[2]):
         print("held", flush=True)
         sys.stdin.readline()

@@ -23,7 +23,7 @@ def models_dir() -> Path:
     studies = REPO / "studies" / "llamacpp-models"
     if models_present(studies, ModelSpec()):
         return studies
-    from autotune.backends.llamacpp import cache_dir
+    from autotune.backends.llamacpp_methods import cache_dir
 
     target = cache_dir() / "llamacpp-test-models"
     write_models(target, ModelSpec())

@@ -9,21 +9,16 @@ import optuna
 import pytest
 
 from autotune.backends import get_backend
-from autotune.backends.llamacpp import (
-    DEFAULT_N_MAX,
+from autotune.backends.llamacpp import DEFAULT_N_MAX, LlamaCppBackend
+from autotune.backends.llamacpp_methods import (
     NEW_SPELLING,
     OLD_SPELLING,
-    LlamaCppBackend,
-    accept_length,
-    acceptance_rate,
     cached_server_path,
     find_llama_server,
     flag_spelling,
     help_flags,
-    metrics_delta,
-    parse_timings,
 )
-from autotune.backends.prometheus import parse_prometheus
+from autotune.backends.streams import accept_length, acceptance_rate, metrics_delta, parse_prometheus, parse_timings
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.space import Choices, FloatRange, IntRange
@@ -450,8 +445,9 @@ def test_recorded_stream_gives_tokens_and_acceptance():
     assert accepts and accepts[-1] > 2.0
     timings = next(c["timings"] for c in reversed(chunks) if "timings" in c)
     figures = parse_timings(timings)
-    assert figures["accept_length"] == pytest.approx(
-        figures["predicted_n"] / (figures["predicted_n"] - figures["draft_n_accepted"])
+    assert figures.predicted_n is not None and figures.draft_n_accepted is not None
+    assert figures.accept_length == pytest.approx(
+        figures.predicted_n / (figures.predicted_n - figures.draft_n_accepted)
     )
 
 
@@ -466,8 +462,8 @@ def test_recorded_stream_gives_tokens_and_acceptance():
 )
 def test_timings(timings, length, rate):
     f = parse_timings(timings)
-    assert f["accept_length"] == (pytest.approx(length) if length is not None else None)
-    assert f["acceptance_rate"] == (pytest.approx(rate) if rate is not None else None)
+    assert f.accept_length == (pytest.approx(length) if length is not None else None)
+    assert f.acceptance_rate == (pytest.approx(rate) if rate is not None else None)
 
 
 def test_accept_length_edges():
@@ -487,11 +483,11 @@ def test_acceptance_from_metrics_deltas():
     before = parse_prometheus(sample("metrics-before.txt"))
     after = parse_prometheus(sample("metrics-after.txt"))
     d = metrics_delta(before, after)
-    assert d["drafts"] > 0 and d["accepted"] <= d["drafted"]
+    assert d.drafts > 0 and d.accepted <= d.drafted
     got = b.acceptance_from_metrics(before, after)
-    assert got == pytest.approx(d["predicted"] / (d["predicted"] - d["accepted"]))
+    assert got == pytest.approx(d.predicted / (d.predicted - d.accepted))
     no_tokens = {k: v for k, v in after.items() if "tokens_predicted" not in k}
-    assert b.acceptance_from_metrics(before, no_tokens) == pytest.approx(1 + d["accepted"] / d["drafts"])
+    assert b.acceptance_from_metrics(before, no_tokens) == pytest.approx(1 + d.accepted / d.drafts)
     assert b.acceptance_from_metrics(after, after) is None
 
 

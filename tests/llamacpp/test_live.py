@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from autotune.acceptance import acceptance_profile
-from autotune.backends.llamacpp import LlamaCppBackend, find_llama_server, flag_spelling
-from autotune.backends.prometheus import metric_total
+from autotune.backends.llamacpp import LlamaCppBackend
+from autotune.backends.llamacpp_methods import find_llama_server, flag_spelling
+from autotune.backends.streams import metric_total
 from autotune.config import PromptResult, TrialConfig, summarize
 from autotune.errors import ServerExited
 from autotune.process import ProcessRunner

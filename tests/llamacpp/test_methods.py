@@ -8,8 +8,15 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.backends.llamacpp import LlamaCppBackend, flag_spelling, help_flags
-from autotune.backends.llamacpp_methods import METHODS, combination_problem, help_spec_types, mtp_unavailable
+from autotune.backends.llamacpp import LlamaCppBackend
+from autotune.backends.llamacpp_methods import (
+    METHODS,
+    combination_problem,
+    flag_spelling,
+    help_flags,
+    help_spec_types,
+    mtp_unavailable,
+)
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig, SpaceError, UserError
 from autotune.space import load_space

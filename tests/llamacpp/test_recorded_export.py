@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from autotune import export, export_bundle, export_formats
-from autotune.backends.llamacpp import LlamaCppBackend, find_llama_server
-from autotune.backends.llamacpp_flags import NEW_SPELLING
-from autotune.clock import VirtualClock
+from autotune.backends.llamacpp import LlamaCppBackend
+from autotune.backends.llamacpp_methods import NEW_SPELLING, find_llama_server
 from autotune.config import LaunchInfo, PromptResult, TrialConfig
+from autotune.seam import VirtualClock
 from autotune.space import Choices, load_space
 from autotune.study import Orchestrator, open_study
 from autotune.study.result import study_result

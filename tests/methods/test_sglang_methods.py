@@ -11,8 +11,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.backends.registry import get_backend
-from autotune.backends.sglang_catalogue import mtp_unavailable
+from autotune.backends import get_backend
+from autotune.backends.sglang_methods import mtp_unavailable
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig, SpaceError
 from autotune.sim import parse_launch_args, simulated_space

@@ -81,7 +81,7 @@ def test_schedule_draft_falls_with_load_and_turns_off_from_the_first_loss():
     assert [x["draft"] for x in sched["levels"]] == [6, 3, 1, 0]
     assert sched["on_up_to"] == 64 and sched["static"] == {"drafter": "d", "cuda_graph": True, "topk": 1}
     assert schedule.batch_ranges(sched) == [[1, 1, 6], [2, 8, 3], [9, 64, 1], [65, 256, 0]]
-    from autotune.backends.sglang_deploy import adaptive_config, adaptive_initial_steps
+    from autotune.backends.sglang import adaptive_config, adaptive_initial_steps
     from autotune.backends.vllm import schedule_config
 
     cfg = schedule_config(sched, method="eagle3", model="/m/d")

@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from autotune.clock import VirtualClock
 from autotune.errors import PortInUse
 from autotune.process.server import accepts_connections, choose_port, connect_host, url_host, wait_port_free
+from autotune.seam import VirtualClock
 
 from .conftest import free_port
 

@@ -19,8 +19,8 @@ from optuna.trial import TrialState
 
 from autotune import records
 from autotune.backends.sglang import SGLangBackend
-from autotune.clock import ParallelClocks
-from autotune.process.tree import PidRecord, reap_leftovers
+from autotune.process.server import PidRecord, reap_leftovers
+from autotune.seam import ParallelClocks
 from autotune.space import load_space
 from autotune.study import storage as st
 from tests.cli.helpers import REPO

@@ -45,8 +45,7 @@ def autotune_sglang_launches(space_path: Path) -> dict:
     path: the test appends it)."""
     from autotune import checks, export_bundle
     from autotune.backends import get_backend
-    from autotune.backends.sglang import resolved_algorithm
-    from autotune.backends.sglang_deploy import adaptive_config
+    from autotune.backends.sglang import adaptive_config, resolved_algorithm
     from autotune.config import TrialConfig
     from autotune.sim import simulated_space
     from autotune.sim.scenario import SCENARIO_DIR, read_scenario, scenario_loader

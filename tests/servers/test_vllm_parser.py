@@ -157,7 +157,7 @@ def load(name: str, tmp_path: Path):  # noqa: ANN201
 def configs(space) -> list:  # noqa: ANN001
     """Every config autotune may launch for ``space``: baselines, the method defaults, the whole grid of a method
     space; for a flat space every feasible (drafter, method, K, CUDA graphs)."""
-    from autotune.backends import encode
+    from autotune.backends.methods import int_values
     from autotune.backends.vllm import VLLMBackend
     from autotune.config import TrialConfig
     from autotune.errors import InfeasibleConfig
@@ -171,7 +171,7 @@ def configs(space) -> list:  # noqa: ANN001
     knobs = space.search.knobs
     for d in space.searched_drafters():
         for method in [str(m) for m in knobs["method"].values] if "method" in knobs else [None]:
-            for k in encode.int_values(knobs["num_speculative_tokens"], "vLLM") or []:
+            for k in int_values(knobs["num_speculative_tokens"], "vLLM") or []:
                 for cg in space.search.cuda_graph:
                     c = TrialConfig.make(d, bool(cg), method=method, num_speculative_tokens=int(k))
                     try:
@@ -575,7 +575,7 @@ def test_the_exported_sglang_load_schedule_as_vllm_is_accepted(tmp_path):
             assert k == x["draft"], (x, got)
 
 
-# -- the drafters autotune refuses before launch (autotune.backends.vllm_drafters) ---------------------------------
+# -- the drafters autotune refuses before launch (autotune.backends.vllm_methods) ---------------------------------
 
 #: (method, architectures of the drafter's config.json): the SGLang formats, vLLM's formats, a base model vLLM has no
 #: EAGLE head for
@@ -597,7 +597,7 @@ def test_vllm_refuses_exactly_the_drafters_autotune_refuses(tmp_path):
     """Each case's drafter (a one-layer Llama head's config.json with those architectures) launched under its
     method on the Llama target: vLLM's own create_engine_config accepts it iff ``architecture_problem`` is None, and
     a refused one is refused for its architectures."""
-    from autotune.backends.vllm_drafters import architecture_problem
+    from autotune.backends.vllm_methods import architecture_problem
 
     items, want = [], {}
     for i, (method, archs) in enumerate(DRAFTER_CASES):
@@ -622,7 +622,7 @@ def test_vllm_refuses_exactly_the_drafters_autotune_refuses(tmp_path):
 
 def test_the_accepted_tables_are_vllms_registry():
     """``vllm_drafters.ACCEPTED`` recomputed from vLLM 0.33.0's model registry and EAGLEConfig's renaming."""
-    from autotune.backends.vllm_drafters import ACCEPTED
+    from autotune.backends.vllm_methods import ACCEPTED
 
     code = (
         "import json\n"
@@ -654,7 +654,7 @@ def test_the_accepted_tables_are_vllms_registry():
 def test_the_metrics_samples_are_what_vllm_writes(tmp_path):
     """tests/backends/samples/vllm-0.33.0_metrics_*.txt written again by vLLM's own SpecDecodingProm
     (vllm_metrics_gen.py): the same series and values (the ``_created`` timestamps aside)."""
-    from autotune.backends.prometheus import parse_prometheus
+    from autotune.backends.streams import parse_prometheus
 
     gen = Path(__file__).with_name("vllm_metrics_gen.py")
     r = subprocess.run([VLLM_PYTHON, str(gen), str(tmp_path)], capture_output=True, text=True, timeout=600)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
+from autotune.seam import VirtualClock
 from autotune.sim.acceptance import SpecShape
 from autotune.sim.batch import SPECULATIVE_MAX_RUNNING, closed_loop
 from autotune.sim.engine import SimEngine
+from autotune.sim.launch import parse_launch_args
 from autotune.sim.runner import ModelRunner
 from autotune.sim.scenario import load_scenario
 from autotune.sim.timing import t_cycle, t_cycle_batch
-from autotune.sim.vllm_args import parse_launch_args
 
 from .helpers import LLAMA, StandInBackend, make_space
 

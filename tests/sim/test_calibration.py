@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
+from autotune.sim import FIELD_REPORT_PROMPTS
 
 from .helpers import KIMI, LLAMA, sim_process
 

@@ -10,13 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from autotune.clock import VirtualClock
 from autotune.config import ReferenceOutput
-from autotune.sim import logprobs, scenario, sim_launcher
+from autotune.seam import VirtualClock
+from autotune.sim import FIELD_REPORT_PROMPTS, scenario, sim_launcher
 from autotune.sim.engine import SimEngine
-from autotune.sim.faults import SimLaunchError
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
+from autotune.sim.launch import SimLaunchError, parse_launch_args
 from autotune.sim.runner import ModelRunner
+from autotune.sim.server import (
+    LogprobRequestError,
+    chat_logprobs,
+    chat_request,
+    completions_logprobs,
+    completions_request,
+    native_meta,
+    native_request,
+)
 from autotune.sim.text import (
     CHOSEN_LOGPROB_RANGE,
     MARGIN_RANGE,
@@ -31,7 +39,6 @@ from autotune.sim.text import (
     token_choice,
     token_stream,
 )
-from autotune.sim.vllm_args import parse_launch_args
 from autotune.space import SimulateSpec
 
 from .helpers import KIMI, StandInBackend, make_space, spec
@@ -238,18 +245,18 @@ def test_reference_is_a_timed_request_on_its_own_ledger() -> None:
 def test_reference_formats_carry_the_same_numbers() -> None:
     r, _ = runner(max_tokens=40, near_ties=1.0)
     ref = references(r, spec(None), top_n=4)[0]
-    meta = logprobs.native_meta(ref.tokens, 4, with_text=True)
+    meta = native_meta(ref.tokens, 4, with_text=True)
     assert [[lp, VOCAB[i], t] for lp, i, t in meta["output_token_logprobs"]] == [
         [t.logprob, t.text, t.text] for t in ref.tokens
     ]
     assert [[(t, lp) for lp, _, t in row] for row in meta["output_top_logprobs"]] == [list(t.top) for t in ref.tokens]
-    assert "output_top_logprobs" not in logprobs.native_meta(ref.tokens, 0, with_text=False)
-    comp = logprobs.completions_logprobs(ref.tokens, 4)
+    assert "output_top_logprobs" not in native_meta(ref.tokens, 0, with_text=False)
+    comp = completions_logprobs(ref.tokens, 4)
     assert "".join(comp["tokens"]) == ref.text
     pieces = zip(comp["text_offset"], comp["tokens"], strict=True)
     assert [ref.text[o : o + len(t)] for o, t in pieces] == comp["tokens"]
     assert [list(d.items()) for d in comp["top_logprobs"]] == [list(t.top) for t in ref.tokens]
-    chat = logprobs.chat_logprobs(ref.tokens, 4)["content"]
+    chat = chat_logprobs(ref.tokens, 4)["content"]
     assert [bytes(c["bytes"]).decode() for c in chat] == [t.text for t in ref.tokens]
     assert [[(e["token"], e["logprob"]) for e in c["top_logprobs"]] for c in chat] == [list(t.top) for t in ref.tokens]
 
@@ -257,24 +264,24 @@ def test_reference_formats_carry_the_same_numbers() -> None:
 @pytest.mark.parametrize(
     ("parse", "body", "expected"),
     [
-        (logprobs.native_request, {}, None),
-        (logprobs.native_request, {"return_logprob": True}, 0),
-        (logprobs.native_request, {"return_logprob": True, "top_logprobs_num": 5}, 5),
-        (logprobs.native_request, {"return_logprob": True, "top_logprobs_num": -1}, "non-negative integer"),
-        (logprobs.completions_request, {"logprobs": None}, None),
-        (logprobs.completions_request, {"logprobs": 0}, 0),
-        (logprobs.completions_request, {"logprobs": 3}, 3),
-        (logprobs.completions_request, {"logprobs": "3"}, "non-negative integer"),
-        (logprobs.chat_request, {"logprobs": False}, None),
-        (logprobs.chat_request, {"logprobs": True}, 0),
-        (logprobs.chat_request, {"logprobs": True, "top_logprobs": 2}, 2),
-        (logprobs.chat_request, {"top_logprobs": 2}, "needs 'logprobs': true"),
-        (logprobs.chat_request, {"logprobs": 1}, "true or false"),
+        (native_request, {}, None),
+        (native_request, {"return_logprob": True}, 0),
+        (native_request, {"return_logprob": True, "top_logprobs_num": 5}, 5),
+        (native_request, {"return_logprob": True, "top_logprobs_num": -1}, "non-negative integer"),
+        (completions_request, {"logprobs": None}, None),
+        (completions_request, {"logprobs": 0}, 0),
+        (completions_request, {"logprobs": 3}, 3),
+        (completions_request, {"logprobs": "3"}, "non-negative integer"),
+        (chat_request, {"logprobs": False}, None),
+        (chat_request, {"logprobs": True}, 0),
+        (chat_request, {"logprobs": True, "top_logprobs": 2}, 2),
+        (chat_request, {"top_logprobs": 2}, "needs 'logprobs': true"),
+        (chat_request, {"logprobs": 1}, "true or false"),
     ],
 )
 def test_logprob_request_fields(parse, body, expected) -> None:
     if isinstance(expected, str):
-        with pytest.raises(logprobs.LogprobRequestError, match=expected):
+        with pytest.raises(LogprobRequestError, match=expected):
             parse(body)
     else:
         assert parse(body) == expected

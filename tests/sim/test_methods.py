@@ -12,9 +12,8 @@ import yaml
 from autotune.sim.adaptive import DEFAULT_ADAPTIVE_CONFIG, AdaptiveController, AdaptiveSlot
 from autotune.sim.batch import closed_loop
 from autotune.sim.engine import SimEngine
-from autotune.sim.faults import SimLaunchError
+from autotune.sim.launch import SimLaunchError, parse_launch_args
 from autotune.sim.method_models import prompt_repetition
-from autotune.sim.vllm_args import parse_launch_args
 
 PROMPTS = Path(__file__).parent / "prompts"
 METHODS = ["--scenario", "llama31-8b-h100-methods", "--model-path", "llama-3.1-8b-instruct"]

@@ -11,8 +11,8 @@ import pytest
 from autotune.acceptance import acceptance_profile, from_histogram
 from autotune.backends.sglang import SGLangBackend
 from autotune.client import BenchmarkClient
-from autotune.clock import VirtualClock
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
+from autotune.seam import VirtualClock
+from autotune.sim import FIELD_REPORT_PROMPTS
 from autotune.sim.runner import ModelRunner
 from autotune.sim.timing import RequestPlan
 

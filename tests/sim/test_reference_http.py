@@ -6,13 +6,13 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from autotune.clock import VirtualClock
 from autotune.config import ReferenceOutput, TokenChoice
+from autotune.seam import VirtualClock
+from autotune.sim import FIELD_REPORT_PROMPTS
 from autotune.sim.engine import SimEngine
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
+from autotune.sim.launch import parse_launch_args
 from autotune.sim.runner import ModelRunner
 from autotune.sim.text import NEAR_TIE_MARGIN, VOCAB, near_tie_position
-from autotune.sim.vllm_args import parse_launch_args
 
 from .helpers import KIMI, StandInBackend, make_space, sim_process, spec
 

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from autotune.clock import VirtualClock
 from autotune.config import TrialConfig, summarize
 from autotune.errors import BenchmarkError, ServerDied, ServerExited, ServerOOM, SpaceError, StartupTimeout
+from autotune.seam import VirtualClock
 from autotune.sim import load_scenario, scenario_names, simulated_space
 from autotune.sim.runner import ModelRunner
 from autotune.space import DrafterSpec, SimulateSpec

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
+from autotune.sim import FIELD_REPORT_PROMPTS
 
 from .helpers import KIMI, completion_text, sim_process, sse_events
 
@@ -164,7 +164,7 @@ def test_text_is_identical_across_configs_and_deterministic(tmp_path) -> None:
 def test_chunks_arrive_on_time(tmp_path) -> None:
     """The stream follows the model's round times (monotonic deadlines) at this time scale."""
     from autotune.sim.engine import SimEngine
-    from autotune.sim.vllm_args import parse_launch_args
+    from autotune.sim.launch import parse_launch_args
 
     scale = 5.0
     argv = ["--scenario", KIMI, "--time-scale", str(scale), "--launch-index", "0", "--sim-load-time", "0", *SPEC]

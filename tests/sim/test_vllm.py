@@ -8,12 +8,11 @@ import json
 import httpx
 import pytest
 
-from autotune.backends.prometheus import parse_prometheus
+from autotune.backends.streams import parse_prometheus
 from autotune.backends.vllm import VLLMBackend
-from autotune.sim import parse_launch_args
+from autotune.sim import FIELD_REPORT_PROMPTS, parse_launch_args
 from autotune.sim.engine import SimEngine
-from autotune.sim.faults import SimLaunchError
-from autotune.sim.prompts import FIELD_REPORT_PROMPTS
+from autotune.sim.launch import SimLaunchError
 
 from .helpers import KIMI, sim_process, sse_events
 

@@ -13,9 +13,9 @@ import optuna
 import pytest
 
 from autotune.backends.sglang import SGLangBackend
-from autotune.clock import VirtualClock
 from autotune.records import TrialRecord
 from autotune.report import build_report
+from autotune.seam import VirtualClock
 from autotune.sim import ModelRunner, simulated_space
 from autotune.space import load_space
 from autotune.study import Orchestrator, open_study

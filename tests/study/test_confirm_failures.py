@@ -15,13 +15,13 @@ import optuna
 import pytest
 
 from autotune.backends.sglang import SGLangBackend
-from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
 from autotune.errors import ConfirmationFailed, ServerDied
 from autotune.html import write_html_report
 from autotune.records import TrialRecord
 from autotune.render import render_report
 from autotune.report import build_report
+from autotune.seam import VirtualClock
 from autotune.sim import ModelRunner, simulated_space
 from autotune.space import BudgetSpec, load_space
 from autotune.study import Orchestrator, open_study

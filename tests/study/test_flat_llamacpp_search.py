@@ -9,7 +9,7 @@ import optuna
 
 from autotune import records
 from autotune.backends.llamacpp import LlamaCppBackend
-from autotune.backends.llamacpp_flags import NEW_SPELLING
+from autotune.backends.llamacpp_methods import NEW_SPELLING
 from autotune.space import (
     BenchmarkSpec,
     BudgetSpec,

@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 
 from autotune import records
 from autotune.backends.sglang import SGLangBackend
-from autotune.clock import VirtualClock
 from autotune.records import TrialRecord
+from autotune.seam import VirtualClock
 from autotune.sim import ModelRunner, simulated_space
 from autotune.space import load_space
 from autotune.study import Orchestrator, open_study

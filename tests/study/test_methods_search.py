@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 
 from autotune import records
 from autotune.backends.sglang import SGLangBackend
-from autotune.clock import VirtualClock
 from autotune.records import TrialRecord
+from autotune.seam import VirtualClock
 from autotune.sim import simulated_space
 from autotune.sim.runner import ModelRunner
 from autotune.space import load_space

@@ -11,9 +11,9 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.backends.sglang import SGLangBackend
-from autotune.clock import VirtualClock
 from autotune.config import TrialConfig
 from autotune.records import TrialRecord
+from autotune.seam import VirtualClock
 from autotune.sim import simulated_space
 from autotune.sim.runner import ModelRunner
 from autotune.space import load_space

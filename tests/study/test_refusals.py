@@ -13,7 +13,7 @@ from autotune.errors import ServerExited
 from autotune.records import TrialRecord
 from autotune.report import build_report
 from autotune.study import Orchestrator, open_study
-from autotune.study.refusals import NEVER_SERVED, NEVER_STARTED
+from autotune.study.trial import NEVER_SERVED, NEVER_STARTED
 
 from .conftest import ScriptedRunner, make_space
 

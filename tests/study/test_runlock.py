@@ -10,12 +10,12 @@ import textwrap
 import pytest
 
 from autotune.errors import UserError
-from autotune.study.runlock import run_lock, running, sqlite_path
+from autotune.study.storage import run_lock, running, sqlite_path
 
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from autotune.study.runlock import run_lock
+    from autotune.study.storage import run_lock
     with run_lock(sys.argv[1], sys.argv[2]):
         print("held", flush=True)
         sys.stdin.readline()

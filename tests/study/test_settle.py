@@ -19,7 +19,7 @@ from autotune.html import write_html_report
 from autotune.report import build_report
 from autotune.space import BudgetSpec
 from autotune.study import Orchestrator, confirm, open_study, search, settle
-from autotune.study.events import Event
+from autotune.study.context import Event
 from autotune.surrogate import Encoding, Surrogate
 
 from .conftest import ScriptedRunner, make_space

@@ -185,6 +185,8 @@ def test_the_holdout_check_warns_only_when_the_subset_is_off_by_more_than_min_ga
     fast = holdout_check([x * 1.2 for x in same], rest, min_gain=0.02)
     assert fast is not None and fast.warning and "faster on the subset" in fast.warning
     assert f"WARNING {UNREPRESENTATIVE}" in fast.text() and fast.to_dict()["warning"] == fast.warning
+    assert list(fast.to_dict()) == ["subset_tok_per_s", "rest_tok_per_s", "ratio", "min_gain", "warning", "text"]
+    assert fast.text().startswith("baseline tok/s on the subset ") and "ratio 1." in fast.text()
     slow = holdout_check([x / 1.2 for x in same], rest, min_gain=0.02)
     assert slow is not None and slow.warning and "slower on the subset" in slow.warning
     # off by 5%, but the study looks for 10% gains: no warning
@@ -207,6 +209,10 @@ def test_the_acceptance_check_warns_only_when_the_rest_accepts_clearly_less_than
     assert flattered is not None and flattered.warning and "fewer draft tokens a round on the rest" in flattered.warning
     assert flattered.ratio.low > 1.02 and flattered.ratio.point == pytest.approx(1.3)
     assert f"WARNING {FLATTERS_DRAFTER}" in flattered.text() and flattered.to_dict()["trial"] == 7
+    keys = ["trial", "subset_accepted_per_round", "rest_accepted_per_round", "ratio", "min_gain", "warning", "text"]
+    assert list(flattered.to_dict()) == keys
+    head = f"trial 7's accepted draft tokens a round on the subset {flattered.subset.point:.2f} ["
+    assert flattered.text().startswith(head)
     undersold = acceptance_check(7, [1 + (x - 1) / 1.3 for x in rest], rest, min_gain=0.02)
     assert undersold is not None and undersold.warning is None and undersold.ratio.high < 1
     # 10% apart, but the study looks for 20% gains: no warning

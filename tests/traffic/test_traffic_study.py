@@ -15,7 +15,7 @@ from autotune.backends.llamacpp import LlamaCppBackend
 from autotune.backends.sglang import SGLangBackend
 from autotune.space import load_space
 
-from ..cli.helpers import REPO, autotune
+from ..cli.helpers import REPO, autotune, report, study
 from .logs import chat_line, clean_log, flattering_log, write_jsonl
 
 SPACE = """name: traffic
@@ -98,8 +98,7 @@ def test_holdout_without_a_request_log_is_exit_2(tmp_path):
 def test_a_study_runs_from_the_log_and_says_what_it_picked_first(tmp_path):
     clean_log(tmp_path / "log.jsonl", n=1200)
     space, studies = _space(tmp_path), tmp_path / "studies"
-    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
-    assert r.returncode == 0, r.stderr
+    r = study(space, studies)
     head = r.stderr.split("plan: ")[0]
     assert (
         "traffic: 24 of 1200 logged requests picked (stratified by length and category; 24 more from the rest to "
@@ -115,18 +114,18 @@ def test_a_study_runs_from_the_log_and_says_what_it_picked_first(tmp_path):
     said = r.stderr.index("traffic: baseline tok/s on the subset")
     assert said < r.stderr.index("#1   COMPLETE")
     db = next(studies.glob("*.db"))
-    study = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{db}")[0], storage=f"sqlite:///{db}")
+    stored = optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{db}")[0], storage=f"sqlite:///{db}")
     picked = load_space(str(space)).benchmark
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    done = [t for t in stored.trials if t.state == optuna.trial.TrialState.COMPLETE]
     results = [res for t in done for res in t.user_attrs.get("prompts") or []]
     assert len(results) >= 24
-    check = study.user_attrs["traffic_holdout"]
+    check = stored.user_attrs["traffic_holdout"]
     assert check["trial"] == 0 and len(check["subset"]) == len(check["rest"]) == 24
     assert all(len(t.user_attrs.get("prompts") or []) <= 24 for t in done)  # the holdout is not in the objective
     # the log samples: the speedup at its sampling, the lossless check at temperature 0 (the baseline's references
     # against the winner's greedy answers on one more start)
     assert len(done[0].user_attrs["reference"]) == 24 and not any("lossless" in t.user_attrs for t in done)
-    greedy = study.user_attrs["greedy_lossless"]
+    greedy = stored.user_attrs["greedy_lossless"]
     assert greedy["ok"] is True and greedy["temperature"] == 0.0 and greedy["baseline"] == 0
     assert len(greedy["prefix_fraction"]) == 24 and set(greedy["prefix_fraction"]) == {1.0}
     assert "lossless check at temperature 0: lossless: trial " in r.stderr
@@ -155,9 +154,8 @@ def test_a_bad_log_is_exit_2_naming_its_file_and_line(tmp_path):
 def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(tmp_path):
     clean_log(tmp_path / "log.jsonl", n=1200)
     space, studies = _space(tmp_path), tmp_path / "studies"
-    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
-    assert r.returncode == 0, r.stderr
-    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    study(space, studies)
+    rep = report(space, studies)
     t = rep["traffic"]
     assert (t["log_requests"], t["picked"], t["guards"]) == (1200, 24, [])
     assert rep["acceptance_guards"] == []  # EAGLE-3 accepts alike on every length third of a clean log
@@ -197,10 +195,9 @@ def test_a_subset_that_flatters_the_drafter_is_a_named_warning_after_confirmatio
     holdout, measured on its one more start after confirmation, can."""
     flattering_log(tmp_path / "log.jsonl")
     space, studies = _space(tmp_path), tmp_path / "studies"
-    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
-    assert r.returncode == 0, r.stderr
+    r = study(space, studies)
     assert "its acceptance on the 24 holdout requests against the subset's" in r.stderr.split("plan: ")[1]
-    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    rep = report(space, studies)
     t = rep["traffic"]
     assert t["holdout_check"]["warning"] is None  # the baseline runs as fast on either
     a = t["acceptance_check"]
@@ -249,9 +246,8 @@ def test_a_winner_that_is_lossy_at_temperature_0_is_caught_though_the_log_sample
     data["benchmark"] = {"requests_file": "code.jsonl", "requests": 12, "holdout": 0}
     space, studies = tmp_path / "space.yaml", tmp_path / "studies"
     space.write_text(yaml.safe_dump(data, sort_keys=False))
-    r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "6", "--studies-dir", str(studies))
-    assert r.returncode == 0, r.stderr
-    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    study(space, studies)
+    rep = report(space, studies)
     assert rep["verdict"] == "speculation-wins"  # measured while sampling: nothing to compare there
     assert all(t.get("lossless") is None for t in rep["trials"])
     lo = rep["lossless"]
@@ -273,19 +269,8 @@ def test_acceptance_far_below_the_drafters_reference_is_a_named_warning(tmp_path
         "    path: /models/EAGLE3-LLaMA3.1-Instruct-8B\n    reference_acceptance: 9.0\n",
     )
     space.write_text(text)
-    r = autotune(
-        "study",
-        str(space),
-        "--simulate",
-        "--in-process",
-        "--n-trials",
-        "3",
-        "--no-confirm",
-        "--studies-dir",
-        str(studies),
-    )
-    assert r.returncode == 0, r.stderr
-    rep = json.loads(autotune("report", str(space), "--simulate", "--json", "--studies-dir", str(studies)).stdout)
+    study(space, studies, "--no-confirm", n_trials=3)
+    rep = report(space, studies)
     (g,) = rep["acceptance_guards"]
     assert g["name"] == "acceptance-far-below" and g["text"].startswith("eagle3-llama31-8b (trial ")
     assert "against the 9.00 it reaches elsewhere (drafters[].reference_acceptance" in g["text"]
@@ -313,8 +298,8 @@ def test_reference_acceptance_must_exceed_1(tmp_path):
 def test_one_more_start_of_the_winner_serves_the_lossless_check_and_the_holdouts_acceptance(tmp_path):
     """A sampling log with a holdout: both checks after confirmation on one start of the winner (the plan's one
     ``winner check`` start), and none again once both are recorded (a resumed study)."""
-    from autotune.clock import VirtualClock
     from autotune.records import greedy_lossless, traffic_acceptance
+    from autotune.seam import VirtualClock
     from autotune.sim import ModelRunner, simulated_space
     from autotune.study import Orchestrator, confirm, open_study, winner
     from autotune.verdict import Verdict

@@ -10,8 +10,8 @@ from pathlib import Path
 import optuna
 
 from autotune.backends.sglang import SGLangBackend
-from autotune.clock import VirtualClock
 from autotune.records import Round, TrialRecord
+from autotune.seam import VirtualClock
 from autotune.sim import ModelRunner, simulated_space
 from autotune.space import VerdictSpec, load_space
 from autotune.study import Orchestrator, confirm, open_study, race

@@ -1,17 +1,33 @@
-"""SGLang launch flags as the simulator reads them, with SGLang's rules applied as SGLang applies them.
+"""A simulated server's launch: the flags of the server it plays read as that server reads them, and that server's
+speculative rules applied as it applies them (SGLang 0.5.23, or vLLM 0.33.0 with ``--engine vllm``).
 
-``parse_launch_args(argv)`` (``autotune.sim.vllm_args``) takes everything after ``-m autotune.sim``: the sim's
-own flags (``--engine``,
+``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``--engine``,
 ``--scenario``, ``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``,
-``--sim-no-noise``, ``--near-ties``) and SGLang's flags (``--engine vllm``: vLLM's, ``autotune.sim.vllm_args``,
-which shares the sim's flags and settings, ``sim_args``). Unknown flags
-are ignored with a log line. A command SGLang would refuse raises ``SimLaunchError`` whose ``log`` is what SGLang would
-have printed before exiting non-zero. Used by both the HTTP server and the in-process ``ModelRunner``.
+``--sim-no-noise``, ``--near-ties``) and the played server's (``parse_sglang_args`` / ``parse_vllm_args``; both read
+their argv and the sim's settings through ``sim_args``, then apply their own rules to a ``ResolvedArgs``). Unknown
+flags are ignored with a log line. A command the server would refuse raises ``SimLaunchError`` whose ``log`` is what
+the server would have printed before exiting non-zero. Used by both the HTTP server and the in-process
+``ModelRunner``.
 
-This module holds the flag table, ``ResolvedArgs``, the parsing and SGLang's speculative resolution rules (its
-``srt/arg_groups/speculative_hook.py`` and the adaptive config loader of ``srt/speculative/adaptive_spec_params.py``,
-mirrored: what a launch of NGRAM or the EAGLE family resolves to, and the adaptive config it reads); the faults and
-launch errors live in ``autotune.sim.faults``.
+Faults: a test injects them (``--fault KIND[:N][@DRAFTER]``, ``Fault``); ``_fail`` / ``_traceback`` /
+``_not_loadable`` build a refusal's log.
+
+SGLang: the flag table, and its speculative resolution rules (its ``srt/arg_groups/speculative_hook.py`` and the
+adaptive config loader of ``srt/speculative/adaptive_spec_params.py``, mirrored: what a launch of NGRAM or the EAGLE
+family resolves to, and the adaptive config it reads).
+
+vLLM: ``vllm serve``'s arguments (the model first). What is read of them: the model, ``--speculative-config`` (one
+JSON argument: ``method`` eagle, eagle3, draft_model, mtp or ngram, ``model``, ``num_speculative_tokens``,
+``prompt_lookup_min`` / ``prompt_lookup_max``, ``num_speculative_tokens_per_batch_size``), ``--enforce-eager``,
+``--max-num-seqs``, ``--tensor-parallel-size``, ``--served-model-name``, ``--host``, ``--port``. Every method runs
+as a chain of K drafted tokens (vLLM drafts no trees), in the same performance model as SGLang's launches: eagle ->
+EAGLE, eagle3 -> EAGLE3, draft_model -> STANDALONE, mtp -> the target's own MTP layers, ngram -> NGRAM (prompt
+lookup, breadth 1). An EAGLE-3 head launched as ``eagle`` loads when vLLM's registry knows its architecture
+(``autotune.backends.vllm_methods``) and then accepts nothing: vLLM does not capture the auxiliary hidden states the
+head was trained on, and says nothing (the silent collapse autotune's drafter-not-engaged alarm is for). A
+per-batch-size schedule (``num_speculative_tokens_per_batch_size``, vLLM's dynamic speculative decoding) runs as a
+controller whose every batch-size slot has one step count (``autotune.sim.adaptive``): K for a batch size is its
+range's, a gap or the tail carries the previous range's on, capped by ``num_speculative_tokens``.
 """
 
 from __future__ import annotations
@@ -22,8 +38,36 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from autotune.sim.faults import _FAULTS_WITH_N, FAULT_KINDS, Fault, SimLaunchError, _fail, _not_loadable, _traceback
+from autotune.backends.vllm_methods import architecture_problem
 from autotune.sim.scenario import Scenario, ScenarioError, ScenarioLoader, SimDrafter, load_scenario, scenario_names
+
+__all__ = [
+    "ENGINES",
+    "FAULT_KINDS",
+    "Fault",
+    "KNOWN_ALGORITHMS",
+    "MTP_ARCHITECTURES",
+    "NGRAM_DEFAULTS",
+    "NgramDefaults",
+    "ResolvedArgs",
+    "SGLANG_VERSION",
+    "SIMULATED_ALGORITHMS",
+    "SIMULATED_METHODS",
+    "SimLaunchError",
+    "VLLM_DEFAULT_GRAPH_MAX_BS",
+    "VLLM_DEFAULT_MAX_NUM_SEQS",
+    "VLLM_VALUE_FLAGS",
+    "VLLM_VERSION",
+    "engine_of",
+    "load_adaptive_config",
+    "load_adaptive_config_steps",
+    "parse_launch_args",
+    "parse_sglang_args",
+    "parse_vllm_args",
+    "sim_args",
+    "usage",
+]
+
 
 SGLANG_VERSION = "0.5.23"
 
@@ -70,8 +114,7 @@ _SIM_BOOL_FLAGS = {"--sim-no-noise": "sim_no_noise"}
 VLLM_DEFAULT_MAX_NUM_SEQS = 1024
 #: vLLM 0.33.0's default CUDA-graph capture ceiling (``VllmConfig``, before Blackwell)
 VLLM_DEFAULT_GRAPH_MAX_BS = 512
-#: ``vllm serve``'s value flags the simulator reads (``autotune.sim.vllm_args``: its rules; here because the usage
-#: and the resolved args' defaults name them too)
+#: ``vllm serve``'s value flags the simulator reads (``parse_vllm_args``)
 VLLM_VALUE_FLAGS = {
     "--model": "model_path",
     "--speculative-config": "speculative_config",
@@ -207,7 +250,7 @@ class ResolvedArgs:
     served_model_name: str | None = None
     max_running_requests: int | None = None  # None: SGLang's default (48 for a speculative server)
     cuda_graph_max_bs: int | None = None  # None: the simulator's default (autotune.sim.batch.DEFAULT_GRAPH_MAX_BS)
-    #: vLLM: the ``--speculative-config`` as vLLM resolved it (``autotune.sim.vllm_args``); None otherwise
+    #: vLLM: the ``--speculative-config`` as vLLM resolved it (``parse_vllm_args``); None otherwise
     speculative_config: dict[str, Any] | None = None
     log: list[str] = field(default_factory=list)  # lines printed while parsing (warnings, ignored flags)
 
@@ -226,6 +269,10 @@ class ResolvedArgs:
             if f.kind == kind:
                 return f
         return None
+
+    def keep_faults_of(self, drafter: str | None) -> None:
+        """Keep only the faults injected into this launch's drafter (``None``: a launch without speculation)."""
+        self.faults = tuple(f for f in self.faults if f.applies_to(drafter))
 
     def faults_of(self, kind: str) -> list[Fault]:
         return [f for f in self.faults if f.kind == kind]
@@ -380,18 +427,21 @@ def engine_of(argv: list[str]) -> str:
 
 
 def sim_args(
-    vals: dict[str, Any],
-    fault_texts: list[str],
-    log: list[str],
+    argv: list[str],
     load: ScenarioLoader,
     *,
     engine: str,
     prog: str,
     model_flag: str,
-) -> ResolvedArgs:
-    """The launch's settings that do not depend on the server's speculative rules: the sim's own flags (scenario,
-    time scale, seed, faults, near ties), the target (``model_flag``: how the server names it in its usage error),
-    the address and the served name. Integer values are converted in ``vals`` (``prog``: who refuses one)."""
+    value_flags: dict[str, str] = _VALUE_FLAGS,
+    bool_flags: dict[str, str] = _BOOL_FLAGS,
+    positional: str | None = None,
+) -> tuple[ResolvedArgs, dict[str, Any]]:
+    """One engine's argv read by its flag tables (``_split``), and the launch's settings that do not depend on the
+    server's speculative rules: the sim's own flags (scenario, time scale, seed, faults, near ties), the target
+    (``model_flag``: how the server names it in its usage error), the address and the served name. Returns them with
+    the flags' values for the engine's own rules; integer values are converted there (``prog``: who refuses one)."""
+    vals, fault_texts, log = _split(list(argv), value_flags, bool_flags, positional=positional, prog=prog)
     name = vals.get("scenario")
     if not name:
         raise _fail(f"autotune.sim: --scenario is required (one of {', '.join(scenario_names())})", log, returncode=2)
@@ -444,7 +494,7 @@ def sim_args(
         raise _fail(f"{prog}: error: the following arguments are required: {model_flag}", log, returncode=2)
     if not _target_ok(model_path, scenario):
         raise _not_loadable(model_path, log)
-    return ResolvedArgs(
+    args = ResolvedArgs(
         scenario=scenario,
         model_path=model_path,
         engine=engine,
@@ -462,13 +512,14 @@ def sim_args(
         max_running_requests=vals.get("max_running_requests"),
         log=log,
     )
+    return args, vals
 
 
 def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
-    """Parse the sim's own flags and SGLang's launch flags and apply SGLang's rules (``parse_launch_args`` in
-    ``autotune.sim.vllm_args`` picks the engine). Raises SimLaunchError. ``load`` resolves ``--scenario``."""
-    vals, fault_texts, log = _split(list(argv))
-    args = sim_args(vals, fault_texts, log, load, engine="sglang", prog="launch_server.py", model_flag="--model-path")
+    """Parse the sim's own flags and SGLang's launch flags and apply SGLang's rules (``parse_launch_args`` picks the
+    engine). Raises SimLaunchError. ``load`` resolves ``--scenario``."""
+    args, vals = sim_args(argv, load, engine="sglang", prog="launch_server.py", model_flag="--model-path")
+    log = args.log
     args.disable_cuda_graph = bool(vals.get("disable_cuda_graph", False))
     args.disable_decode_cuda_graph = bool(vals.get("disable_decode_cuda_graph", False))
     args.disable_prefill_cuda_graph = bool(vals.get("disable_prefill_cuda_graph", False))
@@ -506,7 +557,7 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
     algo = vals.get("speculative_algorithm")
     if algo is None:
         args.speculative_adaptive = False  # nothing to adapt: the worker that reads it never starts
-        args.faults = tuple(f for f in args.faults if f.applies_to(None))
+        args.keep_faults_of(None)
         return args
     requested = str(algo).upper()
     if requested not in KNOWN_ALGORITHMS:
@@ -677,7 +728,7 @@ def _resolve_ngram(
     args.method = "NGRAM"
     args.speculative_draft_model_path = vals.get("speculative_draft_model_path")
     args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, ndt
-    args.faults = tuple(f for f in args.faults if f.applies_to("ngram"))
+    args.keep_faults_of("ngram")
     return args
 
 
@@ -731,7 +782,7 @@ def _resolve_eagle_family(
     else:
         args.method = algo
     name = drafter.name if drafter is not None else "mtp"
-    args.faults = tuple(f for f in args.faults if f.applies_to(name))
+    args.keep_faults_of(name)
     if args.max_running_requests is None:
         log.append(
             "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can "
@@ -787,20 +838,273 @@ def _resolve_eagle_family(
     return args
 
 
-__all__ = [
-    "ENGINES",
-    "KNOWN_ALGORITHMS",
-    "NGRAM_DEFAULTS",
-    "ResolvedArgs",
-    "SGLANG_VERSION",
-    "SIMULATED_ALGORITHMS",
-    "_BOOL_FLAGS",
-    "_INT_FIELDS",
-    "_VALUE_FLAGS",
-    "_split",
-    "_target_ok",
-    "engine_of",
-    "parse_sglang_args",
-    "sim_args",
-    "usage",
-]
+FAULT_KINDS = ("crash-startup", "never-healthy", "crash-after", "oom-above", "http500", "truncate")
+_FAULTS_WITH_N = ("crash-after", "oom-above", "http500", "truncate")
+
+
+class SimLaunchError(Exception):
+    """The simulated server refuses to start. ``log`` is the text it printed; ``returncode`` its exit status."""
+
+    def __init__(self, message: str, *, log: str = "", returncode: int = 1, oom: bool = False) -> None:
+        self.log = log or message
+        self.returncode = returncode
+        self.oom = oom
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    n: int | None = None
+    drafter: str | None = None  # ``KIND[:N]@NAME``: only servers speculating with drafter NAME ("none": the baseline)
+
+    @staticmethod
+    def parse(text: str) -> Fault:
+        """``crash-startup``, ``never-healthy``, ``crash-after:N``, ``oom-above:N``, ``http500:N``, ``truncate:N``,
+        each optionally scoped to one drafter with ``@NAME`` (``@none`` for the non-speculative server)."""
+        text, _, scope = text.strip().partition("@")
+        if _ and not scope:
+            raise ValueError(f"fault {text + '@'!r}: name a drafter after '@'")
+        f = Fault._parse(text)
+        return Fault(f.kind, f.n, scope or None)
+
+    def applies_to(self, drafter: str | None) -> bool:
+        return self.drafter is None or self.drafter == (drafter or "none")
+
+    @staticmethod
+    def _parse(text: str) -> Fault:
+        kind, _, num = text.strip().partition(":")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {text!r}; expected one of {', '.join(FAULT_KINDS)} (with :N where needed)")
+        if kind in _FAULTS_WITH_N:
+            try:
+                n = int(num)
+            except ValueError:
+                raise ValueError(f"fault {kind} needs a number, like {kind}:3, but got {text!r}") from None
+            if n < (0 if kind == "crash-after" else 1):
+                raise ValueError(f"fault {text!r}: the number must be positive")
+            return Fault(kind, n)
+        if num:
+            raise ValueError(f"fault {kind} takes no number but got {text!r}")
+        return Fault(kind)
+
+    def __str__(self) -> str:
+        base = self.kind if self.n is None else f"{self.kind}:{self.n}"
+        return base if self.drafter is None else f"{base}@{self.drafter}"
+
+
+def _fail(message: str, log: list[str], *, returncode: int = 1) -> SimLaunchError:
+    return SimLaunchError(message, log="\n".join([*log, message]), returncode=returncode)
+
+
+def _traceback(exc_line: str, log: list[str], where: str = "speculative_hook.py") -> SimLaunchError:
+    lines = [
+        *log,
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/sglang/launch_server.py", line 29, in <module>',
+        "    server_args = prepare_server_args(sys.argv[1:])",
+        f'  File "/usr/lib/python3/dist-packages/sglang/srt/arg_groups/{where}", line 112, in _handle_eagle_family',
+        exc_line,
+    ]
+    return SimLaunchError(exc_line, log="\n".join(lines), returncode=1)
+
+
+def _not_loadable(path: str, log: list[str]) -> SimLaunchError:
+    return _fail(
+        f"OSError: Can't load the configuration of '{path}'. If you were trying to load it from "
+        "'https://huggingface.co/models', make sure you don't have a local directory with the same name. Otherwise, "
+        f"make sure '{path}' is the correct path to a directory containing a config.json file",
+        log,
+    )
+
+
+VLLM_VERSION = "0.33.0"
+#: the methods the simulator plays (vLLM has more: suffix, ngram_gpu, dflash, dspark, custom_class, ...)
+SIMULATED_METHODS = ("eagle", "eagle3", "draft_model", "mtp", "ngram")
+#: vLLM's method -> the algorithm of the performance model
+_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE", "mtp": "EAGLE", "ngram": "NGRAM"}
+#: keys of ``--speculative-config`` the simulator reads; others are ignored with a log line
+_SPEC_KEYS = (
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+    "num_speculative_tokens_per_batch_size",
+    "draft_tensor_parallel_size",
+)
+
+_VLLM_BOOL_FLAGS = {"--enforce-eager": "enforce_eager", **_SIM_BOOL_FLAGS}
+_VLLM_PROG = "vllm serve"
+
+
+def _vllm_error(message: str, log: list[str]) -> SimLaunchError:
+    """vLLM's refusal of its engine arguments: the exception line, exit 1."""
+    return _fail(f"ValueError: {message}", log)
+
+
+def parse_vllm_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+    """Parse the sim's flags and ``vllm serve``'s and apply vLLM 0.33.0's speculative rules. Raises
+    SimLaunchError."""
+    args, vals = sim_args(
+        argv,
+        load,
+        engine="vllm",
+        prog=_VLLM_PROG,
+        model_flag="model_tag",
+        value_flags=VLLM_VALUE_FLAGS,
+        bool_flags=_VLLM_BOOL_FLAGS,
+        positional="model_path",
+    )
+    log = args.log
+    if "port" not in vals:
+        args.port = 8000
+    args.disable_cuda_graph = bool(vals.get("enforce_eager", False))
+    args.enable_metrics = True  # vLLM's OpenAI server always serves /metrics
+    text = vals.get("speculative_config")
+    if text is None:
+        args.keep_faults_of(None)
+        return args
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _fail(
+            f"{_VLLM_PROG}: error: argument --speculative-config: Value {text} cannot be converted to "
+            f"<function loads>: {e}",
+            log,
+            returncode=2,
+        ) from None
+    if not isinstance(spec, dict):
+        raise _vllm_error(f"--speculative-config must be a JSON object but got {text}", log)
+    return _resolve_vllm(args, spec, log)
+
+
+def _spec_int(spec: dict[str, Any], key: str, log: list[str]) -> int | None:
+    v = spec.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _vllm_error(f"{key}: Input should be a valid integer, got {v!r}", log)
+    return v
+
+
+def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> ResolvedArgs:
+    """``SpeculativeConfig.__post_init__`` for the methods the simulator plays."""
+    for key in spec:
+        if key not in _SPEC_KEYS:
+            log.append(f"WARNING autotune.sim: ignoring speculative_config key {key!r} (not simulated)")
+    model = spec.get("model")
+    method = spec.get("method")
+    if method is None:  # vLLM: detected from the model where it can be, else a draft model
+        method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
+    method = "ngram" if method == "[ngram]" else method
+    if method not in SIMULATED_METHODS:
+        raise _fail(
+            f"autotune.sim: speculative method {method!r} is not simulated (only {', '.join(SIMULATED_METHODS)})", log
+        )
+    k = _spec_int(spec, "num_speculative_tokens", log)
+    if k is None:
+        raise _vllm_error("num_speculative_tokens must be provided with speculative model.", log)
+    if k < 1:
+        raise _vllm_error(f"Expected num_speculative_tokens to be greater than zero ({k}).", log)
+    drafter: SimDrafter | None = None
+    scenario = args.scenario
+    if method == "mtp":
+        drafter = scenario.mtp
+        if drafter is None:
+            raise _vllm_error(
+                "Unsupported speculative method: 'mtp' (the target's config.json names no MTP layers)", log
+            )
+        model = args.model_path
+    elif method == "ngram":
+        lo, hi = _spec_int(spec, "prompt_lookup_min", log), _spec_int(spec, "prompt_lookup_max", log)
+        lo, hi = (5, 5) if lo is None and hi is None else (lo if lo is not None else hi, hi if hi is not None else lo)
+        assert lo is not None and hi is not None
+        if lo < 1 or hi < 1:
+            raise _vllm_error(f"prompt_lookup_min={lo} and prompt_lookup_max={hi} must be at least 1", log)
+        if lo > hi:
+            raise _vllm_error(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}", log)
+        spec = {**spec, "prompt_lookup_min": lo, "prompt_lookup_max": hi}
+        args.speculative_ngram_max_bfs_breadth = 1  # a chain: vLLM proposes the K tokens after the match
+        args.speculative_ngram_min_bfs_breadth = 1
+    else:
+        if not isinstance(model, str) or not model:
+            raise _vllm_error("num_speculative_tokens was provided but without speculative model.", log)
+        drafter = scenario.drafter_by_path(model)
+        if drafter is None:
+            if os.path.isdir(model) and os.path.isfile(os.path.join(model, "config.json")):
+                raise _fail(
+                    f"autotune.sim: {model} is a checkpoint the scenario {scenario.name} does not know "
+                    f"(its drafters: {', '.join(scenario.drafters)})",
+                    log,
+                )
+            raise _not_loadable(model, log)
+        why = architecture_problem(method, drafter.name, drafter.dir)
+        if why is not None:
+            archs = drafter.config.get("architectures")
+            raise _vllm_error(f"Model architectures {archs} are not supported for now.", log)
+    args.speculative_algorithm = _ALGORITHMS[method]
+    args.method = "MTP" if method == "mtp" else _ALGORITHMS[method]
+    args.drafter = drafter
+    args.speculative_draft_model_path = model if method != "ngram" else None
+    args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = k, 1, k + 1
+    schedule = spec.get("num_speculative_tokens_per_batch_size")
+    if schedule is not None:
+        ranges = _vllm_schedule(schedule, log)
+        args.speculative_adaptive = True
+        args.adaptive_config = {str(lo): {"candidate_steps": [min(kk, k)]} for lo, _hi, kk in ranges}
+    name = "ngram" if method == "ngram" else (drafter.name if drafter is not None else None)
+    args.keep_faults_of(name)
+    args.speculative_config = {**spec, "method": method, "model": model}
+    return args
+
+
+def _vllm_schedule(value: object, log: list[str]) -> list[tuple[int, int, int]]:
+    """vLLM 0.33.0's ``validate_and_normalize_dynamic_sd_schedule`` (``v1/spec_decode/dynamic/utils.py``)."""
+    if not isinstance(value, list) or not value:
+        raise _vllm_error(
+            "num_speculative_tokens_per_batch_size must be a non-empty list of "
+            "(range_start, range_end, num_speculative_tokens) entries.",
+            log,
+        )
+    out: list[tuple[int, int, int]] = []
+    for entry in value:
+        if not isinstance(entry, list | tuple) or len(entry) != 3:
+            raise _vllm_error(
+                "Each num_speculative_tokens_per_batch_size entry must be a 3-item sequence: "
+                "(range_start, range_end, num_speculative_tokens).",
+                log,
+            )
+        try:
+            lo, hi, k = (int(x) for x in entry)
+        except (TypeError, ValueError):
+            raise _vllm_error(
+                f"num_speculative_tokens_per_batch_size entry {entry!r} is not three integers", log
+            ) from None
+        if lo <= 0 or hi <= 0:
+            raise _vllm_error(f"Batch-size range ({lo}, {hi}) must be positive.", log)
+        if lo > hi:
+            raise _vllm_error(f"Batch-size range start must be <= end for ({lo}, {hi}, {k}).", log)
+        if k < 0:
+            raise _vllm_error("num_speculative_tokens_per_batch_size values must be >= 0.", log)
+        out.append((lo, hi, k))
+    out.sort(key=lambda e: e[0])
+    end = 0
+    for lo, hi, _k in out:
+        if lo <= end:
+            raise _vllm_error("Batch-size ranges must be non-overlapping and sorted.", log)
+        end = hi
+    if out[0][0] != 1:
+        raise _vllm_error(
+            "The first batch-size range must start at 1 so every runtime batch size has a defined schedule.", log
+        )
+    return out
+
+
+def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+    """Parse the sim's own flags and the launch flags of the server it plays (``--engine``: SGLang unless told) and
+    apply that server's rules. Raises SimLaunchError. ``load`` resolves ``--scenario`` (default: the shipped
+    scenarios)."""
+    if engine_of(argv) == "vllm":
+        return parse_vllm_args(argv, load=load)
+    return parse_sglang_args(argv, load=load)

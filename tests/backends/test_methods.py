@@ -1,10 +1,10 @@
-"""The shared Optuna encoding (``autotune.backends.encode``) and the resolved-config type the backends return."""
+"""The shared Optuna encoding (``autotune.backends.methods``) and the resolved-config type the backends return."""
 
 from __future__ import annotations
 
 import pytest
 
-from autotune.backends import encode
+from autotune.backends.methods import cut_name, int_values, spec_values, suggest_int
 from autotune.backends.sglang import SGLangBackend
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
@@ -41,26 +41,26 @@ class Recorder:
 )
 def test_suggest_int(spec, allowed, call):
     trial = Recorder()
-    assert encode.suggest_int(trial, "k", spec, allowed) == allowed[0]
+    assert suggest_int(trial, "k", spec, allowed) == allowed[0]
     assert trial.calls == [call]
 
 
 def test_suggest_int_without_a_spec_takes_the_one_value_and_log_can_be_forced_off():
     trial = Recorder()
-    assert encode.suggest_int(trial, "k", None, [3]) == 3 and trial.calls == []
-    encode.suggest_int(trial, "k", IntRange(1, 4, log=True), [1, 2, 3, 4], log=False)
+    assert suggest_int(trial, "k", None, [3]) == 3 and trial.calls == []
+    suggest_int(trial, "k", IntRange(1, 4, log=True), [1, 2, 3, 4], log=False)
     assert trial.calls == [("int", "k", 1, 4, 1, False)]
 
 
 def test_values_and_names():
-    assert encode.spec_values(IntRange(2, 8, step=3)) == [2, 5, 8]
-    assert encode.spec_values(Choices(("a", "b"))) == ["a", "b"]
-    assert encode.spec_values(FloatRange(0.0, 1.0)) is None and encode.spec_values(None) is None
-    assert encode.int_values(Choices((1.0, 2)), "X") == [1, 2]
+    assert spec_values(IntRange(2, 8, step=3)) == [2, 5, 8]
+    assert spec_values(Choices(("a", "b"))) == ["a", "b"]
+    assert spec_values(FloatRange(0.0, 1.0)) is None and spec_values(None) is None
+    assert int_values(Choices((1.0, 2)), "X") == [1, 2]
     with pytest.raises(InfeasibleConfig, match="X knobs are integers"):
-        encode.int_values(FloatRange(0.0, 1.0), "X")
-    assert encode.cut_name("topk", [1, 2], [1, 2], "s3") == "topk"
-    assert encode.cut_name("topk", [1], [1, 2], "s3") == "topk_s3"
+        int_values(FloatRange(0.0, 1.0), "X")
+    assert cut_name("topk", [1, 2], [1, 2], "s3") == "topk"
+    assert cut_name("topk", [1], [1, 2], "s3") == "topk_s3"
 
 
 def test_effective_config_is_a_trial_config_that_is_not_resolved_again():

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.sim.faults import Fault, SimLaunchError
+from autotune.sim.launch import Fault, SimLaunchError, parse_launch_args
 from autotune.sim.scenario import load_scenario
-from autotune.sim.vllm_args import parse_launch_args
 
 KIMI = ["--scenario", "kimi-k25-rtxpro6000", "--model-path", "kimi-k25"]
 LLAMA = ["--scenario", "llama31-8b-h100", "--model-path", "llama-3.1-8b-instruct"]
@@ -209,7 +208,7 @@ def test_missing_value_and_bad_int() -> None:
 
 
 def test_faults_scoped_to_a_drafter_apply_only_to_its_servers() -> None:
-    from autotune.sim.vllm_args import parse_launch_args
+    from autotune.sim.launch import parse_launch_args
 
     base = [
         "--scenario",

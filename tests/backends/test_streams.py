@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from autotune.backends.prometheus import metric_total, parse_prometheus, series_key
+from autotune.backends.streams import metric_total, parse_prometheus, series_key
 
 SAMPLES = Path(__file__).with_name("samples")
 
