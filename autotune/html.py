@@ -250,19 +250,22 @@ def _traffic(report: Report) -> list[str]:
         acc = t.get("acceptance_check")
         warn = " class='warn'" if acc and acc.get("warning") else ""
         parts.append(f"<p id='holdout-acceptance'{warn}>{_e(t['acceptance_text'])}</p>")
-    rows = t.get("by_length") or []
-    if rows:
+    for side, key, table in (("input", "by_length", "by-length"), ("output", "by_output_length", "by-output-length")):
+        rows = t.get(key) or []
+        if not rows:
+            continue
         parts.append(
-            "<table id='by-length'><tr><th>input length</th><th>tokens</th><th>prompts</th><th>baseline tok/s</th>"
+            f"<table id='{table}'><tr><th>{side} length</th><th>tokens</th><th>prompts</th><th>baseline tok/s</th>"
             "<th>tok/s</th><th>speedup</th></tr>"
         )
         for r in rows:
+            lo, hi = r[f"{side}_tokens"]
             parts.append(
-                f"<tr><td>{_e(r['bucket'])}</td><td>{_e(r['input_tokens'][0])}-{_e(r['input_tokens'][1])}</td>"
+                f"<tr><td>{_e(r['bucket'])}</td><td>{_e(lo)}-{_e(hi)}</td>"
                 f"<td>{_e(r['prompts'])}</td><td>{_num(r['baseline_tok_per_s'])}</td><td>{_num(r['tok_per_s'])}</td>"
                 f"<td>{_num(r['speedup'], '.2f')}</td></tr>"
             )
-        parts.append(f"</table><p>{_e(t.get('by_length_text'))}</p>")
+        parts.append(f"</table><p>{_e(t.get(key + '_text'))}</p>")
     return parts
 
 

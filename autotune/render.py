@@ -156,8 +156,9 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         if traffic.get("acceptance_text"):
             acc = traffic.get("acceptance_check")
             line("  " + traffic["acceptance_text"], "yellow" if acc and acc.get("warning") else None)
-        if traffic.get("by_length_text"):
-            line(traffic["by_length_text"], "yellow" if "WARNING" in traffic["by_length_text"] else None)
+        for key in ("by_length_text", "by_output_length_text"):
+            if traffic.get(key):
+                line(traffic[key], "yellow" if "WARNING" in traffic[key] else None)
     if report.search_settled:
         line(report.search_settled["text"])
     for c in report.baseline_check:

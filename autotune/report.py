@@ -459,13 +459,18 @@ def _traffic(
         )
     t = by_number.get(res.recommended.trial) if res.recommended.trial is not None else None
     rows: list[dict[str, Any]] = []
+    out_rows: list[dict[str, Any]] = []
     if t is not None and not TrialRecord(t).is_baseline:
         own = TrialRecord(t).baseline_trial
         b = by_number.get(own) if own is not None else None
         if b is not None:
-            rows = by_length(TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results())
+            mine, base = TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results()
+            rows = by_length(mine, base)
+            out_rows = by_length(mine, base, side="output")
     out["by_length"] = rows
     out["by_length_text"] = length_text(rows)
+    out["by_output_length"] = out_rows
+    out["by_output_length_text"] = length_text(out_rows, side="output")
     return out
 
 

@@ -826,31 +826,38 @@ def guards(requests: Sequence[LoggedRequest], *, api: str = "chat", drafter_is_c
 # ---------------------------------------------------------------------------------------------- results by length
 
 
-def by_length(config: Sequence[Any], baseline: Sequence[Any]) -> list[dict[str, Any]]:
-    """A config's speedup over its baseline by input-length third of the prompts: per third, the prompts' input
-    tokens (from the server's usage, the baseline's answers), each side's aggregate tok/s (its tokens over its
-    seconds) and their ratio. ``config`` and ``baseline``: per-prompt results (``PromptResult``-like: ``index``,
-    ``prompt_tokens``, ``completion_tokens``, ``seconds``) of the same prompts; [] when under 3 prompts pair up or the
-    server reported no prompt tokens."""
+#: what a length third is taken over: the prompt's input tokens, or the baseline's answer's tokens
+LENGTH_SIDES = {"input": "prompt_tokens", "output": "completion_tokens"}
+
+
+def by_length(config: Sequence[Any], baseline: Sequence[Any], side: str = "input") -> list[dict[str, Any]]:
+    """A config's speedup over its baseline by length third of the prompts, ``side`` ``input`` (the prompt's tokens)
+    or ``output`` (the baseline's answer's tokens, as the log asked for them: a short answer leaves the drafter
+    little to gain on): per third, the prompts' lengths (from the server's usage, the baseline's answers; key
+    ``input_tokens`` or ``output_tokens``), each side's aggregate tok/s (its tokens over its seconds) and their
+    ratio. ``config`` and ``baseline``: per-prompt results (``PromptResult``-like: ``index``, ``prompt_tokens``,
+    ``completion_tokens``, ``seconds``) of the same prompts; [] when under 3 prompts pair up or the server reported
+    no lengths."""
+    field = LENGTH_SIDES[side]
     mine = {r.index: r for r in config}
-    pairs = [(b, mine[b.index]) for b in baseline if b.index in mine and b.prompt_tokens and b.seconds > 0]
+    pairs = [(b, mine[b.index]) for b in baseline if b.index in mine and getattr(b, field) and b.seconds > 0]
     if len(pairs) < 3:
         return []
-    edges = _tertile_edges([float(b.prompt_tokens) for b, _ in pairs])
+    edges = _tertile_edges([float(getattr(b, field)) for b, _ in pairs])
     out = []
     for k, name in enumerate(LENGTH_BUCKETS):
-        part = [(b, c) for b, c in pairs if _bucket(float(b.prompt_tokens), edges) == k]
+        part = [(b, c) for b, c in pairs if _bucket(float(getattr(b, field)), edges) == k]
         if not part:
             continue
         base = sum(b.completion_tokens for b, _ in part) / sum(b.seconds for b, _ in part)
         spec_s = sum(c.seconds for _, c in part)
         spec = sum(c.completion_tokens for _, c in part) / spec_s if spec_s > 0 else 0.0
-        lengths = [b.prompt_tokens for b, _ in part]
+        lengths = [getattr(b, field) for b, _ in part]
         out.append(
             {
                 "bucket": name,
                 "prompts": len(part),
-                "input_tokens": [min(lengths), max(lengths)],
+                f"{side}_tokens": [min(lengths), max(lengths)],
                 "baseline_tok_per_s": base,
                 "tok_per_s": spec,
                 "speedup": spec / base if base > 0 else None,
@@ -859,20 +866,28 @@ def by_length(config: Sequence[Any], baseline: Sequence[Any]) -> list[dict[str, 
     return out
 
 
-def length_text(rows: Sequence[dict[str, Any]]) -> str | None:
-    """One line of the per-length speedups, with a warning when the longest inputs lose to the baseline."""
+def length_text(rows: Sequence[dict[str, Any]], side: str = "input") -> str | None:
+    """One line of the per-length speedups, with a warning where a third loses to the baseline: for inputs the
+    longest (a drafter that collapses at long context), for outputs any third (the answers of that length are
+    served slower than without speculation)."""
     if not rows:
         return None
+    key = f"{side}_tokens"
     parts = [
-        f"{r['bucket']} inputs ({r['input_tokens'][0]}-{r['input_tokens'][1]} tokens, {r['prompts']} prompts) "
-        f"{r['speedup']:.2f}x"
+        f"{r['bucket']} {side}s ({r[key][0]}-{r[key][1]} tokens, {r['prompts']} prompts) {r['speedup']:.2f}x"
         for r in rows
         if r["speedup"] is not None
     ]
-    text = "by input length (search measurement): " + "; ".join(parts)
-    last = rows[-1]
-    if last["bucket"] == "long" and last["speedup"] is not None and last["speedup"] < 1:
-        text += f" - WARNING: the longest inputs lose to the baseline ({last['speedup']:.2f}x)"
+    text = f"by {side} length (search measurement): " + "; ".join(parts)
+    if side == "input":
+        last = rows[-1]
+        if last["bucket"] == "long" and last["speedup"] is not None and last["speedup"] < 1:
+            text += f" - WARNING: the longest inputs lose to the baseline ({last['speedup']:.2f}x)"
+        return text
+    losing = [r for r in rows if r["speedup"] is not None and r["speedup"] < 1]
+    if losing:
+        named = ", ".join(f"{r['bucket']} ({r['speedup']:.2f}x)" for r in losing)
+        text += f" - WARNING: answers of these lengths lose to the baseline: {named}"
     return text
 
 

@@ -179,14 +179,21 @@ def test_the_report_gives_the_subset_the_guards_and_the_speedup_by_input_length(
     assert rows[0]["input_tokens"][1] <= rows[2]["input_tokens"][0]
     assert all(x["speedup"] == x["tok_per_s"] / x["baseline_tok_per_s"] for x in rows)
     assert t["by_length_text"].startswith("by input length (search measurement): short inputs")
+    out = t["by_output_length"]  # the same prompts by the length of the baseline's answers
+    # (answers at their max_tokens share a length: a third with none is left out)
+    assert [x["bucket"] for x in out] == [b for b in ("short", "medium", "long") if b in {x["bucket"] for x in out}]
+    assert len(out) >= 2 and sum(x["prompts"] for x in out) == 24 and "input_tokens" not in out[0]
+    assert out[0]["output_tokens"][1] <= out[-1]["output_tokens"][0]
+    assert t["by_output_length_text"].startswith(f"by output length (search measurement): {out[0]['bucket']} outputs")
     text = autotune("report", str(space), "--simulate", "--studies-dir", str(studies)).stdout
-    assert "traffic: 24 of 1200 logged requests measured" in text
+    assert "traffic: 24 of 1200 logged requests measured" in text and t["by_output_length_text"] in text
     assert "subset vs the rest of the log (baseline trial 0): baseline tok/s" in text
     assert "subset vs the rest of the log (the winner, after confirmation): trial" in text and "WARNING" not in text
     html = tmp_path / "r.html"
     autotune("report", str(space), "--simulate", "--html", str(html), "--studies-dir", str(studies))
     assert "id='traffic'" in html.read_text() and "<p id='holdout'>subset vs the rest" in html.read_text()
     assert "<p id='holdout-acceptance'>subset vs the rest of the log (the winner" in html.read_text()
+    assert "<table id='by-output-length'><tr><th>output length</th>" in html.read_text()
 
 
 def test_a_subset_that_flatters_the_drafter_is_a_named_warning_after_confirmation(tmp_path):
@@ -230,6 +237,31 @@ def test_by_length_warns_when_the_longest_inputs_lose():
     assert [(x["bucket"], round(x["speedup"], 2)) for x in rows] == [("short", 2.0), ("medium", 2.0), ("long", 0.8)]
     assert "WARNING: the longest inputs lose to the baseline (0.80x)" in length_text(rows)
     assert "WARNING" not in length_text(by_length(base, base))
+
+
+def test_by_output_length_thirds_the_baselines_answers_and_names_every_losing_third():
+    """Output thirds by the baseline's answer's tokens, not the prompt's: short answers (little decode to gain on)
+    lose here, long ones gain, whatever the inputs' lengths."""
+    from autotune.config import PromptResult
+    from autotune.traffic import by_length, length_text
+
+    def res(i, out, secs):
+        return PromptResult(index=i, completion_tokens=out, seconds=secs, ttft_s=None, prompt_tokens=500 - 10 * i)
+
+    outs = [20, 40, 200, 220, 800, 900]
+    base = [res(i, n, n / 100) for i, n in enumerate(outs)]
+    spec = [res(i, n, n / 100 * (1.25 if n < 100 else 0.5)) for i, n in enumerate(outs)]
+    rows = by_length(spec, base, side="output")
+    assert [(x["bucket"], x["output_tokens"], round(x["speedup"], 2)) for x in rows] == [
+        ("short", [20, 40], 0.8),
+        ("medium", [200, 220], 2.0),
+        ("long", [800, 900], 2.0),
+    ]
+    text = length_text(rows, side="output")
+    assert text.startswith("by output length (search measurement): short outputs (20-40 tokens, 2 prompts) 0.80x")
+    assert text.endswith("WARNING: answers of these lengths lose to the baseline: short (0.80x)")
+    assert by_length(spec, base)[0]["input_tokens"] == [450, 460]  # by input, the same prompts third otherwise
+    assert "WARNING" not in length_text(by_length(base, base, side="output"), side="output")
 
 
 def test_a_winner_that_is_lossy_at_temperature_0_is_caught_though_the_log_samples(tmp_path):
