@@ -1,19 +1,26 @@
-"""The HTML report's per-level table, on the report of the real H200 load-level study (docs/gpu-runs)."""
+"""The HTML report's per-level table, on the report of the real H200 load-level study (docs/gpu-runs): the recorded
+JSON's sections read back as the typed report's (``Load``; the baselines section's two fields)."""
 
 from __future__ import annotations
 
 import json
+import types
 
 from autotune.html import _levels
+from autotune.report import Load
 
 from .helpers import REPO
 
 H200 = REPO / "docs" / "gpu-runs" / "2026-12-01-h200-load" / "resumed" / "report.json"
 
 
+def _load(report: dict) -> types.SimpleNamespace:
+    return types.SimpleNamespace(load=Load(**report["load"]) if report.get("load") else None)
+
+
 def test_the_h200_load_study_gets_a_row_per_level_with_its_confirmed_verdict():
     report = json.loads(H200.read_text())
-    page = "".join(_levels(report))
+    page = "".join(_levels(_load(report)))
     assert "<h2>Load levels</h2>" in page and "speculation wins up to 4 streams (inconclusive above)" in page
     rows = {c: page.split(f"<tr id='level-{c}'>", 1)[1].split("</tr>", 1)[0] for c in (1, 4, 16)}
     # what the H200 measured: confirmed 1.92x and 2.17x at 1 and 4 streams, 1.16x [0.99, 1.35] at 16
@@ -25,7 +32,7 @@ def test_the_h200_load_study_gets_a_row_per_level_with_its_confirmed_verdict():
 def test_a_single_stream_report_has_no_level_table():
     report = json.loads(H200.read_text())
     report.pop("load")
-    assert _levels(report) == []
+    assert _levels(_load(report)) == []
 
 
 def test_the_baseline_check_of_the_h200_runs_is_in_the_baselines_section():
@@ -36,7 +43,14 @@ def test_the_baseline_check_of_the_h200_runs_is_in_the_baselines_section():
     from autotune.study import baseline_check
 
     report = json.loads((REPO / "docs/gpu-runs/2026-12-01-h200-baseline-check/report.json").read_text())
-    page = "".join(_baselines(report))
+    baselines = {
+        k: types.SimpleNamespace(tok_per_s=b["tok_per_s"], trial=b["trial"]) for k, b in report["baseline"].items()
+    }
+
+    def typed(checks: list) -> types.SimpleNamespace:  # the two fields _baselines reads
+        return types.SimpleNamespace(result=types.SimpleNamespace(baselines=baselines), baseline_check=checks)
+
+    page = "".join(_baselines(typed(report["baseline_check"])))
     assert "<p class='check' id='baseline-check-True'>" in page and "+2.5%" in page and "within the" in page
     [c] = baseline_check.check(
         [Round(baseline={True: v}) for v in (1830.0, 1850.0, 1845.0, 1850.0)],
@@ -44,5 +58,5 @@ def test_the_baseline_check_of_the_h200_runs_is_in_the_baselines_section():
         confidence=0.95,
         start_noise=0.035,
     )
-    flagged = "".join(_baselines({**report, "baseline_check": [c]}))
+    flagged = "".join(_baselines(typed([c])))
     assert "<p class='excluded' id='baseline-check-True'>" in flagged and "was slow" in flagged
