@@ -2,33 +2,19 @@
 
 Backend-agnostic: the backend builds the request (``Backend.request``) and reads each streamed JSON chunk
 (``Backend.parse_chunk``). The client
-- times the request on the injected monotonic clock, at the socket: ``seconds`` run from the first write of the
-  request's bytes (building it, the connection pool and a new connection's set-up are not timed) to the arrival of
-  the bytes of the last chunk that carried new text, ``ttft_s`` to the first one. Arrival = when the socket read that
-  completed those bytes returned, noted by a thin wrapper around httpcore's network stream (``_TimedStream``), so
-  HTTP/chunked parsing (h11), httpx's decoders and line splitting, and the client's own per-chunk work are not
-  counted (timed after them, they added 0.15-0.45 ms a request: 0.3-0.9% of a 51 ms stream at 20,000 tok/s),
-- splits the SSE stream into lines itself, on the raw bytes (LF, CRLF or CR, as SSE defines them; httpx's
-  ``iter_lines`` also splits on U+2028, U+0085..., which a server may send unescaped inside JSON text),
-- reads each response to its end, also after ``[DONE]``, so the connection is reused by the next request (a
-  response closed early costs the next request a new TCP connection, and a simulated server a new thread: a
-  fixed ~2-5 ms per request that showed up as timing error at high token rates),
-- takes token counts from the server (usage / meta_info), never from counting chunks (one chunk can carry
-  several accepted tokens),
-- takes acceptance from the final chunk, or from /metrics deltas around the request for backends that only
-  report it there (``Backend.acceptance_from_metrics_deltas``), and so the per-position acceptance counts where the
-  server reports them (``ChunkInfo.positions``, ``Backend.positions_from_metrics``; ``autotune.acceptance``),
-- retries a bounded number of times (``BenchmarkSpec.retries``) on HTTP 5xx, connection errors, malformed
-  chunks and truncated streams (no ``[DONE]`` or no final token count): a truncated stream is never counted.
-  4xx answers and timeouts are not retried (the request is wrong, or the server is hung: retrying would only
-  spend the budget). After that it raises ``BenchmarkError`` with the reason.
+- times the request at the socket, on the injected clock: ``seconds`` from the first write of the request's bytes to
+  the arrival of the last chunk that carried new text, ``ttft_s`` to the first one (arrival: when the socket read
+  returned, noted by ``_TimedStream``, so HTTP parsing and the client's own per-chunk work are not counted),
+- splits SSE lines itself on the raw bytes (LF, CRLF or CR; httpx's ``iter_lines`` also splits on U+2028...),
+- reads each response to its end, also after ``[DONE]``, so the connection is reused by the next request,
+- takes token counts from the server (usage / meta_info), never from counting chunks, and acceptance from the final
+  chunk or from /metrics deltas around the request (``Backend.acceptance_from_metrics_deltas``),
+- retries ``BenchmarkSpec.retries`` times on HTTP 5xx, connection errors, malformed chunks and truncated streams (no
+  ``[DONE]`` or no final token count); 4xx answers and timeouts are not retried. Then it raises ``BenchmarkError``.
 
-Every request has a limit: httpx connect/read/write/pool timeouts, plus an overall deadline of
-``request_timeout_s`` checked between chunks (a server trickling bytes can't hold a request forever).
-
-The seam to the network is an httpx transport (``transport=``): by default ``timed_transport`` (real sockets, timed
-as above); a given one (``httpx.MockTransport`` in tests, or ``timed_transport`` over another httpcore network
-backend) is used as it is, and a response that carries no ``_TimedStream`` is timed at the response iterator.
+Every request has a limit: httpx's timeouts, plus an overall ``request_timeout_s`` checked between chunks. The seam
+to the network is an httpx transport (``transport=``, default ``timed_transport``); a response without a
+``_TimedStream`` is timed at the response iterator.
 """
 
 from __future__ import annotations
@@ -155,10 +141,9 @@ class _TimedBackend(httpcore.NetworkBackend):
 def timed_transport(
     now: Callable[[], float], *, network_backend: httpcore.NetworkBackend | None = None
 ) -> httpx.HTTPTransport:
-    """httpx's own transport (pool, limits, keep-alive, timeouts, exception mapping), its connections' streams timed
-    on ``now``. ``network_backend``: the httpcore network backend whose streams are timed (default: httpx's own, real
-    sockets). httpx has no public setting for httpcore's network backend: the pool's is wrapped in place (if a future
-    httpx renames these, the client still works, timed at the response iterator instead: no ``_TimedStream``)."""
+    """httpx's own transport, its connections' streams timed on ``now`` (``network_backend``: whose streams are timed;
+    default httpx's own). httpx has no public setting for httpcore's network backend: the pool's is wrapped in place
+    (should a future httpx rename these, the client is timed at the response iterator instead)."""
     transport = httpx.HTTPTransport(trust_env=False)
     pool = getattr(transport, "_pool", None)
     inner = getattr(pool, "_network_backend", None)
@@ -196,14 +181,6 @@ class BenchmarkClient:
         transport: httpx.BaseTransport | None = None,
         max_connections: int = 100,
     ) -> None:
-        """``transport``: the seam to the network (default ``timed_transport``: real sockets, timed at the socket);
-        a given transport is used as it is, and timed at the response iterator unless it carries ``_TimedStream``s."""
-        if retries < 0:
-            raise ValueError(f"retries must be at least 0 but got {retries}")
-        if request_timeout_s <= 0 or connect_timeout_s <= 0:
-            raise ValueError(
-                f"timeouts must be positive but got request={request_timeout_s}, connect={connect_timeout_s}"
-            )
         self.backend = backend
         self.parse_chunk: ChunkParser = chunk_parser or backend.parse_chunk  # per launch: Backend.chunk_parser
         self.max_tokens = int(max_tokens)
@@ -214,13 +191,13 @@ class BenchmarkClient:
         self.request_timeout_s = float(request_timeout_s)
         self.retry_delay_s = float(retry_delay_s)
         self.clock: Clock = clock or MonotonicClock()
-        self._timeout = httpx.Timeout(
-            connect=connect_timeout_s, read=request_timeout_s, write=connect_timeout_s, pool=connect_timeout_s
-        )
+
         # trust_env=False: a proxy configured in the environment must not sit between us and a local server
         self._http = httpx.Client(
             base_url=base_url,
-            timeout=self._timeout,
+            timeout=httpx.Timeout(
+                connect=connect_timeout_s, read=request_timeout_s, write=connect_timeout_s, pool=connect_timeout_s
+            ),
             trust_env=False,
             transport=transport if transport is not None else timed_transport(self._now),
             # every stream of a load level has its own connection, kept alive for the next request
@@ -237,7 +214,6 @@ class BenchmarkClient:
         clock: Clock | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> BenchmarkClient:
-        """A client with the space's benchmark settings (tokens, temperature, API, retries, timeout)."""
         b = space.benchmark
         return cls(
             base_url,
@@ -257,8 +233,6 @@ class BenchmarkClient:
     def _now(self) -> float:
         return self.clock.now()  # the clock may be replaced after construction
 
-    # -- lifecycle ----------------------------------------------------------------------------------
-
     def close(self) -> None:
         self._http.close()
 
@@ -267,8 +241,6 @@ class BenchmarkClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- small requests -----------------------------------------------------------------------------
 
     def _get(self, path: str, timeout_s: float) -> httpx.Response | None:
         """``GET path``; None when there is no answer. A pooled keep-alive connection that the server closed just
@@ -313,8 +285,6 @@ class BenchmarkClient:
         if resp is None or resp.status_code != 200:
             return None
         return parse_prometheus(resp.text)
-
-    # -- measuring ----------------------------------------------------------------------------------
 
     def measure(
         self,
@@ -486,6 +456,3 @@ class BenchmarkClient:
 def _short(raw: bytes, limit: int = 200) -> str:
     text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-__all__ = ["BenchmarkClient", "timed_transport"]

@@ -1,17 +1,6 @@
-"""``ProcessRunner``: one real server process per trial, behind the ``Runner`` seam (``autotune.seam``).
-
-``launch(config)``: the backend resolves the config unless it is an ``EffectiveConfig`` already (an infeasible one
-raises ``InfeasibleConfig``, nothing starts) and builds the argv list, environment and files (``Backend.files``,
-written into the launch's own folder beside its log file, which argv names); the port is chosen
-(``ServerProcess.claim_port``); a ``ServerProcess`` is started with a per-trial log file and waited for
-(``backend.health_path``, up to ``server.startup_timeout_s`` hardware seconds: divided by ``time_scale`` on the wall
-clock); the resolved settings (``backend.info_path``) go in ``LaunchInfo.effective``; the ``ProcessSession`` it
-returns owns the server process. Any failure or Ctrl-C during a launch stops the server before propagating.
-
-``ProcessSession``: the started server behind the ``Session`` seam. It measures prompts with its
-``BenchmarkClient`` (wall seconds times ``time_scale`` = hardware seconds) and ``close()`` stops its
-``ServerProcess``. A failed request of a server that has exited is ``ServerDied``; Ctrl-C (KeyboardInterrupt)
-during a measurement stops the server before propagating.
+"""``ProcessRunner``: one real server process per trial behind the ``Runner`` seam (``autotune.seam``), and the
+``ProcessSession`` that measures it. Times are hardware seconds: wall seconds times ``time_scale`` (the simulator's);
+any failure or Ctrl-C during a launch or a measurement stops the server before propagating.
 """
 
 from __future__ import annotations
@@ -30,7 +19,6 @@ from autotune._io import atomic_write
 from autotune.backends.base import Backend
 from autotune.client import BenchmarkClient
 from autotune.config import (
-    EffectiveConfig,
     LaunchInfo,
     LevelResult,
     PromptResult,
@@ -78,10 +66,6 @@ class ProcessRunner:
         simulated: bool = False,
         record_path: Path | None = None,
     ) -> None:
-        if time_scale <= 0:
-            raise ValueError(f"time_scale must be positive but got {time_scale}")
-        if space.server.port_busy not in ("fail", "wait", "next"):
-            raise ValueError(f"server.port_busy must be fail, wait or next but got {space.server.port_busy!r}")
         self.space = space
         self.backend = backend
         self.log_dir = Path(log_dir)
@@ -103,47 +87,56 @@ class ProcessRunner:
             log.warning("stopped %d server process(es) left by a previous run: %s", len(stopped), stopped)
         return stopped
 
-    def choose_port(self) -> int:
-        """The port the next launch gets (``server.port_busy``: fail, wait or next)."""
-        return ServerProcess.claim_port(self.space.server, tries=self.next_port_tries, clock=self.clock)
-
-    # -- launching ----------------------------------------------------------------------------------
-
     def launch(self, config: TrialConfig) -> ProcessSession:
-        return self._start(self.backend.effective(config, self.space))
-
-    def _probe_once(self) -> None:
-        """Learn the installed server's flags before the first argv (``Backend.probe``)."""
-        if (
-            not self._probed
-            and (self.space.server.version is None or self.backend.probe_before_argv)
-            and not self.simulated
-        ):
+        """A fresh server for ``config``: the backend resolves it unless it is an ``EffectiveConfig`` already (an
+        infeasible one raises ``InfeasibleConfig``, nothing starts) and builds its argv, environment and files
+        (written into the launch's own folder beside its log file); then the port, the start, the health wait (up
+        to ``server.startup_timeout_s`` hardware seconds) and the resolved settings (``LaunchInfo.effective``)."""
+        effective = self.backend.effective(config, self.space)
+        server_spec = self.space.server
+        if not self._probed and (server_spec.version is None or self.backend.probe_before_argv) and not self.simulated:
             self._probed = True
-            self.backend.probe(self.space)
-
-    def _start(self, effective: EffectiveConfig) -> ProcessSession:
-        """A fresh server for ``effective``."""
-        self._probe_once()
-        port = self.choose_port()
-        log_path = self._log_path()
+            self.backend.probe(self.space)  # the installed server's flags, before the first argv
+        port = ServerProcess.claim_port(server_spec, tries=self.next_port_tries, clock=self.clock)
+        self._launches += 1
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        log_path = self.log_dir / f"server-{stamp}-{os.getpid()}-{self._launches:04d}.log"
         files = self.backend.files(effective, self.space)
         files_dir = str(log_path.with_suffix("")) if files else None
         argv = self.backend.argv(effective, self.space, port=port, simulate=self.simulated, files_dir=files_dir)
-        if not argv or not all(isinstance(a, str) for a in argv):
-            raise TypeError(f"backend {self.backend.name!r} built a bad argv: {argv!r}")
         own_env = {str(k): str(v) for k, v in self.backend.env(effective, self.space).items()}
         for name, text in files.items():
             path = Path(str(files_dir)) / name
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, text)
-        server = self._server(argv, own_env, port, log_path).start()
+        server = ServerProcess(
+            argv,
+            log_path=log_path,
+            host=server_spec.host,
+            port=port,
+            env=own_env,
+            clock=self.clock,
+            record=self.record,
+            term_timeout_s=self.term_timeout_s,
+            kill_timeout_s=self.kill_timeout_s,
+            port_free_timeout_s=self.port_free_timeout_s,
+        ).start()
         info = LaunchInfo(
             argv=argv, env=redact_env(own_env), log_path=str(server.log_path), pid=server.pid, simulated=self.simulated
         )
         session: ProcessSession | None = None
         try:
-            session = self._session(server, info, effective)
+            url = f"http://{url_host(server_spec.host)}:{server.port}"
+            client = BenchmarkClient.for_space(self.space, self.backend, url, clock=self.clock)
+            session = ProcessSession(
+                server,
+                client,
+                info,
+                effective,
+                benchmark=self.space.benchmark,
+                time_scale=self.time_scale,
+                death_grace_s=self.death_grace_s,
+            )
             self._wait_healthy(session)
             assert server.started_at is not None
             info.startup_s = (self.clock.now() - server.started_at) * self.time_scale
@@ -158,42 +151,6 @@ class ProcessRunner:
                 server.stop()
             raise
         return session
-
-    def _log_path(self) -> Path:
-        """The next launch's log file (its files, if any, go in the folder of the same name without ``.log``)."""
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        return self.log_dir / f"server-{stamp}-{os.getpid()}-{self._launches + 1:04d}.log"
-
-    def _server(self, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> ServerProcess:
-        """A (not yet started) server process with this launch's log file and the runner's current limits."""
-        self._launches += 1
-        return ServerProcess(
-            argv,
-            log_path=log_path,
-            host=self.space.server.host,
-            port=port,
-            env=env,
-            clock=self.clock,
-            record=self.record,
-            term_timeout_s=self.term_timeout_s,
-            kill_timeout_s=self.kill_timeout_s,
-            port_free_timeout_s=self.port_free_timeout_s,
-        )
-
-    def _session(self, server: ServerProcess, info: LaunchInfo, config: TrialConfig) -> ProcessSession:
-        space = self.space
-        client = BenchmarkClient.for_space(
-            space, self.backend, f"http://{url_host(space.server.host)}:{server.port}", clock=self.clock
-        )
-        return ProcessSession(
-            server,
-            client,
-            info,
-            config,
-            benchmark=space.benchmark,
-            time_scale=self.time_scale,
-            death_grace_s=self.death_grace_s,
-        )
 
     def _wait_healthy(self, session: ProcessSession) -> None:
         limit_s = self.space.server.startup_timeout_s
@@ -252,8 +209,6 @@ class ProcessSession:
         time_scale: float = 1.0,
         death_grace_s: float = 2.0,
     ) -> None:
-        if time_scale <= 0:
-            raise ValueError(f"time_scale must be positive but got {time_scale}")
         self.server = server
         self.client = client
         self.info = info
@@ -267,14 +222,6 @@ class ProcessSession:
     @property
     def port(self) -> int:
         return self.server.port
-
-    @property
-    def returncode(self) -> int | None:
-        return self.server.returncode
-
-    @property
-    def port_freed(self) -> bool | None:
-        return self.server.port_freed
 
     def __enter__(self) -> ProcessSession:
         return self
@@ -327,9 +274,6 @@ class ProcessSession:
             self.close()
             raise
 
-    def _prompt_text(self, index: int) -> str:
-        return self.benchmark.prompt_at(index).text
-
     def warmup(self) -> None:
         prompts = self.benchmark.prompts
         if not prompts:
@@ -338,7 +282,7 @@ class ProcessSession:
             self._measure(i % len(prompts), prompts[i % len(prompts)].text)
 
     def run_prompt(self, index: int) -> PromptResult:
-        return self._measure(index, self._prompt_text(index))
+        return self._measure(index, self.benchmark.prompt_at(index).text)
 
     def run_level(self, level: int) -> LevelResult:
         """``level`` streams at once, each sending its next request when its last one ended: first ``level``
@@ -346,8 +290,6 @@ class ProcessSession:
         max(prompts, 2 x level) requests. Token counts from the server's usage; the level's time runs from the
         first request sent to the last one's end (hardware seconds). A request that fails after its retries is
         counted in ``failed``; a server that exits is ``ServerDied``."""
-        if level < 1:
-            raise ValueError(f"a load level must be at least 1 but got {level}")
         if self.benchmark.warmup_requests > 0 and self.benchmark.prompts:
             self._streams([0] * level, level, max_tokens=min(LEVEL_WARMUP_TOKENS, self.benchmark.max_tokens))
         indices = level_requests(level, len(self.benchmark.prompts))

@@ -1,38 +1,12 @@
-"""``ServerProcess``: one server process we start, wait for and stop, owning everything about it.
+"""``ServerProcess``: one server process we start, wait for and stop, owning its ``Popen``, the tree of processes it
+started (``ProcessTree``), its log file and its PID record entry (modelled on mirakuru's ``StartCheckExecutor`` and
+pytest-xprocess's ``ProcessStarter``).
 
-Modelled on mirakuru's ``StartCheckExecutor`` and pytest-xprocess's ``ProcessStarter``: the object owns its
-``Popen``, the tree of processes it started (``ProcessTree``), its log file and its PID record entry.
-
-- ``preflight(server, where)`` and ``claim_port(server, ...)``: its port checks, the one place they live. The first,
-  before anything is written (the CLI): something we did not start answering on ``server.port`` under
-  ``port_busy: fail`` raises ``PortInUse``; the second, before each launch builds its argv (the port is in it): the
-  port the server gets by ``server.port_busy`` (``choose_port``: fail, wait or next).
-- ``start()``: the argv list (never a shell) in its own session, stdin from /dev/null, stdout + stderr appended to
-  ``log_path`` after a ``# autotune: [argv...]`` line, ``env`` on top of our environment; the entry (pid,
-  create_time, argv, port, log path, children) goes in the PID record.
-- ``wait_ready(check, timeout_s=..., poll_interval_s=...)``: calls ``check(limit_s)`` every poll, on the injected
-  clock from the start, until it is True (ready) or ``timeout_s`` passed (False); each poll first checks the process
-  is alive: an exit raises ``ServerExited`` (``ServerOOM`` when the log says out of memory) with the return code
-  and the log's tail.
-- ``stop()``: SIGTERM to our process group and to every process of the tree (only those whose pid AND create_time
-  match what we saw), a bounded wait, SIGKILL to survivors, reaping, the exit code in ``returncode``, the PID
-  record entry removed, then a bounded wait for the port to be free (``port_freed``). Idempotent.
-
-Its ports: ``accepts_connections`` is the one connect probe: both port checks (``claim_port`` through
-``port_listening``, and ``preflight``) use it; ``port_listening`` adds psutil's view of listeners on the port (one
-bound to another address, or one that does not accept). Every probe and every wait has a limit; waits run on the
-injected clock. Its log: ``log_tail`` (the last lines) and ``looks_like_oom``.
-
-Stopping a process tree: exactly the processes we started, never a pid that now belongs to someone else.
-
-A process is named by its pid AND its create_time (psutil checks create_time again before each signal), so a pid
-the system reused is never signalled. Stopping (``stop_processes``) sends SIGTERM to the process group and to each
-process, waits a bounded time, sends SIGKILL to survivors, and waits a bounded time again; ``ProcessTree`` is the
-tree of one started server: its root and every descendant seen so far.
-
-The PID record (``PidRecord``) is a JSON file of the servers an orchestrator started and has not stopped yet;
-``reap_leftovers`` stops what a SIGKILLed orchestrator left running, by that record (pid + create_time + argv),
-never by name.
+A process is named by its pid AND its create_time (psutil checks create_time again before each signal), so a pid the
+system reused is never signalled; stopping sends SIGTERM to the process group and to each process, waits a bounded
+time, then SIGKILLs survivors. The PID record (``PidRecord``) is a JSON file of the servers an orchestrator started
+and has not stopped yet: ``reap_leftovers`` stops what a SIGKILLed orchestrator left running by that record (pid +
+create_time + argv), never by name. Every probe and every wait has a limit; waits run on the injected clock.
 """
 
 from __future__ import annotations
@@ -92,20 +66,11 @@ class ServerProcess:
         kill_timeout_s: float = 10.0,
         port_free_timeout_s: float = 15.0,
     ) -> None:
-        if not argv or not all(isinstance(a, str) for a in argv):
-            raise TypeError(f"argv must be a non-empty list of strings but got {argv!r}")
-        for name, value in (
-            ("term_timeout_s", term_timeout_s),
-            ("kill_timeout_s", kill_timeout_s),
-            ("port_free_timeout_s", port_free_timeout_s),
-        ):
-            if value < 0:
-                raise ValueError(f"{name} must be at least 0 but got {value}")
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.host = host
         self.port = int(port)
-        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.env = dict(env or {})
         self.clock: Clock = clock or MonotonicClock()
         self.record = record
         self.term_timeout_s = float(term_timeout_s)
@@ -147,8 +112,8 @@ class ServerProcess:
     # -- starting -----------------------------------------------------------------------------------
 
     def start(self) -> ServerProcess:
-        if self.popen is not None:
-            raise RuntimeError(f"server already started (pid {self.popen.pid})")
+        """The argv list (never a shell) in its own session, stdin from /dev/null, stdout + stderr appended to the log
+        after a ``# autotune: [argv...]`` line, ``env`` on top of ours; its entry goes in the PID record."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as logf:
             logf.write(f"# autotune: {json.dumps(self.argv)}\n".encode())
@@ -195,13 +160,17 @@ class ServerProcess:
                 self.record.put(self._record_entry())
 
     def wait_ready(self, check: Callable[[float], bool], *, timeout_s: float, poll_interval_s: float) -> bool:
-        """Poll ``check(limit_s)`` until True (ready) or ``timeout_s`` (wall) after the start passed (False)."""
+        """Poll ``check(limit_s)`` until True (ready) or ``timeout_s`` (wall) after the start passed (False); an exit
+        raises ``ServerExited`` (``ServerOOM`` when the log says out of memory) with the return code and log tail."""
         popen, started_at = self._started()
         deadline = started_at + timeout_s
         while True:
             rc = popen.poll()
             if rc is not None:
-                raise self._exited_during_startup(rc)
+                tail = self.log_tail()
+                cls, what = (ServerOOM, "ran out of memory") if looks_like_oom(tail) else (ServerExited, "exited")
+                msg = f"server {what} during startup (return code {rc}); log: {self.log_path}"
+                raise cls(msg, returncode=rc, log_tail=tail, log_path=str(self.log_path))
             remaining = deadline - self.clock.now()
             if remaining <= 0:
                 return False
@@ -209,27 +178,10 @@ class ServerProcess:
                 return True
             self.clock.sleep(max(0.0, min(poll_interval_s, deadline - self.clock.now())))
 
-    def _exited_during_startup(self, rc: int) -> ServerExited:
-        tail = self.log_tail()
-        cls = ServerOOM if looks_like_oom(tail) else ServerExited
-        what = "ran out of memory" if cls is ServerOOM else "exited"
-        return cls(
-            f"server {what} during startup (return code {rc}); log: {self.log_path}",
-            returncode=rc,
-            log_tail=tail,
-            log_path=str(self.log_path),
-        )
-
     def _started(self) -> tuple[subprocess.Popen[bytes], float]:
         if self.popen is None or self.started_at is None:
             raise RuntimeError("server not started")
         return self.popen, self.started_at
-
-    # -- while it runs ------------------------------------------------------------------------------
-
-    def poll(self) -> int | None:
-        """The exit status, None while it runs (or before it started)."""
-        return None if self.popen is None else self.popen.poll()
 
     def wait(self, timeout_s: float) -> int | None:
         """The exit status within ``timeout_s``; None when it still runs then."""
@@ -239,8 +191,8 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             return None
 
-    def log_tail(self, lines: int = 40) -> str:
-        return log_tail(self.log_path, lines=lines)
+    def log_tail(self) -> str:
+        return log_tail(self.log_path)
 
     # -- stopping -----------------------------------------------------------------------------------
 
@@ -272,15 +224,6 @@ class ServerProcess:
             log.warning("port %s still in use after stopping the server (by %s)", self.port, describe_owner(self.port))
         return self.returncode
 
-    def __enter__(self) -> ServerProcess:
-        return self if self.popen is not None else self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-_PORT_BUSY = ("fail", "wait", "next")
-
 
 def connect_host(host: str) -> str:
     """The address to connect to for a server bound to ``host`` (a wildcard address means this machine)."""
@@ -311,25 +254,19 @@ def _listeners(port: int) -> list[Any] | None:
     return [c for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
 
 
-def port_owner(port: int) -> psutil.Process | None:
-    """The process listening on ``port``, when psutil may see it."""
-    for c in _listeners(port) or []:
-        if c.pid:
-            try:
-                return psutil.Process(c.pid)
-            except psutil.Error:
-                return None
-    return None
-
-
 def port_listening(host: str, port: int, *, timeout_s: float = 0.5) -> bool:
     """True when something accepts connections on (host, port), or psutil sees a listener on the port."""
     return accepts_connections(host, port, timeout_s=timeout_s) or bool(_listeners(port))
 
 
 def describe_owner(port: int) -> str:
-    proc = port_owner(port)
-    if proc is None:
+    """The process listening on ``port``, as psutil may see it."""
+    pid = next((c.pid for c in _listeners(port) or [] if c.pid), None)
+    if pid is None:
+        return "an unknown process"
+    try:
+        proc = psutil.Process(pid)
+    except psutil.Error:
         return "an unknown process"
     try:
         cmd = " ".join(proc.cmdline())[:200] or proc.name()
@@ -353,8 +290,6 @@ def choose_port(host: str, port: int, *, busy: str, wait_s: float, tries: int, c
     """The port a launch gets: ``port`` when nothing listens there; otherwise by ``busy``: ``fail`` raises
     ``PortInUse`` naming the owner (never stopped), ``wait`` polls up to ``wait_s`` on ``clock``, ``next`` takes the
     first of the following ``tries`` ports that is free and bindable."""
-    if busy not in _PORT_BUSY:
-        raise ValueError(f"server.port_busy must be fail, wait or next but got {busy!r}")
     if not port_listening(host, port):
         return port
     if busy == "fail":
@@ -388,18 +323,11 @@ def wait_port_free(host: str, port: int, *, timeout_s: float, clock: Clock) -> b
     return True
 
 
-_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.IGNORECASE)
-
-
-def log_tail(path: str | Path | None, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
-    """The last ``lines`` lines of a log file ('' when unreadable)."""
-    if not path:
-        return ""
+def log_tail(path: str | Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log file (of its last 64 KiB; '' when unreadable)."""
     try:
         with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
             data = f.read()
     except OSError:
         return ""
@@ -407,7 +335,7 @@ def log_tail(path: str | Path | None, lines: int = 40, max_bytes: int = 64 * 102
 
 
 def looks_like_oom(text: str) -> bool:
-    return bool(_OOM.search(text))
+    return bool(re.search(r"out of memory|OutOfMemoryError", text, re.IGNORECASE))
 
 
 class RecordedChild(TypedDict):
@@ -450,11 +378,6 @@ def pgid_of(pid: int) -> int | None:
         return os.getpgid(pid)
     except (ProcessLookupError, PermissionError):
         return None
-
-
-def group_members(pgid: int) -> list[psutil.Process]:
-    """The live processes of process group ``pgid``."""
-    return [p for p in psutil.process_iter() if pgid_of(p.pid) == pgid and alive(p)]
 
 
 def same_process(pid: int, create_time: float, argv: list[str] | None = None) -> psutil.Process | None:
@@ -564,7 +487,7 @@ class ProcessTree:
         pgid = self.root_pid if root_running or ours else None
         if pgid is not None:
             known = {p.pid for p in ours}
-            ours += [p for p in group_members(pgid) if p.pid not in known]
+            ours += [p for p in psutil.process_iter() if pgid_of(p.pid) == pgid and alive(p) and p.pid not in known]
         stop_processes(ours, pgid, term_timeout_s, kill_timeout_s)
 
 
@@ -613,12 +536,9 @@ class PidRecord:
             if len(kept) != len(entries):
                 self._write(kept)
 
-    def clear(self, pids: set[int] | None = None) -> None:
+    def clear(self, pids: set[int]) -> None:
         with self._locked():
-            if pids is None:
-                self._write([])
-            else:
-                self._write([e for e in self.read() if e.get("pid") not in pids])
+            self._write([e for e in self.read() if e.get("pid") not in pids])
 
 
 def _recorded_processes(entry: RecordedServer) -> tuple[list[psutil.Process], int | None]:

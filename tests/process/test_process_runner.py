@@ -17,7 +17,8 @@ import pytest
 from autotune.backends.sglang import SGLangBackend
 from autotune.config import TrialConfig
 from autotune.errors import PortInUse, ServerDied, ServerExited, ServerOOM, StartupTimeout
-from autotune.process import PidRecord, ProcessRunner, log_tail, port_listening, reap_leftovers
+from autotune.process import ProcessRunner, reap_leftovers
+from autotune.process.server import PidRecord, log_tail, port_listening
 
 from .conftest import FAKE_SERVER, fake_space, free_port
 
@@ -73,7 +74,7 @@ def test_healthy_launch_measure_close(tmp_path):
         assert r.finish_reason == "length" and r.seconds > 0 and r.ttft_s is not None
     finally:
         session.close()
-    assert session.returncode is not None and session.port_freed
+    assert session.server.returncode is not None and session.server.port_freed
     assert gone(session.info.pid)
     assert PidRecord(tmp_path / "study.pids.json").read() == []
     session.close()  # idempotent
@@ -130,7 +131,7 @@ def test_sigterm_ignored_gets_sigkill(tmp_path):
     pid = session.info.pid
     session.close()
     assert gone(pid)
-    assert session.returncode == -signal.SIGKILL
+    assert session.server.returncode == -signal.SIGKILL
 
 
 def test_whole_tree_stopped(tmp_path):

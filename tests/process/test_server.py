@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from autotune.errors import ServerExited, ServerOOM
-from autotune.process import PidRecord, ServerProcess, port_listening
+from autotune.process.server import PidRecord, ServerProcess, port_listening
 
 from .conftest import FAKE_SERVER, free_port
 
@@ -35,7 +35,7 @@ def test_start_ready_stop_and_the_record(tmp_path):
     record = PidRecord(tmp_path / "pids.json")
     server = fake(tmp_path, "healthy", record=record).start()
     try:
-        assert server.pid is not None and server.poll() is None
+        assert server.pid is not None and server.popen is not None and server.popen.poll() is None
         assert [e["pid"] for e in record.read()] == [server.pid]
         assert record.read()[0]["log_path"] == str(server.log_path)
         assert server.wait_ready(health_200(server), timeout_s=10.0, poll_interval_s=0.05)
@@ -49,8 +49,11 @@ def test_start_ready_stop_and_the_record(tmp_path):
 
 
 def test_not_ready_in_time_is_false_and_stop_escalates_to_kill(tmp_path):
-    with fake(tmp_path, "ignore-term") as server:
+    server = fake(tmp_path, "ignore-term").start()
+    try:
         assert not server.wait_ready(lambda _limit: False, timeout_s=0.3, poll_interval_s=0.05)
+    finally:
+        server.stop()
     assert server.returncode == -signal.SIGKILL
 
 
@@ -67,11 +70,7 @@ def test_exit_while_waiting_raises_with_the_log(tmp_path, mode, error, rc):
     assert server.returncode == rc
 
 
-def test_bad_arguments(tmp_path):
-    with pytest.raises(TypeError, match="argv"):
-        ServerProcess([], log_path=tmp_path / "x.log", host="127.0.0.1", port=1)
-    with pytest.raises(ValueError, match="term_timeout_s must be at least 0 but got -1"):
-        ServerProcess(["x"], log_path=tmp_path / "x.log", host="127.0.0.1", port=1, term_timeout_s=-1)
+def test_not_started(tmp_path):
     server = ServerProcess(["x"], log_path=tmp_path / "x.log", host="127.0.0.1", port=1)
     assert server.stop() is None  # never started: nothing to stop
     with pytest.raises(RuntimeError, match="not started"):

@@ -9,7 +9,8 @@ import pytest
 from autotune.backends.sglang import SGLangBackend
 from autotune.config import TrialConfig, summarize
 from autotune.errors import ServerDied, ServerExited, StartupTimeout
-from autotune.process import ProcessRunner, port_listening
+from autotune.process import ProcessRunner
+from autotune.process.server import port_listening
 from autotune.space import (
     BenchmarkSpec,
     Choices,
