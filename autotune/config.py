@@ -21,13 +21,8 @@ KnobValue = int | float | str | bool
 
 @dataclass(frozen=True, eq=False)
 class TrialConfig:
-    """One server configuration.
-
-    ``drafter`` is the drafter's name in the space, or None for the non-speculative baseline.
-    ``cuda_graph`` is whether CUDA graphs are on. ``knobs`` are the backend's speculative knobs
-    (SGLang: algorithm, num_steps, topk, num_draft_tokens; llama.cpp: spec_type, draft_n_max, ...),
-    empty for a baseline.
-    """
+    """One server configuration: the drafter's name in the space (None: the non-speculative baseline), whether CUDA
+    graphs are on, and the backend's speculative knobs (empty for a baseline)."""
 
     drafter: str | None
     cuda_graph: bool = True
@@ -70,21 +65,16 @@ class TrialConfig:
         return dict(self.knobs)
 
     def with_knobs(self, **changes: KnobValue) -> TrialConfig:
-        d = self.knob_dict
-        d.update(changes)
-        return TrialConfig.make(self.drafter, self.cuda_graph, **d)
+        return TrialConfig.make(self.drafter, self.cuda_graph, **{**self.knob_dict, **changes})
 
     def to_dict(self) -> dict[str, Any]:
         return {"drafter": self.drafter, "cuda_graph": self.cuda_graph, **self.knob_dict}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> TrialConfig:
-        d = dict(d)
-        drafter = d.pop("drafter", None)
-        if drafter in ("none", ""):
-            drafter = None
-        cuda_graph = d.pop("cuda_graph", True)
-        return TrialConfig.make(drafter, bool(cuda_graph), **d)
+        knobs = {k: v for k, v in d.items() if k not in ("drafter", "cuda_graph")}
+        drafter = d.get("drafter")
+        return TrialConfig.make(None if drafter in ("none", "") else drafter, bool(d.get("cuda_graph", True)), **knobs)
 
     def key(self) -> str:
         """Canonical string: two configs with the same key are the same server config."""
@@ -148,8 +138,6 @@ class PromptResult:
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> PromptResult:
-        """A prompt as a trial record keeps it (``to_dict``; ``tok_per_s`` is derived again, ``text`` only when
-        kept)."""
         return PromptResult(
             index=int(d.get("index", 0)),
             completion_tokens=int(d.get("completion_tokens") or 0),
@@ -316,43 +304,20 @@ class LevelResult:
 
 @dataclass(frozen=True)
 class LevelSummary:
-    """One load level of one trial as its record keeps it: ``LevelResult.summary()`` (the requests themselves are not
-    kept), with ``speedup`` over the baseline's same level (None: no baseline figure) and the latency limits it broke
-    (``slo_broken``)."""
+    """One load level of one trial as its record keeps it (``LevelResult.summary()`` + ``speedup``, ``slo_broken``),
+    the figures read back: ``speedup`` over the baseline's same level (None: no baseline figure) and the latency
+    limits it broke."""
 
     level: int
     tok_per_s: float
-    requests: int = 0
-    failed: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
-    stream_tok_per_s: float = 0.0
-    itl_p50_ms: float | None = None
-    itl_p99_ms: float | None = None
-    ttft_p50_ms: float | None = None
-    ttft_p99_ms: float | None = None
-    accept_length: float | None = None
-    per_prompt_tok_per_s: Mapping[int, float] = field(default_factory=dict)
     speedup: float | None = None
     slo_broken: tuple[str, ...] = ()
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> LevelSummary:
-        """A level as a trial record keeps it (``LevelResult.summary()`` + ``speedup``, ``slo_broken``)."""
         return LevelSummary(
             level=int(d["level"]),
             tok_per_s=float(d.get("tok_per_s") or 0.0),
-            requests=int(d.get("requests") or 0),
-            failed=int(d.get("failed") or 0),
-            completion_tokens=int(d.get("completion_tokens") or 0),
-            seconds=float(d.get("seconds") or 0.0),
-            stream_tok_per_s=float(d.get("stream_tok_per_s") or 0.0),
-            itl_p50_ms=d.get("itl_p50_ms"),
-            itl_p99_ms=d.get("itl_p99_ms"),
-            ttft_p50_ms=d.get("ttft_p50_ms"),
-            ttft_p99_ms=d.get("ttft_p99_ms"),
-            accept_length=d.get("accept_length"),
-            per_prompt_tok_per_s={int(k): float(v) for k, v in (d.get("per_prompt_tok_per_s") or {}).items()},
             speedup=None if d.get("speedup") is None else float(d["speedup"]),
             slo_broken=tuple(str(x) for x in d.get("slo_broken") or ()),
         )

@@ -28,11 +28,8 @@ class UserError(AutotuneError):
 
 
 class SpaceError(UserError):
-    """An invalid space file.
-
-    ``path`` is the file, ``line`` the 1-based line when known, ``field`` the dotted field path
-    (``search.num_steps.low``), ``expected`` what was expected there.
-    """
+    """An invalid space file: ``path`` the file, ``line`` the 1-based line when known, ``field`` the dotted field
+    path (``search.num_steps.low``)."""
 
     def __init__(
         self, message: str, *, path: str | None = None, line: int | None = None, field: str | None = None
@@ -40,16 +37,8 @@ class SpaceError(UserError):
         self.path = path
         self.line = line
         self.field = field
-        self.detail = message
-        where = ""
-        if path:
-            where = f"{path}"
-            if line:
-                where += f":{line}"
-            where += ": "
-        if field:
-            where += f"{field}: "
-        super().__init__(f"{where}{message}")
+        where = f"{path}{f':{line}' if line else ''}: " if path else ""
+        super().__init__(where + (f"{field}: " if field else "") + message)
 
 
 class ValidationFailed(UserError):

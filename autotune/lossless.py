@@ -39,7 +39,6 @@ from typing import Any, BinaryIO
 
 from autotune.config import ReferenceOutput
 
-KINDS = ("identical", "numerics", "borderline", "lossy", "unclassified")
 #: characters of each answer kept from a divergence on (``Divergence.baseline_next`` / ``other_next``)
 NEXT_CHARS = 32
 
@@ -130,11 +129,7 @@ def first_difference(a: str, b: str) -> int | None:
     other); None when equal."""
     if a == b:
         return None
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def prefix_fraction(reference: str, other: str) -> float:
@@ -399,24 +394,3 @@ def _gguf_skip(f: BinaryIO, vtype: int, n_fmt: str) -> None:
                 _gguf_skip(f, itype, n_fmt)
     else:
         raise ValueError(f"unknown GGUF value type {vtype}")
-
-
-__all__ = [
-    "BORDERLINE_FACTOR",
-    "BORDERLINE_NATS",
-    "BORDERLINE_PROMPTS_LOSSY",
-    "KINDS",
-    "REFERENCE_TOP_N",
-    "TIE_TOLERANCE",
-    "Divergence",
-    "borderline_limit",
-    "check_outputs",
-    "classify",
-    "default_tolerance",
-    "first_difference",
-    "floor",
-    "gguf_dtype",
-    "model_dtype",
-    "prefix_fraction",
-    "summary_line",
-]

@@ -1,18 +1,8 @@
 """The one seam between the search loop and the world: a runner and a clock, passed in, never monkeypatched.
 
-A ``Runner`` starts a server for a ``TrialConfig`` and returns a ``Session`` that measures prompts
-one at a time (so the loop can prune between prompts) and stops the server when closed.
-
-Implementations:
-- ``autotune.process.ProcessRunner``: real server processes (SGLang, llama.cpp, vLLM, or the simulator
-  started as ``python -m autotune.sim``), real HTTP, the real clock.
-- ``autotune.sim.runner.ModelRunner``: the simulator's performance model in-process, on a
-  ``VirtualClock`` (no processes, no sleeping); same argv parsing, same numbers, same noise model.
-
-Clocks: the only source of time for the search loop and the runners.
-
-``MonotonicClock`` is the real one; ``VirtualClock`` advances only when told, so a study on the
-simulator's in-process model runs thousands of trials with no sleeping.
+Runners: ``autotune.process.ProcessRunner`` (real server processes, real HTTP, the real clock) and
+``autotune.sim.runner.ModelRunner`` (the simulator's performance model in-process, on a ``VirtualClock`` that advances
+only when told: thousands of trials with no sleeping).
 """
 
 from __future__ import annotations
@@ -93,18 +83,15 @@ class VirtualClock:
 class ParallelClocks:
     """Virtual clocks of parallel workers (threads) on one timeline: a discrete-event simulation of GPU slots.
 
-    ``clock(i)`` is worker ``i``'s ``VirtualClock``. Exactly one worker runs at a time: the one whose clock is
-    the earliest (ties: the lower index); a worker that advances its clock waits until it is the earliest again,
-    so the workers' reads and writes of a shared study happen in the order of their virtual times, as parallel
-    servers would make them. A worker calls ``start(i)`` before its first step and ``done(i)`` at the end. A
-    worker must not advance its clock while it holds a lock another worker may wait for.
+    Exactly one worker runs at a time: the one whose clock is the earliest (ties: the lower index), so the workers'
+    reads and writes of a shared study happen in the order of their virtual times. A worker calls ``start(i)`` before
+    its first step and ``done(i)`` at the end, and must not advance its clock while it holds a lock another worker
+    may wait for.
     """
 
     def __init__(self, n: int, *, limit_s: float = 600.0) -> None:
         import threading
 
-        if n < 1:
-            raise ValueError(f"n must be at least 1 but got {n}")
         self._cond = threading.Condition()
         self._clocks = [_SlotClock(self, i) for i in range(n)]
         self._active = set(range(n))

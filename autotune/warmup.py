@@ -1,18 +1,12 @@
 """Warm-up (pure): how many untimed passes of the prompts a fresh server gets before the timed ones.
 
-A server that builds its fast paths lazily is slower on its first requests than later: llama.cpp captures a CUDA
-graph the first time it meets a batch shape, and speculative decoding's verify batches come in many shapes. On an
-H200, after the study's one warm-up request, the first pass of the prompts with a draft model ran 8.2% under the
-next (the baseline 1.4%): the speedup measured on it was 1.874x against ~1.99x warm. After one untimed pass the
-first timed pass measured 2.005x, as warm; passes until steady (2-4) did no better, the draft's server scattering
-2-3% from pass to pass (docs/gpu-runs/2026-12-04-h200-warmup24). A server that captures its graphs at start-up
-(SGLang, vLLM) is not expected to have the gap (not measured).
+A server that builds its fast paths lazily is slower on its first requests: llama.cpp captures a CUDA graph the first
+time it meets a batch shape, and speculative decoding's verify batches come in many shapes. On an H200 the first pass
+with a draft model ran 8.2% under the next; after one untimed pass the timed one measured as warm, and more passes
+did no better (docs/gpu-runs/2026-12-04-h200-warmup24). Servers that capture their graphs at start-up (SGLang, vLLM)
+take none by default (``Backend.warmup_passes``); ``benchmark.warmup_passes`` overrides it.
 
-``benchmark.warmup_passes`` (after ``warmup_requests``): that many untimed passes of the prompts; not given: the
-server's own default (``Backend.warmup_passes``: 1 for llama.cpp, 0 where graphs are captured at start-up).
-
-The passes are measured like the timed ones and kept as evidence (each pass's per-prompt tok/s and their seconds),
-but never enter a figure.
+The passes are measured like the timed ones and kept as evidence, but never enter a figure.
 """
 
 from __future__ import annotations
@@ -41,22 +35,15 @@ class Rule:
 
 def resolve(value: int | None, server_default: int, server: str) -> Rule:
     """The rule from ``benchmark.warmup_passes`` (``value``) or, when it is not given, the server's default."""
-    source = "benchmark.warmup_passes"
     if value is None:
-        value, source = server_default, f"{server}'s default"
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"warm-up passes must be a whole number >= 0 but got {value!r}")
-    return Rule(value, source)
-
-
-def _logs(before: Sequence[float], after: Sequence[float]) -> list[float]:
-    return [math.log(b / a) for a, b in zip(before, after, strict=False) if a > 0 and b > 0]
+        return Rule(server_default, f"{server}'s default")
+    return Rule(value, "benchmark.warmup_passes")
 
 
 def shift(before: Sequence[float], after: Sequence[float]) -> float:
     """How much faster ``after`` ran than ``before``, prompt by prompt: exp(mean log(after_i / before_i)) - 1 over
     the prompts both measured (0 when none did)."""
-    logs = _logs(before, after)
+    logs = [math.log(b / a) for a, b in zip(before, after, strict=False) if a > 0 and b > 0]
     return math.exp(sum(logs) / len(logs)) - 1.0 if logs else 0.0
 
 

@@ -1,7 +1,4 @@
-"""The validated, typed form of a space file: frozen dataclasses every other module uses.
-
-``autotune.space.load_space`` builds them from a file; tests and tools may also build them directly.
-"""
+"""The validated, typed form of a space file (``autotune.space.load_space`` builds it): frozen dataclasses."""
 
 from __future__ import annotations
 
@@ -10,26 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.servers import DEFAULT_BACKEND
-
-__all__ = [
-    "BenchmarkSpec",
-    "BudgetSpec",
-    "Choices",
-    "DrafterSpec",
-    "FloatRange",
-    "IntRange",
-    "MethodSpec",
-    "ObjectiveSpec",
-    "ParamSpec",
-    "Prompt",
-    "PruningSpec",
-    "SearchSpec",
-    "ServerSpec",
-    "SimulateSpec",
-    "SloSpec",
-    "Space",
-    "VerdictSpec",
-]
 
 
 @dataclass(frozen=True)
@@ -147,17 +124,13 @@ class BenchmarkSpec:
     api: str = "completions"  # completions | chat
     retries: int = 2  # per request, for HTTP errors and truncated streams
     prompts_file: str | None = None  # absolute path of the file the prompts came from, if any
-    #: load levels (streams at once), lowest first; (1,) = one stream at a time, today's measurement
+    #: load levels (streams at once), lowest first
     concurrency: tuple[int, ...] = (1,)
     #: the request log the prompts were picked from (``benchmark.requests_file``), with the subset and its guards
     traffic: TrafficInfo | None = None
     #: requests of that log outside the subset, measured once on the first baseline's start to check that the subset
     #: stands for the rest (``benchmark.holdout``; ``autotune.traffic.holdout_check``); never part of the objective
     holdout: tuple[Prompt, ...] = ()
-
-    @property
-    def levels(self) -> tuple[int, ...]:
-        return self.concurrency
 
     def prompt_at(self, index: int) -> Prompt:
         """Request ``index`` a session sends: the prompts, then the holdout requests (index ``len(prompts) + j``)."""

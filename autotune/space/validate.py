@@ -1,16 +1,9 @@
 """The space file's schema: a parsed file in, a ``Space`` or every error in file order out.
 
-``load_space`` reads and validates a file; every error is a ``SpaceError`` naming the file, the line, the field
-path and what was expected. ``docs/space-reference.md`` documents every key. The knobs a backend searches, the
-values they take and the flags it sets itself come from the backend (``autotune.backends``).
-
-``SpaceReader`` reads the file's top level, the server, the drafters and the study's settings; its bases read the
-sections: ``SearchSection`` the ``search`` section (the drafters and CUDA-graph settings searched, each knob's values:
-a range, choices or one value within the backend's domain for it, and ``search.methods``: each method of the
-backend's catalogue with its drafters and knobs, refused where ``server.version`` predates it), ``BenchmarkSection``
-the ``benchmark`` and ``objective`` sections (the prompts, inline or from a file beside the space: YAML/JSON list,
-JSON lines, or one prompt per line; the request settings, the load levels, and the objective's weights per level
-and latency limits).
+``SpaceReader`` reads the top level, the server, the drafters and the study's settings; its bases read the sections:
+``SearchSection`` the ``search`` section (the knobs a backend searches, their domains and its method catalogue come
+from ``autotune.servers``), ``BenchmarkSection`` the ``benchmark`` and ``objective`` sections.
+``docs/space-reference.md`` documents every key.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig, SpaceError
 from autotune.sim import parse_launch_args, simulated_space
 from autotune.sim.runner import sim_argv
-from autotune.space import MethodSpec, load_space
+from autotune.space import load_space
+from autotune.space.model import MethodSpec
 from autotune.study import methods as per_method
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 
 from autotune import objective, schedule
 from autotune.config import LevelResult, PromptResult, level_requests
-from autotune.space import ObjectiveSpec, SloSpec
+from autotune.space.model import ObjectiveSpec, SloSpec
 
 
 def test_weighted_value_is_the_weighted_geometric_mean():

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import SpaceError, UserError
-from autotune.space import MAX_BYTES, load_space, space_errors
+from autotune.space import load_space
+from autotune.space.loader import MAX_BYTES
+from autotune.space.validate import space_errors
 
 BAD = Path(__file__).parent / "bad"
 CASES = sorted(BAD.glob("*.yaml"))

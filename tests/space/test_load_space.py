@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import SpaceError
+from autotune.redact import redact_env
 from autotune.servers import knob_domains
 from autotune.space import (
     BenchmarkSpec,
@@ -17,14 +18,13 @@ from autotune.space import (
     FloatRange,
     IntRange,
     Prompt,
-    PruningSpec,
     SearchSpec,
     ServerSpec,
     Space,
     VerdictSpec,
     load_space,
-    redact_env,
 )
+from autotune.space.model import PruningSpec
 
 REPO = Path(__file__).resolve().parents[2]
 SPACES = sorted((REPO / "spaces").glob("*.yaml"))

@@ -163,8 +163,7 @@ def test_the_record_reads_prompts_and_levels_back_typed():
     assert [x.tok_per_s for x in r.prompt_results()] == [p["tok_per_s"] for p in r.prompts] == [50.0, 100.0]
     assert [x.level for x in r.level_results()] == [1, 4]
     x = r.level(4)
-    assert (x.tok_per_s, x.requests, x.failed, x.completion_tokens) == (loaded.tok_per_s, 3, 1, 230)
-    assert x.per_prompt_tok_per_s == loaded.per_prompt_tok_per_s() and x.itl_p99_ms == level4["itl_p99_ms"]
+    assert x.tok_per_s == loaded.tok_per_s and r.levels[1] == level4
     assert (x.speedup, x.slo_broken, r.level(1).speedup, r.level(8)) == (1.2, ("itl_p99_ms",), None, None)
     assert r.level_tok_per_s() == {1: 150 / 2.5, 4: loaded.tok_per_s}
 
