@@ -42,8 +42,6 @@ class SpaceError(UserError):
 
 
 class ValidationFailed(UserError):
-    """Static checks of the drafters against the target failed; ``problems`` has one line each."""
-
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
@@ -58,8 +56,6 @@ class InfeasibleConfig(AutotuneError):
 
 
 class LaunchError(AutotuneError):
-    """The server did not become healthy."""
-
     kind = "launch-failed"
     #: server seconds (hardware seconds) the failed start held the machine, set by the runner (``server_seconds``)
     server_s: float | None = None
@@ -89,8 +85,6 @@ class StartupTimeout(LaunchError):
 
 
 class BenchmarkError(AutotuneError):
-    """A benchmark request failed after its bounded retries."""
-
     kind = "benchmark-failed"
     #: server seconds the start it failed on had used (set by ``autotune.measure.measure_config``, which drops it)
     server_s: float | None = None
@@ -153,6 +147,4 @@ class ConfirmationFailed(AutotuneError):
 
 
 class DrafterNotEngaged(AutotuneError):
-    """Acceptance length near 1.0: the drafter is not engaged (wrong algorithm flag or drafter/target pair)."""
-
     kind = "drafter-not-engaged"

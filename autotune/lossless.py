@@ -150,33 +150,21 @@ def classify(
 ) -> Divergence:
     """Classify ``other_text`` against the baseline's ``baseline_text``, using the baseline's log-probabilities in
     ``reference`` at the first differing token (see the module docstring)."""
-    div = _classify(baseline_text, other_text, reference, tolerance, prompt)
-    if div.char is None:
-        return div
-    return replace(
-        div,
-        baseline_next=baseline_text[div.char : div.char + NEXT_CHARS],
-        other_next=other_text[div.char : div.char + NEXT_CHARS],
-    )
-
-
-def _classify(
-    baseline_text: str, other_text: str, reference: ReferenceOutput | None, tolerance: float, prompt: int
-) -> Divergence:
     d = first_difference(baseline_text, other_text)
-    frac = prefix_fraction(baseline_text, other_text)
     if d is None:
         return Divergence(prompt, "identical", 1.0)
-    if reference is None or not reference.tokens or reference.text[:d] != baseline_text[:d]:
-        return Divergence(prompt, "unclassified", frac, char=d)
-    start = 0
-    for j, tok in enumerate(reference.tokens):
-        end = start + len(tok.text)
-        if end > d:
-            return _at_token(prompt, frac, d, j, start, tok, other_text, tolerance)
-        start = end
-    # the baseline's reference ends at the difference (it stopped; the other went on): nothing ranks what follows
-    return Divergence(prompt, "unclassified", frac, char=d, token=len(reference.tokens))
+    frac = prefix_fraction(baseline_text, other_text)
+    div = Divergence(prompt, "unclassified", frac, char=d)
+    if reference is not None and reference.tokens and reference.text[:d] == baseline_text[:d]:
+        start = 0
+        for j, tok in enumerate(reference.tokens):
+            if start + len(tok.text) > d:
+                div = _at_token(prompt, frac, d, j, start, tok, other_text, tolerance)
+                break
+            start += len(tok.text)
+        else:  # the baseline's reference ends at the difference (it stopped): nothing ranks what follows
+            div = replace(div, token=len(reference.tokens))
+    return replace(div, baseline_next=baseline_text[d : d + NEXT_CHARS], other_next=other_text[d : d + NEXT_CHARS])
 
 
 def _at_token(

@@ -51,7 +51,7 @@ def build(
     out: list[dict[str, Any]] = []
     off = False
     for c in levels:
-        scored = [(s, r) for r in same if (s := _speedup(r, c)) is not None and not _broken(r, c)]
+        scored = [(s, r) for r in same if (s := _speedup(r, c, within_slo=True)) is not None]
         best = max(scored, key=lambda x: x[0], default=None)
         if best is not None:  # ties within TIE go to the shorter draft (less compute, safer as load grows)
             close = [x for x in scored if x[0] >= best[0] * (1.0 - TIE)]
@@ -75,19 +75,11 @@ def build(
     return {"static": static_out, "draft_knob": knob, "levels": out, "on_up_to": max(on) if on else None}
 
 
-def _level(row: Mapping[str, Any], c: int) -> Mapping[str, Any] | None:
-    return next((x for x in row.get("levels", []) if int(x.get("level", -1)) == c), None)
-
-
-def _speedup(row: Mapping[str, Any], c: int) -> float | None:
-    x = _level(row, c)
+def _speedup(row: Mapping[str, Any], c: int, within_slo: bool = False) -> float | None:
+    """The row's speedup at level ``c`` (None: not measured, or with ``within_slo`` a latency limit broken there)."""
+    x = next((x for x in row.get("levels", []) if int(x.get("level", -1)) == c), None)
     v = x.get("speedup") if x else None
-    return float(v) if v is not None else None
-
-
-def _broken(row: Mapping[str, Any], c: int) -> bool:
-    x = _level(row, c)
-    return bool(x and x.get("slo_broken"))
+    return None if v is None or (within_slo and x and x.get("slo_broken")) else float(v)
 
 
 def render_text(schedule: Mapping[str, Any]) -> str:

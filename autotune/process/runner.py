@@ -5,36 +5,25 @@ any failure or Ctrl-C during a launch or a measurement stops the server before p
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from autotune._io import atomic_write
 from autotune.backends.base import Backend
 from autotune.client import BenchmarkClient
-from autotune.config import (
-    LaunchInfo,
-    LevelResult,
-    PromptResult,
-    ReferenceOutput,
-    TrialConfig,
-    level_requests,
-)
+from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, level_requests
 from autotune.errors import BenchmarkError, LaunchError, ServerDied, StartupTimeout
 from autotune.process.server import PidRecord, ServerProcess, reap_leftovers, url_host
 from autotune.redact import redact_env
 from autotune.seam import Clock, MonotonicClock
 from autotune.space import Space
-
-if TYPE_CHECKING:
-    from autotune.space import BenchmarkSpec
-
 
 log = logging.getLogger("autotune.process")
 
@@ -126,17 +115,7 @@ class ProcessRunner:
         )
         session: ProcessSession | None = None
         try:
-            url = f"http://{url_host(server_spec.host)}:{server.port}"
-            client = BenchmarkClient.for_space(self.space, self.backend, url, clock=self.clock)
-            session = ProcessSession(
-                server,
-                client,
-                info,
-                effective,
-                benchmark=self.space.benchmark,
-                time_scale=self.time_scale,
-                death_grace_s=self.death_grace_s,
-            )
+            session = ProcessSession(self, server, info, effective)
             self._wait_healthy(session)
             assert server.started_at is not None
             info.startup_s = (self.clock.now() - server.started_at) * self.time_scale
@@ -186,7 +165,7 @@ _T = TypeVar("_T")
 LEVEL_WARMUP_TOKENS = 64
 
 
-@dataclass
+@dataclasses.dataclass
 class _Progress:
     """A load level's streams' shared count (under their lock): the next request, the failed ones, the last end."""
 
@@ -198,25 +177,15 @@ class _Progress:
 class ProcessSession:
     """A started server: measure prompts, then ``close()`` (idempotent; also a context manager)."""
 
-    def __init__(
-        self,
-        server: ServerProcess,
-        client: BenchmarkClient,
-        info: LaunchInfo,
-        config: TrialConfig,
-        *,
-        benchmark: BenchmarkSpec,
-        time_scale: float = 1.0,
-        death_grace_s: float = 2.0,
-    ) -> None:
+    def __init__(self, runner: ProcessRunner, server: ServerProcess, info: LaunchInfo, config: TrialConfig) -> None:
+        url = f"http://{url_host(runner.space.server.host)}:{server.port}"
+        self.client = BenchmarkClient.for_space(runner.space, runner.backend, url, clock=runner.clock)
         self.server = server
-        self.client = client
         self.info = info
         self.config = config
-        self.benchmark = benchmark
-        self.time_scale = float(time_scale)
-        #: wall seconds to wait for the server's exit status after a failed request
-        self.death_grace_s = float(death_grace_s)
+        self.benchmark = runner.space.benchmark
+        self.time_scale = runner.time_scale
+        self.death_grace_s = runner.death_grace_s
         self.closed = False
 
     @property
@@ -235,17 +204,7 @@ class ProcessSession:
         k = self.time_scale
         if k == 1.0:
             return r
-        return PromptResult(
-            index=r.index,
-            completion_tokens=r.completion_tokens,
-            seconds=r.seconds * k,
-            ttft_s=None if r.ttft_s is None else r.ttft_s * k,
-            prompt_tokens=r.prompt_tokens,
-            accept_length=r.accept_length,
-            text=r.text,
-            finish_reason=r.finish_reason,
-            positions=r.positions,
-        )
+        return dataclasses.replace(r, seconds=r.seconds * k, ttft_s=None if r.ttft_s is None else r.ttft_s * k)
 
     def _measure(self, index: int, text: str) -> PromptResult:
         prompt = self.benchmark.prompt_at(index)

@@ -1,11 +1,8 @@
 """Checking parsed YAML values one field at a time, collecting every error with its field path and line.
 
 A validator is ``fn(value, field, line) -> typed value``: it returns the value in its typed form or raises a
-``SpaceError`` naming the field, the line and what was expected. ``Checker`` holds the generic ones (numbers,
-strings, names, mappings against a schema, lists of strings); ``autotune.space.validate`` builds the space
-file's schema from them. The wording of values in its messages lives here too (``suggest``, ``join``, ``fmt_num``,
-``flow``) with what counts as a number (``is_int``, ``is_num``, ``is_plain_number``); ``describe`` (how a value is
-shown after "got") is the loader's, which words its own errors with it.
+``SpaceError`` naming the field, the line and what was expected. ``Checker`` holds the generic ones; the wording of
+values in their messages lives here too.
 """
 
 from __future__ import annotations
@@ -74,8 +71,6 @@ def is_plain_number(v: Any) -> bool:
     """A number that may stand for its string form (argv items, env values)."""
     return is_num(v) and (not isinstance(v, int) or v.bit_length() <= 128)
 
-
-__all__ = ["Checker", "Recorded", "Validator"]
 
 Validator = Callable[[Any, str, "int | None"], Any]
 

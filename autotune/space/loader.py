@@ -18,8 +18,6 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from autotune.errors import SpaceError
 
-__all__ = ["MAX_BYTES", "LineMap", "LineSeq", "item_line", "key_line", "parse_yaml", "read_text"]
-
 #: files larger than this are refused before parsing (space files and prompts files)
 MAX_BYTES = 1 << 20
 _MAX_DEPTH = 50

@@ -80,7 +80,7 @@ class SearchSection(Checker):
         cuda_graph: tuple[bool, ...] = (True,)
         knobs: dict[str, ParamSpec] = {}
         methods: dict[str, MethodSpec] = {}
-        if isinstance(m, dict) and "methods" in m:
+        if "methods" in m:
             for key in m:
                 if key != "methods" and key not in self.COMMON_KEYS and key not in self.REMOVED_KEYS:
                     raise self.error(
@@ -390,14 +390,7 @@ class BenchmarkSection(Checker):
         (as many as it has, at most), and whether its requests are chat requests."""
         from autotune.traffic import LoggedRequest, draw_holdout, guards, pick_subset, read_requests, representativeness
 
-        target = (self.base_dir / os.path.expanduser(v)).resolve()
-        if not target.is_file():
-            raise self.error(
-                f,
-                line,
-                f"expected a request log, but {target} {'is not a file' if target.exists() else 'does not exist'} "
-                "(relative paths are read from the space file's folder)",
-            )
+        target = self.beside(v, f, line, "a request log")
         log = read_requests(target)  # a bad log: SpaceError naming its own file, line and field
         subset = pick_subset(log, n, seed=0)
         chat = sum(r.is_chat for r in log) * 2 > len(log)
@@ -427,6 +420,15 @@ class BenchmarkSection(Checker):
             holdout=len(held),
         )
         return prompts, str(target), info, held, chat
+
+    def beside(self, v: str, f: str, line: int | None, what: str) -> Path:
+        """The file ``v`` names, relative to the space file's folder."""
+        target = (self.base_dir / os.path.expanduser(v)).resolve()
+        if not target.is_file():
+            where = "is not a file" if target.exists() else "does not exist"
+            msg = f"expected {what}, but {target} {where} (relative paths are read from the space file's folder)"
+            raise self.error(f, line, msg)
+        return target
 
     def warmup_passes(self, v: Any, f: str, line: int | None) -> int:
         """A whole number of untimed passes of the prompts (``autotune.warmup``)."""
@@ -573,15 +575,7 @@ class BenchmarkSection(Checker):
 
     def prompts_file(self, v: str, f: str, line: int | None) -> tuple[tuple[Prompt, ...], str]:
         """The prompts of the file ``v`` names (YAML/JSON list, JSON lines, or one prompt per line) and its path."""
-        target = (self.base_dir / os.path.expanduser(v)).resolve()
-        if not target.is_file():
-            raise self.error(
-                f,
-                line,
-                f"expected a prompts file, but {target} "
-                f"{'is not a file' if target.exists() else 'does not exist'} "
-                f"(relative paths are read from the space file's folder)",
-            )
+        target = self.beside(v, f, line, "a prompts file")
         sub = type(self)(str(target), target.parent)  # the same reader, for the file's own lines
         text = read_text(target, str(target))
         suffix = target.suffix.lower()
@@ -772,23 +766,23 @@ class SpaceReader(SearchSection, BenchmarkSection):
         for i, item in enumerate(v):
             p, il = f"{f}[{i}]", item_line(v, i, line)
             try:
-                d = self.drafter_fields(item, p, il, backend)
+                d = self.drafter(item, p, il, backend)
             except SpaceError as e:  # this drafter is abandoned; report the others' problems too
                 self.errors.append(e)
                 ok = False
                 continue
-            name, nl = d["name"], key_line(item, "name", il)
+            name, nl = d.name, key_line(item, "name", il)
             if name == "none":
                 raise self.error(f"{p}.name", nl, "the name 'none' is reserved for the baseline; pick another")
             if name in first:
                 raise self.error(f"{p}.name", nl, f"duplicate drafter name '{name}' (first at line {first[name]})")
             first[name] = nl
-            out.append(DrafterSpec(**d))
+            out.append(d)
         if not ok:
             raise Recorded()
         return tuple(out)
 
-    def drafter_fields(self, v: Any, f: str, line: int | None, backend: str | None = None) -> dict[str, Any]:
+    def drafter(self, v: Any, f: str, line: int | None, backend: str | None) -> DrafterSpec:
         schema: dict[str, Validator] = {
             "name": self.name,
             "path": lambda x, q, ln: self.str_(x, q, ln, "the checkpoint directory"),
@@ -796,7 +790,7 @@ class SpaceReader(SearchSection, BenchmarkSection):
             "reference_acceptance": self.optional(lambda x, q, ln: self.num(x, q, ln, 1, lo_open=True)),
         }
         required = {"name": "a drafter name", "path": "the drafter checkpoint directory"}
-        return self.fields(v, f, line, schema, required=required, complete=True)
+        return DrafterSpec(**self.fields(v, f, line, schema, required=required, complete=True))
 
     def algorithm(self, v: Any, f: str, line: int | None, algorithms: tuple[str, ...] = ()) -> str:
         """A drafter's forced algorithm: one the backend takes (``Backend.drafter_algorithms``), upper-cased."""
