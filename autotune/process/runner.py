@@ -116,10 +116,28 @@ class ProcessRunner:
         session: ProcessSession | None = None
         try:
             session = ProcessSession(self, server, info, effective)
-            self._wait_healthy(session)
+            client = session.client
+            limit_s = server_spec.startup_timeout_s
+            wall_timeout = limit_s / self.time_scale
+
+            def healthy(timeout_s: float) -> bool:
+                return client.status(self.backend.health_path, timeout_s=timeout_s) == 200
+
+            if not server.wait_ready(healthy, timeout_s=wall_timeout, poll_interval_s=self.poll_interval_s):
+                session.close()
+                raise StartupTimeout(
+                    f"server not healthy within {limit_s:g} s ({wall_timeout:g} s wall); log: {server.log_path}",
+                    log_tail=server.log_tail(),
+                    log_path=str(server.log_path),
+                )
             assert server.started_at is not None
             info.startup_s = (self.clock.now() - server.started_at) * self.time_scale
-            self._read_effective(session)
+            if self.backend.info_path:  # the server's resolved settings
+                raw = client.get_json(
+                    self.backend.info_path, fallbacks=self.backend.info_fallback_paths, timeout_s=10.0
+                )
+                if isinstance(raw, dict):
+                    info.effective = self.backend.read_effective(raw)
             server.track()
         except BaseException as e:
             if isinstance(e, LaunchError) and server.started_at is not None:  # the GPUs it held until it failed
@@ -130,33 +148,6 @@ class ProcessRunner:
                 server.stop()
             raise
         return session
-
-    def _wait_healthy(self, session: ProcessSession) -> None:
-        limit_s = self.space.server.startup_timeout_s
-        wall_timeout = limit_s / self.time_scale
-        health = self.backend.health_path
-
-        def healthy(timeout_s: float) -> bool:
-            return session.client.status(health, timeout_s=timeout_s) == 200
-
-        server = session.server
-        if not server.wait_ready(healthy, timeout_s=wall_timeout, poll_interval_s=self.poll_interval_s):
-            session.close()
-            raise StartupTimeout(
-                f"server not healthy within {limit_s:g} s ({wall_timeout:g} s wall); log: {server.log_path}",
-                log_tail=server.log_tail(),
-                log_path=str(server.log_path),
-            )
-
-    def _read_effective(self, session: ProcessSession) -> None:
-        """The server's resolved settings (``backend.info_path``) into ``session.info.effective``."""
-        if not self.backend.info_path:
-            return
-        raw = session.client.get_json(
-            self.backend.info_path, fallbacks=self.backend.info_fallback_paths, timeout_s=10.0
-        )
-        if isinstance(raw, dict):
-            session.info.effective = self.backend.read_effective(raw)
 
 
 _T = TypeVar("_T")

@@ -181,9 +181,13 @@ class Checker:
             return v
         raise self.expected(f, line, "a mapping with keys " + ", ".join(keys), v)
 
-    def unknown_key(self, key: Any, f: str, line: int | None, keys: tuple[str, ...]) -> SpaceError:
+    def unknown(
+        self, key: Any, f: str, line: int | None, keys: tuple[str, ...], kind: str = "key", owner: str = ""
+    ) -> SpaceError:
+        """``key`` (field ``f``) is none of ``keys``; ``owner`` follows it in the message (`` for backend x``)."""
+        expected = ", ".join(keys) or "(none)"
         return self.error(
-            join(f, key), line, f"unknown key {describe(key)}{suggest(key, keys)}; expected one of {', '.join(keys)}"
+            f, line, f"unknown {kind} {describe(key)}{owner}{suggest(key, keys)}; expected one of {expected}"
         )
 
     def fields(
@@ -204,7 +208,7 @@ class Checker:
         for key, value in m.items():
             kl = key_line(m, key, line)
             if key not in schema:
-                self.errors.append(self.unknown_key(key, f, kl, keys))
+                self.errors.append(self.unknown(key, join(f, key), kl, keys))
                 continue
             try:
                 out[key] = schema[key](value, join(f, key), kl)

@@ -170,12 +170,7 @@ class SearchSection(Checker):
                 drafters = self.search_drafters(value, p, kl, drafter_names)
                 continue
             if key not in method.knobs:
-                raise self.error(
-                    p,
-                    kl,
-                    f"unknown knob {describe(key)} for method {name}{suggest(key, valid)}; "
-                    f"expected one of {', '.join(valid) or '(none)'}",
-                )
+                raise self.unknown(key, p, kl, valid, "knob", f" for method {name}")
             if version_lacks(version, method.knob_since.get(key)):
                 raise self.error(
                     p, kl, f"{key} needs server version {method.knob_since[key]} or newer; server.version is {version}"
@@ -194,13 +189,7 @@ class SearchSection(Checker):
     ) -> ParamSpec:
         """Knob ``key`` of the search section (one of the backend's)."""
         if backend and key not in domains:
-            valid = ("drafters", "cuda_graph", *domains)
-            raise self.error(
-                f,
-                line,
-                f"unknown knob {describe(key)} for backend {backend}{suggest(key, valid)}; "
-                f"expected one of {', '.join(valid)}",
-            )
+            raise self.unknown(key, f, line, ("drafters", "cuda_graph", *domains), "knob", f" for backend {backend}")
         if not isinstance(key, str):
             raise self.expected(f, line, "a knob name", key)
         return self.param(v, f, line, domains.get(key, _ANY))
@@ -299,18 +288,10 @@ class SearchSection(Checker):
         """The keys of a range: ``low``/``high`` within the knob's domain, ``step`` (integer ranges), ``log``."""
         lo, hi = domain.low, domain.high
         if not integer:
-            return {
-                "low": lambda x, p, ln: self.num(x, p, ln, lo, hi),
-                "high": lambda x, p, ln: self.num(x, p, ln, lo, hi),
-                "log": self.bool_,
-            }
-        ilo, ihi = (None if lo is None else int(lo)), (None if hi is None else int(hi))
-        return {
-            "low": lambda x, p, ln: self.int_(x, p, ln, ilo, ihi),
-            "high": lambda x, p, ln: self.int_(x, p, ln, ilo, ihi),
-            "step": lambda x, p, ln: self.int_(x, p, ln, 1),
-            "log": self.bool_,
-        }
+            number = partial(self.num, lo=lo, hi=hi)
+            return {"low": number, "high": number, "log": self.bool_}
+        whole = partial(self.int_, lo=None if lo is None else int(lo), hi=None if hi is None else int(hi))
+        return {"low": whole, "high": whole, "step": partial(self.int_, lo=1), "log": self.bool_}
 
 
 #: requests picked from a request log when the space does not say (``benchmark.requests``)
@@ -683,7 +664,7 @@ class SpaceReader(SearchSection, BenchmarkSection):
         top = self.mapping(doc, "", getattr(doc, "line", 1), _TOP_KEYS)
         for key in top:
             if key not in _TOP_KEYS:
-                self.errors.append(self.unknown_key(key, "", key_line(top, key, None), _TOP_KEYS))
+                self.errors.append(self.unknown(key, join("", key), key_line(top, key, None), _TOP_KEYS))
         for key, what in _REQUIRED_TOP_KEYS:
             if key not in top:
                 self.errors.append(self.error(key, None, f"missing; expected {what}"))
