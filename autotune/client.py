@@ -113,7 +113,8 @@ class _TimedStream(httpcore.NetworkStream):
 
 
 class _TimedBackend(httpcore.NetworkBackend):
-    """httpcore's network backend, with every connection's stream wrapped in a ``_TimedStream``."""
+    """httpcore's network backend, with every TCP connection's stream wrapped in a ``_TimedStream`` (the client
+    never connects through a unix socket)."""
 
     def __init__(self, inner: httpcore.NetworkBackend, now: Callable[[], float]) -> None:
         self._inner = inner
@@ -128,11 +129,6 @@ class _TimedBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         return _TimedStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options), self._now)
-
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.NetworkStream:
-        return _TimedStream(self._inner.connect_unix_socket(path, timeout, socket_options), self._now)
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)

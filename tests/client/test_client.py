@@ -340,13 +340,6 @@ def test_get_json_falls_back_on_404_and_status(server):
         assert c.status("/health", timeout_s=1) == 200
 
 
-def test_bad_arguments():
-    with pytest.raises(ValueError, match="retries"):
-        BenchmarkClient("http://x", SGLangBackend(), retries=-1)
-    with pytest.raises(ValueError, match="timeouts"):
-        BenchmarkClient("http://x", SGLangBackend(), request_timeout_s=0)
-
-
 def chunked_ok(h: Handler, _n: int, *, stall_after_done: float = 0.0) -> None:
     """One final chunk and [DONE] as HTTP/1.1 chunked transfer on a keep-alive connection (as SGLang streams)."""
     h.send_response(200)
