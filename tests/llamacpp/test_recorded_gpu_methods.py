@@ -1,0 +1,148 @@
+"""The llama.cpp method study recorded on an NVIDIA H100 on 2026-12-06 (docs/gpu-runs/2026-12-06-h100-methods), rebuilt.
+
+The study's records (``study-records.json.gz``, every trial as the database held it, written by
+scripts/gpu/study_records.py) go back into an Optuna study and through ``autotune.report.build_report``: the
+per-method section must come out as the run reported it (``report.json``). Then the truth measured after it
+(``truth.json``, scripts/gpu/truth.py: each method's best config and the baseline, three interleaved passes of
+fresh starts) is summarized again and held against the study: the same winner, the same ranking, every study
+figure inside the truth's reach."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from autotune.render import render_report
+from autotune.report import Report, build_report
+from autotune.study.methods import MIN_OWN_EVIDENCE
+
+RUN = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-06-h100-methods"
+GPU = Path(__file__).resolve().parents[2] / "scripts" / "gpu"
+WINNER = "draft-simple,ngram-mod"
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"gpu_{name}", GPU / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def report() -> Report:
+    return build_report(_script("study_records").read(RUN / "study-records.json.gz"))
+
+
+@pytest.fixture(scope="module")
+def methods(report: Report) -> dict:
+    return json.loads(json.dumps(report.to_json(), default=str))["methods"]
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict:
+    return json.loads((RUN / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def truth() -> dict:
+    return json.loads((RUN / "truth.json").read_text())
+
+
+def test_the_methods_section_comes_back_from_the_records_as_the_run_reported_it(methods, recorded):
+    assert methods["winner"] == recorded["methods"]["winner"] == WINNER
+    assert methods["text"] == recorded["methods"]["text"]
+    assert methods["text"].startswith("draft model + ngram-mod wins on this prompt set: 2.32x [2.18, 2.46]")
+    for got, want in zip(methods["methods"], recorded["methods"]["methods"], strict=True):
+        assert got["method"] == want["method"]
+        assert (got["trials"], got["measured"], got["configs_measured"]) == (
+            want["trials"],
+            want["measured"],
+            want["configs_measured"],
+        )
+        assert got["best"]["trial"] == want["best"]["trial"]
+        assert got["best"]["confirmed"] == want["best"]["confirmed"]
+        assert got["best"]["speedup"] == pytest.approx(want["best"]["speedup"], rel=1e-12)
+        if want["best"]["speedup_ci"]:
+            for k in ("low", "high"):
+                assert got["best"]["speedup_ci"][k] == pytest.approx(want["best"]["speedup_ci"][k], rel=1e-12)
+
+
+def test_each_method_got_its_own_configs_and_the_one_that_did_not_says_so(report, methods):
+    by = {e["method"]: e for e in methods["methods"]}
+    assert {m: e["configs_measured"] for m, e in by.items()} == {
+        "draft-simple": 3,
+        "ngram-simple": 2,
+        "ngram-mod": 3,
+        WINNER: 6,
+    }
+    # ngram-simple's third design config was cut mid-trial (trial 11) and re-queued behind the surrogate's picks,
+    # where the budget ran out (NOTES.md): the report must not call it tuned, and says how many it rests on
+    short = by["ngram-simple"]
+    assert short["configs_measured"] < MIN_OWN_EVIDENCE and not short["tuned"]
+    assert all(e["tuned"] for m, e in by.items() if m != "ngram-simple")
+    out = io.StringIO()
+    render_report(report, out)
+    line = next(s for s in out.getvalue().splitlines() if s.strip().startswith("ngram-simple") and "best" in s)
+    assert "2 configs measured" in line, line
+
+
+def test_the_pick_is_the_winning_methods_best_and_lossless(report):
+    rec = report.result.recommended
+    assert rec.trial == 13 and (rec.config or {}).get("method") == WINNER
+    row = next(r for r in report.trials if r.number == 13)
+    assert row.lossless is not None and row.lossless.get("ok")
+    lossy = sorted(r.number for r in report.trials if r.lossless is not None and not r.lossless.get("ok"))
+    assert lossy == [4, 5, 8, 9, 16] and rec.trial not in lossy
+
+
+def test_the_truth_is_rebuilt_from_its_starts(truth):
+    t = _script("truth")
+    names = [n for n, _ in truth["plan"]["configs"]]
+    again = t.summarize(names, truth["starts"], truth["summary"]["pick"])
+    assert again["winner"] == truth["summary"]["winner"] == WINNER
+    assert again["ranking"] == truth["summary"]["ranking"]
+    for name in names[1:]:
+        want = truth["summary"]["configs"][name]["speedup"]
+        assert {k: again["configs"][name]["speedup"][k] for k in want} == pytest.approx(want)
+    # its plan is the report's: the fastest baseline and each method's best config
+    planned = t.plan_configs(json.loads((RUN / "report.json").read_text()))
+    assert [tuple(c) for c in truth["plan"]["configs"]] == [tuple(c) for c in planned]
+
+
+def test_the_study_named_the_method_the_truth_names_with_figures_the_truth_holds(methods, truth):
+    assert methods["winner"] == truth["summary"]["winner"]
+    by = {e["method"]: e["best"] for e in methods["methods"]}
+    ranked = sorted(by, key=lambda m: -by[m]["speedup"])
+    assert ranked == truth["summary"]["ranking"]
+    for m, best in by.items():
+        true = truth["summary"]["configs"][m]["speedup"]
+        ci = best["speedup_ci"]
+        if ci:  # confirmed: the truth's point inside the study's interval
+            assert ci["low"] <= true["point"] <= ci["high"], (m, ci, true)
+        else:  # a search figure: inside the truth's interval
+            assert true["low"] <= best["speedup"] <= true["high"], (m, best["speedup"], true)
+    # the pick beats every other method's best on the same passes
+    assert all(v["low"] > 1.0 for v in truth["summary"]["pick_vs"].values())
+
+
+def test_the_method_left_at_two_configs_is_reported_well_below_what_it_reaches(methods):
+    """ngram-simple's best in the report is its server default (n 8, m 48): measured again afterwards beside three
+    configs the study left out, among them the design config the cut lost (n 3, m 16, trial 11), the default holds
+    its figure and each of the three is about 1.2x (ngram-simple-check/, a third device call)."""
+    check = json.loads((RUN / "ngram-simple-check" / "truth.json").read_text())
+    names = [n for n, _ in check["plan"]["configs"]]
+    again = _script("truth").summarize(names, check["starts"], check["summary"]["pick"])
+    best = next(e["best"] for e in methods["methods"] if e["method"] == "ngram-simple")
+    default = again["configs"]["ngram-simple n8 m48"]["speedup"]
+    assert best["trial"] == 3 and default["low"] <= best["speedup"] <= default["high"]
+    lost = again["configs"]["ngram-simple n3 m16"]["speedup"]
+    assert best["speedup_ci"]["high"] < lost["low"]
+    assert again["winner"] != "ngram-simple n8 m48"
