@@ -180,69 +180,38 @@ class SimEngine:
         total = a.startup_s()
         load = min(a.sim_load_time if a.sim_load_time is not None else self.scenario.load_s, total)
         log = [f"server_args={a.server_args()}", "Load weight begin."]
+
+        def crash(line: str, seconds: float = load) -> Startup:
+            return Startup(seconds, tuple(log), _crash(log, line))
+
         if a.fault("crash-startup"):
-            t = 0.4 * load
-            return Startup(
-                t,
-                tuple(log),
-                _crash(
-                    log,
-                    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/"
-                    "ProcessGroupNCCL.cpp:1970, unhandled cuda error",
-                ),
-            )
+            nccl = "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970"
+            return crash(f"RuntimeError: NCCL error in: {nccl}, unhandled cuda error", 0.4 * load)
         d = a.drafter
+        arch = self.scenario.target_architecture
         if a.mtp_missing:
-            log.append(f"Load weight end. type={self.scenario.target_architecture}, drafter={a.model_path}")
-            return Startup(
-                load,
-                tuple(log),
-                _crash(
-                    log,
-                    f"AssertionError: Only 1 nextn layer is supported (the target's config.json has "
-                    f"num_nextn_predict_layers={self.scenario.mtp_layers})",
-                ),
+            log.append(f"Load weight end. type={arch}, drafter={a.model_path}")
+            return crash(
+                "AssertionError: Only 1 nextn layer is supported (the target's config.json has "
+                f"num_nextn_predict_layers={self.scenario.mtp_layers})"
             )
         if d is not None and a.method == "STANDALONE" and d.kind != "standalone":
-            log.append(
-                f"Load weight end. type={self.scenario.target_architecture}, drafter={a.speculative_draft_model_path}"
-            )
-            if d.kind == "mtp":
-                err = SimLaunchError(OOM_LINE, log="\n".join([*log, *_tb(OOM_LINE)]), returncode=1, oom=True)
-                return Startup(load, tuple(log), err)  # the whole target loaded a second time as the draft
-            arch = (d.config.get("architectures") or ["?"])[0]
-            return Startup(
-                load,
-                tuple(log),
-                _crash(
-                    log, f"ValueError: Model architectures ['{arch}'] are not supported as a standalone draft model"
-                ),
-            )
+            log.append(f"Load weight end. type={arch}, drafter={a.speculative_draft_model_path}")
+            if d.kind == "mtp":  # the whole target loaded a second time as the draft
+                return Startup(load, tuple(log), _oom(log))
+            name = (d.config.get("architectures") or ["?"])[0]
+            return crash(f"ValueError: Model architectures ['{name}'] are not supported as a standalone draft model")
         if d is not None and a.method != "STANDALONE":
             log.append(f"Load weight end. type=DeepseekV3ForCausalLM, drafter={a.speculative_draft_model_path}")
-            if d.hidden_size is not None and d.hidden_size != self.scenario.hidden_size:
-                h, th = d.hidden_size, self.scenario.hidden_size
-                return Startup(
-                    load,
-                    tuple(log),
-                    _crash(
-                        log,
-                        (
-                            f"RuntimeError: Error(s) in loading state_dict for {d.config['architectures'][0]}: "
-                            f"size mismatch for fc.weight: copying a param with shape torch.Size([{h}, {3 * h}]) "
-                            f"from checkpoint, the shape in current model is torch.Size([{h}, {3 * th}])."
-                        ),
-                    ),
+            h, th = d.hidden_size, self.scenario.hidden_size
+            if h is not None and h != th:
+                return crash(
+                    f"RuntimeError: Error(s) in loading state_dict for {d.config['architectures'][0]}: "
+                    f"size mismatch for fc.weight: copying a param with shape torch.Size([{h}, {3 * h}]) "
+                    f"from checkpoint, the shape in current model is torch.Size([{h}, {3 * th}])."
                 )
             if a.speculative_algorithm == "EAGLE3" and not d.is_eagle3:
-                h = self.scenario.hidden_size
-                return Startup(
-                    load,
-                    tuple(log),
-                    _crash(
-                        log, (f"RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x{3 * h} and {2 * h}x{h})")
-                    ),
-                )
+                return crash(f"RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x{3 * th} and {2 * th}x{th})")
         elif d is not None:
             log.append(f"Load weight end. drafter={a.speculative_draft_model_path} (standalone)")
         else:
@@ -250,8 +219,7 @@ class SimEngine:
         oom = a.fault("oom-above")
         if oom is not None and self.shape is not None and self.shape.num_draft_tokens > (oom.n or 0):
             log.append("Capture cuda graph begin. This can take up to several minutes.")
-            err = SimLaunchError(OOM_LINE, log="\n".join([*log, *_tb(OOM_LINE)]), returncode=1, oom=True)
-            return Startup(load + 0.5 * (total - load), tuple(log), err)
+            return Startup(load + 0.5 * (total - load), tuple(log), _oom(log))
         if a.cuda_graph:
             log.append("Capture cuda graph begin. This can take up to several minutes.")
             log.append("Capture cuda graph end.")
@@ -303,16 +271,10 @@ class SimEngine:
         return a_p, prof
 
     def _phases(
-        self,
-        prompt: str,
-        prompt_tokens: int,
-        max_new: int,
-        temperature: float,
-        category: str | None,
-        shape: SpecShape | None = None,
+        self, prompt: str, prompt_tokens: int, max_new: int, temperature: float, category: str | None
     ) -> list[Phase]:
         pp = self.prompt_profile(prompt, temperature, category)
-        s = shape or self.accept_shape
+        s = self.accept_shape
         if pp is None or s is None:
             return [Phase((1.0,), max_new)]
         a_p, prof = pp
@@ -353,16 +315,8 @@ class SimEngine:
         new, finish = self._completion_length(int(max_new))
         s = self.shape
         if self.adaptive is not None:
-            return self._generate_adaptive(
-                prompt,
-                prompt_tokens,
-                new,
-                finish,
-                n,
-                temperature,
-                category,
-                not self._batched if alone is None else alone,
-            )
+            alone = not self._batched if alone is None else alone
+            return self._generate_adaptive(prompt, prompt_tokens, new, finish, n, temperature, category, alone)
         phases = self._phases(prompt, prompt_tokens, new, temperature, category)
         key: tuple[object, ...] = (
             "rounds",
@@ -375,9 +329,7 @@ class SimEngine:
         )
         if temperature > 0:
             key += (self.launch_index, n)
-        factor = self.factor
-        if self.args.noise:
-            factor *= request_factor(self.args.seed, self.launch_index, n, self.scenario.request_noise_sd)
+        factor = self._factor(n)
         plan = plan_request(
             phases,
             max_new=new,
@@ -387,15 +339,22 @@ class SimEngine:
             rng=rng_for(*key),
             factor=factor,
         )
-        diverge = None
         d = self.args.drafter
-        if d is not None and d.diverges:
-            diverge = divergence_point(prompt, d.name)
-        sample_seed = None
-        if temperature > 0:
-            sample_seed = int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
-        answer = self.answer(prompt, new, diverge_at=diverge, sample_seed=sample_seed)
+        diverge = divergence_point(prompt, d.name) if d is not None and d.diverges else None
+        answer = self.answer(prompt, new, diverge_at=diverge, sample_seed=self._sample_seed(temperature, n))
         return Generation(plan, list(answer.tokens()), finish, n, answer, factor)
+
+    def _factor(self, n: int) -> float:
+        """The time factor of request ``n``: the start's, times the request's own."""
+        factor = self.factor
+        if self.args.noise:
+            factor *= request_factor(self.args.seed, self.launch_index, n, self.scenario.request_noise_sd)
+        return factor
+
+    def _sample_seed(self, temperature: float, n: int) -> int | None:
+        if not temperature > 0:
+            return None
+        return int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
 
     # -- the adaptive controller ------------------------------------------------------------------------------------
     def _sampler(
@@ -438,9 +397,7 @@ class SimEngine:
         assert self.adaptive is not None
         controller = self.adaptive if alone else copy.deepcopy(self.adaptive)
         key = ("adaptive-rounds", prompt, self.args.method, self.args.seed, new, self.launch_index, n)
-        factor = self.factor
-        if self.args.noise:
-            factor *= request_factor(self.args.seed, self.launch_index, n, self.scenario.request_noise_sd)
+        factor = self._factor(n)
         draw = self._sampler(prompt, prompt_tokens, temperature, category, rng_for(*key))
         ttft = t_prefill(self.hw, prompt_tokens, True) * factor
         tokens: list[int] = []
@@ -456,14 +413,9 @@ class SimEngine:
             tokens.append(k)
             times.append(t)
         plan = RequestPlan(prompt_tokens, new, ttft, np.asarray(tokens, dtype=np.int64), np.asarray(times, dtype=float))
-        sample_seed = None
-        if temperature > 0:
-            sample_seed = int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
-        gen = Generation(plan, [], finish, n, None, factor)
-        answer = self.answer(prompt, new, diverge_at=None, sample_seed=sample_seed)
-        gen.pieces, gen.answer = list(answer.tokens()), answer
-        gen.sampler = self._sampler(prompt, prompt_tokens, temperature, category, rng_for(*key, "batch"))
-        return gen
+        answer = self.answer(prompt, new, diverge_at=None, sample_seed=self._sample_seed(temperature, n))
+        sampler = self._sampler(prompt, prompt_tokens, temperature, category, rng_for(*key, "batch"))
+        return Generation(plan, list(answer.tokens()), finish, n, answer, factor, sampler)
 
     def batcher(self) -> Batcher:
         """A continuous-batching scheduler for this server start (its flags: max running, graph batch sizes; an
@@ -549,6 +501,10 @@ def _tb(line: str) -> list[str]:
         "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)",
         line,
     ]
+
+
+def _oom(log: list[str]) -> SimLaunchError:
+    return SimLaunchError(OOM_LINE, log="\n".join([*log, *_tb(OOM_LINE)]), returncode=1, oom=True)
 
 
 def _crash(log: list[str], line: str) -> SimLaunchError:

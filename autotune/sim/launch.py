@@ -1,33 +1,20 @@
 """A simulated server's launch: the flags of the server it plays read as that server reads them, and that server's
 speculative rules applied as it applies them (SGLang 0.5.23, or vLLM 0.33.0 with ``--engine vllm``).
 
-``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``--engine``,
-``--scenario``, ``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``,
-``--sim-no-noise``, ``--near-ties``) and the played server's (``parse_sglang_args`` / ``parse_vllm_args``; both read
-their argv and the sim's settings through ``sim_args``, then apply their own rules to a ``ResolvedArgs``). Unknown
-flags are ignored with a log line. A command the server would refuse raises ``SimLaunchError`` whose ``log`` is what
-the server would have printed before exiting non-zero. Used by both the HTTP server and the in-process
-``ModelRunner``.
+``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``_SIM_VALUE_FLAGS``,
+``--sim-no-noise``) and the played server's. Unknown flags are ignored with a log line. A command the server would
+refuse raises ``SimLaunchError`` whose ``log`` is what the server would have printed before exiting non-zero.
 
-Faults: a test injects them (``--fault KIND[:N][@DRAFTER]``, ``Fault``); ``_fail`` / ``_traceback`` /
-``_not_loadable`` build a refusal's log.
+SGLang: its speculative resolution rules (``srt/arg_groups/speculative_hook.py``) and adaptive config loader
+(``srt/speculative/adaptive_spec_params.py``), mirrored.
 
-SGLang: the flag table, and its speculative resolution rules (its ``srt/arg_groups/speculative_hook.py`` and the
-adaptive config loader of ``srt/speculative/adaptive_spec_params.py``, mirrored: what a launch of NGRAM or the EAGLE
-family resolves to, and the adaptive config it reads).
-
-vLLM: ``vllm serve``'s arguments (the model first). What is read of them: the model, ``--speculative-config`` (one
-JSON argument: ``method`` eagle, eagle3, draft_model, mtp or ngram, ``model``, ``num_speculative_tokens``,
-``prompt_lookup_min`` / ``prompt_lookup_max``, ``num_speculative_tokens_per_batch_size``), ``--enforce-eager``,
-``--max-num-seqs``, ``--tensor-parallel-size``, ``--served-model-name``, ``--host``, ``--port``. Every method runs
-as a chain of K drafted tokens (vLLM drafts no trees), in the same performance model as SGLang's launches: eagle ->
-EAGLE, eagle3 -> EAGLE3, draft_model -> STANDALONE, mtp -> the target's own MTP layers, ngram -> NGRAM (prompt
-lookup, breadth 1). An EAGLE-3 head launched as ``eagle`` loads when vLLM's registry knows its architecture
-(``autotune.backends.vllm_methods``) and then accepts nothing: vLLM does not capture the auxiliary hidden states the
-head was trained on, and says nothing (the silent collapse autotune's drafter-not-engaged alarm is for). A
-per-batch-size schedule (``num_speculative_tokens_per_batch_size``, vLLM's dynamic speculative decoding) runs as a
-controller whose every batch-size slot has one step count (``autotune.sim.adaptive``): K for a batch size is its
-range's, a gap or the tail carries the previous range's on, capped by ``num_speculative_tokens``.
+vLLM: ``vllm serve MODEL`` and the flags in ``VLLM_VALUE_FLAGS``. Every ``--speculative-config`` method runs as a
+chain of K drafted tokens (vLLM drafts no trees) in the same performance model as SGLang's launches (``_ALGORITHMS``;
+mtp: the target's own MTP layers). An EAGLE-3 head launched as ``eagle`` loads when vLLM's registry knows its
+architecture (``autotune.backends.vllm_methods``) and then accepts nothing: vLLM does not capture the auxiliary hidden
+states the head was trained on, and says nothing. ``num_speculative_tokens_per_batch_size`` (vLLM's dynamic
+speculative decoding) runs as an adaptive controller whose every batch-size slot has one step count, capped by
+``num_speculative_tokens``.
 """
 
 from __future__ import annotations
@@ -36,62 +23,17 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
+from autotune.backends.sglang_methods import DEFAULT_ADAPTIVE_CONFIG, MTP_ARCHITECTURES
 from autotune.backends.vllm_methods import architecture_problem
 from autotune.sim.scenario import Scenario, ScenarioError, ScenarioLoader, SimDrafter, load_scenario, scenario_names
-
-__all__ = [
-    "ENGINES",
-    "FAULT_KINDS",
-    "Fault",
-    "KNOWN_ALGORITHMS",
-    "MTP_ARCHITECTURES",
-    "NGRAM_DEFAULTS",
-    "NgramDefaults",
-    "ResolvedArgs",
-    "SGLANG_VERSION",
-    "SIMULATED_ALGORITHMS",
-    "SIMULATED_METHODS",
-    "SimLaunchError",
-    "VLLM_DEFAULT_GRAPH_MAX_BS",
-    "VLLM_DEFAULT_MAX_NUM_SEQS",
-    "VLLM_VALUE_FLAGS",
-    "VLLM_VERSION",
-    "engine_of",
-    "load_adaptive_config",
-    "load_adaptive_config_steps",
-    "parse_launch_args",
-    "parse_sglang_args",
-    "parse_vllm_args",
-    "sim_args",
-    "usage",
-]
-
 
 SGLANG_VERSION = "0.5.23"
 
 #: algorithm names SGLang accepts (upper-cased); NEXTN is an alias of EAGLE
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-
-
-class NgramDefaults(TypedDict):
-    speculative_ngram_min_bfs_breadth: int
-    speculative_ngram_max_bfs_breadth: int
-    speculative_ngram_match_type: str
-    speculative_ngram_max_trie_depth: int
-    speculative_ngram_capacity: int
-
-
-#: SGLang's n-gram defaults (``arg_groups/fields/spec.py``)
-NGRAM_DEFAULTS: NgramDefaults = {
-    "speculative_ngram_min_bfs_breadth": 1,
-    "speculative_ngram_max_bfs_breadth": 10,
-    "speculative_ngram_match_type": "BFS",
-    "speculative_ngram_max_trie_depth": 18,
-    "speculative_ngram_capacity": 10 * 1000 * 1000,
-}
 
 
 #: the servers the simulator plays (``--engine``): it reads that server's launch flags and applies its rules
@@ -163,7 +105,12 @@ _BOOL_FLAGS = {
     "--speculative-adaptive": "speculative_adaptive",
     **_SIM_BOOL_FLAGS,
 }
-#: integer values of either engine's flags (and the sim's own)
+#: integer values of either engine's flags (and the sim's own), converted in this order
+_INT_FIELDS = (
+    "speculative_num_steps speculative_eagle_topk speculative_num_draft_tokens tp_size port seed launch_index "
+    "max_running_requests cuda_graph_max_bs speculative_ngram_min_bfs_breadth speculative_ngram_max_bfs_breadth "
+    "speculative_ngram_max_trie_depth speculative_ngram_capacity"
+).split()
 _INT_FIELDS = (
     "speculative_num_steps",
     "speculative_eagle_topk",
@@ -234,11 +181,12 @@ class ResolvedArgs:
     speculative_adaptive_config: str | None = None
     adaptive_config: dict[str, Any] | None = None  # the loaded adaptive config (SGLang's default when no file)
     mtp_missing: bool = False  # the draft path defaulted to a target with no MTP layers: the start fails
-    speculative_ngram_min_bfs_breadth: int = NGRAM_DEFAULTS["speculative_ngram_min_bfs_breadth"]
-    speculative_ngram_max_bfs_breadth: int = NGRAM_DEFAULTS["speculative_ngram_max_bfs_breadth"]
-    speculative_ngram_match_type: str = NGRAM_DEFAULTS["speculative_ngram_match_type"]
-    speculative_ngram_max_trie_depth: int = NGRAM_DEFAULTS["speculative_ngram_max_trie_depth"]
-    speculative_ngram_capacity: int = NGRAM_DEFAULTS["speculative_ngram_capacity"]
+    # SGLang's n-gram defaults (``arg_groups/fields/spec.py``)
+    speculative_ngram_min_bfs_breadth: int = 1
+    speculative_ngram_max_bfs_breadth: int = 10
+    speculative_ngram_match_type: str = "BFS"
+    speculative_ngram_max_trie_depth: int = 18
+    speculative_ngram_capacity: int = 10 * 1000 * 1000
     disable_cuda_graph: bool = False
     disable_decode_cuda_graph: bool = False
     disable_prefill_cuda_graph: bool = False
@@ -301,24 +249,16 @@ class ResolvedArgs:
                 "enforce_eager": not self.cuda_graph,
                 "max_num_seqs": self.effective_max_running,
             }
+        passed = (
+            "tp_size host port speculative_algorithm speculative_draft_model_path speculative_num_steps "
+            "speculative_eagle_topk speculative_num_draft_tokens speculative_adaptive speculative_adaptive_config "
+            "speculative_ngram_min_bfs_breadth speculative_ngram_max_bfs_breadth speculative_ngram_match_type "
+            "speculative_ngram_max_trie_depth speculative_ngram_capacity"
+        ).split()
         return {
             "model_path": self.model_path,
             "served_model_name": self.served_model_name or self.model_path,
-            "tp_size": self.tp_size,
-            "host": self.host,
-            "port": self.port,
-            "speculative_algorithm": self.speculative_algorithm,
-            "speculative_draft_model_path": self.speculative_draft_model_path,
-            "speculative_num_steps": self.speculative_num_steps,
-            "speculative_eagle_topk": self.speculative_eagle_topk,
-            "speculative_num_draft_tokens": self.speculative_num_draft_tokens,
-            "speculative_adaptive": self.speculative_adaptive,
-            "speculative_adaptive_config": self.speculative_adaptive_config,
-            "speculative_ngram_min_bfs_breadth": self.speculative_ngram_min_bfs_breadth,
-            "speculative_ngram_max_bfs_breadth": self.speculative_ngram_max_bfs_breadth,
-            "speculative_ngram_match_type": self.speculative_ngram_match_type,
-            "speculative_ngram_max_trie_depth": self.speculative_ngram_max_trie_depth,
-            "speculative_ngram_capacity": self.speculative_ngram_capacity,
+            **{k: getattr(self, k) for k in passed},
             "disable_cuda_graph": not self.cuda_graph,
             "disable_decode_cuda_graph": not self.cuda_graph,
             "disable_prefill_cuda_graph": self.disable_cuda_graph or self.disable_prefill_cuda_graph,
@@ -405,13 +345,6 @@ def _split(
     return vals, faults, log
 
 
-def _target_ok(path: str, scenario: Scenario) -> bool:
-    if path in (scenario.target_name, scenario.target_dir):
-        return True
-    cfg = os.path.join(path, "config.json")
-    return os.path.isdir(path) and os.path.isfile(cfg)
-
-
 def engine_of(argv: list[str]) -> str:
     """The server a simulator launch plays (its ``--engine``, default sglang). Raises SimLaunchError for another."""
     engine = "sglang"
@@ -492,7 +425,7 @@ def sim_args(
     model_path = vals.get("model_path")
     if not model_path:
         raise _fail(f"{prog}: error: the following arguments are required: {model_flag}", log, returncode=2)
-    if not _target_ok(model_path, scenario):
+    if model_path not in (scenario.target_name, scenario.target_dir) and not _is_checkpoint(model_path):
         raise _not_loadable(model_path, log)
     args = ResolvedArgs(
         scenario=scenario,
@@ -548,8 +481,8 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
                 log,
                 returncode=2,
             )
-    for key in NGRAM_DEFAULTS:
-        if key in vals:
+    for key in vals:
+        if key.startswith("speculative_ngram_"):
             setattr(args, key, vals[key])
     args.speculative_adaptive = bool(vals.get("speculative_adaptive", False))
     args.speculative_adaptive_config = vals.get("speculative_adaptive_config")
@@ -610,25 +543,6 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
 
 # -- SGLang 0.5.23's speculative resolution rules, called by ``parse_sglang_args`` after reading the flags
 
-#: target architectures whose draft model path defaults to the target (their MTP/NextN layers), from
-#: ``_handle_eagle_family`` in SGLang 0.5.23's ``arg_groups/speculative_hook.py``
-MTP_ARCHITECTURES = (
-    "DeepseekV32ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "DeepseekV4ForCausalLM",
-    "Glm4MoeForCausalLM",
-    "Glm4MoeLiteForCausalLM",
-    "GlmMoeDsaForCausalLM",
-    "BailingMoeForCausalLM",
-    "BailingMoeV2ForCausalLM",
-    "BailingMoeV2_5ForCausalLM",
-    "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
-    "HYV3ForCausalLM",
-    "HYV4ForCausalLM",
-    "Qwen4ExpForConditionalGeneration",
-)
-
 
 def load_adaptive_config_steps(config: dict[str, Any]) -> list[int]:
     """The union of a loaded adaptive config's candidate steps."""
@@ -653,8 +567,6 @@ def load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
     """SGLang's ``_load_adaptive_config`` + ``resolve_candidate_steps_from_config``: (the config, the union of its
     batch-size slots' candidate steps). Raises what SGLang raises (OSError, ValueError, AttributeError) with its
     messages."""
-    from autotune.sim.adaptive import DEFAULT_ADAPTIVE_CONFIG
-
     if path is not None:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
@@ -677,21 +589,15 @@ def load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
             "speculative_adaptive_config must contain at least one integer-string "
             f'BS key, e.g. {{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(cfg.keys())}'
         )
-    candidates: set[int] = set()
-    for entry in bs_entries.values():
-        candidates.update(entry["candidate_steps"])
-    return cfg, sorted(candidates)
+    return cfg, load_adaptive_config_steps(cfg)
 
 
 def _load_adaptive_config(path: str | None, log: list[str]) -> tuple[dict[str, Any], list[int]]:
     try:
         return load_adaptive_config(path)
-    except json.JSONDecodeError as e:
-        raise _traceback(f"json.decoder.JSONDecodeError: {e}", log, "../speculative/adaptive_spec_params.py") from None
-    except OSError as e:
-        raise _traceback(f"{type(e).__name__}: {e}", log, "../speculative/adaptive_spec_params.py") from None
-    except (ValueError, AttributeError) as e:
-        raise _traceback(f"{type(e).__name__}: {e}", log, "../speculative/adaptive_spec_params.py") from None
+    except (OSError, ValueError, AttributeError) as e:
+        name = "json.decoder.JSONDecodeError" if isinstance(e, json.JSONDecodeError) else type(e).__name__
+        raise _traceback(f"{name}: {e}", log, "../speculative/adaptive_spec_params.py") from None
 
 
 def _resolve_ngram(
@@ -764,15 +670,7 @@ def _resolve_eagle_family(
         if drafter is None:
             args.mtp_missing = True  # loads the target as its own NextN draft: fails at weight loading
     else:
-        drafter = scenario.drafter_by_path(draft)
-        if drafter is None:
-            if os.path.isdir(draft) and os.path.isfile(os.path.join(draft, "config.json")):
-                raise _fail(
-                    f"autotune.sim: {draft} is a checkpoint the scenario {scenario.name} does not know "
-                    f"(its drafters: {', '.join(scenario.drafters)})",
-                    log,
-                )
-            raise _not_loadable(draft, log)
+        drafter = _drafter(scenario, draft, log)
     args.speculative_draft_model_path = draft
     args.drafter = drafter
     if algo == "STANDALONE":
@@ -862,31 +760,26 @@ class Fault:
     def parse(text: str) -> Fault:
         """``crash-startup``, ``never-healthy``, ``crash-after:N``, ``oom-above:N``, ``http500:N``, ``truncate:N``,
         each optionally scoped to one drafter with ``@NAME`` (``@none`` for the non-speculative server)."""
-        text, _, scope = text.strip().partition("@")
-        if _ and not scope:
+        text, at, scope = text.strip().partition("@")
+        if at and not scope:
             raise ValueError(f"fault {text + '@'!r}: name a drafter after '@'")
-        f = Fault._parse(text)
-        return Fault(f.kind, f.n, scope or None)
-
-    def applies_to(self, drafter: str | None) -> bool:
-        return self.drafter is None or self.drafter == (drafter or "none")
-
-    @staticmethod
-    def _parse(text: str) -> Fault:
         kind, _, num = text.strip().partition(":")
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {text!r}; expected one of {', '.join(FAULT_KINDS)} (with :N where needed)")
-        if kind in _FAULTS_WITH_N:
-            try:
-                n = int(num)
-            except ValueError:
-                raise ValueError(f"fault {kind} needs a number, like {kind}:3, but got {text!r}") from None
-            if n < (0 if kind == "crash-after" else 1):
-                raise ValueError(f"fault {text!r}: the number must be positive")
-            return Fault(kind, n)
-        if num:
-            raise ValueError(f"fault {kind} takes no number but got {text!r}")
-        return Fault(kind)
+        if kind not in _FAULTS_WITH_N:
+            if num:
+                raise ValueError(f"fault {kind} takes no number but got {text!r}")
+            return Fault(kind, None, scope or None)
+        try:
+            n = int(num)
+        except ValueError:
+            raise ValueError(f"fault {kind} needs a number, like {kind}:3, but got {text!r}") from None
+        if n < (0 if kind == "crash-after" else 1):
+            raise ValueError(f"fault {text!r}: the number must be positive")
+        return Fault(kind, n, scope or None)
+
+    def applies_to(self, drafter: str | None) -> bool:
+        return self.drafter is None or self.drafter == (drafter or "none")
 
     def __str__(self) -> str:
         base = self.kind if self.n is None else f"{self.kind}:{self.n}"
@@ -907,6 +800,24 @@ def _traceback(exc_line: str, log: list[str], where: str = "speculative_hook.py"
         exc_line,
     ]
     return SimLaunchError(exc_line, log="\n".join(lines), returncode=1)
+
+
+def _drafter(scenario: Scenario, path: str, log: list[str]) -> SimDrafter:
+    """The scenario's drafter at a draft model path; refused as the server would refuse an unknown path."""
+    drafter = scenario.drafter_by_path(path)
+    if drafter is not None:
+        return drafter
+    if _is_checkpoint(path):
+        known = ", ".join(scenario.drafters)
+        raise _fail(
+            f"autotune.sim: {path} is a checkpoint the scenario {scenario.name} does not know (its drafters: {known})",
+            log,
+        )
+    raise _not_loadable(path, log)
+
+
+def _is_checkpoint(path: str) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
 
 
 def _not_loadable(path: str, log: list[str]) -> SimLaunchError:
@@ -1030,15 +941,7 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> R
     else:
         if not isinstance(model, str) or not model:
             raise _vllm_error("num_speculative_tokens was provided but without speculative model.", log)
-        drafter = scenario.drafter_by_path(model)
-        if drafter is None:
-            if os.path.isdir(model) and os.path.isfile(os.path.join(model, "config.json")):
-                raise _fail(
-                    f"autotune.sim: {model} is a checkpoint the scenario {scenario.name} does not know "
-                    f"(its drafters: {', '.join(scenario.drafters)})",
-                    log,
-                )
-            raise _not_loadable(model, log)
+        drafter = _drafter(scenario, model, log)
         why = architecture_problem(method, drafter.name, drafter.dir)
         if why is not None:
             archs = drafter.config.get("architectures")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.sim.adaptive import DEFAULT_ADAPTIVE_CONFIG, AdaptiveController, AdaptiveSlot
+from autotune.backends.sglang_methods import DEFAULT_ADAPTIVE_CONFIG
+from autotune.sim.adaptive import AdaptiveController, AdaptiveSlot
 from autotune.sim.batch import closed_loop
 from autotune.sim.engine import SimEngine
 from autotune.sim.launch import SimLaunchError, parse_launch_args
