@@ -243,7 +243,7 @@ class SimEngine:
         if crash is not None and n > (crash.n or 0):
             return "crash"
         for kind in ("http500", "truncate"):
-            if any(f.n == n for f in self.args.faults_of(kind)):
+            if any(f.kind == kind and f.n == n for f in self.args.faults):
                 return kind
         return None
 

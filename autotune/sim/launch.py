@@ -111,27 +111,10 @@ _INT_FIELDS = (
     "max_running_requests cuda_graph_max_bs speculative_ngram_min_bfs_breadth speculative_ngram_max_bfs_breadth "
     "speculative_ngram_max_trie_depth speculative_ngram_capacity"
 ).split()
-_INT_FIELDS = (
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "tp_size",
-    "port",
-    "seed",
-    "launch_index",
-    "max_running_requests",
-    "cuda_graph_max_bs",
-    "speculative_ngram_min_bfs_breadth",
-    "speculative_ngram_max_bfs_breadth",
-    "speculative_ngram_max_trie_depth",
-    "speculative_ngram_capacity",
-)
 
 
 def usage() -> str:
     """``python -m autotune.sim --help``: the flags the simulated server understands (others are ignored)."""
-    from autotune.sim.scenario import scenario_names
-
     lines = [
         "usage: python -m autotune.sim --scenario NAME --model-path PATH [--time-scale X] [--seed N] "
         "[--fault KIND[:N][@DRAFTER]] ... [SGLang launch flags]",
@@ -213,17 +196,11 @@ class ResolvedArgs:
         )
 
     def fault(self, kind: str) -> Fault | None:
-        for f in self.faults:
-            if f.kind == kind:
-                return f
-        return None
+        return next((f for f in self.faults if f.kind == kind), None)
 
     def keep_faults_of(self, drafter: str | None) -> None:
         """Keep only the faults injected into this launch's drafter (``None``: a launch without speculation)."""
         self.faults = tuple(f for f in self.faults if f.applies_to(drafter))
-
-    def faults_of(self, kind: str) -> list[Fault]:
-        return [f for f in self.faults if f.kind == kind]
 
     def startup_s(self) -> float:
         if self.sim_load_time is not None:
@@ -291,16 +268,23 @@ class ResolvedArgs:
         return DEFAULT_GRAPH_MAX_BS
 
 
-def _split(
-    argv: list[str],
-    value_flags: dict[str, str] = _VALUE_FLAGS,
-    bool_flags: dict[str, str] = _BOOL_FLAGS,
-    *,
-    positional: str | None = None,
-    prog: str = "launch_server.py",
-) -> tuple[dict[str, Any], list[str], list[str]]:
-    """argv -> (known values, fault texts, log lines about ignored flags), by a server's flag tables; ``positional``
-    names the value of the first bare argument (vLLM's ``vllm serve MODEL``), else bare arguments are ignored."""
+@dataclass(frozen=True)
+class _Reader:
+    """How a played server reads its argv: its flag tables, ``positional`` the value of the first bare argument
+    (vLLM's ``vllm serve MODEL``; else bare arguments are ignored), ``prog`` and ``model_flag`` as its usage errors
+    name itself and its model."""
+
+    engine: str
+    prog: str
+    model_flag: str
+    value_flags: dict[str, str]
+    bool_flags: dict[str, str]
+    positional: str | None = None
+
+
+def _split(argv: list[str], reader: _Reader) -> tuple[dict[str, Any], list[str], list[str]]:
+    """argv -> (known values, fault texts, log lines about ignored flags)."""
+    value_flags, bool_flags, positional = reader.value_flags, reader.bool_flags, reader.positional
     vals: dict[str, Any] = {}
     faults: list[str] = []
     log: list[str] = []
@@ -325,11 +309,8 @@ def _split(
                 value = argv[i]
                 i += 1
             else:
-                raise SimLaunchError(
-                    f"error: argument {name}: expected one argument",
-                    log=f"{prog}: error: argument {name}: expected one argument",
-                    returncode=2,
-                )
+                message = f"error: argument {name}: expected one argument"
+                raise SimLaunchError(message, log=f"{reader.prog}: {message}", returncode=2)
             key = value_flags[name]
             if key == "fault":
                 faults.append(value)
@@ -359,22 +340,15 @@ def engine_of(argv: list[str]) -> str:
     return engine
 
 
-def sim_args(
-    argv: list[str],
-    load: ScenarioLoader,
-    *,
-    engine: str,
-    prog: str,
-    model_flag: str,
-    value_flags: dict[str, str] = _VALUE_FLAGS,
-    bool_flags: dict[str, str] = _BOOL_FLAGS,
-    positional: str | None = None,
-) -> tuple[ResolvedArgs, dict[str, Any]]:
-    """One engine's argv read by its flag tables (``_split``), and the launch's settings that do not depend on the
-    server's speculative rules: the sim's own flags (scenario, time scale, seed, faults, near ties), the target
-    (``model_flag``: how the server names it in its usage error), the address and the served name. Returns them with
-    the flags' values for the engine's own rules; integer values are converted there (``prog``: who refuses one)."""
-    vals, fault_texts, log = _split(list(argv), value_flags, bool_flags, positional=positional, prog=prog)
+_SGLANG = _Reader("sglang", "launch_server.py", "--model-path", _VALUE_FLAGS, _BOOL_FLAGS)
+
+
+def sim_args(argv: list[str], load: ScenarioLoader, reader: _Reader) -> tuple[ResolvedArgs, dict[str, Any]]:
+    """One engine's argv read by its flag tables, and the launch's settings that do not depend on the server's
+    speculative rules: the sim's own flags, the target, the address and the served name. Returns them with the flags'
+    values (integers converted) for the engine's own rules."""
+    vals, fault_texts, log = _split(argv, reader)
+    prog = reader.prog
     name = vals.get("scenario")
     if not name:
         raise _fail(f"autotune.sim: --scenario is required (one of {', '.join(scenario_names())})", log, returncode=2)
@@ -424,13 +398,13 @@ def sim_args(
 
     model_path = vals.get("model_path")
     if not model_path:
-        raise _fail(f"{prog}: error: the following arguments are required: {model_flag}", log, returncode=2)
+        raise _fail(f"{prog}: error: the following arguments are required: {reader.model_flag}", log, returncode=2)
     if model_path not in (scenario.target_name, scenario.target_dir) and not _is_checkpoint(model_path):
         raise _not_loadable(model_path, log)
     args = ResolvedArgs(
         scenario=scenario,
         model_path=model_path,
-        engine=engine,
+        engine=reader.engine,
         time_scale=time_scale,
         seed=int(vals.get("seed", 0)),
         launch_index=vals.get("launch_index"),
@@ -451,7 +425,7 @@ def sim_args(
 def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
     """Parse the sim's own flags and SGLang's launch flags and apply SGLang's rules (``parse_launch_args`` picks the
     engine). Raises SimLaunchError. ``load`` resolves ``--scenario``."""
-    args, vals = sim_args(argv, load, engine="sglang", prog="launch_server.py", model_flag="--model-path")
+    args, vals = sim_args(argv, load, _SGLANG)
     log = args.log
     args.disable_cuda_graph = bool(vals.get("disable_cuda_graph", False))
     args.disable_decode_cuda_graph = bool(vals.get("disable_decode_cuda_graph", False))
@@ -459,13 +433,7 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
     args.cuda_graph_backend_decode = str(vals.get("cuda_graph_backend_decode", "full"))
     args.enable_metrics = bool(vals.get("enable_metrics", False))
     args.cuda_graph_max_bs = vals.get("cuda_graph_max_bs")
-    if args.cuda_graph_backend_decode not in ("full", "breakable", "disabled"):
-        raise _fail(
-            f"launch_server.py: error: argument --cuda-graph-backend-decode: invalid choice: "
-            f"'{args.cuda_graph_backend_decode}' (choose from 'full', 'breakable', 'disabled')",
-            log,
-            returncode=2,
-        )
+    _choice("--cuda-graph-backend-decode", args.cuda_graph_backend_decode, ("full", "breakable", "disabled"), log)
     if vals.get("disable_cuda_graph"):
         log.append(  # SGLang 0.5.23's DeprecatedStoreTrueAction
             "WARNING argparse_actions.py: '--disable-cuda-graph' is deprecated and will be removed in a future "
@@ -473,14 +441,7 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
         )
 
     if "speculative_ngram_match_type" in vals:
-        mt = str(vals["speculative_ngram_match_type"])
-        if mt not in ("BFS", "PROB"):
-            raise _fail(
-                f"launch_server.py: error: argument --speculative-ngram-match-type: invalid choice: '{mt}' "
-                "(choose from 'BFS', 'PROB')",
-                log,
-                returncode=2,
-            )
+        _choice("--speculative-ngram-match-type", str(vals["speculative_ngram_match_type"]), ("BFS", "PROB"), log)
     for key in vals:
         if key.startswith("speculative_ngram_"):
             setattr(args, key, vals[key])
@@ -536,12 +497,20 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
                 f"candidate_steps={candidates}"
             )
 
+    draft = vals.get("speculative_draft_model_path")
     if algo == "NGRAM":
-        return _resolve_ngram(args, vals, steps, ndt, log)
-    return _resolve_eagle_family(args, vals, requested, steps, topk, ndt, log)
+        return _resolve_ngram(args, draft, steps, ndt)
+    return _resolve_eagle_family(args, draft, steps, topk, ndt)
 
 
 # -- SGLang 0.5.23's speculative resolution rules, called by ``parse_sglang_args`` after reading the flags
+
+
+def _choice(flag: str, value: str, choices: tuple[str, ...], log: list[str]) -> None:
+    if value not in choices:
+        options = ", ".join(f"'{c}'" for c in choices)
+        message = f"launch_server.py: error: argument {flag}: invalid choice: '{value}' (choose from {options})"
+        raise _fail(message, log, returncode=2)
 
 
 def load_adaptive_config_steps(config: dict[str, Any]) -> list[int]:
@@ -600,15 +569,17 @@ def _load_adaptive_config(path: str | None, log: list[str]) -> tuple[dict[str, A
         raise _traceback(f"{name}: {e}", log, "../speculative/adaptive_spec_params.py") from None
 
 
-def _resolve_ngram(
-    args: ResolvedArgs, vals: dict[str, Any], steps: int | None, ndt: int | None, log: list[str]
-) -> ResolvedArgs:
+_MAX_RUNNING_RESET = (
+    "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can override "
+    "this by explicitly setting --max-running-requests."
+)
+
+
+def _resolve_ngram(args: ResolvedArgs, draft: str | None, steps: int | None, ndt: int | None) -> ResolvedArgs:
     """SGLang's ``_handle_ngram``: topk := max BFS breadth, 12 draft tokens by default, steps := ndt // topk."""
+    log = args.log
     if args.max_running_requests is None:
-        log.append(
-            "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can "
-            "override this by explicitly setting --max-running-requests."
-        )
+        log.append(_MAX_RUNNING_RESET)
     topk = args.speculative_ngram_max_bfs_breadth
     if ndt is None:
         ndt = 12
@@ -632,26 +603,18 @@ def _resolve_ngram(
             "../speculative/ngram_worker.py",
         )
     args.method = "NGRAM"
-    args.speculative_draft_model_path = vals.get("speculative_draft_model_path")
+    args.speculative_draft_model_path = draft
     args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, ndt
     args.keep_faults_of("ngram")
     return args
 
 
 def _resolve_eagle_family(
-    args: ResolvedArgs,
-    vals: dict[str, Any],
-    requested: str,
-    steps: int | None,
-    topk: int | None,
-    ndt: int | None,
-    log: list[str],
+    args: ResolvedArgs, draft: str | None, steps: int | None, topk: int | None, ndt: int | None
 ) -> ResolvedArgs:
     """SGLang's ``_handle_eagle_family`` (EAGLE, EAGLE3 (NEXTN is EAGLE by now), STANDALONE)."""
-    scenario = args.scenario
-    algo = args.speculative_algorithm
+    scenario, algo, log = args.scenario, args.speculative_algorithm, args.log
     assert algo is not None
-    draft = vals.get("speculative_draft_model_path")
     if scenario.target_architecture in MTP_ARCHITECTURES:
         if not draft:
             draft = args.model_path  # the target's own MTP layers
@@ -682,10 +645,7 @@ def _resolve_eagle_family(
     name = drafter.name if drafter is not None else "mtp"
     args.keep_faults_of(name)
     if args.max_running_requests is None:
-        log.append(
-            "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can "
-            "override this by explicitly setting --max-running-requests."
-        )
+        log.append(_MAX_RUNNING_RESET)
 
     if steps is None:
         if topk is not None or ndt is not None:
@@ -846,7 +806,7 @@ _SPEC_KEYS = (
 )
 
 _VLLM_BOOL_FLAGS = {"--enforce-eager": "enforce_eager", **_SIM_BOOL_FLAGS}
-_VLLM_PROG = "vllm serve"
+_VLLM = _Reader("vllm", "vllm serve", "model_tag", VLLM_VALUE_FLAGS, _VLLM_BOOL_FLAGS, "model_path")
 
 
 def _vllm_error(message: str, log: list[str]) -> SimLaunchError:
@@ -857,16 +817,7 @@ def _vllm_error(message: str, log: list[str]) -> SimLaunchError:
 def parse_vllm_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
     """Parse the sim's flags and ``vllm serve``'s and apply vLLM 0.33.0's speculative rules. Raises
     SimLaunchError."""
-    args, vals = sim_args(
-        argv,
-        load,
-        engine="vllm",
-        prog=_VLLM_PROG,
-        model_flag="model_tag",
-        value_flags=VLLM_VALUE_FLAGS,
-        bool_flags=_VLLM_BOOL_FLAGS,
-        positional="model_path",
-    )
+    args, vals = sim_args(argv, load, _VLLM)
     log = args.log
     if "port" not in vals:
         args.port = 8000
@@ -880,7 +831,7 @@ def parse_vllm_args(argv: list[str], *, load: ScenarioLoader = load_scenario) ->
         spec = json.loads(text)
     except json.JSONDecodeError as e:
         raise _fail(
-            f"{_VLLM_PROG}: error: argument --speculative-config: Value {text} cannot be converted to "
+            f"{_VLLM.prog}: error: argument --speculative-config: Value {text} cannot be converted to "
             f"<function loads>: {e}",
             log,
             returncode=2,
