@@ -23,9 +23,6 @@ from functools import lru_cache
 
 import numpy as np
 
-# ---------------------------------------------------------------------------------------------------------------
-# hashing and noise
-
 
 def stable_hash(*parts: object) -> int:
     """A 63-bit hash of ``parts`` that is stable across processes and Python versions (unlike ``hash()``)."""
@@ -51,10 +48,6 @@ def start_factor(seed: int, launch_index: int, sd: float = START_NOISE_SD) -> fl
 def request_factor(seed: int, launch_index: int, request_index: int, sd: float = REQUEST_NOISE_SD) -> float:
     """Multiplier of one request's times (sd ~0.5% unless the scenario says otherwise)."""
     return math.exp(sd * float(rng_for("request", seed, launch_index, request_index).standard_normal()))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# drafters and prompts
 
 
 @dataclass(frozen=True)
@@ -168,10 +161,6 @@ def prompt_acceptance(
     mu = _sigmoid(_logit(profile.a) + offs.get(cat, 0.0) + TEMPERATURE_OFFSET * t)
     rng = rng_for("a_p", prompt, drafter, seed, round(t, 3))
     return float(rng.beta(mu * profile.kappa, (1.0 - mu) * profile.kappa))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the draft tree
 
 
 @dataclass(frozen=True)

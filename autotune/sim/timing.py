@@ -12,9 +12,6 @@ import numpy as np
 
 from autotune.sim.acceptance import SpecShape
 
-# ---------------------------------------------------------------------------------------------------------------
-# time per round
-
 
 @dataclass(frozen=True)
 class Hardware:
@@ -106,10 +103,6 @@ def t_prefill(hw: Hardware, prompt_tokens: int, speculative: bool) -> float:
     if speculative:
         t += hw.t_ext
     return t
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# one request
 
 
 @dataclass(frozen=True)
@@ -225,6 +218,3 @@ def expected_request_ms(phases: list[Phase], *, max_new: int, prefill_ms: float,
         rounds += (need + overshoot) / mean
         produced = target
     return prefill_ms + rounds * cycle_ms
-
-
-# ---------------------------------------------------------------------------------------------------------------
