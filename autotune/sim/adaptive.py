@@ -20,7 +20,7 @@ class AdaptiveSlot:
     among the slot's candidates, every ``update_interval`` verifies after ``warmup_batches``."""
 
     def __init__(self, initial_steps: int, cfg: Mapping[str, Any]) -> None:
-        self.candidate_steps = sorted(set(cfg["candidate_steps"]))
+        self.candidate_steps: list[int] = sorted(set(cfg["candidate_steps"]))
         self.ema_alpha = float(cfg.get("ema_alpha", 0.2))
         self.update_interval = int(cfg.get("update_interval", 5))
         self.warmup_batches = int(cfg.get("warmup_batches", 10))

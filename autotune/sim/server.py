@@ -295,10 +295,10 @@ class _Handler(BaseHTTPRequestHandler):
             error = "log-probabilities are not simulated on streamed requests; ask for them with stream false"
             self._json(400, {"error": error})
             return None
-        e = self.server.engine
-        n = e.next_request()
-        fault = e.request_fault(n)
-        gen = e.generate(prompt, max_new, temperature=temperature, request_index=n)
+        engine = self.server.engine
+        n = engine.next_request()
+        fault = engine.request_fault(n)
+        gen = engine.generate(prompt, max_new, temperature=temperature, request_index=n)
         if fault == "http500":
             log.error("Request %d failed (simulated HTTP 500)", gen.request_index)
             self._json(500, {"object": "error", "message": "Internal server error (simulated)", "code": 500})
