@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.config import ReferenceOutput, TokenChoice
+from autotune.config import TokenChoice
 from autotune.sim.acceptance import (
     DrafterProfile,
     SpecShape,
@@ -90,7 +90,7 @@ class Generation:
     pieces: list[str]  # the completion's tokens
     finish_reason: str
     request_index: int
-    answer: Answer | None = None  # how the tokens came about (their log-probabilities)
+    answer: Answer  # how the tokens came about (their log-probabilities)
     factor: float = 1.0  # the noise factor of its times (start x request)
     sampler: Callable[[int, int], int] | None = None  # adaptive server: draws a round's length at the batch's steps
 
@@ -100,13 +100,7 @@ class Generation:
 
     def choices(self, top_n: int) -> tuple[TokenChoice, ...]:
         """Each token with the ``top_n`` most likely tokens at its position (``top_n`` capped at the vocabulary)."""
-        if self.answer is None:
-            return tuple(TokenChoice(p) for p in self.pieces)
         return self.answer.choices(top_n)
-
-    def reference(self, index: int, top_n: int) -> ReferenceOutput:
-        """This answer as the lossless check's reference for prompt ``index``."""
-        return ReferenceOutput(index=index, text=self.text, tokens=self.choices(top_n))
 
 
 class SimEngine:
@@ -135,9 +129,8 @@ class SimEngine:
         self.adaptive: AdaptiveController | None = None
         self._expected_adaptive: AdaptiveController | None = None
         if args.speculative_adaptive and self.shape is not None:
-            assert args.adaptive_config is not None and args.speculative_num_steps is not None
-            self.adaptive = self.new_controller()
-            self._expected_adaptive = self.new_controller()
+            self.adaptive = self._new_controller()
+            self._expected_adaptive = self._new_controller()
         self.factor = start_factor(args.seed, launch_index, self.scenario.start_noise_sd) if args.noise else 1.0
         self.cycle_ms = t_cycle(self.hw, self.shape)
         self._batched = False  # a batch scheduler was made: requests' plans are nominal (see generate)
@@ -156,7 +149,7 @@ class SimEngine:
         d = self.args.drafter
         return d.hardware(hw, cuda_graph) if d is not None else hw
 
-    def new_controller(self) -> AdaptiveController:
+    def _new_controller(self) -> AdaptiveController:
         """A fresh adaptive controller at the launch's initial steps, its batch sizes padded to the captured
         CUDA-graph sizes (1, 2, 4, 8, then multiples of 8 up to the graph limit; SGLang's default capture list)."""
         assert self.args.adaptive_config is not None and self.args.speculative_num_steps is not None

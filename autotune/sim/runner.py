@@ -314,7 +314,7 @@ class ModelSession:
         bench = self.runner.space.benchmark
         p = bench.prompt_at(index)
         gen = self._request(p.text, bench.tokens_for(p), 0.0, p.category, "reference")
-        return gen.reference(index, top_n)
+        return ReferenceOutput(index=index, text=gen.text, tokens=gen.choices(top_n))
 
     def close(self) -> None:
         self.closed = True
