@@ -282,12 +282,11 @@ class _Reader:
     positional: str | None = None
 
 
-def _split(argv: list[str], reader: _Reader) -> tuple[dict[str, Any], list[str], list[str]]:
-    """argv -> (known values, fault texts, log lines about ignored flags)."""
+def _split(argv: list[str], reader: _Reader, log: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """argv -> (known values, fault texts); ``log`` gets a line per ignored flag."""
     value_flags, bool_flags, positional = reader.value_flags, reader.bool_flags, reader.positional
     vals: dict[str, Any] = {}
     faults: list[str] = []
-    log: list[str] = []
     i = 0
     while i < len(argv):
         tok = argv[i]
@@ -323,7 +322,7 @@ def _split(argv: list[str], reader: _Reader) -> tuple[dict[str, Any], list[str],
             i += 1
         else:
             log.append(f"WARNING autotune.sim: ignoring flag {tok} (not simulated)")
-    return vals, faults, log
+    return vals, faults
 
 
 def engine_of(argv: list[str]) -> str:
@@ -343,37 +342,37 @@ def engine_of(argv: list[str]) -> str:
 _SGLANG = _Reader("sglang", "launch_server.py", "--model-path", _VALUE_FLAGS, _BOOL_FLAGS)
 
 
-def sim_args(argv: list[str], load: ScenarioLoader, reader: _Reader) -> tuple[ResolvedArgs, dict[str, Any]]:
+def sim_args(
+    argv: list[str], load: ScenarioLoader, reader: _Reader, log: list[str]
+) -> tuple[ResolvedArgs, dict[str, Any]]:
     """One engine's argv read by its flag tables, and the launch's settings that do not depend on the server's
     speculative rules: the sim's own flags, the target, the address and the served name. Returns them with the flags'
     values (integers converted) for the engine's own rules."""
-    vals, fault_texts, log = _split(argv, reader)
+    vals, fault_texts = _split(argv, reader, log)
     prog = reader.prog
     name = vals.get("scenario")
     if not name:
-        raise _fail(f"autotune.sim: --scenario is required (one of {', '.join(scenario_names())})", log, returncode=2)
+        raise _fail(f"autotune.sim: --scenario is required (one of {', '.join(scenario_names())})", 2)
     try:
         scenario = load(name)
     except ScenarioError as e:
-        raise _fail(f"autotune.sim: {e}", log, returncode=2) from None
+        raise _fail(f"autotune.sim: {e}", 2) from None
     for key in _INT_FIELDS:
         if key in vals:
             try:
                 vals[key] = int(vals[key])
             except ValueError:
                 raise _fail(
-                    f"{prog}: error: argument --{key.replace('_', '-')}: invalid int value: {vals[key]!r}",
-                    log,
-                    returncode=2,
+                    f"{prog}: error: argument --{key.replace('_', '-')}: invalid int value: {vals[key]!r}", 2
                 ) from None
     try:
         time_scale = float(vals.get("time_scale", 1.0))
         load_time = vals.get("sim_load_time")
         sim_load_time = float(load_time) if load_time is not None else None
     except ValueError as e:
-        raise _fail(f"autotune.sim: {e}", log, returncode=2) from None
+        raise _fail(f"autotune.sim: {e}", 2) from None
     if not time_scale > 0:
-        raise _fail(f"autotune.sim: --time-scale must be positive but got {time_scale}", log, returncode=2)
+        raise _fail(f"autotune.sim: --time-scale must be positive but got {time_scale}", 2)
     near_ties = scenario.near_ties
     if "near_ties" in vals:
         try:
@@ -382,9 +381,7 @@ def sim_args(argv: list[str], load: ScenarioLoader, reader: _Reader) -> tuple[Re
             near_ties = math.nan
         if not 0.0 <= near_ties <= 1.0:
             raise _fail(
-                f"autotune.sim: --near-ties must be a probability between 0 and 1 but got {vals['near_ties']!r}",
-                log,
-                returncode=2,
+                f"autotune.sim: --near-ties must be a probability between 0 and 1 but got {vals['near_ties']!r}", 2
             )
     if near_ties > 0:
         log.append(
@@ -394,13 +391,13 @@ def sim_args(argv: list[str], load: ScenarioLoader, reader: _Reader) -> tuple[Re
     try:
         faults = tuple(Fault.parse(t) for t in (*scenario.faults, *fault_texts))
     except ValueError as e:
-        raise _fail(f"autotune.sim: {e}", log, returncode=2) from None
+        raise _fail(f"autotune.sim: {e}", 2) from None
 
     model_path = vals.get("model_path")
     if not model_path:
-        raise _fail(f"{prog}: error: the following arguments are required: {reader.model_flag}", log, returncode=2)
+        raise _fail(f"{prog}: error: the following arguments are required: {reader.model_flag}", 2)
     if model_path not in (scenario.target_name, scenario.target_dir) and not _is_checkpoint(model_path):
-        raise _not_loadable(model_path, log)
+        raise _not_loadable(model_path)
     args = ResolvedArgs(
         scenario=scenario,
         model_path=model_path,
@@ -422,18 +419,17 @@ def sim_args(argv: list[str], load: ScenarioLoader, reader: _Reader) -> tuple[Re
     return args, vals
 
 
-def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+def parse_sglang_args(argv: list[str], load: ScenarioLoader, log: list[str]) -> ResolvedArgs:
     """Parse the sim's own flags and SGLang's launch flags and apply SGLang's rules (``parse_launch_args`` picks the
     engine). Raises SimLaunchError. ``load`` resolves ``--scenario``."""
-    args, vals = sim_args(argv, load, _SGLANG)
-    log = args.log
+    args, vals = sim_args(argv, load, _SGLANG, log)
     args.disable_cuda_graph = bool(vals.get("disable_cuda_graph", False))
     args.disable_decode_cuda_graph = bool(vals.get("disable_decode_cuda_graph", False))
     args.disable_prefill_cuda_graph = bool(vals.get("disable_prefill_cuda_graph", False))
     args.cuda_graph_backend_decode = str(vals.get("cuda_graph_backend_decode", "full"))
     args.enable_metrics = bool(vals.get("enable_metrics", False))
     args.cuda_graph_max_bs = vals.get("cuda_graph_max_bs")
-    _choice("--cuda-graph-backend-decode", args.cuda_graph_backend_decode, ("full", "breakable", "disabled"), log)
+    _choice("--cuda-graph-backend-decode", args.cuda_graph_backend_decode, ("full", "breakable", "disabled"))
     if vals.get("disable_cuda_graph"):
         log.append(  # SGLang 0.5.23's DeprecatedStoreTrueAction
             "WARNING argparse_actions.py: '--disable-cuda-graph' is deprecated and will be removed in a future "
@@ -441,7 +437,7 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
         )
 
     if "speculative_ngram_match_type" in vals:
-        _choice("--speculative-ngram-match-type", str(vals["speculative_ngram_match_type"]), ("BFS", "PROB"), log)
+        _choice("--speculative-ngram-match-type", str(vals["speculative_ngram_match_type"]), ("BFS", "PROB"))
     for key in vals:
         if key.startswith("speculative_ngram_"):
             setattr(args, key, vals[key])
@@ -455,12 +451,10 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
         return args
     requested = str(algo).upper()
     if requested not in KNOWN_ALGORITHMS:
-        raise _traceback(f"ValueError: Unknown speculative algorithm name: {requested}", log, "fields/spec.py")
+        raise _traceback(f"ValueError: Unknown speculative algorithm name: {requested}", "fields/spec.py")
     if requested not in SIMULATED_ALGORITHMS:
         raise _fail(
-            f"autotune.sim: speculative algorithm {requested} is not simulated "
-            f"(only {', '.join(SIMULATED_ALGORITHMS)})",
-            log,
+            f"autotune.sim: speculative algorithm {requested} is not simulated (only {', '.join(SIMULATED_ALGORITHMS)})"
         )
     algo = "EAGLE" if requested == "NEXTN" else requested  # _resolve_speculative_algorithm_alias
     args.speculative_algorithm = algo
@@ -479,7 +473,7 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
             )
             args.speculative_adaptive = False
         else:
-            config, candidates = _load_adaptive_config(args.speculative_adaptive_config, log)
+            config, candidates = _load_adaptive_config(args.speculative_adaptive_config)
             args.adaptive_config = config
             if topk is None:
                 topk = 1
@@ -488,8 +482,7 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
             if steps not in candidates:
                 raise _traceback(
                     f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
-                    f"{candidates}. Pass one of those values.",
-                    log,
+                    f"{candidates}. Pass one of those values."
                 )
             ndt = steps + 1
             log.append(
@@ -506,11 +499,11 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
 # -- SGLang 0.5.23's speculative resolution rules, called by ``parse_sglang_args`` after reading the flags
 
 
-def _choice(flag: str, value: str, choices: tuple[str, ...], log: list[str]) -> None:
+def _choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         options = ", ".join(f"'{c}'" for c in choices)
         message = f"launch_server.py: error: argument {flag}: invalid choice: '{value}' (choose from {options})"
-        raise _fail(message, log, returncode=2)
+        raise _fail(message, 2)
 
 
 def load_adaptive_config_steps(config: dict[str, Any]) -> list[int]:
@@ -561,12 +554,12 @@ def load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
     return cfg, load_adaptive_config_steps(cfg)
 
 
-def _load_adaptive_config(path: str | None, log: list[str]) -> tuple[dict[str, Any], list[int]]:
+def _load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
     try:
         return load_adaptive_config(path)
     except (OSError, ValueError, AttributeError) as e:
         name = "json.decoder.JSONDecodeError" if isinstance(e, json.JSONDecodeError) else type(e).__name__
-        raise _traceback(f"{name}: {e}", log, "../speculative/adaptive_spec_params.py") from None
+        raise _traceback(f"{name}: {e}", "../speculative/adaptive_spec_params.py") from None
 
 
 _MAX_RUNNING_RESET = (
@@ -589,7 +582,7 @@ def _resolve_ngram(args: ResolvedArgs, draft: str | None, steps: int | None, ndt
         )
     if steps is None:
         if topk == 0:
-            raise _traceback("ZeroDivisionError: integer division or modulo by zero", log, "speculative_hook.py")
+            raise _traceback("ZeroDivisionError: integer division or modulo by zero", "speculative_hook.py")
         steps = ndt // topk
     log.append(
         "WARNING speculative_hook.py: The mixed chunked prefill are disabled because of using ngram speculative "
@@ -599,7 +592,6 @@ def _resolve_ngram(args: ResolvedArgs, draft: str | None, steps: int | None, ndt
         raise _traceback(
             f"AssertionError: ngram needs speculative_num_draft_tokens >= 2, a BFS breadth >= 1 and a trie depth "
             f">= 1 (got {ndt}, {topk}, {args.speculative_ngram_max_trie_depth})",
-            log,
             "../speculative/ngram_worker.py",
         )
     args.method = "NGRAM"
@@ -625,15 +617,14 @@ def _resolve_eagle_family(
     if not draft:
         raise _traceback(
             "AssertionError: --speculative-draft-model-path is required for EAGLE/EAGLE3 "
-            "(this target has no NextN/MTP layers)",
-            log,
+            "(this target has no NextN/MTP layers)"
         )
     if draft in (args.model_path, scenario.target_name, scenario.target_dir):
         drafter = scenario.mtp
         if drafter is None:
             args.mtp_missing = True  # loads the target as its own NextN draft: fails at weight loading
     else:
-        drafter = _drafter(scenario, draft, log)
+        drafter = _drafter(scenario, draft)
     args.speculative_draft_model_path = draft
     args.drafter = drafter
     if algo == "STANDALONE":
@@ -651,8 +642,7 @@ def _resolve_eagle_family(
         if topk is not None or ndt is not None:
             raise _traceback(
                 "AssertionError: speculative_eagle_topk and speculative_num_draft_tokens must be unset "
-                "when speculative_num_steps is unset",
-                log,
+                "when speculative_num_steps is unset"
             )
         if algo == "STANDALONE":
             steps, topk, ndt = 3, 1, 4
@@ -665,8 +655,7 @@ def _resolve_eagle_family(
     elif topk is None or ndt is None:
         raise _traceback(
             "AssertionError: speculative_eagle_topk and speculative_num_draft_tokens must be set "
-            "when speculative_num_steps is set",
-            log,
+            "when speculative_num_steps is set"
         )
     for flag, v in (
         ("speculative_num_steps", steps),
@@ -674,7 +663,7 @@ def _resolve_eagle_family(
         ("speculative_num_draft_tokens", ndt),
     ):
         if v < 1:
-            raise _traceback(f"AssertionError: {flag} must be positive, got {v}", log)
+            raise _traceback(f"AssertionError: {flag} must be positive, got {v}")
     if topk == 1 and ndt != steps + 1:
         log.append(
             f"WARNING speculative_hook.py: speculative_num_draft_tokens is adjusted to speculative_num_steps+1 "
@@ -682,14 +671,13 @@ def _resolve_eagle_family(
         )
         ndt = steps + 1
     if ndt < 2:
-        raise _traceback(f"AssertionError: speculative_num_draft_tokens must be at least 2, got {ndt}", log)
+        raise _traceback(f"AssertionError: speculative_num_draft_tokens must be at least 2, got {ndt}")
     max_nodes = topk + (steps - 1) * topk * topk
     if ndt - 1 > max_nodes:
         raise _traceback(
             f"ValueError: speculative_num_draft_tokens={ndt} is too large for speculative_num_steps={steps} and "
             f"speculative_eagle_topk={topk}: the draft tree has only {max_nodes} candidate nodes "
             f"(num_draft_tokens - 1 <= topk + (steps - 1) * topk^2)",
-            log,
             "../speculative/eagle_utils.py",
         )
     args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, ndt
@@ -746,23 +734,32 @@ class Fault:
         return base if self.drafter is None else f"{base}@{self.drafter}"
 
 
-def _fail(message: str, log: list[str], *, returncode: int = 1) -> SimLaunchError:
-    return SimLaunchError(message, log="\n".join([*log, message]), returncode=returncode)
+class _Refusal(Exception):
+    """The server refuses its arguments: ``lines`` end its log, after what it printed so far (``parse_launch_args``
+    turns this into the SimLaunchError)."""
+
+    def __init__(self, lines: list[str], returncode: int = 1) -> None:
+        super().__init__(lines[-1])
+        self.lines = lines
+        self.returncode = returncode
 
 
-def _traceback(exc_line: str, log: list[str], where: str = "speculative_hook.py") -> SimLaunchError:
+def _fail(message: str, returncode: int = 1) -> _Refusal:
+    return _Refusal([message], returncode)
+
+
+def _traceback(exc_line: str, where: str = "speculative_hook.py") -> _Refusal:
     lines = [
-        *log,
         "Traceback (most recent call last):",
         '  File "/usr/lib/python3/dist-packages/sglang/launch_server.py", line 29, in <module>',
         "    server_args = prepare_server_args(sys.argv[1:])",
         f'  File "/usr/lib/python3/dist-packages/sglang/srt/arg_groups/{where}", line 112, in _handle_eagle_family',
         exc_line,
     ]
-    return SimLaunchError(exc_line, log="\n".join(lines), returncode=1)
+    return _Refusal(lines)
 
 
-def _drafter(scenario: Scenario, path: str, log: list[str]) -> SimDrafter:
+def _drafter(scenario: Scenario, path: str) -> SimDrafter:
     """The scenario's drafter at a draft model path; refused as the server would refuse an unknown path."""
     drafter = scenario.drafter_by_path(path)
     if drafter is not None:
@@ -770,22 +767,20 @@ def _drafter(scenario: Scenario, path: str, log: list[str]) -> SimDrafter:
     if _is_checkpoint(path):
         known = ", ".join(scenario.drafters)
         raise _fail(
-            f"autotune.sim: {path} is a checkpoint the scenario {scenario.name} does not know (its drafters: {known})",
-            log,
+            f"autotune.sim: {path} is a checkpoint the scenario {scenario.name} does not know (its drafters: {known})"
         )
-    raise _not_loadable(path, log)
+    raise _not_loadable(path)
 
 
 def _is_checkpoint(path: str) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
 
 
-def _not_loadable(path: str, log: list[str]) -> SimLaunchError:
+def _not_loadable(path: str) -> _Refusal:
     return _fail(
         f"OSError: Can't load the configuration of '{path}'. If you were trying to load it from "
         "'https://huggingface.co/models', make sure you don't have a local directory with the same name. Otherwise, "
-        f"make sure '{path}' is the correct path to a directory containing a config.json file",
-        log,
+        f"make sure '{path}' is the correct path to a directory containing a config.json file"
     )
 
 
@@ -809,16 +804,15 @@ _VLLM_BOOL_FLAGS = {"--enforce-eager": "enforce_eager", **_SIM_BOOL_FLAGS}
 _VLLM = _Reader("vllm", "vllm serve", "model_tag", VLLM_VALUE_FLAGS, _VLLM_BOOL_FLAGS, "model_path")
 
 
-def _vllm_error(message: str, log: list[str]) -> SimLaunchError:
+def _vllm_error(message: str) -> _Refusal:
     """vLLM's refusal of its engine arguments: the exception line, exit 1."""
-    return _fail(f"ValueError: {message}", log)
+    return _fail(f"ValueError: {message}")
 
 
-def parse_vllm_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+def parse_vllm_args(argv: list[str], load: ScenarioLoader, log: list[str]) -> ResolvedArgs:
     """Parse the sim's flags and ``vllm serve``'s and apply vLLM 0.33.0's speculative rules. Raises
     SimLaunchError."""
-    args, vals = sim_args(argv, load, _VLLM)
-    log = args.log
+    args, vals = sim_args(argv, load, _VLLM, log)
     if "port" not in vals:
         args.port = 8000
     args.disable_cuda_graph = bool(vals.get("enforce_eager", False))
@@ -833,25 +827,25 @@ def parse_vllm_args(argv: list[str], *, load: ScenarioLoader = load_scenario) ->
         raise _fail(
             f"{_VLLM.prog}: error: argument --speculative-config: Value {text} cannot be converted to "
             f"<function loads>: {e}",
-            log,
-            returncode=2,
+            2,
         ) from None
     if not isinstance(spec, dict):
-        raise _vllm_error(f"--speculative-config must be a JSON object but got {text}", log)
-    return _resolve_vllm(args, spec, log)
+        raise _vllm_error(f"--speculative-config must be a JSON object but got {text}")
+    return _resolve_vllm(args, spec)
 
 
-def _spec_int(spec: dict[str, Any], key: str, log: list[str]) -> int | None:
+def _spec_int(spec: dict[str, Any], key: str) -> int | None:
     v = spec.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _vllm_error(f"{key}: Input should be a valid integer, got {v!r}", log)
+        raise _vllm_error(f"{key}: Input should be a valid integer, got {v!r}")
     return v
 
 
-def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> ResolvedArgs:
+def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any]) -> ResolvedArgs:
     """``SpeculativeConfig.__post_init__`` for the methods the simulator plays."""
+    log = args.log
     for key in spec:
         if key not in _SPEC_KEYS:
             log.append(f"WARNING autotune.sim: ignoring speculative_config key {key!r} (not simulated)")
@@ -862,41 +856,39 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> R
     method = "ngram" if method == "[ngram]" else method
     if method not in SIMULATED_METHODS:
         raise _fail(
-            f"autotune.sim: speculative method {method!r} is not simulated (only {', '.join(SIMULATED_METHODS)})", log
+            f"autotune.sim: speculative method {method!r} is not simulated (only {', '.join(SIMULATED_METHODS)})"
         )
-    k = _spec_int(spec, "num_speculative_tokens", log)
+    k = _spec_int(spec, "num_speculative_tokens")
     if k is None:
-        raise _vllm_error("num_speculative_tokens must be provided with speculative model.", log)
+        raise _vllm_error("num_speculative_tokens must be provided with speculative model.")
     if k < 1:
-        raise _vllm_error(f"Expected num_speculative_tokens to be greater than zero ({k}).", log)
+        raise _vllm_error(f"Expected num_speculative_tokens to be greater than zero ({k}).")
     drafter: SimDrafter | None = None
     scenario = args.scenario
     if method == "mtp":
         drafter = scenario.mtp
         if drafter is None:
-            raise _vllm_error(
-                "Unsupported speculative method: 'mtp' (the target's config.json names no MTP layers)", log
-            )
+            raise _vllm_error("Unsupported speculative method: 'mtp' (the target's config.json names no MTP layers)")
         model = args.model_path
     elif method == "ngram":
-        lo, hi = _spec_int(spec, "prompt_lookup_min", log), _spec_int(spec, "prompt_lookup_max", log)
+        lo, hi = _spec_int(spec, "prompt_lookup_min"), _spec_int(spec, "prompt_lookup_max")
         lo, hi = (5, 5) if lo is None and hi is None else (lo if lo is not None else hi, hi if hi is not None else lo)
         assert lo is not None and hi is not None
         if lo < 1 or hi < 1:
-            raise _vllm_error(f"prompt_lookup_min={lo} and prompt_lookup_max={hi} must be at least 1", log)
+            raise _vllm_error(f"prompt_lookup_min={lo} and prompt_lookup_max={hi} must be at least 1")
         if lo > hi:
-            raise _vllm_error(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}", log)
+            raise _vllm_error(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
         spec = {**spec, "prompt_lookup_min": lo, "prompt_lookup_max": hi}
         args.speculative_ngram_max_bfs_breadth = 1  # a chain: vLLM proposes the K tokens after the match
         args.speculative_ngram_min_bfs_breadth = 1
     else:
         if not isinstance(model, str) or not model:
-            raise _vllm_error("num_speculative_tokens was provided but without speculative model.", log)
-        drafter = _drafter(scenario, model, log)
+            raise _vllm_error("num_speculative_tokens was provided but without speculative model.")
+        drafter = _drafter(scenario, model)
         why = architecture_problem(method, drafter.name, drafter.dir)
         if why is not None:
             archs = drafter.config.get("architectures")
-            raise _vllm_error(f"Model architectures {archs} are not supported for now.", log)
+            raise _vllm_error(f"Model architectures {archs} are not supported for now.")
     args.speculative_algorithm = _ALGORITHMS[method]
     args.method = "MTP" if method == "mtp" else _ALGORITHMS[method]
     args.drafter = drafter
@@ -904,7 +896,7 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> R
     args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = k, 1, k + 1
     schedule = spec.get("num_speculative_tokens_per_batch_size")
     if schedule is not None:
-        ranges = _vllm_schedule(schedule, log)
+        ranges = _vllm_schedule(schedule)
         args.speculative_adaptive = True
         args.adaptive_config = {str(lo): {"candidate_steps": [min(kk, k)]} for lo, _hi, kk in ranges}
     name = "ngram" if method == "ngram" else (drafter.name if drafter is not None else None)
@@ -913,44 +905,40 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> R
     return args
 
 
-def _vllm_schedule(value: object, log: list[str]) -> list[tuple[int, int, int]]:
+def _vllm_schedule(value: object) -> list[tuple[int, int, int]]:
     """vLLM 0.33.0's ``validate_and_normalize_dynamic_sd_schedule`` (``v1/spec_decode/dynamic/utils.py``)."""
     if not isinstance(value, list) or not value:
         raise _vllm_error(
             "num_speculative_tokens_per_batch_size must be a non-empty list of "
-            "(range_start, range_end, num_speculative_tokens) entries.",
-            log,
+            "(range_start, range_end, num_speculative_tokens) entries."
         )
     out: list[tuple[int, int, int]] = []
     for entry in value:
         if not isinstance(entry, list | tuple) or len(entry) != 3:
             raise _vllm_error(
                 "Each num_speculative_tokens_per_batch_size entry must be a 3-item sequence: "
-                "(range_start, range_end, num_speculative_tokens).",
-                log,
+                "(range_start, range_end, num_speculative_tokens)."
             )
         try:
             lo, hi, k = (int(x) for x in entry)
         except (TypeError, ValueError):
-            raise _vllm_error(
-                f"num_speculative_tokens_per_batch_size entry {entry!r} is not three integers", log
-            ) from None
+            raise _vllm_error(f"num_speculative_tokens_per_batch_size entry {entry!r} is not three integers") from None
         if lo <= 0 or hi <= 0:
-            raise _vllm_error(f"Batch-size range ({lo}, {hi}) must be positive.", log)
+            raise _vllm_error(f"Batch-size range ({lo}, {hi}) must be positive.")
         if lo > hi:
-            raise _vllm_error(f"Batch-size range start must be <= end for ({lo}, {hi}, {k}).", log)
+            raise _vllm_error(f"Batch-size range start must be <= end for ({lo}, {hi}, {k}).")
         if k < 0:
-            raise _vllm_error("num_speculative_tokens_per_batch_size values must be >= 0.", log)
+            raise _vllm_error("num_speculative_tokens_per_batch_size values must be >= 0.")
         out.append((lo, hi, k))
     out.sort(key=lambda e: e[0])
     end = 0
     for lo, hi, _k in out:
         if lo <= end:
-            raise _vllm_error("Batch-size ranges must be non-overlapping and sorted.", log)
+            raise _vllm_error("Batch-size ranges must be non-overlapping and sorted.")
         end = hi
     if out[0][0] != 1:
         raise _vllm_error(
-            "The first batch-size range must start at 1 so every runtime batch size has a defined schedule.", log
+            "The first batch-size range must start at 1 so every runtime batch size has a defined schedule."
         )
     return out
 
@@ -959,6 +947,9 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
     """Parse the sim's own flags and the launch flags of the server it plays (``--engine``: SGLang unless told) and
     apply that server's rules. Raises SimLaunchError. ``load`` resolves ``--scenario`` (default: the shipped
     scenarios)."""
-    if engine_of(argv) == "vllm":
-        return parse_vllm_args(argv, load=load)
-    return parse_sglang_args(argv, load=load)
+    parse = parse_vllm_args if engine_of(argv) == "vllm" else parse_sglang_args
+    log: list[str] = []  # what the server prints while it reads its arguments
+    try:
+        return parse(argv, load, log)
+    except _Refusal as e:
+        raise SimLaunchError(e.lines[-1], log="\n".join([*log, *e.lines]), returncode=e.returncode) from None
