@@ -791,14 +791,9 @@ SIMULATED_METHODS = ("eagle", "eagle3", "draft_model", "mtp", "ngram")
 _ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE", "mtp": "EAGLE", "ngram": "NGRAM"}
 #: keys of ``--speculative-config`` the simulator reads; others are ignored with a log line
 _SPEC_KEYS = (
-    "method",
-    "model",
-    "num_speculative_tokens",
-    "prompt_lookup_min",
-    "prompt_lookup_max",
-    "num_speculative_tokens_per_batch_size",
-    "draft_tensor_parallel_size",
-)
+    "method model num_speculative_tokens prompt_lookup_min prompt_lookup_max num_speculative_tokens_per_batch_size "
+    "draft_tensor_parallel_size"
+).split()
 
 _VLLM_BOOL_FLAGS = {"--enforce-eager": "enforce_eager", **_SIM_BOOL_FLAGS}
 _VLLM = _Reader("vllm", "vllm serve", "model_tag", VLLM_VALUE_FLAGS, _VLLM_BOOL_FLAGS, "model_path")

@@ -12,6 +12,7 @@ the baseline's start-up and its expected seconds per prompt, from the same model
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from autotune.acceptance import from_histogram
@@ -93,8 +94,6 @@ class ModelRunner:
 
     def _files_root(self) -> str:
         if self.files_dir is None:
-            import tempfile
-
             self.files_dir = tempfile.mkdtemp(prefix="autotune-sim-files-")
         os.makedirs(self.files_dir, exist_ok=True)
         return self.files_dir
@@ -108,8 +107,6 @@ class ModelRunner:
             return list(self.backend.argv(config, self.space, port=self.space.server.port, simulate=True))
         root = self._files_root()
         if start:
-            import tempfile
-
             folder = tempfile.mkdtemp(prefix=f"sim-start-{self.launches + 1:04d}-", dir=root)
         else:
             folder = os.path.join(root, "resolve")

@@ -52,7 +52,6 @@ class SimServer(ThreadingHTTPServer):
         self.engine = engine
         self.decode_log = DecodeLog(engine)
         self.scheduler = Scheduler(engine, self.decode_log)
-        self.started = time.monotonic()
         self.ready_at = math.inf
         self.launch_command = ""
         super().__init__((args.host, args.port), _Handler)
@@ -138,9 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/get_model_info" or path == "/model_info":
             self._json(200, {"model_path": srv.args.model_path, "is_generation": True})
         elif path == "/v1/models":
-            self._json(
-                200, {"object": "list", "data": [{"id": self._model_name(), "object": "model", "owned_by": "sglang"}]}
-            )
+            self._models("sglang")
         elif path == "/metrics":
             if not srv.args.enable_metrics:
                 self._text(404, "metrics are disabled; launch with --enable-metrics\n")
@@ -159,9 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/version":
             self._json(200, {"version": VLLM_VERSION})
         elif path == "/v1/models":
-            self._json(
-                200, {"object": "list", "data": [{"id": self._model_name(), "object": "model", "owned_by": "vllm"}]}
-            )
+            self._models("vllm")
         elif path == "/metrics":
             self._text(200, self._vllm_metrics(), "text/plain; version=0.0.4; charset=utf-8")
         else:
@@ -198,6 +193,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     # -- helpers ---------------------------------------------------------------------------------------------------
+    def _models(self, owner: str) -> None:
+        self._json(200, {"object": "list", "data": [{"id": self._model_name(), "object": "model", "owned_by": owner}]})
+
     def _model_name(self) -> str:
         a = self.server.args
         return a.served_model_name or a.model_path
