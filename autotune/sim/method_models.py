@@ -31,21 +31,8 @@ REPETITION: dict[str, float] = {
     "creative": 0.04,
 }
 
-_EDIT_WORDS = (
-    "rewrite",
-    "edit",
-    "fix",
-    "change",
-    "rename",
-    "refactor",
-    "modify",
-    "update",
-    "replace",
-    "add a",
-    "add an",
-    "convert",
-    "translate",
-    "reformat",
+_EDIT_WORDS = tuple(
+    "rewrite,edit,fix,change,rename,refactor,modify,update,replace,add a,add an,convert,translate,reformat".split(",")
 )
 _QUOTE_WORDS = ("summarize", "summarise", "summary", "quote", "extract", "according to", "based on the", "document")
 
