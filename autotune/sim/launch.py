@@ -27,6 +27,7 @@ from typing import Any
 
 from autotune.backends.sglang_methods import DEFAULT_ADAPTIVE_CONFIG, MTP_ARCHITECTURES
 from autotune.backends.vllm_methods import architecture_problem
+from autotune.sim.batch import DEFAULT_GRAPH_MAX_BS, SPECULATIVE_MAX_RUNNING
 from autotune.sim.scenario import Scenario, ScenarioError, ScenarioLoader, SimDrafter, load_scenario, scenario_names
 
 SGLANG_VERSION = "0.5.23"
@@ -249,8 +250,6 @@ class ResolvedArgs:
     @property
     def effective_max_running(self) -> int | None:
         """The concurrent requests the server runs: the flag, else 48 for a speculative server (SGLang's default)."""
-        from autotune.sim.batch import SPECULATIVE_MAX_RUNNING
-
         if self.max_running_requests is not None:
             return self.max_running_requests
         if self.engine == "vllm":
@@ -259,8 +258,6 @@ class ResolvedArgs:
 
     @property
     def effective_graph_max_bs(self) -> int:
-        from autotune.sim.batch import DEFAULT_GRAPH_MAX_BS
-
         if self.cuda_graph_max_bs is not None:
             return self.cuda_graph_max_bs
         if self.engine == "vllm":

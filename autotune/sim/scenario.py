@@ -188,7 +188,7 @@ def read_scenario(path: str, *, name: str | None = None, dirs: Sequence[str] | N
 
     with open(path, encoding="utf-8") as f:
         raw = yaml.safe_load(f)
-    origin = f"{path}"
+    origin = path
     try:
         target = raw["target"]
         startup = raw.get("startup", {})
