@@ -334,7 +334,7 @@ class SimEngine:
         )
         d = self.args.drafter
         diverge = divergence_point(prompt, d.name) if d is not None and d.diverges else None
-        answer = self.answer(prompt, new, diverge_at=diverge, sample_seed=self._sample_seed(temperature, n))
+        answer = self._answer(prompt, new, temperature, n, diverge)
         return Generation(plan, list(answer.tokens()), finish, n, answer, factor)
 
     def _factor(self, n: int) -> float:
@@ -343,11 +343,6 @@ class SimEngine:
         if self.args.noise:
             factor *= request_factor(self.args.seed, self.launch_index, n, self.scenario.request_noise_sd)
         return factor
-
-    def _sample_seed(self, temperature: float, n: int) -> int | None:
-        if not temperature > 0:
-            return None
-        return int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
 
     # -- the adaptive controller ------------------------------------------------------------------------------------
     def _sampler(
@@ -406,7 +401,7 @@ class SimEngine:
             tokens.append(k)
             times.append(t)
         plan = RequestPlan(prompt_tokens, new, ttft, np.asarray(tokens, dtype=np.int64), np.asarray(times, dtype=float))
-        answer = self.answer(prompt, new, diverge_at=None, sample_seed=self._sample_seed(temperature, n))
+        answer = self._answer(prompt, new, temperature, n)
         sampler = self._sampler(prompt, prompt_tokens, temperature, category, rng_for(*key, "batch"))
         return Generation(plan, list(answer.tokens()), finish, n, answer, factor, sampler)
 
@@ -430,15 +425,19 @@ class SimEngine:
         p = gen.plan
         return Seq(key, p.prompt_tokens, p.completion_tokens, p.tokens, gen.factor, sampler=gen.sampler)
 
-    def answer(self, prompt: str, n: int, *, diverge_at: int | None, sample_seed: int | None) -> Answer:
-        """The text model of one answer. A near tie applies at temperature 0 to a server whose text is not broken:
-        a drafter loaded (any speculative config) takes the runner-up, the baseline keeps the best token. A broken
-        (diverging) drafter ignores near ties, so its first departure is always its lossy one."""
+    def _answer(self, prompt: str, tokens: int, temperature: float, n: int, diverge_at: int | None = None) -> Answer:
+        """The text model of request ``n``'s answer: at temperature > 0 a stream of its own. A near tie applies at
+        temperature 0 to a server whose text is not broken: a drafter loaded (any speculative config) takes the
+        runner-up, the baseline keeps the best token. A broken (diverging) drafter ignores near ties, so its first
+        departure is always its lossy one."""
+        sample_seed = None
+        if temperature > 0:
+            sample_seed = int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
         tie = None
         if sample_seed is None and diverge_at is None:
             tie = near_tie_position(prompt, self.args.near_ties)
         flipped = tie is not None and self.args.drafter is not None
-        return Answer(prompt, n, diverge_at=diverge_at, sample_seed=sample_seed, tie_at=tie, flipped=flipped)
+        return Answer(prompt, tokens, diverge_at=diverge_at, sample_seed=sample_seed, tie_at=tie, flipped=flipped)
 
     def record(self, plan: RequestPlan) -> None:
         """Count a finished request: its tokens and verify rounds (SGLang's counters), its drafts (vLLM's)."""
