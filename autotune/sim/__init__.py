@@ -13,32 +13,17 @@ import dataclasses
 import sys
 
 from autotune.errors import SpaceError
-from autotune.sim.launch import ENGINES, ResolvedArgs, SimLaunchError, parse_launch_args
+from autotune.sim.launch import ENGINES, parse_launch_args
 from autotune.sim.runner import ModelRunner
-from autotune.sim.scenario import (
-    Scenario,
-    ScenarioError,
-    ScenarioLoader,
-    load_scenario,
-    read_scenario,
-    scenario_loader,
-    scenario_names,
-)
+from autotune.sim.scenario import ScenarioError, ScenarioLoader, load_scenario, scenario_names
 from autotune.space import SimulateSpec, Space
 
 __all__ = [
     "FIELD_REPORT_PROMPTS",
     "ModelRunner",
     "PLAYED_BACKENDS",
-    "ResolvedArgs",
-    "Scenario",
-    "ScenarioError",
-    "ScenarioLoader",
-    "SimLaunchError",
     "load_scenario",
     "parse_launch_args",
-    "read_scenario",
-    "scenario_loader",
     "scenario_names",
     "sim_launcher",
     "simulated_space",

@@ -23,9 +23,6 @@ from functools import lru_cache
 
 import numpy as np
 
-# ---------------------------------------------------------------------------------------------------------------
-# hashing and noise
-
 
 def stable_hash(*parts: object) -> int:
     """A 63-bit hash of ``parts`` that is stable across processes and Python versions (unlike ``hash()``)."""
@@ -51,10 +48,6 @@ def start_factor(seed: int, launch_index: int, sd: float = START_NOISE_SD) -> fl
 def request_factor(seed: int, launch_index: int, request_index: int, sd: float = REQUEST_NOISE_SD) -> float:
     """Multiplier of one request's times (sd ~0.5% unless the scenario says otherwise)."""
     return math.exp(sd * float(rng_for("request", seed, launch_index, request_index).standard_normal()))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# drafters and prompts
 
 
 @dataclass(frozen=True)
@@ -170,10 +163,6 @@ def prompt_acceptance(
     return float(rng.beta(mu * profile.kappa, (1.0 - mu) * profile.kappa))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# the draft tree
-
-
 @dataclass(frozen=True)
 class SpecShape:
     """SGLang's three knobs: steps S (depth), topk k (branching), num_draft_tokens N (verified nodes incl. root)."""
@@ -185,10 +174,6 @@ class SpecShape:
     def __post_init__(self) -> None:
         if self.steps < 1 or self.topk < 1 or self.num_draft_tokens < 2:
             raise ValueError(f"invalid speculative shape {self}")
-
-    @property
-    def max_candidates(self) -> int:
-        return self.topk + (self.steps - 1) * self.topk**2
 
 
 def rank_prob(depth: int, rank: int, a: float, c: float, th: float, lam: float) -> float:
@@ -231,61 +216,3 @@ def accept_length_distribution(
     probs = [max(reach[d] - reach[d + 1], 0.0) for d in range(steps + 1)]
     s = sum(probs)
     return tuple(p / s for p in probs)
-
-
-def kept_tree(a: float, c: float, th: float, lam: float, shape: SpecShape) -> list[tuple[int, int, float]]:
-    """The kept nodes as (parent index or -1 for the root, rank, path probability), for explicit walks (tests, docs)."""
-    cand: list[tuple[float, int, int, int, int]] = []  # (p, depth, order, parent_order, rank)
-    order = 0
-    frontier: list[tuple[float, int]] = [(1.0, -1)]
-    for d in range(1, shape.steps + 1):
-        level = []
-        for p, parent in frontier:
-            for r in range(1, shape.topk + 1):
-                level.append((p * rank_prob(d, r, a, c, th, lam), d, order, parent, r))
-                order += 1
-        cand.extend(level)
-        frontier = [(n[0], n[2]) for n in sorted(level, key=lambda n: (-n[0], n[2]))[: shape.topk]]
-    cand.sort(key=lambda n: (-n[0], n[1], n[2]))
-    kept = cand[: shape.num_draft_tokens - 1]
-    index = {n[2]: i for i, n in enumerate(kept)}
-    return [(index.get(n[3], -1) if n[3] >= 0 else -1, n[4], n[0]) for n in kept]
-
-
-def walk_tree(
-    tree: list[tuple[int, int, float]], a: float, c: float, th: float, lam: float, rng: np.random.Generator
-) -> int:
-    """One verification round by an explicit walk: the accepted length L (bonus token included)."""
-    children: dict[int, dict[int, int]] = {}
-    for i, (parent, rank, _) in enumerate(tree):
-        children.setdefault(parent, {})[rank] = i
-    node, depth = -1, 0
-    while True:
-        depth += 1
-        u = rng.random()
-        acc, rank = 0.0, 0
-        r = 1
-        while r <= 64:
-            acc += rank_prob(depth, r, a, c, th, lam)
-            if u < acc:
-                rank = r
-                break
-            r += 1
-        nxt = children.get(node, {}).get(rank) if rank else None
-        if nxt is None:
-            return depth
-        node = nxt
-
-
-def expected_accept_length(a: float, profile: DrafterProfile, shape: SpecShape) -> float:
-    dist = accept_length_distribution(
-        a, profile.c, profile.th, profile.lam, shape.steps, shape.topk, shape.num_draft_tokens
-    )
-    return sum((i + 1) * p for i, p in enumerate(dist))
-
-
-def chain_accept_length(a: float, gamma: int) -> float:
-    """Leviathan et al.: E[tokens per round] with a chain of ``gamma`` drafts and acceptance ``a``."""
-    if a >= 1.0:
-        return gamma + 1.0
-    return (1.0 - a ** (gamma + 1)) / (1.0 - a)

@@ -14,21 +14,13 @@ from typing import Any
 from autotune.sim.acceptance import SpecShape
 from autotune.sim.timing import Hardware, t_cycle_batch
 
-#: SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG (speculative/adaptive_spec_params.py)
-DEFAULT_ADAPTIVE_CONFIG: dict[str, dict[str, Any]] = {
-    "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0},
-    "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
-    "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
-    "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
-}
-
 
 class AdaptiveSlot:
     """SGLang's ``AdaptiveStepSlot``: an EMA of the accepted draft tokens per verify (batch mean) picks num_steps
     among the slot's candidates, every ``update_interval`` verifies after ``warmup_batches``."""
 
     def __init__(self, initial_steps: int, cfg: Mapping[str, Any]) -> None:
-        self.candidate_steps = sorted(set(cfg["candidate_steps"]))
+        self.candidate_steps: list[int] = sorted(set(cfg["candidate_steps"]))
         self.ema_alpha = float(cfg.get("ema_alpha", 0.2))
         self.update_interval = int(cfg.get("update_interval", 5))
         self.warmup_batches = int(cfg.get("warmup_batches", 10))
@@ -41,22 +33,20 @@ class AdaptiveSlot:
             self.current_steps = self.candidate_steps[len(self.candidate_steps) // 2]
         self.ema_accept_len = float(self.current_steps - 1)
         self._batch_count = 0
-        self.switches = 0
 
-    def update(self, accepted_drafts: Sequence[float]) -> bool:
+    def update(self, accepted_drafts: Sequence[float]) -> None:
         if not accepted_drafts:
-            return False
+            return
         if self.current_steps > 0:
             avg = sum(accepted_drafts) / len(accepted_drafts)
             self.ema_accept_len = (1 - self.ema_alpha) * self.ema_accept_len + self.ema_alpha * avg
         self._batch_count += 1
-        if self._batch_count <= self.warmup_batches:
-            return False
-        if (self._batch_count - self.warmup_batches) % self.update_interval != 0:
-            return False
-        return self._recompute()
+        after_warmup = self._batch_count - self.warmup_batches
+        if after_warmup > 0 and after_warmup % self.update_interval == 0:
+            self.current_steps = self._target()
 
-    def _recompute(self) -> bool:
+    def _target(self) -> int:
+        """The step count SGLang's rule moves to from the current one."""
         old = self.current_steps
         idx = self.candidate_steps.index(old)
         old_idx = idx
@@ -65,35 +55,21 @@ class AdaptiveSlot:
             target = self.candidate_steps[idx]
             if target > 0 and self.ema_accept_len < 0:
                 self.ema_accept_len = float(target - 1)
-            return self._apply(old, target)
-        while idx > 0:
-            prev = self.candidate_steps[idx - 1]
-            drop = (0.5 if prev == 0 else prev - 0.5) + self.down_hysteresis
-            if self.ema_accept_len <= drop:
-                idx -= 1
-            else:
-                break
-        if not idx < old_idx:
-            while idx < len(self.candidate_steps) - 1:
-                if self.ema_accept_len > self.candidate_steps[idx] - 0.5 + self.up_hysteresis:
-                    idx += 1
-                else:
-                    break
-        target = self.candidate_steps[idx]
+            return target
+        steps, ema = self.candidate_steps, self.ema_accept_len
+        while idx > 0 and ema <= (0.5 if steps[idx - 1] == 0 else steps[idx - 1] - 0.5) + self.down_hysteresis:
+            idx -= 1
+        if idx >= old_idx:
+            while idx < len(steps) - 1 and ema > steps[idx] - 0.5 + self.up_hysteresis:
+                idx += 1
+        target = steps[idx]
         if self.ceiling_coeff > 0:
             ceiling = max(1, math.ceil(self.ema_accept_len * self.ceiling_coeff))
             if ceiling < target <= old:
                 while idx > 0 and self.candidate_steps[idx] > ceiling:
                     idx -= 1
                 target = self.candidate_steps[idx]
-        return self._apply(old, target)
-
-    def _apply(self, old: int, target: int) -> bool:
-        if target != old:
-            self.current_steps = target
-            self.switches += 1
-            return True
-        return False
+        return target
 
 
 class AdaptiveController:
@@ -106,10 +82,6 @@ class AdaptiveController:
         self.bs_keys = sorted(entries)
         self.slots = {bs: AdaptiveSlot(initial_steps, {**config, **entries[bs]}) for bs in self.bs_keys}
         self.cuda_graph_bs = sorted(cuda_graph_bs) if cuda_graph_bs else None
-
-    @property
-    def candidate_steps(self) -> list[int]:
-        return sorted({s for slot in self.slots.values() for s in slot.candidate_steps})
 
     def slot(self, batch: int) -> AdaptiveSlot:
         b = batch
@@ -124,10 +96,6 @@ class AdaptiveController:
 
     def on_verify(self, accepted_drafts: Sequence[float], batch: int) -> None:
         self.slot(batch).update(accepted_drafts)
-
-    @property
-    def switches(self) -> int:
-        return sum(s.switches for s in self.slots.values())
 
 
 def adaptive_shape(steps: int) -> SpecShape | None:

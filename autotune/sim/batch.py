@@ -78,7 +78,7 @@ class Batcher:
         *,
         cuda_graph: bool,
         shape: SpecShape | None,
-        graph_max_bs: int | None = None,
+        graph_max_bs: int,
         max_running: int | None = None,
         adaptive: AdaptiveController | None = None,
     ) -> None:
@@ -86,7 +86,7 @@ class Batcher:
         self.adaptive = adaptive  # SGLang's adaptive controller: the steps of each decode step, fed its verifies
         self.cuda_graph = bool(cuda_graph)
         self.shape = shape
-        self.graph_max_bs = DEFAULT_GRAPH_MAX_BS if graph_max_bs is None else int(graph_max_bs)
+        self.graph_max_bs = graph_max_bs
         default_running = SPECULATIVE_MAX_RUNNING if shape is not None else BASELINE_MAX_RUNNING
         self.max_running = default_running if max_running is None else max(int(max_running), 1)
         self.waiting: deque[Seq] = deque()
@@ -131,40 +131,29 @@ class Batcher:
         batch = self.running
         b = len(batch)
         context = sum(s.prompt_tokens + s.emitted for s in batch) / b
-        if self.adaptive is not None:
-            return self._adaptive_step(b, context)
-        ms = t_cycle_batch(self._hw(b), self.shape, b, context) * (sum(s.factor for s in batch) / b)
-        step = Step(ms, b, False)
-        for s in list(batch):
-            k = int(s.tokens[s.rounds_done])
-            s.rounds_done += 1
-            s.emitted += k
-            step.emissions.append(Emission(s, k, s.rounds_done, s.finished))
-            if s.finished:
-                self.running.remove(s)
-        return step
-
-    def _adaptive_step(self, b: int, context: float) -> Step:
-        """A decode step of an adaptive server: every request runs the steps the controller has for this batch
-        size, the controller then sees each request's accepted drafts (SGLang: switching swaps prebuilt runtime
-        states, so it costs nothing here)."""
-        assert self.adaptive is not None
-        steps = self.adaptive.steps(b)
-        batch = self.running
-        ms = t_cycle_adaptive(self._hw(b), steps, b, context) * (sum(s.factor for s in batch) / b)
+        factor = sum(s.factor for s in batch) / b
+        adaptive = self.adaptive
+        if adaptive is None:
+            ms = t_cycle_batch(self._hw(b), self.shape, b, context) * factor
+        else:  # every request runs the steps the controller has for this batch size (switching costs nothing)
+            steps = adaptive.steps(b)
+            ms = t_cycle_adaptive(self._hw(b), steps, b, context) * factor
         step = Step(ms, b, False)
         accepted = []
         for s in list(batch):
-            assert s.sampler is not None
-            length = s.sampler(steps, s.emitted)
-            accepted.append(length - 1)
-            k = min(length, s.completion_tokens - s.emitted)
+            if s.sampler is None:
+                k = int(s.tokens[s.rounds_done])
+            else:
+                length = s.sampler(steps, s.emitted)
+                accepted.append(length - 1)
+                k = min(length, s.completion_tokens - s.emitted)
             s.rounds_done += 1
             s.emitted += k
             step.emissions.append(Emission(s, k, s.rounds_done, s.finished))
             if s.finished:
                 self.running.remove(s)
-        self.adaptive.on_verify(accepted, b)
+        if adaptive is not None:  # the controller sees each request's accepted drafts
+            adaptive.on_verify(accepted, b)
         return step
 
 

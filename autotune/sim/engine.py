@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.config import ReferenceOutput, TokenChoice
+from autotune.config import TokenChoice
 from autotune.sim.acceptance import (
     DrafterProfile,
     SpecShape,
@@ -90,7 +90,7 @@ class Generation:
     pieces: list[str]  # the completion's tokens
     finish_reason: str
     request_index: int
-    answer: Answer | None = None  # how the tokens came about (their log-probabilities)
+    answer: Answer  # how the tokens came about (their log-probabilities)
     factor: float = 1.0  # the noise factor of its times (start x request)
     sampler: Callable[[int, int], int] | None = None  # adaptive server: draws a round's length at the batch's steps
 
@@ -100,13 +100,7 @@ class Generation:
 
     def choices(self, top_n: int) -> tuple[TokenChoice, ...]:
         """Each token with the ``top_n`` most likely tokens at its position (``top_n`` capped at the vocabulary)."""
-        if self.answer is None:
-            return tuple(TokenChoice(p) for p in self.pieces)
         return self.answer.choices(top_n)
-
-    def reference(self, index: int, top_n: int) -> ReferenceOutput:
-        """This answer as the lossless check's reference for prompt ``index``."""
-        return ReferenceOutput(index=index, text=self.text, tokens=self.choices(top_n))
 
 
 class SimEngine:
@@ -135,9 +129,8 @@ class SimEngine:
         self.adaptive: AdaptiveController | None = None
         self._expected_adaptive: AdaptiveController | None = None
         if args.speculative_adaptive and self.shape is not None:
-            assert args.adaptive_config is not None and args.speculative_num_steps is not None
-            self.adaptive = self.new_controller()
-            self._expected_adaptive = self.new_controller()
+            self.adaptive = self._new_controller()
+            self._expected_adaptive = self._new_controller()
         self.factor = start_factor(args.seed, launch_index, self.scenario.start_noise_sd) if args.noise else 1.0
         self.cycle_ms = t_cycle(self.hw, self.shape)
         self._batched = False  # a batch scheduler was made: requests' plans are nominal (see generate)
@@ -156,7 +149,7 @@ class SimEngine:
         d = self.args.drafter
         return d.hardware(hw, cuda_graph) if d is not None else hw
 
-    def new_controller(self) -> AdaptiveController:
+    def _new_controller(self) -> AdaptiveController:
         """A fresh adaptive controller at the launch's initial steps, its batch sizes padded to the captured
         CUDA-graph sizes (1, 2, 4, 8, then multiples of 8 up to the graph limit; SGLang's default capture list)."""
         assert self.args.adaptive_config is not None and self.args.speculative_num_steps is not None
@@ -180,69 +173,38 @@ class SimEngine:
         total = a.startup_s()
         load = min(a.sim_load_time if a.sim_load_time is not None else self.scenario.load_s, total)
         log = [f"server_args={a.server_args()}", "Load weight begin."]
+
+        def crash(line: str, seconds: float = load) -> Startup:
+            return Startup(seconds, tuple(log), _crash(log, line))
+
         if a.fault("crash-startup"):
-            t = 0.4 * load
-            return Startup(
-                t,
-                tuple(log),
-                _crash(
-                    log,
-                    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/"
-                    "ProcessGroupNCCL.cpp:1970, unhandled cuda error",
-                ),
-            )
+            nccl = "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970"
+            return crash(f"RuntimeError: NCCL error in: {nccl}, unhandled cuda error", 0.4 * load)
         d = a.drafter
+        arch = self.scenario.target_architecture
         if a.mtp_missing:
-            log.append(f"Load weight end. type={self.scenario.target_architecture}, drafter={a.model_path}")
-            return Startup(
-                load,
-                tuple(log),
-                _crash(
-                    log,
-                    f"AssertionError: Only 1 nextn layer is supported (the target's config.json has "
-                    f"num_nextn_predict_layers={self.scenario.mtp_layers})",
-                ),
+            log.append(f"Load weight end. type={arch}, drafter={a.model_path}")
+            return crash(
+                "AssertionError: Only 1 nextn layer is supported (the target's config.json has "
+                f"num_nextn_predict_layers={self.scenario.mtp_layers})"
             )
         if d is not None and a.method == "STANDALONE" and d.kind != "standalone":
-            log.append(
-                f"Load weight end. type={self.scenario.target_architecture}, drafter={a.speculative_draft_model_path}"
-            )
-            if d.kind == "mtp":
-                err = SimLaunchError(OOM_LINE, log="\n".join([*log, *_tb(OOM_LINE)]), returncode=1, oom=True)
-                return Startup(load, tuple(log), err)  # the whole target loaded a second time as the draft
-            arch = (d.config.get("architectures") or ["?"])[0]
-            return Startup(
-                load,
-                tuple(log),
-                _crash(
-                    log, f"ValueError: Model architectures ['{arch}'] are not supported as a standalone draft model"
-                ),
-            )
+            log.append(f"Load weight end. type={arch}, drafter={a.speculative_draft_model_path}")
+            if d.kind == "mtp":  # the whole target loaded a second time as the draft
+                return Startup(load, tuple(log), _oom(log))
+            name = (d.config.get("architectures") or ["?"])[0]
+            return crash(f"ValueError: Model architectures ['{name}'] are not supported as a standalone draft model")
         if d is not None and a.method != "STANDALONE":
             log.append(f"Load weight end. type=DeepseekV3ForCausalLM, drafter={a.speculative_draft_model_path}")
-            if d.hidden_size is not None and d.hidden_size != self.scenario.hidden_size:
-                h, th = d.hidden_size, self.scenario.hidden_size
-                return Startup(
-                    load,
-                    tuple(log),
-                    _crash(
-                        log,
-                        (
-                            f"RuntimeError: Error(s) in loading state_dict for {d.config['architectures'][0]}: "
-                            f"size mismatch for fc.weight: copying a param with shape torch.Size([{h}, {3 * h}]) "
-                            f"from checkpoint, the shape in current model is torch.Size([{h}, {3 * th}])."
-                        ),
-                    ),
+            h, th = d.hidden_size, self.scenario.hidden_size
+            if h is not None and h != th:
+                return crash(
+                    f"RuntimeError: Error(s) in loading state_dict for {d.config['architectures'][0]}: "
+                    f"size mismatch for fc.weight: copying a param with shape torch.Size([{h}, {3 * h}]) "
+                    f"from checkpoint, the shape in current model is torch.Size([{h}, {3 * th}])."
                 )
             if a.speculative_algorithm == "EAGLE3" and not d.is_eagle3:
-                h = self.scenario.hidden_size
-                return Startup(
-                    load,
-                    tuple(log),
-                    _crash(
-                        log, (f"RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x{3 * h} and {2 * h}x{h})")
-                    ),
-                )
+                return crash(f"RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x{3 * th} and {2 * th}x{th})")
         elif d is not None:
             log.append(f"Load weight end. drafter={a.speculative_draft_model_path} (standalone)")
         else:
@@ -250,8 +212,7 @@ class SimEngine:
         oom = a.fault("oom-above")
         if oom is not None and self.shape is not None and self.shape.num_draft_tokens > (oom.n or 0):
             log.append("Capture cuda graph begin. This can take up to several minutes.")
-            err = SimLaunchError(OOM_LINE, log="\n".join([*log, *_tb(OOM_LINE)]), returncode=1, oom=True)
-            return Startup(load + 0.5 * (total - load), tuple(log), err)
+            return Startup(load + 0.5 * (total - load), tuple(log), _oom(log))
         if a.cuda_graph:
             log.append("Capture cuda graph begin. This can take up to several minutes.")
             log.append("Capture cuda graph end.")
@@ -275,7 +236,7 @@ class SimEngine:
         if crash is not None and n > (crash.n or 0):
             return "crash"
         for kind in ("http500", "truncate"):
-            if any(f.n == n for f in self.args.faults_of(kind)):
+            if any(f.kind == kind and f.n == n for f in self.args.faults):
                 return kind
         return None
 
@@ -303,16 +264,10 @@ class SimEngine:
         return a_p, prof
 
     def _phases(
-        self,
-        prompt: str,
-        prompt_tokens: int,
-        max_new: int,
-        temperature: float,
-        category: str | None,
-        shape: SpecShape | None = None,
+        self, prompt: str, prompt_tokens: int, max_new: int, temperature: float, category: str | None
     ) -> list[Phase]:
         pp = self.prompt_profile(prompt, temperature, category)
-        s = shape or self.accept_shape
+        s = self.accept_shape
         if pp is None or s is None:
             return [Phase((1.0,), max_new)]
         a_p, prof = pp
@@ -353,16 +308,8 @@ class SimEngine:
         new, finish = self._completion_length(int(max_new))
         s = self.shape
         if self.adaptive is not None:
-            return self._generate_adaptive(
-                prompt,
-                prompt_tokens,
-                new,
-                finish,
-                n,
-                temperature,
-                category,
-                not self._batched if alone is None else alone,
-            )
+            alone = not self._batched if alone is None else alone
+            return self._generate_adaptive(prompt, prompt_tokens, new, finish, n, temperature, category, alone)
         phases = self._phases(prompt, prompt_tokens, new, temperature, category)
         key: tuple[object, ...] = (
             "rounds",
@@ -375,9 +322,7 @@ class SimEngine:
         )
         if temperature > 0:
             key += (self.launch_index, n)
-        factor = self.factor
-        if self.args.noise:
-            factor *= request_factor(self.args.seed, self.launch_index, n, self.scenario.request_noise_sd)
+        factor = self._factor(n)
         plan = plan_request(
             phases,
             max_new=new,
@@ -387,15 +332,17 @@ class SimEngine:
             rng=rng_for(*key),
             factor=factor,
         )
-        diverge = None
         d = self.args.drafter
-        if d is not None and d.diverges:
-            diverge = divergence_point(prompt, d.name)
-        sample_seed = None
-        if temperature > 0:
-            sample_seed = int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
-        answer = self.answer(prompt, new, diverge_at=diverge, sample_seed=sample_seed)
+        diverge = divergence_point(prompt, d.name) if d is not None and d.diverges else None
+        answer = self._answer(prompt, new, temperature, n, diverge)
         return Generation(plan, list(answer.tokens()), finish, n, answer, factor)
+
+    def _factor(self, n: int) -> float:
+        """The time factor of request ``n``: the start's, times the request's own."""
+        factor = self.factor
+        if self.args.noise:
+            factor *= request_factor(self.args.seed, self.launch_index, n, self.scenario.request_noise_sd)
+        return factor
 
     # -- the adaptive controller ------------------------------------------------------------------------------------
     def _sampler(
@@ -438,9 +385,7 @@ class SimEngine:
         assert self.adaptive is not None
         controller = self.adaptive if alone else copy.deepcopy(self.adaptive)
         key = ("adaptive-rounds", prompt, self.args.method, self.args.seed, new, self.launch_index, n)
-        factor = self.factor
-        if self.args.noise:
-            factor *= request_factor(self.args.seed, self.launch_index, n, self.scenario.request_noise_sd)
+        factor = self._factor(n)
         draw = self._sampler(prompt, prompt_tokens, temperature, category, rng_for(*key))
         ttft = t_prefill(self.hw, prompt_tokens, True) * factor
         tokens: list[int] = []
@@ -456,14 +401,9 @@ class SimEngine:
             tokens.append(k)
             times.append(t)
         plan = RequestPlan(prompt_tokens, new, ttft, np.asarray(tokens, dtype=np.int64), np.asarray(times, dtype=float))
-        sample_seed = None
-        if temperature > 0:
-            sample_seed = int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
-        gen = Generation(plan, [], finish, n, None, factor)
-        answer = self.answer(prompt, new, diverge_at=None, sample_seed=sample_seed)
-        gen.pieces, gen.answer = list(answer.tokens()), answer
-        gen.sampler = self._sampler(prompt, prompt_tokens, temperature, category, rng_for(*key, "batch"))
-        return gen
+        answer = self._answer(prompt, new, temperature, n)
+        sampler = self._sampler(prompt, prompt_tokens, temperature, category, rng_for(*key, "batch"))
+        return Generation(plan, list(answer.tokens()), finish, n, answer, factor, sampler)
 
     def batcher(self) -> Batcher:
         """A continuous-batching scheduler for this server start (its flags: max running, graph batch sizes; an
@@ -485,15 +425,19 @@ class SimEngine:
         p = gen.plan
         return Seq(key, p.prompt_tokens, p.completion_tokens, p.tokens, gen.factor, sampler=gen.sampler)
 
-    def answer(self, prompt: str, n: int, *, diverge_at: int | None, sample_seed: int | None) -> Answer:
-        """The text model of one answer. A near tie applies at temperature 0 to a server whose text is not broken:
-        a drafter loaded (any speculative config) takes the runner-up, the baseline keeps the best token. A broken
-        (diverging) drafter ignores near ties, so its first departure is always its lossy one."""
+    def _answer(self, prompt: str, tokens: int, temperature: float, n: int, diverge_at: int | None = None) -> Answer:
+        """The text model of request ``n``'s answer: at temperature > 0 a stream of its own. A near tie applies at
+        temperature 0 to a server whose text is not broken: a drafter loaded (any speculative config) takes the
+        runner-up, the baseline keeps the best token. A broken (diverging) drafter ignores near ties, so its first
+        departure is always its lossy one."""
+        sample_seed = None
+        if temperature > 0:
+            sample_seed = int(rng_for("sample", self.args.seed, self.launch_index, n).integers(1 << 30))
         tie = None
         if sample_seed is None and diverge_at is None:
             tie = near_tie_position(prompt, self.args.near_ties)
         flipped = tie is not None and self.args.drafter is not None
-        return Answer(prompt, n, diverge_at=diverge_at, sample_seed=sample_seed, tie_at=tie, flipped=flipped)
+        return Answer(prompt, tokens, diverge_at=diverge_at, sample_seed=sample_seed, tie_at=tie, flipped=flipped)
 
     def record(self, plan: RequestPlan) -> None:
         """Count a finished request: its tokens and verify rounds (SGLang's counters), its drafts (vLLM's)."""
@@ -549,6 +493,10 @@ def _tb(line: str) -> list[str]:
         "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)",
         line,
     ]
+
+
+def _oom(log: list[str]) -> SimLaunchError:
+    return SimLaunchError(OOM_LINE, log="\n".join([*log, *_tb(OOM_LINE)]), returncode=1, oom=True)
 
 
 def _crash(log: list[str], line: str) -> SimLaunchError:

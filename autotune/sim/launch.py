@@ -1,33 +1,20 @@
 """A simulated server's launch: the flags of the server it plays read as that server reads them, and that server's
 speculative rules applied as it applies them (SGLang 0.5.23, or vLLM 0.33.0 with ``--engine vllm``).
 
-``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``--engine``,
-``--scenario``, ``--time-scale``, ``--seed``, ``--fault``, ``--launch-index``, ``--sim-load-time``,
-``--sim-no-noise``, ``--near-ties``) and the played server's (``parse_sglang_args`` / ``parse_vllm_args``; both read
-their argv and the sim's settings through ``sim_args``, then apply their own rules to a ``ResolvedArgs``). Unknown
-flags are ignored with a log line. A command the server would refuse raises ``SimLaunchError`` whose ``log`` is what
-the server would have printed before exiting non-zero. Used by both the HTTP server and the in-process
-``ModelRunner``.
+``parse_launch_args(argv)`` takes everything after ``-m autotune.sim``: the sim's own flags (``_SIM_VALUE_FLAGS``,
+``--sim-no-noise``) and the played server's. Unknown flags are ignored with a log line. A command the server would
+refuse raises ``SimLaunchError`` whose ``log`` is what the server would have printed before exiting non-zero.
 
-Faults: a test injects them (``--fault KIND[:N][@DRAFTER]``, ``Fault``); ``_fail`` / ``_traceback`` /
-``_not_loadable`` build a refusal's log.
+SGLang: its speculative resolution rules (``srt/arg_groups/speculative_hook.py``) and adaptive config loader
+(``srt/speculative/adaptive_spec_params.py``), mirrored.
 
-SGLang: the flag table, and its speculative resolution rules (its ``srt/arg_groups/speculative_hook.py`` and the
-adaptive config loader of ``srt/speculative/adaptive_spec_params.py``, mirrored: what a launch of NGRAM or the EAGLE
-family resolves to, and the adaptive config it reads).
-
-vLLM: ``vllm serve``'s arguments (the model first). What is read of them: the model, ``--speculative-config`` (one
-JSON argument: ``method`` eagle, eagle3, draft_model, mtp or ngram, ``model``, ``num_speculative_tokens``,
-``prompt_lookup_min`` / ``prompt_lookup_max``, ``num_speculative_tokens_per_batch_size``), ``--enforce-eager``,
-``--max-num-seqs``, ``--tensor-parallel-size``, ``--served-model-name``, ``--host``, ``--port``. Every method runs
-as a chain of K drafted tokens (vLLM drafts no trees), in the same performance model as SGLang's launches: eagle ->
-EAGLE, eagle3 -> EAGLE3, draft_model -> STANDALONE, mtp -> the target's own MTP layers, ngram -> NGRAM (prompt
-lookup, breadth 1). An EAGLE-3 head launched as ``eagle`` loads when vLLM's registry knows its architecture
-(``autotune.backends.vllm_methods``) and then accepts nothing: vLLM does not capture the auxiliary hidden states the
-head was trained on, and says nothing (the silent collapse autotune's drafter-not-engaged alarm is for). A
-per-batch-size schedule (``num_speculative_tokens_per_batch_size``, vLLM's dynamic speculative decoding) runs as a
-controller whose every batch-size slot has one step count (``autotune.sim.adaptive``): K for a batch size is its
-range's, a gap or the tail carries the previous range's on, capped by ``num_speculative_tokens``.
+vLLM: ``vllm serve MODEL`` and the flags in ``VLLM_VALUE_FLAGS``. Every ``--speculative-config`` method runs as a
+chain of K drafted tokens (vLLM drafts no trees) in the same performance model as SGLang's launches (``_ALGORITHMS``;
+mtp: the target's own MTP layers). An EAGLE-3 head launched as ``eagle`` loads when vLLM's registry knows its
+architecture (``autotune.backends.vllm_methods``) and then accepts nothing: vLLM does not capture the auxiliary hidden
+states the head was trained on, and says nothing. ``num_speculative_tokens_per_batch_size`` (vLLM's dynamic
+speculative decoding) runs as an adaptive controller whose every batch-size slot has one step count, capped by
+``num_speculative_tokens``.
 """
 
 from __future__ import annotations
@@ -36,62 +23,18 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
+from autotune.backends.sglang_methods import DEFAULT_ADAPTIVE_CONFIG, MTP_ARCHITECTURES
 from autotune.backends.vllm_methods import architecture_problem
+from autotune.sim.batch import DEFAULT_GRAPH_MAX_BS, SPECULATIVE_MAX_RUNNING
 from autotune.sim.scenario import Scenario, ScenarioError, ScenarioLoader, SimDrafter, load_scenario, scenario_names
-
-__all__ = [
-    "ENGINES",
-    "FAULT_KINDS",
-    "Fault",
-    "KNOWN_ALGORITHMS",
-    "MTP_ARCHITECTURES",
-    "NGRAM_DEFAULTS",
-    "NgramDefaults",
-    "ResolvedArgs",
-    "SGLANG_VERSION",
-    "SIMULATED_ALGORITHMS",
-    "SIMULATED_METHODS",
-    "SimLaunchError",
-    "VLLM_DEFAULT_GRAPH_MAX_BS",
-    "VLLM_DEFAULT_MAX_NUM_SEQS",
-    "VLLM_VALUE_FLAGS",
-    "VLLM_VERSION",
-    "engine_of",
-    "load_adaptive_config",
-    "load_adaptive_config_steps",
-    "parse_launch_args",
-    "parse_sglang_args",
-    "parse_vllm_args",
-    "sim_args",
-    "usage",
-]
-
 
 SGLANG_VERSION = "0.5.23"
 
 #: algorithm names SGLang accepts (upper-cased); NEXTN is an alias of EAGLE
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-
-
-class NgramDefaults(TypedDict):
-    speculative_ngram_min_bfs_breadth: int
-    speculative_ngram_max_bfs_breadth: int
-    speculative_ngram_match_type: str
-    speculative_ngram_max_trie_depth: int
-    speculative_ngram_capacity: int
-
-
-#: SGLang's n-gram defaults (``arg_groups/fields/spec.py``)
-NGRAM_DEFAULTS: NgramDefaults = {
-    "speculative_ngram_min_bfs_breadth": 1,
-    "speculative_ngram_max_bfs_breadth": 10,
-    "speculative_ngram_match_type": "BFS",
-    "speculative_ngram_max_trie_depth": 18,
-    "speculative_ngram_capacity": 10 * 1000 * 1000,
-}
 
 
 #: the servers the simulator plays (``--engine``): it reads that server's launch flags and applies its rules
@@ -163,28 +106,16 @@ _BOOL_FLAGS = {
     "--speculative-adaptive": "speculative_adaptive",
     **_SIM_BOOL_FLAGS,
 }
-#: integer values of either engine's flags (and the sim's own)
+#: integer values of either engine's flags (and the sim's own), converted in this order
 _INT_FIELDS = (
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "tp_size",
-    "port",
-    "seed",
-    "launch_index",
-    "max_running_requests",
-    "cuda_graph_max_bs",
-    "speculative_ngram_min_bfs_breadth",
-    "speculative_ngram_max_bfs_breadth",
-    "speculative_ngram_max_trie_depth",
-    "speculative_ngram_capacity",
-)
+    "speculative_num_steps speculative_eagle_topk speculative_num_draft_tokens tp_size port seed launch_index "
+    "max_running_requests cuda_graph_max_bs speculative_ngram_min_bfs_breadth speculative_ngram_max_bfs_breadth "
+    "speculative_ngram_max_trie_depth speculative_ngram_capacity"
+).split()
 
 
 def usage() -> str:
     """``python -m autotune.sim --help``: the flags the simulated server understands (others are ignored)."""
-    from autotune.sim.scenario import scenario_names
-
     lines = [
         "usage: python -m autotune.sim --scenario NAME --model-path PATH [--time-scale X] [--seed N] "
         "[--fault KIND[:N][@DRAFTER]] ... [SGLang launch flags]",
@@ -234,11 +165,12 @@ class ResolvedArgs:
     speculative_adaptive_config: str | None = None
     adaptive_config: dict[str, Any] | None = None  # the loaded adaptive config (SGLang's default when no file)
     mtp_missing: bool = False  # the draft path defaulted to a target with no MTP layers: the start fails
-    speculative_ngram_min_bfs_breadth: int = NGRAM_DEFAULTS["speculative_ngram_min_bfs_breadth"]
-    speculative_ngram_max_bfs_breadth: int = NGRAM_DEFAULTS["speculative_ngram_max_bfs_breadth"]
-    speculative_ngram_match_type: str = NGRAM_DEFAULTS["speculative_ngram_match_type"]
-    speculative_ngram_max_trie_depth: int = NGRAM_DEFAULTS["speculative_ngram_max_trie_depth"]
-    speculative_ngram_capacity: int = NGRAM_DEFAULTS["speculative_ngram_capacity"]
+    # SGLang's n-gram defaults (``arg_groups/fields/spec.py``)
+    speculative_ngram_min_bfs_breadth: int = 1
+    speculative_ngram_max_bfs_breadth: int = 10
+    speculative_ngram_match_type: str = "BFS"
+    speculative_ngram_max_trie_depth: int = 18
+    speculative_ngram_capacity: int = 10 * 1000 * 1000
     disable_cuda_graph: bool = False
     disable_decode_cuda_graph: bool = False
     disable_prefill_cuda_graph: bool = False
@@ -265,17 +197,11 @@ class ResolvedArgs:
         )
 
     def fault(self, kind: str) -> Fault | None:
-        for f in self.faults:
-            if f.kind == kind:
-                return f
-        return None
+        return next((f for f in self.faults if f.kind == kind), None)
 
     def keep_faults_of(self, drafter: str | None) -> None:
         """Keep only the faults injected into this launch's drafter (``None``: a launch without speculation)."""
         self.faults = tuple(f for f in self.faults if f.applies_to(drafter))
-
-    def faults_of(self, kind: str) -> list[Fault]:
-        return [f for f in self.faults if f.kind == kind]
 
     def startup_s(self) -> float:
         if self.sim_load_time is not None:
@@ -301,24 +227,16 @@ class ResolvedArgs:
                 "enforce_eager": not self.cuda_graph,
                 "max_num_seqs": self.effective_max_running,
             }
+        passed = (
+            "tp_size host port speculative_algorithm speculative_draft_model_path speculative_num_steps "
+            "speculative_eagle_topk speculative_num_draft_tokens speculative_adaptive speculative_adaptive_config "
+            "speculative_ngram_min_bfs_breadth speculative_ngram_max_bfs_breadth speculative_ngram_match_type "
+            "speculative_ngram_max_trie_depth speculative_ngram_capacity"
+        ).split()
         return {
             "model_path": self.model_path,
             "served_model_name": self.served_model_name or self.model_path,
-            "tp_size": self.tp_size,
-            "host": self.host,
-            "port": self.port,
-            "speculative_algorithm": self.speculative_algorithm,
-            "speculative_draft_model_path": self.speculative_draft_model_path,
-            "speculative_num_steps": self.speculative_num_steps,
-            "speculative_eagle_topk": self.speculative_eagle_topk,
-            "speculative_num_draft_tokens": self.speculative_num_draft_tokens,
-            "speculative_adaptive": self.speculative_adaptive,
-            "speculative_adaptive_config": self.speculative_adaptive_config,
-            "speculative_ngram_min_bfs_breadth": self.speculative_ngram_min_bfs_breadth,
-            "speculative_ngram_max_bfs_breadth": self.speculative_ngram_max_bfs_breadth,
-            "speculative_ngram_match_type": self.speculative_ngram_match_type,
-            "speculative_ngram_max_trie_depth": self.speculative_ngram_max_trie_depth,
-            "speculative_ngram_capacity": self.speculative_ngram_capacity,
+            **{k: getattr(self, k) for k in passed},
             "disable_cuda_graph": not self.cuda_graph,
             "disable_decode_cuda_graph": not self.cuda_graph,
             "disable_prefill_cuda_graph": self.disable_cuda_graph or self.disable_prefill_cuda_graph,
@@ -332,8 +250,6 @@ class ResolvedArgs:
     @property
     def effective_max_running(self) -> int | None:
         """The concurrent requests the server runs: the flag, else 48 for a speculative server (SGLang's default)."""
-        from autotune.sim.batch import SPECULATIVE_MAX_RUNNING
-
         if self.max_running_requests is not None:
             return self.max_running_requests
         if self.engine == "vllm":
@@ -342,8 +258,6 @@ class ResolvedArgs:
 
     @property
     def effective_graph_max_bs(self) -> int:
-        from autotune.sim.batch import DEFAULT_GRAPH_MAX_BS
-
         if self.cuda_graph_max_bs is not None:
             return self.cuda_graph_max_bs
         if self.engine == "vllm":
@@ -351,19 +265,25 @@ class ResolvedArgs:
         return DEFAULT_GRAPH_MAX_BS
 
 
-def _split(
-    argv: list[str],
-    value_flags: dict[str, str] = _VALUE_FLAGS,
-    bool_flags: dict[str, str] = _BOOL_FLAGS,
-    *,
-    positional: str | None = None,
-    prog: str = "launch_server.py",
-) -> tuple[dict[str, Any], list[str], list[str]]:
-    """argv -> (known values, fault texts, log lines about ignored flags), by a server's flag tables; ``positional``
-    names the value of the first bare argument (vLLM's ``vllm serve MODEL``), else bare arguments are ignored."""
+@dataclass(frozen=True)
+class _Reader:
+    """How a played server reads its argv: its flag tables, ``positional`` the value of the first bare argument
+    (vLLM's ``vllm serve MODEL``; else bare arguments are ignored), ``prog`` and ``model_flag`` as its usage errors
+    name itself and its model."""
+
+    engine: str
+    prog: str
+    model_flag: str
+    value_flags: dict[str, str]
+    bool_flags: dict[str, str]
+    positional: str | None = None
+
+
+def _split(argv: list[str], reader: _Reader, log: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """argv -> (known values, fault texts); ``log`` gets a line per ignored flag."""
+    value_flags, bool_flags, positional = reader.value_flags, reader.bool_flags, reader.positional
     vals: dict[str, Any] = {}
     faults: list[str] = []
-    log: list[str] = []
     i = 0
     while i < len(argv):
         tok = argv[i]
@@ -385,11 +305,8 @@ def _split(
                 value = argv[i]
                 i += 1
             else:
-                raise SimLaunchError(
-                    f"error: argument {name}: expected one argument",
-                    log=f"{prog}: error: argument {name}: expected one argument",
-                    returncode=2,
-                )
+                message = f"error: argument {name}: expected one argument"
+                raise SimLaunchError(message, log=f"{reader.prog}: {message}", returncode=2)
             key = value_flags[name]
             if key == "fault":
                 faults.append(value)
@@ -402,14 +319,7 @@ def _split(
             i += 1
         else:
             log.append(f"WARNING autotune.sim: ignoring flag {tok} (not simulated)")
-    return vals, faults, log
-
-
-def _target_ok(path: str, scenario: Scenario) -> bool:
-    if path in (scenario.target_name, scenario.target_dir):
-        return True
-    cfg = os.path.join(path, "config.json")
-    return os.path.isdir(path) and os.path.isfile(cfg)
+    return vals, faults
 
 
 def engine_of(argv: list[str]) -> str:
@@ -426,47 +336,40 @@ def engine_of(argv: list[str]) -> str:
     return engine
 
 
+_SGLANG = _Reader("sglang", "launch_server.py", "--model-path", _VALUE_FLAGS, _BOOL_FLAGS)
+
+
 def sim_args(
-    argv: list[str],
-    load: ScenarioLoader,
-    *,
-    engine: str,
-    prog: str,
-    model_flag: str,
-    value_flags: dict[str, str] = _VALUE_FLAGS,
-    bool_flags: dict[str, str] = _BOOL_FLAGS,
-    positional: str | None = None,
+    argv: list[str], load: ScenarioLoader, reader: _Reader, log: list[str]
 ) -> tuple[ResolvedArgs, dict[str, Any]]:
-    """One engine's argv read by its flag tables (``_split``), and the launch's settings that do not depend on the
-    server's speculative rules: the sim's own flags (scenario, time scale, seed, faults, near ties), the target
-    (``model_flag``: how the server names it in its usage error), the address and the served name. Returns them with
-    the flags' values for the engine's own rules; integer values are converted there (``prog``: who refuses one)."""
-    vals, fault_texts, log = _split(list(argv), value_flags, bool_flags, positional=positional, prog=prog)
+    """One engine's argv read by its flag tables, and the launch's settings that do not depend on the server's
+    speculative rules: the sim's own flags, the target, the address and the served name. Returns them with the flags'
+    values (integers converted) for the engine's own rules."""
+    vals, fault_texts = _split(argv, reader, log)
+    prog = reader.prog
     name = vals.get("scenario")
     if not name:
-        raise _fail(f"autotune.sim: --scenario is required (one of {', '.join(scenario_names())})", log, returncode=2)
+        raise _fail(f"autotune.sim: --scenario is required (one of {', '.join(scenario_names())})", 2)
     try:
         scenario = load(name)
     except ScenarioError as e:
-        raise _fail(f"autotune.sim: {e}", log, returncode=2) from None
+        raise _fail(f"autotune.sim: {e}", 2) from None
     for key in _INT_FIELDS:
         if key in vals:
             try:
                 vals[key] = int(vals[key])
             except ValueError:
                 raise _fail(
-                    f"{prog}: error: argument --{key.replace('_', '-')}: invalid int value: {vals[key]!r}",
-                    log,
-                    returncode=2,
+                    f"{prog}: error: argument --{key.replace('_', '-')}: invalid int value: {vals[key]!r}", 2
                 ) from None
     try:
         time_scale = float(vals.get("time_scale", 1.0))
         load_time = vals.get("sim_load_time")
         sim_load_time = float(load_time) if load_time is not None else None
     except ValueError as e:
-        raise _fail(f"autotune.sim: {e}", log, returncode=2) from None
+        raise _fail(f"autotune.sim: {e}", 2) from None
     if not time_scale > 0:
-        raise _fail(f"autotune.sim: --time-scale must be positive but got {time_scale}", log, returncode=2)
+        raise _fail(f"autotune.sim: --time-scale must be positive but got {time_scale}", 2)
     near_ties = scenario.near_ties
     if "near_ties" in vals:
         try:
@@ -475,9 +378,7 @@ def sim_args(
             near_ties = math.nan
         if not 0.0 <= near_ties <= 1.0:
             raise _fail(
-                f"autotune.sim: --near-ties must be a probability between 0 and 1 but got {vals['near_ties']!r}",
-                log,
-                returncode=2,
+                f"autotune.sim: --near-ties must be a probability between 0 and 1 but got {vals['near_ties']!r}", 2
             )
     if near_ties > 0:
         log.append(
@@ -487,17 +388,17 @@ def sim_args(
     try:
         faults = tuple(Fault.parse(t) for t in (*scenario.faults, *fault_texts))
     except ValueError as e:
-        raise _fail(f"autotune.sim: {e}", log, returncode=2) from None
+        raise _fail(f"autotune.sim: {e}", 2) from None
 
     model_path = vals.get("model_path")
     if not model_path:
-        raise _fail(f"{prog}: error: the following arguments are required: {model_flag}", log, returncode=2)
-    if not _target_ok(model_path, scenario):
-        raise _not_loadable(model_path, log)
+        raise _fail(f"{prog}: error: the following arguments are required: {reader.model_flag}", 2)
+    if model_path not in (scenario.target_name, scenario.target_dir) and not _is_checkpoint(model_path):
+        raise _not_loadable(model_path)
     args = ResolvedArgs(
         scenario=scenario,
         model_path=model_path,
-        engine=engine,
+        engine=reader.engine,
         time_scale=time_scale,
         seed=int(vals.get("seed", 0)),
         launch_index=vals.get("launch_index"),
@@ -515,24 +416,17 @@ def sim_args(
     return args, vals
 
 
-def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+def parse_sglang_args(argv: list[str], load: ScenarioLoader, log: list[str]) -> ResolvedArgs:
     """Parse the sim's own flags and SGLang's launch flags and apply SGLang's rules (``parse_launch_args`` picks the
     engine). Raises SimLaunchError. ``load`` resolves ``--scenario``."""
-    args, vals = sim_args(argv, load, engine="sglang", prog="launch_server.py", model_flag="--model-path")
-    log = args.log
+    args, vals = sim_args(argv, load, _SGLANG, log)
     args.disable_cuda_graph = bool(vals.get("disable_cuda_graph", False))
     args.disable_decode_cuda_graph = bool(vals.get("disable_decode_cuda_graph", False))
     args.disable_prefill_cuda_graph = bool(vals.get("disable_prefill_cuda_graph", False))
     args.cuda_graph_backend_decode = str(vals.get("cuda_graph_backend_decode", "full"))
     args.enable_metrics = bool(vals.get("enable_metrics", False))
     args.cuda_graph_max_bs = vals.get("cuda_graph_max_bs")
-    if args.cuda_graph_backend_decode not in ("full", "breakable", "disabled"):
-        raise _fail(
-            f"launch_server.py: error: argument --cuda-graph-backend-decode: invalid choice: "
-            f"'{args.cuda_graph_backend_decode}' (choose from 'full', 'breakable', 'disabled')",
-            log,
-            returncode=2,
-        )
+    _choice("--cuda-graph-backend-decode", args.cuda_graph_backend_decode, ("full", "breakable", "disabled"))
     if vals.get("disable_cuda_graph"):
         log.append(  # SGLang 0.5.23's DeprecatedStoreTrueAction
             "WARNING argparse_actions.py: '--disable-cuda-graph' is deprecated and will be removed in a future "
@@ -540,16 +434,9 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
         )
 
     if "speculative_ngram_match_type" in vals:
-        mt = str(vals["speculative_ngram_match_type"])
-        if mt not in ("BFS", "PROB"):
-            raise _fail(
-                f"launch_server.py: error: argument --speculative-ngram-match-type: invalid choice: '{mt}' "
-                "(choose from 'BFS', 'PROB')",
-                log,
-                returncode=2,
-            )
-    for key in NGRAM_DEFAULTS:
-        if key in vals:
+        _choice("--speculative-ngram-match-type", str(vals["speculative_ngram_match_type"]), ("BFS", "PROB"))
+    for key in vals:
+        if key.startswith("speculative_ngram_"):
             setattr(args, key, vals[key])
     args.speculative_adaptive = bool(vals.get("speculative_adaptive", False))
     args.speculative_adaptive_config = vals.get("speculative_adaptive_config")
@@ -561,12 +448,10 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
         return args
     requested = str(algo).upper()
     if requested not in KNOWN_ALGORITHMS:
-        raise _traceback(f"ValueError: Unknown speculative algorithm name: {requested}", log, "fields/spec.py")
+        raise _traceback(f"ValueError: Unknown speculative algorithm name: {requested}", "fields/spec.py")
     if requested not in SIMULATED_ALGORITHMS:
         raise _fail(
-            f"autotune.sim: speculative algorithm {requested} is not simulated "
-            f"(only {', '.join(SIMULATED_ALGORITHMS)})",
-            log,
+            f"autotune.sim: speculative algorithm {requested} is not simulated (only {', '.join(SIMULATED_ALGORITHMS)})"
         )
     algo = "EAGLE" if requested == "NEXTN" else requested  # _resolve_speculative_algorithm_alias
     args.speculative_algorithm = algo
@@ -585,7 +470,7 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
             )
             args.speculative_adaptive = False
         else:
-            config, candidates = _load_adaptive_config(args.speculative_adaptive_config, log)
+            config, candidates = _load_adaptive_config(args.speculative_adaptive_config)
             args.adaptive_config = config
             if topk is None:
                 topk = 1
@@ -594,8 +479,7 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
             if steps not in candidates:
                 raise _traceback(
                     f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps "
-                    f"{candidates}. Pass one of those values.",
-                    log,
+                    f"{candidates}. Pass one of those values."
                 )
             ndt = steps + 1
             log.append(
@@ -603,31 +487,20 @@ def parse_sglang_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
                 f"candidate_steps={candidates}"
             )
 
+    draft = vals.get("speculative_draft_model_path")
     if algo == "NGRAM":
-        return _resolve_ngram(args, vals, steps, ndt, log)
-    return _resolve_eagle_family(args, vals, requested, steps, topk, ndt, log)
+        return _resolve_ngram(args, draft, steps, ndt)
+    return _resolve_eagle_family(args, draft, steps, topk, ndt)
 
 
 # -- SGLang 0.5.23's speculative resolution rules, called by ``parse_sglang_args`` after reading the flags
 
-#: target architectures whose draft model path defaults to the target (their MTP/NextN layers), from
-#: ``_handle_eagle_family`` in SGLang 0.5.23's ``arg_groups/speculative_hook.py``
-MTP_ARCHITECTURES = (
-    "DeepseekV32ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "DeepseekV4ForCausalLM",
-    "Glm4MoeForCausalLM",
-    "Glm4MoeLiteForCausalLM",
-    "GlmMoeDsaForCausalLM",
-    "BailingMoeForCausalLM",
-    "BailingMoeV2ForCausalLM",
-    "BailingMoeV2_5ForCausalLM",
-    "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
-    "HYV3ForCausalLM",
-    "HYV4ForCausalLM",
-    "Qwen4ExpForConditionalGeneration",
-)
+
+def _choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        options = ", ".join(f"'{c}'" for c in choices)
+        message = f"launch_server.py: error: argument {flag}: invalid choice: '{value}' (choose from {options})"
+        raise _fail(message, 2)
 
 
 def load_adaptive_config_steps(config: dict[str, Any]) -> list[int]:
@@ -653,8 +526,6 @@ def load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
     """SGLang's ``_load_adaptive_config`` + ``resolve_candidate_steps_from_config``: (the config, the union of its
     batch-size slots' candidate steps). Raises what SGLang raises (OSError, ValueError, AttributeError) with its
     messages."""
-    from autotune.sim.adaptive import DEFAULT_ADAPTIVE_CONFIG
-
     if path is not None:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
@@ -677,32 +548,28 @@ def load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
             "speculative_adaptive_config must contain at least one integer-string "
             f'BS key, e.g. {{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(cfg.keys())}'
         )
-    candidates: set[int] = set()
-    for entry in bs_entries.values():
-        candidates.update(entry["candidate_steps"])
-    return cfg, sorted(candidates)
+    return cfg, load_adaptive_config_steps(cfg)
 
 
-def _load_adaptive_config(path: str | None, log: list[str]) -> tuple[dict[str, Any], list[int]]:
+def _load_adaptive_config(path: str | None) -> tuple[dict[str, Any], list[int]]:
     try:
         return load_adaptive_config(path)
-    except json.JSONDecodeError as e:
-        raise _traceback(f"json.decoder.JSONDecodeError: {e}", log, "../speculative/adaptive_spec_params.py") from None
-    except OSError as e:
-        raise _traceback(f"{type(e).__name__}: {e}", log, "../speculative/adaptive_spec_params.py") from None
-    except (ValueError, AttributeError) as e:
-        raise _traceback(f"{type(e).__name__}: {e}", log, "../speculative/adaptive_spec_params.py") from None
+    except (OSError, ValueError, AttributeError) as e:
+        name = "json.decoder.JSONDecodeError" if isinstance(e, json.JSONDecodeError) else type(e).__name__
+        raise _traceback(f"{name}: {e}", "../speculative/adaptive_spec_params.py") from None
 
 
-def _resolve_ngram(
-    args: ResolvedArgs, vals: dict[str, Any], steps: int | None, ndt: int | None, log: list[str]
-) -> ResolvedArgs:
+_MAX_RUNNING_RESET = (
+    "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can override "
+    "this by explicitly setting --max-running-requests."
+)
+
+
+def _resolve_ngram(args: ResolvedArgs, draft: str | None, steps: int | None, ndt: int | None) -> ResolvedArgs:
     """SGLang's ``_handle_ngram``: topk := max BFS breadth, 12 draft tokens by default, steps := ndt // topk."""
+    log = args.log
     if args.max_running_requests is None:
-        log.append(
-            "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can "
-            "override this by explicitly setting --max-running-requests."
-        )
+        log.append(_MAX_RUNNING_RESET)
     topk = args.speculative_ngram_max_bfs_breadth
     if ndt is None:
         ndt = 12
@@ -712,7 +579,7 @@ def _resolve_ngram(
         )
     if steps is None:
         if topk == 0:
-            raise _traceback("ZeroDivisionError: integer division or modulo by zero", log, "speculative_hook.py")
+            raise _traceback("ZeroDivisionError: integer division or modulo by zero", "speculative_hook.py")
         steps = ndt // topk
     log.append(
         "WARNING speculative_hook.py: The mixed chunked prefill are disabled because of using ngram speculative "
@@ -722,30 +589,21 @@ def _resolve_ngram(
         raise _traceback(
             f"AssertionError: ngram needs speculative_num_draft_tokens >= 2, a BFS breadth >= 1 and a trie depth "
             f">= 1 (got {ndt}, {topk}, {args.speculative_ngram_max_trie_depth})",
-            log,
             "../speculative/ngram_worker.py",
         )
     args.method = "NGRAM"
-    args.speculative_draft_model_path = vals.get("speculative_draft_model_path")
+    args.speculative_draft_model_path = draft
     args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, ndt
     args.keep_faults_of("ngram")
     return args
 
 
 def _resolve_eagle_family(
-    args: ResolvedArgs,
-    vals: dict[str, Any],
-    requested: str,
-    steps: int | None,
-    topk: int | None,
-    ndt: int | None,
-    log: list[str],
+    args: ResolvedArgs, draft: str | None, steps: int | None, topk: int | None, ndt: int | None
 ) -> ResolvedArgs:
     """SGLang's ``_handle_eagle_family`` (EAGLE, EAGLE3 (NEXTN is EAGLE by now), STANDALONE)."""
-    scenario = args.scenario
-    algo = args.speculative_algorithm
+    scenario, algo, log = args.scenario, args.speculative_algorithm, args.log
     assert algo is not None
-    draft = vals.get("speculative_draft_model_path")
     if scenario.target_architecture in MTP_ARCHITECTURES:
         if not draft:
             draft = args.model_path  # the target's own MTP layers
@@ -756,23 +614,14 @@ def _resolve_eagle_family(
     if not draft:
         raise _traceback(
             "AssertionError: --speculative-draft-model-path is required for EAGLE/EAGLE3 "
-            "(this target has no NextN/MTP layers)",
-            log,
+            "(this target has no NextN/MTP layers)"
         )
     if draft in (args.model_path, scenario.target_name, scenario.target_dir):
         drafter = scenario.mtp
         if drafter is None:
             args.mtp_missing = True  # loads the target as its own NextN draft: fails at weight loading
     else:
-        drafter = scenario.drafter_by_path(draft)
-        if drafter is None:
-            if os.path.isdir(draft) and os.path.isfile(os.path.join(draft, "config.json")):
-                raise _fail(
-                    f"autotune.sim: {draft} is a checkpoint the scenario {scenario.name} does not know "
-                    f"(its drafters: {', '.join(scenario.drafters)})",
-                    log,
-                )
-            raise _not_loadable(draft, log)
+        drafter = _drafter(scenario, draft)
     args.speculative_draft_model_path = draft
     args.drafter = drafter
     if algo == "STANDALONE":
@@ -784,17 +633,13 @@ def _resolve_eagle_family(
     name = drafter.name if drafter is not None else "mtp"
     args.keep_faults_of(name)
     if args.max_running_requests is None:
-        log.append(
-            "WARNING speculative_hook.py: Max running requests is reset to 48 for speculative decoding. You can "
-            "override this by explicitly setting --max-running-requests."
-        )
+        log.append(_MAX_RUNNING_RESET)
 
     if steps is None:
         if topk is not None or ndt is not None:
             raise _traceback(
                 "AssertionError: speculative_eagle_topk and speculative_num_draft_tokens must be unset "
-                "when speculative_num_steps is unset",
-                log,
+                "when speculative_num_steps is unset"
             )
         if algo == "STANDALONE":
             steps, topk, ndt = 3, 1, 4
@@ -807,8 +652,7 @@ def _resolve_eagle_family(
     elif topk is None or ndt is None:
         raise _traceback(
             "AssertionError: speculative_eagle_topk and speculative_num_draft_tokens must be set "
-            "when speculative_num_steps is set",
-            log,
+            "when speculative_num_steps is set"
         )
     for flag, v in (
         ("speculative_num_steps", steps),
@@ -816,7 +660,7 @@ def _resolve_eagle_family(
         ("speculative_num_draft_tokens", ndt),
     ):
         if v < 1:
-            raise _traceback(f"AssertionError: {flag} must be positive, got {v}", log)
+            raise _traceback(f"AssertionError: {flag} must be positive, got {v}")
     if topk == 1 and ndt != steps + 1:
         log.append(
             f"WARNING speculative_hook.py: speculative_num_draft_tokens is adjusted to speculative_num_steps+1 "
@@ -824,14 +668,13 @@ def _resolve_eagle_family(
         )
         ndt = steps + 1
     if ndt < 2:
-        raise _traceback(f"AssertionError: speculative_num_draft_tokens must be at least 2, got {ndt}", log)
+        raise _traceback(f"AssertionError: speculative_num_draft_tokens must be at least 2, got {ndt}")
     max_nodes = topk + (steps - 1) * topk * topk
     if ndt - 1 > max_nodes:
         raise _traceback(
             f"ValueError: speculative_num_draft_tokens={ndt} is too large for speculative_num_steps={steps} and "
             f"speculative_eagle_topk={topk}: the draft tree has only {max_nodes} candidate nodes "
             f"(num_draft_tokens - 1 <= topk + (steps - 1) * topk^2)",
-            log,
             "../speculative/eagle_utils.py",
         )
     args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, ndt
@@ -862,59 +705,79 @@ class Fault:
     def parse(text: str) -> Fault:
         """``crash-startup``, ``never-healthy``, ``crash-after:N``, ``oom-above:N``, ``http500:N``, ``truncate:N``,
         each optionally scoped to one drafter with ``@NAME`` (``@none`` for the non-speculative server)."""
-        text, _, scope = text.strip().partition("@")
-        if _ and not scope:
+        text, at, scope = text.strip().partition("@")
+        if at and not scope:
             raise ValueError(f"fault {text + '@'!r}: name a drafter after '@'")
-        f = Fault._parse(text)
-        return Fault(f.kind, f.n, scope or None)
-
-    def applies_to(self, drafter: str | None) -> bool:
-        return self.drafter is None or self.drafter == (drafter or "none")
-
-    @staticmethod
-    def _parse(text: str) -> Fault:
         kind, _, num = text.strip().partition(":")
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {text!r}; expected one of {', '.join(FAULT_KINDS)} (with :N where needed)")
-        if kind in _FAULTS_WITH_N:
-            try:
-                n = int(num)
-            except ValueError:
-                raise ValueError(f"fault {kind} needs a number, like {kind}:3, but got {text!r}") from None
-            if n < (0 if kind == "crash-after" else 1):
-                raise ValueError(f"fault {text!r}: the number must be positive")
-            return Fault(kind, n)
-        if num:
-            raise ValueError(f"fault {kind} takes no number but got {text!r}")
-        return Fault(kind)
+        if kind not in _FAULTS_WITH_N:
+            if num:
+                raise ValueError(f"fault {kind} takes no number but got {text!r}")
+            return Fault(kind, None, scope or None)
+        try:
+            n = int(num)
+        except ValueError:
+            raise ValueError(f"fault {kind} needs a number, like {kind}:3, but got {text!r}") from None
+        if n < (0 if kind == "crash-after" else 1):
+            raise ValueError(f"fault {text!r}: the number must be positive")
+        return Fault(kind, n, scope or None)
+
+    def applies_to(self, drafter: str | None) -> bool:
+        return self.drafter is None or self.drafter == (drafter or "none")
 
     def __str__(self) -> str:
         base = self.kind if self.n is None else f"{self.kind}:{self.n}"
         return base if self.drafter is None else f"{base}@{self.drafter}"
 
 
-def _fail(message: str, log: list[str], *, returncode: int = 1) -> SimLaunchError:
-    return SimLaunchError(message, log="\n".join([*log, message]), returncode=returncode)
+class _Refusal(Exception):
+    """The server refuses its arguments: ``lines`` end its log, after what it printed so far (``parse_launch_args``
+    turns this into the SimLaunchError)."""
+
+    def __init__(self, lines: list[str], returncode: int = 1) -> None:
+        super().__init__(lines[-1])
+        self.lines = lines
+        self.returncode = returncode
 
 
-def _traceback(exc_line: str, log: list[str], where: str = "speculative_hook.py") -> SimLaunchError:
+def _fail(message: str, returncode: int = 1) -> _Refusal:
+    return _Refusal([message], returncode)
+
+
+def _traceback(exc_line: str, where: str = "speculative_hook.py") -> _Refusal:
     lines = [
-        *log,
         "Traceback (most recent call last):",
         '  File "/usr/lib/python3/dist-packages/sglang/launch_server.py", line 29, in <module>',
         "    server_args = prepare_server_args(sys.argv[1:])",
         f'  File "/usr/lib/python3/dist-packages/sglang/srt/arg_groups/{where}", line 112, in _handle_eagle_family',
         exc_line,
     ]
-    return SimLaunchError(exc_line, log="\n".join(lines), returncode=1)
+    return _Refusal(lines)
 
 
-def _not_loadable(path: str, log: list[str]) -> SimLaunchError:
+def _drafter(scenario: Scenario, path: str) -> SimDrafter:
+    """The scenario's drafter at a draft model path; refused as the server would refuse an unknown path."""
+    drafter = scenario.drafter_by_path(path)
+    if drafter is not None:
+        return drafter
+    if _is_checkpoint(path):
+        known = ", ".join(scenario.drafters)
+        raise _fail(
+            f"autotune.sim: {path} is a checkpoint the scenario {scenario.name} does not know (its drafters: {known})"
+        )
+    raise _not_loadable(path)
+
+
+def _is_checkpoint(path: str) -> bool:
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
+
+
+def _not_loadable(path: str) -> _Refusal:
     return _fail(
         f"OSError: Can't load the configuration of '{path}'. If you were trying to load it from "
         "'https://huggingface.co/models', make sure you don't have a local directory with the same name. Otherwise, "
-        f"make sure '{path}' is the correct path to a directory containing a config.json file",
-        log,
+        f"make sure '{path}' is the correct path to a directory containing a config.json file"
     )
 
 
@@ -925,38 +788,23 @@ SIMULATED_METHODS = ("eagle", "eagle3", "draft_model", "mtp", "ngram")
 _ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE", "mtp": "EAGLE", "ngram": "NGRAM"}
 #: keys of ``--speculative-config`` the simulator reads; others are ignored with a log line
 _SPEC_KEYS = (
-    "method",
-    "model",
-    "num_speculative_tokens",
-    "prompt_lookup_min",
-    "prompt_lookup_max",
-    "num_speculative_tokens_per_batch_size",
-    "draft_tensor_parallel_size",
-)
+    "method model num_speculative_tokens prompt_lookup_min prompt_lookup_max num_speculative_tokens_per_batch_size "
+    "draft_tensor_parallel_size"
+).split()
 
 _VLLM_BOOL_FLAGS = {"--enforce-eager": "enforce_eager", **_SIM_BOOL_FLAGS}
-_VLLM_PROG = "vllm serve"
+_VLLM = _Reader("vllm", "vllm serve", "model_tag", VLLM_VALUE_FLAGS, _VLLM_BOOL_FLAGS, "model_path")
 
 
-def _vllm_error(message: str, log: list[str]) -> SimLaunchError:
+def _vllm_error(message: str) -> _Refusal:
     """vLLM's refusal of its engine arguments: the exception line, exit 1."""
-    return _fail(f"ValueError: {message}", log)
+    return _fail(f"ValueError: {message}")
 
 
-def parse_vllm_args(argv: list[str], *, load: ScenarioLoader = load_scenario) -> ResolvedArgs:
+def parse_vllm_args(argv: list[str], load: ScenarioLoader, log: list[str]) -> ResolvedArgs:
     """Parse the sim's flags and ``vllm serve``'s and apply vLLM 0.33.0's speculative rules. Raises
     SimLaunchError."""
-    args, vals = sim_args(
-        argv,
-        load,
-        engine="vllm",
-        prog=_VLLM_PROG,
-        model_flag="model_tag",
-        value_flags=VLLM_VALUE_FLAGS,
-        bool_flags=_VLLM_BOOL_FLAGS,
-        positional="model_path",
-    )
-    log = args.log
+    args, vals = sim_args(argv, load, _VLLM, log)
     if "port" not in vals:
         args.port = 8000
     args.disable_cuda_graph = bool(vals.get("enforce_eager", False))
@@ -969,27 +817,27 @@ def parse_vllm_args(argv: list[str], *, load: ScenarioLoader = load_scenario) ->
         spec = json.loads(text)
     except json.JSONDecodeError as e:
         raise _fail(
-            f"{_VLLM_PROG}: error: argument --speculative-config: Value {text} cannot be converted to "
+            f"{_VLLM.prog}: error: argument --speculative-config: Value {text} cannot be converted to "
             f"<function loads>: {e}",
-            log,
-            returncode=2,
+            2,
         ) from None
     if not isinstance(spec, dict):
-        raise _vllm_error(f"--speculative-config must be a JSON object but got {text}", log)
-    return _resolve_vllm(args, spec, log)
+        raise _vllm_error(f"--speculative-config must be a JSON object but got {text}")
+    return _resolve_vllm(args, spec)
 
 
-def _spec_int(spec: dict[str, Any], key: str, log: list[str]) -> int | None:
+def _spec_int(spec: dict[str, Any], key: str) -> int | None:
     v = spec.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _vllm_error(f"{key}: Input should be a valid integer, got {v!r}", log)
+        raise _vllm_error(f"{key}: Input should be a valid integer, got {v!r}")
     return v
 
 
-def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> ResolvedArgs:
+def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any]) -> ResolvedArgs:
     """``SpeculativeConfig.__post_init__`` for the methods the simulator plays."""
+    log = args.log
     for key in spec:
         if key not in _SPEC_KEYS:
             log.append(f"WARNING autotune.sim: ignoring speculative_config key {key!r} (not simulated)")
@@ -1000,49 +848,39 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> R
     method = "ngram" if method == "[ngram]" else method
     if method not in SIMULATED_METHODS:
         raise _fail(
-            f"autotune.sim: speculative method {method!r} is not simulated (only {', '.join(SIMULATED_METHODS)})", log
+            f"autotune.sim: speculative method {method!r} is not simulated (only {', '.join(SIMULATED_METHODS)})"
         )
-    k = _spec_int(spec, "num_speculative_tokens", log)
+    k = _spec_int(spec, "num_speculative_tokens")
     if k is None:
-        raise _vllm_error("num_speculative_tokens must be provided with speculative model.", log)
+        raise _vllm_error("num_speculative_tokens must be provided with speculative model.")
     if k < 1:
-        raise _vllm_error(f"Expected num_speculative_tokens to be greater than zero ({k}).", log)
+        raise _vllm_error(f"Expected num_speculative_tokens to be greater than zero ({k}).")
     drafter: SimDrafter | None = None
     scenario = args.scenario
     if method == "mtp":
         drafter = scenario.mtp
         if drafter is None:
-            raise _vllm_error(
-                "Unsupported speculative method: 'mtp' (the target's config.json names no MTP layers)", log
-            )
+            raise _vllm_error("Unsupported speculative method: 'mtp' (the target's config.json names no MTP layers)")
         model = args.model_path
     elif method == "ngram":
-        lo, hi = _spec_int(spec, "prompt_lookup_min", log), _spec_int(spec, "prompt_lookup_max", log)
+        lo, hi = _spec_int(spec, "prompt_lookup_min"), _spec_int(spec, "prompt_lookup_max")
         lo, hi = (5, 5) if lo is None and hi is None else (lo if lo is not None else hi, hi if hi is not None else lo)
         assert lo is not None and hi is not None
         if lo < 1 or hi < 1:
-            raise _vllm_error(f"prompt_lookup_min={lo} and prompt_lookup_max={hi} must be at least 1", log)
+            raise _vllm_error(f"prompt_lookup_min={lo} and prompt_lookup_max={hi} must be at least 1")
         if lo > hi:
-            raise _vllm_error(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}", log)
+            raise _vllm_error(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
         spec = {**spec, "prompt_lookup_min": lo, "prompt_lookup_max": hi}
         args.speculative_ngram_max_bfs_breadth = 1  # a chain: vLLM proposes the K tokens after the match
         args.speculative_ngram_min_bfs_breadth = 1
     else:
         if not isinstance(model, str) or not model:
-            raise _vllm_error("num_speculative_tokens was provided but without speculative model.", log)
-        drafter = scenario.drafter_by_path(model)
-        if drafter is None:
-            if os.path.isdir(model) and os.path.isfile(os.path.join(model, "config.json")):
-                raise _fail(
-                    f"autotune.sim: {model} is a checkpoint the scenario {scenario.name} does not know "
-                    f"(its drafters: {', '.join(scenario.drafters)})",
-                    log,
-                )
-            raise _not_loadable(model, log)
+            raise _vllm_error("num_speculative_tokens was provided but without speculative model.")
+        drafter = _drafter(scenario, model)
         why = architecture_problem(method, drafter.name, drafter.dir)
         if why is not None:
             archs = drafter.config.get("architectures")
-            raise _vllm_error(f"Model architectures {archs} are not supported for now.", log)
+            raise _vllm_error(f"Model architectures {archs} are not supported for now.")
     args.speculative_algorithm = _ALGORITHMS[method]
     args.method = "MTP" if method == "mtp" else _ALGORITHMS[method]
     args.drafter = drafter
@@ -1050,7 +888,7 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> R
     args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = k, 1, k + 1
     schedule = spec.get("num_speculative_tokens_per_batch_size")
     if schedule is not None:
-        ranges = _vllm_schedule(schedule, log)
+        ranges = _vllm_schedule(schedule)
         args.speculative_adaptive = True
         args.adaptive_config = {str(lo): {"candidate_steps": [min(kk, k)]} for lo, _hi, kk in ranges}
     name = "ngram" if method == "ngram" else (drafter.name if drafter is not None else None)
@@ -1059,44 +897,40 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any], log: list[str]) -> R
     return args
 
 
-def _vllm_schedule(value: object, log: list[str]) -> list[tuple[int, int, int]]:
+def _vllm_schedule(value: object) -> list[tuple[int, int, int]]:
     """vLLM 0.33.0's ``validate_and_normalize_dynamic_sd_schedule`` (``v1/spec_decode/dynamic/utils.py``)."""
     if not isinstance(value, list) or not value:
         raise _vllm_error(
             "num_speculative_tokens_per_batch_size must be a non-empty list of "
-            "(range_start, range_end, num_speculative_tokens) entries.",
-            log,
+            "(range_start, range_end, num_speculative_tokens) entries."
         )
     out: list[tuple[int, int, int]] = []
     for entry in value:
         if not isinstance(entry, list | tuple) or len(entry) != 3:
             raise _vllm_error(
                 "Each num_speculative_tokens_per_batch_size entry must be a 3-item sequence: "
-                "(range_start, range_end, num_speculative_tokens).",
-                log,
+                "(range_start, range_end, num_speculative_tokens)."
             )
         try:
             lo, hi, k = (int(x) for x in entry)
         except (TypeError, ValueError):
-            raise _vllm_error(
-                f"num_speculative_tokens_per_batch_size entry {entry!r} is not three integers", log
-            ) from None
+            raise _vllm_error(f"num_speculative_tokens_per_batch_size entry {entry!r} is not three integers") from None
         if lo <= 0 or hi <= 0:
-            raise _vllm_error(f"Batch-size range ({lo}, {hi}) must be positive.", log)
+            raise _vllm_error(f"Batch-size range ({lo}, {hi}) must be positive.")
         if lo > hi:
-            raise _vllm_error(f"Batch-size range start must be <= end for ({lo}, {hi}, {k}).", log)
+            raise _vllm_error(f"Batch-size range start must be <= end for ({lo}, {hi}, {k}).")
         if k < 0:
-            raise _vllm_error("num_speculative_tokens_per_batch_size values must be >= 0.", log)
+            raise _vllm_error("num_speculative_tokens_per_batch_size values must be >= 0.")
         out.append((lo, hi, k))
     out.sort(key=lambda e: e[0])
     end = 0
     for lo, hi, _k in out:
         if lo <= end:
-            raise _vllm_error("Batch-size ranges must be non-overlapping and sorted.", log)
+            raise _vllm_error("Batch-size ranges must be non-overlapping and sorted.")
         end = hi
     if out[0][0] != 1:
         raise _vllm_error(
-            "The first batch-size range must start at 1 so every runtime batch size has a defined schedule.", log
+            "The first batch-size range must start at 1 so every runtime batch size has a defined schedule."
         )
     return out
 
@@ -1105,6 +939,9 @@ def parse_launch_args(argv: list[str], *, load: ScenarioLoader = load_scenario) 
     """Parse the sim's own flags and the launch flags of the server it plays (``--engine``: SGLang unless told) and
     apply that server's rules. Raises SimLaunchError. ``load`` resolves ``--scenario`` (default: the shipped
     scenarios)."""
-    if engine_of(argv) == "vllm":
-        return parse_vllm_args(argv, load=load)
-    return parse_sglang_args(argv, load=load)
+    parse = parse_vllm_args if engine_of(argv) == "vllm" else parse_sglang_args
+    log: list[str] = []  # what the server prints while it reads its arguments
+    try:
+        return parse(argv, load, log)
+    except _Refusal as e:
+        raise SimLaunchError(e.lines[-1], log="\n".join([*log, *e.lines]), returncode=e.returncode) from None

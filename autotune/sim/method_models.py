@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
 
 from autotune.sim.acceptance import (
     TEMPERATURE_OFFSET,
@@ -21,17 +20,6 @@ from autotune.sim.acceptance import (
 )
 from autotune.sim.timing import Hardware
 
-# methods beyond EAGLE: n-gram lookup, MTP, a standalone draft model (their costs)
-
-
-def method_hardware(hw: Hardware, overrides: dict[str, float] | None) -> Hardware:
-    """``hw`` with a method's own draft costs (``t_ds``, ``t_ext``, ``t_ovh``, ``t_dtok``, ``t_seq`` ...) in place."""
-    if not overrides:
-        return hw
-    changes: dict[str, Any] = dict(overrides)  # field names checked against Hardware's by the scenario's loader
-    return replace(hw, **changes)
-
-
 #: how much an answer repeats its prompt and itself, per prompt category (0: nothing to copy, 1: an edited copy)
 REPETITION: dict[str, float] = {
     "code-edit": 0.92,
@@ -43,21 +31,8 @@ REPETITION: dict[str, float] = {
     "creative": 0.04,
 }
 
-_EDIT_WORDS = (
-    "rewrite",
-    "edit",
-    "fix",
-    "change",
-    "rename",
-    "refactor",
-    "modify",
-    "update",
-    "replace",
-    "add a",
-    "add an",
-    "convert",
-    "translate",
-    "reformat",
+_EDIT_WORDS = tuple(
+    "rewrite,edit,fix,change,rename,refactor,modify,update,replace,add a,add an,convert,translate,reformat".split(",")
 )
 _QUOTE_WORDS = ("summarize", "summarise", "summary", "quote", "extract", "according to", "based on the", "document")
 

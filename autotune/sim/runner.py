@@ -12,6 +12,7 @@ the baseline's start-up and its expected seconds per prompt, from the same model
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from autotune.acceptance import from_histogram
@@ -54,14 +55,11 @@ def sim_argv(argv: list[str]) -> list[str]:
     )
 
 
-def _launch_error(e: SimLaunchError, log_path: str | None = None) -> ServerExited:
+def _launch_error(e: SimLaunchError) -> ServerExited:
     first = e.log.strip().splitlines()[-1] if e.log.strip() else str(e)
     cls = ServerOOM if e.oom else ServerExited
     return cls(
-        f"server exited with code {e.returncode} during startup: {first}",
-        returncode=e.returncode,
-        log_tail=e.log,
-        log_path=log_path,
+        f"server exited with code {e.returncode} during startup: {first}", returncode=e.returncode, log_tail=e.log
     )
 
 
@@ -96,8 +94,6 @@ class ModelRunner:
 
     def _files_root(self) -> str:
         if self.files_dir is None:
-            import tempfile
-
             self.files_dir = tempfile.mkdtemp(prefix="autotune-sim-files-")
         os.makedirs(self.files_dir, exist_ok=True)
         return self.files_dir
@@ -111,8 +107,6 @@ class ModelRunner:
             return list(self.backend.argv(config, self.space, port=self.space.server.port, simulate=True))
         root = self._files_root()
         if start:
-            import tempfile
-
             folder = tempfile.mkdtemp(prefix=f"sim-start-{self.launches + 1:04d}-", dir=root)
         else:
             folder = os.path.join(root, "resolve")
@@ -160,26 +154,17 @@ class ModelRunner:
         e.server_s = seconds
         return e
 
-    def _expected(self, config: TrialConfig) -> list[tuple[int, float]]:
-        engine = SimEngine(self.resolve(config), 0)
-        bench = self.space.benchmark
-        out = []
-        for p in bench.prompts:
-            tokens = bench.tokens_for(p)
-            ms = engine.expected_ms(p.text, tokens, temperature=bench.temperature_for(p), category=p.category)
-            out.append((engine.expected_tokens(tokens), ms / 1000.0))
-        return out
-
     def true_tok_per_s(self, config: TrialConfig) -> float:
         """Noise-free aggregate tok/s of ``config`` over the space's prompts: total expected tokens / total expected
         time (hardware seconds). Does not touch the clock. Raises ServerExited for a config that cannot start."""
-        rows = self._expected(config)
-        secs = sum(s for _, s in rows)
-        return sum(t for t, _ in rows) / secs if secs > 0 else 0.0
-
-    def true_prompt_tok_per_s(self, config: TrialConfig) -> list[float]:
-        """Noise-free tok/s of each prompt of the space."""
-        return [t / s if s > 0 else 0.0 for t, s in self._expected(config)]
+        engine = SimEngine(self.resolve(config), 0)
+        bench = self.space.benchmark
+        tokens, secs = 0, 0.0
+        for p in bench.prompts:
+            n = bench.tokens_for(p)
+            secs += engine.expected_ms(p.text, n, temperature=bench.temperature_for(p), category=p.category) / 1000.0
+            tokens += engine.expected_tokens(n)
+        return tokens / secs if secs > 0 else 0.0
 
 
 class ModelSession:
@@ -203,6 +188,12 @@ class ModelSession:
         "Received sigquit from a child process. It usually means the child failed."
     )
 
+    def _crashed(self, n: int) -> ServerDied:
+        self.dead = True
+        return ServerDied(
+            f"the server process exited during request {n} (code 1)", returncode=1, log_tail=self._crash_log
+        )
+
     def _request(self, text: str, max_tokens: int, temperature: float, category: str | None, ledger: str) -> Generation:
         clock = self.runner.clock
         retries = max(int(self.runner.space.benchmark.retries), 0)
@@ -224,10 +215,7 @@ class ModelSession:
                 continue
             clock.advance(gen.plan.e2e_ms / 3000.0, ledger)  # a third of the stream arrived
             if fault == "crash":
-                self.dead = True
-                raise ServerDied(
-                    f"the server process exited during request {n} (code 1)", returncode=1, log_tail=self._crash_log
-                )
+                raise self._crashed(n)
             problems.append(f"request {n}: stream ended before [DONE] (incomplete chunked read)")
         raise BenchmarkError(f"request failed after {retries + 1} attempt(s): " + "; ".join(problems))
 
@@ -243,17 +231,21 @@ class ModelSession:
         bench = self.runner.space.benchmark
         p = bench.prompt_at(index)
         gen = self._request(p.text, bench.tokens_for(p), bench.temperature_for(p), p.category, "generate")
+        return self._result(index, gen, gen.plan.e2e_ms, gen.plan.ttft_ms)
+
+    def _result(self, index: int, gen: Generation, ms: float, ttft_ms: float) -> PromptResult:
         plan = gen.plan
+        spec = self.engine.shape is not None
         return PromptResult(
             index=index,
             completion_tokens=plan.completion_tokens,
-            seconds=plan.e2e_ms / 1000.0,
-            ttft_s=plan.ttft_ms / 1000.0,
+            seconds=ms / 1000.0,
+            ttft_s=ttft_ms / 1000.0,
             prompt_tokens=plan.prompt_tokens,
-            accept_length=plan.accept_length if self.engine.shape is not None else None,
+            accept_length=plan.accept_length if spec else None,
             text=gen.text,
             finish_reason=gen.finish_reason,
-            positions=from_histogram(plan.correct_drafts_histogram) if self.engine.shape is not None else None,
+            positions=from_histogram(plan.correct_drafts_histogram) if spec else None,
         )
 
     def run_level(self, level: int) -> LevelResult:
@@ -288,10 +280,7 @@ class ModelSession:
                 n = self.engine.next_request()
                 fault = self.engine.request_fault(n)
                 if fault == "crash":
-                    self.dead = True
-                    raise ServerDied(
-                        f"the server process exited during request {n} (code 1)", returncode=1, log_tail=self._crash_log
-                    )
+                    raise self._crashed(n)
                 if fault is not None:
                     continue
                 gen = self.engine.generate(
@@ -309,24 +298,10 @@ class ModelSession:
 
         done, ms = closed_loop(batcher, submit, len(indices), streams)
         self.runner.clock.advance(ms / 1000.0, ledger)
-        order = sorted(done, key=lambda f: (f.sent_ms, id(f.seq)))
         results = []
-        for f in order:
+        for f in sorted(done, key=lambda f: (f.sent_ms, id(f.seq))):
             i, gen = cast(tuple[int, Generation], f.seq.key)  # the key ``submit`` gave it
-            plan = gen.plan
-            results.append(
-                PromptResult(
-                    index=i,
-                    completion_tokens=plan.completion_tokens,
-                    seconds=(f.end_ms - f.sent_ms) / 1000.0,
-                    ttft_s=(f.first_ms - f.sent_ms) / 1000.0,
-                    prompt_tokens=plan.prompt_tokens,
-                    accept_length=plan.accept_length if self.engine.shape is not None else None,
-                    text=gen.text,
-                    finish_reason=gen.finish_reason,
-                    positions=from_histogram(plan.correct_drafts_histogram) if self.engine.shape is not None else None,
-                )
-            )
+            results.append(self._result(i, gen, f.end_ms - f.sent_ms, f.first_ms - f.sent_ms))
         return results, ms / 1000.0, failed
 
     def reference(self, index: int, top_n: int) -> ReferenceOutput:
@@ -336,7 +311,7 @@ class ModelSession:
         bench = self.runner.space.benchmark
         p = bench.prompt_at(index)
         gen = self._request(p.text, bench.tokens_for(p), 0.0, p.category, "reference")
-        return gen.reference(index, top_n)
+        return ReferenceOutput(index=index, text=gen.text, tokens=gen.choices(top_n))
 
     def close(self) -> None:
         self.closed = True

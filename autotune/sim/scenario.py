@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 import yaml
 
 from autotune.sim.acceptance import REQUEST_NOISE_SD, START_NOISE_SD, DrafterProfile
-from autotune.sim.method_models import NgramProfile, method_hardware
+from autotune.sim.method_models import NgramProfile
 from autotune.sim.timing import Hardware
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
@@ -38,7 +38,8 @@ class SimDrafter:
 
     def hardware(self, hw: Hardware, cuda_graph: bool) -> Hardware:
         """``hw`` with this drafter's own draft costs (a standalone model's forward, an MTP layer) in place."""
-        return method_hardware(hw, self.costs.get(cuda_graph))
+        changes: dict[str, Any] = self.costs.get(cuda_graph) or {}  # names checked against Hardware's on reading
+        return replace(hw, **changes) if changes else hw
 
     @property
     def is_eagle3(self) -> bool:
@@ -187,7 +188,7 @@ def read_scenario(path: str, *, name: str | None = None, dirs: Sequence[str] | N
 
     with open(path, encoding="utf-8") as f:
         raw = yaml.safe_load(f)
-    origin = f"{path}"
+    origin = path
     try:
         target = raw["target"]
         startup = raw.get("startup", {})

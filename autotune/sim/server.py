@@ -1,28 +1,16 @@
 """The simulated server: a real HTTP process with SGLang's endpoints, logs and timing, or vLLM's endpoints and
-Prometheus counters (``--engine vllm``: ``autotune.sim.launch``).
+Prometheus counters (``--engine vllm``). Everything it serves comes from ``SimEngine``; wall-clock times are hardware
+times divided by ``--time-scale``. The ``Scheduler`` thread runs the continuous batch (``sim.batch``) against the
+monotonic clock and hands each step's tokens to the requests' streams.
 
-``python -m autotune.sim --scenario NAME [--time-scale X] [--seed N] [--fault F] [SGLang flags...]``
-``python -m autotune.sim --engine vllm --scenario NAME [...] MODEL [vllm serve flags...]``
+Log-probabilities (token ids are indices in ``autotune.sim.text.VOCAB``), answered as the engines answer them:
 
-Everything it serves comes from ``SimEngine`` (the same model the in-process ModelRunner uses). Wall-clock times are
-hardware times divided by ``--time-scale``. Streamed chunks carry every token a round accepted, sent at the round's
-time measured against a monotonic deadline, so sleeps do not accumulate error.
-
-Log-probabilities on the wire: what a request asks for, and the three answer formats the simulator serves.
-
-- SGLang native ``/generate``: ``return_logprob``, ``top_logprobs_num``, ``return_text_in_logprobs`` ->
-  ``meta_info.output_token_logprobs`` ``[[logprob, token_id, text], ...]`` and ``meta_info.output_top_logprobs``
-  (one list of such triples per token; only when ``top_logprobs_num`` > 0). ``text`` is None without
-  ``return_text_in_logprobs``, as on SGLang.
-- OpenAI ``/v1/completions`` (legacy, as vLLM and SGLang answer): ``logprobs: N`` -> ``choices[0].logprobs`` with
-  ``tokens``, ``token_logprobs``, ``top_logprobs`` (a dict per token, the chosen token always in it) and
-  ``text_offset`` (character offsets in the completion text).
-- OpenAI ``/v1/chat/completions``: ``logprobs: true``, ``top_logprobs: N`` -> ``choices[0].logprobs.content``.
-
-Token ids are indices in the simulator's vocabulary (``autotune.sim.text.VOCAB``); the formats are pure functions.
-
-The scheduler thread (``Scheduler``): it runs the continuous batch (``sim.batch``) on the wall clock and delivers each
-step's tokens to the requests' streams; and the decode log lines SGLang prints while it decodes (``DecodeLog``).
+- SGLang ``/generate`` (``return_logprob``, ``top_logprobs_num``, ``return_text_in_logprobs``): ``meta_info``'s
+  ``output_token_logprobs`` ``[[logprob, token_id, text], ...]`` and ``output_top_logprobs`` (only when
+  ``top_logprobs_num`` > 0); ``text`` is None without ``return_text_in_logprobs``.
+- ``/v1/completions`` (``logprobs: N``): ``tokens``, ``token_logprobs``, ``top_logprobs`` (a dict per token, the
+  chosen one always in it) and ``text_offset``.
+- ``/v1/chat/completions`` (``logprobs: true``, ``top_logprobs: N``): ``choices[0].logprobs.content``.
 """
 
 from __future__ import annotations
@@ -64,7 +52,6 @@ class SimServer(ThreadingHTTPServer):
         self.engine = engine
         self.decode_log = DecodeLog(engine)
         self.scheduler = Scheduler(engine, self.decode_log)
-        self.started = time.monotonic()
         self.ready_at = math.inf
         self.launch_command = ""
         super().__init__((args.host, args.port), _Handler)
@@ -100,12 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing --------------------------------------------------------------------------------------------------
     def _json(self, code: int, obj: Any) -> None:
-        body = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._text(code, json.dumps(obj), "application/json")
 
     def _text(self, code: int, text: str, ctype: str = "text/plain; charset=utf-8") -> None:
         body = text.encode()
@@ -146,10 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.args.engine == "vllm":
             self._vllm_get(path)
         elif path in ("/health", "/health_generate", "/ready"):
-            if srv.ready:
-                self._text(200, "")
-            else:
-                self._text(503, "")
+            self._text(200 if srv.ready else 503, "")
         elif path in ("/server_info", "/get_server_info"):
             if not srv.ready:
                 self._json(503, {"error": "server is starting"})
@@ -158,9 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/get_model_info" or path == "/model_info":
             self._json(200, {"model_path": srv.args.model_path, "is_generation": True})
         elif path == "/v1/models":
-            self._json(
-                200, {"object": "list", "data": [{"id": self._model_name(), "object": "model", "owned_by": "sglang"}]}
-            )
+            self._models("sglang")
         elif path == "/metrics":
             if not srv.args.enable_metrics:
                 self._text(404, "metrics are disabled; launch with --enable-metrics\n")
@@ -179,9 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/version":
             self._json(200, {"version": VLLM_VERSION})
         elif path == "/v1/models":
-            self._json(
-                200, {"object": "list", "data": [{"id": self._model_name(), "object": "model", "owned_by": "vllm"}]}
-            )
+            self._models("vllm")
         elif path == "/metrics":
             self._text(200, self._vllm_metrics(), "text/plain; version=0.0.4; charset=utf-8")
         else:
@@ -218,6 +193,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     # -- helpers ---------------------------------------------------------------------------------------------------
+    def _models(self, owner: str) -> None:
+        self._json(200, {"object": "list", "data": [{"id": self._model_name(), "object": "model", "owned_by": owner}]})
+
     def _model_name(self) -> str:
         a = self.server.args
         return a.served_model_name or a.model_path
@@ -251,30 +229,19 @@ class _Handler(BaseHTTPRequestHandler):
         name = self._model_name().replace('"', "")
         label = f'{{model_name="{name}"}}'
         acc_len = e.avg_accept_length if shape else 0.0
-        lines = []
-
-        def metric(name: str, kind: str, value: float, help_: str) -> None:
-            lines.append(f"# HELP sglang:{name} {help_}")
-            lines.append(f"# TYPE sglang:{name} {kind}")
-            lines.append(f"sglang:{name}{label} {value}")
-
-        metric("spec_accept_length", "gauge", acc_len, "The average acceptance length of speculative decoding.")
-        metric(
-            "spec_accept_rate",
-            "gauge",
-            acc_len / shape.num_draft_tokens if shape else 0.0,
-            "The average acceptance rate of speculative decoding.",
+        rate = acc_len / shape.num_draft_tokens if shape else 0.0
+        series = (
+            ("spec_accept_length", "gauge", acc_len, "The average acceptance length of speculative decoding."),
+            ("spec_accept_rate", "gauge", rate, "The average acceptance rate of speculative decoding."),
+            ("spec_num_steps", "gauge", shape.steps if shape else 0, "speculative_num_steps."),
+            ("spec_num_draft_tokens", "gauge", shape.num_draft_tokens if shape else 0, "speculative_num_draft_tokens."),
+            ("spec_verify_calls_total", "counter", e.verify_ct if shape else 0, "Number of verification rounds."),
+            ("generation_tokens_total", "counter", e.generation_tokens, "Number of generation tokens processed."),
+            ("gen_throughput", "gauge", self.server.decode_log.last_throughput, "The generation throughput (token/s)."),
         )
-        metric("spec_num_steps", "gauge", shape.steps if shape else 0, "speculative_num_steps.")
-        metric(
-            "spec_num_draft_tokens", "gauge", shape.num_draft_tokens if shape else 0, "speculative_num_draft_tokens."
+        return "".join(
+            f"# HELP sglang:{n} {h}\n# TYPE sglang:{n} {k}\nsglang:{n}{label} {v}\n" for n, k, v, h in series
         )
-        metric("spec_verify_calls_total", "counter", e.verify_ct if shape else 0, "Number of verification rounds.")
-        metric("generation_tokens_total", "counter", e.generation_tokens, "Number of generation tokens processed.")
-        metric(
-            "gen_throughput", "gauge", self.server.decode_log.last_throughput, "The generation throughput (token/s)."
-        )
-        return "\n".join(lines) + "\n"
 
     def _vllm_metrics(self) -> str:
         """vLLM 0.33.0's spec-decode counters (``SpecDecodingProm``, labels ``model_name`` and ``engine``; the
@@ -306,11 +273,35 @@ class _Handler(BaseHTTPRequestHandler):
                 )
         return "\n".join(lines) + "\n"
 
-    def _plan(self, prompt: str, max_new: int, temperature: float) -> tuple[Generation, str | None]:
-        e = self.server.engine
-        n = e.next_request()
-        fault = e.request_fault(n)
-        return e.generate(prompt, max_new, temperature=temperature, request_index=n), fault
+    def _begin(
+        self,
+        parse: Callable[[Mapping[str, Any]], int | None],
+        body: dict[str, Any],
+        prompt: str,
+        max_new: int,
+        temperature: float,
+    ) -> tuple[Generation, str | None, int | None] | None:
+        """Plan the request: (its generation, its fault, the top log-probabilities asked for), or None when it was
+        answered already: a 400 (invalid log-probability fields, or log-probabilities on a streamed request, which
+        the simulator does not serve) or a simulated HTTP 500."""
+        try:
+            top_n = parse(body)
+        except LogprobRequestError as e:
+            self._json(400, {"error": str(e)})
+            return None
+        if top_n is not None and body.get("stream"):
+            error = "log-probabilities are not simulated on streamed requests; ask for them with stream false"
+            self._json(400, {"error": error})
+            return None
+        engine = self.server.engine
+        n = engine.next_request()
+        fault = engine.request_fault(n)
+        gen = engine.generate(prompt, max_new, temperature=temperature, request_index=n)
+        if fault == "http500":
+            log.error("Request %d failed (simulated HTTP 500)", gen.request_index)
+            self._json(500, {"object": "error", "message": "Internal server error (simulated)", "code": 500})
+            return None
+        return gen, fault, top_n
 
     def _stream_rounds(self, gen: Generation, fault: str | None, emit: Any) -> float:
         """Hand the request to the batch scheduler and emit its tokens as its steps end: the first token after
@@ -362,39 +353,11 @@ class _Handler(BaseHTTPRequestHandler):
             **({"spec_correct_drafts_histogram": hist} if (hist := p.correct_drafts_histogram) else {}),
         }
 
-    def _fail_early(self, fault: str | None, gen: Generation) -> bool:
-        if fault == "http500":
-            log.error("Request %d failed (simulated HTTP 500)", gen.request_index)
-            self._json(500, {"object": "error", "message": "Internal server error (simulated)", "code": 500})
-            return True
-        return False
-
     @staticmethod
     def _finish_reason(gen: Generation) -> dict[str, Any]:
         if gen.finish_reason == "length":
             return {"type": "length", "length": gen.plan.completion_tokens}
         return {"type": gen.finish_reason, "matched": None}
-
-    def _logprob_request(
-        self, parse: Callable[[Mapping[str, Any]], int | None], body: dict[str, Any]
-    ) -> int | None | bool:
-        """How many top log-probabilities ``body`` asks for (None: none asked). False: refused with a 400 (invalid
-        fields, or log-probabilities on a streamed request, which the simulator does not serve)."""
-        try:
-            top_n = parse(body)
-        except LogprobRequestError as e:
-            self._json(400, {"error": str(e)})
-            return False
-        if top_n is not None and body.get("stream"):
-            self._json(
-                400,
-                {"error": "log-probabilities are not simulated on streamed requests; ask for them with stream false"},
-            )
-            return False
-        return top_n
-
-    def _finish(self, gen: Generation) -> None:
-        self.server.engine.record(gen.plan)
 
     def _generate(self, body: dict[str, Any]) -> None:
         sp = body.get("sampling_params") or {}
@@ -403,13 +366,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, {"error": "'text' must be a string"})
             return
         max_new = int(sp.get("max_new_tokens", 128))
-        temperature = float(sp.get("temperature", 1.0))
-        top_n = self._logprob_request(native_request, body)
-        if top_n is False:
+        begun = self._begin(native_request, body, text, max_new, float(sp.get("temperature", 1.0)))
+        if begun is None:
             return
-        gen, fault = self._plan(text, max_new, temperature)
-        if self._fail_early(fault, gen):
-            return
+        gen, fault, top_n = begun
         p = gen.plan
         rid = uuid.uuid4().hex
         if not body.get("stream"):
@@ -418,7 +378,7 @@ class _Handler(BaseHTTPRequestHandler):
                 with_text = bool(body.get("return_text_in_logprobs"))
                 extra = native_meta(gen.choices(top_n), top_n, with_text=with_text)
             wall = self._stream_rounds(gen, fault, lambda *_: None)
-            self._finish(gen)
+            self.server.engine.record(p)
             meta = {
                 "id": rid,
                 "prompt_tokens": p.prompt_tokens,
@@ -445,7 +405,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_event(json.dumps({"text": "".join(gen.pieces[:sent]), "meta_info": meta}))
 
         self._stream_rounds(gen, fault, emit)
-        self._finish(gen)
+        self.server.engine.record(p)
         self._end_stream()
 
     def _openai(self, body: dict[str, Any], chat: bool) -> None:
@@ -465,89 +425,58 @@ class _Handler(BaseHTTPRequestHandler):
             prompt = given
         max_new = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         temperature = float(body.get("temperature", 1.0))
-        top_n = self._logprob_request(chat_request if chat else completions_request, body)
-        if top_n is False:
+        begun = self._begin(chat_request if chat else completions_request, body, prompt, max_new, temperature)
+        if begun is None:
             return
-        gen, fault = self._plan(prompt, max_new, temperature)
-        if self._fail_early(fault, gen):
-            return
+        gen, fault, top_n = begun
         p = gen.plan
         cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        usage = {
-            "prompt_tokens": p.prompt_tokens,
-            "completion_tokens": p.completion_tokens,
-            "total_tokens": p.prompt_tokens + p.completion_tokens,
-        }
+        tokens = {"prompt_tokens": p.prompt_tokens, "completion_tokens": p.completion_tokens}
+        usage = {**tokens, "total_tokens": p.prompt_tokens + p.completion_tokens}
         # SGLang's extension of the OpenAI answer (vLLM has none)
         sglext = self._spec_meta(gen) if self.server.args.engine == "sglang" else None
+
+        def answer(obj: str, choices: list[Any], usage: Any, final: bool) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "id": cid,
+                "object": obj,
+                "created": created,
+                "model": self._model_name(),
+                "choices": choices,
+            }
+            out["usage"] = usage
+            if final and sglext is not None:
+                out["sglext"] = sglext
+            return out
+
         if not body.get("stream"):
             lp = None
             if top_n is not None:  # built before the wait, so the answer leaves on time
-                fmt = chat_logprobs if chat else completions_logprobs
-                lp = fmt(gen.choices(top_n), top_n)
+                lp = (chat_logprobs if chat else completions_logprobs)(gen.choices(top_n), top_n)
             self._stream_rounds(gen, fault, lambda *_: None)
-            self._finish(gen)
+            self.server.engine.record(p)
             choice: dict[str, Any] = {"index": 0, "finish_reason": gen.finish_reason, "logprobs": lp}
             if chat:
                 choice["message"] = {"role": "assistant", "content": gen.text}
             else:
                 choice["text"] = gen.text
-            self._json(
-                200,
-                {
-                    "id": cid,
-                    "object": "chat.completion" if chat else "text_completion",
-                    "created": created,
-                    "model": self._model_name(),
-                    "choices": [choice],
-                    "usage": usage,
-                    **({"sglext": sglext} if sglext is not None else {}),
-                },
-            )
+            self._json(200, answer("chat.completion" if chat else "text_completion", [choice], usage, True))
             return
+        obj = "chat.completion.chunk" if chat else "text_completion"
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self._start_stream()
 
         def emit(delta: str, _sent: int, final: bool) -> None:
-            choice: dict[str, Any] = {
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": gen.finish_reason if final else None,
-            }
-            if chat:
-                choice["delta"] = {"content": delta}
-            else:
-                choice["text"] = delta
-            chunk: dict[str, Any] = {
-                "id": cid,
-                "object": obj,
-                "created": created,
-                "model": self._model_name(),
-                "choices": [choice],
-                "usage": None,
-            }
-            if final and sglext is not None:
-                chunk["sglext"] = sglext
-            self._send_event(json.dumps(chunk))
+            reason = gen.finish_reason if final else None
+            choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": reason}
+            choice.update({"delta": {"content": delta}} if chat else {"text": delta})
+            self._send_event(json.dumps(answer(obj, [choice], None, final)))
 
         self._stream_rounds(gen, fault, emit)
-        self._finish(gen)
+        self.server.engine.record(p)
         if include_usage:
-            self._send_event(
-                json.dumps(
-                    {
-                        "id": cid,
-                        "object": obj,
-                        "created": created,
-                        "model": self._model_name(),
-                        "choices": [],
-                        "usage": usage,
-                        **({"sglext": sglext} if sglext is not None else {}),
-                    }
-                )
-            )
+            self._send_event(json.dumps(answer(obj, [], usage, True)))
         self._end_stream()
 
 
@@ -732,8 +661,6 @@ def chat_logprobs(choices: Sequence[TokenChoice], top_n: int) -> dict[str, Any]:
 COALESCE_S = 0.002
 #: running requests up to which the coalescing window is COALESCE_S; above, it grows in proportion
 COALESCE_BATCH = 8
-
-log = logging.getLogger("autotune.sim")
 
 DECODE_LOG_INTERVAL = 40
 

@@ -199,9 +199,3 @@ def _answer_choices(a: Answer, top_n: int) -> tuple[TokenChoice, ...]:
         else:
             out.append(token_choice(a.prompt, a.stream_at(i), i, tok, top_n))
     return tuple(out)
-
-
-def output_tokens(prompt: str, n: int, *, diverge_at: int | None = None, sample_seed: int | None = None) -> list[str]:
-    """The ``n`` tokens of an answer. ``diverge_at``: a broken server's text changes from there on.
-    ``sample_seed``: temperature > 0, a different stream per request."""
-    return list(Answer(prompt, n, diverge_at=diverge_at, sample_seed=sample_seed).tokens())

@@ -12,9 +12,6 @@ import numpy as np
 
 from autotune.sim.acceptance import SpecShape
 
-# ---------------------------------------------------------------------------------------------------------------
-# time per round
-
 
 @dataclass(frozen=True)
 class Hardware:
@@ -45,14 +42,18 @@ class Hardware:
         return self.t_fix + self.t_w
 
 
-def t_verify(hw: Hardware, n: int) -> float:
-    """T_ver(N): one target forward over N tokens; MoE experts read grow with N."""
+def _weights(hw: Hardware, n_eff: float) -> float:
+    """Weight reads of a forward whose tokens route like ``n_eff`` independent ones (MoE experts: more are read)."""
     moe = 1.0
     if hw.f_exp > 0 and hw.experts > 0 and hw.active > 0:
         frac = hw.active / hw.experts
-        n_eff = 1.0 + hw.xi * (n - 1)
         moe = (1.0 - (1.0 - frac) ** n_eff) / frac
-    return hw.t_fix + hw.t_w * ((1.0 - hw.f_exp) + hw.f_exp * moe) + hw.t_tok * n
+    return hw.t_w * ((1.0 - hw.f_exp) + hw.f_exp * moe)
+
+
+def t_verify(hw: Hardware, n: int) -> float:
+    """T_ver(N): one target forward over N tokens; MoE experts read grow with N."""
+    return hw.t_fix + _weights(hw, 1.0 + hw.xi * (n - 1)) + hw.t_tok * n
 
 
 def t_cycle(hw: Hardware, shape: SpecShape | None) -> float:
@@ -72,14 +73,9 @@ def t_verify_batch(hw: Hardware, batch: int, n: int, context: float) -> float:
     the compute of ``batch * n`` tokens (``t_flop`` each) exceeds it; ``t_tok`` per token on top. At ``batch`` 1
     it is ``t_verify(hw, n)`` (``t_target`` for ``n`` = 1)."""
     tokens = batch * n
-    moe = 1.0
-    if hw.f_exp > 0 and hw.experts > 0 and hw.active > 0:
-        frac = hw.active / hw.experts
-        # a sequence's verified tokens route alike (xi); other sequences' tokens add xi_batch of one each
-        xi_b = hw.xi if hw.xi_batch is None else hw.xi_batch
-        n_eff = (1.0 + xi_b * (batch - 1)) * (1.0 + hw.xi * (n - 1))
-        moe = (1.0 - (1.0 - frac) ** n_eff) / frac
-    memory = hw.t_w * ((1.0 - hw.f_exp) + hw.f_exp * moe) + hw.t_kv * (batch - 1) * context
+    # a sequence's verified tokens route alike (xi); other sequences' tokens add xi_batch of one each
+    xi_b = hw.xi if hw.xi_batch is None else hw.xi_batch
+    memory = _weights(hw, (1.0 + xi_b * (batch - 1)) * (1.0 + hw.xi * (n - 1))) + hw.t_kv * (batch - 1) * context
     compute = hw.t_flop * tokens
     extra = tokens if n > 1 else tokens - 1  # a plain step's one token is part of t_target
     return hw.t_fix + max(memory, compute) + hw.t_tok * extra
@@ -106,10 +102,6 @@ def t_prefill(hw: Hardware, prompt_tokens: int, speculative: bool) -> float:
     if speculative:
         t += hw.t_ext
     return t
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# one request
 
 
 @dataclass(frozen=True)
@@ -225,6 +217,3 @@ def expected_request_ms(phases: list[Phase], *, max_new: int, prefill_ms: float,
         rounds += (need + overshoot) / mean
         produced = target
     return prefill_ms + rounds * cycle_ms
-
-
-# ---------------------------------------------------------------------------------------------------------------

@@ -299,7 +299,8 @@ def test_the_lossless_check_reads_near_ties_as_numerics_and_the_broken_drafter_a
         bases, brokens, refs = [], [], []
         for k in range(60):
             prompt = f"Question {k}: how does item {k * 7} work?"
-            base = base_engine.generate(prompt, 260, temperature=0).reference(0, lossless.REFERENCE_TOP_N)
+            gen = base_engine.generate(prompt, 260, temperature=0)
+            base = ReferenceOutput(index=0, text=gen.text, tokens=gen.choices(lossless.REFERENCE_TOP_N))
             fast = fast_engine.generate(prompt, 260, temperature=0).text
             broken = broken_engine.generate(prompt, 260, temperature=0).text
             tie = lossless.classify(base.text, fast, base, tolerance)
