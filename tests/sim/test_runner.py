@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -189,13 +188,13 @@ def test_faults_in_process() -> None:
         s.run_prompt(2)
 
 
-def test_200_trials_take_about_a_second() -> None:
+def test_200_trials_charge_the_virtual_clock() -> None:
+    """Each simulated start and its prompts are charged to the virtual clock (the sim's speed is a benchmark's,
+    scripts/bench_overhead.py, never a wall-clock assertion here)."""
     r, clock = runner()
     configs = [spec("custom-10k", 3, 4, 16), spec("aq-medai", 4, 1, 5), spec(None), spec("aq-medai", 5, 2, 12, True)]
-    t0 = time.perf_counter()
     for i in range(200):
         run_all(r, configs[i % 4])
-    assert time.perf_counter() - t0 < 3.0
     assert clock.now() > 200 * 420
 
 
