@@ -111,7 +111,7 @@ def test_startup_timeout_stops_server(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(StartupTimeout) as ei:
         runner.launch(SPEC)
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 30  # the limit applied (a server that never gets ready would hang the test)
     assert "fake server starting" in ei.value.log_tail
     assert not port_listening("127.0.0.1", space.server.port)
 
@@ -122,7 +122,7 @@ def test_startup_timeout_is_divided_by_time_scale(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(StartupTimeout):
         runner.launch(SPEC)
-    assert time.monotonic() - t0 < 6
+    assert time.monotonic() - t0 < 25  # 50 s / 50, far below the unscaled 50 s even on a loaded machine
 
 
 def test_sigterm_ignored_gets_sigkill(tmp_path):
