@@ -69,9 +69,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -460,6 +460,19 @@ _ENCODE: dict[str, Any] = {
 _T = TypeVar("_T")
 
 
+class _Attr(Generic[_T]):
+    """A ``TrialRecord`` property: the stored attr ``key`` as it is (stored JSON, typed for the reader, not
+    checked), ``default()`` when absent (None without one)."""
+
+    def __init__(self, key: str, default: Callable[[], _T] | None = None) -> None:
+        self.key, self.default = key, default
+
+    def __get__(self, r: TrialRecord, owner: object = None) -> _T:
+        if self.default is not None and self.key not in r.attrs:
+            return self.default()
+        return cast(_T, r.attrs.get(self.key))
+
+
 class TrialRecord:
     """Typed read access to one trial's record (a ``FrozenTrial``, or the running ``optuna.Trial``)."""
 
@@ -471,14 +484,34 @@ class TrialRecord:
         self.trial = trial
         self.attrs: dict[str, Any] = trial.user_attrs if attrs is None else attrs
 
-    def _attr(self, key: str, default: _T) -> _T:
-        """The stored attr ``key`` (``default`` when absent), as the type of ``default``: stored JSON, not checked."""
-        value: _T = self.attrs.get(key, default)
-        return value
-
-    @property
-    def role(self) -> str | None:
-        return self.attrs.get(ROLE)
+    role = _Attr[str | None](ROLE)
+    seeded = _Attr[str | None](SEEDED)
+    config = _Attr[dict[str, Any] | None](CONFIG)
+    effective = _Attr[dict[str, Any] | None](EFFECTIVE)
+    config_key = _Attr[str | None](CONFIG_KEY)
+    duplicate_of = _Attr[int | None](DUPLICATE_OF)
+    fail_kind = _Attr[str | None](FAIL_KIND)
+    fail_reason = _Attr[str | None](FAIL_REASON)
+    infeasible = _Attr[str | None](INFEASIBLE)
+    feasible = _Attr[bool | None](FEASIBLE)
+    prune_reason = _Attr[str | None](PRUNE_REASON)
+    speedup_upper = _Attr[float | None](SPEEDUP_UPPER)
+    pruned_against = _Attr[int | None](PRUNED_AGAINST)
+    #: not launched: the surrogate's chance of it reaching the best measured config was too small
+    not_worth_a_start = _Attr[dict[str, Any] | None](NOT_WORTH_A_START)
+    speedup = _Attr[float | None](SPEEDUP)
+    accept_length = _Attr[float | None](ACCEPT_LENGTH)
+    #: per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed
+    prompts = _Attr[list[dict[str, Any]]](PROMPTS, list)
+    startup_s = _Attr[float | None](STARTUP_S)
+    log_path = _Attr[str | None](LOG_PATH)
+    argv = _Attr[list[str] | None](ARGV)
+    baseline_trial = _Attr[int | None](BASELINE_TRIAL)
+    outputs = _Attr[list[str]](OUTPUTS, list)
+    lossless = _Attr[dict[str, Any] | None](LOSSLESS)
+    #: per-level summaries as stored (empty without load levels); ``level_results`` reads them typed
+    levels = _Attr[list[dict[str, Any]]](LEVELS, list)
+    slo_broken = _Attr[list[str]](SLO_BROKEN, list)
 
     @property
     def is_baseline(self) -> bool:
@@ -507,32 +540,12 @@ class TrialRecord:
         return self.trial.params.get(PARAM_CUDA_GRAPH)
 
     @property
-    def seeded(self) -> str | None:
-        return self.attrs.get(SEEDED)
-
-    @property
-    def config(self) -> dict[str, Any] | None:
-        return self.attrs.get(CONFIG)
-
-    @property
-    def effective(self) -> dict[str, Any] | None:
-        return self.attrs.get(EFFECTIVE)
-
-    @property
     def shown_config(self) -> dict[str, Any] | None:
         """The effective config, else the suggested one (a config the server would reject has no effective one)."""
         return self.attrs.get(EFFECTIVE) or self.attrs.get(CONFIG)
 
     def effective_config(self) -> TrialConfig:
         return TrialConfig.from_dict(self.attrs.get(EFFECTIVE) or {})
-
-    @property
-    def config_key(self) -> str | None:
-        return self.attrs.get(CONFIG_KEY)
-
-    @property
-    def duplicate_of(self) -> int | None:
-        return self.attrs.get(DUPLICATE_OF)
 
     @property
     def is_duplicate(self) -> bool:
@@ -551,58 +564,12 @@ class TrialRecord:
         return bool(self.attrs.get(NOT_LAUNCHED))
 
     @property
-    def fail_kind(self) -> str | None:
-        return self.attrs.get(FAIL_KIND)
-
-    @property
-    def fail_reason(self) -> str | None:
-        return self.attrs.get(FAIL_REASON)
-
-    @property
-    def infeasible(self) -> str | None:
-        return self.attrs.get(INFEASIBLE)
-
-    @property
-    def feasible(self) -> bool | None:
-        return self.attrs.get(FEASIBLE)
-
-    @property
-    def prune_reason(self) -> str | None:
-        return self.attrs.get(PRUNE_REASON)
-
-    @property
-    def speedup_upper(self) -> float | None:
-        return self.attrs.get(SPEEDUP_UPPER)
-
-    @property
     def prune_rule(self) -> str | None:
         """``baseline`` or ``leader`` for a trial the pruner stopped (older studies: baseline)."""
         if self.attrs.get(PRUNE_REASON) is None:
             return None
-        return self._attr(PRUNE_RULE, "baseline")
-
-    @property
-    def pruned_against(self) -> int | None:
-        return self.attrs.get(PRUNED_AGAINST)
-
-    @property
-    def not_worth_a_start(self) -> dict[str, Any] | None:
-        """Not launched: the surrogate's chance of it reaching the best measured config was too small
-        (``search.not_worth_a_start``)."""
-        return self.attrs.get(NOT_WORTH_A_START)
-
-    @property
-    def speedup(self) -> float | None:
-        return self.attrs.get(SPEEDUP)
-
-    @property
-    def accept_length(self) -> float | None:
-        return self.attrs.get(ACCEPT_LENGTH)
-
-    @property
-    def prompts(self) -> list[dict[str, Any]]:
-        """Per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed."""
-        return self._attr(PROMPTS, [])
+        rule: str = self.attrs.get(PRUNE_RULE, "baseline")
+        return rule
 
     @property
     def accept_positions(self) -> AcceptPositions | None:
@@ -613,10 +580,6 @@ class TrialRecord:
     def prompt_results(self) -> list[PromptResult]:
         """Per-prompt results, in the order measured (``PromptResult``, without the answers' text)."""
         return [PromptResult.from_dict(p) for p in self.prompts]
-
-    @property
-    def startup_s(self) -> float | None:
-        return self.attrs.get(STARTUP_S)
 
     @property
     def warmup(self) -> WarmUp:
@@ -632,33 +595,8 @@ class TrialRecord:
         """Its starts that failed (``{"kind", "seconds"}``: server seconds each held the machine), billed."""
         return list(self.attrs.get(FAILED_STARTS) or [])
 
-    @property
-    def log_path(self) -> str | None:
-        return self.attrs.get(LOG_PATH)
-
-    @property
-    def argv(self) -> list[str] | None:
-        return self.attrs.get(ARGV)
-
-    @property
-    def baseline_trial(self) -> int | None:
-        return self.attrs.get(BASELINE_TRIAL)
-
-    @property
-    def outputs(self) -> list[str]:
-        return self._attr(OUTPUTS, [])
-
     def references(self) -> list[ReferenceOutput | None]:
         return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
-
-    @property
-    def lossless(self) -> dict[str, Any] | None:
-        return self.attrs.get(LOSSLESS)
-
-    @property
-    def levels(self) -> list[dict[str, Any]]:
-        """Per-level summaries as stored (empty without load levels); ``level_results`` reads them typed."""
-        return self._attr(LEVELS, [])
 
     def level_results(self) -> list[LevelSummary]:
         """Per-level summaries, lowest level first (empty without load levels)."""
@@ -670,10 +608,6 @@ class TrialRecord:
 
     def level_tok_per_s(self) -> dict[int, float]:
         return {x.level: x.tok_per_s for x in self.level_results()}
-
-    @property
-    def slo_broken(self) -> list[str]:
-        return self._attr(SLO_BROKEN, [])
 
     @property
     def lossy(self) -> bool:
