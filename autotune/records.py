@@ -52,6 +52,7 @@ Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, 
 ``n_trials`` (the budget the last ``autotune study`` set; ``autotune worker`` reads it),
 ``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search),
 ``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm),
+``search_settled`` (why the search stopped before its budget: ``autotune.study.settle``),
 ``verdict`` / ``recommended`` (written by ``autotune dashboard`` for optuna-dashboard: the verdict, and the trial
 autotune recommends with rounded figures; ``autotune.render.publish``), ``methods`` (a space with
 ``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``),
@@ -111,8 +112,7 @@ PRUNE_REASON = "prune_reason"
 SPEEDUP_UPPER = "speedup_upper"
 PRUNE_RULE = "prune_rule"
 PRUNED_AGAINST = "pruned_against"
-#: a proposal not launched: the surrogate gave it too little chance of reaching the best measured config
-#: (``search.not_worth_a_start``): {"p", "against", "tok_per_s", "predicted", "sd", "reason"}
+#: {"p", "against", "tok_per_s", "predicted", "sd", "reason"} (``search.not_worth_a_start``)
 NOT_WORTH_A_START = "not_worth_a_start"
 BASELINE_TRIAL = "baseline_trial"
 ARGV = "argv"
@@ -148,22 +148,13 @@ WORKER_SPEC = "worker_spec"
 N_TRIALS = "n_trials"
 LEVEL_PHASE = "level_phase"
 BASELINE_CHECK_ROUNDS = "baseline_check_rounds"
-#: the search stopped before its budget because its answer was settled (``autotune.study.settle``)
 SEARCH_SETTLED = "search_settled"
 VERDICT = "verdict"
 METHODS = "methods"
-#: a request-log space's subset and guards (``autotune.traffic``), as the study recorded it
 TRAFFIC = "traffic"
-#: the baseline's tok/s on the subset against a sample of the rest of the log (``autotune.traffic.holdout_check``,
-#: its per-prompt figures and the baseline trial), written once, by the first baseline that measures the holdout
 TRAFFIC_HOLDOUT = "traffic_holdout"
-#: the confirmed winner's accepted draft tokens a round on the subset against the holdout
-#: (``autotune.traffic.acceptance_check``, its per-request acceptance lengths), written after confirmation
 TRAFFIC_ACCEPTANCE = "traffic_acceptance"
-#: a sampling space's lossless check at temperature 0: confirmation's winner against its baseline's references
-#: (``autotune.study.winner``)
 GREEDY_LOSSLESS = "greedy_lossless"
-#: the drafters' reference acceptance lengths the space gives (``drafters[].reference_acceptance``), by name
 DRAFTER_REFERENCES = "drafter_references"
 RECOMMENDED = "recommended"
 
@@ -176,8 +167,8 @@ TRIAL_KEYS = (
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
-    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS, TRAFFIC, TRAFFIC_HOLDOUT,
-    TRAFFIC_ACCEPTANCE, GREEDY_LOSSLESS, DRAFTER_REFERENCES,
+    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, SEARCH_SETTLED, VERDICT, RECOMMENDED, METHODS, TRAFFIC,
+    TRAFFIC_HOLDOUT, TRAFFIC_ACCEPTANCE, GREEDY_LOSSLESS, DRAFTER_REFERENCES,
 )
 # fmt: on
 
@@ -1196,10 +1187,14 @@ def study_labels(study: optuna.Study) -> tuple[Any, str]:
     return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
 
 
+def _stored_dict(study: optuna.Study, key: str) -> dict[str, Any] | None:
+    value = study.user_attrs.get(key)
+    return value if isinstance(value, dict) else None
+
+
 def traffic(study: optuna.Study) -> dict[str, Any] | None:
     """A request-log study's subset and guards (``space.model.TrafficInfo`` as recorded); None for other studies."""
-    value = study.user_attrs.get(TRAFFIC)
-    return value if isinstance(value, dict) else None
+    return _stored_dict(study, TRAFFIC)
 
 
 def set_traffic(study: optuna.Study, info: dict[str, Any]) -> None:
@@ -1209,9 +1204,8 @@ def set_traffic(study: optuna.Study, info: dict[str, Any]) -> None:
 
 
 def traffic_holdout(study: optuna.Study) -> dict[str, Any] | None:
-    """The holdout check as recorded (``TRAFFIC_HOLDOUT``); None until a baseline measured it, or without one."""
-    value = study.user_attrs.get(TRAFFIC_HOLDOUT)
-    return value if isinstance(value, dict) else None
+    """None until a baseline measured it, or without a holdout."""
+    return _stored_dict(study, TRAFFIC_HOLDOUT)
 
 
 def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
@@ -1221,10 +1215,8 @@ def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
 
 
 def traffic_acceptance(study: optuna.Study) -> dict[str, Any] | None:
-    """The winner's acceptance on the subset against the holdout as recorded (``TRAFFIC_ACCEPTANCE``); None until
-    it ran, or without a holdout."""
-    value = study.user_attrs.get(TRAFFIC_ACCEPTANCE)
-    return value if isinstance(value, dict) else None
+    """None until it ran, or without a holdout."""
+    return _stored_dict(study, TRAFFIC_ACCEPTANCE)
 
 
 def set_traffic_acceptance(study: optuna.Study, value: dict[str, Any]) -> None:
@@ -1232,9 +1224,8 @@ def set_traffic_acceptance(study: optuna.Study, value: dict[str, Any]) -> None:
 
 
 def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
-    """A sampling space's temperature-0 lossless check as recorded (``GREEDY_LOSSLESS``); None until it ran."""
-    value = study.user_attrs.get(GREEDY_LOSSLESS)
-    return value if isinstance(value, dict) else None
+    """None until it ran."""
+    return _stored_dict(study, GREEDY_LOSSLESS)
 
 
 def set_greedy_lossless(study: optuna.Study, value: dict[str, Any]) -> None:

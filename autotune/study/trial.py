@@ -60,8 +60,6 @@ from autotune.errors import (
     DrafterNotEngaged,
     InfeasibleConfig,
     LaunchError,
-    ServerDied,
-    ServerExited,
     ServerOOM,
     Unstable,
     UserError,
@@ -69,14 +67,13 @@ from autotune.errors import (
 )
 from autotune.errors import crash_line as _crash_line
 from autotune.errors import is_crash as _crash
-from autotune.measure import run_levels, run_prompts, warmup_rule
+from autotune.measure import run_levels, run_prompts, warmup_rule, with_fresh_starts
 from autotune.records import TrialRecord, TrialWriter
 from autotune.seam import Session
 from autotune.space import Space
 from autotune.study import _optuna
 from autotune.study.context import Event, StudyContext, idle, trial_limit_s
 from autotune.study.outcomes import (
-    CRASH_STARTS,
     FAILURES,
     Infeasible,
     Lost,
@@ -348,26 +345,28 @@ class Objective:
 
     def _measure(self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None) -> tuple[float, dict[str, Any]]:
         """Launch, check, prompts, (references,) levels. A server that crashes (killed by a signal at start-up,
-        or dying while it serves) gets one fresh start that goes on from what the first measured; a second
-        crash ends the trial as ``unstable``, with both log lines."""
-        crashes: list[str] = []
-        while True:
-            try:
-                return self._measure_once(t, config, baseline)
-            except (ServerExited, ServerDied) as e:
-                if not _crash(e):
-                    raise
-                crashes.append(_crash_line(e))
-                t.record.crashes(crashes)
-                if len(crashes) < CRASH_STARTS and t.start_s is not None:  # its prompts are kept; its start-up lost
-                    t.lost(e.kind, t.start_s)
-                if len(crashes) >= CRASH_STARTS:
-                    raise Unstable(
-                        f"the server crashed on {len(crashes)} starts of this config: " + " | ".join(crashes),
-                        log_tail=getattr(e, "log_tail", ""),
-                        log_path=getattr(e, "log_path", None),
-                    ) from e
-                self.ctx.emit(Event("note", t.number, {"message": f"server crashed ({crashes[-1]}); one fresh start"}))
+        or dying while it serves) gets one fresh start that goes on from what the first measured
+        (``measure.with_fresh_starts``); a second crash ends the trial as ``unstable``, with both log lines."""
+
+        def retry(e: Exception, crashes: list[Exception]) -> None:
+            t.record.crashes([_crash_line(x) for x in crashes])
+            if t.start_s is not None:  # its prompts are kept; its start-up is lost
+                t.lost(getattr(e, "kind", ""), t.start_s)
+            self.ctx.emit(Event("note", t.number, {"message": f"server crashed ({_crash_line(e)}); one fresh start"}))
+
+        def give_up(crashes: list[Exception]) -> Unstable:
+            lines = [_crash_line(x) for x in crashes]
+            t.record.crashes(lines)
+            e = crashes[-1]
+            return Unstable(
+                f"the server crashed on {len(lines)} starts of this config: " + " | ".join(lines),
+                log_tail=getattr(e, "log_tail", ""),
+                log_path=getattr(e, "log_path", None),
+            )
+
+        return with_fresh_starts(
+            lambda: self._measure_once(t, config, baseline), retried=_crash, on_retry=retry, give_up=give_up
+        )
 
     def _measure_once(
         self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None
