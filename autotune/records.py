@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, TypeVar, cast
 
@@ -233,7 +233,7 @@ class RoundLevels:
             {int(k): {int(c): v for c, v in lv.items()} for k, lv in (d.get("candidates") or {}).items()},
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "baseline": {str(k): {str(c): v for c, v in lv.items()} for k, lv in self.baseline.items()},
             "candidates": {str(k): {str(c): v for c, v in lv.items()} for k, lv in self.candidates.items()},
@@ -262,8 +262,8 @@ class StartRecord:
             tuple(float(x) for x in d.get("failed_s") or ()),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"tok_per_s": self.tok_per_s, "startup_s": self.startup_s, "seconds": self.seconds}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"tok_per_s": self.tok_per_s, "startup_s": self.startup_s, "seconds": self.seconds}
         if self.warmup.passes:
             out["warmup"] = self.warmup.to_dict()
         if self.failed_s:
@@ -285,7 +285,7 @@ class RoundStarts:
             {int(k): StartRecord.from_dict(v) for k, v in (d.get("candidates") or {}).items()},
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "baseline": {str(k): v.to_dict() for k, v in self.baseline.items()},
             "candidates": {str(k): v.to_dict() for k, v in self.candidates.items()},
@@ -312,8 +312,8 @@ class Round:
             None if st is None else RoundStarts.from_dict(st),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "baseline": {str(k): v for k, v in self.baseline.items()},
             "candidates": {str(k): v for k, v in self.candidates.items()},
         }
@@ -328,7 +328,7 @@ def rounds_from(stored: list[dict[str, Any]] | None) -> list[Round]:
     return [Round.from_dict(r) for r in stored or []]
 
 
-def rounds_to(rounds: list[Round]) -> list[dict[str, Any]]:
+def rounds_to(rounds: list[Round]) -> list[dict[str, object]]:
     return [r.to_dict() for r in rounds]
 
 
@@ -399,7 +399,7 @@ class ConfirmationState:
     def from_dict(cls, d: dict[str, Any]) -> ConfirmationState:
         s = cls.__new__(cls)
         object.__setattr__(s, "rounds", [])
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}
         object.__setattr__(s, "_extra", extra)
         for k, v in d.items():
             if k in _DECODE:
@@ -432,13 +432,13 @@ class ConfirmationState:
 
 
 _FIELDS = frozenset(f.name for f in fields(ConfirmationState))
-_DECODE: dict[str, Any] = {
+_DECODE: dict[str, Callable[[Any], object]] = {
     "rounds": rounds_from,
     "check_rounds": rounds_from,
     "level_only": lambda v: None if v is None else [int(x) for x in v],
     "verdict": lambda v: None if v is None else Verdict(v),
 }
-_ENCODE: dict[str, Any] = {
+_ENCODE: dict[str, Callable[[Any], object]] = {
     "rounds": rounds_to,
     "check_rounds": rounds_to,
     "level_only": lambda v: [str(x) for x in v],
@@ -556,7 +556,7 @@ class TrialRecord:
 
     @property
     def prune_rule(self) -> str | None:
-        """``baseline`` or ``leader`` for a trial the pruner stopped (older studies: baseline)."""
+        """``baseline`` or ``leader`` for a trial the pruner stopped (recorded without a rule: baseline)."""
         if self.attrs.get(PRUNE_REASON) is None:
             return None
         rule: str = self.attrs.get(PRUNE_RULE, "baseline")
@@ -657,7 +657,7 @@ class TrialWriter:
         if against is not None:
             self._set(PRUNED_AGAINST, against)
 
-    def not_worth_a_start(self, skip: dict[str, Any]) -> None:
+    def not_worth_a_start(self, skip: Mapping[str, object]) -> None:
         self._set(NOT_WORTH_A_START, skip)
 
     def server_log(self, tail: str, path: str | None) -> None:
@@ -671,7 +671,7 @@ class TrialWriter:
     def crashes(self, lines: list[str]) -> None:
         self._set(CRASHES, list(lines))
 
-    def failed_starts(self, starts: list[dict[str, Any]]) -> None:
+    def failed_starts(self, starts: Sequence[Mapping[str, object]]) -> None:
         self._set(FAILED_STARTS, list(starts))
 
     def interrupted(self) -> None:
@@ -711,10 +711,10 @@ class TrialWriter:
     def speedup(self, value: float) -> None:
         self._set(SPEEDUP, value)
 
-    def lossless(self, record: dict[str, Any]) -> None:
+    def lossless(self, record: Mapping[str, object]) -> None:
         self._set(LOSSLESS, record)
 
-    def levels(self, summaries: list[dict[str, Any]]) -> None:
+    def levels(self, summaries: Sequence[Mapping[str, object]]) -> None:
         self._set(LEVELS, summaries)
 
     def slo_broken(self, levels: list[str]) -> None:
@@ -730,9 +730,9 @@ def enqueue_baseline(study: optuna.Study, cuda_graph: bool) -> None:
 
 
 def enqueue_speculative(
-    study: optuna.Study, params: dict[str, Any], *, seeded: str | None = None, requeued_from: int | None = None
+    study: optuna.Study, params: dict[str, object], *, seeded: str | None = None, requeued_from: int | None = None
 ) -> None:
-    attrs: dict[str, Any] = {ROLE: ROLE_SPECULATIVE}
+    attrs: dict[str, object] = {ROLE: ROLE_SPECULATIVE}
     if seeded is not None:
         attrs[SEEDED] = seeded
     if requeued_from is not None:
@@ -740,7 +740,7 @@ def enqueue_speculative(
     study.enqueue_trial(params, user_attrs=attrs)
 
 
-def enqueue_retry(study: optuna.Study, lost: FrozenTrial, system_attrs: dict[str, Any]) -> None:
+def enqueue_retry(study: optuna.Study, lost: FrozenTrial, system_attrs: dict[str, object]) -> None:
     """Queue the config of a lost trial again (``autotune.study.storage.RetryLostTrial``): its params, the attrs
     it was enqueued with (role, seeded) and ``requeued_from``, not what the lost attempt recorded."""
     attrs = {k: lost.user_attrs[k] for k in (ROLE, SEEDED) if k in lost.user_attrs}
@@ -1066,7 +1066,7 @@ def lossless_floor(study: optuna.Study) -> list[dict[str, Any]]:
     return list(study.user_attrs.get(LOSSLESS_FLOOR, []))
 
 
-def set_lossless_floor(study: optuna.Study, floor: list[dict[str, Any]]) -> None:
+def set_lossless_floor(study: optuna.Study, floor: Sequence[Mapping[str, object]]) -> None:
     study.set_user_attr(LOSSLESS_FLOOR, floor)
 
 
@@ -1084,7 +1084,7 @@ def level_phase(study: optuna.Study) -> LevelPhase:
 
 
 def set_level_phase(study: optuna.Study, state: LevelPhase) -> None:
-    """Stored as ``{"rounds": N}`` until the ladder is done, then with ``"ladder": true`` (as it always was)."""
+    """Stored as ``{"rounds": N}`` until the ladder is done, then with ``"ladder": true``."""
     study.set_user_attr(LEVEL_PHASE, {"rounds": state.rounds, **({"ladder": True} if state.ladder else {})})
 
 
@@ -1105,7 +1105,7 @@ def search_settled(study: optuna.Study) -> dict[str, Any] | None:
     return dict(stored) if stored else None
 
 
-def set_search_settled(study: optuna.Study, state: dict[str, Any]) -> None:
+def set_search_settled(study: optuna.Study, state: Mapping[str, object]) -> None:
     study.set_user_attr(SEARCH_SETTLED, state)
 
 
@@ -1133,7 +1133,7 @@ def label_study(
     space_name: str,
     backend: str,
     simulated: bool,
-    label: dict[str, Any] | None,
+    label: Mapping[str, object] | None,
     prompt_ids: list[str],
     seed: int | None = None,
 ) -> None:
@@ -1161,7 +1161,7 @@ def worker_spec(study: optuna.Study) -> dict[str, Any] | None:
     return study.user_attrs.get(WORKER_SPEC)
 
 
-def set_worker_spec(study: optuna.Study, spec: dict[str, Any]) -> None:
+def set_worker_spec(study: optuna.Study, spec: Mapping[str, object]) -> None:
     study.set_user_attr(WORKER_SPEC, spec)
 
 
@@ -1197,7 +1197,7 @@ def traffic(study: optuna.Study) -> dict[str, Any] | None:
     return _stored_dict(study, TRAFFIC)
 
 
-def set_traffic(study: optuna.Study, info: dict[str, Any]) -> None:
+def set_traffic(study: optuna.Study, info: Mapping[str, object]) -> None:
     """Record the subset and guards once (the first run's stay: the study's prompts are fixed by its digest)."""
     if TRAFFIC not in study.user_attrs:
         study.set_user_attr(TRAFFIC, info)
@@ -1208,7 +1208,7 @@ def traffic_holdout(study: optuna.Study) -> dict[str, Any] | None:
     return _stored_dict(study, TRAFFIC_HOLDOUT)
 
 
-def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
+def set_traffic_holdout(study: optuna.Study, value: Mapping[str, object]) -> None:
     """Record the holdout check once (the first baseline's; later baselines do not measure it again)."""
     if TRAFFIC_HOLDOUT not in study.user_attrs:
         study.set_user_attr(TRAFFIC_HOLDOUT, value)
@@ -1219,7 +1219,7 @@ def traffic_acceptance(study: optuna.Study) -> dict[str, Any] | None:
     return _stored_dict(study, TRAFFIC_ACCEPTANCE)
 
 
-def set_traffic_acceptance(study: optuna.Study, value: dict[str, Any]) -> None:
+def set_traffic_acceptance(study: optuna.Study, value: Mapping[str, object]) -> None:
     study.set_user_attr(TRAFFIC_ACCEPTANCE, value)
 
 
@@ -1228,7 +1228,7 @@ def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
     return _stored_dict(study, GREEDY_LOSSLESS)
 
 
-def set_greedy_lossless(study: optuna.Study, value: dict[str, Any]) -> None:
+def set_greedy_lossless(study: optuna.Study, value: Mapping[str, object]) -> None:
     study.set_user_attr(GREEDY_LOSSLESS, value)
 
 
@@ -1248,13 +1248,13 @@ def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:
     return study.user_attrs.get(METHODS)
 
 
-def set_method_catalogue(study: optuna.Study, info: dict[str, Any]) -> None:
+def set_method_catalogue(study: optuna.Study, info: Mapping[str, object]) -> None:
     """Record the catalogue once (the first run's stays)."""
     if METHODS not in study.user_attrs:
         study.set_user_attr(METHODS, info)
 
 
-def set_outcome(study: optuna.Study, verdict: str, recommended: dict[str, Any]) -> None:
+def set_outcome(study: optuna.Study, verdict: str, recommended: Mapping[str, object]) -> None:
     """The verdict and the recommendation, rounded, for optuna-dashboard's study view."""
     study.set_user_attr(VERDICT, verdict)
     study.set_user_attr(RECOMMENDED, recommended)

@@ -34,8 +34,7 @@ Configs not launched because of what earlier trials showed (``refuse_known_failu
 - a family (drafter and method, under one CUDA-graph setting) that never started: ``NEVER_STARTED`` launches of
   it failed at start-up and none started; or never served: ``NEVER_SERVED`` of its configs crashed on every start
   (unstable) and none of them was measured to the end. An incompatible drafter checkpoint fails every config of
-  it, and each failed start holds the GPUs until it fails: on the simulated Kimi server a drafter that never gets
-  healthy took 30 of a study's 45 starts, at the 30-minute start-up limit each (docs/benchmarks.md, failed-starts);
+  it, and each failed start holds the GPUs until it fails;
 - the drafter was not engaged (where the server's not-engaged is per drafter);
 - a tree at least as large ran out of memory.
 """
