@@ -111,7 +111,7 @@ class _Trial:
     results: list[PromptResult] | None = None  # the prompts measured so far (for the trial's evidence)
     levels: list[LevelResult] = field(default_factory=list)  # the load levels measured so far (level 1 first)
     start_s: float | None = None  # the current start's server seconds not in its timed figures (None: no own start)
-    failed: list[dict[str, Any]] = field(default_factory=list)  # its failed starts (``TrialRecord.failed_starts``)
+    failed: list[dict[str, object]] = field(default_factory=list)  # its failed starts (``TrialRecord.failed_starts``)
 
     def lost(self, kind: str, seconds: float) -> None:
         """A start that held the machine without giving this trial its figures: on record, and billed."""
@@ -164,7 +164,7 @@ class Objective:
         return value
 
     # -- outcomes -------------------------------------------------------------------------------------
-    def _end(self, t: _Trial, data: dict[str, Any]) -> None:
+    def _end(self, t: _Trial, data: dict[str, object]) -> None:
         self._evidence(t, data)
         r = _record(t.trial)
         # what the live view counts apart: a place in the budget used, a copy of a measured config (no start, no
@@ -178,7 +178,7 @@ class Objective:
         }
         self.ctx.emit(Event("trial-end", t.number, data))
 
-    def _evidence(self, t: _Trial, data: dict[str, Any]) -> None:
+    def _evidence(self, t: _Trial, data: dict[str, object]) -> None:
         """The trial's log, per-prompt results and note for the dashboard (``autotune.evidence``), while it runs."""
         evidence = self.ctx.evidence
         if evidence is None:
@@ -244,7 +244,7 @@ class Objective:
             records.enqueue_speculative(self.ctx.study, dict(t.trial.params), seeded=seeded, requeued_from=t.number)
 
     # -- the steps ------------------------------------------------------------------------------------
-    def _run(self, t: _Trial) -> tuple[float, dict[str, Any]]:
+    def _run(self, t: _Trial) -> tuple[float, dict[str, object]]:
         ctx = self.ctx
         config = self._suggest(t.trial)
         t.record.started(config, WORKER)
@@ -322,14 +322,18 @@ class Objective:
             return TrialConfig.baseline(bool(cg))
         return self.ctx.backend.suggest(trial, space)
 
-    def _reuse(self, t: _Trial, dup: FrozenTrial) -> tuple[float, dict[str, Any]]:
+    def _reuse(self, t: _Trial, dup: FrozenTrial) -> tuple[float, dict[str, object]]:
         """A config whose server config was already measured copies that measurement (no start, no budget)."""
         t.record.duplicate(dup)
         for step, v in sorted(dup.intermediate_values.items()):
             t.trial.report(v, step)
         if dup.state == TrialState.PRUNED:
             raise SameAsPruned(dup)
-        end = {"state": dup.state.name, "reason": f"same server config as trial {dup.number}", "tok_per_s": dup.value}
+        end: dict[str, object] = {
+            "state": dup.state.name,
+            "reason": f"same server config as trial {dup.number}",
+            "tok_per_s": dup.value,
+        }
         assert dup.value is not None  # a COMPLETE trial has its value
         return float(dup.value), end
 
@@ -342,7 +346,7 @@ class Objective:
         if skip is not None:
             raise NotWorthAStart(skip)
 
-    def _measure(self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None) -> tuple[float, dict[str, Any]]:
+    def _measure(self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None) -> tuple[float, dict[str, object]]:
         """Launch, check, prompts, (references,) levels. A server that crashes (killed by a signal at start-up,
         or dying while it serves) gets one fresh start that goes on from what the first measured
         (``measure.with_fresh_starts``); a second crash ends the trial as ``unstable``, with both log lines."""
@@ -369,7 +373,7 @@ class Objective:
 
     def _measure_once(
         self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None
-    ) -> tuple[float, dict[str, Any]]:
+    ) -> tuple[float, dict[str, object]]:
         ctx = self.ctx
         session = self._launch(t, config)
         with contextlib.closing(session):
@@ -547,7 +551,7 @@ class Objective:
         baseline: FrozenTrial | None,
         results: list[PromptResult],
         levels: list[LevelResult] | None = None,
-    ) -> tuple[float, dict[str, Any]]:
+    ) -> tuple[float, dict[str, object]]:
         if levels is not None:
             return self._complete_levels(t, config, baseline, results, levels)
         ctx = self.ctx
@@ -582,7 +586,7 @@ class Objective:
         baseline: FrozenTrial | None,
         results: list[PromptResult],
         levels: list[LevelResult],
-    ) -> tuple[float, dict[str, Any]]:
+    ) -> tuple[float, dict[str, object]]:
         """With load levels: the value is the objective (weighted geometric mean of the levels' tok/s), the
         speedup the objective's over the baseline's; levels breaking a latency limit make the ``slo`` constraint
         positive (the sampler ranks the config after feasible ones)."""
