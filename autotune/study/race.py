@@ -11,8 +11,8 @@ from typing import Any
 
 from autotune.records import Round
 from autotune.space import VerdictSpec
-from autotune.stats import Interval, Spread, pooled_spread, speedup_interval, start_prior, two_sided_t, upper_bound
-from autotune.study.levels import level_intervals, level_verdicts, summary_text
+from autotune.stats import Interval, Spread, speedup_interval, start_prior, two_sided_t, upper_bound
+from autotune.study.levels import level_intervals, level_verdicts, raised, summary_text
 from autotune.verdict import verdict
 
 #: the prior on the spread of a round's paired log ratio when the caller names none: the default start-to-start
@@ -32,10 +32,7 @@ def measured_prior(rounds: list[Round], prior: Spread | None) -> Spread | None:
         groups.append([math.log(r.baseline[cg]) for r in rounds if r.baseline.get(cg)])
     for k in {k for r in rounds for k in r.candidates}:
         groups.append([math.log(r.candidates[k]) for r in rounds if r.candidates.get(k)])
-    seen = pooled_spread(groups, None)
-    if seen is None or seen.sd * math.sqrt(2) <= prior.sd:
-        return prior
-    return Spread(sd=seen.sd * math.sqrt(2), df=prior.df)
+    return raised(prior, groups)
 
 
 def _mean_log(rounds: list[Round], key: int) -> float:
