@@ -100,7 +100,7 @@ class ServerDied(BenchmarkError):
 
 
 class Unstable(BenchmarkError):
-    """The server of one config crashed on every start it got (``autotune.study.trial.CRASH_STARTS``)."""
+    """The server of one config crashed on every start it got (``autotune.measure.FRESH_STARTS``)."""
 
     kind = "unstable"
 

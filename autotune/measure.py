@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from autotune import warmup as warm
 from autotune.config import LaunchInfo, LevelResult, PromptResult, TrialConfig, summarize
@@ -189,37 +189,59 @@ def measure_config(
         return Measurement(session.info, results, tuple(levels), weights, warmup=w)
 
 
-#: fresh starts one measurement gets when its server fails (a crash, a refusal, a start-up timeout, requests failing
-#: after their retries): the first and one more, as a trial's crash gets (``autotune.study.outcomes.CRASH_STARTS``)
+#: fresh starts one measurement gets when its server fails: the first and one more (confirmation and ``reverify``
+#: retry any failure, a trial only a crash: ``autotune.study.trial``)
 FRESH_STARTS = 2
+
+_T = TypeVar("_T")
+
+
+def with_fresh_starts(
+    attempt: Callable[[], _T],
+    *,
+    retried: Callable[[Exception], bool],
+    on_retry: Callable[[Exception, list[Exception]], None],
+    give_up: Callable[[list[Exception]], Exception],
+) -> _T:
+    """``attempt()``, and a fresh one while it fails with a server failure (``LaunchError``, ``BenchmarkError``) that
+    ``retried`` accepts, up to ``FRESH_STARTS`` in all: ``on_retry`` hears of each failure but the last (and the
+    failures so far), ``give_up``'s error is raised from the last. The one retry of a failed start."""
+    failures: list[Exception] = []
+    while True:
+        try:
+            return attempt()
+        except (LaunchError, BenchmarkError) as e:
+            if not retried(e):
+                raise
+            failures.append(e)
+            if len(failures) >= FRESH_STARTS:
+                raise give_up(failures) from e
+            on_retry(e, failures)
+
+
+def failure_line(e: Exception) -> str:
+    return crash_line(e) if is_crash(e) else f"{getattr(e, 'kind', '')}: {str(e)[:200]}"
 
 
 def measure_fresh(
-    runner: Runner,
-    config: TrialConfig,
-    space: Space,
-    *,
-    starts: int = FRESH_STARTS,
-    on_retry: Callable[[str], None] | None = None,
+    runner: Runner, config: TrialConfig, space: Space, *, on_retry: Callable[[str], None] | None = None
 ) -> Measurement:
-    """``measure_config``, and a fresh start when one fails (``on_retry`` gets the failure's line), up to ``starts``
-    in all; then ``StartsFailed`` with every start's line. A server that served before may fail on a later start:
-    llama.cpp's CUDA build crashed so on the H200 ("an illegal instruction was encountered",
-    docs/gpu-runs/2026-12-04-h200-levels21)."""
-    failures: list[str] = []
+    """``measure_config`` with ``with_fresh_starts`` on any failure (``on_retry`` gets the failure's line); then
+    ``StartsFailed`` with every start's line, ``unstable`` when each crashed. A server that served before may fail
+    on a later start (llama.cpp's CUDA build: "an illegal instruction was encountered")."""
     lost: list[float] = []  # each failed start's server seconds
-    crashes = 0
-    while True:
-        try:
-            m = measure_config(runner, config, space)
-            return dataclasses.replace(m, failed_s=tuple(lost)) if lost else m
-        except (LaunchError, BenchmarkError) as e:
-            crashed = is_crash(e)
-            crashes += crashed
-            failures.append(crash_line(e) if crashed else f"{e.kind}: {str(e)[:200]}")
-            lost.append(server_seconds(e))
-            if len(failures) >= starts:
-                kind = Unstable.kind if crashes == len(failures) else e.kind
-                raise StartsFailed(" | ".join(failures), kind, tuple(lost)) from e
-            if on_retry is not None:
-                on_retry(failures[-1])
+
+    def retry(e: Exception, _: list[Exception]) -> None:
+        lost.append(server_seconds(e))
+        if on_retry is not None:
+            on_retry(failure_line(e))
+
+    def give_up(failures: list[Exception]) -> StartsFailed:
+        kind = Unstable.kind if all(map(is_crash, failures)) else getattr(failures[-1], "kind", "")
+        seconds = tuple(server_seconds(e) for e in failures)
+        return StartsFailed(" | ".join(map(failure_line, failures)), kind, seconds)
+
+    m = with_fresh_starts(
+        lambda: measure_config(runner, config, space), retried=lambda e: True, on_retry=retry, give_up=give_up
+    )
+    return dataclasses.replace(m, failed_s=tuple(lost)) if lost else m

@@ -52,6 +52,7 @@ Study user attrs: ``space_digest``, ``space_name``, ``backend``, ``simulated``, 
 ``n_trials`` (the budget the last ``autotune study`` set; ``autotune worker`` reads it),
 ``level_phase`` (with load levels: the per-level picks' rounds and the ladder done after the search),
 ``baseline_check_rounds`` (fresh baseline rounds measured when the search left nothing to confirm),
+``search_settled`` (why the search stopped before its budget: ``autotune.study.settle``),
 ``verdict`` / ``recommended`` (written by ``autotune dashboard`` for optuna-dashboard: the verdict, and the trial
 autotune recommends with rounded figures; ``autotune.render.publish``), ``methods`` (a space with
 ``search.methods``: its method catalogue, each method's label and availability; ``autotune.study.methods.record``),
@@ -69,9 +70,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -111,8 +112,7 @@ PRUNE_REASON = "prune_reason"
 SPEEDUP_UPPER = "speedup_upper"
 PRUNE_RULE = "prune_rule"
 PRUNED_AGAINST = "pruned_against"
-#: a proposal not launched: the surrogate gave it too little chance of reaching the best measured config
-#: (``search.not_worth_a_start``): {"p", "against", "tok_per_s", "predicted", "sd", "reason"}
+#: {"p", "against", "tok_per_s", "predicted", "sd", "reason"} (``search.not_worth_a_start``)
 NOT_WORTH_A_START = "not_worth_a_start"
 BASELINE_TRIAL = "baseline_trial"
 ARGV = "argv"
@@ -148,22 +148,13 @@ WORKER_SPEC = "worker_spec"
 N_TRIALS = "n_trials"
 LEVEL_PHASE = "level_phase"
 BASELINE_CHECK_ROUNDS = "baseline_check_rounds"
-#: the search stopped before its budget because its answer was settled (``autotune.study.settle``)
 SEARCH_SETTLED = "search_settled"
 VERDICT = "verdict"
 METHODS = "methods"
-#: a request-log space's subset and guards (``autotune.traffic``), as the study recorded it
 TRAFFIC = "traffic"
-#: the baseline's tok/s on the subset against a sample of the rest of the log (``autotune.traffic.holdout_check``,
-#: its per-prompt figures and the baseline trial), written once, by the first baseline that measures the holdout
 TRAFFIC_HOLDOUT = "traffic_holdout"
-#: the confirmed winner's accepted draft tokens a round on the subset against the holdout
-#: (``autotune.traffic.acceptance_check``, its per-request acceptance lengths), written after confirmation
 TRAFFIC_ACCEPTANCE = "traffic_acceptance"
-#: a sampling space's lossless check at temperature 0: confirmation's winner against its baseline's references
-#: (``autotune.study.winner``)
 GREEDY_LOSSLESS = "greedy_lossless"
-#: the drafters' reference acceptance lengths the space gives (``drafters[].reference_acceptance``), by name
 DRAFTER_REFERENCES = "drafter_references"
 RECOMMENDED = "recommended"
 
@@ -176,8 +167,8 @@ TRIAL_KEYS = (
 )
 STUDY_KEYS = (
     SPACE_DIGEST, SPACE_NAME, BACKEND, SIMULATED, PROMPT_IDS, UNITS, LOSSLESS_FLOOR, CONFIRMATION, SEED, WORKER_SPEC,
-    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, VERDICT, RECOMMENDED, METHODS, TRAFFIC, TRAFFIC_HOLDOUT,
-    TRAFFIC_ACCEPTANCE, GREEDY_LOSSLESS, DRAFTER_REFERENCES,
+    N_TRIALS, LEVEL_PHASE, BASELINE_CHECK_ROUNDS, SEARCH_SETTLED, VERDICT, RECOMMENDED, METHODS, TRAFFIC,
+    TRAFFIC_HOLDOUT, TRAFFIC_ACCEPTANCE, GREEDY_LOSSLESS, DRAFTER_REFERENCES,
 )
 # fmt: on
 
@@ -242,7 +233,7 @@ class RoundLevels:
             {int(k): {int(c): v for c, v in lv.items()} for k, lv in (d.get("candidates") or {}).items()},
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "baseline": {str(k): {str(c): v for c, v in lv.items()} for k, lv in self.baseline.items()},
             "candidates": {str(k): {str(c): v for c, v in lv.items()} for k, lv in self.candidates.items()},
@@ -271,8 +262,8 @@ class StartRecord:
             tuple(float(x) for x in d.get("failed_s") or ()),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"tok_per_s": self.tok_per_s, "startup_s": self.startup_s, "seconds": self.seconds}
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"tok_per_s": self.tok_per_s, "startup_s": self.startup_s, "seconds": self.seconds}
         if self.warmup.passes:
             out["warmup"] = self.warmup.to_dict()
         if self.failed_s:
@@ -294,7 +285,7 @@ class RoundStarts:
             {int(k): StartRecord.from_dict(v) for k, v in (d.get("candidates") or {}).items()},
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "baseline": {str(k): v.to_dict() for k, v in self.baseline.items()},
             "candidates": {str(k): v.to_dict() for k, v in self.candidates.items()},
@@ -321,8 +312,8 @@ class Round:
             None if st is None else RoundStarts.from_dict(st),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "baseline": {str(k): v for k, v in self.baseline.items()},
             "candidates": {str(k): v for k, v in self.candidates.items()},
         }
@@ -337,7 +328,7 @@ def rounds_from(stored: list[dict[str, Any]] | None) -> list[Round]:
     return [Round.from_dict(r) for r in stored or []]
 
 
-def rounds_to(rounds: list[Round]) -> list[dict[str, Any]]:
+def rounds_to(rounds: list[Round]) -> list[dict[str, object]]:
     return [r.to_dict() for r in rounds]
 
 
@@ -408,7 +399,7 @@ class ConfirmationState:
     def from_dict(cls, d: dict[str, Any]) -> ConfirmationState:
         s = cls.__new__(cls)
         object.__setattr__(s, "rounds", [])
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}
         object.__setattr__(s, "_extra", extra)
         for k, v in d.items():
             if k in _DECODE:
@@ -441,13 +432,13 @@ class ConfirmationState:
 
 
 _FIELDS = frozenset(f.name for f in fields(ConfirmationState))
-_DECODE: dict[str, Any] = {
+_DECODE: dict[str, Callable[[Any], object]] = {
     "rounds": rounds_from,
     "check_rounds": rounds_from,
     "level_only": lambda v: None if v is None else [int(x) for x in v],
     "verdict": lambda v: None if v is None else Verdict(v),
 }
-_ENCODE: dict[str, Any] = {
+_ENCODE: dict[str, Callable[[Any], object]] = {
     "rounds": rounds_to,
     "check_rounds": rounds_to,
     "level_only": lambda v: [str(x) for x in v],
@@ -458,6 +449,19 @@ _ENCODE: dict[str, Any] = {
 # -- one trial's record: ``TrialRecord`` (typed reads) and ``TrialWriter`` (writes while it runs)
 
 _T = TypeVar("_T")
+
+
+class _Attr(Generic[_T]):
+    """A ``TrialRecord`` property: the stored attr ``key`` as it is (stored JSON, typed for the reader, not
+    checked), ``default()`` when absent (None without one)."""
+
+    def __init__(self, key: str, default: Callable[[], _T] | None = None) -> None:
+        self.key, self.default = key, default
+
+    def __get__(self, r: TrialRecord, owner: object = None) -> _T:
+        if self.default is not None and self.key not in r.attrs:
+            return self.default()
+        return cast(_T, r.attrs.get(self.key))
 
 
 class TrialRecord:
@@ -471,14 +475,34 @@ class TrialRecord:
         self.trial = trial
         self.attrs: dict[str, Any] = trial.user_attrs if attrs is None else attrs
 
-    def _attr(self, key: str, default: _T) -> _T:
-        """The stored attr ``key`` (``default`` when absent), as the type of ``default``: stored JSON, not checked."""
-        value: _T = self.attrs.get(key, default)
-        return value
-
-    @property
-    def role(self) -> str | None:
-        return self.attrs.get(ROLE)
+    role = _Attr[str | None](ROLE)
+    seeded = _Attr[str | None](SEEDED)
+    config = _Attr[dict[str, Any] | None](CONFIG)
+    effective = _Attr[dict[str, Any] | None](EFFECTIVE)
+    config_key = _Attr[str | None](CONFIG_KEY)
+    duplicate_of = _Attr[int | None](DUPLICATE_OF)
+    fail_kind = _Attr[str | None](FAIL_KIND)
+    fail_reason = _Attr[str | None](FAIL_REASON)
+    infeasible = _Attr[str | None](INFEASIBLE)
+    feasible = _Attr[bool | None](FEASIBLE)
+    prune_reason = _Attr[str | None](PRUNE_REASON)
+    speedup_upper = _Attr[float | None](SPEEDUP_UPPER)
+    pruned_against = _Attr[int | None](PRUNED_AGAINST)
+    #: not launched: the surrogate's chance of it reaching the best measured config was too small
+    not_worth_a_start = _Attr[dict[str, Any] | None](NOT_WORTH_A_START)
+    speedup = _Attr[float | None](SPEEDUP)
+    accept_length = _Attr[float | None](ACCEPT_LENGTH)
+    #: per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed
+    prompts = _Attr[list[dict[str, Any]]](PROMPTS, list)
+    startup_s = _Attr[float | None](STARTUP_S)
+    log_path = _Attr[str | None](LOG_PATH)
+    argv = _Attr[list[str] | None](ARGV)
+    baseline_trial = _Attr[int | None](BASELINE_TRIAL)
+    outputs = _Attr[list[str]](OUTPUTS, list)
+    lossless = _Attr[dict[str, Any] | None](LOSSLESS)
+    #: per-level summaries as stored (empty without load levels); ``level_results`` reads them typed
+    levels = _Attr[list[dict[str, Any]]](LEVELS, list)
+    slo_broken = _Attr[list[str]](SLO_BROKEN, list)
 
     @property
     def is_baseline(self) -> bool:
@@ -507,32 +531,12 @@ class TrialRecord:
         return self.trial.params.get(PARAM_CUDA_GRAPH)
 
     @property
-    def seeded(self) -> str | None:
-        return self.attrs.get(SEEDED)
-
-    @property
-    def config(self) -> dict[str, Any] | None:
-        return self.attrs.get(CONFIG)
-
-    @property
-    def effective(self) -> dict[str, Any] | None:
-        return self.attrs.get(EFFECTIVE)
-
-    @property
     def shown_config(self) -> dict[str, Any] | None:
         """The effective config, else the suggested one (a config the server would reject has no effective one)."""
         return self.attrs.get(EFFECTIVE) or self.attrs.get(CONFIG)
 
     def effective_config(self) -> TrialConfig:
         return TrialConfig.from_dict(self.attrs.get(EFFECTIVE) or {})
-
-    @property
-    def config_key(self) -> str | None:
-        return self.attrs.get(CONFIG_KEY)
-
-    @property
-    def duplicate_of(self) -> int | None:
-        return self.attrs.get(DUPLICATE_OF)
 
     @property
     def is_duplicate(self) -> bool:
@@ -551,58 +555,12 @@ class TrialRecord:
         return bool(self.attrs.get(NOT_LAUNCHED))
 
     @property
-    def fail_kind(self) -> str | None:
-        return self.attrs.get(FAIL_KIND)
-
-    @property
-    def fail_reason(self) -> str | None:
-        return self.attrs.get(FAIL_REASON)
-
-    @property
-    def infeasible(self) -> str | None:
-        return self.attrs.get(INFEASIBLE)
-
-    @property
-    def feasible(self) -> bool | None:
-        return self.attrs.get(FEASIBLE)
-
-    @property
-    def prune_reason(self) -> str | None:
-        return self.attrs.get(PRUNE_REASON)
-
-    @property
-    def speedup_upper(self) -> float | None:
-        return self.attrs.get(SPEEDUP_UPPER)
-
-    @property
     def prune_rule(self) -> str | None:
-        """``baseline`` or ``leader`` for a trial the pruner stopped (older studies: baseline)."""
+        """``baseline`` or ``leader`` for a trial the pruner stopped (recorded without a rule: baseline)."""
         if self.attrs.get(PRUNE_REASON) is None:
             return None
-        return self._attr(PRUNE_RULE, "baseline")
-
-    @property
-    def pruned_against(self) -> int | None:
-        return self.attrs.get(PRUNED_AGAINST)
-
-    @property
-    def not_worth_a_start(self) -> dict[str, Any] | None:
-        """Not launched: the surrogate's chance of it reaching the best measured config was too small
-        (``search.not_worth_a_start``)."""
-        return self.attrs.get(NOT_WORTH_A_START)
-
-    @property
-    def speedup(self) -> float | None:
-        return self.attrs.get(SPEEDUP)
-
-    @property
-    def accept_length(self) -> float | None:
-        return self.attrs.get(ACCEPT_LENGTH)
-
-    @property
-    def prompts(self) -> list[dict[str, Any]]:
-        """Per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed."""
-        return self._attr(PROMPTS, [])
+        rule: str = self.attrs.get(PRUNE_RULE, "baseline")
+        return rule
 
     @property
     def accept_positions(self) -> AcceptPositions | None:
@@ -613,10 +571,6 @@ class TrialRecord:
     def prompt_results(self) -> list[PromptResult]:
         """Per-prompt results, in the order measured (``PromptResult``, without the answers' text)."""
         return [PromptResult.from_dict(p) for p in self.prompts]
-
-    @property
-    def startup_s(self) -> float | None:
-        return self.attrs.get(STARTUP_S)
 
     @property
     def warmup(self) -> WarmUp:
@@ -632,33 +586,8 @@ class TrialRecord:
         """Its starts that failed (``{"kind", "seconds"}``: server seconds each held the machine), billed."""
         return list(self.attrs.get(FAILED_STARTS) or [])
 
-    @property
-    def log_path(self) -> str | None:
-        return self.attrs.get(LOG_PATH)
-
-    @property
-    def argv(self) -> list[str] | None:
-        return self.attrs.get(ARGV)
-
-    @property
-    def baseline_trial(self) -> int | None:
-        return self.attrs.get(BASELINE_TRIAL)
-
-    @property
-    def outputs(self) -> list[str]:
-        return self._attr(OUTPUTS, [])
-
     def references(self) -> list[ReferenceOutput | None]:
         return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
-
-    @property
-    def lossless(self) -> dict[str, Any] | None:
-        return self.attrs.get(LOSSLESS)
-
-    @property
-    def levels(self) -> list[dict[str, Any]]:
-        """Per-level summaries as stored (empty without load levels); ``level_results`` reads them typed."""
-        return self._attr(LEVELS, [])
 
     def level_results(self) -> list[LevelSummary]:
         """Per-level summaries, lowest level first (empty without load levels)."""
@@ -670,10 +599,6 @@ class TrialRecord:
 
     def level_tok_per_s(self) -> dict[int, float]:
         return {x.level: x.tok_per_s for x in self.level_results()}
-
-    @property
-    def slo_broken(self) -> list[str]:
-        return self._attr(SLO_BROKEN, [])
 
     @property
     def lossy(self) -> bool:
@@ -732,7 +657,7 @@ class TrialWriter:
         if against is not None:
             self._set(PRUNED_AGAINST, against)
 
-    def not_worth_a_start(self, skip: dict[str, Any]) -> None:
+    def not_worth_a_start(self, skip: Mapping[str, object]) -> None:
         self._set(NOT_WORTH_A_START, skip)
 
     def server_log(self, tail: str, path: str | None) -> None:
@@ -746,7 +671,7 @@ class TrialWriter:
     def crashes(self, lines: list[str]) -> None:
         self._set(CRASHES, list(lines))
 
-    def failed_starts(self, starts: list[dict[str, Any]]) -> None:
+    def failed_starts(self, starts: Sequence[Mapping[str, object]]) -> None:
         self._set(FAILED_STARTS, list(starts))
 
     def interrupted(self) -> None:
@@ -786,10 +711,10 @@ class TrialWriter:
     def speedup(self, value: float) -> None:
         self._set(SPEEDUP, value)
 
-    def lossless(self, record: dict[str, Any]) -> None:
+    def lossless(self, record: Mapping[str, object]) -> None:
         self._set(LOSSLESS, record)
 
-    def levels(self, summaries: list[dict[str, Any]]) -> None:
+    def levels(self, summaries: Sequence[Mapping[str, object]]) -> None:
         self._set(LEVELS, summaries)
 
     def slo_broken(self, levels: list[str]) -> None:
@@ -805,9 +730,9 @@ def enqueue_baseline(study: optuna.Study, cuda_graph: bool) -> None:
 
 
 def enqueue_speculative(
-    study: optuna.Study, params: dict[str, Any], *, seeded: str | None = None, requeued_from: int | None = None
+    study: optuna.Study, params: dict[str, object], *, seeded: str | None = None, requeued_from: int | None = None
 ) -> None:
-    attrs: dict[str, Any] = {ROLE: ROLE_SPECULATIVE}
+    attrs: dict[str, object] = {ROLE: ROLE_SPECULATIVE}
     if seeded is not None:
         attrs[SEEDED] = seeded
     if requeued_from is not None:
@@ -815,7 +740,7 @@ def enqueue_speculative(
     study.enqueue_trial(params, user_attrs=attrs)
 
 
-def enqueue_retry(study: optuna.Study, lost: FrozenTrial, system_attrs: dict[str, Any]) -> None:
+def enqueue_retry(study: optuna.Study, lost: FrozenTrial, system_attrs: dict[str, object]) -> None:
     """Queue the config of a lost trial again (``autotune.study.storage.RetryLostTrial``): its params, the attrs
     it was enqueued with (role, seeded) and ``requeued_from``, not what the lost attempt recorded."""
     attrs = {k: lost.user_attrs[k] for k in (ROLE, SEEDED) if k in lost.user_attrs}
@@ -1141,7 +1066,7 @@ def lossless_floor(study: optuna.Study) -> list[dict[str, Any]]:
     return list(study.user_attrs.get(LOSSLESS_FLOOR, []))
 
 
-def set_lossless_floor(study: optuna.Study, floor: list[dict[str, Any]]) -> None:
+def set_lossless_floor(study: optuna.Study, floor: Sequence[Mapping[str, object]]) -> None:
     study.set_user_attr(LOSSLESS_FLOOR, floor)
 
 
@@ -1159,7 +1084,7 @@ def level_phase(study: optuna.Study) -> LevelPhase:
 
 
 def set_level_phase(study: optuna.Study, state: LevelPhase) -> None:
-    """Stored as ``{"rounds": N}`` until the ladder is done, then with ``"ladder": true`` (as it always was)."""
+    """Stored as ``{"rounds": N}`` until the ladder is done, then with ``"ladder": true``."""
     study.set_user_attr(LEVEL_PHASE, {"rounds": state.rounds, **({"ladder": True} if state.ladder else {})})
 
 
@@ -1180,7 +1105,7 @@ def search_settled(study: optuna.Study) -> dict[str, Any] | None:
     return dict(stored) if stored else None
 
 
-def set_search_settled(study: optuna.Study, state: dict[str, Any]) -> None:
+def set_search_settled(study: optuna.Study, state: Mapping[str, object]) -> None:
     study.set_user_attr(SEARCH_SETTLED, state)
 
 
@@ -1208,7 +1133,7 @@ def label_study(
     space_name: str,
     backend: str,
     simulated: bool,
-    label: dict[str, Any] | None,
+    label: Mapping[str, object] | None,
     prompt_ids: list[str],
     seed: int | None = None,
 ) -> None:
@@ -1236,7 +1161,7 @@ def worker_spec(study: optuna.Study) -> dict[str, Any] | None:
     return study.user_attrs.get(WORKER_SPEC)
 
 
-def set_worker_spec(study: optuna.Study, spec: dict[str, Any]) -> None:
+def set_worker_spec(study: optuna.Study, spec: Mapping[str, object]) -> None:
     study.set_user_attr(WORKER_SPEC, spec)
 
 
@@ -1262,48 +1187,48 @@ def study_labels(study: optuna.Study) -> tuple[Any, str]:
     return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
 
 
-def traffic(study: optuna.Study) -> dict[str, Any] | None:
-    """A request-log study's subset and guards (``space.model.TrafficInfo`` as recorded); None for other studies."""
-    value = study.user_attrs.get(TRAFFIC)
+def _stored_dict(study: optuna.Study, key: str) -> dict[str, Any] | None:
+    value = study.user_attrs.get(key)
     return value if isinstance(value, dict) else None
 
 
-def set_traffic(study: optuna.Study, info: dict[str, Any]) -> None:
+def traffic(study: optuna.Study) -> dict[str, Any] | None:
+    """A request-log study's subset and guards (``space.model.TrafficInfo`` as recorded); None for other studies."""
+    return _stored_dict(study, TRAFFIC)
+
+
+def set_traffic(study: optuna.Study, info: Mapping[str, object]) -> None:
     """Record the subset and guards once (the first run's stay: the study's prompts are fixed by its digest)."""
     if TRAFFIC not in study.user_attrs:
         study.set_user_attr(TRAFFIC, info)
 
 
 def traffic_holdout(study: optuna.Study) -> dict[str, Any] | None:
-    """The holdout check as recorded (``TRAFFIC_HOLDOUT``); None until a baseline measured it, or without one."""
-    value = study.user_attrs.get(TRAFFIC_HOLDOUT)
-    return value if isinstance(value, dict) else None
+    """None until a baseline measured it, or without a holdout."""
+    return _stored_dict(study, TRAFFIC_HOLDOUT)
 
 
-def set_traffic_holdout(study: optuna.Study, value: dict[str, Any]) -> None:
+def set_traffic_holdout(study: optuna.Study, value: Mapping[str, object]) -> None:
     """Record the holdout check once (the first baseline's; later baselines do not measure it again)."""
     if TRAFFIC_HOLDOUT not in study.user_attrs:
         study.set_user_attr(TRAFFIC_HOLDOUT, value)
 
 
 def traffic_acceptance(study: optuna.Study) -> dict[str, Any] | None:
-    """The winner's acceptance on the subset against the holdout as recorded (``TRAFFIC_ACCEPTANCE``); None until
-    it ran, or without a holdout."""
-    value = study.user_attrs.get(TRAFFIC_ACCEPTANCE)
-    return value if isinstance(value, dict) else None
+    """None until it ran, or without a holdout."""
+    return _stored_dict(study, TRAFFIC_ACCEPTANCE)
 
 
-def set_traffic_acceptance(study: optuna.Study, value: dict[str, Any]) -> None:
+def set_traffic_acceptance(study: optuna.Study, value: Mapping[str, object]) -> None:
     study.set_user_attr(TRAFFIC_ACCEPTANCE, value)
 
 
 def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
-    """A sampling space's temperature-0 lossless check as recorded (``GREEDY_LOSSLESS``); None until it ran."""
-    value = study.user_attrs.get(GREEDY_LOSSLESS)
-    return value if isinstance(value, dict) else None
+    """None until it ran."""
+    return _stored_dict(study, GREEDY_LOSSLESS)
 
 
-def set_greedy_lossless(study: optuna.Study, value: dict[str, Any]) -> None:
+def set_greedy_lossless(study: optuna.Study, value: Mapping[str, object]) -> None:
     study.set_user_attr(GREEDY_LOSSLESS, value)
 
 
@@ -1323,13 +1248,13 @@ def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:
     return study.user_attrs.get(METHODS)
 
 
-def set_method_catalogue(study: optuna.Study, info: dict[str, Any]) -> None:
+def set_method_catalogue(study: optuna.Study, info: Mapping[str, object]) -> None:
     """Record the catalogue once (the first run's stays)."""
     if METHODS not in study.user_attrs:
         study.set_user_attr(METHODS, info)
 
 
-def set_outcome(study: optuna.Study, verdict: str, recommended: dict[str, Any]) -> None:
+def set_outcome(study: optuna.Study, verdict: str, recommended: Mapping[str, object]) -> None:
     """The verdict and the recommendation, rounded, for optuna-dashboard's study view."""
     study.set_user_attr(VERDICT, verdict)
     study.set_user_attr(RECOMMENDED, recommended)

@@ -85,7 +85,7 @@ class ReverifyResult:
     levels: list[LevelInterval]
     rounds: list[Round]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "study": self.study,
             "trial": self.trial,

@@ -22,44 +22,21 @@ Modules, one job each:
 - ``_optuna``: the only access to Optuna's private members
 """
 
-from autotune.records import COUNTED, RETRIED_FAILURES, find_exclusions
-from autotune.study.confirm import CANDIDATE_KAPPA
-from autotune.study.context import Event, Listener, StudyContext
+from autotune.study.context import Event
 from autotune.study.orchestrator import Orchestrator, run
 from autotune.study.race import race_survivors
-from autotune.study.search import MIN_SURROGATE_POINTS, REFINE_KAPPA
-from autotune.study.storage import (
-    default_storage,
-    make_pruner,
-    make_sampler,
-    make_storage,
-    open_study,
-    space_digest,
-    study_name_for,
-)
-from autotune.study.trial import MAX_CONSECUTIVE_LAUNCH_FAILURES, WORKER, Objective
+from autotune.study.search import MIN_SURROGATE_POINTS
+from autotune.study.storage import default_storage, make_pruner, make_sampler, open_study, study_name_for
 
 __all__ = [
-    "CANDIDATE_KAPPA",
-    "COUNTED",
     "Event",
-    "Listener",
-    "MAX_CONSECUTIVE_LAUNCH_FAILURES",
     "MIN_SURROGATE_POINTS",
-    "Objective",
     "Orchestrator",
-    "REFINE_KAPPA",
-    "RETRIED_FAILURES",
-    "StudyContext",
-    "WORKER",
     "default_storage",
-    "find_exclusions",
     "make_pruner",
     "make_sampler",
-    "make_storage",
     "open_study",
     "race_survivors",
     "run",
-    "space_digest",
     "study_name_for",
 ]

@@ -2,10 +2,9 @@
 confirmation's fresh baseline starts of the same CUDA-graph setting?
 
 The search measures each baseline once, at its first start, and every search decision rests on it: the speedups it
-shows, the baseline rule's prunes, which configs are worth confirming. On a real GPU one start can be off: on an
-H200 the search's baseline ran 1622 tok/s and confirmation's four fresh ones 1844 (docs/benchmarks.md, "Real GPU runs":
-2026-12-01-h200-ext-check). Confirmation's verdict does not depend on it (each round pairs a candidate with a
-fresh baseline), but the search's figures do:
+shows, the baseline rule's prunes, which configs are worth confirming. On a real GPU one start can be off by 10%
+or more. Confirmation's verdict does not depend on it (each round pairs a candidate with a fresh baseline), but the
+search's figures do:
 
 - search baseline **slow** (fresh ones faster): the search's speedups were too high and its pruning lenient (time
   lost, nothing missed); the check says so.

@@ -34,10 +34,7 @@ CANDIDATE_KAPPA = 2.0
 #: with load levels, the fastest measured configs per level confirmed for that level's sake (``_level_winners``)
 LEVEL_CANDIDATES = 2
 #: a candidate after the first joins only while the surrogate gives it at least this probability of changing the
-#: answer (``thin``): beating the best-ranked one (by posterior mean) by more than ``search.RESOLUTION`` or clearing
-#: the ``min_gain`` bar over the fastest baseline, whichever is higher (as the search's stop asks, ``Settled.p_change``:
-#: under the bar a config 1% faster than a tie changes nothing; scripts/bench_search.py, kimi: 4.71 h, 5.73 h with
-#: the resolution alone under the bar too). Each candidate costs a server start per round.
+#: answer (``thin``). Each candidate costs a server start per round.
 JOIN_PROBABILITY = 0.05
 #: the race among confirmed candidates ends once every one still racing beside the leader is, at the race's
 #: confidence, at most this much faster than the leader (``race.still_racing``): which of near-ties to deploy
@@ -76,7 +73,7 @@ def candidate_sets(
     if model is not None:
         # optimistic ranking (posterior mean + CANDIDATE_KAPPA sd): a config whose neighbours are also fast
         # beats a lucky start, and a config on the space's edge, which a smooth model underrates, still gets
-        # its chance in the race (scripts/bench_search.py measured both)
+        # its chance in the race
         mean, sd = model.predict([TrialRecord(t).effective_config() for t in complete])
         score = {t.number: float(m + CANDIDATE_KAPPA * v) for t, m, v in zip(complete, mean, sd, strict=True)}
 
@@ -196,8 +193,7 @@ def _scaled(v: float | None, ratio: float) -> float | None:
 def _level_winners(ctx: StudyContext, complete: list[FrozenTrial], seen: set[str | None]) -> list[FrozenTrial]:
     """With load levels: of the ``LEVEL_CANDIDATES`` fastest measured configs at each level (by their
     speedup over the baseline's same level, above 1 and within the latency limits there), those that are not
-    candidates yet, so that each level's winner is confirmed (taking that many that are not candidates yet cost
-    more starts and hits: docs/benchmarks.md, session 22). On a level's plateau the single fastest measurement is
+    candidates yet, so that each level's winner is confirmed. On a level's plateau the single fastest measurement is
     often a lucky start, so two are looked at; they are judged by their level, not by the objective (a deep tree
     that wins at one stream loses the objective), and the race keeps them only while they lead a level
     (``race.level_only_out``)."""
@@ -450,9 +446,8 @@ def _to_settle(ctx: StudyContext, state: ConfirmationState) -> dict[str, Any] | 
     """An inconclusive verdict whose pick's interval straddles the ``min_gain`` bar: how many fresh rounds of the
     pick against the fastest baseline (``autotune reverify --repeats``) would settle which side of the bar it lies
     on, at the spread confirmation measured and the verdict's confidence, if its point estimate stays
-    (``stats.rounds_to_settle``; None: more than ``stats.SETTLE_MOST_ROUNDS``). None otherwise. On the field
-    report's case (a 1.004x tie, 2% bar, 2.5% start noise) that is tens of ten-minute starts: the user decides
-    whether the last percent is worth them, not the study."""
+    (``stats.rounds_to_settle``; None: more than ``stats.SETTLE_MOST_ROUNDS``). None otherwise: the user decides
+    whether the last percent is worth those starts, not the study."""
     if state.verdict != Verdict.INCONCLUSIVE or state.best is None:
         return None
     best = next((r for r in state.results or [] if r["trial"] == state.best), None)

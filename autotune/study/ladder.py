@@ -92,8 +92,7 @@ def family(cfg: TrialConfig) -> tuple[str | None, Any]:
 def level_pool(grid: list[TrialConfig], keys: Collection[str | None], observed: list[TrialConfig]) -> list[TrialConfig]:
     """The grid points a level's pick may be: not launched yet (``keys``), of a family (drafter, method) measured
     to the end at that level. The surrogate knows nothing of a family that never was (its trials pruned as losing,
-    or failed): its upper bound is the prior's, which outranks every measured point. On the H200 (levels21) both
-    picks went to the bad drafter, whose one trial had been pruned, and both were pruned in turn."""
+    or failed): its upper bound is the prior's, which outranks every measured point."""
     families = {family(c) for c in observed}
     return [g for g in grid if g.key() not in keys and family(g) in families]
 

@@ -20,7 +20,6 @@ def level_prior(rounds: list[Round], level: int, prior: Spread | None) -> Spread
     to level, so each level is judged by its own starts), never lowered."""
     if prior is None:
         return None
-    groups: list[list[float]] = []
     per_key: dict[tuple[str, Any], list[float]] = {}
     for r in rounds:
         if r.levels is None:
@@ -31,7 +30,12 @@ def level_prior(rounds: list[Round], level: int, prior: Spread | None) -> Spread
         for n, lv in r.levels.candidates.items():
             if lv.get(level):
                 per_key.setdefault(("c", n), []).append(math.log(lv[level]))
-    groups = list(per_key.values())
+    return raised(prior, list(per_key.values()))
+
+
+def raised(prior: Spread, groups: list[list[float]]) -> Spread:
+    """``prior`` raised to the pooled sd of log tok/s within ``groups`` (starts of one config) times sqrt 2 (a pair
+    of starts), when that is more; never lowered."""
     seen = pooled_spread(groups, None)
     if seen is None or seen.sd * math.sqrt(2) <= prior.sd:
         return prior

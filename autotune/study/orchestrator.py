@@ -4,15 +4,13 @@ delegates."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
 
 import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.backends.base import Backend
-from autotune.config import TrialConfig
 from autotune.evidence import Evidence
-from autotune.pruner import BaselinePruner
 from autotune.records import ConfirmationState
 from autotune.seam import Clock, MonotonicClock, Runner
 from autotune.space import Space
@@ -22,7 +20,7 @@ from autotune.study import search as _search
 from autotune.study import trial as _trial
 from autotune.study import winner as _winner
 from autotune.study.context import Listener, StudyContext, quiet
-from autotune.surrogate import Model, one_blas_thread
+from autotune.surrogate import one_blas_thread
 
 
 class Orchestrator:
@@ -48,69 +46,14 @@ class Orchestrator:
             quiet if listener is None else listener,
             evidence,
         )
-        self._objective = _trial.Objective(self.ctx, gate=self._launch_gate)
-
-    def _launch_gate(self, config: TrialConfig, seeded: str | None) -> dict[str, Any] | None:
-        return _search.not_worth_a_start(self.ctx, config, seeded)
-
-    # -- what it was built with -----------------------------------------------------------------------
-    @property
-    def space(self) -> Space:
-        return self.ctx.space
-
-    @property
-    def backend(self) -> Backend:
-        return self.ctx.backend
-
-    @property
-    def runner(self) -> Runner:
-        return self.ctx.runner
-
-    @property
-    def study(self) -> optuna.Study:
-        return self.ctx.study
-
-    @property
-    def clock(self) -> Clock:
-        return self.ctx.clock
-
-    @property
-    def emit(self) -> Listener:
-        return self.ctx.emit
-
-    @property
-    def pruner(self) -> BaselinePruner:
-        return self.ctx.pruner
-
-    @property
-    def grid(self) -> list[TrialConfig] | None:
-        return self.ctx.grid
-
-    @property
-    def tie_tolerance(self) -> tuple[float, str]:
-        return self.ctx.tie_tolerance
+        self.objective = _trial.Objective(self.ctx, gate=functools.partial(_search.not_worth_a_start, self.ctx))
 
     # -- the search -----------------------------------------------------------------------------------
     def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:
         with one_blas_thread():
             _search.search(self.ctx, self.objective, n_trials, timeout_s=timeout_s)
-            if self.space.benchmark.loaded:  # each level's winner measured: the best config's draft-length ladder
+            if self.ctx.space.benchmark.loaded:  # each level's winner measured: the best config's draft-length ladder
                 _ladder.run(self.ctx, self.objective)
-
-    def objective(self, trial: optuna.Trial) -> float:
-        return self._objective(trial)
-
-    def counted_trials(self, running: bool = False) -> int:
-        return _search.counted_trials(self.ctx, running)
-
-    def observations(self) -> list[tuple[TrialConfig, float]]:
-        return _search.observations(self.ctx)
-
-    def surrogate(self) -> Model | None:
-        return _search.surrogate(self.ctx)
-
-    def refine_next(self, model: Model | None = None) -> TrialConfig | None:
-        return _search.refine_next(self.ctx, model)
 
     # -- confirmation ---------------------------------------------------------------------------------
     def candidates(self) -> list[FrozenTrial]:

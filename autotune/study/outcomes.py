@@ -8,7 +8,6 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError, BenchmarkError, DrafterNotEngaged, LaunchError
-from autotune.measure import FRESH_STARTS
 from autotune.records import TrialRecord
 
 
@@ -89,7 +88,3 @@ class Requeued(AutotuneError):
 
 #: what FAILs a trial; Optuna records these as FAIL and goes on (anything else stops the study)
 FAILURES = (LaunchError, BenchmarkError, DrafterNotEngaged, NotLaunched, Requeued)
-
-
-#: server starts a trial's config gets when its server crashes (a signal at start-up, or dying while it serves)
-CRASH_STARTS = FRESH_STARTS

@@ -11,8 +11,8 @@ from typing import Any
 
 from autotune.records import Round
 from autotune.space import VerdictSpec
-from autotune.stats import Interval, Spread, pooled_spread, speedup_interval, start_prior, two_sided_t, upper_bound
-from autotune.study.levels import level_intervals, level_verdicts, summary_text
+from autotune.stats import Interval, Spread, speedup_interval, start_prior, two_sided_t, upper_bound
+from autotune.study.levels import level_intervals, level_verdicts, raised, summary_text
 from autotune.verdict import verdict
 
 #: the prior on the spread of a round's paired log ratio when the caller names none: the default start-to-start
@@ -22,11 +22,9 @@ DEFAULT_PRIOR = start_prior()
 
 def measured_prior(rounds: list[Round], prior: Spread | None) -> Spread | None:
     """``prior`` (the space's start-to-start noise) raised to what the recorded rounds show, when they show more:
-    the pooled sd of each config's log tok/s around its own mean over the rounds (fresh baselines and candidates
-    alike: each start is independent), times sqrt 2 for a pair of starts. Only ever raised: a server noisier than
-    ``pruning.start_noise`` must not make a tie look precise (tests/verdict/test_sequential.py: with 7% start noise
-    under a 3.5% prior, three ties at the bar gave a false winner 10% of the time), while rounds that happen to
-    agree closely are the luck the prior is there to discount."""
+    the pooled sd of each config's log tok/s around its own mean over the rounds (each start is independent),
+    times sqrt 2 for a pair of starts. Only ever raised: a server noisier than ``pruning.start_noise`` must not make
+    a tie look precise, while rounds that happen to agree closely are the luck the prior is there to discount."""
     if prior is None:
         return None
     groups: list[list[float]] = []
@@ -34,10 +32,7 @@ def measured_prior(rounds: list[Round], prior: Spread | None) -> Spread | None:
         groups.append([math.log(r.baseline[cg]) for r in rounds if r.baseline.get(cg)])
     for k in {k for r in rounds for k in r.candidates}:
         groups.append([math.log(r.candidates[k]) for r in rounds if r.candidates.get(k)])
-    seen = pooled_spread(groups, None)
-    if seen is None or seen.sd * math.sqrt(2) <= prior.sd:
-        return prior
-    return Spread(sd=seen.sd * math.sqrt(2), df=prior.df)
+    return raised(prior, groups)
 
 
 def _mean_log(rounds: list[Round], key: int) -> float:
@@ -82,8 +77,7 @@ def race_survivors(rounds: list[Round], keys: list[int], spec: VerdictSpec) -> l
 def in_contention(rounds: list[Round], keys: list[int], spec: VerdictSpec) -> int:
     """How many candidates the pick is chosen among: those still racing after the first ``spec.repeats`` rounds
     (before them, every one). Counted there and not later: a tie dropped by chance in an extra round of the race
-    was still a chance the pick had to be lucky (three ties at the bar counted at the last round gave a false
-    winner 6.6% of the time, tests/verdict/test_sequential.py's draws)."""
+    was still a chance the pick had to be lucky."""
     return len(race_survivors(rounds[: spec.repeats], keys, spec)) if len(rounds) >= spec.repeats else len(keys)
 
 
@@ -96,9 +90,7 @@ def still_racing(
     With ``points`` (each candidate's point estimate against the fastest baseline; ``bar_points``) the race is
     also over once no candidate still racing has its point estimate above ``1 + min_gain``: which of several
     configs under the bar is fastest changes nothing (the baseline is what to deploy), and more rounds shrink an
-    interval around its point, so they would not lift one over the bar (``_could_win``). The field report's
-    case, three near-ties at 1.0x, raced to 8 rounds: 32 starts of ten minutes each for an answer the first look
-    had given.
+    interval around its point, so they would not lift one over the bar (``_could_win``).
 
     With ``tie`` (``tie_rule``) the race is also over once the leader is a proven winner and every other candidate
     still racing is proven at most a little faster than it: which of them to deploy then changes tok/s by less
@@ -133,9 +125,7 @@ def tie_rule(
     min_gain`` at a confidence that shares the space's error among the candidates in contention and every round
     the race could end at (ending a race is a look), and every other candidate racing has the one-sided
     ``spec.race_confidence`` upper bound of its paired ratio to the leader (within each round) below ``1 + tie``.
-    Asked at the space's confidence alone, or at a first look's, the rule made a false winner of three ties at the
-    bar 3.1-3.5% of the time instead of 2.5% (tests/verdict/test_sequential.py's draws): it ends the race just
-    when the leader looks good."""
+    Not at the space's confidence alone: the rule ends the race just when the leader looks good."""
     if tie is None:
         return None
     graphs = {n: cg for n, _, cg in cands}
@@ -148,17 +138,7 @@ def tie_rule(
         leader = max(active, key=lambda k: _mean_log(rounds, k))
         # each round at which the race could end this way is a look: the error is shared by all of them
         strict = 1.0 - (1.0 - spec.confidence) / (max(1, in_contention(rounds, keys, spec)) * looks)
-        result = candidate_result(
-            leader,
-            {},
-            graphs.get(leader),
-            rounds,
-            deploy_cuda_graph,
-            confidence=strict,
-            dropped=False,
-            prior=measured_prior(rounds, prior),
-        )
-        h = headline(result)
+        h = _headline_over(rounds, leader, graphs.get(leader), deploy_cuda_graph, strict, prior)
         if h is None or not h["low"] > bar:
             return False
         for k in active:
@@ -204,20 +184,32 @@ def bar_points(
     graphs = {n: cg for n, _, cg in cands}
 
     def point(rounds: list[Round], number: int) -> float | None:
-        result = candidate_result(
-            number,
-            {},
-            graphs.get(number),
-            rounds,
-            deploy_cuda_graph,
-            confidence=0.95,
-            dropped=False,
-            prior=measured_prior(rounds, prior),
-        )
-        h = headline(result)
+        h = _headline_over(rounds, number, graphs.get(number), deploy_cuda_graph, 0.95, prior)
         return None if h is None else float(h["point"])
 
     return point
+
+
+def _headline_over(
+    rounds: list[Round],
+    number: int,
+    cuda_graph: Any,
+    deploy_cuda_graph: bool | None,
+    confidence: float,
+    prior: Spread | None,
+) -> dict[str, Any] | None:
+    """``headline`` of ``number``'s ``candidate_result`` over ``rounds``, the prior raised to what they show."""
+    result = candidate_result(
+        number,
+        {},
+        cuda_graph,
+        rounds,
+        deploy_cuda_graph,
+        confidence=confidence,
+        dropped=False,
+        prior=measured_prior(rounds, prior),
+    )
+    return headline(result)
 
 
 def look_confidence(spec: VerdictSpec, first: int | None, n: int, candidates: int = 1) -> float:
@@ -227,8 +219,7 @@ def look_confidence(spec: VerdictSpec, first: int | None, n: int, candidates: in
     allowed), so that looking again cannot turn a config that is not ``min_gain`` faster into a winner much more
     often than one look would. And the verdict rests on the pick, the best of the ``candidates`` still racing
     (those not dropped as clearly slower than the leader: they cannot be the pick): each spends an equal share of
-    the error (Bonferroni over them), or three ties at the bar would give a false winner 7.1% of the time instead
-    of one's 3.3% (both measured in tests/verdict/test_sequential.py)."""
+    the error (Bonferroni over them)."""
     error = (1.0 - spec.confidence) / max(1, candidates)
     if first is None or n <= first:
         return 1.0 - error
@@ -333,7 +324,7 @@ Candidate = tuple[int, dict[str, Any], Any]
 
 
 #: rounds a level-only candidate (confirmed for one level's sake, ``confirm._level_winners``) gets before it must
-#: have the best point estimate at some level to stay (scripts/bench_load.py measured 2 against none)
+#: have the best point estimate at some level to stay
 LEVEL_ONLY_ROUNDS = 2
 
 
@@ -444,8 +435,7 @@ def _could_clear(interval: dict[str, Any] | None, bar: float, n: int, spec: Verd
     """Whether the rounds left can lift a level's winner over the bar (``_could_win``'s question, with load
     levels): its interval's half-width projected to ``spec.max_rounds`` rounds (the spread measured so far, at the
     last look's confidence) must fit between the bar and the point estimate, as ``_could_settle_below`` asks
-    below the bar. A level where speculation gains about the bar (llama-load seed 11: 1.07x [1.01, 1.14] at 128
-    streams after 8 rounds, 2% bar) is not settled by more rounds, and each is two server starts."""
+    below the bar."""
     if interval is None or n < 2:
         return True
     return math.log(interval["point"]) - math.log(bar) > _projected(interval, n, spec, candidates)
@@ -458,8 +448,7 @@ def _could_settle_below(
     estimate below ``1 + min_gain``, its interval's high end not yet): "no worthwhile gain" instead of
     "inconclusive". Bought only when the rounds left can settle it: the interval's half-width projected to
     ``spec.max_rounds`` rounds (the spread measured so far, at the last look's confidence) must fit between the
-    point estimate and the bar. A tie with a 2% bar under start-to-start noise of a few percent is not settled by 8
-    rounds, and each round is a server start of the candidate and of the baseline."""
+    point estimate and the bar."""
     if interval is None or not interval["point"] < bar <= interval["high"] or n < 2:
         return False
     return math.log(bar) - math.log(interval["point"]) > _projected(interval, n, spec, candidates)

@@ -339,32 +339,3 @@ def objective_speedup(
     ref_tps = sum(q["completion_tokens"] for _, q in pairs) / sum(q["seconds"] for _, q in pairs)
     where = f"{len(pairs)} of {n_prompts} prompts" + (" at 1 stream (level 1 only)" if weights else "")
     return (tps / ref_tps if ref_tps > 0 else None), where
-
-
-def recommending(
-    config: dict[str, Any],
-    study: str,
-    verdict: Verdict,
-    why: str,
-    trial: int | None = None,
-    tok_per_s: float | None = None,
-) -> StudyResult:
-    """A result that recommends ``config`` and holds nothing else (no trials, baselines or confirmation): a config
-    chosen outside a study, for the exports."""
-    return StudyResult(
-        study=study,
-        simulated=None,
-        units="tok/s",
-        confirmation=ConfirmationState(keys=[]),
-        verdict=verdict,
-        basis="search",
-        rests_on="search",
-        exclusions=[],
-        baselines={},
-        fastest_baseline=None,
-        confirmed=(),
-        best=None,
-        recommended=Recommendation(config, trial, tok_per_s, why),
-        trials=(),
-        schedule_rows=[],
-    )

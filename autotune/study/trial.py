@@ -34,8 +34,7 @@ Configs not launched because of what earlier trials showed (``refuse_known_failu
 - a family (drafter and method, under one CUDA-graph setting) that never started: ``NEVER_STARTED`` launches of
   it failed at start-up and none started; or never served: ``NEVER_SERVED`` of its configs crashed on every start
   (unstable) and none of them was measured to the end. An incompatible drafter checkpoint fails every config of
-  it, and each failed start holds the GPUs until it fails: on the simulated Kimi server a drafter that never gets
-  healthy took 30 of a study's 45 starts, at the 30-minute start-up limit each (docs/benchmarks.md, failed-starts);
+  it, and each failed start holds the GPUs until it fails;
 - the drafter was not engaged (where the server's not-engaged is per drafter);
 - a tree at least as large ran out of memory.
 """
@@ -60,8 +59,6 @@ from autotune.errors import (
     DrafterNotEngaged,
     InfeasibleConfig,
     LaunchError,
-    ServerDied,
-    ServerExited,
     ServerOOM,
     Unstable,
     UserError,
@@ -69,14 +66,13 @@ from autotune.errors import (
 )
 from autotune.errors import crash_line as _crash_line
 from autotune.errors import is_crash as _crash
-from autotune.measure import run_levels, run_prompts, warmup_rule
+from autotune.measure import run_levels, run_prompts, warmup_rule, with_fresh_starts
 from autotune.records import TrialRecord, TrialWriter
 from autotune.seam import Session
 from autotune.space import Space
 from autotune.study import _optuna
 from autotune.study.context import Event, StudyContext, idle, trial_limit_s
 from autotune.study.outcomes import (
-    CRASH_STARTS,
     FAILURES,
     Infeasible,
     Lost,
@@ -115,7 +111,7 @@ class _Trial:
     results: list[PromptResult] | None = None  # the prompts measured so far (for the trial's evidence)
     levels: list[LevelResult] = field(default_factory=list)  # the load levels measured so far (level 1 first)
     start_s: float | None = None  # the current start's server seconds not in its timed figures (None: no own start)
-    failed: list[dict[str, Any]] = field(default_factory=list)  # its failed starts (``TrialRecord.failed_starts``)
+    failed: list[dict[str, object]] = field(default_factory=list)  # its failed starts (``TrialRecord.failed_starts``)
 
     def lost(self, kind: str, seconds: float) -> None:
         """A start that held the machine without giving this trial its figures: on record, and billed."""
@@ -168,7 +164,7 @@ class Objective:
         return value
 
     # -- outcomes -------------------------------------------------------------------------------------
-    def _end(self, t: _Trial, data: dict[str, Any]) -> None:
+    def _end(self, t: _Trial, data: dict[str, object]) -> None:
         self._evidence(t, data)
         r = _record(t.trial)
         # what the live view counts apart: a place in the budget used, a copy of a measured config (no start, no
@@ -182,7 +178,7 @@ class Objective:
         }
         self.ctx.emit(Event("trial-end", t.number, data))
 
-    def _evidence(self, t: _Trial, data: dict[str, Any]) -> None:
+    def _evidence(self, t: _Trial, data: dict[str, object]) -> None:
         """The trial's log, per-prompt results and note for the dashboard (``autotune.evidence``), while it runs."""
         evidence = self.ctx.evidence
         if evidence is None:
@@ -248,7 +244,7 @@ class Objective:
             records.enqueue_speculative(self.ctx.study, dict(t.trial.params), seeded=seeded, requeued_from=t.number)
 
     # -- the steps ------------------------------------------------------------------------------------
-    def _run(self, t: _Trial) -> tuple[float, dict[str, Any]]:
+    def _run(self, t: _Trial) -> tuple[float, dict[str, object]]:
         ctx = self.ctx
         config = self._suggest(t.trial)
         t.record.started(config, WORKER)
@@ -326,14 +322,18 @@ class Objective:
             return TrialConfig.baseline(bool(cg))
         return self.ctx.backend.suggest(trial, space)
 
-    def _reuse(self, t: _Trial, dup: FrozenTrial) -> tuple[float, dict[str, Any]]:
+    def _reuse(self, t: _Trial, dup: FrozenTrial) -> tuple[float, dict[str, object]]:
         """A config whose server config was already measured copies that measurement (no start, no budget)."""
         t.record.duplicate(dup)
         for step, v in sorted(dup.intermediate_values.items()):
             t.trial.report(v, step)
         if dup.state == TrialState.PRUNED:
             raise SameAsPruned(dup)
-        end = {"state": dup.state.name, "reason": f"same server config as trial {dup.number}", "tok_per_s": dup.value}
+        end: dict[str, object] = {
+            "state": dup.state.name,
+            "reason": f"same server config as trial {dup.number}",
+            "tok_per_s": dup.value,
+        }
         assert dup.value is not None  # a COMPLETE trial has its value
         return float(dup.value), end
 
@@ -346,32 +346,34 @@ class Objective:
         if skip is not None:
             raise NotWorthAStart(skip)
 
-    def _measure(self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None) -> tuple[float, dict[str, Any]]:
+    def _measure(self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None) -> tuple[float, dict[str, object]]:
         """Launch, check, prompts, (references,) levels. A server that crashes (killed by a signal at start-up,
-        or dying while it serves) gets one fresh start that goes on from what the first measured; a second
-        crash ends the trial as ``unstable``, with both log lines."""
-        crashes: list[str] = []
-        while True:
-            try:
-                return self._measure_once(t, config, baseline)
-            except (ServerExited, ServerDied) as e:
-                if not _crash(e):
-                    raise
-                crashes.append(_crash_line(e))
-                t.record.crashes(crashes)
-                if len(crashes) < CRASH_STARTS and t.start_s is not None:  # its prompts are kept; its start-up lost
-                    t.lost(e.kind, t.start_s)
-                if len(crashes) >= CRASH_STARTS:
-                    raise Unstable(
-                        f"the server crashed on {len(crashes)} starts of this config: " + " | ".join(crashes),
-                        log_tail=getattr(e, "log_tail", ""),
-                        log_path=getattr(e, "log_path", None),
-                    ) from e
-                self.ctx.emit(Event("note", t.number, {"message": f"server crashed ({crashes[-1]}); one fresh start"}))
+        or dying while it serves) gets one fresh start that goes on from what the first measured
+        (``measure.with_fresh_starts``); a second crash ends the trial as ``unstable``, with both log lines."""
+
+        def retry(e: Exception, crashes: list[Exception]) -> None:
+            t.record.crashes([_crash_line(x) for x in crashes])
+            if t.start_s is not None:  # its prompts are kept; its start-up is lost
+                t.lost(getattr(e, "kind", ""), t.start_s)
+            self.ctx.emit(Event("note", t.number, {"message": f"server crashed ({_crash_line(e)}); one fresh start"}))
+
+        def give_up(crashes: list[Exception]) -> Unstable:
+            lines = [_crash_line(x) for x in crashes]
+            t.record.crashes(lines)
+            e = crashes[-1]
+            return Unstable(
+                f"the server crashed on {len(lines)} starts of this config: " + " | ".join(lines),
+                log_tail=getattr(e, "log_tail", ""),
+                log_path=getattr(e, "log_path", None),
+            )
+
+        return with_fresh_starts(
+            lambda: self._measure_once(t, config, baseline), retried=_crash, on_retry=retry, give_up=give_up
+        )
 
     def _measure_once(
         self, t: _Trial, config: TrialConfig, baseline: FrozenTrial | None
-    ) -> tuple[float, dict[str, Any]]:
+    ) -> tuple[float, dict[str, object]]:
         ctx = self.ctx
         session = self._launch(t, config)
         with contextlib.closing(session):
@@ -549,7 +551,7 @@ class Objective:
         baseline: FrozenTrial | None,
         results: list[PromptResult],
         levels: list[LevelResult] | None = None,
-    ) -> tuple[float, dict[str, Any]]:
+    ) -> tuple[float, dict[str, object]]:
         if levels is not None:
             return self._complete_levels(t, config, baseline, results, levels)
         ctx = self.ctx
@@ -584,7 +586,7 @@ class Objective:
         baseline: FrozenTrial | None,
         results: list[PromptResult],
         levels: list[LevelResult],
-    ) -> tuple[float, dict[str, Any]]:
+    ) -> tuple[float, dict[str, object]]:
         """With load levels: the value is the objective (weighted geometric mean of the levels' tok/s), the
         speedup the objective's over the baseline's; levels breaking a latency limit make the ``slo`` constraint
         positive (the sampler ranks the config after feasible ones)."""

@@ -22,6 +22,7 @@ the report says which figures come from which measurement.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +61,12 @@ def check(ctx: StudyContext, state: ConfirmationState) -> None:
             _acceptance(ctx, state.best, best, session)
 
 
-def _acceptance(ctx: StudyContext, number: int, best: TrialRecord, session: Session | str) -> dict[str, Any]:
+def _acceptance(ctx: StudyContext, number: int, best: TrialRecord, session: Session | str) -> dict[str, object]:
     """The winner's acceptance length on every holdout request (indexes after the prompts) against its search
     trial's on the subset (``traffic.acceptance_check``); recorded (with why, when not measured) and said."""
     from autotune.traffic import acceptance_check
 
-    out: dict[str, Any] = {"trial": number}
+    out: dict[str, object] = {"trial": number}
     n = len(ctx.space.benchmark.prompts)
     subset = [r.accept_length for r in best.prompt_results()]
     if isinstance(session, str):
@@ -88,7 +89,7 @@ def _acceptance(ctx: StudyContext, number: int, best: TrialRecord, session: Sess
     return out
 
 
-def acceptance_text(record: dict[str, Any]) -> str:
+def acceptance_text(record: Mapping[str, object]) -> str:
     """One line: the recorded acceptance check, or why it was not measured."""
     if record.get("skipped"):
         where = f"the winner's acceptance on the rest of the log (trial {record['trial']})"

@@ -8,8 +8,8 @@ import pytest
 
 from autotune import export_formats
 from autotune.backends import get_backend
-from autotune.study.result import recommending
 from autotune.verdict import Verdict
+from tests.study.conftest import recommending
 
 GENERIC = ["command", "yaml", "json", "env", "compose", "k8s"]
 

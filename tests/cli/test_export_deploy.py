@@ -293,8 +293,8 @@ def test_a_translation_checks_a_readable_drafter_and_says_when_it_could_not(tmp_
     from autotune import export
     from autotune.backends import get_backend
     from autotune.space import load_space
-    from autotune.study.result import recommending
     from autotune.verdict import Verdict
+    from tests.study.conftest import recommending
 
     standin = REPO / "autotune" / "sim" / "scenarios" / "kimi-k25-rtxpro6000" / "drafters" / "eagle1-legacy"
     config = {"drafter": "eagle1-legacy", "cuda_graph": True, "num_steps": 3, "topk": 1, "num_draft_tokens": 4}

@@ -233,8 +233,8 @@ def launch_flags(config, space) -> list[str]:  # noqa: ANN001
 
 def report_for(config):  # noqa: ANN001, ANN201
     """The smallest study result an export reads: ``config`` recommended."""
-    from autotune.study.result import recommending
     from autotune.verdict import Verdict
+    from tests.study.conftest import recommending
 
     winner = config.drafter or config.knob("method")
     verdict = Verdict.SPECULATION_WINS if winner else Verdict.BASELINE_WINS

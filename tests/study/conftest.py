@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from autotune.config import LaunchInfo, PromptResult, TrialConfig
 from autotune.errors import ServerDied, ServerExited, ServerOOM
+from autotune.records import ConfirmationState
 from autotune.space import (
     BenchmarkSpec,
     Choices,
@@ -22,6 +24,8 @@ from autotune.space import (
     Space,
     VerdictSpec,
 )
+from autotune.study.result import Recommendation, StudyResult
+from autotune.verdict import Verdict
 
 
 def make_space(n_trials: int = 20, cuda_graph=(True,), drafters=("good", "bad"), prompts: int = 5, **verdict) -> Space:
@@ -149,3 +153,32 @@ def _quiet_optuna():
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def recommending(
+    config: dict[str, Any],
+    study: str,
+    verdict: Verdict,
+    why: str,
+    trial: int | None = None,
+    tok_per_s: float | None = None,
+) -> StudyResult:
+    """A study result that recommends ``config`` and holds nothing else (a config chosen outside a study), for the
+    exports' tests."""
+    return StudyResult(
+        study=study,
+        simulated=None,
+        units="tok/s",
+        confirmation=ConfirmationState(keys=[]),
+        verdict=verdict,
+        basis="search",
+        rests_on="search",
+        exclusions=[],
+        baselines={},
+        fastest_baseline=None,
+        confirmed=(),
+        best=None,
+        recommended=Recommendation(config, trial, tok_per_s, why),
+        trials=(),
+        schedule_rows=[],
+    )
