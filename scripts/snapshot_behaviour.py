@@ -1,6 +1,7 @@
 """A behaviour snapshot for refactorings: run seeded in-process simulated studies and write what they recorded.
 
 Usage: python scripts/snapshot_behaviour.py OUT.json [--quick]
+       python scripts/snapshot_behaviour.py --diff BEFORE.json AFTER.json   (exit 1 and the first differences)
 
 For each shipped simulated space it runs
 `autotune study SPACE --simulate --in-process --seed S` into a temporary studies folder, then writes:
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,10 +40,45 @@ def _clean(value):
     if isinstance(value, list):
         return [_clean(v) for v in value]
     if isinstance(value, str):
-        return value.replace(str(ROOT), "<repo>")
+        return _paths(value.replace(str(ROOT), "<repo>"))
     if isinstance(value, float):
         return float(f"{value:.12g}")
     return value
+
+
+def _paths(text: str) -> str:
+    """Paths that differ between two runs of the same code: the interpreter (a worktree may run another
+    checkout's venv), the temporary studies folder and the simulator's per-start temporary folders."""
+    text = text.replace(sys.executable, "<python>").replace("<repo>/.venv/bin/python", "<python>")
+    text = re.sub(r"/tmp/autotune-snap-[^/\s\"']+", "<studies>", text)
+    return re.sub(r"sim-start-(\d+)-[^/\s\"']+", r"sim-start-\1-<tmp>", text)
+
+
+def _normalised(value):
+    if isinstance(value, dict):
+        return {k: _normalised(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalised(v) for v in value]
+    return _paths(value) if isinstance(value, str) else value
+
+
+def diff(before: object, after: object, where: str = "", out: list[str] | None = None) -> list[str]:
+    """The paths (``space/trials/3/params``) where two snapshots differ, at most 20."""
+    out = [] if out is None else out
+    if len(out) >= 20:
+        return out
+    if isinstance(before, dict) and isinstance(after, dict):
+        for k in sorted(set(before) | set(after)):
+            if k not in before or k not in after:
+                out.append(f"{where}/{k}: only in {'after' if k in after else 'before'}")
+            else:
+                diff(before[k], after[k], f"{where}/{k}", out)
+    elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        for i, (b, a) in enumerate(zip(before, after)):
+            diff(b, a, f"{where}/{i}", out)
+    elif before != after:
+        out.append(f"{where}: {str(before)[:120]!r} -> {str(after)[:120]!r}")
+    return out
 
 
 def _autotune(*args: str) -> subprocess.CompletedProcess:
@@ -90,11 +127,19 @@ def snapshot_space(space: str, seed: int, n_trials: int | None, studies: Path) -
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out")
+    ap.add_argument("out", nargs="?")
     ap.add_argument("--quick", action="store_true", help="the first two spaces only")
-    args = ap.parse_args()
+    ap.add_argument("--diff", nargs=2, metavar=("BEFORE", "AFTER"), help="compare two snapshots")
+    args = ap.parse_args(argv)
+    if args.diff:
+        before, after = (_normalised(json.loads(Path(f).read_text())) for f in args.diff)
+        found = diff(before, after)
+        print("\n".join(found) if found else "identical")
+        return 1 if found else 0
+    if not args.out:
+        ap.error("OUT.json is required (or --diff BEFORE AFTER)")
     result = {}
     spaces = SPACES[:2] if args.quick else SPACES
     for space, seed, n_trials in spaces:

@@ -275,3 +275,29 @@ def test_bench_method_landscapes_tiny(tmp_path):
     assert len(m["misses"]) == (0 if m["right_method_rate"] == 1 and m["within_2pct_rate"] == 1 else 1)
     md = (tmp_path / "benchmarks.md").read_text()
     assert "<!-- begin methods-generated -->" in md and "landscapes x 1 seed(s)" in md
+
+
+def test_snapshot_diff_names_the_differing_paths_and_ignores_run_to_run_paths(tmp_path):
+    import snapshot_behaviour as snap
+
+    run = {
+        "s": {
+            "trials": [{"params": {"k": 1}, "argv": [sys.executable, "/tmp/autotune-snap-ab12/x/sim-start-0005-q1/a"]}]
+        }
+    }
+    again = {
+        "s": {
+            "trials": [
+                {"params": {"k": 1}, "argv": ["/elsewhere/python", "/tmp/autotune-snap-zz9/x/sim-start-0005-r7/a"]}
+            ]
+        }
+    }
+    moved = {"s": {"trials": [{"params": {"k": 2}, "argv": run["s"]["trials"][0]["argv"]}]}}
+    again["s"]["trials"][0]["argv"][0] = sys.executable
+    files = {}
+    for name, data in {"run": run, "again": again, "moved": moved}.items():
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(data))
+    assert snap.main(["--diff", str(files["run"]), str(files["again"])]) == 0
+    assert snap.main(["--diff", str(files["run"]), str(files["moved"])]) == 1
+    assert snap.diff(snap._normalised(run), snap._normalised(moved)) == ["/s/trials/0/params/k: '1' -> '2'"]
