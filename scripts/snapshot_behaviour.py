@@ -74,7 +74,7 @@ def diff(before: object, after: object, where: str = "", out: list[str] | None =
             else:
                 diff(before[k], after[k], f"{where}/{k}", out)
     elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-        for i, (b, a) in enumerate(zip(before, after)):
+        for i, (b, a) in enumerate(zip(before, after, strict=True)):
             diff(b, a, f"{where}/{i}", out)
     elif before != after:
         out.append(f"{where}: {str(before)[:120]!r} -> {str(after)[:120]!r}")
