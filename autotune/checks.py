@@ -47,16 +47,6 @@ from autotune.errors import ValidationFailed
 if TYPE_CHECKING:
     from autotune.space import DrafterSpec, Space
 
-__all__ = [
-    "Problem",
-    "check_checkpoints",
-    "check_model_files",
-    "derive_algorithm",
-    "estimate_tokens",
-    "missing_launcher",
-    "resolved_algorithm",
-]
-
 #: safetensors headers larger than this are not read (the header is JSON; real ones are kilobytes)
 _MAX_HEADER_BYTES = 64 << 20
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

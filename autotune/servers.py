@@ -16,21 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-__all__ = [
-    "DEFAULT_BACKEND",
-    "KnobDomain",
-    "Method",
-    "ServerFacts",
-    "backend_names",
-    "drafter_algorithms",
-    "knob_domains",
-    "method_catalogue",
-    "register_backend",
-    "server_class",
-    "unregister_backend",
-    "version_lacks",
-]
-
 
 @dataclass(frozen=True)
 class KnobDomain:

@@ -414,10 +414,6 @@ class Backend(ABC):
         """The reference answer in a ``reference_request`` response (None: no log-probabilities in it)."""
         return parse_openai_logprobs(obj, index)
 
-    def parse_final_chunk(self, chunk: dict[str, Any]) -> float | None:
-        """Acceptance length from the last streamed chunk, if the server reports it."""
-        return self.parse_chunk(chunk).accept_length
-
     def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
         """Mean acceptance length of the requests between two /metrics scrapes (None: unknown)."""
         return None
@@ -448,12 +444,3 @@ def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
         elif a.startswith(flag + "="):
             value = a[len(flag) + 1 :]
     return value
-
-
-__all__ = [
-    "Backend",
-    "DRAFTER_ALGORITHMS",
-    "Portable",
-    "ScheduledLaunch",
-    "flag_value",
-]

@@ -57,7 +57,7 @@ from autotune.backends.streams import (
     accept_length,
     metrics_delta,
     parse_openai_chunk,
-    parse_timings,
+    timings_accept_length,
 )
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
@@ -619,10 +619,8 @@ class LlamaCppBackend(Backend):
         timings = obj.get("timings")
         if info.error is not None or not isinstance(timings, Mapping):
             return info
-        figures = parse_timings(timings)
-        if figures.accept_length is None:
-            return info
-        return dataclasses.replace(info, accept_length=figures.accept_length)
+        length = timings_accept_length(timings)
+        return info if length is None else dataclasses.replace(info, accept_length=length)
 
     def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
         """Tokens per target forward pass between two /metrics scrapes (see the module docstring)."""
@@ -643,16 +641,3 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return repr(v) if v != int(v) else f"{v:.1f}"
     return str(v)
-
-
-__all__ = [
-    "DEFAULT_N_MAX",
-    "DEFAULT_N_MIN",
-    "DEFAULT_P_MIN",
-    "DEFAULT_SPEC_TYPE",
-    "DRAFT_MODEL_TYPES",
-    "KNOBS",
-    "KNOB_DOMAINS",
-    "SPEC_TYPES",
-    "LlamaCppBackend",
-]

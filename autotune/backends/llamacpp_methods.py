@@ -49,30 +49,6 @@ from autotune.servers import KnobDomain, Method
 if TYPE_CHECKING:
     from autotune.space import Space
 
-__all__ = [
-    "Catalogue",
-    "DRAFTER_TYPES",
-    "DRAFT_DEFAULTS",
-    "DRAFT_KNOBS",
-    "DRAFT_TYPES",
-    "LLAMA_CPP_PYTHON_VERSION",
-    "LlamaMethods",
-    "METHODS",
-    "NEW_SPELLING",
-    "OLD_SPELLING",
-    "SINGLE",
-    "cache_dir",
-    "cached_server_path",
-    "combination_problem",
-    "find_llama_server",
-    "flag_spelling",
-    "help_flags",
-    "help_spec_types",
-    "mtp_unavailable",
-    "spec_type_args",
-    "types_of",
-]
-
 
 #: the draft types' shared knobs and the server's defaults (``common_params_speculative_draft``)
 DRAFT_KNOBS: dict[str, KnobDomain] = {
@@ -120,8 +96,6 @@ SINGLE: dict[str, Method] = {
     "ngram-cache": Method("ngram-cache", "ngram-cache", False),
 }
 DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp")
-#: the types that load a draft model with ``-md``
-DRAFTER_TYPES = ("draft-simple", "draft-eagle3")
 
 
 def types_of(name: str) -> tuple[str, ...]:

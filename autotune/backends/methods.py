@@ -36,20 +36,6 @@ if TYPE_CHECKING:
 
     from autotune.space import Space
 
-__all__ = [
-    "FlatMethods",
-    "METHOD_KNOB",
-    "MethodWalk",
-    "OptunaAsk",
-    "ReplayAsk",
-    "cut_name",
-    "int_values",
-    "param_name",
-    "spec_values",
-    "suggest_drafter",
-    "suggest_int",
-]
-
 
 #: the knob of a ``TrialConfig`` that names its method (only in spaces with ``search.methods``)
 METHOD_KNOB = "method"

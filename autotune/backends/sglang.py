@@ -87,22 +87,6 @@ if TYPE_CHECKING:
 
     from autotune.space import Space
 
-__all__ = [
-    "CLIENT_ONLY_FLAGS",
-    "KNOBS",
-    "KNOB_DOMAINS",
-    "PORTABLE_FLAGS",
-    "SGLangBackend",
-    "_LLAMA_LIKE_ARCHS",
-    "_LLAMA_LIKE_DEFAULT",
-    "_OTHER_DEFAULT",
-    "_spec_values",
-    "adaptive_config",
-    "adaptive_initial_steps",
-    "portable_settings",
-    "resolved_algorithm",
-]
-
 
 #: tree depth S, branching k, verified nodes N (the root counts, so N >= 2)
 KNOB_DOMAINS = {

@@ -61,40 +61,6 @@ if TYPE_CHECKING:
     pass
     from autotune.space import Space
 
-__all__ = [
-    "ADAPTIVE_FILE",
-    "ADAPTIVE_METHODS",
-    "ALGORITHMS",
-    "DECODE_MAX_BS_FLAG",
-    "DEFAULT_ADAPTIVE_CONFIG",
-    "DEFAULT_VERSION",
-    "LEGACY",
-    "MATCH_TYPES",
-    "METHODS",
-    "MTP_ARCHITECTURES",
-    "MethodTree",
-    "NGRAM_DEFAULTS",
-    "NGRAM_FLAGS",
-    "OLD_MAX_BS_FLAG",
-    "PER_PHASE",
-    "REPORTED",
-    "adaptive_file",
-    "adaptive_start",
-    "cuda_graph_max_bs_flag",
-    "cuda_graph_off_flags",
-    "cuda_graph_spelling",
-    "cuda_graph_state",
-    "feasibility_reason",
-    "flag_spelling_from_help",
-    "max_bs_flag_from_help",
-    "mtp_unavailable",
-    "parse_steps",
-    "parse_version",
-    "run_help",
-    "tree_bound",
-    "tree_flags",
-]
-
 
 #: the SGLang release targeted when the space does not name one
 DEFAULT_VERSION = "0.5.23"

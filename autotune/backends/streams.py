@@ -22,8 +22,7 @@ token included, 1.0 when nothing is accepted -- the same quantity as SGLang's ``
 (completion tokens / verify passes). Steps where no draft was made (a draft under ``n_min``) count as passes
 yielding one token. ``/metrics`` gives the same from counter deltas (``tokens_predicted_total`` and
 ``spec_decode_num_accepted_tokens_total``); when the token counter is missing it falls back to the
-server's log figure ``1 + accepted / drafts`` (per speculative verify step). ``acceptance_rate`` gives
-``accepted / drafted``.
+server's log figure ``1 + accepted / drafts`` (per speculative verify step).
 """
 
 from __future__ import annotations
@@ -39,33 +38,6 @@ from autotune.config import ReferenceOutput, TokenChoice
 
 if TYPE_CHECKING:
     from autotune.space import Space
-
-__all__ = [
-    "CounterDeltas",
-    "Timings",
-    "LLAMA_ACCEPTED_PER_POS",
-    "ChunkInfo",
-    "ChunkParser",
-    "LLAMA_DRAFTS",
-    "INCREMENTAL_OUTPUT_FLAG",
-    "_float_or_none",
-    "_int_or_none",
-    "accept_length",
-    "acceptance_rate",
-    "incremental_output",
-    "metric_by_label",
-    "metric_total",
-    "metrics_delta",
-    "metrics_positions",
-    "parse_generate_chunk",
-    "parse_generate_logprobs",
-    "parse_openai_chunk",
-    "parse_openai_logprobs",
-    "parse_prometheus",
-    "parse_timings",
-    "per_position_deltas",
-    "series_key",
-]
 
 
 @dataclass(frozen=True)
@@ -406,39 +378,12 @@ def accept_length(predicted_n: int | None, accepted: int | None) -> float | None
     return predicted_n / (predicted_n - accepted)
 
 
-def acceptance_rate(drafted: int | float | None, accepted: int | float | None) -> float | None:
-    """Fraction of drafted tokens the target accepted (None when nothing was drafted)."""
-    if drafted is None or accepted is None or drafted <= 0:
-        return None
-    return float(accepted) / float(drafted)
-
-
-@dataclass(frozen=True)
-class Timings:
-    """The speculative figures of llama-server's final chunk's ``timings``: tokens generated and their rate, draft
-    tokens proposed and accepted, and what they give (``accept_length``, bonus token included; ``acceptance_rate``)."""
-
-    predicted_n: int | None
-    predicted_per_second: float | None
-    draft_n: int | None
-    draft_n_accepted: int | None
-    accept_length: float | None
-    acceptance_rate: float | None
-
-
-def parse_timings(timings: Mapping[str, Any]) -> Timings:
-    """The speculative figures of a final chunk's ``timings`` object."""
+def timings_accept_length(timings: Mapping[str, Any]) -> float | None:
+    """The acceptance length of llama-server's final chunk's ``timings`` (1.0 when nothing was drafted)."""
     predicted = _int_or_none(timings.get("predicted_n"))
-    drafted = _int_or_none(timings.get("draft_n"))
-    accepted = _int_or_none(timings.get("draft_n_accepted"))
-    return Timings(
-        predicted_n=predicted,
-        predicted_per_second=_float_or_none(timings.get("predicted_per_second")),
-        draft_n=drafted,
-        draft_n_accepted=accepted,
-        accept_length=accept_length(predicted, accepted) if drafted else (1.0 if predicted else None),
-        acceptance_rate=acceptance_rate(drafted, accepted),
-    )
+    if _int_or_none(timings.get("draft_n")):
+        return accept_length(predicted, _int_or_none(timings.get("draft_n_accepted")))
+    return 1.0 if predicted else None
 
 
 #: llama-server's counter per draft position (label ``position`` 0, 1, ...): at each verification step with n draft
@@ -460,7 +405,6 @@ class CounterDeltas:
     """llama-server's counter increases between two ``/metrics`` scrapes (0 where a counter is missing)."""
 
     predicted: float  # tokens generated
-    drafted: float  # draft tokens proposed
     accepted: float  # draft tokens accepted
     drafts: float  # drafts made (speculative verify steps)
 
@@ -468,14 +412,13 @@ class CounterDeltas:
 #: the llama-server counter behind each ``CounterDeltas`` field
 _LLAMA_COUNTERS = {
     "predicted": "llamacpp:tokens_predicted_total",
-    "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
     "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
     "drafts": LLAMA_DRAFTS,
 }
 
 
 def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> CounterDeltas:
-    """Counter increases between two parsed /metrics scrapes: predicted tokens, drafted, accepted, drafts."""
+    """Counter increases between two parsed /metrics scrapes: predicted tokens, accepted, drafts."""
     out: dict[str, float] = {}
     for key, name in _LLAMA_COUNTERS.items():
         a = metric_total(after, name)

@@ -64,7 +64,6 @@ KNOB_DOMAINS = {"method": KnobDomain("str"), "num_speculative_tokens": KnobDomai
 KNOBS = tuple(KNOB_DOMAINS)
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 #: vLLM 0.33.0 ``SpecDecodingProm`` (vllm/v1/spec_decode/metrics.py): a counter per draft position, label ``position``
 #: "0".."K-1" (besides ``model_name`` and ``engine``): drafts whose first position+1 tokens were accepted
@@ -375,26 +374,6 @@ class VLLMBackend(Backend):
         got = per_position_deltas(before, after, ACCEPTED_PER_POS, DRAFTS, POSITION_LABEL)
         return None if got is None else AcceptPositions(*got)
 
-    @staticmethod
-    def draft_acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
-        """Accepted / proposed draft tokens over the deltas."""
-        accepted = _delta(before, after, ACCEPTED)
-        proposed = _delta(before, after, DRAFT_TOKENS)
-        if accepted is None or proposed is None or proposed <= 0:
-            return None
-        return accepted / proposed
-
-
-def schedule_config(schedule: Mapping[str, Any], *, method: str, model: str) -> dict[str, Any]:
-    """vLLM's ``--speculative-config``: the static drafter and, per batch-size range, the draft length."""
-    ks = [int(x["draft"]) for x in schedule["levels"]]
-    return {
-        "method": method,
-        "model": model,
-        "num_speculative_tokens": max(ks) if ks else 0,
-        "num_speculative_tokens_per_batch_size": batch_ranges(schedule),
-    }
-
 
 def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float | None:
     a = metric_total(after, name)
@@ -402,6 +381,3 @@ def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -
         return None
     b = metric_total(before, name) or 0.0
     return a - b
-
-
-__all__ = ["KNOBS", "KNOB_DOMAINS", "METHODS", "VLLMBackend", "drafter_method", "schedule_config"]

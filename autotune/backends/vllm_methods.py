@@ -55,18 +55,6 @@ from autotune.servers import KnobDomain, Method
 if TYPE_CHECKING:
     from autotune.space import Space
 
-__all__ = [
-    "ACCEPTED",
-    "METHODS",
-    "PER_BATCH_SIZE_SINCE",
-    "SINCE",
-    "VERSION",
-    "VLLMMethods",
-    "architecture_problem",
-    "mtp_unavailable",
-    "renamed",
-]
-
 
 _K = {"num_speculative_tokens": KnobDomain("int", 1)}
 #: the first vLLM release with each method in ``--speculative-config`` (see the module's docstring)
