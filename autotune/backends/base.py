@@ -1,31 +1,12 @@
 """What a server backend is: one module per server (SGLang, llama.cpp, vLLM).
 
-A backend knows
-- its knobs and their rules (``knob_names``, ``suggest`` encodes the conditional space for Optuna so that
-  configs the server would reject or rewrite are unreachable, ``resolve`` returns the effective config the
-  server will run or raises InfeasibleConfig),
-- how to launch it (``argv``, ``env``, ``files``: config files the server reads, written beside it), with flag
-  spelling chosen for the targeted server version,
-- how to read it (health path, resolved settings, acceptance from the final streamed chunk and /metrics),
-- how to talk to it for a benchmark (``request`` builds one streaming request, ``parse_chunk`` reads one
-  streamed JSON chunk), so that ``autotune.client`` stays backend-agnostic,
-- how to deploy it (``autotune.export``): its container images, the knob that is the draft length of a per-level
-  schedule, and the export format named after it with the schedule in its own form.
-
-The defaults below speak the OpenAI API (``/v1/completions`` or ``/v1/chat/completions``, SSE, usage via
+A backend knows its knobs and their rules (``suggest`` encodes the conditional space for Optuna so that configs the
+server would reject or rewrite are unreachable; ``resolve`` returns the effective config the server will run or
+raises InfeasibleConfig), how to launch it (``argv``, ``env``, ``files``; ``probe`` is an explicit step, ``argv``
+never runs anything), how to read it (resolved settings, acceptance from the stream and /metrics), how to talk to it
+for a benchmark (``request``, ``chunk_parser``), and how to deploy it (``autotune.export``: images, the schedule knob,
+the export format named after it). The defaults speak the OpenAI API (SSE, usage via
 ``stream_options.include_usage``), which every supported server offers.
-
-What a backend declares for the space file (read by ``autotune.space`` through ``autotune.backends``):
-``knob_domains`` (each knob's kind and bounds) and ``managed_flags`` (flags autotune sets itself, refused in
-``server.extra_args``).
-
-Probing the installed server (``probe``) is an explicit step: ``argv`` never runs anything. Reading a stream is
-per launch: ``chunk_parser(space)`` gives the reader for the space's server (``parse_chunk`` reads the server's
-default format).
-
-The OpenAI API's streamed chunks and log-probabilities (``ChunkInfo``, ``parse_openai_chunk``,
-``parse_openai_logprobs``) live in ``autotune.backends.streams`` and the Prometheus text parser shared by the
-backends (``parse_prometheus``, ``metric_total``) in ``autotune.backends.streams``.
 """
 
 from __future__ import annotations
@@ -141,7 +122,7 @@ class Backend(ABC):
 
     def level_args(self, space: Space) -> list[str]:
         """``flag N`` for each of ``level_flags`` not in ``server.extra_args`` (N: the highest load level); []
-        without load levels, so single-stream launch commands stay as they were."""
+        without load levels."""
         if not space.benchmark.loaded:
             return []
         top = str(max(space.benchmark.concurrency))
@@ -214,17 +195,16 @@ class Backend(ABC):
     deploy_launcher: tuple[str, ...] = ()
 
     def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
-        """The argv prefix that starts the server: ``server.launcher`` when the space names one; otherwise this
-        machine's default, or with ``deploy`` the plain ``deploy_launcher`` a deployment host has."""
+        """The argv prefix that starts the server: ``server.launcher``, else this machine's default (with ``deploy``:
+        ``deploy_launcher``)."""
         return list(space.server.launcher) or list(self.deploy_launcher)
 
     #: how to get the server when this machine lacks its launcher (ends ``launcher_problem``'s message)
     install_hint: str = "install the server on this machine, or name its launcher in the space's server.launcher"
 
     def launcher_problem(self, space: Space) -> str | None:
-        """Why this machine cannot start the server (``checks.missing_launcher``: what is missing and where it was
-        looked for, then ``install_hint``), or None. Asked before anything is written (``autotune validate``, the
-        plan, ``study``); not with ``--simulate``, whose launcher is this interpreter. Nothing is run."""
+        """Why this machine cannot start the server (``checks.missing_launcher``, then ``install_hint``), or None.
+        Not asked with ``--simulate``, whose launcher is this interpreter. Nothing is run."""
         missing = checks.missing_launcher(self.launcher(space), space.server.env)
         if missing is None:
             return None
@@ -350,6 +330,11 @@ class Backend(ABC):
 
     # -- benchmark requests -------------------------------------------------------------------------
 
+    #: fields every OpenAI request body of this server ends with (llama.cpp: ``cache_prompt: false``)
+    body_extra: ClassVar[Mapping[str, Any]] = {}
+    #: the field of a completions reference request that asks for the top tokens (llama.cpp: ``n_probs``)
+    top_n_field: str = "logprobs"
+
     def request(
         self,
         prompt: str,
@@ -374,9 +359,8 @@ class Backend(ABC):
         if request is not None and request.top_p is not None:
             body["top_p"] = float(request.top_p)
         if api == "chat":
-            return "/v1/chat/completions", {**body, **_chat_turns(prompt, request)}
-        body["prompt"] = prompt
-        return "/v1/completions", body
+            return "/v1/chat/completions", {**body, **_chat_turns(prompt, request), **self.body_extra}
+        return "/v1/completions", {**body, "prompt": prompt, **self.body_extra}
 
     def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
         """Read one streamed JSON chunk of a server launched with its default output settings. Default: OpenAI
@@ -405,9 +389,9 @@ class Backend(ABC):
         if model:
             body["model"] = model
         if api == "chat":
-            body.update(_chat_turns(prompt, request), logprobs=True, top_logprobs=int(top_n))
+            body.update(_chat_turns(prompt, request), logprobs=True, top_logprobs=int(top_n), **self.body_extra)
             return "/v1/chat/completions", body
-        body.update(prompt=prompt, logprobs=int(top_n))
+        body.update({"prompt": prompt, self.top_n_field: int(top_n), **self.body_extra})
         return "/v1/completions", body
 
     def parse_reference(self, obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:

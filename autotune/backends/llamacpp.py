@@ -27,7 +27,6 @@ Method spaces (``search.methods``) are ``llamacpp_methods``'s.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import shutil
@@ -42,6 +41,7 @@ from autotune.backends.llamacpp_methods import (
     METHODS,
     NEW_SPELLING,
     LlamaMethods,
+    _fmt,
     cached_server_path,
     find_llama_server,
     flag_spelling,
@@ -49,7 +49,7 @@ from autotune.backends.llamacpp_methods import (
     help_spec_types,
     spec_type_args,
 )
-from autotune.backends.methods import cut_name, spec_values, suggest_drafter, suggest_int
+from autotune.backends.methods import cut_name, feasible, nearest, spec_values, suggest_drafter, suggest_int
 from autotune.backends.streams import (
     ChunkInfo,
     _float_or_none,
@@ -62,7 +62,7 @@ from autotune.backends.streams import (
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain
-from autotune.space import FloatRange, Prompt
+from autotune.space import FloatRange
 
 if TYPE_CHECKING:
     import optuna
@@ -136,15 +136,11 @@ def flat_grid(backend: LlamaCppBackend, space: Space) -> list[TrialConfig] | Non
         for n_min in backend._n_min_values(space, n_max)
         for p_min in p_values
     )
-    out: dict[str, TrialConfig] = {}
-    for drafter, cg, spec_type, n_max, n_min, p_min in points:
-        cfg = TrialConfig.make(
-            drafter, cg, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min
-        )
-        with contextlib.suppress(InfeasibleConfig):
-            eff = backend.resolve(cfg, space)
-            out.setdefault(eff.key(), eff)
-    return list(out.values())
+    configs = (
+        TrialConfig.make(drafter, cg, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min)
+        for drafter, cg, spec_type, n_max, n_min, p_min in points
+    )
+    return list({eff.key(): eff for eff in feasible(backend.resolve, configs, space)}.values())
 
 
 class LlamaCppBackend(Backend):
@@ -330,37 +326,20 @@ class LlamaCppBackend(Backend):
         (in a method space: each method's server defaults per drafter)."""
         if space.search.methods:
             return self.tree.defaults(space)
-        graphs = [bool(b) for b in space.search.cuda_graph] or [True]
-        cuda_graph = True if True in graphs else graphs[0]
         n_max_allowed = self._n_max_values(space)
-        if not n_max_allowed:
-            return []
-
-        def nearest(values: list[Any], target: float) -> Any:
-            return min(values, key=lambda v: (abs(v - target), v))
-
         n_max = nearest(n_max_allowed, DEFAULT_N_MAX)
-        n_min_allowed = self._n_min_values(space, n_max)
-        if not n_min_allowed:
-            return []
-        n_min = nearest(n_min_allowed, DEFAULT_N_MIN)
+        n_min_allowed = self._n_min_values(space, n_max) if n_max_allowed else []
         p_min = nearest_p_min(space)
-        if p_min is None:
+        if not n_min_allowed or p_min is None:
             return []
-        out: list[TrialConfig] = []
+        knobs = {"draft_n_max": n_max, "draft_n_min": nearest(n_min_allowed, DEFAULT_N_MIN), "draft_p_min": p_min}
+        configs = []
         for name in space.searched_drafters():
             types = self._type_values(space, name)
-            if not types:
-                continue
-            spec_type = DEFAULT_SPEC_TYPE if DEFAULT_SPEC_TYPE in types else types[0]
-            cfg = TrialConfig.make(
-                name, cuda_graph, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min
-            )
-            try:
-                out.append(self.resolve(cfg, space))
-            except InfeasibleConfig:
-                continue
-        return out
+            if types:
+                spec_type = DEFAULT_SPEC_TYPE if DEFAULT_SPEC_TYPE in types else types[0]
+                configs.append(TrialConfig.make(name, any(space.search.cuda_graph), spec_type=spec_type, **knobs))
+        return feasible(self.resolve, configs, space)
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """A method space's every feasible point (``LlamaMethods.grid``), else the flat space's (``flat_grid``)."""
@@ -575,43 +554,11 @@ class LlamaCppBackend(Backend):
 
     # -- benchmark requests -------------------------------------------------------------------------
 
-    def request(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        temperature: float,
-        api: str = "completions",
-        model: str | None = None,
-        request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        """The OpenAI request, with ``cache_prompt: false`` so that repeated prompts are measured alike."""
-        path, body = super().request(
-            prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model, request=request
-        )
-        body["cache_prompt"] = False
-        return path, body
-
-    def reference_request(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        top_n: int,
-        api: str = "completions",
-        model: str | None = None,
-        request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        """The OpenAI request with llama.cpp's ``n_probs`` (its completions endpoint then answers with a
-        ``logprobs.content`` list of tokens, raw bytes and ``top_logprobs``); ``cache_prompt: false`` as measured."""
-        path, body = super().reference_request(
-            prompt, max_tokens=max_tokens, top_n=top_n, api=api, model=model, request=request
-        )
-        if api != "chat":
-            body.pop("logprobs", None)
-            body["n_probs"] = int(top_n)
-        body["cache_prompt"] = False
-        return path, body
+    #: the OpenAI requests with ``cache_prompt: false``, so that repeated prompts are measured alike
+    body_extra = {"cache_prompt": False}
+    #: llama.cpp's completions endpoint then answers with a ``logprobs.content`` list of tokens, raw bytes and
+    #: ``top_logprobs``
+    top_n_field = "n_probs"
 
     def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
         """An OpenAI chunk; a chunk carrying ``timings`` (llama.cpp's last ones) also gives the acceptance length."""
@@ -635,9 +582,3 @@ class LlamaCppBackend(Backend):
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
         return streams.metrics_positions(before, after)  # the per-draft-position counter, where reported
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return repr(v) if v != int(v) else f"{v:.1f}"
-    return str(v)

@@ -21,9 +21,10 @@ values depend on an earlier choice gets its own name where they differ from the 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import EffectiveConfig, TrialConfig
@@ -296,8 +297,7 @@ class FlatMethods(MethodWalk):
     def defaults(self, space: Space) -> list[TrialConfig]:
         """The server's own config of every available method x drafter, moved to the nearest point of the space
         (a minimum above its maximum lowered to it)."""
-        graphs = [bool(b) for b in space.search.cuda_graph]
-        cg = True if True in graphs else graphs[0]
+        cg = any(space.search.cuda_graph)
         out: list[TrialConfig] = []
         for method in self.available(space):
             points = self._points(space, method, nearest_default=True) or []
@@ -364,6 +364,28 @@ def suggest_int(
     if isinstance(spec, IntRange) and full is not None and allowed and allowed == full[: len(allowed)] and not spec.log:
         return int(trial.suggest_int(name, allowed[0], allowed[-1], step=spec.step))
     return int(trial.suggest_categorical(name, list(allowed)))
+
+
+def nearest(values: list[Any], target: Any) -> Any:
+    """``target`` when among ``values``, else the number of ``values`` nearest it (the smaller on a tie), else the
+    first value (``target`` when there are none)."""
+    if target in values:
+        return target
+    nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if nums and isinstance(target, int | float):
+        return min(nums, key=lambda v: (abs(v - target), v))
+    return values[0] if values else target
+
+
+def feasible(
+    resolve: Callable[[TrialConfig, Space], EffectiveConfig], configs: Iterable[TrialConfig], space: Space
+) -> list[EffectiveConfig]:
+    """``configs`` resolved, those the server would refuse (InfeasibleConfig) left out."""
+    out = []
+    for cfg in configs:
+        with contextlib.suppress(InfeasibleConfig):
+            out.append(resolve(cfg, space))
+    return out
 
 
 def cut_name(name: str, allowed: list[Any], full: list[Any] | None, suffix: str) -> str:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from autotune import checks
 from autotune.backends.base import Backend, Portable, ScheduledLaunch, flag_value
-from autotune.backends.methods import cut_name, int_values, suggest_drafter, suggest_int
+from autotune.backends.methods import cut_name, feasible, int_values, nearest, suggest_drafter, suggest_int
 from autotune.backends.sglang_methods import (
     ADAPTIVE_FILE,
     DECODE_MAX_BS_FLAG,
@@ -270,26 +270,17 @@ class SGLangBackend(Backend):
         if space.search.methods:
             return self.tree.defaults(space)
         steps0, topk0, ndt0 = self._auto_triple(space)
-        graphs = [bool(b) for b in space.search.cuda_graph] or [True]
-        cuda_graph = True if True in graphs else graphs[0]
         steps_allowed = self._steps_values(space)
         if not steps_allowed:
             return []
-
-        def nearest(values: list[int], target: int) -> int:
-            return min(values, key=lambda v: (abs(v - target), v))
-
         steps = nearest(steps_allowed, steps0)
         topk = nearest(self._topk_values(space, steps), topk0)
         ndt = steps + 1 if topk == 1 else nearest(self._ndt_values(space, steps, topk), ndt0)
-        out: list[TrialConfig] = []
-        for name in space.searched_drafters():
-            cfg = TrialConfig.make(name, cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
-            try:
-                out.append(self.resolve(cfg, space))
-            except InfeasibleConfig:
-                continue
-        return out
+        configs = [
+            TrialConfig.make(d, any(space.search.cuda_graph), num_steps=steps, topk=topk, num_draft_tokens=ndt)
+            for d in space.searched_drafters()
+        ]
+        return feasible(self.resolve, configs, space)
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """Every feasible point, in bench_speculative.py's nested order (drafter, CUDA graphs, steps, topk, N)."""

@@ -42,6 +42,7 @@ adds SGLang's knobs of each method (``walk_knobs``) and their resolution (``reso
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -52,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends.methods import METHOD_KNOB, MethodWalk, cut_name, param_name, spec_values
+from autotune.backends.methods import METHOD_KNOB, MethodWalk, cut_name, feasible, nearest, param_name, spec_values
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.servers import KnobDomain, Method
@@ -292,6 +293,8 @@ ALGORITHMS = {
 #: what /server_info reports as the algorithm after SGLang's alias resolution
 REPORTED = {"NEXTN": "EAGLE"}
 _STANDALONE_DEFAULT = (3, 1, 4)
+#: the n-gram knobs in the nesting order of its grid
+_NGRAM_GRID_ORDER = ("num_draft_tokens", "max_bfs_breadth", "min_bfs_breadth", "match_type", "max_trie_depth")
 
 
 def _read_json(path: str | Path) -> dict[str, Any] | None:
@@ -588,18 +591,7 @@ class MethodTree(MethodWalk):
 
     def defaults(self, space: Space) -> list[TrialConfig]:
         """The server's own config of every available method x drafter, moved to the nearest point of the space."""
-
-        def nearest(values: list[Any], target: Any) -> Any:
-            if target in values:
-                return target
-            nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-            if nums and isinstance(target, int | float):
-                return min(nums, key=lambda v: (abs(v - target), v))
-            return values[0] if values else target
-
-        out: list[TrialConfig] = []
-        graphs = [bool(b) for b in space.search.cuda_graph]
-        cg = True if True in graphs else graphs[0]
+        configs: list[TrialConfig] = []
         for method in self.available(space):
             drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
             knobs: dict[str, Any] = {}
@@ -622,58 +614,34 @@ class MethodTree(MethodWalk):
                     else nearest(self._ndt(space, method, s, k), self.default(space, method, "num_draft_tokens"))
                 )
                 knobs = {"num_steps": s, "topk": k, "num_draft_tokens": n}
-            for d in drafters:
-                try:
-                    out.append(self.resolve(TrialConfig.make(d, cg, method=method, **knobs), space))
-                except InfeasibleConfig:
-                    continue
-        return out
+            configs += [TrialConfig.make(d, any(space.search.cuda_graph), method=method, **knobs) for d in drafters]
+        return feasible(self.resolve, configs, space)
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """Every feasible point of every available method (None when a knob is a float range)."""
-        out: list[TrialConfig] = []
+        configs: list[TrialConfig] = []
         for method in self.available(space):
-            specs = {k: self.spec(space, method, k) for k in METHODS[method].knobs}
-            if any(spec_values(sp) is None for sp in specs.values()):
+            if any(spec_values(self.spec(space, method, k)) is None for k in METHODS[method].knobs):
                 return None
-            drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
-            points: list[dict[str, Any]] = []
-            if method == "ngram":
-                v = {k: spec_values(specs[k]) or [] for k in specs}
-                for n in v["num_draft_tokens"]:
-                    for b in v["max_bfs_breadth"]:
-                        for lo in v["min_bfs_breadth"]:
-                            for mt in v["match_type"]:
-                                for depth in v["max_trie_depth"]:
-                                    if lo <= b and n >= 2:
-                                        points.append(
-                                            dict(
-                                                num_draft_tokens=n,
-                                                max_bfs_breadth=b,
-                                                min_bfs_breadth=lo,
-                                                match_type=mt,
-                                                max_trie_depth=depth,
-                                            )
-                                        )
-            elif method in ADAPTIVE_METHODS:
-                v = {k: spec_values(specs[k]) or [] for k in specs}
-                for c in v["candidate_steps"]:
-                    for up in v["up_hysteresis"]:
-                        for down in v["down_hysteresis"]:
-                            points.append(dict(candidate_steps=c, up_hysteresis=up, down_hysteresis=down))
+            points: list[dict[str, Any]]
+            if method == "ngram" or method in ADAPTIVE_METHODS:
+                order = _NGRAM_GRID_ORDER if method == "ngram" else tuple(_ADAPTIVE_KNOBS)
+                axes = [self._values(space, method, k) for k in order]
+                points = [dict(zip(order, p, strict=True)) for p in itertools.product(*axes)]
+                if method == "ngram":
+                    points = [p for p in points if p["min_bfs_breadth"] <= p["max_bfs_breadth"]]
+                    points = [p for p in points if p["num_draft_tokens"] >= 2]
             else:
-                for s in self._steps(space, method):
-                    for k in self._topk(space, method, s):
-                        for n in [s + 1] if k == 1 else self._ndt(space, method, s, k):
-                            points.append(dict(num_steps=s, topk=k, num_draft_tokens=n))
-            for d in drafters:
-                for cg in space.search.cuda_graph:
-                    for p in points:
-                        try:
-                            out.append(self.resolve(TrialConfig.make(d, bool(cg), method=method, **p), space))
-                        except InfeasibleConfig:
-                            continue
-        return out
+                points = [
+                    dict(num_steps=s, topk=k, num_draft_tokens=n)
+                    for s in self._steps(space, method)
+                    for k in self._topk(space, method, s)
+                    for n in ([s + 1] if k == 1 else self._ndt(space, method, s, k))
+                ]
+            drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
+            graphs = [bool(cg) for cg in space.search.cuda_graph]
+            configs += [TrialConfig.make(d, cg, method=method, **p) for d in drafters for cg in graphs for p in points]
+        return feasible(self.resolve, configs, space)
 
     def algorithm(self, eff: TrialConfig, space: Space) -> str:
         """``--speculative-algorithm`` of a method config: the method's own, an adaptive one's drafter's (adaptive
