@@ -1,30 +1,20 @@
 """Static checks of drafter checkpoints against the target, from their ``config.json`` files (no server).
 
-``autotune.backends.check_space(space)`` returns a list of ``Problem``s: errors (a launch would be
-misconfigured or useless) and warnings (something could not be verified). ``derive_algorithm`` tells EAGLE-3 from
-EAGLE-1/2 drafters; ``resolved_algorithm`` is what the backends launch with.
-
-What is checked, per drafter that the search uses:
+``Backend.check_drafters`` returns ``Problem``s: errors (a launch would be misconfigured or useless) and warnings
+(something could not be verified): ``check_checkpoints`` for checkpoint directories (SGLang, vLLM),
+``check_model_files`` for GGUF files (llama.cpp: only their existence). Per drafter that the search uses:
 
 - the checkpoint directory and its ``config.json`` exist and parse;
-- EAGLE vs EAGLE-3 (the field report's trap: an EAGLE-3 drafter launched with ``--speculative-algorithm
-  EAGLE`` silently skips its fusion layer and accepts nothing); a forced ``algorithm`` contradicting the
-  checkpoint is an error, an undeterminable one without ``algorithm`` is an error too;
-- hidden size (``target_hidden_size`` or ``hidden_size``) against the target's ``hidden_size``;
-- EAGLE-3 aux hidden-state layer ids against the target's ``num_hidden_layers``;
+- EAGLE vs EAGLE-3 (``derive_algorithm``; the field report's trap: an EAGLE-3 drafter launched with
+  ``--speculative-algorithm EAGLE`` silently skips its fusion layer and accepts nothing); a forced ``algorithm``
+  contradicting the checkpoint is an error, an undeterminable one without ``algorithm`` is an error too;
+- hidden size and EAGLE-3 aux hidden-state layer ids against the target;
 - ``draft_vocab_size`` against the vocabulary, and the ``d2t`` table in the weights when their headers can be
-  read without loading tensors (a safetensors index or safetensors headers); otherwise a warning;
+  read without loading tensors (a safetensors index or headers); otherwise a warning;
 - ``max_position_embeddings`` of drafter and target against the longest prompt plus ``max_tokens``.
 
-The target's ``config.json`` missing is a warning (``model_path`` may be a hub id); the target-dependent
-checks are then skipped. llama.cpp drafters are GGUF files: only their existence is checked here.
-
-Which checks apply is the backend's choice (``Backend.check_drafters``): ``check_checkpoints`` for checkpoint
-directories (SGLang, vLLM), ``check_model_files`` for single model files (llama.cpp).
-
-``missing_launcher`` says whether this machine can start a server at all (what ``Backend.launcher_problem`` builds
-on, and ``backends.check_launcher`` reports): the launcher's executable, and the module of a
-``python -m MODULE`` launcher run by this interpreter.
+The target's ``config.json`` missing is a warning (``model_path`` may be a hub id): the target checks are skipped.
+``missing_launcher`` says whether this machine can start a server at all.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """llama.cpp ``llama-server``: draft-model speculative decoding (``--spec-type draft-simple`` and friends).
 
-Knobs: ``spec_type`` (``draft-simple``, ``draft-eagle3``, ...; the baseline is drafter "none", never a
-``spec_type`` of "none"), ``draft_n_max`` (tokens drafted per step, >= 1), ``draft_n_min`` (a draft shorter
-than this is discarded, 0..n_max), ``draft_p_min`` (drafting stops below this greedy probability, 0..1).
-Server defaults (0.3.36): draft-simple, n_max 3, n_min 0, p_min 0.0; configs and argv always carry all four.
-
-Rules this module knows (llama.cpp, checked against its source):
+Knobs: ``spec_type`` (``draft-simple``, ``draft-eagle3``, ...; the baseline is drafter "none"), ``draft_n_max``
+(tokens drafted per step, >= 1), ``draft_n_min`` (a shorter draft is discarded, 0..n_max), ``draft_p_min`` (drafting
+stops below this greedy probability, 0..1). Server defaults (0.3.36): draft-simple, 3, 0, 0.0; configs and argv
+always carry all four. Rules read from llama.cpp's source:
 
 - ``-md`` alone does NOT speculate: a plain llama drafter needs ``--spec-type draft-simple``; we always pass
   the type with a drafter.
@@ -14,15 +12,9 @@ Rules this module knows (llama.cpp, checked against its source):
   as "the argument has been removed" (exit 1). Older releases know only ``--draft-max``, ``--draft-min``,
   ``--draft-p-min``, ``-md/--model-draft`` and speculate whenever a draft model is given; so do those in between
   (0.3.2x: ``--spec-type`` takes model-free types only): there draft-simple is ``-md`` alone (``spec_type_args``).
-  ``flag_spelling`` reads ``--help`` text; ``LlamaCppBackend.probe`` runs ``<server> --help`` once per binary
-  (cached), and whoever builds argv for a real server calls it first (``probe_before_argv``); argv alone uses
-  what was probed, else ``NEW_SPELLING``.
+  ``probe`` reads ``<server> --help`` once per binary (``probe_before_argv``); unprobed, argv uses ``NEW_SPELLING``.
 - CUDA graphs have no flag: ``GGML_CUDA_DISABLE_GRAPHS=1`` turns them off (CUDA builds only).
-- ``/props`` reports ``speculative.types: none`` even while speculating: ``read_effective`` records it as
-  ``reported_spec_types`` and ``check_effective`` ignores it.
-
-Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.streams``).
-Method spaces (``search.methods``) are ``llamacpp_methods``'s.
+- ``/props`` reports ``speculative.types: none`` even while speculating: ``check_effective`` ignores it.
 """
 
 from __future__ import annotations

@@ -1,35 +1,24 @@
-"""llama.cpp's speculative types as a searched choice (``search.methods``), with llama-server's own rules.
+"""llama.cpp's speculative types as a searched choice (``search.methods``), llama-server's flag spelling by build
+(``flag_spelling``) and where this machine's llama-server is (``find_llama_server``).
 
 Read from the llama.cpp vendored by llama-cpp-python 0.3.36 (commit 0c1e570: ``common/arg.cpp``,
 ``common/speculative.cpp``, ``common/common.h``, ``tools/server/server-context.cpp``):
 
-- ``--spec-type`` takes a comma list; each name is looked up (an unknown one is an error, ``none`` anywhere means no
-  speculation). A method's name is the type, or the comma list of types for a combination
-  (``draft-simple,ngram-mod``): every listed type gets an implementation, tried per step in a fixed priority
-  (``common_speculative_init``: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, then the draft
-  types); the first one that drafts wins that step. So the list's order does not matter to the server.
+- ``--spec-type`` takes a comma list (an unknown name is an error, ``none`` means no speculation). A method is a type
+  or a comma list of types: each listed type is tried per step in a fixed priority (``common_speculative_init``), the
+  first that drafts wins, so the list's order does not matter.
 - Draft types: ``draft-simple`` (a small draft GGUF, ``-md``), ``draft-eagle3`` (an EAGLE-3 GGUF, ``-md``),
-  ``draft-mtp`` (the target's own MTP layers: no ``-md``; a target whose GGUF has no ``blk.N.nextn.eh_proj.weight``
-  tensor has none, and the method is not searched). They share ``draft_n_max`` / ``draft_n_min`` / ``draft_p_min``
-  (``--spec-draft-n-max`` 3, ``--spec-draft-n-min`` 0, ``--spec-draft-p-min`` 0.0). One server loads one draft model:
-  a combination names at most one draft type.
+  ``draft-mtp`` (the target's own MTP layers: no ``-md``; a target GGUF without ``blk.N.nextn.eh_proj.weight`` has
+  none). They share ``draft_n_max`` / ``draft_n_min`` / ``draft_p_min`` (3, 0, 0.0). One server loads one draft
+  model: a combination names at most one draft type.
 - Model-free types, each with its own flags (``common.h`` defaults): ``ngram-simple``, ``ngram-map-k``,
   ``ngram-map-k4v`` (``--spec-ngram-{TYPE}-size-n`` 12, ``-size-m`` 48, ``-min-hits`` 1; sizes 1..1024, hits >= 1),
   ``ngram-mod`` (``--spec-ngram-mod-n-match`` 24, ``-n-max`` 64, ``-n-min`` 48; a draft shorter than n-min is dropped,
   so n-min > n-max never drafts and is refused), ``ngram-cache`` (no flags: 8 draft tokens, fixed in the source).
-  The draft knobs do not apply to them.
-- The binary lists its types in ``--help`` (``--spec-type none,draft-simple,...``): a method naming a type the probed
-  binary does not list is refused before launch (``UserError``), naming what it lists.
+- The binary lists its types in ``--help``: a method naming a type it does not list is refused before launch.
 
-Whether a type engaged is read from each answer's ``timings.draft_n`` / ``draft_n_accepted`` (the backend's accept
-length). A model-free method is not held to the not-engaged alarm: a prompt with nothing to copy drafts nothing,
-a measured loss, not a misconfiguration (``checks_engagement``).
-
-Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter`` and ``METHOD.KNOB`` (``draft_n_min`` and
-``ngram_mod_n_min`` cut below their maximum as ``cut_name`` names it), one walk for ``suggest`` and ``params``.
-
-llama-server's flag spelling by build, read from its ``--help`` (``flag_spelling``), and where this machine's
-llama-server is (``find_llama_server``: ``$AUTOTUNE_LLAMA_SERVER``, PATH, the setup script's cached build).
+A model-free method is not held to the not-engaged alarm: a prompt with nothing to copy drafts nothing, a measured
+loss, not a misconfiguration (``checks_engagement``).
 """
 
 from __future__ import annotations

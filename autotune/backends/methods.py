@@ -1,22 +1,15 @@
-"""Speculative methods as a searched choice: the generic catalogue entry (``Method``) every backend fills.
+"""Speculative methods as a searched choice, and the Optuna encoding every backend's conditional knob tree goes
+through.
 
-A space that lists ``search.methods`` searches *which way of speculating* as well as each way's knobs. Each backend
-declares its catalogue (``Backend.methods``: name -> ``Method``): the method's name in a space file, a label for
-reports, whether it needs a drafter from the space's ``drafters`` (and which kind), its knobs with their domains and
-the server's own defaults, whether it is the engine's adaptive mode, and the server version that added it.
+A space that lists ``search.methods`` searches which way of speculating as well as each way's knobs; each backend
+declares its catalogue (``Backend.methods``: name -> ``autotune.servers.Method``). In a ``TrialConfig`` the method is
+the knob ``method``; a model-free method's config has drafter None. Optuna params of a method space: ``method``,
+``cuda_graph``, ``METHOD.drafter`` and each knob as ``METHOD.KNOB`` (``param_name``).
 
-In a ``TrialConfig`` the method is the knob ``method`` (present only in method spaces); a model-free method's config
-has drafter None. Optuna params of a method space: ``method`` (categorical over the space's methods), ``cuda_graph``,
-``METHOD.drafter`` (categorical over that method's drafters, when it needs one) and each knob as ``METHOD.KNOB``
-(``param_name``), so every parameter name keeps one distribution whichever method a trial draws.
-
-The Optuna encoding every backend's conditional knob tree goes through.
-
-A backend walks its own tree (which knob depends on which) and asks here for each parameter, so that every
-backend draws alike: ``drafter`` and ``cuda_graph`` first (``suggest_drafter``), then each knob among the values
-its rules allow at that point of the tree (``suggest_int``: the space's range when nothing is cut, a prefix of it as
-a shorter range, else a categorical). A parameter name always carries one distribution: a knob whose allowed
-values depend on an earlier choice gets its own name where they differ from the space's (``cut_name``).
+Every backend draws alike: ``drafter`` and ``cuda_graph`` first (``suggest_drafter``), then each knob among the
+values its rules allow at that point of the tree (``suggest_int``). A parameter name always carries one
+distribution: a knob whose allowed values depend on an earlier choice gets its own name where they differ from the
+space's (``cut_name``).
 """
 
 from __future__ import annotations

@@ -8,31 +8,15 @@ included). The rules SGLang applies (0.5.23, ``speculative_hook.py``) and how th
 - The draft tree has ``k + (S-1)*k^2`` candidates of which N-1 are kept: a larger N fails at run time, so
   such configs are infeasible (never launched), and N < 2 too.
 
-Optuna encoding (``suggest``), designed so that no infeasible or silently rewritten config is reachable
-and every parameter name always carries the same distribution (TPE with ``group=True`` can model it):
+``suggest`` reaches no infeasible or silently rewritten config, and every parameter name keeps one distribution (TPE
+with ``group=True`` can model it): where the feasible values at S (or at S, k) cut the space's list, ``topk`` is
+asked as ``topk_s{S}`` and ``num_draft_tokens`` as ``num_draft_tokens_s{S}_k{k}``. The baseline is enqueued by the
+study (role=baseline) once per CUDA-graph setting, never suggested.
 
-- ``drafter``: categorical over the searched drafters. The baseline is not a search point: the study enqueues
-  it (params ``{"cuda_graph": X}``, user attr role=baseline) once per CUDA-graph setting.
-- ``cuda_graph``: categorical over the space's booleans.
-- ``num_steps``: the space's range (suggest_int) or choices (categorical), minus steps values for which no
-  ``topk`` is feasible (then categorical over what is left).
-- ``topk``: the space's range/choices when all are feasible at this ``num_steps``; otherwise a parameter
-  named ``topk_s{S}`` over the feasible values at S (so that each name keeps one distribution).
-- ``num_draft_tokens``: only when topk > 1; the space's range/choices when every value is within the tree
-  bound at (S, k), otherwise ``num_draft_tokens_s{S}_k{k}`` over the feasible part.
-
-``params(config, space)`` gives the Optuna params of a config (for ``enqueue_trial``).
-
-Benchmark requests go to SGLang's native ``/generate`` (SSE, cumulative text, ``meta_info`` with
-``completion_tokens`` and, in the final chunk, ``spec_accept_length`` / ``spec_verify_ct``) because it carries
-the acceptance length per request. ``api: chat`` uses the OpenAI ``/v1/chat/completions`` endpoint instead
-(acceptance then unknown per request). A server launched with ``--incremental-streaming-output`` (in
-``server.extra_args``) streams deltas instead of the text so far: ``chunk_parser(space)`` reads them so.
-
-Deploying an SGLang study: its ``server.extra_args`` in server-neutral terms (``portable_settings``, for another
-server's export) and a per-level schedule in SGLang's own form, the adaptive config file
-(``--speculative-adaptive-config``, ``adaptive_config``) and the steps an adaptive server starts at
-(``adaptive_initial_steps``).
+Benchmark requests go to SGLang's native ``/generate`` (SSE, cumulative text, ``meta_info`` whose final chunk has
+``spec_accept_length``): it carries the acceptance length per request. ``api: chat`` uses ``/v1/chat/completions``
+(acceptance then unknown per request). ``--incremental-streaming-output`` in ``server.extra_args`` makes the stream
+deltas (``chunk_parser``). A per-level schedule deploys as SGLang's adaptive config (``adaptive_config``).
 """
 
 from __future__ import annotations
@@ -53,6 +37,7 @@ from autotune.backends.sglang_methods import (
     METHODS,
     OLD_MAX_BS_FLAG,
     PER_PHASE,
+    TREE_KNOBS,
     MethodTree,
     cuda_graph_max_bs_flag,
     cuda_graph_off_flags,
@@ -79,7 +64,6 @@ from autotune.backends.streams import (
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.schedule import batch_ranges
-from autotune.servers import KnobDomain
 from autotune.space import Choices, ParamSpec, Prompt
 
 if TYPE_CHECKING:
@@ -88,12 +72,7 @@ if TYPE_CHECKING:
     from autotune.space import Space
 
 
-#: tree depth S, branching k, verified nodes N (the root counts, so N >= 2)
-KNOB_DOMAINS = {
-    "num_steps": KnobDomain("int", 1),
-    "topk": KnobDomain("int", 1),
-    "num_draft_tokens": KnobDomain("int", 2),
-}
+KNOB_DOMAINS = TREE_KNOBS
 KNOBS = tuple(KNOB_DOMAINS)
 
 #: SGLang's own auto choice (steps, topk, num_draft_tokens) by target architecture
@@ -107,10 +86,7 @@ def _spec_values(spec: ParamSpec | None) -> list[int] | None:
 
 
 def resolved_algorithm(space: Space, name: str) -> str:
-    """``--speculative-algorithm`` for drafter ``name`` (``autotune.checks`` decides; upper-cased).
-
-    Raises ``ValidationFailed`` when neither the space nor the drafter's config.json tells.
-    """
+    """``--speculative-algorithm`` for drafter ``name`` (``checks.resolved_algorithm``, upper-cased)."""
     return str(checks.resolved_algorithm(space, name)).upper()
 
 
@@ -159,9 +135,8 @@ class SGLangBackend(Backend):
             raise ValueError(
                 f"cuda_graph_spelling must be {LEGACY!r}, {PER_PHASE!r} or None but got {cuda_graph_spelling!r}"
             )
-        #: set explicitly or by ``probe``; None = decided from the space's server version
+        #: the CUDA-graph flags' spelling and max-batch-size flag, set or probed (None: from ``server.version``)
         self.cuda_graph_spelling = cuda_graph_spelling
-        #: the CUDA-graph max-batch-size flag as ``probe`` read it; None = decided from the space's server version
         self.max_bs_flag: str | None = None
         #: spaces with ``search.methods`` (``autotune.backends.sglang_methods``)
         self.tree = MethodTree(self._auto_triple)
@@ -306,10 +281,7 @@ class SGLangBackend(Backend):
         return cuda_graph_spelling(space.server.version)
 
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:
-        """Read ``launch_server --help`` to pick the CUDA-graph flag spelling (unchanged on failure).
-
-        The help command runs in its own session and its whole group is killed if it overruns ``timeout_s``.
-        """
+        """Read ``launch_server --help`` (``run_help``) for the CUDA-graph flags' spelling (unchanged on failure)."""
         launcher = list(space.server.launcher) or [sys.executable, "-m", "sglang.launch_server"]
         text = run_help([*launcher, "--help"], timeout_s=timeout_s)
         spelling = flag_spelling_from_help(text) if text else None
@@ -344,8 +316,7 @@ class SGLangBackend(Backend):
     )
 
     def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
-        """``server.launcher``, else this interpreter's ``-m sglang.launch_server`` (SGLang installed beside
-        autotune), else for a deployment host a plain ``python3 -m sglang.launch_server``."""
+        """``server.launcher``, else this interpreter's ``-m sglang.launch_server`` (with ``deploy``: python3's)."""
         if space.server.launcher or deploy:
             return super().launcher(space, deploy=deploy)
         return [sys.executable, "-m", "sglang.launch_server"]
@@ -613,14 +584,10 @@ def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, Any]
 
 
 def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, Any]:
-    """SGLang's ``--speculative-adaptive-config`` file: one entry per batch-size range of ``schedule.batch_ranges``,
-    keyed by the range's first batch size (an integer string), ``{"candidate_steps": [K]}`` with the schedule's
-    draft length there (0: no speculation). Format as SGLang 0.5.23 reads it (``speculative/adaptive_spec_params.py``,
-    ``_load_adaptive_config``: at least one integer-string key, each ``candidate_steps`` a non-empty list of
-    non-negative ints). SGLang routes a decode batch (padded up to a captured CUDA-graph size) to the entry with the
-    largest key not above it, and within an entry moves between its candidate steps by the acceptance it observes
-    (an EMA); one candidate per entry pins the measured draft length. Batches above the highest level use the last
-    entry."""
+    """SGLang's ``--speculative-adaptive-config`` file: per batch-size range of ``schedule.batch_ranges``, keyed by its
+    first batch size, ``{"candidate_steps": [K]}`` with the schedule's draft length there (0: no speculation). SGLang
+    0.5.23 (``speculative/adaptive_spec_params.py``) routes a decode batch to the entry with the largest key not above
+    it and moves between an entry's candidate steps by the acceptance it observes: one candidate pins the length."""
     return {str(start): {"candidate_steps": [int(k)]} for start, _end, k in batch_ranges(schedule)}
 
 

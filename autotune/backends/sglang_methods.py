@@ -1,15 +1,8 @@
-"""SGLang's speculative methods and flags: the flag spelling by release, the method catalogue with SGLang 0.5.23's
-resolution rules, and the method tree over ``search.methods`` (``MethodTree``).
+"""SGLang's speculative methods and flags: the CUDA-graph flag spelling by release, the method catalogue
+(``METHODS``) with its resolution rules, and the method tree over ``search.methods`` (``MethodTree``).
 
-Flags: which CUDA-graph flags a version takes, read from ``launch_server --help`` when the version is unknown, and
-the CUDA-graph state its server args report.
-
-The catalogue (``METHODS``: each method's algorithm, knobs and defaults) and its resolution rules (MTP availability,
-the adaptive config file and start steps, the EAGLE tree bound, the tree's flags), read from SGLang's
-``srt/arg_groups/`` and ``srt/speculative/adaptive_spec_params.py``.
-
-The catalogue (``METHODS``) and how each method becomes a launch, read from SGLang 0.5.23 (``srt/arg_groups/``
-``fields/spec.py``, ``srt/arg_groups/speculative_hook.py``, ``srt/speculative/adaptive_spec_params.py``):
+Read from SGLang 0.5.23 (``srt/arg_groups/fields/spec.py``, ``srt/arg_groups/speculative_hook.py``,
+``srt/speculative/adaptive_spec_params.py``):
 
 - ``eagle`` / ``eagle3``: ``--speculative-algorithm EAGLE`` / ``EAGLE3`` with an EAGLE head; the tree knobs
   ``num_steps``, ``topk``, ``num_draft_tokens`` under the EAGLE-family rules of ``autotune.backends.sglang`` (all three
@@ -17,7 +10,7 @@ The catalogue (``METHODS``) and how each method becomes a launch, read from SGLa
   refused: SGLang runs it with accept length ~1.0 and no warning.
 - ``mtp``: ``NEXTN`` (an alias of EAGLE), no draft path: SGLang defaults it to the target for MTP architectures
   (``_handle_eagle_family``); any other target, or one whose ``config.json`` has no ``num_nextn_predict_layers``, has
-  no MTP layers and the method is not searched (``mtp_unavailable``, reported as "MTP not available for this target").
+  no MTP layers and the method is not searched (``mtp_unavailable``).
 - ``standalone``: ``STANDALONE`` with a small full model as the draft; the same tree knobs (SGLang's auto choice for
   it is (3, 1, 4)).
 - ``ngram``: ``NGRAM``, no draft model; ``--speculative-num-draft-tokens`` (SGLang's default 12) and the
@@ -33,10 +26,8 @@ The catalogue (``METHODS``) and how each method becomes a launch, read from SGLa
   SGLang resolves NEXTN to EAGLE (``speculative_hook._resolve_speculative_algorithm_alias``) before it asks
   ``adaptive_spec_params.adaptive_unsupported_reason``, so adaptive stays on.
 
-Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (cut names as
-``autotune.backends.cut_name`` makes them, prefixed by the method), through the one walk of
-``autotune.backends.methods.MethodWalk`` for ``suggest`` and ``params``, so the two never disagree; this module
-adds SGLang's knobs of each method (``walk_knobs``) and their resolution (``resolve_knobs``).
+Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (cut names prefixed by the method),
+through ``autotune.backends.methods.MethodWalk``.
 """
 
 from __future__ import annotations
@@ -59,18 +50,14 @@ from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.servers import KnobDomain, Method
 
 if TYPE_CHECKING:
-    pass
     from autotune.space import Space
 
 
 #: the SGLang release targeted when the space does not name one
 DEFAULT_VERSION = "0.5.23"
-#: the first release written with the per-phase CUDA-graph flags: SGLang 0.5.23's server_args.py registers
-#: ``--disable-cuda-graph`` as a ``DeprecatedStoreTrueAction`` (it warns "'--disable-cuda-graph' is deprecated and will
-#: be removed in a future release. Use '--cuda-graph-backend-{decode,prefill}=disabled' instead."), while
-#: ``--disable-decode-cuda-graph`` / ``--disable-prefill-cuda-graph`` are current ("Convenience for
-#: --cuda-graph-backend-{decode,prefill}=disabled", arg_groups/fields/exec_.py). Older releases keep the legacy flag
-#: (not read here; a space without ``server.version`` is probed with ``--help``).
+#: the first release written with the per-phase CUDA-graph flags: SGLang 0.5.23's server_args.py deprecates
+#: ``--disable-cuda-graph`` (a ``DeprecatedStoreTrueAction``) for ``--disable-decode-cuda-graph`` /
+#: ``--disable-prefill-cuda-graph`` (arg_groups/fields/exec_.py). A space without ``server.version`` is probed.
 _FIRST_PER_PHASE_CUDA_GRAPH_FLAGS = (0, 5, 23)
 
 #: the first release with ``--cuda-graph-max-bs-decode`` (read from the wheels: 0.5.13 knows only
@@ -135,9 +122,7 @@ def flag_spelling_from_help(text: str) -> str | None:
 def cuda_graph_off_flags(spelling: str) -> list[str]:
     if spelling == LEGACY:
         return ["--disable-cuda-graph"]
-    if spelling == PER_PHASE:
-        return ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
-    raise ValueError(f"unknown CUDA-graph flag spelling {spelling!r}")
+    return ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
 
 
 def run_help(argv: list[str], *, timeout_s: float) -> str | None:
@@ -193,7 +178,8 @@ MTP_ARCHITECTURES = (
     "Qwen4ExpForConditionalGeneration",
 )
 
-_TREE = {
+#: tree depth S, branching k, verified nodes N (the root counts, so N >= 2)
+TREE_KNOBS = {
     "num_steps": KnobDomain("int", 1),
     "topk": KnobDomain("int", 1),
     "num_draft_tokens": KnobDomain("int", 2),
@@ -235,10 +221,10 @@ _ADAPTIVE_KNOBS = {
 _ADAPTIVE_DEFAULTS: dict[str, Any] = {"candidate_steps": "1,3,5,7", "up_hysteresis": 0.0, "down_hysteresis": -0.25}
 
 METHODS: dict[str, Method] = {
-    "eagle": Method("eagle", "EAGLE", True, _TREE, drafter_kind="an EAGLE head"),
-    "eagle3": Method("eagle3", "EAGLE-3", True, _TREE, drafter_kind="an EAGLE-3 head"),
-    "mtp": Method("mtp", "MTP", False, _TREE),
-    "standalone": Method("standalone", "draft model", True, _TREE, drafter_kind="a small draft model"),
+    "eagle": Method("eagle", "EAGLE", True, TREE_KNOBS, drafter_kind="an EAGLE head"),
+    "eagle3": Method("eagle3", "EAGLE-3", True, TREE_KNOBS, drafter_kind="an EAGLE-3 head"),
+    "mtp": Method("mtp", "MTP", False, TREE_KNOBS),
+    "standalone": Method("standalone", "draft model", True, TREE_KNOBS, drafter_kind="a small draft model"),
     "ngram": Method(
         "ngram",
         "n-gram",
@@ -455,7 +441,7 @@ class MethodTree(MethodWalk):
         steps_allowed = self._steps(space, method)
         if not steps_allowed:
             raise InfeasibleConfig(f"no feasible (num_steps, topk, num_draft_tokens) for method {method}")
-        spec = {k: self.spec(space, method, k) for k in _TREE}
+        spec = {k: self.spec(space, method, k) for k in TREE_KNOBS}
         s = ask.int("num_steps", param_name(method, "num_steps"), spec["num_steps"], steps_allowed)
         topk_allowed = self._topk(space, method, s)
         topk_name = cut_name("topk", topk_allowed, spec_values(spec["topk"]), f"s{s}")
@@ -498,7 +484,7 @@ class MethodTree(MethodWalk):
 
     def knob_names(self, method: str) -> set[str]:
         """The method's knobs and the tree knobs every method resolves (the n-gram's topk and steps too)."""
-        return {*METHODS[method].knobs, *_TREE}
+        return {*METHODS[method].knobs, *TREE_KNOBS}
 
     def resolve_knobs(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
         if method == "ngram":

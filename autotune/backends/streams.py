@@ -1,28 +1,13 @@
-"""What servers send back, read into backend-independent forms: streamed chunks, log-probabilities, ``/metrics``.
+"""What servers send back, read into backend-independent forms: streamed chunks (``ChunkInfo``), log-probabilities
+(``ReferenceOutput``) and ``/metrics`` (the Prometheus text format), for the OpenAI API, SGLang's native
+``/generate`` and llama-server.
 
-- The OpenAI API: ``ChunkInfo`` is what one streamed JSON chunk says (every backend's ``parse_chunk`` returns one);
-  ``ChunkParser`` reads one launch's chunks. ``parse_openai_chunk`` reads an OpenAI ``/v1/completions`` or
-  ``/v1/chat/completions`` chunk and ``parse_openai_logprobs`` a non-streamed answer with log-probabilities (the
-  lossless check's reference), both the defaults of ``autotune.backends.base.Backend``; ``_int_or_none`` /
-  ``_float_or_none`` read a server's numbers.
-- The Prometheus text exposition format (a server's ``/metrics``): series keyed canonically, summed by metric
-  (``parse_prometheus``, ``metric_total``, ``per_position_deltas``).
-- SGLang's native ``/generate`` answers: a streamed chunk (text so far, ``meta_info`` with the token counts and, in the
-  final chunk, the acceptance length; deltas instead of the text so far for a server launched with
-  ``--incremental-streaming-output``: ``incremental_output``) and a non-streamed answer's log-probabilities.
-- llama-server's answers: the speculative figures of a final chunk's ``timings`` (``parse_timings``) and of
-  ``/metrics`` counter deltas (``metrics_delta``).
-
-llama-server's acceptance. The final streamed chunk carries ``timings.predicted_n`` (tokens generated),
-``timings.draft_n``
-(draft tokens proposed) and ``timings.draft_n_accepted``; it does not carry the number of verify steps. Every
-target forward pass during generation yields exactly one token of its own plus the draft tokens it accepted,
-so ``accept_length = predicted_n / (predicted_n - draft_n_accepted)``: tokens per target forward pass, bonus
-token included, 1.0 when nothing is accepted -- the same quantity as SGLang's ``spec_accept_length``
-(completion tokens / verify passes). Steps where no draft was made (a draft under ``n_min``) count as passes
-yielding one token. ``/metrics`` gives the same from counter deltas (``tokens_predicted_total`` and
-``spec_decode_num_accepted_tokens_total``); when the token counter is missing it falls back to the
-server's log figure ``1 + accepted / drafts`` (per speculative verify step).
+llama-server's acceptance: the final streamed chunk carries ``timings.predicted_n`` (tokens generated) and
+``timings.draft_n_accepted``, not the number of verify steps. Every target forward pass yields one token of its own
+plus the draft tokens it accepted, so ``accept_length = predicted_n / (predicted_n - draft_n_accepted)``: tokens per
+target forward pass, bonus token included -- SGLang's ``spec_accept_length`` (completion tokens / verify passes).
+``/metrics`` gives the same from counter deltas; without the token counter, the server's log figure
+``1 + accepted / drafts`` (per speculative verify step).
 """
 
 from __future__ import annotations

@@ -1,30 +1,22 @@
 """vLLM (``vllm serve MODEL --speculative-config JSON``).
 
-vLLM needs a CUDA build of torch and cannot run on the machines this project is developed on: this backend
-is tested for its argv, its rules and its /metrics parsing, never against a live vLLM; every launch and export is
-handed to vLLM 0.33.0's own ``vllm serve`` parser and ``SpeculativeConfig`` on CPU (tests/servers/test_vllm_parser.py),
-which must read it as autotune means it.
+vLLM cannot run on the machines this project is developed on: every launch and export is handed to vLLM 0.33.0's own
+``vllm serve`` parser and ``SpeculativeConfig`` on CPU (tests/servers/test_vllm_parser.py).
 
 Knobs: ``method`` (eagle, eagle3, draft_model, ngram, mtp) and ``num_speculative_tokens`` (K >= 1).
-- The speculative config is passed as ONE argv element of JSON:
-  ``{"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size": 1}``; ``ngram`` has no model
-  and uses ``prompt_lookup_max`` / ``prompt_lookup_min`` instead; ``mtp`` uses the target's own MTP layers.
-- When the space does not search ``method`` it is derived from the drafter (forced algorithm or checkpoint:
-  EAGLE3 -> eagle3, EAGLE -> eagle, anything else -> draft_model). When it does, a drafter is only paired
-  with its own method or with the model-free ones (ngram, mtp): pairing an EAGLE-3 drafter with ``eagle``
-  is the silent acceptance collapse, so it is infeasible and never suggested. A method list that differs by
-  drafter is suggested as ``method_<drafter>`` (one distribution per parameter name).
+- The speculative config is ONE argv element of JSON: ``{"method", "model", "num_speculative_tokens",
+  "draft_tensor_parallel_size": 1}``; ``ngram`` has no model and uses ``prompt_lookup_max`` / ``prompt_lookup_min``;
+  ``mtp`` uses the target's own MTP layers.
+- Without ``method`` in the space it is derived from the drafter (EAGLE3 -> eagle3, EAGLE -> eagle, else
+  draft_model). With it, a drafter pairs only with its own method or the model-free ones: an EAGLE-3 drafter under
+  ``eagle`` is the silent acceptance collapse, never suggested. A method list that differs by drafter is suggested as
+  ``method_<drafter>``.
 - CUDA graphs off: ``--enforce-eager``.
-- Acceptance: vLLM reports no per-request acceptance in the stream; it comes from the deltas of the
-  ``vllm:spec_decode_num_accepted_tokens_total`` / ``vllm:spec_decode_num_drafts_total`` counters around each
-  request (requests are measured one at a time): accept length = 1 + accepted / drafts. So does the per-position
-  acceptance (``positions_from_metrics``): the deltas of ``vllm:spec_decode_num_accepted_tokens_per_pos_total``
-  per ``position`` label over the drafts' delta (vLLM 0.33.0's own per-position rate, ``SpecDecodingProm``).
-- Requests: OpenAI ``/v1/completions`` (or chat) streaming, tokens from ``usage`` (include_usage).
-- Export: ``--format vllm`` is the ``vllm serve`` command; with load levels its ``--speculative-config`` carries
-  ``num_speculative_tokens_per_batch_size`` (``schedule_launch``). Another server's study exports so only as a
-  faithful translation (``translate``: an HF checkpoint's algorithm as the method, a chain's length as K); a GGUF
-  draft or a draft tree has none.
+- Acceptance: none per request in the stream; 1 + accepted / drafts over the deltas of
+  ``vllm:spec_decode_num_accepted_tokens_total`` / ``vllm:spec_decode_num_drafts_total`` around each request, and
+  per position over ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` (0.33.0's ``SpecDecodingProm``).
+- Export: with load levels, ``--speculative-config`` carries ``num_speculative_tokens_per_batch_size``. Another
+  server's study exports only as a faithful translation (``translate``); a GGUF draft or a draft tree has none.
 """
 
 from __future__ import annotations
