@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
 from autotune.acceptance import AcceptPositions
+from autotune.backends.methods import MethodWalk
 from autotune.backends.streams import ChunkInfo, ChunkParser, parse_openai_chunk, parse_openai_logprobs
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
@@ -215,15 +216,19 @@ class Backend(ABC):
         """Environment variables to set on top of the inherited environment."""
         return dict(space.server.env)
 
+    #: the method tree of spaces with ``search.methods`` (``autotune.backends.methods``); None: no methods
+    tree: MethodWalk | None = None
+
     def defaults(self, space: Space) -> list[TrialConfig]:
-        """Configs worth trying first (the server's own defaults), already inside the space."""
-        return []
+        """Configs worth trying first (the server's own defaults), already inside the space. Default: a method
+        space's (``tree``), else none."""
+        return self.tree.defaults(space) if self.tree is not None and space.search.methods else []
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """Every feasible speculative config of the space (effective, no baselines), or None when the space is
-        not a finite grid (a float range) or the backend does not enumerate it. Used by the surrogate-guided
-        last trials of the search; without a grid those trials are left to the sampler."""
-        return None
+        not a finite grid (a float range) or the backend does not enumerate it (the surrogate-guided last trials
+        of the search use it). Default: a method space's (``tree``), else None."""
+        return self.tree.grid(space) if self.tree is not None and space.search.methods else None
 
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:  # noqa: B027 - optional hook
         """Optionally learn about the installed server (e.g. flag spelling from ``--help``), for ``argv`` to use.
@@ -272,7 +277,7 @@ class Backend(ABC):
     def method_unavailable(self, space: Space, method: str) -> str | None:
         """Why ``method`` of ``space``'s ``search.methods`` cannot run with its target (None: it can, or unknown
         without a server): e.g. MTP on a target without MTP layers. Such a method is not searched; reports say so."""
-        return None
+        return self.tree.unavailable(space, method) if self.tree is not None else None
 
     # -- deploying ----------------------------------------------------------------------------------
 

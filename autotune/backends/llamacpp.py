@@ -176,7 +176,7 @@ class LlamaCppBackend(Backend):
         self.spec_types: tuple[str, ...] | None = None
         self.help_flags: set[str] | None = None
         #: spaces with ``search.methods`` (``autotune.backends.llamacpp_methods``)
-        self.tree = LlamaMethods()
+        self.tree: LlamaMethods = LlamaMethods()
 
     # -- the space ----------------------------------------------------------------------------------
 
@@ -484,9 +484,6 @@ class LlamaCppBackend(Backend):
             return None
         eff = self.effective(config, space)
         return str(eff.knob("method") if space.search.methods else eff.knob("spec_type"))
-
-    def method_unavailable(self, space: Space, method: str) -> str | None:
-        return self.tree.unavailable(space, method)
 
     def checks_engagement(self, config: TrialConfig) -> bool:
         """Not for model-free types alone (``llamacpp_methods.LlamaMethods.checks_engagement``)."""

@@ -179,6 +179,14 @@ class MethodWalk(ABC):
         """``config`` of ``method`` (its method, drafter and knob names checked) as the server would run it;
         InfeasibleConfig when the server would refuse it."""
 
+    @abstractmethod
+    def defaults(self, space: Space) -> list[TrialConfig]:
+        """The server's own config of every available method x drafter, moved to the nearest point of the space."""
+
+    @abstractmethod
+    def grid(self, space: Space) -> list[TrialConfig] | None:
+        """Every feasible point of every available method (None when a knob is a float range)."""
+
     def knob_or_default(self, config: TrialConfig, space: Space, method: str, knob: str) -> Any:
         """``config``'s value of ``knob``, else the server's own (``default``)."""
         v = config.knob(knob)
@@ -288,8 +296,7 @@ class FlatMethods(MethodWalk):
         return out
 
     def defaults(self, space: Space) -> list[TrialConfig]:
-        """The server's own config of every available method x drafter, moved to the nearest point of the space
-        (a minimum above its maximum lowered to it)."""
+        """As ``MethodWalk.defaults``, a minimum above its maximum lowered to it."""
         cg = any(space.search.cuda_graph)
         out: list[TrialConfig] = []
         for method in self.available(space):
@@ -304,7 +311,6 @@ class FlatMethods(MethodWalk):
         return out
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
-        """Every feasible point of every available method (None when a knob is a float range)."""
         out: list[TrialConfig] = []
         graphs = [bool(b) for b in space.search.cuda_graph]
         for method in self.available(space):
@@ -372,9 +378,9 @@ def nearest(values: list[Any], target: Any) -> Any:
 
 def feasible(
     resolve: Callable[[TrialConfig, Space], EffectiveConfig], configs: Iterable[TrialConfig], space: Space
-) -> list[EffectiveConfig]:
+) -> list[TrialConfig]:
     """``configs`` resolved, those the server would refuse (InfeasibleConfig) left out."""
-    out = []
+    out: list[TrialConfig] = []
     for cfg in configs:
         with contextlib.suppress(InfeasibleConfig):
             out.append(resolve(cfg, space))

@@ -139,7 +139,7 @@ class SGLangBackend(Backend):
         self.cuda_graph_spelling = cuda_graph_spelling
         self.max_bs_flag: str | None = None
         #: spaces with ``search.methods`` (``autotune.backends.sglang_methods``)
-        self.tree = MethodTree(self._auto_triple)
+        self.tree: MethodTree = MethodTree(self._auto_triple)
 
     # -- the space ----------------------------------------------------------------------------------
 
@@ -345,9 +345,6 @@ class SGLangBackend(Backend):
         if not space.search.methods or config.is_baseline:
             return {}
         return self.tree.files(self.effective(config, space))
-
-    def method_unavailable(self, space: Space, method: str) -> str | None:
-        return self.tree.unavailable(space, method)
 
     def checks_engagement(self, config: TrialConfig) -> bool:
         """Not for n-gram lookup: no drafter to be misconfigured; finding nothing to copy is a measured loss."""

@@ -576,7 +576,6 @@ class MethodTree(MethodWalk):
             )
 
     def defaults(self, space: Space) -> list[TrialConfig]:
-        """The server's own config of every available method x drafter, moved to the nearest point of the space."""
         configs: list[TrialConfig] = []
         for method in self.available(space):
             drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
@@ -604,7 +603,6 @@ class MethodTree(MethodWalk):
         return feasible(self.resolve, configs, space)
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
-        """Every feasible point of every available method (None when a knob is a float range)."""
         configs: list[TrialConfig] = []
         for method in self.available(space):
             if any(spec_values(self.spec(space, method, k)) is None for k in METHODS[method].knobs):

@@ -93,7 +93,7 @@ class VLLMBackend(Backend):
     knob_domains = KNOB_DOMAINS
     methods = METHOD_CATALOGUE
     #: spaces with ``search.methods`` (``autotune.backends.vllm_methods``)
-    tree = VLLMMethods()
+    tree: VLLMMethods = VLLMMethods()
     managed_flags = ("--speculative-config", "--port", "--host")
     #: with load levels: the scheduler admits every stream of the highest level at once
     level_flags = ("--max-num-seqs",)
@@ -239,16 +239,6 @@ class VLLMBackend(Backend):
         if k is None or k < 1:
             raise InfeasibleConfig(f"num_speculative_tokens must be at least 1 but got {k}")
         return EffectiveConfig.make(config.drafter, config.cuda_graph, method=method, num_speculative_tokens=k)
-
-    def defaults(self, space: Space) -> list[TrialConfig]:
-        """A method space's server defaults per method and drafter (``VLLMMethods.defaults``); none otherwise."""
-        return self.tree.defaults(space) if space.search.methods else []
-
-    def grid(self, space: Space) -> list[TrialConfig] | None:
-        return self.tree.grid(space) if space.search.methods else None
-
-    def method_unavailable(self, space: Space, method: str) -> str | None:
-        return self.tree.unavailable(space, method)
 
     def checks_engagement(self, config: TrialConfig) -> bool:
         """Not for n-gram lookup: finding nothing to copy is a measured loss, not a misconfiguration."""
