@@ -231,8 +231,8 @@ class Backend(ABC):
         return self.tree.grid(space) if self.tree is not None and space.search.methods else None
 
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:  # noqa: B027 - optional hook
-        """Optionally learn about the installed server (e.g. flag spelling from ``--help``), for ``argv`` to use.
-        Runs the server's help command at most once per call; nothing else runs it (see ``probe_before_argv``)."""
+        """Optionally learn about the installed server (e.g. flag spelling from ``--help``), for ``argv`` to use;
+        nothing else runs the server's help (``probe_before_argv``)."""
 
     #: the algorithms a drafter of this server's spaces may be forced to (``drafters[].algorithm``)
     drafter_algorithms: tuple[str, ...] = DRAFTER_ALGORITHMS
@@ -246,8 +246,7 @@ class Backend(ABC):
         return f"--speculative-algorithm {algorithm}"
 
     def check_drafters(self, space: Space) -> list[Problem]:
-        """Static checks of the searched drafters against the target, no server (``autotune validate``). Default:
-        checkpoint directories with a ``config.json`` (``autotune.checks.check_checkpoints``)."""
+        """Static checks of the searched drafters against the target, no server. Default: ``check_checkpoints``."""
         return checks.check_checkpoints(space, algorithm_flag=self.algorithm_flag)
 
     def read_effective(self, server_info: dict[str, Any]) -> dict[str, Any]:
@@ -368,8 +367,7 @@ class Backend(ABC):
         return "/v1/completions", {**body, "prompt": prompt, **self.body_extra}
 
     def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
-        """Read one streamed JSON chunk of a server launched with its default output settings. Default: OpenAI
-        completions / chat completions chunks."""
+        """Read one streamed JSON chunk of a server launched with its default output settings."""
         return parse_openai_chunk(obj)
 
     def chunk_parser(self, space: Space) -> ChunkParser:
@@ -408,8 +406,7 @@ class Backend(ABC):
         return None
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
-        """Per-position acceptance counts of the requests between two /metrics scrapes (``autotune.acceptance``;
-        None: the server reports none there)."""
+        """Per-position acceptance counts of the requests between two /metrics scrapes (None: none there)."""
         return None
 
 

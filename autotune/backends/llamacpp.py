@@ -136,15 +136,11 @@ def flat_grid(backend: LlamaCppBackend, space: Space) -> list[TrialConfig] | Non
 
 
 class LlamaCppBackend(Backend):
-    """``llama-server`` with a draft GGUF model.
-
-    ``spelling`` fixes the flag names (e.g. ``flag_spelling(recorded_help)``); when None, ``probe`` learns them
-    from ``<server> --help`` (once per binary), and until then argv uses ``NEW_SPELLING``."""
+    """``llama-server``. ``spelling`` fixes the flag names (e.g. ``flag_spelling(recorded_help)``); when None,
+    ``probe`` learns them, and until then argv uses ``NEW_SPELLING``."""
 
     name = "llamacpp"
-    health_path = "/health"
     info_path = "/props"
-    metrics_path = "/metrics"
     positions_from_metrics_deltas = True  # the per-position counter (``positions_from_metrics``)
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
@@ -226,11 +222,9 @@ class LlamaCppBackend(Backend):
         return float(trial.suggest_categorical("draft_p_min", values))
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        """Conditional space: ``drafter`` and ``cuda_graph`` always, then the knobs. The baseline is not among the
-        drafter choices: the study enqueues it once per CUDA-graph setting (role=baseline), so the sampler never
-        proposes it again. ``spec_type`` is searched only when the space lists it (else the drafter's forced
-        ``algorithm`` or draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (named
-        ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
+        """``spec_type`` is searched only when the space lists it (else the drafter's forced ``algorithm`` or
+        draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (``draft_n_min_le{N}`` when that cuts
+        the space's list)."""
         if space.search.methods:
             return self.tree.suggest(trial, space)
         drafter, cuda_graph = suggest_drafter(trial, space)
@@ -255,7 +249,6 @@ class LlamaCppBackend(Backend):
         )
 
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
         if config.is_baseline:
             return {"drafter": "none", "cuda_graph": bool(config.cuda_graph)}
         if space.search.methods:
@@ -342,8 +335,7 @@ class LlamaCppBackend(Backend):
     deploy_launcher = ("llama-server",)
 
     def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
-        """``space.server.launcher``, else ``find_llama_server()`` (this machine's), else plain ``llama-server``
-        (also what a deployment host gets: ``deploy``)."""
+        """``server.launcher``, else ``find_llama_server()``, else (and with ``deploy``) plain ``llama-server``."""
         if space.server.launcher or deploy:
             return super().launcher(space, deploy=deploy)
         return [find_llama_server() or "llama-server"]
@@ -399,7 +391,7 @@ class LlamaCppBackend(Backend):
         self.spelling = dict(cached[0])
         self.spec_types, self.help_flags = cached[1], set(cached[2])
 
-    def spelling_for(self, space: Space) -> dict[str, str | None]:
+    def spelling_for(self) -> dict[str, str | None]:
         """The flag names argv uses: the given or probed ones, else ``NEW_SPELLING`` (never probes itself)."""
         return dict(self.spelling) if self.spelling is not None else dict(NEW_SPELLING)
 
@@ -428,7 +420,7 @@ class LlamaCppBackend(Backend):
     ) -> list[str]:
         eff = self.effective(config, space)
         server = space.server
-        flags = self.spelling_for(space)
+        flags = self.spelling_for()
         extra = [str(a) for a in server.extra_args]
 
         def given(*names: str) -> bool:
@@ -528,17 +520,12 @@ class LlamaCppBackend(Backend):
         if config.is_baseline:
             return []
         problems: list[str] = []
-        for knob in ("draft_n_max", "draft_n_min"):
-            got = effective.get(knob)
-            if got is not None and config.knob(knob) is not None and int(got) != int(config.knob(knob)):
-                problems.append(f"{knob}: launched {config.knob(knob)}, server runs {got}")
-        got = effective.get("draft_p_min")
-        if (
-            got is not None
-            and config.knob("draft_p_min") is not None
-            and abs(float(got) - float(config.knob("draft_p_min"))) > 1e-4
-        ):
-            problems.append(f"draft_p_min: launched {config.knob('draft_p_min')}, server runs {got}")
+        for knob in ("draft_n_max", "draft_n_min", "draft_p_min"):
+            got, launched = effective.get(knob), config.knob(knob)
+            if got is None or launched is None:
+                continue
+            if abs(float(got) - float(launched)) > 1e-4 if knob == "draft_p_min" else int(got) != int(launched):
+                problems.append(f"{knob}: launched {launched}, server runs {got}")
         return problems
 
     # -- benchmark requests -------------------------------------------------------------------------

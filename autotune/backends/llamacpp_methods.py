@@ -147,11 +147,9 @@ METHODS = Catalogue()
 
 
 def help_spec_types(help_text: str) -> tuple[str, ...] | None:
-    """The ``--spec-type`` values a llama-server's ``--help`` lists (None: it lists none, e.g. an old build).
-
-    Two forms: ``--spec-type none,draft-simple,...`` (a comma-separated list of types, 0.3.36) and
-    ``--spec-type [none|ngram-cache|...]`` (one model-free type, used "when no draft model is provided": a draft
-    model given with ``--spec-draft-model`` speculates by itself, llama-cpp-python 0.3.2x)."""
+    """The ``--spec-type`` values a llama-server's ``--help`` lists (None: none, e.g. an old build): a comma list
+    (``none,draft-simple,...``, 0.3.36) or ``[none|ngram-cache|...]`` (one model-free type, used "when no draft model
+    is provided": a draft model speculates by itself, llama-cpp-python 0.3.2x)."""
     for line in help_text.splitlines():
         parts = line.split()
         if len(parts) < 2 or parts[0] != "--spec-type":
@@ -256,22 +254,13 @@ def _fmt(v: Any) -> str:
 #: the llama-cpp-python release whose vendored llama.cpp ``scripts/llamacpp_setup.sh`` builds
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 
-#: flag names by role for the newest known release, and for releases before the ``--spec-*`` rename
+#: flag names by role for the newest known release
 NEW_SPELLING: dict[str, str | None] = {
     "draft_model": "--spec-draft-model",
     "spec_type": "--spec-type",
     "draft_n_max": "--spec-draft-n-max",
     "draft_n_min": "--spec-draft-n-min",
     "draft_p_min": "--spec-draft-p-min",
-    "no_webui": None,
-    "parallel": "-np",
-}
-OLD_SPELLING: dict[str, str | None] = {
-    "draft_model": "--model-draft",
-    "spec_type": None,
-    "draft_n_max": "--draft-max",
-    "draft_n_min": "--draft-min",
-    "draft_p_min": "--draft-p-min",
     "no_webui": None,
     "parallel": "-np",
 }
@@ -304,12 +293,8 @@ def help_flags(help_text: str) -> set[str]:
 
 
 def flag_spelling(help_text: str) -> dict[str, str | None]:
-    """Flag name per role (``draft_model``, ``spec_type``, ``draft_n_max``, ``draft_n_min``, ``draft_p_min``,
-    ``no_webui``, ``parallel``) for the ``llama-server`` whose ``--help`` output is ``help_text``.
-
-    A role the binary lacks maps to None. Text that lists no draft-count flag at all (not a llama-server help)
-    gives ``NEW_SPELLING``.
-    """
+    """Flag name per role (``_CANDIDATES``) for the ``llama-server`` whose ``--help`` output is ``help_text`` (None: it
+    lacks the role). Text that lists no draft-count flag at all (not a llama-server help) gives ``NEW_SPELLING``."""
     flags = help_flags(help_text)
     if not any(f in flags for f in _CANDIDATES["draft_n_max"]):
         return dict(NEW_SPELLING)
@@ -320,10 +305,9 @@ def spec_type_args(
     spec_type: str, flag: str | None, listed: Sequence[str] | None, draft_types: Sequence[str], default: str
 ) -> list[str]:
     """The ``--spec-type`` argument for ``spec_type`` on a binary with type flag ``flag`` whose ``--help`` lists
-    the types ``listed`` (None: not known); ``draft_types``: the types that run a draft model; ``default``: the
-    one a draft model runs by itself. Builds without the flag, and builds whose ``--spec-type`` names only
-    model-free types (llama-cpp-python 0.3.2x: "when no draft model is provided"), draft with ``-md`` alone: there
-    ``default`` needs no flag and other draft types cannot run (``InfeasibleConfig``)."""
+    ``listed`` (None: not known); ``default``: the draft type a draft model runs by itself. Builds without the flag or
+    whose ``--spec-type`` names only model-free types (0.3.2x) draft with ``-md`` alone: there ``default`` needs no
+    flag and other draft types cannot run (``InfeasibleConfig``)."""
     model_alone = listed is not None and not any(t in draft_types for t in listed)
     if flag and not (model_alone and spec_type in draft_types):
         if listed is not None and spec_type not in listed:

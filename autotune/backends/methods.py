@@ -341,8 +341,8 @@ def int_values(spec: ParamSpec | None, server: str) -> list[int] | None:
 
 
 def suggest_drafter(trial: optuna.trial.BaseTrial, space: Space, drafters: list[str] | None = None) -> tuple[str, bool]:
-    """(drafter, cuda_graph): ``drafters`` (default: the searched ones) and the space's CUDA-graph settings. The
-    baseline is never among them: the study enqueues it (role=baseline) once per CUDA-graph setting."""
+    """(drafter, cuda_graph) among ``drafters`` (default: the searched ones) and the space's CUDA-graph settings. The
+    baseline is never among them: the study enqueues it (role=baseline)."""
     names = list(space.searched_drafters()) if drafters is None else drafters
     drafter = str(trial.suggest_categorical("drafter", names))
     cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))

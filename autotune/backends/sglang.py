@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from autotune import checks
 from autotune.backends.base import Backend, Portable, ScheduledLaunch, flag_value
-from autotune.backends.methods import cut_name, feasible, int_values, nearest, suggest_drafter, suggest_int
+from autotune.backends.methods import OptunaAsk, cut_name, feasible, int_values, nearest, suggest_drafter
 from autotune.backends.sglang_methods import (
     ADAPTIVE_FILE,
     DECODE_MAX_BS_FLAG,
@@ -64,7 +64,7 @@ from autotune.backends.streams import (
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.schedule import batch_ranges
-from autotune.space import Choices, ParamSpec, Prompt
+from autotune.space import ParamSpec, Prompt
 
 if TYPE_CHECKING:
     import optuna
@@ -92,10 +92,8 @@ def resolved_algorithm(space: Space, name: str) -> str:
 
 class SGLangBackend(Backend):
     name = "sglang"
-    health_path = "/health"
     info_path = "/server_info"
     info_fallback_paths = ("/get_server_info",)
-    metrics_path = "/metrics"
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
     methods = METHODS
@@ -148,58 +146,22 @@ class SGLangBackend(Backend):
         archs = [str(a) for a in (cfg or {}).get("architectures") or ()]
         return _LLAMA_LIKE_DEFAULT if any(a in _LLAMA_LIKE_ARCHS for a in archs) else _OTHER_DEFAULT
 
-    def _knob_spec(self, space: Space, knob: str) -> ParamSpec:
-        spec = space.search.knobs.get(knob)
-        if spec is not None:
-            return spec
-        steps, topk, ndt = self._auto_triple(space)  # a knob not searched stays at SGLang's auto value
-        return Choices(({"num_steps": steps, "topk": topk, "num_draft_tokens": ndt}[knob],))
-
-    def _ndt_values(self, space: Space, steps: int, topk: int) -> list[int]:
-        """Feasible num_draft_tokens values at (steps, topk) for topk > 1."""
-        values = _spec_values(self._knob_spec(space, "num_draft_tokens")) or []
-        return [v for v in values if feasibility_reason(steps, topk, v) is None]
-
-    def _topk_values(self, space: Space, steps: int) -> list[int]:
-        values = _spec_values(self._knob_spec(space, "topk")) or []
-        return [k for k in values if k >= 1 and (k == 1 or self._ndt_values(space, steps, k))]
-
-    def _steps_values(self, space: Space) -> list[int]:
-        values = _spec_values(self._knob_spec(space, "num_steps")) or []
-        return [s for s in values if s >= 1 and self._topk_values(space, s)]
+    # A space without ``search.methods`` is the method tree's tree of method None (``MethodTree.spec``).
 
     def _names(self, space: Space, steps: int, topk: int) -> tuple[str, str]:
-        topk_full = _spec_values(self._knob_spec(space, "topk"))
-        ndt_full = _spec_values(self._knob_spec(space, "num_draft_tokens"))
-        topk_name = cut_name("topk", self._topk_values(space, steps), topk_full, f"s{steps}")
-        ndt_name = cut_name("num_draft_tokens", self._ndt_values(space, steps, topk), ndt_full, f"s{steps}_k{topk}")
+        topk_full = _spec_values(self.tree.spec(space, None, "topk"))
+        ndt_full = _spec_values(self.tree.spec(space, None, "num_draft_tokens"))
+        topk_name = cut_name("topk", self.tree.topks(space, None, steps), topk_full, f"s{steps}")
+        ndt_name = cut_name("num_draft_tokens", self.tree.ndts(space, None, steps, topk), ndt_full, f"s{steps}_k{topk}")
         return topk_name, ndt_name
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         if space.search.methods:
             return self.tree.suggest(trial, space)
         drafter, cuda_graph = suggest_drafter(trial, space)
-        steps_allowed = self._steps_values(space)
-        if not steps_allowed:
-            raise InfeasibleConfig("no feasible (num_steps, topk, num_draft_tokens) in the space")
-        steps = suggest_int(trial, "num_steps", self._knob_spec(space, "num_steps"), steps_allowed)
-        topk_allowed = self._topk_values(space, steps)
-        topk_name, _ = self._names(space, steps, 1)
-        topk = suggest_int(trial, topk_name, self._knob_spec(space, "topk"), topk_allowed)
-        if topk == 1:
-            ndt = steps + 1
-        else:
-            _, ndt_name = self._names(space, steps, topk)
-            ndt = suggest_int(
-                trial,
-                ndt_name,
-                self._knob_spec(space, "num_draft_tokens"),
-                self._ndt_values(space, steps, topk),
-            )
-        return TrialConfig.make(drafter, cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
+        return TrialConfig.make(drafter, cuda_graph, **self.tree.walk_tree(OptunaAsk(trial), space, None))
 
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
         if config.is_baseline:
             return {"cuda_graph": bool(config.cuda_graph)}  # enqueued by the study with role=baseline
         if space.search.methods:
@@ -245,12 +207,12 @@ class SGLangBackend(Backend):
         if space.search.methods:
             return self.tree.defaults(space)
         steps0, topk0, ndt0 = self._auto_triple(space)
-        steps_allowed = self._steps_values(space)
+        steps_allowed = self.tree.steps(space, None)
         if not steps_allowed:
             return []
         steps = nearest(steps_allowed, steps0)
-        topk = nearest(self._topk_values(space, steps), topk0)
-        ndt = steps + 1 if topk == 1 else nearest(self._ndt_values(space, steps, topk), ndt0)
+        topk = nearest(self.tree.topks(space, None, steps), topk0)
+        ndt = steps + 1 if topk == 1 else nearest(self.tree.ndts(space, None, steps, topk), ndt0)
         configs = [
             TrialConfig.make(d, any(space.search.cuda_graph), num_steps=steps, topk=topk, num_draft_tokens=ndt)
             for d in space.searched_drafters()
@@ -261,15 +223,16 @@ class SGLangBackend(Backend):
         """Every feasible point, in bench_speculative.py's nested order (drafter, CUDA graphs, steps, topk, N)."""
         if space.search.methods:
             return self.tree.grid(space)
+        t = self.tree
         for knob in KNOBS:
-            if _spec_values(self._knob_spec(space, knob)) is None:
+            if _spec_values(t.spec(space, None, knob)) is None:
                 return None
         out: list[TrialConfig] = []
         for d in space.searched_drafters():
             for cg in space.search.cuda_graph:
-                for s in self._steps_values(space):
-                    for k in self._topk_values(space, s):
-                        for n in [s + 1] if k == 1 else self._ndt_values(space, s, k):
+                for s in t.steps(space, None):
+                    for k in t.topks(space, None, s):
+                        for n in [s + 1] if k == 1 else t.ndts(space, None, s, k):
                             out.append(TrialConfig.make(d, bool(cg), num_steps=s, topk=k, num_draft_tokens=n))
         return out
 
@@ -547,8 +510,6 @@ PORTABLE_FLAGS: dict[str, str | Literal[True]] = {
     "--context-length": "max_model_len",
     "--trust-remote-code": True,
 }
-#: flags that only shape how autotune reads the stream: no meaning for a deployment elsewhere
-CLIENT_ONLY_FLAGS = (INCREMENTAL_OUTPUT_FLAG,)
 
 
 def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, Any]:
@@ -561,7 +522,7 @@ def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, Any]
     while i < len(args):
         flag, _, inline = args[i].partition("=")
         setting = PORTABLE_FLAGS.get(flag)
-        if flag in CLIENT_ONLY_FLAGS:
+        if flag == INCREMENTAL_OUTPUT_FLAG:  # shapes how autotune reads the stream: no meaning elsewhere
             i += 1
         elif setting is True:
             out[flag.lstrip("-").replace("-", "_")] = True

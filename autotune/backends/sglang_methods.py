@@ -44,10 +44,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends.methods import METHOD_KNOB, MethodWalk, cut_name, feasible, nearest, param_name, spec_values
+from autotune.backends.methods import (
+    METHOD_KNOB,
+    MethodWalk,
+    cut_name,
+    feasible,
+    int_values,
+    nearest,
+    param_name,
+    spec_values,
+)
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.servers import KnobDomain, Method
+from autotune.space.model import Choices, ParamSpec
 
 if TYPE_CHECKING:
     from autotune.space import Space
@@ -404,9 +414,18 @@ class MethodTree(MethodWalk):
             return mtp_unavailable(space.server.model_path)
         return None
 
-    def default(self, space: Space, method: str, knob: str) -> Any:
+    # A space without ``search.methods`` is the tree of method None: its knobs unprefixed (``walk_tree``), a knob it
+    # does not search at SGLang's auto choice.
+
+    def spec(self, space: Space, method: str | None, knob: str) -> ParamSpec:
+        if method is None:
+            got = space.search.knobs.get(knob)
+            return got if got is not None else Choices((self.default(space, None, knob),))
+        return super().spec(space, method, knob)
+
+    def default(self, space: Space, method: str | None, knob: str) -> Any:
         """The catalogue's default; a tree knob without one: SGLang's auto choice (STANDALONE's own for it)."""
-        if knob in METHODS[method].defaults:
+        if method is not None and knob in METHODS[method].defaults:
             return METHODS[method].defaults[knob]
         triple = _STANDALONE_DEFAULT if method == "standalone" else self.auto_triple(space)
         return dict(zip(("num_steps", "topk", "num_draft_tokens"), triple, strict=True))[knob]
@@ -421,36 +440,42 @@ class MethodTree(MethodWalk):
                 k: ask.number(k, param_name(method, k), self.spec(space, method, k))
                 for k in ("candidate_steps", "up_hysteresis", "down_hysteresis")
             }
-        return self._walk_tree(ask, space, method)
+        return self.walk_tree(ask, space, method)
 
-    def _values(self, space: Space, method: str, knob: str) -> list[Any]:
-        return spec_values(self.spec(space, method, knob)) or []
+    def _values(self, space: Space, method: str | None, knob: str) -> list[Any]:
+        spec = self.spec(space, method, knob)
+        return (int_values(spec, "SGLang") if method is None else spec_values(spec)) or []
 
-    def _ndt(self, space: Space, method: str, s: int, k: int) -> list[int]:
+    def ndts(self, space: Space, method: str | None, s: int, k: int) -> list[int]:
         return [int(n) for n in self._values(space, method, "num_draft_tokens") if feasibility_reason(s, k, n) is None]
 
-    def _topk(self, space: Space, method: str, s: int) -> list[int]:
+    def topks(self, space: Space, method: str | None, s: int) -> list[int]:
         return [
-            int(k) for k in self._values(space, method, "topk") if k >= 1 and (k == 1 or self._ndt(space, method, s, k))
+            int(k) for k in self._values(space, method, "topk") if k >= 1 and (k == 1 or self.ndts(space, method, s, k))
         ]
 
-    def _steps(self, space: Space, method: str) -> list[int]:
-        return [int(s) for s in self._values(space, method, "num_steps") if s >= 1 and self._topk(space, method, s)]
+    def steps(self, space: Space, method: str | None) -> list[int]:
+        return [int(s) for s in self._values(space, method, "num_steps") if s >= 1 and self.topks(space, method, s)]
 
-    def _walk_tree(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
-        steps_allowed = self._steps(space, method)
+    def walk_tree(self, ask: Any, space: Space, method: str | None) -> dict[str, Any]:
+        steps_allowed = self.steps(space, method)
         if not steps_allowed:
-            raise InfeasibleConfig(f"no feasible (num_steps, topk, num_draft_tokens) for method {method}")
+            where = "in the space" if method is None else f"for method {method}"
+            raise InfeasibleConfig(f"no feasible (num_steps, topk, num_draft_tokens) {where}")
+
+        def param_name(name: str) -> str:
+            return name if method is None else f"{method}.{name}"
+
         spec = {k: self.spec(space, method, k) for k in TREE_KNOBS}
-        s = ask.int("num_steps", param_name(method, "num_steps"), spec["num_steps"], steps_allowed)
-        topk_allowed = self._topk(space, method, s)
+        s = ask.int("num_steps", param_name("num_steps"), spec["num_steps"], steps_allowed)
+        topk_allowed = self.topks(space, method, s)
         topk_name = cut_name("topk", topk_allowed, spec_values(spec["topk"]), f"s{s}")
-        k = ask.int("topk", param_name(method, topk_name), spec["topk"], topk_allowed)
+        k = ask.int("topk", param_name(topk_name), spec["topk"], topk_allowed)
         if k == 1:
             return {"num_steps": s, "topk": 1, "num_draft_tokens": s + 1}
-        ndt_allowed = self._ndt(space, method, s, k)
+        ndt_allowed = self.ndts(space, method, s, k)
         ndt_name = cut_name("num_draft_tokens", ndt_allowed, spec_values(spec["num_draft_tokens"]), f"s{s}_k{k}")
-        n = ask.int("num_draft_tokens", param_name(method, ndt_name), spec["num_draft_tokens"], ndt_allowed)
+        n = ask.int("num_draft_tokens", param_name(ndt_name), spec["num_draft_tokens"], ndt_allowed)
         return {"num_steps": s, "topk": k, "num_draft_tokens": n}
 
     def _walk_ngram(self, ask: Any, space: Space) -> dict[str, Any]:
@@ -517,19 +542,10 @@ class MethodTree(MethodWalk):
             raise InfeasibleConfig(
                 f"n-gram match_type must be one of {', '.join(MATCH_TYPES)} but got {v['match_type']!r}"
             )
+        v.update(num_draft_tokens=n, max_bfs_breadth=b, min_bfs_breadth=lo, max_trie_depth=int(v["max_trie_depth"]))
+        v["match_type"] = str(v["match_type"])
         # _handle_ngram: topk := the max BFS breadth, steps := num_draft_tokens // topk
-        return EffectiveConfig.make(
-            None,
-            config.cuda_graph,
-            method="ngram",
-            num_draft_tokens=n,
-            max_bfs_breadth=b,
-            min_bfs_breadth=lo,
-            match_type=str(v["match_type"]),
-            max_trie_depth=int(v["max_trie_depth"]),
-            topk=b,
-            num_steps=n // b,
-        )
+        return EffectiveConfig.make(None, config.cuda_graph, method="ngram", **v, topk=b, num_steps=n // b)
 
     def _resolve_adaptive(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
         if method == "adaptive":  # adaptive-mtp: NEXTN, which SGLang runs as EAGLE before its adaptive check
@@ -588,15 +604,15 @@ class MethodTree(MethodWalk):
                 if method == "ngram" and knobs["min_bfs_breadth"] > knobs["max_bfs_breadth"]:
                     knobs["min_bfs_breadth"] = knobs["max_bfs_breadth"]
             else:
-                steps = self._steps(space, method)
+                steps = self.steps(space, method)
                 if not steps:
                     continue
                 s = nearest(steps, self.default(space, method, "num_steps"))
-                k = nearest(self._topk(space, method, s), self.default(space, method, "topk"))
+                k = nearest(self.topks(space, method, s), self.default(space, method, "topk"))
                 n = (
                     s + 1
                     if k == 1
-                    else nearest(self._ndt(space, method, s, k), self.default(space, method, "num_draft_tokens"))
+                    else nearest(self.ndts(space, method, s, k), self.default(space, method, "num_draft_tokens"))
                 )
                 knobs = {"num_steps": s, "topk": k, "num_draft_tokens": n}
             configs += [TrialConfig.make(d, any(space.search.cuda_graph), method=method, **knobs) for d in drafters]
@@ -618,9 +634,9 @@ class MethodTree(MethodWalk):
             else:
                 points = [
                     dict(num_steps=s, topk=k, num_draft_tokens=n)
-                    for s in self._steps(space, method)
-                    for k in self._topk(space, method, s)
-                    for n in ([s + 1] if k == 1 else self._ndt(space, method, s, k))
+                    for s in self.steps(space, method)
+                    for k in self.topks(space, method, s)
+                    for n in ([s + 1] if k == 1 else self.ndts(space, method, s, k))
                 ]
             drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
             graphs = [bool(cg) for cg in space.search.cuda_graph]
@@ -660,7 +676,7 @@ class MethodTree(MethodWalk):
 
     def check_effective(self, config: TrialConfig, effective: Mapping[str, Any]) -> list[str]:
         """What /server_info says against the method config launched: the algorithm (after SGLang's aliasing), the
-        knobs it resolved, adaptive actually on, the n-gram breadth."""
+        tree knobs, adaptive on or off."""
         problems: list[str] = []
         method = str(config.knob(METHOD_KNOB))
         algo = effective.get("speculative_algorithm")

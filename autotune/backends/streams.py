@@ -54,11 +54,8 @@ ChunkParser = Callable[[dict[str, Any]], ChunkInfo]
 
 
 def parse_openai_chunk(obj: Mapping[str, Any]) -> ChunkInfo:
-    """An OpenAI ``/v1/completions`` or ``/v1/chat/completions`` streamed chunk.
-
-    With ``stream_options.include_usage`` the usage arrives in a last chunk with empty ``choices``; that
-    chunk (any chunk carrying ``usage.completion_tokens``) is ``final``.
-    """
+    """An OpenAI ``/v1/completions`` or ``/v1/chat/completions`` streamed chunk; one carrying
+    ``usage.completion_tokens`` (``stream_options.include_usage``: the last, with empty ``choices``) is ``final``."""
     if "error" in obj and obj.get("error"):
         err = obj["error"]
         return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, Mapping) else str(err))
@@ -198,11 +195,7 @@ def series_key(name: str, labels: Mapping[str, str] | None = None) -> str:
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
-    """Prometheus text exposition -> {series key: value}. Comments and malformed lines are skipped.
-
-    Keys are canonical (``series_key``): the metric name alone, or with its labels sorted. ``NaN`` and
-    ``+Inf`` parse as floats.
-    """
+    """Prometheus text exposition -> {``series_key``: value}; comments and malformed lines are skipped."""
     out: dict[str, float] = {}
     for raw in text.splitlines():
         line = raw.strip()
@@ -250,9 +243,8 @@ def per_position_deltas(
     before: Mapping[str, float], after: Mapping[str, float], per_pos: str, drafts: str, label: str = "position"
 ) -> tuple[int, tuple[int, ...]] | None:
     """(drafts, accepted at each position) between two scrapes, from a counter per draft position (``per_pos``,
-    label ``label`` = 0, 1, ...: drafts whose first i+1 tokens were accepted; vLLM's and llama-server's) and the
-    drafts counter (verification steps); None when no draft was made, a counter is missing or a delta is negative
-    (a restarted server)."""
+    label ``label`` = 0, 1, ...: drafts whose first i+1 tokens were accepted) and the drafts counter; None when no
+    draft was made, a counter is missing or a delta is negative (a restarted server)."""
     a, b = metric_total(after, drafts), metric_total(before, drafts)
     now = metric_by_label(after, per_pos, label)
     if a is None or not now:
@@ -283,13 +275,10 @@ def incremental_output(space: Space) -> bool:
 
 
 def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> ChunkInfo:
-    """One chunk of SGLang's native ``/generate`` stream.
-
-    ``meta_info.finish_reason`` is None until the last chunk, then e.g. ``{"type": "length", "length": 512}``;
-    the last chunk also has ``spec_accept_length`` (= completion_tokens / spec_verify_ct, bonus included) and, when
-    a round was verified, ``spec_correct_drafts_histogram`` (SGLang 0.5.23: entry j counts the verify steps that
-    accepted j draft tokens): the per-position acceptance counts (``autotune.acceptance.from_histogram``).
-    """
+    """One chunk of SGLang's native ``/generate`` stream. ``meta_info.finish_reason`` is None until the last chunk,
+    which also has ``spec_accept_length`` (= completion_tokens / spec_verify_ct, bonus included) and, when a round was
+    verified, ``spec_correct_drafts_histogram`` (SGLang 0.5.23: entry j counts the verify steps that accepted j draft
+    tokens; ``autotune.acceptance.from_histogram``)."""
     if obj.get("error"):
         err = obj["error"]
         return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, dict) else str(err))
@@ -343,13 +332,8 @@ def parse_generate_logprobs(obj: Mapping[str, Any], index: int) -> ReferenceOutp
         if not isinstance(entry, (list, tuple)) or len(entry) < 3:
             return None
         top_entries = tops[i] if isinstance(tops, list) and i < len(tops) and isinstance(tops[i], list) else []
-        top = tuple(
-            sorted(
-                ((str(e[2]), float(e[0])) for e in top_entries if isinstance(e, (list, tuple)) and len(e) >= 3),
-                key=lambda x: -x[1],
-            )
-        )
-        tokens.append(TokenChoice(str(entry[2] or ""), _float_or_none(entry[0]), top))
+        top = tuple((str(e[2]), float(e[0])) for e in top_entries if isinstance(e, (list, tuple)) and len(e) >= 3)
+        tokens.append(TokenChoice(str(entry[2] or ""), _float_or_none(entry[0]), _sorted_top(top)))
     text = obj.get("text")
     return ReferenceOutput(
         index=index, text=str(text) if text is not None else "".join(t.text for t in tokens), tokens=tuple(tokens)

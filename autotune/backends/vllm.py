@@ -85,9 +85,7 @@ def drafter_method(space: Space, name: str) -> str:
 class VLLMBackend(Backend):
     name = "vllm"
     deploy_launcher = ("vllm", "serve")
-    health_path = "/health"
     info_path = "/version"
-    metrics_path = "/metrics"
     acceptance_from_metrics_deltas = True
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
@@ -104,8 +102,6 @@ class VLLMBackend(Backend):
         "Install vLLM on this machine (pip install vllm, on a CUDA host), or name its launcher in the space's "
         "server.launcher, e.g. [/opt/vllm/bin/vllm, serve]"
     )
-    prompt_lookup_max = 4
-    prompt_lookup_min = 1
     images = ("vllm/vllm-openai:v{version}", "vllm/vllm-openai:latest")
     #: vLLM's docker/Dockerfile, target vllm-openai: ``ENTRYPOINT ["vllm", "serve"]`` and no CMD, so a container
     #: takes the arguments after ``vllm serve`` (the model first)
@@ -170,7 +166,6 @@ class VLLMBackend(Backend):
         return TrialConfig.make(drafter, cuda_graph, method=method, num_speculative_tokens=k)
 
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        """The Optuna params ``suggest`` would produce for ``config``."""
         if config.is_baseline:
             return {"cuda_graph": bool(config.cuda_graph)}
         if space.search.methods:
@@ -185,8 +180,7 @@ class VLLMBackend(Backend):
 
     def check_drafters(self, space: Space) -> list[checks.Problem]:
         """The checkpoint checks, and each searched drafter's architectures against what vLLM 0.33.0 loads under
-        the method it would run with (``vllm_methods.architecture_problem``): a refused one is an error (nothing is
-        launched)."""
+        the method it would run with (``vllm_methods.architecture_problem``)."""
         problems = super().check_drafters(space)
         refused = {p.drafter for p in problems if p.is_error}  # one error a drafter: the checkpoint's first
         for i, d in enumerate(space.drafters):
@@ -244,20 +238,6 @@ class VLLMBackend(Backend):
         """Not for n-gram lookup: finding nothing to copy is a measured loss, not a misconfiguration."""
         return config.knob("method") != "ngram" or config.drafter is not None
 
-    def speculative_config(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        eff = self.effective(config, space)
-        if space.search.methods:
-            return self.tree.speculative_config(eff, space)
-        method = str(eff.knob("method"))
-        spec: dict[str, Any] = {"method": method, "num_speculative_tokens": int(eff.knob("num_speculative_tokens"))}
-        if method == "ngram":
-            spec["prompt_lookup_max"] = self.prompt_lookup_max
-            spec["prompt_lookup_min"] = self.prompt_lookup_min
-        elif method != "mtp":
-            spec["model"] = space.drafter(eff.drafter or "").path
-            spec["draft_tensor_parallel_size"] = 1
-        return spec
-
     def argv(
         self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False, files_dir: str | None = None
     ) -> list[str]:
@@ -266,7 +246,7 @@ class VLLMBackend(Backend):
         launcher = self.launcher(space)
         argv = [*launcher, server.model_path, "--host", server.host, "--port", str(int(port))]
         if not eff.is_baseline:
-            argv += ["--speculative-config", json.dumps(self.speculative_config(eff, space), sort_keys=True)]
+            argv += ["--speculative-config", json.dumps(self.tree.speculative_config(eff, space), sort_keys=True)]
         if not eff.cuda_graph:
             argv.append("--enforce-eager")
         argv += self.level_args(space)
@@ -280,10 +260,8 @@ class VLLMBackend(Backend):
         return None if config.is_baseline else str(self.effective(config, space).knob("method"))
 
     def translate(self, space: Space, portable: Portable) -> tuple[Space, TrialConfig]:
-        """Another server's study as ``vllm serve``: the same target and drafter checkpoints, the drafter's algorithm
-        as its method (``_ALGORITHM_TO_METHOD``, a draft model as ``draft_model``), the chain's length as
-        ``num_speculative_tokens``, the neutral settings as vLLM flags (``SETTING_FLAGS``). The server version is the
-        other server's, so none is kept (the image is the latest)."""
+        """Another server's study as ``vllm serve``: the same checkpoints, the drafter's algorithm as its method, the
+        chain's length as ``num_speculative_tokens``, the neutral settings as vLLM flags; no server version."""
         extra: list[str] = []
         for key, value in portable.settings.items():
             flag = SETTING_FLAGS.get(key)
@@ -350,9 +328,7 @@ class VLLMBackend(Backend):
         return 1.0 + accepted / drafts
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
-        """Per-position acceptance over the counters' deltas: accepted at position i (``ACCEPTED_PER_POS``, label
-        ``position`` i-1, summed over engines) and drafts (``DRAFTS``); None when no draft was made, a counter is
-        missing or a delta is negative (a restarted server)."""
+        """Per-position acceptance over the deltas of ``ACCEPTED_PER_POS`` and ``DRAFTS`` (``per_position_deltas``)."""
         got = per_position_deltas(before, after, ACCEPTED_PER_POS, DRAFTS, POSITION_LABEL)
         return None if got is None else AcceptPositions(*got)
 

@@ -116,13 +116,14 @@ class VLLMMethods(FlatMethods):
         return eff
 
     def speculative_config(self, eff: TrialConfig, space: Space) -> dict[str, Any]:
-        """The ``--speculative-config`` object of a resolved method config."""
+        """The ``--speculative-config`` object of a resolved config (of a method space or not: a flat space's n-gram
+        runs with a drafter and autotune's lookup sizes 4 and 1; its mtp uses the target's layers)."""
         method = str(eff.knob(METHOD_KNOB))
         out: dict[str, Any] = {"method": method, "num_speculative_tokens": int(eff.knob("num_speculative_tokens"))}
         if method == "ngram":
-            out["prompt_lookup_max"] = int(eff.knob("prompt_lookup_max"))
-            out["prompt_lookup_min"] = int(eff.knob("prompt_lookup_min"))
-        elif eff.drafter is not None:
+            out["prompt_lookup_max"] = int(eff.knob("prompt_lookup_max", 4))
+            out["prompt_lookup_min"] = int(eff.knob("prompt_lookup_min", 1))
+        elif method != "mtp" and eff.drafter is not None:
             out["model"] = space.drafter(eff.drafter).path
             out["draft_tensor_parallel_size"] = 1
         return out

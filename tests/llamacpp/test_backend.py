@@ -12,7 +12,6 @@ from autotune.backends import get_backend
 from autotune.backends.llamacpp import DEFAULT_N_MAX, LlamaCppBackend
 from autotune.backends.llamacpp_methods import (
     NEW_SPELLING,
-    OLD_SPELLING,
     cached_server_path,
     find_llama_server,
     flag_spelling,
@@ -26,6 +25,17 @@ from autotune.space import Choices, FloatRange, IntRange
 from .conftest import make_space
 
 SAMPLES = Path(__file__).with_name("samples")
+
+#: the flag names of llama-server builds before the ``--spec-*`` rename
+OLD_SPELLING: dict[str, str | None] = {
+    "draft_model": "--model-draft",
+    "spec_type": None,
+    "draft_n_max": "--draft-max",
+    "draft_n_min": "--draft-min",
+    "draft_p_min": "--draft-p-min",
+    "no_webui": None,
+    "parallel": "-np",
+}
 
 
 def sample(name: str) -> str:
