@@ -44,7 +44,7 @@ class Portable:
     cuda_graph: bool
     algorithm: str | None = None  # the checkpoint's family (EAGLE3, EAGLE, NEXTN, STANDALONE, NGRAM)
     draft_tokens: int | None = None  # tokens drafted per step, as a chain
-    settings: Mapping[str, Any] = field(default_factory=dict)  # server.extra_args as neutral settings
+    settings: Mapping[str, str | bool] = field(default_factory=dict)  # server.extra_args as neutral settings
     source: str = ""  # the server it was measured on (display name)
 
 
@@ -335,7 +335,7 @@ class Backend(ABC):
     # -- benchmark requests -------------------------------------------------------------------------
 
     #: fields every OpenAI request body of this server ends with (llama.cpp: ``cache_prompt: false``)
-    body_extra: ClassVar[Mapping[str, Any]] = {}
+    body_extra: ClassVar[Mapping[str, bool]] = {}
     #: the field of a completions reference request that asks for the top tokens (llama.cpp: ``n_probs``)
     top_n_field: str = "logprobs"
 

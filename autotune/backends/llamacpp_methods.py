@@ -45,7 +45,7 @@ DRAFT_KNOBS: dict[str, KnobDomain] = {
     "draft_n_min": KnobDomain("int", 0),
     "draft_p_min": KnobDomain("float", 0.0, 1.0),
 }
-DRAFT_DEFAULTS: dict[str, Any] = {"draft_n_max": 3, "draft_n_min": 0, "draft_p_min": 0.0}
+DRAFT_DEFAULTS: dict[str, float] = {"draft_n_max": 3, "draft_n_min": 0, "draft_p_min": 0.0}
 
 
 def _map_knobs(prefix: str) -> tuple[dict[str, KnobDomain], dict[str, Any]]:
@@ -108,7 +108,7 @@ def combination_problem(name: str) -> str | None:
 def _combine(name: str) -> Method:
     parts = [SINGLE[t] for t in types_of(name)]
     knobs: dict[str, KnobDomain] = {}
-    defaults: dict[str, Any] = {}
+    defaults: dict[str, float | str] = {}
     for m in parts:
         knobs.update(m.knobs)
         defaults.update(m.defaults)

@@ -512,10 +512,10 @@ PORTABLE_FLAGS: dict[str, str | Literal[True]] = {
 }
 
 
-def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, Any]:
+def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, str | bool]:
     """``server.extra_args`` as server-neutral settings (``PORTABLE_FLAGS``); ValueError naming the flags that have
     none."""
-    out: dict[str, Any] = {}
+    out: dict[str, str | bool] = {}
     unknown: list[str] = []
     args = [str(a) for a in extra_args]
     i = 0

@@ -195,7 +195,7 @@ TREE_KNOBS = {
     "num_draft_tokens": KnobDomain("int", 2),
 }
 #: SGLang's n-gram defaults (``fields/spec.py``; 12 draft tokens from ``_handle_ngram``)
-NGRAM_DEFAULTS: dict[str, Any] = {
+NGRAM_DEFAULTS: dict[str, float | str] = {
     "num_draft_tokens": 12,
     "min_bfs_breadth": 1,
     "max_bfs_breadth": 10,
@@ -228,7 +228,11 @@ _ADAPTIVE_KNOBS = {
     "up_hysteresis": KnobDomain("float"),
     "down_hysteresis": KnobDomain("float"),
 }
-_ADAPTIVE_DEFAULTS: dict[str, Any] = {"candidate_steps": "1,3,5,7", "up_hysteresis": 0.0, "down_hysteresis": -0.25}
+_ADAPTIVE_DEFAULTS: dict[str, float | str] = {
+    "candidate_steps": "1,3,5,7",
+    "up_hysteresis": 0.0,
+    "down_hysteresis": -0.25,
+}
 
 METHODS: dict[str, Method] = {
     "eagle": Method("eagle", "EAGLE", True, TREE_KNOBS, drafter_kind="an EAGLE head"),
