@@ -155,10 +155,8 @@ class LlamaCppBackend(Backend):
     schedule_static_knobs = ("spec_type",)
     probe_before_argv = True  # the flag names changed between builds of one release: no version tells them
     display_name = "llama.cpp"
-    #: llama.cpp captures a CUDA graph the first time it meets a batch shape: on an H200, after one warm-up request,
-    #: the second pass of the prompts ran 1.4% (baseline) and 8.2% (draft model) faster than the first (speedup
-    #: 1.874 -> 1.997); after one untimed pass the timed passes agreed (2.005, 1.993, 2.018), and passes until steady
-    #: (2-4) did no better (docs/gpu-runs/2026-12-04-h200-warmup24)
+    #: llama.cpp captures a CUDA graph the first time it meets a batch shape: one untimed pass of the prompts is
+    #: enough, more did no better (docs/gpu-runs/2026-12-04-h200-warmup24)
     warmup_passes = 1
     # draft_p_min can stop every draft: one config's zero acceptance says nothing about the drafter's others
     not_engaged_is_per_drafter = False
