@@ -263,10 +263,8 @@ METHODS: dict[str, Method] = {
         since_note=_ADAPTIVE_SINCE_NOTE,
         drafter_kind="an EAGLE or EAGLE-3 head",
     ),
-    # NEXTN (the target's MTP layers) under --speculative-adaptive: SGLang 0.5.23 resolves NEXTN to EAGLE
-    # (``speculative_hook._resolve_speculative_algorithm_alias``, called in ``handle_speculative_decoding``) before
-    # its adaptive check (``adaptive_spec_params.adaptive_unsupported_reason``: EAGLE/EAGLE3 at topk 1), so it keeps
-    # adaptive on; tests/servers/test_sglang_parser.py checks it with SGLang's own code (spaces/methods-mtp.yaml)
+    # adaptive stays on over NEXTN (the module's docstring); tests/servers/test_sglang_parser.py checks it with
+    # SGLang's own code (spaces/methods-mtp.yaml)
     "adaptive-mtp": Method(
         "adaptive-mtp",
         "adaptive MTP",
