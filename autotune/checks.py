@@ -1,30 +1,20 @@
 """Static checks of drafter checkpoints against the target, from their ``config.json`` files (no server).
 
-``autotune.backends.check_space(space)`` returns a list of ``Problem``s: errors (a launch would be
-misconfigured or useless) and warnings (something could not be verified). ``derive_algorithm`` tells EAGLE-3 from
-EAGLE-1/2 drafters; ``resolved_algorithm`` is what the backends launch with.
-
-What is checked, per drafter that the search uses:
+``Backend.check_drafters`` returns ``Problem``s: errors (a launch would be misconfigured or useless) and warnings
+(something could not be verified): ``check_checkpoints`` for checkpoint directories (SGLang, vLLM),
+``check_model_files`` for GGUF files (llama.cpp: only their existence). Per drafter that the search uses:
 
 - the checkpoint directory and its ``config.json`` exist and parse;
-- EAGLE vs EAGLE-3 (the field report's trap: an EAGLE-3 drafter launched with ``--speculative-algorithm
-  EAGLE`` silently skips its fusion layer and accepts nothing); a forced ``algorithm`` contradicting the
-  checkpoint is an error, an undeterminable one without ``algorithm`` is an error too;
-- hidden size (``target_hidden_size`` or ``hidden_size``) against the target's ``hidden_size``;
-- EAGLE-3 aux hidden-state layer ids against the target's ``num_hidden_layers``;
+- EAGLE vs EAGLE-3 (``derive_algorithm``; the field report's trap: an EAGLE-3 drafter launched with
+  ``--speculative-algorithm EAGLE`` silently skips its fusion layer and accepts nothing); a forced ``algorithm``
+  contradicting the checkpoint is an error, an undeterminable one without ``algorithm`` is an error too;
+- hidden size and EAGLE-3 aux hidden-state layer ids against the target;
 - ``draft_vocab_size`` against the vocabulary, and the ``d2t`` table in the weights when their headers can be
-  read without loading tensors (a safetensors index or safetensors headers); otherwise a warning;
+  read without loading tensors (a safetensors index or headers); otherwise a warning;
 - ``max_position_embeddings`` of drafter and target against the longest prompt plus ``max_tokens``.
 
-The target's ``config.json`` missing is a warning (``model_path`` may be a hub id); the target-dependent
-checks are then skipped. llama.cpp drafters are GGUF files: only their existence is checked here.
-
-Which checks apply is the backend's choice (``Backend.check_drafters``): ``check_checkpoints`` for checkpoint
-directories (SGLang, vLLM), ``check_model_files`` for single model files (llama.cpp).
-
-``missing_launcher`` says whether this machine can start a server at all (what ``Backend.launcher_problem`` builds
-on, and ``backends.check_launcher`` reports): the launcher's executable, and the module of a
-``python -m MODULE`` launcher run by this interpreter.
+The target's ``config.json`` missing is a warning (``model_path`` may be a hub id): the target checks are skipped.
+``missing_launcher`` says whether this machine can start a server at all.
 """
 
 from __future__ import annotations
@@ -46,16 +36,6 @@ from autotune.errors import ValidationFailed
 
 if TYPE_CHECKING:
     from autotune.space import DrafterSpec, Space
-
-__all__ = [
-    "Problem",
-    "check_checkpoints",
-    "check_model_files",
-    "derive_algorithm",
-    "estimate_tokens",
-    "missing_launcher",
-    "resolved_algorithm",
-]
 
 #: safetensors headers larger than this are not read (the header is JSON; real ones are kilobytes)
 _MAX_HEADER_BYTES = 64 << 20
@@ -139,12 +119,8 @@ def resolved_algorithm(space: Space, drafter_name: str) -> str:
     cfg_path = Path(drafter.path) / "config.json"
     cfg, why = _read_json(cfg_path)
     if cfg is None:
-        raise ValidationFailed(
-            [
-                f"drafter {drafter.name}: cannot derive its algorithm: {why}; "
-                f"set algorithm: EAGLE3 (or EAGLE, STANDALONE) for it in the space"
-            ]
-        )
+        fix = "set algorithm: EAGLE3 (or EAGLE, STANDALONE) for it in the space"
+        raise ValidationFailed([f"drafter {drafter.name}: cannot derive its algorithm: {why}; {fix}"])
     algo = derive_algorithm(cfg)
     if algo is None:
         raise ValidationFailed([_undeterminable(drafter, cfg)])
@@ -195,27 +171,15 @@ def check_stand_ins(space: Space) -> list[Problem]:
     """With ``--simulate`` the checks read the simulator's stand-in checkpoints: a warning for each real path (the
     target, every searched drafter) not on this machine, which a study without ``--simulate`` would need."""
     scenario = space.simulate.scenario if space.simulate else "default"
-    stand_in = f"--simulate checked the simulator's stand-in (scenario {scenario}) in its place"
+    stand_in = f"does not exist on this machine; --simulate checked the simulator's stand-in (scenario {scenario})"
+    stand_in += " in its place"
+    target = space.server.model_path
     out = []
-    if not Path(space.server.model_path).exists() and not _HUB_ID.fullmatch(space.server.model_path):
-        out.append(
-            Problem(
-                "warning",
-                f"the target {space.server.model_path} does not exist on this machine; {stand_in}",
-                None,
-                "server.model_path",
-            )
-        )
+    if not Path(target).exists() and not _HUB_ID.fullmatch(target):
+        out.append(Problem("warning", f"the target {target} {stand_in}", None, "server.model_path"))
     for i, d in _searched_drafters(space):
         if not Path(d.path).exists():
-            out.append(
-                Problem(
-                    "warning",
-                    f"drafter {d.name}: {d.path} does not exist on this machine; {stand_in}",
-                    d.name,
-                    f"drafters[{i}].path",
-                )
-            )
+            out.append(Problem("warning", f"drafter {d.name}: {d.path} {stand_in}", d.name, f"drafters[{i}].path"))
     return out
 
 
@@ -223,22 +187,11 @@ def check_checkpoints(space: Space, *, algorithm_flag: Callable[[str], str]) -> 
     """The checks of checkpoint directories with a ``config.json`` (SGLang, vLLM); ``algorithm_flag`` spells the
     launch option of an algorithm in messages (``Backend.algorithm_flag``)."""
     problems: list[Problem] = []
-    need, longest = _context_needed(space)
     target, target_file = _target_config(space, problems)
     if target is not None:
-        _check_context(
-            problems,
-            "the target",
-            None,
-            "server.model_path",
-            target_file,
-            target,
-            need,
-            longest,
-            space.benchmark.max_tokens,
-        )
+        _check_context(problems, space, "the target", None, "server.model_path", target_file, target)
     for i, d in _searched_drafters(space):
-        _check_drafter(space, i, d, target, problems, need, longest, algorithm_flag)
+        _check_drafter(space, i, d, target, problems, algorithm_flag)
     return problems
 
 
@@ -261,16 +214,11 @@ def _target_config(space: Space, problems: list[Problem]) -> tuple[dict[str, Any
     path = Path(space.server.model_path) / "config.json"
     cfg, why = _read_json(path)
     if cfg is None:
-        problems.append(
-            Problem(
-                "warning",
-                f"target config.json not readable ({why}); if server.model_path is a hub id that is "
-                f"expected, but the drafter/target hidden size, layer and vocabulary checks are skipped",
-                None,
-                "server.model_path",
-                str(path),
-            )
+        msg = (
+            f"target config.json not readable ({why}); if server.model_path is a hub id that is "
+            f"expected, but the drafter/target hidden size, layer and vocabulary checks are skipped"
         )
+        problems.append(Problem("warning", msg, None, "server.model_path", str(path)))
         return None, None
     return _text_config(cfg), str(path)
 
@@ -281,8 +229,6 @@ def _check_drafter(
     d: DrafterSpec,
     target: dict[str, Any] | None,
     problems: list[Problem],
-    need: int,
-    longest: int,
     algorithm_flag: Callable[[str], str],
 ) -> None:
     def add(severity: str, message: str, field: str = "path", file: str | None = None) -> None:
@@ -304,33 +250,19 @@ def _check_drafter(
         add("error", _contradiction(algorithm_flag(derived), derived, forced, cfg), "algorithm", file)
         return  # the shape checks below assume the right algorithm
     _check_shapes(add, root, cfg, target, file, forced or derived)
-    _check_context(
-        problems,
-        f"drafter {d.name}",
-        d.name,
-        f"drafters[{i}].path",
-        file,
-        cfg,
-        need,
-        longest,
-        space.benchmark.max_tokens,
-    )
+    _check_context(problems, space, f"drafter {d.name}", d.name, f"drafters[{i}].path", file, cfg)
 
 
 def _is_checkpoint_dir(add: Any, d: DrafterSpec, root: Path) -> bool:
     """Whether the drafter's path is a local directory (else the problem is added)."""
     if not root.exists():
+        hub = f"{d.path} is not a local directory (a hub id?); "
         if _HUB_ID.fullmatch(d.path) and d.algorithm:
-            add(
-                "warning",
-                f"{d.path} is not a local directory (a hub id?); it cannot be checked, the forced "
-                f"algorithm {d.algorithm} is trusted",
-            )
+            add("warning", hub + f"it cannot be checked, the forced algorithm {d.algorithm} is trusted")
         elif _HUB_ID.fullmatch(d.path):
             add(
                 "error",
-                f"{d.path} is not a local directory (a hub id?); download the checkpoint and set path to "
-                f"its directory, or set algorithm to launch it unchecked",
+                hub + "download the checkpoint and set path to its directory, or set algorithm to launch it unchecked",
             )
         else:
             add("error", f"checkpoint directory {d.path} does not exist")
@@ -382,12 +314,10 @@ def _check_hidden(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any], f
     key = "target_hidden_size" if _is_int(cfg.get("target_hidden_size")) else "hidden_size"
     d_hidden = cfg.get(key)
     if _is_int(t_hidden) and _is_int(d_hidden) and d_hidden != t_hidden:
-        add(
-            "error",
-            f"{key} {d_hidden} does not match the target's hidden_size {t_hidden}: it was trained for a "
-            f"different model",
-            file=file,
+        msg = (
+            f"{key} {d_hidden} does not match the target's hidden_size {t_hidden}: it was trained for a different model"
         )
+        add("error", msg, file=file)
 
 
 def _check_aux_layers(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any], file: str) -> None:
@@ -404,14 +334,10 @@ def _check_aux_layers(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any
     n_layers = target.get("num_hidden_layers")
     if not _is_int(n_layers):
         return
-    bad = [x for x in ids if not 0 <= x < n_layers]
+    bad = ", ".join(str(x) for x in ids if not 0 <= x < n_layers)
     if bad:
-        add(
-            "error",
-            f"{key} {ids} names layer(s) {', '.join(map(str, bad))} but the target has {n_layers} layers "
-            f"(0..{n_layers - 1}): it was trained for a different model",
-            file=file,
-        )
+        msg = f"{key} {ids} names layer(s) {bad} but the target has {n_layers} layers (0..{n_layers - 1})"
+        add("error", msg + ": it was trained for a different model", file=file)
 
 
 def _check_vocab(
@@ -420,12 +346,8 @@ def _check_vocab(
     d_vocab = cfg.get("vocab_size") if _is_int(cfg.get("vocab_size")) else None
     t_vocab = target.get("vocab_size") if target is not None and _is_int(target.get("vocab_size")) else None
     if d_vocab is not None and t_vocab is not None and d_vocab != t_vocab:
-        add(
-            "warning",
-            f"vocab_size {d_vocab} differs from the target's vocab_size {t_vocab}: the drafter may have "
-            f"been trained with another tokenizer (padding differences are harmless)",
-            file=file,
-        )
+        msg = f"vocab_size {d_vocab} differs from the target's vocab_size {t_vocab}: the drafter may have been trained"
+        add("warning", msg + " with another tokenizer (padding differences are harmless)", file=file)
     full = d_vocab if d_vocab is not None else t_vocab
     draft = cfg.get("draft_vocab_size")
     if draft is None or full is None:
@@ -442,6 +364,7 @@ def _check_vocab(
 def _check_d2t(add: Any, root: Path, draft: int, full: int) -> None:
     """A reduced draft vocabulary needs the ``d2t`` table (draft -> target token ids) in the weights."""
     what = f"draft_vocab_size {draft} < vocab_size {full} needs a d2t tensor in the weights"
+    unmapped = "SGLang could not map draft tokens to target tokens"
     index = root / "model.safetensors.index.json"
     if index.is_file():
         data, why = _read_json(index)
@@ -453,11 +376,7 @@ def _check_d2t(add: Any, root: Path, draft: int, full: int) -> None:
                 file=str(index),
             )
         elif not any(_is_d2t(k) for k in weight_map):
-            add(
-                "error",
-                f"{what}, but {index} lists none: SGLang could not map draft tokens to target tokens",
-                file=str(index),
-            )
+            add("error", f"{what}, but {index} lists none: {unmapped}", file=str(index))
         return
     shards = sorted(root.glob("*.safetensors"))
     if shards:
@@ -469,12 +388,7 @@ def _check_d2t(add: Any, root: Path, draft: int, full: int) -> None:
                 return
             names |= keys
         if not any(_is_d2t(k) for k in names):
-            add(
-                "error",
-                f"{what}, but the safetensors files in {root} have none: SGLang could not map draft tokens "
-                f"to target tokens",
-                file=str(shards[0]),
-            )
+            add("error", f"{what}, but the safetensors files in {root} have none: {unmapped}", file=str(shards[0]))
         return
     others = sorted(p.name for p in root.iterdir() if p.suffix in (".bin", ".pt", ".pth"))
     if others:
@@ -503,35 +417,26 @@ def _safetensors_keys(path: Path) -> set[str] | None:
     return {k for k in header if k != "__metadata__"} if isinstance(header, dict) else None
 
 
-def _context_needed(space: Space) -> tuple[int, int]:
-    """(estimated tokens of the longest prompt + max_tokens, tokens of the longest prompt)."""
-    longest = max((estimate_tokens(p.text) for p in space.benchmark.prompts), default=0)
-    return longest + space.benchmark.max_tokens, longest
-
-
 def _check_context(
     problems: list[Problem],
+    space: Space,
     who: str,
     drafter: str | None,
     field: str,
     file: str | None,
     cfg: Mapping[str, Any],
-    need: int,
-    longest: int,
-    max_tokens: int,
 ) -> None:
+    """``max_position_embeddings`` against the longest prompt (estimated tokens) plus ``benchmark.max_tokens``."""
+    longest = max((estimate_tokens(p.text) for p in space.benchmark.prompts), default=0)
+    max_tokens = space.benchmark.max_tokens
+    need = longest + max_tokens
     mpe = cfg.get("max_position_embeddings")
     if _is_int(mpe) and mpe < need:
-        problems.append(
-            Problem(
-                "error",
-                f"{who}: max_position_embeddings {mpe} is less than the longest prompt (~{longest} tokens, "
-                f"estimated) + benchmark.max_tokens {max_tokens} = {need}: positions past {mpe} degrade or fail",
-                drafter,
-                field,
-                file,
-            )
+        msg = (
+            f"{who}: max_position_embeddings {mpe} is less than the longest prompt (~{longest} tokens, "
+            f"estimated) + benchmark.max_tokens {max_tokens} = {need}: positions past {mpe} degrade or fail"
         )
+        problems.append(Problem("error", msg, drafter, field, file))
 
 
 # -- reading configs ---------------------------------------------------------------------------------------------

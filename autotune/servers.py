@@ -1,11 +1,7 @@
-"""The servers autotune knows, as the space file sees them: each one's name, the knobs a space may search and the
-values each takes (``KnobDomain``), its speculative methods (``Method``), the drafter algorithms a space may force,
-and the flags autotune sets itself. The space layer validates against these facts; the backends
-(``autotune.backends``) declare them and implement the servers.
-
-A server's backend module is imported the first time its facts are asked for (``server_class``), from the table
-below or from ``register_backend`` (a test or a plugin): this module imports no other module of autotune, so the
-space layer reads the facts without importing the backends.
+"""The servers autotune knows, as the space file sees them: knobs (``KnobDomain``), speculative methods (``Method``),
+drafter algorithms and flags autotune sets itself. A server's backend module is imported the first time its facts are
+asked for (``server_class``): this module imports no other module of autotune, so the space layer reads the facts
+without importing the backends.
 """
 
 from __future__ import annotations
@@ -15,21 +11,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
-
-__all__ = [
-    "DEFAULT_BACKEND",
-    "KnobDomain",
-    "Method",
-    "ServerFacts",
-    "backend_names",
-    "drafter_algorithms",
-    "knob_domains",
-    "method_catalogue",
-    "register_backend",
-    "server_class",
-    "unregister_backend",
-    "version_lacks",
-]
 
 
 @dataclass(frozen=True)

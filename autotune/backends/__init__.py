@@ -15,8 +15,6 @@ if TYPE_CHECKING:
     from autotune.checks import Problem
     from autotune.space import Space
 
-__all__ = ["Backend", "backend_class", "check_launcher", "check_space", "get_backend"]
-
 
 def backend_class(name: str) -> type[Backend]:
     """The backend class of server ``name`` (KeyError for an unknown name)."""

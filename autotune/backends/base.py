@@ -1,31 +1,12 @@
 """What a server backend is: one module per server (SGLang, llama.cpp, vLLM).
 
-A backend knows
-- its knobs and their rules (``knob_names``, ``suggest`` encodes the conditional space for Optuna so that
-  configs the server would reject or rewrite are unreachable, ``resolve`` returns the effective config the
-  server will run or raises InfeasibleConfig),
-- how to launch it (``argv``, ``env``, ``files``: config files the server reads, written beside it), with flag
-  spelling chosen for the targeted server version,
-- how to read it (health path, resolved settings, acceptance from the final streamed chunk and /metrics),
-- how to talk to it for a benchmark (``request`` builds one streaming request, ``parse_chunk`` reads one
-  streamed JSON chunk), so that ``autotune.client`` stays backend-agnostic,
-- how to deploy it (``autotune.export``): its container images, the knob that is the draft length of a per-level
-  schedule, and the export format named after it with the schedule in its own form.
-
-The defaults below speak the OpenAI API (``/v1/completions`` or ``/v1/chat/completions``, SSE, usage via
+A backend knows its knobs and their rules (``suggest`` encodes the conditional space for Optuna so that configs the
+server would reject or rewrite are unreachable; ``resolve`` returns the effective config the server will run or
+raises InfeasibleConfig), how to launch it (``argv``, ``env``, ``files``; ``probe`` is an explicit step, ``argv``
+never runs anything), how to read it (resolved settings, acceptance from the stream and /metrics), how to talk to it
+for a benchmark (``request``, ``chunk_parser``), and how to deploy it (``autotune.export``: images, the schedule knob,
+the export format named after it). The defaults speak the OpenAI API (SSE, usage via
 ``stream_options.include_usage``), which every supported server offers.
-
-What a backend declares for the space file (read by ``autotune.space`` through ``autotune.backends``):
-``knob_domains`` (each knob's kind and bounds) and ``managed_flags`` (flags autotune sets itself, refused in
-``server.extra_args``).
-
-Probing the installed server (``probe``) is an explicit step: ``argv`` never runs anything. Reading a stream is
-per launch: ``chunk_parser(space)`` gives the reader for the space's server (``parse_chunk`` reads the server's
-default format).
-
-The OpenAI API's streamed chunks and log-probabilities (``ChunkInfo``, ``parse_openai_chunk``,
-``parse_openai_logprobs``) live in ``autotune.backends.streams`` and the Prometheus text parser shared by the
-backends (``parse_prometheus``, ``metric_total``) in ``autotune.backends.streams``.
 """
 
 from __future__ import annotations
@@ -37,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune import checks
 from autotune.acceptance import AcceptPositions
+from autotune.backends.methods import MethodWalk
 from autotune.backends.streams import ChunkInfo, ChunkParser, parse_openai_chunk, parse_openai_logprobs
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
@@ -62,7 +44,7 @@ class Portable:
     cuda_graph: bool
     algorithm: str | None = None  # the checkpoint's family (EAGLE3, EAGLE, NEXTN, STANDALONE, NGRAM)
     draft_tokens: int | None = None  # tokens drafted per step, as a chain
-    settings: Mapping[str, Any] = field(default_factory=dict)  # server.extra_args as neutral settings
+    settings: Mapping[str, str | bool] = field(default_factory=dict)  # server.extra_args as neutral settings
     source: str = ""  # the server it was measured on (display name)
 
 
@@ -141,7 +123,7 @@ class Backend(ABC):
 
     def level_args(self, space: Space) -> list[str]:
         """``flag N`` for each of ``level_flags`` not in ``server.extra_args`` (N: the highest load level); []
-        without load levels, so single-stream launch commands stay as they were."""
+        without load levels."""
         if not space.benchmark.loaded:
             return []
         top = str(max(space.benchmark.concurrency))
@@ -214,17 +196,16 @@ class Backend(ABC):
     deploy_launcher: tuple[str, ...] = ()
 
     def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
-        """The argv prefix that starts the server: ``server.launcher`` when the space names one; otherwise this
-        machine's default, or with ``deploy`` the plain ``deploy_launcher`` a deployment host has."""
+        """The argv prefix that starts the server: ``server.launcher``, else this machine's default (with ``deploy``:
+        ``deploy_launcher``)."""
         return list(space.server.launcher) or list(self.deploy_launcher)
 
     #: how to get the server when this machine lacks its launcher (ends ``launcher_problem``'s message)
     install_hint: str = "install the server on this machine, or name its launcher in the space's server.launcher"
 
     def launcher_problem(self, space: Space) -> str | None:
-        """Why this machine cannot start the server (``checks.missing_launcher``: what is missing and where it was
-        looked for, then ``install_hint``), or None. Asked before anything is written (``autotune validate``, the
-        plan, ``study``); not with ``--simulate``, whose launcher is this interpreter. Nothing is run."""
+        """Why this machine cannot start the server (``checks.missing_launcher``, then ``install_hint``), or None.
+        Not asked with ``--simulate``, whose launcher is this interpreter. Nothing is run."""
         missing = checks.missing_launcher(self.launcher(space), space.server.env)
         if missing is None:
             return None
@@ -235,19 +216,23 @@ class Backend(ABC):
         """Environment variables to set on top of the inherited environment."""
         return dict(space.server.env)
 
+    #: the method tree of spaces with ``search.methods`` (``autotune.backends.methods``); None: no methods
+    tree: MethodWalk | None = None
+
     def defaults(self, space: Space) -> list[TrialConfig]:
-        """Configs worth trying first (the server's own defaults), already inside the space."""
-        return []
+        """Configs worth trying first (the server's own defaults), already inside the space. Default: a method
+        space's (``tree``), else none."""
+        return self.tree.defaults(space) if self.tree is not None and space.search.methods else []
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """Every feasible speculative config of the space (effective, no baselines), or None when the space is
-        not a finite grid (a float range) or the backend does not enumerate it. Used by the surrogate-guided
-        last trials of the search; without a grid those trials are left to the sampler."""
-        return None
+        not a finite grid (a float range) or the backend does not enumerate it (the surrogate-guided last trials
+        of the search use it). Default: a method space's (``tree``), else None."""
+        return self.tree.grid(space) if self.tree is not None and space.search.methods else None
 
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:  # noqa: B027 - optional hook
-        """Optionally learn about the installed server (e.g. flag spelling from ``--help``), for ``argv`` to use.
-        Runs the server's help command at most once per call; nothing else runs it (see ``probe_before_argv``)."""
+        """Optionally learn about the installed server (e.g. flag spelling from ``--help``), for ``argv`` to use;
+        nothing else runs the server's help (``probe_before_argv``)."""
 
     #: the algorithms a drafter of this server's spaces may be forced to (``drafters[].algorithm``)
     drafter_algorithms: tuple[str, ...] = DRAFTER_ALGORITHMS
@@ -261,8 +246,7 @@ class Backend(ABC):
         return f"--speculative-algorithm {algorithm}"
 
     def check_drafters(self, space: Space) -> list[Problem]:
-        """Static checks of the searched drafters against the target, no server (``autotune validate``). Default:
-        checkpoint directories with a ``config.json`` (``autotune.checks.check_checkpoints``)."""
+        """Static checks of the searched drafters against the target, no server. Default: ``check_checkpoints``."""
         return checks.check_checkpoints(space, algorithm_flag=self.algorithm_flag)
 
     def read_effective(self, server_info: dict[str, Any]) -> dict[str, Any]:
@@ -292,7 +276,7 @@ class Backend(ABC):
     def method_unavailable(self, space: Space, method: str) -> str | None:
         """Why ``method`` of ``space``'s ``search.methods`` cannot run with its target (None: it can, or unknown
         without a server): e.g. MTP on a target without MTP layers. Such a method is not searched; reports say so."""
-        return None
+        return self.tree.unavailable(space, method) if self.tree is not None else None
 
     # -- deploying ----------------------------------------------------------------------------------
 
@@ -350,6 +334,11 @@ class Backend(ABC):
 
     # -- benchmark requests -------------------------------------------------------------------------
 
+    #: fields every OpenAI request body of this server ends with (llama.cpp: ``cache_prompt: false``)
+    body_extra: ClassVar[Mapping[str, bool]] = {}
+    #: the field of a completions reference request that asks for the top tokens (llama.cpp: ``n_probs``)
+    top_n_field: str = "logprobs"
+
     def request(
         self,
         prompt: str,
@@ -374,13 +363,11 @@ class Backend(ABC):
         if request is not None and request.top_p is not None:
             body["top_p"] = float(request.top_p)
         if api == "chat":
-            return "/v1/chat/completions", {**body, **_chat_turns(prompt, request)}
-        body["prompt"] = prompt
-        return "/v1/completions", body
+            return "/v1/chat/completions", {**body, **_chat_turns(prompt, request), **self.body_extra}
+        return "/v1/completions", {**body, "prompt": prompt, **self.body_extra}
 
     def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
-        """Read one streamed JSON chunk of a server launched with its default output settings. Default: OpenAI
-        completions / chat completions chunks."""
+        """Read one streamed JSON chunk of a server launched with its default output settings."""
         return parse_openai_chunk(obj)
 
     def chunk_parser(self, space: Space) -> ChunkParser:
@@ -405,26 +392,21 @@ class Backend(ABC):
         if model:
             body["model"] = model
         if api == "chat":
-            body.update(_chat_turns(prompt, request), logprobs=True, top_logprobs=int(top_n))
+            body.update(_chat_turns(prompt, request), logprobs=True, top_logprobs=int(top_n), **self.body_extra)
             return "/v1/chat/completions", body
-        body.update(prompt=prompt, logprobs=int(top_n))
+        body.update({"prompt": prompt, self.top_n_field: int(top_n), **self.body_extra})
         return "/v1/completions", body
 
     def parse_reference(self, obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
         """The reference answer in a ``reference_request`` response (None: no log-probabilities in it)."""
         return parse_openai_logprobs(obj, index)
 
-    def parse_final_chunk(self, chunk: dict[str, Any]) -> float | None:
-        """Acceptance length from the last streamed chunk, if the server reports it."""
-        return self.parse_chunk(chunk).accept_length
-
     def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
         """Mean acceptance length of the requests between two /metrics scrapes (None: unknown)."""
         return None
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
-        """Per-position acceptance counts of the requests between two /metrics scrapes (``autotune.acceptance``;
-        None: the server reports none there)."""
+        """Per-position acceptance counts of the requests between two /metrics scrapes (None: none there)."""
         return None
 
 
@@ -448,12 +430,3 @@ def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
         elif a.startswith(flag + "="):
             value = a[len(flag) + 1 :]
     return value
-
-
-__all__ = [
-    "Backend",
-    "DRAFTER_ALGORITHMS",
-    "Portable",
-    "ScheduledLaunch",
-    "flag_value",
-]

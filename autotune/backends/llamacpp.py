@@ -1,11 +1,9 @@
 """llama.cpp ``llama-server``: draft-model speculative decoding (``--spec-type draft-simple`` and friends).
 
-Knobs: ``spec_type`` (``draft-simple``, ``draft-eagle3``, ...; the baseline is drafter "none", never a
-``spec_type`` of "none"), ``draft_n_max`` (tokens drafted per step, >= 1), ``draft_n_min`` (a draft shorter
-than this is discarded, 0..n_max), ``draft_p_min`` (drafting stops below this greedy probability, 0..1).
-Server defaults (0.3.36): draft-simple, n_max 3, n_min 0, p_min 0.0; configs and argv always carry all four.
-
-Rules this module knows (llama.cpp, checked against its source):
+Knobs: ``spec_type`` (``draft-simple``, ``draft-eagle3``, ...; the baseline is drafter "none"), ``draft_n_max``
+(tokens drafted per step, >= 1), ``draft_n_min`` (a shorter draft is discarded, 0..n_max), ``draft_p_min`` (drafting
+stops below this greedy probability, 0..1). Server defaults (0.3.36): draft-simple, 3, 0, 0.0; configs and argv
+always carry all four. Rules read from llama.cpp's source:
 
 - ``-md`` alone does NOT speculate: a plain llama drafter needs ``--spec-type draft-simple``; we always pass
   the type with a drafter.
@@ -14,20 +12,13 @@ Rules this module knows (llama.cpp, checked against its source):
   as "the argument has been removed" (exit 1). Older releases know only ``--draft-max``, ``--draft-min``,
   ``--draft-p-min``, ``-md/--model-draft`` and speculate whenever a draft model is given; so do those in between
   (0.3.2x: ``--spec-type`` takes model-free types only): there draft-simple is ``-md`` alone (``spec_type_args``).
-  ``flag_spelling`` reads ``--help`` text; ``LlamaCppBackend.probe`` runs ``<server> --help`` once per binary
-  (cached), and whoever builds argv for a real server calls it first (``probe_before_argv``); argv alone uses
-  what was probed, else ``NEW_SPELLING``.
+  ``probe`` reads ``<server> --help`` once per binary (``probe_before_argv``); unprobed, argv uses ``NEW_SPELLING``.
 - CUDA graphs have no flag: ``GGML_CUDA_DISABLE_GRAPHS=1`` turns them off (CUDA builds only).
-- ``/props`` reports ``speculative.types: none`` even while speculating: ``read_effective`` records it as
-  ``reported_spec_types`` and ``check_effective`` ignores it.
-
-Acceptance is read from each answer's ``timings`` and from ``/metrics`` (``autotune.backends.streams``).
-Method spaces (``search.methods``) are ``llamacpp_methods``'s.
+- ``/props`` reports ``speculative.types: none`` even while speculating: ``check_effective`` ignores it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import shutil
@@ -42,6 +33,7 @@ from autotune.backends.llamacpp_methods import (
     METHODS,
     NEW_SPELLING,
     LlamaMethods,
+    _fmt,
     cached_server_path,
     find_llama_server,
     flag_spelling,
@@ -49,7 +41,7 @@ from autotune.backends.llamacpp_methods import (
     help_spec_types,
     spec_type_args,
 )
-from autotune.backends.methods import cut_name, spec_values, suggest_drafter, suggest_int
+from autotune.backends.methods import cut_name, feasible, nearest, spec_values, suggest_drafter, suggest_int
 from autotune.backends.streams import (
     ChunkInfo,
     _float_or_none,
@@ -57,12 +49,12 @@ from autotune.backends.streams import (
     accept_length,
     metrics_delta,
     parse_openai_chunk,
-    parse_timings,
+    timings_accept_length,
 )
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain
-from autotune.space import FloatRange, Prompt
+from autotune.space import FloatRange
 
 if TYPE_CHECKING:
     import optuna
@@ -136,27 +128,19 @@ def flat_grid(backend: LlamaCppBackend, space: Space) -> list[TrialConfig] | Non
         for n_min in backend._n_min_values(space, n_max)
         for p_min in p_values
     )
-    out: dict[str, TrialConfig] = {}
-    for drafter, cg, spec_type, n_max, n_min, p_min in points:
-        cfg = TrialConfig.make(
-            drafter, cg, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min
-        )
-        with contextlib.suppress(InfeasibleConfig):
-            eff = backend.resolve(cfg, space)
-            out.setdefault(eff.key(), eff)
-    return list(out.values())
+    configs = (
+        TrialConfig.make(drafter, cg, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min)
+        for drafter, cg, spec_type, n_max, n_min, p_min in points
+    )
+    return list({eff.key(): eff for eff in feasible(backend.resolve, configs, space)}.values())
 
 
 class LlamaCppBackend(Backend):
-    """``llama-server`` with a draft GGUF model.
-
-    ``spelling`` fixes the flag names (e.g. ``flag_spelling(recorded_help)``); when None, ``probe`` learns them
-    from ``<server> --help`` (once per binary), and until then argv uses ``NEW_SPELLING``."""
+    """``llama-server``. ``spelling`` fixes the flag names (e.g. ``flag_spelling(recorded_help)``); when None,
+    ``probe`` learns them, and until then argv uses ``NEW_SPELLING``."""
 
     name = "llamacpp"
-    health_path = "/health"
     info_path = "/props"
-    metrics_path = "/metrics"
     positions_from_metrics_deltas = True  # the per-position counter (``positions_from_metrics``)
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
@@ -171,10 +155,8 @@ class LlamaCppBackend(Backend):
     schedule_static_knobs = ("spec_type",)
     probe_before_argv = True  # the flag names changed between builds of one release: no version tells them
     display_name = "llama.cpp"
-    #: llama.cpp captures a CUDA graph the first time it meets a batch shape: on an H200, after one warm-up request,
-    #: the second pass of the prompts ran 1.4% (baseline) and 8.2% (draft model) faster than the first (speedup
-    #: 1.874 -> 1.997); after one untimed pass the timed passes agreed (2.005, 1.993, 2.018), and passes until steady
-    #: (2-4) did no better (docs/gpu-runs/2026-12-04-h200-warmup24)
+    #: llama.cpp captures a CUDA graph the first time it meets a batch shape: one untimed pass of the prompts is
+    #: enough, more did no better (docs/gpu-runs/2026-12-04-h200-warmup24)
     warmup_passes = 1
     # draft_p_min can stop every draft: one config's zero acceptance says nothing about the drafter's others
     not_engaged_is_per_drafter = False
@@ -188,7 +170,7 @@ class LlamaCppBackend(Backend):
         self.spec_types: tuple[str, ...] | None = None
         self.help_flags: set[str] | None = None
         #: spaces with ``search.methods`` (``autotune.backends.llamacpp_methods``)
-        self.tree = LlamaMethods()
+        self.tree: LlamaMethods = LlamaMethods()
 
     # -- the space ----------------------------------------------------------------------------------
 
@@ -238,11 +220,9 @@ class LlamaCppBackend(Backend):
         return float(trial.suggest_categorical("draft_p_min", values))
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
-        """Conditional space: ``drafter`` and ``cuda_graph`` always, then the knobs. The baseline is not among the
-        drafter choices: the study enqueues it once per CUDA-graph setting (role=baseline), so the sampler never
-        proposes it again. ``spec_type`` is searched only when the space lists it (else the drafter's forced
-        ``algorithm`` or draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (named
-        ``draft_n_min_le{N}`` when that cuts the space's list, so each name keeps one distribution)."""
+        """``spec_type`` is searched only when the space lists it (else the drafter's forced ``algorithm`` or
+        draft-simple); ``draft_n_min`` is drawn among values <= ``draft_n_max`` (``draft_n_min_le{N}`` when that cuts
+        the space's list)."""
         if space.search.methods:
             return self.tree.suggest(trial, space)
         drafter, cuda_graph = suggest_drafter(trial, space)
@@ -267,7 +247,6 @@ class LlamaCppBackend(Backend):
         )
 
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
         if config.is_baseline:
             return {"drafter": "none", "cuda_graph": bool(config.cuda_graph)}
         if space.search.methods:
@@ -330,37 +309,20 @@ class LlamaCppBackend(Backend):
         (in a method space: each method's server defaults per drafter)."""
         if space.search.methods:
             return self.tree.defaults(space)
-        graphs = [bool(b) for b in space.search.cuda_graph] or [True]
-        cuda_graph = True if True in graphs else graphs[0]
         n_max_allowed = self._n_max_values(space)
-        if not n_max_allowed:
-            return []
-
-        def nearest(values: list[Any], target: float) -> Any:
-            return min(values, key=lambda v: (abs(v - target), v))
-
         n_max = nearest(n_max_allowed, DEFAULT_N_MAX)
-        n_min_allowed = self._n_min_values(space, n_max)
-        if not n_min_allowed:
-            return []
-        n_min = nearest(n_min_allowed, DEFAULT_N_MIN)
+        n_min_allowed = self._n_min_values(space, n_max) if n_max_allowed else []
         p_min = nearest_p_min(space)
-        if p_min is None:
+        if not n_min_allowed or p_min is None:
             return []
-        out: list[TrialConfig] = []
+        knobs = {"draft_n_max": n_max, "draft_n_min": nearest(n_min_allowed, DEFAULT_N_MIN), "draft_p_min": p_min}
+        configs = []
         for name in space.searched_drafters():
             types = self._type_values(space, name)
-            if not types:
-                continue
-            spec_type = DEFAULT_SPEC_TYPE if DEFAULT_SPEC_TYPE in types else types[0]
-            cfg = TrialConfig.make(
-                name, cuda_graph, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min
-            )
-            try:
-                out.append(self.resolve(cfg, space))
-            except InfeasibleConfig:
-                continue
-        return out
+            if types:
+                spec_type = DEFAULT_SPEC_TYPE if DEFAULT_SPEC_TYPE in types else types[0]
+                configs.append(TrialConfig.make(name, any(space.search.cuda_graph), spec_type=spec_type, **knobs))
+        return feasible(self.resolve, configs, space)
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """A method space's every feasible point (``LlamaMethods.grid``), else the flat space's (``flat_grid``)."""
@@ -371,8 +333,7 @@ class LlamaCppBackend(Backend):
     deploy_launcher = ("llama-server",)
 
     def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
-        """``space.server.launcher``, else ``find_llama_server()`` (this machine's), else plain ``llama-server``
-        (also what a deployment host gets: ``deploy``)."""
+        """``server.launcher``, else ``find_llama_server()``, else (and with ``deploy``) plain ``llama-server``."""
         if space.server.launcher or deploy:
             return super().launcher(space, deploy=deploy)
         return [find_llama_server() or "llama-server"]
@@ -428,7 +389,7 @@ class LlamaCppBackend(Backend):
         self.spelling = dict(cached[0])
         self.spec_types, self.help_flags = cached[1], set(cached[2])
 
-    def spelling_for(self, space: Space) -> dict[str, str | None]:
+    def spelling_for(self) -> dict[str, str | None]:
         """The flag names argv uses: the given or probed ones, else ``NEW_SPELLING`` (never probes itself)."""
         return dict(self.spelling) if self.spelling is not None else dict(NEW_SPELLING)
 
@@ -457,7 +418,7 @@ class LlamaCppBackend(Backend):
     ) -> list[str]:
         eff = self.effective(config, space)
         server = space.server
-        flags = self.spelling_for(space)
+        flags = self.spelling_for()
         extra = [str(a) for a in server.extra_args]
 
         def given(*names: str) -> bool:
@@ -514,9 +475,6 @@ class LlamaCppBackend(Backend):
         eff = self.effective(config, space)
         return str(eff.knob("method") if space.search.methods else eff.knob("spec_type"))
 
-    def method_unavailable(self, space: Space, method: str) -> str | None:
-        return self.tree.unavailable(space, method)
-
     def checks_engagement(self, config: TrialConfig) -> bool:
         """Not for model-free types alone (``llamacpp_methods.LlamaMethods.checks_engagement``)."""
         return config.knob("method") is None or self.tree.checks_engagement(config)
@@ -560,58 +518,21 @@ class LlamaCppBackend(Backend):
         if config.is_baseline:
             return []
         problems: list[str] = []
-        for knob in ("draft_n_max", "draft_n_min"):
-            got = effective.get(knob)
-            if got is not None and config.knob(knob) is not None and int(got) != int(config.knob(knob)):
-                problems.append(f"{knob}: launched {config.knob(knob)}, server runs {got}")
-        got = effective.get("draft_p_min")
-        if (
-            got is not None
-            and config.knob("draft_p_min") is not None
-            and abs(float(got) - float(config.knob("draft_p_min"))) > 1e-4
-        ):
-            problems.append(f"draft_p_min: launched {config.knob('draft_p_min')}, server runs {got}")
+        for knob in ("draft_n_max", "draft_n_min", "draft_p_min"):
+            got, launched = effective.get(knob), config.knob(knob)
+            if got is None or launched is None:
+                continue
+            if abs(float(got) - float(launched)) > 1e-4 if knob == "draft_p_min" else int(got) != int(launched):
+                problems.append(f"{knob}: launched {launched}, server runs {got}")
         return problems
 
     # -- benchmark requests -------------------------------------------------------------------------
 
-    def request(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        temperature: float,
-        api: str = "completions",
-        model: str | None = None,
-        request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        """The OpenAI request, with ``cache_prompt: false`` so that repeated prompts are measured alike."""
-        path, body = super().request(
-            prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model, request=request
-        )
-        body["cache_prompt"] = False
-        return path, body
-
-    def reference_request(
-        self,
-        prompt: str,
-        *,
-        max_tokens: int,
-        top_n: int,
-        api: str = "completions",
-        model: str | None = None,
-        request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
-        """The OpenAI request with llama.cpp's ``n_probs`` (its completions endpoint then answers with a
-        ``logprobs.content`` list of tokens, raw bytes and ``top_logprobs``); ``cache_prompt: false`` as measured."""
-        path, body = super().reference_request(
-            prompt, max_tokens=max_tokens, top_n=top_n, api=api, model=model, request=request
-        )
-        if api != "chat":
-            body.pop("logprobs", None)
-            body["n_probs"] = int(top_n)
-        body["cache_prompt"] = False
-        return path, body
+    #: the OpenAI requests with ``cache_prompt: false``, so that repeated prompts are measured alike
+    body_extra = {"cache_prompt": False}
+    #: llama.cpp's completions endpoint then answers with a ``logprobs.content`` list of tokens, raw bytes and
+    #: ``top_logprobs``
+    top_n_field = "n_probs"
 
     def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
         """An OpenAI chunk; a chunk carrying ``timings`` (llama.cpp's last ones) also gives the acceptance length."""
@@ -619,10 +540,8 @@ class LlamaCppBackend(Backend):
         timings = obj.get("timings")
         if info.error is not None or not isinstance(timings, Mapping):
             return info
-        figures = parse_timings(timings)
-        if figures.accept_length is None:
-            return info
-        return dataclasses.replace(info, accept_length=figures.accept_length)
+        length = timings_accept_length(timings)
+        return info if length is None else dataclasses.replace(info, accept_length=length)
 
     def acceptance_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
         """Tokens per target forward pass between two /metrics scrapes (see the module docstring)."""
@@ -637,22 +556,3 @@ class LlamaCppBackend(Backend):
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
         return streams.metrics_positions(before, after)  # the per-draft-position counter, where reported
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return repr(v) if v != int(v) else f"{v:.1f}"
-    return str(v)
-
-
-__all__ = [
-    "DEFAULT_N_MAX",
-    "DEFAULT_N_MIN",
-    "DEFAULT_P_MIN",
-    "DEFAULT_SPEC_TYPE",
-    "DRAFT_MODEL_TYPES",
-    "KNOBS",
-    "KNOB_DOMAINS",
-    "SPEC_TYPES",
-    "LlamaCppBackend",
-]

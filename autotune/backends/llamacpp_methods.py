@@ -1,35 +1,24 @@
-"""llama.cpp's speculative types as a searched choice (``search.methods``), with llama-server's own rules.
+"""llama.cpp's speculative types as a searched choice (``search.methods``), llama-server's flag spelling by build
+(``flag_spelling``) and where this machine's llama-server is (``find_llama_server``).
 
 Read from the llama.cpp vendored by llama-cpp-python 0.3.36 (commit 0c1e570: ``common/arg.cpp``,
 ``common/speculative.cpp``, ``common/common.h``, ``tools/server/server-context.cpp``):
 
-- ``--spec-type`` takes a comma list; each name is looked up (an unknown one is an error, ``none`` anywhere means no
-  speculation). A method's name is the type, or the comma list of types for a combination
-  (``draft-simple,ngram-mod``): every listed type gets an implementation, tried per step in a fixed priority
-  (``common_speculative_init``: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache, then the draft
-  types); the first one that drafts wins that step. So the list's order does not matter to the server.
+- ``--spec-type`` takes a comma list (an unknown name is an error, ``none`` means no speculation). A method is a type
+  or a comma list of types: each listed type is tried per step in a fixed priority (``common_speculative_init``), the
+  first that drafts wins, so the list's order does not matter.
 - Draft types: ``draft-simple`` (a small draft GGUF, ``-md``), ``draft-eagle3`` (an EAGLE-3 GGUF, ``-md``),
-  ``draft-mtp`` (the target's own MTP layers: no ``-md``; a target whose GGUF has no ``blk.N.nextn.eh_proj.weight``
-  tensor has none, and the method is not searched). They share ``draft_n_max`` / ``draft_n_min`` / ``draft_p_min``
-  (``--spec-draft-n-max`` 3, ``--spec-draft-n-min`` 0, ``--spec-draft-p-min`` 0.0). One server loads one draft model:
-  a combination names at most one draft type.
+  ``draft-mtp`` (the target's own MTP layers: no ``-md``; a target GGUF without ``blk.N.nextn.eh_proj.weight`` has
+  none). They share ``draft_n_max`` / ``draft_n_min`` / ``draft_p_min`` (3, 0, 0.0). One server loads one draft
+  model: a combination names at most one draft type.
 - Model-free types, each with its own flags (``common.h`` defaults): ``ngram-simple``, ``ngram-map-k``,
   ``ngram-map-k4v`` (``--spec-ngram-{TYPE}-size-n`` 12, ``-size-m`` 48, ``-min-hits`` 1; sizes 1..1024, hits >= 1),
   ``ngram-mod`` (``--spec-ngram-mod-n-match`` 24, ``-n-max`` 64, ``-n-min`` 48; a draft shorter than n-min is dropped,
   so n-min > n-max never drafts and is refused), ``ngram-cache`` (no flags: 8 draft tokens, fixed in the source).
-  The draft knobs do not apply to them.
-- The binary lists its types in ``--help`` (``--spec-type none,draft-simple,...``): a method naming a type the probed
-  binary does not list is refused before launch (``UserError``), naming what it lists.
+- The binary lists its types in ``--help``: a method naming a type it does not list is refused before launch.
 
-Whether a type engaged is read from each answer's ``timings.draft_n`` / ``draft_n_accepted`` (the backend's accept
-length). A model-free method is not held to the not-engaged alarm: a prompt with nothing to copy drafts nothing,
-a measured loss, not a misconfiguration (``checks_engagement``).
-
-Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter`` and ``METHOD.KNOB`` (``draft_n_min`` and
-``ngram_mod_n_min`` cut below their maximum as ``cut_name`` names it), one walk for ``suggest`` and ``params``.
-
-llama-server's flag spelling by build, read from its ``--help`` (``flag_spelling``), and where this machine's
-llama-server is (``find_llama_server``: ``$AUTOTUNE_LLAMA_SERVER``, PATH, the setup script's cached build).
+A model-free method is not held to the not-engaged alarm: a prompt with nothing to copy drafts nothing, a measured
+loss, not a misconfiguration (``checks_engagement``).
 """
 
 from __future__ import annotations
@@ -49,30 +38,6 @@ from autotune.servers import KnobDomain, Method
 if TYPE_CHECKING:
     from autotune.space import Space
 
-__all__ = [
-    "Catalogue",
-    "DRAFTER_TYPES",
-    "DRAFT_DEFAULTS",
-    "DRAFT_KNOBS",
-    "DRAFT_TYPES",
-    "LLAMA_CPP_PYTHON_VERSION",
-    "LlamaMethods",
-    "METHODS",
-    "NEW_SPELLING",
-    "OLD_SPELLING",
-    "SINGLE",
-    "cache_dir",
-    "cached_server_path",
-    "combination_problem",
-    "find_llama_server",
-    "flag_spelling",
-    "help_flags",
-    "help_spec_types",
-    "mtp_unavailable",
-    "spec_type_args",
-    "types_of",
-]
-
 
 #: the draft types' shared knobs and the server's defaults (``common_params_speculative_draft``)
 DRAFT_KNOBS: dict[str, KnobDomain] = {
@@ -80,7 +45,7 @@ DRAFT_KNOBS: dict[str, KnobDomain] = {
     "draft_n_min": KnobDomain("int", 0),
     "draft_p_min": KnobDomain("float", 0.0, 1.0),
 }
-DRAFT_DEFAULTS: dict[str, Any] = {"draft_n_max": 3, "draft_n_min": 0, "draft_p_min": 0.0}
+DRAFT_DEFAULTS: dict[str, float] = {"draft_n_max": 3, "draft_n_min": 0, "draft_p_min": 0.0}
 
 
 def _map_knobs(prefix: str) -> tuple[dict[str, KnobDomain], dict[str, Any]]:
@@ -120,8 +85,6 @@ SINGLE: dict[str, Method] = {
     "ngram-cache": Method("ngram-cache", "ngram-cache", False),
 }
 DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp")
-#: the types that load a draft model with ``-md``
-DRAFTER_TYPES = ("draft-simple", "draft-eagle3")
 
 
 def types_of(name: str) -> tuple[str, ...]:
@@ -145,7 +108,7 @@ def combination_problem(name: str) -> str | None:
 def _combine(name: str) -> Method:
     parts = [SINGLE[t] for t in types_of(name)]
     knobs: dict[str, KnobDomain] = {}
-    defaults: dict[str, Any] = {}
+    defaults: dict[str, float | str] = {}
     for m in parts:
         knobs.update(m.knobs)
         defaults.update(m.defaults)
@@ -184,11 +147,9 @@ METHODS = Catalogue()
 
 
 def help_spec_types(help_text: str) -> tuple[str, ...] | None:
-    """The ``--spec-type`` values a llama-server's ``--help`` lists (None: it lists none, e.g. an old build).
-
-    Two forms: ``--spec-type none,draft-simple,...`` (a comma-separated list of types, 0.3.36) and
-    ``--spec-type [none|ngram-cache|...]`` (one model-free type, used "when no draft model is provided": a draft
-    model given with ``--spec-draft-model`` speculates by itself, llama-cpp-python 0.3.2x)."""
+    """The ``--spec-type`` values a llama-server's ``--help`` lists (None: none, e.g. an old build): a comma list
+    (``none,draft-simple,...``, 0.3.36) or ``[none|ngram-cache|...]`` (one model-free type, used "when no draft model
+    is provided": a draft model speculates by itself, llama-cpp-python 0.3.2x)."""
     for line in help_text.splitlines():
         parts = line.split()
         if len(parts) < 2 or parts[0] != "--spec-type":
@@ -293,22 +254,13 @@ def _fmt(v: Any) -> str:
 #: the llama-cpp-python release whose vendored llama.cpp ``scripts/llamacpp_setup.sh`` builds
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 
-#: flag names by role for the newest known release, and for releases before the ``--spec-*`` rename
+#: flag names by role for the newest known release
 NEW_SPELLING: dict[str, str | None] = {
     "draft_model": "--spec-draft-model",
     "spec_type": "--spec-type",
     "draft_n_max": "--spec-draft-n-max",
     "draft_n_min": "--spec-draft-n-min",
     "draft_p_min": "--spec-draft-p-min",
-    "no_webui": None,
-    "parallel": "-np",
-}
-OLD_SPELLING: dict[str, str | None] = {
-    "draft_model": "--model-draft",
-    "spec_type": None,
-    "draft_n_max": "--draft-max",
-    "draft_n_min": "--draft-min",
-    "draft_p_min": "--draft-p-min",
     "no_webui": None,
     "parallel": "-np",
 }
@@ -341,12 +293,8 @@ def help_flags(help_text: str) -> set[str]:
 
 
 def flag_spelling(help_text: str) -> dict[str, str | None]:
-    """Flag name per role (``draft_model``, ``spec_type``, ``draft_n_max``, ``draft_n_min``, ``draft_p_min``,
-    ``no_webui``, ``parallel``) for the ``llama-server`` whose ``--help`` output is ``help_text``.
-
-    A role the binary lacks maps to None. Text that lists no draft-count flag at all (not a llama-server help)
-    gives ``NEW_SPELLING``.
-    """
+    """Flag name per role (``_CANDIDATES``) for the ``llama-server`` whose ``--help`` output is ``help_text`` (None: it
+    lacks the role). Text that lists no draft-count flag at all (not a llama-server help) gives ``NEW_SPELLING``."""
     flags = help_flags(help_text)
     if not any(f in flags for f in _CANDIDATES["draft_n_max"]):
         return dict(NEW_SPELLING)
@@ -357,10 +305,9 @@ def spec_type_args(
     spec_type: str, flag: str | None, listed: Sequence[str] | None, draft_types: Sequence[str], default: str
 ) -> list[str]:
     """The ``--spec-type`` argument for ``spec_type`` on a binary with type flag ``flag`` whose ``--help`` lists
-    the types ``listed`` (None: not known); ``draft_types``: the types that run a draft model; ``default``: the
-    one a draft model runs by itself. Builds without the flag, and builds whose ``--spec-type`` names only
-    model-free types (llama-cpp-python 0.3.2x: "when no draft model is provided"), draft with ``-md`` alone: there
-    ``default`` needs no flag and other draft types cannot run (``InfeasibleConfig``)."""
+    ``listed`` (None: not known); ``default``: the draft type a draft model runs by itself. Builds without the flag or
+    whose ``--spec-type`` names only model-free types (0.3.2x) draft with ``-md`` alone: there ``default`` needs no
+    flag and other draft types cannot run (``InfeasibleConfig``)."""
     model_alone = listed is not None and not any(t in draft_types for t in listed)
     if flag and not (model_alone and spec_type in draft_types):
         if listed is not None and spec_type not in listed:

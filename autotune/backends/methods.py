@@ -1,29 +1,23 @@
-"""Speculative methods as a searched choice: the generic catalogue entry (``Method``) every backend fills.
+"""Speculative methods as a searched choice, and the Optuna encoding every backend's conditional knob tree goes
+through.
 
-A space that lists ``search.methods`` searches *which way of speculating* as well as each way's knobs. Each backend
-declares its catalogue (``Backend.methods``: name -> ``Method``): the method's name in a space file, a label for
-reports, whether it needs a drafter from the space's ``drafters`` (and which kind), its knobs with their domains and
-the server's own defaults, whether it is the engine's adaptive mode, and the server version that added it.
+A space that lists ``search.methods`` searches which way of speculating as well as each way's knobs; each backend
+declares its catalogue (``Backend.methods``: name -> ``autotune.servers.Method``). In a ``TrialConfig`` the method is
+the knob ``method``; a model-free method's config has drafter None. Optuna params of a method space: ``method``,
+``cuda_graph``, ``METHOD.drafter`` and each knob as ``METHOD.KNOB`` (``param_name``).
 
-In a ``TrialConfig`` the method is the knob ``method`` (present only in method spaces); a model-free method's config
-has drafter None. Optuna params of a method space: ``method`` (categorical over the space's methods), ``cuda_graph``,
-``METHOD.drafter`` (categorical over that method's drafters, when it needs one) and each knob as ``METHOD.KNOB``
-(``param_name``), so every parameter name keeps one distribution whichever method a trial draws.
-
-The Optuna encoding every backend's conditional knob tree goes through.
-
-A backend walks its own tree (which knob depends on which) and asks here for each parameter, so that every
-backend draws alike: ``drafter`` and ``cuda_graph`` first (``suggest_drafter``), then each knob among the values
-its rules allow at that point of the tree (``suggest_int``: the space's range when nothing is cut, a prefix of it as
-a shorter range, else a categorical). A parameter name always carries one distribution: a knob whose allowed
-values depend on an earlier choice gets its own name where they differ from the space's (``cut_name``).
+Every backend draws alike: ``drafter`` and ``cuda_graph`` first (``suggest_drafter``), then each knob among the
+values its rules allow at that point of the tree (``suggest_int``). A parameter name always carries one
+distribution: a knob whose allowed values depend on an earlier choice gets its own name where they differ from the
+space's (``cut_name``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import EffectiveConfig, TrialConfig
@@ -35,20 +29,6 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.space import Space
-
-__all__ = [
-    "FlatMethods",
-    "METHOD_KNOB",
-    "MethodWalk",
-    "OptunaAsk",
-    "ReplayAsk",
-    "cut_name",
-    "int_values",
-    "param_name",
-    "spec_values",
-    "suggest_drafter",
-    "suggest_int",
-]
 
 
 #: the knob of a ``TrialConfig`` that names its method (only in spaces with ``search.methods``)
@@ -199,6 +179,14 @@ class MethodWalk(ABC):
         """``config`` of ``method`` (its method, drafter and knob names checked) as the server would run it;
         InfeasibleConfig when the server would refuse it."""
 
+    @abstractmethod
+    def defaults(self, space: Space) -> list[TrialConfig]:
+        """The server's own config of every available method x drafter, moved to the nearest point of the space."""
+
+    @abstractmethod
+    def grid(self, space: Space) -> list[TrialConfig] | None:
+        """Every feasible point of every available method (None when a knob is a float range)."""
+
     def knob_or_default(self, config: TrialConfig, space: Space, method: str, knob: str) -> Any:
         """``config``'s value of ``knob``, else the server's own (``default``)."""
         v = config.knob(knob)
@@ -308,10 +296,8 @@ class FlatMethods(MethodWalk):
         return out
 
     def defaults(self, space: Space) -> list[TrialConfig]:
-        """The server's own config of every available method x drafter, moved to the nearest point of the space
-        (a minimum above its maximum lowered to it)."""
-        graphs = [bool(b) for b in space.search.cuda_graph]
-        cg = True if True in graphs else graphs[0]
+        """As ``MethodWalk.defaults``, a minimum above its maximum lowered to it."""
+        cg = any(space.search.cuda_graph)
         out: list[TrialConfig] = []
         for method in self.available(space):
             points = self._points(space, method, nearest_default=True) or []
@@ -325,7 +311,6 @@ class FlatMethods(MethodWalk):
         return out
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
-        """Every feasible point of every available method (None when a knob is a float range)."""
         out: list[TrialConfig] = []
         graphs = [bool(b) for b in space.search.cuda_graph]
         for method in self.available(space):
@@ -356,8 +341,8 @@ def int_values(spec: ParamSpec | None, server: str) -> list[int] | None:
 
 
 def suggest_drafter(trial: optuna.trial.BaseTrial, space: Space, drafters: list[str] | None = None) -> tuple[str, bool]:
-    """(drafter, cuda_graph): ``drafters`` (default: the searched ones) and the space's CUDA-graph settings. The
-    baseline is never among them: the study enqueues it (role=baseline) once per CUDA-graph setting."""
+    """(drafter, cuda_graph) among ``drafters`` (default: the searched ones) and the space's CUDA-graph settings. The
+    baseline is never among them: the study enqueues it (role=baseline)."""
     names = list(space.searched_drafters()) if drafters is None else drafters
     drafter = str(trial.suggest_categorical("drafter", names))
     cuda_graph = bool(trial.suggest_categorical("cuda_graph", [bool(b) for b in space.search.cuda_graph]))
@@ -378,6 +363,28 @@ def suggest_int(
     if isinstance(spec, IntRange) and full is not None and allowed and allowed == full[: len(allowed)] and not spec.log:
         return int(trial.suggest_int(name, allowed[0], allowed[-1], step=spec.step))
     return int(trial.suggest_categorical(name, list(allowed)))
+
+
+def nearest(values: list[Any], target: Any) -> Any:
+    """``target`` when among ``values``, else the number of ``values`` nearest it (the smaller on a tie), else the
+    first value (``target`` when there are none)."""
+    if target in values:
+        return target
+    nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if nums and isinstance(target, int | float):
+        return min(nums, key=lambda v: (abs(v - target), v))
+    return values[0] if values else target
+
+
+def feasible(
+    resolve: Callable[[TrialConfig, Space], EffectiveConfig], configs: Iterable[TrialConfig], space: Space
+) -> list[TrialConfig]:
+    """``configs`` resolved, those the server would refuse (InfeasibleConfig) left out."""
+    out: list[TrialConfig] = []
+    for cfg in configs:
+        with contextlib.suppress(InfeasibleConfig):
+            out.append(resolve(cfg, space))
+    return out
 
 
 def cut_name(name: str, allowed: list[Any], full: list[Any] | None, suffix: str) -> str:

@@ -8,31 +8,15 @@ included). The rules SGLang applies (0.5.23, ``speculative_hook.py``) and how th
 - The draft tree has ``k + (S-1)*k^2`` candidates of which N-1 are kept: a larger N fails at run time, so
   such configs are infeasible (never launched), and N < 2 too.
 
-Optuna encoding (``suggest``), designed so that no infeasible or silently rewritten config is reachable
-and every parameter name always carries the same distribution (TPE with ``group=True`` can model it):
+``suggest`` reaches no infeasible or silently rewritten config, and every parameter name keeps one distribution (TPE
+with ``group=True`` can model it): where the feasible values at S (or at S, k) cut the space's list, ``topk`` is
+asked as ``topk_s{S}`` and ``num_draft_tokens`` as ``num_draft_tokens_s{S}_k{k}``. The baseline is enqueued by the
+study (role=baseline) once per CUDA-graph setting, never suggested.
 
-- ``drafter``: categorical over the searched drafters. The baseline is not a search point: the study enqueues
-  it (params ``{"cuda_graph": X}``, user attr role=baseline) once per CUDA-graph setting.
-- ``cuda_graph``: categorical over the space's booleans.
-- ``num_steps``: the space's range (suggest_int) or choices (categorical), minus steps values for which no
-  ``topk`` is feasible (then categorical over what is left).
-- ``topk``: the space's range/choices when all are feasible at this ``num_steps``; otherwise a parameter
-  named ``topk_s{S}`` over the feasible values at S (so that each name keeps one distribution).
-- ``num_draft_tokens``: only when topk > 1; the space's range/choices when every value is within the tree
-  bound at (S, k), otherwise ``num_draft_tokens_s{S}_k{k}`` over the feasible part.
-
-``params(config, space)`` gives the Optuna params of a config (for ``enqueue_trial``).
-
-Benchmark requests go to SGLang's native ``/generate`` (SSE, cumulative text, ``meta_info`` with
-``completion_tokens`` and, in the final chunk, ``spec_accept_length`` / ``spec_verify_ct``) because it carries
-the acceptance length per request. ``api: chat`` uses the OpenAI ``/v1/chat/completions`` endpoint instead
-(acceptance then unknown per request). A server launched with ``--incremental-streaming-output`` (in
-``server.extra_args``) streams deltas instead of the text so far: ``chunk_parser(space)`` reads them so.
-
-Deploying an SGLang study: its ``server.extra_args`` in server-neutral terms (``portable_settings``, for another
-server's export) and a per-level schedule in SGLang's own form, the adaptive config file
-(``--speculative-adaptive-config``, ``adaptive_config``) and the steps an adaptive server starts at
-(``adaptive_initial_steps``).
+Benchmark requests go to SGLang's native ``/generate`` (SSE, cumulative text, ``meta_info`` whose final chunk has
+``spec_accept_length``): it carries the acceptance length per request. ``api: chat`` uses ``/v1/chat/completions``
+(acceptance then unknown per request). ``--incremental-streaming-output`` in ``server.extra_args`` makes the stream
+deltas (``chunk_parser``). A per-level schedule deploys as SGLang's adaptive config (``adaptive_config``).
 """
 
 from __future__ import annotations
@@ -45,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from autotune import checks
 from autotune.backends.base import Backend, Portable, ScheduledLaunch, flag_value
-from autotune.backends.methods import cut_name, int_values, suggest_drafter, suggest_int
+from autotune.backends.methods import OptunaAsk, cut_name, feasible, int_values, nearest, suggest_drafter
 from autotune.backends.sglang_methods import (
     ADAPTIVE_FILE,
     DECODE_MAX_BS_FLAG,
@@ -53,6 +37,7 @@ from autotune.backends.sglang_methods import (
     METHODS,
     OLD_MAX_BS_FLAG,
     PER_PHASE,
+    TREE_KNOBS,
     MethodTree,
     cuda_graph_max_bs_flag,
     cuda_graph_off_flags,
@@ -79,37 +64,15 @@ from autotune.backends.streams import (
 from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.schedule import batch_ranges
-from autotune.servers import KnobDomain
-from autotune.space import Choices, ParamSpec, Prompt
+from autotune.space import ParamSpec, Prompt
 
 if TYPE_CHECKING:
     import optuna
 
     from autotune.space import Space
 
-__all__ = [
-    "CLIENT_ONLY_FLAGS",
-    "KNOBS",
-    "KNOB_DOMAINS",
-    "PORTABLE_FLAGS",
-    "SGLangBackend",
-    "_LLAMA_LIKE_ARCHS",
-    "_LLAMA_LIKE_DEFAULT",
-    "_OTHER_DEFAULT",
-    "_spec_values",
-    "adaptive_config",
-    "adaptive_initial_steps",
-    "portable_settings",
-    "resolved_algorithm",
-]
 
-
-#: tree depth S, branching k, verified nodes N (the root counts, so N >= 2)
-KNOB_DOMAINS = {
-    "num_steps": KnobDomain("int", 1),
-    "topk": KnobDomain("int", 1),
-    "num_draft_tokens": KnobDomain("int", 2),
-}
+KNOB_DOMAINS = TREE_KNOBS
 KNOBS = tuple(KNOB_DOMAINS)
 
 #: SGLang's own auto choice (steps, topk, num_draft_tokens) by target architecture
@@ -123,19 +86,14 @@ def _spec_values(spec: ParamSpec | None) -> list[int] | None:
 
 
 def resolved_algorithm(space: Space, name: str) -> str:
-    """``--speculative-algorithm`` for drafter ``name`` (``autotune.checks`` decides; upper-cased).
-
-    Raises ``ValidationFailed`` when neither the space nor the drafter's config.json tells.
-    """
+    """``--speculative-algorithm`` for drafter ``name`` (``checks.resolved_algorithm``, upper-cased)."""
     return str(checks.resolved_algorithm(space, name)).upper()
 
 
 class SGLangBackend(Backend):
     name = "sglang"
-    health_path = "/health"
     info_path = "/server_info"
     info_fallback_paths = ("/get_server_info",)
-    metrics_path = "/metrics"
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
     methods = METHODS
@@ -175,12 +133,11 @@ class SGLangBackend(Backend):
             raise ValueError(
                 f"cuda_graph_spelling must be {LEGACY!r}, {PER_PHASE!r} or None but got {cuda_graph_spelling!r}"
             )
-        #: set explicitly or by ``probe``; None = decided from the space's server version
+        #: the CUDA-graph flags' spelling and max-batch-size flag, set or probed (None: from ``server.version``)
         self.cuda_graph_spelling = cuda_graph_spelling
-        #: the CUDA-graph max-batch-size flag as ``probe`` read it; None = decided from the space's server version
         self.max_bs_flag: str | None = None
         #: spaces with ``search.methods`` (``autotune.backends.sglang_methods``)
-        self.tree = MethodTree(self._auto_triple)
+        self.tree: MethodTree = MethodTree(self._auto_triple)
 
     # -- the space ----------------------------------------------------------------------------------
 
@@ -189,58 +146,22 @@ class SGLangBackend(Backend):
         archs = [str(a) for a in (cfg or {}).get("architectures") or ()]
         return _LLAMA_LIKE_DEFAULT if any(a in _LLAMA_LIKE_ARCHS for a in archs) else _OTHER_DEFAULT
 
-    def _knob_spec(self, space: Space, knob: str) -> ParamSpec:
-        spec = space.search.knobs.get(knob)
-        if spec is not None:
-            return spec
-        steps, topk, ndt = self._auto_triple(space)  # a knob not searched stays at SGLang's auto value
-        return Choices(({"num_steps": steps, "topk": topk, "num_draft_tokens": ndt}[knob],))
-
-    def _ndt_values(self, space: Space, steps: int, topk: int) -> list[int]:
-        """Feasible num_draft_tokens values at (steps, topk) for topk > 1."""
-        values = _spec_values(self._knob_spec(space, "num_draft_tokens")) or []
-        return [v for v in values if feasibility_reason(steps, topk, v) is None]
-
-    def _topk_values(self, space: Space, steps: int) -> list[int]:
-        values = _spec_values(self._knob_spec(space, "topk")) or []
-        return [k for k in values if k >= 1 and (k == 1 or self._ndt_values(space, steps, k))]
-
-    def _steps_values(self, space: Space) -> list[int]:
-        values = _spec_values(self._knob_spec(space, "num_steps")) or []
-        return [s for s in values if s >= 1 and self._topk_values(space, s)]
+    # A space without ``search.methods`` is the method tree's tree of method None (``MethodTree.spec``).
 
     def _names(self, space: Space, steps: int, topk: int) -> tuple[str, str]:
-        topk_full = _spec_values(self._knob_spec(space, "topk"))
-        ndt_full = _spec_values(self._knob_spec(space, "num_draft_tokens"))
-        topk_name = cut_name("topk", self._topk_values(space, steps), topk_full, f"s{steps}")
-        ndt_name = cut_name("num_draft_tokens", self._ndt_values(space, steps, topk), ndt_full, f"s{steps}_k{topk}")
+        topk_full = _spec_values(self.tree.spec(space, None, "topk"))
+        ndt_full = _spec_values(self.tree.spec(space, None, "num_draft_tokens"))
+        topk_name = cut_name("topk", self.tree.topks(space, None, steps), topk_full, f"s{steps}")
+        ndt_name = cut_name("num_draft_tokens", self.tree.ndts(space, None, steps, topk), ndt_full, f"s{steps}_k{topk}")
         return topk_name, ndt_name
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         if space.search.methods:
             return self.tree.suggest(trial, space)
         drafter, cuda_graph = suggest_drafter(trial, space)
-        steps_allowed = self._steps_values(space)
-        if not steps_allowed:
-            raise InfeasibleConfig("no feasible (num_steps, topk, num_draft_tokens) in the space")
-        steps = suggest_int(trial, "num_steps", self._knob_spec(space, "num_steps"), steps_allowed)
-        topk_allowed = self._topk_values(space, steps)
-        topk_name, _ = self._names(space, steps, 1)
-        topk = suggest_int(trial, topk_name, self._knob_spec(space, "topk"), topk_allowed)
-        if topk == 1:
-            ndt = steps + 1
-        else:
-            _, ndt_name = self._names(space, steps, topk)
-            ndt = suggest_int(
-                trial,
-                ndt_name,
-                self._knob_spec(space, "num_draft_tokens"),
-                self._ndt_values(space, steps, topk),
-            )
-        return TrialConfig.make(drafter, cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
+        return TrialConfig.make(drafter, cuda_graph, **self.tree.walk_tree(OptunaAsk(trial), space, None))
 
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
         if config.is_baseline:
             return {"cuda_graph": bool(config.cuda_graph)}  # enqueued by the study with role=baseline
         if space.search.methods:
@@ -286,40 +207,32 @@ class SGLangBackend(Backend):
         if space.search.methods:
             return self.tree.defaults(space)
         steps0, topk0, ndt0 = self._auto_triple(space)
-        graphs = [bool(b) for b in space.search.cuda_graph] or [True]
-        cuda_graph = True if True in graphs else graphs[0]
-        steps_allowed = self._steps_values(space)
+        steps_allowed = self.tree.steps(space, None)
         if not steps_allowed:
             return []
-
-        def nearest(values: list[int], target: int) -> int:
-            return min(values, key=lambda v: (abs(v - target), v))
-
         steps = nearest(steps_allowed, steps0)
-        topk = nearest(self._topk_values(space, steps), topk0)
-        ndt = steps + 1 if topk == 1 else nearest(self._ndt_values(space, steps, topk), ndt0)
-        out: list[TrialConfig] = []
-        for name in space.searched_drafters():
-            cfg = TrialConfig.make(name, cuda_graph, num_steps=steps, topk=topk, num_draft_tokens=ndt)
-            try:
-                out.append(self.resolve(cfg, space))
-            except InfeasibleConfig:
-                continue
-        return out
+        topk = nearest(self.tree.topks(space, None, steps), topk0)
+        ndt = steps + 1 if topk == 1 else nearest(self.tree.ndts(space, None, steps, topk), ndt0)
+        configs = [
+            TrialConfig.make(d, any(space.search.cuda_graph), num_steps=steps, topk=topk, num_draft_tokens=ndt)
+            for d in space.searched_drafters()
+        ]
+        return feasible(self.resolve, configs, space)
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
         """Every feasible point, in bench_speculative.py's nested order (drafter, CUDA graphs, steps, topk, N)."""
         if space.search.methods:
             return self.tree.grid(space)
+        t = self.tree
         for knob in KNOBS:
-            if _spec_values(self._knob_spec(space, knob)) is None:
+            if _spec_values(t.spec(space, None, knob)) is None:
                 return None
         out: list[TrialConfig] = []
         for d in space.searched_drafters():
             for cg in space.search.cuda_graph:
-                for s in self._steps_values(space):
-                    for k in self._topk_values(space, s):
-                        for n in [s + 1] if k == 1 else self._ndt_values(space, s, k):
+                for s in t.steps(space, None):
+                    for k in t.topks(space, None, s):
+                        for n in [s + 1] if k == 1 else t.ndts(space, None, s, k):
                             out.append(TrialConfig.make(d, bool(cg), num_steps=s, topk=k, num_draft_tokens=n))
         return out
 
@@ -331,10 +244,7 @@ class SGLangBackend(Backend):
         return cuda_graph_spelling(space.server.version)
 
     def probe(self, space: Space, *, timeout_s: float = 60.0) -> None:
-        """Read ``launch_server --help`` to pick the CUDA-graph flag spelling (unchanged on failure).
-
-        The help command runs in its own session and its whole group is killed if it overruns ``timeout_s``.
-        """
+        """Read ``launch_server --help`` (``run_help``) for the CUDA-graph flags' spelling (unchanged on failure)."""
         launcher = list(space.server.launcher) or [sys.executable, "-m", "sglang.launch_server"]
         text = run_help([*launcher, "--help"], timeout_s=timeout_s)
         spelling = flag_spelling_from_help(text) if text else None
@@ -369,8 +279,7 @@ class SGLangBackend(Backend):
     )
 
     def launcher(self, space: Space, *, deploy: bool = False) -> list[str]:
-        """``server.launcher``, else this interpreter's ``-m sglang.launch_server`` (SGLang installed beside
-        autotune), else for a deployment host a plain ``python3 -m sglang.launch_server``."""
+        """``server.launcher``, else this interpreter's ``-m sglang.launch_server`` (with ``deploy``: python3's)."""
         if space.server.launcher or deploy:
             return super().launcher(space, deploy=deploy)
         return [sys.executable, "-m", "sglang.launch_server"]
@@ -399,9 +308,6 @@ class SGLangBackend(Backend):
         if not space.search.methods or config.is_baseline:
             return {}
         return self.tree.files(self.effective(config, space))
-
-    def method_unavailable(self, space: Space, method: str) -> str | None:
-        return self.tree.unavailable(space, method)
 
     def checks_engagement(self, config: TrialConfig) -> bool:
         """Not for n-gram lookup: no drafter to be misconfigured; finding nothing to copy is a measured loss."""
@@ -604,21 +510,19 @@ PORTABLE_FLAGS: dict[str, str | Literal[True]] = {
     "--context-length": "max_model_len",
     "--trust-remote-code": True,
 }
-#: flags that only shape how autotune reads the stream: no meaning for a deployment elsewhere
-CLIENT_ONLY_FLAGS = (INCREMENTAL_OUTPUT_FLAG,)
 
 
-def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, Any]:
+def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, str | bool]:
     """``server.extra_args`` as server-neutral settings (``PORTABLE_FLAGS``); ValueError naming the flags that have
     none."""
-    out: dict[str, Any] = {}
+    out: dict[str, str | bool] = {}
     unknown: list[str] = []
     args = [str(a) for a in extra_args]
     i = 0
     while i < len(args):
         flag, _, inline = args[i].partition("=")
         setting = PORTABLE_FLAGS.get(flag)
-        if flag in CLIENT_ONLY_FLAGS:
+        if flag == INCREMENTAL_OUTPUT_FLAG:  # shapes how autotune reads the stream: no meaning elsewhere
             i += 1
         elif setting is True:
             out[flag.lstrip("-").replace("-", "_")] = True
@@ -638,14 +542,10 @@ def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, Any]
 
 
 def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, Any]:
-    """SGLang's ``--speculative-adaptive-config`` file: one entry per batch-size range of ``schedule.batch_ranges``,
-    keyed by the range's first batch size (an integer string), ``{"candidate_steps": [K]}`` with the schedule's
-    draft length there (0: no speculation). Format as SGLang 0.5.23 reads it (``speculative/adaptive_spec_params.py``,
-    ``_load_adaptive_config``: at least one integer-string key, each ``candidate_steps`` a non-empty list of
-    non-negative ints). SGLang routes a decode batch (padded up to a captured CUDA-graph size) to the entry with the
-    largest key not above it, and within an entry moves between its candidate steps by the acceptance it observes
-    (an EMA); one candidate per entry pins the measured draft length. Batches above the highest level use the last
-    entry."""
+    """SGLang's ``--speculative-adaptive-config`` file: per batch-size range of ``schedule.batch_ranges``, keyed by its
+    first batch size, ``{"candidate_steps": [K]}`` with the schedule's draft length there (0: no speculation). SGLang
+    0.5.23 (``speculative/adaptive_spec_params.py``) routes a decode batch to the entry with the largest key not above
+    it and moves between an entry's candidate steps by the acceptance it observes: one candidate pins the length."""
     return {str(start): {"candidate_steps": [int(k)]} for start, _end, k in batch_ranges(schedule)}
 
 

@@ -1,15 +1,8 @@
-"""SGLang's speculative methods and flags: the flag spelling by release, the method catalogue with SGLang 0.5.23's
-resolution rules, and the method tree over ``search.methods`` (``MethodTree``).
+"""SGLang's speculative methods and flags: the CUDA-graph flag spelling by release, the method catalogue
+(``METHODS``) with its resolution rules, and the method tree over ``search.methods`` (``MethodTree``).
 
-Flags: which CUDA-graph flags a version takes, read from ``launch_server --help`` when the version is unknown, and
-the CUDA-graph state its server args report.
-
-The catalogue (``METHODS``: each method's algorithm, knobs and defaults) and its resolution rules (MTP availability,
-the adaptive config file and start steps, the EAGLE tree bound, the tree's flags), read from SGLang's
-``srt/arg_groups/`` and ``srt/speculative/adaptive_spec_params.py``.
-
-The catalogue (``METHODS``) and how each method becomes a launch, read from SGLang 0.5.23 (``srt/arg_groups/``
-``fields/spec.py``, ``srt/arg_groups/speculative_hook.py``, ``srt/speculative/adaptive_spec_params.py``):
+Read from SGLang 0.5.23 (``srt/arg_groups/fields/spec.py``, ``srt/arg_groups/speculative_hook.py``,
+``srt/speculative/adaptive_spec_params.py``):
 
 - ``eagle`` / ``eagle3``: ``--speculative-algorithm EAGLE`` / ``EAGLE3`` with an EAGLE head; the tree knobs
   ``num_steps``, ``topk``, ``num_draft_tokens`` under the EAGLE-family rules of ``autotune.backends.sglang`` (all three
@@ -17,7 +10,7 @@ The catalogue (``METHODS``) and how each method becomes a launch, read from SGLa
   refused: SGLang runs it with accept length ~1.0 and no warning.
 - ``mtp``: ``NEXTN`` (an alias of EAGLE), no draft path: SGLang defaults it to the target for MTP architectures
   (``_handle_eagle_family``); any other target, or one whose ``config.json`` has no ``num_nextn_predict_layers``, has
-  no MTP layers and the method is not searched (``mtp_unavailable``, reported as "MTP not available for this target").
+  no MTP layers and the method is not searched (``mtp_unavailable``).
 - ``standalone``: ``STANDALONE`` with a small full model as the draft; the same tree knobs (SGLang's auto choice for
   it is (3, 1, 4)).
 - ``ngram``: ``NGRAM``, no draft model; ``--speculative-num-draft-tokens`` (SGLang's default 12) and the
@@ -33,15 +26,14 @@ The catalogue (``METHODS``) and how each method becomes a launch, read from SGLa
   SGLang resolves NEXTN to EAGLE (``speculative_hook._resolve_speculative_algorithm_alias``) before it asks
   ``adaptive_spec_params.adaptive_unsupported_reason``, so adaptive stays on.
 
-Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (cut names as
-``autotune.backends.cut_name`` makes them, prefixed by the method), through the one walk of
-``autotune.backends.methods.MethodWalk`` for ``suggest`` and ``params``, so the two never disagree; this module
-adds SGLang's knobs of each method (``walk_knobs``) and their resolution (``resolve_knobs``).
+Optuna params: ``method``, ``cuda_graph``, ``METHOD.drafter``, ``METHOD.KNOB`` (cut names prefixed by the method),
+through ``autotune.backends.methods.MethodWalk``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -52,58 +44,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import checks
-from autotune.backends.methods import METHOD_KNOB, MethodWalk, cut_name, param_name, spec_values
+from autotune.backends.methods import (
+    METHOD_KNOB,
+    MethodWalk,
+    cut_name,
+    feasible,
+    int_values,
+    nearest,
+    param_name,
+    spec_values,
+)
 from autotune.config import EffectiveConfig, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.servers import KnobDomain, Method
+from autotune.space.model import Choices, ParamSpec
 
 if TYPE_CHECKING:
-    pass
     from autotune.space import Space
-
-__all__ = [
-    "ADAPTIVE_FILE",
-    "ADAPTIVE_METHODS",
-    "ALGORITHMS",
-    "DECODE_MAX_BS_FLAG",
-    "DEFAULT_ADAPTIVE_CONFIG",
-    "DEFAULT_VERSION",
-    "LEGACY",
-    "MATCH_TYPES",
-    "METHODS",
-    "MTP_ARCHITECTURES",
-    "MethodTree",
-    "NGRAM_DEFAULTS",
-    "NGRAM_FLAGS",
-    "OLD_MAX_BS_FLAG",
-    "PER_PHASE",
-    "REPORTED",
-    "adaptive_file",
-    "adaptive_start",
-    "cuda_graph_max_bs_flag",
-    "cuda_graph_off_flags",
-    "cuda_graph_spelling",
-    "cuda_graph_state",
-    "feasibility_reason",
-    "flag_spelling_from_help",
-    "max_bs_flag_from_help",
-    "mtp_unavailable",
-    "parse_steps",
-    "parse_version",
-    "run_help",
-    "tree_bound",
-    "tree_flags",
-]
 
 
 #: the SGLang release targeted when the space does not name one
 DEFAULT_VERSION = "0.5.23"
-#: the first release written with the per-phase CUDA-graph flags: SGLang 0.5.23's server_args.py registers
-#: ``--disable-cuda-graph`` as a ``DeprecatedStoreTrueAction`` (it warns "'--disable-cuda-graph' is deprecated and will
-#: be removed in a future release. Use '--cuda-graph-backend-{decode,prefill}=disabled' instead."), while
-#: ``--disable-decode-cuda-graph`` / ``--disable-prefill-cuda-graph`` are current ("Convenience for
-#: --cuda-graph-backend-{decode,prefill}=disabled", arg_groups/fields/exec_.py). Older releases keep the legacy flag
-#: (not read here; a space without ``server.version`` is probed with ``--help``).
+#: the first release written with the per-phase CUDA-graph flags: SGLang 0.5.23's server_args.py deprecates
+#: ``--disable-cuda-graph`` (a ``DeprecatedStoreTrueAction``) for ``--disable-decode-cuda-graph`` /
+#: ``--disable-prefill-cuda-graph`` (arg_groups/fields/exec_.py). A space without ``server.version`` is probed.
 _FIRST_PER_PHASE_CUDA_GRAPH_FLAGS = (0, 5, 23)
 
 #: the first release with ``--cuda-graph-max-bs-decode`` (read from the wheels: 0.5.13 knows only
@@ -168,9 +132,7 @@ def flag_spelling_from_help(text: str) -> str | None:
 def cuda_graph_off_flags(spelling: str) -> list[str]:
     if spelling == LEGACY:
         return ["--disable-cuda-graph"]
-    if spelling == PER_PHASE:
-        return ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
-    raise ValueError(f"unknown CUDA-graph flag spelling {spelling!r}")
+    return ["--disable-decode-cuda-graph", "--disable-prefill-cuda-graph"]
 
 
 def run_help(argv: list[str], *, timeout_s: float) -> str | None:
@@ -226,13 +188,14 @@ MTP_ARCHITECTURES = (
     "Qwen4ExpForConditionalGeneration",
 )
 
-_TREE = {
+#: tree depth S, branching k, verified nodes N (the root counts, so N >= 2)
+TREE_KNOBS = {
     "num_steps": KnobDomain("int", 1),
     "topk": KnobDomain("int", 1),
     "num_draft_tokens": KnobDomain("int", 2),
 }
 #: SGLang's n-gram defaults (``fields/spec.py``; 12 draft tokens from ``_handle_ngram``)
-NGRAM_DEFAULTS: dict[str, Any] = {
+NGRAM_DEFAULTS: dict[str, float | str] = {
     "num_draft_tokens": 12,
     "min_bfs_breadth": 1,
     "max_bfs_breadth": 10,
@@ -265,13 +228,17 @@ _ADAPTIVE_KNOBS = {
     "up_hysteresis": KnobDomain("float"),
     "down_hysteresis": KnobDomain("float"),
 }
-_ADAPTIVE_DEFAULTS: dict[str, Any] = {"candidate_steps": "1,3,5,7", "up_hysteresis": 0.0, "down_hysteresis": -0.25}
+_ADAPTIVE_DEFAULTS: dict[str, float | str] = {
+    "candidate_steps": "1,3,5,7",
+    "up_hysteresis": 0.0,
+    "down_hysteresis": -0.25,
+}
 
 METHODS: dict[str, Method] = {
-    "eagle": Method("eagle", "EAGLE", True, _TREE, drafter_kind="an EAGLE head"),
-    "eagle3": Method("eagle3", "EAGLE-3", True, _TREE, drafter_kind="an EAGLE-3 head"),
-    "mtp": Method("mtp", "MTP", False, _TREE),
-    "standalone": Method("standalone", "draft model", True, _TREE, drafter_kind="a small draft model"),
+    "eagle": Method("eagle", "EAGLE", True, TREE_KNOBS, drafter_kind="an EAGLE head"),
+    "eagle3": Method("eagle3", "EAGLE-3", True, TREE_KNOBS, drafter_kind="an EAGLE-3 head"),
+    "mtp": Method("mtp", "MTP", False, TREE_KNOBS),
+    "standalone": Method("standalone", "draft model", True, TREE_KNOBS, drafter_kind="a small draft model"),
     "ngram": Method(
         "ngram",
         "n-gram",
@@ -296,10 +263,8 @@ METHODS: dict[str, Method] = {
         since_note=_ADAPTIVE_SINCE_NOTE,
         drafter_kind="an EAGLE or EAGLE-3 head",
     ),
-    # NEXTN (the target's MTP layers) under --speculative-adaptive: SGLang 0.5.23 resolves NEXTN to EAGLE
-    # (``speculative_hook._resolve_speculative_algorithm_alias``, called in ``handle_speculative_decoding``) before
-    # its adaptive check (``adaptive_spec_params.adaptive_unsupported_reason``: EAGLE/EAGLE3 at topk 1), so it keeps
-    # adaptive on; tests/servers/test_sglang_parser.py checks it with SGLang's own code (spaces/methods-mtp.yaml)
+    # adaptive stays on over NEXTN (the module's docstring); tests/servers/test_sglang_parser.py checks it with
+    # SGLang's own code (spaces/methods-mtp.yaml)
     "adaptive-mtp": Method(
         "adaptive-mtp",
         "adaptive MTP",
@@ -326,6 +291,8 @@ ALGORITHMS = {
 #: what /server_info reports as the algorithm after SGLang's alias resolution
 REPORTED = {"NEXTN": "EAGLE"}
 _STANDALONE_DEFAULT = (3, 1, 4)
+#: the n-gram knobs in the nesting order of its grid
+_NGRAM_GRID_ORDER = ("num_draft_tokens", "max_bfs_breadth", "min_bfs_breadth", "match_type", "max_trie_depth")
 
 
 def _read_json(path: str | Path) -> dict[str, Any] | None:
@@ -449,9 +416,18 @@ class MethodTree(MethodWalk):
             return mtp_unavailable(space.server.model_path)
         return None
 
-    def default(self, space: Space, method: str, knob: str) -> Any:
+    # A space without ``search.methods`` is the tree of method None: its knobs unprefixed (``walk_tree``), a knob it
+    # does not search at SGLang's auto choice.
+
+    def spec(self, space: Space, method: str | None, knob: str) -> ParamSpec:
+        if method is None:
+            got = space.search.knobs.get(knob)
+            return got if got is not None else Choices((self.default(space, None, knob),))
+        return super().spec(space, method, knob)
+
+    def default(self, space: Space, method: str | None, knob: str) -> Any:
         """The catalogue's default; a tree knob without one: SGLang's auto choice (STANDALONE's own for it)."""
-        if knob in METHODS[method].defaults:
+        if method is not None and knob in METHODS[method].defaults:
             return METHODS[method].defaults[knob]
         triple = _STANDALONE_DEFAULT if method == "standalone" else self.auto_triple(space)
         return dict(zip(("num_steps", "topk", "num_draft_tokens"), triple, strict=True))[knob]
@@ -466,36 +442,42 @@ class MethodTree(MethodWalk):
                 k: ask.number(k, param_name(method, k), self.spec(space, method, k))
                 for k in ("candidate_steps", "up_hysteresis", "down_hysteresis")
             }
-        return self._walk_tree(ask, space, method)
+        return self.walk_tree(ask, space, method)
 
-    def _values(self, space: Space, method: str, knob: str) -> list[Any]:
-        return spec_values(self.spec(space, method, knob)) or []
+    def _values(self, space: Space, method: str | None, knob: str) -> list[Any]:
+        spec = self.spec(space, method, knob)
+        return (int_values(spec, "SGLang") if method is None else spec_values(spec)) or []
 
-    def _ndt(self, space: Space, method: str, s: int, k: int) -> list[int]:
+    def ndts(self, space: Space, method: str | None, s: int, k: int) -> list[int]:
         return [int(n) for n in self._values(space, method, "num_draft_tokens") if feasibility_reason(s, k, n) is None]
 
-    def _topk(self, space: Space, method: str, s: int) -> list[int]:
+    def topks(self, space: Space, method: str | None, s: int) -> list[int]:
         return [
-            int(k) for k in self._values(space, method, "topk") if k >= 1 and (k == 1 or self._ndt(space, method, s, k))
+            int(k) for k in self._values(space, method, "topk") if k >= 1 and (k == 1 or self.ndts(space, method, s, k))
         ]
 
-    def _steps(self, space: Space, method: str) -> list[int]:
-        return [int(s) for s in self._values(space, method, "num_steps") if s >= 1 and self._topk(space, method, s)]
+    def steps(self, space: Space, method: str | None) -> list[int]:
+        return [int(s) for s in self._values(space, method, "num_steps") if s >= 1 and self.topks(space, method, s)]
 
-    def _walk_tree(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
-        steps_allowed = self._steps(space, method)
+    def walk_tree(self, ask: Any, space: Space, method: str | None) -> dict[str, Any]:
+        steps_allowed = self.steps(space, method)
         if not steps_allowed:
-            raise InfeasibleConfig(f"no feasible (num_steps, topk, num_draft_tokens) for method {method}")
-        spec = {k: self.spec(space, method, k) for k in _TREE}
-        s = ask.int("num_steps", param_name(method, "num_steps"), spec["num_steps"], steps_allowed)
-        topk_allowed = self._topk(space, method, s)
+            where = "in the space" if method is None else f"for method {method}"
+            raise InfeasibleConfig(f"no feasible (num_steps, topk, num_draft_tokens) {where}")
+
+        def param_name(name: str) -> str:
+            return name if method is None else f"{method}.{name}"
+
+        spec = {k: self.spec(space, method, k) for k in TREE_KNOBS}
+        s = ask.int("num_steps", param_name("num_steps"), spec["num_steps"], steps_allowed)
+        topk_allowed = self.topks(space, method, s)
         topk_name = cut_name("topk", topk_allowed, spec_values(spec["topk"]), f"s{s}")
-        k = ask.int("topk", param_name(method, topk_name), spec["topk"], topk_allowed)
+        k = ask.int("topk", param_name(topk_name), spec["topk"], topk_allowed)
         if k == 1:
             return {"num_steps": s, "topk": 1, "num_draft_tokens": s + 1}
-        ndt_allowed = self._ndt(space, method, s, k)
+        ndt_allowed = self.ndts(space, method, s, k)
         ndt_name = cut_name("num_draft_tokens", ndt_allowed, spec_values(spec["num_draft_tokens"]), f"s{s}_k{k}")
-        n = ask.int("num_draft_tokens", param_name(method, ndt_name), spec["num_draft_tokens"], ndt_allowed)
+        n = ask.int("num_draft_tokens", param_name(ndt_name), spec["num_draft_tokens"], ndt_allowed)
         return {"num_steps": s, "topk": k, "num_draft_tokens": n}
 
     def _walk_ngram(self, ask: Any, space: Space) -> dict[str, Any]:
@@ -529,7 +511,7 @@ class MethodTree(MethodWalk):
 
     def knob_names(self, method: str) -> set[str]:
         """The method's knobs and the tree knobs every method resolves (the n-gram's topk and steps too)."""
-        return {*METHODS[method].knobs, *_TREE}
+        return {*METHODS[method].knobs, *TREE_KNOBS}
 
     def resolve_knobs(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
         if method == "ngram":
@@ -562,19 +544,10 @@ class MethodTree(MethodWalk):
             raise InfeasibleConfig(
                 f"n-gram match_type must be one of {', '.join(MATCH_TYPES)} but got {v['match_type']!r}"
             )
+        v.update(num_draft_tokens=n, max_bfs_breadth=b, min_bfs_breadth=lo, max_trie_depth=int(v["max_trie_depth"]))
+        v["match_type"] = str(v["match_type"])
         # _handle_ngram: topk := the max BFS breadth, steps := num_draft_tokens // topk
-        return EffectiveConfig.make(
-            None,
-            config.cuda_graph,
-            method="ngram",
-            num_draft_tokens=n,
-            max_bfs_breadth=b,
-            min_bfs_breadth=lo,
-            match_type=str(v["match_type"]),
-            max_trie_depth=int(v["max_trie_depth"]),
-            topk=b,
-            num_steps=n // b,
-        )
+        return EffectiveConfig.make(None, config.cuda_graph, method="ngram", **v, topk=b, num_steps=n // b)
 
     def _resolve_adaptive(self, config: TrialConfig, space: Space, method: str) -> EffectiveConfig:
         if method == "adaptive":  # adaptive-mtp: NEXTN, which SGLang runs as EAGLE before its adaptive check
@@ -621,19 +594,7 @@ class MethodTree(MethodWalk):
             )
 
     def defaults(self, space: Space) -> list[TrialConfig]:
-        """The server's own config of every available method x drafter, moved to the nearest point of the space."""
-
-        def nearest(values: list[Any], target: Any) -> Any:
-            if target in values:
-                return target
-            nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-            if nums and isinstance(target, int | float):
-                return min(nums, key=lambda v: (abs(v - target), v))
-            return values[0] if values else target
-
-        out: list[TrialConfig] = []
-        graphs = [bool(b) for b in space.search.cuda_graph]
-        cg = True if True in graphs else graphs[0]
+        configs: list[TrialConfig] = []
         for method in self.available(space):
             drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
             knobs: dict[str, Any] = {}
@@ -645,69 +606,44 @@ class MethodTree(MethodWalk):
                 if method == "ngram" and knobs["min_bfs_breadth"] > knobs["max_bfs_breadth"]:
                     knobs["min_bfs_breadth"] = knobs["max_bfs_breadth"]
             else:
-                steps = self._steps(space, method)
+                steps = self.steps(space, method)
                 if not steps:
                     continue
                 s = nearest(steps, self.default(space, method, "num_steps"))
-                k = nearest(self._topk(space, method, s), self.default(space, method, "topk"))
+                k = nearest(self.topks(space, method, s), self.default(space, method, "topk"))
                 n = (
                     s + 1
                     if k == 1
-                    else nearest(self._ndt(space, method, s, k), self.default(space, method, "num_draft_tokens"))
+                    else nearest(self.ndts(space, method, s, k), self.default(space, method, "num_draft_tokens"))
                 )
                 knobs = {"num_steps": s, "topk": k, "num_draft_tokens": n}
-            for d in drafters:
-                try:
-                    out.append(self.resolve(TrialConfig.make(d, cg, method=method, **knobs), space))
-                except InfeasibleConfig:
-                    continue
-        return out
+            configs += [TrialConfig.make(d, any(space.search.cuda_graph), method=method, **knobs) for d in drafters]
+        return feasible(self.resolve, configs, space)
 
     def grid(self, space: Space) -> list[TrialConfig] | None:
-        """Every feasible point of every available method (None when a knob is a float range)."""
-        out: list[TrialConfig] = []
+        configs: list[TrialConfig] = []
         for method in self.available(space):
-            specs = {k: self.spec(space, method, k) for k in METHODS[method].knobs}
-            if any(spec_values(sp) is None for sp in specs.values()):
+            if any(spec_values(self.spec(space, method, k)) is None for k in METHODS[method].knobs):
                 return None
-            drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
-            points: list[dict[str, Any]] = []
-            if method == "ngram":
-                v = {k: spec_values(specs[k]) or [] for k in specs}
-                for n in v["num_draft_tokens"]:
-                    for b in v["max_bfs_breadth"]:
-                        for lo in v["min_bfs_breadth"]:
-                            for mt in v["match_type"]:
-                                for depth in v["max_trie_depth"]:
-                                    if lo <= b and n >= 2:
-                                        points.append(
-                                            dict(
-                                                num_draft_tokens=n,
-                                                max_bfs_breadth=b,
-                                                min_bfs_breadth=lo,
-                                                match_type=mt,
-                                                max_trie_depth=depth,
-                                            )
-                                        )
-            elif method in ADAPTIVE_METHODS:
-                v = {k: spec_values(specs[k]) or [] for k in specs}
-                for c in v["candidate_steps"]:
-                    for up in v["up_hysteresis"]:
-                        for down in v["down_hysteresis"]:
-                            points.append(dict(candidate_steps=c, up_hysteresis=up, down_hysteresis=down))
+            points: list[dict[str, Any]]
+            if method == "ngram" or method in ADAPTIVE_METHODS:
+                order = _NGRAM_GRID_ORDER if method == "ngram" else tuple(_ADAPTIVE_KNOBS)
+                axes = [self._values(space, method, k) for k in order]
+                points = [dict(zip(order, p, strict=True)) for p in itertools.product(*axes)]
+                if method == "ngram":
+                    points = [p for p in points if p["min_bfs_breadth"] <= p["max_bfs_breadth"]]
+                    points = [p for p in points if p["num_draft_tokens"] >= 2]
             else:
-                for s in self._steps(space, method):
-                    for k in self._topk(space, method, s):
-                        for n in [s + 1] if k == 1 else self._ndt(space, method, s, k):
-                            points.append(dict(num_steps=s, topk=k, num_draft_tokens=n))
-            for d in drafters:
-                for cg in space.search.cuda_graph:
-                    for p in points:
-                        try:
-                            out.append(self.resolve(TrialConfig.make(d, bool(cg), method=method, **p), space))
-                        except InfeasibleConfig:
-                            continue
-        return out
+                points = [
+                    dict(num_steps=s, topk=k, num_draft_tokens=n)
+                    for s in self.steps(space, method)
+                    for k in self.topks(space, method, s)
+                    for n in ([s + 1] if k == 1 else self.ndts(space, method, s, k))
+                ]
+            drafters: list[str | None] = list(space.search.methods[method].drafters) or [None]
+            graphs = [bool(cg) for cg in space.search.cuda_graph]
+            configs += [TrialConfig.make(d, cg, method=method, **p) for d in drafters for cg in graphs for p in points]
+        return feasible(self.resolve, configs, space)
 
     def algorithm(self, eff: TrialConfig, space: Space) -> str:
         """``--speculative-algorithm`` of a method config: the method's own, an adaptive one's drafter's (adaptive
@@ -742,7 +678,7 @@ class MethodTree(MethodWalk):
 
     def check_effective(self, config: TrialConfig, effective: Mapping[str, Any]) -> list[str]:
         """What /server_info says against the method config launched: the algorithm (after SGLang's aliasing), the
-        knobs it resolved, adaptive actually on, the n-gram breadth."""
+        tree knobs, adaptive on or off."""
         problems: list[str] = []
         method = str(config.knob(METHOD_KNOB))
         algo = effective.get("speculative_algorithm")

@@ -1,29 +1,13 @@
-"""What servers send back, read into backend-independent forms: streamed chunks, log-probabilities, ``/metrics``.
+"""What servers send back, read into backend-independent forms: streamed chunks (``ChunkInfo``), log-probabilities
+(``ReferenceOutput``) and ``/metrics`` (the Prometheus text format), for the OpenAI API, SGLang's native
+``/generate`` and llama-server.
 
-- The OpenAI API: ``ChunkInfo`` is what one streamed JSON chunk says (every backend's ``parse_chunk`` returns one);
-  ``ChunkParser`` reads one launch's chunks. ``parse_openai_chunk`` reads an OpenAI ``/v1/completions`` or
-  ``/v1/chat/completions`` chunk and ``parse_openai_logprobs`` a non-streamed answer with log-probabilities (the
-  lossless check's reference), both the defaults of ``autotune.backends.base.Backend``; ``_int_or_none`` /
-  ``_float_or_none`` read a server's numbers.
-- The Prometheus text exposition format (a server's ``/metrics``): series keyed canonically, summed by metric
-  (``parse_prometheus``, ``metric_total``, ``per_position_deltas``).
-- SGLang's native ``/generate`` answers: a streamed chunk (text so far, ``meta_info`` with the token counts and, in the
-  final chunk, the acceptance length; deltas instead of the text so far for a server launched with
-  ``--incremental-streaming-output``: ``incremental_output``) and a non-streamed answer's log-probabilities.
-- llama-server's answers: the speculative figures of a final chunk's ``timings`` (``parse_timings``) and of
-  ``/metrics`` counter deltas (``metrics_delta``).
-
-llama-server's acceptance. The final streamed chunk carries ``timings.predicted_n`` (tokens generated),
-``timings.draft_n``
-(draft tokens proposed) and ``timings.draft_n_accepted``; it does not carry the number of verify steps. Every
-target forward pass during generation yields exactly one token of its own plus the draft tokens it accepted,
-so ``accept_length = predicted_n / (predicted_n - draft_n_accepted)``: tokens per target forward pass, bonus
-token included, 1.0 when nothing is accepted -- the same quantity as SGLang's ``spec_accept_length``
-(completion tokens / verify passes). Steps where no draft was made (a draft under ``n_min``) count as passes
-yielding one token. ``/metrics`` gives the same from counter deltas (``tokens_predicted_total`` and
-``spec_decode_num_accepted_tokens_total``); when the token counter is missing it falls back to the
-server's log figure ``1 + accepted / drafts`` (per speculative verify step). ``acceptance_rate`` gives
-``accepted / drafted``.
+llama-server's acceptance: the final streamed chunk carries ``timings.predicted_n`` (tokens generated) and
+``timings.draft_n_accepted``, not the number of verify steps. Every target forward pass yields one token of its own
+plus the draft tokens it accepted, so ``accept_length = predicted_n / (predicted_n - draft_n_accepted)``: tokens per
+target forward pass, bonus token included -- SGLang's ``spec_accept_length`` (completion tokens / verify passes).
+``/metrics`` gives the same from counter deltas; without the token counter, the server's log figure
+``1 + accepted / drafts`` (per speculative verify step).
 """
 
 from __future__ import annotations
@@ -39,33 +23,6 @@ from autotune.config import ReferenceOutput, TokenChoice
 
 if TYPE_CHECKING:
     from autotune.space import Space
-
-__all__ = [
-    "CounterDeltas",
-    "Timings",
-    "LLAMA_ACCEPTED_PER_POS",
-    "ChunkInfo",
-    "ChunkParser",
-    "LLAMA_DRAFTS",
-    "INCREMENTAL_OUTPUT_FLAG",
-    "_float_or_none",
-    "_int_or_none",
-    "accept_length",
-    "acceptance_rate",
-    "incremental_output",
-    "metric_by_label",
-    "metric_total",
-    "metrics_delta",
-    "metrics_positions",
-    "parse_generate_chunk",
-    "parse_generate_logprobs",
-    "parse_openai_chunk",
-    "parse_openai_logprobs",
-    "parse_prometheus",
-    "parse_timings",
-    "per_position_deltas",
-    "series_key",
-]
 
 
 @dataclass(frozen=True)
@@ -97,11 +54,8 @@ ChunkParser = Callable[[dict[str, Any]], ChunkInfo]
 
 
 def parse_openai_chunk(obj: Mapping[str, Any]) -> ChunkInfo:
-    """An OpenAI ``/v1/completions`` or ``/v1/chat/completions`` streamed chunk.
-
-    With ``stream_options.include_usage`` the usage arrives in a last chunk with empty ``choices``; that
-    chunk (any chunk carrying ``usage.completion_tokens``) is ``final``.
-    """
+    """An OpenAI ``/v1/completions`` or ``/v1/chat/completions`` streamed chunk; one carrying
+    ``usage.completion_tokens`` (``stream_options.include_usage``: the last, with empty ``choices``) is ``final``."""
     if "error" in obj and obj.get("error"):
         err = obj["error"]
         return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, Mapping) else str(err))
@@ -241,11 +195,7 @@ def series_key(name: str, labels: Mapping[str, str] | None = None) -> str:
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
-    """Prometheus text exposition -> {series key: value}. Comments and malformed lines are skipped.
-
-    Keys are canonical (``series_key``): the metric name alone, or with its labels sorted. ``NaN`` and
-    ``+Inf`` parse as floats.
-    """
+    """Prometheus text exposition -> {``series_key``: value}; comments and malformed lines are skipped."""
     out: dict[str, float] = {}
     for raw in text.splitlines():
         line = raw.strip()
@@ -293,9 +243,8 @@ def per_position_deltas(
     before: Mapping[str, float], after: Mapping[str, float], per_pos: str, drafts: str, label: str = "position"
 ) -> tuple[int, tuple[int, ...]] | None:
     """(drafts, accepted at each position) between two scrapes, from a counter per draft position (``per_pos``,
-    label ``label`` = 0, 1, ...: drafts whose first i+1 tokens were accepted; vLLM's and llama-server's) and the
-    drafts counter (verification steps); None when no draft was made, a counter is missing or a delta is negative
-    (a restarted server)."""
+    label ``label`` = 0, 1, ...: drafts whose first i+1 tokens were accepted) and the drafts counter; None when no
+    draft was made, a counter is missing or a delta is negative (a restarted server)."""
     a, b = metric_total(after, drafts), metric_total(before, drafts)
     now = metric_by_label(after, per_pos, label)
     if a is None or not now:
@@ -326,13 +275,10 @@ def incremental_output(space: Space) -> bool:
 
 
 def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> ChunkInfo:
-    """One chunk of SGLang's native ``/generate`` stream.
-
-    ``meta_info.finish_reason`` is None until the last chunk, then e.g. ``{"type": "length", "length": 512}``;
-    the last chunk also has ``spec_accept_length`` (= completion_tokens / spec_verify_ct, bonus included) and, when
-    a round was verified, ``spec_correct_drafts_histogram`` (SGLang 0.5.23: entry j counts the verify steps that
-    accepted j draft tokens): the per-position acceptance counts (``autotune.acceptance.from_histogram``).
-    """
+    """One chunk of SGLang's native ``/generate`` stream. ``meta_info.finish_reason`` is None until the last chunk,
+    which also has ``spec_accept_length`` (= completion_tokens / spec_verify_ct, bonus included) and, when a round was
+    verified, ``spec_correct_drafts_histogram`` (SGLang 0.5.23: entry j counts the verify steps that accepted j draft
+    tokens; ``autotune.acceptance.from_histogram``)."""
     if obj.get("error"):
         err = obj["error"]
         return ChunkInfo(error=str(err.get("message", err)) if isinstance(err, dict) else str(err))
@@ -386,13 +332,8 @@ def parse_generate_logprobs(obj: Mapping[str, Any], index: int) -> ReferenceOutp
         if not isinstance(entry, (list, tuple)) or len(entry) < 3:
             return None
         top_entries = tops[i] if isinstance(tops, list) and i < len(tops) and isinstance(tops[i], list) else []
-        top = tuple(
-            sorted(
-                ((str(e[2]), float(e[0])) for e in top_entries if isinstance(e, (list, tuple)) and len(e) >= 3),
-                key=lambda x: -x[1],
-            )
-        )
-        tokens.append(TokenChoice(str(entry[2] or ""), _float_or_none(entry[0]), top))
+        top = tuple((str(e[2]), float(e[0])) for e in top_entries if isinstance(e, (list, tuple)) and len(e) >= 3)
+        tokens.append(TokenChoice(str(entry[2] or ""), _float_or_none(entry[0]), _sorted_top(top)))
     text = obj.get("text")
     return ReferenceOutput(
         index=index, text=str(text) if text is not None else "".join(t.text for t in tokens), tokens=tuple(tokens)
@@ -406,39 +347,12 @@ def accept_length(predicted_n: int | None, accepted: int | None) -> float | None
     return predicted_n / (predicted_n - accepted)
 
 
-def acceptance_rate(drafted: int | float | None, accepted: int | float | None) -> float | None:
-    """Fraction of drafted tokens the target accepted (None when nothing was drafted)."""
-    if drafted is None or accepted is None or drafted <= 0:
-        return None
-    return float(accepted) / float(drafted)
-
-
-@dataclass(frozen=True)
-class Timings:
-    """The speculative figures of llama-server's final chunk's ``timings``: tokens generated and their rate, draft
-    tokens proposed and accepted, and what they give (``accept_length``, bonus token included; ``acceptance_rate``)."""
-
-    predicted_n: int | None
-    predicted_per_second: float | None
-    draft_n: int | None
-    draft_n_accepted: int | None
-    accept_length: float | None
-    acceptance_rate: float | None
-
-
-def parse_timings(timings: Mapping[str, Any]) -> Timings:
-    """The speculative figures of a final chunk's ``timings`` object."""
+def timings_accept_length(timings: Mapping[str, Any]) -> float | None:
+    """The acceptance length of llama-server's final chunk's ``timings`` (1.0 when nothing was drafted)."""
     predicted = _int_or_none(timings.get("predicted_n"))
-    drafted = _int_or_none(timings.get("draft_n"))
-    accepted = _int_or_none(timings.get("draft_n_accepted"))
-    return Timings(
-        predicted_n=predicted,
-        predicted_per_second=_float_or_none(timings.get("predicted_per_second")),
-        draft_n=drafted,
-        draft_n_accepted=accepted,
-        accept_length=accept_length(predicted, accepted) if drafted else (1.0 if predicted else None),
-        acceptance_rate=acceptance_rate(drafted, accepted),
-    )
+    if _int_or_none(timings.get("draft_n")):
+        return accept_length(predicted, _int_or_none(timings.get("draft_n_accepted")))
+    return 1.0 if predicted else None
 
 
 #: llama-server's counter per draft position (label ``position`` 0, 1, ...): at each verification step with n draft
@@ -460,7 +374,6 @@ class CounterDeltas:
     """llama-server's counter increases between two ``/metrics`` scrapes (0 where a counter is missing)."""
 
     predicted: float  # tokens generated
-    drafted: float  # draft tokens proposed
     accepted: float  # draft tokens accepted
     drafts: float  # drafts made (speculative verify steps)
 
@@ -468,14 +381,13 @@ class CounterDeltas:
 #: the llama-server counter behind each ``CounterDeltas`` field
 _LLAMA_COUNTERS = {
     "predicted": "llamacpp:tokens_predicted_total",
-    "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
     "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
     "drafts": LLAMA_DRAFTS,
 }
 
 
 def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> CounterDeltas:
-    """Counter increases between two parsed /metrics scrapes: predicted tokens, drafted, accepted, drafts."""
+    """Counter increases between two parsed /metrics scrapes: predicted tokens, accepted, drafts."""
     out: dict[str, float] = {}
     for key, name in _LLAMA_COUNTERS.items():
         a = metric_total(after, name)

@@ -1,30 +1,22 @@
 """vLLM (``vllm serve MODEL --speculative-config JSON``).
 
-vLLM needs a CUDA build of torch and cannot run on the machines this project is developed on: this backend
-is tested for its argv, its rules and its /metrics parsing, never against a live vLLM; every launch and export is
-handed to vLLM 0.33.0's own ``vllm serve`` parser and ``SpeculativeConfig`` on CPU (tests/servers/test_vllm_parser.py),
-which must read it as autotune means it.
+vLLM cannot run on the machines this project is developed on: every launch and export is handed to vLLM 0.33.0's own
+``vllm serve`` parser and ``SpeculativeConfig`` on CPU (tests/servers/test_vllm_parser.py).
 
 Knobs: ``method`` (eagle, eagle3, draft_model, ngram, mtp) and ``num_speculative_tokens`` (K >= 1).
-- The speculative config is passed as ONE argv element of JSON:
-  ``{"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size": 1}``; ``ngram`` has no model
-  and uses ``prompt_lookup_max`` / ``prompt_lookup_min`` instead; ``mtp`` uses the target's own MTP layers.
-- When the space does not search ``method`` it is derived from the drafter (forced algorithm or checkpoint:
-  EAGLE3 -> eagle3, EAGLE -> eagle, anything else -> draft_model). When it does, a drafter is only paired
-  with its own method or with the model-free ones (ngram, mtp): pairing an EAGLE-3 drafter with ``eagle``
-  is the silent acceptance collapse, so it is infeasible and never suggested. A method list that differs by
-  drafter is suggested as ``method_<drafter>`` (one distribution per parameter name).
+- The speculative config is ONE argv element of JSON: ``{"method", "model", "num_speculative_tokens",
+  "draft_tensor_parallel_size": 1}``; ``ngram`` has no model and uses ``prompt_lookup_max`` / ``prompt_lookup_min``;
+  ``mtp`` uses the target's own MTP layers.
+- Without ``method`` in the space it is derived from the drafter (EAGLE3 -> eagle3, EAGLE -> eagle, else
+  draft_model). With it, a drafter pairs only with its own method or the model-free ones: an EAGLE-3 drafter under
+  ``eagle`` is the silent acceptance collapse, never suggested. A method list that differs by drafter is suggested as
+  ``method_<drafter>``.
 - CUDA graphs off: ``--enforce-eager``.
-- Acceptance: vLLM reports no per-request acceptance in the stream; it comes from the deltas of the
-  ``vllm:spec_decode_num_accepted_tokens_total`` / ``vllm:spec_decode_num_drafts_total`` counters around each
-  request (requests are measured one at a time): accept length = 1 + accepted / drafts. So does the per-position
-  acceptance (``positions_from_metrics``): the deltas of ``vllm:spec_decode_num_accepted_tokens_per_pos_total``
-  per ``position`` label over the drafts' delta (vLLM 0.33.0's own per-position rate, ``SpecDecodingProm``).
-- Requests: OpenAI ``/v1/completions`` (or chat) streaming, tokens from ``usage`` (include_usage).
-- Export: ``--format vllm`` is the ``vllm serve`` command; with load levels its ``--speculative-config`` carries
-  ``num_speculative_tokens_per_batch_size`` (``schedule_launch``). Another server's study exports so only as a
-  faithful translation (``translate``: an HF checkpoint's algorithm as the method, a chain's length as K); a GGUF
-  draft or a draft tree has none.
+- Acceptance: none per request in the stream; 1 + accepted / drafts over the deltas of
+  ``vllm:spec_decode_num_accepted_tokens_total`` / ``vllm:spec_decode_num_drafts_total`` around each request, and
+  per position over ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` (0.33.0's ``SpecDecodingProm``).
+- Export: with load levels, ``--speculative-config`` carries ``num_speculative_tokens_per_batch_size``. Another
+  server's study exports only as a faithful translation (``translate``); a GGUF draft or a draft tree has none.
 """
 
 from __future__ import annotations
@@ -64,7 +56,6 @@ KNOB_DOMAINS = {"method": KnobDomain("str"), "num_speculative_tokens": KnobDomai
 KNOBS = tuple(KNOB_DOMAINS)
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 #: vLLM 0.33.0 ``SpecDecodingProm`` (vllm/v1/spec_decode/metrics.py): a counter per draft position, label ``position``
 #: "0".."K-1" (besides ``model_name`` and ``engine``): drafts whose first position+1 tokens were accepted
@@ -94,15 +85,13 @@ def drafter_method(space: Space, name: str) -> str:
 class VLLMBackend(Backend):
     name = "vllm"
     deploy_launcher = ("vllm", "serve")
-    health_path = "/health"
     info_path = "/version"
-    metrics_path = "/metrics"
     acceptance_from_metrics_deltas = True
     knob_names = KNOBS
     knob_domains = KNOB_DOMAINS
     methods = METHOD_CATALOGUE
     #: spaces with ``search.methods`` (``autotune.backends.vllm_methods``)
-    tree = VLLMMethods()
+    tree: VLLMMethods = VLLMMethods()
     managed_flags = ("--speculative-config", "--port", "--host")
     #: with load levels: the scheduler admits every stream of the highest level at once
     level_flags = ("--max-num-seqs",)
@@ -113,8 +102,6 @@ class VLLMBackend(Backend):
         "Install vLLM on this machine (pip install vllm, on a CUDA host), or name its launcher in the space's "
         "server.launcher, e.g. [/opt/vllm/bin/vllm, serve]"
     )
-    prompt_lookup_max = 4
-    prompt_lookup_min = 1
     images = ("vllm/vllm-openai:v{version}", "vllm/vllm-openai:latest")
     #: vLLM's docker/Dockerfile, target vllm-openai: ``ENTRYPOINT ["vllm", "serve"]`` and no CMD, so a container
     #: takes the arguments after ``vllm serve`` (the model first)
@@ -179,7 +166,6 @@ class VLLMBackend(Backend):
         return TrialConfig.make(drafter, cuda_graph, method=method, num_speculative_tokens=k)
 
     def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        """The Optuna params ``suggest`` would produce for ``config``."""
         if config.is_baseline:
             return {"cuda_graph": bool(config.cuda_graph)}
         if space.search.methods:
@@ -194,8 +180,7 @@ class VLLMBackend(Backend):
 
     def check_drafters(self, space: Space) -> list[checks.Problem]:
         """The checkpoint checks, and each searched drafter's architectures against what vLLM 0.33.0 loads under
-        the method it would run with (``vllm_methods.architecture_problem``): a refused one is an error (nothing is
-        launched)."""
+        the method it would run with (``vllm_methods.architecture_problem``)."""
         problems = super().check_drafters(space)
         refused = {p.drafter for p in problems if p.is_error}  # one error a drafter: the checkpoint's first
         for i, d in enumerate(space.drafters):
@@ -249,33 +234,9 @@ class VLLMBackend(Backend):
             raise InfeasibleConfig(f"num_speculative_tokens must be at least 1 but got {k}")
         return EffectiveConfig.make(config.drafter, config.cuda_graph, method=method, num_speculative_tokens=k)
 
-    def defaults(self, space: Space) -> list[TrialConfig]:
-        """A method space's server defaults per method and drafter (``VLLMMethods.defaults``); none otherwise."""
-        return self.tree.defaults(space) if space.search.methods else []
-
-    def grid(self, space: Space) -> list[TrialConfig] | None:
-        return self.tree.grid(space) if space.search.methods else None
-
-    def method_unavailable(self, space: Space, method: str) -> str | None:
-        return self.tree.unavailable(space, method)
-
     def checks_engagement(self, config: TrialConfig) -> bool:
         """Not for n-gram lookup: finding nothing to copy is a measured loss, not a misconfiguration."""
         return config.knob("method") != "ngram" or config.drafter is not None
-
-    def speculative_config(self, config: TrialConfig, space: Space) -> dict[str, Any]:
-        eff = self.effective(config, space)
-        if space.search.methods:
-            return self.tree.speculative_config(eff, space)
-        method = str(eff.knob("method"))
-        spec: dict[str, Any] = {"method": method, "num_speculative_tokens": int(eff.knob("num_speculative_tokens"))}
-        if method == "ngram":
-            spec["prompt_lookup_max"] = self.prompt_lookup_max
-            spec["prompt_lookup_min"] = self.prompt_lookup_min
-        elif method != "mtp":
-            spec["model"] = space.drafter(eff.drafter or "").path
-            spec["draft_tensor_parallel_size"] = 1
-        return spec
 
     def argv(
         self, config: TrialConfig, space: Space, *, port: int, simulate: bool = False, files_dir: str | None = None
@@ -285,7 +246,7 @@ class VLLMBackend(Backend):
         launcher = self.launcher(space)
         argv = [*launcher, server.model_path, "--host", server.host, "--port", str(int(port))]
         if not eff.is_baseline:
-            argv += ["--speculative-config", json.dumps(self.speculative_config(eff, space), sort_keys=True)]
+            argv += ["--speculative-config", json.dumps(self.tree.speculative_config(eff, space), sort_keys=True)]
         if not eff.cuda_graph:
             argv.append("--enforce-eager")
         argv += self.level_args(space)
@@ -299,10 +260,8 @@ class VLLMBackend(Backend):
         return None if config.is_baseline else str(self.effective(config, space).knob("method"))
 
     def translate(self, space: Space, portable: Portable) -> tuple[Space, TrialConfig]:
-        """Another server's study as ``vllm serve``: the same target and drafter checkpoints, the drafter's algorithm
-        as its method (``_ALGORITHM_TO_METHOD``, a draft model as ``draft_model``), the chain's length as
-        ``num_speculative_tokens``, the neutral settings as vLLM flags (``SETTING_FLAGS``). The server version is the
-        other server's, so none is kept (the image is the latest)."""
+        """Another server's study as ``vllm serve``: the same checkpoints, the drafter's algorithm as its method, the
+        chain's length as ``num_speculative_tokens``, the neutral settings as vLLM flags; no server version."""
         extra: list[str] = []
         for key, value in portable.settings.items():
             flag = SETTING_FLAGS.get(key)
@@ -369,31 +328,9 @@ class VLLMBackend(Backend):
         return 1.0 + accepted / drafts
 
     def positions_from_metrics(self, before: Mapping[str, float], after: Mapping[str, float]) -> AcceptPositions | None:
-        """Per-position acceptance over the counters' deltas: accepted at position i (``ACCEPTED_PER_POS``, label
-        ``position`` i-1, summed over engines) and drafts (``DRAFTS``); None when no draft was made, a counter is
-        missing or a delta is negative (a restarted server)."""
+        """Per-position acceptance over the deltas of ``ACCEPTED_PER_POS`` and ``DRAFTS`` (``per_position_deltas``)."""
         got = per_position_deltas(before, after, ACCEPTED_PER_POS, DRAFTS, POSITION_LABEL)
         return None if got is None else AcceptPositions(*got)
-
-    @staticmethod
-    def draft_acceptance_rate(before: Mapping[str, float], after: Mapping[str, float]) -> float | None:
-        """Accepted / proposed draft tokens over the deltas."""
-        accepted = _delta(before, after, ACCEPTED)
-        proposed = _delta(before, after, DRAFT_TOKENS)
-        if accepted is None or proposed is None or proposed <= 0:
-            return None
-        return accepted / proposed
-
-
-def schedule_config(schedule: Mapping[str, Any], *, method: str, model: str) -> dict[str, Any]:
-    """vLLM's ``--speculative-config``: the static drafter and, per batch-size range, the draft length."""
-    ks = [int(x["draft"]) for x in schedule["levels"]]
-    return {
-        "method": method,
-        "model": model,
-        "num_speculative_tokens": max(ks) if ks else 0,
-        "num_speculative_tokens_per_batch_size": batch_ranges(schedule),
-    }
 
 
 def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float | None:
@@ -402,6 +339,3 @@ def _delta(before: Mapping[str, float], after: Mapping[str, float], name: str) -
         return None
     b = metric_total(before, name) or 0.0
     return a - b
-
-
-__all__ = ["KNOBS", "KNOB_DOMAINS", "METHODS", "VLLMBackend", "drafter_method", "schedule_config"]

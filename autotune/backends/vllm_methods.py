@@ -3,41 +3,26 @@
 
 - ``eagle`` / ``eagle3`` (an EAGLE / EAGLE-3 head), ``draft_model`` (a small draft model): the drafter's path as
   ``model``, ``num_speculative_tokens`` (> 0), ``draft_tensor_parallel_size`` 1. A head launched under the other EAGLE
-  method is refused (the acceptance collapse ``autotune.backends.vllm`` already refuses).
-- ``mtp``: the target's own MTP layers, no ``model`` (vLLM rewrites the target's config to its ``*_mtp`` type); a
-  target whose ``config.json`` names no MTP layers (``num_nextn_predict_layers``, ``mtp_num_hidden_layers``,
-  ``num_mtp_layers``, in it or its ``text_config``) has none, and the method is not searched.
+  method is refused (the acceptance collapse).
+- ``mtp``: the target's own MTP layers, no ``model``; a target whose ``config.json`` names no MTP layers
+  (``num_nextn_predict_layers``, ``mtp_num_hidden_layers``, ``num_mtp_layers``, in it or its ``text_config``) has
+  none, and the method is not searched.
 - ``ngram``: no model; ``prompt_lookup_min`` / ``prompt_lookup_max`` (each >= 1, min <= max; vLLM's default 5 / 5
   when neither is given, one given copies to the other: we always pass both).
 
-Every method and key above exists in 0.33.0 (the version autotune's vLLM support is checked against: its own parser
-and ``SpeculativeConfig`` read every launch and export in tests/servers/test_vllm_parser.py). The release that added
-each, read from the released wheels' ``SpeculativeConfig`` and ``EngineArgs`` (``SINCE``): ``--speculative-config``
-with ``method`` ``eagle``, ``draft_model`` and ``ngram`` (and ``prompt_lookup_*``, ``draft_tensor_parallel_size``)
-0.8.2 (0.8.1 has no such flag); ``eagle3`` 0.8.5; the generic ``mtp`` 0.11.0 (before it only the per-model
-``deepseek_mtp`` and the like); ``num_speculative_tokens_per_batch_size`` (a load schedule's export) 0.24.0. A
-space whose ``server.version`` predates a method is refused before anything runs, naming the version that added it.
-The config is one argv element of JSON (``--speculative-config``).
+The release that added each (``SINCE``), read from the released wheels' ``SpeculativeConfig`` and ``EngineArgs``:
+``--speculative-config`` with ``eagle``, ``draft_model`` and ``ngram`` 0.8.2; ``eagle3`` 0.8.5; the generic ``mtp``
+0.11.0; ``num_speculative_tokens_per_batch_size`` 0.24.0. A space whose ``server.version`` predates one is refused.
 
-Which drafter checkpoints vLLM 0.33.0 loads under its ``eagle`` and ``eagle3`` methods, checked before launch.
-
-vLLM builds the draft's ``ModelConfig`` from the drafter's ``config.json`` (its ``architectures`` must name a model
-of its registry, ``vllm/model_executor/models/registry.py``), then, for ``eagle`` / ``eagle3``, wraps the config in
-``EAGLEConfig`` (``vllm/transformers_utils/configs/eagle.py``), which renames each architecture, and inspects the
-registry again (``SpeculativeConfig.update_arch_``, ``vllm/config/speculative.py``):
-
-- ``eagle``: ``A`` -> ``EagleA`` unless ``A`` starts with ``Eagle``;
-- ``eagle3``: ``A`` -> ``Eagle3A`` unless ``A`` starts or ends with ``Eagle3``.
-
-An architecture neither step finds is refused at startup: "Model architectures [...] are not supported for now".
-``ACCEPTED`` is every architecture of 0.33.0's registry whose renamed form is in it too (read from the registry
-with the rule above; tests/servers/test_vllm_parser.py asks vLLM's own code about each and about the refused ones).
-SGLang's EAGLE-1 format (``LlamaForCausalLMEagle``) is not among them: vLLM's EAGLE-1 heads name the base
-architecture (``LlamaForCausalLM``, one layer). SGLang's EAGLE-3 format (``LlamaForCausalLMEagle3``) is.
-
-The check is made only where it is certain: a local ``config.json`` with ``architectures``, not vLLM's own
-formats (``model_type: eagle``, a ``speculators_config``: vLLM reads those otherwise) and no ``auto_map`` (custom
-code may supply the model). ``draft_model`` and the model-free methods are not checked here.
+Which drafter checkpoints 0.33.0 loads under ``eagle`` and ``eagle3``: it builds the draft's ``ModelConfig`` from the
+drafter's ``config.json`` (``architectures`` must be in ``vllm/model_executor/models/registry.py``), wraps it in
+``EAGLEConfig`` (``vllm/transformers_utils/configs/eagle.py``), which renames each architecture (``eagle``: ``A`` ->
+``EagleA`` unless it starts with ``Eagle``; ``eagle3``: ``A`` -> ``Eagle3A`` unless it starts or ends with
+``Eagle3``), and asks the registry again (``SpeculativeConfig.update_arch_``); an architecture neither finds is
+refused at startup. ``ACCEPTED`` lists those the registry has (tests/servers/test_vllm_parser.py asks vLLM's own
+code). SGLang's EAGLE-1 format (``LlamaForCausalLMEagle``) is not among them; its EAGLE-3 format is. The check is made
+only on a local ``config.json`` with ``architectures``, not vLLM's own formats (``model_type: eagle``, a
+``speculators_config``) and no ``auto_map`` (custom code may supply the model).
 """
 
 from __future__ import annotations
@@ -54,18 +39,6 @@ from autotune.servers import KnobDomain, Method
 
 if TYPE_CHECKING:
     from autotune.space import Space
-
-__all__ = [
-    "ACCEPTED",
-    "METHODS",
-    "PER_BATCH_SIZE_SINCE",
-    "SINCE",
-    "VERSION",
-    "VLLMMethods",
-    "architecture_problem",
-    "mtp_unavailable",
-    "renamed",
-]
 
 
 _K = {"num_speculative_tokens": KnobDomain("int", 1)}
@@ -143,13 +116,14 @@ class VLLMMethods(FlatMethods):
         return eff
 
     def speculative_config(self, eff: TrialConfig, space: Space) -> dict[str, Any]:
-        """The ``--speculative-config`` object of a resolved method config."""
+        """The ``--speculative-config`` object of a resolved config (of a method space or not: a flat space's n-gram
+        runs with a drafter and autotune's lookup sizes 4 and 1; its mtp uses the target's layers)."""
         method = str(eff.knob(METHOD_KNOB))
         out: dict[str, Any] = {"method": method, "num_speculative_tokens": int(eff.knob("num_speculative_tokens"))}
         if method == "ngram":
-            out["prompt_lookup_max"] = int(eff.knob("prompt_lookup_max"))
-            out["prompt_lookup_min"] = int(eff.knob("prompt_lookup_min"))
-        elif eff.drafter is not None:
+            out["prompt_lookup_max"] = int(eff.knob("prompt_lookup_max", 4))
+            out["prompt_lookup_min"] = int(eff.knob("prompt_lookup_min", 1))
+        elif method != "mtp" and eff.drafter is not None:
             out["model"] = space.drafter(eff.drafter).path
             out["draft_tensor_parallel_size"] = 1
         return out

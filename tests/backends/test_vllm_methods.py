@@ -208,7 +208,7 @@ def test_a_flat_space_never_launches_mtp_on_a_target_without_mtp_layers(tmp_path
     assert seen == {"eagle3", "ngram"}
     with_layers = flat_space(tmp_path, mtp_target(tmp_path, layers=1))
     eff = b.resolve(TrialConfig.make("e3", True, method="mtp", num_speculative_tokens=2), with_layers)
-    assert b.speculative_config(eff, with_layers) == {"method": "mtp", "num_speculative_tokens": 2}
+    assert b.tree.speculative_config(eff, with_layers) == {"method": "mtp", "num_speculative_tokens": 2}
 
 
 def test_a_flat_space_names_the_release_that_added_a_method(tmp_path):

@@ -197,7 +197,7 @@ def meant(config, space) -> dict:  # noqa: ANN001
         out["speculative"] = None
         return out
     method = str(eff.knob("method"))
-    spec = backend.speculative_config(eff, space)
+    spec = backend.tree.speculative_config(eff, space)
     if method == "mtp":  # the target's own layers (a flat space's drafter is not launched)
         model = space.server.model_path
     elif method == "ngram":
