@@ -452,11 +452,14 @@ def _optimize(
     says whether to wait for them (one of them may end as a duplicate, or its worker may be lost and its trial
     queued again) or to return. ``stop()``, asked before each trial: the answer is settled, no more trials."""
     waited_since: float | None = None
-    while len(records.trials(ctx.study)) < cap:
-        if deadline is not None and ctx.clock.now() >= deadline:
-            return
-        if stop is not None and stop():
-            return
+    while True:
+        with records.reading(ctx.study):  # one read of the trials for the cap and the settled check
+            if len(records.trials(ctx.study)) >= cap:
+                return
+            if deadline is not None and ctx.clock.now() >= deadline:
+                return
+            if stop is not None and stop():
+                return
         with contextlib.ExitStack() as held:
             held.enter_context(study_lock(ctx.study))
             done, running = records.used_budget(ctx.study)
@@ -558,9 +561,11 @@ def surrogate(ctx: StudyContext, judged: TrialConfig | None = None) -> Model | N
     if judged is not None:
         seen.add(judged.key())
     pending = [c for c in running_configs(ctx) if c.key() not in seen]
-    fitted_on = (tuple((c.key(), v, y) for c, v, y in obs), tuple(c.key() for c in pending), floor)
-    if ctx.surrogate_fit is not None and ctx.surrogate_fit[0] == fitted_on:  # the settle check's fit, reused
-        return ctx.surrogate_fit[1]
+    measured = tuple((c.key(), v, y) for c, v, y in obs)
+    fitted_on = (measured, tuple(c.key() for c in pending), floor)
+    fits = {k: m for k, m in ctx.surrogate_fit.items() if k[0] == measured}  # what no new observation outdated
+    if fitted_on in fits:  # the settle check's fit, reused
+        return fits[fitted_on]
     model: Model
     if ctx.space.search.methods:  # one model per method, none judged on another's data
         adaptive = {m for m in ctx.space.search.methods if ctx.backend.methods[m].adaptive}
@@ -575,8 +580,12 @@ def surrogate(ctx: StudyContext, judged: TrialConfig | None = None) -> Model | N
         )
     else:
         encoding = Encoding.from_configs(grid + [c for c, _, _ in obs])
-        model = fit(encoding, obs, noise_floor=floor, pending=pending)
-    ctx.surrogate_fit = (fitted_on, model)
+        alone = (measured, (), floor)
+        if pending and alone not in fits:  # the launch gate's fit counts its own running trial: one fit fewer
+            fits[alone] = fit(encoding, obs, noise_floor=floor)
+        model = fit(encoding, obs, noise_floor=floor, pending=pending, alone=fits.get(alone))
+    fits[fitted_on] = model
+    ctx.surrogate_fit = fits
     return model
 
 
