@@ -175,6 +175,8 @@ class Surrogate:
 
     def _level_ids(self, configs: Sequence[TrialConfig]) -> np.ndarray:
         """Each config's level group id: an observed one's, else a new negative id per unobserved level group."""
+        if self._level_of is None:  # one level group, every config's
+            return np.zeros(len(configs), dtype=int)
         return _ids([self._level_key(c) for c in configs], self._levels)
 
     def _cov(

@@ -80,6 +80,11 @@ class StudyContext:
             return None
 
     @functools.cached_property
+    def grid_keys(self) -> list[str]:
+        """``grid``'s configs' keys, in its order (the search asks them of every config between trials)."""
+        return [c.key() for c in self.grid or []]
+
+    @functools.cached_property
     def tie_tolerance(self) -> tuple[float, str]:
         """The near-tie tolerance of the lossless check (nats) and where it comes from: the space's
         ``verdict.tie_tolerance``, else the target's data type (``lossless.default_tolerance``)."""

@@ -366,7 +366,7 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
     measured = recommendable(ctx, trials)
     if not measured:
         return None
-    pool = _pool(ctx, grid, trials)
+    pool = _pool(ctx, trials)
     if isinstance(model, MethodSurrogate) and any(model.own(c) < MIN_OWN_EVIDENCE for c in pool):
         return None  # the stop asks every available method: one with unmeasured configs has its own evidence first
     fastest = fastest_baseline(ctx)
@@ -409,7 +409,7 @@ def _surrogate_picks(trials: list[Any]) -> int:
     )
 
 
-def _pool(ctx: StudyContext, grid: list[TrialConfig], trials: list[Any]) -> list[TrialConfig]:
+def _pool(ctx: StudyContext, trials: list[Any]) -> list[TrialConfig]:
     """The grid's configs not tried yet that could still be launched (not a drafter found not engaged, not
     predicted out of memory)."""
     tried = {TrialRecord(t).config_key for t in trials if TrialRecord(t).config_key}
@@ -420,8 +420,8 @@ def _pool(ctx: StudyContext, grid: list[TrialConfig], trials: list[Any]) -> list
     stopped = [t for t in trials if t.state in (TrialState.FAIL, TrialState.PRUNED) and TrialRecord(t).fail_kind]
     return [
         c
-        for c in grid
-        if c.key() not in tried
+        for c, key in zip(ctx.grid or [], ctx.grid_keys, strict=True)
+        if key not in tried
         and not (per_drafter and records.disengaged(ctx.study, c, stopped))
         and records.predicted_oom(ctx.study, c, size_knob, stopped) is None
     ]
@@ -697,7 +697,7 @@ def refine_next(ctx: StudyContext, model: Model | None = None) -> TrialConfig | 
     if model is None or grid is None:
         return None
     trials = records.trials(ctx.study)  # one read: the checks below run for every grid point
-    pool = _pool(ctx, grid, trials)
+    pool = _pool(ctx, trials)
     if not pool:
         return None
     queued = {

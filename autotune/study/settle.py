@@ -90,7 +90,7 @@ def settle(
     if baseline_log is not None:
         floor = min(floor, baseline_log - _REACH_SD * baseline_sd + gain)
     reach = mean + _REACH_SD * sd
-    keep = [i for i in range(len(configs)) if i == best or reach[i] > floor]
+    keep: list[int] = np.flatnonzero((reach > floor) | (np.arange(len(configs)) == best)).tolist()
     if len(keep) > _MAX_JOINT:
         keep = sorted(keep, key=lambda i: (i != best, -reach[i]))[:_MAX_JOINT]
     rng = np.random.default_rng(seed)
