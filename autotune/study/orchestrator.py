@@ -13,7 +13,7 @@ from autotune.backends.base import Backend
 from autotune.config import TrialConfig
 from autotune.evidence import Evidence
 from autotune.pruner import BaselinePruner
-from autotune.records import ConfirmationState
+from autotune.records import ConfirmationState, counted_trials
 from autotune.seam import Clock, MonotonicClock, Runner
 from autotune.space import Space
 from autotune.study import confirm as _confirm
@@ -101,7 +101,7 @@ class Orchestrator:
         return self._objective(trial)
 
     def counted_trials(self, running: bool = False) -> int:
-        return _search.counted_trials(self.ctx, running)
+        return counted_trials(self.ctx.study, running=running)
 
     def observations(self) -> list[tuple[TrialConfig, float]]:
         return _search.observations(self.ctx)

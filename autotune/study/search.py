@@ -61,13 +61,8 @@ Objective = Callable[[optuna.Trial], float]
 # ---------------------------------------------------------------------------------------------- budget
 
 
-def counted_trials(ctx: StudyContext, running: bool = False) -> int:
-    """Trials that used the budget: measured, failed or infeasible; not duplicates nor interrupted ones."""
-    return records.counted_trials(ctx.study, running=running)
-
-
 def remaining(ctx: StudyContext, n_trials: int) -> int:
-    return max(0, n_trials - counted_trials(ctx))
+    return max(0, n_trials - records.counted_trials(ctx.study))
 
 
 def refine_count(ctx: StudyContext, n_trials: int) -> int:
@@ -338,7 +333,7 @@ def settled_now(ctx: StudyContext, n_trials: int) -> bool:
     state = settled(ctx)
     if state is None or state.reason is None:
         return False
-    trials = counted_trials(ctx)
+    trials = records.counted_trials(ctx.study)
     records.set_search_settled(ctx.study, {**state.to_dict(), "trials": trials, "n_trials": n_trials})
     ctx.emit(
         Event("note", data={"message": f"search stopped after {trials} of up to {n_trials} trials: {state.reason}"})
