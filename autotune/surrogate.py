@@ -51,9 +51,8 @@ def _blas() -> Any:
 
 def one_blas_thread() -> Any:
     """A context in which BLAS runs one thread: the surrogate's matrices are a grid's size (~1,000), and BLAS's
-    threads spin-waiting beside each small factorization cost more CPU than they save (a 40-trial study on this
-    2-core machine: 8.6-12.6 CPU-s with BLAS's threads, 5.5-5.7 with one; scripts/bench_loop.py). In the process
-    only: servers started from it keep their own threads."""
+    threads spin-waiting beside each small factorization cost more CPU than they save (scripts/bench_loop.py). In
+    the process only: servers started from it keep their own threads."""
     return _blas().limit(limits=1, user_api="blas")
 
 

@@ -301,7 +301,6 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
 
 
 def queue_pick(ctx: StudyContext, config: TrialConfig) -> None:
-    """Queue the surrogate's pick ``config`` for the next trial."""
     records.enqueue_speculative(ctx.study, ctx.backend.params(config, ctx.space), seeded=records.SEEDED_SURROGATE)
 
 
@@ -423,7 +422,6 @@ def _pool(ctx: StudyContext, trials: list[Any]) -> list[TrialConfig]:
 
 
 def _next_target(ctx: StudyContext, n_trials: int) -> int:
-    """One more trial than what all workers have used or claimed."""
     return min(n_trials, sum(records.used_budget(ctx.study)) + 1)
 
 
@@ -662,7 +660,6 @@ def fastest_baseline(ctx: StudyContext) -> FrozenTrial | None:
 
 
 def log_value(t: FrozenTrial) -> float:
-    """The log of a measured trial's tok/s (``fastest_baseline``'s trial is one)."""
     if not t.value:
         raise ValueError(f"trial {t.number} has no measured tok/s")
     return math.log(t.value)
