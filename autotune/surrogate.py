@@ -51,9 +51,8 @@ def _blas() -> Any:
 
 def one_blas_thread() -> Any:
     """A context in which BLAS runs one thread: the surrogate's matrices are a grid's size (~1,000), and BLAS's
-    threads spin-waiting beside each small factorization cost more CPU than they save (a 40-trial study on this
-    2-core machine: 8.6-12.6 CPU-s with BLAS's threads, 5.5-5.7 with one; scripts/bench_loop.py). In the process
-    only: servers started from it keep their own threads."""
+    threads spin-waiting beside each small factorization cost more CPU than they save (scripts/bench_loop.py). In
+    the process only: servers started from it keep their own threads."""
     return _blas().limit(limits=1, user_api="blas")
 
 
@@ -78,6 +77,13 @@ class Encoding:
     #: whether the CUDA-graph setting is part of a config's group (not for acceptance: graphs change how fast a
     #: step runs, not which tokens the drafter proposes or the target accepts)
     graph_groups: bool = True
+    _hash: int = dataclasses.field(default=0, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.knobs, self.lows, self.highs, self.logs, self.graph_groups)))
+
+    def __hash__(self) -> int:  # hashed once: the caches below hash it with every config they are asked about
+        return self._hash
 
     @staticmethod
     def from_configs(configs: Sequence[TrialConfig]) -> Encoding:
@@ -98,17 +104,15 @@ class Encoding:
             logs.append(log)
         return Encoding(tuple(knobs), tuple(lows), tuple(highs), tuple(logs))
 
+    # both once per config (and equal encodings share them): every prediction over the grid asks ~1,000 configs
+
+    @functools.lru_cache(maxsize=1 << 14)  # noqa: B019 (an encoding lives as long as a study's surrogates)
     def group(self, c: TrialConfig) -> Hashable:
         other = tuple((k, v) for k, v in c.knobs if k not in self.knobs and not _is_number(v))
         return (c.drafter, bool(c.cuda_graph) if self.graph_groups else None, other)
 
-    def coords(self, c: TrialConfig) -> list[float]:
-        return list(self._coords(c))
-
-    @functools.lru_cache(maxsize=1 << 14)  # noqa: B019 (an encoding lives as long as a study's surrogates)
-    def _coords(self, c: TrialConfig) -> tuple[float, ...]:
-        """``coords``, once per config: every prediction over the grid re-encoded ~1,000 configs (0.65 CPU-s of a
-        40-trial study)."""
+    @functools.lru_cache(maxsize=1 << 14)  # noqa: B019
+    def coords(self, c: TrialConfig) -> tuple[float, ...]:
         out = []
         for k, lo, hi, log in zip(self.knobs, self.lows, self.highs, self.logs, strict=True):
             v = c.knob(k)
@@ -170,6 +174,8 @@ class Surrogate:
 
     def _level_ids(self, configs: Sequence[TrialConfig]) -> np.ndarray:
         """Each config's level group id: an observed one's, else a new negative id per unobserved level group."""
+        if self._level_of is None:  # one level group, every config's
+            return np.zeros(len(configs), dtype=int)
         return _ids([self._level_key(c) for c in configs], self._levels)
 
     def _cov(
@@ -527,22 +533,25 @@ def fit(
     *,
     noise_floor: float,
     pending: Sequence[TrialConfig] = (),
+    alone: Model | None = None,
 ) -> Model:
     """The surrogate of ``observations`` (config, log tok/s, log seconds per round or None): factored when every
     observation has its round's cost (``FactoredSurrogate``), else one GP of log tok/s. ``pending``: configs being
     measured now (parallel workers), counted as measured at the model's mean so that two workers do not pick the
-    same one."""
+    same one. ``alone``: this function's model of the same ``observations`` without ``pending``, where the caller
+    has it (it is fitted first otherwise)."""
     factored = all(cyc is not None for _, _, cyc in observations)
     if factored:
         obs3 = [(c, v, float(cyc)) for c, v, cyc in observations if cyc is not None]  # all of them
-        factors = FactoredSurrogate(encoding, obs3, noise_floor=noise_floor)
+        factors = alone if isinstance(alone, FactoredSurrogate) else None
+        factors = factors or FactoredSurrogate(encoding, obs3, noise_floor=noise_floor)
         if pending:
             la, lc = factors.predict_factors(pending)
             extra = [(c, float(a - b), float(b)) for c, a, b in zip(pending, la, lc, strict=True)]
             factors = FactoredSurrogate(encoding, obs3 + extra, noise_floor=noise_floor)
         return factors
     obs = [(c, v) for c, v, _ in observations]
-    model = Surrogate(encoding, obs, noise_floor=noise_floor)
+    model = alone if isinstance(alone, Surrogate) else Surrogate(encoding, obs, noise_floor=noise_floor)
     if pending:
         mean, _sd = model.predict(pending)
         model = Surrogate(

@@ -62,8 +62,8 @@ class StudyContext:
     emit: Listener = quiet
     evidence: Evidence | None = None  # where each trial's log, prompts and note go for the dashboard
     pruner: BaselinePruner = field(init=False)
-    #: the last surrogate fitted (``search.surrogate``) and what it was fitted on: one fit per observation set
-    surrogate_fit: tuple[Any, Any] | None = field(default=None, init=False, repr=False)
+    #: the surrogates fitted (``search.surrogate``) by what they were fitted on: one fit per observation set
+    surrogate_fit: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
     #: finished baselines' reference answers, parsed once (a finished trial never changes; parsing a baseline's
     #: token log-probabilities for every trial's lossless check was 0.39 CPU-s of a 40-trial study)
     _references: dict[int, list[Any]] = field(default_factory=dict, init=False, repr=False)
@@ -78,6 +78,11 @@ class StudyContext:
             return self.backend.grid(self.space)
         except InfeasibleConfig:
             return None
+
+    @functools.cached_property
+    def grid_keys(self) -> list[str]:
+        """``grid``'s configs' keys, in its order (the search asks them of every config between trials)."""
+        return [c.key() for c in self.grid or []]
 
     @functools.cached_property
     def tie_tolerance(self) -> tuple[float, str]:

@@ -194,6 +194,6 @@ def _drain(ctx: StudyContext, objective: _search.Objective, deadline: float | No
     if not _ours(queue):
         return
     waiting = len(queue)  # the queue runs in order: anything before ours runs too
-    target = _search.counted_trials(ctx) + waiting
+    target = records.counted_trials(ctx.study) + waiting
     cap = len(records.trials(ctx.study)) + 2 * waiting + 4
     _search._optimize(ctx, objective, target, cap, deadline, stop=lambda: _waiting(ctx) == 0)

@@ -61,13 +61,8 @@ Objective = Callable[[optuna.Trial], float]
 # ---------------------------------------------------------------------------------------------- budget
 
 
-def counted_trials(ctx: StudyContext, running: bool = False) -> int:
-    """Trials that used the budget: measured, failed or infeasible; not duplicates nor interrupted ones."""
-    return records.counted_trials(ctx.study, running=running)
-
-
 def remaining(ctx: StudyContext, n_trials: int) -> int:
-    return max(0, n_trials - counted_trials(ctx))
+    return max(0, n_trials - records.counted_trials(ctx.study))
 
 
 def refine_count(ctx: StudyContext, n_trials: int) -> int:
@@ -306,7 +301,6 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
 
 
 def queue_pick(ctx: StudyContext, config: TrialConfig) -> None:
-    """Queue the surrogate's pick ``config`` for the next trial."""
     records.enqueue_speculative(ctx.study, ctx.backend.params(config, ctx.space), seeded=records.SEEDED_SURROGATE)
 
 
@@ -338,7 +332,7 @@ def settled_now(ctx: StudyContext, n_trials: int) -> bool:
     state = settled(ctx)
     if state is None or state.reason is None:
         return False
-    trials = counted_trials(ctx)
+    trials = records.counted_trials(ctx.study)
     records.set_search_settled(ctx.study, {**state.to_dict(), "trials": trials, "n_trials": n_trials})
     ctx.emit(
         Event("note", data={"message": f"search stopped after {trials} of up to {n_trials} trials: {state.reason}"})
@@ -366,7 +360,7 @@ def settled(ctx: StudyContext) -> settle.Settled | None:
     measured = recommendable(ctx, trials)
     if not measured:
         return None
-    pool = _pool(ctx, grid, trials)
+    pool = _pool(ctx, trials)
     if isinstance(model, MethodSurrogate) and any(model.own(c) < MIN_OWN_EVIDENCE for c in pool):
         return None  # the stop asks every available method: one with unmeasured configs has its own evidence first
     fastest = fastest_baseline(ctx)
@@ -409,7 +403,7 @@ def _surrogate_picks(trials: list[Any]) -> int:
     )
 
 
-def _pool(ctx: StudyContext, grid: list[TrialConfig], trials: list[Any]) -> list[TrialConfig]:
+def _pool(ctx: StudyContext, trials: list[Any]) -> list[TrialConfig]:
     """The grid's configs not tried yet that could still be launched (not a drafter found not engaged, not
     predicted out of memory)."""
     tried = {TrialRecord(t).config_key for t in trials if TrialRecord(t).config_key}
@@ -420,15 +414,14 @@ def _pool(ctx: StudyContext, grid: list[TrialConfig], trials: list[Any]) -> list
     stopped = [t for t in trials if t.state in (TrialState.FAIL, TrialState.PRUNED) and TrialRecord(t).fail_kind]
     return [
         c
-        for c in grid
-        if c.key() not in tried
+        for c, key in zip(ctx.grid or [], ctx.grid_keys, strict=True)
+        if key not in tried
         and not (per_drafter and records.disengaged(ctx.study, c, stopped))
         and records.predicted_oom(ctx.study, c, size_knob, stopped) is None
     ]
 
 
 def _next_target(ctx: StudyContext, n_trials: int) -> int:
-    """One more trial than what all workers have used or claimed."""
     return min(n_trials, sum(records.used_budget(ctx.study)) + 1)
 
 
@@ -452,11 +445,14 @@ def _optimize(
     says whether to wait for them (one of them may end as a duplicate, or its worker may be lost and its trial
     queued again) or to return. ``stop()``, asked before each trial: the answer is settled, no more trials."""
     waited_since: float | None = None
-    while len(records.trials(ctx.study)) < cap:
-        if deadline is not None and ctx.clock.now() >= deadline:
-            return
-        if stop is not None and stop():
-            return
+    while True:
+        with records.reading(ctx.study):  # one read of the trials for the cap and the settled check
+            if len(records.trials(ctx.study)) >= cap:
+                return
+            if deadline is not None and ctx.clock.now() >= deadline:
+                return
+            if stop is not None and stop():
+                return
         with contextlib.ExitStack() as held:
             held.enter_context(study_lock(ctx.study))
             done, running = records.used_budget(ctx.study)
@@ -558,9 +554,11 @@ def surrogate(ctx: StudyContext, judged: TrialConfig | None = None) -> Model | N
     if judged is not None:
         seen.add(judged.key())
     pending = [c for c in running_configs(ctx) if c.key() not in seen]
-    fitted_on = (tuple((c.key(), v, y) for c, v, y in obs), tuple(c.key() for c in pending), floor)
-    if ctx.surrogate_fit is not None and ctx.surrogate_fit[0] == fitted_on:  # the settle check's fit, reused
-        return ctx.surrogate_fit[1]
+    measured = tuple((c.key(), v, y) for c, v, y in obs)
+    fitted_on = (measured, tuple(c.key() for c in pending), floor)
+    fits = {k: m for k, m in ctx.surrogate_fit.items() if k[0] == measured}  # what no new observation outdated
+    if fitted_on in fits:  # the settle check's fit, reused
+        return fits[fitted_on]
     model: Model
     if ctx.space.search.methods:  # one model per method, none judged on another's data
         adaptive = {m for m in ctx.space.search.methods if ctx.backend.methods[m].adaptive}
@@ -575,8 +573,12 @@ def surrogate(ctx: StudyContext, judged: TrialConfig | None = None) -> Model | N
         )
     else:
         encoding = Encoding.from_configs(grid + [c for c, _, _ in obs])
-        model = fit(encoding, obs, noise_floor=floor, pending=pending)
-    ctx.surrogate_fit = (fitted_on, model)
+        alone = (measured, (), floor)
+        if pending and alone not in fits:  # the launch gate's fit counts its own running trial: one fit fewer
+            fits[alone] = fit(encoding, obs, noise_floor=floor)
+        model = fit(encoding, obs, noise_floor=floor, pending=pending, alone=fits.get(alone))
+    fits[fitted_on] = model
+    ctx.surrogate_fit = fits
     return model
 
 
@@ -658,7 +660,6 @@ def fastest_baseline(ctx: StudyContext) -> FrozenTrial | None:
 
 
 def log_value(t: FrozenTrial) -> float:
-    """The log of a measured trial's tok/s (``fastest_baseline``'s trial is one)."""
     if not t.value:
         raise ValueError(f"trial {t.number} has no measured tok/s")
     return math.log(t.value)
@@ -688,7 +689,7 @@ def refine_next(ctx: StudyContext, model: Model | None = None) -> TrialConfig | 
     if model is None or grid is None:
         return None
     trials = records.trials(ctx.study)  # one read: the checks below run for every grid point
-    pool = _pool(ctx, grid, trials)
+    pool = _pool(ctx, trials)
     if not pool:
         return None
     queued = {

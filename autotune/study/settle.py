@@ -90,7 +90,7 @@ def settle(
     if baseline_log is not None:
         floor = min(floor, baseline_log - _REACH_SD * baseline_sd + gain)
     reach = mean + _REACH_SD * sd
-    keep = [i for i in range(len(configs)) if i == best or reach[i] > floor]
+    keep: list[int] = np.flatnonzero((reach > floor) | (np.arange(len(configs)) == best)).tolist()
     if len(keep) > _MAX_JOINT:
         keep = sorted(keep, key=lambda i: (i != best, -reach[i]))[:_MAX_JOINT]
     rng = np.random.default_rng(seed)
@@ -98,7 +98,9 @@ def settle(
     pos = {i: j for j, i in enumerate(keep)}
     f_best = draws[:, pos[best]]
     others = [pos[i] for i in keep if i >= n_meas]
-    p_improve = float(np.mean(draws[:, others].max(axis=1) - f_best > up)) if others else 0.0
+    unmeasured_draws = draws[:, others]
+    top = unmeasured_draws.max(axis=1) if others else None
+    p_improve = float(np.mean(top - f_best > up)) if top is not None else 0.0
     if baseline_log is None:
         p_gain = 1.0
         bar = f_best
@@ -108,12 +110,12 @@ def settle(
         p_gain = float(np.mean(draws.max(axis=1) - b > gain))
         bar = np.maximum(f_best, b + gain)
         change = change_bar(f_best, resolution, b, min_gain)
-    p_change = float(np.mean(draws[:, others].max(axis=1) > change)) if others else 0.0
-    if others:
+    p_change = float(np.mean(top > change)) if top is not None else 0.0
+    if top is not None:
         # E[max(0, exp(f_u - ref) - 1)]: expected relative tok/s gain of measuring u next, per unmeasured config
-        rel = np.expm1(draws[:, others] - f_best[:, None])
+        rel = np.expm1(unmeasured_draws - f_best[:, None])
         e_gain = float(np.maximum(rel, 0.0).mean(axis=0).max())
-        rel_bar = np.expm1(draws[:, others] - np.asarray(bar)[:, None])
+        rel_bar = np.expm1(unmeasured_draws - np.asarray(bar)[:, None])
         e_gain_bar = float(np.maximum(rel_bar, 0.0).mean(axis=0).max())
     else:
         e_gain = e_gain_bar = 0.0

@@ -255,8 +255,10 @@ class Objective:
             raise Infeasible(str(e)) from e
         t.record.resolved(eff)
         t.config = eff
-        dup = records.find_duplicate(ctx.study, eff.key(), t.number)
-        if dup is None and self._await_same_config(t, eff):
+        with records.reading(ctx.study):  # both checks read one snapshot; a wait for another worker reads afresh
+            dup = records.find_duplicate(ctx.study, eff.key(), t.number)
+            other = None if dup is not None else records.running_same_config(ctx.study, eff.key(), t.number)
+        if other is not None and self._await_same_config(t, eff, other):
             dup = records.find_duplicate(ctx.study, eff.key(), t.number)
         if dup is not None:
             return self._reuse(t, dup)
@@ -266,12 +268,9 @@ class Objective:
             baseline = None if eff.is_baseline else records.find_baseline(ctx.study, eff.cuda_graph)
         return self._measure(t, eff, baseline)
 
-    def _await_same_config(self, t: _Trial, eff: TrialConfig) -> bool:
-        """Another worker is measuring this server config now: wait for its outcome (True when one came; a
-        lost worker's trial is failed by its heartbeat) rather than measure it twice."""
-        other = records.running_same_config(self.ctx.study, eff.key(), t.number)
-        if other is None:
-            return False
+    def _await_same_config(self, t: _Trial, eff: TrialConfig, other: FrozenTrial) -> bool:
+        """Another worker is measuring this server config now (trial ``other``): wait for its outcome (True when
+        one came; a lost worker's trial is failed by its heartbeat) rather than measure it twice."""
         self.ctx.emit(Event("note", t.number, {"message": f"same server config as running trial {other.number}"}))
         start = self.ctx.clock.now()
         while self.ctx.clock.now() - start < trial_limit_s(self.ctx):

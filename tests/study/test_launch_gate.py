@@ -126,10 +126,10 @@ def test_the_gate_does_not_count_the_config_it_judges_as_being_measured():
     (_,), (sd_before,) = search.surrogate(ctx).predict([probe])
     trial = study.ask()  # the judged config's own trial, running
     trial.set_user_attr(records.EFFECTIVE, probe.to_dict())
-    ctx.surrogate_fit = None
+    ctx.surrogate_fit.clear()
     (_,), (sd_running,) = search.surrogate(ctx).predict([probe])
     assert sd_running < 0.7 * sd_before  # counted as measured: as the gate saw it before
-    ctx.surrogate_fit = None
+    ctx.surrogate_fit.clear()
     (_,), (sd_judged,) = search.surrogate(ctx, judged=probe).predict([probe])
     assert math.isclose(sd_judged, sd_before, rel_tol=1e-6)
     asked = []

@@ -76,7 +76,7 @@ def test_the_settled_stop_asks_every_method(searched):
     study, orch = searched
     ctx = orch.ctx
     model = search.surrogate(ctx)
-    pool = search._pool(ctx, ctx.grid, study.trials)
+    pool = search._pool(ctx, study.trials)
     assert {c.knob("method") for c in pool} == {"eagle3", "ngram", "standalone"}  # adaptive's 3 all measured
     assert all(model.own(c) >= MIN_OWN_EVIDENCE for c in pool)
     assert search.settled(ctx) is not None  # asked (whether it settles or not)

@@ -298,6 +298,32 @@ def test_one_surrogate_fit_per_observation_set(monkeypatch):
     assert len(fits) == n + 1
 
 
+def test_the_launch_gates_fit_adds_its_running_config_to_the_settle_checks_fit(monkeypatch):
+    """The gate asks from inside its own running trial, whose config the surrogate counts as measured at its own
+    mean: that fit starts from the settle check's fit of the same measurements (half the fitting) and is the same
+    model as one fitted from scratch."""
+    space = _space(30)
+    study = open_study(space, optuna.storages.InMemoryStorage(), "gate-fit", seed=1)
+    orch = Orchestrator(space, SGLangBackend(), ScriptedRunner(speed={"good": peak}), study)
+    orch.search(12)
+    ctx = orch.ctx
+    assert search.surrogate(ctx) is not None  # the settle check's fit
+    measured = {c.key() for c, _, _ in search.measured_starts(ctx)}
+    probe = next(c for c in ctx.grid if c.key() not in measured)
+    study.ask().set_user_attr(records.EFFECTIVE, probe.to_dict())  # its trial, running
+    fits = []
+    real = Surrogate._fit
+    monkeypatch.setattr(Surrogate, "_fit", lambda self: fits.append(1) or real(self))
+    gate = search.surrogate(ctx)
+    reused = len(fits)
+    ctx.surrogate_fit.clear()
+    fresh = search.surrogate(ctx)
+    assert reused > 0 and len(fits) - reused == 2 * reused
+    assert gate is not None and fresh is not None
+    for a, b in zip(gate.predict(ctx.grid), fresh.predict(ctx.grid), strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_with_load_levels_only_nothing_clearing_the_bar_stops_the_search(monkeypatch, settled):
     """The surrogate models the weighted objective, not each level's winner: with load levels "the best is found"
     is not asked to stop the search (scripts/bench_load.py: it missed a level's winner in more seeds)."""

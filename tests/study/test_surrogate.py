@@ -30,8 +30,8 @@ def test_encoding_scales_knobs_and_groups_by_drafter_and_graphs():
     enc = Encoding.from_configs(GRID + [cfg(3, 2, 8, drafter="other", cuda_graph=False)])
     assert enc.knobs == ("num_draft_tokens", "num_steps", "topk")
     assert enc.logs == (True, True, True)  # each spans a factor of 4 or more
-    assert enc.coords(cfg(1, 1, 2)) == [0.0, 0.0, 0.0]
-    assert enc.coords(cfg(8, 8, 64)) == [1.0, 1.0, 1.0]
+    assert enc.coords(cfg(1, 1, 2)) == (0.0, 0.0, 0.0)
+    assert enc.coords(cfg(8, 8, 64)) == (1.0, 1.0, 1.0)
     assert enc.coords(cfg(1, 1, 8))[0] == pytest.approx(2 / 5)  # log2(8) between log2(2) and log2(64)
     assert enc.group(cfg(3, 2, 8)) != enc.group(cfg(3, 2, 8, drafter="other"))
     assert enc.group(cfg(3, 2, 8)) != enc.group(cfg(3, 2, 8, cuda_graph=False))
