@@ -175,14 +175,15 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def _print_report(report: Report, as_json: bool, ctx: Context | None = None) -> None:
+def _print_report(report: Report, as_json: bool, ctx: Context, *, summary: bool = False) -> None:
+    """``report --json``, the whole text report, or (``summary``) its closing summary only."""
     if as_json:
         _print_json(report.to_json())
         return
-    from autotune.render import render_report
+    from autotune.render import render_report, render_summary
 
-    deploy = commands.recommended_command(ctx, report.result) if ctx is not None else None
-    render_report(report, sys.stdout, deploy=deploy)
+    deploy = commands.recommended_command(ctx, report.result)
+    (render_summary if summary else render_report)(report, sys.stdout, deploy)
 
 
 def _watch(ctx: Context, *, quiet: bool) -> Any:
@@ -236,7 +237,7 @@ def cmd_study(ctx: Context, args: argparse.Namespace) -> int:
         return EXIT_OK
     html = ctx.studies_dir / ctx.study_name / "report.html"
     _write_html(ctx, result.study, result.report, html)
-    _print_report(result.report, args.json, ctx)
+    _print_report(result.report, args.json, ctx, summary=True)
     if not args.json:
         from autotune.export_formats import suggested_format
 
@@ -246,6 +247,7 @@ def cmd_study(ctx: Context, args: argparse.Namespace) -> int:
             if args.no_confirm
             else f"export: autotune export {args.space}{sim} --format {suggested_format(ctx.backend)}"
         )
+        print(f"the trials, checks and derivations: {html} (or autotune report {args.space}{sim})")
         print(f"\nreport: {html}   {then}", file=sys.stderr)
     return EXIT_OK
 

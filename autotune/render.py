@@ -168,15 +168,24 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
     if report.warmup:
         line(f"warm-up: {report.warmup['text']}")
     line("")
-    style = {
-        Verdict.SPECULATION_WINS: "bold green",
-        Verdict.BASELINE_WINS: "bold",
-        Verdict.NO_WORTHWHILE_GAIN: "bold",
-        Verdict.INCONCLUSIVE: "bold yellow",
-    }
+    render_summary(report, out, deploy, con)
+
+
+_VERDICT_STYLE = {
+    Verdict.SPECULATION_WINS: "bold green",
+    Verdict.BASELINE_WINS: "bold",
+    Verdict.NO_WORTHWHILE_GAIN: "bold",
+    Verdict.INCONCLUSIVE: "bold yellow",
+}
+
+
+def render_summary(report: Report, out: IO[str], deploy: str | None = None, con: Console | None = None) -> None:
+    """The closing summary (``summary_lines``), the verdict and the recommendation in bold."""
+    con = con or _console(out)
     for text in summary_lines(report, deploy):
-        strong = style.get(res.verdict) if text.startswith("verdict:") else None
-        line(text, strong or ("bold" if text.startswith("recommended:") else None))
+        strong = _VERDICT_STYLE.get(report.verdict) if text.startswith("verdict:") else None
+        style = strong or ("bold" if text.startswith("recommended:") else None)
+        con.print(Text(text, style=style or ""), soft_wrap=True)
 
 
 #: the terminal's pointer to the intervals' derivation (the whole of it: the report's ``interval_note``, shown by the
