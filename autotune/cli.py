@@ -17,8 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from autotune import commands
-from autotune.commands import CommandOptions, Context
+from autotune.commands import deploy as deploy_cmd
+from autotune.commands import measure as measure_cmd
+from autotune.commands import study as study_cmd
+from autotune.commands.context import CommandOptions, Context
 
 if TYPE_CHECKING:
     from autotune.report import Report
@@ -182,7 +184,7 @@ def _print_report(report: Report, as_json: bool, ctx: Context, *, summary: bool 
         return
     from autotune.render import render_report, render_summary
 
-    deploy = commands.recommended_command(ctx, report.result)
+    deploy = deploy_cmd.recommended_command(ctx, report.result)
     (render_summary if summary else render_report)(report, sys.stdout, deploy)
 
 
@@ -217,7 +219,7 @@ def _write_html(ctx: Context, study: Any, report: Report, path: Path) -> None:
 
 
 def cmd_validate(ctx: Context, args: argparse.Namespace) -> int:
-    problems = commands.validate(ctx)
+    problems = study_cmd.validate(ctx)
     for p in problems:
         _note(f"{p.severity}: {p}")
     if any(p.severity == "error" for p in problems):
@@ -232,7 +234,7 @@ def cmd_validate(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_study(ctx: Context, args: argparse.Namespace) -> int:
-    result = commands.run_study(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
+    result = study_cmd.run_study(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
     if result is None:  # --dry-run: the plan was the output
         return EXIT_OK
     html = ctx.studies_dir / ctx.study_name / "report.html"
@@ -254,13 +256,13 @@ def cmd_study(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_worker(ctx: Context, args: argparse.Namespace) -> int:
     """Join a running study: same space (checked), the study's budget, search only (no confirmation)."""
-    result = commands.run_worker(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
+    result = study_cmd.run_worker(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
     _note(f"worker done: {result.used} of {result.n_trials} trials of study {ctx.study_name} used")
     return EXIT_OK
 
 
 def cmd_confirm(ctx: Context, args: argparse.Namespace) -> int:
-    result = commands.run_confirm(ctx, note=_note)
+    result = study_cmd.run_confirm(ctx, note=_note)
     _print_report(result.report, args.json, ctx)
     return EXIT_OK
 
@@ -273,7 +275,7 @@ def cmd_report(ctx: Context, args: argparse.Namespace) -> int:
     problem = output_problem(html) if html is not None and html.parent.is_dir() else None  # else: made, or fails
     if problem:  # before the study is read
         raise UserError(f"--html {html}: {problem}")
-    result = commands.load_report(ctx, note=_note)
+    result = study_cmd.load_report(ctx, note=_note)
     if html is not None:
         try:
             _write_html(ctx, result.study, result.report, html)
@@ -284,7 +286,7 @@ def cmd_report(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
-    result = commands.export(ctx, note=_note)
+    result = deploy_cmd.export(ctx, note=_note)
     if result.output is not None:
         _note(f"wrote {result.output} ({args.format}){''.join(f', {p}' for p in result.files)}")
     else:
@@ -295,8 +297,8 @@ def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_reverify(args: argparse.Namespace) -> int:
     """Measure the exported config and its baseline again, interleaved; exit 0 when the speedup still holds
     (the new interval overlaps the exported one), 1 when it does not."""
-    result = commands.reverify(
-        commands.ReverifyOptions(
+    result = measure_cmd.reverify(
+        measure_cmd.ReverifyOptions(
             args.exported,
             space=args.space_override,
             simulate=args.simulate,
@@ -326,7 +328,7 @@ def cmd_bench(ctx: Context, args: argparse.Namespace) -> int:
                 f"{r.tok_per_s:8.1f} tok/s{acc}"
             )
 
-    result = commands.bench(ctx, note=_note, on_prompt=progress)
+    result = measure_cmd.bench(ctx, note=_note, on_prompt=progress)
     if args.json:
         _print_json(result.to_dict())
         return EXIT_OK
@@ -347,7 +349,7 @@ def cmd_bench(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(ctx: Context, args: argparse.Namespace) -> int:
-    return commands.dashboard(ctx, note=_note)
+    return deploy_cmd.dashboard(ctx, note=_note)
 
 
 COMMANDS = {
