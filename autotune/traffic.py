@@ -66,6 +66,10 @@ class LoggedRequest:
     reasoned: bool = False  # the logged answer carried reasoning (``reasoning_content`` or a ``<think>`` block)
 
     @property
+    def is_chat(self) -> bool:
+        return self.messages is not None
+
+    @property
     def text(self) -> str:
         """The whole input as one text (chat turns as ``role: content`` lines)."""
         if self.messages is None:
@@ -780,7 +784,7 @@ def guards(requests: Sequence[LoggedRequest], *, api: str = "chat", drafter_is_c
                 "output lengths are forced by the limit, not chosen by the model; raise max_tokens or say why not",
             )
         )
-    chats = sum(r.messages is not None for r in requests)
+    chats = sum(r.is_chat for r in requests)
     if api != "chat" and chats and drafter_is_chat_tuned:
         out.append(
             Guard(
