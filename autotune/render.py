@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from autotune.report import GpuTime, Report, TrialRow
 
 
-def _fmt(x: Any, spec: str = ".1f") -> str:
+def fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
@@ -109,13 +109,8 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         dep = cf.deploy_speedup_ci
         if ci:
             line(
-                f"confirmed trial {cf.trial} ({config_label(cf.config)}): speedup {ci['point']:.3f} "
-                f"[{ci['low']:.3f}, {ci['high']:.3f}] against its own baseline"
-                + (
-                    f", {dep['point']:.3f} [{dep['low']:.3f}, {dep['high']:.3f}] against the fastest baseline"
-                    if dep and dep != ci
-                    else ""
-                )
+                f"confirmed trial {cf.trial} ({config_label(cf.config)}): speedup {_ci(ci)} against its own baseline"
+                + (f", {_ci(dep)} against the fastest baseline" if dep and dep != ci else "")
                 + f" ({ci['confidence'] * 100:.4g}% CI, {ci['n']} paired repeats)"
                 + (" - left the race: clearly slower than the leader" if cf.dropped else "")
             )
@@ -132,16 +127,15 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         for x in load.levels:
             slo = "  SLO broken: " + "; ".join(x["slo_broken"]) if x.get("slo_broken") else ""
             w(
-                f"  {x['level']:>7} {_fmt(x.get('tok_per_s')):>9} {_fmt(x.get('speedup'), '.2f'):>8} "
-                f"{_fmt(x.get('stream_tok_per_s')):>11} "
-                f"{_fmt(x.get('itl_p50_ms')):>6}/{_fmt(x.get('itl_p99_ms')):<7} "
-                f"{_fmt(x.get('ttft_p50_ms')):>8}/{_fmt(x.get('ttft_p99_ms')):<8} "
-                f"{_fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}\n"
+                f"  {x['level']:>7} {fmt(x.get('tok_per_s')):>9} {fmt(x.get('speedup'), '.2f'):>8} "
+                f"{fmt(x.get('stream_tok_per_s')):>11} "
+                f"{fmt(x.get('itl_p50_ms')):>6}/{fmt(x.get('itl_p99_ms')):<7} "
+                f"{fmt(x.get('ttft_p50_ms')):>8}/{fmt(x.get('ttft_p99_ms')):<8} "
+                f"{fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}\n"
             )
         w(f"  {load.text} (search)\n")
         for v in load.confirmed or []:
-            ci = v.get("speedup_ci")
-            iv = f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "-"
+            iv = _ci(v.get("speedup_ci"))
             w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
     traffic = report.traffic
     if traffic:
@@ -211,10 +205,7 @@ def summary_lines(report: Report, deploy: str | None = None) -> list[str]:
         out.append(f"recommended: trial {rec.trial}: {config_label(rec.config)}  ({rec.why})")
         ci = rec.speedup_ci
         if ci:
-            out.append(
-                f"  speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}] "
-                f"({ci.get('confidence', 0.95) * 100:.4g}% CI) against the fastest baseline"
-            )
+            out.append(f"  speedup {_ci(ci)} ({ci.get('confidence', 0.95) * 100:.4g}% CI) against the fastest baseline")
     out.append(gpu_text(report.gpu_time))
     if deploy:
         what = "the recommended config" if (rec.config or {}).get("drafter") else "it"
@@ -229,7 +220,7 @@ def _baselines(con: Console, report: Report) -> None:
         t.add_column(col, justify="left" if col == "CUDA graphs" else "right")
     for _key, b in sorted(report.result.baselines.items()):
         per = " ".join(f"{x:.0f}" for x in b.per_prompt_tok_per_s)
-        t.add_row("on" if b.cuda_graph else "off", _fmt(b.tok_per_s), str(b.trial), per)
+        t.add_row("on" if b.cuda_graph else "off", fmt(b.tok_per_s), str(b.trial), per)
     con.print(t)
 
 
@@ -274,10 +265,10 @@ def _best(con: Console, report: Report) -> None:
         t.add_row(
             f"{b.trial}{'*' if b.recommended else ''}",
             config_label(b.config),
-            _fmt(b.tok_per_s),
-            _fmt(b.speedup, ".3f"),
+            fmt(b.tok_per_s),
+            fmt(b.speedup, ".3f"),
             _ci(b.speedup_ci),
-            _fmt(b.accept_length, ".2f"),
+            fmt(b.accept_length, ".2f"),
         )
     con.print(t)
 
@@ -291,7 +282,7 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
     for e in m["methods"]:
         b = e["best"]
         acc = f", accept length {e['accept_length']:.2f}" if e.get("accept_length") else ""
-        shown = f"best {_fmt(b['speedup'], '.2f')}x {_ci(b['speedup_ci'])} trial {b['trial']}" if b else "-"
+        shown = f"best {fmt(b['speedup'], '.2f')}x {_ci(b['speedup_ci'])} trial {b['trial']}" if b else "-"
         out.append(f"  {e['label']:<12} {shown}  ({e['budget']['text']}{acc})")
     out += [f"  {a['text']}" for a in m.get("adaptive") or []]
     weights = m.get("category_weights") or {}
@@ -300,7 +291,7 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
     for method, cats in (m.get("categories") or {}).items():
         out.append(
             f"  {method} by category (search figures, its best config's start): "
-            + ", ".join(f"{c} {_fmt(v, '.2f')}x" for c, v in cats.items())
+            + ", ".join(f"{c} {fmt(v, '.2f')}x" for c, v in cats.items())
         )
     return out
 
@@ -322,12 +313,12 @@ def _trials(con: Console, report: Report) -> None:
             str(r.number),
             r.state,
             config_label(r.config),
-            _fmt(r.tok_per_s),
-            _fmt(r.speedup, ".2f") + ("~" if r.state != "COMPLETE" and r.speedup is not None else ""),
-            _fmt(r.speedup_vs_fastest, ".2f")
+            fmt(r.tok_per_s),
+            fmt(r.speedup, ".2f") + ("~" if r.state != "COMPLETE" and r.speedup is not None else ""),
+            fmt(r.speedup_vs_fastest, ".2f")
             + ("~" if r.state != "COMPLETE" and r.speedup_vs_fastest is not None else ""),
             measured(r, n_levels),
-            _fmt(r.accept_length, ".2f"),
+            fmt(r.accept_length, ".2f"),
             trial_note(r),
             style=colour.get(r.state, ""),
         )
@@ -400,16 +391,6 @@ def positions_lines(report: Report) -> list[str]:
 # ---------------------------------------------------------------------------------------------- the dashboard's note
 
 
-def _label(cfg: Mapping[str, Any] | None) -> str:
-    return config_label(dict(cfg) if cfg else None)
-
-
-def _ci_text(ci: Mapping[str, float] | None) -> str:
-    if not ci:
-        return "-"
-    return f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}] ({ci.get('confidence', 0) * 100:.4g}%)"
-
-
 def optuna_best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The trial optuna-dashboard shows as "Best Trial": the highest objective value of one start (None: none)."""
     try:
@@ -436,8 +417,12 @@ def study_note(study: optuna.Study, report: Report) -> str:
     if rec_trial is not None:
         ci = rec.speedup_ci
         lines.append(
-            f"**autotune recommends trial {rec_trial}**: `{_label(rec.config)}` ({rec.why})"
-            + (f"; confirmed speedup against the fastest baseline {_ci_text(ci)}" if ci else "")
+            f"**autotune recommends trial {rec_trial}**: `{config_label(rec.config)}` ({rec.why})"
+            + (
+                f"; confirmed speedup against the fastest baseline {_ci(ci)} ({ci.get('confidence', 0) * 100:.4g}%)"
+                if ci
+                else ""
+            )
         )
     best = optuna_best(study)
     if best is not None:
@@ -511,13 +496,10 @@ def publish(study: optuna.Study, report: Report, *, attrs: bool = False) -> None
             report.verdict.value,
             {
                 "trial": rec.trial,
-                "config": _label(rec.config),
+                "config": config_label(rec.config),
                 "why": rec.why,
                 "tok_per_s": None if rec.tok_per_s is None else round(rec.tok_per_s, 1),
                 "speedup": None if not ci else round(ci["point"], 3),
                 "speedup_ci": None if not ci else [round(ci["low"], 3), round(ci["high"], 3)],
             },
         )
-
-
-# ---------------------------------------------------------------------------------------------- writing

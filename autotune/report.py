@@ -1,8 +1,6 @@
-"""Study -> ``Report``: the typed report, built once from the study's records by ``build_report`` and never changed
-after; ``Report.to_json`` is ``report --json``, ``autotune.render`` and ``autotune.html`` render it as text and
-HTML. The study's result (verdict, baselines, confirmation, recommendation) is ``autotune.study.result``'s; the
-report adds the trials' rows, the cost and the checks. Sections recorded by other modules (load levels, traffic,
-per-method results, warm-ups, lossless records, intervals) are carried as they recorded them."""
+"""Study -> ``Report``, built once by ``build_report``: the study's result (``autotune.study.result``) with the
+trials' rows, the cost and the checks. ``Report.to_json`` is ``report --json``; ``autotune.render`` and
+``autotune.html`` render it as text and HTML. Sections other modules record are carried as they recorded them."""
 
 from __future__ import annotations
 
@@ -100,8 +98,7 @@ _ROW_KEYS = list(TrialRow.__dataclass_fields__)[: list(TrialRow.__dataclass_fiel
 
 @dataclass(frozen=True)
 class GpuTime:
-    """Server time (hardware seconds the GPUs were held) of the search and confirmation, and what pruning and
-    deduplication saved."""
+    """Server time (hardware seconds the GPUs were held) of the search and confirmation (``gpu_time``)."""
 
     search_s: float
     search_starts: int
@@ -402,9 +399,7 @@ def _complete_note(r: TrialRecord) -> str | None:
 
 
 def _load(rows: list[TrialRow], best: Best | None, conf: ConfirmationState) -> Load | None:
-    """With load levels: the best trial's per-level figures with the per-level verdict of its search measurement
-    ("speculation wins up to 64 streams, loses from 256"), and confirmation's per-level winners and verdicts
-    (``confirmed``, ``confirmed_text``); None without levels."""
+    """With load levels: the best trial's per-level figures and search verdicts, and confirmation's per level."""
     row = next((r for r in rows if r.number == best.trial), None) if best else None
     if row is None:  # nothing confirmed yet: the search's best measurement of the objective
         spec = [r for r in rows if r.speculative and r.levels and r.tok_per_s]
@@ -430,11 +425,8 @@ def _traffic(
     res: StudyResult,
     by_number: dict[int, FrozenTrial],
 ) -> dict[str, Any]:
-    """A request-log study's subset and guards, the holdout check (``traffic.holdout_check``, as recorded), the
-    winner's acceptance on the subset against the holdout (``traffic.acceptance_check``, as ``study.winner``
-    recorded it, measured after confirmation), and the
-    recommended config's speedup by input-length third against its baseline (the search's measurements; none when
-    the baseline is recommended)."""
+    """A request-log study's subset and guards, the holdout checks as recorded, and the recommended config's
+    speedup by length third against its baseline (the search's measurements; none for a baseline)."""
     from autotune.study.winner import acceptance_text
     from autotune.traffic import by_length, length_text
 
@@ -477,8 +469,7 @@ def _traffic(
 def _methods_section(
     study: optuna.Study, rows: list[TrialRow], res: StudyResult, describe: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """Per-method results (``study.methods``; spaces with search.methods only), each method's best config with
-    its per-position acceptance where reported."""
+    """Per-method results (``study.methods``), each method's best with its per-position acceptance."""
     per_method = _methods.from_study(
         study,
         {
@@ -518,7 +509,7 @@ def _acceptance_guards(
 
 
 def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Why the search stopped before its budget (``autotune.study.settle``), with a line to print; None: it did not."""
+    """Why the search stopped before its budget, with a line to print; None: it did not."""
     if not state:
         return None
     return {
@@ -549,8 +540,7 @@ def interval_note(conf: ConfirmationState) -> str | None:
 
 
 def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
-    """Pruned and failed trials counted by why: lost to the baseline or to the leader (by ``prune_rule``),
-    infeasible, out of memory, same server config as a pruned trial; each failure kind; interrupted; no outcome."""
+    """Pruned and failed trials counted by why."""
     out: dict[str, dict[str, int]] = {"PRUNED": {}, "FAIL": {}}
     for t in trials:
         if t.state not in (TrialState.PRUNED, TrialState.FAIL):
@@ -579,8 +569,7 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
 
 
 def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any] | None:
-    """The warm-up passes of every start, search and confirmation (``autotune.warmup.summary``, with its line as
-    ``text``); None when no start warmed up with passes."""
+    """The warm-up passes of every start, search and confirmation, with its line as ``text``; None without."""
     ws = [TrialRecord(t).warmup for t in trials if not TrialRecord(t).is_duplicate]
     for rnd in [*(conf.check_rounds or []), *conf.rounds]:
         if rnd.starts is not None:
@@ -592,14 +581,12 @@ def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
 
 
 def _start_seconds(t: FrozenTrial) -> float:
-    """A trial's server time: its startup, its warm-up passes and its timed benchmark (the warm-up requests and
-    reference answers not counted)."""
+    """A start's server time: its startup, warm-up passes and timed benchmark (not warm-up requests or references)."""
     return (TrialRecord(t).startup_s or 0.0) + warmup_seconds(t) + bench_seconds(t)
 
 
 def trial_gpu_s(t: FrozenTrial) -> float:
-    """A search trial's server time as ``gpu_time`` bills it: its start when it ran one, and its starts that failed
-    (a duplicate: none, it started nothing)."""
+    """A search trial's server time as ``gpu_time`` bills it (a duplicate started nothing)."""
     r = TrialRecord(t)
     if r.is_duplicate:
         return 0.0
@@ -608,12 +595,9 @@ def trial_gpu_s(t: FrozenTrial) -> float:
 
 
 def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
-    """Server time (hardware seconds the GPUs were held) spent by the search and confirmation, and what pruning
-    and deduplication saved. Pruning saved what a pruned trial did not run: its missing prompts (at its own mean
-    time per prompt) and, with load levels, the levels it did not reach (at the complete trials' mean time for
-    that level); a duplicate saved the start and benchmark of the trial it copies. Confirmation starts are
-    estimated from their tok/s: a complete search start's benchmark work (seconds x objective) over that tok/s,
-    plus the search's mean startup (the rounds record tok/s only)."""
+    """Server time spent and saved. Pruning saved what a pruned trial did not run: its missing prompts (at its own
+    mean time per prompt) and the load levels it did not reach (at the complete trials' mean for that level); a
+    duplicate saved the start and benchmark of the trial it copies."""
     by_number = {t.number: t for t in trials}
     searched = spent = pruning = dedup = 0.0
     starts = 0
@@ -663,50 +647,39 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
 
 
 def _best_configs(
-    rows: list[TrialRow], confirmed: tuple[Confirmed, ...], recommended: int | None = None, n: int = 5
+    rows: list[TrialRow], confirmed: tuple[Confirmed, ...], recommended: int | None
 ) -> tuple[BestConfig, ...]:
-    """The best measured speculative configs against the fastest baseline, by the objective's speedup: the
-    confirmed one where confirmation measured it (more starts, fresh baselines), else the search's; the recommended
-    trial first. ``speedup`` stays the search measurement's, ``confirmed_speedup`` is confirmation's."""
-    by_trial = {c.trial: c for c in confirmed}
+    """The five best measured speculative configs by the objective's speedup against the fastest baseline,
+    confirmed where confirmation measured it, else the search's; the recommended trial first."""
+    cis = {c.trial: c.headline for c in confirmed}
     spec = [
         r
         for r in rows
         if r.speculative and r.state == "COMPLETE" and r.duplicate_of is None and r.speedup_vs_fastest is not None
     ]
 
-    def ci_of(r: TrialRow) -> CI | None:
-        c = by_trial.get(r.number)
-        return c.headline if c else None
-
     def rank(r: TrialRow) -> tuple[bool, float]:
-        ci = ci_of(r)
+        ci = cis.get(r.number)
         return (r.number == recommended, ci["point"] if ci else r.speedup_vs_fastest or 0.0)
 
     spec.sort(key=rank, reverse=True)
-    out = []
-    for r in spec[:n]:
-        ci = ci_of(r)
-        out.append(
-            BestConfig(
-                trial=r.number,
-                config=r.config,
-                tok_per_s=r.tok_per_s,
-                speedup=r.speedup_vs_fastest,
-                speedup_ci=ci,
-                confirmed_speedup=ci["point"] if ci else None,
-                recommended=r.number == recommended,
-                accept_length=r.accept_length,
-                accept_per_pos=r.accept_per_pos,
-            )
+    return tuple(
+        BestConfig(
+            trial=r.number,
+            config=r.config,
+            tok_per_s=r.tok_per_s,
+            speedup=r.speedup_vs_fastest,
+            speedup_ci=(ci := cis.get(r.number)),
+            confirmed_speedup=ci["point"] if ci else None,
+            recommended=r.number == recommended,
+            accept_length=r.accept_length,
+            accept_per_pos=r.accept_per_pos,
         )
-    return tuple(out)
+        for r in spec[:5]
+    )
 
 
 def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy: dict[str, Any] | None) -> Lossless:
-    """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor; in
-    a space whose prompts sample, the winner's check at temperature 0 (``study.winner``) and which figures come
-    from which measurement."""
     from autotune.study.winner import greedy_text
 
     checked = [(r, r.lossless) for r in rows if r.lossless]
@@ -730,7 +703,7 @@ def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy:
     )
 
 
-def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]] | None = None) -> str:
+def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]]) -> str:
     if v == Verdict.INCONCLUSIVE and suspects and not exclusions:
         numbers = ", ".join(str(p["trial"]) for p in suspects)
         return (
@@ -747,7 +720,7 @@ def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[
     return VERDICT_TEXT[v]
 
 
-def _flags(rows: list[TrialRow], greedy: dict[str, Any] | None = None) -> list[str]:
+def _flags(rows: list[TrialRow], greedy: dict[str, Any] | None) -> list[str]:
     out = []
     if greedy is not None and greedy.get("ok") is False:
         out.append(

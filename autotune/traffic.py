@@ -736,7 +736,7 @@ def _templated(asks: Sequence[str]) -> list[int]:
     return [i for i, a in enumerate(asks) if len(a) >= 40 and (prefix[i] + suffix[i]) >= 0.7 * len(a)]
 
 
-def guards(requests: Sequence[LoggedRequest], *, api: str = "chat", drafter_is_chat_tuned: bool = True) -> list[Guard]:
+def guards(requests: Sequence[LoggedRequest], *, api: str = "chat") -> list[Guard]:
     """Every validity guard that fires on ``requests`` measured through ``api`` (see each constant)."""
     n = len(requests)
     out: list[Guard] = []
@@ -785,7 +785,7 @@ def guards(requests: Sequence[LoggedRequest], *, api: str = "chat", drafter_is_c
             )
         )
     chats = sum(r.is_chat for r in requests)
-    if api != "chat" and chats and drafter_is_chat_tuned:
+    if api != "chat" and chats:
         out.append(
             Guard(
                 "no-chat-template",
