@@ -35,8 +35,7 @@ from autotune.space import Space
 
 
 def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -> list[str]:
-    """The comment block every text format starts with: who, what (the method), the figures, the translation, the
-    schedule and the files the launch reads (``files_where(name)``: where this format finds it)."""
+    """The comment block every text format starts with (``files_where(name)``: where this format finds a file)."""
     p = b.provenance
     m = p["measured"]
     ci = m.get("speedup_ci")
@@ -85,15 +84,14 @@ def _f(x: Any) -> str:
 
 
 def _script_word(arg: str) -> str:
-    """One argv element for a shell script, its files named beside the script (``SCRIPT_DIR``)."""
+    """One argv element for a shell script, its files named beside the script."""
     if _SCRIPT_MARK not in arg:
         return shlex.quote(arg)
     return SCRIPT_DIR.join(shlex.quote(part) if part else "" for part in arg.split(_SCRIPT_MARK))
 
 
 def fmt_command(b: Bundle, _opts: Options) -> str:
-    """A shell command line (a script: ``bash FILE``); secrets come from the deploying shell's environment
-    (``NAME="$NAME"``); the files the launch reads are named beside the script (``"$(dirname "$0")"/NAME``)."""
+    """A shell command line (a script: ``bash FILE``); secrets come from the deploying shell's environment."""
     env = b.launch["env"]
     prefix = [f'{k}="${k}"' if is_secret_name(k) else f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     words = [_script_word(a) for a in b.script_argv]
@@ -116,8 +114,7 @@ ENV_START = 'set -a; . ./FILE; set +a; eval "$SERVER_LAUNCHER $SERVER_ARGS"'
 
 
 def fmt_env(b: Bundle, _opts: Options) -> str:
-    """A POSIX shell env file: the server's variables, ``SERVER_LAUNCHER`` and ``SERVER_ARGS`` as shell-quoted words
-    (``ENV_START`` starts it, under sh or bash); secrets are named in a comment, never written."""
+    """A POSIX shell env file (``ENV_START`` starts it); secrets are named in a comment, never written."""
     launch = b.launch
     argv, launcher = launch["argv"], launch["launcher"]
     lines = _comment_lines(b)
@@ -138,9 +135,8 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def is_hub_id(path: str) -> bool:
-    """Whether checkpoint ``path`` names a model on the Hugging Face hub (``org/name``, downloaded by the server),
-    not a local path: the hub id's shape, not absolute, no such file or directory here, not a GGUF file (which
-    llama.cpp reads from disk only)."""
+    """Whether checkpoint ``path`` names a model on the Hugging Face hub (downloaded by the server), not a local path
+    (a GGUF file is one: llama.cpp reads from disk only)."""
     return (
         _HUB_ID.fullmatch(path) is not None
         and not path.endswith(".gguf")
@@ -204,8 +200,8 @@ def _words(argv: list[str]) -> str:
 
 
 def _image_lines(d: _Deploy, fmt: str) -> list[str]:
-    """The comment lines saying which image runs the server and how it starts it, and what to change for another
-    image (``fmt``: compose or k8s); the hub ids the server downloads."""
+    """Which image runs the server and how it starts it, what to change for another image (``fmt``: compose or
+    k8s), and the hub ids the server downloads."""
     c = d.container
     entrypoint, launcher = c.entrypoint, c.launcher
     image = d.image if d.image == d.default_image else f"{d.image} (taken to start as {d.default_image})"
@@ -267,10 +263,9 @@ def _listen_line(d: _Deploy, where: str) -> str:
 
 
 def fmt_compose(b: Bundle, opts: Options) -> str:
-    """A docker-compose file with one service: the exact argv as its command, listening on every interface of the
-    container, the port published on the space's ``server.host`` of this host (where it was measured: 127.0.0.1
-    keeps it to this host), the GPUs reserved, the checkpoints mounted read-only at the same paths, the launch's
-    files mounted from beside the compose file."""
+    """A docker-compose file with one service, its port published on the space's ``server.host`` of this host
+    (127.0.0.1 keeps it to this host), the checkpoints mounted read-only at the same paths, the launch's files from
+    beside the compose file."""
     d = _deploy(b, opts)
     env = {k: (f"${{{k}:?set {k}}}" if is_secret_name(k) else v) for k, v in sorted(b.launch["env"].items())}
     c = d.container
@@ -319,12 +314,9 @@ def startup_budget(b: Bundle) -> tuple[int, str]:
 
 
 def fmt_k8s(b: Bundle, opts: Options) -> str:
-    """A Kubernetes Deployment and its Service: the image's launcher as ``command``, the exact args listening on the
-    pod's address, GPUs as ``nvidia.com/gpu`` limits, the local checkpoints as hostPath volumes at the same paths (a
-    hub id none), the launch's files from a ConfigMap ``NAME-files`` (a document before the Deployment), secrets
-    from a Secret named ``NAME-secrets``, a startup probe on the server's health endpoint sized to the study's
-    measured start-up (``startup_budget``) and a readiness probe, the provenance as an annotation; the Service
-    ``NAME`` on the space's port."""
+    """A Kubernetes Deployment and its Service: the local checkpoints as hostPath volumes at the same paths, the
+    launch's files from a ConfigMap ``NAME-files``, secrets from a Secret ``NAME-secrets``, a startup probe sized to
+    the study's measured start-up, the provenance as an annotation."""
     d = _deploy(b, opts)
     env = []
     for k, v in sorted(b.launch["env"].items()):
@@ -424,7 +416,7 @@ FORMATS: dict[str, Callable[[Bundle, Options], str]] = {
 
 
 def _server_formats() -> dict[str, type[Backend]]:
-    """Each server's own format (``Backend.export_format``) -> its backend class."""
+    """Each server's own format -> its backend class."""
     out: dict[str, type[Backend]] = {}
     for name in backend_names():
         cls = backend_class(name)
@@ -440,8 +432,8 @@ def format_names(backend: Backend) -> list[str]:
 
 
 def fitting_formats(backend: Backend) -> list[str]:
-    """The formats a study of ``backend`` exports to: its own, the generic ones (its server's launch), and other
-    servers' that take a translation of it (``Backend.accepts_translation``, ``Backend.portable_checkpoints``)."""
+    """The formats a study of ``backend`` exports to: its own, the generic ones, and other servers' that take a
+    translation of it."""
     return [f for f in format_names(backend) if _translation_problem(backend, f) is None]
 
 
