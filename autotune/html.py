@@ -15,13 +15,14 @@ from autotune.config import config_label
 from autotune.render import fmt, measured, position_rows
 from autotune.report import COMPARISONS, Report
 from autotune.study import baseline_check
+from autotune.study.result import CI
 
 
 def _e(x: Any) -> str:
     return html.escape("-" if x is None else str(x))
 
 
-def _range(ci: dict[str, Any]) -> str:
+def _range(ci: CI) -> str:
     """An interval's ends and the confidence it was taken at: ``[1.829, 2.012] 95%``."""
     conf = fmt((ci.get("confidence") or 0) * 100, ".4g")
     return f"[{fmt(ci.get('low'), '.3f')}, {fmt(ci.get('high'), '.3f')}] {conf}%"
@@ -329,7 +330,7 @@ def _positions(report: Report) -> list[str]:
     rows = position_rows(report)
     if not rows:
         return []
-    k = max(len(r["rates"]) for r in rows)
+    k = max(len(r.rates) for r in rows)
     head = "".join(f"<th>{i}</th>" for i in range(1, k + 1))
     parts = [
         "<h2>Per-position acceptance</h2><p>P(first i draft tokens accepted) for each position i, and below it the "
@@ -338,11 +339,11 @@ def _positions(report: Report) -> list[str]:
         f"<table><tr><th>config</th><th>trial</th><th>drafts</th><th></th>{head}</tr>",
     ]
     for r in rows:
-        rates = "".join(f"<td>{x:.3f}</td>" for x in r["rates"])
-        prof = "".join(f"<td>{x:.2f}</td>" for x in r["profile"] or [])
+        rates = "".join(f"<td>{x:.3f}</td>" for x in r.rates)
+        prof = "".join(f"<td>{x:.2f}</td>" for x in r.profile or [])
         parts.append(
-            f"<tr><td rowspan='2'>{_e(r['who'])}</td><td rowspan='2'>{r['trial']}</td>"
-            f"<td rowspan='2'>{r['drafts']}</td><td>P(first i)</td>{rates}</tr>"
+            f"<tr><td rowspan='2'>{_e(r.who)}</td><td rowspan='2'>{r.trial}</td>"
+            f"<td rowspan='2'>{r.drafts}</td><td>P(first i)</td>{rates}</tr>"
             f"<tr><td>E[accepted | depth k]</td>{prof}</tr>"
         )
     parts.append("</table>")

@@ -17,6 +17,7 @@ from autotune.records import TrialRecord
 
 if TYPE_CHECKING:
     from autotune.report import Report
+    from autotune.study.result import CI
 
 COLOURS = {"COMPLETE": "#3366cc", "PRUNED": "#aaaaaa", "FAIL": "#cc3333", "baseline": "#222222"}
 PALETTE = ("#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00")
@@ -240,7 +241,7 @@ def knobs(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figur
     )
 
 
-def interval_axis(cis: list[dict[str, Any]], racing: list[bool]) -> tuple[float, float]:
+def interval_axis(cis: list[CI], racing: list[bool]) -> tuple[float, float]:
     """The speedup axis: 1.0, every point and the intervals of the candidates still racing at the end, padded;
     a wider interval (a candidate out after few rounds: [0.167, 5.294]) is clipped at the edge, not allowed to
     squash the others into slivers."""

@@ -9,6 +9,7 @@ Markdown: the verdict, the recommended trial and how it differs from the dashboa
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 import optuna
@@ -360,17 +361,26 @@ def _pruned_by(report: Report) -> str:
     return f"{by['baseline']} slower than their baseline, {by['leader']} slower than the leader"
 
 
-def position_rows(report: Report) -> list[dict[str, Any]]:
-    """The per-position acceptance to show (``accept_per_pos``, where the server reports it): each method's best
-    config in a space with ``search.methods``, else the best configs; an explanation of the acceptance, never a
-    ranking. Each row: ``who`` (method label or config), ``trial`` and the summary's ``drafts``, ``rates``,
-    ``profile``."""
+@dataclass(frozen=True)
+class PositionRow:
+    """One config's per-position acceptance (``acceptance.summary``); ``who``: its method's label or its config."""
+
+    who: str
+    trial: int
+    drafts: int
+    rates: list[float]
+    profile: list[float] | None
+
+
+def position_rows(report: Report) -> list[PositionRow]:
+    """The per-position acceptance to show, where the server reports it: each method's best config in a space with
+    ``search.methods``, else the best configs; an explanation of the acceptance, never a ranking."""
     methods = (report.methods or {}).get("methods") or []
     if methods:
         picked = [(e["label"], e["best"]["trial"], e["best"].get("accept_per_pos")) for e in methods if e.get("best")]
     else:
         picked = [(config_label(b.config), b.trial, b.accept_per_pos) for b in report.best_configs]
-    return [{"who": who, "trial": trial, **pos} for who, trial, pos in picked if pos]
+    return [PositionRow(who, trial, pos["drafts"], pos["rates"], pos["profile"]) for who, trial, pos in picked if pos]
 
 
 def positions_lines(report: Report) -> list[str]:
@@ -381,10 +391,10 @@ def positions_lines(report: Report) -> list[str]:
         return []
     out = ["per-position acceptance (P(first i draft tokens accepted), i = 1..K; explains acceptance, never ranks):"]
     for r in rows:
-        rates = " ".join(f"{x:.2f}" for x in r["rates"])
-        prof = " ".join(f"{x:.2f}" for x in r["profile"] or [])
-        depth = f"; expected accepted at depth 1..{len(r['profile'])}: {prof}" if r["profile"] else ""
-        out.append(f"  {r['who']} (trial {r['trial']}, {r['drafts']} drafts): {rates}{depth}")
+        rates = " ".join(f"{x:.2f}" for x in r.rates)
+        prof = " ".join(f"{x:.2f}" for x in r.profile or [])
+        depth = f"; expected accepted at depth 1..{len(r.profile)}: {prof}" if r.profile else ""
+        out.append(f"  {r.who} (trial {r.trial}, {r.drafts} drafts): {rates}{depth}")
     return out
 
 

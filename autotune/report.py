@@ -25,6 +25,7 @@ from autotune.study.result import (
     objective_speedup,
     study_result,
 )
+from autotune.traffic import Guard, acceptance_guards, by_length, length_text
 from autotune.verdict import Verdict, point_verdict, to_settle_text
 
 VERDICT_TEXT: dict[str, str] = {
@@ -178,12 +179,6 @@ class Load:
 
     def to_json(self) -> dict[str, object]:
         return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class Guard:
-    name: str
-    text: str
 
 
 @dataclass(frozen=True)
@@ -428,41 +423,34 @@ def _traffic(
     """A request-log study's subset and guards, the holdout checks as recorded, and the recommended config's
     speedup by length third against its baseline (the search's measurements; none for a baseline)."""
     from autotune.study.winner import acceptance_text
-    from autotune.traffic import by_length, length_text
 
     out = dict(info)
+    rest = "subset vs the rest of the log"
     out["holdout_check"] = holdout
     if holdout is not None:
-        out["holdout_text"] = f"subset vs the rest of the log (baseline trial {holdout['trial']}): {holdout['text']}"
+        out["holdout_text"] = f"{rest} (baseline trial {holdout['trial']}): {holdout['text']}"
     elif info.get("holdout"):
-        out["holdout_text"] = "subset vs the rest of the log: not measured (no baseline measured it)"
+        out["holdout_text"] = f"{rest}: not measured (no baseline measured it)"
     else:
-        out["holdout_text"] = (
-            "subset vs the rest of the log: off (benchmark.holdout: 0, or no request outside the subset)"
-        )
+        out["holdout_text"] = f"{rest}: off (benchmark.holdout: 0, or no request outside the subset)"
     out["acceptance_check"] = accepted
     if accepted is not None:
-        out["acceptance_text"] = "subset vs the rest of the log (the winner, after confirmation): " + acceptance_text(
-            accepted
-        )
+        out["acceptance_text"] = f"{rest} (the winner, after confirmation): " + acceptance_text(accepted)
     elif info.get("holdout"):
         out["acceptance_text"] = (
             "the winner's acceptance on the rest of the log: not measured (no speculative winner confirmed)"
         )
     t = by_number.get(res.recommended.trial) if res.recommended.trial is not None else None
-    rows: list[dict[str, Any]] = []
-    out_rows: list[dict[str, Any]] = []
-    if t is not None and not TrialRecord(t).is_baseline:
-        own = TrialRecord(t).baseline_trial
-        b = by_number.get(own) if own is not None else None
-        if b is not None:
-            mine, base = TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results()
-            rows = by_length(mine, base)
-            out_rows = by_length(mine, base, side="output")
-    out["by_length"] = rows
-    out["by_length_text"] = length_text(rows)
-    out["by_output_length"] = out_rows
-    out["by_output_length_text"] = length_text(out_rows, side="output")
+    own = TrialRecord(t).baseline_trial if t is not None and not TrialRecord(t).is_baseline else None
+    b = by_number.get(own) if own is not None else None
+    mine, base = (
+        (TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results())
+        if t is not None and b is not None
+        else ([], [])
+    )
+    for side, key in (("input", "by_length"), ("output", "by_output_length")):
+        out[key] = by_length(mine, base, side=side) if b is not None else []
+        out[key + "_text"] = length_text(out[key], side=side)
     return out
 
 
@@ -495,8 +483,6 @@ def _acceptance_guards(
     rows: list[TrialRow], by_number: dict[int, FrozenTrial], references: dict[str, float]
 ) -> tuple[Guard, ...]:
     """``acceptance-far-below`` (``traffic.acceptance_guards``) on each drafter's fastest measured trial."""
-    from autotune.traffic import acceptance_guards
-
     fastest: dict[str, TrialRow] = {}
     for r in rows:
         drafter = (r.config or {}).get("drafter")
@@ -505,7 +491,7 @@ def _acceptance_guards(
         if drafter not in fastest or r.tok_per_s > (fastest[drafter].tok_per_s or 0.0):
             fastest[drafter] = r
     judged = [(d, r.number, TrialRecord(by_number[r.number]).prompt_results()) for d, r in fastest.items()]
-    return tuple(Guard(g.name, g.text) for g in acceptance_guards(judged, references))
+    return tuple(acceptance_guards(judged, references))
 
 
 def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:
