@@ -78,7 +78,8 @@ def _verdict(report: Report) -> list[str]:
     ]
     if report.to_settle:
         parts.append(f"<p class='to-settle' id='to-settle'>{_e(report.to_settle['text'])}</p>")
-    parts += _objective_line(report)
+    if report.objective.get("category_weights"):  # what the study maximised, when its weights name categories
+        parts.append(f"<p class='objective' id='objective'>objective: {_e(report.objective['text'])}</p>")
     if report.search_settled:
         parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled['text'])}</p>")
     if report.warmup:
@@ -125,17 +126,8 @@ def _confirmation(report: Report) -> list[str]:
     return parts
 
 
-def _objective_line(report: Report) -> list[str]:
-    """What the study maximised, when its weights name prompt categories."""
-    obj = report.objective
-    if not obj.get("category_weights"):
-        return []
-    return [f"<p class='objective' id='objective'>objective: {_e(obj['text'])}</p>"]
-
-
 def _methods(report: Report) -> list[str]:
-    """Per-method results (spaces with search.methods): the sentence naming the winner, each method's best, and
-    each prompt category's speedup per method."""
+    """Per-method results (spaces with search.methods)."""
     m = report.methods
     if not m:
         return []
@@ -181,8 +173,7 @@ def _methods(report: Report) -> list[str]:
 
 
 def _levels(report: Report) -> list[str]:
-    """With load levels: per level, the search's best trial there and the confirmation's winner, interval and
-    verdict (the table ``autotune report`` prints)."""
+    """With load levels: per level, the search's figures and the confirmation's winner, interval and verdict."""
     load = report.load
     if load is None or not load.levels:
         return []
@@ -325,8 +316,7 @@ def _plots(study: optuna.Study, report: Report) -> list[str]:
 
 
 def _positions(report: Report) -> list[str]:
-    """Per-position acceptance of each method's best config (``render.position_rows``): an explanation, never a
-    ranking; nothing where the server reports none."""
+    """Per-position acceptance (``render.position_rows``)."""
     rows = position_rows(report)
     if not rows:
         return []

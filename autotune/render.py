@@ -1,10 +1,6 @@
-"""Report -> text for people: the terminal (rich; the JSON form is ``Report.to_json``) and optuna-dashboard's
-notes (``publish``).
-
-Tables for the baselines, the best configs, the pruned and failed reasons and the trials; sentences (verdict,
-confirmed intervals, exclusions) as whole lines, never wrapped, so that they can be grepped. Colour only on a
-terminal; into a pipe or file the same text without escapes, 160 columns wide. The dashboard's study note is
-Markdown: the verdict, the recommended trial and how it differs from the dashboard's "Best Trial"."""
+"""Report -> text for people: the terminal (rich) and optuna-dashboard's notes (``publish``). Sentences are whole
+lines, never wrapped, so that they can be grepped; colour only on a terminal, into a pipe or file the same text
+without escapes, 160 columns wide."""
 
 from __future__ import annotations
 
@@ -50,8 +46,7 @@ def _console(out: IO[str]) -> Console:
 
 
 def render_report(report: Report, out: IO[str], deploy: str | None = None) -> None:
-    """The whole report: its tables and evidence, then the closing summary (``summary_lines``); ``deploy``: the
-    recommended config's launch command, printed in the summary."""
+    """The whole report, then the closing summary; ``deploy``: the recommended config's launch command."""
     con = _console(out)
 
     def line(text: str, style: str | None = None) -> None:
@@ -119,25 +114,21 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         line(f"  ({INTERVAL_POINTER})")
     load = report.load
     if load:
-
-        def w(text: str) -> None:
-            line(text.rstrip("\n"))
-
-        w(f"per level (trial {load.trial}, search measurement):\n")
-        w("  streams     tok/s  speedup  per-stream  ITL p50/p99 ms   TTFT p50/p99 ms  accept  failed\n")
+        line(f"per level (trial {load.trial}, search measurement):")
+        line("  streams     tok/s  speedup  per-stream  ITL p50/p99 ms   TTFT p50/p99 ms  accept  failed")
         for x in load.levels:
             slo = "  SLO broken: " + "; ".join(x["slo_broken"]) if x.get("slo_broken") else ""
-            w(
+            line(
                 f"  {x['level']:>7} {fmt(x.get('tok_per_s')):>9} {fmt(x.get('speedup'), '.2f'):>8} "
                 f"{fmt(x.get('stream_tok_per_s')):>11} "
                 f"{fmt(x.get('itl_p50_ms')):>6}/{fmt(x.get('itl_p99_ms')):<7} "
                 f"{fmt(x.get('ttft_p50_ms')):>8}/{fmt(x.get('ttft_p99_ms')):<8} "
-                f"{fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}\n"
+                f"{fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}"
             )
-        w(f"  {load.text} (search)\n")
+        line(f"  {load.text} (search)")
         for v in load.confirmed or []:
             iv = _ci(v.get("speedup_ci"))
-            w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
+            line(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}")
     traffic = report.traffic
     if traffic:
         line(
@@ -275,8 +266,7 @@ def _best(con: Console, report: Report) -> None:
 
 
 def _methods_lines(m: dict[str, Any] | None) -> list[str]:
-    """Per-method results (spaces with search.methods): the verdict naming the method, each method's best with
-    its acceptance, adaptive vs tuned static, each category's speedup per method."""
+    """Per-method results (spaces with search.methods)."""
     if not m:
         return []
     out = ["methods: " + m["text"]]
@@ -384,8 +374,7 @@ def position_rows(report: Report) -> list[PositionRow]:
 
 
 def positions_lines(report: Report) -> list[str]:
-    """``position_rows`` as text: P(first i draft tokens accepted) for i = 1..K, and the expected accepted draft
-    tokens at each depth k <= K (``autotune.acceptance.acceptance_profile``)."""
+    """``position_rows`` as text."""
     rows = position_rows(report)
     if not rows:
         return []
@@ -401,18 +390,9 @@ def positions_lines(report: Report) -> list[str]:
 # ---------------------------------------------------------------------------------------------- the dashboard's note
 
 
-def optuna_best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The trial optuna-dashboard shows as "Best Trial": the highest objective value of one start (None: none)."""
-    try:
-        return study.best_trial
-    except ValueError:
-        return None
-
-
 def study_note(study: optuna.Study, report: Report) -> str:
-    """The study's note (Markdown, at the top of its dashboard page): the verdict, a SIMULATED label, the trial
-    autotune recommends and why, how that differs from optuna-dashboard's "Best Trial", what the objective value
-    is, the intervals' confidence, and every pruned and failed trial with its reason."""
+    """The study's note (Markdown, at the top of its dashboard page): the verdict, the trial autotune recommends and
+    how that differs from optuna-dashboard's "Best Trial", what the objective value is, the pruned and failed."""
     res = report.result
     sim = res.simulated
     lines = [f"## autotune study `{res.study}`"]
@@ -434,7 +414,10 @@ def study_note(study: optuna.Study, report: Report) -> str:
                 else ""
             )
         )
-    best = optuna_best(study)
+    try:  # what optuna-dashboard shows as "Best Trial": the highest objective value of one start
+        best: optuna.trial.FrozenTrial | None = study.best_trial
+    except ValueError:
+        best = None
     if best is not None:
         value = f"{best.value:.1f}" if best.value is not None else "-"
         is_base = records.TrialRecord(best).is_baseline
@@ -475,10 +458,9 @@ def study_note(study: optuna.Study, report: Report) -> str:
 
 
 def publish(study: optuna.Study, report: Report, *, attrs: bool = False) -> None:
-    """What optuna-dashboard shows about the study as a whole: its note (``study_note``), and a note for each
-    pruned or failed trial that has none (one failed outside its steps: its reason); with ``attrs`` also the study
-    user attrs ``verdict`` and ``recommended`` (rounded figures). Without optuna-dashboard installed: the attrs
-    only."""
+    """What optuna-dashboard shows about the study: its note, and a note for each pruned or failed trial that has
+    none; with ``attrs`` also the study user attrs ``verdict`` and ``recommended`` (written without the dashboard
+    installed too)."""
     try:
         from optuna_dashboard import save_note
         from optuna_dashboard._note import get_note_from_system_attrs, save_note_with_version
