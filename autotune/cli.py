@@ -348,10 +348,6 @@ def cmd_bench(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_dashboard(ctx: Context, args: argparse.Namespace) -> int:
-    return deploy_cmd.dashboard(ctx, note=_note)
-
-
 COMMANDS = {
     "study": cmd_study,
     "worker": cmd_worker,
@@ -360,7 +356,7 @@ COMMANDS = {
     "export": cmd_export,
     "validate": cmd_validate,
     "confirm": cmd_confirm,
-    "dashboard": cmd_dashboard,
+    "dashboard": lambda ctx, _args: deploy_cmd.dashboard(ctx, note=_note),
 }
 
 
@@ -395,10 +391,6 @@ def _interrupt_on_termination() -> None:
         signal.signal(sig, _raise)
 
 
-#: commands that build their own context (their positional argument is not a space file)
-OWN_CONTEXT = {"reverify": cmd_reverify}
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from autotune.errors import AutotuneError, UserError
@@ -408,8 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING if args.verbose else optuna.logging.ERROR)
-        if args.command in OWN_CONTEXT:
-            return OWN_CONTEXT[args.command](args)
+        if args.command == "reverify":  # its positional argument is not a space file: no context
+            return cmd_reverify(args)
         ctx = Context(command_options(args))
         return COMMANDS[args.command](ctx, args)
     except UserError as e:
@@ -427,7 +419,3 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         os._exit(EXIT_OK)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
