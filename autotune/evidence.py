@@ -30,7 +30,7 @@ def artifact_dir(studies_dir: str | Path, study_name: str) -> Path:
     return Path(studies_dir) / study_name / "artifacts"
 
 
-def param_knobs(params: Mapping[str, Any], config: Mapping[str, Any] | None) -> dict[str, str]:
+def param_knobs(params: Mapping[str, object], config: Mapping[str, object] | None) -> dict[str, str]:
     """Each Optuna parameter name -> the knob it sets (a knob whose range depends on earlier knobs is suggested under
     its own name: ``num_draft_tokens_s4_k4``, ``autotune.backends.methods.cut_name``)."""
     knobs = sorted(config or {}, key=len, reverse=True)
@@ -41,7 +41,7 @@ def param_knobs(params: Mapping[str, Any], config: Mapping[str, Any] | None) -> 
     return out
 
 
-def _server_account(server: Mapping[str, Any], measured_accept: float | None) -> dict[str, Any]:
+def _server_account(server: Mapping[str, object], measured_accept: float | None) -> dict[str, object]:
     """The server's account of its config, read at start-up before any request: a running acceptance figure
     there is no measurement (SGLang reports 0.0), so the measured one is shown in its place."""
     out = dict(server)
@@ -60,7 +60,7 @@ def trial_note(
     attrs: Mapping[str, Any],
     outcome: Mapping[str, Any],
     prompt_ids: Sequence[str],
-    params: Mapping[str, Any] | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> str:
     """The trial's note (Markdown)."""
     state = outcome.get("state", "?")

@@ -91,7 +91,7 @@ class Chosen:
     speedup: float | None
     speedup_ci: CI | None
     source: str  # confirmation | search
-    baseline: dict[str, Any] | None  # the baseline its speedup is against: trial, config, tok_per_s
+    baseline: dict[str, object] | None  # the baseline its speedup is against: trial, config, tok_per_s
 
 
 def choose(res: StudyResult, trial: int | None) -> Chosen:
@@ -138,17 +138,17 @@ def choose(res: StudyResult, trial: int | None) -> Chosen:
     )
 
 
-def _baseline_entry(b: Baseline | None) -> dict[str, Any] | None:
+def _baseline_entry(b: Baseline | None) -> dict[str, object] | None:
     if b is None:
         return None
     return {"trial": b.trial, "config": b.config.to_dict(), "tok_per_s": b.tok_per_s}
 
 
-def fingerprint(path: str | Path) -> dict[str, Any]:
+def fingerprint(path: str | Path) -> dict[str, str | int | None]:
     """A checkpoint's fingerprint: sha256 of its config.json and of its weight index (a directory), or of a single
     file's first MiB and its size (a GGUF); None for a file not on this machine."""
     p = Path(path)
-    out: dict[str, Any] = {"config_json_sha256": None, "weight_index": None, "weight_index_sha256": None}
+    out: dict[str, str | int | None] = {"config_json_sha256": None, "weight_index": None, "weight_index_sha256": None}
     if p.is_dir():
         cfg = p / "config.json"
         if cfg.is_file():
@@ -165,7 +165,9 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def checkpoints(space: Space, config: TrialConfig, read_space: Space | None = None) -> list[dict[str, Any]]:
+def checkpoints(
+    space: Space, config: TrialConfig, read_space: Space | None = None
+) -> list[dict[str, str | int | None]]:
     """The target's and the config's drafter's fingerprints; ``read_space`` names where to read them (a simulated
     study's stand-in checkpoints), the entries keep the deployment's paths."""
     read = read_space or space
@@ -244,7 +246,7 @@ def bundle(
     chosen = choose(res, trial)
     config = chosen.config
     dspace, dbackend, dconfig = space, backend, config
-    translation: dict[str, Any] | None = None
+    translation: dict[str, object] | None = None
     if server is not None and type(server) is not type(backend):
         dspace, dconfig = server.translate(space, backend.portable(config, space))
         dbackend = server

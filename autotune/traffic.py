@@ -24,7 +24,7 @@ import re
 import unicodedata
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,7 @@ class _Reader:
         shown = json.dumps(got)[:60] if not isinstance(got, str) else repr(got[:60])
         return self.error(line, field, f"expected {what}, got {shown}")
 
-    def number(self, d: dict[str, Any], key: str, line: int, low: float, high: float) -> float | None:
+    def number(self, d: Mapping[str, object], key: str, line: int, low: float, high: float) -> float | None:
         v = d.get(key)
         if v is None:
             return None
@@ -120,7 +120,7 @@ class _Reader:
             raise self.expected(line, key, f"a number from {low:g} to {high:g}", v)
         return float(v)
 
-    def count(self, d: dict[str, Any], key: str, line: int) -> int | None:
+    def count(self, d: Mapping[str, object], key: str, line: int) -> int | None:
         v = d.get(key)
         if v is None:
             return None
@@ -165,7 +165,7 @@ class _Reader:
             raise self.error(line, "messages", "expected at least one user turn")
         return tuple(out)
 
-    def openai(self, obj: dict[str, Any], line: int, index: int) -> LoggedRequest:
+    def openai(self, obj: Mapping[str, object], line: int, index: int) -> LoggedRequest:
         body = obj.get("body") if isinstance(obj.get("body"), dict) else obj.get("request", obj)
         if not isinstance(body, dict):
             raise self.expected(line, "request", "a request body (a mapping)", body)
@@ -232,7 +232,7 @@ class _Reader:
             finish = c.get("finish_reason")
         if text is not None and not isinstance(text, str):
             raise self.expected(line, "response.choices[0].content", "a text", text)
-        usage: dict[str, Any] = resp["usage"] if isinstance(resp.get("usage"), dict) else {}
+        usage: Mapping[str, object] = resp["usage"] if isinstance(resp.get("usage"), dict) else {}
         out_tokens = usage.get("completion_tokens")
         in_tokens = usage.get("prompt_tokens")
         return replace(
@@ -244,7 +244,7 @@ class _Reader:
             reasoned=reasoned or bool(text and "<think>" in text),
         )
 
-    def sharegpt(self, obj: dict[str, Any], line: int, index: int) -> LoggedRequest:
+    def sharegpt(self, obj: Mapping[str, object], line: int, index: int) -> LoggedRequest:
         conv = obj.get("conversations", obj.get("conversation"))
         if not isinstance(conv, list) or not conv:
             raise self.expected(line, "conversations", "a non-empty list of {from, value}", conv)
@@ -539,7 +539,7 @@ class SubsetCheck:
     warning: str | None
     trial: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         key = self.measured.key
         return {
             **({"trial": self.trial} if self.trial is not None else {}),

@@ -30,9 +30,9 @@ class BenchResult:
         """With load levels: the weighted geometric mean over the levels; None without."""
         return self.measurement.tok_per_s if self.measurement.levels else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         m = self.measurement
-        data = {
+        data: dict[str, object] = {
             "config": self.config.to_dict(),
             "simulated": self.simulated,
             "argv": m.info.argv,
@@ -68,7 +68,7 @@ def bench_config(ctx: Context) -> EffectiveConfig:
     from autotune.config import TrialConfig
     from autotune.errors import InfeasibleConfig, UserError
 
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for item in ctx.args.set:
         if "=" not in item:
             raise UserError(f"--set expects KEY=VALUE but got {item!r}")

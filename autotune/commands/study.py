@@ -462,7 +462,7 @@ class Progress:
             )
         return f"study {self.study!r} is not finished: {self.trials} trials, {self.confirmation}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "text": self.text()}
 
 
