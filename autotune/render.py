@@ -147,8 +147,8 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
                 line(traffic[key], "yellow" if "WARNING" in traffic[key] else None)
     if report.search_settled:
         line(report.search_settled["text"])
-    for c in report.baseline_check:
-        line(baseline_check.text(c), "yellow" if c["flagged"] else None)
+    for bc in report.baseline_check:
+        line(baseline_check.text(bc), "yellow" if bc["flagged"] else None)
     for e in res.exclusions:
         line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
     if report.warmup:

@@ -52,7 +52,7 @@ class TrialRow:
     state: str
     role: str | None
     seeded: Any
-    params: dict[str, Any]
+    params: dict[str, object]
     config: dict[str, Any] | None
     tok_per_s: float | None
     speedup: float | None  # over its own baseline (a trial stopped early: over what it measured)
@@ -152,9 +152,9 @@ class Lossless:
     lossy_trials: list[int]
     tolerance: float | None
     tolerance_source: str | None
-    baseline_divergences: list[dict[str, Any]]
+    baseline_divergences: list[dict[str, object]]
     baselines_compared: int
-    greedy: dict[str, Any] | None = None
+    greedy: dict[str, object] | None = None
     greedy_text: str | None = None
     figures_from: str | None = None
 
@@ -194,12 +194,12 @@ class Report:
     reasons: dict[str, dict[str, int]]  # PRUNED / FAIL -> why -> trials
     gpu_time: GpuTime
     search_settled: dict[str, Any] | None  # why the search stopped before its budget (``study.settle``), with text
-    to_settle: dict[str, Any] | None  # what settling an open verdict would take (``verdict.to_settle_text``)
-    warmup: dict[str, Any] | None  # ``warmup.summary`` with its line as ``text``
+    to_settle: dict[str, object] | None  # what settling an open verdict would take (``verdict.to_settle_text``)
+    warmup: dict[str, object] | None  # ``warmup.summary`` with its line as ``text``
     best_configs: tuple[BestConfig, ...]
     verdict_text: str
-    baseline_check: list[dict[str, Any]]
-    suspect_prunes: list[dict[str, Any]]
+    baseline_check: list[dict[str, object]]
+    suspect_prunes: list[dict[str, object]]
     lossless: Lossless
     flags: list[str]  # alarms
     acceptance_guards: tuple[Guard, ...]
@@ -208,7 +208,7 @@ class Report:
     interval_note: str | None
     traffic: dict[str, Any] | None  # request-log studies only
     methods: dict[str, Any] | None  # spaces with search.methods only (``study.methods.summarize``)
-    running: dict[str, Any] | None = None  # a study an autotune runs now (``commands.study.progress``)
+    running: dict[str, object] | None = None  # a study an autotune runs now (``commands.study.progress``)
 
     @property
     def study(self) -> str:
@@ -271,7 +271,7 @@ class Report:
         return out
 
 
-def build_report(study: optuna.Study, running: dict[str, Any] | None = None) -> Report:
+def build_report(study: optuna.Study, running: dict[str, object] | None = None) -> Report:
     """The study's report, from its records (``running``: the study is running now, ``commands.study.progress``)."""
     res = study_result(study)
     trials = list(res.trials)
@@ -554,7 +554,7 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any] | None:
+def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, object] | None:
     """The warm-up passes of every start, search and confirmation, with its line as ``text``; None without."""
     ws = [TrialRecord(t).warmup for t in trials if not TrialRecord(t).is_duplicate]
     for rnd in [*(conf.check_rounds or []), *conf.rounds]:
@@ -689,7 +689,7 @@ def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy:
     )
 
 
-def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]]) -> str:
+def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, object]]) -> str:
     if v == Verdict.INCONCLUSIVE and suspects and not exclusions:
         numbers = ", ".join(str(p["trial"]) for p in suspects)
         return (
