@@ -72,18 +72,9 @@ def export(
     return Exported(text, dict(b.launch.get("files", {})))
 
 
-def render(
-    space: Space,
-    backend: Backend,
-    result: StudyResult,
-    fmt: str,
-    *,
-    trial: int | None = None,
-    options: Options | None = None,
-    read_space: Space | None = None,
-) -> str:
+def render(space: Space, backend: Backend, result: StudyResult, fmt: str, *, read_space: Space | None = None) -> str:
     """The export's text in format ``fmt`` (``export``)."""
-    return export(space, backend, result, fmt, trial=trial, options=options, read_space=read_space).text
+    return export(space, backend, result, fmt, read_space=read_space).text
 
 
 def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:

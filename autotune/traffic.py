@@ -300,9 +300,7 @@ def read_requests(path: str | Path) -> list[LoggedRequest]:
             data = json.loads(text)
         except ValueError as e:
             raise reader.error(getattr(e, "lineno", None), None, f"invalid JSON: {e}") from None
-        items = [(0, x) for x in data]
-        line_of = _array_lines(text, len(items))
-        items = [(line_of[i], x) for i, (_l, x) in enumerate(items)]
+        items = list(zip(_array_lines(text, len(data)), data, strict=True))
     else:
         for n, raw in enumerate(text.splitlines(), 1):
             if not raw.strip():

@@ -195,8 +195,6 @@ def _roll_back_new_study(ctx: Context, study: Any, new_file: Path | None) -> Non
 def _search_and_confirm(
     ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note, watch: Watch
 ) -> StudyResult:
-    from autotune import study as st
-    from autotune.evidence import Evidence
     from autotune.render import publish
     from autotune.report import build_report
 
@@ -209,22 +207,33 @@ def _search_and_confirm(
         with watch() as listener:
             if listener is not None:
                 listener(_plan_event(ctx, study, n_trials))
-            st.run(
-                ctx.run_space,
-                ctx.backend,
-                runner,
-                study,
-                n_trials=n_trials,
-                clock=clock,
-                listener=listener,
-                confirm=not args.no_confirm and not shared,
-                evidence=Evidence(ctx.artifact_dir),
-            )
+            _search(ctx, ctx.run_space, study, n_trials, runner, clock, listener, not args.no_confirm and not shared)
             if shared and not args.no_confirm:
                 _confirm_after_workers(ctx, study, runner, clock, listener, note)
     report = build_report(study)
     publish(study, report)  # the study's dashboard note: verdict, recommended trial, pruned and failed reasons
     return StudyResult(study, report)
+
+
+def _search(
+    ctx: Context, space: Any, study: Any, n_trials: int, runner: Any, clock: Any, listener: Any, confirm: bool
+) -> None:
+    """The search (``study.run``); ``confirm``: and then the confirmation."""
+    from autotune import study as st
+    from autotune.evidence import Evidence
+
+    evidence = Evidence(ctx.artifact_dir)
+    st.run(
+        space,
+        ctx.backend,
+        runner,
+        study,
+        n_trials=n_trials,
+        clock=clock,
+        listener=listener,
+        confirm=confirm,
+        evidence=evidence,
+    )
 
 
 def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note) -> None:
@@ -270,8 +279,6 @@ def _confirm_after_workers(ctx: Context, study: Any, runner: Any, clock: Any, li
 
 def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerResult:
     """``autotune worker``: join a running study (same space, checked), search only."""
-    from autotune import study as st
-    from autotune.evidence import Evidence
     from autotune.records import counted_trials, study_n_trials
     from autotune.study.storage import check_worker
 
@@ -297,17 +304,7 @@ def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerR
     run_space = dataclasses.replace(ctx.run_space, budget=dataclasses.replace(ctx.run_space.budget, n_trials=n_trials))
     runner, clock = ctx.runner(seed=args.seed or 0, slot=slot)
     with watch() as listener:
-        st.run(
-            run_space,
-            ctx.backend,
-            runner,
-            study,
-            n_trials=n_trials,
-            clock=clock,
-            listener=listener,
-            confirm=False,
-            evidence=Evidence(ctx.artifact_dir),
-        )
+        _search(ctx, run_space, study, n_trials, runner, clock, listener, False)
     return WorkerResult(counted_trials(study), n_trials)
 
 
