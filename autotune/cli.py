@@ -17,8 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from autotune import commands
-from autotune.commands import CommandOptions, Context
+from autotune.commands import deploy as deploy_cmd
+from autotune.commands import measure as measure_cmd
+from autotune.commands import study as study_cmd
+from autotune.commands.context import CommandOptions, Context
 
 if TYPE_CHECKING:
     from autotune.report import Report
@@ -175,14 +177,15 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-def _print_report(report: Report, as_json: bool, ctx: Context | None = None) -> None:
+def _print_report(report: Report, as_json: bool, ctx: Context, *, summary: bool = False) -> None:
+    """``report --json``, the whole text report, or (``summary``) its closing summary only."""
     if as_json:
         _print_json(report.to_json())
         return
-    from autotune.render import render_report
+    from autotune.render import render_report, render_summary
 
-    deploy = commands.recommended_command(ctx, report.result) if ctx is not None else None
-    render_report(report, sys.stdout, deploy=deploy)
+    deploy = deploy_cmd.recommended_command(ctx, report.result)
+    (render_summary if summary else render_report)(report, sys.stdout, deploy)
 
 
 def _watch(ctx: Context, *, quiet: bool) -> Any:
@@ -216,7 +219,7 @@ def _write_html(ctx: Context, study: Any, report: Report, path: Path) -> None:
 
 
 def cmd_validate(ctx: Context, args: argparse.Namespace) -> int:
-    problems = commands.validate(ctx)
+    problems = study_cmd.validate(ctx)
     for p in problems:
         _note(f"{p.severity}: {p}")
     if any(p.severity == "error" for p in problems):
@@ -231,12 +234,12 @@ def cmd_validate(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_study(ctx: Context, args: argparse.Namespace) -> int:
-    result = commands.run_study(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
+    result = study_cmd.run_study(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
     if result is None:  # --dry-run: the plan was the output
         return EXIT_OK
     html = ctx.studies_dir / ctx.study_name / "report.html"
     _write_html(ctx, result.study, result.report, html)
-    _print_report(result.report, args.json, ctx)
+    _print_report(result.report, args.json, ctx, summary=True)
     if not args.json:
         from autotune.export_formats import suggested_format
 
@@ -246,19 +249,20 @@ def cmd_study(ctx: Context, args: argparse.Namespace) -> int:
             if args.no_confirm
             else f"export: autotune export {args.space}{sim} --format {suggested_format(ctx.backend)}"
         )
+        print(f"the trials, checks and derivations: {html} (or autotune report {args.space}{sim})")
         print(f"\nreport: {html}   {then}", file=sys.stderr)
     return EXIT_OK
 
 
 def cmd_worker(ctx: Context, args: argparse.Namespace) -> int:
     """Join a running study: same space (checked), the study's budget, search only (no confirmation)."""
-    result = commands.run_worker(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
+    result = study_cmd.run_worker(ctx, note=_note, watch=_watch(ctx, quiet=args.json))
     _note(f"worker done: {result.used} of {result.n_trials} trials of study {ctx.study_name} used")
     return EXIT_OK
 
 
 def cmd_confirm(ctx: Context, args: argparse.Namespace) -> int:
-    result = commands.run_confirm(ctx, note=_note)
+    result = study_cmd.run_confirm(ctx, note=_note)
     _print_report(result.report, args.json, ctx)
     return EXIT_OK
 
@@ -271,7 +275,7 @@ def cmd_report(ctx: Context, args: argparse.Namespace) -> int:
     problem = output_problem(html) if html is not None and html.parent.is_dir() else None  # else: made, or fails
     if problem:  # before the study is read
         raise UserError(f"--html {html}: {problem}")
-    result = commands.load_report(ctx, note=_note)
+    result = study_cmd.load_report(ctx, note=_note)
     if html is not None:
         try:
             _write_html(ctx, result.study, result.report, html)
@@ -282,7 +286,7 @@ def cmd_report(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
-    result = commands.export(ctx, note=_note)
+    result = deploy_cmd.export(ctx, note=_note)
     if result.output is not None:
         _note(f"wrote {result.output} ({args.format}){''.join(f', {p}' for p in result.files)}")
     else:
@@ -293,8 +297,8 @@ def cmd_export(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_reverify(args: argparse.Namespace) -> int:
     """Measure the exported config and its baseline again, interleaved; exit 0 when the speedup still holds
     (the new interval overlaps the exported one), 1 when it does not."""
-    result = commands.reverify(
-        commands.ReverifyOptions(
+    result = measure_cmd.reverify(
+        measure_cmd.ReverifyOptions(
             args.exported,
             space=args.space_override,
             simulate=args.simulate,
@@ -324,7 +328,7 @@ def cmd_bench(ctx: Context, args: argparse.Namespace) -> int:
                 f"{r.tok_per_s:8.1f} tok/s{acc}"
             )
 
-    result = commands.bench(ctx, note=_note, on_prompt=progress)
+    result = measure_cmd.bench(ctx, note=_note, on_prompt=progress)
     if args.json:
         _print_json(result.to_dict())
         return EXIT_OK
@@ -344,10 +348,6 @@ def cmd_bench(ctx: Context, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_dashboard(ctx: Context, args: argparse.Namespace) -> int:
-    return commands.dashboard(ctx, note=_note)
-
-
 COMMANDS = {
     "study": cmd_study,
     "worker": cmd_worker,
@@ -356,7 +356,7 @@ COMMANDS = {
     "export": cmd_export,
     "validate": cmd_validate,
     "confirm": cmd_confirm,
-    "dashboard": cmd_dashboard,
+    "dashboard": lambda ctx, _args: deploy_cmd.dashboard(ctx, note=_note),
 }
 
 
@@ -391,10 +391,6 @@ def _interrupt_on_termination() -> None:
         signal.signal(sig, _raise)
 
 
-#: commands that build their own context (their positional argument is not a space file)
-OWN_CONTEXT = {"reverify": cmd_reverify}
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from autotune.errors import AutotuneError, UserError
@@ -404,8 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING if args.verbose else optuna.logging.ERROR)
-        if args.command in OWN_CONTEXT:
-            return OWN_CONTEXT[args.command](args)
+        if args.command == "reverify":  # its positional argument is not a space file: no context
+            return cmd_reverify(args)
         ctx = Context(command_options(args))
         return COMMANDS[args.command](ctx, args)
     except UserError as e:
@@ -423,7 +419,3 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         os._exit(EXIT_OK)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

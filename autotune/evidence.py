@@ -1,11 +1,7 @@
 """A trial's evidence where optuna-dashboard shows it: its server log and per-prompt results as Optuna artifacts (a
 filesystem store beside the study), and a note with the argv, the effective server config, the outcome and its reason.
-
-The builders (``trial_note``, ``prompts_jsonl``, ``prompts_svg``) are pure; ``Evidence.attach`` writes them while the
-trial is still running (Optuna refuses artifact metadata on a finished trial). Notes live in the study's system attrs
-(``optuna_dashboard.save_note``), artifacts in the trial's (``optuna.artifacts.upload_artifact``): neither is a user
-attr, so ``autotune.records`` lists none of them.
-"""
+``Evidence.attach`` writes them while the trial is still running (Optuna refuses artifact metadata on a finished
+trial); notes and artifacts live in system attrs, never in user attrs."""
 
 from __future__ import annotations
 
@@ -31,17 +27,12 @@ FIGURE_NAME = "trial-{n}-prompts.svg"
 
 
 def artifact_dir(studies_dir: str | Path, study_name: str) -> Path:
-    """Where a study's artifacts live: ``STUDIES/NAME/artifacts`` (beside its logs and report)."""
     return Path(studies_dir) / study_name / "artifacts"
 
 
-# ---------------------------------------------------------------------------------------------- pure builders
-
-
-def param_knobs(params: Mapping[str, Any], config: Mapping[str, Any] | None) -> dict[str, str]:
-    """Each Optuna parameter name (what the dashboard lists) -> the knob it sets: a knob whose allowed values
-    depend on an earlier choice is suggested under its own name (``num_draft_tokens_s4_k4``: num_draft_tokens
-    with the range left by the earlier knobs, ``autotune.backends.methods.cut_name``)."""
+def param_knobs(params: Mapping[str, object], config: Mapping[str, object] | None) -> dict[str, str]:
+    """Each Optuna parameter name -> the knob it sets (a knob whose range depends on earlier knobs is suggested under
+    its own name: ``num_draft_tokens_s4_k4``, ``autotune.backends.methods.cut_name``)."""
     knobs = sorted(config or {}, key=len, reverse=True)
     out = {}
     for name in params:
@@ -50,7 +41,7 @@ def param_knobs(params: Mapping[str, Any], config: Mapping[str, Any] | None) -> 
     return out
 
 
-def _server_account(server: Mapping[str, Any], measured_accept: float | None) -> dict[str, Any]:
+def _server_account(server: Mapping[str, object], measured_accept: float | None) -> dict[str, object]:
     """The server's account of its config, read at start-up before any request: a running acceptance figure
     there is no measurement (SGLang reports 0.0), so the measured one is shown in its place."""
     out = dict(server)
@@ -69,10 +60,9 @@ def trial_note(
     attrs: Mapping[str, Any],
     outcome: Mapping[str, Any],
     prompt_ids: Sequence[str],
-    params: Mapping[str, Any] | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> str:
-    """The trial's note (Markdown): outcome and reason, config, the Optuna parameter names mapped to knobs,
-    effective server config, argv, env, per prompt."""
+    """The trial's note (Markdown)."""
     state = outcome.get("state", "?")
     lines = [f"## Trial {number}: {state}"]
     reason = outcome.get("reason") or attrs.get(records.PRUNE_REASON) or attrs.get(records.FAIL_REASON)
@@ -208,9 +198,8 @@ class Evidence:
         prompt_ids: Sequence[str],
         baseline: Sequence[float],
     ) -> None:
-        """Upload the server log (if there is one), the per-prompt results and their figure; save the note (when
-        optuna-dashboard is installed: a tuning host without it still keeps the artifacts). ``attrs``: the trial's user
-        attrs (read, not copied: ``autotune.study._optuna.live_attrs``)."""
+        """Upload the server log, the per-prompt results and their figure; save the note when optuna-dashboard is
+        installed. ``attrs``: the trial's user attrs."""
         try:
             from optuna_dashboard import save_note
         except ImportError:

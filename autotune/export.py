@@ -1,23 +1,7 @@
 """Trial -> deployment: the recommended config (or a chosen trial) as a launch command, server args as YAML/JSON, an
-env file, a docker-compose service or a Kubernetes Deployment, each stamped with its provenance.
-
-``bundle`` gathers everything (pure over the study's result, ``autotune.study.result.StudyResult``, apart from
-probing the server for flag spellings and reading checkpoint fingerprints); one function per format turns it into
-text (``FORMATS``: adding a format is one entry). A server adds its own format (``Backend.export_format``: its
-launch command); a format fits a study of its own server, and another server's only as a faithful translation
-(``Backend.portable`` -> ``Backend.translate``), else the study's formats are named (``fitting_formats``). With load
-levels every format launches the schedule (``Backend.schedule_launch``). The files a launch reads
-(``Backend.files``, a schedule's) are named in every format (beside a script, mounted in a container) and written
-beside the export by ``autotune export -o`` (``write``). In a container or pod the server listens on
-``CONTAINER_HOST``. Every format carries the same ``provenance`` (YAML/JSON: a key; compose: ``x-autotune``;
-Kubernetes: the annotation ``autotune/provenance``; command and env file: a ``# autotune-provenance: {json}`` line),
-which is what ``autotune reverify`` reads back (``read_provenance``). Secret-looking env values never appear: the
-command and compose file take them from the deploying shell, the env file leaves them to be set, Kubernetes reads a
-Secret.
-
-The bundle and provenance live in ``autotune.export_bundle``, the formats in ``autotune.export_formats``; this
-module exports and writes.
-"""
+env file, a docker-compose service or a Kubernetes Deployment, each stamped with the same provenance, which
+``autotune reverify`` reads back. ``autotune.export_bundle`` gathers what is exported, ``autotune.export_formats``
+renders it; this module exports and writes. Secret-looking env values never appear in an export."""
 
 from __future__ import annotations
 
@@ -28,7 +12,7 @@ from typing import Any
 
 from autotune._io import atomic_write_all, output_problem
 from autotune.backends.base import Backend
-from autotune.export_bundle import Options, bundle, choose
+from autotune.export_bundle import Options, bundle
 from autotune.export_formats import FORMATS, _server_formats, fitting_formats, fmt_command, format_problem
 from autotune.space import Space
 from autotune.study.result import StudyResult
@@ -85,26 +69,12 @@ def export(
         lines = text.splitlines(keepends=True)
         at = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
         text = "".join([*lines[:at], *(line + "\n" for line in table), *lines[at:]])
-    return Exported(text, dict(b["launch"].get("files", {})))
+    return Exported(text, dict(b.launch.get("files", {})))
 
 
-def render(
-    space: Space,
-    backend: Backend,
-    result: StudyResult,
-    fmt: str,
-    *,
-    trial: int | None = None,
-    options: Options | None = None,
-    read_space: Space | None = None,
-) -> str:
+def render(space: Space, backend: Backend, result: StudyResult, fmt: str, *, read_space: Space | None = None) -> str:
     """The export's text in format ``fmt`` (``export``)."""
-    return export(space, backend, result, fmt, trial=trial, options=options, read_space=read_space).text
-
-
-def files(space: Space, backend: Backend, result: StudyResult, *, trial: int | None = None) -> dict[str, str]:
-    """The files the exported config's server reads at launch (``Backend.files``): name -> text."""
-    return backend.files(choose(result, trial).config, space)
+    return export(space, backend, result, fmt, read_space=read_space).text
 
 
 def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:
@@ -120,12 +90,3 @@ def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:
     except OSError as e:
         raise ValueError(f"{e.filename or path}: {e.strerror or e}") from None
     return list(beside)
-
-
-__all__ = [
-    "Exported",
-    "export",
-    "files",
-    "render",
-    "write",
-]

@@ -1,6 +1,4 @@
-"""What an export carries: the chosen trial, its launch (``launch_argv``), the checkpoints' fingerprints and the
-provenance (``bundle``), and reading that provenance back from an exported file (``read_provenance``).
-"""
+"""What an export carries (``bundle``), and reading its provenance back from an exported file (``read_provenance``)."""
 
 from __future__ import annotations
 
@@ -41,7 +39,8 @@ _SCRIPT_MARK = "@AUTOTUNE_SCRIPT_DIR@"
 
 
 class _NoAliases(yaml.SafeDumper):
-    """Plain YAML without anchors (``&id001``) for dicts that appear twice (labels)."""
+    """Plain YAML without anchors (``&id001``) for dicts that appear twice (labels); PyYAML calls
+    ``ignore_aliases``."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
@@ -92,7 +91,7 @@ class Chosen:
     speedup: float | None
     speedup_ci: CI | None
     source: str  # confirmation | search
-    baseline: dict[str, Any] | None  # the baseline its speedup is against: trial, config, tok_per_s
+    baseline: dict[str, object] | None  # the baseline its speedup is against: trial, config, tok_per_s
 
 
 def choose(res: StudyResult, trial: int | None) -> Chosen:
@@ -139,17 +138,17 @@ def choose(res: StudyResult, trial: int | None) -> Chosen:
     )
 
 
-def _baseline_entry(b: Baseline | None) -> dict[str, Any] | None:
+def _baseline_entry(b: Baseline | None) -> dict[str, object] | None:
     if b is None:
         return None
     return {"trial": b.trial, "config": b.config.to_dict(), "tok_per_s": b.tok_per_s}
 
 
-def fingerprint(path: str | Path) -> dict[str, Any]:
+def fingerprint(path: str | Path) -> dict[str, str | int | None]:
     """A checkpoint's fingerprint: sha256 of its config.json and of its weight index (a directory), or of a single
-    file's first MiB and its size (a GGUF). Missing files give None (the checkpoint is not on this machine)."""
+    file's first MiB and its size (a GGUF); None for a file not on this machine."""
     p = Path(path)
-    out: dict[str, Any] = {"config_json_sha256": None, "weight_index": None, "weight_index_sha256": None}
+    out: dict[str, str | int | None] = {"config_json_sha256": None, "weight_index": None, "weight_index_sha256": None}
     if p.is_dir():
         cfg = p / "config.json"
         if cfg.is_file():
@@ -166,7 +165,9 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def checkpoints(space: Space, config: TrialConfig, read_space: Space | None = None) -> list[dict[str, Any]]:
+def checkpoints(
+    space: Space, config: TrialConfig, read_space: Space | None = None
+) -> list[dict[str, str | int | None]]:
     """The target's and the config's drafter's fingerprints; ``read_space`` names where to read them (a simulated
     study's stand-in checkpoints), the entries keep the deployment's paths."""
     read = read_space or space
@@ -179,6 +180,39 @@ def checkpoints(space: Space, config: TrialConfig, read_space: Space | None = No
         for c in out:
             c["read_from"] = "the simulator's stand-in checkpoint (the real one is not on this machine)"
     return out
+
+
+@dataclass(frozen=True)
+class ContainerLaunch:
+    """The launch in a container of the backend's image."""
+
+    entrypoint: list[str]  # the image's own (``Backend.image_entrypoint``), [] when it has none
+    launcher: list[str]  # what starts the server there: the entrypoint, else the plain ``deploy_launcher``
+    args: list[str]
+    replaced: list[str] | None  # the space's launcher when the container starts the server otherwise
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Everything an export holds: ``public`` is what JSON and YAML write (the launch with its files bare, env with
+    secrets redacted, the provenance); the rest is how the other formats name the files and start the server."""
+
+    public: dict[str, Any]
+    space: Space
+    backend: Backend
+    script_argv: list[str]  # its files beside a script
+    container: ContainerLaunch  # listening on every interface
+    slowest_startup_s: float | None  # of the study's measured start-ups (a duplicate's: its original's)
+    startups: int
+    schedule_note: str | None
+
+    @property
+    def launch(self) -> dict[str, Any]:
+        return self.public["launch"]
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return self.public["provenance"]
 
 
 def _read_paths(space: Space, read_space: Space | None) -> Space:
@@ -204,18 +238,15 @@ def bundle(
     now: _dt.datetime | None = None,
     schedule: Mapping[str, Any] | None = None,
     server: Backend | None = None,
-) -> dict[str, Any]:
-    """Everything an export holds: the launch (argv, env with secrets redacted, the files it reads) and its
-    provenance. ``schedule``: a per-load-level schedule the launch runs (``Backend.schedule_launch``); ``server``:
-    another server to deploy on (``Backend.translate``; ValueError when the translation would not be faithful).
-    The launch comes in three namings of its files: bare (``argv``), beside a script (``_script_argv``) and in a
-    container, listening on every interface there and started as the image starts it (``_container``,
-    ``container_launch``). ``_startup``: the study's measured start-ups (``startup``). ``result``: the study's."""
+) -> Bundle:
+    """The export of the recommendation or ``trial``. ``schedule``: a per-load-level schedule the launch runs
+    (``Backend.schedule_launch``); ``server``: another server to deploy on (``Backend.translate``; ValueError when
+    the translation would not be faithful)."""
     res = result
     chosen = choose(res, trial)
     config = chosen.config
     dspace, dbackend, dconfig = space, backend, config
-    translation: dict[str, Any] | None = None
+    translation: dict[str, object] | None = None
     if server is not None and type(server) is not type(backend):
         dspace, dconfig = server.translate(space, backend.portable(config, space))
         dbackend = server
@@ -252,6 +283,12 @@ def bundle(
     env = redact_env(dbackend.env(dconfig, dspace))
     launcher = dbackend.launcher(dspace, deploy=True)
     started_by = launcher if container_argv[: len(launcher)] == launcher else container_argv[:1]
+    entrypoint = list(dbackend.image_entrypoint)
+    there = entrypoint or list(dbackend.deploy_launcher) or list(started_by)
+    container = ContainerLaunch(
+        entrypoint, there, container_argv[len(started_by) :], None if list(started_by) == there else list(started_by)
+    )
+    startups = [float(r.startup_s) for r in map(TrialRecord, res.trials) if r.startup_s and r.duplicate_of is None]
     provenance = {
         "study": res.study,
         "trial": chosen.trial,
@@ -281,7 +318,7 @@ def bundle(
         provenance["schedule"] = [
             {"level": x["level"], "draft": x["draft"], "trial": x["trial"]} for x in schedule["levels"]
         ]
-    return {
+    public = {
         **{k: provenance[k] for k in ("autotune_version", "exported_at", "study", "simulated", "space", "backend")},
         "verdict": res.verdict.value,
         "why": chosen.why,
@@ -301,46 +338,19 @@ def bundle(
         **({"schedule": dict(schedule)} if schedule is not None else {}),
         "verify": verify_command(space, config, simulated=bool(res.simulated)),
         "provenance": provenance,
-        "_space": dspace,
-        "_backend": dbackend,
-        "_script_argv": script_argv,
-        "_container": container_launch(dbackend, started_by, container_argv[len(started_by) :]),
-        "_startup": startup(res),
-        "_schedule_note": schedule_note,
     }
+    return Bundle(
+        public, dspace, dbackend, script_argv, container, max(startups, default=None), len(startups), schedule_note
+    )
 
 
 def verify_command(space: Space, config: TrialConfig, *, simulated: bool) -> str:
-    """The command that measures ``config`` again on the study's own server (``autotune bench``; ``--simulate`` for
-    a simulated study), every value of the config set."""
+    """The ``autotune bench`` command that measures ``config`` again on the study's own server."""
     words = ["autotune", "bench", space.path or "SPACE", *(["--simulate"] if simulated else [])]
     for k, v in config.to_dict().items():
         if v is not None:
             words += ["--set", f"{k}={v}"]
     return shlex.join(words)
-
-
-def container_launch(backend: Backend, launcher: list[str], args: list[str]) -> dict[str, Any]:
-    """The launch in a container of the backend's image: ``entrypoint``, the image's own (``Backend.image_entrypoint``,
-    [] when it has none); ``launcher``, what starts the server there (the entrypoint, else the plain
-    ``deploy_launcher``, never a path of this machine that ``server.launcher`` names); ``args``, the arguments after
-    it; ``replaced``: the space's launcher when the container starts the server otherwise (None: the same)."""
-    entrypoint = list(backend.image_entrypoint)
-    there = entrypoint or list(backend.deploy_launcher) or list(launcher)
-    return {
-        "entrypoint": entrypoint,
-        "launcher": there,
-        "args": list(args),
-        "replaced": None if list(launcher) == there else list(launcher),
-    }
-
-
-def startup(result: StudyResult) -> dict[str, Any]:
-    """The study's measured start-ups (seconds to healthy, in the measured hardware's time; a duplicate trial's is its
-    original's): the slowest and how many starts were timed (``slowest_s`` None when none was)."""
-    records = [TrialRecord(t) for t in result.trials]
-    times = [float(r.startup_s) for r in records if r.startup_s and r.duplicate_of is None]
-    return {"slowest_s": max(times) if times else None, "starts": len(times)}
 
 
 # ---------------------------------------------------------------------------------------------- reading back

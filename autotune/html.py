@@ -12,23 +12,20 @@ import optuna
 
 from autotune._io import atomic_write
 from autotune.config import config_label
-from autotune.render import measured, position_rows
+from autotune.render import fmt, measured, position_rows
 from autotune.report import COMPARISONS, Report
 from autotune.study import baseline_check
+from autotune.study.result import CI
 
 
 def _e(x: Any) -> str:
     return html.escape("-" if x is None else str(x))
 
 
-def _num(x: Any, spec: str = ".1f") -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def _range(ci: dict[str, Any]) -> str:
+def _range(ci: CI) -> str:
     """An interval's ends and the confidence it was taken at: ``[1.829, 2.012] 95%``."""
-    conf = _num((ci.get("confidence") or 0) * 100, ".4g")
-    return f"[{_num(ci.get('low'), '.3f')}, {_num(ci.get('high'), '.3f')}] {conf}%"
+    conf = fmt((ci.get("confidence") or 0) * 100, ".4g")
+    return f"[{fmt(ci.get('low'), '.3f')}, {fmt(ci.get('high'), '.3f')}] {conf}%"
 
 
 def write_html_report(study: optuna.Study, report: Report, path: Path) -> None:
@@ -81,7 +78,8 @@ def _verdict(report: Report) -> list[str]:
     ]
     if report.to_settle:
         parts.append(f"<p class='to-settle' id='to-settle'>{_e(report.to_settle['text'])}</p>")
-    parts += _objective_line(report)
+    if report.objective.get("category_weights"):  # what the study maximised, when its weights name categories
+        parts.append(f"<p class='objective' id='objective'>objective: {_e(report.objective['text'])}</p>")
     if report.search_settled:
         parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled['text'])}</p>")
     if report.warmup:
@@ -99,7 +97,7 @@ def _verdict(report: Report) -> list[str]:
 def _baselines(report: Report) -> list[str]:
     parts = ["<h2>Baselines</h2><ul>"]
     for k, b in sorted(report.result.baselines.items()):
-        parts.append(f"<li>{_e(k)}: {_num(b.tok_per_s)} tok/s (trial {b.trial})</li>")
+        parts.append(f"<li>{_e(k)}: {fmt(b.tok_per_s)} tok/s (trial {b.trial})</li>")
     parts.append("</ul>")
     for c in report.baseline_check:  # the search's baseline start against confirmation's fresh ones
         cls = "excluded" if c["flagged"] else "check"
@@ -118,8 +116,8 @@ def _confirmation(report: Report) -> list[str]:
     for c in report.result.confirmed:
         ci = c.speedup_ci or {}
         parts.append(
-            f"<tr><td>{c.trial}</td><td>{_e(config_label(c.config))}</td><td>{_num(c.tok_per_s)}</td>"
-            f"<td>{_num(ci.get('point'), '.3f')}</td><td>{_range(ci)}</td>"
+            f"<tr><td>{c.trial}</td><td>{_e(config_label(c.config))}</td><td>{fmt(c.tok_per_s)}</td>"
+            f"<td>{fmt(ci.get('point'), '.3f')}</td><td>{_range(ci)}</td>"
             f"<td>{ci.get('n', '')}{' (left the race)' if c.dropped else ''}</td></tr>"
         )
     parts.append("</table>")
@@ -128,17 +126,8 @@ def _confirmation(report: Report) -> list[str]:
     return parts
 
 
-def _objective_line(report: Report) -> list[str]:
-    """What the study maximised, when its weights name prompt categories."""
-    obj = report.objective
-    if not obj.get("category_weights"):
-        return []
-    return [f"<p class='objective' id='objective'>objective: {_e(obj['text'])}</p>"]
-
-
 def _methods(report: Report) -> list[str]:
-    """Per-method results (spaces with search.methods): the sentence naming the winner, each method's best, and
-    each prompt category's speedup per method."""
+    """Per-method results (spaces with search.methods)."""
     m = report.methods
     if not m:
         return []
@@ -152,15 +141,15 @@ def _methods(report: Report) -> list[str]:
         ci = b.get("speedup_ci")
         budget = e.get("budget") or {}
         share = " · ".join(
-            f"{_num(100 * budget[k], '.0f')}% of {what}"
+            f"{fmt(100 * budget[k], '.0f')}% of {what}"
             for k, what in (("trials_share", "trials"), ("gpu_share", "server time"))
             if budget.get(k) is not None
         )
         parts.append(
-            f"<tr><td>{_e(e['label'])}</td><td>{_num(b.get('speedup'), '.3f')}</td>"
+            f"<tr><td>{_e(e['label'])}</td><td>{fmt(b.get('speedup'), '.3f')}</td>"
             f"<td>{_range(ci) if ci else _e(e.get('unavailable') or '-')}</td><td>{_e(b.get('trial', ''))}</td>"
             f"<td>{e.get('configs_measured', e['measured'])}</td><td>{_e(share or '-')}</td>"
-            f"<td>{_num(e.get('accept_length'), '.2f')}</td></tr>"
+            f"<td>{fmt(e.get('accept_length'), '.2f')}</td></tr>"
         )
     parts.append("</table>")
     parts += [f"<p class='adaptive'>{_e(a['text'])}</p>" for a in m.get("adaptive") or []]
@@ -177,15 +166,14 @@ def _methods(report: Report) -> list[str]:
             f"<table id='categories'><tr><th>method</th>{head}</tr>"
         )
         for method, row in cats.items():
-            cells = "".join(f"<td>{_num(row.get(c), '.3f')}</td>" for c in names)
+            cells = "".join(f"<td>{fmt(row.get(c), '.3f')}</td>" for c in names)
             parts.append(f"<tr><td>{_e(labels.get(method, method))}</td>{cells}</tr>")
         parts.append("</table>")
     return parts
 
 
 def _levels(report: Report) -> list[str]:
-    """With load levels: per level, the search's best trial there and the confirmation's winner, interval and
-    verdict (the table ``autotune report`` prints)."""
+    """With load levels: per level, the search's figures and the confirmation's winner, interval and verdict."""
     load = report.load
     if load is None or not load.levels:
         return []
@@ -200,12 +188,12 @@ def _levels(report: Report) -> list[str]:
         c = int(x["level"])
         v = confirmed.get(c) or {}
         ci = v.get("speedup_ci") or {}
-        ci_text = f"{_num(ci.get('point'), '.3f')} {_range(ci)}" if ci else "-"
+        ci_text = f"{fmt(ci.get('point'), '.3f')} {_range(ci)}" if ci else "-"
         broken = " (latency limit broken: see below)" if x.get("slo_broken") else ""
         parts.append(
-            f"<tr id='level-{c}'><td>{c}</td><td>{_num(x.get('tok_per_s'))}</td>"
-            f"<td>{_num(x.get('stream_tok_per_s'))}</td><td>{_num(x.get('speedup'), '.3f')}{broken}</td>"
-            f"<td>{_num(x.get('itl_p99_ms'))}</td><td>{_num(x.get('ttft_p99_ms'), '.0f')}</td>"
+            f"<tr id='level-{c}'><td>{c}</td><td>{fmt(x.get('tok_per_s'))}</td>"
+            f"<td>{fmt(x.get('stream_tok_per_s'))}</td><td>{fmt(x.get('speedup'), '.3f')}{broken}</td>"
+            f"<td>{fmt(x.get('itl_p99_ms'))}</td><td>{fmt(x.get('ttft_p99_ms'), '.0f')}</td>"
             f"<td>{_e(x.get('failed', 0))}</td><td>{_e(v.get('trial'))}</td><td>{ci_text}</td>"
             f"<td>{_e(v.get('verdict'))}</td></tr>"
         )
@@ -262,8 +250,8 @@ def _traffic(report: Report) -> list[str]:
             lo, hi = r[f"{side}_tokens"]
             parts.append(
                 f"<tr><td>{_e(r['bucket'])}</td><td>{_e(lo)}-{_e(hi)}</td>"
-                f"<td>{_e(r['prompts'])}</td><td>{_num(r['baseline_tok_per_s'])}</td><td>{_num(r['tok_per_s'])}</td>"
-                f"<td>{_num(r['speedup'], '.2f')}</td></tr>"
+                f"<td>{_e(r['prompts'])}</td><td>{fmt(r['baseline_tok_per_s'])}</td><td>{fmt(r['tok_per_s'])}</td>"
+                f"<td>{fmt(r['speedup'], '.2f')}</td></tr>"
             )
         parts.append(f"</table><p>{_e(t.get(key + '_text'))}</p>")
     return parts
@@ -299,11 +287,11 @@ def _trials(report: Report) -> list[str]:
         vs = r.speedup_vs_fastest
         parts.append(
             f"<tr class='{_e(r.state)}' id='trial-{r.number}'><td>{r.number}</td><td>{_e(r.state)}</td>"
-            f"<td>{_e(config_label(r.config))}</td><td>{_num(r.tok_per_s)}</td>"
-            f"<td>{_num(r.speedup, '.3f')}{early if r.speedup is not None else ''}</td>"
-            f"<td>{_num(vs, '.3f')}{early if vs is not None else ''}</td>"
-            f"<td>{_e(measured(r, n_levels))}</td><td>{_num(r.accept_length, '.2f')}</td>"
-            f"<td>{_num(r.startup_s, '.0f')}</td><td>{_e(note)}</td></tr>"
+            f"<td>{_e(config_label(r.config))}</td><td>{fmt(r.tok_per_s)}</td>"
+            f"<td>{fmt(r.speedup, '.3f')}{early if r.speedup is not None else ''}</td>"
+            f"<td>{fmt(vs, '.3f')}{early if vs is not None else ''}</td>"
+            f"<td>{_e(measured(r, n_levels))}</td><td>{fmt(r.accept_length, '.2f')}</td>"
+            f"<td>{fmt(r.startup_s, '.0f')}</td><td>{_e(note)}</td></tr>"
         )
     parts.append("</table>")
     return parts
@@ -328,12 +316,11 @@ def _plots(study: optuna.Study, report: Report) -> list[str]:
 
 
 def _positions(report: Report) -> list[str]:
-    """Per-position acceptance of each method's best config (``render.position_rows``): an explanation, never a
-    ranking; nothing where the server reports none."""
+    """Per-position acceptance (``render.position_rows``)."""
     rows = position_rows(report)
     if not rows:
         return []
-    k = max(len(r["rates"]) for r in rows)
+    k = max(len(r.rates) for r in rows)
     head = "".join(f"<th>{i}</th>" for i in range(1, k + 1))
     parts = [
         "<h2>Per-position acceptance</h2><p>P(first i draft tokens accepted) for each position i, and below it the "
@@ -342,11 +329,11 @@ def _positions(report: Report) -> list[str]:
         f"<table><tr><th>config</th><th>trial</th><th>drafts</th><th></th>{head}</tr>",
     ]
     for r in rows:
-        rates = "".join(f"<td>{x:.3f}</td>" for x in r["rates"])
-        prof = "".join(f"<td>{x:.2f}</td>" for x in r["profile"] or [])
+        rates = "".join(f"<td>{x:.3f}</td>" for x in r.rates)
+        prof = "".join(f"<td>{x:.2f}</td>" for x in r.profile or [])
         parts.append(
-            f"<tr><td rowspan='2'>{_e(r['who'])}</td><td rowspan='2'>{r['trial']}</td>"
-            f"<td rowspan='2'>{r['drafts']}</td><td>P(first i)</td>{rates}</tr>"
+            f"<tr><td rowspan='2'>{_e(r.who)}</td><td rowspan='2'>{r.trial}</td>"
+            f"<td rowspan='2'>{r.drafts}</td><td>P(first i)</td>{rates}</tr>"
             f"<tr><td>E[accepted | depth k]</td>{prof}</tr>"
         )
     parts.append("</table>")

@@ -1,7 +1,5 @@
 """The live view of a running study (rich): current trial, prompt progress, best so far vs baseline, pruned count.
-
-On a terminal it is a live panel on stderr; elsewhere (CI, pipes) one plain line per finished trial.
-"""
+On a terminal a live panel on stderr; elsewhere (CI, pipes) one plain line per finished trial."""
 
 from __future__ import annotations
 
@@ -22,20 +20,12 @@ from autotune.study.ladder import SEEDED_LADDER, SEEDED_LEVEL
 
 
 class LiveView:
-    def __init__(
-        self,
-        space: Space,
-        study_name: str,
-        *,
-        simulated: bool = False,
-        quiet: bool = False,
-        console: Console | None = None,
-    ) -> None:
+    def __init__(self, space: Space, study_name: str, *, simulated: bool, quiet: bool) -> None:
         self.space = space
         self.study_name = study_name
         self.simulated = simulated
         self.quiet = quiet
-        self.console = console or Console(file=sys.stderr)
+        self.console = Console(file=sys.stderr)
         self.live: Live | None = None
         self.current: dict[str, Any] = {}
         self.baselines: dict[str, float] = {}
@@ -68,10 +58,7 @@ class LiveView:
             self.current.update(prompt=d["index"] + 1, of=d["of"], last=d["tok_per_s"], acc=d.get("accept_length"))
         elif ev.kind == "level":
             self.current["level"] = d
-            line = level_line(ev.trial, d)
-            self.recent = (self.recent + [line])[-8:]
-            if self.live is None and not self.quiet:
-                self.console.print(line, highlight=False, markup=False, soft_wrap=True)
+            self._show(level_line(ev.trial, d))
         elif ev.kind == "trial-end":
             state = d["state"]
             self.counts[state] = self.counts.get(state, 0) + 1
@@ -91,20 +78,20 @@ class LiveView:
             if d.get("reason"):
                 line += f"  ({d['reason']})"
             line += f"  [{self.progress.text()}]"
-            self.recent = (self.recent + [line])[-8:]
             self.current = {}
-            if self.live is None and not self.quiet:
-                self.console.print(line, highlight=False, markup=False, soft_wrap=True)
-        elif (ev.kind in ("confirm-start", "confirm-measure", "verdict", "note") and self.live is None) and (
-            not self.quiet or ev.kind == "note"
-        ):
+            self._show(line)
+        elif ev.kind in ("confirm-start", "confirm-measure", "verdict", "note"):
             # a note (a failed start given a fresh one, a candidate out of confirmation, a drafter not engaged, a
             # baseline check) reaches stderr with --json too: stdout carries only the JSON, the log keeps the why
-            self.console.print(_describe(ev), highlight=False, markup=False, soft_wrap=True)
-        if ev.kind in ("confirm-start", "confirm-measure", "verdict", "note"):
-            self.recent = (self.recent + [_describe(ev)])[-8:]
+            self._show(_describe(ev), loud=ev.kind == "note")
         if self.live is not None:
             self.live.update(self._render())
+
+    def _show(self, line: str, *, loud: bool = False) -> None:
+        """Keep ``line`` among the recent ones; without the live panel print it (``loud``: with --json too)."""
+        self.recent = (self.recent + [line])[-8:]
+        if self.live is None and (not self.quiet or loud):
+            self.console.print(line, highlight=False, markup=False, soft_wrap=True)
 
     def _render(self) -> Group:
         unit = "tok/s (simulated)" if self.simulated else "tok/s"
@@ -130,9 +117,8 @@ class LiveView:
 class Progress:
     """Where a study stands: phase, trials of the budget, server starts against the plan (``plan`` event: the
     ``autotune.plan`` figures, a range), elapsed wall time and an ETA from the starts so far. Trials count what
-    used a place in the search's budget; the launch gate's "not launched" (a place used, no start) and duplicates
-    (no place, no start) are said apart, and so are the load levels' picks after the search (their own phase): a
-    study once showed "trials 40/40" while 16 more trials and server starts ran."""
+    used a place in the search's budget; the launch gate's "not launched" (a place used, no start), duplicates (no
+    place, no start) and the load levels' picks after the search (their own phase) are said apart."""
 
     def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
         self.now = now

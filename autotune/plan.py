@@ -1,18 +1,9 @@
 """What a study will cost before it starts: its phases, the server starts each may take and the GPU time (pure).
 
-The counts follow the study's own rules: the search takes at most ``budget.n_trials`` starts (fewer when configs
-are duplicates, the budget was partly used before a resume, or the answer settles first: ``settle_after``); with
-load levels each level's surrogate picks and the best config's draft-length ladder follow it (``study.ladder``);
-confirmation measures up to ``verdict.confirm_top``
-candidates plus the fastest single measurement (plus, in a space with ``search.methods``, the best config of each
-method not among them: every method's figure is a confirmed interval; plus two per load level, for their first two
-rounds), each round
-a fresh baseline of every CUDA-graph setting and each candidate still racing, ``verdict.repeats`` rounds and at
-most ``verdict.max_repeats``. A start costs the server's start-up, the warm-up and the prompts (each load level's
-requests at its number of streams); the figures come from the study's own measurements when it has any, else
-from the simulator's scenario, else from ``budget.estimate`` in the space. Estimates, not promises: pruning ends
-many starts after a few prompts, and the race often ends before ``max_repeats``.
-"""
+The counts follow the study's own rules (``plan``). A start costs the server's start-up, the warm-up and the prompts
+(each load level's requests at its number of streams); the figures come from the study's own measurements when it
+has any, else from the simulator's scenario, else from ``budget.estimate`` in the space. Estimates, not promises:
+pruning ends many starts after a few prompts, and the race often ends before ``max_repeats``."""
 
 from __future__ import annotations
 
@@ -105,21 +96,15 @@ def plan(
     greedy_check: bool = False,
     holdout_acceptance: int = 0,
 ) -> Plan:
-    """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume). ``settle_after``:
-    the fewest trials after which the search may stop settled (``budget.stop_when_settled``: the baselines, the
-    server defaults and the design), None when it runs its whole budget; confirmation may then thin its candidates
-    to one. With load levels, after the search: ``level_rounds`` rounds of one surrogate pick per level and
-    ``ladder_rungs`` rungs of the best config's draft-length ladder still to run (``study.ladder``; what a resumed
-    study has run is not counted), each a start at most, none where nothing could beat a level's best.
-    ``warmup_passes``: the untimed passes of the prompts each start warms up with. ``methods``: the methods a
-    space with ``search.methods`` can run (``study.confirm._method_bests`` adds each one's best not among the top
-    ``confirm_top``, so up to ``confirm_top + methods`` candidates: the top from one method, every other method's
-    best and the fastest single measurement); 0 without methods. ``holdout``: the requests of a request log's holdout
-    check (``benchmark.holdout``), one extra baseline pass on the first baseline's start, 0 when off or done.
-    ``greedy_check``: prompts that sample get their lossless check at temperature 0 after confirmation
-    (``study.winner``); ``holdout_acceptance``: the holdout requests the winner answers after confirmation for its
-    acceptance against the subset's (``traffic.acceptance_check``), 0 when off or done. Either is the winner's one
-    more start (``study.winner``), one for both, when speculation wins."""
+    """The plan of a study whose budget is ``n_trials``, ``used`` of it spent already (a resume): the search takes at
+    most what is left (fewer once settled: ``settle_after``, None when it runs its whole budget; confirmation may then
+    thin its candidates to one). With load levels, after the search: ``level_rounds`` rounds of one surrogate pick
+    per level and ``ladder_rungs`` rungs of the best config's draft-length ladder (``study.ladder``), each a start at
+    most. Confirmation races up to ``confirm_top`` candidates plus the fastest single measurement, or each of the
+    ``methods``' best (``study.confirm``), plus two per load level for their first two rounds, against a fresh
+    baseline of every CUDA-graph setting each round. ``holdout``: the requests of a request log's holdout check, one
+    extra baseline pass; ``greedy_check`` (prompts that sample) and ``holdout_acceptance`` (requests): the winner's
+    one more start after confirmation, when speculation wins."""
     search_left = max(0, n_trials - used)
     note = f"{n_trials} trials in the budget, {used} used"
     search_lo = search_left
@@ -128,14 +113,8 @@ def plan(
         note += f"; it stops earlier once its answer is settled, not before {settle_after}"
     phases = [Phase("search", search_lo, search_left, note)]
     if holdout:
-        phases.append(
-            Phase(
-                "holdout check",
-                0,
-                0,
-                f"one extra baseline pass: {holdout} requests from the rest of the log on the first baseline's start",
-            )
-        )
+        note = f"one extra baseline pass: {holdout} requests from the rest of the log on the first baseline's start"
+        phases.append(Phase("holdout check", 0, 0, note))
     if len(levels) > 1 and (level_rounds or ladder_rungs):
         parts = [f"{level_rounds} round(s) of a pick per level"] if level_rounds else []
         parts += [f"up to {ladder_rungs} draft lengths of the best config"] if ladder_rungs else []
@@ -190,16 +169,10 @@ def render(p: Plan) -> str:
             f"estimated GPU time: {span} of {'an' if p.gpus in (8, 11, 18) else 'a'} {p.gpus}-GPU server"
             + (f" ({_hours(g[0] * p.gpus)} of GPU time)" if p.gpus > 1 else "")
             + f", {p.start_s:.0f} s a start (start-up {p.costs.startup_s:.0f} s, {p.costs.request_s:.1f} s a prompt"
-            + _warmup_note(p)
+            + (f", {p.warmup_passes} untimed warm-up pass(es) of the prompts" if p.warmup_passes else "")
             + f"; {p.costs.source})"
         )
     return "\n".join(lines)
-
-
-def _warmup_note(p: Plan) -> str:
-    if p.warmup_passes == 0:
-        return ""
-    return f", {p.warmup_passes} untimed warm-up pass(es) of the prompts"
 
 
 def measured_costs(startups: Sequence[float], prompt_seconds: Sequence[float]) -> Costs | None:
@@ -211,6 +184,3 @@ def measured_costs(startups: Sequence[float], prompt_seconds: Sequence[float]) -
         request_s=statistics.median(prompt_seconds),
         source=f"measured in this study ({len(startups)} starts)",
     )
-
-
-__all__ = ["Costs", "Phase", "Plan", "measured_costs", "plan", "render"]

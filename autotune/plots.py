@@ -1,16 +1,5 @@
-"""The HTML report's plots (plotly figures, SVG only: no WebGL), each read at a glance by a reviewer:
-
-- ``history``: tok/s of every trial against the baselines, over the study's GPU time
-- ``prompts``: per-prompt tok/s of the confirmed candidates against the fastest baseline
-- ``acceptance``: acceptance length against tok/s, per speculative trial
-- ``knobs``: knob by knob (one slice per knob: its value against tok/s)
-- ``intervals``: the confirmation intervals (speedup against the fastest baseline), with 1.0 marked
-- ``timeline``: the server starts, start-up against benchmark time
-
-Times are the measured hardware's (a simulated study's: simulated hardware time, and every title says so).
-Pure over the study's trials and its report (``autotune.report.Report``); ``figures`` returns
-``(key, title, figure or None)``.
-"""
+"""The HTML report's plots (plotly figures, SVG only: no WebGL), each read at a glance by a reviewer (``PLOTS``).
+Times are the measured hardware's (a simulated study's: simulated hardware time, and every title says so)."""
 
 from __future__ import annotations
 
@@ -28,6 +17,7 @@ from autotune.records import TrialRecord
 
 if TYPE_CHECKING:
     from autotune.report import Report
+    from autotune.study.result import CI
 
 COLOURS = {"COMPLETE": "#3366cc", "PRUNED": "#aaaaaa", "FAIL": "#cc3333", "baseline": "#222222"}
 PALETTE = ("#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00")
@@ -251,7 +241,7 @@ def knobs(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figur
     )
 
 
-def interval_axis(cis: list[dict[str, Any]], racing: list[bool]) -> tuple[float, float]:
+def interval_axis(cis: list[CI], racing: list[bool]) -> tuple[float, float]:
     """The speedup axis: 1.0, every point and the intervals of the candidates still racing at the end, padded;
     a wider interval (a candidate out after few rounds: [0.167, 5.294]) is clipped at the edge, not allowed to
     squash the others into slivers."""
@@ -333,31 +323,21 @@ def timeline(study: optuna.Study, report: Report, units: str, sim: str) -> go.Fi
     starts = _starts(study)
     if not starts:
         return None
-    labels, up, bench, base = [], [], [], []
-    clock = 0.0
-    for t in starts:
-        a, b = _seconds(t)
-        labels.append(f"#{t.number} {t.state.name.lower()}")
-        base.append(clock / 60)
-        up.append(a / 60)
-        bench.append(b / 60)
-        clock += a + b
+    search = [(f"#{t.number} {t.state.name.lower()}", *_seconds(t)) for t in starts]
     conf = records.confirmation(study) or records.ConfirmationState(keys=[])
     confirm = confirmation_starts(records.trials(study), conf)
-    c_labels, c_up, c_bench, c_base = [], [], [], []
-    for label, a, b in confirm:
-        c_labels.append(label)
-        c_base.append(clock / 60)
-        c_up.append(a / 60)
-        c_bench.append(b / 60)
+    clock, base = 0.0, []
+    for _label, a, b in [*search, *confirm]:
+        base.append(clock / 60)
         clock += a + b
+    labels, up, n = [x[0] for x in search], [a / 60 for _, a, _ in search], len(search)
     fig = go.Figure()
-    fig.add_trace(go.Bar(y=labels, x=up, base=base, orientation="h", name="start-up", marker_color="#ff9900"))
+    fig.add_trace(go.Bar(y=labels, x=up, base=base[:n], orientation="h", name="start-up", marker_color="#ff9900"))
     fig.add_trace(
         go.Bar(
             y=labels,
-            x=bench,
-            base=[b + u for b, u in zip(base, up, strict=True)],
+            x=[b / 60 for _, _, b in search],
+            base=[b + u for b, u in zip(base[:n], up, strict=True)],
             orientation="h",
             name="benchmark",
             marker_color=COLOURS["COMPLETE"],
@@ -366,9 +346,9 @@ def timeline(study: optuna.Study, report: Report, units: str, sim: str) -> go.Fi
     if confirm:
         fig.add_trace(
             go.Bar(
-                y=c_labels,
-                x=[u + b for u, b in zip(c_up, c_bench, strict=True)],
-                base=c_base,
+                y=[label for label, _, _ in confirm],
+                x=[a / 60 + b / 60 for _, a, b in confirm],
+                base=base[n:],
                 orientation="h",
                 name="confirmation start (as recorded; older rounds estimated from their tok/s)",
                 marker_color="#109618",

@@ -1,14 +1,11 @@
-"""Report -> text for people: the terminal (rich; the JSON form is ``Report.to_json``) and optuna-dashboard's
-notes (``publish``).
-
-Tables for the baselines, the best configs, the pruned and failed reasons and the trials; sentences (verdict,
-confirmed intervals, exclusions) as whole lines, never wrapped, so that they can be grepped. Colour only on a
-terminal; into a pipe or file the same text without escapes, 160 columns wide. The dashboard's study note is
-Markdown: the verdict, the recommended trial and how it differs from the dashboard's "Best Trial"."""
+"""Report -> text for people: the terminal (rich) and optuna-dashboard's notes (``publish``). Sentences are whole
+lines, never wrapped, so that they can be grepped; colour only on a terminal, into a pipe or file the same text
+without escapes, 160 columns wide."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 import optuna
@@ -25,7 +22,7 @@ if TYPE_CHECKING:
     from autotune.report import GpuTime, Report, TrialRow
 
 
-def _fmt(x: Any, spec: str = ".1f") -> str:
+def fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
@@ -49,8 +46,7 @@ def _console(out: IO[str]) -> Console:
 
 
 def render_report(report: Report, out: IO[str], deploy: str | None = None) -> None:
-    """The whole report: its tables and evidence, then the closing summary (``summary_lines``); ``deploy``: the
-    recommended config's launch command, printed in the summary."""
+    """The whole report, then the closing summary; ``deploy``: the recommended config's launch command."""
     con = _console(out)
 
     def line(text: str, style: str | None = None) -> None:
@@ -109,13 +105,8 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         dep = cf.deploy_speedup_ci
         if ci:
             line(
-                f"confirmed trial {cf.trial} ({config_label(cf.config)}): speedup {ci['point']:.3f} "
-                f"[{ci['low']:.3f}, {ci['high']:.3f}] against its own baseline"
-                + (
-                    f", {dep['point']:.3f} [{dep['low']:.3f}, {dep['high']:.3f}] against the fastest baseline"
-                    if dep and dep != ci
-                    else ""
-                )
+                f"confirmed trial {cf.trial} ({config_label(cf.config)}): speedup {_ci(ci)} against its own baseline"
+                + (f", {_ci(dep)} against the fastest baseline" if dep and dep != ci else "")
                 + f" ({ci['confidence'] * 100:.4g}% CI, {ci['n']} paired repeats)"
                 + (" - left the race: clearly slower than the leader" if cf.dropped else "")
             )
@@ -123,26 +114,21 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         line(f"  ({INTERVAL_POINTER})")
     load = report.load
     if load:
-
-        def w(text: str) -> None:
-            line(text.rstrip("\n"))
-
-        w(f"per level (trial {load.trial}, search measurement):\n")
-        w("  streams     tok/s  speedup  per-stream  ITL p50/p99 ms   TTFT p50/p99 ms  accept  failed\n")
+        line(f"per level (trial {load.trial}, search measurement):")
+        line("  streams     tok/s  speedup  per-stream  ITL p50/p99 ms   TTFT p50/p99 ms  accept  failed")
         for x in load.levels:
             slo = "  SLO broken: " + "; ".join(x["slo_broken"]) if x.get("slo_broken") else ""
-            w(
-                f"  {x['level']:>7} {_fmt(x.get('tok_per_s')):>9} {_fmt(x.get('speedup'), '.2f'):>8} "
-                f"{_fmt(x.get('stream_tok_per_s')):>11} "
-                f"{_fmt(x.get('itl_p50_ms')):>6}/{_fmt(x.get('itl_p99_ms')):<7} "
-                f"{_fmt(x.get('ttft_p50_ms')):>8}/{_fmt(x.get('ttft_p99_ms')):<8} "
-                f"{_fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}\n"
+            line(
+                f"  {x['level']:>7} {fmt(x.get('tok_per_s')):>9} {fmt(x.get('speedup'), '.2f'):>8} "
+                f"{fmt(x.get('stream_tok_per_s')):>11} "
+                f"{fmt(x.get('itl_p50_ms')):>6}/{fmt(x.get('itl_p99_ms')):<7} "
+                f"{fmt(x.get('ttft_p50_ms')):>8}/{fmt(x.get('ttft_p99_ms')):<8} "
+                f"{fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}"
             )
-        w(f"  {load.text} (search)\n")
+        line(f"  {load.text} (search)")
         for v in load.confirmed or []:
-            ci = v.get("speedup_ci")
-            iv = f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "-"
-            w(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}\n")
+            iv = _ci(v.get("speedup_ci"))
+            line(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}")
     traffic = report.traffic
     if traffic:
         line(
@@ -161,22 +147,31 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
                 line(traffic[key], "yellow" if "WARNING" in traffic[key] else None)
     if report.search_settled:
         line(report.search_settled["text"])
-    for c in report.baseline_check:
-        line(baseline_check.text(c), "yellow" if c["flagged"] else None)
+    for bc in report.baseline_check:
+        line(baseline_check.text(bc), "yellow" if bc["flagged"] else None)
     for e in res.exclusions:
         line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
     if report.warmup:
         line(f"warm-up: {report.warmup['text']}")
     line("")
-    style = {
-        Verdict.SPECULATION_WINS: "bold green",
-        Verdict.BASELINE_WINS: "bold",
-        Verdict.NO_WORTHWHILE_GAIN: "bold",
-        Verdict.INCONCLUSIVE: "bold yellow",
-    }
+    render_summary(report, out, deploy, con)
+
+
+_VERDICT_STYLE = {
+    Verdict.SPECULATION_WINS: "bold green",
+    Verdict.BASELINE_WINS: "bold",
+    Verdict.NO_WORTHWHILE_GAIN: "bold",
+    Verdict.INCONCLUSIVE: "bold yellow",
+}
+
+
+def render_summary(report: Report, out: IO[str], deploy: str | None = None, con: Console | None = None) -> None:
+    """The closing summary (``summary_lines``), the verdict and the recommendation in bold."""
+    con = con or _console(out)
     for text in summary_lines(report, deploy):
-        strong = style.get(res.verdict) if text.startswith("verdict:") else None
-        line(text, strong or ("bold" if text.startswith("recommended:") else None))
+        strong = _VERDICT_STYLE.get(report.verdict) if text.startswith("verdict:") else None
+        style = strong or ("bold" if text.startswith("recommended:") else None)
+        con.print(Text(text, style=style or ""), soft_wrap=True)
 
 
 #: the terminal's pointer to the intervals' derivation (the whole of it: the report's ``interval_note``, shown by the
@@ -202,10 +197,7 @@ def summary_lines(report: Report, deploy: str | None = None) -> list[str]:
         out.append(f"recommended: trial {rec.trial}: {config_label(rec.config)}  ({rec.why})")
         ci = rec.speedup_ci
         if ci:
-            out.append(
-                f"  speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}] "
-                f"({ci.get('confidence', 0.95) * 100:.4g}% CI) against the fastest baseline"
-            )
+            out.append(f"  speedup {_ci(ci)} ({ci.get('confidence', 0.95) * 100:.4g}% CI) against the fastest baseline")
     out.append(gpu_text(report.gpu_time))
     if deploy:
         what = "the recommended config" if (rec.config or {}).get("drafter") else "it"
@@ -220,7 +212,7 @@ def _baselines(con: Console, report: Report) -> None:
         t.add_column(col, justify="left" if col == "CUDA graphs" else "right")
     for _key, b in sorted(report.result.baselines.items()):
         per = " ".join(f"{x:.0f}" for x in b.per_prompt_tok_per_s)
-        t.add_row("on" if b.cuda_graph else "off", _fmt(b.tok_per_s), str(b.trial), per)
+        t.add_row("on" if b.cuda_graph else "off", fmt(b.tok_per_s), str(b.trial), per)
     con.print(t)
 
 
@@ -265,24 +257,23 @@ def _best(con: Console, report: Report) -> None:
         t.add_row(
             f"{b.trial}{'*' if b.recommended else ''}",
             config_label(b.config),
-            _fmt(b.tok_per_s),
-            _fmt(b.speedup, ".3f"),
+            fmt(b.tok_per_s),
+            fmt(b.speedup, ".3f"),
             _ci(b.speedup_ci),
-            _fmt(b.accept_length, ".2f"),
+            fmt(b.accept_length, ".2f"),
         )
     con.print(t)
 
 
 def _methods_lines(m: dict[str, Any] | None) -> list[str]:
-    """Per-method results (spaces with search.methods): the verdict naming the method, each method's best with
-    its acceptance, adaptive vs tuned static, each category's speedup per method."""
+    """Per-method results (spaces with search.methods)."""
     if not m:
         return []
     out = ["methods: " + m["text"]]
     for e in m["methods"]:
         b = e["best"]
         acc = f", accept length {e['accept_length']:.2f}" if e.get("accept_length") else ""
-        shown = f"best {_fmt(b['speedup'], '.2f')}x {_ci(b['speedup_ci'])} trial {b['trial']}" if b else "-"
+        shown = f"best {fmt(b['speedup'], '.2f')}x {_ci(b['speedup_ci'])} trial {b['trial']}" if b else "-"
         out.append(f"  {e['label']:<12} {shown}  ({e['budget']['text']}{acc})")
     out += [f"  {a['text']}" for a in m.get("adaptive") or []]
     weights = m.get("category_weights") or {}
@@ -291,7 +282,7 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
     for method, cats in (m.get("categories") or {}).items():
         out.append(
             f"  {method} by category (search figures, its best config's start): "
-            + ", ".join(f"{c} {_fmt(v, '.2f')}x" for c, v in cats.items())
+            + ", ".join(f"{c} {fmt(v, '.2f')}x" for c, v in cats.items())
         )
     return out
 
@@ -313,12 +304,12 @@ def _trials(con: Console, report: Report) -> None:
             str(r.number),
             r.state,
             config_label(r.config),
-            _fmt(r.tok_per_s),
-            _fmt(r.speedup, ".2f") + ("~" if r.state != "COMPLETE" and r.speedup is not None else ""),
-            _fmt(r.speedup_vs_fastest, ".2f")
+            fmt(r.tok_per_s),
+            fmt(r.speedup, ".2f") + ("~" if r.state != "COMPLETE" and r.speedup is not None else ""),
+            fmt(r.speedup_vs_fastest, ".2f")
             + ("~" if r.state != "COMPLETE" and r.speedup_vs_fastest is not None else ""),
             measured(r, n_levels),
-            _fmt(r.accept_length, ".2f"),
+            fmt(r.accept_length, ".2f"),
             trial_note(r),
             style=colour.get(r.state, ""),
         )
@@ -360,59 +351,48 @@ def _pruned_by(report: Report) -> str:
     return f"{by['baseline']} slower than their baseline, {by['leader']} slower than the leader"
 
 
-def position_rows(report: Report) -> list[dict[str, Any]]:
-    """The per-position acceptance to show (``accept_per_pos``, where the server reports it): each method's best
-    config in a space with ``search.methods``, else the best configs; an explanation of the acceptance, never a
-    ranking. Each row: ``who`` (method label or config), ``trial`` and the summary's ``drafts``, ``rates``,
-    ``profile``."""
+@dataclass(frozen=True)
+class PositionRow:
+    """One config's per-position acceptance (``acceptance.summary``); ``who``: its method's label or its config."""
+
+    who: str
+    trial: int
+    drafts: int
+    rates: list[float]
+    profile: list[float] | None
+
+
+def position_rows(report: Report) -> list[PositionRow]:
+    """The per-position acceptance to show, where the server reports it: each method's best config in a space with
+    ``search.methods``, else the best configs; an explanation of the acceptance, never a ranking."""
     methods = (report.methods or {}).get("methods") or []
     if methods:
         picked = [(e["label"], e["best"]["trial"], e["best"].get("accept_per_pos")) for e in methods if e.get("best")]
     else:
         picked = [(config_label(b.config), b.trial, b.accept_per_pos) for b in report.best_configs]
-    return [{"who": who, "trial": trial, **pos} for who, trial, pos in picked if pos]
+    return [PositionRow(who, trial, pos["drafts"], pos["rates"], pos["profile"]) for who, trial, pos in picked if pos]
 
 
 def positions_lines(report: Report) -> list[str]:
-    """``position_rows`` as text: P(first i draft tokens accepted) for i = 1..K, and the expected accepted draft
-    tokens at each depth k <= K (``autotune.acceptance.acceptance_profile``)."""
+    """``position_rows`` as text."""
     rows = position_rows(report)
     if not rows:
         return []
     out = ["per-position acceptance (P(first i draft tokens accepted), i = 1..K; explains acceptance, never ranks):"]
     for r in rows:
-        rates = " ".join(f"{x:.2f}" for x in r["rates"])
-        prof = " ".join(f"{x:.2f}" for x in r["profile"] or [])
-        depth = f"; expected accepted at depth 1..{len(r['profile'])}: {prof}" if r["profile"] else ""
-        out.append(f"  {r['who']} (trial {r['trial']}, {r['drafts']} drafts): {rates}{depth}")
+        rates = " ".join(f"{x:.2f}" for x in r.rates)
+        prof = " ".join(f"{x:.2f}" for x in r.profile or [])
+        depth = f"; expected accepted at depth 1..{len(r.profile)}: {prof}" if r.profile else ""
+        out.append(f"  {r.who} (trial {r.trial}, {r.drafts} drafts): {rates}{depth}")
     return out
 
 
 # ---------------------------------------------------------------------------------------------- the dashboard's note
 
 
-def _label(cfg: Mapping[str, Any] | None) -> str:
-    return config_label(dict(cfg) if cfg else None)
-
-
-def _ci_text(ci: Mapping[str, float] | None) -> str:
-    if not ci:
-        return "-"
-    return f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}] ({ci.get('confidence', 0) * 100:.4g}%)"
-
-
-def optuna_best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The trial optuna-dashboard shows as "Best Trial": the highest objective value of one start (None: none)."""
-    try:
-        return study.best_trial
-    except ValueError:
-        return None
-
-
 def study_note(study: optuna.Study, report: Report) -> str:
-    """The study's note (Markdown, at the top of its dashboard page): the verdict, a SIMULATED label, the trial
-    autotune recommends and why, how that differs from optuna-dashboard's "Best Trial", what the objective value
-    is, the intervals' confidence, and every pruned and failed trial with its reason."""
+    """The study's note (Markdown, at the top of its dashboard page): the verdict, the trial autotune recommends and
+    how that differs from optuna-dashboard's "Best Trial", what the objective value is, the pruned and failed."""
     res = report.result
     sim = res.simulated
     lines = [f"## autotune study `{res.study}`"]
@@ -427,10 +407,17 @@ def study_note(study: optuna.Study, report: Report) -> str:
     if rec_trial is not None:
         ci = rec.speedup_ci
         lines.append(
-            f"**autotune recommends trial {rec_trial}**: `{_label(rec.config)}` ({rec.why})"
-            + (f"; confirmed speedup against the fastest baseline {_ci_text(ci)}" if ci else "")
+            f"**autotune recommends trial {rec_trial}**: `{config_label(rec.config)}` ({rec.why})"
+            + (
+                f"; confirmed speedup against the fastest baseline {_ci(ci)} ({ci.get('confidence', 0) * 100:.4g}%)"
+                if ci
+                else ""
+            )
         )
-    best = optuna_best(study)
+    try:  # what optuna-dashboard shows as "Best Trial": the highest objective value of one start
+        best: optuna.trial.FrozenTrial | None = study.best_trial
+    except ValueError:
+        best = None
     if best is not None:
         value = f"{best.value:.1f}" if best.value is not None else "-"
         is_base = records.TrialRecord(best).is_baseline
@@ -471,10 +458,9 @@ def study_note(study: optuna.Study, report: Report) -> str:
 
 
 def publish(study: optuna.Study, report: Report, *, attrs: bool = False) -> None:
-    """What optuna-dashboard shows about the study as a whole: its note (``study_note``), and a note for each
-    pruned or failed trial that has none (one failed outside its steps: its reason); with ``attrs`` also the study
-    user attrs ``verdict`` and ``recommended`` (rounded figures). Without optuna-dashboard installed: the attrs
-    only."""
+    """What optuna-dashboard shows about the study: its note, and a note for each pruned or failed trial that has
+    none; with ``attrs`` also the study user attrs ``verdict`` and ``recommended`` (written without the dashboard
+    installed too)."""
     try:
         from optuna_dashboard import save_note
         from optuna_dashboard._note import get_note_from_system_attrs, save_note_with_version
@@ -502,13 +488,10 @@ def publish(study: optuna.Study, report: Report, *, attrs: bool = False) -> None
             report.verdict.value,
             {
                 "trial": rec.trial,
-                "config": _label(rec.config),
+                "config": config_label(rec.config),
                 "why": rec.why,
                 "tok_per_s": None if rec.tok_per_s is None else round(rec.tok_per_s, 1),
                 "speedup": None if not ci else round(ci["point"], 3),
                 "speedup_ci": None if not ci else [round(ci["low"], 3), round(ci["high"], 3)],
             },
         )
-
-
-# ---------------------------------------------------------------------------------------------- writing

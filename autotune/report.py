@@ -1,8 +1,6 @@
-"""Study -> ``Report``: the typed report, built once from the study's records by ``build_report`` and never changed
-after; ``Report.to_json`` is ``report --json``, ``autotune.render`` and ``autotune.html`` render it as text and
-HTML. The study's result (verdict, baselines, confirmation, recommendation) is ``autotune.study.result``'s; the
-report adds the trials' rows, the cost and the checks. Sections recorded by other modules (load levels, traffic,
-per-method results, warm-ups, lossless records, intervals) are carried as they recorded them."""
+"""Study -> ``Report``, built once by ``build_report``: the study's result (``autotune.study.result``) with the
+trials' rows, the cost and the checks. ``Report.to_json`` is ``report --json``; ``autotune.render`` and
+``autotune.html`` render it as text and HTML. Sections other modules record are carried as they recorded them."""
 
 from __future__ import annotations
 
@@ -27,6 +25,7 @@ from autotune.study.result import (
     objective_speedup,
     study_result,
 )
+from autotune.traffic import Guard, acceptance_guards, by_length, length_text
 from autotune.verdict import Verdict, point_verdict, to_settle_text
 
 VERDICT_TEXT: dict[str, str] = {
@@ -53,7 +52,7 @@ class TrialRow:
     state: str
     role: str | None
     seeded: Any
-    params: dict[str, Any]
+    params: dict[str, object]
     config: dict[str, Any] | None
     tok_per_s: float | None
     speedup: float | None  # over its own baseline (a trial stopped early: over what it measured)
@@ -100,8 +99,7 @@ _ROW_KEYS = list(TrialRow.__dataclass_fields__)[: list(TrialRow.__dataclass_fiel
 
 @dataclass(frozen=True)
 class GpuTime:
-    """Server time (hardware seconds the GPUs were held) of the search and confirmation, and what pruning and
-    deduplication saved."""
+    """Server time (hardware seconds the GPUs were held) of the search and confirmation (``gpu_time``)."""
 
     search_s: float
     search_starts: int
@@ -154,9 +152,9 @@ class Lossless:
     lossy_trials: list[int]
     tolerance: float | None
     tolerance_source: str | None
-    baseline_divergences: list[dict[str, Any]]
+    baseline_divergences: list[dict[str, object]]
     baselines_compared: int
-    greedy: dict[str, Any] | None = None
+    greedy: dict[str, object] | None = None
     greedy_text: str | None = None
     figures_from: str | None = None
 
@@ -184,12 +182,6 @@ class Load:
 
 
 @dataclass(frozen=True)
-class Guard:
-    name: str
-    text: str
-
-
-@dataclass(frozen=True)
 class Report:
     """A study's report. ``result``: what the study found (verdict, baselines, confirmation, recommendation);
     the rest presents the trials, the cost and the checks."""
@@ -202,12 +194,12 @@ class Report:
     reasons: dict[str, dict[str, int]]  # PRUNED / FAIL -> why -> trials
     gpu_time: GpuTime
     search_settled: dict[str, Any] | None  # why the search stopped before its budget (``study.settle``), with text
-    to_settle: dict[str, Any] | None  # what settling an open verdict would take (``verdict.to_settle_text``)
-    warmup: dict[str, Any] | None  # ``warmup.summary`` with its line as ``text``
+    to_settle: dict[str, object] | None  # what settling an open verdict would take (``verdict.to_settle_text``)
+    warmup: dict[str, object] | None  # ``warmup.summary`` with its line as ``text``
     best_configs: tuple[BestConfig, ...]
     verdict_text: str
-    baseline_check: list[dict[str, Any]]
-    suspect_prunes: list[dict[str, Any]]
+    baseline_check: list[dict[str, object]]
+    suspect_prunes: list[dict[str, object]]
     lossless: Lossless
     flags: list[str]  # alarms
     acceptance_guards: tuple[Guard, ...]
@@ -216,7 +208,7 @@ class Report:
     interval_note: str | None
     traffic: dict[str, Any] | None  # request-log studies only
     methods: dict[str, Any] | None  # spaces with search.methods only (``study.methods.summarize``)
-    running: dict[str, Any] | None = None  # a study an autotune runs now (``commands.study.progress``)
+    running: dict[str, object] | None = None  # a study an autotune runs now (``commands.study.progress``)
 
     @property
     def study(self) -> str:
@@ -279,7 +271,7 @@ class Report:
         return out
 
 
-def build_report(study: optuna.Study, running: dict[str, Any] | None = None) -> Report:
+def build_report(study: optuna.Study, running: dict[str, object] | None = None) -> Report:
     """The study's report, from its records (``running``: the study is running now, ``commands.study.progress``)."""
     res = study_result(study)
     trials = list(res.trials)
@@ -402,9 +394,7 @@ def _complete_note(r: TrialRecord) -> str | None:
 
 
 def _load(rows: list[TrialRow], best: Best | None, conf: ConfirmationState) -> Load | None:
-    """With load levels: the best trial's per-level figures with the per-level verdict of its search measurement
-    ("speculation wins up to 64 streams, loses from 256"), and confirmation's per-level winners and verdicts
-    (``confirmed``, ``confirmed_text``); None without levels."""
+    """With load levels: the best trial's per-level figures and search verdicts, and confirmation's per level."""
     row = next((r for r in rows if r.number == best.trial), None) if best else None
     if row is None:  # nothing confirmed yet: the search's best measurement of the objective
         spec = [r for r in rows if r.speculative and r.levels and r.tok_per_s]
@@ -430,55 +420,44 @@ def _traffic(
     res: StudyResult,
     by_number: dict[int, FrozenTrial],
 ) -> dict[str, Any]:
-    """A request-log study's subset and guards, the holdout check (``traffic.holdout_check``, as recorded), the
-    winner's acceptance on the subset against the holdout (``traffic.acceptance_check``, as ``study.winner``
-    recorded it, measured after confirmation), and the
-    recommended config's speedup by input-length third against its baseline (the search's measurements; none when
-    the baseline is recommended)."""
+    """A request-log study's subset and guards, the holdout checks as recorded, and the recommended config's
+    speedup by length third against its baseline (the search's measurements; none for a baseline)."""
     from autotune.study.winner import acceptance_text
-    from autotune.traffic import by_length, length_text
 
     out = dict(info)
+    rest = "subset vs the rest of the log"
     out["holdout_check"] = holdout
     if holdout is not None:
-        out["holdout_text"] = f"subset vs the rest of the log (baseline trial {holdout['trial']}): {holdout['text']}"
+        out["holdout_text"] = f"{rest} (baseline trial {holdout['trial']}): {holdout['text']}"
     elif info.get("holdout"):
-        out["holdout_text"] = "subset vs the rest of the log: not measured (no baseline measured it)"
+        out["holdout_text"] = f"{rest}: not measured (no baseline measured it)"
     else:
-        out["holdout_text"] = (
-            "subset vs the rest of the log: off (benchmark.holdout: 0, or no request outside the subset)"
-        )
+        out["holdout_text"] = f"{rest}: off (benchmark.holdout: 0, or no request outside the subset)"
     out["acceptance_check"] = accepted
     if accepted is not None:
-        out["acceptance_text"] = "subset vs the rest of the log (the winner, after confirmation): " + acceptance_text(
-            accepted
-        )
+        out["acceptance_text"] = f"{rest} (the winner, after confirmation): " + acceptance_text(accepted)
     elif info.get("holdout"):
         out["acceptance_text"] = (
             "the winner's acceptance on the rest of the log: not measured (no speculative winner confirmed)"
         )
     t = by_number.get(res.recommended.trial) if res.recommended.trial is not None else None
-    rows: list[dict[str, Any]] = []
-    out_rows: list[dict[str, Any]] = []
-    if t is not None and not TrialRecord(t).is_baseline:
-        own = TrialRecord(t).baseline_trial
-        b = by_number.get(own) if own is not None else None
-        if b is not None:
-            mine, base = TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results()
-            rows = by_length(mine, base)
-            out_rows = by_length(mine, base, side="output")
-    out["by_length"] = rows
-    out["by_length_text"] = length_text(rows)
-    out["by_output_length"] = out_rows
-    out["by_output_length_text"] = length_text(out_rows, side="output")
+    own = TrialRecord(t).baseline_trial if t is not None and not TrialRecord(t).is_baseline else None
+    b = by_number.get(own) if own is not None else None
+    mine, base = (
+        (TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results())
+        if t is not None and b is not None
+        else ([], [])
+    )
+    for side, key in (("input", "by_length"), ("output", "by_output_length")):
+        out[key] = by_length(mine, base, side=side) if b is not None else []
+        out[key + "_text"] = length_text(out[key], side=side)
     return out
 
 
 def _methods_section(
     study: optuna.Study, rows: list[TrialRow], res: StudyResult, describe: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """Per-method results (``study.methods``; spaces with search.methods only), each method's best config with
-    its per-position acceptance where reported."""
+    """Per-method results (``study.methods``), each method's best with its per-position acceptance."""
     per_method = _methods.from_study(
         study,
         {
@@ -504,8 +483,6 @@ def _acceptance_guards(
     rows: list[TrialRow], by_number: dict[int, FrozenTrial], references: dict[str, float]
 ) -> tuple[Guard, ...]:
     """``acceptance-far-below`` (``traffic.acceptance_guards``) on each drafter's fastest measured trial."""
-    from autotune.traffic import acceptance_guards
-
     fastest: dict[str, TrialRow] = {}
     for r in rows:
         drafter = (r.config or {}).get("drafter")
@@ -514,11 +491,11 @@ def _acceptance_guards(
         if drafter not in fastest or r.tok_per_s > (fastest[drafter].tok_per_s or 0.0):
             fastest[drafter] = r
     judged = [(d, r.number, TrialRecord(by_number[r.number]).prompt_results()) for d, r in fastest.items()]
-    return tuple(Guard(g.name, g.text) for g in acceptance_guards(judged, references))
+    return tuple(acceptance_guards(judged, references))
 
 
 def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Why the search stopped before its budget (``autotune.study.settle``), with a line to print; None: it did not."""
+    """Why the search stopped before its budget, with a line to print; None: it did not."""
     if not state:
         return None
     return {
@@ -549,8 +526,7 @@ def interval_note(conf: ConfirmationState) -> str | None:
 
 
 def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
-    """Pruned and failed trials counted by why: lost to the baseline or to the leader (by ``prune_rule``),
-    infeasible, out of memory, same server config as a pruned trial; each failure kind; interrupted; no outcome."""
+    """Pruned and failed trials counted by why."""
     out: dict[str, dict[str, int]] = {"PRUNED": {}, "FAIL": {}}
     for t in trials:
         if t.state not in (TrialState.PRUNED, TrialState.FAIL):
@@ -578,9 +554,8 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, Any] | None:
-    """The warm-up passes of every start, search and confirmation (``autotune.warmup.summary``, with its line as
-    ``text``); None when no start warmed up with passes."""
+def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, object] | None:
+    """The warm-up passes of every start, search and confirmation, with its line as ``text``; None without."""
     ws = [TrialRecord(t).warmup for t in trials if not TrialRecord(t).is_duplicate]
     for rnd in [*(conf.check_rounds or []), *conf.rounds]:
         if rnd.starts is not None:
@@ -592,14 +567,12 @@ def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, An
 
 
 def _start_seconds(t: FrozenTrial) -> float:
-    """A trial's server time: its startup, its warm-up passes and its timed benchmark (the warm-up requests and
-    reference answers not counted)."""
+    """A start's server time: its startup, warm-up passes and timed benchmark (not warm-up requests or references)."""
     return (TrialRecord(t).startup_s or 0.0) + warmup_seconds(t) + bench_seconds(t)
 
 
 def trial_gpu_s(t: FrozenTrial) -> float:
-    """A search trial's server time as ``gpu_time`` bills it: its start when it ran one, and its starts that failed
-    (a duplicate: none, it started nothing)."""
+    """A search trial's server time as ``gpu_time`` bills it (a duplicate started nothing)."""
     r = TrialRecord(t)
     if r.is_duplicate:
         return 0.0
@@ -608,12 +581,9 @@ def trial_gpu_s(t: FrozenTrial) -> float:
 
 
 def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
-    """Server time (hardware seconds the GPUs were held) spent by the search and confirmation, and what pruning
-    and deduplication saved. Pruning saved what a pruned trial did not run: its missing prompts (at its own mean
-    time per prompt) and, with load levels, the levels it did not reach (at the complete trials' mean time for
-    that level); a duplicate saved the start and benchmark of the trial it copies. Confirmation starts are
-    estimated from their tok/s: a complete search start's benchmark work (seconds x objective) over that tok/s,
-    plus the search's mean startup (the rounds record tok/s only)."""
+    """Server time spent and saved. Pruning saved what a pruned trial did not run: its missing prompts (at its own
+    mean time per prompt) and the load levels it did not reach (at the complete trials' mean for that level); a
+    duplicate saved the start and benchmark of the trial it copies."""
     by_number = {t.number: t for t in trials}
     searched = spent = pruning = dedup = 0.0
     starts = 0
@@ -663,50 +633,39 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
 
 
 def _best_configs(
-    rows: list[TrialRow], confirmed: tuple[Confirmed, ...], recommended: int | None = None, n: int = 5
+    rows: list[TrialRow], confirmed: tuple[Confirmed, ...], recommended: int | None
 ) -> tuple[BestConfig, ...]:
-    """The best measured speculative configs against the fastest baseline, by the objective's speedup: the
-    confirmed one where confirmation measured it (more starts, fresh baselines), else the search's; the recommended
-    trial first. ``speedup`` stays the search measurement's, ``confirmed_speedup`` is confirmation's."""
-    by_trial = {c.trial: c for c in confirmed}
+    """The five best measured speculative configs by the objective's speedup against the fastest baseline,
+    confirmed where confirmation measured it, else the search's; the recommended trial first."""
+    cis = {c.trial: c.headline for c in confirmed}
     spec = [
         r
         for r in rows
         if r.speculative and r.state == "COMPLETE" and r.duplicate_of is None and r.speedup_vs_fastest is not None
     ]
 
-    def ci_of(r: TrialRow) -> CI | None:
-        c = by_trial.get(r.number)
-        return c.headline if c else None
-
     def rank(r: TrialRow) -> tuple[bool, float]:
-        ci = ci_of(r)
+        ci = cis.get(r.number)
         return (r.number == recommended, ci["point"] if ci else r.speedup_vs_fastest or 0.0)
 
     spec.sort(key=rank, reverse=True)
-    out = []
-    for r in spec[:n]:
-        ci = ci_of(r)
-        out.append(
-            BestConfig(
-                trial=r.number,
-                config=r.config,
-                tok_per_s=r.tok_per_s,
-                speedup=r.speedup_vs_fastest,
-                speedup_ci=ci,
-                confirmed_speedup=ci["point"] if ci else None,
-                recommended=r.number == recommended,
-                accept_length=r.accept_length,
-                accept_per_pos=r.accept_per_pos,
-            )
+    return tuple(
+        BestConfig(
+            trial=r.number,
+            config=r.config,
+            tok_per_s=r.tok_per_s,
+            speedup=r.speedup_vs_fastest,
+            speedup_ci=(ci := cis.get(r.number)),
+            confirmed_speedup=ci["point"] if ci else None,
+            recommended=r.number == recommended,
+            accept_length=r.accept_length,
+            accept_per_pos=r.accept_per_pos,
         )
-    return tuple(out)
+        for r in spec[:5]
+    )
 
 
 def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy: dict[str, Any] | None) -> Lossless:
-    """The lossless check over the study: near-tie flips, lossy trials, the tolerance and the baselines' floor; in
-    a space whose prompts sample, the winner's check at temperature 0 (``study.winner``) and which figures come
-    from which measurement."""
     from autotune.study.winner import greedy_text
 
     checked = [(r, r.lossless) for r in rows if r.lossless]
@@ -730,7 +689,7 @@ def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy:
     )
 
 
-def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, Any]] | None = None) -> str:
+def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, object]]) -> str:
     if v == Verdict.INCONCLUSIVE and suspects and not exclusions:
         numbers = ", ".join(str(p["trial"]) for p in suspects)
         return (
@@ -747,7 +706,7 @@ def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[
     return VERDICT_TEXT[v]
 
 
-def _flags(rows: list[TrialRow], greedy: dict[str, Any] | None = None) -> list[str]:
+def _flags(rows: list[TrialRow], greedy: dict[str, Any] | None) -> list[str]:
     out = []
     if greedy is not None and greedy.get("ok") is False:
         out.append(

@@ -1,6 +1,5 @@
-"""Production traffic as the prompt set (issue #45), the pure part: request logs read into typed requests, a
-representative subset picked from a large log, and the validity guards that say when a measurement cannot transfer
-to production. No server, no study: the space loader and the plan call these.
+"""Production traffic as the prompt set, the pure part: request logs read into typed requests, a representative
+subset picked from a large log, and the validity guards that say when a measurement cannot transfer to production.
 
 Formats read (one file, detected from its content):
 
@@ -25,7 +24,7 @@ import re
 import unicodedata
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -52,23 +51,19 @@ class LoggedRequest:
 
     id: str
     line: int
-    #: chat turns (system and earlier turns included), or None for a completions request
-    messages: tuple[Turn, ...] | None
-    #: the completions prompt, or None for a chat request
-    prompt: str | None
+    messages: tuple[Turn, ...] | None  # chat turns (system and earlier turns included); None: a completions request
+    prompt: str | None  # the completions prompt; None: a chat request
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     category: str | None = None
-    #: the request's explicit thinking switch (``chat_template_kwargs.enable_thinking``), None when it has none
-    thinking: bool | None = None
-    #: the logged answer, its finish reason and length in tokens, where the log has them
+    thinking: bool | None = None  # ``chat_template_kwargs.enable_thinking``, None when the request has none
+    # the logged answer, its finish reason and lengths in tokens, where the log has them
     response: str | None = None
     finish_reason: str | None = None
     output_tokens: int | None = None
     input_tokens: int | None = None
-    #: the logged answer carried reasoning (``reasoning_content`` or a ``<think>`` block)
-    reasoned: bool = False
+    reasoned: bool = False  # the logged answer carried reasoning (``reasoning_content`` or a ``<think>`` block)
 
     @property
     def is_chat(self) -> bool:
@@ -117,7 +112,7 @@ class _Reader:
         shown = json.dumps(got)[:60] if not isinstance(got, str) else repr(got[:60])
         return self.error(line, field, f"expected {what}, got {shown}")
 
-    def number(self, d: dict[str, Any], key: str, line: int, low: float, high: float) -> float | None:
+    def number(self, d: Mapping[str, object], key: str, line: int, low: float, high: float) -> float | None:
         v = d.get(key)
         if v is None:
             return None
@@ -125,7 +120,7 @@ class _Reader:
             raise self.expected(line, key, f"a number from {low:g} to {high:g}", v)
         return float(v)
 
-    def count(self, d: dict[str, Any], key: str, line: int) -> int | None:
+    def count(self, d: Mapping[str, object], key: str, line: int) -> int | None:
         v = d.get(key)
         if v is None:
             return None
@@ -170,7 +165,7 @@ class _Reader:
             raise self.error(line, "messages", "expected at least one user turn")
         return tuple(out)
 
-    def openai(self, obj: dict[str, Any], line: int, index: int) -> LoggedRequest:
+    def openai(self, obj: Mapping[str, object], line: int, index: int) -> LoggedRequest:
         body = obj.get("body") if isinstance(obj.get("body"), dict) else obj.get("request", obj)
         if not isinstance(body, dict):
             raise self.expected(line, "request", "a request body (a mapping)", body)
@@ -237,7 +232,7 @@ class _Reader:
             finish = c.get("finish_reason")
         if text is not None and not isinstance(text, str):
             raise self.expected(line, "response.choices[0].content", "a text", text)
-        usage: dict[str, Any] = resp["usage"] if isinstance(resp.get("usage"), dict) else {}
+        usage: Mapping[str, object] = resp["usage"] if isinstance(resp.get("usage"), dict) else {}
         out_tokens = usage.get("completion_tokens")
         in_tokens = usage.get("prompt_tokens")
         return replace(
@@ -249,7 +244,7 @@ class _Reader:
             reasoned=reasoned or bool(text and "<think>" in text),
         )
 
-    def sharegpt(self, obj: dict[str, Any], line: int, index: int) -> LoggedRequest:
+    def sharegpt(self, obj: Mapping[str, object], line: int, index: int) -> LoggedRequest:
         conv = obj.get("conversations", obj.get("conversation"))
         if not isinstance(conv, list) or not conv:
             raise self.expected(line, "conversations", "a non-empty list of {from, value}", conv)
@@ -305,9 +300,7 @@ def read_requests(path: str | Path) -> list[LoggedRequest]:
             data = json.loads(text)
         except ValueError as e:
             raise reader.error(getattr(e, "lineno", None), None, f"invalid JSON: {e}") from None
-        items = [(0, x) for x in data]
-        line_of = _array_lines(text, len(items))
-        items = [(line_of[i], x) for i, (_l, x) in enumerate(items)]
+        items = list(zip(_array_lines(text, len(data)), data, strict=True))
     else:
         for n, raw in enumerate(text.splitlines(), 1):
             if not raw.strip():
@@ -441,10 +434,9 @@ class Subset:
 
 
 def pick_subset(requests: Sequence[LoggedRequest], n: int, seed: int = 0, clusters: int = 4) -> Subset:
-    """``n`` requests that stand for the whole log: stratified by input-length third, output-length third (where the
-    log has answers) and category (a text clustering where no request names one), each stratum's share of ``n`` in
-    proportion to its share of the log (largest remainders), a seeded draw inside each. Indexes into ``requests``,
-    in log order."""
+    """``n`` requests that stand for the whole log (indexes into ``requests``, in log order): stratified by
+    input-length third, output-length third and category (else a text clustering), each stratum's share of ``n`` in
+    proportion to its share of the log (largest remainders), a seeded draw inside each."""
     if n < 1:
         raise ValueError(f"a subset needs at least one request, got {n}")
     buckets = Buckets.of(requests)
@@ -480,8 +472,7 @@ def _quantiles(xs: Sequence[float]) -> tuple[float, float, float]:
 
 def representativeness(requests: Sequence[LoggedRequest], subset: Subset) -> dict[str, Any]:
     """How the subset's lengths and categories compare with the whole log's: p10/p50/p90 of input and output length,
-    the two-sample Kolmogorov-Smirnov distance and p-value of each, the category shares. (What the subset measures,
-    baseline tok/s and acceptance against a sample of the rest, needs a server: the study does that.)"""
+    the two-sample Kolmogorov-Smirnov distance and p-value of each, the category shares."""
     from scipy.stats import ks_2samp
 
     sub = [requests[i] for i in subset.picked]
@@ -508,8 +499,8 @@ def representativeness(requests: Sequence[LoggedRequest], subset: Subset) -> dic
 
 
 def draw_holdout(n_log: int, subset: Subset, k: int, seed: int = 1) -> list[int]:
-    """``k`` requests of the log outside ``subset`` (as many as there are, at most), a seeded uniform draw: the sample
-    of the rest the subset's baseline is checked against (``holdout_check``). Indexes into the log, in log order."""
+    """Up to ``k`` requests of the log outside ``subset`` (a seeded uniform draw, indexes in log order): the sample
+    of the rest the subset is checked against."""
     picked = set(subset.picked)
     rest = [i for i in range(n_log) if i not in picked]
     return sorted(random.Random(seed).sample(rest, min(k, len(rest))))
@@ -517,22 +508,17 @@ def draw_holdout(n_log: int, subset: Subset, k: int, seed: int = 1) -> list[int]
 
 @dataclass(frozen=True)
 class Measured:
-    """What a ``SubsetCheck`` compares between the subset and the rest of the log: its JSON key (``subset_KEY``,
-    ``rest_KEY``), its words, the digits its figures are shown with and the name of the warning it raises."""
+    """What a ``SubsetCheck`` compares between the subset and the rest of the log."""
 
-    key: str
+    key: str  # in JSON: ``subset_KEY``, ``rest_KEY``
     words: str
-    digits: int
+    digits: int  # shown with
     warning_name: str
 
 
-#: the name of the holdout check's warning
 UNREPRESENTATIVE = "subset-unrepresentative"
-#: the name of the acceptance check's warning
 FLATTERS_DRAFTER = "subset-flatters-drafter"
-#: the baseline's tok/s (``holdout_check``)
 BASELINE_TOK_PER_S = Measured("tok_per_s", "baseline tok/s", 1, UNREPRESENTATIVE)
-#: the recommended config's accepted draft tokens per verify round (``acceptance_check``)
 ACCEPTED_PER_ROUND = Measured("accepted_per_round", "accepted draft tokens a round", 2, FLATTERS_DRAFTER)
 
 
@@ -551,7 +537,7 @@ class SubsetCheck:
     warning: str | None
     trial: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         key = self.measured.key
         return {
             **({"trial": self.trial} if self.trial is not None else {}),
@@ -583,9 +569,9 @@ def holdout_check(
     subset_tok_per_s: Sequence[float], rest_tok_per_s: Sequence[float], min_gain: float, confidence: float = 0.95
 ) -> SubsetCheck | None:
     """The ``SubsetCheck`` of the baseline's per-prompt tok/s on the subset and on the holdout, measured on one server
-    start: each side's geometric mean with its t-interval, and their ratio with a Welch interval (two independent
-    samples of prompts, paired by nothing). A warning when that interval lies wholly outside
-    [1 / (1 + min_gain), 1 + min_gain]. None with fewer than 2 positive figures on either side."""
+    start: each side's geometric mean with its t-interval, their ratio with a Welch interval (two independent samples
+    of prompts). A warning when that interval lies wholly outside [1 / (1 + min_gain), 1 + min_gain]. None with fewer
+    than 2 positive figures on either side."""
     a = [math.log(x) for x in subset_tok_per_s if x > 0]
     b = [math.log(x) for x in rest_tok_per_s if x > 0]
     if len(a) < 2 or len(b) < 2:
@@ -611,13 +597,11 @@ def acceptance_check(
     min_gain: float,
     confidence: float = 0.95,
 ) -> SubsetCheck | None:
-    """The ``SubsetCheck`` of a config's per-request acceptance lengths (``PromptResult.accept_length``, with the
-    bonus token) on the subset and on the holdout, as accepted draft tokens per verify round (acceptance length - 1,
-    what the bonus token does not give for free): each side's mean with its t-interval, and their ratio with a
-    delta-method Welch interval (two independent prompt sets). The subset's figures are the config's search trial's,
-    the holdout's come from the winner's one more start after confirmation. A warning when the ratio's interval lies
-    wholly above 1 + min_gain (the subset flatters the drafter). None with fewer than 2 reported on either side or
-    nothing accepted on either (no ratio to take)."""
+    """The ``SubsetCheck`` of a config's per-request acceptance lengths on the subset (its search trial) and on the
+    holdout (the winner's one more start after confirmation), as accepted draft tokens per verify round (acceptance
+    length - 1: the bonus token is free): each side's mean with its t-interval, their ratio with a delta-method Welch
+    interval. A warning when the ratio's interval lies wholly above 1 + min_gain (the subset flatters the drafter).
+    None with fewer than 2 reported on either side or nothing accepted on either."""
     a = [x - 1.0 for x in subset_accept_lengths if x is not None]
     b = [x - 1.0 for x in rest_accept_lengths if x is not None]
     if len(a) < 2 or len(b) < 2 or sum(a) <= 0 or sum(b) <= 0:
@@ -666,8 +650,7 @@ def _shingles(text: str, k: int = 5) -> set[int]:
 
 def near_duplicates(texts: Sequence[str], threshold: float = 0.9, bands: int = 16, rows: int = 4) -> list[int]:
     """Indexes of texts with another text of word-5-gram Jaccard similarity at least ``threshold`` (MinHash with
-    banded locality-sensitive hashing, so a log of thousands is compared in about linear time; the candidates a
-    band pairs are checked exactly)."""
+    banded locality-sensitive hashing: about linear time; the candidates a band pairs are checked exactly)."""
     import numpy as np
 
     n_hash = bands * rows
@@ -751,7 +734,7 @@ def _templated(asks: Sequence[str]) -> list[int]:
     return [i for i, a in enumerate(asks) if len(a) >= 40 and (prefix[i] + suffix[i]) >= 0.7 * len(a)]
 
 
-def guards(requests: Sequence[LoggedRequest], *, api: str = "chat", drafter_is_chat_tuned: bool = True) -> list[Guard]:
+def guards(requests: Sequence[LoggedRequest], *, api: str = "chat") -> list[Guard]:
     """Every validity guard that fires on ``requests`` measured through ``api`` (see each constant)."""
     n = len(requests)
     out: list[Guard] = []
@@ -800,7 +783,7 @@ def guards(requests: Sequence[LoggedRequest], *, api: str = "chat", drafter_is_c
             )
         )
     chats = sum(r.is_chat for r in requests)
-    if api != "chat" and chats and drafter_is_chat_tuned:
+    if api != "chat" and chats:
         out.append(
             Guard(
                 "no-chat-template",
@@ -826,18 +809,14 @@ def guards(requests: Sequence[LoggedRequest], *, api: str = "chat", drafter_is_c
 # ---------------------------------------------------------------------------------------------- results by length
 
 
-#: what a length third is taken over: the prompt's input tokens, or the baseline's answer's tokens
 LENGTH_SIDES = {"input": "prompt_tokens", "output": "completion_tokens"}
 
 
 def by_length(config: Sequence[Any], baseline: Sequence[Any], side: str = "input") -> list[dict[str, Any]]:
-    """A config's speedup over its baseline by length third of the prompts, ``side`` ``input`` (the prompt's tokens)
-    or ``output`` (the baseline's answer's tokens, as the log asked for them: a short answer leaves the drafter
-    little to gain on): per third, the prompts' lengths (from the server's usage, the baseline's answers; key
-    ``input_tokens`` or ``output_tokens``), each side's aggregate tok/s (its tokens over its seconds) and their
-    ratio. ``config`` and ``baseline``: per-prompt results (``PromptResult``-like: ``index``, ``prompt_tokens``,
-    ``completion_tokens``, ``seconds``) of the same prompts; [] when under 3 prompts pair up or the server reported
-    no lengths."""
+    """A config's speedup over its baseline by length third of the prompts, by ``side`` ``input`` (the prompt's
+    tokens) or ``output`` (the baseline's answer's): per third, the lengths, each side's aggregate tok/s and their
+    ratio. ``config``, ``baseline``: ``PromptResult``s of the same prompts; [] when under 3 prompts pair up or the
+    server reported no lengths."""
     field = LENGTH_SIDES[side]
     mine = {r.index: r for r in config}
     pairs = [(b, mine[b.index]) for b in baseline if b.index in mine and getattr(b, field) and b.seconds > 0]
@@ -896,7 +875,6 @@ def length_text(rows: Sequence[dict[str, Any]], side: str = "input") -> str | No
 #: a drafter's accepted draft tokens per round (acceptance length - 1) below this share of what it reached elsewhere
 #: (its best input-length third in the study, or its reference) fire the ``acceptance-far-below`` guard
 FAR_BELOW = 0.5
-#: the name of that guard
 ACCEPTANCE_FAR_BELOW = "acceptance-far-below"
 
 
@@ -904,16 +882,10 @@ def acceptance_guards(
     trials: Sequence[tuple[str, int, Sequence[Any]]], references: dict[str, float] | None = None
 ) -> list[Guard]:
     """``acceptance-far-below`` for each drafter whose acceptance in the study is far below what it reached
-    elsewhere. ``trials``: per drafter, (name, trial number, per-prompt results: ``accept_length`` and
-    ``prompt_tokens``, ``PromptResult``-like) of the trial that judges it (its fastest); ``references``: an
-    acceptance length per drafter name (``drafters[].reference_acceptance``). Compared as accepted draft tokens
-    per round (acceptance length - 1: what the bonus token does not give for free):
-
-    - within the study: the trial's prompts by input-length third (each third with 2 or more prompts): the worst
-      third below ``FAR_BELOW`` of the best third (a drafter that collapses at long context, or on some of the
-      traffic);
-    - against the reference: the trial's mean below ``FAR_BELOW`` of the reference's (a wrong chat template or
-      thinking mode, a drafter trained for another target or data)."""
+    elsewhere, as accepted draft tokens per round: the worst input-length third (of 2+ prompts) against the best
+    (a drafter that collapses at long context), or the mean against ``references`` (its
+    ``drafters[].reference_acceptance``: a wrong chat template or thinking mode, a drafter trained for another
+    target). ``trials``: per drafter, (name, trial number, ``PromptResult``s) of the trial that judges it."""
     out = []
     refs = references or {}
     for name, number, results in trials:

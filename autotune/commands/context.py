@@ -19,8 +19,7 @@ Note = Callable[[str], None]
 
 @dataclass(frozen=True)
 class CommandOptions:
-    """What a command was asked, typed (``autotune.cli`` builds it from the flags; a script builds it directly).
-    Each command reads the fields of its own flags; the rest keep their defaults."""
+    """What a command was asked, typed (``autotune.cli`` builds it from the flags; a script builds it directly)."""
 
     #: the space file
     space: str
@@ -168,8 +167,7 @@ class Context:
 
 
 def launcher_problems(ctx: Context) -> list[Problem]:
-    """The server's launcher on this machine (``backends.check_launcher``: an error when it is missing);
-    none with ``--simulate``, whose launcher is this interpreter (and none at all in-process)."""
+    """The server's launcher on this machine; none with ``--simulate`` (its launcher is this interpreter)."""
     if ctx.simulated:
         return []
     from autotune.backends import check_launcher
@@ -200,8 +198,7 @@ def reap(ctx: Context, note: Note) -> None:
 
 
 def preflight(ctx: Context, slots: list[Slot] | None = None) -> None:
-    """The port check before anything is written (``ServerProcess.preflight``): the space's port, or each GPU slot's.
-    Not for the in-process simulator (no ports)."""
+    """The port check before anything is written: the space's port, or each GPU slot's (in-process: no ports)."""
     if ctx.args.in_process:
         return
     from autotune.process.server import ServerProcess

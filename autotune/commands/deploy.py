@@ -1,6 +1,4 @@
-"""Commands that turn a finished study into a deployment: ``export`` (the recommended config, or one trial's, in
-a format of the backend or ``autotune.export.FORMATS``; with load levels running a per-level schedule; with ``-o``
-the files the launch reads beside it) and ``dashboard``."""
+"""Commands that turn a finished study into a deployment: ``export`` and ``dashboard``."""
 
 from __future__ import annotations
 
@@ -22,9 +20,9 @@ class ExportResult:
 
 
 def export(ctx: Context, *, note: Note | None = None) -> ExportResult:
-    """``autotune export``: the deployment text, written to ``-o FILE`` when given. The recommendation of a study
-    that is not finished (running, or its confirmation not done) is refused, one trial (``--trial``) is not; a
-    running study is said to be (``note``)."""
+    """``autotune export``: the deployment text, written to ``-o FILE`` (with the files the launch reads beside it)
+    when given; with load levels it runs a per-level schedule. A study that is not finished exports only
+    ``--trial``."""
     from autotune import export as exp
     from autotune._io import output_problem
     from autotune.errors import UserError
@@ -80,8 +78,7 @@ def export(ctx: Context, *, note: Note | None = None) -> ExportResult:
 
 
 def _check_finished(ctx: Context, study: Any, note: Note | None) -> None:
-    """Exit 2 for the recommendation of an unfinished study (``study.progress``): it may change; ``--trial N`` is
-    exported, saying so when the study runs."""
+    """Exit 2 for the recommendation of an unfinished study: it may change."""
     from autotune.commands.study import progress
     from autotune.errors import UserError
 
@@ -139,8 +136,7 @@ def deploy_space(ctx: Context) -> Any:
 
 
 def dashboard(ctx: Context, *, note: Note) -> int:
-    """``autotune dashboard``: optuna-dashboard on the study (and its trial artifacts) until it exits or Ctrl-C;
-    its exit code (0 after Ctrl-C)."""
+    """``autotune dashboard``: optuna-dashboard on the study until it exits (its exit code) or Ctrl-C (0)."""
     import shutil
     import subprocess
     import sys

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BenchResult:
-    """What ``autotune bench`` measured: the config as the server ran it, and its measurement (``to_dict``:
-    ``bench --json``'s object)."""
+    """What ``autotune bench`` measured (``to_dict``: ``bench --json``)."""
 
     config: EffectiveConfig
     measurement: Measurement
@@ -31,9 +30,9 @@ class BenchResult:
         """With load levels: the weighted geometric mean over the levels; None without."""
         return self.measurement.tok_per_s if self.measurement.levels else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         m = self.measurement
-        data = {
+        data: dict[str, object] = {
             "config": self.config.to_dict(),
             "simulated": self.simulated,
             "argv": m.info.argv,
@@ -69,7 +68,7 @@ def bench_config(ctx: Context) -> EffectiveConfig:
     from autotune.config import TrialConfig
     from autotune.errors import InfeasibleConfig, UserError
 
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for item in ctx.args.set:
         if "=" not in item:
             raise UserError(f"--set expects KEY=VALUE but got {item!r}")
@@ -113,8 +112,7 @@ def bench(ctx: Context, *, note: Note, on_prompt: Callable[..., None] | None = N
 
 @dataclass(frozen=True)
 class ReverifyOptions:
-    """What ``autotune reverify`` was asked: the exported file, the space file when not the one it names, and how
-    to measure."""
+    """What ``autotune reverify`` was asked (``space``: when not the one the export names)."""
 
     exported: str
     space: str | None = None
@@ -150,8 +148,7 @@ def reverify(args: ReverifyOptions, *, note: Note) -> ReverifyResult:
         CommandOptions(space, simulate=args.simulate, studies_dir=args.studies_dir, in_process=args.in_process)
     )
     if prov.get("study") and ctx.study_name != prov["study"]:
-        # the space file was replaced or renamed since the export (on the H200 the harness's next study rewrote
-        # it: reverify measured another study's levels and prompts); what is measured must be the export's study
+        # the space file was replaced or renamed since the export: what is measured must be the export's study
         raise UserError(
             f"{path} was exported from study {prov['study']}, but its space file {space} now describes study "
             f"{ctx.study_name}: give the space file that study ran with (--space FILE)"
@@ -167,9 +164,8 @@ def reverify(args: ReverifyOptions, *, note: Note) -> ReverifyResult:
 
 
 def _journal(ctx: Context, prov: dict[str, Any]) -> Path:
-    """Where a re-verification keeps its rounds until its result stands: under the study's folder, named by what
-    is measured (the exported config, its baseline, the space's digest), so that only the same re-verification
-    resumes from it."""
+    """Where a re-verification keeps its rounds until its result stands, named by what is measured, so that only
+    the same re-verification resumes from it."""
     import hashlib
     import json
 

@@ -1,13 +1,9 @@
 """The study's commands: ``validate``, ``study`` (one worker or one per GPU slot, then the confirmation),
 ``worker`` (join a running study), ``confirm`` and ``report``. Each returns what the CLI renders.
 
-Parallel workers of one study: ``run_slots``, the slot supervisor of ``autotune study --gpus A --gpus B``, starts
-one ``autotune worker`` process per GPU slot (argv list, its own session, output to
-``studies/NAME/logs/slot-i/worker.log``), reports the study's progress, and waits for them; SIGTERM / Ctrl-C is
-passed on to exactly those processes (bounded waits, then SIGKILL). ``wait_for_trials`` waits (bounded) until no
-trial of any worker runs, failing lost workers' trials, before the confirmation runs once. A worker needs a server
-database (``require_server_database``).
-"""
+``autotune study --gpus A --gpus B`` starts one ``autotune worker`` process per GPU slot (``run_slots``, its own
+session, its log in ``studies/NAME/logs/slot-i/worker.log``); SIGTERM / Ctrl-C is passed on to exactly those
+processes (bounded waits, then SIGKILL), and the confirmation runs once after no trial of any worker runs."""
 
 from __future__ import annotations
 
@@ -34,19 +30,18 @@ from autotune.commands.context import (
     require_launcher,
 )
 
-#: a context manager around the search: it yields the listener of the study's events (the CLI: the live view)
 if TYPE_CHECKING:
     import optuna
 
     from autotune.report import Report
     from autotune.slots import Slot
 
+#: a context manager around the search: it yields the listener of the study's events (the CLI: the live view)
 Watch = Callable[[], AbstractContextManager[Any]]
 
 
 @contextlib.contextmanager
 def unwatched() -> Iterator[None]:
-    """No listener (the study's events go nowhere)."""
     yield None
 
 
@@ -76,9 +71,8 @@ def validate(ctx: Context, *, stand_ins: bool = True) -> list[Any]:
 
 
 def traffic_problems(space: Any) -> list[Any]:
-    """A request-log space's subset and validity guards (``autotune.traffic``), as warnings said before any GPU
-    time: what was picked from the log and how it compares, each guard that fired, and where the logged requests
-    sample, which figures are measured how (the speedup at their sampling, the lossless check at temperature 0)."""
+    """A request-log space's subset, its validity guards and (sampled requests) which figures are measured how, as
+    warnings said before any GPU time."""
     from autotune.checks import Problem
 
     t = space.benchmark.traffic
@@ -133,8 +127,6 @@ def run_study(ctx: Context, *, note: Note, watch: Watch = unwatched) -> StudyRes
 
     args = ctx.args
     if args.n_trials is not None and args.n_trials < 1:
-        from autotune.errors import UserError
-
         raise UserError(f"--n-trials must be at least 1 but got {args.n_trials}")
     # the launcher is checked even with --skip-validation: a study that cannot start its server writes nothing
     problems = launcher_problems(ctx) if args.skip_validation else validate(ctx, stand_ins=False)
@@ -203,8 +195,6 @@ def _roll_back_new_study(ctx: Context, study: Any, new_file: Path | None) -> Non
 def _search_and_confirm(
     ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note, watch: Watch
 ) -> StudyResult:
-    from autotune import study as st
-    from autotune.evidence import Evidence
     from autotune.render import publish
     from autotune.report import build_report
 
@@ -217,22 +207,33 @@ def _search_and_confirm(
         with watch() as listener:
             if listener is not None:
                 listener(_plan_event(ctx, study, n_trials))
-            st.run(
-                ctx.run_space,
-                ctx.backend,
-                runner,
-                study,
-                n_trials=n_trials,
-                clock=clock,
-                listener=listener,
-                confirm=not args.no_confirm and not shared,
-                evidence=Evidence(ctx.artifact_dir),
-            )
+            _search(ctx, ctx.run_space, study, n_trials, runner, clock, listener, not args.no_confirm and not shared)
             if shared and not args.no_confirm:
                 _confirm_after_workers(ctx, study, runner, clock, listener, note)
     report = build_report(study)
     publish(study, report)  # the study's dashboard note: verdict, recommended trial, pruned and failed reasons
     return StudyResult(study, report)
+
+
+def _search(
+    ctx: Context, space: Any, study: Any, n_trials: int, runner: Any, clock: Any, listener: Any, confirm: bool
+) -> None:
+    """The search (``study.run``); ``confirm``: and then the confirmation."""
+    from autotune import study as st
+    from autotune.evidence import Evidence
+
+    evidence = Evidence(ctx.artifact_dir)
+    st.run(
+        space,
+        ctx.backend,
+        runner,
+        study,
+        n_trials=n_trials,
+        clock=clock,
+        listener=listener,
+        confirm=confirm,
+        evidence=evidence,
+    )
 
 
 def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_trials: int, note: Note) -> None:
@@ -247,7 +248,7 @@ def _run_slots(ctx: Context, study: Any, slots: list[Any], seed: int | None, n_t
         ctx.studies_dir / ctx.study_name / "logs",
         study,
         n_trials,
-        progress=note,
+        note,
     )
     reap(ctx, note)  # the server of a worker that was killed (its PID record entry outlives it)
     for w, code in results:
@@ -277,9 +278,7 @@ def _confirm_after_workers(ctx: Context, study: Any, runner: Any, clock: Any, li
 
 
 def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerResult:
-    """``autotune worker``: join a running study: same space (checked), the study's budget, search only."""
-    from autotune import study as st
-    from autotune.evidence import Evidence
+    """``autotune worker``: join a running study (same space, checked), search only."""
     from autotune.records import counted_trials, study_n_trials
     from autotune.study.storage import check_worker
 
@@ -305,17 +304,7 @@ def run_worker(ctx: Context, *, note: Note, watch: Watch = unwatched) -> WorkerR
     run_space = dataclasses.replace(ctx.run_space, budget=dataclasses.replace(ctx.run_space.budget, n_trials=n_trials))
     runner, clock = ctx.runner(seed=args.seed or 0, slot=slot)
     with watch() as listener:
-        st.run(
-            run_space,
-            ctx.backend,
-            runner,
-            study,
-            n_trials=n_trials,
-            clock=clock,
-            listener=listener,
-            confirm=False,
-            evidence=Evidence(ctx.artifact_dir),
-        )
+        _search(ctx, run_space, study, n_trials, runner, clock, listener, False)
     return WorkerResult(counted_trials(study), n_trials)
 
 
@@ -362,7 +351,7 @@ def _existing_study(ctx: Context) -> Any:
 
 
 def resuming_line(study: Any, name: str) -> str | None:
-    """``resuming study NAME: N trials kept (...)`` when the study has trials already; None for a new one."""
+    """The line saying what a resumed study keeps; None for a new one."""
     from collections import Counter
 
     trials = study.get_trials(deepcopy=False)
@@ -455,7 +444,7 @@ def _settle_after(ctx: Context, n_trials: int) -> int | None:
 
 @dataclass(frozen=True)
 class Progress:
-    """Where a study stands that is not finished (``progress``)."""
+    """Where a study stands that is not finished."""
 
     study: str
     holder: str | None  # the autotune running it now (``runlock.running``); None: nothing runs it
@@ -470,7 +459,7 @@ class Progress:
             )
         return f"study {self.study!r} is not finished: {self.trials} trials, {self.confirmation}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "text": self.text()}
 
 
@@ -598,25 +587,24 @@ def run_slots(
     log_dir: Path,
     study: optuna.Study,
     n_trials: int,
-    *,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None],
 ) -> list[tuple[WorkerProcess, int]]:
-    """Start one worker per slot, wait for all of them, return each with its exit code."""
+    """Start one worker per slot, wait for all of them, return each with its exit code; ``progress`` says what
+    they do."""
     from autotune import records
 
     workers = [WorkerProcess(sl, argv_of(sl), log_dir / sl.name / "worker.log") for sl in slots]
     try:
         for w in workers:
             w.start()
-            if progress:
-                assert w.popen is not None
-                gpus = w.slot.cuda_visible_devices
-                progress(f"slot {w.slot.index} (GPUs {gpus}): worker pid {w.popen.pid}, log {w.log_path}")
+            assert w.popen is not None
+            gpus = w.slot.cuda_visible_devices
+            progress(f"slot {w.slot.index} (GPUs {gpus}): worker pid {w.popen.pid}, log {w.log_path}")
         last = -1
         while any(w.poll() is None for w in workers):
             time.sleep(POLL_S)
             done, running = records.used_budget(study)
-            if progress and done != last:
+            if done != last:
                 last = done
                 progress(f"{done}/{n_trials} trials done, {running} running")
     except BaseException:
@@ -625,7 +613,7 @@ def run_slots(
     return [(w, int(w.poll() or 0)) for w in workers]
 
 
-def wait_for_trials(study: optuna.Study, limit_s: float, clock_sleep: Callable[[float], None] = time.sleep) -> int:
+def wait_for_trials(study: optuna.Study, limit_s: float) -> int:
     """Wait until no trial of any worker runs (failing lost workers' trials on the way), at most ``limit_s``;
     returns how many still run."""
     import optuna
@@ -641,4 +629,4 @@ def wait_for_trials(study: optuna.Study, limit_s: float, clock_sleep: Callable[[
         running = len(records.trials(study, (TrialState.RUNNING,)))
         if running == 0 or time.monotonic() >= deadline:
             return running
-        clock_sleep(POLL_S)
+        time.sleep(POLL_S)

@@ -209,7 +209,7 @@ def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filesp
     assert export_bundle.read_provenance(text)["backend"] == NAME
     out = tmp_path / "deploy" / "filespec.sh"
     out.parent.mkdir()
-    written = export.write(out, text, export.files(deploy, backend, report))
+    written = export.write(out, text, export.export(deploy, backend, report, NAME, read_space=space).files)
     assert written == [out.parent / SPEC_FILE] and out.read_text() == text
     spec = json.loads((out.parent / SPEC_FILE).read_text())
     assert spec == {"drafter": "/models/EAGLE3-LLaMA3.1-Instruct-8B", "depth": config.knob("depth")}

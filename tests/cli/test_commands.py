@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.commands import parse_value
+from autotune.commands.measure import parse_value
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,10 @@ def test_eagle3_field_report_study_prunes_and_never_recommends_speculation(tmp_p
     space = REPO / "spaces" / "eagle3.yaml"
     r = autotune("study", str(space), "--simulate", "--in-process", "--n-trials", "12", "--studies-dir", str(studies))
     assert r.returncode == 0, r.stderr
+    # the study ends with its summary (verdict, recommendation, cost, where the rest is), the tables in the report
+    summary = r.stdout.splitlines()
+    assert len(summary) <= 12 and summary[0].startswith("verdict: ") and "trials" not in summary, r.stdout
+    assert any(ln.startswith("GPU time: ") for ln in summary) and "report.html" in summary[-1]
     rep = report(space, studies)
     assert rep["simulated"]["scenario"] == "kimi-k25-rtxpro6000"
     assert set(rep["baseline"]) == {"cuda_graph_off", "cuda_graph_on"}

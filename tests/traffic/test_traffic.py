@@ -275,7 +275,6 @@ def test_each_guard_fires_on_a_log_made_to_trip_it(tmp_path):
 
     clean = read_requests(write_jsonl(tmp_path / "c.jsonl", base))
     assert _fired(clean, api="completions") == ["no-chat-template"]
-    assert _fired(clean, api="completions", drafter_is_chat_tuned=False) == []
 
     think = [chat_line(rng, i, answer="<think>hmm</think> " + ask(rng, 20)) for i in range(400)]
     assert _fired(read_requests(write_jsonl(tmp_path / "k.jsonl", think))) == ["thinking-mode"]

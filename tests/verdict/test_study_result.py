@@ -53,7 +53,7 @@ def test_an_export_cites_the_recommendation_or_the_chosen_trial(finished):
     space, study = finished
     res, rep = study_result(study, space), build_report(study).to_json()
     now = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
-    b = bundle(space, SGLangBackend(), res, now=now)
+    b = bundle(space, SGLangBackend(), res, now=now).public
     rec = rep["recommended"]
     assert (b["trial"], b["config"], b["why"]) == (rec["trial"], rec["config"], rec["why"])
     assert b["measured"]["speedup_ci"] == rec["speedup_ci"] and b["measured"]["source"] == "confirmation"
@@ -63,7 +63,7 @@ def test_an_export_cites_the_recommendation_or_the_chosen_trial(finished):
         for r in rep["trials"]
         if r["state"] == "COMPLETE" and r["role"] == "speculative" and r["number"] != b["trial"]
     )
-    chosen = bundle(space, SGLangBackend(), res, trial=other["number"], now=now)
+    chosen = bundle(space, SGLangBackend(), res, trial=other["number"], now=now).public
     confirmed = {c["trial"]: c for c in rep["confirmed"]}.get(other["number"])
     if confirmed is None:
         assert chosen["measured"]["speedup"] == other["speedup"] and chosen["measured"]["source"] == "search"
