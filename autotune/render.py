@@ -16,6 +16,7 @@ from rich.text import Text
 from autotune import evidence, records
 from autotune.config import config_label
 from autotune.study import baseline_check
+from autotune.traffic import ACCEPTED_PER_ROUND, BASELINE_TOK_PER_S
 from autotune.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -170,7 +171,8 @@ def render_summary(report: Report, out: IO[str], deploy: str | None = None, con:
     con = con or _console(out)
     for text in summary_lines(report, deploy):
         strong = _VERDICT_STYLE.get(report.verdict) if text.startswith("verdict:") else None
-        style = strong or ("bold" if text.startswith("recommended:") else None)
+        alarm = "bold red" if text.startswith("ALARM") else "yellow" if text.startswith("warnings:") else None
+        style = strong or alarm or ("bold" if text.startswith("recommended:") else None)
         con.print(Text(text, style=style or ""), soft_wrap=True)
 
 
@@ -188,6 +190,7 @@ def summary_lines(report: Report, deploy: str | None = None) -> list[str]:
     res = report.result
     out = [f"verdict: {res.verdict.value} ({res.rests_on})"]
     out.append(f"  {report.verdict_text}")
+    out += _alarm_lines(report)
     if report.to_settle:
         out.append(f"  {report.to_settle['text']}")
     if report.load is not None and report.load.confirmed_text:
@@ -203,6 +206,36 @@ def summary_lines(report: Report, deploy: str | None = None) -> list[str]:
         what = "the recommended config" if (rec.config or {}).get("drafter") else "it"
         out.append(f"to deploy {what} (autotune export ... for other formats):")
         out.append(f"  {deploy}")
+    return out
+
+
+def warning_names(report: Report) -> list[str]:
+    """The names of the report's warnings (guards and the request log's checks), each once."""
+    names = [g.name for g in report.acceptance_guards]
+    traffic = report.traffic or {}
+    names += [name for name, _text in traffic.get("guards") or []]
+    for key, measured in (("holdout_check", BASELINE_TOK_PER_S), ("acceptance_check", ACCEPTED_PER_ROUND)):
+        check = traffic.get(key)
+        if check and check.get("warning"):
+            names.append(measured.warning_name)
+    names += [
+        f"loses at some {what} length"
+        for what, key in (("input", "by_length_text"), ("output", "by_output_length_text"))
+        if "WARNING" in (traffic.get(key) or "")
+    ]
+    return list(dict.fromkeys(names))
+
+
+def _alarm_lines(report: Report) -> list[str]:
+    """At most two lines: the first alarm (a drafter not engaged, lossy output, out of memory) and how many more,
+    and the warnings by name; the whole of each is in ``autotune report``."""
+    out = []
+    if report.flags:
+        more = f" (+{len(report.flags) - 1} more)" if len(report.flags) > 1 else ""
+        out.append(f"ALARM{more}: {report.flags[0]}")
+    names = warning_names(report)
+    if names:
+        out.append(f"warnings: {', '.join(names)} (autotune report says why)")
     return out
 
 

@@ -14,6 +14,7 @@ from autotune.records import TrialRecord
 from autotune.render import render_report
 from autotune.report import Load, build_report
 from autotune.study import open_study, run
+from autotune.traffic import Guard
 
 from .conftest import ScriptedRunner, make_space
 
@@ -116,9 +117,18 @@ def test_the_closing_summary_is_at_most_12_lines_and_ends_the_report(study_and_r
         to_settle={"text": "settling whether ... would take about 15 fresh rounds"},
         load=Load(1, [], "", None, "speculation wins up to 64 streams"),
         result=replace(rep.result, recommended=replace(rep.recommended, winner=True, speedup_ci=ci)),
+        flags=["trial 3: drafter not engaged: 0 draft tokens accepted", "trial 5: out of memory (at start-up)"],
+        acceptance_guards=(Guard("acceptance-far-below", "trial 4 accepts ..."),),
+        traffic={"holdout_check": {"warning": "the subset runs ..."}, "by_output_length_text": "... WARNING ..."},
     )
-    assert len(summary_lines(full, deploy)) <= 12
-    assert "  speedup 1.200 [1.100, 1.300] (95% CI) against the fastest baseline" in summary_lines(full)
+    most = summary_lines(full, deploy)
+    assert len(most) <= 12
+    assert "  speedup 1.200 [1.100, 1.300] (95% CI) against the fastest baseline" in most
+    # the alarms and warnings are never left to the full report alone: the first alarm whole, how many more
+    assert "ALARM (+1 more): trial 3: drafter not engaged: 0 draft tokens accepted" in most
+    names = "acceptance-far-below, subset-unrepresentative, loses at some output length"
+    assert f"warnings: {names} (autotune report says why)" in most
+    assert any(x.startswith("ALARM") for x in summary_lines(rep, deploy)) == bool(rep.flags)
     out = io.StringIO()
     render_report(rep, out, deploy=deploy)
     text = out.getvalue().rstrip("\n").splitlines()
