@@ -282,6 +282,11 @@ def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s:
         if stop():
             _wait_for_running(ctx)
             return
+        if any(t.state == TrialState.WAITING for t in records.trials(ctx.study)):
+            # a queued config (the defaults, the design, one a cut run left) runs before the surrogate picks, and
+            # a pick is made on the evidence just before it runs, never queued behind them to run on stale evidence
+            _optimize(ctx, objective, _next_target(ctx, n_trials), cap, deadline, stop=stop)
+            continue
         model = surrogate(ctx)
         if model is None:  # too few measured configs yet: one more from the sampler
             _optimize(ctx, objective, _next_target(ctx, n_trials), cap, deadline, stop=stop)
