@@ -121,7 +121,7 @@ def runs(space, tmp_path_factory) -> dict[str, Run]:
                 run.metrics_after = session.client.metrics(timeout_s=10.0)
             finally:
                 session.close()
-            run.returncode = session.returncode
+            run.returncode = session.server.returncode
             out[name] = run
     finally:
         deadline = time.monotonic() + 10
