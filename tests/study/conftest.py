@@ -8,11 +8,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import optuna
 import pytest
+from optuna.trial import TrialState
 
 from autotune.config import LaunchInfo, PromptResult, TrialConfig
 from autotune.errors import ServerDied, ServerExited, ServerOOM
-from autotune.records import ConfirmationState
+from autotune.records import ConfirmationState, TrialRecord
+from autotune.sim import ModelRunner
 from autotune.space import (
     BenchmarkSpec,
     Choices,
@@ -182,3 +185,21 @@ def recommending(
         trials=(),
         schedule_rows=[],
     )
+
+
+class CutAt(ModelRunner):
+    """The simulator's runner, interrupted (as Ctrl-C or the harness's SIGTERM interrupt a study) at the ``nth``
+    server start of a trial the ``phase`` queued (``records.SEEDED_*``), in study ``name`` at ``storage``."""
+
+    def __init__(self, *args, storage: str, phase: str, nth: int, name: str = "cut", **kw) -> None:
+        super().__init__(*args, **kw)
+        self.storage, self.phase, self.nth, self.name, self.seen = storage, phase, nth, name, 0
+
+    def launch(self, config):
+        study = optuna.load_study(study_name=self.name, storage=self.storage)
+        running = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+        if any(TrialRecord(t).seeded == self.phase for t in running):
+            self.seen += 1
+            if self.seen == self.nth:
+                raise KeyboardInterrupt
+        return super().launch(config)

@@ -22,25 +22,9 @@ from autotune.study import Orchestrator, open_study
 from autotune.study import _optuna as optuna_params
 from autotune.study.ladder import LEVEL_ROUNDS, SEEDED_LADDER, SEEDED_LEVEL
 
+from .conftest import CutAt
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class CutAt(ModelRunner):
-    """The simulator's runner, interrupted (as Ctrl-C or the harness's SIGTERM interrupt a study) at the
-    ``nth`` server start of a trial the ``phase`` queued."""
-
-    def __init__(self, *args, storage, phase: str, nth: int, **kw) -> None:
-        super().__init__(*args, **kw)
-        self.storage, self.phase, self.nth, self.seen = storage, phase, nth, 0
-
-    def launch(self, config):
-        study = optuna.load_study(study_name="cut", storage=self.storage)
-        running = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
-        if any(TrialRecord(t).seeded == self.phase for t in running):
-            self.seen += 1
-            if self.seen == self.nth:
-                raise KeyboardInterrupt
-        return super().launch(config)
 
 
 @pytest.mark.parametrize("phase", [SEEDED_LADDER, SEEDED_LEVEL])

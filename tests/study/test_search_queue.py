@@ -19,26 +19,11 @@ from autotune.sim import ModelRunner, simulated_space
 from autotune.space import load_space
 from autotune.study import Orchestrator, open_study
 
+from .conftest import CutAt
+
 ROOT = Path(__file__).resolve().parents[2]
 N_TRIALS = 16  # as on the H100: the sampler's share (8) is smaller than the baseline, the defaults and the design
 QUEUED = (records.SEEDED_DEFAULT, records.SEEDED_DESIGN)
-
-
-class CutAtDesign(ModelRunner):
-    """The simulator's runner, interrupted (as Ctrl-C or the harness's SIGTERM) at the ``nth`` design trial."""
-
-    def __init__(self, *args, storage: str, nth: int, **kw) -> None:
-        super().__init__(*args, **kw)
-        self.storage, self.nth, self.seen = storage, nth, 0
-
-    def launch(self, config):
-        study = optuna.load_study(study_name="q", storage=self.storage)
-        running = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
-        if any(TrialRecord(t).seeded == records.SEEDED_DESIGN for t in running):
-            self.seen += 1
-            if self.seen == self.nth:
-                raise KeyboardInterrupt
-        return super().launch(config)
 
 
 def _space():
@@ -70,7 +55,7 @@ def test_a_design_trial_a_cut_run_left_runs_first_when_the_study_resumes(tmp_pat
     space, backend, clock = _space(), SGLangBackend(), VirtualClock()
     storage = f"sqlite:///{tmp_path}/q.db"
     study = open_study(space, storage, "q", seed=0, simulated=True)
-    runner = CutAtDesign(space, backend, clock, seed=1, storage=storage, nth=3)
+    runner = CutAt(space, backend, clock, seed=1, storage=storage, phase=records.SEEDED_DESIGN, nth=3, name="q")
     with pytest.raises(KeyboardInterrupt):
         Orchestrator(space, backend, runner, study, clock=clock).search(N_TRIALS)
     (cut,) = [t for t in study.get_trials() if t.state == TrialState.FAIL]
