@@ -14,16 +14,32 @@ alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from autotune.stats import START_NOISE, speedup_interval, start_prior
 
 if TYPE_CHECKING:
     import optuna
 
     from autotune.backends.base import Backend
+    from autotune.records import Round
     from autotune.space import Space
 
-__all__ = ["METHOD_TIE", "MIN_OWN_EVIDENCE", "TUNED_MIN_CONFIGS", "catalogue", "from_study", "record", "summarize"]
+#: trial a, trial b -> the interval (``Interval.to_dict``) of a's tok/s over b's within confirmation's rounds, or None
+Versus = Callable[[int, int], "dict[str, float] | None"]
+
+__all__ = [
+    "METHOD_TIE",
+    "MIN_OWN_EVIDENCE",
+    "TUNED_MIN_CONFIGS",
+    "Versus",
+    "catalogue",
+    "from_study",
+    "paired_versus",
+    "record",
+    "summarize",
+]
 
 #: in a space with ``search.methods``, a method is judged on its own evidence only, and only once it has this many
 #: measured configs of its own: the surrogate models it alone from then (``surrogate.MethodSurrogate``; before, a
@@ -35,12 +51,16 @@ __all__ = ["METHOD_TIE", "MIN_OWN_EVIDENCE", "TUNED_MIN_CONFIGS", "catalogue", "
 #: configs 0.9-1.8% better than its pick unmeasured
 MIN_OWN_EVIDENCE = 3
 
-#: two methods tie when each one's best was confirmed and their confirmed speedups are within this of each other:
-#: confirmation's intervals (about +-5% after its rounds) cannot tell them apart, the race stops separating configs
-#: within 1% (``confirm.RACE_TIE``), and 2% is how far from the best a recommendation may be and still be right.
-#: The report then names every tied method ("EAGLE-3 and adaptive EAGLE-3 tie on this prompt set (within 2%:
-#: either)"), the recommendation still one config: on #46's generated landscapes most wrong-method runs were such
-#: pairs, their truths 0.996-0.999 of each other
+#: two methods tie when each one's best was confirmed and either their confirmed speedups are within this of each
+#: other (2% is how far from the best a recommendation may be and still be right; the race stops separating configs
+#: within 1%, ``confirm.RACE_TIE``) or confirmation did not tell them apart: the two-sided interval, at the verdict's
+#: confidence, of the other's tok/s over the winner's within each round (same fresh conditions, the start-to-start
+#: noise as its prior, ``race.measured_prior``) reaches 1. The race drops a config at 80% one-sided
+#: (``verdict.race_confidence``), enough to stop spending starts on it but not to say which method is faster: on
+#: #46's generated landscapes most wrong-method runs were pairs whose truths were 0.998-0.999 of each other, one of
+#: them dropped by the race after 4 rounds that put it 2.9% behind. The report then names every tied method
+#: ("EAGLE-3 and adaptive tie on this prompt set (not told apart: adaptive 0.97x [0.93, 1.02] of EAGLE-3; ...)"),
+#: the recommendation still one config
 METHOD_TIE = 0.02
 
 #: a static method is "tuned" in a comparison only with at least this many configs measured (a config measured: a
@@ -63,7 +83,13 @@ def catalogue(space: Space, backend: Backend) -> dict[str, Any] | None:
             "adapts": m.adapts,
             "unavailable": backend.method_unavailable(space, name),
         }
-    return {"methods": methods, "categories": [p.category for p in space.benchmark.prompts]}
+    return {
+        "methods": methods,
+        "categories": [p.category for p in space.benchmark.prompts],
+        # what a tie between methods is judged with (``_tied``): the confirmation's prior and the verdict's confidence
+        "start_noise": space.pruning.start_noise,
+        "confidence": space.verdict.confidence,
+    }
 
 
 def record(study: optuna.Study, space: Space, backend: Backend) -> None:
@@ -96,11 +122,13 @@ def summarize(
     verdict: str,
     per_prompt: Mapping[int, Sequence[float | None]] | None = None,
     category_weights: Mapping[str, float] | None = None,
+    versus: Versus | None = None,
 ) -> dict[str, Any]:
     """Per-method results from a report's trial rows (``speedup_vs_fastest``, ``accept_length``), its confirmed
     candidates and pick (``best``), its verdict, and ``per_prompt``: trial number -> per-prompt speedup over its
     baseline (for the category table), and the objective's ``category_weights`` when it weighs categories (the
-    best of each method is then the best by that weighted objective)."""
+    best of each method is then the best by that weighted objective), and ``versus``: trial a, trial b -> the
+    interval of a's tok/s over b's within the confirmation's rounds (``paired_versus``; None: no tie by it)."""
     cat = info.get("methods") or {}
     confirmed_by = {c["trial"]: c for c in confirmed}
     speculative = [r for r in rows if r.get("role") == "speculative" and (r.get("config") or {}).get("method")]
@@ -171,7 +199,7 @@ def summarize(
     winner = None
     if verdict == "speculation-wins" and best is not None:
         winner = (best.get("config") or {}).get("method")
-    tied = _tied(out, winner)
+    tied = _tied(out, winner, versus)
     summary = {
         "methods": out,
         "winner": winner,
@@ -185,22 +213,25 @@ def summarize(
     return summary
 
 
-def _tied(out: list[dict[str, Any]], winner: str | None) -> list[str]:
+def _tied(out: list[dict[str, Any]], winner: str | None, versus: Versus | None = None) -> list[str]:
     """The winner and every other method whose confirmed best is within ``METHOD_TIE`` of the winner's confirmed
-    best (the winner first, the rest by speedup); empty when no other method ties or the winner's best was not
-    confirmed."""
+    best or that confirmation did not tell apart from it (``versus``' interval reaches 1; kept on the other's best
+    as ``versus_winner``), the winner first, the rest by speedup; empty when no other method ties or the winner's
+    best was not confirmed."""
     w = next((e for e in out if e["method"] == winner), None)
     if w is None or w["best"] is None or not w["best"]["confirmed"]:
         return []
     top = float(w["best"]["speedup"])
-    others = [
-        e
-        for e in out
-        if e is not w
-        and e["best"] is not None
-        and e["best"]["confirmed"]
-        and abs(float(e["best"]["speedup"]) - top) <= METHOD_TIE * max(top, float(e["best"]["speedup"]))
-    ]
+    others = []
+    for e in out:
+        if e is w or e["best"] is None or not e["best"]["confirmed"]:
+            continue
+        mine = float(e["best"]["speedup"])
+        iv = versus(e["best"]["trial"], w["best"]["trial"]) if versus is not None else None
+        if iv is not None:
+            e["best"]["versus_winner"] = iv
+        if abs(mine - top) <= METHOD_TIE * max(top, mine) or (iv is not None and iv["high"] >= 1.0):
+            others.append(e)
     if not others:
         return []
     return [w["method"]] + [e["method"] for e in sorted(others, key=lambda e: -float(e["best"]["speedup"]))]
@@ -226,7 +257,13 @@ def _text(out: list[dict[str, Any]], winner: str | None, tied: Sequence[str] = (
         if tied:
             labels = [next(e["label"] for e in out if e["method"] == m) for m in tied]
             names = ", ".join(labels[:-1]) + " and " + labels[-1]
-            first = f"{names} tie on this prompt set (within {METHOD_TIE:.0%}: either; {w['label']} recommended): "
+            apart = [
+                f"{e['label']} {_fmt(iv['point'])}{_ci_text(iv)} of {w['label']}"
+                for e in out
+                if e["method"] in tied[1:] and (iv := e["best"].get("versus_winner")) and iv["high"] >= 1.0
+            ]
+            why = f"not told apart, {', '.join(apart)}" if apart else f"within {METHOD_TIE:.0%}"
+            first = f"{names} tie on this prompt set ({why}: either; {w['label']} recommended): "
         rest = [p for p in parts if not p.startswith(w["label"] + " ")]
         mine = next((p for p in parts if p.startswith(w["label"] + " ")), w["label"])
         return first + mine[len(w["label"]) + 1 :] + ("; " + "; ".join(rest) if rest else "")
@@ -335,6 +372,28 @@ def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any]
         n = len(info.get("categories") or [])
         per_prompt[t.number] = [(a / b) if (a := mine.get(i)) and (b := theirs.get(i)) else None for i in range(n)]
     weights = (report.get("objective") or {}).get("category_weights")
-    return summarize(
-        info, report["trials"], report["confirmed"], report.get("best"), report["verdict"], per_prompt, weights
+    conf = records.confirmation(study)
+    versus = (
+        paired_versus(conf.rounds, float(info.get("start_noise", START_NOISE)), float(info.get("confidence", 0.95)))
+        if conf is not None
+        else None
     )
+    return summarize(
+        info, report["trials"], report["confirmed"], report.get("best"), report["verdict"], per_prompt, weights, versus
+    )
+
+
+def paired_versus(rounds: Sequence[Round], start_noise: float, confidence: float) -> Versus:
+    """``Versus`` over confirmation's ``rounds``: the two-sided interval at ``confidence`` of a's tok/s over b's
+    within each round both were measured in, its spread from the start-to-start noise ``start_noise`` (worth
+    ``stats.START_PRIOR_DF`` rounds, raised to what the rounds show: ``race.measured_prior``), as the candidates'
+    own intervals are; None with fewer than 2 such rounds."""
+    from autotune.study.race import measured_prior
+
+    prior = measured_prior(list(rounds), start_prior(start_noise))
+
+    def versus(a: int, b: int) -> dict[str, float] | None:
+        logs = [math.log(x / y) for r in rounds if (x := r.candidates.get(a)) and (y := r.candidates.get(b))]
+        return speedup_interval(logs, confidence, prior).to_dict() if len(logs) >= 2 else None
+
+    return versus
