@@ -179,22 +179,35 @@ def summarize(
                 "accept_length": row.get("accept_length"),
             }
         else:
-            fast = [r for r in measured if r.get("speedup_vs_fastest") is not None]
-            pruned = not fast
-            if pruned:  # only pruned trials: their figure over the prompts measured before they lost
-                fast = [r for r in mine if r.get("duplicate_of") is None and r.get("speedup") is not None]
-            if fast:
-                key = "speedup" if pruned else "speedup_vs_fastest"
-                r = max(fast, key=lambda r: r[key])
-                entry["best"] = {
-                    "trial": r["number"],
-                    "config": r["config"],
-                    "speedup": r[key],
-                    "speedup_ci": None,
-                    "confirmed": False,
-                    "pruned": pruned,
-                    "accept_length": r.get("accept_length"),
-                }
+            # a lossy config is no method's best while a lossless one was measured: it is not deployable (#46's
+            # H100 run showed ngram-mod at a lossy config's 1.25x beside its lossless 1.43x)
+            for lossy in (False, True):
+                fast = [r for r in measured if r.get("speedup_vs_fastest") is not None and _lossy(r) is lossy]
+                pruned = not fast
+                if pruned:  # only pruned trials: their figure over the prompts measured before they lost
+                    fast = [
+                        r
+                        for r in mine
+                        if r.get("state") == "PRUNED"
+                        and r.get("duplicate_of") is None
+                        and r.get("speedup") is not None
+                        and _lossy(r) is lossy
+                    ]
+                if fast:
+                    key = "speedup" if pruned else "speedup_vs_fastest"
+                    r = max(fast, key=lambda r: r[key])
+                    entry["best"] = {
+                        "trial": r["number"],
+                        "config": r["config"],
+                        "speedup": r[key],
+                        "speedup_ci": None,
+                        "confirmed": False,
+                        "pruned": pruned,
+                        "accept_length": r.get("accept_length"),
+                    }
+                    if lossy:
+                        entry["best"]["lossy"] = True
+                    break
         out.append(entry)
     winner = None
     if verdict == "speculation-wins" and best is not None:
@@ -211,6 +224,11 @@ def summarize(
     if category_weights:  # the objective weighs categories (absent: as before)
         summary["category_weights"] = dict(category_weights)
     return summary
+
+
+def _lossy(row: Mapping[str, Any]) -> bool:
+    """Whether a trial row's answers left the baseline's where the baseline was confident (``lossless.ok`` False)."""
+    return (row.get("lossless") or {}).get("ok") is False
 
 
 def _tied(out: list[dict[str, Any]], winner: str | None, versus: Versus | None = None) -> list[str]:
@@ -243,7 +261,9 @@ def _text(out: list[dict[str, Any]], winner: str | None, tied: Sequence[str] = (
     for e in ranked:
         b = e["best"]
         head = f"{e['label']} {_fmt(b['speedup'])}{_ci_text(b['speedup_ci'])}"
-        if not b["confirmed"]:
+        if b.get("lossy"):
+            head += " (lossy: every config measured changed the answers)"
+        elif not b["confirmed"]:
             head += " (pruned in the search)" if b.get("pruned") else " (search, not confirmed)"
         parts.append(head)
     for e in out:
