@@ -289,6 +289,12 @@ def _close_call(method_best: dict[str, float]) -> bool:
     return len(top) > 1 and top[1] >= (1 - WITHIN) * top[0]
 
 
+def _tie_gap(row: dict[str, Any]) -> float | None:
+    """A declared tie's truth gap: 1 - the slowest tied method's best over the fastest tied method's (the grid's)."""
+    best = [row["method_best"][m] for m in row["tied"] if m in row["method_best"]]
+    return 1.0 - min(best) / max(best) if len(best) > 1 else None
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures of ``rows`` (``run_one``'s results): the right method's rate (of all runs, and of the runs whose
     grid is no close call, ``_close_call``), the within-2% rate, median GPU time against the grid's, the runs where
@@ -307,6 +313,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "right_method_rate_clear": sum(r["right_method"] for r in clear) / len(clear) if clear else None,
         "right_method_or_declared_tie_rate": sum(r["right_method_or_tie"] for r in rows) / n if n else None,
         "declared_ties": sum(1 for r in rows if r["tied"]),
+        # how far apart the tied methods truly are (the grid's truth: 1 - the slowest tied method's best over the
+        # fastest's): a tie is honest only where the truth is close too
+        "tie_truth_gaps": sorted(round(g, 4) for r in rows if (g := _tie_gap(r)) is not None),
         "within_2pct_rate": sum(r["within_2pct"] for r in rows) / n if n else None,
         "gpu_median_s": statistics.median(r["gpu_s"] for r in rows) if n else None,
         "grid_median_s": statistics.median(r["grid_s"] for r in rows) if n else None,
@@ -330,6 +339,16 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if not (r["right_method"] and r["within_2pct"])
         ],
     }
+
+
+def _gaps(gaps: list[float]) -> str:
+    if not gaps:
+        return "no tie declared"
+    over = sum(1 for g in gaps if g > WITHIN)
+    return (
+        f"median {statistics.median(gaps):.1%}, largest {max(gaps):.1%}, {over} of {len(gaps)} ties more than "
+        f"{WITHIN:.0%} apart"
+    )
 
 
 def _rate(x: float | None) -> str:
@@ -358,9 +377,14 @@ def markdown(s: dict[str, Any], landscapes: int, seeds: int, command: str, machi
         "",
         "A close call: the grid's two best methods (the baseline one of them) within 2% of each other, where either "
         "is a right answer to 2%. A declared tie: the report names two or more methods whose confirmed speedups are "
-        'within 2% of each other (`methods.METHOD_TIE`: "EAGLE-3 and adaptive EAGLE-3 tie on this prompt set (within '
-        "2%: either)\"); the strict rate counts only the recommended config's method. An adaptive config's truth is "
-        "the mean of 24 measured starts over the baseline's (`adaptive_truth`), not the simulator's mean-field figure.",
+        "within 2% of each other or that confirmation did not tell apart (the 95% interval of one's tok/s over the "
+        "other's within each round reaches 1; `methods.METHOD_TIE`, `methods.paired_versus`: \"EAGLE-3 and adaptive "
+        'tie on this prompt set (not told apart, adaptive 0.97x [0.92, 1.02] of EAGLE-3: either; ...)"); the strict '
+        "rate counts only the recommended config's method. How far apart the tied methods truly are (the grid's "
+        "truth, 1 - the slowest tied method's best over the fastest's): "
+        + _gaps(s.get("tie_truth_gaps") or [])
+        + ". An adaptive config's truth is the mean of 24 measured starts over the baseline's (`adaptive_truth`), "
+        "not the simulator's mean-field figure.",
         "",
     ]
     if s["misses"]:

@@ -224,6 +224,9 @@ def test_generated_method_landscapes_are_reproducible_and_summarised():
     assert s["right_method_or_declared_tie_rate"] == 1.0 and s["declared_ties"] == 1  # strict and tie-aware apart
     assert "| 50.0% | 100.0% (1 ties declared) | 0.0% (1 runs) | 50.0% |" in mgen.markdown(s, 2, 1, "cmd", "here")
     assert "tie declared: eagle3, mtp" in mgen.markdown(s, 2, 1, "cmd", "here")
+    # how far apart a declared tie truly is: eagle3's 250 against mtp's 300
+    assert s["tie_truth_gaps"] == [pytest.approx(1 / 6, abs=1e-4)]
+    assert "median 16.7%, largest 16.7%, 1 of 1 ties more than 2% apart" in mgen.markdown(s, 2, 1, "cmd", "here")
 
 
 def test_an_adaptive_configs_truth_is_the_expectation_of_its_measurements(tmp_path):
