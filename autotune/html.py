@@ -152,7 +152,12 @@ def _methods(report: Report) -> list[str]:
             f"<td>{fmt(e.get('accept_length'), '.2f')}</td></tr>"
         )
     parts.append("</table>")
-    parts += [f"<p class='adaptive'>{_e(a['text'])}</p>" for a in m.get("adaptive") or []]
+    for a in m.get("adaptive") or []:
+        parts.append(f"<p class='adaptive'>{_e(a['text'])}</p>")
+        if a.get("levels"):  # with load levels: against the tuned static schedule per level
+            items = "".join(f"<li>{_e(lv['text'])}</li>" for lv in a["levels"])
+            tuned = "tuned static" if a.get("static_tuned") else "static"
+            parts.append(f"<p>per level, adaptive vs the {tuned} schedule's pick there:</p><ul>{items}</ul>")
     cats = m.get("categories") or {}
     names = sorted({c for row in cats.values() for c in row})
     if names:

@@ -308,7 +308,12 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
         acc = f", accept length {e['accept_length']:.2f}" if e.get("accept_length") else ""
         shown = f"best {fmt(b['speedup'], '.2f')}x {_ci(b['speedup_ci'])} trial {b['trial']}" if b else "-"
         out.append(f"  {e['label']:<12} {shown}  ({e['budget']['text']}{acc})")
-    out += [f"  {a['text']}" for a in m.get("adaptive") or []]
+    for a in m.get("adaptive") or []:
+        out.append(f"  {a['text']}")
+        if a.get("levels"):  # with load levels: against the tuned static schedule per level
+            tuned = "tuned static" if a.get("static_tuned") else "static"
+            out.append(f"    per level, adaptive vs the {tuned} schedule's pick there:")
+            out += [f"      {lv['text']}" for lv in a["levels"]]
     weights = m.get("category_weights") or {}
     if weights and m.get("categories"):
         out.append("  categories weighted: " + ", ".join(f"{c} {w:.3g}" for c, w in weights.items()))

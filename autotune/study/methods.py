@@ -123,12 +123,15 @@ def summarize(
     per_prompt: Mapping[int, Sequence[float | None]] | None = None,
     category_weights: Mapping[str, float] | None = None,
     versus: Versus | None = None,
+    rounds: Sequence[Round] = (),
 ) -> dict[str, Any]:
     """Per-method results from a report's trial rows (``speedup_vs_fastest``, ``accept_length``), its confirmed
     candidates and pick (``best``), its verdict, and ``per_prompt``: trial number -> per-prompt speedup over its
     baseline (for the category table), and the objective's ``category_weights`` when it weighs categories (the
     best of each method is then the best by that weighted objective), and ``versus``: trial a, trial b -> the
-    interval of a's tok/s over b's within the confirmation's rounds (``paired_versus``; None: no tie by it)."""
+    interval of a's tok/s over b's within the confirmation's rounds (``paired_versus``; None: no tie by it), and
+    confirmation's ``rounds`` (with load levels: each adaptive method against the tuned static schedule per level,
+    ``_adaptive_levels``)."""
     cat = info.get("methods") or {}
     confirmed_by = {c["trial"]: c for c in confirmed}
     speculative = [r for r in rows if r.get("role") == "speculative" and (r.get("config") or {}).get("method")]
@@ -218,7 +221,7 @@ def summarize(
         "winner": winner,
         "tied": tied,
         "text": _text(out, winner, tied),
-        "adaptive": _adaptive_rows(out),
+        "adaptive": _adaptive_levels(_adaptive_rows(out), rows, rounds, info),
         "categories": _categories(out, info.get("categories") or [], per_prompt or {}),
     }
     if category_weights:  # the objective weighs categories (absent: as before)
@@ -327,6 +330,93 @@ def _adaptive_rows(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _adaptive_levels(
+    adaptive: list[dict[str, Any]], rows: Sequence[Mapping[str, Any]], rounds: Sequence[Round], info: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """With load levels (#46): each adaptive row gets ``levels``, one entry per level: the adaptive best config
+    (one config: the engine adapts it to the load itself) against the tuned static schedule's pick there (the
+    static method's measured config fastest at that level within the latency limits, what a per-level schedule
+    would run), each with its interval against the same round's fresh baseline where confirmation measured it in 2
+    rounds or more (else its search figure), and the paired interval of adaptive over static within each round
+    where both were. Unchanged without levels."""
+    by_level: dict[int, dict[int, Mapping[str, Any]]] = {}
+    graph: dict[int, bool] = {}
+    method: dict[int, Any] = {}
+    for r in rows:
+        if r.get("role") != "speculative" or r.get("state") != "COMPLETE" or r.get("duplicate_of") is not None:
+            continue
+        if _lossy(r) or not r.get("levels"):
+            continue
+        by_level[r["number"]] = {int(lv["level"]): lv for lv in r["levels"] if lv.get("level") is not None}
+        graph[r["number"]] = bool((r.get("config") or {}).get("cuda_graph"))
+        method[r["number"]] = (r.get("config") or {}).get("method")
+    levels = sorted({c for lv in by_level.values() for c in lv})
+    if not levels or not adaptive:
+        return adaptive
+    confidence = float(info.get("confidence", 0.95))
+    prior = start_prior(float(info.get("start_noise", START_NOISE)))
+    from autotune.study.levels import level_prior
+
+    def ci(logs: list[float], level: int) -> dict[str, float] | None:
+        p = level_prior(list(rounds), level, prior)
+        return speedup_interval(logs, confidence, p).to_dict() if len(logs) >= 2 else None
+
+    def vs_baseline(n: int, level: int) -> dict[str, float] | None:
+        logs = []
+        for r in rounds:
+            if r.levels is None:
+                continue
+            t, b = r.levels.candidates.get(n, {}).get(level), r.levels.baseline.get(graph.get(n, False), {}).get(level)
+            if t and b:
+                logs.append(math.log(t / b))
+        return ci(logs, level)
+
+    def paired(a: int, b: int, level: int) -> dict[str, float] | None:
+        logs = []
+        for r in rounds:
+            if r.levels is None:
+                continue
+            x, y = r.levels.candidates.get(a, {}).get(level), r.levels.candidates.get(b, {}).get(level)
+            if x and y:
+                logs.append(math.log(x / y))
+        return ci(logs, level)
+
+    def usable(n: int, level: int) -> float | None:
+        lv = by_level.get(n, {}).get(level)
+        return None if lv is None or lv.get("slo_broken") or not lv.get("speedup") else float(lv["speedup"])
+
+    out = []
+    for row in adaptive:
+        a = int(row["adaptive"]["trial"])
+        static = [n for n in by_level if method[n] == row["static_method"]]
+        per_level = []
+        for c in levels:
+            mine = usable(a, c)
+            scored = [(v, n) for n in static if (v := usable(n, c)) is not None]
+            if mine is None or not scored:
+                continue
+            v, s = max(scored)
+            a_ci, s_ci, ratio = vs_baseline(a, c), vs_baseline(s, c), paired(a, s, c)
+            a_pt = a_ci["point"] if a_ci else mine
+            s_pt = s_ci["point"] if s_ci else v
+            text = (
+                f"{c} streams: adaptive {_fmt(a_pt)}{_ci_text(a_ci)}{'' if a_ci else ' (search)'} vs static "
+                f"{_fmt(s_pt)}{_ci_text(s_ci)}{'' if s_ci else ' (search)'} (trial {s})"
+                + (f"; adaptive over static {_fmt(ratio['point'])}{_ci_text(ratio)}" if ratio else "")
+            )
+            per_level.append(
+                {
+                    "level": c,
+                    "adaptive": {"trial": a, "speedup": a_pt, "speedup_ci": a_ci},
+                    "static": {"trial": s, "speedup": s_pt, "speedup_ci": s_ci},
+                    "versus": ratio,
+                    "text": text,
+                }
+            )
+        out.append({**row, "levels": per_level} if per_level else row)
+    return out
+
+
 def _configs(n: int | None) -> str:
     n = int(n or 0)
     return f"{n} config{'' if n == 1 else 's'} measured"
@@ -399,7 +489,15 @@ def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any]
         else None
     )
     return summarize(
-        info, report["trials"], report["confirmed"], report.get("best"), report["verdict"], per_prompt, weights, versus
+        info,
+        report["trials"],
+        report["confirmed"],
+        report.get("best"),
+        report["verdict"],
+        per_prompt,
+        weights,
+        versus,
+        conf.rounds if conf is not None else (),
     )
 
 

@@ -409,3 +409,71 @@ def test_the_html_and_terminal_reports_say_what_each_method_got():
     lines = render._methods_lines(m)
     assert any("EAGLE-3" in ln and "1 config measured; 1 trials (33% of the search's)" in ln for ln in lines)
     assert not any("vs tuned static" in ln for ln in lines)
+
+
+def test_with_load_levels_adaptive_is_set_against_the_tuned_static_schedule_per_level():
+    """#46: with load levels, the adaptive best (one config: the engine adapts it to the load) is compared at each
+    level with the static method's config fastest there (the tuned static schedule's pick), each with its interval
+    from confirmation's rounds where it was raced (else its search figure, said so), and the paired interval of
+    adaptive over static within the rounds. A level breaking the latency limit or a lossy static config is no pick."""
+    from autotune.records import Round, RoundLevels
+
+    info = {
+        "methods": {
+            "eagle3": {"label": "EAGLE-3", "adaptive": False, "unavailable": None},
+            "adaptive": {"label": "adaptive", "adaptive": True, "unavailable": None, "adapts": None},
+        },
+        "categories": [None, None],
+        "start_noise": 0.035,
+        "confidence": 0.95,
+    }
+
+    def row(n, method, levels, **extra):
+        return {
+            "number": n,
+            "role": "speculative",
+            "state": "COMPLETE",
+            "duplicate_of": None,
+            "config": {"method": method, "drafter": "h", "cuda_graph": True},
+            "speedup_vs_fastest": 1.3,
+            "prompts_measured": 2,
+            "gpu_s": 1.0,
+            "levels": [
+                {"level": c, "speedup": v, "slo_broken": ["itl"] if c == 64 and n == 3 else []} for c, v in levels
+            ],
+            **extra,
+        }
+
+    rows = [
+        row(1, "adaptive", [(1, 1.7), (64, 1.1)]),
+        row(2, "eagle3", [(1, 2.3), (64, 0.9)]),  # fastest static at 1 stream (not raced)
+        row(3, "eagle3", [(1, 1.9), (64, 1.5)]),  # fastest at 64 streams but breaks the latency limit there
+        row(4, "eagle3", [(1, 1.5), (64, 1.2)]),  # the static pick at 64 streams, raced with the adaptive one
+        row(5, "eagle3", [(1, 2.9), (64, 2.0)], lossless={"ok": False}),  # lossy: never a pick
+    ]
+    confirmed = [
+        {"trial": 1, "config": rows[0]["config"], "speedup_ci": {"point": 1.3, "low": 1.2, "high": 1.4}},
+        {"trial": 4, "config": rows[3]["config"], "speedup_ci": {"point": 1.35, "low": 1.25, "high": 1.45}},
+    ]
+    rounds = [
+        Round(
+            {True: 100.0},
+            {1: 130.0, 4: 135.0},
+            RoundLevels({True: {1: 100.0, 64: 1000.0}}, {1: {1: 168.0, 64: a}, 4: {1: 150.0, 64: b}}),
+        )
+        for a, b in ((1090.0, 1210.0), (1110.0, 1190.0), (1100.0, 1200.0))
+    ]
+    out = per_method.summarize(info, rows, confirmed, {"config": rows[3]["config"]}, "speculation-wins", rounds=rounds)
+    (a,) = out["adaptive"]
+    one, busy = a["levels"]
+    assert (one["level"], one["static"]["trial"], one["static"]["speedup_ci"]) == (1, 2, None)
+    assert one["adaptive"]["speedup_ci"]["point"] == pytest.approx(1.68)
+    assert one["text"].startswith("1 streams: adaptive 1.68x [") and "vs static 2.30x (search) (trial 2)" in one["text"]
+    assert busy["static"]["trial"] == 4 and busy["static"]["speedup_ci"]["point"] == pytest.approx(1.2, rel=1e-3)
+    assert busy["versus"]["high"] < 1.0  # adaptive clearly slower than the static pick at 64 streams
+    assert "adaptive over static 0.92x [" in busy["text"]
+    # without levels: the rows stay as they were
+    flat = [{**r, "levels": None} for r in rows]
+    assert (
+        "levels" not in per_method.summarize(info, flat, confirmed, None, "inconclusive", rounds=rounds)["adaptive"][0]
+    )
