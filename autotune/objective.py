@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune.stats import _t_quantile, log_ratios, mean_sd
+from autotune.stats import log_ratios, mean_sd, t_quantile
 from autotune.verdict import PruneDecision, clearly_loses
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def prune_decision(
     if not measured:
         n = max((len(v) for v in by_level.values()), default=0)
         return PruneDecision(False, math.inf, n, f"only {n} paired prompts (need {need})")
-    q = _t_quantile(confidence, max(min(len(v) for v in measured.values()) - 1, 1))
+    q = t_quantile(confidence, max(min(len(v) for v in measured.values()) - 1, 1))
     mean = 0.0
     var = start_noise**2
     best_upper = -math.inf
@@ -279,7 +279,7 @@ def category_prune_decision(
     total = sum(w for w in weights.values() if w > 0)
     mean = sum(weights[c] / total * means[c] for c in by)
     var = sum((weights[c] / total) ** 2 * sd * sd / len(by[c]) for c in by) + start_noise**2
-    ub = math.exp(mean + float(_t_quantile(confidence, max(df, 1))) * math.sqrt(var))
+    ub = math.exp(mean + t_quantile(confidence, max(df, 1)) * math.sqrt(var))
     what = "the baseline" if rule == "baseline" else f"the leader (trial {against})"
     where = ", ".join(f"{c} {len(by[c])}" for c in weights if c in by)
     if clearly_loses(ub):

@@ -30,10 +30,8 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from scipy import stats as _st
-
 from autotune.records import Round
-from autotune.stats import pooled_spread, start_prior
+from autotune.stats import pooled_spread, start_prior, t_quantile
 from autotune.verdict import clearly_loses
 
 #: fresh baseline starts measured when nothing is left to confirm
@@ -55,7 +53,7 @@ def check(
         mean = statistics.fmean(logs)
         spread = pooled_spread([logs], start_prior(start_noise))
         assert spread is not None
-        limit = float(_st.t.ppf(0.5 + confidence / 2, spread.df)) * spread.sd * math.sqrt(1 + 1 / n)
+        limit = t_quantile(0.5 + confidence / 2, spread.df) * spread.sd * math.sqrt(1 + 1 / n)
         out.append(
             {
                 "cuda_graph": str(cg),
