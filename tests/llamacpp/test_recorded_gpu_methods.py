@@ -9,10 +9,8 @@ figure inside the truth's reach."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -21,6 +19,7 @@ import pytest
 from autotune.render import render_report
 from autotune.report import Report, build_report
 from autotune.study.methods import MIN_OWN_EVIDENCE
+from tests.script_loader import load_script
 
 RUN = Path(__file__).resolve().parents[2] / "docs" / "gpu-runs" / "2026-12-06-h100-methods"
 GPU = Path(__file__).resolve().parents[2] / "scripts" / "gpu"
@@ -28,12 +27,7 @@ WINNER = "draft-simple,ngram-mod"
 
 
 def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"gpu_{name}", GPU / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"gpu/{name}.py", f"gpu_{name}")
 
 
 @pytest.fixture(scope="module")

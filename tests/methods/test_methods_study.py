@@ -4,7 +4,6 @@ scripts/bench_methods.py, docs/benchmarks.md "Methods")."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -14,15 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_methods", ROOT / "scripts" / "bench_methods.py")
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_methods.py", "bench_methods")
 
 
 @pytest.fixture(scope="module")

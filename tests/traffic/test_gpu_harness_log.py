@@ -3,25 +3,19 @@ space it reads it through load as autotune reads them, and the flattering log's 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from autotune.space import load_space
+from tests.script_loader import load_script
 
 GPU = Path(__file__).resolve().parents[2] / "scripts" / "gpu"
 
 
 def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"gpu_{name}", GPU / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"gpu/{name}.py", f"gpu_{name}")
 
 
 @pytest.mark.parametrize("flatter", [False, True])
