@@ -7,7 +7,10 @@ skip is turned into a failure: a green CI must mean those tests ran.
 
 from __future__ import annotations
 
+import compileall
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +24,12 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and os.environ.get("CI") == "true" and any(item.get_closest_marker(m) for m in LIVE_MARKERS):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where its service must be available: {report.longrepr}"
+
+
+def pytest_configure(config):
+    """The suite starts hundreds of Python processes (CLI commands, simulated servers), each importing the package.
+    Where bytecode writing is off (``PYTHONDONTWRITEBYTECODE``, as on the CI machine) every one of them would
+    compile autotune's modules from source again (0.2 CPU-s a CLI command here): compile them once first (the
+    controller only; the processes read the bytecode, they still write none)."""
+    if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
+        compileall.compile_dir(Path(__file__).resolve().parents[1] / "autotune", quiet=1)
