@@ -86,8 +86,8 @@ def _verdict(report: Report) -> list[str]:
         parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report.warmup['text'])}</p>")
     for e in res.exclusions:
         parts.append(
-            f"<p class='excluded'>excluded trial {_e(e['trial'])} ({_e(config_label(e.get('config')))}): "
-            f"{_e(e['kind'])}: {_e(e['reason'])}</p>"
+            f"<p class='excluded'>excluded trial {_e(e.trial)} ({_e(config_label(e.config))}): "
+            f"{_e(e.kind)}: {_e(e.reason)}</p>"
         )
     rec = res.recommended
     parts.append(f"<p>Recommended deployment: <code>{_e(config_label(rec.config))}</code> ({_e(rec.why)})</p>")
@@ -177,7 +177,7 @@ def _levels(report: Report) -> list[str]:
     load = report.load
     if load is None or not load.levels:
         return []
-    confirmed = {int(v["level"]): v for v in load.confirmed or []}
+    confirmed = {v.level: v for v in load.confirmed or []}
     parts = [
         f"<h2>Load levels</h2><p>Search (trial {_e(load.trial)}): {_e(load.text)}"
         + (f"; confirmed: {_e(load.confirmed_text)}" if load.confirmed_text else "")
@@ -186,16 +186,16 @@ def _levels(report: Report) -> list[str]:
     ]
     for x in load.levels:
         c = int(x["level"])
-        v = confirmed.get(c) or {}
-        ci = v.get("speedup_ci") or {}
+        v = confirmed.get(c)
+        ci = v.speedup_ci.to_dict() if v is not None and v.speedup_ci is not None else {}
         ci_text = f"{fmt(ci.get('point'), '.3f')} {_range(ci)}" if ci else "-"
         broken = " (latency limit broken: see below)" if x.get("slo_broken") else ""
         parts.append(
             f"<tr id='level-{c}'><td>{c}</td><td>{fmt(x.get('tok_per_s'))}</td>"
             f"<td>{fmt(x.get('stream_tok_per_s'))}</td><td>{fmt(x.get('speedup'), '.3f')}{broken}</td>"
             f"<td>{fmt(x.get('itl_p99_ms'))}</td><td>{fmt(x.get('ttft_p99_ms'), '.0f')}</td>"
-            f"<td>{_e(x.get('failed', 0))}</td><td>{_e(v.get('trial'))}</td><td>{ci_text}</td>"
-            f"<td>{_e(v.get('verdict'))}</td></tr>"
+            f"<td>{_e(x.get('failed', 0))}</td><td>{_e(v and v.trial)}</td><td>{ci_text}</td>"
+            f"<td>{_e(v and v.verdict)}</td></tr>"
         )
     parts.append("</table>")
     for x in load.levels:

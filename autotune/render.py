@@ -128,8 +128,8 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
             )
         line(f"  {load.text} (search)")
         for v in load.confirmed or []:
-            iv = _ci(v.get("speedup_ci"))
-            line(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}")
+            iv = _ci(None if v.speedup_ci is None else v.speedup_ci.to_dict())
+            line(f"  confirmed at {v.level:>4} streams: {v.verdict:<16} best trial {v.trial}  speedup {iv}")
     traffic = report.traffic
     if traffic:
         line(
@@ -151,7 +151,7 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
     for bc in report.baseline_check:
         line(baseline_check.text(bc), "yellow" if bc["flagged"] else None)
     for e in res.exclusions:
-        line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
+        line(f"excluded trial {e.trial} ({config_label(e.config)}): {e.kind}: {e.reason}", "yellow")
     if report.warmup:
         line(f"warm-up: {report.warmup['text']}")
     line("")

@@ -13,7 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import acceptance, bill, lossless, objective, records, warmup
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.errors import DrafterNotEngaged, ServerOOM
-from autotune.records import ConfirmationState, TrialRecord
+from autotune.records import ConfirmationState, Exclusion, LevelVerdict, TrialRecord
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.result import (
@@ -174,11 +174,12 @@ class Load:
     trial: int
     levels: list[dict[str, Any]]
     text: str
-    confirmed: list[dict[str, Any]] | None
+    confirmed: list[LevelVerdict] | None
     confirmed_text: str | None
 
     def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        confirmed = None if self.confirmed is None else [v.to_dict() for v in self.confirmed]
+        return {**self.__dict__, "confirmed": confirmed}
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ class Report:
             "verdict_basis": res.basis,
             "verdict_rests_on": res.rests_on,
             "verdict_text": self.verdict_text,
-            "exclusions": res.exclusions,
+            "exclusions": [e.to_dict() for e in res.exclusions],
             "baseline_check": self.baseline_check,
             "suspect_prunes": self.suspect_prunes,
             "fastest_baseline": res.fastest_baseline.to_json() if res.fastest_baseline is not None else None,
@@ -402,7 +403,7 @@ def _load(rows: list[TrialRow], best: Best | None, conf: ConfirmationState) -> L
     if not row or not row.levels:
         return None
     won = [
-        {"level": x["level"], "verdict": point_verdict(x.get("speedup"), bool(x.get("slo_broken"))).value}
+        LevelVerdict(x["level"], None, None, point_verdict(x.get("speedup"), bool(x.get("slo_broken"))))
         for x in row.levels
     ]
     return Load(row.number, row.levels, summary_text(won), conf.level_verdicts, conf.level_text)
@@ -508,8 +509,8 @@ def interval_note(conf: ConfirmationState) -> str | None:
     """Why the confirmation's intervals are at the confidence they are at (None: nothing confirmed)."""
     level = conf.confidence
     if level is None:
-        cis = [ci for r in conf.results or [] if (ci := r.get("speedup_ci"))]
-        level = cis[0].get("confidence") if cis else None
+        cis = [ci for r in conf.results or [] if (ci := r.speedup_ci)]
+        level = cis[0].confidence if cis else None
     if level is None:
         return None
     return (
@@ -689,7 +690,7 @@ def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy:
     )
 
 
-def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, object]]) -> str:
+def _verdict_text(v: str, exclusions: list[Exclusion], suspects: list[dict[str, object]]) -> str:
     if v == Verdict.INCONCLUSIVE and suspects and not exclusions:
         numbers = ", ".join(str(p["trial"]) for p in suspects)
         return (
@@ -698,7 +699,7 @@ def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[
             f"ones; deploy the baseline, or weigh them: autotune export --trial N -o F, then autotune reverify F"
         )
     if v == Verdict.INCONCLUSIVE and exclusions:
-        kinds = sorted({e["kind"] for e in exclusions})
+        kinds = sorted({e.kind for e in exclusions})
         return (
             f"inconclusive: no config is proven faster than the baseline, and {len(exclusions)} config(s) could not "
             f"be weighed ({', '.join(kinds)}); deploy the baseline, and see the exclusions"

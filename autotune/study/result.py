@@ -15,7 +15,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import objective, records
 from autotune.config import PromptResult, TrialConfig
-from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
+from autotune.records import (
+    ConfirmationState,
+    Exclusion,
+    TrialRecord,
+    find_baseline,
+    find_exclusions,
+    is_baseline_trial,
+)
 from autotune.space import Space
 from autotune.stats import log_ratios
 from autotune.verdict import Verdict, loses_on, search_verdict
@@ -51,7 +58,7 @@ class Baseline:
 
 @dataclass(frozen=True)
 class Confirmed:
-    """A confirmation candidate (``race.candidate_result``, as recorded): its intervals against its own baseline
+    """A confirmation candidate (``records.CandidateResult``, as recorded): its intervals against its own baseline
     and against the fastest one, its mean tok/s and its baseline's over the rounds it ran."""
 
     trial: int
@@ -127,7 +134,7 @@ class StudyResult:
     verdict: Verdict
     basis: str  # confirmed | not-confirmed | search
     rests_on: str
-    exclusions: list[dict[str, Any]]
+    exclusions: list[Exclusion]
     baselines: dict[str, Baseline]  # "cuda_graph_on" / "cuda_graph_off", in the order first measured
     fastest_baseline: Baseline | None
     confirmed: tuple[Confirmed, ...]
@@ -216,14 +223,14 @@ def _mean(xs: list[float]) -> float | None:
 def _confirmed(conf: ConfirmationState) -> list[Confirmed]:
     return [
         Confirmed(
-            trial=r["trial"],
-            config=r["config"],
-            speedup_ci=r["speedup_ci"],
-            deploy_speedup_ci=r.get("deploy_speedup_ci"),
-            tok_per_s=_mean([x for x in r["tok_per_s"] if x is not None]),
-            baseline_tok_per_s=_mean([x for x in r["baseline_tok_per_s"] if x is not None]),
-            rounds=len(r["tok_per_s"]),
-            dropped=bool(r.get("dropped", False)),
+            trial=r.trial,
+            config=r.config,
+            speedup_ci=None if r.speedup_ci is None else r.speedup_ci.to_dict(),
+            deploy_speedup_ci=None if r.deploy_speedup_ci is None else r.deploy_speedup_ci.to_dict(),
+            tok_per_s=_mean([x for x in r.tok_per_s if x is not None]),
+            baseline_tok_per_s=_mean([x for x in r.baseline_tok_per_s if x is not None]),
+            rounds=len(r.tok_per_s),
+            dropped=r.dropped,
         )
         for r in conf.results or []
     ]

@@ -7,6 +7,7 @@ import json
 import types
 
 from autotune.html import _levels
+from autotune.records import LevelVerdict
 from autotune.report import Load
 
 from .helpers import REPO
@@ -15,7 +16,12 @@ H200 = REPO / "docs" / "gpu-runs" / "2026-12-01-h200-load" / "resumed" / "report
 
 
 def _load(report: dict) -> types.SimpleNamespace:
-    return types.SimpleNamespace(load=Load(**report["load"]) if report.get("load") else None)
+    if not report.get("load"):
+        return types.SimpleNamespace(load=None)
+    load = dict(report["load"])
+    if load["confirmed"] is not None:
+        load["confirmed"] = [LevelVerdict.from_dict(v) for v in load["confirmed"]]
+    return types.SimpleNamespace(load=Load(**load))
 
 
 def test_the_h200_load_study_gets_a_row_per_level_with_its_confirmed_verdict():
