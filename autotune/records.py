@@ -91,7 +91,7 @@ from autotune.errors import (
     Unstable,
 )
 from autotune.stats import Interval
-from autotune.verdict import Verdict
+from autotune.verdict import ToSettle, Verdict
 from autotune.warmup import WarmUp
 
 ROLE = "role"
@@ -341,6 +341,17 @@ def _ci_from(d: Mapping[str, float] | None) -> Interval | None:
     return None if d is None else Interval.from_dict(d)
 
 
+def _stored(record: object) -> dict[str, object]:
+    """A typed record's stored form: its fields in order, intervals, tuples and verdicts as JSON."""
+
+    def stored(v: object) -> object:
+        if isinstance(v, Interval):
+            return v.to_dict()
+        return list(v) if isinstance(v, tuple) else v.value if isinstance(v, Verdict) else v
+
+    return {k: stored(v) for k, v in record.__dict__.items()}
+
+
 @dataclass(frozen=True)
 class CandidateResult:
     """One confirmed candidate's figures over the rounds it was measured in (``race.candidate_result``): its tok/s
@@ -376,16 +387,7 @@ class CandidateResult:
         )
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "trial": self.trial,
-            "config": self.config,
-            "tok_per_s": list(self.tok_per_s),
-            "baseline_tok_per_s": list(self.baseline_tok_per_s),
-            "speedup_ci": _ci(self.speedup_ci),
-            "deploy_baseline_tok_per_s": list(self.deploy_baseline_tok_per_s),
-            "deploy_speedup_ci": _ci(self.deploy_speedup_ci),
-            "dropped": self.dropped,
-        }
+        return _stored(self)
 
 
 #: one candidate's interval at each load level (None: fewer than two rounds there), by level
@@ -407,12 +409,7 @@ class LevelVerdict:
         return cls(int(d["level"]), d.get("trial"), _ci_from(d.get("speedup_ci")), Verdict(d["verdict"]))
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "level": self.level,
-            "trial": self.trial,
-            "speedup_ci": _ci(self.speedup_ci),
-            "verdict": self.verdict.value,
-        }
+        return _stored(self)
 
 
 def _level_results_from(stored: dict[str, dict[str, dict[str, float] | None]]) -> dict[int, LevelIntervals]:
@@ -476,13 +473,7 @@ class FailedCandidate:
         return cls(int(d["trial"]), str(d["kind"]), str(d["reason"]), int(d["round"]), failed_s)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "trial": self.trial,
-            "kind": self.kind,
-            "reason": self.reason,
-            "round": self.round,
-            "failed_s": list(self.failed_s),
-        }
+        return _stored(self)
 
 
 @dataclass(eq=False)
@@ -514,7 +505,7 @@ class ConfirmationState:
     baseline_check: list[dict[str, Any]] | None = field(default=None, init=False)
     suspect_prunes: list[dict[str, Any]] | None = field(default=None, init=False)
     # an inconclusive verdict whose pick straddles the bar: what settling it would take (``confirm._to_settle``)
-    to_settle: dict[str, Any] | None = field(default=None, init=False)
+    to_settle: ToSettle | None = field(default=None, init=False)
     # candidates whose starts failed in a round: out of the race and listed among the exclusions
     failed: list[FailedCandidate] | None = field(default=None, init=False)
     # the server seconds of fresh baseline starts that failed in a round whose baseline could not be measured
@@ -591,6 +582,7 @@ _DECODE: dict[str, Callable[[Any], object]] = {
     "results": lambda v: None if v is None else [CandidateResult.from_dict(r) for r in v],
     "level_results": lambda v: None if v is None else _level_results_from(v),
     "level_verdicts": lambda v: None if v is None else [LevelVerdict.from_dict(x) for x in v],
+    "to_settle": lambda v: None if v is None else ToSettle.from_dict(v),
     "exclusions": lambda v: None if v is None else [Exclusion.from_dict(e) for e in v],
     "failed": lambda v: None if v is None else [FailedCandidate.from_dict(f) for f in v],
 }
@@ -602,6 +594,7 @@ _ENCODE: dict[str, Callable[[Any], object]] = {
     "results": lambda v: [r.to_dict() for r in v],
     "level_results": _level_results_to,
     "level_verdicts": lambda v: [x.to_dict() for x in v],
+    "to_settle": lambda v: v.to_dict(),
     "exclusions": lambda v: [e.to_dict() for e in v],
     "failed": lambda v: [f.to_dict() for f in v],
 }

@@ -29,7 +29,7 @@ from autotune.study import baseline_check, race
 from autotune.study.context import Event, StudyContext
 from autotune.study.search import RESOLUTION, SETTLE_SAMPLES, fastest_baseline, log_value, surrogate
 from autotune.study.settle import baseline_draws, change_bar
-from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed
+from autotune.verdict import ToSettle, Verdict, clearly_loses, loses_on, with_unweighed
 
 #: confirmation candidates are ranked by posterior mean + ``CANDIDATE_KAPPA`` sd of the surrogate (``candidate_sets``)
 CANDIDATE_KAPPA = 2.0
@@ -419,7 +419,7 @@ def _verdict(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationSta
     records.set_confirmation(ctx.study, state)
 
 
-def _to_settle(ctx: StudyContext, state: ConfirmationState) -> dict[str, Any] | None:
+def _to_settle(ctx: StudyContext, state: ConfirmationState) -> ToSettle | None:
     """An inconclusive verdict whose pick's interval straddles the ``min_gain`` bar: how many fresh rounds of the
     pick against the fastest baseline (``autotune reverify --repeats``) would settle which side of the bar it lies
     on, at the spread confirmation measured and the verdict's confidence, if its point estimate stays
@@ -432,17 +432,10 @@ def _to_settle(ctx: StudyContext, state: ConfirmationState) -> dict[str, Any] | 
     bar = 1.0 + ctx.space.verdict.min_gain
     if iv is None or not iv.low <= bar <= iv.high:
         return None
-    n = rounds_to_settle(iv.sd, iv.point, bar, ctx.space.verdict.confidence, _prior(ctx).df)
-    return {
-        "trial": state.best,
-        "speedup_ci": iv.to_dict(),
-        "bar": bar,
-        "confidence": ctx.space.verdict.confidence,
-        "sd": iv.sd,
-        "rounds": n,
-        "most": SETTLE_MOST_ROUNDS,
-        "starts": None if n is None else 2 * n,  # a start of the config and one of its baseline per round
-    }
+    confidence = ctx.space.verdict.confidence
+    n = rounds_to_settle(iv.sd, iv.point, bar, confidence, _prior(ctx).df)
+    # a start of the config and one of its baseline per round
+    return ToSettle(state.best, iv, bar, confidence, iv.sd, n, SETTLE_MOST_ROUNDS, None if n is None else 2 * n)
 
 
 def _any_measured(ctx: StudyContext) -> bool:
