@@ -100,8 +100,8 @@ def _baselines(report: Report) -> list[str]:
         parts.append(f"<li>{_e(k)}: {fmt(b.tok_per_s)} tok/s (trial {b.trial})</li>")
     parts.append("</ul>")
     for c in report.baseline_check:  # the search's baseline start against confirmation's fresh ones
-        cls = "excluded" if c["flagged"] else "check"
-        parts.append(f"<p class='{cls}' id='baseline-check-{_e(c['cuda_graph'])}'>{_e(baseline_check.text(c))}</p>")
+        cls = "excluded" if c.flagged else "check"
+        parts.append(f"<p class='{cls}' id='baseline-check-{_e(c.cuda_graph)}'>{_e(baseline_check.text(c))}</p>")
     parts.append(f"<p>{_e(COMPARISONS)}.</p>")
     return parts
 

@@ -453,6 +453,47 @@ class Exclusion:
 
 
 @dataclass(frozen=True)
+class BaselineCheck:
+    """The search's baseline of one CUDA-graph setting (``cuda_graph`` as stored: ``"True"``/``"False"``) against
+    confirmation's fresh starts of it (``autotune.study.baseline_check.check``): their geometric mean, its ratio to
+    the search's value, the limit of the start-to-start noise and whether the ratio is past it (``flagged``)."""
+
+    cuda_graph: str
+    search_tok_per_s: float
+    fresh_tok_per_s: float
+    fresh: tuple[float, ...]
+    ratio: float
+    limit: float
+    flagged: bool
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BaselineCheck:
+        search, fresh = d["search_tok_per_s"], tuple(d["fresh"])
+        return cls(str(d["cuda_graph"]), search, d["fresh_tok_per_s"], fresh, d["ratio"], d["limit"], d["flagged"])
+
+    def to_dict(self) -> dict[str, object]:
+        return _stored(self)
+
+
+@dataclass(frozen=True)
+class SuspectPrune:
+    """A trial the baseline rule pruned (``cuda_graph`` as the rounds' keys are stored), its upper bound and, under a
+    search baseline that ran fast, that bound corrected by the check's ratio (``baseline_check.suspects``)."""
+
+    trial: int
+    cuda_graph: str
+    speedup_upper: float | None
+    corrected_upper: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SuspectPrune:
+        return cls(int(d["trial"]), str(d["cuda_graph"]), d.get("speedup_upper"), d.get("corrected_upper"))
+
+    def to_dict(self) -> dict[str, object]:
+        return _stored(self)
+
+
+@dataclass(frozen=True)
 class FailedCandidate:
     """A candidate whose starts failed in confirmation round ``round`` (a crash on every fresh start it got, a
     refusal, a timeout): out of the race and listed among the exclusions; ``failed_s``: each failed start's server
@@ -502,8 +543,8 @@ class ConfirmationState:
     # the search's baseline against confirmation's fresh ones (``autotune.study.baseline_check``): fresh baselines
     # alone when the search left nothing to confirm, the checks, baseline-rule prunes a fast baseline may have caused
     check_rounds: list[Round] | None = field(default=None, init=False)
-    baseline_check: list[dict[str, Any]] | None = field(default=None, init=False)
-    suspect_prunes: list[dict[str, Any]] | None = field(default=None, init=False)
+    baseline_check: list[BaselineCheck] | None = field(default=None, init=False)
+    suspect_prunes: list[SuspectPrune] | None = field(default=None, init=False)
     # an inconclusive verdict whose pick straddles the bar: what settling it would take (``confirm._to_settle``)
     to_settle: ToSettle | None = field(default=None, init=False)
     # candidates whose starts failed in a round: out of the race and listed among the exclusions
@@ -583,6 +624,8 @@ _DECODE: dict[str, Callable[[Any], object]] = {
     "level_results": lambda v: None if v is None else _level_results_from(v),
     "level_verdicts": lambda v: None if v is None else [LevelVerdict.from_dict(x) for x in v],
     "to_settle": lambda v: None if v is None else ToSettle.from_dict(v),
+    "baseline_check": lambda v: None if v is None else [BaselineCheck.from_dict(c) for c in v],
+    "suspect_prunes": lambda v: None if v is None else [SuspectPrune.from_dict(p) for p in v],
     "exclusions": lambda v: None if v is None else [Exclusion.from_dict(e) for e in v],
     "failed": lambda v: None if v is None else [FailedCandidate.from_dict(f) for f in v],
 }
@@ -595,6 +638,8 @@ _ENCODE: dict[str, Callable[[Any], object]] = {
     "level_results": _level_results_to,
     "level_verdicts": lambda v: [x.to_dict() for x in v],
     "to_settle": lambda v: v.to_dict(),
+    "baseline_check": lambda v: [c.to_dict() for c in v],
+    "suspect_prunes": lambda v: [p.to_dict() for p in v],
     "exclusions": lambda v: [e.to_dict() for e in v],
     "failed": lambda v: [f.to_dict() for f in v],
 }

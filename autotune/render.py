@@ -149,7 +149,7 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
     if report.search_settled:
         line(report.search_settled["text"])
     for bc in report.baseline_check:
-        line(baseline_check.text(bc), "yellow" if bc["flagged"] else None)
+        line(baseline_check.text(bc), "yellow" if bc.flagged else None)
     for e in res.exclusions:
         line(f"excluded trial {e.trial} ({config_label(e.config)}): {e.kind}: {e.reason}", "yellow")
     if report.warmup:

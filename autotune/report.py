@@ -13,7 +13,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import acceptance, bill, lossless, objective, records, warmup
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.errors import DrafterNotEngaged, ServerOOM
-from autotune.records import ConfirmationState, Exclusion, LevelVerdict, TrialRecord
+from autotune.records import (
+    BaselineCheck,
+    ConfirmationState,
+    Exclusion,
+    LevelVerdict,
+    SuspectPrune,
+    TrialRecord,
+)
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.result import (
@@ -199,8 +206,8 @@ class Report:
     warmup: dict[str, object] | None  # ``warmup.summary`` with its line as ``text``
     best_configs: tuple[BestConfig, ...]
     verdict_text: str
-    baseline_check: list[dict[str, object]]
-    suspect_prunes: list[dict[str, object]]
+    baseline_check: list[BaselineCheck]
+    suspect_prunes: list[SuspectPrune]
     lossless: Lossless
     flags: list[str]  # alarms
     acceptance_guards: tuple[Guard, ...]
@@ -251,8 +258,8 @@ class Report:
             "verdict_rests_on": res.rests_on,
             "verdict_text": self.verdict_text,
             "exclusions": [e.to_dict() for e in res.exclusions],
-            "baseline_check": self.baseline_check,
-            "suspect_prunes": self.suspect_prunes,
+            "baseline_check": [c.to_dict() for c in self.baseline_check],
+            "suspect_prunes": [p.to_dict() for p in self.suspect_prunes],
             "fastest_baseline": res.fastest_baseline.to_json() if res.fastest_baseline is not None else None,
             "lossless": self.lossless.to_json(),
             "recommended": res.recommended.to_json(),
@@ -690,9 +697,9 @@ def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy:
     )
 
 
-def _verdict_text(v: str, exclusions: list[Exclusion], suspects: list[dict[str, object]]) -> str:
+def _verdict_text(v: str, exclusions: list[Exclusion], suspects: list[SuspectPrune]) -> str:
     if v == Verdict.INCONCLUSIVE and suspects and not exclusions:
-        numbers = ", ".join(str(p["trial"]) for p in suspects)
+        numbers = ", ".join(str(p.trial) for p in suspects)
         return (
             f"inconclusive: no confirmed config is proven faster than the baseline, but {len(suspects)} config(s) "
             f"(trial(s) {numbers}) were pruned against a search baseline that ran faster than confirmation's fresh "

@@ -325,7 +325,7 @@ def baseline_check_false_alarms(d: Draws) -> dict[str, Any]:
             draw = [1000.0 * math.exp(rng.gauss(0, 0.035)) for _ in range(n + 1)]
             rounds = [Round(baseline={True: v}) for v in draw[1:]]
             [c] = baseline_check.check(rounds, {True: draw[0]}, confidence=0.95, start_noise=0.035)
-            flagged += c["flagged"]
+            flagged += c.flagged
         f[f"fresh_{n}"] = flagged / trials
     return {
         "figures": f,

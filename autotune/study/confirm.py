@@ -15,6 +15,7 @@ from autotune.config import TrialConfig
 from autotune.errors import ConfirmationFailed, StartsFailed
 from autotune.measure import FRESH_STARTS, measure_fresh
 from autotune.records import (
+    BaselineCheck,
     ConfirmationState,
     Exclusion,
     FailedCandidate,
@@ -22,6 +23,7 @@ from autotune.records import (
     RoundLevels,
     RoundStarts,
     StartRecord,
+    SuspectPrune,
     TrialRecord,
 )
 from autotune.stats import SETTLE_MOST_ROUNDS, Spread, log_ratios, rounds_to_settle, start_prior
@@ -474,7 +476,7 @@ def _baseline_only_rounds(ctx: StudyContext) -> list[Round]:
     return rounds
 
 
-def _checks(ctx: StudyContext, rounds: list[Round]) -> list[dict[str, Any]]:
+def _checks(ctx: StudyContext, rounds: list[Round]) -> list[BaselineCheck]:
     """``baseline_check.check`` of the search's baselines against the fresh ones in ``rounds``."""
     search: dict[bool, float] = {}
     for cg in sorted({k for r in rounds for k in r.baseline}):
@@ -498,12 +500,12 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
     # against the fresh baselines from every measured config, pruned ones too: nothing was left unweighed
     rescued = bool(extra) and bool(baseline_check.fast(_checks(ctx, extra)))
     pruned = [
-        {"trial": t.number, "cuda_graph": str(TrialRecord(t).cuda_graph), "speedup_upper": TrialRecord(t).speedup_upper}
+        SuspectPrune(t.number, str(TrialRecord(t).cuda_graph), TrialRecord(t).speedup_upper)
         for t in records.trials(ctx.study, (TrialState.PRUNED,))
         if TrialRecord(t).prune_rule == "baseline" and not TrialRecord(t).is_duplicate
     ]
     confirmed = {r.trial for r in state.results or []}
-    sus = [] if rescued else [p for p in baseline_check.suspects(checks, pruned) if p["trial"] not in confirmed]
+    sus = [] if rescued else [p for p in baseline_check.suspects(checks, pruned) if p.trial not in confirmed]
     if rescued:
         state.rests_on = f"{state.rests_on}; the search's baseline ran faster than fresh starts of it, " + (
             "so the candidates were chosen against those" if state.rounds else "and no config beat those either"
@@ -511,10 +513,10 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
     state.baseline_check = checks
     state.suspect_prunes = sus
     for c in checks:
-        if c["flagged"]:
+        if c.flagged:
             ctx.emit(Event("note", data={"message": baseline_check.text(c)}))
     if sus:
-        numbers = ", ".join(str(p["trial"]) for p in sus)
+        numbers = ", ".join(str(p.trial) for p in sus)
         state.rests_on = f"{state.rests_on}" + (
             f"; {len(sus)} config(s) pruned against a search baseline that ran fast (trial(s) {numbers}) were not "
             "weighed against the fresh baselines"

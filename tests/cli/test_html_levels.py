@@ -7,7 +7,7 @@ import json
 import types
 
 from autotune.html import _levels
-from autotune.records import LevelVerdict
+from autotune.records import BaselineCheck, LevelVerdict
 from autotune.report import Load
 
 from .helpers import REPO
@@ -56,7 +56,7 @@ def test_the_baseline_check_of_the_h200_runs_is_in_the_baselines_section():
     def typed(checks: list) -> types.SimpleNamespace:  # the two fields _baselines reads
         return types.SimpleNamespace(result=types.SimpleNamespace(baselines=baselines), baseline_check=checks)
 
-    page = "".join(_baselines(typed(report["baseline_check"])))
+    page = "".join(_baselines(typed([BaselineCheck.from_dict(c) for c in report["baseline_check"]])))
     assert "<p class='check' id='baseline-check-True'>" in page and "+2.5%" in page and "within the" in page
     [c] = baseline_check.check(
         [Round(baseline={True: v}) for v in (1830.0, 1850.0, 1845.0, 1850.0)],

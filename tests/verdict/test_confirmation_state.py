@@ -69,8 +69,18 @@ DONE = {
     "basis": "confirmed",
     "rests_on": "confirmed: ...",
     "check_rounds": [{"baseline": {"True": 99.0}, "candidates": {}}],
-    "baseline_check": [{"cuda_graph": "True", "flagged": False}],
-    "suspect_prunes": [],
+    "baseline_check": [
+        {
+            "cuda_graph": "True",
+            "search_tok_per_s": 100.0,
+            "fresh_tok_per_s": 99.0,
+            "fresh": [99.0],
+            "ratio": 0.99,
+            "limit": 1.1,
+            "flagged": False,
+        }
+    ],
+    "suspect_prunes": [{"trial": 4, "cuda_graph": "True", "speedup_upper": 0.97, "corrected_upper": 1.05}],
 }
 NOT_CONFIRMED = {
     "keys": [],
