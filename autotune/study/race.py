@@ -297,10 +297,10 @@ class Race:
         return all(k == leader or not _may_reach(rounds, k, leader, spec, 1.0 + self.tie) for k in active)
 
     def still_racing(self, rounds: list[Round], keys: list[int] | None = None) -> list[int] | None:
-        """The candidates (of ``keys``; every one weighing in: ``keys``) the race still measures after ``rounds``
-        (every one for ``spec.repeats`` rounds, then those not clearly slower while two or more are), or None once
-        the race is over (what follows is extra rounds): one left, none above the bar (``below_bar``), or the
-        rest tied with a proven leader (``tied``)."""
+        """The candidates the race still measures after ``rounds`` (of ``keys``, by default those weighing in:
+        ``Race.keys``): every one for ``spec.repeats`` rounds, then those not clearly slower while two or more are;
+        None once the race is over (what follows is extra rounds): one left, none above the bar (``below_bar``), or
+        the rest tied with a proven leader (``tied``)."""
         active = race_survivors(rounds, self.keys(rounds) if keys is None else keys, self.spec)
         if len(rounds) < self.spec.repeats:
             return active
