@@ -114,9 +114,9 @@ def _confirmation(report: Report) -> list[str]:
         "<th>speedup</th><th>CI</th><th>rounds</th></tr>"
     ]
     for c in report.result.confirmed:
-        ci = c.speedup_ci or {}
+        ci = c.speedup_ci.to_dict() if c.speedup_ci else {}
         parts.append(
-            f"<tr><td>{c.trial}</td><td>{_e(config_label(c.config))}</td><td>{fmt(c.tok_per_s)}</td>"
+            f"<tr><td>{c.trial}</td><td>{_e(config_label(c.config))}</td><td>{fmt(c.mean_tok_per_s)}</td>"
             f"<td>{fmt(ci.get('point'), '.3f')}</td><td>{_range(ci)}</td>"
             f"<td>{ci.get('n', '')}{' (left the race)' if c.dropped else ''}</td></tr>"
         )

@@ -341,6 +341,11 @@ def _ci_from(d: Mapping[str, float] | None) -> Interval | None:
     return None if d is None else Interval.from_dict(d)
 
 
+def _mean(xs: Sequence[float | None]) -> float | None:
+    got = [x for x in xs if x is not None]
+    return sum(got) / len(got) if got else None
+
+
 def _stored(record: object) -> dict[str, object]:
     """A typed record's stored form: its fields in order, intervals, tuples and verdicts as JSON."""
 
@@ -372,6 +377,24 @@ class CandidateResult:
     def headline(self) -> Interval | None:
         """The interval against the fastest baseline (the same-setting one when that is missing)."""
         return self.deploy_speedup_ci or self.speedup_ci
+
+    @property
+    def mean_tok_per_s(self) -> float | None:
+        """Its mean tok/s over the rounds it ran."""
+        return _mean(self.tok_per_s)
+
+    def summary(self) -> dict[str, object]:
+        """The report's form: its intervals, and its mean tok/s and its baseline's over the rounds it ran."""
+        return {
+            "trial": self.trial,
+            "config": self.config,
+            "speedup_ci": _ci(self.speedup_ci),
+            "deploy_speedup_ci": _ci(self.deploy_speedup_ci),
+            "tok_per_s": self.mean_tok_per_s,
+            "baseline_tok_per_s": _mean(self.baseline_tok_per_s),
+            "rounds": len(self.tok_per_s),
+            "dropped": self.dropped,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CandidateResult:

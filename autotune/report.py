@@ -15,6 +15,7 @@ from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import (
     BaselineCheck,
+    CandidateResult,
     ConfirmationState,
     Exclusion,
     LevelVerdict,
@@ -26,7 +27,6 @@ from autotune.study.levels import summary_text
 from autotune.study.result import (
     CI,
     Best,
-    Confirmed,
     Recommendation,
     StudyResult,
     objective_speedup,
@@ -252,7 +252,7 @@ class Report:
             "warmup": self.warmup,
             "best_configs": [b.to_json() for b in self.best_configs],
             "best": res.best.to_json() if res.best is not None else None,
-            "confirmed": [c.to_json() for c in res.confirmed],
+            "confirmed": [c.summary() for c in res.confirmed],
             "verdict": res.verdict.value,
             "verdict_basis": res.basis,
             "verdict_rests_on": res.rests_on,
@@ -289,7 +289,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
     by_category = objective.study_category_weights(study)
     n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompts) for t in trials), default=0)
     fastest_trial = by_number.get(res.fastest_baseline.trial) if res.fastest_baseline else None
-    cis = {c.trial: c.speedup_ci for c in res.confirmed}
+    cis = {c.trial: None if c.speedup_ci is None else c.speedup_ci.to_dict() for c in res.confirmed}
     rows: list[TrialRow] = []
     for t in trials:
         r = TrialRecord(t)
@@ -470,7 +470,7 @@ def _methods_section(
         study,
         {
             "trials": [r.to_json() for r in rows],
-            "confirmed": [c.to_json() for c in res.confirmed],
+            "confirmed": [c.summary() for c in res.confirmed],
             "best": res.best.to_json() if res.best is not None else None,
             "verdict": res.verdict.value,
             "objective": describe,
@@ -641,7 +641,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
 
 
 def _best_configs(
-    rows: list[TrialRow], confirmed: tuple[Confirmed, ...], recommended: int | None
+    rows: list[TrialRow], confirmed: tuple[CandidateResult, ...], recommended: int | None
 ) -> tuple[BestConfig, ...]:
     """The five best measured speculative configs by the objective's speedup against the fastest baseline,
     confirmed where confirmation measured it, else the search's; the recommended trial first."""
@@ -654,7 +654,7 @@ def _best_configs(
 
     def rank(r: TrialRow) -> tuple[bool, float]:
         ci = cis.get(r.number)
-        return (r.number == recommended, ci["point"] if ci else r.speedup_vs_fastest or 0.0)
+        return (r.number == recommended, ci.point if ci else r.speedup_vs_fastest or 0.0)
 
     spec.sort(key=rank, reverse=True)
     return tuple(
@@ -663,8 +663,8 @@ def _best_configs(
             config=r.config,
             tok_per_s=r.tok_per_s,
             speedup=r.speedup_vs_fastest,
-            speedup_ci=(ci := cis.get(r.number)),
-            confirmed_speedup=ci["point"] if ci else None,
+            speedup_ci=None if (ci := cis.get(r.number)) is None else ci.to_dict(),
+            confirmed_speedup=ci.point if ci else None,
             recommended=r.number == recommended,
             accept_length=r.accept_length,
             accept_per_pos=r.accept_per_pos,
