@@ -346,19 +346,22 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return sum(got) / len(got) if got else None
 
 
-def _stored(record: object) -> dict[str, object]:
-    """A typed record's stored form: its fields in order, intervals, tuples and verdicts as JSON."""
+def _json(v: object) -> object:
+    if isinstance(v, Interval):
+        return v.to_dict()
+    return list(v) if isinstance(v, tuple) else v.value if isinstance(v, Verdict) else v
 
-    def stored(v: object) -> object:
-        if isinstance(v, Interval):
-            return v.to_dict()
-        return list(v) if isinstance(v, tuple) else v.value if isinstance(v, Verdict) else v
 
-    return {k: stored(v) for k, v in record.__dict__.items()}
+class _Stored:
+    """A typed record of the confirmation state: stored as its fields in order, intervals, tuples and verdicts as
+    JSON."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: _json(v) for k, v in self.__dict__.items()}
 
 
 @dataclass(frozen=True)
-class CandidateResult:
+class CandidateResult(_Stored):
     """One confirmed candidate's figures over the rounds it was measured in (``race.candidate_result``): its tok/s
     and the fresh baseline's of its own CUDA-graph setting each round with their interval (``speedup_ci``), the
     deployable baseline's with theirs (``deploy_speedup_ci``), and whether it left the race (``dropped``: clearly
@@ -409,16 +412,13 @@ class CandidateResult:
             bool(d.get("dropped", False)),
         )
 
-    def to_dict(self) -> dict[str, object]:
-        return _stored(self)
-
 
 #: one candidate's interval at each load level (None: fewer than two rounds there), by level
 LevelIntervals = dict[int, Interval | None]
 
 
 @dataclass(frozen=True)
-class LevelVerdict:
+class LevelVerdict(_Stored):
     """One load level's verdict (``autotune.study.levels.level_verdicts``): the candidate with the best point
     estimate there (None: none measured), its interval and the level's verdict."""
 
@@ -430,9 +430,6 @@ class LevelVerdict:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LevelVerdict:
         return cls(int(d["level"]), d.get("trial"), _ci_from(d.get("speedup_ci")), Verdict(d["verdict"]))
-
-    def to_dict(self) -> dict[str, object]:
-        return _stored(self)
 
 
 def _level_results_from(stored: dict[str, dict[str, dict[str, float] | None]]) -> dict[int, LevelIntervals]:
@@ -476,7 +473,7 @@ class Exclusion:
 
 
 @dataclass(frozen=True)
-class BaselineCheck:
+class BaselineCheck(_Stored):
     """The search's baseline of one CUDA-graph setting (``cuda_graph`` as stored: ``"True"``/``"False"``) against
     confirmation's fresh starts of it (``autotune.study.baseline_check.check``): their geometric mean, its ratio to
     the search's value, the limit of the start-to-start noise and whether the ratio is past it (``flagged``)."""
@@ -494,12 +491,9 @@ class BaselineCheck:
         search, fresh = d["search_tok_per_s"], tuple(d["fresh"])
         return cls(str(d["cuda_graph"]), search, d["fresh_tok_per_s"], fresh, d["ratio"], d["limit"], d["flagged"])
 
-    def to_dict(self) -> dict[str, object]:
-        return _stored(self)
-
 
 @dataclass(frozen=True)
-class SuspectPrune:
+class SuspectPrune(_Stored):
     """A trial the baseline rule pruned (``cuda_graph`` as the rounds' keys are stored), its upper bound and, under a
     search baseline that ran fast, that bound corrected by the check's ratio (``baseline_check.suspects``)."""
 
@@ -512,12 +506,9 @@ class SuspectPrune:
     def from_dict(cls, d: dict[str, Any]) -> SuspectPrune:
         return cls(int(d["trial"]), str(d["cuda_graph"]), d.get("speedup_upper"), d.get("corrected_upper"))
 
-    def to_dict(self) -> dict[str, object]:
-        return _stored(self)
-
 
 @dataclass(frozen=True)
-class FailedCandidate:
+class FailedCandidate(_Stored):
     """A candidate whose starts failed in confirmation round ``round`` (a crash on every fresh start it got, a
     refusal, a timeout): out of the race and listed among the exclusions; ``failed_s``: each failed start's server
     seconds (billed)."""
@@ -535,9 +526,6 @@ class FailedCandidate:
     def from_dict(cls, d: dict[str, Any]) -> FailedCandidate:
         failed_s = tuple(float(s) for s in d.get("failed_s") or ())
         return cls(int(d["trial"]), str(d["kind"]), str(d["reason"]), int(d["round"]), failed_s)
-
-    def to_dict(self) -> dict[str, object]:
-        return _stored(self)
 
 
 @dataclass(eq=False)

@@ -4,6 +4,7 @@ after each round, so a killed run resumes them), the race, the exclusions and th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from autotune.study import baseline_check, race
 from autotune.study.context import Event, StudyContext
 from autotune.study.search import RESOLUTION, SETTLE_SAMPLES, fastest_baseline, log_value, surrogate
 from autotune.study.settle import baseline_draws, change_bar
+from autotune.surrogate import Model
 from autotune.verdict import ToSettle, Verdict, clearly_loses, loses_on, with_unweighed
 
 #: confirmation candidates are ranked by posterior mean + ``CANDIDATE_KAPPA`` sd of the surrogate (``candidate_sets``)
@@ -132,7 +134,7 @@ def candidate_sets(
     return out, []
 
 
-def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[FrozenTrial]:
+def thin(ctx: StudyContext, model: Model, cands: list[FrozenTrial]) -> list[FrozenTrial]:
     """Confirmation sized by what it can change: each round measures every candidate (a server start each), so a
     candidate joins only while the surrogate's joint posterior gives it a real chance (``JOIN_PROBABILITY``) of
     beating the best-ranked candidate (by posterior mean) by more than the study's resolution (``search.RESOLUTION``)
@@ -170,7 +172,10 @@ def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[Frozen
 
 
 def _method_bests(
-    complete: list[FrozenTrial], score: dict[int, float], eligible: Any, seen: set[str | None]
+    complete: list[FrozenTrial],
+    score: dict[int, float],
+    eligible: Callable[[FrozenTrial], bool],
+    seen: set[str | None],
 ) -> list[FrozenTrial]:
     """In a space with ``search.methods``: the best-scored eligible (lossless, not clearly losing to the baseline
     nor to the leader) config of each method not among the candidates yet, so that every method still in contention

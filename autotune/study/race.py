@@ -4,11 +4,13 @@ candidates by trial number); candidates are named by their trial numbers; a ``Ra
 confirmation's rounds shares (its candidates, the space's rules, the deployable setting, the load levels, the prior
 and the tie).
 
-Its rules, each once: a candidate is dropped once clearly slower than the leader (``race_survivors``); a level-only
-candidate once it leads no level (``Race.level_only_out``); the race ends with one candidate left, with none above
-the bar (``Race.below_bar``), among near-ties of a proven winner (``Race.tied``), or at ``max_rounds``
-(``Race.still_racing``, ``Race.first_look``); after it, extra rounds go to a pick or a level's winner while more
-rounds can settle its side of the bar (``Race.next_round``)."""
+Its rules, each written once. Two drop a candidate: clearly slower than the leader (``race_survivors``), a
+level-only one leading no level (``Race.level_only_out``). Four end the race: one candidate left, none above the bar
+(``Race.below_bar``), near-ties of a proven winner (``Race.tied``; the same paired bound as the drop, ``_may_reach``),
+``max_rounds`` (``Race.still_racing``, ``Race.first_look``). Three buy extra rounds after it (``Race.next_round``):
+the pick's point above the bar and its low end not (``_could_win``), the pick's point under the bar and its high end
+not while the rounds left can settle it (``_could_settle_below``), a level's winner above the bar while they can
+lift it (``_could_win`` and ``_settles``, the projection both share)."""
 
 from __future__ import annotations
 
