@@ -4,7 +4,8 @@ the queries over trials.
 Every user-attr key autotune writes or reads is named here, and nowhere else: the study writes a running trial
 through ``TrialWriter`` (Optuna refuses writes once a trial has finished), everyone reads through ``TrialRecord``
 or the queries below (the pruner, the search, confirmation, the report). The study's own attrs are read and written
-by the functions at the end; the study attr ``confirmation`` is typed (``ConfirmationState``, its rounds ``Round``).
+by the functions at the end; the study attr ``confirmation`` is typed (``ConfirmationState``, its rounds ``Round``
+and records such as ``CandidateResult`` and ``Exclusion``).
 
 Trial user attrs (``TrialRecord`` reads each as a property of the same name in lower case):
 
@@ -205,11 +206,12 @@ START_FAILURES = (ServerExited.kind, StartupTimeout.kind, LaunchError.kind)
 CONFIG_MISMATCH = "config-mismatch"
 
 
-# -- the study attr ``confirmation`` typed: the confirmation's state (``ConfirmationState``) and its rounds
-# (``Round``). Both read from and write to the stored JSON unchanged: rounds keep CUDA-graph settings as
-# ``"True"``/``"False"`` and trial numbers and load levels as strings there, real ``bool`` / ``int`` keys here; the
-# state writes its keys in the order they were first set (as the dict it replaces did), and keeps keys it does not
-# know.
+# -- the study attr ``confirmation`` typed: the confirmation's state (``ConfirmationState``), its rounds (``Round``)
+# and its records (``CandidateResult``, ``LevelVerdict``, ``Exclusion``, ``FailedCandidate``, ``BaselineCheck``,
+# ``SuspectPrune``; ``verdict.ToSettle``). All read from and write to the stored JSON unchanged: rounds keep
+# CUDA-graph settings as ``"True"``/``"False"`` and trial numbers and load levels as strings there, real ``bool`` /
+# ``int`` keys here; the state writes its keys in the order they were first set (as the dict it replaces did), and
+# keeps keys it does not know.
 
 _GRAPHS = {"True": True, "False": False}
 
