@@ -43,7 +43,7 @@ def confirmation_failed_s(conf: ConfirmationState) -> list[float]:
         st = rnd.starts or RoundStarts()
         out += [s for r in [*st.baseline.values(), *st.candidates.values()] for s in r.failed_s]
     out += [float(s) for s in conf.lost_s or []]
-    out += [float(s) for f in conf.failed or [] for s in f.get("failed_s") or []]
+    out += [s for f in conf.failed or [] for s in f.failed_s]
     return out
 
 
@@ -74,8 +74,8 @@ def confirmation_starts(trials: list[FrozenTrial], conf: ConfirmationState) -> l
                 )
     out += [(f"confirmation: a fresh baseline{_FAILED}", float(s), 0.0) for s in conf.lost_s or []]
     for f in conf.failed or []:  # candidates whose starts all failed in a round: out of the race
-        who = f"confirm round {f.get('round')}: #{f.get('trial')}"
-        out += [(f"{who}{_FAILED}", float(s), 0.0) for s in f.get("failed_s") or []]
+        who = f"confirm round {f.round}: #{f.trial}"
+        out += [(f"{who}{_FAILED}", s, 0.0) for s in f.failed_s]
     return out
 
 

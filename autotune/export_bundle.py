@@ -122,18 +122,18 @@ def choose(res: StudyResult, trial: int | None) -> Chosen:
     if t.state != TrialState.COMPLETE or not shown:
         raise ValueError(f"--trial {trial}: it was not measured to the end ({t.state.name}); nothing to export")
     confirmed = res.confirmed_of(trial)
-    ci = confirmed.headline if confirmed else None
+    iv = confirmed.headline if confirmed else None
     cfg = TrialConfig.from_dict(shown)
     same = res.baseline(cfg.cuda_graph)
-    base = (res.fastest_baseline or same) if ci is not None and confirmed and confirmed.deploy_speedup_ci else same
+    base = (res.fastest_baseline or same) if iv is not None and confirmed and confirmed.deploy_speedup_ci else same
     return Chosen(
         trial=trial,
         config=cfg,
         why=f"trial {trial}, chosen with --trial",
-        tok_per_s=confirmed.tok_per_s if confirmed else t.value,
-        speedup=ci["point"] if ci else (res.search_speedup(t) if not cfg.is_baseline else 1.0),
-        speedup_ci=ci,
-        source="confirmation" if ci else "search",
+        tok_per_s=confirmed.mean_tok_per_s if confirmed else t.value,
+        speedup=iv.point if iv else (res.search_speedup(t) if not cfg.is_baseline else 1.0),
+        speedup_ci=None if iv is None else iv.to_dict(),
+        source="confirmation" if iv else "search",
         baseline=_baseline_entry(base),
     )
 

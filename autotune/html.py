@@ -86,8 +86,8 @@ def _verdict(report: Report) -> list[str]:
         parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report.warmup['text'])}</p>")
     for e in res.exclusions:
         parts.append(
-            f"<p class='excluded'>excluded trial {_e(e['trial'])} ({_e(config_label(e.get('config')))}): "
-            f"{_e(e['kind'])}: {_e(e['reason'])}</p>"
+            f"<p class='excluded'>excluded trial {_e(e.trial)} ({_e(config_label(e.config))}): "
+            f"{_e(e.kind)}: {_e(e.reason)}</p>"
         )
     rec = res.recommended
     parts.append(f"<p>Recommended deployment: <code>{_e(config_label(rec.config))}</code> ({_e(rec.why)})</p>")
@@ -100,8 +100,8 @@ def _baselines(report: Report) -> list[str]:
         parts.append(f"<li>{_e(k)}: {fmt(b.tok_per_s)} tok/s (trial {b.trial})</li>")
     parts.append("</ul>")
     for c in report.baseline_check:  # the search's baseline start against confirmation's fresh ones
-        cls = "excluded" if c["flagged"] else "check"
-        parts.append(f"<p class='{cls}' id='baseline-check-{_e(c['cuda_graph'])}'>{_e(baseline_check.text(c))}</p>")
+        cls = "excluded" if c.flagged else "check"
+        parts.append(f"<p class='{cls}' id='baseline-check-{_e(c.cuda_graph)}'>{_e(baseline_check.text(c))}</p>")
     parts.append(f"<p>{_e(COMPARISONS)}.</p>")
     return parts
 
@@ -114,9 +114,9 @@ def _confirmation(report: Report) -> list[str]:
         "<th>speedup</th><th>CI</th><th>rounds</th></tr>"
     ]
     for c in report.result.confirmed:
-        ci = c.speedup_ci or {}
+        ci = c.speedup_ci.to_dict() if c.speedup_ci else {}
         parts.append(
-            f"<tr><td>{c.trial}</td><td>{_e(config_label(c.config))}</td><td>{fmt(c.tok_per_s)}</td>"
+            f"<tr><td>{c.trial}</td><td>{_e(config_label(c.config))}</td><td>{fmt(c.mean_tok_per_s)}</td>"
             f"<td>{fmt(ci.get('point'), '.3f')}</td><td>{_range(ci)}</td>"
             f"<td>{ci.get('n', '')}{' (left the race)' if c.dropped else ''}</td></tr>"
         )
@@ -182,7 +182,7 @@ def _levels(report: Report) -> list[str]:
     load = report.load
     if load is None or not load.levels:
         return []
-    confirmed = {int(v["level"]): v for v in load.confirmed or []}
+    confirmed = {v.level: v for v in load.confirmed or []}
     parts = [
         f"<h2>Load levels</h2><p>Search (trial {_e(load.trial)}): {_e(load.text)}"
         + (f"; confirmed: {_e(load.confirmed_text)}" if load.confirmed_text else "")
@@ -191,16 +191,16 @@ def _levels(report: Report) -> list[str]:
     ]
     for x in load.levels:
         c = int(x["level"])
-        v = confirmed.get(c) or {}
-        ci = v.get("speedup_ci") or {}
+        v = confirmed.get(c)
+        ci = v.speedup_ci.to_dict() if v is not None and v.speedup_ci is not None else {}
         ci_text = f"{fmt(ci.get('point'), '.3f')} {_range(ci)}" if ci else "-"
         broken = " (latency limit broken: see below)" if x.get("slo_broken") else ""
         parts.append(
             f"<tr id='level-{c}'><td>{c}</td><td>{fmt(x.get('tok_per_s'))}</td>"
             f"<td>{fmt(x.get('stream_tok_per_s'))}</td><td>{fmt(x.get('speedup'), '.3f')}{broken}</td>"
             f"<td>{fmt(x.get('itl_p99_ms'))}</td><td>{fmt(x.get('ttft_p99_ms'), '.0f')}</td>"
-            f"<td>{_e(x.get('failed', 0))}</td><td>{_e(v.get('trial'))}</td><td>{ci_text}</td>"
-            f"<td>{_e(v.get('verdict'))}</td></tr>"
+            f"<td>{_e(x.get('failed', 0))}</td><td>{_e(v and v.trial)}</td><td>{ci_text}</td>"
+            f"<td>{_e(v and v.verdict)}</td></tr>"
         )
     parts.append("</table>")
     for x in load.levels:

@@ -14,10 +14,10 @@ from autotune import records
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.config import config_label
 from autotune.records import TrialRecord
+from autotune.stats import Interval
 
 if TYPE_CHECKING:
     from autotune.report import Report
-    from autotune.study.result import CI
 
 COLOURS = {"COMPLETE": "#3366cc", "PRUNED": "#aaaaaa", "FAIL": "#cc3333", "baseline": "#222222"}
 PALETTE = ("#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00")
@@ -241,54 +241,52 @@ def knobs(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figur
     )
 
 
-def interval_axis(cis: list[CI], racing: list[bool]) -> tuple[float, float]:
+def interval_axis(cis: list[Interval], racing: list[bool]) -> tuple[float, float]:
     """The speedup axis: 1.0, every point and the intervals of the candidates still racing at the end, padded;
     a wider interval (a candidate out after few rounds: [0.167, 5.294]) is clipped at the edge, not allowed to
     squash the others into slivers."""
     core = [ci for ci, on in zip(cis, racing, strict=True) if on] or cis
-    lo = min([1.0, *(ci["point"] for ci in cis), *(ci["low"] for ci in core)])
-    hi = max([1.0, *(ci["point"] for ci in cis), *(ci["high"] for ci in core)])
+    lo = min([1.0, *(ci.point for ci in cis), *(ci.low for ci in core)])
+    hi = max([1.0, *(ci.point for ci in cis), *(ci.high for ci in core)])
     pad = max(0.15 * (hi - lo), 0.02)
     return lo - pad, hi + pad
 
 
 def intervals(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figure | None:
-    conf = [c for c in report.result.confirmed if c.headline]
+    conf = [(c, h) for c in report.result.confirmed if (h := c.headline)]
     if not conf:
         return None
     fig = go.Figure()
-    cis = [c.headline or {} for c in conf]
-    x0, x1 = interval_axis(cis, [not c.dropped for c in conf])
-    clipped = [ci["low"] < x0 or ci["high"] > x1 for ci in cis]
+    cis = [h for _, h in conf]
+    x0, x1 = interval_axis(cis, [not c.dropped for c, _ in conf])
+    clipped = [ci.low < x0 or ci.high > x1 for ci in cis]
     labels = [
         f"#{c.trial} {config_label(c.config)}"
         + (" - out of the race" if c.dropped else "")
         + (" (interval clipped)" if cut else "")
-        for c, cut in zip(conf, clipped, strict=True)
+        for (c, _), cut in zip(conf, clipped, strict=True)
     ]
     fig.add_trace(
         go.Scatter(
-            x=[ci["point"] for ci in cis],
+            x=[ci.point for ci in cis],
             y=labels,
             mode="markers",
             marker={"size": 11, "color": COLOURS["COMPLETE"]},
             error_x={
                 "type": "data",
                 "symmetric": False,
-                "array": [min(ci["high"], x1) - ci["point"] for ci in cis],
-                "arrayminus": [ci["point"] - max(ci["low"], x0) for ci in cis],
+                "array": [min(ci.high, x1) - ci.point for ci in cis],
+                "arrayminus": [ci.point - max(ci.low, x0) for ci in cis],
             },
             showlegend=False,
-            customdata=[[ci["low"], ci["high"]] for ci in cis],
+            customdata=[[ci.low, ci.high] for ci in cis],
             hovertemplate="%{y}<br>speedup %{x:.3f} [%{customdata[0]:.3f}, %{customdata[1]:.3f}]<extra></extra>",
         )
     )
     for ci, label, cut in zip(cis, labels, clipped, strict=True):
         if not cut:
             continue
-        ends = ([f"\u25c0 {ci['low']:.3f}"] if ci["low"] < x0 else []) + (
-            [f"{ci['high']:.3f} \u25b6"] if ci["high"] > x1 else []
-        )
+        ends = ([f"\u25c0 {ci.low:.3f}"] if ci.low < x0 else []) + ([f"{ci.high:.3f} \u25b6"] if ci.high > x1 else [])
         for text in ends:
             left = text.startswith("\u25c0")
             fig.add_annotation(
@@ -303,7 +301,7 @@ def intervals(study: optuna.Study, report: Report, units: str, sim: str) -> go.F
     fig.add_vline(x=1.0, line_dash="dash", line_color=COLOURS["baseline"], annotation_text="baseline")
     fig.update_xaxes(range=[x0, x1])
     fig.update_yaxes(automargin=True)
-    conf_level = cis[0].get("confidence") or 0.95
+    conf_level = cis[0].confidence or 0.95
     return _layout(
         fig,
         f"confirmation: speedup against the fastest baseline, {conf_level * 100:.4g}% intervals{sim}"

@@ -4,7 +4,8 @@ the queries over trials.
 Every user-attr key autotune writes or reads is named here, and nowhere else: the study writes a running trial
 through ``TrialWriter`` (Optuna refuses writes once a trial has finished), everyone reads through ``TrialRecord``
 or the queries below (the pruner, the search, confirmation, the report). The study's own attrs are read and written
-by the functions at the end; the study attr ``confirmation`` is typed (``ConfirmationState``, its rounds ``Round``).
+by the functions at the end; the study attr ``confirmation`` is typed (``ConfirmationState``, its rounds ``Round``
+and records such as ``CandidateResult`` and ``Exclusion``).
 
 Trial user attrs (``TrialRecord`` reads each as a property of the same name in lower case):
 
@@ -90,7 +91,8 @@ from autotune.errors import (
     StartupTimeout,
     Unstable,
 )
-from autotune.verdict import Verdict
+from autotune.stats import Interval
+from autotune.verdict import ToSettle, Verdict
 from autotune.warmup import WarmUp
 
 ROLE = "role"
@@ -204,11 +206,12 @@ START_FAILURES = (ServerExited.kind, StartupTimeout.kind, LaunchError.kind)
 CONFIG_MISMATCH = "config-mismatch"
 
 
-# -- the study attr ``confirmation`` typed: the confirmation's state (``ConfirmationState``) and its rounds
-# (``Round``). Both read from and write to the stored JSON unchanged: rounds keep CUDA-graph settings as
-# ``"True"``/``"False"`` and trial numbers and load levels as strings there, real ``bool`` / ``int`` keys here; the
-# state writes its keys in the order they were first set (as the dict it replaces did), and keeps keys it does not
-# know.
+# -- the study attr ``confirmation`` typed: the confirmation's state (``ConfirmationState``), its rounds (``Round``)
+# and its records (``CandidateResult``, ``LevelVerdict``, ``Exclusion``, ``FailedCandidate``, ``BaselineCheck``,
+# ``SuspectPrune``; ``verdict.ToSettle``). All read from and write to the stored JSON unchanged: rounds keep
+# CUDA-graph settings as ``"True"``/``"False"`` and trial numbers and load levels as strings there, real ``bool`` /
+# ``int`` keys here; the state writes its keys in the order they were first set (as the dict it replaces did), and
+# keeps keys it does not know.
 
 _GRAPHS = {"True": True, "False": False}
 
@@ -332,6 +335,201 @@ def rounds_to(rounds: list[Round]) -> list[dict[str, object]]:
     return [r.to_dict() for r in rounds]
 
 
+def _ci(iv: Interval | None) -> dict[str, float] | None:
+    return None if iv is None else iv.to_dict()
+
+
+def _ci_from(d: Mapping[str, float] | None) -> Interval | None:
+    return None if d is None else Interval.from_dict(d)
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    got = [x for x in xs if x is not None]
+    return sum(got) / len(got) if got else None
+
+
+def _json(v: object) -> object:
+    if isinstance(v, Interval):
+        return v.to_dict()
+    return list(v) if isinstance(v, tuple) else v.value if isinstance(v, Verdict) else v
+
+
+class _Stored:
+    """A typed record of the confirmation state: stored as its fields in order, intervals, tuples and verdicts as
+    JSON."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: _json(v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class CandidateResult(_Stored):
+    """One confirmed candidate's figures over the rounds it was measured in (``race.candidate_result``): its tok/s
+    and the fresh baseline's of its own CUDA-graph setting each round with their interval (``speedup_ci``), the
+    deployable baseline's with theirs (``deploy_speedup_ci``), and whether it left the race (``dropped``: clearly
+    slower than the leader)."""
+
+    trial: int
+    config: dict[str, object]
+    tok_per_s: tuple[float, ...]
+    baseline_tok_per_s: tuple[float | None, ...]
+    speedup_ci: Interval | None
+    deploy_baseline_tok_per_s: tuple[float | None, ...]
+    deploy_speedup_ci: Interval | None
+    dropped: bool
+
+    @property
+    def headline(self) -> Interval | None:
+        """The interval against the fastest baseline (the same-setting one when that is missing)."""
+        return self.deploy_speedup_ci or self.speedup_ci
+
+    @property
+    def mean_tok_per_s(self) -> float | None:
+        """Its mean tok/s over the rounds it ran."""
+        return _mean(self.tok_per_s)
+
+    def summary(self) -> dict[str, object]:
+        """The report's form: its intervals, and its mean tok/s and its baseline's over the rounds it ran."""
+        return {
+            "trial": self.trial,
+            "config": self.config,
+            "speedup_ci": _ci(self.speedup_ci),
+            "deploy_speedup_ci": _ci(self.deploy_speedup_ci),
+            "tok_per_s": self.mean_tok_per_s,
+            "baseline_tok_per_s": _mean(self.baseline_tok_per_s),
+            "rounds": len(self.tok_per_s),
+            "dropped": self.dropped,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CandidateResult:
+        return cls(
+            int(d["trial"]),
+            d.get("config") or {},
+            tuple(d.get("tok_per_s") or ()),
+            tuple(d.get("baseline_tok_per_s") or ()),
+            _ci_from(d.get("speedup_ci")),
+            tuple(d.get("deploy_baseline_tok_per_s") or ()),
+            _ci_from(d.get("deploy_speedup_ci")),
+            bool(d.get("dropped", False)),
+        )
+
+
+#: one candidate's interval at each load level (None: fewer than two rounds there), by level
+LevelIntervals = dict[int, Interval | None]
+
+
+@dataclass(frozen=True)
+class LevelVerdict(_Stored):
+    """One load level's verdict (``autotune.study.levels.level_verdicts``): the candidate with the best point
+    estimate there (None: none measured), its interval and the level's verdict."""
+
+    level: int
+    trial: int | None
+    speedup_ci: Interval | None
+    verdict: Verdict
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LevelVerdict:
+        return cls(int(d["level"]), d.get("trial"), _ci_from(d.get("speedup_ci")), Verdict(d["verdict"]))
+
+
+def _level_results_from(stored: dict[str, dict[str, dict[str, float] | None]]) -> dict[int, LevelIntervals]:
+    return {int(n): {int(c): _ci_from(iv) for c, iv in ivs.items()} for n, ivs in stored.items()}
+
+
+def _level_results_to(per: dict[int, LevelIntervals]) -> dict[str, dict[str, dict[str, float] | None]]:
+    return {str(n): {str(c): _ci(iv) for c, iv in ivs.items()} for n, ivs in per.items()}
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A speculative config the verdict cannot weigh, and why (``find_exclusions``; a candidate whose starts failed
+    in confirmation: ``FailedCandidate.exclusion``): "the baseline wins" is then inconclusive, as it might have
+    won. ``kind``: ``lossy`` (with its search ``speedup``), ``not-engaged``, ``failed``, or a failed start's kind."""
+
+    trial: int
+    kind: str
+    config: dict[str, object] | None
+    reason: str | None
+    speedup: float | None = None
+    in_confirmation: bool = False  # its starts failed in a confirmation round (``ConfirmationState.failed``)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Exclusion:
+        return cls(
+            int(d["trial"]),
+            str(d["kind"]),
+            d.get("config"),
+            d.get("reason"),
+            d.get("speedup"),
+            "speedup" in d and d["kind"] != "lossy",
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"trial": self.trial, "kind": self.kind, "config": self.config}
+        if self.kind == "lossy" or self.in_confirmation:  # stored with a speedup (None: measured, not weighed)
+            out["speedup"] = self.speedup
+        out["reason"] = self.reason
+        return out
+
+
+@dataclass(frozen=True)
+class BaselineCheck(_Stored):
+    """The search's baseline of one CUDA-graph setting (``cuda_graph`` as stored: ``"True"``/``"False"``) against
+    confirmation's fresh starts of it (``autotune.study.baseline_check.check``): their geometric mean, its ratio to
+    the search's value, the limit of the start-to-start noise and whether the ratio is past it (``flagged``)."""
+
+    cuda_graph: str
+    search_tok_per_s: float
+    fresh_tok_per_s: float
+    fresh: tuple[float, ...]
+    ratio: float
+    limit: float
+    flagged: bool
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BaselineCheck:
+        search, fresh = d["search_tok_per_s"], tuple(d["fresh"])
+        return cls(str(d["cuda_graph"]), search, d["fresh_tok_per_s"], fresh, d["ratio"], d["limit"], d["flagged"])
+
+
+@dataclass(frozen=True)
+class SuspectPrune(_Stored):
+    """A trial the baseline rule pruned (``cuda_graph`` as the rounds' keys are stored), its upper bound and, under a
+    search baseline that ran fast, that bound corrected by the check's ratio (``baseline_check.suspects``)."""
+
+    trial: int
+    cuda_graph: str
+    speedup_upper: float | None
+    corrected_upper: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SuspectPrune:
+        return cls(int(d["trial"]), str(d["cuda_graph"]), d.get("speedup_upper"), d.get("corrected_upper"))
+
+
+@dataclass(frozen=True)
+class FailedCandidate(_Stored):
+    """A candidate whose starts failed in confirmation round ``round`` (a crash on every fresh start it got, a
+    refusal, a timeout): out of the race and listed among the exclusions; ``failed_s``: each failed start's server
+    seconds (billed)."""
+
+    trial: int
+    kind: str
+    reason: str
+    round: int
+    failed_s: tuple[float, ...]
+
+    def exclusion(self, config: dict[str, object] | None) -> Exclusion:
+        return Exclusion(self.trial, self.kind, config, self.reason, None, in_confirmation=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FailedCandidate:
+        failed_s = tuple(float(s) for s in d.get("failed_s") or ())
+        return cls(int(d["trial"]), str(d["kind"]), str(d["reason"]), int(d["round"]), failed_s)
+
+
 @dataclass(eq=False)
 class ConfirmationState:
     """The study attr ``confirmation``: recorded after every round, so that a killed run resumes it. A field is
@@ -342,14 +540,14 @@ class ConfirmationState:
     done: bool = field(default=False, init=False)
     level_only: list[int] | None = field(default=None, init=False)  # candidates confirmed for a level's sake
     deploy_cuda_graph: bool | None = field(default=None, init=False)  # the fastest search baseline's setting
-    results: list[dict[str, Any]] | None = field(default=None, init=False)  # per candidate (``race.candidate_result``)
+    results: list[CandidateResult] | None = field(default=None, init=False)  # per candidate
     # with load levels (``autotune.study.levels``): per candidate {level: interval}; per level the best candidate,
     # its interval and the level's verdict; "speculation wins up to 8 streams, loses from 32"
-    level_results: dict[str, dict[str, Any]] | None = field(default=None, init=False)
-    level_verdicts: list[dict[str, Any]] | None = field(default=None, init=False)
+    level_results: dict[int, LevelIntervals] | None = field(default=None, init=False)
+    level_verdicts: list[LevelVerdict] | None = field(default=None, init=False)
     level_text: str | None = field(default=None, init=False)
     confidence: float | None = field(default=None, init=False)  # of the verdict's intervals
-    exclusions: list[dict[str, Any]] | None = field(default=None, init=False)  # ``records.find_exclusions``
+    exclusions: list[Exclusion] | None = field(default=None, init=False)  # ``records.find_exclusions``
     verdict: Verdict | None = field(default=None, init=False)
     best: int | None = field(default=None, init=False)
     basis: str | None = field(default=None, init=False)  # confirmed | not-confirmed | search
@@ -358,14 +556,12 @@ class ConfirmationState:
     # the search's baseline against confirmation's fresh ones (``autotune.study.baseline_check``): fresh baselines
     # alone when the search left nothing to confirm, the checks, baseline-rule prunes a fast baseline may have caused
     check_rounds: list[Round] | None = field(default=None, init=False)
-    baseline_check: list[dict[str, Any]] | None = field(default=None, init=False)
-    suspect_prunes: list[dict[str, Any]] | None = field(default=None, init=False)
+    baseline_check: list[BaselineCheck] | None = field(default=None, init=False)
+    suspect_prunes: list[SuspectPrune] | None = field(default=None, init=False)
     # an inconclusive verdict whose pick straddles the bar: what settling it would take (``confirm._to_settle``)
-    to_settle: dict[str, Any] | None = field(default=None, init=False)
-    # candidates whose starts failed in a round (a crash on every fresh start it got, a refusal, a timeout):
-    # [{"trial", "kind", "reason", "round", "failed_s"}] (``failed_s``: each failed start's server seconds), out of
-    # the race and listed among the exclusions
-    failed: list[dict[str, Any]] | None = field(default=None, init=False)
+    to_settle: ToSettle | None = field(default=None, init=False)
+    # candidates whose starts failed in a round: out of the race and listed among the exclusions
+    failed: list[FailedCandidate] | None = field(default=None, init=False)
     # the server seconds of fresh baseline starts that failed in a round whose baseline could not be measured
     # (``confirm._baseline``: confirmation stopped there; a resumed study goes on from the rounds), billed
     lost_s: list[float] | None = field(default=None, init=False)
@@ -382,7 +578,7 @@ class ConfirmationState:
         return name in self.__dict__.get("_order", [])
 
     @classmethod
-    def not_confirmed(cls, note: str, exclusions: list[dict[str, Any]]) -> ConfirmationState:
+    def not_confirmed(cls, note: str, exclusions: list[Exclusion]) -> ConfirmationState:
         """Configs worth confirming exist but the space asks for no (usable) confirmation: nothing is proven."""
         s = cls.__new__(cls)
         s.keys, s.rounds, s.results, s.best, s.done = [], [], [], None, True
@@ -437,12 +633,28 @@ _DECODE: dict[str, Callable[[Any], object]] = {
     "check_rounds": rounds_from,
     "level_only": lambda v: None if v is None else [int(x) for x in v],
     "verdict": lambda v: None if v is None else Verdict(v),
+    "results": lambda v: None if v is None else [CandidateResult.from_dict(r) for r in v],
+    "level_results": lambda v: None if v is None else _level_results_from(v),
+    "level_verdicts": lambda v: None if v is None else [LevelVerdict.from_dict(x) for x in v],
+    "to_settle": lambda v: None if v is None else ToSettle.from_dict(v),
+    "baseline_check": lambda v: None if v is None else [BaselineCheck.from_dict(c) for c in v],
+    "suspect_prunes": lambda v: None if v is None else [SuspectPrune.from_dict(p) for p in v],
+    "exclusions": lambda v: None if v is None else [Exclusion.from_dict(e) for e in v],
+    "failed": lambda v: None if v is None else [FailedCandidate.from_dict(f) for f in v],
 }
 _ENCODE: dict[str, Callable[[Any], object]] = {
     "rounds": rounds_to,
     "check_rounds": rounds_to,
     "level_only": lambda v: [str(x) for x in v],
     "verdict": lambda v: Verdict(v).value,
+    "results": lambda v: [r.to_dict() for r in v],
+    "level_results": _level_results_to,
+    "level_verdicts": lambda v: [x.to_dict() for x in v],
+    "to_settle": lambda v: v.to_dict(),
+    "baseline_check": lambda v: [c.to_dict() for c in v],
+    "suspect_prunes": lambda v: [p.to_dict() for p in v],
+    "exclusions": lambda v: [e.to_dict() for e in v],
+    "failed": lambda v: [f.to_dict() for f in v],
 }
 
 
@@ -943,7 +1155,7 @@ def consecutive_launch_failures(study: optuna.Study) -> int:
     return n
 
 
-def find_exclusions(study: optuna.Study) -> list[dict[str, Any]]:
+def find_exclusions(study: optuna.Study) -> list[Exclusion]:
     """Speculative configs the verdict cannot weigh, each with its reason: answers that diverge from the
     baseline's where the baseline was confident (lossy), drafters that were not engaged, server configs that
     failed and were never measured. A verdict with exclusions says so, and "the baseline wins" becomes
@@ -954,7 +1166,7 @@ def find_exclusions(study: optuna.Study) -> list[dict[str, Any]]:
         for t in everything
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and TrialRecord(t).measured
     }
-    out: list[dict[str, Any]] = []
+    out: list[Exclusion] = []
     seen: set[str] = set()
     for t in everything:
         r = TrialRecord(t)
@@ -962,21 +1174,13 @@ def find_exclusions(study: optuna.Study) -> list[dict[str, Any]]:
             continue
         cfg = r.shown_config
         if t.state == TrialState.COMPLETE and r.lossy:
-            out.append(
-                {
-                    "trial": t.number,
-                    "kind": "lossy",
-                    "config": cfg,
-                    "speedup": r.speedup,
-                    "reason": "output differs from the baseline's where the baseline was confident: "
-                    + lossless.summary_line(r.lossless or {}),  # lossy: it has one
-                }
-            )
+            why = "output differs from the baseline's where the baseline was confident: "
+            out.append(Exclusion(t.number, "lossy", cfg, why + lossless.summary_line(r.lossless or {}), r.speedup))
         elif t.state == TrialState.FAIL and r.fail_kind == DrafterNotEngaged.kind:
             key = f"drafter:{r.drafter}"
             if key not in seen:
                 seen.add(key)
-                out.append({"trial": t.number, "kind": "not-engaged", "config": cfg, "reason": r.fail_reason})
+                out.append(Exclusion(t.number, "not-engaged", cfg, r.fail_reason))
         elif (
             t.state == TrialState.FAIL
             and r.fail_kind in (*RETRIED_FAILURES, CONFIG_MISMATCH)
@@ -985,9 +1189,7 @@ def find_exclusions(study: optuna.Study) -> list[dict[str, Any]]:
             key = f"config:{r.config_key}"
             if key not in seen:
                 seen.add(key)
-                out.append(
-                    {"trial": t.number, "kind": "failed", "config": cfg, "reason": f"{r.fail_kind}: {r.fail_reason}"}
-                )
+                out.append(Exclusion(t.number, "failed", cfg, f"{r.fail_kind}: {r.fail_reason}"))
     return out
 
 
@@ -1009,16 +1211,12 @@ def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
     per = (conf.level_results if conf is not None else None) or {}
     out = []
     for number, ivs in per.items():
-        t = next((x for x in trials(study) if x.number == int(number)), None)
+        t = next((x for x in trials(study) if x.number == number), None)
         if t is None:
             continue
         r = TrialRecord(t)
         broken = {x.level: list(x.slo_broken) for x in r.level_results()}
-        levels = [
-            {"level": int(c), "speedup": iv["point"], "slo_broken": broken.get(int(c)) or []}
-            for c, iv in ivs.items()
-            if iv
-        ]
+        levels = [{"level": c, "speedup": iv.point, "slo_broken": broken.get(c) or []} for c, iv in ivs.items() if iv]
         out.append({"trial": t.number, "config": r.effective, "levels": levels, "lossy": r.lossy})
     return out
 

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from autotune import evidence, records
 from autotune.config import config_label
+from autotune.stats import Interval
 from autotune.study import baseline_check
 from autotune.traffic import ACCEPTED_PER_ROUND, BASELINE_TOK_PER_S
 from autotune.verdict import Verdict
@@ -27,8 +28,12 @@ def fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _ci(ci: Mapping[str, float] | None) -> str:
-    return "-" if not ci else f"{ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
+def _ci(ci: Interval | Mapping[str, float] | None) -> str:
+    """``1.234 [1.100, 1.380]``: a typed interval, or one as the report's JSON holds it."""
+    if not ci:
+        return "-"
+    point, low, high = (ci.point, ci.low, ci.high) if isinstance(ci, Interval) else (ci["point"], ci["low"], ci["high"])
+    return f"{point:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def _duration(s: float | None) -> str:
@@ -108,7 +113,7 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
             line(
                 f"confirmed trial {cf.trial} ({config_label(cf.config)}): speedup {_ci(ci)} against its own baseline"
                 + (f", {_ci(dep)} against the fastest baseline" if dep and dep != ci else "")
-                + f" ({ci['confidence'] * 100:.4g}% CI, {ci['n']} paired repeats)"
+                + f" ({ci.confidence * 100:.4g}% CI, {ci.n} paired repeats)"
                 + (" - left the race: clearly slower than the leader" if cf.dropped else "")
             )
     if res.confirmed and report.interval_note:
@@ -128,8 +133,8 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
             )
         line(f"  {load.text} (search)")
         for v in load.confirmed or []:
-            iv = _ci(v.get("speedup_ci"))
-            line(f"  confirmed at {v['level']:>4} streams: {v['verdict']:<16} best trial {v['trial']}  speedup {iv}")
+            iv = _ci(v.speedup_ci)
+            line(f"  confirmed at {v.level:>4} streams: {v.verdict:<16} best trial {v.trial}  speedup {iv}")
     traffic = report.traffic
     if traffic:
         line(
@@ -149,9 +154,9 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
     if report.search_settled:
         line(report.search_settled["text"])
     for bc in report.baseline_check:
-        line(baseline_check.text(bc), "yellow" if bc["flagged"] else None)
+        line(baseline_check.text(bc), "yellow" if bc.flagged else None)
     for e in res.exclusions:
-        line(f"excluded trial {e['trial']} ({config_label(e.get('config'))}): {e['kind']}: {e['reason']}", "yellow")
+        line(f"excluded trial {e.trial} ({config_label(e.config)}): {e.kind}: {e.reason}", "yellow")
     if report.warmup:
         line(f"warm-up: {report.warmup['text']}")
     line("")

@@ -13,13 +13,20 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import acceptance, bill, lossless, objective, records, warmup
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.errors import DrafterNotEngaged, ServerOOM
-from autotune.records import ConfirmationState, TrialRecord
+from autotune.records import (
+    BaselineCheck,
+    CandidateResult,
+    ConfirmationState,
+    Exclusion,
+    LevelVerdict,
+    SuspectPrune,
+    TrialRecord,
+)
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.result import (
     CI,
     Best,
-    Confirmed,
     Recommendation,
     StudyResult,
     objective_speedup,
@@ -174,11 +181,12 @@ class Load:
     trial: int
     levels: list[dict[str, Any]]
     text: str
-    confirmed: list[dict[str, Any]] | None
+    confirmed: list[LevelVerdict] | None
     confirmed_text: str | None
 
     def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        confirmed = None if self.confirmed is None else [v.to_dict() for v in self.confirmed]
+        return {**self.__dict__, "confirmed": confirmed}
 
 
 @dataclass(frozen=True)
@@ -198,8 +206,8 @@ class Report:
     warmup: dict[str, object] | None  # ``warmup.summary`` with its line as ``text``
     best_configs: tuple[BestConfig, ...]
     verdict_text: str
-    baseline_check: list[dict[str, object]]
-    suspect_prunes: list[dict[str, object]]
+    baseline_check: list[BaselineCheck]
+    suspect_prunes: list[SuspectPrune]
     lossless: Lossless
     flags: list[str]  # alarms
     acceptance_guards: tuple[Guard, ...]
@@ -244,14 +252,14 @@ class Report:
             "warmup": self.warmup,
             "best_configs": [b.to_json() for b in self.best_configs],
             "best": res.best.to_json() if res.best is not None else None,
-            "confirmed": [c.to_json() for c in res.confirmed],
+            "confirmed": [c.summary() for c in res.confirmed],
             "verdict": res.verdict.value,
             "verdict_basis": res.basis,
             "verdict_rests_on": res.rests_on,
             "verdict_text": self.verdict_text,
-            "exclusions": res.exclusions,
-            "baseline_check": self.baseline_check,
-            "suspect_prunes": self.suspect_prunes,
+            "exclusions": [e.to_dict() for e in res.exclusions],
+            "baseline_check": [c.to_dict() for c in self.baseline_check],
+            "suspect_prunes": [p.to_dict() for p in self.suspect_prunes],
             "fastest_baseline": res.fastest_baseline.to_json() if res.fastest_baseline is not None else None,
             "lossless": self.lossless.to_json(),
             "recommended": res.recommended.to_json(),
@@ -281,7 +289,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
     by_category = objective.study_category_weights(study)
     n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompts) for t in trials), default=0)
     fastest_trial = by_number.get(res.fastest_baseline.trial) if res.fastest_baseline else None
-    cis = {c.trial: c.speedup_ci for c in res.confirmed}
+    cis = {c.trial: None if c.speedup_ci is None else c.speedup_ci.to_dict() for c in res.confirmed}
     rows: list[TrialRow] = []
     for t in trials:
         r = TrialRecord(t)
@@ -402,7 +410,7 @@ def _load(rows: list[TrialRow], best: Best | None, conf: ConfirmationState) -> L
     if not row or not row.levels:
         return None
     won = [
-        {"level": x["level"], "verdict": point_verdict(x.get("speedup"), bool(x.get("slo_broken"))).value}
+        LevelVerdict(x["level"], None, None, point_verdict(x.get("speedup"), bool(x.get("slo_broken"))))
         for x in row.levels
     ]
     return Load(row.number, row.levels, summary_text(won), conf.level_verdicts, conf.level_text)
@@ -462,7 +470,7 @@ def _methods_section(
         study,
         {
             "trials": [r.to_json() for r in rows],
-            "confirmed": [c.to_json() for c in res.confirmed],
+            "confirmed": [c.summary() for c in res.confirmed],
             "best": res.best.to_json() if res.best is not None else None,
             "verdict": res.verdict.value,
             "objective": describe,
@@ -508,8 +516,8 @@ def interval_note(conf: ConfirmationState) -> str | None:
     """Why the confirmation's intervals are at the confidence they are at (None: nothing confirmed)."""
     level = conf.confidence
     if level is None:
-        cis = [ci for r in conf.results or [] if (ci := r.get("speedup_ci"))]
-        level = cis[0].get("confidence") if cis else None
+        cis = [ci for r in conf.results or [] if (ci := r.speedup_ci)]
+        level = cis[0].confidence if cis else None
     if level is None:
         return None
     return (
@@ -633,7 +641,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
 
 
 def _best_configs(
-    rows: list[TrialRow], confirmed: tuple[Confirmed, ...], recommended: int | None
+    rows: list[TrialRow], confirmed: tuple[CandidateResult, ...], recommended: int | None
 ) -> tuple[BestConfig, ...]:
     """The five best measured speculative configs by the objective's speedup against the fastest baseline,
     confirmed where confirmation measured it, else the search's; the recommended trial first."""
@@ -646,7 +654,7 @@ def _best_configs(
 
     def rank(r: TrialRow) -> tuple[bool, float]:
         ci = cis.get(r.number)
-        return (r.number == recommended, ci["point"] if ci else r.speedup_vs_fastest or 0.0)
+        return (r.number == recommended, ci.point if ci else r.speedup_vs_fastest or 0.0)
 
     spec.sort(key=rank, reverse=True)
     return tuple(
@@ -655,8 +663,8 @@ def _best_configs(
             config=r.config,
             tok_per_s=r.tok_per_s,
             speedup=r.speedup_vs_fastest,
-            speedup_ci=(ci := cis.get(r.number)),
-            confirmed_speedup=ci["point"] if ci else None,
+            speedup_ci=None if (ci := cis.get(r.number)) is None else ci.to_dict(),
+            confirmed_speedup=ci.point if ci else None,
             recommended=r.number == recommended,
             accept_length=r.accept_length,
             accept_per_pos=r.accept_per_pos,
@@ -689,16 +697,16 @@ def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy:
     )
 
 
-def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[str, object]]) -> str:
+def _verdict_text(v: str, exclusions: list[Exclusion], suspects: list[SuspectPrune]) -> str:
     if v == Verdict.INCONCLUSIVE and suspects and not exclusions:
-        numbers = ", ".join(str(p["trial"]) for p in suspects)
+        numbers = ", ".join(str(p.trial) for p in suspects)
         return (
             f"inconclusive: no confirmed config is proven faster than the baseline, but {len(suspects)} config(s) "
             f"(trial(s) {numbers}) were pruned against a search baseline that ran faster than confirmation's fresh "
             f"ones; deploy the baseline, or weigh them: autotune export --trial N -o F, then autotune reverify F"
         )
     if v == Verdict.INCONCLUSIVE and exclusions:
-        kinds = sorted({e["kind"] for e in exclusions})
+        kinds = sorted({e.kind for e in exclusions})
         return (
             f"inconclusive: no config is proven faster than the baseline, and {len(exclusions)} config(s) could not "
             f"be weighed ({', '.join(kinds)}); deploy the baseline, and see the exclusions"

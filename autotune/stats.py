@@ -8,7 +8,7 @@ intervals of the mean log-ratio, mapped back with exp.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # the Student-t quantile from scipy.special (what scipy.stats.t.ppf calls; identical values): importing scipy.stats
@@ -44,6 +44,11 @@ class Interval:
         if self.df is not None:
             out["df"] = self.df
         return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, float]) -> Interval:
+        df = d.get("df")
+        return cls(d["point"], d["low"], d["high"], int(d["n"]), d["confidence"], df)
 
     @property
     def sd(self) -> float:

@@ -151,30 +151,55 @@ def point_verdict(speedup: float | None, slo_broken: bool) -> Verdict:
     return Verdict.SPECULATION_WINS if (speedup or 0) > 1.0 and not slo_broken else Verdict.BASELINE_WINS
 
 
-def to_settle_text(state: dict[str, Any] | None, gpu: dict[str, Any]) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class ToSettle:
+    """An inconclusive verdict whose pick's interval straddles the bar: how many fresh rounds of the pick
+    (``trial``) against the fastest baseline would settle which side of the bar it lies on, at the spread
+    confirmation measured (``sd``) and the verdict's confidence (``rounds``, None: more than ``most``), and the
+    server starts those take (``confirm._to_settle``)."""
+
+    trial: int
+    speedup_ci: Interval
+    bar: float
+    confidence: float
+    sd: float
+    rounds: int | None
+    most: int
+    starts: int | None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ToSettle:
+        ci = Interval.from_dict(d["speedup_ci"])
+        return cls(d["trial"], ci, d["bar"], d["confidence"], d["sd"], d["rounds"], d["most"], d["starts"])
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self.__dict__, "speedup_ci": self.speedup_ci.to_dict()}
+
+
+def to_settle_text(state: ToSettle | None, gpu: dict[str, Any]) -> dict[str, object] | None:
     """What settling an inconclusive verdict would take (``confirm._to_settle``), with the GPU time of its starts at
     this study's mean confirmation start (else search start) and a line to print; None: nothing to settle."""
     if not state:
         return None
-    ci, t, bar = state["speedup_ci"], state["trial"], state["bar"]
-    where = f"trial {t}'s {ci['point']:.3f}x [{ci['low']:.3f}, {ci['high']:.3f}]"
-    if state["rounds"] is None:
+    ci, t, bar = state.speedup_ci, state.trial, state.bar
+    where = f"trial {t}'s {ci.point:.3f}x [{ci.low:.3f}, {ci.high:.3f}]"
+    if state.rounds is None or state.starts is None:
         return {
-            **state,
+            **state.to_dict(),
             "gpu_s": None,
             "text": f"{where} straddles the {bar - 1:.0%} bar with its point estimate "
-            f"{abs(ci['point'] / bar - 1):.1%} from it: more than {state['most']} rounds would not settle whether it "
-            f"clears it; whatever it gains is at most {ci['high'] - 1:.1%} (the interval's high end)",
+            f"{abs(ci.point / bar - 1):.1%} from it: more than {state.most} rounds would not settle whether it "
+            f"clears it; whatever it gains is at most {ci.high - 1:.1%} (the interval's high end)",
         }
     per = [(gpu.get("confirmation_s"), gpu.get("confirmation_starts")), (gpu.get("search_s"), gpu.get("search_starts"))]
     start_s = next((s / n for s, n in per if s and n), None)
-    gpu_s = None if start_s is None else state["starts"] * start_s
+    gpu_s = None if start_s is None else state.starts * start_s
     cost = "" if gpu_s is None else f", ~{gpu_s / 3600:.1f} h of server time at this study's starts"
     return {
-        **state,
+        **state.to_dict(),
         "gpu_s": gpu_s,
-        "text": f"settling whether {where} clears the {bar - 1:.0%} bar would take about {state['rounds']} fresh "
-        f"rounds of it against the baseline (one look at {state['confidence']:.0%}; {state['starts']} server "
+        "text": f"settling whether {where} clears the {bar - 1:.0%} bar would take about {state.rounds} fresh "
+        f"rounds of it against the baseline (one look at {state.confidence:.0%}; {state.starts} server "
         f"starts{cost}), if its point estimate stays "
-        f"where it is: autotune export --trial {t} -o F, then autotune reverify F --repeats {state['rounds']}",
+        f"where it is: autotune export --trial {t} -o F, then autotune reverify F --repeats {state.rounds}",
     }

@@ -2,9 +2,9 @@
 and their stricter looks, the best of several candidates, the start-noise prior, the race's tie end, the baseline
 check's false alarms, the coverage of confirmation's intervals, and the surrogate's pick against the winner's curse.
 
-The confirmation properties are measured on confirmation's own pure functions (``race.next_round`` chooses what
-each round measures, ``race.look`` gives the verdict): a candidate's true speedup, lognormal start-to-start noise
-on each start of it and of the fresh baseline, seeded draws; the baseline check's on ``baseline_check.check``. The
+The confirmation properties are measured on confirmation's own pure race (``race.Race.next_round`` chooses what
+each round measures, ``race.Race.look`` gives the verdict): a candidate's true speedup, lognormal start-to-start
+noise on each start of it and of the fresh baseline, seeded draws; the baseline check's on ``baseline_check.check``. The
 coverage runs the real orchestration (search, pruning, confirmation) on the simulator's model in-process on a
 virtual clock, one study per seed, and compares the confirmed pick's interval with its noise-free speedup. The
 surrogate's pick: configs of a smooth landscape measured once each with start noise, the best posterior mean
@@ -85,14 +85,16 @@ def confirmations(
     """``n`` confirmations of candidates with these true speedups, each start's log tok/s with noise ``sd``, one
     fresh baseline a round: the share of each verdict, the mean rounds, the mean starts (candidates' and
     baselines') and the mean loss of the pick against the best true speedup."""
-    cands: list[race.Candidate] = [(i, {"num_steps": i}, True) for i in range(len(trues))]
+    the_race = race.Race(
+        [race.Candidate(i, {"num_steps": i}, True) for i in range(len(trues))], spec, True, prior=prior, tie=tie
+    )
     rng = random.Random(seed)
     verdicts: dict[str, int] = {}
     rounds_total = starts = 0
     loss = 0.0
     for _ in range(n):
         rounds: list[Round] = []
-        while measure := race.next_round(rounds, cands, spec, True, prior=prior, tie=tie):
+        while measure := the_race.next_round(rounds):
             base = 100.0 * math.exp(rng.gauss(0, sd))
             rounds.append(
                 Round(
@@ -101,10 +103,10 @@ def confirmations(
                 )
             )
             starts += 1 + len(measure)
-        seen = race.look(rounds, cands, spec, True, prior=prior, tie=tie)
-        verdicts[seen["verdict"]] = verdicts.get(seen["verdict"], 0) + 1
+        seen = the_race.look(rounds).decision
+        verdicts[seen.verdict] = verdicts.get(seen.verdict, 0) + 1
         rounds_total += len(rounds)
-        loss += 1 - trues[seen["best"]] / max(trues) if seen["best"] is not None else 0.0
+        loss += 1 - trues[seen.best] / max(trues) if seen.best is not None else 0.0
 
     def share(*names: str) -> float:
         return sum(verdicts.get(v, 0) for v in names) / n
@@ -323,7 +325,7 @@ def baseline_check_false_alarms(d: Draws) -> dict[str, Any]:
             draw = [1000.0 * math.exp(rng.gauss(0, 0.035)) for _ in range(n + 1)]
             rounds = [Round(baseline={True: v}) for v in draw[1:]]
             [c] = baseline_check.check(rounds, {True: draw[0]}, confidence=0.95, start_noise=0.035)
-            flagged += c["flagged"]
+            flagged += c.flagged
         f[f"fresh_{n}"] = flagged / trials
     return {
         "figures": f,
@@ -456,7 +458,7 @@ def markdown(result: dict[str, Any]) -> str:
         "## Statistical properties of the rules (`scripts/bench_statistics.py`)",
         "",
         f"Produced by `{result['command']}` on {result['date']} ({result['machine']}), {result['wall_s']:.0f} s. "
-        "Monte Carlo on the rules' own functions (confirmation's `race.next_round` and `race.look`, "
+        "Monte Carlo on the rules' own functions (confirmation's `race.Race.next_round` and `race.Race.look`, "
         "`baseline_check.check`, `surrogate.Surrogate`): lognormal start-to-start noise "
         "on every start, one fresh baseline a round, the shipped start-noise prior unless said; the coverage runs "
         f"{result['seeds']} seeded in-process studies of `spaces/llama-8b-eagle3.yaml` "

@@ -206,7 +206,7 @@ class VerdictSpec:
     #: gets more up to ``max_repeats``; scripts/bench_search.py and tests/verdict/test_sequential.py measured it)
     repeats: int = 3
     #: the most rounds: after ``repeats``, candidates not clearly slower than the leader race on, and an open
-    #: verdict gets more rounds of its pick (``race.next_round``) (None = twice ``repeats``, at least
+    #: verdict gets more rounds of its pick (``race.Race.next_round``) (None = twice ``repeats``, at least
     #: ``DEFAULT_MAX_ROUNDS``; equal to ``repeats``: neither)
     max_repeats: int | None = None
     #: one-sided confidence that a dropped candidate is slower than the leader of the race

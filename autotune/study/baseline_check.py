@@ -25,12 +25,12 @@ configs it made look slow are confirmed against the fresh ones (``autotune.study
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Mapping
-from typing import Any
 
-from autotune.records import Round
+from autotune.records import BaselineCheck, Round, SuspectPrune
 from autotune.stats import pooled_spread, start_prior, t_quantile
 from autotune.verdict import clearly_loses
 
@@ -40,9 +40,9 @@ CHECK_ROUNDS = 2
 
 def check(
     rounds: list[Round], search: Mapping[bool, float], *, confidence: float, start_noise: float
-) -> list[dict[str, Any]]:
+) -> list[BaselineCheck]:
     """Per CUDA-graph setting with a search baseline and two or more fresh ones: the fresh starts' geometric mean
-    against the search's value and whether it is flagged (``cuda_graph`` as stored: ``"True"``/``"False"``)."""
+    against the search's value and whether it is flagged."""
     out = []
     for cg, value in sorted(search.items()):
         fresh = [float(r.baseline[cg]) for r in rounds if r.baseline.get(cg)]
@@ -54,57 +54,49 @@ def check(
         spread = pooled_spread([logs], start_prior(start_noise))
         assert spread is not None
         limit = t_quantile(0.5 + confidence / 2, spread.df) * spread.sd * math.sqrt(1 + 1 / n)
+        geomean = float(math.exp(statistics.fmean(math.log(f) for f in fresh)))
+        flagged = abs(mean) > limit
         out.append(
-            {
-                "cuda_graph": str(cg),
-                "search_tok_per_s": float(value),
-                "fresh_tok_per_s": float(math.exp(statistics.fmean(math.log(f) for f in fresh))),
-                "fresh": fresh,
-                "ratio": math.exp(mean),
-                "limit": math.exp(limit),
-                "flagged": abs(mean) > limit,
-            }
+            BaselineCheck(str(cg), float(value), geomean, tuple(fresh), math.exp(mean), math.exp(limit), flagged)
         )
     return out
 
 
-def fast(checks: list[dict[str, Any]]) -> dict[str, float]:
+def fast(checks: list[BaselineCheck]) -> dict[str, float]:
     """``{cuda_graph: ratio}`` of the settings whose search baseline was flagged as fast (ratio below 1)."""
-    return {c["cuda_graph"]: float(c["ratio"]) for c in checks if c["flagged"] and c["ratio"] < 1.0}
+    return {c.cuda_graph: float(c.ratio) for c in checks if c.flagged and c.ratio < 1.0}
 
 
-def suspects(checks: list[dict[str, Any]], pruned: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def suspects(checks: list[BaselineCheck], pruned: list[SuspectPrune]) -> list[SuspectPrune]:
     """The trials pruned by the baseline rule, under a setting whose search baseline was flagged as *fast*, whose
-    upper bound corrected by the check's ratio (the fresh baselines' speed over the search's) is at least 1.
-    ``pruned``: ``{"trial", "cuda_graph" (as the rounds' keys), "speedup_upper"}`` of each such trial."""
+    upper bound corrected by the check's ratio (the fresh baselines' speed over the search's) is at least 1."""
     ratios = fast(checks)
     out = []
     for p in pruned:
-        ratio = ratios.get(p["cuda_graph"])
-        upper = p.get("speedup_upper")
-        if ratio is None or upper is None:
+        ratio = ratios.get(p.cuda_graph)
+        if ratio is None or p.speedup_upper is None:
             continue
-        corrected = float(upper) / ratio
+        corrected = float(p.speedup_upper) / ratio
         if not clearly_loses(corrected):
-            out.append({**p, "corrected_upper": corrected})
+            out.append(dataclasses.replace(p, corrected_upper=corrected))
     return out
 
 
-def text(c: dict[str, Any]) -> str:
+def text(c: BaselineCheck) -> str:
     """One line for the report and the live view."""
-    graphs = {"True": "graphs on", "False": "graphs off"}.get(str(c["cuda_graph"]), str(c["cuda_graph"]))
+    graphs = {"True": "graphs on", "False": "graphs off"}.get(c.cuda_graph, c.cuda_graph)
     head = (
-        f"baseline check ({graphs}): the search's baseline ran {c['search_tok_per_s']:.1f} tok/s, confirmation's "
-        f"{len(c['fresh'])} fresh starts {c['fresh_tok_per_s']:.1f} ({c['ratio'] - 1:+.1%})"
+        f"baseline check ({graphs}): the search's baseline ran {c.search_tok_per_s:.1f} tok/s, confirmation's "
+        f"{len(c.fresh)} fresh starts {c.fresh_tok_per_s:.1f} ({c.ratio - 1:+.1%})"
     )
-    if not c["flagged"]:
+    if not c.flagged:
         return f"{head}: within the start-to-start noise"
-    if c["ratio"] > 1.0:
+    if c.ratio > 1.0:
         return (
             f"{head}: the search's baseline start was slow, so the search's speedups are about "
-            f"{c['ratio'] - 1:.0%} too high (pruning was lenient; the verdict rests on confirmation's paired rounds)"
+            f"{c.ratio - 1:.0%} too high (pruning was lenient; the verdict rests on confirmation's paired rounds)"
         )
     return (
-        f"{head}: the search's baseline start was fast, so the search's speedups are about {1 - c['ratio']:.0%} "
+        f"{head}: the search's baseline start was fast, so the search's speedups are about {1 - c.ratio:.0%} "
         f"too low and configs pruned against it may have been winners"
     )

@@ -4,6 +4,7 @@ after each round, so a killed run resumes them), the race, the exclusions and th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,20 +15,25 @@ from autotune import records
 from autotune.config import TrialConfig
 from autotune.errors import ConfirmationFailed, StartsFailed
 from autotune.measure import FRESH_STARTS, measure_fresh
-from autotune.records import ConfirmationState, Round, RoundLevels, RoundStarts, StartRecord, TrialRecord
-from autotune.stats import (
-    SETTLE_MOST_ROUNDS,
-    Interval,
-    Spread,
-    log_ratios,
-    rounds_to_settle,
-    start_prior,
+from autotune.records import (
+    BaselineCheck,
+    ConfirmationState,
+    Exclusion,
+    FailedCandidate,
+    Round,
+    RoundLevels,
+    RoundStarts,
+    StartRecord,
+    SuspectPrune,
+    TrialRecord,
 )
+from autotune.stats import SETTLE_MOST_ROUNDS, Spread, log_ratios, rounds_to_settle, start_prior
 from autotune.study import baseline_check, race
 from autotune.study.context import Event, StudyContext
 from autotune.study.search import RESOLUTION, SETTLE_SAMPLES, fastest_baseline, log_value, surrogate
 from autotune.study.settle import baseline_draws, change_bar
-from autotune.verdict import Verdict, clearly_loses, loses_on, with_unweighed
+from autotune.surrogate import Model
+from autotune.verdict import ToSettle, Verdict, clearly_loses, loses_on, with_unweighed
 
 #: confirmation candidates are ranked by posterior mean + ``CANDIDATE_KAPPA`` sd of the surrogate (``candidate_sets``)
 CANDIDATE_KAPPA = 2.0
@@ -37,7 +43,7 @@ LEVEL_CANDIDATES = 2
 #: answer (``thin``). Each candidate costs a server start per round.
 JOIN_PROBABILITY = 0.05
 #: the race among confirmed candidates ends once every one still racing beside the leader is, at the race's
-#: confidence, at most this much faster than the leader (``race.still_racing``): which of near-ties to deploy
+#: confidence, at most this much faster than the leader (``race.Race.tied``): which of near-ties to deploy
 #: changes tok/s by less than this, and racing them costs a start of each per round up to ``max_rounds``
 RACE_TIE = 0.01
 NOT_CONFIRMED = "not confirmed (verdict.confirm_top 0 or verdict.repeats < 2)"
@@ -128,7 +134,7 @@ def candidate_sets(
     return out, []
 
 
-def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[FrozenTrial]:
+def thin(ctx: StudyContext, model: Model, cands: list[FrozenTrial]) -> list[FrozenTrial]:
     """Confirmation sized by what it can change: each round measures every candidate (a server start each), so a
     candidate joins only while the surrogate's joint posterior gives it a real chance (``JOIN_PROBABILITY``) of
     beating the best-ranked candidate (by posterior mean) by more than the study's resolution (``search.RESOLUTION``)
@@ -166,7 +172,10 @@ def thin(ctx: StudyContext, model: Any, cands: list[FrozenTrial]) -> list[Frozen
 
 
 def _method_bests(
-    complete: list[FrozenTrial], score: dict[int, float], eligible: Any, seen: set[str | None]
+    complete: list[FrozenTrial],
+    score: dict[int, float],
+    eligible: Callable[[FrozenTrial], bool],
+    seen: set[str | None],
 ) -> list[FrozenTrial]:
     """In a space with ``search.methods``: the best-scored eligible (lossless, not clearly losing to the baseline
     nor to the leader) config of each method not among the candidates yet, so that every method still in contention
@@ -196,7 +205,7 @@ def _level_winners(ctx: StudyContext, complete: list[FrozenTrial], seen: set[str
     candidates yet, so that each level's winner is confirmed. On a level's plateau the single fastest measurement is
     often a lucky start, so two are looked at; they are judged by their level, not by the objective (a deep tree
     that wins at one stream loses the objective), and the race keeps them only while they lead a level
-    (``race.level_only_out``)."""
+    (``race.Race.level_only_out``)."""
     out: list[FrozenTrial] = []
     for c in ctx.space.benchmark.concurrency:
         ranked: list[tuple[float, FrozenTrial]] = []
@@ -269,7 +278,7 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
                 "verdict": state.verdict,
                 "best": state.best,
                 "basis": state.rests_on,
-                "excluded": excluded,
+                "excluded": [e.to_dict() for e in excluded],
             },
         )
     )
@@ -277,25 +286,13 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
 
 
 def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState) -> None:
-    """Rounds as ``race.next_round`` asks for them (the race, then more rounds while the verdict is open)."""
+    """Rounds as ``race.Race.next_round`` asks for them (the race, then more rounds while the verdict is open)."""
     spec = ctx.space.verdict
-    levels = _levels(ctx)
     graph_settings = sorted({TrialRecord(t).cuda_graph for t in cands}, key=str)
     while True:
-        info = _info(_live(cands, state))  # a candidate whose starts failed is out of the race
-        points = race.bar_points(info, state.deploy_cuda_graph, levels, _prior(ctx))
-        tie = race.tie_rule(info, spec, state.deploy_cuda_graph, RACE_TIE, _prior(ctx))
-        racing = race.still_racing(state.rounds, [t.number for t in cands], spec, points, tie)
-        active = race.next_round(
-            state.rounds,
-            info,
-            spec,
-            state.deploy_cuda_graph,
-            levels,
-            _level_only(state),
-            _prior(ctx),
-            RACE_TIE,
-        )
+        the_race = _race(ctx, _live(cands, state), state)  # a candidate whose starts failed is out of the race
+        racing = the_race.still_racing(state.rounds, [t.number for t in cands])
+        active = the_race.next_round(state.rounds)
         if not active:
             break
         n = len(state.rounds)
@@ -316,22 +313,16 @@ def _rounds(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationStat
 
 def _live(cands: list[FrozenTrial], state: ConfirmationState) -> list[FrozenTrial]:
     """The candidates still in confirmation: all but those whose starts failed in a round."""
-    out = {int(f["trial"]) for f in state.failed or []}
+    out = {f.trial for f in state.failed or []}
     return [t for t in cands if t.number not in out]
 
 
-def _failed_exclusions(cands: list[FrozenTrial], state: ConfirmationState) -> list[dict[str, Any]]:
-    """The candidates whose starts failed in confirmation, as exclusions (``records.find_exclusions``' shape): the
-    verdict could not weigh them, and a config whose server fails on fresh starts is no deployment."""
+def _failed_exclusions(cands: list[FrozenTrial], state: ConfirmationState) -> list[Exclusion]:
+    """The candidates whose starts failed in confirmation, as exclusions: the verdict could not weigh them, and a
+    config whose server fails on fresh starts is no deployment."""
     by_number = {t.number: t for t in cands}
     return [
-        {
-            "trial": int(f["trial"]),
-            "kind": f["kind"],
-            "config": TrialRecord(by_number[int(f["trial"])]).shown_config if int(f["trial"]) in by_number else None,
-            "speedup": None,
-            "reason": f["reason"],
-        }
+        f.exclusion(TrialRecord(by_number[f.trial]).shown_config if f.trial in by_number else None)
         for f in state.failed or []
     ]
 
@@ -340,8 +331,7 @@ def _drop(ctx: StudyContext, state: ConfirmationState, t: FrozenTrial, e: Starts
     """Take a candidate whose starts failed out of confirmation, on record (a resumed study keeps it out)."""
     k = len(state.rounds) + 1
     reason = f"its server failed on {FRESH_STARTS} fresh starts in confirmation round {k}: {e}"
-    dropped = {"trial": t.number, "kind": e.kind, "reason": reason, "round": k, "failed_s": list(e.failed_s)}
-    state.failed = [*(state.failed or []), dropped]
+    state.failed = [*(state.failed or []), FailedCandidate(t.number, e.kind, reason, k, tuple(e.failed_s))]
     records.set_confirmation(ctx.study, state)
     label = TrialRecord(t).effective_config().label()
     ctx.emit(Event("note", data={"message": f"trial {t.number} ({label}) is out of confirmation: {reason}"}))
@@ -353,16 +343,17 @@ def _prior(ctx: StudyContext) -> Spread:
     return start_prior(ctx.space.pruning.start_noise)
 
 
-def _level_only(state: ConfirmationState) -> frozenset[int]:
-    return frozenset(state.level_only or [])
-
-
-def _info(cands: list[FrozenTrial]) -> list[race.Candidate]:
-    return [(t.number, TrialRecord(t).effective or {}, TrialRecord(t).cuda_graph) for t in cands]
-
-
-def _levels(ctx: StudyContext) -> list[int] | None:
-    return list(ctx.space.benchmark.concurrency) if ctx.space.benchmark.loaded else None
+def _race(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState) -> race.Race:
+    """The race among ``cands`` under the space's rules, with ``RACE_TIE`` and the space's start-to-start noise."""
+    return race.Race(
+        [race.Candidate(t.number, TrialRecord(t).effective or {}, TrialRecord(t).cuda_graph) for t in cands],
+        ctx.space.verdict,
+        state.deploy_cuda_graph,
+        list(ctx.space.benchmark.concurrency) if ctx.space.benchmark.loaded else None,
+        frozenset(state.level_only or []),
+        _prior(ctx),
+        RACE_TIE,
+    )
 
 
 def _round(
@@ -413,36 +404,29 @@ class _Into:
     starts: dict[Any, StartRecord]
 
 
-def _verdict(
-    ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState, excluded: list[dict[str, Any]]
-) -> None:
-    spec = ctx.space.verdict
-    seen = race.look(
-        state.rounds,
-        _info(cands),
-        spec,
-        state.deploy_cuda_graph,
-        _levels(ctx),
-        _level_only(state),
-        _prior(ctx),
-        RACE_TIE,
-    )
-    for key in ("results", "level_results", "level_verdicts", "level_text", "confidence"):
-        if key in seen:
-            setattr(state, key, seen[key])
+def _verdict(ctx: StudyContext, cands: list[FrozenTrial], state: ConfirmationState, excluded: list[Exclusion]) -> None:
+    seen = _race(ctx, cands, state).look(state.rounds)
+    state.results = seen.results
+    if seen.level_verdicts is not None:
+        state.level_results, state.level_verdicts, state.level_text = (
+            seen.level_results,
+            seen.level_verdicts,
+            seen.level_text,
+        )
+    state.confidence = seen.confidence
     state.exclusions = excluded
-    decided = race.decide(seen["results"], excluded, state.deploy_cuda_graph, spec.min_gain)
-    state.verdict = Verdict(decided["verdict"])
-    state.best = decided["best"]
-    state.basis = decided["basis"]
-    state.rests_on = decided["rests_on"]
+    decided = race.decide(seen.results, excluded, state.deploy_cuda_graph, ctx.space.verdict.min_gain)
+    state.verdict = decided.verdict
+    state.best = decided.best
+    state.basis = decided.basis
+    state.rests_on = decided.rests_on
     _check_baselines(ctx, state)
     state.to_settle = _to_settle(ctx, state)
     state.done = True
     records.set_confirmation(ctx.study, state)
 
 
-def _to_settle(ctx: StudyContext, state: ConfirmationState) -> dict[str, Any] | None:
+def _to_settle(ctx: StudyContext, state: ConfirmationState) -> ToSettle | None:
     """An inconclusive verdict whose pick's interval straddles the ``min_gain`` bar: how many fresh rounds of the
     pick against the fastest baseline (``autotune reverify --repeats``) would settle which side of the bar it lies
     on, at the spread confirmation measured and the verdict's confidence, if its point estimate stays
@@ -450,24 +434,15 @@ def _to_settle(ctx: StudyContext, state: ConfirmationState) -> dict[str, Any] | 
     whether the last percent is worth those starts, not the study."""
     if state.verdict != Verdict.INCONCLUSIVE or state.best is None:
         return None
-    best = next((r for r in state.results or [] if r["trial"] == state.best), None)
-    h = race.headline(best) if best is not None else None
+    best = next((r for r in state.results or [] if r.trial == state.best), None)
+    iv = best.headline if best is not None else None
     bar = 1.0 + ctx.space.verdict.min_gain
-    if h is None or not h["low"] <= bar <= h["high"]:
+    if iv is None or not iv.low <= bar <= iv.high:
         return None
-    iv = Interval(**{k: h[k] for k in ("point", "low", "high", "n", "confidence")}, df=h.get("df"))
-    prior = _prior(ctx)
-    n = rounds_to_settle(iv.sd, iv.point, bar, ctx.space.verdict.confidence, prior.df)
-    return {
-        "trial": state.best,
-        "speedup_ci": h,
-        "bar": bar,
-        "confidence": ctx.space.verdict.confidence,
-        "sd": iv.sd,
-        "rounds": n,
-        "most": SETTLE_MOST_ROUNDS,
-        "starts": None if n is None else 2 * n,  # a start of the config and one of its baseline per round
-    }
+    confidence = ctx.space.verdict.confidence
+    n = rounds_to_settle(iv.sd, iv.point, bar, confidence, _prior(ctx).df)
+    # a start of the config and one of its baseline per round
+    return ToSettle(state.best, iv, bar, confidence, iv.sd, n, SETTLE_MOST_ROUNDS, None if n is None else 2 * n)
 
 
 def _any_measured(ctx: StudyContext) -> bool:
@@ -506,7 +481,7 @@ def _baseline_only_rounds(ctx: StudyContext) -> list[Round]:
     return rounds
 
 
-def _checks(ctx: StudyContext, rounds: list[Round]) -> list[dict[str, Any]]:
+def _checks(ctx: StudyContext, rounds: list[Round]) -> list[BaselineCheck]:
     """``baseline_check.check`` of the search's baselines against the fresh ones in ``rounds``."""
     search: dict[bool, float] = {}
     for cg in sorted({k for r in rounds for k in r.baseline}):
@@ -530,12 +505,12 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
     # against the fresh baselines from every measured config, pruned ones too: nothing was left unweighed
     rescued = bool(extra) and bool(baseline_check.fast(_checks(ctx, extra)))
     pruned = [
-        {"trial": t.number, "cuda_graph": str(TrialRecord(t).cuda_graph), "speedup_upper": TrialRecord(t).speedup_upper}
+        SuspectPrune(t.number, str(TrialRecord(t).cuda_graph), TrialRecord(t).speedup_upper)
         for t in records.trials(ctx.study, (TrialState.PRUNED,))
         if TrialRecord(t).prune_rule == "baseline" and not TrialRecord(t).is_duplicate
     ]
-    confirmed = {r["trial"] for r in state.results or []}
-    sus = [] if rescued else [p for p in baseline_check.suspects(checks, pruned) if p["trial"] not in confirmed]
+    confirmed = {r.trial for r in state.results or []}
+    sus = [] if rescued else [p for p in baseline_check.suspects(checks, pruned) if p.trial not in confirmed]
     if rescued:
         state.rests_on = f"{state.rests_on}; the search's baseline ran faster than fresh starts of it, " + (
             "so the candidates were chosen against those" if state.rounds else "and no config beat those either"
@@ -543,10 +518,10 @@ def _check_baselines(ctx: StudyContext, state: ConfirmationState) -> None:
     state.baseline_check = checks
     state.suspect_prunes = sus
     for c in checks:
-        if c["flagged"]:
+        if c.flagged:
             ctx.emit(Event("note", data={"message": baseline_check.text(c)}))
     if sus:
-        numbers = ", ".join(str(p["trial"]) for p in sus)
+        numbers = ", ".join(str(p.trial) for p in sus)
         state.rests_on = f"{state.rests_on}" + (
             f"; {len(sus)} config(s) pruned against a search baseline that ran fast (trial(s) {numbers}) were not "
             "weighed against the fresh baselines"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autotune.records import Round
-from autotune.stats import Interval, Spread, pooled_spread, speedup_interval
+from autotune.records import LevelIntervals, LevelVerdict, Round
+from autotune.stats import Spread, pooled_spread, speedup_interval
 from autotune.verdict import Verdict, verdict
 
 
@@ -50,11 +50,11 @@ def level_intervals(
     *,
     confidence: float,
     prior: Spread | None = None,
-) -> dict[str, dict[str, Any] | None]:
+) -> LevelIntervals:
     """``{level: interval}`` of candidate ``number`` against the same round's fresh baseline of its setting. With
     ``prior`` (``stats.start_prior``) each level's spread is pooled with it, raised to that level's own
     start-to-start spread when the rounds show more (``level_prior``), as the objective's intervals are."""
-    out: dict[str, dict[str, Any] | None] = {}
+    out: LevelIntervals = {}
     for c in levels:
         logs = []
         for r in rounds:
@@ -64,27 +64,19 @@ def level_intervals(
             if t and b:
                 logs.append(math.log(t / b))
         p = level_prior(rounds, c, prior)
-        out[str(c)] = speedup_interval(logs, confidence, p).to_dict() if len(logs) >= 2 else None
+        out[c] = speedup_interval(logs, confidence, p) if len(logs) >= 2 else None
     return out
 
 
-def level_verdicts(
-    per_candidate: dict[str, dict[str, dict[str, Any] | None]], levels: list[int], min_gain: float
-) -> list[dict[str, Any]]:
+def level_verdicts(per_candidate: dict[int, LevelIntervals], levels: list[int], min_gain: float) -> list[LevelVerdict]:
     """For each level the candidate with the best point estimate there, its interval and the level's verdict."""
-    out: list[dict[str, Any]] = []
+    out: list[LevelVerdict] = []
     for c in levels:
-        best: tuple[float, str, dict[str, Any]] | None = None
-        for number, ivs in per_candidate.items():
-            iv = ivs.get(str(c))
-            if iv and (best is None or iv["point"] > best[0]):
-                best = (iv["point"], number, iv)
-        if best is None:
-            out.append({"level": c, "trial": None, "speedup_ci": None, "verdict": verdict(None, min_gain).value})
-            continue
-        iv = best[2]
-        interval = Interval(**{k: iv[k] for k in ("point", "low", "high", "n", "confidence")}, df=iv.get("df"))
-        out.append({"level": c, "trial": int(best[1]), "speedup_ci": iv, "verdict": verdict(interval, min_gain).value})
+        ranked = [(number, iv) for number, ivs in per_candidate.items() if (iv := ivs.get(c))]
+        # the first of equal point estimates, in the candidates' order
+        best = max(ranked, key=lambda p: p[1].point, default=None)
+        iv = None if best is None else best[1]
+        out.append(LevelVerdict(c, None if best is None else best[0], iv, verdict(iv, min_gain)))
     return out
 
 
@@ -92,11 +84,11 @@ def _streams(n: int) -> str:
     return f"{n} stream" if n == 1 else f"{n} streams"
 
 
-def summary_text(verdicts: list[dict[str, Any]]) -> str:
+def summary_text(verdicts: list[LevelVerdict]) -> str:
     """ "speculation wins up to 8 streams, loses from 32" (the levels in between: inconclusive)."""
-    wins = [v["level"] for v in verdicts if v["verdict"] == Verdict.SPECULATION_WINS]
-    loses = [v["level"] for v in verdicts if v["verdict"] == Verdict.BASELINE_WINS]
-    lowest = min((v["level"] for v in verdicts), default=None)
+    wins = [v.level for v in verdicts if v.verdict == Verdict.SPECULATION_WINS]
+    loses = [v.level for v in verdicts if v.verdict == Verdict.BASELINE_WINS]
+    lowest = min((v.level for v in verdicts), default=None)
 
     def up_to(n: int) -> str:
         return f"at {_streams(n)}" if n == lowest else f"up to {_streams(n)}"
@@ -107,7 +99,7 @@ def summary_text(verdicts: list[dict[str, Any]]) -> str:
         return f"speculation wins {up_to(max(wins))}" + ("" if len(wins) == len(verdicts) else " (inconclusive above)")
     if loses and len(loses) == len(verdicts):
         return "speculation loses at every level"
-    if verdicts and all(Verdict(v["verdict"]).deploys_baseline for v in verdicts):
+    if verdicts and all(v.verdict.deploys_baseline for v in verdicts):
         return "no worthwhile gain at any level (each below the minimum gain or a loss)"
     if loses and not wins:
         return f"speculation loses from {_streams(min(loses))}"

@@ -15,7 +15,15 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import objective, records
 from autotune.config import PromptResult, TrialConfig
-from autotune.records import ConfirmationState, TrialRecord, find_baseline, find_exclusions, is_baseline_trial
+from autotune.records import (
+    CandidateResult,
+    ConfirmationState,
+    Exclusion,
+    TrialRecord,
+    find_baseline,
+    find_exclusions,
+    is_baseline_trial,
+)
 from autotune.space import Space
 from autotune.stats import log_ratios
 from autotune.verdict import Verdict, loses_on, search_verdict
@@ -47,29 +55,6 @@ class Baseline:
             "cuda_graph": self.cuda_graph,
             "per_prompt_tok_per_s": list(self.per_prompt_tok_per_s),
         }
-
-
-@dataclass(frozen=True)
-class Confirmed:
-    """A confirmation candidate (``race.candidate_result``, as recorded): its intervals against its own baseline
-    and against the fastest one, its mean tok/s and its baseline's over the rounds it ran."""
-
-    trial: int
-    config: dict[str, Any]
-    speedup_ci: CI | None
-    deploy_speedup_ci: CI | None
-    tok_per_s: float | None
-    baseline_tok_per_s: float | None
-    rounds: int
-    dropped: bool  # left the race: clearly slower than the leader
-
-    @property
-    def headline(self) -> CI | None:
-        """The interval against the fastest baseline (the same-setting one when that is missing)."""
-        return self.deploy_speedup_ci or self.speedup_ci
-
-    def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -127,10 +112,10 @@ class StudyResult:
     verdict: Verdict
     basis: str  # confirmed | not-confirmed | search
     rests_on: str
-    exclusions: list[dict[str, Any]]
+    exclusions: list[Exclusion]
     baselines: dict[str, Baseline]  # "cuda_graph_on" / "cuda_graph_off", in the order first measured
     fastest_baseline: Baseline | None
-    confirmed: tuple[Confirmed, ...]
+    confirmed: tuple[CandidateResult, ...]
     best: Best | None
     recommended: Recommendation
     trials: tuple[FrozenTrial, ...]
@@ -140,7 +125,7 @@ class StudyResult:
     def trial(self, number: int | None) -> FrozenTrial | None:
         return next((t for t in self.trials if t.number == number), None)
 
-    def confirmed_of(self, number: int) -> Confirmed | None:
+    def confirmed_of(self, number: int) -> CandidateResult | None:
         return next((c for c in self.confirmed if c.trial == number), None)
 
     def baseline(self, cuda_graph: bool) -> Baseline | None:
@@ -164,7 +149,7 @@ def study_result(study: optuna.Study, space: Space | None = None) -> StudyResult
     by_number = {t.number: t for t in trials}
     base = baselines(trials)
     fastest = max(base.values(), key=lambda b: b.tok_per_s or 0.0, default=None)
-    confirmed = tuple(_confirmed(conf))
+    confirmed = tuple(conf.results or [])
     best = _best(conf, confirmed, by_number)
     if conf.done:
         verdict = conf.verdict or Verdict.INCONCLUSIVE
@@ -209,27 +194,9 @@ def baselines(trials: tuple[FrozenTrial, ...]) -> dict[str, Baseline]:
     return out
 
 
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
-def _confirmed(conf: ConfirmationState) -> list[Confirmed]:
-    return [
-        Confirmed(
-            trial=r["trial"],
-            config=r["config"],
-            speedup_ci=r["speedup_ci"],
-            deploy_speedup_ci=r.get("deploy_speedup_ci"),
-            tok_per_s=_mean([x for x in r["tok_per_s"] if x is not None]),
-            baseline_tok_per_s=_mean([x for x in r["baseline_tok_per_s"] if x is not None]),
-            rounds=len(r["tok_per_s"]),
-            dropped=bool(r.get("dropped", False)),
-        )
-        for r in conf.results or []
-    ]
-
-
-def _best(conf: ConfirmationState, confirmed: tuple[Confirmed, ...], by_number: dict[int, FrozenTrial]) -> Best | None:
+def _best(
+    conf: ConfirmationState, confirmed: tuple[CandidateResult, ...], by_number: dict[int, FrozenTrial]
+) -> Best | None:
     if conf.best is None:
         return None
     c = next(c for c in confirmed if c.trial == conf.best)
@@ -239,10 +206,10 @@ def _best(conf: ConfirmationState, confirmed: tuple[Confirmed, ...], by_number: 
         trial=t.number,
         params=dict(t.params),
         config=c.config,
-        tok_per_s=c.tok_per_s,
-        speedup=ci["point"] if ci else None,
-        speedup_ci=ci,
-        same_setting_speedup_ci=c.speedup_ci,
+        tok_per_s=c.mean_tok_per_s,
+        speedup=ci.point if ci else None,
+        speedup_ci=None if ci is None else ci.to_dict(),
+        same_setting_speedup_ci=None if c.speedup_ci is None else c.speedup_ci.to_dict(),
         search_tok_per_s=t.value,
         accept_length=TrialRecord(t).accept_length,
     )

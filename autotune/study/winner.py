@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from optuna.trial import FrozenTrial
+
 from autotune import lossless, records
 from autotune.config import ReferenceOutput
 from autotune.errors import BenchmarkError, LaunchError
@@ -106,7 +108,7 @@ class GreedyPending:
     references: list[ReferenceOutput]
 
 
-def greedy_pending(ctx: StudyContext, best: int, by_number: dict[int, Any]) -> GreedyPending | None:
+def greedy_pending(ctx: StudyContext, best: int, by_number: dict[int, FrozenTrial]) -> GreedyPending | None:
     """The check the winner ``best`` still needs in a sampling space; None for a greedy space (its trials are
     checked as they run), when done for this winner (a resumed study keeps it), or when it cannot run (its baseline
     kept no references: recorded as skipped at once)."""

@@ -7,6 +7,7 @@ import json
 import types
 
 from autotune.html import _levels
+from autotune.records import BaselineCheck, LevelVerdict
 from autotune.report import Load
 
 from .helpers import REPO
@@ -15,7 +16,12 @@ H200 = REPO / "docs" / "gpu-runs" / "2026-12-01-h200-load" / "resumed" / "report
 
 
 def _load(report: dict) -> types.SimpleNamespace:
-    return types.SimpleNamespace(load=Load(**report["load"]) if report.get("load") else None)
+    if not report.get("load"):
+        return types.SimpleNamespace(load=None)
+    load = dict(report["load"])
+    if load["confirmed"] is not None:
+        load["confirmed"] = [LevelVerdict.from_dict(v) for v in load["confirmed"]]
+    return types.SimpleNamespace(load=Load(**load))
 
 
 def test_the_h200_load_study_gets_a_row_per_level_with_its_confirmed_verdict():
@@ -50,7 +56,7 @@ def test_the_baseline_check_of_the_h200_runs_is_in_the_baselines_section():
     def typed(checks: list) -> types.SimpleNamespace:  # the two fields _baselines reads
         return types.SimpleNamespace(result=types.SimpleNamespace(baselines=baselines), baseline_check=checks)
 
-    page = "".join(_baselines(typed(report["baseline_check"])))
+    page = "".join(_baselines(typed([BaselineCheck.from_dict(c) for c in report["baseline_check"]])))
     assert "<p class='check' id='baseline-check-True'>" in page and "+2.5%" in page and "within the" in page
     [c] = baseline_check.check(
         [Round(baseline={True: v}) for v in (1830.0, 1850.0, 1845.0, 1850.0)],

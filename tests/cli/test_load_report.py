@@ -14,6 +14,7 @@ from autotune.records import TrialRecord
 from autotune.render import publish
 from autotune.report import build_report
 from autotune.space import load_space
+from autotune.stats import Interval
 from autotune.study.storage import open_study
 
 from .helpers import REPO, autotune
@@ -100,8 +101,8 @@ def test_the_plots_show_pruned_trials_in_the_objectives_unit(load_study):
 
 def test_the_recommended_interval_is_never_clipped_and_a_wide_one_is_marked():
     cis = [
-        {"point": 1.247, "low": 1.206, "high": 1.290},
-        {"point": 0.941, "low": 0.167, "high": 5.294},  # two rounds, out of the race
+        Interval(point=1.247, low=1.206, high=1.290, n=8, confidence=0.95),
+        Interval(point=0.941, low=0.167, high=5.294, n=2, confidence=0.95),  # two rounds, out of the race
     ]
     lo, hi = interval_axis(cis, [True, False])
     assert lo < 0.941 and lo <= 1.0 < 1.206 and 1.290 < hi < 1.6  # the winner's interval fills the axis

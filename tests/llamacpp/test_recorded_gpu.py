@@ -17,8 +17,9 @@ import yaml
 
 from autotune import lossless, reverify
 from autotune.backends.llamacpp import LlamaCppBackend
-from autotune.records import Round
+from autotune.records import CandidateResult, Exclusion, Round
 from autotune.space import VerdictSpec, load_space
+from autotune.stats import Interval
 from autotune.study import race
 
 SAMPLE = Path(__file__).parent / "samples" / "h200-near-ties.json"
@@ -89,6 +90,13 @@ def _min_gain(report: Path) -> float:
 BEFORE_NO_WORTHWHILE_GAIN = {"2026-12-01-h200-ext-check/resumed"}
 
 
+def _candidate(c: dict) -> CandidateResult:
+    """A report's confirmed candidate as confirmation's result (its intervals and whether it was dropped)."""
+    ci, deploy = c.get("speedup_ci"), c.get("deploy_speedup_ci")
+    ci, deploy = (None if x is None else Interval.from_dict(x) for x in (ci, deploy))
+    return CandidateResult(c["trial"], c["config"], (), (), ci, (), deploy, bool(c.get("dropped")))
+
+
 def test_every_recorded_confirmed_verdict_follows_from_its_confirmed_candidates():
     """``race.decide`` over each recorded confirmation's candidates (their intervals, dropped or not) and
     exclusions gives the recorded verdict, pick and what it rests on, in every confirmed H200 study; one recorded
@@ -100,14 +108,16 @@ def test_every_recorded_confirmed_verdict_follows_from_its_confirmed_candidates(
             continue
         name = str(path.parent.relative_to(GPU_RUNS))
         deploy = rep["fastest_baseline"]["cuda_graph"]
-        got = race.decide(rep["confirmed"], rep["exclusions"], deploy, _min_gain(path))
-        assert got["rests_on"] == rep["verdict_rests_on"], name
+        confirmed = [_candidate(c) for c in rep["confirmed"]]
+        excluded = [Exclusion.from_dict(e) for e in rep["exclusions"]]
+        got = race.decide(confirmed, excluded, deploy, _min_gain(path))
+        assert got.rests_on == rep["verdict_rests_on"], name
         if name in BEFORE_NO_WORTHWHILE_GAIN:
-            assert (rep["verdict"], got["verdict"]) == ("inconclusive", "no-worthwhile-gain")
+            assert (rep["verdict"], got.verdict) == ("inconclusive", "no-worthwhile-gain")
             continue
-        assert got["verdict"] == rep["verdict"], name
+        assert got.verdict == rep["verdict"], name
         if rep["verdict"] == "speculation-wins":
-            assert got["best"] == rep["recommended"]["trial"], name
+            assert got.best == rep["recommended"]["trial"], name
         decided += 1
     assert decided >= 25
 
@@ -150,9 +160,9 @@ def test_fresh_h200_starts_as_confirmation_rounds_prove_the_draft_at_the_first_l
     assert len(rounds) == 4
     assert race.measured_prior(rounds, race.DEFAULT_PRIOR) == race.DEFAULT_PRIOR
     spec = VerdictSpec(repeats=3, max_repeats=8, confidence=0.95, min_gain=0.02)
-    cands: list[race.Candidate] = [(8, {"drafter": "good", "draft_n_max": 8}, True)]
-    assert race.next_round(rounds[:3], cands, spec, True) == []
-    seen = race.look(rounds[:3], cands, spec, True)
-    ci = seen["results"][0]["speedup_ci"]
-    assert seen["verdict"] == "speculation-wins" and seen["confidence"] == 0.95
-    assert ci["df"] == 5 and 1.8 < ci["low"] < ci["point"] < ci["high"] < 2.2
+    cands = [race.Candidate(8, {"drafter": "good", "draft_n_max": 8}, True)]
+    assert race.Race(cands, spec, True).next_round(rounds[:3]) == []
+    seen = race.Race(cands, spec, True).look(rounds[:3])
+    ci = seen.results[0].speedup_ci
+    assert seen.decision.verdict == "speculation-wins" and seen.confidence == 0.95
+    assert ci is not None and ci.df == 5 and 1.8 < ci.low < ci.point < ci.high < 2.2

@@ -99,12 +99,14 @@ def test_schedule_draft_falls_with_load_and_turns_off_from_the_first_loss():
 
 
 def test_the_per_level_verdict_reads_right_at_one_stream_and_at_every_level():
+    from autotune.records import LevelVerdict
     from autotune.study.levels import summary_text
+    from autotune.verdict import Verdict
 
     def v(*pairs):
-        return [{"level": c, "verdict": x} for c, x in pairs]
+        return [LevelVerdict(c, None, None, x) for c, x in pairs]
 
-    w, b, i = "speculation-wins", "baseline-wins", "inconclusive"
+    w, b, i = Verdict.SPECULATION_WINS, Verdict.BASELINE_WINS, Verdict.INCONCLUSIVE
     assert summary_text(v((1, w), (16, b))) == "speculation wins at 1 stream, loses from 16"
     assert summary_text(v((1, w), (4, w), (16, i))) == "speculation wins up to 4 streams (inconclusive above)"
     assert summary_text(v((1, w), (8, w))) == "speculation wins at every level (up to 8 streams)"

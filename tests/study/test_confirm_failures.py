@@ -83,20 +83,20 @@ def test_a_candidate_whose_server_crashes_on_every_fresh_start_leaves_confirmati
     starts = runner.launches[before:]
     # round 1: the doomed candidate got two starts (the crash, one fresh start), then it was out of the race
     assert sum(1 for c in starts if c.key() == key) == 2
-    (failed,) = state.failed
-    assert failed["trial"] == doomed.number and failed["kind"] == "unstable" and failed["round"] == 1
-    assert failed["reason"].count("exit -6: Aborted") == 2  # both starts' crash lines
+    (failed,) = state.failed or []
+    assert failed.trial == doomed.number and failed.kind == "unstable" and failed.round == 1
+    assert failed.reason.count("exit -6: Aborted") == 2  # both starts' crash lines
     # both starts held the machine until they died (start-up and the first prompt): billed, as failed starts
-    assert len(failed["failed_s"]) == 2 and all(s > runner.startup_s for s in failed["failed_s"])
+    assert len(failed.failed_s) == 2 and all(s > runner.startup_s for s in failed.failed_s)
     assert all(doomed.number not in r.candidates for r in state.rounds)
     assert len(state.rounds) >= space.verdict.repeats  # the others were confirmed
     others = {t.number for t in cands[1:]}
     assert all(others & set(r.candidates) for r in state.rounds)
     assert state.best != doomed.number and state.best in others
-    assert {r["trial"] for r in state.results} == others
+    assert {r.trial for r in state.results or []} == others
     rep = build_report(study)
     assert rep.to_json()["gpu_time"]["failed_starts"] == 2 and rep.to_json()["gpu_time"]["failed_s"] == sum(
-        failed["failed_s"]
+        failed.failed_s
     )
     measured = sum(len(r.baseline) + len(r.candidates) for r in state.rounds)
     assert rep.to_json()["gpu_time"]["confirmation_starts"] == measured + 2 == len(runner.launches) - before
@@ -190,9 +190,9 @@ def test_a_load_level_study_whose_leader_crashes_in_confirmation_ends_with_a_ver
     leader = max(cands, key=lambda t: float(t.value or 0.0))
     runner.doomed = TrialRecord(leader).effective_config().key()
     state = orch.confirm()
-    assert [f["trial"] for f in state.failed] == [leader.number]
+    assert [f.trial for f in state.failed or []] == [leader.number]
     assert state.verdict is not None and state.best != leader.number
-    assert state.level_verdicts and all(v["trial"] != leader.number for v in state.level_verdicts)
+    assert state.level_verdicts and all(v.trial != leader.number for v in state.level_verdicts)
     rep = build_report(study)
     assert any(e["trial"] == leader.number and e["kind"] == "unstable" for e in rep.to_json()["exclusions"])
     assert optuna.load_study(study_name="l", storage=f"sqlite:///{tmp_path}/l.db").user_attrs["confirmation"]["done"]

@@ -53,4 +53,4 @@ def test_a_config_that_crashes_twice_is_unstable_with_its_log_line_and_never_sta
     keys = {TrialRecord(t).config_key for t in unstable}
     for key in keys:  # each unstable config got exactly its two starts, then was refused without a start
         assert sum(1 for c in runner.launches if c.key() == key) == 2
-    assert not any(e["kind"] == "failed" for e in find_exclusions(study))  # decided: not deployable
+    assert not any(e.kind == "failed" for e in find_exclusions(study))  # decided: not deployable

@@ -109,7 +109,7 @@ def test_budget_and_exclusions():
     _add(study, TrialState.FAIL, drafter="good", size=4, fail_kind="exited", fail_reason="boom")
     _add(study, TrialState.FAIL, drafter="good", size=5, interrupted=True)
     assert records.counted_trials(study) == 5
-    kinds = [(e["trial"], e["kind"]) for e in records.find_exclusions(study)]
+    kinds = [(e.trial, e.kind) for e in records.find_exclusions(study)]
     assert kinds == [(1, "lossy"), (3, "not-engaged"), (5, "failed")]
     assert TrialRecord(study.trials[1]).lossy and not TrialRecord(study.trials[0]).lossy
 

@@ -73,21 +73,22 @@ def test_the_race_ends_when_no_candidate_racing_could_clear_the_bar():
 
     spec = VerdictSpec(repeats=3, min_gain=0.02, race_confidence=0.8)
     ties = {1: [100.5, 99.0, 101.0], 2: [99.5, 100.8, 99.2], 3: [100.2, 99.4, 100.9]}
-    cands = [(k, {}, True) for k in ties]
+    cands = [race.Candidate(k, {}, True) for k in ties]
     rounds = _rounds(ties)  # baseline 100 tok/s in every round
     assert race_survivors(rounds, [1, 2, 3], spec) == [1, 2, 3]  # a tie: nobody is clearly slower
-    points = race.bar_points(cands, True, None)
-    assert race.still_racing(rounds, [1, 2, 3], spec) == [1, 2, 3]
-    assert race.still_racing(rounds, [1, 2, 3], spec, points) is None
-    assert race.first_look(rounds, [1, 2, 3], spec, points) == 3
+    the_race = race.Race(cands, spec, True)
+    assert the_race.below_bar(rounds, [1, 2, 3])
+    assert the_race.still_racing(rounds, [1, 2, 3]) is None
+    assert the_race.first_look(rounds, [1, 2, 3]) == 3
     # what follows is the pick's own extra rounds (here: whether its gain lies under the bar), not a race
-    seen = race.look(rounds, cands, spec, True)
-    assert race.next_round(rounds, cands, spec, True) in ([], [seen["best"]])
-    assert race.bar_points(cands, True, [1, 8]) is None
+    seen = the_race.look(rounds)
+    assert the_race.next_round(rounds) in ([], [seen.decision.best])
+    loaded = race.Race(cands, spec, True, [1, 8])
+    assert not loaded.below_bar(rounds, [1, 2, 3]) and loaded.still_racing(rounds) == [1, 2, 3]
     # one of them 3% faster on the mean (above the bar, not proven, not clearly faster): the race goes on
     close = {**ties, 3: [108.0, 96.0, 105.0]}
-    assert race.still_racing(_rounds(close), [1, 2, 3], spec, points) == [1, 2, 3]
-    assert race.next_round(_rounds(close), cands, spec, True) == [1, 2, 3]
+    assert the_race.still_racing(_rounds(close), [1, 2, 3]) == [1, 2, 3]
+    assert the_race.next_round(_rounds(close)) == [1, 2, 3]
 
 
 def test_near_ties_under_the_bar_are_confirmed_in_the_first_rounds_only(every_candidate):
@@ -299,7 +300,7 @@ def test_reports_mark_candidates_that_left_the_race(tmp_path, every_candidate):
     report = build_report(study)
     assert len(report.result.confirmed) >= 2
     for c in report.result.confirmed:
-        assert c.speedup_ci is not None and c.rounds == c.speedup_ci["n"]
+        assert c.speedup_ci is not None and len(c.tok_per_s) == c.speedup_ci.n
     # the second one left the race, as the race records it
     confirmed = tuple(replace(c, dropped=i == 1) for i, c in enumerate(report.result.confirmed))
     report = replace(report, result=replace(report.result, confirmed=confirmed))

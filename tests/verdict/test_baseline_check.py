@@ -17,7 +17,7 @@ import pytest
 from scipy import stats as st
 
 from autotune.backends.sglang import SGLangBackend
-from autotune.records import Round
+from autotune.records import BaselineCheck, Round, SuspectPrune
 from autotune.render import render_report
 from autotune.report import build_report
 from autotune.study import Orchestrator, baseline_check, open_study
@@ -35,7 +35,7 @@ def _rounds(values: list[float], cg: bool = True) -> list[Round]:
 def test_the_h200_search_baseline_is_flagged_as_slow():
     fresh = [H200_FRESH_MEAN * f for f in (0.99, 1.01, 1.005, 0.995)]  # the per-round spread was not recorded: 1%
     [c] = baseline_check.check(_rounds(fresh), {True: H200_SEARCH}, confidence=0.95, start_noise=0.035)
-    assert c["flagged"] and c["ratio"] == pytest.approx(H200_FRESH_MEAN / H200_SEARCH, rel=1e-3)
+    assert c.flagged and c.ratio == pytest.approx(H200_FRESH_MEAN / H200_SEARCH, rel=1e-3)
     text = baseline_check.text(c)
     assert "slow" in text and "14% too high" in text and "+13.6%" in text
 
@@ -43,19 +43,19 @@ def test_the_h200_search_baseline_is_flagged_as_slow():
 def test_a_baseline_within_the_noise_is_not_flagged_and_a_wide_spread_widens_the_limit():
     fresh = [1844.0, 1810.0, 1870.0, 1830.0]
     [c] = baseline_check.check(_rounds(fresh), {True: 1800.0}, confidence=0.95, start_noise=0.035)
-    assert not c["flagged"] and "within the start-to-start noise" in baseline_check.text(c)
+    assert not c.flagged and "within the start-to-start noise" in baseline_check.text(c)
     # fresh starts 20% apart: 14% off is no longer outside their prediction interval
     wide = [1500.0, 1850.0, 2200.0, 1840.0]
     [w] = baseline_check.check(_rounds(wide), {True: H200_SEARCH}, confidence=0.95, start_noise=0.035)
-    assert not w["flagged"] and w["limit"] > 1.2
+    assert not w.flagged and w.limit > 1.2
 
 
 def test_two_fresh_starts_catch_a_fast_baseline_and_settings_are_checked_apart():
     rounds = [Round.from_dict({"baseline": {"True": 100.0, "False": 80.0}}), Round({True: 101.0, False: 81.0})]
     checks = baseline_check.check(rounds, {True: 125.0, False: 80.5}, confidence=0.95, start_noise=0.035)
-    by = {c["cuda_graph"]: c for c in checks}
-    assert by["True"]["flagged"] and by["True"]["ratio"] < 0.85 and not by["False"]["flagged"]
-    assert baseline_check.fast(checks) == {"True": pytest.approx(by["True"]["ratio"])}
+    by = {c.cuda_graph: c for c in checks}
+    assert by["True"].flagged and by["True"].ratio < 0.85 and not by["False"].flagged
+    assert baseline_check.fast(checks) == {"True": pytest.approx(by["True"].ratio)}
     assert "too low" in baseline_check.text(by["True"])
     # one fresh start is not a check
     assert baseline_check.check(rounds[:1], {True: 125.0}, confidence=0.95, start_noise=0.035) == []
@@ -73,25 +73,25 @@ def test_the_limit_is_the_prediction_interval_of_one_more_start_pooled_with_the_
     sd = math.sqrt((3 * 0.035**2 + sum((x - mean) ** 2 for x in logs)) / (3 + n - 1))
     limit = st.t.ppf(0.975, 3 + n - 1) * sd * math.sqrt(1 + 1 / n)
     [c] = baseline_check.check(_rounds(fresh), {True: 1000.0}, confidence=0.95, start_noise=0.035)
-    assert c["limit"] == pytest.approx(math.exp(limit)) and c["ratio"] == pytest.approx(math.exp(mean))
+    assert c.limit == pytest.approx(math.exp(limit)) and c.ratio == pytest.approx(math.exp(mean))
     for off, flagged in ((0.99, False), (1.01, True)):
         search = 1000.0 * math.exp(mean) / math.exp(limit * off)  # the fresh starts that much above the search's
         [c] = baseline_check.check(_rounds(fresh), {True: search}, confidence=0.95, start_noise=0.035)
-        assert c["flagged"] is flagged
+        assert c.flagged is flagged
 
 
 def test_suspects_are_baseline_rule_prunes_whose_corrected_bound_reaches_one():
     checks = [
-        {"cuda_graph": "True", "ratio": 0.8, "flagged": True},
-        {"cuda_graph": "False", "ratio": 0.8, "flagged": False},
+        BaselineCheck("True", 125.0, 100.0, (100.0, 100.0), 0.8, 1.1, True),
+        BaselineCheck("False", 125.0, 100.0, (100.0, 100.0), 0.8, 1.1, False),
     ]
     pruned = [
-        {"trial": 3, "cuda_graph": "True", "speedup_upper": 0.85},  # 0.85 / 0.8 = 1.06: may have won
-        {"trial": 4, "cuda_graph": "True", "speedup_upper": 0.7},  # 0.875: lost whatever the baseline
-        {"trial": 5, "cuda_graph": "False", "speedup_upper": 0.95},  # its setting's baseline was not off
+        SuspectPrune(3, "True", 0.85),  # 0.85 / 0.8 = 1.06: may have won
+        SuspectPrune(4, "True", 0.7),  # 0.875: lost whatever the baseline
+        SuspectPrune(5, "False", 0.95),  # its setting's baseline was not off
     ]
     [s] = baseline_check.suspects(checks, pruned)
-    assert s["trial"] == 3 and s["corrected_upper"] == pytest.approx(1.0625)
+    assert s.trial == 3 and s.corrected_upper == pytest.approx(1.0625)
 
 
 def _run(first_baseline: float, speed: float, seed: int = 0):
@@ -109,8 +109,8 @@ def test_a_fast_first_baseline_no_longer_buries_a_winner():
     and the verdict is the truth instead of "the baseline wins"."""
     state, study, runner = _run(first_baseline=1.25, speed=1.08)
     assert len(state["check_rounds"]) == 2
-    [c] = state["baseline_check"]
-    assert c["flagged"] and c["ratio"] < 0.85
+    [c] = state.baseline_check or []
+    assert c.flagged and c.ratio < 0.85
     assert state["verdict"] == "speculation-wins" and state["basis"] == "confirmed"
     assert "chosen against those" in state["rests_on"]
     rep = build_report(study)
@@ -128,8 +128,8 @@ def test_a_true_loser_still_loses_after_the_check():
 
 def test_a_slow_first_baseline_is_said_and_the_verdict_rests_on_the_paired_rounds():
     state, study, _ = _run(first_baseline=0.85, speed=1.08)
-    [c] = state["baseline_check"]
-    assert c["flagged"] and c["ratio"] > 1.1 and not state.recorded("check_rounds")
+    [c] = state.baseline_check or []
+    assert c.flagged and c.ratio > 1.1 and not state.recorded("check_rounds")
     assert state["verdict"] == "speculation-wins"
     best = next(r for r in state["results"] if r["trial"] == state["best"])
     assert best["speedup_ci"]["point"] == pytest.approx(1.08, abs=0.03)  # not the search's inflated ~1.27x

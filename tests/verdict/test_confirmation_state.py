@@ -6,7 +6,17 @@ import json
 
 import pytest
 
-from autotune.records import ConfirmationState, Round, RoundLevels, rounds_from, rounds_to
+from autotune.records import (
+    CandidateResult,
+    ConfirmationState,
+    Exclusion,
+    FailedCandidate,
+    Round,
+    RoundLevels,
+    rounds_from,
+    rounds_to,
+)
+from autotune.stats import Interval
 from autotune.verdict import Verdict
 
 ROUND = {"baseline": {"False": 80.5, "True": 101.0}, "candidates": {"7": 120.0, "12": 0.0}}
@@ -22,19 +32,55 @@ DONE = {
     "done": True,
     "level_only": ["12"],
     "deploy_cuda_graph": None,
-    "results": [{"trial": 7, "speedup_ci": None}],
+    "failed": [{"trial": 9, "kind": "unstable", "reason": "crashed", "round": 2, "failed_s": [3.5, 4.0]}],
+    "results": [
+        {
+            "trial": 7,
+            "config": {"num_steps": 3},
+            "tok_per_s": [120.0, 130.0],
+            "baseline_tok_per_s": [101.0, 100.0],
+            "speedup_ci": {"point": 1.24, "low": 1.1, "high": 1.4, "n": 2, "confidence": 0.95, "df": 4.0},
+            "deploy_baseline_tok_per_s": [None, None],
+            "deploy_speedup_ci": None,
+            "dropped": False,
+        },
+        {
+            "trial": 12,
+            "config": {},
+            "tok_per_s": [0.0],
+            "baseline_tok_per_s": [101.0],
+            "speedup_ci": None,
+            "deploy_baseline_tok_per_s": [101.0],
+            "deploy_speedup_ci": None,
+            "dropped": True,
+        },
+    ],
     "level_results": {"7": {"1": None}},
     "level_verdicts": [{"level": 1, "trial": None, "speedup_ci": None, "verdict": "baseline-wins"}],
     "level_text": "speculation loses at every level",
     "confidence": 0.95,
-    "exclusions": [],
+    "exclusions": [
+        {"trial": 5, "kind": "not-engaged", "config": {"drafter": "x"}, "reason": None},
+        {"trial": 6, "kind": "failed", "config": None, "reason": "exited: no"},
+        {"trial": 9, "kind": "unstable", "config": {"num_steps": 5}, "speedup": None, "reason": "crashed"},
+    ],
     "verdict": "inconclusive",
     "best": None,
     "basis": "confirmed",
     "rests_on": "confirmed: ...",
     "check_rounds": [{"baseline": {"True": 99.0}, "candidates": {}}],
-    "baseline_check": [{"cuda_graph": "True", "flagged": False}],
-    "suspect_prunes": [],
+    "baseline_check": [
+        {
+            "cuda_graph": "True",
+            "search_tok_per_s": 100.0,
+            "fresh_tok_per_s": 99.0,
+            "fresh": [99.0],
+            "ratio": 0.99,
+            "limit": 1.1,
+            "flagged": False,
+        }
+    ],
+    "suspect_prunes": [{"trial": 4, "cuda_graph": "True", "speedup_upper": 0.97, "corrected_upper": 1.05}],
 }
 NOT_CONFIRMED = {
     "keys": [],
@@ -46,7 +92,7 @@ NOT_CONFIRMED = {
     "basis": "not-confirmed",
     "rests_on": "why",
     "note": "why",
-    "exclusions": [{"trial": 3, "kind": "lossy"}],
+    "exclusions": [{"trial": 3, "kind": "lossy", "config": {"num_steps": 3}, "speedup": 1.2, "reason": "diverges"}],
 }
 
 
@@ -92,6 +138,14 @@ def test_the_state_is_typed() -> None:
     assert state.rounds[0].candidates == {7: 120.0, 12: 0.0} and state.check_rounds == [Round({True: 99.0})]
     assert state.recorded("deploy_cuda_graph") and state.deploy_cuda_graph is None
     assert state["verdict"] == "inconclusive" and state["rounds"][1] == LOADED  # the stored form by key
+    assert state.results is not None and state.exclusions is not None and state.failed is not None
+    seven = state.results[0]
+    assert isinstance(seven, CandidateResult) and seven.tok_per_s == (120.0, 130.0) and not seven.dropped
+    assert seven.headline == seven.speedup_ci == Interval(1.24, 1.1, 1.4, 2, 0.95, 4.0)
+    assert [type(e) for e in state.exclusions] == [Exclusion] * 3 and state.exclusions[0].reason is None
+    assert state.exclusions[2].in_confirmation and not state.exclusions[1].in_confirmation
+    assert state.failed == [FailedCandidate(9, "unstable", "crashed", 2, (3.5, 4.0))]
+    assert state.failed[0].exclusion({"num_steps": 5}) == state.exclusions[2]
 
 
 def test_a_new_state_stores_its_keys_in_the_order_they_are_set() -> None:
@@ -108,5 +162,5 @@ def test_a_new_state_stores_its_keys_in_the_order_they_are_set() -> None:
 
 
 def test_not_confirmed_writes_the_order_it_always_had() -> None:
-    state = ConfirmationState.not_confirmed("why", [{"trial": 3, "kind": "lossy"}])
+    state = ConfirmationState.not_confirmed("why", [Exclusion(3, "lossy", {"num_steps": 3}, "diverges", 1.2)])
     assert json.dumps(state.to_dict()) == json.dumps(NOT_CONFIRMED)

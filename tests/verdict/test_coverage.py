@@ -61,11 +61,13 @@ def test_a_confirmed_interval_is_rebuilt_from_its_own_rounds():
     orch.search(6)
     state = orch.confirm()
     prior = race.measured_prior(state.rounds, start_prior(space.pruning.start_noise))
-    assert len(state.results) == 2 and prior is not None
+    assert state.results is not None and len(state.results) == 2 and prior is not None
     assert state["confidence"] == pytest.approx(1 - 0.05 / 2)  # the two candidates racing share the error
     for r in state.results:
-        pairs = [(x.candidates[r["trial"]], x.baseline[True]) for x in state.rounds if r["trial"] in x.candidates]
+        pairs = [(x.candidates[r.trial], x.baseline[True]) for x in state.rounds if r.trial in x.candidates]
         logs = log_ratios([c for c, _ in pairs], [b for _, b in pairs])
         assert len(logs) >= space.verdict.repeats
-        assert r["speedup_ci"] == pytest.approx(speedup_interval(logs, state["confidence"], prior).to_dict())
-        assert r["speedup_ci"]["low"] <= 1.3 <= r["speedup_ci"]["high"]
+        ci = r.speedup_ci
+        assert ci is not None
+        assert ci.to_dict() == pytest.approx(speedup_interval(logs, state["confidence"], prior).to_dict())
+        assert ci.low <= 1.3 <= ci.high

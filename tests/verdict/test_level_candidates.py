@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LEVELS = [1, 64]
 SPEC = VerdictSpec(repeats=4, max_repeats=4)
 # 1: the objective's candidate (best at 64); 2: level-only, best at 1 stream; 3: level-only, second at 1 stream
-CANDS: list[race.Candidate] = [(1, {}, True), (2, {}, True), (3, {}, True)]
+CANDS = [race.Candidate(k, {}, True) for k in (1, 2, 3)]
 
 
 def _round(objective: dict[str, float], at1: dict[str, float], at64: dict[str, float]) -> Round:
@@ -42,12 +42,13 @@ def test_a_level_only_candidate_that_leads_no_level_after_two_rounds_is_measured
     r1 = _round(every, {"1": 150.0, "2": 200.0, "3": 190.0}, {"1": 1200.0, "2": 700.0, "3": 690.0})
     r2 = _round(every, {"1": 152.0, "2": 198.0, "3": 192.0}, {"1": 1210.0, "2": 705.0, "3": 700.0})
     only = frozenset({2, 3})
-    assert race.next_round([], CANDS, SPEC, True, LEVELS, only) == [1, 2, 3]
-    assert race.next_round([r1], CANDS, SPEC, True, LEVELS, only) == [1, 2, 3]
-    assert race.level_only_out([r1, r2], CANDS, LEVELS, only) == {3}
-    assert race.next_round([r1, r2], CANDS, SPEC, True, LEVELS, only) == [1, 2]
+    the_race = race.Race(CANDS, SPEC, True, LEVELS, only)
+    assert the_race.next_round([]) == [1, 2, 3]
+    assert the_race.next_round([r1]) == [1, 2, 3]
+    assert the_race.level_only_out([r1, r2]) == {3}
+    assert the_race.next_round([r1, r2]) == [1, 2]
     # without level-only candidates every one gets spec.repeats rounds
-    assert race.next_round([r1, r2], CANDS, SPEC, True, LEVELS) == [1, 2, 3]
+    assert race.Race(CANDS, SPEC, True, LEVELS).next_round([r1, r2]) == [1, 2, 3]
 
 
 def test_a_candidate_out_of_the_race_weighs_in_no_level_verdict():
@@ -60,11 +61,11 @@ def test_a_candidate_out_of_the_race_weighs_in_no_level_verdict():
     later = {"1": 120.0, "2": 90.0}
     r3 = _round(later, {"1": 150.0, "2": 170.0}, {"1": 1200.0, "2": 700.0})
     r4 = _round(later, {"1": 150.0, "2": 172.0}, {"1": 1200.0, "2": 700.0})
-    seen = race.look([r1, r2, r3, r4], CANDS, SPEC, True, LEVELS, only)
-    by_level = {v["level"]: v for v in seen["level_verdicts"]}
-    assert by_level[1]["trial"] == 2 and by_level[64]["trial"] == 1
-    assert "3" not in seen["level_results"]
-    assert next(r for r in seen["results"] if r["trial"] == 3)["dropped"]
+    seen = race.Race(CANDS, SPEC, True, LEVELS, only).look([r1, r2, r3, r4])
+    by_level = {v.level: v for v in seen.level_verdicts or []}
+    assert by_level[1].trial == 2 and by_level[64].trial == 1
+    assert 3 not in (seen.level_results or {})
+    assert next(r for r in seen.results if r.trial == 3).dropped
 
 
 def test_level_candidates_are_judged_by_their_level_and_leave_the_race_on_the_simulator():
@@ -94,12 +95,7 @@ def test_level_candidates_are_judged_by_their_level_and_leave_the_race_on_the_si
         ), f"trial {t.number} is not among the fastest measured at any level"
     state = orch.confirm()
     assert state["level_only"] == [str(t.number) for t in level_only]  # stored as strings
-    gone = race.level_only_out(
-        state.rounds,
-        confirm._info(ours + level_only),
-        list(space.benchmark.concurrency),
-        frozenset(state.level_only or []),
-    )
+    gone = confirm._race(orch.ctx, ours + level_only, state).level_only_out(state.rounds)
     assert gone  # on this landscape one of them leads no level after two rounds
     for key in gone:  # measured in the first two rounds only
         measured = [i for i, r in enumerate(state.rounds) if key in r.candidates]

@@ -40,7 +40,7 @@ def test_the_result_is_what_the_report_says(finished):
     assert res.recommended.to_json() == rep["recommended"] and res.recommended.winner
     assert res.recommended.trial_config == TrialConfig.from_dict(rep["recommended"]["config"])
     assert res.best is not None and res.best.to_json() == rep["best"]
-    assert [c.to_json() for c in res.confirmed] == rep["confirmed"]
+    assert [c.summary() for c in res.confirmed] == rep["confirmed"]
     assert {k: b.to_json() for k, b in res.baselines.items()} == rep["baseline"]
     assert res.baseline(False) is None and res.fastest_baseline == res.baseline(True)
     rows = {r["number"]: r for r in rep["trials"]}
