@@ -81,7 +81,7 @@ def _verdict(report: Report) -> list[str]:
     if report.objective.get("category_weights"):  # what the study maximised, when its weights name categories
         parts.append(f"<p class='objective' id='objective'>objective: {_e(report.objective['text'])}</p>")
     if report.search_settled:
-        parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled['text'])}</p>")
+        parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled.text)}</p>")
     if report.warmup:
         parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report.warmup['text'])}</p>")
     for e in res.exclusions:

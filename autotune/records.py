@@ -79,7 +79,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import lossless
 from autotune.acceptance import AcceptPositions, pool
-from autotune.config import LaunchInfo, LevelSummary, PromptResult, ReferenceOutput, TrialConfig
+from autotune.config import Config, LaunchInfo, LevelSummary, PromptResult, ReferenceOutput, TrialConfig
 from autotune.errors import (
     BenchmarkError,
     DrafterNotEngaged,
@@ -991,20 +991,40 @@ def find_exclusions(study: optuna.Study) -> list[dict[str, Any]]:
     return out
 
 
-def level_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """Measured speculative trials with load levels, as ``autotune.schedule.build`` reads them."""
+@dataclass(frozen=True)
+class LevelPoint:
+    """One load level of a ``LevelRow``: the speedup over the baseline's same level, the latency limits broken."""
+
+    level: int
+    speedup: float | None
+    slo_broken: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LevelRow:
+    """A measured speculative trial's per-level speedups, as ``autotune.schedule.build`` reads them."""
+
+    trial: int
+    config: Config | None
+    levels: tuple[LevelPoint, ...]
+    lossy: bool
+
+
+def level_rows(study: optuna.Study) -> list[LevelRow]:
+    """Measured speculative trials with load levels, as the search measured them."""
     out = []
     for t in trials(study, (TrialState.COMPLETE,)):
         r = TrialRecord(t)
         if r.is_baseline or r.is_duplicate or not r.levels:
             continue
-        out.append({"trial": t.number, "config": r.effective, "levels": r.levels, "lossy": r.lossy})
+        levels = tuple(LevelPoint(x.level, x.speedup, x.slo_broken) for x in r.level_results())
+        out.append(LevelRow(t.number, r.effective, levels, r.lossy))
     return out
 
 
-def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """The confirmed candidates' per-level speedups (interval points) as ``autotune.schedule.build`` reads them;
-    [] without a per-level confirmation. Latency limits broken in the search still count."""
+def confirmed_level_rows(study: optuna.Study) -> list[LevelRow]:
+    """The confirmed candidates' per-level speedups (interval points); [] without a per-level confirmation.
+    Latency limits broken in the search still count."""
     conf = confirmation(study)
     per = (conf.level_results if conf is not None else None) or {}
     out = []
@@ -1013,13 +1033,9 @@ def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
         if t is None:
             continue
         r = TrialRecord(t)
-        broken = {x.level: list(x.slo_broken) for x in r.level_results()}
-        levels = [
-            {"level": int(c), "speedup": iv["point"], "slo_broken": broken.get(int(c)) or []}
-            for c, iv in ivs.items()
-            if iv
-        ]
-        out.append({"trial": t.number, "config": r.effective, "levels": levels, "lossy": r.lossy})
+        broken = {x.level: x.slo_broken for x in r.level_results()}
+        levels = tuple(LevelPoint(int(c), iv["point"], broken.get(int(c), ())) for c, iv in ivs.items() if iv)
+        out.append(LevelRow(t.number, r.effective, levels, r.lossy))
     return out
 
 
@@ -1098,15 +1114,55 @@ def set_baseline_check_rounds(study: optuna.Study, rounds: list[Round]) -> None:
     study.set_user_attr(BASELINE_CHECK_ROUNDS, rounds_to(rounds))
 
 
-def search_settled(study: optuna.Study) -> dict[str, Any] | None:
-    """Why the search stopped before its budget (``autotune.study.settle.Settled`` as a dict, with ``trials`` and
-    the ``n_trials`` cap it stopped under), or None."""
+@dataclass(frozen=True)
+class Settled:
+    """Whether the surrogate's probabilities settle the search (``autotune.study.settle``; ``reason`` is None while
+    they do not); the study attr ``search_settled`` once they did, with the counted ``trials`` then and the
+    ``n_trials`` cap the search stopped under."""
+
+    p_improve: float
+    p_gain: float
+    threshold: float
+    resolution: float
+    min_gain: float
+    measured: int
+    unmeasured: int
+    reason: str | None
+    #: the largest expected improvement of one unmeasured config over the best measured one (relative tok/s): what
+    #: the next trial can gain at best, in expectation; ``expected_gain_bar``: the same over the best measured or the
+    #: bar (the fastest baseline times 1 + min_gain), whichever is higher: the gain that could change the verdict.
+    #: Recorded with a settled stop; no stop rule reads them
+    expected_gain: float = 0.0
+    expected_gain_bar: float = 0.0
+    #: how likely any config not measured yet changes the answer: beats the best measured one by more than the
+    #: resolution where that is above the bar, or clears the bar (the fastest baseline times 1 + min_gain) where
+    #: the best measured is below it. Under the bar, a config 1% faster than the best measured changes nothing the
+    #: user decides (both deploy the baseline): the field report's study, whose best is a 1.004x tie, measured ~30
+    #: configs refining ties under the bar after its expected gain over the bar was under 0.1%
+    p_change: float = 1.0
+    trials: int | None = None
+    n_trials: int | None = None
+
+    @property
+    def text(self) -> str:
+        return f"search stopped after {self.trials} of up to {self.n_trials} trials: {self.reason}"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Settled:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+    def to_dict(self) -> dict[str, float | int | str | None]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def search_settled(study: optuna.Study) -> Settled | None:
+    """Why the search stopped before its budget, or None."""
     stored = study.user_attrs.get(SEARCH_SETTLED)
-    return dict(stored) if stored else None
+    return Settled.from_dict(stored) if stored else None
 
 
-def set_search_settled(study: optuna.Study, state: Mapping[str, object]) -> None:
-    study.set_user_attr(SEARCH_SETTLED, state)
+def set_search_settled(study: optuna.Study, state: Settled) -> None:
+    study.set_user_attr(SEARCH_SETTLED, state.to_dict())
 
 
 def confirmation(study: optuna.Study) -> ConfirmationState | None:

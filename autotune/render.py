@@ -147,7 +147,7 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
             if traffic.get(key):
                 line(traffic[key], "yellow" if "WARNING" in traffic[key] else None)
     if report.search_settled:
-        line(report.search_settled["text"])
+        line(report.search_settled.text)
     for bc in report.baseline_check:
         line(baseline_check.text(bc), "yellow" if bc["flagged"] else None)
     for e in res.exclusions:

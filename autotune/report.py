@@ -193,7 +193,7 @@ class Report:
     pruned_by: dict[str, int]  # pruning rule -> speculative trials
     reasons: dict[str, dict[str, int]]  # PRUNED / FAIL -> why -> trials
     gpu_time: GpuTime
-    search_settled: dict[str, Any] | None  # why the search stopped before its budget (``study.settle``), with text
+    search_settled: records.Settled | None  # why the search stopped before its budget (``study.settle``)
     to_settle: dict[str, object] | None  # what settling an open verdict would take (``verdict.to_settle_text``)
     warmup: dict[str, object] | None  # ``warmup.summary`` with its line as ``text``
     best_configs: tuple[BestConfig, ...]
@@ -239,7 +239,9 @@ class Report:
             "pruned_by": self.pruned_by,
             "reasons": self.reasons,
             "gpu_time": self.gpu_time.to_json(),
-            "search_settled": self.search_settled,
+            "search_settled": None
+            if self.search_settled is None
+            else {**self.search_settled.to_dict(), "text": self.search_settled.text},
             "to_settle": self.to_settle,
             "warmup": self.warmup,
             "best_configs": [b.to_json() for b in self.best_configs],
@@ -314,7 +316,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
         },
         reasons=_reasons(trials),
         gpu_time=gpu,
-        search_settled=_settled_text(records.search_settled(study)),
+        search_settled=records.search_settled(study),
         to_settle=to_settle_text(conf.to_settle if conf.done else None, gpu.to_json()),
         warmup=_warmups(trials, conf),
         best_configs=_best_configs(rows, res.confirmed, res.recommended.trial),
@@ -492,16 +494,6 @@ def _acceptance_guards(
             fastest[drafter] = r
     judged = [(d, r.number, TrialRecord(by_number[r.number]).prompt_results()) for d, r in fastest.items()]
     return tuple(acceptance_guards(judged, references))
-
-
-def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Why the search stopped before its budget, with a line to print; None: it did not."""
-    if not state:
-        return None
-    return {
-        **state,
-        "text": f"search stopped after {state['trials']} of up to {state['n_trials']} trials: {state['reason']}",
-    }
 
 
 def interval_note(conf: ConfirmationState) -> str | None:

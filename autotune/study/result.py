@@ -134,7 +134,7 @@ class StudyResult:
     best: Best | None
     recommended: Recommendation
     trials: tuple[FrozenTrial, ...]
-    schedule_rows: list[dict[str, Any]]
+    schedule_rows: list[records.LevelRow]
     space: Space | None = None
 
     def trial(self, number: int | None) -> FrozenTrial | None:

@@ -326,7 +326,7 @@ def _wait_for_running(ctx: StudyContext) -> None:
 def _stopped(ctx: StudyContext, n_trials: int) -> bool:
     """The search of this budget already stopped settled (this worker, another, or the run being resumed)."""
     state = records.search_settled(ctx.study)
-    return state is not None and state.get("n_trials") == n_trials
+    return state is not None and state.n_trials == n_trials
 
 
 def settled_now(ctx: StudyContext, n_trials: int) -> bool:
@@ -337,15 +337,13 @@ def settled_now(ctx: StudyContext, n_trials: int) -> bool:
     state = settled(ctx)
     if state is None or state.reason is None:
         return False
-    trials = records.counted_trials(ctx.study)
-    records.set_search_settled(ctx.study, {**state.to_dict(), "trials": trials, "n_trials": n_trials})
-    ctx.emit(
-        Event("note", data={"message": f"search stopped after {trials} of up to {n_trials} trials: {state.reason}"})
-    )
+    stopped = dataclasses.replace(state, trials=records.counted_trials(ctx.study), n_trials=n_trials)
+    records.set_search_settled(ctx.study, stopped)
+    ctx.emit(Event("note", data={"message": stopped.text}))
     return True
 
 
-def settled(ctx: StudyContext) -> settle.Settled | None:
+def settled(ctx: StudyContext) -> records.Settled | None:
     """``settle.settle`` over the study's measurements, or None while the question is not asked: the space's
     ``budget.stop_when_settled`` is off, the space is not a finite grid, a config is still queued, the surrogate
     lacks points, or (``search.methods``) a method with unmeasured configs has fewer than ``MIN_OWN_EVIDENCE``
