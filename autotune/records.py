@@ -1077,13 +1077,37 @@ def outcome_reason(t: FrozenTrial) -> str | None:
 
 
 # -- the study's own attrs: labels, the lossless floor, the phases' recorded state, the worker spec, the budget
-def lossless_floor(study: optuna.Study) -> list[dict[str, Any]]:
-    """The divergences found between baselines (and each baseline compared: ``{"checked": True}``)."""
-    return list(study.user_attrs.get(LOSSLESS_FLOOR, []))
+@dataclass(frozen=True)
+class FloorEntry:
+    """One entry of the study attr ``lossless_floor``: baseline ``baseline`` (a trial number, or ``"confirmation"``
+    for a fresh start) diverged from trial ``against``; or, without a ``divergence``, that the baseline was
+    compared (stored as ``"checked": true``)."""
+
+    baseline: int | str
+    cuda_graph: bool
+    divergence: lossless.Divergence | None = None
+    against: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FloorEntry:
+        if d.get("checked"):
+            return cls(d["baseline"], d["cuda_graph"])
+        return cls(d["baseline"], d["cuda_graph"], lossless.Divergence.from_dict(d), d["against"])
+
+    def to_dict(self) -> dict[str, object]:
+        if self.divergence is None:
+            return {"baseline": self.baseline, "checked": True, "cuda_graph": self.cuda_graph}
+        div = self.divergence.to_dict()
+        return {**div, "baseline": self.baseline, "against": self.against, "cuda_graph": self.cuda_graph}
 
 
-def set_lossless_floor(study: optuna.Study, floor: Sequence[Mapping[str, object]]) -> None:
-    study.set_user_attr(LOSSLESS_FLOOR, floor)
+def lossless_floor(study: optuna.Study) -> list[FloorEntry]:
+    """The divergences found between baselines, and each baseline compared."""
+    return [FloorEntry.from_dict(d) for d in study.user_attrs.get(LOSSLESS_FLOOR, [])]
+
+
+def set_lossless_floor(study: optuna.Study, floor: Sequence[FloorEntry]) -> None:
+    study.set_user_attr(LOSSLESS_FLOOR, [f.to_dict() for f in floor])
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ class Lossless:
     lossy_trials: list[int]
     tolerance: float | None
     tolerance_source: str | None
-    baseline_divergences: list[dict[str, object]]
+    baseline_divergences: list[records.FloorEntry]
     baselines_compared: int
     greedy: dict[str, object] | None = None
     greedy_text: str | None = None
@@ -160,6 +160,7 @@ class Lossless:
 
     def to_json(self) -> dict[str, object]:
         out = dict(self.__dict__)
+        out["baseline_divergences"] = [f.to_dict() for f in self.baseline_divergences]
         if self.greedy is None:
             for k in ("greedy", "greedy_text", "figures_from"):
                 del out[k]
@@ -657,7 +658,7 @@ def _best_configs(
     )
 
 
-def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy: dict[str, Any] | None) -> Lossless:
+def _lossless_summary(rows: list[TrialRow], floor: list[records.FloorEntry], greedy: dict[str, Any] | None) -> Lossless:
     from autotune.study.winner import greedy_text
 
     checked = [(r, r.lossless) for r in rows if r.lossless]
@@ -667,8 +668,8 @@ def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy:
         lossy_trials=[r.number for r, rec in checked if not rec.get("ok", True)],
         tolerance=first.get("tolerance") if checked else None,
         tolerance_source=first.get("tolerance_source") if checked else None,
-        baseline_divergences=[f for f in floor if f.get("kind")],
-        baselines_compared=sum(1 for f in floor if f.get("checked")),
+        baseline_divergences=[f for f in floor if f.divergence is not None],
+        baselines_compared=sum(1 for f in floor if f.divergence is None),
         greedy=greedy,
         greedy_text=None if greedy is None else "lossless check at temperature 0: " + greedy_text(greedy),
         figures_from=None
