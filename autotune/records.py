@@ -69,10 +69,11 @@ confirmed winner's answers at temperature 0 against its baseline's references; `
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypedDict, TypeVar, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -90,6 +91,7 @@ from autotune.errors import (
     StartupTimeout,
     Unstable,
 )
+from autotune.space.model import TrafficInfo
 from autotune.verdict import Verdict
 from autotune.warmup import WarmUp
 
@@ -1267,25 +1269,47 @@ def study_labels(study: optuna.Study) -> tuple[Any, str]:
     return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
 
 
-def _stored_dict(study: optuna.Study, key: str) -> dict[str, Any] | None:
-    value = study.user_attrs.get(key)
-    return value if isinstance(value, dict) else None
+class SubsetCheckRecord(TypedDict, total=False):
+    """The study attrs ``traffic_holdout`` (the baseline's tok/s) and ``traffic_acceptance`` (the winner's accepted
+    draft tokens a round): the figures on the subset and on the holdout, and ``traffic.SubsetCheck.to_dict`` of them
+    (keys ``subset_KEY`` / ``rest_KEY`` by what is measured); ``skipped``: why the acceptance was not measured."""
+
+    trial: int
+    skipped: str
+    subset: list[float | None]
+    rest: list[float | None]
+    subset_tok_per_s: dict[str, float]
+    rest_tok_per_s: dict[str, float]
+    subset_accepted_per_round: dict[str, float]
+    rest_accepted_per_round: dict[str, float]
+    ratio: dict[str, float]
+    min_gain: float
+    warning: str | None
+    text: str
 
 
-def traffic(study: optuna.Study) -> dict[str, Any] | None:
+def traffic(study: optuna.Study) -> TrafficInfo | None:
     """A request-log study's subset and guards (``space.model.TrafficInfo`` as recorded); None for other studies."""
-    return _stored_dict(study, TRAFFIC)
+    value = study.user_attrs.get(TRAFFIC)
+    if not isinstance(value, dict):
+        return None
+    return TrafficInfo(**{**value, "guards": tuple((str(n), str(x)) for n, x in value.get("guards") or ())})
 
 
-def set_traffic(study: optuna.Study, info: Mapping[str, object]) -> None:
+def set_traffic(study: optuna.Study, info: TrafficInfo) -> None:
     """Record the subset and guards once (the first run's stay: the study's prompts are fixed by its digest)."""
     if TRAFFIC not in study.user_attrs:
-        study.set_user_attr(TRAFFIC, info)
+        study.set_user_attr(TRAFFIC, dataclasses.asdict(info))
 
 
-def traffic_holdout(study: optuna.Study) -> dict[str, Any] | None:
+def _subset_check(study: optuna.Study, key: str) -> SubsetCheckRecord | None:
+    value = study.user_attrs.get(key)
+    return cast(SubsetCheckRecord, value) if isinstance(value, dict) else None
+
+
+def traffic_holdout(study: optuna.Study) -> SubsetCheckRecord | None:
     """None until a baseline measured it, or without a holdout."""
-    return _stored_dict(study, TRAFFIC_HOLDOUT)
+    return _subset_check(study, TRAFFIC_HOLDOUT)
 
 
 def set_traffic_holdout(study: optuna.Study, value: Mapping[str, object]) -> None:
@@ -1294,9 +1318,9 @@ def set_traffic_holdout(study: optuna.Study, value: Mapping[str, object]) -> Non
         study.set_user_attr(TRAFFIC_HOLDOUT, value)
 
 
-def traffic_acceptance(study: optuna.Study) -> dict[str, Any] | None:
+def traffic_acceptance(study: optuna.Study) -> SubsetCheckRecord | None:
     """None until it ran, or without a holdout."""
-    return _stored_dict(study, TRAFFIC_ACCEPTANCE)
+    return _subset_check(study, TRAFFIC_ACCEPTANCE)
 
 
 def set_traffic_acceptance(study: optuna.Study, value: Mapping[str, object]) -> None:
@@ -1305,7 +1329,8 @@ def set_traffic_acceptance(study: optuna.Study, value: Mapping[str, object]) -> 
 
 def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
     """None until it ran."""
-    return _stored_dict(study, GREEDY_LOSSLESS)
+    value = study.user_attrs.get(GREEDY_LOSSLESS)
+    return value if isinstance(value, dict) else None
 
 
 def set_greedy_lossless(study: optuna.Study, value: Mapping[str, object]) -> None:

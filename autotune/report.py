@@ -4,7 +4,7 @@ trials' rows, the cost and the checks. ``Report.to_json`` is ``report --json``; 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
@@ -13,7 +13,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import acceptance, bill, lossless, objective, records, warmup
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.errors import DrafterNotEngaged, ServerOOM
-from autotune.records import ConfirmationState, TrialRecord
+from autotune.records import ConfirmationState, SubsetCheckRecord, TrialRecord
+from autotune.space.model import TrafficInfo
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.result import (
@@ -183,6 +184,33 @@ class Load:
 
 
 @dataclass(frozen=True)
+class Traffic:
+    """A request-log study: the subset and its guards (``TrafficInfo`` as recorded), the holdout checks as recorded
+    (``records.traffic_holdout`` / ``traffic_acceptance``) with a line each, and the recommended config's speedup by
+    input and output length third (``traffic.by_length``)."""
+
+    info: TrafficInfo
+    holdout_check: SubsetCheckRecord | None
+    holdout_text: str
+    acceptance_check: SubsetCheckRecord | None
+    acceptance_text: str | None  # None: the space has no holdout
+    by_length: list[dict[str, Any]]
+    by_length_text: str | None
+    by_output_length: list[dict[str, Any]]
+    by_output_length_text: str | None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {**asdict(self.info), "guards": [list(g) for g in self.info.guards]}
+        out |= {"holdout_check": self.holdout_check, "holdout_text": self.holdout_text}
+        out["acceptance_check"] = self.acceptance_check
+        if self.acceptance_text is not None:
+            out["acceptance_text"] = self.acceptance_text
+        out |= {"by_length": self.by_length, "by_length_text": self.by_length_text}
+        out |= {"by_output_length": self.by_output_length, "by_output_length_text": self.by_output_length_text}
+        return out
+
+
+@dataclass(frozen=True)
 class Report:
     """A study's report. ``result``: what the study found (verdict, baselines, confirmation, recommendation);
     the rest presents the trials, the cost and the checks."""
@@ -207,7 +235,7 @@ class Report:
     load: Load | None
     objective: dict[str, Any]  # ``objective.describe``
     interval_note: str | None
-    traffic: dict[str, Any] | None  # request-log studies only
+    traffic: Traffic | None  # request-log studies only
     methods: dict[str, Any] | None  # spaces with search.methods only (``study.methods.summarize``)
     running: dict[str, object] | None = None  # a study an autotune runs now (``commands.study.progress``)
 
@@ -266,7 +294,7 @@ class Report:
             "comparisons": COMPARISONS,
         }
         if self.traffic is not None:
-            out["traffic"] = self.traffic
+            out["traffic"] = self.traffic.to_json()
         if self.methods is not None:
             out["methods"] = self.methods
         if self.running is not None:
@@ -417,32 +445,28 @@ def _mean(xs: list[Any]) -> float | None:
 
 
 def _traffic(
-    info: dict[str, Any],
-    holdout: dict[str, Any] | None,
-    accepted: dict[str, Any] | None,
+    info: TrafficInfo,
+    holdout: SubsetCheckRecord | None,
+    accepted: SubsetCheckRecord | None,
     res: StudyResult,
     by_number: dict[int, FrozenTrial],
-) -> dict[str, Any]:
+) -> Traffic:
     """A request-log study's subset and guards, the holdout checks as recorded, and the recommended config's
     speedup by length third against its baseline (the search's measurements; none for a baseline)."""
     from autotune.study.winner import acceptance_text
 
-    out = dict(info)
     rest = "subset vs the rest of the log"
-    out["holdout_check"] = holdout
     if holdout is not None:
-        out["holdout_text"] = f"{rest} (baseline trial {holdout['trial']}): {holdout['text']}"
-    elif info.get("holdout"):
-        out["holdout_text"] = f"{rest}: not measured (no baseline measured it)"
+        holdout_text = f"{rest} (baseline trial {holdout['trial']}): {holdout['text']}"
+    elif info.holdout:
+        holdout_text = f"{rest}: not measured (no baseline measured it)"
     else:
-        out["holdout_text"] = f"{rest}: off (benchmark.holdout: 0, or no request outside the subset)"
-    out["acceptance_check"] = accepted
+        holdout_text = f"{rest}: off (benchmark.holdout: 0, or no request outside the subset)"
+    accepted_text = None
     if accepted is not None:
-        out["acceptance_text"] = f"{rest} (the winner, after confirmation): " + acceptance_text(accepted)
-    elif info.get("holdout"):
-        out["acceptance_text"] = (
-            "the winner's acceptance on the rest of the log: not measured (no speculative winner confirmed)"
-        )
+        accepted_text = f"{rest} (the winner, after confirmation): " + acceptance_text(accepted)
+    elif info.holdout:
+        accepted_text = "the winner's acceptance on the rest of the log: not measured (no speculative winner confirmed)"
     t = by_number.get(res.recommended.trial) if res.recommended.trial is not None else None
     own = TrialRecord(t).baseline_trial if t is not None and not TrialRecord(t).is_baseline else None
     b = by_number.get(own) if own is not None else None
@@ -451,10 +475,19 @@ def _traffic(
         if t is not None and b is not None
         else ([], [])
     )
-    for side, key in (("input", "by_length"), ("output", "by_output_length")):
-        out[key] = by_length(mine, base, side=side) if b is not None else []
-        out[key + "_text"] = length_text(out[key], side=side)
-    return out
+    by_input = by_length(mine, base, side="input") if b is not None else []
+    by_output = by_length(mine, base, side="output") if b is not None else []
+    return Traffic(
+        info,
+        holdout,
+        holdout_text,
+        accepted,
+        accepted_text,
+        by_input,
+        length_text(by_input, side="input"),
+        by_output,
+        length_text(by_output, side="output"),
+    )
 
 
 def _methods_section(

@@ -366,7 +366,6 @@ def worker_spec(space: Space) -> dict[str, Any]:
     """What every worker of a study must share, besides the prompt set (``space_digest``): the searched space,
     the drafters' forced algorithms, pruning, the surrogate's share, the sampler and pruner, the warm-up passes.
     Paths, ports, hosts and the environment may differ between nodes."""
-    import dataclasses
 
     def knobs(specs: Any) -> dict[str, Any]:
         return {k: {"type": type(v).__name__, **dataclasses.asdict(v)} for k, v in specs.items()}
@@ -570,7 +569,7 @@ def open_study(
         if sampler is None or isinstance(sampler, optuna.samplers.TPESampler):
             records.set_worker_spec(study, worker_spec(space))
         if space.benchmark.traffic is not None:
-            records.set_traffic(study, dataclasses.asdict(space.benchmark.traffic))
+            records.set_traffic(study, space.benchmark.traffic)
     elif recorded != digest:
         raise UserError(
             f"study {study_name!r} was measured with a different prompt set, max_tokens, temperature or backend; "

@@ -12,7 +12,8 @@ import pytest
 from autotune.backends.sglang import SGLangBackend
 from autotune.records import TrialRecord
 from autotune.render import render_report
-from autotune.report import Load, build_report
+from autotune.report import Load, Traffic, build_report
+from autotune.space.model import TrafficInfo
 from autotune.study import open_study, run
 from autotune.traffic import Guard
 
@@ -119,7 +120,17 @@ def test_the_closing_summary_is_at_most_12_lines_and_ends_the_report(study_and_r
         result=replace(rep.result, recommended=replace(rep.recommended, winner=True, speedup_ci=ci)),
         flags=["trial 3: drafter not engaged: 0 draft tokens accepted", "trial 5: out of memory (at start-up)"],
         acceptance_guards=(Guard("acceptance-far-below", "trial 4 accepts ..."),),
-        traffic={"holdout_check": {"warning": "the subset runs ..."}, "by_output_length_text": "... WARNING ..."},
+        traffic=Traffic(
+            TrafficInfo("log.jsonl", 100, 10, "category", {}),
+            {"warning": "the subset runs ..."},
+            "subset vs the rest of the log ...",
+            None,
+            None,
+            [],
+            None,
+            [],
+            "... WARNING ...",
+        ),
     )
     most = summary_lines(full, deploy)
     assert len(most) <= 12
