@@ -114,7 +114,7 @@ PRUNE_REASON = "prune_reason"
 SPEEDUP_UPPER = "speedup_upper"
 PRUNE_RULE = "prune_rule"
 PRUNED_AGAINST = "pruned_against"
-#: {"p", "against", "tok_per_s", "predicted", "sd", "reason"} (``search.not_worth_a_start``)
+#: ``Skip.to_dict`` (``search.not_worth_a_start``)
 NOT_WORTH_A_START = "not_worth_a_start"
 BASELINE_TRIAL = "baseline_trial"
 ARGV = "argv"
@@ -450,6 +450,21 @@ _ENCODE: dict[str, Callable[[Any], object]] = {
 
 # -- one trial's record: ``TrialRecord`` (typed reads) and ``TrialWriter`` (writes while it runs)
 
+
+@dataclass(frozen=True)
+class Skip:
+    """Why a proposal was not launched (``search.not_worth_a_start``): the surrogate's chance ``p`` of it reaching
+    ``tok_per_s`` (trial ``against``'s, the best measured config's or the fastest baseline's), its prediction and
+    sd, and the reason in words."""
+
+    p: float
+    against: int | None
+    tok_per_s: float
+    predicted: float
+    sd: float
+    reason: str
+
+
 _T = TypeVar("_T")
 
 
@@ -479,8 +494,8 @@ class TrialRecord:
 
     role = _Attr[str | None](ROLE)
     seeded = _Attr[str | None](SEEDED)
-    config = _Attr[dict[str, Any] | None](CONFIG)
-    effective = _Attr[dict[str, Any] | None](EFFECTIVE)
+    config = _Attr[Config | None](CONFIG)
+    effective = _Attr[Config | None](EFFECTIVE)
     config_key = _Attr[str | None](CONFIG_KEY)
     duplicate_of = _Attr[int | None](DUPLICATE_OF)
     fail_kind = _Attr[str | None](FAIL_KIND)
@@ -490,8 +505,6 @@ class TrialRecord:
     prune_reason = _Attr[str | None](PRUNE_REASON)
     speedup_upper = _Attr[float | None](SPEEDUP_UPPER)
     pruned_against = _Attr[int | None](PRUNED_AGAINST)
-    #: not launched: the surrogate's chance of it reaching the best measured config was too small
-    not_worth_a_start = _Attr[dict[str, Any] | None](NOT_WORTH_A_START)
     speedup = _Attr[float | None](SPEEDUP)
     accept_length = _Attr[float | None](ACCEPT_LENGTH)
     #: per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed
@@ -533,12 +546,18 @@ class TrialRecord:
         return self.trial.params.get(PARAM_CUDA_GRAPH)
 
     @property
-    def shown_config(self) -> dict[str, Any] | None:
+    def shown_config(self) -> Config | None:
         """The effective config, else the suggested one (a config the server would reject has no effective one)."""
         return self.attrs.get(EFFECTIVE) or self.attrs.get(CONFIG)
 
     def effective_config(self) -> TrialConfig:
         return TrialConfig.from_dict(self.attrs.get(EFFECTIVE) or {})
+
+    @property
+    def not_worth_a_start(self) -> Skip | None:
+        """Not launched: the surrogate's chance of it reaching the best measured config was too small."""
+        stored = self.attrs.get(NOT_WORTH_A_START)
+        return Skip(**stored) if stored else None
 
     @property
     def is_duplicate(self) -> bool:
@@ -659,8 +678,8 @@ class TrialWriter:
         if against is not None:
             self._set(PRUNED_AGAINST, against)
 
-    def not_worth_a_start(self, skip: Mapping[str, object]) -> None:
-        self._set(NOT_WORTH_A_START, skip)
+    def not_worth_a_start(self, skip: Skip) -> None:
+        self._set(NOT_WORTH_A_START, dataclasses.asdict(skip))
 
     def server_log(self, tail: str, path: str | None) -> None:
         """The log of a server that did not start."""
@@ -1060,7 +1079,7 @@ def outcome_reason(t: FrozenTrial) -> str | None:
         return f"interrupted: {why} (not counted in the budget)"
     if t.state == TrialState.PRUNED:
         if r.not_worth_a_start:
-            return f"not launched: {r.not_worth_a_start.get('reason')}"
+            return f"not launched: {r.not_worth_a_start.reason}"
         if r.infeasible:
             kind = "out of memory" if r.fail_kind == ServerOOM.kind else "infeasible"
             return f"{kind}: {r.infeasible}"

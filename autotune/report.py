@@ -12,6 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import acceptance, bill, lossless, objective, records, warmup
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
+from autotune.config import Config
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.records import ConfirmationState, SubsetCheckRecord, TrialRecord
 from autotune.space.model import TrafficInfo
@@ -54,7 +55,7 @@ class TrialRow:
     role: str | None
     seeded: Any
     params: dict[str, object]
-    config: dict[str, Any] | None
+    config: Config | None
     tok_per_s: float | None
     speedup: float | None  # over its own baseline (a trial stopped early: over what it measured)
     speedup_upper: float | None
@@ -127,7 +128,7 @@ class BestConfig:
     ``confirmed_speedup`` confirmation's where it measured it."""
 
     trial: int
-    config: dict[str, Any] | None
+    config: Config | None
     tok_per_s: float | None
     speedup: float | None
     speedup_ci: CI | None
@@ -521,7 +522,7 @@ def _acceptance_guards(
     """``acceptance-far-below`` (``traffic.acceptance_guards``) on each drafter's fastest measured trial."""
     fastest: dict[str, TrialRow] = {}
     for r in rows:
-        drafter = (r.config or {}).get("drafter")
+        drafter = str((r.config or {}).get("drafter") or "")
         if not r.speculative or not drafter or r.duplicate_of is not None or not r.tok_per_s:
             continue
         if drafter not in fastest or r.tok_per_s > (fastest[drafter].tok_per_s or 0.0):

@@ -585,7 +585,7 @@ def surrogate(ctx: StudyContext, judged: TrialConfig | None = None) -> Model | N
     return model
 
 
-def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None) -> dict[str, Any] | None:
+def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None) -> records.Skip | None:
     """Whether a proposal of the sampler (TPE) or of the design is not worth a server start: the surrogate gives it
     less than ``SKIP_BELOW`` probability of reaching the best measured config (the measured config
     with the highest posterior mean among those not judged lossy, or the fastest baseline when that is faster).
@@ -642,18 +642,18 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
     p = reach((mu, sd))
     if p >= SKIP_BELOW or max(m for m, _ in opinions) > ref + math.log1p(-SKIP_MARGIN):
         return None
-    return {
-        "p": p,
-        "against": None if against is None else against.number,
-        "tok_per_s": math.exp(ref),
-        "predicted": math.exp(float(mu)),
-        "sd": float(sd),
-        "reason": (
+    return records.Skip(
+        p=p,
+        against=None if against is None else against.number,
+        tok_per_s=math.exp(ref),
+        predicted=math.exp(float(mu)),
+        sd=float(sd),
+        reason=(
             f"the surrogate gives it P = {p:.4f} of reaching {what} {math.exp(ref):.1f} tok/s (predicted "
             f"{math.exp(float(mu)):.1f} tok/s, sd {float(sd):.1%}: at least {SKIP_MARGIN:.0%} slower and P under "
             f"{SKIP_BELOW:g}: no server start)"
         ),
-    }
+    )
 
 
 def fastest_baseline(ctx: StudyContext) -> FrozenTrial | None:

@@ -87,7 +87,7 @@ from autotune.warmup import WarmUp
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 #: the search's launch gate: (effective config, the trial's ``seeded``) -> why not to launch it, or None
-Gate = Callable[[TrialConfig, str | None], dict[str, Any] | None]
+Gate = Callable[[TrialConfig, str | None], records.Skip | None]
 #: what a ``level`` event carries (the live view shows it)
 LEVEL_EVENT_KEYS = ("level", "tok_per_s", "speedup", "stream_tok_per_s", "itl_p99_ms", "ttft_p99_ms", "failed")
 #: this many servers in a row that did not start (before any speculative config ran) stop the study with a
