@@ -35,7 +35,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict
 
 from autotune.config import ReferenceOutput
 
@@ -72,6 +72,23 @@ TIE_TOLERANCE = {
 }
 #: when the data type is unknown
 UNKNOWN_TOLERANCE = TIE_TOLERANCE["bfloat16"]
+
+
+class LosslessRecord(TypedDict, total=False):
+    """A trial's lossless record as stored (its user attr ``lossless``) and reported: ``check_outputs``, with the
+    tolerance's source; ``borderline`` and ``cut`` only where there are some."""
+
+    ok: bool
+    tolerance: float
+    lossy: list[int]
+    numerics: list[int]
+    unclassified: list[int]
+    divergences: list[dict[str, Any]]  # ``Divergence.to_dict`` of each prompt that is not identical
+    prefix_fraction: list[float]
+    min_prefix_fraction: float | None
+    borderline: list[int]
+    cut: list[int]
+    tolerance_source: str
 
 
 @dataclass(frozen=True)

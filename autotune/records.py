@@ -514,7 +514,7 @@ class TrialRecord:
     argv = _Attr[list[str] | None](ARGV)
     baseline_trial = _Attr[int | None](BASELINE_TRIAL)
     outputs = _Attr[list[str]](OUTPUTS, list)
-    lossless = _Attr[dict[str, Any] | None](LOSSLESS)
+    lossless = _Attr[lossless.LosslessRecord | None](LOSSLESS)
     #: per-level summaries as stored (empty without load levels); ``level_results`` reads them typed
     levels = _Attr[list[dict[str, Any]]](LEVELS, list)
     slo_broken = _Attr[list[str]](SLO_BROKEN, list)
@@ -1258,11 +1258,26 @@ def design_seed(study: optuna.Study) -> int:
     return int.from_bytes(hashlib.sha256(study.study_name.encode()).digest()[:4], "little")
 
 
-def worker_spec(study: optuna.Study) -> dict[str, Any] | None:
+class WorkerSpec(TypedDict, total=False):
+    """The study attr ``worker_spec`` (``autotune.study.storage.worker_spec``): what every worker of a study must
+    share, a JSON document compared key by key (``storage.spec_differences``); ``warmup_passes`` only where the
+    starts warm up."""
+
+    space_digest: str
+    search: dict[str, object]  # drafters, CUDA graphs, knobs' domains (and methods: each one's drafters and knobs)
+    drafters: dict[str, dict[str, object]]  # name -> its forced algorithm
+    pruning: dict[str, object]
+    budget: dict[str, object]
+    sampler: dict[str, object]
+    pruner: dict[str, object]
+    warmup_passes: int
+
+
+def worker_spec(study: optuna.Study) -> WorkerSpec | None:
     return study.user_attrs.get(WORKER_SPEC)
 
 
-def set_worker_spec(study: optuna.Study, spec: Mapping[str, object]) -> None:
+def set_worker_spec(study: optuna.Study, spec: WorkerSpec) -> None:
     study.set_user_attr(WORKER_SPEC, spec)
 
 
@@ -1346,10 +1361,20 @@ def set_traffic_acceptance(study: optuna.Study, value: Mapping[str, object]) -> 
     study.set_user_attr(TRAFFIC_ACCEPTANCE, value)
 
 
-def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
+class GreedyLossless(lossless.LosslessRecord, total=False):
+    """The study attr ``greedy_lossless``: the winner ``trial``'s answers at temperature 0 against its ``baseline``'s
+    references (``autotune.study.winner``), or why the check was ``skipped``."""
+
+    trial: int
+    baseline: int | None
+    temperature: float
+    skipped: str
+
+
+def greedy_lossless(study: optuna.Study) -> GreedyLossless | None:
     """None until it ran."""
     value = study.user_attrs.get(GREEDY_LOSSLESS)
-    return value if isinstance(value, dict) else None
+    return cast(GreedyLossless, value) if isinstance(value, dict) else None
 
 
 def set_greedy_lossless(study: optuna.Study, value: Mapping[str, object]) -> None:
@@ -1367,12 +1392,30 @@ def set_drafter_references(study: optuna.Study, value: dict[str, float]) -> None
         study.set_user_attr(DRAFTER_REFERENCES, value)
 
 
-def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:
+class MethodEntry(TypedDict):
+    """A method of the study attr ``methods``: how reports name it, whether it adapts its draft (and which static
+    method it adapts), why it cannot run with the target (None: it can)."""
+
+    label: str
+    adaptive: bool
+    adapts: str | None
+    unavailable: str | None
+
+
+class MethodCatalogue(TypedDict):
+    """The study attr ``methods`` (``autotune.study.methods.catalogue``): the space's methods by name, and each
+    prompt's category."""
+
+    methods: dict[str, MethodEntry]
+    categories: list[str | None]
+
+
+def method_catalogue(study: optuna.Study) -> MethodCatalogue | None:
     """The method space's catalogue the study recorded (``autotune.study.methods``); None for other spaces."""
     return study.user_attrs.get(METHODS)
 
 
-def set_method_catalogue(study: optuna.Study, info: Mapping[str, object]) -> None:
+def set_method_catalogue(study: optuna.Study, info: MethodCatalogue) -> None:
     """Record the catalogue once (the first run's stays)."""
     if METHODS not in study.user_attrs:
         study.set_user_attr(METHODS, info)

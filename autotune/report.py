@@ -14,7 +14,8 @@ from autotune import acceptance, bill, lossless, objective, records, warmup
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.config import Config
 from autotune.errors import DrafterNotEngaged, ServerOOM
-from autotune.records import ConfirmationState, SubsetCheckRecord, TrialRecord
+from autotune.lossless import LosslessRecord
+from autotune.records import ConfirmationState, GreedyLossless, SubsetCheckRecord, TrialRecord
 from autotune.space.model import TrafficInfo
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
@@ -69,7 +70,7 @@ class TrialRow:
     pruned_against: int | None
     fail_kind: str | None
     fail_reason: str | None
-    lossless: dict[str, Any] | None
+    lossless: LosslessRecord | None
     lossless_summary: str | None
     log_path: str | None
     argv: list[str] | None
@@ -156,7 +157,7 @@ class Lossless:
     tolerance_source: str | None
     baseline_divergences: list[records.FloorEntry]
     baselines_compared: int
-    greedy: dict[str, object] | None = None
+    greedy: GreedyLossless | None = None
     greedy_text: str | None = None
     figures_from: str | None = None
 
@@ -692,7 +693,7 @@ def _best_configs(
     )
 
 
-def _lossless_summary(rows: list[TrialRow], floor: list[records.FloorEntry], greedy: dict[str, Any] | None) -> Lossless:
+def _lossless_summary(rows: list[TrialRow], floor: list[records.FloorEntry], greedy: GreedyLossless | None) -> Lossless:
     from autotune.study.winner import greedy_text
 
     checked = [(r, r.lossless) for r in rows if r.lossless]
@@ -705,7 +706,7 @@ def _lossless_summary(rows: list[TrialRow], floor: list[records.FloorEntry], gre
         baseline_divergences=[f for f in floor if f.divergence is not None],
         baselines_compared=sum(1 for f in floor if f.divergence is None),
         greedy=greedy,
-        greedy_text=None if greedy is None else "lossless check at temperature 0: " + greedy_text(greedy),
+        greedy_text=None if greedy is None else "lossless check at temperature 0: " + greedy_text(dict(greedy)),
         figures_from=None
         if greedy is None
         else (
@@ -733,7 +734,7 @@ def _verdict_text(v: str, exclusions: list[dict[str, Any]], suspects: list[dict[
     return VERDICT_TEXT[v]
 
 
-def _flags(rows: list[TrialRow], greedy: dict[str, Any] | None) -> list[str]:
+def _flags(rows: list[TrialRow], greedy: GreedyLossless | None) -> list[str]:
     out = []
     if greedy is not None and greedy.get("ok") is False:
         out.append(

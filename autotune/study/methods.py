@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.backends.base import Backend
+    from autotune.records import MethodCatalogue, MethodEntry
     from autotune.space import Space
 
 __all__ = ["METHOD_TIE", "MIN_OWN_EVIDENCE", "TUNED_MIN_CONFIGS", "catalogue", "from_study", "record", "summarize"]
@@ -50,11 +51,11 @@ METHOD_TIE = 0.02
 TUNED_MIN_CONFIGS = 3
 
 
-def catalogue(space: Space, backend: Backend) -> dict[str, Any] | None:
+def catalogue(space: Space, backend: Backend) -> MethodCatalogue | None:
     """The space's methods as a report needs them (None: the space has no ``search.methods``)."""
     if not space.search.methods:
         return None
-    methods = {}
+    methods: dict[str, MethodEntry] = {}
     for name in space.search.methods:
         m = backend.methods[name]
         methods[name] = {
