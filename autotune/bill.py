@@ -21,7 +21,7 @@ def bench_seconds(t: FrozenTrial) -> float:
     """A start's timed benchmark: its prompts one after another (level 1), then each higher load level it ran."""
     r = TrialRecord(t)
     levels = sum(x.get("seconds") or 0.0 for x in r.levels if int(x["level"]) > 1)
-    return sum(p.get("seconds") or 0.0 for p in r.prompts) + levels
+    return sum(p.seconds for p in r.prompt_results()) + levels
 
 
 def warmup_seconds(t: FrozenTrial) -> float:

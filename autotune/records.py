@@ -507,8 +507,6 @@ class TrialRecord:
     pruned_against = _Attr[int | None](PRUNED_AGAINST)
     speedup = _Attr[float | None](SPEEDUP)
     accept_length = _Attr[float | None](ACCEPT_LENGTH)
-    #: per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed
-    prompts = _Attr[list[dict[str, Any]]](PROMPTS, list)
     startup_s = _Attr[float | None](STARTUP_S)
     log_path = _Attr[str | None](LOG_PATH)
     argv = _Attr[list[str] | None](ARGV)
@@ -587,11 +585,11 @@ class TrialRecord:
     def accept_positions(self) -> AcceptPositions | None:
         """Its prompts' per-position acceptance counts pooled (``autotune.acceptance.pool``; None: the server
         reported none): ``rates`` are accepted at position i / drafts, an explanation, never a ranking."""
-        return pool(AcceptPositions.from_dict(p.get("accept_positions")) for p in self.prompts)
+        return pool(p.positions for p in self.prompt_results())
 
     def prompt_results(self) -> list[PromptResult]:
         """Per-prompt results, in the order measured (``PromptResult``, without the answers' text)."""
-        return [PromptResult.from_dict(p) for p in self.prompts]
+        return [PromptResult.from_dict(p) for p in self.attrs.get(PROMPTS, [])]
 
     @property
     def warmup(self) -> WarmUp:

@@ -312,7 +312,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
     by_number = {t.number: t for t in trials}
     weights = objective.study_level_weights(study)
     by_category = objective.study_category_weights(study)
-    n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompts) for t in trials), default=0)
+    n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompt_results()) for t in trials), default=0)
     fastest_trial = by_number.get(res.fastest_baseline.trial) if res.fastest_baseline else None
     cis = {c.trial: c.speedup_ci for c in res.confirmed}
     rows: list[TrialRow] = []
@@ -389,7 +389,7 @@ def _trial_row(
         prompts_measured=len(t.intermediate_values),
         accept_length=r.accept_length
         if r.accept_length is not None
-        else _mean([p.get("accept_length") for p in r.prompts]),
+        else _mean([p.accept_length for p in r.prompt_results()]),
         accept_per_pos=acceptance.summary(r.accept_positions),
         startup_s=r.startup_s,
         duplicate_of=r.duplicate_of,
@@ -616,7 +616,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
     searched = spent = pruning = dedup = 0.0
     starts = 0
     complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
-    n_prompts = max((len(TrialRecord(t).prompts) for t in complete), default=0)
+    n_prompts = max((len(TrialRecord(t).prompt_results()) for t in complete), default=0)
     level_s: dict[int, list[float]] = {}
     for t in complete:
         for x in TrialRecord(t).levels:
@@ -634,11 +634,11 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
             continue
         starts += 1
         searched += _start_seconds(t)
-        prompts = r.prompts
+        prompts = r.prompt_results()
         if t.state != TrialState.PRUNED or not prompts:
             continue
         if len(prompts) < n_prompts:
-            per = sum(p.get("seconds") or 0.0 for p in prompts) / len(prompts)
+            per = sum(p.seconds for p in prompts) / len(prompts)
             pruning += per * (n_prompts - len(prompts))
         reached = {int(x["level"]) for x in r.levels}
         pruning += sum(_mean(secs) or 0.0 for c, secs in level_s.items() if c not in reached)

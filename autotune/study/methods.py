@@ -331,8 +331,8 @@ def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any]
         base = records.find_baseline(study, r.cuda_graph)
         if base is None:
             continue
-        mine = {p["index"]: p.get("tok_per_s") for p in r.prompts}
-        theirs = {p["index"]: p.get("tok_per_s") for p in TrialRecord(base).prompts}
+        mine = {p.index: p.tok_per_s for p in r.prompt_results()}
+        theirs = {p.index: p.tok_per_s for p in TrialRecord(base).prompt_results()}
         n = len(info.get("categories") or [])
         per_prompt[t.number] = [(a / b) if (a := mine.get(i)) and (b := theirs.get(i)) else None for i in range(n)]
     weights = (report.get("objective") or {}).get("category_weights")

@@ -516,7 +516,7 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
     factored = not ctx.space.benchmark.loaded and not ctx.space.objective.weights
     done = records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED))
     complete = [
-        TrialRecord(t).prompts
+        TrialRecord(t).prompt_results()
         for t in done
         if factored and t.state == TrialState.COMPLETE and records.is_measured_speculative(t)
     ]
@@ -534,7 +534,7 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
             value = r.speedup * base_value[cg] if base_value[cg] > 0 else None
         if value is not None:
             log_v = math.log(value)
-            cost = log_round_cost(r.prompts, log_v, complete) if factored else None
+            cost = log_round_cost(r.prompt_results(), log_v, complete) if factored else None
             out.append((cfg, log_v, cost))
     return out
 

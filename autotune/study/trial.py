@@ -183,7 +183,7 @@ class Objective:
         evidence = self.ctx.evidence
         if evidence is None:
             return
-        results = t.results or [PromptResult.from_dict(p) for p in _record(t.trial).prompts]  # a duplicate: copied
+        results = t.results or _record(t.trial).prompt_results()  # a duplicate: copied
         cg = t.config.cuda_graph if t.config is not None else None
         base = None if t.config is None or t.config.is_baseline else records.find_baseline(self.ctx.study, cg)
         per_prompt = [] if base is None else [base.intermediate_values[s] for s in sorted(base.intermediate_values)]
@@ -627,12 +627,12 @@ def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, space:
     """Aggregate tok/s over the measured prompts over the baseline's there (or ``objective.one_stream_speedup``)."""
     if baseline is None or not results:
         return None
-    base_prompts = TrialRecord(baseline).prompts
+    base_prompts = TrialRecord(baseline).prompt_results()
     if space is not None and space.objective.by_category:
-        return objective.one_stream_speedup(results, [PromptResult.from_dict(p) for p in base_prompts], space)
+        return objective.one_stream_speedup(results, base_prompts, space)
     n = len(results)
-    base_tokens = sum(p["completion_tokens"] for p in base_prompts[:n])
-    base_seconds = sum(p["seconds"] for p in base_prompts[:n])
+    base_tokens = sum(p.completion_tokens for p in base_prompts[:n])
+    base_seconds = sum(p.seconds for p in base_prompts[:n])
     tokens = sum(r.completion_tokens for r in results)
     seconds = sum(r.seconds for r in results)
     if base_seconds > 0 and seconds > 0 and base_tokens > 0:

@@ -51,13 +51,13 @@ def test_gpu_time_is_startups_plus_timed_prompts_and_pruning_savings(study_and_r
         30.0 if f["kind"] == "exited" else 60.0 for f in failed
     )
     assert g["search_starts"] == len(measured) + len(failed)
-    expected = sum(60.0 + sum(p["seconds"] for p in TrialRecord(t).prompts) for t in measured)  # startup_s = 60
+    expected = sum(60.0 + sum(p.seconds for p in TrialRecord(t).prompt_results()) for t in measured)  # startup_s = 60
     assert g["search_s"] == pytest.approx(expected + g["failed_s"])
-    pruned = [t for t in measured if t.state == optuna.trial.TrialState.PRUNED and TrialRecord(t).prompts]
+    pruned = [t for t in measured if t.state == optuna.trial.TrialState.PRUNED and TrialRecord(t).prompt_results()]
     saved = 0.0
     for t in pruned:
-        ps = TrialRecord(t).prompts
-        saved += sum(p["seconds"] for p in ps) / len(ps) * (5 - len(ps))
+        ps = TrialRecord(t).prompt_results()
+        saved += sum(p.seconds for p in ps) / len(ps) * (5 - len(ps))
     assert saved > 0 and g["saved_by_pruning_s"] == pytest.approx(saved)
     rounds = study.user_attrs["confirmation"]["rounds"]
     assert g["confirmation_starts"] == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
