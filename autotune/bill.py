@@ -32,7 +32,7 @@ def warmup_seconds(t: FrozenTrial) -> float:
 def failed_starts(t: FrozenTrial) -> list[float]:
     """The server seconds of a trial's starts that failed (``TrialRecord.failed_starts``): each held the machine
     until it failed, and none of it is in the trial's own start-up or timed figures."""
-    return [float(x.get("seconds") or 0.0) for x in TrialRecord(t).failed_starts]
+    return [x.seconds for x in TrialRecord(t).failed_starts]
 
 
 def confirmation_failed_s(conf: ConfirmationState) -> list[float]:

@@ -452,6 +452,15 @@ _ENCODE: dict[str, Callable[[Any], object]] = {
 
 
 @dataclass(frozen=True)
+class FailedStart:
+    """A start that held the machine without giving its trial its figures: why (an error's ``kind``) and the
+    server seconds it held it (billed)."""
+
+    kind: str
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Skip:
     """Why a proposal was not launched (``search.not_worth_a_start``): the surrogate's chance ``p`` of it reaching
     ``tok_per_s`` (trial ``against``'s, the best measured config's or the fastest baseline's), its prediction and
@@ -601,9 +610,9 @@ class TrialRecord:
         return list(self.attrs.get(CRASHES) or [])
 
     @property
-    def failed_starts(self) -> list[dict[str, Any]]:
-        """Its starts that failed (``{"kind", "seconds"}``: server seconds each held the machine), billed."""
-        return list(self.attrs.get(FAILED_STARTS) or [])
+    def failed_starts(self) -> list[FailedStart]:
+        """Its starts that failed, billed."""
+        return [FailedStart(x["kind"], float(x.get("seconds") or 0.0)) for x in self.attrs.get(FAILED_STARTS) or []]
 
     def references(self) -> list[ReferenceOutput | None]:
         return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
@@ -690,8 +699,8 @@ class TrialWriter:
     def crashes(self, lines: list[str]) -> None:
         self._set(CRASHES, list(lines))
 
-    def failed_starts(self, starts: Sequence[Mapping[str, object]]) -> None:
-        self._set(FAILED_STARTS, list(starts))
+    def failed_starts(self, starts: Sequence[FailedStart]) -> None:
+        self._set(FAILED_STARTS, [dataclasses.asdict(x) for x in starts])
 
     def interrupted(self) -> None:
         self._set(INTERRUPTED, True)

@@ -111,11 +111,11 @@ class _Trial:
     results: list[PromptResult] | None = None  # the prompts measured so far (for the trial's evidence)
     levels: list[LevelResult] = field(default_factory=list)  # the load levels measured so far (level 1 first)
     start_s: float | None = None  # the current start's server seconds not in its timed figures (None: no own start)
-    failed: list[dict[str, object]] = field(default_factory=list)  # its failed starts (``TrialRecord.failed_starts``)
+    failed: list[records.FailedStart] = field(default_factory=list)  # its failed starts
 
     def lost(self, kind: str, seconds: float) -> None:
         """A start that held the machine without giving this trial its figures: on record, and billed."""
-        self.failed.append({"kind": kind, "seconds": round(seconds, 3)})
+        self.failed.append(records.FailedStart(kind, round(seconds, 3)))
         self.record.failed_starts(self.failed)
 
     @property

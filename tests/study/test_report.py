@@ -46,9 +46,9 @@ def test_gpu_time_is_startups_plus_timed_prompts_and_pruning_savings(study_and_r
     measured = [t for t in study.get_trials() if TrialRecord(t).measured and not TrialRecord(t).is_duplicate]
     # the starts that failed: "crashy" half-way through its start-up, trees over 12 tokens out of memory after it
     failed = [f for t in study.get_trials() for f in TrialRecord(t).failed_starts]
-    assert {f["kind"] for f in failed} == {"exited", "oom"}
+    assert {f.kind for f in failed} == {"exited", "oom"}
     assert g["failed_starts"] == len(failed) and g["failed_s"] == sum(
-        30.0 if f["kind"] == "exited" else 60.0 for f in failed
+        30.0 if f.kind == "exited" else 60.0 for f in failed
     )
     assert g["search_starts"] == len(measured) + len(failed)
     expected = sum(60.0 + sum(p.seconds for p in TrialRecord(t).prompt_results()) for t in measured)  # startup_s = 60
