@@ -202,14 +202,8 @@ class Traffic:
     by_output_length_text: str | None
 
     def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = {**asdict(self.info), "guards": [list(g) for g in self.info.guards]}
-        out |= {"holdout_check": self.holdout_check, "holdout_text": self.holdout_text}
-        out["acceptance_check"] = self.acceptance_check
-        if self.acceptance_text is not None:
-            out["acceptance_text"] = self.acceptance_text
-        out |= {"by_length": self.by_length, "by_length_text": self.by_length_text}
-        out |= {"by_output_length": self.by_output_length, "by_output_length_text": self.by_output_length_text}
-        return out
+        rest = {k: v for k, v in self.__dict__.items() if k != "info" and (k != "acceptance_text" or v is not None)}
+        return {**asdict(self.info), "guards": [list(g) for g in self.info.guards], **rest}
 
 
 @dataclass(frozen=True)
