@@ -398,9 +398,9 @@ def test_a_config_judged_lossy_is_never_the_best_the_stop_and_the_gate_measure_a
     assert verdict is None  # predicted far above every lossless config: worth a start as far as speed goes
     slow = TrialConfig.make("good", True, num_steps=1, topk=1, num_draft_tokens=2)
     judged = search.not_worth_a_start(orch.ctx, slow, None)
-    assert judged is not None and judged["against"] not in {t.number for t in lossy}
+    assert judged is not None and judged.against not in {t.number for t in lossy}
     fastest_lossy = max(t.value for t in lossy if t.value)
-    assert judged["tok_per_s"] < 0.75 * fastest_lossy  # the bar is the good drafter's best, half the lossy one's
+    assert judged.tok_per_s < 0.75 * fastest_lossy  # the bar is the good drafter's best, half the lossy one's
 
 
 def test_the_search_factors_its_surrogate_where_every_start_reports_acceptance():
