@@ -316,12 +316,14 @@ class LevelSummary:
     tok_per_s: float
     speedup: float | None = None
     slo_broken: tuple[str, ...] = ()
+    seconds: float = 0.0  # the level's timed seconds (billed)
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> LevelSummary:
         return LevelSummary(
             level=int(d["level"]),
             tok_per_s=float(d.get("tok_per_s") or 0.0),
+            seconds=float(d.get("seconds") or 0.0),
             speedup=None if d.get("speedup") is None else float(d["speedup"]),
             slo_broken=tuple(str(x) for x in d.get("slo_broken") or ()),
         )

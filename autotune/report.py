@@ -397,7 +397,7 @@ def _trial_row(
         log_path=r.log_path,
         argv=r.argv,
         levels=r.levels,
-        levels_measured=[int(x["level"]) for x in r.levels],
+        levels_measured=[x.level for x in r.level_results()],
         slo_broken=r.slo_broken,
         reason=records.outcome_reason(t) or _complete_note(r),
         gpu_s=trial_gpu_s(t),
@@ -412,7 +412,7 @@ def _complete_note(r: TrialRecord) -> str | None:
     """A COMPLETE trial's note: the load levels whose latency limits it breaks (it ranks after those within them)."""
     if not r.slo_broken:
         return None
-    broken = [f"{x['level']} streams ({'; '.join(x['slo_broken'])})" for x in r.levels if x.get("slo_broken")]
+    broken = [f"{x.level} streams ({'; '.join(x.slo_broken)})" for x in r.level_results() if x.slo_broken]
     return (
         "latency limit (objective.slo) broken at "
         + (", ".join(broken) or ", ".join(r.slo_broken))
@@ -613,9 +613,9 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
     n_prompts = max((len(TrialRecord(t).prompt_results()) for t in complete), default=0)
     level_s: dict[int, list[float]] = {}
     for t in complete:
-        for x in TrialRecord(t).levels:
-            if int(x["level"]) > 1 and x.get("seconds"):
-                level_s.setdefault(int(x["level"]), []).append(float(x["seconds"]))
+        for x in TrialRecord(t).level_results():
+            if x.level > 1 and x.seconds:
+                level_s.setdefault(x.level, []).append(x.seconds)
     failed: list[float] = []  # the search's starts that failed (their server seconds until they did)
     for t in trials:
         r = TrialRecord(t)
@@ -634,7 +634,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
         if len(prompts) < n_prompts:
             per = sum(p.seconds for p in prompts) / len(prompts)
             pruning += per * (n_prompts - len(prompts))
-        reached = {int(x["level"]) for x in r.levels}
+        reached = {x.level for x in r.level_results()}
         pruning += sum(_mean(secs) or 0.0 for c, secs in level_s.items() if c not in reached)
     searched, starts = searched + sum(failed), starts + len(failed)
     confirm = confirmation_starts(trials, conf)
