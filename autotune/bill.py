@@ -20,8 +20,8 @@ def _mean(xs: list[float | None]) -> float:
 def bench_seconds(t: FrozenTrial) -> float:
     """A start's timed benchmark: its prompts one after another (level 1), then each higher load level it ran."""
     r = TrialRecord(t)
-    levels = sum(x.get("seconds") or 0.0 for x in r.levels if int(x["level"]) > 1)
-    return sum(p.get("seconds") or 0.0 for p in r.prompts) + levels
+    levels = sum(x.seconds for x in r.level_results() if x.level > 1)
+    return sum(p.seconds for p in r.prompt_results()) + levels
 
 
 def warmup_seconds(t: FrozenTrial) -> float:
@@ -32,7 +32,7 @@ def warmup_seconds(t: FrozenTrial) -> float:
 def failed_starts(t: FrozenTrial) -> list[float]:
     """The server seconds of a trial's starts that failed (``TrialRecord.failed_starts``): each held the machine
     until it failed, and none of it is in the trial's own start-up or timed figures."""
-    return [float(x.get("seconds") or 0.0) for x in TrialRecord(t).failed_starts]
+    return [x.seconds for x in TrialRecord(t).failed_starts]
 
 
 def confirmation_failed_s(conf: ConfirmationState) -> list[float]:

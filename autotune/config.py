@@ -17,6 +17,8 @@ from typing import Any, Self
 from autotune.acceptance import AcceptPositions
 
 KnobValue = int | float | str | bool
+#: a config as a trial record keeps and the report shows it: param name -> value (``TrialConfig.to_dict``)
+Config = dict[str, KnobValue | None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,7 +31,7 @@ class TrialConfig:
     knobs: tuple[tuple[str, KnobValue], ...] = ()
 
     @classmethod
-    def make(cls, drafter: str | None, cuda_graph: bool = True, **knobs: KnobValue) -> Self:
+    def make(cls, drafter: str | None, cuda_graph: bool = True, **knobs: KnobValue | None) -> Self:
         return cls(
             drafter=drafter,
             cuda_graph=bool(cuda_graph),
@@ -67,14 +69,16 @@ class TrialConfig:
     def with_knobs(self, **changes: KnobValue) -> TrialConfig:
         return TrialConfig.make(self.drafter, self.cuda_graph, **{**self.knob_dict, **changes})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Config:
         return {"drafter": self.drafter, "cuda_graph": self.cuda_graph, **self.knob_dict}
 
     @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> TrialConfig:
+    def from_dict(d: Mapping[str, KnobValue | None]) -> TrialConfig:
         knobs = {k: v for k, v in d.items() if k not in ("drafter", "cuda_graph")}
         drafter = d.get("drafter")
-        return TrialConfig.make(None if drafter in ("none", "") else drafter, bool(d.get("cuda_graph", True)), **knobs)
+        return TrialConfig.make(
+            None if drafter in (None, "none", "") else str(drafter), bool(d.get("cuda_graph", True)), **knobs
+        )
 
     def key(self) -> str:
         """Canonical string: two configs with the same key are the same server config."""
@@ -312,12 +316,14 @@ class LevelSummary:
     tok_per_s: float
     speedup: float | None = None
     slo_broken: tuple[str, ...] = ()
+    seconds: float = 0.0  # the level's timed seconds (billed)
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> LevelSummary:
         return LevelSummary(
             level=int(d["level"]),
             tok_per_s=float(d.get("tok_per_s") or 0.0),
+            seconds=float(d.get("seconds") or 0.0),
             speedup=None if d.get("speedup") is None else float(d["speedup"]),
             slo_broken=tuple(str(x) for x in d.get("slo_broken") or ()),
         )

@@ -81,7 +81,7 @@ def _verdict(report: Report) -> list[str]:
     if report.objective.get("category_weights"):  # what the study maximised, when its weights name categories
         parts.append(f"<p class='objective' id='objective'>objective: {_e(report.objective['text'])}</p>")
     if report.search_settled:
-        parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled['text'])}</p>")
+        parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled.text)}</p>")
     if report.warmup:
         parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report.warmup['text'])}</p>")
     for e in res.exclusions:
@@ -228,23 +228,24 @@ def _traffic(report: Report) -> list[str]:
     t = report.traffic
     if not t:
         return []
+    info = t.info
     parts = [
         "<h2>Traffic</h2>",
-        f"<p id='traffic'>{_e(t['picked'])} of {_e(t['log_requests'])} logged requests measured "
-        f"(<code>{_e(t['path'])}</code>; stratified by length and {_e(t['by'])}).</p>",
+        f"<p id='traffic'>{_e(info.picked)} of {_e(info.log_requests)} logged requests measured "
+        f"(<code>{_e(info.path)}</code>; stratified by length and {_e(info.by)}).</p>",
     ]
-    parts += [
-        f"<p class='warn' id='guard-{_e(n)}'>traffic guard {_e(n)}: {_e(x)}</p>" for n, x in t.get("guards") or []
-    ]
-    check = t.get("holdout_check")
+    parts += [f"<p class='warn' id='guard-{_e(n)}'>traffic guard {_e(n)}: {_e(x)}</p>" for n, x in info.guards]
+    check = t.holdout_check
     warn = " class='warn'" if check and check.get("warning") else ""
-    parts.append(f"<p id='holdout'{warn}>{_e(t['holdout_text'])}</p>")
-    if t.get("acceptance_text"):
-        acc = t.get("acceptance_check")
+    parts.append(f"<p id='holdout'{warn}>{_e(t.holdout_text)}</p>")
+    if t.acceptance_text:
+        acc = t.acceptance_check
         warn = " class='warn'" if acc and acc.get("warning") else ""
-        parts.append(f"<p id='holdout-acceptance'{warn}>{_e(t['acceptance_text'])}</p>")
-    for side, key, table in (("input", "by_length", "by-length"), ("output", "by_output_length", "by-output-length")):
-        rows = t.get(key) or []
+        parts.append(f"<p id='holdout-acceptance'{warn}>{_e(t.acceptance_text)}</p>")
+    for side, rows, text, table in (
+        ("input", t.by_length, t.by_length_text, "by-length"),
+        ("output", t.by_output_length, t.by_output_length_text, "by-output-length"),
+    ):
         if not rows:
             continue
         parts.append(
@@ -258,7 +259,7 @@ def _traffic(report: Report) -> list[str]:
                 f"<td>{_e(r['prompts'])}</td><td>{fmt(r['baseline_tok_per_s'])}</td><td>{fmt(r['tok_per_s'])}</td>"
                 f"<td>{fmt(r['speedup'], '.2f')}</td></tr>"
             )
-        parts.append(f"</table><p>{_e(t.get(key + '_text'))}</p>")
+        parts.append(f"</table><p>{_e(text)}</p>")
     return parts
 
 

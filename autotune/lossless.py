@@ -33,9 +33,9 @@ import json
 import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypedDict
 
 from autotune.config import ReferenceOutput
 
@@ -74,6 +74,23 @@ TIE_TOLERANCE = {
 UNKNOWN_TOLERANCE = TIE_TOLERANCE["bfloat16"]
 
 
+class LosslessRecord(TypedDict, total=False):
+    """A trial's lossless record as stored (its user attr ``lossless``) and reported: ``check_outputs``, with the
+    tolerance's source; ``borderline`` and ``cut`` only where there are some."""
+
+    ok: bool
+    tolerance: float
+    lossy: list[int]
+    numerics: list[int]
+    unclassified: list[int]
+    divergences: list[dict[str, Any]]  # ``Divergence.to_dict`` of each prompt that is not identical
+    prefix_fraction: list[float]
+    min_prefix_fraction: float | None
+    borderline: list[int]
+    cut: list[int]
+    tolerance_source: str
+
+
 @dataclass(frozen=True)
 class Divergence:
     """How one prompt's answer compares with the baseline's."""
@@ -90,6 +107,10 @@ class Divergence:
     #: a reader needs to tell a different token from an answer cut short
     baseline_next: str | None = None
     other_next: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Divergence:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -251,9 +272,9 @@ def summary_line(record: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "identical"
 
 
-def floor(divergences: Iterable[Mapping[str, Any]]) -> float:
+def floor(divergences: Iterable[Divergence]) -> float:
     """The largest margin at which baselines diverged from each other (0 when they never did)."""
-    return max((float(d["margin"]) for d in divergences if d.get("margin") is not None), default=0.0)
+    return max((d.margin for d in divergences if d.margin is not None), default=0.0)
 
 
 # ---------------------------------------------------------------------------------------- the target's type

@@ -70,17 +70,18 @@ confirmed winner's answers at temperature 0 against its baseline's references; `
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, NotRequired, TypedDict, TypeVar, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import lossless
 from autotune.acceptance import AcceptPositions, pool
-from autotune.config import LaunchInfo, LevelSummary, PromptResult, ReferenceOutput, TrialConfig
+from autotune.config import Config, LaunchInfo, LevelSummary, PromptResult, ReferenceOutput, TrialConfig
 from autotune.errors import (
     BenchmarkError,
     DrafterNotEngaged,
@@ -91,6 +92,7 @@ from autotune.errors import (
     StartupTimeout,
     Unstable,
 )
+from autotune.space.model import TrafficInfo
 from autotune.stats import Interval
 from autotune.verdict import ToSettle, Verdict
 from autotune.warmup import WarmUp
@@ -114,7 +116,7 @@ PRUNE_REASON = "prune_reason"
 SPEEDUP_UPPER = "speedup_upper"
 PRUNE_RULE = "prune_rule"
 PRUNED_AGAINST = "pruned_against"
-#: {"p", "against", "tok_per_s", "predicted", "sd", "reason"} (``search.not_worth_a_start``)
+#: ``Skip.to_dict`` (``search.not_worth_a_start``)
 NOT_WORTH_A_START = "not_worth_a_start"
 BASELINE_TRIAL = "baseline_trial"
 ARGV = "argv"
@@ -370,7 +372,7 @@ class CandidateResult(_Stored):
     slower than the leader)."""
 
     trial: int
-    config: dict[str, object]
+    config: Config
     tok_per_s: tuple[float, ...]
     baseline_tok_per_s: tuple[float | None, ...]
     speedup_ci: Interval | None
@@ -450,7 +452,7 @@ class Exclusion:
 
     trial: int
     kind: str
-    config: dict[str, object] | None
+    config: Config | None
     reason: str | None
     speedup: float | None = None
     in_confirmation: bool = False  # its starts failed in a confirmation round (``ConfirmationState.failed``)
@@ -521,7 +523,7 @@ class FailedCandidate(_Stored):
     round: int
     failed_s: tuple[float, ...]
 
-    def exclusion(self, config: dict[str, object] | None) -> Exclusion:
+    def exclusion(self, config: Config | None) -> Exclusion:
         return Exclusion(self.trial, self.kind, config, self.reason, None, in_confirmation=True)
 
     @classmethod
@@ -660,6 +662,30 @@ _ENCODE: dict[str, Callable[[Any], object]] = {
 
 # -- one trial's record: ``TrialRecord`` (typed reads) and ``TrialWriter`` (writes while it runs)
 
+
+@dataclass(frozen=True)
+class FailedStart:
+    """A start that held the machine without giving its trial its figures: why (an error's ``kind``) and the
+    server seconds it held it (billed)."""
+
+    kind: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Why a proposal was not launched (``search.not_worth_a_start``): the surrogate's chance ``p`` of it reaching
+    ``tok_per_s`` (trial ``against``'s, the best measured config's or the fastest baseline's), its prediction and
+    sd, and the reason in words."""
+
+    p: float
+    against: int | None
+    tok_per_s: float
+    predicted: float
+    sd: float
+    reason: str
+
+
 _T = TypeVar("_T")
 
 
@@ -689,8 +715,8 @@ class TrialRecord:
 
     role = _Attr[str | None](ROLE)
     seeded = _Attr[str | None](SEEDED)
-    config = _Attr[dict[str, Any] | None](CONFIG)
-    effective = _Attr[dict[str, Any] | None](EFFECTIVE)
+    config = _Attr[Config | None](CONFIG)
+    effective = _Attr[Config | None](EFFECTIVE)
     config_key = _Attr[str | None](CONFIG_KEY)
     duplicate_of = _Attr[int | None](DUPLICATE_OF)
     fail_kind = _Attr[str | None](FAIL_KIND)
@@ -700,18 +726,14 @@ class TrialRecord:
     prune_reason = _Attr[str | None](PRUNE_REASON)
     speedup_upper = _Attr[float | None](SPEEDUP_UPPER)
     pruned_against = _Attr[int | None](PRUNED_AGAINST)
-    #: not launched: the surrogate's chance of it reaching the best measured config was too small
-    not_worth_a_start = _Attr[dict[str, Any] | None](NOT_WORTH_A_START)
     speedup = _Attr[float | None](SPEEDUP)
     accept_length = _Attr[float | None](ACCEPT_LENGTH)
-    #: per-prompt results as stored (the report shows these dicts); ``prompt_results`` reads them typed
-    prompts = _Attr[list[dict[str, Any]]](PROMPTS, list)
     startup_s = _Attr[float | None](STARTUP_S)
     log_path = _Attr[str | None](LOG_PATH)
     argv = _Attr[list[str] | None](ARGV)
     baseline_trial = _Attr[int | None](BASELINE_TRIAL)
     outputs = _Attr[list[str]](OUTPUTS, list)
-    lossless = _Attr[dict[str, Any] | None](LOSSLESS)
+    lossless = _Attr[lossless.LosslessRecord | None](LOSSLESS)
     #: per-level summaries as stored (empty without load levels); ``level_results`` reads them typed
     levels = _Attr[list[dict[str, Any]]](LEVELS, list)
     slo_broken = _Attr[list[str]](SLO_BROKEN, list)
@@ -743,12 +765,18 @@ class TrialRecord:
         return self.trial.params.get(PARAM_CUDA_GRAPH)
 
     @property
-    def shown_config(self) -> dict[str, Any] | None:
+    def shown_config(self) -> Config | None:
         """The effective config, else the suggested one (a config the server would reject has no effective one)."""
         return self.attrs.get(EFFECTIVE) or self.attrs.get(CONFIG)
 
     def effective_config(self) -> TrialConfig:
         return TrialConfig.from_dict(self.attrs.get(EFFECTIVE) or {})
+
+    @property
+    def not_worth_a_start(self) -> Skip | None:
+        """Not launched: the surrogate's chance of it reaching the best measured config was too small."""
+        stored = self.attrs.get(NOT_WORTH_A_START)
+        return Skip(**stored) if stored else None
 
     @property
     def is_duplicate(self) -> bool:
@@ -778,11 +806,11 @@ class TrialRecord:
     def accept_positions(self) -> AcceptPositions | None:
         """Its prompts' per-position acceptance counts pooled (``autotune.acceptance.pool``; None: the server
         reported none): ``rates`` are accepted at position i / drafts, an explanation, never a ranking."""
-        return pool(AcceptPositions.from_dict(p.get("accept_positions")) for p in self.prompts)
+        return pool(p.positions for p in self.prompt_results())
 
     def prompt_results(self) -> list[PromptResult]:
         """Per-prompt results, in the order measured (``PromptResult``, without the answers' text)."""
-        return [PromptResult.from_dict(p) for p in self.prompts]
+        return [PromptResult.from_dict(p) for p in self.attrs.get(PROMPTS, [])]
 
     @property
     def warmup(self) -> WarmUp:
@@ -794,9 +822,9 @@ class TrialRecord:
         return list(self.attrs.get(CRASHES) or [])
 
     @property
-    def failed_starts(self) -> list[dict[str, Any]]:
-        """Its starts that failed (``{"kind", "seconds"}``: server seconds each held the machine), billed."""
-        return list(self.attrs.get(FAILED_STARTS) or [])
+    def failed_starts(self) -> list[FailedStart]:
+        """Its starts that failed, billed."""
+        return [FailedStart(x["kind"], float(x.get("seconds") or 0.0)) for x in self.attrs.get(FAILED_STARTS) or []]
 
     def references(self) -> list[ReferenceOutput | None]:
         return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
@@ -869,8 +897,8 @@ class TrialWriter:
         if against is not None:
             self._set(PRUNED_AGAINST, against)
 
-    def not_worth_a_start(self, skip: Mapping[str, object]) -> None:
-        self._set(NOT_WORTH_A_START, skip)
+    def not_worth_a_start(self, skip: Skip) -> None:
+        self._set(NOT_WORTH_A_START, dataclasses.asdict(skip))
 
     def server_log(self, tail: str, path: str | None) -> None:
         """The log of a server that did not start."""
@@ -883,8 +911,8 @@ class TrialWriter:
     def crashes(self, lines: list[str]) -> None:
         self._set(CRASHES, list(lines))
 
-    def failed_starts(self, starts: Sequence[Mapping[str, object]]) -> None:
-        self._set(FAILED_STARTS, list(starts))
+    def failed_starts(self, starts: Sequence[FailedStart]) -> None:
+        self._set(FAILED_STARTS, [dataclasses.asdict(x) for x in starts])
 
     def interrupted(self) -> None:
         self._set(INTERRUPTED, True)
@@ -1193,20 +1221,40 @@ def find_exclusions(study: optuna.Study) -> list[Exclusion]:
     return out
 
 
-def level_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """Measured speculative trials with load levels, as ``autotune.schedule.build`` reads them."""
+@dataclass(frozen=True)
+class LevelPoint:
+    """One load level of a ``LevelRow``: the speedup over the baseline's same level, the latency limits broken."""
+
+    level: int
+    speedup: float | None
+    slo_broken: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LevelRow:
+    """A measured speculative trial's per-level speedups, as ``autotune.schedule.build`` reads them."""
+
+    trial: int
+    config: Config | None
+    levels: tuple[LevelPoint, ...]
+    lossy: bool
+
+
+def level_rows(study: optuna.Study) -> list[LevelRow]:
+    """Measured speculative trials with load levels, as the search measured them."""
     out = []
     for t in trials(study, (TrialState.COMPLETE,)):
         r = TrialRecord(t)
         if r.is_baseline or r.is_duplicate or not r.levels:
             continue
-        out.append({"trial": t.number, "config": r.effective, "levels": r.levels, "lossy": r.lossy})
+        levels = tuple(LevelPoint(x.level, x.speedup, x.slo_broken) for x in r.level_results())
+        out.append(LevelRow(t.number, r.effective, levels, r.lossy))
     return out
 
 
-def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """The confirmed candidates' per-level speedups (interval points) as ``autotune.schedule.build`` reads them;
-    [] without a per-level confirmation. Latency limits broken in the search still count."""
+def confirmed_level_rows(study: optuna.Study) -> list[LevelRow]:
+    """The confirmed candidates' per-level speedups (interval points); [] without a per-level confirmation.
+    Latency limits broken in the search still count."""
     conf = confirmation(study)
     per = (conf.level_results if conf is not None else None) or {}
     out = []
@@ -1215,9 +1263,9 @@ def confirmed_level_rows(study: optuna.Study) -> list[dict[str, Any]]:
         if t is None:
             continue
         r = TrialRecord(t)
-        broken = {x.level: list(x.slo_broken) for x in r.level_results()}
-        levels = [{"level": c, "speedup": iv.point, "slo_broken": broken.get(c) or []} for c, iv in ivs.items() if iv]
-        out.append({"trial": t.number, "config": r.effective, "levels": levels, "lossy": r.lossy})
+        broken = {x.level: x.slo_broken for x in r.level_results()}
+        levels = tuple(LevelPoint(int(c), iv.point, broken.get(int(c), ())) for c, iv in ivs.items() if iv)
+        out.append(LevelRow(t.number, r.effective, levels, r.lossy))
     return out
 
 
@@ -1240,7 +1288,7 @@ def outcome_reason(t: FrozenTrial) -> str | None:
         return f"interrupted: {why} (not counted in the budget)"
     if t.state == TrialState.PRUNED:
         if r.not_worth_a_start:
-            return f"not launched: {r.not_worth_a_start.get('reason')}"
+            return f"not launched: {r.not_worth_a_start.reason}"
         if r.infeasible:
             kind = "out of memory" if r.fail_kind == ServerOOM.kind else "infeasible"
             return f"{kind}: {r.infeasible}"
@@ -1259,13 +1307,37 @@ def outcome_reason(t: FrozenTrial) -> str | None:
 
 
 # -- the study's own attrs: labels, the lossless floor, the phases' recorded state, the worker spec, the budget
-def lossless_floor(study: optuna.Study) -> list[dict[str, Any]]:
-    """The divergences found between baselines (and each baseline compared: ``{"checked": True}``)."""
-    return list(study.user_attrs.get(LOSSLESS_FLOOR, []))
+@dataclass(frozen=True)
+class FloorEntry:
+    """One entry of the study attr ``lossless_floor``: baseline ``baseline`` (a trial number, or ``"confirmation"``
+    for a fresh start) diverged from trial ``against``; or, without a ``divergence``, that the baseline was
+    compared (stored as ``"checked": true``)."""
+
+    baseline: int | str
+    cuda_graph: bool
+    divergence: lossless.Divergence | None = None
+    against: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FloorEntry:
+        if d.get("checked"):
+            return cls(d["baseline"], d["cuda_graph"])
+        return cls(d["baseline"], d["cuda_graph"], lossless.Divergence.from_dict(d), d["against"])
+
+    def to_dict(self) -> dict[str, object]:
+        if self.divergence is None:
+            return {"baseline": self.baseline, "checked": True, "cuda_graph": self.cuda_graph}
+        div = self.divergence.to_dict()
+        return {**div, "baseline": self.baseline, "against": self.against, "cuda_graph": self.cuda_graph}
 
 
-def set_lossless_floor(study: optuna.Study, floor: Sequence[Mapping[str, object]]) -> None:
-    study.set_user_attr(LOSSLESS_FLOOR, floor)
+def lossless_floor(study: optuna.Study) -> list[FloorEntry]:
+    """The divergences found between baselines, and each baseline compared."""
+    return [FloorEntry.from_dict(d) for d in study.user_attrs.get(LOSSLESS_FLOOR, [])]
+
+
+def set_lossless_floor(study: optuna.Study, floor: Sequence[FloorEntry]) -> None:
+    study.set_user_attr(LOSSLESS_FLOOR, [f.to_dict() for f in floor])
 
 
 @dataclass(frozen=True)
@@ -1296,15 +1368,55 @@ def set_baseline_check_rounds(study: optuna.Study, rounds: list[Round]) -> None:
     study.set_user_attr(BASELINE_CHECK_ROUNDS, rounds_to(rounds))
 
 
-def search_settled(study: optuna.Study) -> dict[str, Any] | None:
-    """Why the search stopped before its budget (``autotune.study.settle.Settled`` as a dict, with ``trials`` and
-    the ``n_trials`` cap it stopped under), or None."""
+@dataclass(frozen=True)
+class Settled:
+    """Whether the surrogate's probabilities settle the search (``autotune.study.settle``; ``reason`` is None while
+    they do not); the study attr ``search_settled`` once they did, with the counted ``trials`` then and the
+    ``n_trials`` cap the search stopped under."""
+
+    p_improve: float
+    p_gain: float
+    threshold: float
+    resolution: float
+    min_gain: float
+    measured: int
+    unmeasured: int
+    reason: str | None
+    #: the largest expected improvement of one unmeasured config over the best measured one (relative tok/s): what
+    #: the next trial can gain at best, in expectation; ``expected_gain_bar``: the same over the best measured or the
+    #: bar (the fastest baseline times 1 + min_gain), whichever is higher: the gain that could change the verdict.
+    #: Recorded with a settled stop; no stop rule reads them
+    expected_gain: float = 0.0
+    expected_gain_bar: float = 0.0
+    #: how likely any config not measured yet changes the answer: beats the best measured one by more than the
+    #: resolution where that is above the bar, or clears the bar (the fastest baseline times 1 + min_gain) where
+    #: the best measured is below it. Under the bar, a config 1% faster than the best measured changes nothing the
+    #: user decides (both deploy the baseline): the field report's study, whose best is a 1.004x tie, measured ~30
+    #: configs refining ties under the bar after its expected gain over the bar was under 0.1%
+    p_change: float = 1.0
+    trials: int | None = None
+    n_trials: int | None = None
+
+    @property
+    def text(self) -> str:
+        return f"search stopped after {self.trials} of up to {self.n_trials} trials: {self.reason}"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Settled:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+    def to_dict(self) -> dict[str, float | int | str | None]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def search_settled(study: optuna.Study) -> Settled | None:
+    """Why the search stopped before its budget, or None."""
     stored = study.user_attrs.get(SEARCH_SETTLED)
-    return dict(stored) if stored else None
+    return Settled.from_dict(stored) if stored else None
 
 
-def set_search_settled(study: optuna.Study, state: Mapping[str, object]) -> None:
-    study.set_user_attr(SEARCH_SETTLED, state)
+def set_search_settled(study: optuna.Study, state: Settled) -> None:
+    study.set_user_attr(SEARCH_SETTLED, state.to_dict())
 
 
 def confirmation(study: optuna.Study) -> ConfirmationState | None:
@@ -1355,11 +1467,26 @@ def design_seed(study: optuna.Study) -> int:
     return int.from_bytes(hashlib.sha256(study.study_name.encode()).digest()[:4], "little")
 
 
-def worker_spec(study: optuna.Study) -> dict[str, Any] | None:
+class WorkerSpec(TypedDict, total=False):
+    """The study attr ``worker_spec`` (``autotune.study.storage.worker_spec``): what every worker of a study must
+    share, a JSON document compared key by key (``storage.spec_differences``); ``warmup_passes`` only where the
+    starts warm up."""
+
+    space_digest: str
+    search: dict[str, object]  # drafters, CUDA graphs, knobs' domains (and methods: each one's drafters and knobs)
+    drafters: dict[str, dict[str, object]]  # name -> its forced algorithm
+    pruning: dict[str, object]
+    budget: dict[str, object]
+    sampler: dict[str, object]
+    pruner: dict[str, object]
+    warmup_passes: int
+
+
+def worker_spec(study: optuna.Study) -> WorkerSpec | None:
     return study.user_attrs.get(WORKER_SPEC)
 
 
-def set_worker_spec(study: optuna.Study, spec: Mapping[str, object]) -> None:
+def set_worker_spec(study: optuna.Study, spec: WorkerSpec) -> None:
     study.set_user_attr(WORKER_SPEC, spec)
 
 
@@ -1385,25 +1512,47 @@ def study_labels(study: optuna.Study) -> tuple[Any, str]:
     return study.user_attrs.get(SIMULATED), study.user_attrs.get(UNITS, "tok/s")
 
 
-def _stored_dict(study: optuna.Study, key: str) -> dict[str, Any] | None:
-    value = study.user_attrs.get(key)
-    return value if isinstance(value, dict) else None
+class SubsetCheckRecord(TypedDict, total=False):
+    """The study attrs ``traffic_holdout`` (the baseline's tok/s) and ``traffic_acceptance`` (the winner's accepted
+    draft tokens a round): the figures on the subset and on the holdout, and ``traffic.SubsetCheck.to_dict`` of them
+    (keys ``subset_KEY`` / ``rest_KEY`` by what is measured); ``skipped``: why the acceptance was not measured."""
+
+    trial: int
+    skipped: str
+    subset: list[float | None]
+    rest: list[float | None]
+    subset_tok_per_s: dict[str, float]
+    rest_tok_per_s: dict[str, float]
+    subset_accepted_per_round: dict[str, float]
+    rest_accepted_per_round: dict[str, float]
+    ratio: dict[str, float]
+    min_gain: float
+    warning: str | None
+    text: str
 
 
-def traffic(study: optuna.Study) -> dict[str, Any] | None:
+def traffic(study: optuna.Study) -> TrafficInfo | None:
     """A request-log study's subset and guards (``space.model.TrafficInfo`` as recorded); None for other studies."""
-    return _stored_dict(study, TRAFFIC)
+    value = study.user_attrs.get(TRAFFIC)
+    if not isinstance(value, dict):
+        return None
+    return TrafficInfo(**{**value, "guards": tuple((str(n), str(x)) for n, x in value.get("guards") or ())})
 
 
-def set_traffic(study: optuna.Study, info: Mapping[str, object]) -> None:
+def set_traffic(study: optuna.Study, info: TrafficInfo) -> None:
     """Record the subset and guards once (the first run's stay: the study's prompts are fixed by its digest)."""
     if TRAFFIC not in study.user_attrs:
-        study.set_user_attr(TRAFFIC, info)
+        study.set_user_attr(TRAFFIC, dataclasses.asdict(info))
 
 
-def traffic_holdout(study: optuna.Study) -> dict[str, Any] | None:
+def _subset_check(study: optuna.Study, key: str) -> SubsetCheckRecord | None:
+    value = study.user_attrs.get(key)
+    return cast(SubsetCheckRecord, value) if isinstance(value, dict) else None
+
+
+def traffic_holdout(study: optuna.Study) -> SubsetCheckRecord | None:
     """None until a baseline measured it, or without a holdout."""
-    return _stored_dict(study, TRAFFIC_HOLDOUT)
+    return _subset_check(study, TRAFFIC_HOLDOUT)
 
 
 def set_traffic_holdout(study: optuna.Study, value: Mapping[str, object]) -> None:
@@ -1412,18 +1561,29 @@ def set_traffic_holdout(study: optuna.Study, value: Mapping[str, object]) -> Non
         study.set_user_attr(TRAFFIC_HOLDOUT, value)
 
 
-def traffic_acceptance(study: optuna.Study) -> dict[str, Any] | None:
+def traffic_acceptance(study: optuna.Study) -> SubsetCheckRecord | None:
     """None until it ran, or without a holdout."""
-    return _stored_dict(study, TRAFFIC_ACCEPTANCE)
+    return _subset_check(study, TRAFFIC_ACCEPTANCE)
 
 
 def set_traffic_acceptance(study: optuna.Study, value: Mapping[str, object]) -> None:
     study.set_user_attr(TRAFFIC_ACCEPTANCE, value)
 
 
-def greedy_lossless(study: optuna.Study) -> dict[str, Any] | None:
+class GreedyLossless(lossless.LosslessRecord, total=False):
+    """The study attr ``greedy_lossless``: the winner ``trial``'s answers at temperature 0 against its ``baseline``'s
+    references (``autotune.study.winner``), or why the check was ``skipped``."""
+
+    trial: int
+    baseline: int | None
+    temperature: float
+    skipped: str
+
+
+def greedy_lossless(study: optuna.Study) -> GreedyLossless | None:
     """None until it ran."""
-    return _stored_dict(study, GREEDY_LOSSLESS)
+    value = study.user_attrs.get(GREEDY_LOSSLESS)
+    return cast(GreedyLossless, value) if isinstance(value, dict) else None
 
 
 def set_greedy_lossless(study: optuna.Study, value: Mapping[str, object]) -> None:
@@ -1441,12 +1601,33 @@ def set_drafter_references(study: optuna.Study, value: dict[str, float]) -> None
         study.set_user_attr(DRAFTER_REFERENCES, value)
 
 
-def method_catalogue(study: optuna.Study) -> dict[str, Any] | None:
+class MethodEntry(TypedDict):
+    """A method of the study attr ``methods``: how reports name it, whether it adapts its draft (and which static
+    method it adapts), why it cannot run with the target (None: it can)."""
+
+    label: str
+    adaptive: bool
+    adapts: str | None
+    unavailable: str | None
+
+
+class MethodCatalogue(TypedDict):
+    """The study attr ``methods`` (``autotune.study.methods.catalogue``): the space's methods by name, and each
+    prompt's category."""
+
+    methods: dict[str, MethodEntry]
+    categories: list[str | None]
+    # what a tie between methods is judged with (absent in studies recorded before it: the defaults)
+    start_noise: NotRequired[float]
+    confidence: NotRequired[float]
+
+
+def method_catalogue(study: optuna.Study) -> MethodCatalogue | None:
     """The method space's catalogue the study recorded (``autotune.study.methods``); None for other spaces."""
     return study.user_attrs.get(METHODS)
 
 
-def set_method_catalogue(study: optuna.Study, info: Mapping[str, object]) -> None:
+def set_method_catalogue(study: optuna.Study, info: MethodCatalogue) -> None:
     """Record the catalogue once (the first run's stays)."""
     if METHODS not in study.user_attrs:
         study.set_user_attr(METHODS, info)

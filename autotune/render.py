@@ -137,22 +137,23 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
             line(f"  confirmed at {v.level:>4} streams: {v.verdict:<16} best trial {v.trial}  speedup {iv}")
     traffic = report.traffic
     if traffic:
+        info = traffic.info
         line(
-            f"traffic: {traffic['picked']} of {traffic['log_requests']} logged requests measured ({traffic['path']}; "
-            f"stratified by length and {traffic['by']})"
+            f"traffic: {info.picked} of {info.log_requests} logged requests measured ({info.path}; "
+            f"stratified by length and {info.by})"
         )
-        for name, text in traffic.get("guards") or []:
+        for name, text in info.guards:
             line(f"  traffic guard {name}: {text}", "yellow")
-        check = traffic.get("holdout_check")
-        line("  " + traffic["holdout_text"], "yellow" if check and check.get("warning") else None)
-        if traffic.get("acceptance_text"):
-            acc = traffic.get("acceptance_check")
-            line("  " + traffic["acceptance_text"], "yellow" if acc and acc.get("warning") else None)
-        for key in ("by_length_text", "by_output_length_text"):
-            if traffic.get(key):
-                line(traffic[key], "yellow" if "WARNING" in traffic[key] else None)
+        check = traffic.holdout_check
+        line("  " + traffic.holdout_text, "yellow" if check and check.get("warning") else None)
+        if traffic.acceptance_text:
+            acc = traffic.acceptance_check
+            line("  " + traffic.acceptance_text, "yellow" if acc and acc.get("warning") else None)
+        for by in (traffic.by_length_text, traffic.by_output_length_text):
+            if by:
+                line(by, "yellow" if "WARNING" in by else None)
     if report.search_settled:
-        line(report.search_settled["text"])
+        line(report.search_settled.text)
     for bc in report.baseline_check:
         line(baseline_check.text(bc), "yellow" if bc.flagged else None)
     for e in res.exclusions:
@@ -217,17 +218,20 @@ def summary_lines(report: Report, deploy: str | None = None) -> list[str]:
 def warning_names(report: Report) -> list[str]:
     """The names of the report's warnings (guards and the request log's checks), each once."""
     names = [g.name for g in report.acceptance_guards]
-    traffic = report.traffic or {}
-    names += [name for name, _text in traffic.get("guards") or []]
-    for key, measured in (("holdout_check", BASELINE_TOK_PER_S), ("acceptance_check", ACCEPTED_PER_ROUND)):
-        check = traffic.get(key)
-        if check and check.get("warning"):
-            names.append(measured.warning_name)
-    names += [
-        f"loses at some {what} length"
-        for what, key in (("input", "by_length_text"), ("output", "by_output_length_text"))
-        if "WARNING" in (traffic.get(key) or "")
-    ]
+    traffic = report.traffic
+    if traffic is not None:
+        names += [name for name, _text in traffic.info.guards]
+        for check, measured in (
+            (traffic.holdout_check, BASELINE_TOK_PER_S),
+            (traffic.acceptance_check, ACCEPTED_PER_ROUND),
+        ):
+            if check and check.get("warning"):
+                names.append(measured.warning_name)
+        names += [
+            f"loses at some {what} length"
+            for what, text in (("input", traffic.by_length_text), ("output", traffic.by_output_length_text))
+            if "WARNING" in (text or "")
+        ]
     return list(dict.fromkeys(names))
 
 

@@ -4,7 +4,7 @@ trials' rows, the cost and the checks. ``Report.to_json`` is ``report --json``; 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
@@ -12,16 +12,21 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import acceptance, bill, lossless, objective, records, warmup
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
+from autotune.config import Config
 from autotune.errors import DrafterNotEngaged, ServerOOM
+from autotune.lossless import LosslessRecord
 from autotune.records import (
     BaselineCheck,
     CandidateResult,
     ConfirmationState,
     Exclusion,
+    GreedyLossless,
     LevelVerdict,
+    SubsetCheckRecord,
     SuspectPrune,
     TrialRecord,
 )
+from autotune.space.model import TrafficInfo
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.result import (
@@ -60,7 +65,7 @@ class TrialRow:
     role: str | None
     seeded: Any
     params: dict[str, object]
-    config: dict[str, Any] | None
+    config: Config | None
     tok_per_s: float | None
     speedup: float | None  # over its own baseline (a trial stopped early: over what it measured)
     speedup_upper: float | None
@@ -74,7 +79,7 @@ class TrialRow:
     pruned_against: int | None
     fail_kind: str | None
     fail_reason: str | None
-    lossless: dict[str, Any] | None
+    lossless: LosslessRecord | None
     lossless_summary: str | None
     log_path: str | None
     argv: list[str] | None
@@ -133,7 +138,7 @@ class BestConfig:
     ``confirmed_speedup`` confirmation's where it measured it."""
 
     trial: int
-    config: dict[str, Any] | None
+    config: Config | None
     tok_per_s: float | None
     speedup: float | None
     speedup_ci: CI | None
@@ -159,14 +164,15 @@ class Lossless:
     lossy_trials: list[int]
     tolerance: float | None
     tolerance_source: str | None
-    baseline_divergences: list[dict[str, object]]
+    baseline_divergences: list[records.FloorEntry]
     baselines_compared: int
-    greedy: dict[str, object] | None = None
+    greedy: GreedyLossless | None = None
     greedy_text: str | None = None
     figures_from: str | None = None
 
     def to_json(self) -> dict[str, object]:
         out = dict(self.__dict__)
+        out["baseline_divergences"] = [f.to_dict() for f in self.baseline_divergences]
         if self.greedy is None:
             for k in ("greedy", "greedy_text", "figures_from"):
                 del out[k]
@@ -190,6 +196,27 @@ class Load:
 
 
 @dataclass(frozen=True)
+class Traffic:
+    """A request-log study: the subset and its guards (``TrafficInfo`` as recorded), the holdout checks as recorded
+    (``records.traffic_holdout`` / ``traffic_acceptance``) with a line each, and the recommended config's speedup by
+    input and output length third (``traffic.by_length``)."""
+
+    info: TrafficInfo
+    holdout_check: SubsetCheckRecord | None
+    holdout_text: str
+    acceptance_check: SubsetCheckRecord | None
+    acceptance_text: str | None  # None: the space has no holdout
+    by_length: list[dict[str, Any]]
+    by_length_text: str | None
+    by_output_length: list[dict[str, Any]]
+    by_output_length_text: str | None
+
+    def to_json(self) -> dict[str, object]:
+        rest = {k: v for k, v in self.__dict__.items() if k != "info" and (k != "acceptance_text" or v is not None)}
+        return {**asdict(self.info), "guards": [list(g) for g in self.info.guards], **rest}
+
+
+@dataclass(frozen=True)
 class Report:
     """A study's report. ``result``: what the study found (verdict, baselines, confirmation, recommendation);
     the rest presents the trials, the cost and the checks."""
@@ -201,7 +228,7 @@ class Report:
     pruned_by: dict[str, int]  # pruning rule -> speculative trials
     reasons: dict[str, dict[str, int]]  # PRUNED / FAIL -> why -> trials
     gpu_time: GpuTime
-    search_settled: dict[str, Any] | None  # why the search stopped before its budget (``study.settle``), with text
+    search_settled: records.Settled | None  # why the search stopped before its budget (``study.settle``)
     to_settle: dict[str, object] | None  # what settling an open verdict would take (``verdict.to_settle_text``)
     warmup: dict[str, object] | None  # ``warmup.summary`` with its line as ``text``
     best_configs: tuple[BestConfig, ...]
@@ -214,7 +241,7 @@ class Report:
     load: Load | None
     objective: dict[str, Any]  # ``objective.describe``
     interval_note: str | None
-    traffic: dict[str, Any] | None  # request-log studies only
+    traffic: Traffic | None  # request-log studies only
     methods: dict[str, Any] | None  # spaces with search.methods only (``study.methods.summarize``)
     running: dict[str, object] | None = None  # a study an autotune runs now (``commands.study.progress``)
 
@@ -247,7 +274,9 @@ class Report:
             "pruned_by": self.pruned_by,
             "reasons": self.reasons,
             "gpu_time": self.gpu_time.to_json(),
-            "search_settled": self.search_settled,
+            "search_settled": None
+            if self.search_settled is None
+            else {**self.search_settled.to_dict(), "text": self.search_settled.text},
             "to_settle": self.to_settle,
             "warmup": self.warmup,
             "best_configs": [b.to_json() for b in self.best_configs],
@@ -271,7 +300,7 @@ class Report:
             "comparisons": COMPARISONS,
         }
         if self.traffic is not None:
-            out["traffic"] = self.traffic
+            out["traffic"] = self.traffic.to_json()
         if self.methods is not None:
             out["methods"] = self.methods
         if self.running is not None:
@@ -287,7 +316,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
     by_number = {t.number: t for t in trials}
     weights = objective.study_level_weights(study)
     by_category = objective.study_category_weights(study)
-    n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompts) for t in trials), default=0)
+    n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompt_results()) for t in trials), default=0)
     fastest_trial = by_number.get(res.fastest_baseline.trial) if res.fastest_baseline else None
     cis = {c.trial: None if c.speedup_ci is None else c.speedup_ci.to_dict() for c in res.confirmed}
     rows: list[TrialRow] = []
@@ -322,7 +351,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
         },
         reasons=_reasons(trials),
         gpu_time=gpu,
-        search_settled=_settled_text(records.search_settled(study)),
+        search_settled=records.search_settled(study),
         to_settle=to_settle_text(conf.to_settle if conf.done else None, gpu.to_json()),
         warmup=_warmups(trials, conf),
         best_configs=_best_configs(rows, res.confirmed, res.recommended.trial),
@@ -364,7 +393,7 @@ def _trial_row(
         prompts_measured=len(t.intermediate_values),
         accept_length=r.accept_length
         if r.accept_length is not None
-        else _mean([p.get("accept_length") for p in r.prompts]),
+        else _mean([p.accept_length for p in r.prompt_results()]),
         accept_per_pos=acceptance.summary(r.accept_positions),
         startup_s=r.startup_s,
         duplicate_of=r.duplicate_of,
@@ -378,7 +407,7 @@ def _trial_row(
         log_path=r.log_path,
         argv=r.argv,
         levels=r.levels,
-        levels_measured=[int(x["level"]) for x in r.levels],
+        levels_measured=[x.level for x in r.level_results()],
         slo_broken=r.slo_broken,
         reason=records.outcome_reason(t) or _complete_note(r),
         gpu_s=trial_gpu_s(t),
@@ -393,7 +422,7 @@ def _complete_note(r: TrialRecord) -> str | None:
     """A COMPLETE trial's note: the load levels whose latency limits it breaks (it ranks after those within them)."""
     if not r.slo_broken:
         return None
-    broken = [f"{x['level']} streams ({'; '.join(x['slo_broken'])})" for x in r.levels if x.get("slo_broken")]
+    broken = [f"{x.level} streams ({'; '.join(x.slo_broken)})" for x in r.level_results() if x.slo_broken]
     return (
         "latency limit (objective.slo) broken at "
         + (", ".join(broken) or ", ".join(r.slo_broken))
@@ -422,32 +451,28 @@ def _mean(xs: list[Any]) -> float | None:
 
 
 def _traffic(
-    info: dict[str, Any],
-    holdout: dict[str, Any] | None,
-    accepted: dict[str, Any] | None,
+    info: TrafficInfo,
+    holdout: SubsetCheckRecord | None,
+    accepted: SubsetCheckRecord | None,
     res: StudyResult,
     by_number: dict[int, FrozenTrial],
-) -> dict[str, Any]:
+) -> Traffic:
     """A request-log study's subset and guards, the holdout checks as recorded, and the recommended config's
     speedup by length third against its baseline (the search's measurements; none for a baseline)."""
     from autotune.study.winner import acceptance_text
 
-    out = dict(info)
     rest = "subset vs the rest of the log"
-    out["holdout_check"] = holdout
     if holdout is not None:
-        out["holdout_text"] = f"{rest} (baseline trial {holdout['trial']}): {holdout['text']}"
-    elif info.get("holdout"):
-        out["holdout_text"] = f"{rest}: not measured (no baseline measured it)"
+        holdout_text = f"{rest} (baseline trial {holdout['trial']}): {holdout['text']}"
+    elif info.holdout:
+        holdout_text = f"{rest}: not measured (no baseline measured it)"
     else:
-        out["holdout_text"] = f"{rest}: off (benchmark.holdout: 0, or no request outside the subset)"
-    out["acceptance_check"] = accepted
+        holdout_text = f"{rest}: off (benchmark.holdout: 0, or no request outside the subset)"
+    accepted_text = None
     if accepted is not None:
-        out["acceptance_text"] = f"{rest} (the winner, after confirmation): " + acceptance_text(accepted)
-    elif info.get("holdout"):
-        out["acceptance_text"] = (
-            "the winner's acceptance on the rest of the log: not measured (no speculative winner confirmed)"
-        )
+        accepted_text = f"{rest} (the winner, after confirmation): " + acceptance_text(accepted)
+    elif info.holdout:
+        accepted_text = "the winner's acceptance on the rest of the log: not measured (no speculative winner confirmed)"
     t = by_number.get(res.recommended.trial) if res.recommended.trial is not None else None
     own = TrialRecord(t).baseline_trial if t is not None and not TrialRecord(t).is_baseline else None
     b = by_number.get(own) if own is not None else None
@@ -456,10 +481,19 @@ def _traffic(
         if t is not None and b is not None
         else ([], [])
     )
-    for side, key in (("input", "by_length"), ("output", "by_output_length")):
-        out[key] = by_length(mine, base, side=side) if b is not None else []
-        out[key + "_text"] = length_text(out[key], side=side)
-    return out
+    by_input = by_length(mine, base, side="input") if b is not None else []
+    by_output = by_length(mine, base, side="output") if b is not None else []
+    return Traffic(
+        info,
+        holdout,
+        holdout_text,
+        accepted,
+        accepted_text,
+        by_input,
+        length_text(by_input, side="input"),
+        by_output,
+        length_text(by_output, side="output"),
+    )
 
 
 def _methods_section(
@@ -493,23 +527,13 @@ def _acceptance_guards(
     """``acceptance-far-below`` (``traffic.acceptance_guards``) on each drafter's fastest measured trial."""
     fastest: dict[str, TrialRow] = {}
     for r in rows:
-        drafter = (r.config or {}).get("drafter")
+        drafter = str((r.config or {}).get("drafter") or "")
         if not r.speculative or not drafter or r.duplicate_of is not None or not r.tok_per_s:
             continue
         if drafter not in fastest or r.tok_per_s > (fastest[drafter].tok_per_s or 0.0):
             fastest[drafter] = r
     judged = [(d, r.number, TrialRecord(by_number[r.number]).prompt_results()) for d, r in fastest.items()]
     return tuple(acceptance_guards(judged, references))
-
-
-def _settled_text(state: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Why the search stopped before its budget, with a line to print; None: it did not."""
-    if not state:
-        return None
-    return {
-        **state,
-        "text": f"search stopped after {state['trials']} of up to {state['n_trials']} trials: {state['reason']}",
-    }
 
 
 def interval_note(conf: ConfirmationState) -> str | None:
@@ -596,12 +620,12 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
     searched = spent = pruning = dedup = 0.0
     starts = 0
     complete = [t for t in trials if t.state == TrialState.COMPLETE and not TrialRecord(t).is_duplicate]
-    n_prompts = max((len(TrialRecord(t).prompts) for t in complete), default=0)
+    n_prompts = max((len(TrialRecord(t).prompt_results()) for t in complete), default=0)
     level_s: dict[int, list[float]] = {}
     for t in complete:
-        for x in TrialRecord(t).levels:
-            if int(x["level"]) > 1 and x.get("seconds"):
-                level_s.setdefault(int(x["level"]), []).append(float(x["seconds"]))
+        for x in TrialRecord(t).level_results():
+            if x.level > 1 and x.seconds:
+                level_s.setdefault(x.level, []).append(x.seconds)
     failed: list[float] = []  # the search's starts that failed (their server seconds until they did)
     for t in trials:
         r = TrialRecord(t)
@@ -614,13 +638,13 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
             continue
         starts += 1
         searched += _start_seconds(t)
-        prompts = r.prompts
+        prompts = r.prompt_results()
         if t.state != TrialState.PRUNED or not prompts:
             continue
         if len(prompts) < n_prompts:
-            per = sum(p.get("seconds") or 0.0 for p in prompts) / len(prompts)
+            per = sum(p.seconds for p in prompts) / len(prompts)
             pruning += per * (n_prompts - len(prompts))
-        reached = {int(x["level"]) for x in r.levels}
+        reached = {x.level for x in r.level_results()}
         pruning += sum(_mean(secs) or 0.0 for c, secs in level_s.items() if c not in reached)
     searched, starts = searched + sum(failed), starts + len(failed)
     confirm = confirmation_starts(trials, conf)
@@ -673,7 +697,7 @@ def _best_configs(
     )
 
 
-def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy: dict[str, Any] | None) -> Lossless:
+def _lossless_summary(rows: list[TrialRow], floor: list[records.FloorEntry], greedy: GreedyLossless | None) -> Lossless:
     from autotune.study.winner import greedy_text
 
     checked = [(r, r.lossless) for r in rows if r.lossless]
@@ -683,10 +707,10 @@ def _lossless_summary(rows: list[TrialRow], floor: list[dict[str, Any]], greedy:
         lossy_trials=[r.number for r, rec in checked if not rec.get("ok", True)],
         tolerance=first.get("tolerance") if checked else None,
         tolerance_source=first.get("tolerance_source") if checked else None,
-        baseline_divergences=[f for f in floor if f.get("kind")],
-        baselines_compared=sum(1 for f in floor if f.get("checked")),
+        baseline_divergences=[f for f in floor if f.divergence is not None],
+        baselines_compared=sum(1 for f in floor if f.divergence is None),
         greedy=greedy,
-        greedy_text=None if greedy is None else "lossless check at temperature 0: " + greedy_text(greedy),
+        greedy_text=None if greedy is None else "lossless check at temperature 0: " + greedy_text(dict(greedy)),
         figures_from=None
         if greedy is None
         else (
@@ -714,7 +738,7 @@ def _verdict_text(v: str, exclusions: list[Exclusion], suspects: list[SuspectPru
     return VERDICT_TEXT[v]
 
 
-def _flags(rows: list[TrialRow], greedy: dict[str, Any] | None) -> list[str]:
+def _flags(rows: list[TrialRow], greedy: GreedyLossless | None) -> list[str]:
     out = []
     if greedy is not None and greedy.get("ok") is False:
         out.append(

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.backends import backend_class
+from autotune.records import LevelRow
 
 #: at a level, configs within this share of the best speedup count as tied; the shortest draft among them is taken
 #: (vLLM PR #49163's rule: ties within 1% go to the smaller K)
@@ -27,14 +28,14 @@ def _static(config: Mapping[str, Any], static_knobs: tuple[str, ...]) -> tuple[A
 
 
 def build(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[LevelRow],
     levels: Sequence[int],
     recommended: Mapping[str, Any] | None,
     *,
     backend: str,
     min_gain: float,
 ) -> dict[str, Any]:
-    """``rows``: measured speculative trials as ``{"trial", "config", "levels": [level summaries], "lossy"}``;
+    """``rows``: measured speculative trials' per-level speedups (``records.level_rows``);
     ``backend``: the study's backend name (its ``schedule_knob`` is the draft length).
     Returns ``{"static": {...}, "levels": [{"level", "draft", "trial", "config", "speedup"}, ...], "on_up_to"}``;
     ``draft`` 0 = speculation off at that level. ValueError for a backend without a draft-length knob."""
@@ -43,43 +44,35 @@ def build(
     if knob is None:
         raise ValueError(f"{cls.display_name or backend} has no draft-length knob: no per-level schedule")
     static = dict(recommended or {})
-    ok = [r for r in rows if not r.get("lossy") and r.get("levels") and r.get("config")]
+    ok = [(r, r.config) for r in rows if not r.lossy and r.levels and r.config]
     if not static.get("drafter") and ok:  # the baseline was recommended: the static part of the best at level 1
-        static = dict(max(ok, key=lambda r: _speedup(r, levels[0]) or 0.0)["config"])
+        static = dict(max(ok, key=lambda rc: _speedup(rc[0], levels[0]) or 0.0)[1])
     key = _static(static, static_knobs)
-    same = [r for r in ok if _static(r["config"], static_knobs) == key]
+    same = [(r, cfg) for r, cfg in ok if _static(cfg, static_knobs) == key]
     out: list[dict[str, Any]] = []
     off = False
     for c in levels:
-        scored = [(s, r) for r in same if (s := _speedup(r, c, within_slo=True)) is not None]
+        scored = [(s, r, cfg) for r, cfg in same if (s := _speedup(r, c, within_slo=True)) is not None]
         best = max(scored, key=lambda x: x[0], default=None)
         if best is not None:  # ties within TIE go to the shorter draft (less compute, safer as load grows)
             close = [x for x in scored if x[0] >= best[0] * (1.0 - TIE)]
-            best = min(close, key=lambda x: (int(x[1]["config"].get(knob) or 0), -x[0]))
+            best = min(close, key=lambda x: (int(x[2].get(knob) or 0), -x[0]))
         if off or best is None or best[0] < 1.0 + min_gain:
             off = True
             out.append({"level": c, "draft": 0, "trial": None, "config": None, "speedup": best[0] if best else None})
             continue
-        s, r = best
-        out.append(
-            {
-                "level": c,
-                "draft": int(r["config"].get(knob) or 0),
-                "trial": r.get("trial"),
-                "config": dict(r["config"]),
-                "speedup": s,
-            }
-        )
+        s, r, cfg = best
+        out.append({"level": c, "draft": int(cfg.get(knob) or 0), "trial": r.trial, "config": dict(cfg), "speedup": s})
     on = [x["level"] for x in out if x["draft"] > 0]
     static_out = {k: static.get(k) for k in ("drafter", "cuda_graph", *static_knobs) if static.get(k) is not None}
     return {"static": static_out, "draft_knob": knob, "levels": out, "on_up_to": max(on) if on else None}
 
 
-def _speedup(row: Mapping[str, Any], c: int, within_slo: bool = False) -> float | None:
+def _speedup(row: LevelRow, c: int, within_slo: bool = False) -> float | None:
     """The row's speedup at level ``c`` (None: not measured, or with ``within_slo`` a latency limit broken there)."""
-    x = next((x for x in row.get("levels", []) if int(x.get("level", -1)) == c), None)
-    v = x.get("speedup") if x else None
-    return None if v is None or (within_slo and x and x.get("slo_broken")) else float(v)
+    x = next((x for x in row.levels if x.level == c), None)
+    v = x.speedup if x else None
+    return None if v is None or (within_slo and x and x.slo_broken) else float(v)
 
 
 def render_text(schedule: Mapping[str, Any]) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import TrialConfig
+from .config import PromptResult, TrialConfig
 
 LENGTHS = (0.12, 0.25, 0.5, 1.0, 2.5)
 NOISE_FACTORS = (1.0, 1.5, 2.5, 4.0)  # x the noise floor
@@ -306,13 +306,13 @@ class Surrogate:
         return mean[None, :] + rng.standard_normal((n, len(configs))) @ root.T
 
 
-def tokens_per_round(prompts: Sequence[Mapping[str, Any]]) -> float | None:
+def tokens_per_round(prompts: Sequence[PromptResult]) -> float | None:
     """Tokens a verification round yields over measured prompts (the bonus token included): their tokens over
     their rounds (a prompt's completion tokens over its acceptance length). None when a prompt has no acceptance
     length or no tokens: the server did not say, and the factored model is not used."""
     tokens, rounds = 0.0, 0.0
     for p in prompts:
-        n, acc = p.get("completion_tokens"), p.get("accept_length")
+        n, acc = p.completion_tokens, p.accept_length
         if not n or not acc or acc <= 0:
             return None
         tokens += float(n)
@@ -321,7 +321,7 @@ def tokens_per_round(prompts: Sequence[Mapping[str, Any]]) -> float | None:
 
 
 def log_round_cost(
-    prompts: Sequence[Mapping[str, Any]], log_tok_per_s: float, complete: Sequence[Sequence[Mapping[str, Any]]]
+    prompts: Sequence[PromptResult], log_tok_per_s: float, complete: Sequence[Sequence[PromptResult]]
 ) -> float | None:
     """Log seconds per round of a start whose log tok/s over the whole prompt set is ``log_tok_per_s`` (a
     stopped start's: its paired speedup times the baseline's) and that measured ``prompts``: its acceptance over
@@ -332,12 +332,12 @@ def log_round_cost(
     tau = tokens_per_round(prompts)
     if tau is None or not prompts:
         return None
-    mine = {p.get("index") for p in prompts}
+    mine = {p.index for p in prompts}
     ratios = []
     for ps in complete:
-        if {p.get("index") for p in ps} == mine:
+        if {p.index for p in ps} == mine:
             return math.log(tau) - log_tok_per_s  # every prompt measured: nothing to take over
-        sub = [p for p in ps if p.get("index") in mine]
+        sub = [p for p in ps if p.index in mine]
         a, b = tokens_per_round(sub), tokens_per_round(ps)
         if len(sub) == len(mine) and a and b:
             ratios.append(a / b)

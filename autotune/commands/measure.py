@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.commands.context import CommandOptions, Context, Note, preflight, reap, require_launcher
 
 if TYPE_CHECKING:
-    from autotune.config import EffectiveConfig
+    from autotune.config import Config, EffectiveConfig, KnobValue
     from autotune.measure import Measurement
     from autotune.reverify import ReverifyResult
 
@@ -47,7 +47,7 @@ class BenchResult:
         return data
 
 
-def parse_value(v: str) -> Any:
+def parse_value(v: str) -> KnobValue:
     """A ``--set`` value: true/on/yes, false/off/no, an int, a float, else the string."""
     low = v.lower()
     if low in ("true", "on", "yes"):
@@ -56,7 +56,8 @@ def parse_value(v: str) -> Any:
         return False
     for cast in (int, float):
         try:
-            return cast(v)
+            out: KnobValue = cast(v)
+            return out
         except ValueError:
             pass
     return v
@@ -68,7 +69,7 @@ def bench_config(ctx: Context) -> EffectiveConfig:
     from autotune.config import TrialConfig
     from autotune.errors import InfeasibleConfig, UserError
 
-    values: dict[str, object] = {}
+    values: Config = {}
     for item in ctx.args.set:
         if "=" not in item:
             raise UserError(f"--set expects KEY=VALUE but got {item!r}")

@@ -376,7 +376,7 @@ def study_plan(ctx: Context, study: Any, n_trials: int) -> Any:
         recs = [TrialRecord(t) for t in study.get_trials(deepcopy=False)]
         costs = plan.measured_costs(
             [r.startup_s for r in recs if r.startup_s],
-            [p["seconds"] for r in recs for p in r.prompts if p.get("seconds")],
+            [p.seconds for r in recs for p in r.prompt_results() if p.seconds],
         )
     if costs is None and ctx.simulated:
         from autotune.sim.runner import costs as sim_costs

@@ -96,7 +96,8 @@ class StudyContext:
     def lossless_tolerance(self) -> float:
         """The tolerance in force: the configured one, raised to the floor (the largest margin at which this
         server's baselines diverged from each other: there, divergence is this server's numerics)."""
-        return max(self.tie_tolerance[0], lossless.floor(records.lossless_floor(self.study)))
+        floor = [f.divergence for f in records.lossless_floor(self.study) if f.divergence is not None]
+        return max(self.tie_tolerance[0], lossless.floor(floor))
 
     def compare_outputs(self, texts: list[str], baseline: FrozenTrial, tolerance: float) -> dict[str, Any]:
         """``texts`` (one answer per prompt) against ``baseline``'s answers, judged at its reference answers."""
@@ -132,8 +133,10 @@ class StudyContext:
                 continue
             rec = self.compare_outputs(texts, other, self.tie_tolerance[0])
             for d in rec["divergences"]:
-                floor.append({**d, "baseline": number, "against": other.number, "cuda_graph": config.cuda_graph})
-        floor.append({"baseline": number, "checked": True, "cuda_graph": config.cuda_graph})
+                floor.append(
+                    records.FloorEntry(number, config.cuda_graph, lossless.Divergence.from_dict(d), other.number)
+                )
+        floor.append(records.FloorEntry(number, config.cuda_graph))
         records.set_lossless_floor(self.study, floor)
 
     def confirmation_floor(self, config: TrialConfig, texts: list[str]) -> None:
@@ -145,7 +148,9 @@ class StudyContext:
         if rec["divergences"]:
             floor = records.lossless_floor(self.study)
             for d in rec["divergences"]:
-                floor.append({**d, "baseline": "confirmation", "against": base.number, "cuda_graph": config.cuda_graph})
+                floor.append(
+                    records.FloorEntry("confirmation", config.cuda_graph, lossless.Divergence.from_dict(d), base.number)
+                )
             records.set_lossless_floor(self.study, floor)
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.backends.base import Backend
-    from autotune.records import Round
+    from autotune.records import MethodCatalogue, MethodEntry, Round
     from autotune.space import Space
 
 #: trial a, trial b -> the interval (``Interval.to_dict``) of a's tok/s over b's within confirmation's rounds, or None
@@ -70,11 +70,11 @@ METHOD_TIE = 0.02
 TUNED_MIN_CONFIGS = 3
 
 
-def catalogue(space: Space, backend: Backend) -> dict[str, Any] | None:
+def catalogue(space: Space, backend: Backend) -> MethodCatalogue | None:
     """The space's methods as a report needs them (None: the space has no ``search.methods``)."""
     if not space.search.methods:
         return None
-    methods = {}
+    methods: dict[str, MethodEntry] = {}
     for name in space.search.methods:
         m = backend.methods[name]
         methods[name] = {
@@ -477,8 +477,8 @@ def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any]
         base = records.find_baseline(study, r.cuda_graph)
         if base is None:
             continue
-        mine = {p["index"]: p.get("tok_per_s") for p in r.prompts}
-        theirs = {p["index"]: p.get("tok_per_s") for p in TrialRecord(base).prompts}
+        mine = {p.index: p.tok_per_s for p in r.prompt_results()}
+        theirs = {p.index: p.tok_per_s for p in TrialRecord(base).prompt_results()}
         n = len(info.get("categories") or [])
         per_prompt[t.number] = [(a / b) if (a := mine.get(i)) and (b := theirs.get(i)) else None for i in range(n)]
     weights = (report.get("objective") or {}).get("category_weights")

@@ -8,7 +8,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import AutotuneError, BenchmarkError, DrafterNotEngaged, LaunchError
-from autotune.records import TrialRecord
+from autotune.records import Skip, TrialRecord
 
 
 class Pruned(optuna.TrialPruned):
@@ -54,8 +54,8 @@ class NotWorthAStart(Pruned):
     best measured config (``search.not_worth_a_start``); no server start, no prompts, no intermediate values (TPE
     ranks it below every measured trial)."""
 
-    def __init__(self, skip: dict[str, Any]) -> None:
-        super().__init__(f"not launched: {skip['reason']}")
+    def __init__(self, skip: Skip) -> None:
+        super().__init__(f"not launched: {skip.reason}")
         self.skip = skip
 
 

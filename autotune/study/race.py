@@ -18,6 +18,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from autotune.config import Config
 from autotune.records import CandidateResult, Exclusion, LevelIntervals, LevelVerdict, Round
 from autotune.space import VerdictSpec
 from autotune.stats import Interval, Spread, speedup_interval, start_prior, two_sided_t, upper_bound
@@ -211,7 +212,7 @@ class Candidate:
     setting."""
 
     number: int
-    config: dict[str, object]
+    config: Config
     cuda_graph: bool | None
 
 

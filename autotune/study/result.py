@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import objective, records
-from autotune.config import PromptResult, TrialConfig
+from autotune.config import TrialConfig
 from autotune.records import (
     CandidateResult,
     ConfirmationState,
@@ -119,7 +119,7 @@ class StudyResult:
     best: Best | None
     recommended: Recommendation
     trials: tuple[FrozenTrial, ...]
-    schedule_rows: list[dict[str, Any]]
+    schedule_rows: list[records.LevelRow]
     space: Space | None = None
 
     def trial(self, number: int | None) -> FrozenTrial | None:
@@ -284,7 +284,7 @@ def objective_speedup(
         return (t.value / ref.value, "objective") if t.value else (None, None)
     r, b = TrialRecord(t), TrialRecord(ref)
     if by_category and by_category[0]:
-        mine, theirs = ([PromptResult.from_dict(p) for p in x.prompts] for x in (r, b))
+        mine, theirs = (x.prompt_results() for x in (r, b))
         return objective.category_basis(mine, theirs, by_category[1], by_category[0], n_prompts)
     if weights and r.levels:
         ratios = objective.speedups(r.level_tok_per_s(), b.level_tok_per_s())
@@ -294,15 +294,11 @@ def objective_speedup(
             value = math.exp(sum(x * math.log(ratios[c]) for c, x in w.items()) / total)
             where = ", ".join(str(c) for c in sorted(w))
             return value, f"levels {where} of {len(weights)} measured (weights of those levels)"
-    base = {p.get("index"): p for p in b.prompts}
-    pairs = [
-        (p, q)
-        for p in r.prompts
-        if (q := base.get(p.get("index"))) is not None and p.get("seconds") and q.get("seconds")
-    ]
+    base = {p.index: p for p in b.prompt_results()}
+    pairs = [(p, q) for p in r.prompt_results() if (q := base.get(p.index)) is not None and p.seconds and q.seconds]
     if not pairs:
         return None, None
-    tps = sum(p["completion_tokens"] for p, _ in pairs) / sum(p["seconds"] for p, _ in pairs)
-    ref_tps = sum(q["completion_tokens"] for _, q in pairs) / sum(q["seconds"] for _, q in pairs)
+    tps = sum(p.completion_tokens for p, _ in pairs) / sum(p.seconds for p, _ in pairs)
+    ref_tps = sum(q.completion_tokens for _, q in pairs) / sum(q.seconds for _, q in pairs)
     where = f"{len(pairs)} of {n_prompts} prompts" + (" at 1 stream (level 1 only)" if weights else "")
     return (tps / ref_tps if ref_tps > 0 else None), where

@@ -326,7 +326,7 @@ def _wait_for_running(ctx: StudyContext) -> None:
 def _stopped(ctx: StudyContext, n_trials: int) -> bool:
     """The search of this budget already stopped settled (this worker, another, or the run being resumed)."""
     state = records.search_settled(ctx.study)
-    return state is not None and state.get("n_trials") == n_trials
+    return state is not None and state.n_trials == n_trials
 
 
 def settled_now(ctx: StudyContext, n_trials: int) -> bool:
@@ -337,15 +337,13 @@ def settled_now(ctx: StudyContext, n_trials: int) -> bool:
     state = settled(ctx)
     if state is None or state.reason is None:
         return False
-    trials = records.counted_trials(ctx.study)
-    records.set_search_settled(ctx.study, {**state.to_dict(), "trials": trials, "n_trials": n_trials})
-    ctx.emit(
-        Event("note", data={"message": f"search stopped after {trials} of up to {n_trials} trials: {state.reason}"})
-    )
+    stopped = dataclasses.replace(state, trials=records.counted_trials(ctx.study), n_trials=n_trials)
+    records.set_search_settled(ctx.study, stopped)
+    ctx.emit(Event("note", data={"message": stopped.text}))
     return True
 
 
-def settled(ctx: StudyContext) -> settle.Settled | None:
+def settled(ctx: StudyContext) -> records.Settled | None:
     """``settle.settle`` over the study's measurements, or None while the question is not asked: the space's
     ``budget.stop_when_settled`` is off, the space is not a finite grid, a config is still queued, the surrogate
     lacks points, or (``search.methods``) a method with unmeasured configs has fewer than ``MIN_OWN_EVIDENCE``
@@ -518,7 +516,7 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
     factored = not ctx.space.benchmark.loaded and not ctx.space.objective.weights
     done = records.trials(ctx.study, (TrialState.COMPLETE, TrialState.PRUNED))
     complete = [
-        TrialRecord(t).prompts
+        TrialRecord(t).prompt_results()
         for t in done
         if factored and t.state == TrialState.COMPLETE and records.is_measured_speculative(t)
     ]
@@ -536,7 +534,7 @@ def measured_starts(ctx: StudyContext) -> list[tuple[TrialConfig, float, float |
             value = r.speedup * base_value[cg] if base_value[cg] > 0 else None
         if value is not None:
             log_v = math.log(value)
-            cost = log_round_cost(r.prompts, log_v, complete) if factored else None
+            cost = log_round_cost(r.prompt_results(), log_v, complete) if factored else None
             out.append((cfg, log_v, cost))
     return out
 
@@ -587,7 +585,7 @@ def surrogate(ctx: StudyContext, judged: TrialConfig | None = None) -> Model | N
     return model
 
 
-def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None) -> dict[str, Any] | None:
+def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None) -> records.Skip | None:
     """Whether a proposal of the sampler (TPE) or of the design is not worth a server start: the surrogate gives it
     less than ``SKIP_BELOW`` probability of reaching the best measured config (the measured config
     with the highest posterior mean among those not judged lossy, or the fastest baseline when that is faster).
@@ -644,18 +642,18 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
     p = reach((mu, sd))
     if p >= SKIP_BELOW or max(m for m, _ in opinions) > ref + math.log1p(-SKIP_MARGIN):
         return None
-    return {
-        "p": p,
-        "against": None if against is None else against.number,
-        "tok_per_s": math.exp(ref),
-        "predicted": math.exp(float(mu)),
-        "sd": float(sd),
-        "reason": (
+    return records.Skip(
+        p=p,
+        against=None if against is None else against.number,
+        tok_per_s=math.exp(ref),
+        predicted=math.exp(float(mu)),
+        sd=float(sd),
+        reason=(
             f"the surrogate gives it P = {p:.4f} of reaching {what} {math.exp(ref):.1f} tok/s (predicted "
             f"{math.exp(float(mu)):.1f} tok/s, sd {float(sd):.1%}: at least {SKIP_MARGIN:.0%} slower and P under "
             f"{SKIP_BELOW:g}: no server start)"
         ),
-    }
+    )
 
 
 def fastest_baseline(ctx: StudyContext) -> FrozenTrial | None:

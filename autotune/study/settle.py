@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 
 from autotune.config import TrialConfig
+from autotune.records import Settled
 from autotune.surrogate import Model
 
 #: how many standard deviations a config's posterior may be off: configs further below every threshold than this
@@ -26,35 +25,6 @@ from autotune.surrogate import Model
 _REACH_SD = 4.0
 #: the largest joint draw (configs); the rest are the least promising by mean + _REACH_SD sd
 _MAX_JOINT = 400
-
-
-@dataclass(frozen=True)
-class Settled:
-    """The two probabilities and whether they settle the search (``reason`` is None while they do not)."""
-
-    p_improve: float
-    p_gain: float
-    threshold: float
-    resolution: float
-    min_gain: float
-    measured: int
-    unmeasured: int
-    reason: str | None
-    #: the largest expected improvement of one unmeasured config over the best measured one (relative tok/s): what
-    #: the next trial can gain at best, in expectation; ``expected_gain_bar``: the same over the best measured or the
-    #: bar (the fastest baseline times 1 + min_gain), whichever is higher: the gain that could change the verdict.
-    #: Recorded with a settled stop (``records.search_settled``); no stop rule reads them
-    expected_gain: float = 0.0
-    expected_gain_bar: float = 0.0
-    #: how likely any config not measured yet changes the answer: beats the best measured one by more than the
-    #: resolution where that is above the bar, or clears the bar (the fastest baseline times 1 + min_gain) where
-    #: the best measured is below it. Under the bar, a config 1% faster than the best measured changes nothing the
-    #: user decides (both deploy the baseline): the field report's study, whose best is a 1.004x tie, measured ~30
-    #: configs refining ties under the bar after its expected gain over the bar was under 0.1%
-    p_change: float = 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def settle(

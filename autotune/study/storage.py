@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -362,11 +362,10 @@ def make_sampler(space: Space, seed: int | None) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(seed=seed, **sampler_settings(space))
 
 
-def worker_spec(space: Space) -> dict[str, Any]:
+def worker_spec(space: Space) -> records.WorkerSpec:
     """What every worker of a study must share, besides the prompt set (``space_digest``): the searched space,
     the drafters' forced algorithms, pruning, the surrogate's share, the sampler and pruner, the warm-up passes.
     Paths, ports, hosts and the environment may differ between nodes."""
-    import dataclasses
 
     def knobs(specs: Any) -> dict[str, Any]:
         return {k: {"type": type(v).__name__, **dataclasses.asdict(v)} for k, v in specs.items()}
@@ -395,7 +394,8 @@ def worker_spec(space: Space) -> dict[str, Any]:
     rule = warmup_rule(space)
     if not rule.none:  # every start must warm up alike (absent: none, as before warm-up passes)
         spec["warmup_passes"] = rule.passes
-    return json.loads(json.dumps(spec))  # tuples -> lists, as stored
+    stored: records.WorkerSpec = json.loads(json.dumps(spec))  # tuples -> lists, as stored
+    return stored
 
 
 _KNOB_TYPES = ("IntRange", "FloatRange", "Choices")
@@ -418,7 +418,7 @@ def _spec_text(value: Any) -> str:
     return text + (" (log)" if value.get("log") else "")
 
 
-def spec_differences(recorded: dict[str, Any], mine: dict[str, Any], prefix: str = "") -> list[str]:
+def spec_differences(recorded: Mapping[str, object], mine: Mapping[str, object], prefix: str = "") -> list[str]:
     """Dotted keys whose values differ between two ``worker_spec`` dicts, each with both values (a knob's domain
     as one value: ``search.knobs.num_steps: the study has 1-8, this space file has 1-4``)."""
     out: list[str] = []
@@ -436,13 +436,15 @@ def spec_differences(recorded: dict[str, Any], mine: dict[str, Any], prefix: str
 SEARCHED_SPACE = ("search", "drafters")
 
 
-def _comparable(recorded: dict[str, Any], mine: dict[str, Any], keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+def _comparable(
+    recorded: Mapping[str, object], mine: Mapping[str, object], keys: tuple[str, ...] | None = None
+) -> dict[str, object]:
     """``mine`` as ``recorded`` can be compared with it: only ``keys`` (all: None), and without the methods where the
     study recorded none (a study recorded before ``worker_spec`` named them)."""
     out = {k: v for k, v in mine.items() if keys is None or k in keys}
-    search = recorded.get("search")
-    if isinstance(search, dict) and "methods" not in search and isinstance(out.get("search"), dict):
-        out["search"] = {k: v for k, v in out["search"].items() if k != "methods"}
+    search, my_search = recorded.get("search"), out.get("search")
+    if isinstance(search, dict) and "methods" not in search and isinstance(my_search, dict):
+        out["search"] = {k: v for k, v in my_search.items() if k != "methods"}
     return out
 
 
@@ -453,8 +455,8 @@ def check_resume(study: optuna.Study, space: Space, storage: str | None = None) 
     recorded = records.worker_spec(study)
     if recorded is None:
         return
-    recorded = {k: v for k, v in recorded.items() if k in SEARCHED_SPACE}
-    diffs = spec_differences(recorded, _comparable(recorded, worker_spec(space), SEARCHED_SPACE))
+    searched = {k: v for k, v in recorded.items() if k in SEARCHED_SPACE}
+    diffs = spec_differences(searched, _comparable(searched, worker_spec(space), SEARCHED_SPACE))
     if not diffs:
         return
     name = study.study_name
@@ -570,7 +572,7 @@ def open_study(
         if sampler is None or isinstance(sampler, optuna.samplers.TPESampler):
             records.set_worker_spec(study, worker_spec(space))
         if space.benchmark.traffic is not None:
-            records.set_traffic(study, dataclasses.asdict(space.benchmark.traffic))
+            records.set_traffic(study, space.benchmark.traffic)
     elif recorded != digest:
         raise UserError(
             f"study {study_name!r} was measured with a different prompt set, max_tokens, temperature or backend; "

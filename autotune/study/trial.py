@@ -87,7 +87,7 @@ from autotune.warmup import WarmUp
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 #: the search's launch gate: (effective config, the trial's ``seeded``) -> why not to launch it, or None
-Gate = Callable[[TrialConfig, str | None], dict[str, Any] | None]
+Gate = Callable[[TrialConfig, str | None], records.Skip | None]
 #: what a ``level`` event carries (the live view shows it)
 LEVEL_EVENT_KEYS = ("level", "tok_per_s", "speedup", "stream_tok_per_s", "itl_p99_ms", "ttft_p99_ms", "failed")
 #: this many servers in a row that did not start (before any speculative config ran) stop the study with a
@@ -111,11 +111,11 @@ class _Trial:
     results: list[PromptResult] | None = None  # the prompts measured so far (for the trial's evidence)
     levels: list[LevelResult] = field(default_factory=list)  # the load levels measured so far (level 1 first)
     start_s: float | None = None  # the current start's server seconds not in its timed figures (None: no own start)
-    failed: list[dict[str, object]] = field(default_factory=list)  # its failed starts (``TrialRecord.failed_starts``)
+    failed: list[records.FailedStart] = field(default_factory=list)  # its failed starts
 
     def lost(self, kind: str, seconds: float) -> None:
         """A start that held the machine without giving this trial its figures: on record, and billed."""
-        self.failed.append({"kind": kind, "seconds": round(seconds, 3)})
+        self.failed.append(records.FailedStart(kind, round(seconds, 3)))
         self.record.failed_starts(self.failed)
 
     @property
@@ -183,7 +183,7 @@ class Objective:
         evidence = self.ctx.evidence
         if evidence is None:
             return
-        results = t.results or [PromptResult.from_dict(p) for p in _record(t.trial).prompts]  # a duplicate: copied
+        results = t.results or _record(t.trial).prompt_results()  # a duplicate: copied
         cg = t.config.cuda_graph if t.config is not None else None
         base = None if t.config is None or t.config.is_baseline else records.find_baseline(self.ctx.study, cg)
         per_prompt = [] if base is None else [base.intermediate_values[s] for s in sorted(base.intermediate_values)]
@@ -627,12 +627,12 @@ def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, space:
     """Aggregate tok/s over the measured prompts over the baseline's there (or ``objective.one_stream_speedup``)."""
     if baseline is None or not results:
         return None
-    base_prompts = TrialRecord(baseline).prompts
+    base_prompts = TrialRecord(baseline).prompt_results()
     if space is not None and space.objective.by_category:
-        return objective.one_stream_speedup(results, [PromptResult.from_dict(p) for p in base_prompts], space)
+        return objective.one_stream_speedup(results, base_prompts, space)
     n = len(results)
-    base_tokens = sum(p["completion_tokens"] for p in base_prompts[:n])
-    base_seconds = sum(p["seconds"] for p in base_prompts[:n])
+    base_tokens = sum(p.completion_tokens for p in base_prompts[:n])
+    base_seconds = sum(p.seconds for p in base_prompts[:n])
     tokens = sum(r.completion_tokens for r in results)
     seconds = sum(r.seconds for r in results)
     if base_seconds > 0 and seconds > 0 and base_tokens > 0:

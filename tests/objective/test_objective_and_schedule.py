@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from autotune import objective, schedule
 from autotune.config import LevelResult, PromptResult, level_requests
+from autotune.records import LevelPoint, LevelRow
 from autotune.space.model import ObjectiveSpec, SloSpec
 
 
@@ -60,15 +62,14 @@ def test_level_figures_and_requests():
 
 
 def _row(trial, steps, speedups, broken=()):
-    return {
-        "trial": trial,
-        "config": {"drafter": "d", "cuda_graph": True, "topk": 1, "num_steps": steps, "num_draft_tokens": steps + 1},
-        "levels": [
-            {"level": c, "speedup": s, "slo_broken": ["itl"] if c in broken else []}
-            for c, s in zip((1, 8, 64, 256), speedups, strict=True)
-        ],
-        "lossy": False,
-    }
+    return LevelRow(
+        trial=trial,
+        config={"drafter": "d", "cuda_graph": True, "topk": 1, "num_steps": steps, "num_draft_tokens": steps + 1},
+        levels=tuple(
+            LevelPoint(c, s, ("itl",) if c in broken else ()) for c, s in zip((1, 8, 64, 256), speedups, strict=True)
+        ),
+        lossy=False,
+    )
 
 
 def test_schedule_draft_falls_with_load_and_turns_off_from_the_first_loss():
@@ -77,7 +78,7 @@ def test_schedule_draft_falls_with_load_and_turns_off_from_the_first_loss():
         _row(2, 3, [1.8, 1.6, 1.2, 0.95]),
         _row(3, 1, [1.3, 1.2, 1.25, 1.01], broken=(256,)),
     ]
-    sched = schedule.build(rows, (1, 8, 64, 256), rows[0]["config"], backend="sglang", min_gain=0.02)
+    sched = schedule.build(rows, (1, 8, 64, 256), rows[0].config, backend="sglang", min_gain=0.02)
     assert [x["draft"] for x in sched["levels"]] == [6, 3, 1, 0]
     assert sched["on_up_to"] == 64 and sched["static"] == {"drafter": "d", "cuda_graph": True, "topk": 1}
     assert schedule.batch_ranges(sched) == [[1, 1, 6], [2, 8, 3], [9, 64, 1], [65, 256, 0]]
@@ -93,8 +94,8 @@ def test_schedule_draft_falls_with_load_and_turns_off_from_the_first_loss():
 
     assert adaptive_initial_steps(sched) == 6
     # a lossy config never enters the schedule
-    rows[0]["lossy"] = True
-    sched = schedule.build(rows, (1, 8, 64, 256), rows[1]["config"], backend="sglang", min_gain=0.02)
+    rows[0] = dataclasses.replace(rows[0], lossy=True)
+    sched = schedule.build(rows, (1, 8, 64, 256), rows[1].config, backend="sglang", min_gain=0.02)
     assert sched["levels"][0]["draft"] == 3
 
 

@@ -56,7 +56,7 @@ def test_starts_that_run_out_of_memory_are_billed_until_they_fail():
     assert g["total_s"] == pytest.approx(_server_s(clock), rel=1e-9)
     for t in oom:  # each held the machine for its start-up, as long as a start that served
         (f,) = TrialRecord(t).failed_starts
-        assert f["kind"] == "oom" and f["seconds"] > 60
+        assert f.kind == "oom" and f.seconds > 60
 
 
 def test_a_drafter_whose_server_never_gets_healthy_is_billed_at_the_startup_timeout():
@@ -64,7 +64,7 @@ def test_a_drafter_whose_server_never_gets_healthy_is_billed_at_the_startup_time
     g = build_report(study).to_json()["gpu_time"]
     timeout = load_space(str(ROOT / "spaces/eagle3.yaml")).server.startup_timeout_s
     hung = [f for t in study.trials for f in TrialRecord(t).failed_starts]
-    assert hung and all(f["kind"] == "startup-timeout" and f["seconds"] == timeout for f in hung)
+    assert hung and all(f.kind == "startup-timeout" and f.seconds == timeout for f in hung)
     assert g["failed_starts"] == len(hung) and g["failed_s"] == pytest.approx(timeout * len(hung))
     assert g["total_s"] == pytest.approx(searched, rel=1e-9) == pytest.approx(_server_s(clock), rel=1e-9)
 
@@ -76,7 +76,7 @@ def test_a_start_that_crashes_while_serving_is_billed_and_its_fresh_start_too():
     crashed = [t for t in study.trials if TrialRecord(t).crashes]
     assert crashed and g["failed_starts"] > 0
     lost = [f for t in crashed for f in TrialRecord(t).failed_starts]
-    assert len(lost) == g["failed_starts"] and all(f["kind"] == "server-died" for f in lost)
+    assert len(lost) == g["failed_starts"] and all(f.kind == "server-died" for f in lost)
     # what is not billed: the request each crash cut short (the simulator charges a third of it)
     short = _server_s(clock) - g["total_s"]
     assert 0 <= short < 0.01 * g["total_s"], (short, g)

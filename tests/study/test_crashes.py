@@ -33,7 +33,9 @@ def test_a_config_that_crashes_once_is_measured_on_its_second_start():
     for t in good:
         r = TrialRecord(t)
         assert len(r.crashes) == 1 and "exit -6" in r.crashes[0] and "Aborted" in r.crashes[0]
-        assert [p["index"] for p in r.prompts] == list(range(len(r.prompts)))  # every prompt once, in order
+        assert [p.index for p in r.prompt_results()] == list(
+            range(len(r.prompt_results()))
+        )  # every prompt once, in order
         assert sorted(t.intermediate_values) == list(range(len(t.intermediate_values)))
     starts = [c for c in runner.launches if c.drafter == "good"]
     assert len(starts) == 2 * len(good)  # one fresh start each, no more

@@ -80,5 +80,5 @@ def test_the_settled_stop_applies_to_a_flat_llamacpp_space():
     """With ``stop_when_settled``, a 60-trial budget over 128 configs ends before its cap once settled."""
     study, _ = _run(60, seed=0, stop=True)
     state = records.search_settled(study)
-    assert state is not None and state["trials"] < 60, state
-    assert math.isfinite(state.get("p_improve", 0.0))
+    assert state is not None and state.trials < 60, state
+    assert math.isfinite(state.p_improve)

@@ -57,8 +57,8 @@ def test_configs_the_surrogate_rules_out_cost_no_server_start():
         assert t.state == TrialState.PRUNED and not t.intermediate_values and not r.measured
         assert r.seeded in (None, records.SEEDED_DESIGN)  # the sampler's or the design's, nothing else
         skip = r.not_worth_a_start
-        assert skip["p"] < search.SKIP_BELOW
-        assert skip["predicted"] <= (1 - search.SKIP_MARGIN) * skip["tok_per_s"]
+        assert skip.p < search.SKIP_BELOW
+        assert skip.predicted <= (1 - search.SKIP_MARGIN) * skip.tok_per_s
         assert records.outcome_reason(t).startswith("not launched: the surrogate gives it P = ")
     # what was not launched could not have won: graphs off (0.45x the fastest baseline) among them, and none
     # within 5% of the true optimum (an answer is judged within 2% of it; the single GP's skips here were all

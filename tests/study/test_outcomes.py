@@ -77,7 +77,7 @@ def test_a_config_mismatch_fails_the_trial_once_and_is_not_recorded_as_measured(
     assert odd
     for t in odd:
         r = TrialRecord(t)
-        assert not r.measured and not r.prompts
+        assert not r.measured and not r.prompt_results()
         if not r.not_launched:
             assert "resolved a different config than launched" in r.fail_reason
             assert r.fail_kind == "benchmark-failed"  # as before issue #12 (retried once, then not launched again)

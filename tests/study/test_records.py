@@ -160,7 +160,7 @@ def test_the_record_reads_prompts_and_levels_back_typed():
 
     r = TrialRecord(trial)
     assert r.prompt_results() == [PromptResult(**{**results[0].__dict__, "text": ""}), results[1]]  # no text kept
-    assert [x.tok_per_s for x in r.prompt_results()] == [p["tok_per_s"] for p in r.prompts] == [50.0, 100.0]
+    assert [x.tok_per_s for x in r.prompt_results()] == [p["tok_per_s"] for p in r.attrs["prompts"]] == [50.0, 100.0]
     assert [x.level for x in r.level_results()] == [1, 4]
     x = r.level(4)
     assert x.tok_per_s == loaded.tok_per_s and r.levels[1] == level4

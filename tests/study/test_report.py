@@ -12,7 +12,8 @@ import pytest
 from autotune.backends.sglang import SGLangBackend
 from autotune.records import TrialRecord
 from autotune.render import render_report
-from autotune.report import Load, build_report
+from autotune.report import Load, Traffic, build_report
+from autotune.space.model import TrafficInfo
 from autotune.study import open_study, run
 from autotune.traffic import Guard
 
@@ -45,18 +46,18 @@ def test_gpu_time_is_startups_plus_timed_prompts_and_pruning_savings(study_and_r
     measured = [t for t in study.get_trials() if TrialRecord(t).measured and not TrialRecord(t).is_duplicate]
     # the starts that failed: "crashy" half-way through its start-up, trees over 12 tokens out of memory after it
     failed = [f for t in study.get_trials() for f in TrialRecord(t).failed_starts]
-    assert {f["kind"] for f in failed} == {"exited", "oom"}
+    assert {f.kind for f in failed} == {"exited", "oom"}
     assert g["failed_starts"] == len(failed) and g["failed_s"] == sum(
-        30.0 if f["kind"] == "exited" else 60.0 for f in failed
+        30.0 if f.kind == "exited" else 60.0 for f in failed
     )
     assert g["search_starts"] == len(measured) + len(failed)
-    expected = sum(60.0 + sum(p["seconds"] for p in TrialRecord(t).prompts) for t in measured)  # startup_s = 60
+    expected = sum(60.0 + sum(p.seconds for p in TrialRecord(t).prompt_results()) for t in measured)  # startup_s = 60
     assert g["search_s"] == pytest.approx(expected + g["failed_s"])
-    pruned = [t for t in measured if t.state == optuna.trial.TrialState.PRUNED and TrialRecord(t).prompts]
+    pruned = [t for t in measured if t.state == optuna.trial.TrialState.PRUNED and TrialRecord(t).prompt_results()]
     saved = 0.0
     for t in pruned:
-        ps = TrialRecord(t).prompts
-        saved += sum(p["seconds"] for p in ps) / len(ps) * (5 - len(ps))
+        ps = TrialRecord(t).prompt_results()
+        saved += sum(p.seconds for p in ps) / len(ps) * (5 - len(ps))
     assert saved > 0 and g["saved_by_pruning_s"] == pytest.approx(saved)
     rounds = study.user_attrs["confirmation"]["rounds"]
     assert g["confirmation_starts"] == sum(len(r["baseline"]) + len(r["candidates"]) for r in rounds)
@@ -119,7 +120,17 @@ def test_the_closing_summary_is_at_most_12_lines_and_ends_the_report(study_and_r
         result=replace(rep.result, recommended=replace(rep.recommended, winner=True, speedup_ci=ci)),
         flags=["trial 3: drafter not engaged: 0 draft tokens accepted", "trial 5: out of memory (at start-up)"],
         acceptance_guards=(Guard("acceptance-far-below", "trial 4 accepts ..."),),
-        traffic={"holdout_check": {"warning": "the subset runs ..."}, "by_output_length_text": "... WARNING ..."},
+        traffic=Traffic(
+            TrafficInfo("log.jsonl", 100, 10, "category", {}),
+            {"warning": "the subset runs ..."},
+            "subset vs the rest of the log ...",
+            None,
+            None,
+            [],
+            None,
+            [],
+            "... WARNING ...",
+        ),
     )
     most = summary_lines(full, deploy)
     assert len(most) <= 12

@@ -174,10 +174,10 @@ def settled() -> tuple[optuna.Study, list[Event]]:
 def test_a_settled_search_stops_before_its_budget_and_says_why(tmp_path, settled):
     study, events = settled
     state = records.search_settled(study)
-    assert state is not None and state["n_trials"] == SETTLED_BUDGET
-    assert _counted(study) == state["trials"] < SETTLED_BUDGET
+    assert state is not None and state.n_trials == SETTLED_BUDGET
+    assert _counted(study) == state.trials < SETTLED_BUDGET
     notes = [e.data["message"] for e in events if e.kind == "note" and "search stopped" in e.data.get("message", "")]
-    assert len(notes) == 1 and f"after {state['trials']} of up to {SETTLED_BUDGET} trials" in notes[0]
+    assert len(notes) == 1 and f"after {state.trials} of up to {SETTLED_BUDGET} trials" in notes[0]
     # the report says it, on the terminal and in the HTML page
     report = build_report(study)
     assert report.to_json()["search_settled"]["text"] == notes[0]
@@ -212,8 +212,8 @@ def test_without_the_stop_rule_the_budget_is_a_quota(settled):
 def test_a_landscape_where_every_config_loses_stops_on_the_minimum_gain():
     study = _search(lambda c: 0.6 + 0.01 * c.knob("num_steps"), 40)
     state = records.search_settled(study)
-    assert state is not None and state["p_gain"] < 0.05 and "minimum gain" in state["reason"]
-    assert state["trials"] < 20
+    assert state is not None and state.p_gain < 0.05 and "minimum gain" in state.reason
+    assert state.trials < 20
 
 
 def test_confirmation_leaves_out_near_ties_the_surrogate_says_cannot_change_the_answer(monkeypatch):
@@ -329,7 +329,7 @@ def test_with_load_levels_only_nothing_clearing_the_bar_stops_the_search(monkeyp
     from autotune.study.context import StudyContext
 
     study, _ = settled  # one stream: the peak is found and settles the search
-    assert "no unmeasured config" in records.search_settled(study)["reason"]
+    assert "no unmeasured config" in records.search_settled(study).reason
     space = _space(SETTLED_BUDGET)
     asked = []
     real = search.settle.settle
@@ -397,9 +397,9 @@ def test_a_config_judged_lossy_is_never_the_best_the_stop_and_the_gate_measure_a
     assert verdict is None  # predicted far above every lossless config: worth a start as far as speed goes
     slow = TrialConfig.make("good", True, num_steps=1, topk=1, num_draft_tokens=2)
     judged = search.not_worth_a_start(orch.ctx, slow, None)
-    assert judged is not None and judged["against"] not in {t.number for t in lossy}
+    assert judged is not None and judged.against not in {t.number for t in lossy}
     fastest_lossy = max(t.value for t in lossy if t.value)
-    assert judged["tok_per_s"] < 0.75 * fastest_lossy  # the bar is the good drafter's best, half the lossy one's
+    assert judged.tok_per_s < 0.75 * fastest_lossy  # the bar is the good drafter's best, half the lossy one's
 
 
 def test_the_search_factors_its_surrogate_where_every_start_reports_acceptance():

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from autotune.config import TrialConfig
+from autotune.config import PromptResult, TrialConfig
 from autotune.surrogate import Encoding, FactoredSurrogate, Surrogate, fit, log_round_cost, tokens_per_round
 
 
@@ -134,16 +135,16 @@ def test_a_starts_round_cost_is_its_acceptance_over_its_tok_per_s_taken_to_the_w
     """Acceptance per round is tokens over rounds; a start that measured only the first prompts has its
     acceptance taken to the whole set by the completed starts' ratio on the same prompts (here the code prompt
     accepts twice as much as the chat one on every drafter)."""
-    code = {"index": 0, "completion_tokens": 200, "accept_length": 4.0}  # 50 rounds
-    chat = {"index": 1, "completion_tokens": 200, "accept_length": 2.0}  # 100 rounds
+    code = PromptResult(0, 200, 1.0, accept_length=4.0)  # 50 rounds
+    chat = PromptResult(1, 200, 1.0, accept_length=2.0)  # 100 rounds
     assert tokens_per_round([code, chat]) == pytest.approx(400 / 150)
-    assert tokens_per_round([code, {**chat, "accept_length": None}]) is None
+    assert tokens_per_round([code, replace(chat, accept_length=None)]) is None
     full = [code, chat]
     # a completed start: its own acceptance over all prompts, minus its log tok/s
     assert log_round_cost(full, math.log(100.0), [full]) == pytest.approx(math.log(400 / 150 / 100.0))
     # a stopped start that measured the code prompt only, at acceptance 6 (1.5x the completed start's there):
     # over the whole set it would be 1.5 x 400/150
-    stopped = [{**code, "accept_length": 6.0}]
+    stopped = [replace(code, accept_length=6.0)]
     assert log_round_cost(stopped, math.log(100.0), [full]) == pytest.approx(math.log(1.5 * 400 / 150 / 100.0))
     assert log_round_cost(stopped, math.log(100.0), []) is None  # nothing to take it over with
     assert log_round_cost([], math.log(100.0), [full]) is None

@@ -63,12 +63,12 @@ def test_every_start_records_its_pass_and_the_bill_counts_it(studies):
     for t in measured:
         w = TrialRecord(t).warmup
         assert w.passes == 1 and w.steady is None and w.seconds > 0
-        timed = [p["tok_per_s"] for p in TrialRecord(t).prompts]
+        timed = [p.tok_per_s for p in TrialRecord(t).prompt_results()]
         # the pass took the cold requests: it ran slower than the timed prompts, prompt by prompt
         assert all(a < b for a, b in zip(w.tok_per_s[0], timed, strict=False))
     g = rep.to_json()["gpu_time"]
     expected = sum(
-        60.0 + TrialRecord(t).warmup.seconds + sum(p["seconds"] for p in TrialRecord(t).prompts) for t in measured
+        60.0 + TrialRecord(t).warmup.seconds + sum(p.seconds for p in TrialRecord(t).prompt_results()) for t in measured
     )
     assert g["search_s"] == pytest.approx(expected)
     w = rep.to_json()["warmup"]

@@ -101,7 +101,8 @@ def test_without_log_probabilities_the_prefix_rule_applies() -> None:
 
 def test_floor_is_the_largest_margin_baselines_diverged_at() -> None:
     assert lossless.floor([]) == 0.0
-    assert lossless.floor([{"checked": True}, {"margin": 0.01}, {"margin": 0.2}, {"margin": None}]) == 0.2
+    margins = (0.01, 0.2, None)
+    assert lossless.floor([lossless.Divergence(0, "numerics", 1.0, margin=m) for m in margins]) == 0.2
 
 
 @pytest.mark.parametrize(
