@@ -379,12 +379,16 @@ def _interrupt_on_termination() -> None:
     signal interrupts: more Ctrl-C presses while the server is being stopped (bounded waits) do not cut that short."""
     import signal
 
+    from autotune.process.server import hold_signal
+
     fired: list[int] = []
 
     def _raise(signum: int, _frame: object) -> None:
         if fired:
             return
         fired.append(signum)
+        if hold_signal(signum):  # a server is being spawned: raised once it is ours to stop
+            return
         raise KeyboardInterrupt(f"signal {signum}")
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

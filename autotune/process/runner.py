@@ -110,11 +110,15 @@ class ProcessRunner:
             kill_timeout_s=self.kill_timeout_s,
             port_free_timeout_s=self.port_free_timeout_s,
         ).start()
-        info = LaunchInfo(
-            argv=argv, env=redact_env(own_env), log_path=str(server.log_path), pid=server.pid, simulated=self.simulated
-        )
         session: ProcessSession | None = None
         try:
+            info = LaunchInfo(
+                argv=argv,
+                env=redact_env(own_env),
+                log_path=str(server.log_path),
+                pid=server.pid,
+                simulated=self.simulated,
+            )
             session = ProcessSession(self, server, info, effective)
             client = session.client
             limit_s = server_spec.startup_timeout_s

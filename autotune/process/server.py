@@ -113,28 +113,33 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         """The argv list (never a shell) in its own session, stdin from /dev/null, stdout + stderr appended to the log
-        after a ``# autotune: [argv...]`` line, ``env`` on top of ours; its entry goes in the PID record."""
+        after a ``# autotune: [argv...]`` line, ``env`` on top of ours; its entry goes in the PID record. A Ctrl-C
+        (or SIGTERM/SIGHUP) during the spawn is held back until the child is ours to stop (``uninterrupted``): raised
+        inside ``subprocess.Popen`` after the fork it would lose the child, which then outlives us holding its port
+        (seen: a reverify interrupted as its next server started)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as logf:
-            logf.write(f"# autotune: {json.dumps(self.argv)}\n".encode())
-            logf.flush()
-            self.popen = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **self.env},
-                start_new_session=True,
-                close_fds=True,
-            )
         try:
+            with open(self.log_path, "ab") as logf:
+                logf.write(f"# autotune: {json.dumps(self.argv)}\n".encode())
+                logf.flush()
+                with uninterrupted():
+                    self.popen = subprocess.Popen(
+                        self.argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=logf,
+                        stderr=subprocess.STDOUT,
+                        env={**os.environ, **self.env},
+                        start_new_session=True,
+                        close_fds=True,
+                    )
             self.started_at = self.clock.now()
             self.tree = ProcessTree(self.popen.pid)
             self.tree.track()
             if self.record is not None and self.tree.create_time is not None:
                 self.record.put(self._record_entry())
         except BaseException:  # e.g. Ctrl-C right after the spawn: stop the process group we just started
-            stop_fresh_group(self.popen)
+            if self.popen is not None:
+                stop_fresh_group(self.popen)
             raise
         return self
 
@@ -420,6 +425,34 @@ def stop_processes(procs: list[psutil.Process], pgid: int | None, term_timeout_s
             time.sleep(0.02)
         if not procs:
             return
+
+
+#: a signal held back by ``uninterrupted`` (the CLI's handler asks ``hold_signal`` first): [depth, signal or None]
+_HELD: list[int | None] = [0, None]
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """A section a termination signal must not cut (spawning a server we must be able to stop): a signal that
+    ``hold_signal`` held back during it is raised as KeyboardInterrupt when the section ends. Only where the
+    signal's handler asks ``hold_signal`` (the CLI's, ``cli._interrupt_on_termination``); Python's default SIGINT
+    handler raises at once."""
+    _HELD[0] = int(_HELD[0] or 0) + 1
+    try:
+        yield
+    finally:
+        _HELD[0] = int(_HELD[0] or 0) - 1
+        if not _HELD[0] and _HELD[1] is not None:
+            signum, _HELD[1] = _HELD[1], None
+            raise KeyboardInterrupt(f"signal {signum}")
+
+
+def hold_signal(signum: int) -> bool:
+    """For a signal handler: True (the signal is held, raised when the section ends) inside ``uninterrupted``."""
+    if _HELD[0]:
+        _HELD[1] = signum
+        return True
+    return False
 
 
 def stop_fresh_group(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:

@@ -75,3 +75,43 @@ def test_not_started(tmp_path):
     assert server.stop() is None  # never started: nothing to stop
     with pytest.raises(RuntimeError, match="not started"):
         server.wait_ready(lambda _limit: True, timeout_s=1.0, poll_interval_s=0.05)
+
+
+def test_a_ctrl_c_during_the_spawn_waits_until_the_server_is_ours_to_stop(tmp_path, monkeypatch):
+    """A real SIGINT delivered inside ``subprocess.Popen`` after the fork (the CLI's handler installed): without the
+    hold it raises there, the Popen object is lost and the child outlives us holding its port (a reverify interrupted
+    as its next server started left one). With it, start() raises KeyboardInterrupt once the child is assigned, and
+    that child is stopped."""
+    import os
+    import subprocess
+
+    import psutil
+
+    from autotune import cli
+    from autotune.process import server as server_mod
+
+    spawned: list[int] = []
+    real = subprocess.Popen
+
+    class Interrupted(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            spawned.append(self.pid)
+            os.kill(os.getpid(), signal.SIGINT)  # its handler runs before this constructor returns
+
+    monkeypatch.setattr(server_mod.subprocess, "Popen", Interrupted)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        cli._interrupt_on_termination()
+        server = fake(tmp_path, "ok", delay=0.0)
+        with pytest.raises(KeyboardInterrupt):
+            server.start()
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+    assert len(spawned) == 1 and server.popen is not None and server.popen.pid == spawned[0]
+    assert not psutil.pid_exists(spawned[0]) or psutil.Process(spawned[0]).status() == psutil.STATUS_ZOMBIE
+    # outside a spawn the handler raises at once, as before
+    with server_mod.uninterrupted():
+        pass
+    assert server_mod.hold_signal(signal.SIGINT) is False
