@@ -2,6 +2,8 @@
 ``scripts/sglang_setup.sh`` makes; never imported by autotune or by pytest's own interpreter).
 
 Usage: python sglang_parse.py ITEMS.json  -> prints one JSON list, one result per item, in order.
+       python sglang_parse.py --serve    -> reads ``ITEMS.json<TAB>OUT.json`` lines (``serve``): one import of
+                                            SGLang for a whole test module
 
 ITEMS.json: ``[{"id": ..., "argv": [...]}, {"id": ..., "adaptive_config": "path"}, ...]``. For an argv item
 (the flags after ``python -m sglang.launch_server``): SGLang's ``prepare_server_args`` (its argparse parser and
@@ -201,16 +203,20 @@ def _in_child(item: dict, report_imports: bool = False) -> dict:
     return json.loads(data)
 
 
-def main(path: str) -> int:
-    with open(path, encoding="utf-8") as f:
-        items = json.load(f)
+def _prepare() -> None:
     _torchvision_placeholder()
     import sglang.srt.arg_groups.pipeline  # noqa: F401  (import once, before forking)
     import sglang.srt.server_args  # noqa: F401
 
+
+_WARM = [False]
+
+
+def check(items: list[dict]) -> list[dict]:
     results = []
-    for i, item in enumerate(items):
-        out = _in_child(item, report_imports=i == 0)
+    for item in items:
+        out = _in_child(item, report_imports=not _WARM[0])
+        _WARM[0] = True
         # the first resolution imports ~140 more modules (0.4 s a child): import them here once, before the next
         # fork, so that every later child starts with them (imports only: the resolution still runs in each child)
         for name in out.pop("_imported", []):
@@ -219,10 +225,33 @@ def main(path: str) -> int:
             except Exception:  # noqa: BLE001  (a module that imports only inside its parent's import: the child's job)
                 pass
         results.append({"id": item.get("id"), **out})
-    json.dump(results, sys.stdout, default=str)
+    return results
+
+
+def main(path: str) -> int:
+    with open(path, encoding="utf-8") as f:
+        items = json.load(f)
+    _prepare()
+    json.dump(check(items), sys.stdout, default=str)
     sys.stdout.write("\n")
     return 0
 
 
+def serve() -> int:
+    """One import of SGLang for many requests (a test module's): each stdin line is ``ITEMS.json<TAB>OUT.json``;
+    the results go to OUT.json, then ``@@done`` on stdout. Ends at end of input."""
+    _prepare()
+    for line in sys.stdin:
+        src, dst = line.rstrip("\n").split("\t")
+        with open(src, encoding="utf-8") as f:
+            results = check(json.load(f))
+        with open(dst + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(results, f, default=str)
+        os.replace(dst + ".tmp", dst)
+        sys.stdout.write("@@done\n")
+        sys.stdout.flush()
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(serve() if sys.argv[1:] == ["--serve"] else main(sys.argv[1]))

@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import select
 import shlex
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -151,14 +153,70 @@ def sglang_spaces() -> list[Path]:
     return out
 
 
+class Driver:
+    """``sglang_parse.py --serve`` in SGLang's venv, one for the module (SGLang's import costs ~10 CPU-s on 2 cores;
+    each check still runs in its own forked child), every request with a time limit."""
+
+    def __init__(self) -> None:
+        assert SGLANG_PYTHON is not None
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [SGLANG_PYTHON, str(DRIVER), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            bufsize=0,
+        )
+        self.buf = b""
+
+    def run(self, src: Path, dst: Path, timeout_s: float = 900.0) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{src}\t{dst}\n".encode())
+        deadline = time.monotonic() + timeout_s
+        fd = self.proc.stdout.fileno()
+        while b"@@done\n" not in self.buf:
+            left = deadline - time.monotonic()
+            ready = select.select([fd], [], [], left)[0] if left > 0 else []
+            chunk = os.read(fd, 65536) if ready else None
+            if not chunk:  # it exited (b""), or the limit passed (None)
+                self.close()
+                self.stderr.seek(0)
+                tail = self.stderr.read().decode(errors="replace")[-4000:]
+                pytest.fail(f"the SGLang driver {'exited' if chunk == b'' else 'timed out'}: {tail}")
+            self.buf += chunk
+        self.buf = self.buf.partition(b"@@done\n")[2]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.stderr.close()
+
+
+_DRIVER: list[Driver] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _driver():
+    yield
+    while _DRIVER:
+        _DRIVER.pop().close()
+
+
 def run_sglang(items: list[dict], tmp_path: Path) -> dict:
-    path = tmp_path / "items.json"
+    path, out = tmp_path / "items.json", tmp_path / "results.json"
     path.write_text(json.dumps(items))
-    r = subprocess.run(
-        [SGLANG_PYTHON, str(DRIVER), str(path)], capture_output=True, text=True, timeout=900, check=False
-    )
-    assert r.returncode == 0, r.stderr[-4000:]
-    return {x["id"]: x for x in json.loads(r.stdout.splitlines()[-1])}
+    if not _DRIVER or _DRIVER[0].proc.poll() is not None:
+        _DRIVER[:] = [Driver()]
+    _DRIVER[0].run(path, out)
+    return {x["id"]: x for x in json.loads(out.read_text())}
 
 
 def _problems(items: list[dict], results: dict, expected: dict) -> list[str]:
