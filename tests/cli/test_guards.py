@@ -19,6 +19,8 @@ import optuna
 import pytest
 import yaml
 
+from autotune.study.storage import make_storage
+
 from .helpers import REPO, autotune, space_file
 
 STAND_INS = REPO / "autotune" / "sim" / "scenarios" / "llama31-8b-h100"
@@ -116,7 +118,10 @@ def test_sglang_missing_from_this_python_is_refused_by_validate_but_the_simulato
 
 
 def _trials(studies: Path, name: str) -> list:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{studies}/{name}.db").get_trials()
+    # autotune's storage: a study starting in another process may be creating the database's schema this moment
+    # (``storage._schema_race``; plain Optuna loses that race with "UNIQUE constraint failed: alembic_version")
+    storage = make_storage(f"sqlite:///{studies}/{name}.db")
+    return optuna.load_study(study_name=name, storage=storage).get_trials()
 
 
 def test_a_changed_search_space_is_refused_naming_the_change(tmp_path):
