@@ -472,6 +472,13 @@ def test_with_load_levels_adaptive_is_set_against_the_tuned_static_schedule_per_
     assert busy["static"]["trial"] == 4 and busy["static"]["speedup_ci"]["point"] == pytest.approx(1.2, rel=1e-3)
     assert busy["versus"]["high"] < 1.0  # adaptive clearly slower than the static pick at 64 streams
     assert "adaptive over static 0.92x [" in busy["text"]
+    # the terminal report shows them under the adaptive row (EAGLE-3: 4 configs measured, so "tuned static")
+    from autotune.render import _methods_lines
+
+    lines = _methods_lines(out)
+    at = lines.index("    per level, adaptive vs the tuned static schedule's pick there:")
+    assert lines[at - 1].startswith("  adaptive ") and lines[at + 1] == f"      {one['text']}"
+    assert lines[at + 2].startswith("      64 streams: adaptive 1.10x [") and "(trial 4)" in lines[at + 2]
     # without levels: the rows stay as they were
     flat = [{**r, "levels": None} for r in rows]
     assert (
