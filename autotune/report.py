@@ -509,6 +509,7 @@ def _methods_section(
             "verdict": res.verdict.value,
             "objective": describe,
         },
+        res.confirmation.rounds,
     )
     if per_method is None:
         return None

@@ -427,8 +427,11 @@ def stop_processes(procs: list[psutil.Process], pgid: int | None, term_timeout_s
             return
 
 
-#: a signal held back by ``uninterrupted`` (the CLI's handler asks ``hold_signal`` first): [depth, signal or None]
-_HELD: list[int | None] = [0, None]
+class _Held:
+    """A signal held back by ``uninterrupted`` (the CLI's handler asks ``hold_signal`` first)."""
+
+    depth = 0
+    signum: int | None = None
 
 
 @contextlib.contextmanager
@@ -437,20 +440,20 @@ def uninterrupted() -> Iterator[None]:
     ``hold_signal`` held back during it is raised as KeyboardInterrupt when the section ends. Only where the
     signal's handler asks ``hold_signal`` (the CLI's, ``cli._interrupt_on_termination``); Python's default SIGINT
     handler raises at once."""
-    _HELD[0] = int(_HELD[0] or 0) + 1
+    _Held.depth += 1
     try:
         yield
     finally:
-        _HELD[0] = int(_HELD[0] or 0) - 1
-        if not _HELD[0] and _HELD[1] is not None:
-            signum, _HELD[1] = _HELD[1], None
+        _Held.depth -= 1
+        if not _Held.depth and _Held.signum is not None:
+            signum, _Held.signum = _Held.signum, None
             raise KeyboardInterrupt(f"signal {signum}")
 
 
 def hold_signal(signum: int) -> bool:
     """For a signal handler: True (the signal is held, raised when the section ends) inside ``uninterrupted``."""
-    if _HELD[0]:
-        _HELD[1] = signum
+    if _Held.depth:
+        _Held.signum = signum
         return True
     return False
 

@@ -18,12 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.stats import START_NOISE, speedup_interval, start_prior
+from autotune.study.levels import level_intervals, level_prior
+from autotune.study.race import measured_prior, paired_logs
 
 if TYPE_CHECKING:
     import optuna
 
     from autotune.backends.base import Backend
-    from autotune.records import MethodCatalogue, MethodEntry, Round
+    from autotune.records import LevelIntervals, MethodCatalogue, MethodEntry, Round
     from autotune.space import Space
 
 #: trial a, trial b -> the interval (``Interval.to_dict``) of a's tok/s over b's within confirmation's rounds, or None
@@ -355,31 +357,18 @@ def _adaptive_levels(
         return adaptive
     confidence = float(info.get("confidence", 0.95))
     prior = start_prior(float(info.get("start_noise", START_NOISE)))
-    from autotune.study.levels import level_prior
-
-    def ci(logs: list[float], level: int) -> dict[str, float] | None:
-        p = level_prior(list(rounds), level, prior)
-        return speedup_interval(logs, confidence, p).to_dict() if len(logs) >= 2 else None
+    against_baseline: dict[int, LevelIntervals] = {}
 
     def vs_baseline(n: int, level: int) -> dict[str, float] | None:
-        logs = []
-        for r in rounds:
-            if r.levels is None:
-                continue
-            t, b = r.levels.candidates.get(n, {}).get(level), r.levels.baseline.get(graph.get(n, False), {}).get(level)
-            if t and b:
-                logs.append(math.log(t / b))
-        return ci(logs, level)
+        if n not in against_baseline:  # every level of one trial at once (``levels.level_intervals``)
+            against_baseline[n] = level_intervals(n, graph[n], list(rounds), levels, confidence=confidence, prior=prior)
+        iv = against_baseline[n].get(level)
+        return None if iv is None else iv.to_dict()
 
     def paired(a: int, b: int, level: int) -> dict[str, float] | None:
-        logs = []
-        for r in rounds:
-            if r.levels is None:
-                continue
-            x, y = r.levels.candidates.get(a, {}).get(level), r.levels.candidates.get(b, {}).get(level)
-            if x and y:
-                logs.append(math.log(x / y))
-        return ci(logs, level)
+        logs = paired_logs(rounds, a, b, level)
+        p = level_prior(list(rounds), level, prior)
+        return speedup_interval(logs, confidence, p).to_dict() if len(logs) >= 2 else None
 
     def usable(n: int, level: int) -> float | None:
         lv = by_level.get(n, {}).get(level)
@@ -456,8 +445,8 @@ def _categories(
     return table
 
 
-def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``summarize`` for a study's report (None: not a method space)."""
+def from_study(study: optuna.Study, report: Mapping[str, Any], rounds: Sequence[Round] = ()) -> dict[str, Any] | None:
+    """``summarize`` for a study's report and confirmation's ``rounds`` (None: not a method space)."""
     from autotune import records
 
     info = records.method_catalogue(study)
@@ -482,12 +471,7 @@ def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any]
         n = len(info.get("categories") or [])
         per_prompt[t.number] = [(a / b) if (a := mine.get(i)) and (b := theirs.get(i)) else None for i in range(n)]
     weights = (report.get("objective") or {}).get("category_weights")
-    conf = records.confirmation(study)
-    versus = (
-        paired_versus(conf.rounds, float(info.get("start_noise", START_NOISE)), float(info.get("confidence", 0.95)))
-        if conf is not None
-        else None
-    )
+    versus = paired_versus(rounds, float(info.get("start_noise", START_NOISE)), float(info.get("confidence", 0.95)))
     return summarize(
         info,
         report["trials"],
@@ -497,7 +481,7 @@ def from_study(study: optuna.Study, report: Mapping[str, Any]) -> dict[str, Any]
         per_prompt,
         weights,
         versus,
-        conf.rounds if conf is not None else (),
+        rounds,
     )
 
 
@@ -506,12 +490,10 @@ def paired_versus(rounds: Sequence[Round], start_noise: float, confidence: float
     within each round both were measured in, its spread from the start-to-start noise ``start_noise`` (worth
     ``stats.START_PRIOR_DF`` rounds, raised to what the rounds show: ``race.measured_prior``), as the candidates'
     own intervals are; None with fewer than 2 such rounds."""
-    from autotune.study.race import measured_prior
-
     prior = measured_prior(list(rounds), start_prior(start_noise))
 
     def versus(a: int, b: int) -> dict[str, float] | None:
-        logs = [math.log(x / y) for r in rounds if (x := r.candidates.get(a)) and (y := r.candidates.get(b))]
+        logs = paired_logs(rounds, a, b)
         return speedup_interval(logs, confidence, prior).to_dict() if len(logs) >= 2 else None
 
     return versus

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.config import Config
@@ -59,16 +60,27 @@ def _leader(rounds: list[Round], active: list[int]) -> int:
     return max(active, key=lambda k: _mean_log(rounds, k))
 
 
+def paired_logs(rounds: Sequence[Round], a: int, b: int, level: int | None = None) -> list[float]:
+    """The log ratios of candidate ``a``'s tok/s to ``b``'s within each round both were measured in (so drift
+    cancels); with ``level``, at that load level of the rounds that measured levels."""
+    out = []
+    for r in rounds:
+        if level is None:
+            x, y = r.candidates.get(a), r.candidates.get(b)
+        elif r.levels is not None:
+            x, y = r.levels.candidates.get(a, {}).get(level), r.levels.candidates.get(b, {}).get(level)
+        else:
+            continue
+        if x and y:
+            out.append(math.log(x / y))
+    return out
+
+
 def _may_reach(rounds: list[Round], k: int, leader: int, spec: VerdictSpec, ratio: float) -> bool:
     """Whether candidate ``k`` may still be ``ratio`` times as fast as ``leader`` or more: the one-sided
-    ``spec.race_confidence`` upper bound of its mean paired log ratio to the leader (within each round both were
-    measured in, so drift cancels) is not below ``ratio`` (1: not clearly slower; ``1 + tie``: not proven a
-    near-tie), or fewer than two rounds paired them."""
-    diffs = [
-        math.log(r.candidates[k] / r.candidates[leader])
-        for r in rounds
-        if r.candidates.get(k) and r.candidates.get(leader)
-    ]
+    ``spec.race_confidence`` upper bound of its mean paired log ratio to the leader (``paired_logs``) is not below
+    ``ratio`` (1: not clearly slower; ``1 + tie``: not proven a near-tie), or fewer than two rounds paired them."""
+    diffs = paired_logs(rounds, k, leader)
     return len(diffs) < 2 or upper_bound(diffs, spec.race_confidence, 0.0) >= ratio
 
 

@@ -30,14 +30,32 @@ def _script(name: str) -> ModuleType:
     return load_script(f"gpu/{name}.py", f"gpu_{name}")
 
 
+def _rebuilt(run: Path) -> Report:
+    """The run's report rebuilt from its study records."""
+    return build_report(_script("study_records").read(run / "study-records.json.gz"))
+
+
+def _methods_of(report: Report) -> dict:
+    return json.loads(json.dumps(report.to_json(), default=str))["methods"]
+
+
+def _assert_truth_holds(method: str, best: dict, true: dict) -> None:
+    """A confirmed interval holds the truth's point; a search figure sits inside the truth's interval."""
+    ci = best["speedup_ci"]
+    if ci:
+        assert ci["low"] <= true["point"] <= ci["high"], (method, ci, true)
+    else:
+        assert true["low"] <= best["speedup"] <= true["high"], (method, best["speedup"], true)
+
+
 @pytest.fixture(scope="module")
 def report() -> Report:
-    return build_report(_script("study_records").read(RUN / "study-records.json.gz"))
+    return _rebuilt(RUN)
 
 
 @pytest.fixture(scope="module")
 def methods(report: Report) -> dict:
-    return json.loads(json.dumps(report.to_json(), default=str))["methods"]
+    return _methods_of(report)
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +135,7 @@ def test_the_study_named_the_method_the_truth_names_with_figures_the_truth_holds
     ranked = sorted(by, key=lambda m: -by[m]["speedup"])
     assert ranked == truth["summary"]["ranking"]
     for m, best in by.items():
-        true = truth["summary"]["configs"][m]["speedup"]
-        ci = best["speedup_ci"]
-        if ci:  # confirmed: the truth's point inside the study's interval
-            assert ci["low"] <= true["point"] <= ci["high"], (m, ci, true)
-        else:  # a search figure: inside the truth's interval
-            assert true["low"] <= best["speedup"] <= true["high"], (m, best["speedup"], true)
+        _assert_truth_holds(m, best, truth["summary"]["configs"][m]["speedup"])
     # the pick beats every other method's best on the same passes
     assert all(v["low"] > 1.0 for v in truth["summary"]["pick_vs"].values())
 
@@ -149,12 +162,12 @@ RUN2 = RUN.parent / "2026-12-06-h100-methods-queue"
 
 @pytest.fixture(scope="module")
 def report2() -> Report:
-    return build_report(_script("study_records").read(RUN2 / "study-records.json.gz"))
+    return _rebuilt(RUN2)
 
 
 @pytest.fixture(scope="module")
 def methods2(report2: Report) -> dict:
-    return json.loads(json.dumps(report2.to_json(), default=str))["methods"]
+    return _methods_of(report2)
 
 
 def test_after_the_queue_fix_every_method_got_its_own_three_configs(report2, methods2):
@@ -198,9 +211,4 @@ def test_after_the_queue_fix_the_truth_holds_the_studys_figures():
     assert again["winner"] == again["pick"] == WINNER
     recorded = json.loads((RUN2 / "report.json").read_text())["methods"]
     for e in recorded["methods"]:
-        true = again["configs"][e["method"]]["speedup"]
-        ci = e["best"]["speedup_ci"]
-        if ci:
-            assert ci["low"] <= true["point"] <= ci["high"], (e["method"], ci, true)
-        else:
-            assert true["low"] <= e["best"]["speedup"] <= true["high"], (e["method"], e["best"]["speedup"], true)
+        _assert_truth_holds(e["method"], e["best"], again["configs"][e["method"]]["speedup"])
