@@ -226,14 +226,15 @@ def test_good_draft_wins_and_bad_draft_loses(runs):
     base = runs["baseline"].tok_per_s
     good = runs["good"].tok_per_s
     bad = runs["bad"].tok_per_s
-    # orderings with margins wider than this 2-core machine's noise: side by side, the good/baseline ratio ran
-    # 1.13-1.40 for the same binary and models on the code before and after the issue-#12 restructuring (the
-    # baseline alone moved 75-94 tok/s between runs), so a 1.2 bound failed about one run in three on either
-    assert good > 1.05 * base, (base, good, bad)
     assert runs["good"].accept_length > 3.0 > 2.0 > runs["bad"].accept_length  # the mechanism, noise-free
-    # the bad draft's loss, with room for this machine's noise: a CI run beside other load measured it at 0.87 of a
-    # baseline timed at 32 tok/s (75-94 when quiet)
-    assert bad < 0.9 * base, (base, good, bad)
+    # Speeds, with bounds this 2-core machine keeps under any load seen: alone (or beside CPU-bound or memory-bound
+    # load) the good draft ran 1.13-1.40x the baseline, but beside the suite's other tests in CI only 1.03-1.05x
+    # (twice, sequential and interleaved), so against the baseline only the ordering is asserted; the good draft's
+    # lead over the bad one (2.4-2.7x in every run seen) and the bad draft's loss (0.39-0.50x) keep wide margins.
+    # The speedup itself is measured on GPUs (docs/gpu-runs), never timed here.
+    assert good > base, (base, good, bad)
+    assert good > 2.0 * bad, (base, good, bad)
+    assert bad < 0.8 * base, (base, good, bad)
 
 
 def test_servers_stopped_cleanly(runs):
