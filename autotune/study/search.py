@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -213,10 +215,7 @@ def _design_points(
     for k in choice_knobs:
         rng.shuffle(values[k])
     free = [i for i, k in enumerate(enc.knobs) if k not in choice_knobs]
-    from scipy.stats import qmc
-
-    sobol = qmc.Sobol(d=max(1, len(free)), scramble=True, seed=seed)
-    points = sobol.random(1 << math.ceil(math.log2(max(2, 4 * count))))
+    points = sobol_points(max(1, len(free)), 1 << math.ceil(math.log2(max(2, 4 * count))), seed)
     taken = {c.key() for c in seeds}
     out: list[TrialConfig] = []
     for i, x in enumerate(points):
@@ -232,6 +231,57 @@ def _design_points(
         taken.add(c.key())
         out.append(c)
     return out
+
+
+@functools.cache
+def _direction_numbers() -> tuple[np.ndarray, np.ndarray] | None:
+    """Joe and Kuo's direction numbers as scipy ships them (its polynomials, its initial numbers), read by path:
+    importing ``scipy.stats`` for them costs more CPU than a study's bookkeeping; None in another layout."""
+    import scipy
+
+    path = Path(scipy.__file__).parent / "stats" / "_sobol_direction_numbers.npz"
+    if not path.exists():
+        return None
+    with np.load(path) as f:
+        return f["poly"], f["vinit"]
+
+
+def sobol_points(d: int, n: int, seed: int) -> np.ndarray:
+    """The first ``n`` points of a scrambled Sobol sequence in ``d`` dimensions, bit for bit those of
+    ``scipy.stats.qmc.Sobol(d, scramble=True, seed=seed).random(n)``: Bratley and Fox's recurrence over
+    ``_direction_numbers``, a random lower-triangular linear scramble and a random digital shift drawn from
+    ``np.random.default_rng(seed)`` as scipy draws them, the points in Gray-code order, 30 bits."""
+    numbers = _direction_numbers()
+    if numbers is None:
+        from scipy.stats import qmc
+
+        return qmc.Sobol(d=d, scramble=True, seed=seed).random(n)
+    poly, vinit = numbers[0][:d].tolist(), numbers[1][:d].tolist()
+    bits = 30
+    v = np.ones((d, bits), dtype=np.int64)  # direction numbers, dimension x bit; the first dimension all ones
+    for k in range(1, d):
+        m = poly[k].bit_length() - 1  # the primitive polynomial's degree; its inner coefficients are the taps
+        taps = [i for i in range(m) if poly[k] >> (m - 1 - i) & 1]
+        row = vinit[k][:m]
+        for j in range(m, bits):
+            new = row[j - m]
+            for i in taps:
+                new ^= row[j - i - 1] << (i + 1)
+            row.append(new)
+        v[k] = row
+    v <<= np.arange(bits - 1, -1, -1)
+    rng = np.random.default_rng(seed)
+    lsb_first = 1 << np.arange(bits)
+    shift = rng.integers(2, size=(d, bits), dtype=np.uint32) @ lsb_first
+    scramble = np.tril(rng.integers(2, size=(d, bits, bits), dtype=np.uint32))
+    scramble[:, np.arange(bits), np.arange(bits)] = 1
+    v_bits = v[:, :, None] >> np.arange(bits - 1, -1, -1) & 1  # dimension x bit j x its binary digits, MSB first
+    v = (np.einsum("kpi,kji->kjp", scramble, v_bits) % 2) @ lsb_first[::-1]
+    gray = np.arange(n) ^ np.arange(n) >> 1
+    points = np.broadcast_to(shift, (n, d)).copy()
+    for j in range(min(bits, n.bit_length())):
+        points ^= np.where(gray[:, None] >> j & 1, v[:, j], 0)
+    return points / 2**bits
 
 
 def seed_configs(ctx: StudyContext) -> list[TrialConfig]:
