@@ -5,6 +5,7 @@ offline)."""
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +15,20 @@ from autotune._io import atomic_write
 from autotune.config import config_label
 from autotune.render import fmt, measured, position_rows
 from autotune.report import COMPARISONS, Report
+from autotune.stats import Interval
 from autotune.study import baseline_check
-from autotune.study.result import CI
 
 
 def _e(x: Any) -> str:
     return html.escape("-" if x is None else str(x))
 
 
-def _range(ci: CI) -> str:
-    """An interval's ends and the confidence it was taken at: ``[1.829, 2.012] 95%``."""
-    conf = fmt((ci.get("confidence") or 0) * 100, ".4g")
-    return f"[{fmt(ci.get('low'), '.3f')}, {fmt(ci.get('high'), '.3f')}] {conf}%"
+def _range(ci: Interval | Mapping[str, float]) -> str:
+    """An interval's ends and the confidence it was taken at: ``[1.829, 2.012] 95%`` (a typed interval, or one as
+    the methods section holds it)."""
+    d = ci.to_dict() if isinstance(ci, Interval) else ci
+    low, high, conf = d.get("low"), d.get("high"), d.get("confidence") or 0
+    return f"[{fmt(low, '.3f')}, {fmt(high, '.3f')}] {fmt(conf * 100, '.4g')}%"
 
 
 def write_html_report(study: optuna.Study, report: Report, path: Path) -> None:
@@ -114,11 +117,11 @@ def _confirmation(report: Report) -> list[str]:
         "<th>speedup</th><th>CI</th><th>rounds</th></tr>"
     ]
     for c in report.result.confirmed:
-        ci = c.speedup_ci.to_dict() if c.speedup_ci else {}
+        ci = c.speedup_ci
         parts.append(
             f"<tr><td>{c.trial}</td><td>{_e(config_label(c.config))}</td><td>{fmt(c.mean_tok_per_s)}</td>"
-            f"<td>{fmt(ci.get('point'), '.3f')}</td><td>{_range(ci)}</td>"
-            f"<td>{ci.get('n', '')}{' (left the race)' if c.dropped else ''}</td></tr>"
+            f"<td>{fmt(ci and ci.point, '.3f')}</td><td>{_range(ci or {})}</td>"
+            f"<td>{ci.n if ci else ''}{' (left the race)' if c.dropped else ''}</td></tr>"
         )
     parts.append("</table>")
     if report.interval_note:
@@ -192,8 +195,8 @@ def _levels(report: Report) -> list[str]:
     for x in load.levels:
         c = int(x["level"])
         v = confirmed.get(c)
-        ci = v.speedup_ci.to_dict() if v is not None and v.speedup_ci is not None else {}
-        ci_text = f"{fmt(ci.get('point'), '.3f')} {_range(ci)}" if ci else "-"
+        ci = v.speedup_ci if v is not None else None
+        ci_text = f"{fmt(ci.point, '.3f')} {_range(ci)}" if ci else "-"
         broken = " (latency limit broken: see below)" if x.get("slo_broken") else ""
         parts.append(
             f"<tr id='level-{c}'><td>{c}</td><td>{fmt(x.get('tok_per_s'))}</td>"

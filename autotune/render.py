@@ -206,7 +206,7 @@ def summary_lines(report: Report, deploy: str | None = None) -> list[str]:
         out.append(f"recommended: trial {rec.trial}: {config_label(rec.config)}  ({rec.why})")
         ci = rec.speedup_ci
         if ci:
-            out.append(f"  speedup {_ci(ci)} ({ci.get('confidence', 0.95) * 100:.4g}% CI) against the fastest baseline")
+            out.append(f"  speedup {_ci(ci)} ({ci.confidence * 100:.4g}% CI) against the fastest baseline")
     out.append(gpu_text(report.gpu_time))
     if deploy:
         what = "the recommended config" if (rec.config or {}).get("drafter") else "it"
@@ -455,11 +455,7 @@ def study_note(study: optuna.Study, report: Report) -> str:
         ci = rec.speedup_ci
         lines.append(
             f"**autotune recommends trial {rec_trial}**: `{config_label(rec.config)}` ({rec.why})"
-            + (
-                f"; confirmed speedup against the fastest baseline {_ci(ci)} ({ci.get('confidence', 0) * 100:.4g}%)"
-                if ci
-                else ""
-            )
+            + (f"; confirmed speedup against the fastest baseline {_ci(ci)} ({ci.confidence * 100:.4g}%)" if ci else "")
         )
     try:  # what optuna-dashboard shows as "Best Trial": the highest objective value of one start
         best: optuna.trial.FrozenTrial | None = study.best_trial
@@ -538,7 +534,7 @@ def publish(study: optuna.Study, report: Report, *, attrs: bool = False) -> None
                 "config": config_label(rec.config),
                 "why": rec.why,
                 "tok_per_s": None if rec.tok_per_s is None else round(rec.tok_per_s, 1),
-                "speedup": None if not ci else round(ci["point"], 3),
-                "speedup_ci": None if not ci else [round(ci["low"], 3), round(ci["high"], 3)],
+                "speedup": None if not ci else round(ci.point, 3),
+                "speedup_ci": None if not ci else [round(ci.low, 3), round(ci.high, 3)],
             },
         )

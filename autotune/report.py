@@ -27,10 +27,10 @@ from autotune.records import (
     TrialRecord,
 )
 from autotune.space.model import TrafficInfo
+from autotune.stats import Interval
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.result import (
-    CI,
     Best,
     Recommendation,
     StudyResult,
@@ -91,7 +91,7 @@ class TrialRow:
     speedup_vs_fastest: float | None  # the objective's speedup over the fastest baseline (speculative trials)
     speedup_basis: str | None  # what that speedup rests on
     confirmed: bool  # a confirmation candidate: it has a confirmed interval
-    speedup_ci: CI | None  # confirmation's interval against its own baseline
+    speedup_ci: Interval | None  # confirmation's interval against its own baseline
 
     @property
     def speculative(self) -> bool:
@@ -100,7 +100,7 @@ class TrialRow:
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {name: getattr(self, name) for name in _ROW_KEYS}
         if self.confirmed:
-            out["speedup_ci"] = self.speedup_ci
+            out["speedup_ci"] = None if self.speedup_ci is None else self.speedup_ci.to_dict()
         out["speedup_vs_fastest"] = self.speedup_vs_fastest
         out["speedup_basis"] = self.speedup_basis
         return out
@@ -141,14 +141,14 @@ class BestConfig:
     config: Config | None
     tok_per_s: float | None
     speedup: float | None
-    speedup_ci: CI | None
+    speedup_ci: Interval | None
     confirmed_speedup: float | None
     recommended: bool
     accept_length: float | None
     accept_per_pos: dict[str, Any] | None  # where the server reported it
 
     def to_json(self) -> dict[str, object]:
-        out = dict(self.__dict__)
+        out = {**self.__dict__, "speedup_ci": None if self.speedup_ci is None else self.speedup_ci.to_dict()}
         if not self.accept_per_pos:
             del out["accept_per_pos"]
         return out
@@ -318,7 +318,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
     by_category = objective.study_category_weights(study)
     n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompt_results()) for t in trials), default=0)
     fastest_trial = by_number.get(res.fastest_baseline.trial) if res.fastest_baseline else None
-    cis = {c.trial: None if c.speedup_ci is None else c.speedup_ci.to_dict() for c in res.confirmed}
+    cis = {c.trial: c.speedup_ci for c in res.confirmed}
     rows: list[TrialRow] = []
     for t in trials:
         r = TrialRecord(t)
@@ -377,7 +377,7 @@ def _trial_row(
     speedup: float | None,
     vs_fastest: tuple[float | None, str | None],
     confirmed: bool,
-    ci: CI | None,
+    ci: Interval | None,
 ) -> TrialRow:
     r = TrialRecord(t)
     return TrialRow(
@@ -688,7 +688,7 @@ def _best_configs(
             config=r.config,
             tok_per_s=r.tok_per_s,
             speedup=r.speedup_vs_fastest,
-            speedup_ci=None if (ci := cis.get(r.number)) is None else ci.to_dict(),
+            speedup_ci=(ci := cis.get(r.number)),
             confirmed_speedup=ci.point if ci else None,
             recommended=r.number == recommended,
             accept_length=r.accept_length,

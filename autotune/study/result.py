@@ -25,11 +25,8 @@ from autotune.records import (
     is_baseline_trial,
 )
 from autotune.space import Space
-from autotune.stats import log_ratios
+from autotune.stats import Interval, log_ratios
 from autotune.verdict import Verdict, loses_on, search_verdict
-
-#: an interval as confirmation records it (``stats.Interval.to_dict``): point, low, high, n, confidence, df
-CI = dict[str, float]
 
 #: the confidence of the search-only verdict's clearly-loses test (confirmation's: the space's ``verdict.confidence``)
 SEARCH_VERDICT_CONFIDENCE = 0.95
@@ -66,13 +63,13 @@ class Best:
     config: dict[str, Any]
     tok_per_s: float | None
     speedup: float | None
-    speedup_ci: CI | None
-    same_setting_speedup_ci: CI | None
+    speedup_ci: Interval | None
+    same_setting_speedup_ci: Interval | None
     search_tok_per_s: float | None
     accept_length: float | None
 
     def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        return {k: v.to_dict() if isinstance(v, Interval) else v for k, v in self.__dict__.items()}
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,7 @@ class Recommendation:
     tok_per_s: float | None
     why: str
     winner: bool = False
-    speedup_ci: CI | None = None
+    speedup_ci: Interval | None = None
 
     @property
     def trial_config(self) -> TrialConfig | None:
@@ -94,7 +91,7 @@ class Recommendation:
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"config": self.config, "trial": self.trial, "tok_per_s": self.tok_per_s}
         if self.winner:
-            out["speedup_ci"] = self.speedup_ci
+            out["speedup_ci"] = None if self.speedup_ci is None else self.speedup_ci.to_dict()
         out["why"] = self.why
         return out
 
@@ -208,8 +205,8 @@ def _best(
         config=c.config,
         tok_per_s=c.mean_tok_per_s,
         speedup=ci.point if ci else None,
-        speedup_ci=None if ci is None else ci.to_dict(),
-        same_setting_speedup_ci=None if c.speedup_ci is None else c.speedup_ci.to_dict(),
+        speedup_ci=ci,
+        same_setting_speedup_ci=c.speedup_ci,
         search_tok_per_s=t.value,
         accept_length=TrialRecord(t).accept_length,
     )
