@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
 from autotune.acceptance import AcceptPositions
@@ -308,25 +308,33 @@ class LevelResult:
 
 @dataclass(frozen=True)
 class LevelSummary:
-    """One load level of one trial as its record keeps it (``LevelResult.summary()`` + ``speedup``, ``slo_broken``),
-    the figures read back: ``speedup`` over the baseline's same level (None: no baseline figure) and the latency
-    limits it broke."""
+    """One load level of one trial as its record keeps it: ``LevelResult.summary()``'s figures, ``speedup`` over the
+    baseline's same level (None: no baseline figure) and the latency limits it broke; ``to_dict`` is the stored
+    form (and the report's)."""
 
     level: int
-    tok_per_s: float
+    requests: int = 0
+    failed: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0  # the level's timed seconds (billed)
+    tok_per_s: float = 0.0
+    stream_tok_per_s: float = 0.0
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    accept_length: float | None = None
+    per_prompt_tok_per_s: dict[str, float] = field(default_factory=dict)
     speedup: float | None = None
     slo_broken: tuple[str, ...] = ()
-    seconds: float = 0.0  # the level's timed seconds (billed)
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> LevelSummary:
-        return LevelSummary(
-            level=int(d["level"]),
-            tok_per_s=float(d.get("tok_per_s") or 0.0),
-            seconds=float(d.get("seconds") or 0.0),
-            speedup=None if d.get("speedup") is None else float(d["speedup"]),
-            slo_broken=tuple(str(x) for x in d.get("slo_broken") or ()),
-        )
+        known = {k: v for k, v in d.items() if k in LevelSummary.__dataclass_fields__}
+        return LevelSummary(**{**known, "level": int(d["level"]), "slo_broken": tuple(d.get("slo_broken") or ())})
+
+    def to_dict(self) -> dict[str, object]:
+        return {**asdict(self), "slo_broken": list(self.slo_broken)}
 
 
 def level_requests(level: int, n_prompts: int) -> list[int]:

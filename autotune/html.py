@@ -193,24 +193,24 @@ def _levels(report: Report) -> list[str]:
         "<th>TTFT p99 ms</th><th>failed</th><th>confirmed winner</th><th>CI</th><th>verdict</th></tr>"
     ]
     for x in load.levels:
-        c = int(x["level"])
+        c = x.level
         v = confirmed.get(c)
         ci = v.speedup_ci if v is not None else None
         ci_text = f"{fmt(ci.point, '.3f')} {_range(ci)}" if ci else "-"
-        broken = " (latency limit broken: see below)" if x.get("slo_broken") else ""
+        broken = " (latency limit broken: see below)" if x.slo_broken else ""
         parts.append(
-            f"<tr id='level-{c}'><td>{c}</td><td>{fmt(x.get('tok_per_s'))}</td>"
-            f"<td>{fmt(x.get('stream_tok_per_s'))}</td><td>{fmt(x.get('speedup'), '.3f')}{broken}</td>"
-            f"<td>{fmt(x.get('itl_p99_ms'))}</td><td>{fmt(x.get('ttft_p99_ms'), '.0f')}</td>"
-            f"<td>{_e(x.get('failed', 0))}</td><td>{_e(v and v.trial)}</td><td>{ci_text}</td>"
+            f"<tr id='level-{c}'><td>{c}</td><td>{fmt(x.tok_per_s)}</td>"
+            f"<td>{fmt(x.stream_tok_per_s)}</td><td>{fmt(x.speedup, '.3f')}{broken}</td>"
+            f"<td>{fmt(x.itl_p99_ms)}</td><td>{fmt(x.ttft_p99_ms, '.0f')}</td>"
+            f"<td>{_e(x.failed)}</td><td>{_e(v and v.trial)}</td><td>{ci_text}</td>"
             f"<td>{_e(v and v.verdict)}</td></tr>"
         )
     parts.append("</table>")
     for x in load.levels:
-        if x.get("slo_broken"):
+        if x.slo_broken:
             parts.append(
-                f"<p class='slo' id='slo-{_e(x['level'])}'>At {_e(x['level'])} streams trial {_e(load.trial)} "
-                f"breaks the latency limit (objective.slo): {_e('; '.join(x['slo_broken']))}. The search ranks a "
+                f"<p class='slo' id='slo-{x.level}'>At {x.level} streams trial {_e(load.trial)} "
+                f"breaks the latency limit (objective.slo): {_e('; '.join(x.slo_broken))}. The search ranks a "
                 "config breaking a limit after every config within the limits; a level schedule does not use it "
                 "there.</p>"
             )

@@ -734,8 +734,6 @@ class TrialRecord:
     baseline_trial = _Attr[int | None](BASELINE_TRIAL)
     outputs = _Attr[list[str]](OUTPUTS, list)
     lossless = _Attr[lossless.LosslessRecord | None](LOSSLESS)
-    #: per-level summaries as stored (empty without load levels); ``level_results`` reads them typed
-    levels = _Attr[list[dict[str, Any]]](LEVELS, list)
     slo_broken = _Attr[list[str]](SLO_BROKEN, list)
 
     @property
@@ -829,16 +827,17 @@ class TrialRecord:
     def references(self) -> list[ReferenceOutput | None]:
         return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
 
-    def level_results(self) -> list[LevelSummary]:
+    @property
+    def levels(self) -> list[LevelSummary]:
         """Per-level summaries, lowest level first (empty without load levels)."""
-        return [LevelSummary.from_dict(x) for x in self.levels]
+        return [LevelSummary.from_dict(x) for x in self.attrs.get(LEVELS) or []]
 
     def level(self, level: int) -> LevelSummary | None:
         """Load level ``level``'s summary (None: not measured)."""
-        return next((x for x in self.level_results() if x.level == int(level)), None)
+        return next((x for x in self.levels if x.level == int(level)), None)
 
     def level_tok_per_s(self) -> dict[int, float]:
-        return {x.level: x.tok_per_s for x in self.level_results()}
+        return {x.level: x.tok_per_s for x in self.levels}
 
     @property
     def lossy(self) -> bool:
@@ -1247,7 +1246,7 @@ def level_rows(study: optuna.Study) -> list[LevelRow]:
         r = TrialRecord(t)
         if r.is_baseline or r.is_duplicate or not r.levels:
             continue
-        levels = tuple(LevelPoint(x.level, x.speedup, x.slo_broken) for x in r.level_results())
+        levels = tuple(LevelPoint(x.level, x.speedup, x.slo_broken) for x in r.levels)
         out.append(LevelRow(t.number, r.effective, levels, r.lossy))
     return out
 
@@ -1263,7 +1262,7 @@ def confirmed_level_rows(study: optuna.Study) -> list[LevelRow]:
         if t is None:
             continue
         r = TrialRecord(t)
-        broken = {x.level: x.slo_broken for x in r.level_results()}
+        broken = {x.level: x.slo_broken for x in r.levels}
         levels = tuple(LevelPoint(int(c), iv.point, broken.get(int(c), ())) for c, iv in ivs.items() if iv)
         out.append(LevelRow(t.number, r.effective, levels, r.lossy))
     return out

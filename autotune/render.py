@@ -123,13 +123,11 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         line(f"per level (trial {load.trial}, search measurement):")
         line("  streams     tok/s  speedup  per-stream  ITL p50/p99 ms   TTFT p50/p99 ms  accept  failed")
         for x in load.levels:
-            slo = "  SLO broken: " + "; ".join(x["slo_broken"]) if x.get("slo_broken") else ""
+            slo = "  SLO broken: " + "; ".join(x.slo_broken) if x.slo_broken else ""
             line(
-                f"  {x['level']:>7} {fmt(x.get('tok_per_s')):>9} {fmt(x.get('speedup'), '.2f'):>8} "
-                f"{fmt(x.get('stream_tok_per_s')):>11} "
-                f"{fmt(x.get('itl_p50_ms')):>6}/{fmt(x.get('itl_p99_ms')):<7} "
-                f"{fmt(x.get('ttft_p50_ms')):>8}/{fmt(x.get('ttft_p99_ms')):<8} "
-                f"{fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}"
+                f"  {x.level:>7} {fmt(x.tok_per_s):>9} {fmt(x.speedup, '.2f'):>8} {fmt(x.stream_tok_per_s):>11} "
+                f"{fmt(x.itl_p50_ms):>6}/{fmt(x.itl_p99_ms):<7} {fmt(x.ttft_p50_ms):>8}/{fmt(x.ttft_p99_ms):<8} "
+                f"{fmt(x.accept_length, '.2f'):>6} {x.failed:>7}{slo}"
             )
         line(f"  {load.text} (search)")
         for v in load.confirmed or []:

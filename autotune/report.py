@@ -12,7 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import acceptance, bill, lossless, objective, records, warmup
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
-from autotune.config import Config
+from autotune.config import Config, LevelSummary
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.lossless import LosslessRecord
 from autotune.records import (
@@ -83,7 +83,7 @@ class TrialRow:
     lossless_summary: str | None
     log_path: str | None
     argv: list[str] | None
-    levels: list[dict[str, Any]]  # with load levels: each level's figures (LevelResult.summary + speedup, slo_broken)
+    levels: list[LevelSummary]  # with load levels: each level's figures
     levels_measured: list[int]
     slo_broken: list[str] | None
     reason: str | None  # why it ended so (every PRUNED and FAIL trial; a COMPLETE one when there is something to say)
@@ -99,6 +99,7 @@ class TrialRow:
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {name: getattr(self, name) for name in _ROW_KEYS}
+        out["levels"] = [x.to_dict() for x in self.levels]
         if self.confirmed:
             out["speedup_ci"] = None if self.speedup_ci is None else self.speedup_ci.to_dict()
         out["speedup_vs_fastest"] = self.speedup_vs_fastest
@@ -185,14 +186,14 @@ class Load:
     confirmation's per-level winners and verdicts."""
 
     trial: int
-    levels: list[dict[str, Any]]
+    levels: list[LevelSummary]
     text: str
     confirmed: list[LevelVerdict] | None
     confirmed_text: str | None
 
     def to_json(self) -> dict[str, object]:
         confirmed = None if self.confirmed is None else [v.to_dict() for v in self.confirmed]
-        return {**self.__dict__, "confirmed": confirmed}
+        return {**self.__dict__, "levels": [x.to_dict() for x in self.levels], "confirmed": confirmed}
 
 
 @dataclass(frozen=True)
@@ -406,8 +407,8 @@ def _trial_row(
         lossless_summary=lossless.summary_line(r.lossless) if r.lossless else None,
         log_path=r.log_path,
         argv=r.argv,
-        levels=r.levels,
-        levels_measured=[x.level for x in r.level_results()],
+        levels=(levels := r.levels),
+        levels_measured=[x.level for x in levels],
         slo_broken=r.slo_broken,
         reason=records.outcome_reason(t) or _complete_note(r),
         gpu_s=trial_gpu_s(t),
@@ -422,7 +423,7 @@ def _complete_note(r: TrialRecord) -> str | None:
     """A COMPLETE trial's note: the load levels whose latency limits it breaks (it ranks after those within them)."""
     if not r.slo_broken:
         return None
-    broken = [f"{x.level} streams ({'; '.join(x.slo_broken)})" for x in r.level_results() if x.slo_broken]
+    broken = [f"{x.level} streams ({'; '.join(x.slo_broken)})" for x in r.levels if x.slo_broken]
     return (
         "latency limit (objective.slo) broken at "
         + (", ".join(broken) or ", ".join(r.slo_broken))
@@ -438,10 +439,7 @@ def _load(rows: list[TrialRow], best: Best | None, conf: ConfirmationState) -> L
         row = max(spec, key=lambda r: r.tok_per_s or 0.0, default=None)
     if not row or not row.levels:
         return None
-    won = [
-        LevelVerdict(x["level"], None, None, point_verdict(x.get("speedup"), bool(x.get("slo_broken"))))
-        for x in row.levels
-    ]
+    won = [LevelVerdict(x.level, None, None, point_verdict(x.speedup, bool(x.slo_broken))) for x in row.levels]
     return Load(row.number, row.levels, summary_text(won), conf.level_verdicts, conf.level_text)
 
 
@@ -624,7 +622,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
     n_prompts = max((len(TrialRecord(t).prompt_results()) for t in complete), default=0)
     level_s: dict[int, list[float]] = {}
     for t in complete:
-        for x in TrialRecord(t).level_results():
+        for x in TrialRecord(t).levels:
             if x.level > 1 and x.seconds:
                 level_s.setdefault(x.level, []).append(x.seconds)
     failed: list[float] = []  # the search's starts that failed (their server seconds until they did)
@@ -645,7 +643,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
         if len(prompts) < n_prompts:
             per = sum(p.seconds for p in prompts) / len(prompts)
             pruning += per * (n_prompts - len(prompts))
-        reached = {x.level for x in r.level_results()}
+        reached = {x.level for x in r.levels}
         pruning += sum(_mean(secs) or 0.0 for c, secs in level_s.items() if c not in reached)
     searched, starts = searched + sum(failed), starts + len(failed)
     confirm = confirmation_starts(trials, conf)

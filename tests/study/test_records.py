@@ -161,9 +161,9 @@ def test_the_record_reads_prompts_and_levels_back_typed():
     r = TrialRecord(trial)
     assert r.prompt_results() == [PromptResult(**{**results[0].__dict__, "text": ""}), results[1]]  # no text kept
     assert [x.tok_per_s for x in r.prompt_results()] == [p["tok_per_s"] for p in r.attrs["prompts"]] == [50.0, 100.0]
-    assert [x.level for x in r.level_results()] == [1, 4]
+    assert [x.level for x in r.levels] == [1, 4]
     x = r.level(4)
-    assert x.tok_per_s == loaded.tok_per_s and r.levels[1] == level4
+    assert x.tok_per_s == loaded.tok_per_s and r.levels[1].to_dict() == level4  # the stored form, read back whole
     assert (x.speedup, x.slo_broken, r.level(1).speedup, r.level(8)) == (1.2, ("itl_p99_ms",), None, None)
     assert r.level_tok_per_s() == {1: 150 / 2.5, 4: loaded.tok_per_s}
 
