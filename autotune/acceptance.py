@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AcceptPositions", "acceptance_profile", "from_histogram", "pool", "summary"]
+__all__ = ["AcceptPositions", "PositionSummary", "acceptance_profile", "from_histogram", "pool", "summary"]
 
 #: tolerance of the rates' checks (pooled float counters)
 _EPS = 1e-9
@@ -109,9 +109,22 @@ def acceptance_profile(per_pos_rates: Sequence[float]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def summary(positions: AcceptPositions | None) -> dict[str, Any] | None:
-    """A report's form: ``drafts``, ``rates`` (P(first i accepted), i = 1..K) and ``profile`` (the expected accepted
-    draft tokens at each depth k = 1..K, ``acceptance_profile``); None without counts."""
+@dataclass(frozen=True)
+class PositionSummary:
+    """A report's form of the counts: ``drafts``, ``rates`` (P(first i accepted), i = 1..K) and ``profile`` (the
+    expected accepted draft tokens at each depth k = 1..K, ``acceptance_profile``; None: counts that are not prefix
+    counts)."""
+
+    drafts: int
+    rates: tuple[float, ...]
+    profile: tuple[float, ...] | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"drafts": self.drafts, "rates": list(self.rates), "profile": self.profile and list(self.profile)}
+
+
+def summary(positions: AcceptPositions | None) -> PositionSummary | None:
+    """``positions`` as a report shows them (None without counts)."""
     if positions is None or positions.drafts <= 0:
         return None
     rates = positions.rates
@@ -119,4 +132,4 @@ def summary(positions: AcceptPositions | None) -> dict[str, Any] | None:
         profile = acceptance_profile(rates)
     except ValueError:  # counts that are not prefix counts (a malformed server answer): the rates alone
         profile = None
-    return {"drafts": positions.drafts, "rates": list(rates), "profile": list(profile) if profile else None}
+    return PositionSummary(positions.drafts, rates, profile or None)

@@ -329,7 +329,7 @@ def _positions(report: Report) -> list[str]:
     rows = position_rows(report)
     if not rows:
         return []
-    k = max(len(r.rates) for r in rows)
+    k = max(len(pos.rates) for _, _, pos in rows)
     head = "".join(f"<th>{i}</th>" for i in range(1, k + 1))
     parts = [
         "<h2>Per-position acceptance</h2><p>P(first i draft tokens accepted) for each position i, and below it the "
@@ -337,12 +337,12 @@ def _positions(report: Report) -> list[str]:
         "ranking is measured throughput.</p>",
         f"<table><tr><th>config</th><th>trial</th><th>drafts</th><th></th>{head}</tr>",
     ]
-    for r in rows:
-        rates = "".join(f"<td>{x:.3f}</td>" for x in r.rates)
-        prof = "".join(f"<td>{x:.2f}</td>" for x in r.profile or [])
+    for who, trial, pos in rows:
+        rates = "".join(f"<td>{x:.3f}</td>" for x in pos.rates)
+        prof = "".join(f"<td>{x:.2f}</td>" for x in pos.profile or [])
         parts.append(
-            f"<tr><td rowspan='2'>{_e(r.who)}</td><td rowspan='2'>{r.trial}</td>"
-            f"<td rowspan='2'>{r.drafts}</td><td>P(first i)</td>{rates}</tr>"
+            f"<tr><td rowspan='2'>{_e(who)}</td><td rowspan='2'>{trial}</td>"
+            f"<td rowspan='2'>{pos.drafts}</td><td>P(first i)</td>{rates}</tr>"
             f"<tr><td>E[accepted | depth k]</td>{prof}</tr>"
         )
     parts.append("</table>")

@@ -5,7 +5,6 @@ without escapes, 160 columns wide."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 import optuna
@@ -14,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import evidence, records
+from autotune.acceptance import PositionSummary
 from autotune.config import config_label
 from autotune.stats import Interval
 from autotune.study import baseline_check
@@ -396,26 +396,17 @@ def _pruned_by(report: Report) -> str:
     return f"{by['baseline']} slower than their baseline, {by['leader']} slower than the leader"
 
 
-@dataclass(frozen=True)
-class PositionRow:
-    """One config's per-position acceptance (``acceptance.summary``); ``who``: its method's label or its config."""
-
-    who: str
-    trial: int
-    drafts: int
-    rates: list[float]
-    profile: list[float] | None
-
-
-def position_rows(report: Report) -> list[PositionRow]:
-    """The per-position acceptance to show, where the server reports it: each method's best config in a space with
-    ``search.methods``, else the best configs; an explanation of the acceptance, never a ranking."""
+def position_rows(report: Report) -> list[tuple[str, int, PositionSummary]]:
+    """The per-position acceptance to show (who: a method's label or a config; its trial), where the server reports
+    it: each method's best config in a space with ``search.methods``, else the best configs; an explanation of the
+    acceptance, never a ranking."""
     methods = (report.methods or {}).get("methods") or []
     if methods:
-        picked = [(e["label"], e["best"]["trial"], e["best"].get("accept_per_pos")) for e in methods if e.get("best")]
+        best = [(e["label"], e["best"]["trial"]) for e in methods if e.get("best")]
+        picked = [(who, n, row.accept_per_pos if (row := report.row(n)) else None) for who, n in best]
     else:
         picked = [(config_label(b.config), b.trial, b.accept_per_pos) for b in report.best_configs]
-    return [PositionRow(who, trial, pos["drafts"], pos["rates"], pos["profile"]) for who, trial, pos in picked if pos]
+    return [(who, trial, pos) for who, trial, pos in picked if pos]
 
 
 def positions_lines(report: Report) -> list[str]:
@@ -424,11 +415,11 @@ def positions_lines(report: Report) -> list[str]:
     if not rows:
         return []
     out = ["per-position acceptance (P(first i draft tokens accepted), i = 1..K; explains acceptance, never ranks):"]
-    for r in rows:
-        rates = " ".join(f"{x:.2f}" for x in r.rates)
-        prof = " ".join(f"{x:.2f}" for x in r.profile or [])
-        depth = f"; expected accepted at depth 1..{len(r.profile)}: {prof}" if r.profile else ""
-        out.append(f"  {r.who} (trial {r.trial}, {r.drafts} drafts): {rates}{depth}")
+    for who, trial, pos in rows:
+        rates = " ".join(f"{x:.2f}" for x in pos.rates)
+        prof = " ".join(f"{x:.2f}" for x in pos.profile or [])
+        depth = f"; expected accepted at depth 1..{len(pos.profile)}: {prof}" if pos.profile else ""
+        out.append(f"  {who} (trial {trial}, {pos.drafts} drafts): {rates}{depth}")
     return out
 
 
