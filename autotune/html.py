@@ -256,11 +256,11 @@ def _traffic(report: Report) -> list[str]:
             "<th>tok/s</th><th>speedup</th></tr>"
         )
         for r in rows:
-            lo, hi = r[f"{side}_tokens"]
+            lo, hi = r.tokens
             parts.append(
-                f"<tr><td>{_e(r['bucket'])}</td><td>{_e(lo)}-{_e(hi)}</td>"
-                f"<td>{_e(r['prompts'])}</td><td>{fmt(r['baseline_tok_per_s'])}</td><td>{fmt(r['tok_per_s'])}</td>"
-                f"<td>{fmt(r['speedup'], '.2f')}</td></tr>"
+                f"<tr><td>{_e(r.bucket)}</td><td>{_e(lo)}-{_e(hi)}</td>"
+                f"<td>{_e(r.prompts)}</td><td>{fmt(r.baseline_tok_per_s)}</td><td>{fmt(r.tok_per_s)}</td>"
+                f"<td>{fmt(r.speedup, '.2f')}</td></tr>"
             )
         parts.append(f"</table><p>{_e(text)}</p>")
     return parts

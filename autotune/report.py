@@ -38,7 +38,7 @@ from autotune.study.result import (
     objective_speedup,
     study_result,
 )
-from autotune.traffic import Guard, acceptance_guards, by_length, length_text
+from autotune.traffic import Guard, LengthThird, acceptance_guards, by_length, length_text
 from autotune.verdict import Verdict, point_verdict, to_settle_text
 
 VERDICT_TEXT: dict[str, str] = {
@@ -211,13 +211,15 @@ class Traffic:
     holdout_text: str
     acceptance_check: SubsetCheckRecord | None
     acceptance_text: str | None  # None: the space has no holdout
-    by_length: list[dict[str, Any]]
+    by_length: list[LengthThird]
     by_length_text: str | None
-    by_output_length: list[dict[str, Any]]
+    by_output_length: list[LengthThird]
     by_output_length_text: str | None
 
     def to_json(self) -> dict[str, object]:
         rest = {k: v for k, v in self.__dict__.items() if k != "info" and (k != "acceptance_text" or v is not None)}
+        rest["by_length"] = [x.to_dict() for x in self.by_length]
+        rest["by_output_length"] = [x.to_dict() for x in self.by_output_length]
         return {**asdict(self.info), "guards": [list(g) for g in self.info.guards], **rest}
 
 
