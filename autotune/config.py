@@ -272,10 +272,10 @@ class LevelResult:
             by.setdefault(r.index, []).append(r.tok_per_s)
         return {i: sum(v) / len(v) for i, v in sorted(by.items())}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> LevelSummary:
         """The level's figures: aggregate and per-stream tok/s, inter-token latency (a request's time after its
         first token over its tokens after the first) and TTFT at p50/p99 over the requests (ms), acceptance
-        length (mean over requests), requests and failures."""
+        length (mean over requests), requests and failures (not yet judged: no speedup, no limits)."""
         itl = [
             (r.seconds - r.ttft_s) / (r.completion_tokens - 1) * 1000.0
             for r in self.requests
@@ -284,21 +284,21 @@ class LevelResult:
         ttft = [r.ttft_s * 1000.0 for r in self.requests if r.ttft_s is not None]
         accepts = [r.accept_length for r in self.requests if r.accept_length is not None]
         streams = [r.tok_per_s for r in self.requests]
-        return {
-            "level": self.level,
-            "requests": len(self.requests),
-            "failed": self.failed,
-            "completion_tokens": self.completion_tokens,
-            "seconds": self.seconds,
-            "tok_per_s": self.tok_per_s,
-            "stream_tok_per_s": sum(streams) / len(streams) if streams else 0.0,
-            "itl_p50_ms": _percentile(itl, 50),
-            "itl_p99_ms": _percentile(itl, 99),
-            "ttft_p50_ms": _percentile(ttft, 50),
-            "ttft_p99_ms": _percentile(ttft, 99),
-            "accept_length": sum(accepts) / len(accepts) if accepts else None,
-            "per_prompt_tok_per_s": {str(i): v for i, v in self.per_prompt_tok_per_s().items()},
-        }
+        return LevelSummary(
+            level=self.level,
+            requests=len(self.requests),
+            failed=self.failed,
+            completion_tokens=self.completion_tokens,
+            seconds=self.seconds,
+            tok_per_s=self.tok_per_s,
+            stream_tok_per_s=sum(streams) / len(streams) if streams else 0.0,
+            itl_p50_ms=_percentile(itl, 50),
+            itl_p99_ms=_percentile(itl, 99),
+            ttft_p50_ms=_percentile(ttft, 50),
+            ttft_p99_ms=_percentile(ttft, 99),
+            accept_length=sum(accepts) / len(accepts) if accepts else None,
+            per_prompt_tok_per_s={str(i): v for i, v in self.per_prompt_tok_per_s().items()},
+        )
 
     @staticmethod
     def sequential(results: list[PromptResult]) -> LevelResult:

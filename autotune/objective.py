@@ -28,7 +28,7 @@ from autotune.stats import log_ratios, mean_sd, t_quantile
 from autotune.verdict import PruneDecision, clearly_loses
 
 if TYPE_CHECKING:
-    from autotune.config import PromptResult
+    from autotune.config import LevelSummary, PromptResult
     from autotune.space import Space
     from autotune.stats import Spread
 
@@ -66,12 +66,12 @@ def speedups(trial: Mapping[Any, float], baseline: Mapping[Any, float]) -> dict[
     return {c: trial[c] / baseline[c] for c in trial if c in baseline and baseline[c] > 0 and trial[c] > 0}
 
 
-def slo_broken(summary: Mapping[str, Any], slo: Any) -> list[str]:
+def slo_broken(summary: LevelSummary, slo: Any) -> list[str]:
     """Which limits of ``slo`` (``SloSpec``) a level's summary breaks, as 'itl_p99_ms 71.2 > 60'."""
     out = []
     for key in ("itl_p99_ms", "ttft_p99_ms"):
         limit = getattr(slo, key, None)
-        v = summary.get(key)
+        v = getattr(summary, key)
         if limit is not None and v is not None and v > limit:
             out.append(f"{key} {v:.1f} > {limit:g}")
     return out

@@ -37,7 +37,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
 | ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
-| ``levels`` | each level | with load levels: ``LevelResult.summary()`` per level so far, ``speedup``, ``slo_broken`` |
+| ``levels`` | each level | with load levels: ``LevelSummary.to_dict()`` of each level so far, judged |
 | ``slo_broken`` | end | levels (strings) breaking ``objective.slo``; constraint ``slo`` = their number |
 
 ``accept_positions`` (in a prompt's dict only where the server reports it): the per-position acceptance counts of
@@ -953,8 +953,8 @@ class TrialWriter:
     def lossless(self, record: Mapping[str, object]) -> None:
         self._set(LOSSLESS, record)
 
-    def levels(self, summaries: Sequence[Mapping[str, object]]) -> None:
-        self._set(LEVELS, summaries)
+    def levels(self, summaries: Sequence[LevelSummary]) -> None:
+        self._set(LEVELS, [s.to_dict() for s in summaries])
 
     def slo_broken(self, levels: list[str]) -> None:
         self._set(SLO_BROKEN, levels)
