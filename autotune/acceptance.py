@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AcceptPositions", "PositionSummary", "acceptance_profile", "from_histogram", "pool", "summary"]
+__all__ = ["AcceptPositions", "acceptance_profile", "from_histogram", "pool", "summary"]
 
 #: tolerance of the rates' checks (pooled float counters)
 _EPS = 1e-9
@@ -41,6 +41,15 @@ class AcceptPositions:
         if self.drafts <= 0:
             return ()
         return tuple(a / self.drafts for a in self.accepted)
+
+    @property
+    def profile(self) -> tuple[float, ...] | None:
+        """The expected accepted draft tokens at each depth k = 1..K (``acceptance_profile``); None for counts that
+        are not prefix counts (a malformed server answer) or none."""
+        try:
+            return acceptance_profile(self.rates) or None
+        except ValueError:
+            return None
 
     def to_dict(self) -> dict[str, Any]:
         return {"drafts": self.drafts, "accepted": list(self.accepted)}
@@ -109,27 +118,10 @@ def acceptance_profile(per_pos_rates: Sequence[float]) -> tuple[float, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class PositionSummary:
-    """A report's form of the counts: ``drafts``, ``rates`` (P(first i accepted), i = 1..K) and ``profile`` (the
-    expected accepted draft tokens at each depth k = 1..K, ``acceptance_profile``; None: counts that are not prefix
-    counts)."""
-
-    drafts: int
-    rates: tuple[float, ...]
-    profile: tuple[float, ...] | None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"drafts": self.drafts, "rates": list(self.rates), "profile": self.profile and list(self.profile)}
-
-
-def summary(positions: AcceptPositions | None) -> PositionSummary | None:
-    """``positions`` as a report shows them (None without counts)."""
+def summary(positions: AcceptPositions | None) -> dict[str, object] | None:
+    """A report's JSON form: ``drafts``, ``rates`` (P(first i accepted), i = 1..K) and ``profile``; None without
+    counts."""
     if positions is None or positions.drafts <= 0:
         return None
-    rates = positions.rates
-    try:
-        profile = acceptance_profile(rates)
-    except ValueError:  # counts that are not prefix counts (a malformed server answer): the rates alone
-        profile = None
-    return PositionSummary(positions.drafts, rates, profile or None)
+    profile = positions.profile
+    return {"drafts": positions.drafts, "rates": list(positions.rates), "profile": list(profile) if profile else None}

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import evidence, records
-from autotune.acceptance import PositionSummary
+from autotune.acceptance import AcceptPositions
 from autotune.config import config_label
 from autotune.stats import Interval
 from autotune.study import baseline_check
@@ -396,7 +396,7 @@ def _pruned_by(report: Report) -> str:
     return f"{by['baseline']} slower than their baseline, {by['leader']} slower than the leader"
 
 
-def position_rows(report: Report) -> list[tuple[str, int, PositionSummary]]:
+def position_rows(report: Report) -> list[tuple[str, int, AcceptPositions]]:
     """The per-position acceptance to show (who: a method's label or a config; its trial), where the server reports
     it: each method's best config in a space with ``search.methods``, else the best configs; an explanation of the
     acceptance, never a ranking."""

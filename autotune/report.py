@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import acceptance, bill, lossless, objective, records, warmup
-from autotune.acceptance import PositionSummary
+from autotune.acceptance import AcceptPositions
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.config import Config, LevelSummary
 from autotune.errors import DrafterNotEngaged, ServerOOM
@@ -72,7 +72,7 @@ class TrialRow:
     speedup_upper: float | None
     prompts_measured: int
     accept_length: float | None
-    accept_per_pos: PositionSummary | None  # an explanation, never a ranking
+    accept_per_pos: AcceptPositions | None  # with drafts: an explanation, never a ranking
     startup_s: float | None
     duplicate_of: int | None
     prune_reason: str | None
@@ -101,7 +101,7 @@ class TrialRow:
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {name: getattr(self, name) for name in _ROW_KEYS}
         out["levels"] = [x.to_dict() for x in self.levels]
-        out["accept_per_pos"] = self.accept_per_pos and self.accept_per_pos.to_dict()
+        out["accept_per_pos"] = acceptance.summary(self.accept_per_pos)
         if self.confirmed:
             out["speedup_ci"] = None if self.speedup_ci is None else self.speedup_ci.to_dict()
         out["speedup_vs_fastest"] = self.speedup_vs_fastest
@@ -148,12 +148,12 @@ class BestConfig:
     confirmed_speedup: float | None
     recommended: bool
     accept_length: float | None
-    accept_per_pos: PositionSummary | None  # where the server reported it
+    accept_per_pos: AcceptPositions | None  # where the server reported it
 
     def to_json(self) -> dict[str, object]:
         out = {**self.__dict__, "speedup_ci": None if self.speedup_ci is None else self.speedup_ci.to_dict()}
         if self.accept_per_pos:
-            out["accept_per_pos"] = self.accept_per_pos.to_dict()
+            out["accept_per_pos"] = acceptance.summary(self.accept_per_pos)
         else:
             del out["accept_per_pos"]
         return out
@@ -401,7 +401,7 @@ def _trial_row(
         accept_length=r.accept_length
         if r.accept_length is not None
         else _mean([p.accept_length for p in r.prompt_results()]),
-        accept_per_pos=acceptance.summary(r.accept_positions),
+        accept_per_pos=p if (p := r.accept_positions) is not None and p.drafts > 0 else None,
         startup_s=r.startup_s,
         duplicate_of=r.duplicate_of,
         prune_reason=r.prune_reason or r.infeasible,
@@ -522,7 +522,7 @@ def _methods_section(
         best = entry.get("best")
         row = by.get(best.get("trial")) if best else None
         if best and row is not None and row.accept_per_pos:
-            best["accept_per_pos"] = row.accept_per_pos.to_dict()
+            best["accept_per_pos"] = acceptance.summary(row.accept_per_pos)
     return per_method
 
 
