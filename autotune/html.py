@@ -24,11 +24,9 @@ def _e(x: Any) -> str:
 
 
 def _range(ci: Interval | Mapping[str, float]) -> str:
-    """An interval's ends and the confidence it was taken at: ``[1.829, 2.012] 95%`` (a typed interval, or one as
-    the methods section holds it)."""
+    """An interval's ends and the confidence it was taken at: ``[1.829, 2.012] 95%`` (typed, or as methods hold it)."""
     d = ci.to_dict() if isinstance(ci, Interval) else ci
-    low, high, conf = d.get("low"), d.get("high"), d.get("confidence") or 0
-    return f"[{fmt(low, '.3f')}, {fmt(high, '.3f')}] {fmt(conf * 100, '.4g')}%"
+    return f"[{fmt(d.get('low'), '.3f')}, {fmt(d.get('high'), '.3f')}] {fmt((d.get('confidence') or 0) * 100, '.4g')}%"
 
 
 def write_html_report(study: optuna.Study, report: Report, path: Path) -> None:
@@ -81,8 +79,8 @@ def _verdict(report: Report) -> list[str]:
     ]
     if report.to_settle:
         parts.append(f"<p class='to-settle' id='to-settle'>{_e(report.to_settle['text'])}</p>")
-    if report.objective.get("category_weights"):  # what the study maximised, when its weights name categories
-        parts.append(f"<p class='objective' id='objective'>objective: {_e(report.objective['text'])}</p>")
+    if report.objective.category_weights:  # what the study maximised, when its weights name categories
+        parts.append(f"<p class='objective' id='objective'>objective: {_e(report.objective.text)}</p>")
     if report.search_settled:
         parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled.text)}</p>")
     if report.warmup:
@@ -273,8 +271,8 @@ def _alarms(report: Report) -> list[str]:
 
 
 def _trials(report: Report) -> list[str]:
-    objective = report.objective.get("text")
-    n_levels = len(report.objective.get("weights") or {})
+    objective = report.objective.text
+    n_levels = len(report.objective.weights or {})
     parts = [
         "<h2>Trials</h2>"
         + (

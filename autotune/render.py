@@ -30,10 +30,8 @@ def fmt(x: Any, spec: str = ".1f") -> str:
 
 def _ci(ci: Interval | Mapping[str, float] | None) -> str:
     """``1.234 [1.100, 1.380]``: a typed interval, or one as the report's JSON holds it."""
-    if not ci:
-        return "-"
-    point, low, high = (ci.point, ci.low, ci.high) if isinstance(ci, Interval) else (ci["point"], ci["low"], ci["high"])
-    return f"{point:.3f} [{low:.3f}, {high:.3f}]"
+    d = ci.to_dict() if isinstance(ci, Interval) else ci
+    return f"{d['point']:.3f} [{d['low']:.3f}, {d['high']:.3f}]" if d else "-"
 
 
 def _duration(s: float | None) -> str:
@@ -72,8 +70,8 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         f"of their benchmark: {_pruned_by(report)}), {c['FAIL']} failed"
     )
     _reasons(con, report)
-    if report.objective.get("category_weights"):
-        line("objective: " + report.objective["text"])
+    if report.objective.category_weights:
+        line("objective: " + report.objective.text)
     _best(con, report)
     for text in _methods_lines(report.methods):
         line(text)
@@ -82,7 +80,7 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
     _trials(con, report)
     line(
         "  (speedup: the objective's ("
-        + report.objective.get("text", "tok/s over the prompt set")
+        + report.objective.text
         + ") against the baseline of the same CUDA-graph setting; vs best: against the fastest baseline; "
         "~: a trial stopped early, over what it measured)"
     )
@@ -334,7 +332,7 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
 
 def _trials(con: Console, report: Report) -> None:
     t = Table(title="trials", title_justify="left", show_edge=False)
-    n_levels = len(report.objective.get("weights") or {})
+    n_levels = len(report.objective.weights or {})
     for col in ("#", "state", "config", "tok/s", "speedup", "vs best", "measured", "accept", "note"):
         t.add_column(
             col,
@@ -397,9 +395,8 @@ def _pruned_by(report: Report) -> str:
 
 
 def position_rows(report: Report) -> list[tuple[str, int, AcceptPositions]]:
-    """The per-position acceptance to show (who: a method's label or a config; its trial), where the server reports
-    it: each method's best config in a space with ``search.methods``, else the best configs; an explanation of the
-    acceptance, never a ranking."""
+    """The per-position acceptance to show (who, trial, counts) where the server reports it: each method's best config
+    in a space with ``search.methods``, else the best configs; an explanation of the acceptance, never a ranking."""
     methods = (report.methods or {}).get("methods") or []
     if methods:
         best = [(e["label"], e["best"]["trial"]) for e in methods if e.get("best")]
@@ -472,7 +469,7 @@ def study_note(study: optuna.Study, report: Report) -> str:
                 else f'optuna-dashboard\'s "Best Trial" is trial {best.number} (objective {value}): {why}.'
             )
     units = res.units or "tok/s"
-    objective = report.objective.get("text") or "tok/s over the prompt set"
+    objective = report.objective.text
     lines.append(
         f"**Objective value** (`tok_per_s`, {units}): {objective}. Every speedup autotune shows (tables, plots, the "
         "recommendation) is a ratio of it."

@@ -16,6 +16,7 @@ from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.config import Config, LevelSummary
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.lossless import LosslessRecord
+from autotune.objective import ObjectiveLine
 from autotune.records import (
     BaselineCheck,
     CandidateResult,
@@ -246,7 +247,7 @@ class Report:
     flags: list[str]  # alarms
     acceptance_guards: tuple[Guard, ...]
     load: Load | None
-    objective: dict[str, Any]  # ``objective.describe``
+    objective: ObjectiveLine
     interval_note: str | None
     traffic: Traffic | None  # request-log studies only
     methods: dict[str, Any] | None  # spaces with search.methods only (``study.methods.summarize``)
@@ -302,7 +303,7 @@ class Report:
             "flags": self.flags,
             "acceptance_guards": [{"name": g.name, "text": g.text} for g in self.acceptance_guards],
             "load": self.load.to_json() if self.load is not None else None,
-            "objective": self.objective,
+            "objective": self.objective.to_dict(),
             "interval_note": self.interval_note,
             "comparisons": COMPARISONS,
         }
@@ -501,7 +502,7 @@ def _traffic(
 
 
 def _methods_section(
-    study: optuna.Study, rows: list[TrialRow], res: StudyResult, describe: dict[str, Any]
+    study: optuna.Study, rows: list[TrialRow], res: StudyResult, describe: ObjectiveLine
 ) -> dict[str, Any] | None:
     """Per-method results (``study.methods``), each method's best with its per-position acceptance."""
     per_method = _methods.from_study(
@@ -511,7 +512,7 @@ def _methods_section(
             "confirmed": [c.summary() for c in res.confirmed],
             "best": res.best.to_json() if res.best is not None else None,
             "verdict": res.verdict.value,
-            "objective": describe,
+            "objective": describe.to_dict(),
         },
         res.confirmation.rounds,
     )

@@ -108,11 +108,8 @@ def _fmt(x: float | None) -> str:
 
 
 def _ci_text(ci: Interval | Mapping[str, float] | None) -> str:
-    """`` [1.24, 1.38]``: a typed interval, or one as the summary holds it."""
-    if not ci:
-        return ""
-    low, high = (ci.low, ci.high) if isinstance(ci, Interval) else (ci["low"], ci["high"])
-    return f" [{low:.2f}, {high:.2f}]"
+    d = ci.to_dict() if isinstance(ci, Interval) else ci  # typed, or as the summary holds it
+    return f" [{d['low']:.2f}, {d['high']:.2f}]" if d else ""
 
 
 def _geo(xs: Sequence[float]) -> float | None:
