@@ -1221,21 +1221,13 @@ def find_exclusions(study: optuna.Study) -> list[Exclusion]:
 
 
 @dataclass(frozen=True)
-class LevelPoint:
-    """One load level of a ``LevelRow``: the speedup over the baseline's same level, the latency limits broken."""
-
-    level: int
-    speedup: float | None
-    slo_broken: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class LevelRow:
-    """A measured speculative trial's per-level speedups, as ``autotune.schedule.build`` reads them."""
+    """A measured speculative trial's per-level speedups (and latency limits broken), as ``autotune.schedule.build``
+    reads them."""
 
     trial: int
     config: Config | None
-    levels: tuple[LevelPoint, ...]
+    levels: tuple[LevelSummary, ...]
     lossy: bool
 
 
@@ -1246,8 +1238,7 @@ def level_rows(study: optuna.Study) -> list[LevelRow]:
         r = TrialRecord(t)
         if r.is_baseline or r.is_duplicate or not r.levels:
             continue
-        levels = tuple(LevelPoint(x.level, x.speedup, x.slo_broken) for x in r.levels)
-        out.append(LevelRow(t.number, r.effective, levels, r.lossy))
+        out.append(LevelRow(t.number, r.effective, tuple(r.levels), r.lossy))
     return out
 
 
@@ -1263,7 +1254,9 @@ def confirmed_level_rows(study: optuna.Study) -> list[LevelRow]:
             continue
         r = TrialRecord(t)
         broken = {x.level: x.slo_broken for x in r.levels}
-        levels = tuple(LevelPoint(int(c), iv.point, broken.get(int(c), ())) for c, iv in ivs.items() if iv)
+        levels = tuple(
+            LevelSummary(int(c), speedup=iv.point, slo_broken=broken.get(int(c), ())) for c, iv in ivs.items() if iv
+        )
         out.append(LevelRow(t.number, r.effective, levels, r.lossy))
     return out
 

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from autotune import objective, schedule
-from autotune.config import LevelResult, PromptResult, level_requests
-from autotune.records import LevelPoint, LevelRow
+from autotune.config import LevelResult, LevelSummary, PromptResult, level_requests
+from autotune.records import LevelRow
 from autotune.space.model import ObjectiveSpec, SloSpec
 
 
@@ -66,7 +66,8 @@ def _row(trial, steps, speedups, broken=()):
         trial=trial,
         config={"drafter": "d", "cuda_graph": True, "topk": 1, "num_steps": steps, "num_draft_tokens": steps + 1},
         levels=tuple(
-            LevelPoint(c, s, ("itl",) if c in broken else ()) for c, s in zip((1, 8, 64, 256), speedups, strict=True)
+            LevelSummary(c, speedup=s, slo_broken=("itl",) if c in broken else ())
+            for c, s in zip((1, 8, 64, 256), speedups, strict=True)
         ),
         lossy=False,
     )
