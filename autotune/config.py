@@ -344,12 +344,14 @@ def level_requests(level: int, n_prompts: int) -> list[int]:
     return [i % n_prompts for i in range(max(n_prompts, 2 * int(level)))]
 
 
-def config_label(cfg: Mapping[str, Any] | None) -> str:
+def config_label(cfg: Mapping[str, KnobValue | None] | None) -> str:
     """``aq-medai num_steps=4,topk=1,... graphs off`` or ``baseline (graphs on)``."""
     cfg = cfg or {}
     graphs = "on" if cfg.get("cuda_graph", True) else "off"
     if cfg.get("drafter") in (None, "none") and cfg.get("method") is None:
         return f"baseline (graphs {graphs})"
     knobs = ",".join(f"{k}={v}" for k, v in cfg.items() if k not in ("drafter", "cuda_graph", "method"))
-    who = cfg["drafter"] if cfg.get("method") is None else ":".join(x for x in (cfg["method"], cfg["drafter"]) if x)
+    who = (
+        cfg["drafter"] if cfg.get("method") is None else ":".join(str(x) for x in (cfg["method"], cfg["drafter"]) if x)
+    )
     return f"{who} {knobs} graphs {graphs}"

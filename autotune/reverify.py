@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from autotune._io import atomic_write
 from autotune.backends.base import Backend
-from autotune.config import TrialConfig
+from autotune.config import Config, TrialConfig
 from autotune.errors import AutotuneError, InfeasibleConfig, StartsFailed, UserError
 from autotune.measure import FRESH_STARTS, Measurement, measure_fresh
 from autotune.seam import Runner
@@ -71,8 +71,8 @@ class ReverifyResult:
 
     study: Any
     trial: Any
-    config: dict[str, Any]
-    baseline_config: dict[str, Any]
+    config: Config
+    baseline_config: Config
     simulated: Any
     #: the exported interval (``point``, ``low``, ``high``, ...) as the export's provenance has it, and its point
     exported_speedup_ci: Mapping[str, float] | None

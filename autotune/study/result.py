@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import objective, records
-from autotune.config import TrialConfig
+from autotune.config import Config, TrialConfig
 from autotune.records import (
     CandidateResult,
     ConfirmationState,
@@ -59,8 +59,8 @@ class Best:
     """Confirmation's pick, with its headline interval (against the fastest baseline)."""
 
     trial: int
-    params: dict[str, Any]
-    config: dict[str, Any]
+    params: dict[str, object]  # as Optuna sampled them (a report row's too)
+    config: Config
     tok_per_s: float | None
     speedup: float | None
     speedup_ci: Interval | None
@@ -77,7 +77,7 @@ class Recommendation:
     """The config to deploy, the trial that measured it and why; a confirmed speculative winner carries its
     interval against the fastest baseline (``winner``)."""
 
-    config: dict[str, Any] | None  # None: no baseline measured yet
+    config: Config | None  # None: no baseline measured yet
     trial: int | None
     tok_per_s: float | None
     why: str
