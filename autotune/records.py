@@ -969,14 +969,14 @@ def enqueue_baseline(study: optuna.Study, cuda_graph: bool) -> None:
 
 
 def enqueue_speculative(
-    study: optuna.Study, params: dict[str, object], *, seeded: str | None = None, requeued_from: int | None = None
+    study: optuna.Study, params: Mapping[str, object], *, seeded: str | None = None, requeued_from: int | None = None
 ) -> None:
     attrs: dict[str, object] = {ROLE: ROLE_SPECULATIVE}
     if seeded is not None:
         attrs[SEEDED] = seeded
     if requeued_from is not None:
         attrs[REQUEUED_FROM] = requeued_from
-    study.enqueue_trial(params, user_attrs=attrs)
+    study.enqueue_trial(dict(params), user_attrs=attrs)
 
 
 def enqueue_retry(study: optuna.Study, lost: FrozenTrial, system_attrs: dict[str, object]) -> None:
