@@ -84,7 +84,7 @@ def _verdict(report: Report) -> list[str]:
     if report.search_settled:
         parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled.text)}</p>")
     if report.warmup:
-        parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report.warmup['text'])}</p>")
+        parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report.warmup.text)}</p>")
     for e in res.exclusions:
         parts.append(
             f"<p class='excluded'>excluded trial {_e(e.trial)} ({_e(config_label(e.config))}): "

@@ -155,7 +155,7 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
     for e in res.exclusions:
         line(f"excluded trial {e.trial} ({config_label(e.config)}): {e.kind}: {e.reason}", "yellow")
     if report.warmup:
-        line(f"warm-up: {report.warmup['text']}")
+        line(f"warm-up: {report.warmup.text}")
     line("")
     render_summary(report, out, deploy, con)
 

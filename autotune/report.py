@@ -41,6 +41,7 @@ from autotune.study.result import (
 )
 from autotune.traffic import Guard, LengthThird, acceptance_guards, by_length, length_text
 from autotune.verdict import Verdict, point_verdict, to_settle_text
+from autotune.warmup import WarmUpSummary
 
 VERDICT_TEXT: dict[str, str] = {
     Verdict.SPECULATION_WINS: "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
@@ -238,7 +239,7 @@ class Report:
     gpu_time: GpuTime
     search_settled: records.Settled | None  # why the search stopped before its budget (``study.settle``)
     to_settle: dict[str, object] | None  # what settling an open verdict would take (``verdict.to_settle_text``)
-    warmup: dict[str, object] | None  # ``warmup.summary`` with its line as ``text``
+    warmup: WarmUpSummary | None
     best_configs: tuple[BestConfig, ...]
     verdict_text: str
     baseline_check: list[BaselineCheck]
@@ -286,7 +287,7 @@ class Report:
             if self.search_settled is None
             else {**self.search_settled.to_dict(), "text": self.search_settled.text},
             "to_settle": self.to_settle,
-            "warmup": self.warmup,
+            "warmup": None if self.warmup is None else self.warmup.to_dict(),
             "best_configs": [b.to_json() for b in self.best_configs],
             "best": res.best.to_json() if res.best is not None else None,
             "confirmed": [c.summary() for c in res.confirmed],
@@ -592,16 +593,13 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, object] | None:
-    """The warm-up passes of every start, search and confirmation, with its line as ``text``; None without."""
+def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> WarmUpSummary | None:
+    """The warm-up passes of every start, search and confirmation; None without."""
     ws = [TrialRecord(t).warmup for t in trials if not TrialRecord(t).is_duplicate]
     for rnd in [*(conf.check_rounds or []), *conf.rounds]:
         if rnd.starts is not None:
             ws += [r.warmup for r in [*rnd.starts.baseline.values(), *rnd.starts.candidates.values()]]
-    s = warmup.summary(ws)
-    if s is not None:
-        s["text"] = warmup.describe(s)
-    return s
+    return warmup.summary(ws)
 
 
 def _start_seconds(t: FrozenTrial) -> float:
