@@ -4,7 +4,6 @@ without escapes, 160 columns wide."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 import optuna
@@ -15,7 +14,7 @@ from rich.text import Text
 from autotune import evidence, records
 from autotune.acceptance import AcceptPositions
 from autotune.config import config_label
-from autotune.stats import Interval
+from autotune.stats import interval_text as _ci
 from autotune.study import baseline_check
 from autotune.traffic import ACCEPTED_PER_ROUND, BASELINE_TOK_PER_S
 from autotune.verdict import Verdict
@@ -26,12 +25,6 @@ if TYPE_CHECKING:
 
 def fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
-
-
-def _ci(ci: Interval | Mapping[str, float] | None) -> str:
-    """``1.234 [1.100, 1.380]``: a typed interval, or one as the report's JSON holds it."""
-    d = ci.to_dict() if isinstance(ci, Interval) else ci
-    return f"{d['point']:.3f} [{d['low']:.3f}, {d['high']:.3f}]" if d else "-"
 
 
 def _duration(s: float | None) -> str:

@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import SpaceError
-from autotune.stats import Interval, mean_interval, ratio_of_means_interval, speedup_interval, two_sample_interval
+from autotune.stats import (
+    Interval,
+    interval_text,
+    mean_interval,
+    ratio_of_means_interval,
+    speedup_interval,
+    two_sample_interval,
+)
 
 #: characters per token, for lengths where the log has no token counts (English text and code average 3.5-4.5)
 CHARS_PER_TOKEN = 4.0
@@ -550,17 +557,12 @@ class SubsetCheck:
         }
 
     def text(self) -> str:
-        d = self.measured.digits
-
-        def iv(x: Interval) -> str:
-            return f"{x.point:.{d}f} [{x.low:.{d}f}, {x.high:.{d}f}]"
-
-        r = self.ratio
+        d, r = self.measured.digits, self.ratio
         whose = f"trial {self.trial}'s " if self.trial is not None else ""
         line = (
-            f"{whose}{self.measured.words} on the subset {iv(self.subset)} ({self.subset.n} requests) vs a sample of "
-            f"the rest {iv(self.rest)} ({self.rest.n} requests): ratio {r.point:.3f} [{r.low:.3f}, {r.high:.3f}] "
-            f"({r.confidence:.0%})"
+            f"{whose}{self.measured.words} on the subset {interval_text(self.subset, d)} ({self.subset.n} requests) "
+            f"vs a sample of the rest {interval_text(self.rest, d)} ({self.rest.n} requests): ratio "
+            f"{interval_text(r)} ({r.confidence:.0%})"
         )
         return line + (f" - WARNING {self.measured.warning_name}: {self.warning}" if self.warning else "")
 
