@@ -42,6 +42,15 @@ class AcceptPositions:
             return ()
         return tuple(a / self.drafts for a in self.accepted)
 
+    @property
+    def profile(self) -> tuple[float, ...] | None:
+        """The expected accepted draft tokens at each depth k = 1..K (``acceptance_profile``); None for counts that
+        are not prefix counts (a malformed server answer) or none."""
+        try:
+            return acceptance_profile(self.rates) or None
+        except ValueError:
+            return None
+
     def to_dict(self) -> dict[str, Any]:
         return {"drafts": self.drafts, "accepted": list(self.accepted)}
 
@@ -109,14 +118,10 @@ def acceptance_profile(per_pos_rates: Sequence[float]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def summary(positions: AcceptPositions | None) -> dict[str, Any] | None:
-    """A report's form: ``drafts``, ``rates`` (P(first i accepted), i = 1..K) and ``profile`` (the expected accepted
-    draft tokens at each depth k = 1..K, ``acceptance_profile``); None without counts."""
+def summary(positions: AcceptPositions | None) -> dict[str, object] | None:
+    """A report's JSON form: ``drafts``, ``rates`` (P(first i accepted), i = 1..K) and ``profile``; None without
+    counts."""
     if positions is None or positions.drafts <= 0:
         return None
-    rates = positions.rates
-    try:
-        profile = acceptance_profile(rates)
-    except ValueError:  # counts that are not prefix counts (a malformed server answer): the rates alone
-        profile = None
-    return {"drafts": positions.drafts, "rates": list(rates), "profile": list(profile) if profile else None}
+    profile = positions.profile
+    return {"drafts": positions.drafts, "rates": list(positions.rates), "profile": list(profile) if profile else None}

@@ -20,7 +20,7 @@ def _mean(xs: list[float | None]) -> float:
 def bench_seconds(t: FrozenTrial) -> float:
     """A start's timed benchmark: its prompts one after another (level 1), then each higher load level it ran."""
     r = TrialRecord(t)
-    levels = sum(x.seconds for x in r.level_results() if x.level > 1)
+    levels = sum(x.seconds for x in r.levels if x.level > 1)
     return sum(p.seconds for p in r.prompt_results()) + levels
 
 

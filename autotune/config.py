@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
 from autotune.acceptance import AcceptPositions
@@ -272,10 +272,10 @@ class LevelResult:
             by.setdefault(r.index, []).append(r.tok_per_s)
         return {i: sum(v) / len(v) for i, v in sorted(by.items())}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> LevelSummary:
         """The level's figures: aggregate and per-stream tok/s, inter-token latency (a request's time after its
         first token over its tokens after the first) and TTFT at p50/p99 over the requests (ms), acceptance
-        length (mean over requests), requests and failures."""
+        length (mean over requests), requests and failures (not yet judged: no speedup, no limits)."""
         itl = [
             (r.seconds - r.ttft_s) / (r.completion_tokens - 1) * 1000.0
             for r in self.requests
@@ -284,21 +284,21 @@ class LevelResult:
         ttft = [r.ttft_s * 1000.0 for r in self.requests if r.ttft_s is not None]
         accepts = [r.accept_length for r in self.requests if r.accept_length is not None]
         streams = [r.tok_per_s for r in self.requests]
-        return {
-            "level": self.level,
-            "requests": len(self.requests),
-            "failed": self.failed,
-            "completion_tokens": self.completion_tokens,
-            "seconds": self.seconds,
-            "tok_per_s": self.tok_per_s,
-            "stream_tok_per_s": sum(streams) / len(streams) if streams else 0.0,
-            "itl_p50_ms": _percentile(itl, 50),
-            "itl_p99_ms": _percentile(itl, 99),
-            "ttft_p50_ms": _percentile(ttft, 50),
-            "ttft_p99_ms": _percentile(ttft, 99),
-            "accept_length": sum(accepts) / len(accepts) if accepts else None,
-            "per_prompt_tok_per_s": {str(i): v for i, v in self.per_prompt_tok_per_s().items()},
-        }
+        return LevelSummary(
+            level=self.level,
+            requests=len(self.requests),
+            failed=self.failed,
+            completion_tokens=self.completion_tokens,
+            seconds=self.seconds,
+            tok_per_s=self.tok_per_s,
+            stream_tok_per_s=sum(streams) / len(streams) if streams else 0.0,
+            itl_p50_ms=_percentile(itl, 50),
+            itl_p99_ms=_percentile(itl, 99),
+            ttft_p50_ms=_percentile(ttft, 50),
+            ttft_p99_ms=_percentile(ttft, 99),
+            accept_length=sum(accepts) / len(accepts) if accepts else None,
+            per_prompt_tok_per_s={str(i): v for i, v in self.per_prompt_tok_per_s().items()},
+        )
 
     @staticmethod
     def sequential(results: list[PromptResult]) -> LevelResult:
@@ -308,25 +308,33 @@ class LevelResult:
 
 @dataclass(frozen=True)
 class LevelSummary:
-    """One load level of one trial as its record keeps it (``LevelResult.summary()`` + ``speedup``, ``slo_broken``),
-    the figures read back: ``speedup`` over the baseline's same level (None: no baseline figure) and the latency
-    limits it broke."""
+    """One load level of one trial as its record keeps it: ``LevelResult.summary()``'s figures, ``speedup`` over the
+    baseline's same level (None: no baseline figure) and the latency limits it broke; ``to_dict`` is the stored
+    form (and the report's)."""
 
     level: int
-    tok_per_s: float
+    requests: int = 0
+    failed: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0  # the level's timed seconds (billed)
+    tok_per_s: float = 0.0
+    stream_tok_per_s: float = 0.0
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    accept_length: float | None = None
+    per_prompt_tok_per_s: dict[str, float] = field(default_factory=dict)
     speedup: float | None = None
     slo_broken: tuple[str, ...] = ()
-    seconds: float = 0.0  # the level's timed seconds (billed)
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> LevelSummary:
-        return LevelSummary(
-            level=int(d["level"]),
-            tok_per_s=float(d.get("tok_per_s") or 0.0),
-            seconds=float(d.get("seconds") or 0.0),
-            speedup=None if d.get("speedup") is None else float(d["speedup"]),
-            slo_broken=tuple(str(x) for x in d.get("slo_broken") or ()),
-        )
+        known = {k: v for k, v in d.items() if k in LevelSummary.__dataclass_fields__}
+        return LevelSummary(**{**known, "level": int(d["level"]), "slo_broken": tuple(d.get("slo_broken") or ())})
+
+    def to_dict(self) -> dict[str, object]:
+        return {**asdict(self), "slo_broken": list(self.slo_broken)}
 
 
 def level_requests(level: int, n_prompts: int) -> list[int]:
@@ -336,12 +344,14 @@ def level_requests(level: int, n_prompts: int) -> list[int]:
     return [i % n_prompts for i in range(max(n_prompts, 2 * int(level)))]
 
 
-def config_label(cfg: Mapping[str, Any] | None) -> str:
+def config_label(cfg: Mapping[str, KnobValue | None] | None) -> str:
     """``aq-medai num_steps=4,topk=1,... graphs off`` or ``baseline (graphs on)``."""
     cfg = cfg or {}
     graphs = "on" if cfg.get("cuda_graph", True) else "off"
     if cfg.get("drafter") in (None, "none") and cfg.get("method") is None:
         return f"baseline (graphs {graphs})"
     knobs = ",".join(f"{k}={v}" for k, v in cfg.items() if k not in ("drafter", "cuda_graph", "method"))
-    who = cfg["drafter"] if cfg.get("method") is None else ":".join(x for x in (cfg["method"], cfg["drafter"]) if x)
+    who = (
+        cfg["drafter"] if cfg.get("method") is None else ":".join(str(x) for x in (cfg["method"], cfg["drafter"]) if x)
+    )
     return f"{who} {knobs} graphs {graphs}"

@@ -22,7 +22,8 @@ from autotune.errors import InfeasibleConfig
 from autotune.records import TrialRecord
 from autotune.redact import redact_env
 from autotune.space import Space
-from autotune.study.result import CI, Baseline, StudyResult
+from autotune.stats import Interval
+from autotune.study.result import Baseline, StudyResult
 
 #: Kubernetes annotation / compose extension / comment prefix holding the provenance
 PROVENANCE_ANNOTATION = "autotune/provenance"
@@ -89,7 +90,7 @@ class Chosen:
     why: str
     tok_per_s: float | None
     speedup: float | None
-    speedup_ci: CI | None
+    speedup_ci: Interval | None
     source: str  # confirmation | search
     baseline: dict[str, object] | None  # the baseline its speedup is against: trial, config, tok_per_s
 
@@ -132,7 +133,7 @@ def choose(res: StudyResult, trial: int | None) -> Chosen:
         why=f"trial {trial}, chosen with --trial",
         tok_per_s=confirmed.mean_tok_per_s if confirmed else t.value,
         speedup=iv.point if iv else (res.search_speedup(t) if not cfg.is_baseline else 1.0),
-        speedup_ci=None if iv is None else iv.to_dict(),
+        speedup_ci=iv,
         source="confirmation" if iv else "search",
         baseline=_baseline_entry(base),
     )
@@ -305,7 +306,7 @@ def bundle(
         "measured": {
             "tok_per_s": chosen.tok_per_s,
             "speedup": chosen.speedup,
-            "speedup_ci": chosen.speedup_ci,
+            "speedup_ci": None if chosen.speedup_ci is None else chosen.speedup_ci.to_dict(),
             "source": chosen.source,
             "units": res.units,
         },

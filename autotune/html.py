@@ -5,6 +5,7 @@ offline)."""
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +15,18 @@ from autotune._io import atomic_write
 from autotune.config import config_label
 from autotune.render import fmt, measured, position_rows
 from autotune.report import COMPARISONS, Report
+from autotune.stats import Interval
 from autotune.study import baseline_check
-from autotune.study.result import CI
 
 
 def _e(x: Any) -> str:
     return html.escape("-" if x is None else str(x))
 
 
-def _range(ci: CI) -> str:
-    """An interval's ends and the confidence it was taken at: ``[1.829, 2.012] 95%``."""
-    conf = fmt((ci.get("confidence") or 0) * 100, ".4g")
-    return f"[{fmt(ci.get('low'), '.3f')}, {fmt(ci.get('high'), '.3f')}] {conf}%"
+def _range(ci: Interval | Mapping[str, float]) -> str:
+    """An interval's ends and the confidence it was taken at: ``[1.829, 2.012] 95%`` (typed, or as methods hold it)."""
+    d = ci.to_dict() if isinstance(ci, Interval) else ci
+    return f"[{fmt(d.get('low'), '.3f')}, {fmt(d.get('high'), '.3f')}] {fmt((d.get('confidence') or 0) * 100, '.4g')}%"
 
 
 def write_html_report(study: optuna.Study, report: Report, path: Path) -> None:
@@ -78,12 +79,12 @@ def _verdict(report: Report) -> list[str]:
     ]
     if report.to_settle:
         parts.append(f"<p class='to-settle' id='to-settle'>{_e(report.to_settle['text'])}</p>")
-    if report.objective.get("category_weights"):  # what the study maximised, when its weights name categories
-        parts.append(f"<p class='objective' id='objective'>objective: {_e(report.objective['text'])}</p>")
+    if report.objective.category_weights:  # what the study maximised, when its weights name categories
+        parts.append(f"<p class='objective' id='objective'>objective: {_e(report.objective.text)}</p>")
     if report.search_settled:
         parts.append(f"<p class='settled' id='search-settled'>{_e(report.search_settled.text)}</p>")
     if report.warmup:
-        parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report.warmup['text'])}</p>")
+        parts.append(f"<p class='warmup' id='warmup'>Warm-up: {_e(report.warmup.text)}</p>")
     for e in res.exclusions:
         parts.append(
             f"<p class='excluded'>excluded trial {_e(e.trial)} ({_e(config_label(e.config))}): "
@@ -114,11 +115,11 @@ def _confirmation(report: Report) -> list[str]:
         "<th>speedup</th><th>CI</th><th>rounds</th></tr>"
     ]
     for c in report.result.confirmed:
-        ci = c.speedup_ci.to_dict() if c.speedup_ci else {}
+        ci = c.speedup_ci
         parts.append(
             f"<tr><td>{c.trial}</td><td>{_e(config_label(c.config))}</td><td>{fmt(c.mean_tok_per_s)}</td>"
-            f"<td>{fmt(ci.get('point'), '.3f')}</td><td>{_range(ci)}</td>"
-            f"<td>{ci.get('n', '')}{' (left the race)' if c.dropped else ''}</td></tr>"
+            f"<td>{fmt(ci and ci.point, '.3f')}</td><td>{_range(ci or {})}</td>"
+            f"<td>{ci.n if ci else ''}{' (left the race)' if c.dropped else ''}</td></tr>"
         )
     parts.append("</table>")
     if report.interval_note:
@@ -190,24 +191,24 @@ def _levels(report: Report) -> list[str]:
         "<th>TTFT p99 ms</th><th>failed</th><th>confirmed winner</th><th>CI</th><th>verdict</th></tr>"
     ]
     for x in load.levels:
-        c = int(x["level"])
+        c = x.level
         v = confirmed.get(c)
-        ci = v.speedup_ci.to_dict() if v is not None and v.speedup_ci is not None else {}
-        ci_text = f"{fmt(ci.get('point'), '.3f')} {_range(ci)}" if ci else "-"
-        broken = " (latency limit broken: see below)" if x.get("slo_broken") else ""
+        ci = v.speedup_ci if v is not None else None
+        ci_text = f"{fmt(ci.point, '.3f')} {_range(ci)}" if ci else "-"
+        broken = " (latency limit broken: see below)" if x.slo_broken else ""
         parts.append(
-            f"<tr id='level-{c}'><td>{c}</td><td>{fmt(x.get('tok_per_s'))}</td>"
-            f"<td>{fmt(x.get('stream_tok_per_s'))}</td><td>{fmt(x.get('speedup'), '.3f')}{broken}</td>"
-            f"<td>{fmt(x.get('itl_p99_ms'))}</td><td>{fmt(x.get('ttft_p99_ms'), '.0f')}</td>"
-            f"<td>{_e(x.get('failed', 0))}</td><td>{_e(v and v.trial)}</td><td>{ci_text}</td>"
+            f"<tr id='level-{c}'><td>{c}</td><td>{fmt(x.tok_per_s)}</td>"
+            f"<td>{fmt(x.stream_tok_per_s)}</td><td>{fmt(x.speedup, '.3f')}{broken}</td>"
+            f"<td>{fmt(x.itl_p99_ms)}</td><td>{fmt(x.ttft_p99_ms, '.0f')}</td>"
+            f"<td>{_e(x.failed)}</td><td>{_e(v and v.trial)}</td><td>{ci_text}</td>"
             f"<td>{_e(v and v.verdict)}</td></tr>"
         )
     parts.append("</table>")
     for x in load.levels:
-        if x.get("slo_broken"):
+        if x.slo_broken:
             parts.append(
-                f"<p class='slo' id='slo-{_e(x['level'])}'>At {_e(x['level'])} streams trial {_e(load.trial)} "
-                f"breaks the latency limit (objective.slo): {_e('; '.join(x['slo_broken']))}. The search ranks a "
+                f"<p class='slo' id='slo-{x.level}'>At {x.level} streams trial {_e(load.trial)} "
+                f"breaks the latency limit (objective.slo): {_e('; '.join(x.slo_broken))}. The search ranks a "
                 "config breaking a limit after every config within the limits; a level schedule does not use it "
                 "there.</p>"
             )
@@ -253,11 +254,11 @@ def _traffic(report: Report) -> list[str]:
             "<th>tok/s</th><th>speedup</th></tr>"
         )
         for r in rows:
-            lo, hi = r[f"{side}_tokens"]
+            lo, hi = r.tokens
             parts.append(
-                f"<tr><td>{_e(r['bucket'])}</td><td>{_e(lo)}-{_e(hi)}</td>"
-                f"<td>{_e(r['prompts'])}</td><td>{fmt(r['baseline_tok_per_s'])}</td><td>{fmt(r['tok_per_s'])}</td>"
-                f"<td>{fmt(r['speedup'], '.2f')}</td></tr>"
+                f"<tr><td>{_e(r.bucket)}</td><td>{_e(lo)}-{_e(hi)}</td>"
+                f"<td>{_e(r.prompts)}</td><td>{fmt(r.baseline_tok_per_s)}</td><td>{fmt(r.tok_per_s)}</td>"
+                f"<td>{fmt(r.speedup, '.2f')}</td></tr>"
             )
         parts.append(f"</table><p>{_e(text)}</p>")
     return parts
@@ -270,8 +271,8 @@ def _alarms(report: Report) -> list[str]:
 
 
 def _trials(report: Report) -> list[str]:
-    objective = report.objective.get("text")
-    n_levels = len(report.objective.get("weights") or {})
+    objective = report.objective.text
+    n_levels = len(report.objective.weights or {})
     parts = [
         "<h2>Trials</h2>"
         + (
@@ -326,7 +327,7 @@ def _positions(report: Report) -> list[str]:
     rows = position_rows(report)
     if not rows:
         return []
-    k = max(len(r.rates) for r in rows)
+    k = max(len(pos.rates) for _, _, pos in rows)
     head = "".join(f"<th>{i}</th>" for i in range(1, k + 1))
     parts = [
         "<h2>Per-position acceptance</h2><p>P(first i draft tokens accepted) for each position i, and below it the "
@@ -334,12 +335,12 @@ def _positions(report: Report) -> list[str]:
         "ranking is measured throughput.</p>",
         f"<table><tr><th>config</th><th>trial</th><th>drafts</th><th></th>{head}</tr>",
     ]
-    for r in rows:
-        rates = "".join(f"<td>{x:.3f}</td>" for x in r.rates)
-        prof = "".join(f"<td>{x:.2f}</td>" for x in r.profile or [])
+    for who, trial, pos in rows:
+        rates = "".join(f"<td>{x:.3f}</td>" for x in pos.rates)
+        prof = "".join(f"<td>{x:.2f}</td>" for x in pos.profile or [])
         parts.append(
-            f"<tr><td rowspan='2'>{_e(r.who)}</td><td rowspan='2'>{r.trial}</td>"
-            f"<td rowspan='2'>{r.drafts}</td><td>P(first i)</td>{rates}</tr>"
+            f"<tr><td rowspan='2'>{_e(who)}</td><td rowspan='2'>{trial}</td>"
+            f"<td rowspan='2'>{pos.drafts}</td><td>P(first i)</td>{rates}</tr>"
             f"<tr><td>E[accepted | depth k]</td>{prof}</tr>"
         )
     parts.append("</table>")

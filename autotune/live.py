@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from autotune.config import LevelSummary
 from autotune.space import Space
 from autotune.study import Event
 from autotune.study.ladder import SEEDED_LADDER, SEEDED_LEVEL
@@ -58,7 +59,7 @@ class LiveView:
             self.current.update(prompt=d["index"] + 1, of=d["of"], last=d["tok_per_s"], acc=d.get("accept_length"))
         elif ev.kind == "level":
             self.current["level"] = d
-            self._show(level_line(ev.trial, d))
+            self._show(level_line(ev.trial, LevelSummary.from_dict(d)))
         elif ev.kind == "trial-end":
             state = d["state"]
             self.counts[state] = self.counts.get(state, 0) + 1
@@ -189,17 +190,17 @@ def _clock(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def level_line(trial: int | None, d: Mapping[str, Any]) -> str:
+def level_line(trial: int | None, x: LevelSummary) -> str:
     """One load level of a trial: aggregate tok/s, speedup over the baseline's level, p99 latencies, failures."""
-    line = f"#{trial} {d.get('level')} streams: {d.get('tok_per_s') or 0:.1f} tok/s"
-    if d.get("speedup") is not None:
-        line += f" x{d['speedup']:.2f}"
-    if d.get("itl_p99_ms") is not None:
-        line += f"  ITL p99 {d['itl_p99_ms']:.1f} ms"
-    if d.get("ttft_p99_ms") is not None:
-        line += f"  TTFT p99 {d['ttft_p99_ms']:.0f} ms"
-    if d.get("failed"):
-        line += f"  {d['failed']} failed"
+    line = f"#{trial} {x.level} streams: {x.tok_per_s or 0:.1f} tok/s"
+    if x.speedup is not None:
+        line += f" x{x.speedup:.2f}"
+    if x.itl_p99_ms is not None:
+        line += f"  ITL p99 {x.itl_p99_ms:.1f} ms"
+    if x.ttft_p99_ms is not None:
+        line += f"  TTFT p99 {x.ttft_p99_ms:.0f} ms"
+    if x.failed:
+        line += f"  {x.failed} failed"
     return line
 
 

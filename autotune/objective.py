@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.stats import log_ratios, mean_sd, t_quantile
 from autotune.verdict import PruneDecision, clearly_loses
 
 if TYPE_CHECKING:
-    from autotune.config import PromptResult
+    from autotune.config import LevelSummary, PromptResult
     from autotune.space import Space
     from autotune.stats import Spread
 
@@ -66,12 +67,12 @@ def speedups(trial: Mapping[Any, float], baseline: Mapping[Any, float]) -> dict[
     return {c: trial[c] / baseline[c] for c in trial if c in baseline and baseline[c] > 0 and trial[c] > 0}
 
 
-def slo_broken(summary: Mapping[str, Any], slo: Any) -> list[str]:
+def slo_broken(summary: LevelSummary, slo: Any) -> list[str]:
     """Which limits of ``slo`` (``SloSpec``) a level's summary breaks, as 'itl_p99_ms 71.2 > 60'."""
     out = []
     for key in ("itl_p99_ms", "ttft_p99_ms"):
         limit = getattr(slo, key, None)
-        v = summary.get(key)
+        v = getattr(summary, key)
         if limit is not None and v is not None and v > limit:
             out.append(f"{key} {v:.1f} > {limit:g}")
     return out
@@ -213,23 +214,40 @@ def category_basis(
     )
 
 
-def describe(weights: Mapping[int, float], category_weights: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """What the study maximises, in words (every speedup of a report is a ratio of it), with its weights."""
+@dataclass(frozen=True)
+class ObjectiveLine:
+    """What the study maximises, in words (every speedup of a report is a ratio of it), with its weights: by load
+    level or by prompt category (``describe``); ``to_dict``: the report's JSON."""
+
+    text: str
+    weights: dict[int, float] | None = None
+    category_weights: dict[str, float] | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "text": self.text,
+            "weights": self.weights and {str(c): w for c, w in self.weights.items()},
+        }
+        if self.category_weights is not None:
+            out["category_weights"] = self.category_weights
+        return out
+
+
+def describe(weights: Mapping[int, float], category_weights: Mapping[str, float] | None = None) -> ObjectiveLine:
+    """The study's ``ObjectiveLine``."""
     if category_weights:
         mix = ", ".join(f"{c} {w:.3g}" for c, w in category_weights.items())
-        return {
-            "text": f"weighted over categories {mix} (the weighted geometric mean of each prompt category's "
-            "aggregate tok/s, one stream)",
-            "weights": None,
-            "category_weights": dict(category_weights),
-        }
+        return ObjectiveLine(
+            f"weighted over categories {mix} (the weighted geometric mean of each prompt category's aggregate tok/s, "
+            "one stream)",
+            category_weights=dict(category_weights),
+        )
     if not weights:
-        return {"text": "tok/s over the prompt set, one stream", "weights": None}
+        return ObjectiveLine("tok/s over the prompt set, one stream")
     mix = ", ".join(f"{c}: {w:g}" for c, w in sorted(weights.items()))
-    return {
-        "text": f"weighted geometric mean of the load levels' aggregate tok/s (weights {mix})",
-        "weights": {str(c): w for c, w in sorted(weights.items())},
-    }
+    return ObjectiveLine(
+        f"weighted geometric mean of the load levels' aggregate tok/s (weights {mix})", dict(sorted(weights.items()))
+    )
 
 
 def category_prune_decision(

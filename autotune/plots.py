@@ -57,7 +57,7 @@ def _value(t: FrozenTrial, report: Report) -> float | None:
 
 
 def _estimated(report: Report) -> str:
-    return "levels measured" if report.objective.get("weights") else "prompts measured"
+    return "levels measured" if report.objective.weights else "prompts measured"
 
 
 def history(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figure | None:
@@ -98,7 +98,7 @@ def history(study: optuna.Study, report: Report, units: str, sim: str) -> go.Fig
         fig,
         f"the objective of every trial against the baseline{sim}",
         xaxis_title=f"GPU time at the trial's end (h){sim}",
-        yaxis_title=units + (" (the objective)" if report.objective.get("weights") else ""),
+        yaxis_title=units + (" (the objective)" if report.objective.weights else ""),
     )
 
 
@@ -108,7 +108,7 @@ def per_prompt(study: optuna.Study, report: Report, units: str, sim: str) -> go.
     confirmed = report.result.confirmed
     if not fastest or not confirmed:
         return None
-    loaded = bool(report.objective.get("weights"))
+    loaded = bool(report.objective.weights)
     ids = records.prompt_ids(study) or [str(i) for i in range(len(fastest.per_prompt_tok_per_s))]
     n = len(ids)
     by_number = {t.number: t for t in records.trials(study)}

@@ -37,7 +37,7 @@ Trial user attrs (``TrialRecord`` reads each as a property of the same name in l
 | ``accept_length`` / ``speedup`` | end | mean acceptance length / tok/s over the baseline's on the same prompts |
 | ``outputs`` / ``reference`` | baseline | the answers / the reference answers with top log-probabilities |
 | ``lossless`` | speculative | the lossless record (``autotune.lossless.check_outputs``) |
-| ``levels`` | each level | with load levels: ``LevelResult.summary()`` per level so far, ``speedup``, ``slo_broken`` |
+| ``levels`` | each level | with load levels: ``LevelSummary.to_dict()`` of each level so far, judged |
 | ``slo_broken`` | end | levels (strings) breaking ``objective.slo``; constraint ``slo`` = their number |
 
 ``accept_positions`` (in a prompt's dict only where the server reports it): the per-position acceptance counts of
@@ -734,8 +734,6 @@ class TrialRecord:
     baseline_trial = _Attr[int | None](BASELINE_TRIAL)
     outputs = _Attr[list[str]](OUTPUTS, list)
     lossless = _Attr[lossless.LosslessRecord | None](LOSSLESS)
-    #: per-level summaries as stored (empty without load levels); ``level_results`` reads them typed
-    levels = _Attr[list[dict[str, Any]]](LEVELS, list)
     slo_broken = _Attr[list[str]](SLO_BROKEN, list)
 
     @property
@@ -829,16 +827,17 @@ class TrialRecord:
     def references(self) -> list[ReferenceOutput | None]:
         return [ReferenceOutput.from_dict(r) if r else None for r in self.attrs.get(REFERENCE, [])]
 
-    def level_results(self) -> list[LevelSummary]:
+    @property
+    def levels(self) -> list[LevelSummary]:
         """Per-level summaries, lowest level first (empty without load levels)."""
-        return [LevelSummary.from_dict(x) for x in self.levels]
+        return [LevelSummary.from_dict(x) for x in self.attrs.get(LEVELS) or []]
 
     def level(self, level: int) -> LevelSummary | None:
         """Load level ``level``'s summary (None: not measured)."""
-        return next((x for x in self.level_results() if x.level == int(level)), None)
+        return next((x for x in self.levels if x.level == int(level)), None)
 
     def level_tok_per_s(self) -> dict[int, float]:
-        return {x.level: x.tok_per_s for x in self.level_results()}
+        return {x.level: x.tok_per_s for x in self.levels}
 
     @property
     def lossy(self) -> bool:
@@ -954,8 +953,8 @@ class TrialWriter:
     def lossless(self, record: Mapping[str, object]) -> None:
         self._set(LOSSLESS, record)
 
-    def levels(self, summaries: Sequence[Mapping[str, object]]) -> None:
-        self._set(LEVELS, summaries)
+    def levels(self, summaries: Sequence[LevelSummary]) -> None:
+        self._set(LEVELS, [s.to_dict() for s in summaries])
 
     def slo_broken(self, levels: list[str]) -> None:
         self._set(SLO_BROKEN, levels)
@@ -970,14 +969,14 @@ def enqueue_baseline(study: optuna.Study, cuda_graph: bool) -> None:
 
 
 def enqueue_speculative(
-    study: optuna.Study, params: dict[str, object], *, seeded: str | None = None, requeued_from: int | None = None
+    study: optuna.Study, params: Mapping[str, object], *, seeded: str | None = None, requeued_from: int | None = None
 ) -> None:
     attrs: dict[str, object] = {ROLE: ROLE_SPECULATIVE}
     if seeded is not None:
         attrs[SEEDED] = seeded
     if requeued_from is not None:
         attrs[REQUEUED_FROM] = requeued_from
-    study.enqueue_trial(params, user_attrs=attrs)
+    study.enqueue_trial(dict(params), user_attrs=attrs)
 
 
 def enqueue_retry(study: optuna.Study, lost: FrozenTrial, system_attrs: dict[str, object]) -> None:
@@ -1222,21 +1221,13 @@ def find_exclusions(study: optuna.Study) -> list[Exclusion]:
 
 
 @dataclass(frozen=True)
-class LevelPoint:
-    """One load level of a ``LevelRow``: the speedup over the baseline's same level, the latency limits broken."""
-
-    level: int
-    speedup: float | None
-    slo_broken: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class LevelRow:
-    """A measured speculative trial's per-level speedups, as ``autotune.schedule.build`` reads them."""
+    """A measured speculative trial's per-level speedups (and latency limits broken), as ``autotune.schedule.build``
+    reads them."""
 
     trial: int
     config: Config | None
-    levels: tuple[LevelPoint, ...]
+    levels: tuple[LevelSummary, ...]
     lossy: bool
 
 
@@ -1247,8 +1238,7 @@ def level_rows(study: optuna.Study) -> list[LevelRow]:
         r = TrialRecord(t)
         if r.is_baseline or r.is_duplicate or not r.levels:
             continue
-        levels = tuple(LevelPoint(x.level, x.speedup, x.slo_broken) for x in r.level_results())
-        out.append(LevelRow(t.number, r.effective, levels, r.lossy))
+        out.append(LevelRow(t.number, r.effective, tuple(r.levels), r.lossy))
     return out
 
 
@@ -1263,8 +1253,10 @@ def confirmed_level_rows(study: optuna.Study) -> list[LevelRow]:
         if t is None:
             continue
         r = TrialRecord(t)
-        broken = {x.level: x.slo_broken for x in r.level_results()}
-        levels = tuple(LevelPoint(int(c), iv.point, broken.get(int(c), ())) for c, iv in ivs.items() if iv)
+        broken = {x.level: x.slo_broken for x in r.levels}
+        levels = tuple(
+            LevelSummary(int(c), speedup=iv.point, slo_broken=broken.get(int(c), ())) for c, iv in ivs.items() if iv
+        )
         out.append(LevelRow(t.number, r.effective, levels, r.lossy))
     return out
 

@@ -4,8 +4,6 @@ without escapes, 160 columns wide."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 import optuna
@@ -14,8 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import evidence, records
+from autotune.acceptance import AcceptPositions
 from autotune.config import config_label
-from autotune.stats import Interval
+from autotune.stats import interval_text as _ci
 from autotune.study import baseline_check
 from autotune.traffic import ACCEPTED_PER_ROUND, BASELINE_TOK_PER_S
 from autotune.verdict import Verdict
@@ -26,14 +25,6 @@ if TYPE_CHECKING:
 
 def fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
-
-
-def _ci(ci: Interval | Mapping[str, float] | None) -> str:
-    """``1.234 [1.100, 1.380]``: a typed interval, or one as the report's JSON holds it."""
-    if not ci:
-        return "-"
-    point, low, high = (ci.point, ci.low, ci.high) if isinstance(ci, Interval) else (ci["point"], ci["low"], ci["high"])
-    return f"{point:.3f} [{low:.3f}, {high:.3f}]"
 
 
 def _duration(s: float | None) -> str:
@@ -72,8 +63,8 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         f"of their benchmark: {_pruned_by(report)}), {c['FAIL']} failed"
     )
     _reasons(con, report)
-    if report.objective.get("category_weights"):
-        line("objective: " + report.objective["text"])
+    if report.objective.category_weights:
+        line("objective: " + report.objective.text)
     _best(con, report)
     for text in _methods_lines(report.methods):
         line(text)
@@ -82,7 +73,7 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
     _trials(con, report)
     line(
         "  (speedup: the objective's ("
-        + report.objective.get("text", "tok/s over the prompt set")
+        + report.objective.text
         + ") against the baseline of the same CUDA-graph setting; vs best: against the fastest baseline; "
         "~: a trial stopped early, over what it measured)"
     )
@@ -123,13 +114,11 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         line(f"per level (trial {load.trial}, search measurement):")
         line("  streams     tok/s  speedup  per-stream  ITL p50/p99 ms   TTFT p50/p99 ms  accept  failed")
         for x in load.levels:
-            slo = "  SLO broken: " + "; ".join(x["slo_broken"]) if x.get("slo_broken") else ""
+            slo = "  SLO broken: " + "; ".join(x.slo_broken) if x.slo_broken else ""
             line(
-                f"  {x['level']:>7} {fmt(x.get('tok_per_s')):>9} {fmt(x.get('speedup'), '.2f'):>8} "
-                f"{fmt(x.get('stream_tok_per_s')):>11} "
-                f"{fmt(x.get('itl_p50_ms')):>6}/{fmt(x.get('itl_p99_ms')):<7} "
-                f"{fmt(x.get('ttft_p50_ms')):>8}/{fmt(x.get('ttft_p99_ms')):<8} "
-                f"{fmt(x.get('accept_length'), '.2f'):>6} {x.get('failed', 0):>7}{slo}"
+                f"  {x.level:>7} {fmt(x.tok_per_s):>9} {fmt(x.speedup, '.2f'):>8} {fmt(x.stream_tok_per_s):>11} "
+                f"{fmt(x.itl_p50_ms):>6}/{fmt(x.itl_p99_ms):<7} {fmt(x.ttft_p50_ms):>8}/{fmt(x.ttft_p99_ms):<8} "
+                f"{fmt(x.accept_length, '.2f'):>6} {x.failed:>7}{slo}"
             )
         line(f"  {load.text} (search)")
         for v in load.confirmed or []:
@@ -159,7 +148,7 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
     for e in res.exclusions:
         line(f"excluded trial {e.trial} ({config_label(e.config)}): {e.kind}: {e.reason}", "yellow")
     if report.warmup:
-        line(f"warm-up: {report.warmup['text']}")
+        line(f"warm-up: {report.warmup.text}")
     line("")
     render_summary(report, out, deploy, con)
 
@@ -206,7 +195,7 @@ def summary_lines(report: Report, deploy: str | None = None) -> list[str]:
         out.append(f"recommended: trial {rec.trial}: {config_label(rec.config)}  ({rec.why})")
         ci = rec.speedup_ci
         if ci:
-            out.append(f"  speedup {_ci(ci)} ({ci.get('confidence', 0.95) * 100:.4g}% CI) against the fastest baseline")
+            out.append(f"  speedup {_ci(ci)} ({ci.confidence * 100:.4g}% CI) against the fastest baseline")
     out.append(gpu_text(report.gpu_time))
     if deploy:
         what = "the recommended config" if (rec.config or {}).get("drafter") else "it"
@@ -336,7 +325,7 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
 
 def _trials(con: Console, report: Report) -> None:
     t = Table(title="trials", title_justify="left", show_edge=False)
-    n_levels = len(report.objective.get("weights") or {})
+    n_levels = len(report.objective.weights or {})
     for col in ("#", "state", "config", "tok/s", "speedup", "vs best", "measured", "accept", "note"):
         t.add_column(
             col,
@@ -398,26 +387,16 @@ def _pruned_by(report: Report) -> str:
     return f"{by['baseline']} slower than their baseline, {by['leader']} slower than the leader"
 
 
-@dataclass(frozen=True)
-class PositionRow:
-    """One config's per-position acceptance (``acceptance.summary``); ``who``: its method's label or its config."""
-
-    who: str
-    trial: int
-    drafts: int
-    rates: list[float]
-    profile: list[float] | None
-
-
-def position_rows(report: Report) -> list[PositionRow]:
-    """The per-position acceptance to show, where the server reports it: each method's best config in a space with
-    ``search.methods``, else the best configs; an explanation of the acceptance, never a ranking."""
+def position_rows(report: Report) -> list[tuple[str, int, AcceptPositions]]:
+    """The per-position acceptance to show (who, trial, counts) where the server reports it: each method's best config
+    in a space with ``search.methods``, else the best configs; an explanation of the acceptance, never a ranking."""
     methods = (report.methods or {}).get("methods") or []
     if methods:
-        picked = [(e["label"], e["best"]["trial"], e["best"].get("accept_per_pos")) for e in methods if e.get("best")]
+        best = [(e["label"], e["best"]["trial"]) for e in methods if e.get("best")]
+        picked = [(who, n, row.accept_per_pos if (row := report.row(n)) else None) for who, n in best]
     else:
         picked = [(config_label(b.config), b.trial, b.accept_per_pos) for b in report.best_configs]
-    return [PositionRow(who, trial, pos["drafts"], pos["rates"], pos["profile"]) for who, trial, pos in picked if pos]
+    return [(who, trial, pos) for who, trial, pos in picked if pos]
 
 
 def positions_lines(report: Report) -> list[str]:
@@ -426,11 +405,11 @@ def positions_lines(report: Report) -> list[str]:
     if not rows:
         return []
     out = ["per-position acceptance (P(first i draft tokens accepted), i = 1..K; explains acceptance, never ranks):"]
-    for r in rows:
-        rates = " ".join(f"{x:.2f}" for x in r.rates)
-        prof = " ".join(f"{x:.2f}" for x in r.profile or [])
-        depth = f"; expected accepted at depth 1..{len(r.profile)}: {prof}" if r.profile else ""
-        out.append(f"  {r.who} (trial {r.trial}, {r.drafts} drafts): {rates}{depth}")
+    for who, trial, pos in rows:
+        rates = " ".join(f"{x:.2f}" for x in pos.rates)
+        prof = " ".join(f"{x:.2f}" for x in pos.profile or [])
+        depth = f"; expected accepted at depth 1..{len(pos.profile)}: {prof}" if pos.profile else ""
+        out.append(f"  {who} (trial {trial}, {pos.drafts} drafts): {rates}{depth}")
     return out
 
 
@@ -455,11 +434,7 @@ def study_note(study: optuna.Study, report: Report) -> str:
         ci = rec.speedup_ci
         lines.append(
             f"**autotune recommends trial {rec_trial}**: `{config_label(rec.config)}` ({rec.why})"
-            + (
-                f"; confirmed speedup against the fastest baseline {_ci(ci)} ({ci.get('confidence', 0) * 100:.4g}%)"
-                if ci
-                else ""
-            )
+            + (f"; confirmed speedup against the fastest baseline {_ci(ci)} ({ci.confidence * 100:.4g}%)" if ci else "")
         )
     try:  # what optuna-dashboard shows as "Best Trial": the highest objective value of one start
         best: optuna.trial.FrozenTrial | None = study.best_trial
@@ -487,7 +462,7 @@ def study_note(study: optuna.Study, report: Report) -> str:
                 else f'optuna-dashboard\'s "Best Trial" is trial {best.number} (objective {value}): {why}.'
             )
     units = res.units or "tok/s"
-    objective = report.objective.get("text") or "tok/s over the prompt set"
+    objective = report.objective.text
     lines.append(
         f"**Objective value** (`tok_per_s`, {units}): {objective}. Every speedup autotune shows (tables, plots, the "
         "recommendation) is a ratio of it."
@@ -538,7 +513,7 @@ def publish(study: optuna.Study, report: Report, *, attrs: bool = False) -> None
                 "config": config_label(rec.config),
                 "why": rec.why,
                 "tok_per_s": None if rec.tok_per_s is None else round(rec.tok_per_s, 1),
-                "speedup": None if not ci else round(ci["point"], 3),
-                "speedup_ci": None if not ci else [round(ci["low"], 3), round(ci["high"], 3)],
+                "speedup": None if not ci else round(ci.point, 3),
+                "speedup_ci": None if not ci else [round(ci.low, 3), round(ci.high, 3)],
             },
         )

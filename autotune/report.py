@@ -11,10 +11,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import acceptance, bill, lossless, objective, records, warmup
+from autotune.acceptance import AcceptPositions
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
-from autotune.config import Config
+from autotune.config import Config, LevelSummary
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.lossless import LosslessRecord
+from autotune.objective import ObjectiveLine
 from autotune.records import (
     BaselineCheck,
     CandidateResult,
@@ -27,18 +29,19 @@ from autotune.records import (
     TrialRecord,
 )
 from autotune.space.model import TrafficInfo
+from autotune.stats import Interval
 from autotune.study import methods as _methods
 from autotune.study.levels import summary_text
 from autotune.study.result import (
-    CI,
     Best,
     Recommendation,
     StudyResult,
     objective_speedup,
     study_result,
 )
-from autotune.traffic import Guard, acceptance_guards, by_length, length_text
+from autotune.traffic import Guard, LengthThird, acceptance_guards, by_length, length_text
 from autotune.verdict import Verdict, point_verdict, to_settle_text
+from autotune.warmup import WarmUpSummary
 
 VERDICT_TEXT: dict[str, str] = {
     Verdict.SPECULATION_WINS: "speculation wins: the best config's confirmed speedup interval clears the minimum gain",
@@ -71,7 +74,7 @@ class TrialRow:
     speedup_upper: float | None
     prompts_measured: int
     accept_length: float | None
-    accept_per_pos: dict[str, Any] | None  # an explanation, never a ranking
+    accept_per_pos: AcceptPositions | None  # with drafts: an explanation, never a ranking
     startup_s: float | None
     duplicate_of: int | None
     prune_reason: str | None
@@ -83,7 +86,7 @@ class TrialRow:
     lossless_summary: str | None
     log_path: str | None
     argv: list[str] | None
-    levels: list[dict[str, Any]]  # with load levels: each level's figures (LevelResult.summary + speedup, slo_broken)
+    levels: list[LevelSummary]  # with load levels: each level's figures
     levels_measured: list[int]
     slo_broken: list[str] | None
     reason: str | None  # why it ended so (every PRUNED and FAIL trial; a COMPLETE one when there is something to say)
@@ -91,7 +94,7 @@ class TrialRow:
     speedup_vs_fastest: float | None  # the objective's speedup over the fastest baseline (speculative trials)
     speedup_basis: str | None  # what that speedup rests on
     confirmed: bool  # a confirmation candidate: it has a confirmed interval
-    speedup_ci: CI | None  # confirmation's interval against its own baseline
+    speedup_ci: Interval | None  # confirmation's interval against its own baseline
 
     @property
     def speculative(self) -> bool:
@@ -99,8 +102,10 @@ class TrialRow:
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {name: getattr(self, name) for name in _ROW_KEYS}
+        out["levels"] = [x.to_dict() for x in self.levels]
+        out["accept_per_pos"] = acceptance.summary(self.accept_per_pos)
         if self.confirmed:
-            out["speedup_ci"] = self.speedup_ci
+            out["speedup_ci"] = None if self.speedup_ci is None else self.speedup_ci.to_dict()
         out["speedup_vs_fastest"] = self.speedup_vs_fastest
         out["speedup_basis"] = self.speedup_basis
         return out
@@ -141,15 +146,17 @@ class BestConfig:
     config: Config | None
     tok_per_s: float | None
     speedup: float | None
-    speedup_ci: CI | None
+    speedup_ci: Interval | None
     confirmed_speedup: float | None
     recommended: bool
     accept_length: float | None
-    accept_per_pos: dict[str, Any] | None  # where the server reported it
+    accept_per_pos: AcceptPositions | None  # where the server reported it
 
     def to_json(self) -> dict[str, object]:
-        out = dict(self.__dict__)
-        if not self.accept_per_pos:
+        out = {**self.__dict__, "speedup_ci": None if self.speedup_ci is None else self.speedup_ci.to_dict()}
+        if self.accept_per_pos:
+            out["accept_per_pos"] = acceptance.summary(self.accept_per_pos)
+        else:
             del out["accept_per_pos"]
         return out
 
@@ -185,14 +192,14 @@ class Load:
     confirmation's per-level winners and verdicts."""
 
     trial: int
-    levels: list[dict[str, Any]]
+    levels: list[LevelSummary]
     text: str
     confirmed: list[LevelVerdict] | None
     confirmed_text: str | None
 
     def to_json(self) -> dict[str, object]:
         confirmed = None if self.confirmed is None else [v.to_dict() for v in self.confirmed]
-        return {**self.__dict__, "confirmed": confirmed}
+        return {**self.__dict__, "levels": [x.to_dict() for x in self.levels], "confirmed": confirmed}
 
 
 @dataclass(frozen=True)
@@ -206,13 +213,15 @@ class Traffic:
     holdout_text: str
     acceptance_check: SubsetCheckRecord | None
     acceptance_text: str | None  # None: the space has no holdout
-    by_length: list[dict[str, Any]]
+    by_length: list[LengthThird]
     by_length_text: str | None
-    by_output_length: list[dict[str, Any]]
+    by_output_length: list[LengthThird]
     by_output_length_text: str | None
 
     def to_json(self) -> dict[str, object]:
         rest = {k: v for k, v in self.__dict__.items() if k != "info" and (k != "acceptance_text" or v is not None)}
+        rest["by_length"] = [x.to_dict() for x in self.by_length]
+        rest["by_output_length"] = [x.to_dict() for x in self.by_output_length]
         return {**asdict(self.info), "guards": [list(g) for g in self.info.guards], **rest}
 
 
@@ -230,7 +239,7 @@ class Report:
     gpu_time: GpuTime
     search_settled: records.Settled | None  # why the search stopped before its budget (``study.settle``)
     to_settle: dict[str, object] | None  # what settling an open verdict would take (``verdict.to_settle_text``)
-    warmup: dict[str, object] | None  # ``warmup.summary`` with its line as ``text``
+    warmup: WarmUpSummary | None
     best_configs: tuple[BestConfig, ...]
     verdict_text: str
     baseline_check: list[BaselineCheck]
@@ -239,7 +248,7 @@ class Report:
     flags: list[str]  # alarms
     acceptance_guards: tuple[Guard, ...]
     load: Load | None
-    objective: dict[str, Any]  # ``objective.describe``
+    objective: ObjectiveLine
     interval_note: str | None
     traffic: Traffic | None  # request-log studies only
     methods: dict[str, Any] | None  # spaces with search.methods only (``study.methods.summarize``)
@@ -278,7 +287,7 @@ class Report:
             if self.search_settled is None
             else {**self.search_settled.to_dict(), "text": self.search_settled.text},
             "to_settle": self.to_settle,
-            "warmup": self.warmup,
+            "warmup": None if self.warmup is None else self.warmup.to_dict(),
             "best_configs": [b.to_json() for b in self.best_configs],
             "best": res.best.to_json() if res.best is not None else None,
             "confirmed": [c.summary() for c in res.confirmed],
@@ -295,7 +304,7 @@ class Report:
             "flags": self.flags,
             "acceptance_guards": [{"name": g.name, "text": g.text} for g in self.acceptance_guards],
             "load": self.load.to_json() if self.load is not None else None,
-            "objective": self.objective,
+            "objective": self.objective.to_dict(),
             "interval_note": self.interval_note,
             "comparisons": COMPARISONS,
         }
@@ -318,7 +327,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
     by_category = objective.study_category_weights(study)
     n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompt_results()) for t in trials), default=0)
     fastest_trial = by_number.get(res.fastest_baseline.trial) if res.fastest_baseline else None
-    cis = {c.trial: None if c.speedup_ci is None else c.speedup_ci.to_dict() for c in res.confirmed}
+    cis = {c.trial: c.speedup_ci for c in res.confirmed}
     rows: list[TrialRow] = []
     for t in trials:
         r = TrialRecord(t)
@@ -377,7 +386,7 @@ def _trial_row(
     speedup: float | None,
     vs_fastest: tuple[float | None, str | None],
     confirmed: bool,
-    ci: CI | None,
+    ci: Interval | None,
 ) -> TrialRow:
     r = TrialRecord(t)
     return TrialRow(
@@ -394,7 +403,7 @@ def _trial_row(
         accept_length=r.accept_length
         if r.accept_length is not None
         else _mean([p.accept_length for p in r.prompt_results()]),
-        accept_per_pos=acceptance.summary(r.accept_positions),
+        accept_per_pos=p if (p := r.accept_positions) is not None and p.drafts > 0 else None,
         startup_s=r.startup_s,
         duplicate_of=r.duplicate_of,
         prune_reason=r.prune_reason or r.infeasible,
@@ -406,8 +415,8 @@ def _trial_row(
         lossless_summary=lossless.summary_line(r.lossless) if r.lossless else None,
         log_path=r.log_path,
         argv=r.argv,
-        levels=r.levels,
-        levels_measured=[x.level for x in r.level_results()],
+        levels=(levels := r.levels),
+        levels_measured=[x.level for x in levels],
         slo_broken=r.slo_broken,
         reason=records.outcome_reason(t) or _complete_note(r),
         gpu_s=trial_gpu_s(t),
@@ -422,7 +431,7 @@ def _complete_note(r: TrialRecord) -> str | None:
     """A COMPLETE trial's note: the load levels whose latency limits it breaks (it ranks after those within them)."""
     if not r.slo_broken:
         return None
-    broken = [f"{x.level} streams ({'; '.join(x.slo_broken)})" for x in r.level_results() if x.slo_broken]
+    broken = [f"{x.level} streams ({'; '.join(x.slo_broken)})" for x in r.levels if x.slo_broken]
     return (
         "latency limit (objective.slo) broken at "
         + (", ".join(broken) or ", ".join(r.slo_broken))
@@ -438,10 +447,7 @@ def _load(rows: list[TrialRow], best: Best | None, conf: ConfirmationState) -> L
         row = max(spec, key=lambda r: r.tok_per_s or 0.0, default=None)
     if not row or not row.levels:
         return None
-    won = [
-        LevelVerdict(x["level"], None, None, point_verdict(x.get("speedup"), bool(x.get("slo_broken"))))
-        for x in row.levels
-    ]
+    won = [LevelVerdict(x.level, None, None, point_verdict(x.speedup, bool(x.slo_broken))) for x in row.levels]
     return Load(row.number, row.levels, summary_text(won), conf.level_verdicts, conf.level_text)
 
 
@@ -497,7 +503,7 @@ def _traffic(
 
 
 def _methods_section(
-    study: optuna.Study, rows: list[TrialRow], res: StudyResult, describe: dict[str, Any]
+    study: optuna.Study, rows: list[TrialRow], res: StudyResult, describe: ObjectiveLine
 ) -> dict[str, Any] | None:
     """Per-method results (``study.methods``), each method's best with its per-position acceptance."""
     per_method = _methods.from_study(
@@ -507,7 +513,7 @@ def _methods_section(
             "confirmed": [c.summary() for c in res.confirmed],
             "best": res.best.to_json() if res.best is not None else None,
             "verdict": res.verdict.value,
-            "objective": describe,
+            "objective": describe.to_dict(),
         },
         res.confirmation.rounds,
     )
@@ -518,7 +524,7 @@ def _methods_section(
         best = entry.get("best")
         row = by.get(best.get("trial")) if best else None
         if best and row is not None and row.accept_per_pos:
-            best["accept_per_pos"] = row.accept_per_pos
+            best["accept_per_pos"] = acceptance.summary(row.accept_per_pos)
     return per_method
 
 
@@ -587,16 +593,13 @@ def _reasons(trials: list[FrozenTrial]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> dict[str, object] | None:
-    """The warm-up passes of every start, search and confirmation, with its line as ``text``; None without."""
+def _warmups(trials: list[FrozenTrial], conf: ConfirmationState) -> WarmUpSummary | None:
+    """The warm-up passes of every start, search and confirmation; None without."""
     ws = [TrialRecord(t).warmup for t in trials if not TrialRecord(t).is_duplicate]
     for rnd in [*(conf.check_rounds or []), *conf.rounds]:
         if rnd.starts is not None:
             ws += [r.warmup for r in [*rnd.starts.baseline.values(), *rnd.starts.candidates.values()]]
-    s = warmup.summary(ws)
-    if s is not None:
-        s["text"] = warmup.describe(s)
-    return s
+    return warmup.summary(ws)
 
 
 def _start_seconds(t: FrozenTrial) -> float:
@@ -624,7 +627,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
     n_prompts = max((len(TrialRecord(t).prompt_results()) for t in complete), default=0)
     level_s: dict[int, list[float]] = {}
     for t in complete:
-        for x in TrialRecord(t).level_results():
+        for x in TrialRecord(t).levels:
             if x.level > 1 and x.seconds:
                 level_s.setdefault(x.level, []).append(x.seconds)
     failed: list[float] = []  # the search's starts that failed (their server seconds until they did)
@@ -645,7 +648,7 @@ def gpu_time(trials: list[FrozenTrial], conf: ConfirmationState) -> GpuTime:
         if len(prompts) < n_prompts:
             per = sum(p.seconds for p in prompts) / len(prompts)
             pruning += per * (n_prompts - len(prompts))
-        reached = {x.level for x in r.level_results()}
+        reached = {x.level for x in r.levels}
         pruning += sum(_mean(secs) or 0.0 for c, secs in level_s.items() if c not in reached)
     searched, starts = searched + sum(failed), starts + len(failed)
     confirm = confirmation_starts(trials, conf)
@@ -688,7 +691,7 @@ def _best_configs(
             config=r.config,
             tok_per_s=r.tok_per_s,
             speedup=r.speedup_vs_fastest,
-            speedup_ci=None if (ci := cis.get(r.number)) is None else ci.to_dict(),
+            speedup_ci=(ci := cis.get(r.number)),
             confirmed_speedup=ci.point if ci else None,
             recommended=r.number == recommended,
             accept_length=r.accept_length,

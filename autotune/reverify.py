@@ -17,12 +17,12 @@ from typing import IO, Any
 
 from autotune._io import atomic_write
 from autotune.backends.base import Backend
-from autotune.config import TrialConfig
+from autotune.config import Config, TrialConfig
 from autotune.errors import AutotuneError, InfeasibleConfig, StartsFailed, UserError
 from autotune.measure import FRESH_STARTS, Measurement, measure_fresh
 from autotune.seam import Runner
 from autotune.space import Space
-from autotune.stats import Interval, log_ratios, speedup_interval, start_prior
+from autotune.stats import Interval, interval_text, log_ratios, speedup_interval, start_prior
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ class ReverifyResult:
 
     study: Any
     trial: Any
-    config: dict[str, Any]
-    baseline_config: dict[str, Any]
+    config: Config
+    baseline_config: Config
     simulated: Any
     #: the exported interval (``point``, ``low``, ``high``, ...) as the export's provenance has it, and its point
     exported_speedup_ci: Mapping[str, float] | None
@@ -259,12 +259,6 @@ def _retry(note: Callable[[str], None] | None, i: int, what: str) -> Callable[[s
 
 
 def render_result(r: ReverifyResult, out: IO[str]) -> None:
-    def ci(x: Interval | Mapping[str, float] | None) -> str:
-        if not x:
-            return "-"
-        d = x.to_dict() if isinstance(x, Interval) else x
-        return f"{d['point']:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
-
     w = out.write
     w(
         f"re-verified trial {r.trial} of study {r.study}"
@@ -275,9 +269,9 @@ def render_result(r: ReverifyResult, out: IO[str]) -> None:
     for i, x in enumerate(r.rounds):
         w(f"  round {i + 1}: baseline {x.baseline:.1f} tok/s, config {x.config:.1f} tok/s{unit}\n")
     for lv in r.levels:
-        w(f"  at {lv.level} stream(s): speedup now {ci(lv.speedup_ci)}\n")
-    exported = ci(r.exported_speedup_ci) if r.exported_speedup_ci else f"{r.exported_speedup} (no interval)"
-    w(f"speedup now {ci(r.speedup_ci)}; exported {exported}\n")
+        w(f"  at {lv.level} stream(s): speedup now {interval_text(lv.speedup_ci)}\n")
+    exported = interval_text(r.exported_speedup_ci) if r.exported_speedup_ci else f"{r.exported_speedup} (no interval)"
+    w(f"speedup now {interval_text(r.speedup_ci)}; exported {exported}\n")
     if r.failed:
         w(f"does NOT hold: the exported config's {r.failed}\n")
     elif r.holds:

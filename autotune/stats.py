@@ -59,6 +59,12 @@ class Interval:
         )
 
 
+def interval_text(ci: Interval | Mapping[str, float] | None, digits: int = 3) -> str:
+    """``1.234 [1.100, 1.380]``: a typed interval, or one as a JSON section holds it; ``-`` for none."""
+    d = ci.to_dict() if isinstance(ci, Interval) else ci
+    return f"{d['point']:.{digits}f} [{d['low']:.{digits}f}, {d['high']:.{digits}f}]" if d else "-"
+
+
 def t_quantile(q: float, df: float) -> float:
     """The ``q`` quantile of Student's t with ``df`` degrees of freedom (``scipy.stats.t.ppf(q, df)``)."""
     return float(_stdtrit(df, q))

@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import SpaceError
-from autotune.stats import Interval, mean_interval, ratio_of_means_interval, speedup_interval, two_sample_interval
+from autotune.stats import (
+    Interval,
+    interval_text,
+    mean_interval,
+    ratio_of_means_interval,
+    speedup_interval,
+    two_sample_interval,
+)
 
 #: characters per token, for lengths where the log has no token counts (English text and code average 3.5-4.5)
 CHARS_PER_TOKEN = 4.0
@@ -550,17 +557,12 @@ class SubsetCheck:
         }
 
     def text(self) -> str:
-        d = self.measured.digits
-
-        def iv(x: Interval) -> str:
-            return f"{x.point:.{d}f} [{x.low:.{d}f}, {x.high:.{d}f}]"
-
-        r = self.ratio
+        d, r = self.measured.digits, self.ratio
         whose = f"trial {self.trial}'s " if self.trial is not None else ""
         line = (
-            f"{whose}{self.measured.words} on the subset {iv(self.subset)} ({self.subset.n} requests) vs a sample of "
-            f"the rest {iv(self.rest)} ({self.rest.n} requests): ratio {r.point:.3f} [{r.low:.3f}, {r.high:.3f}] "
-            f"({r.confidence:.0%})"
+            f"{whose}{self.measured.words} on the subset {interval_text(self.subset, d)} ({self.subset.n} requests) "
+            f"vs a sample of the rest {interval_text(self.rest, d)} ({self.rest.n} requests): ratio "
+            f"{interval_text(r)} ({r.confidence:.0%})"
         )
         return line + (f" - WARNING {self.measured.warning_name}: {self.warning}" if self.warning else "")
 
@@ -812,11 +814,35 @@ def guards(requests: Sequence[LoggedRequest], *, api: str = "chat") -> list[Guar
 LENGTH_SIDES = {"input": "prompt_tokens", "output": "completion_tokens"}
 
 
-def by_length(config: Sequence[Any], baseline: Sequence[Any], side: str = "input") -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class LengthThird:
+    """A config's speedup over its baseline on one length third of the prompts (``by_length``): the prompts' range
+    of ``side`` tokens (input: the prompt's, output: the baseline's answer's), each side's aggregate tok/s and their
+    ratio."""
+
+    bucket: str
+    prompts: int
+    side: str
+    tokens: tuple[int, int]
+    baseline_tok_per_s: float
+    tok_per_s: float
+    speedup: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "bucket": self.bucket,
+            "prompts": self.prompts,
+            f"{self.side}_tokens": list(self.tokens),
+            "baseline_tok_per_s": self.baseline_tok_per_s,
+            "tok_per_s": self.tok_per_s,
+            "speedup": self.speedup,
+        }
+
+
+def by_length(config: Sequence[Any], baseline: Sequence[Any], side: str = "input") -> list[LengthThird]:
     """A config's speedup over its baseline by length third of the prompts, by ``side`` ``input`` (the prompt's
-    tokens) or ``output`` (the baseline's answer's): per third, the lengths, each side's aggregate tok/s and their
-    ratio. ``config``, ``baseline``: ``PromptResult``s of the same prompts; [] when under 3 prompts pair up or the
-    server reported no lengths."""
+    tokens) or ``output`` (the baseline's answer's). ``config``, ``baseline``: ``PromptResult``s of the same
+    prompts; [] when under 3 prompts pair up or the server reported no lengths."""
     field = LENGTH_SIDES[side]
     mine = {r.index: r for r in config}
     pairs = [(b, mine[b.index]) for b in baseline if b.index in mine and getattr(b, field) and b.seconds > 0]
@@ -832,40 +858,31 @@ def by_length(config: Sequence[Any], baseline: Sequence[Any], side: str = "input
         spec_s = sum(c.seconds for _, c in part)
         spec = sum(c.completion_tokens for _, c in part) / spec_s if spec_s > 0 else 0.0
         lengths = [getattr(b, field) for b, _ in part]
-        out.append(
-            {
-                "bucket": name,
-                "prompts": len(part),
-                f"{side}_tokens": [min(lengths), max(lengths)],
-                "baseline_tok_per_s": base,
-                "tok_per_s": spec,
-                "speedup": spec / base if base > 0 else None,
-            }
-        )
+        speedup = spec / base if base > 0 else None
+        out.append(LengthThird(name, len(part), side, (min(lengths), max(lengths)), base, spec, speedup))
     return out
 
 
-def length_text(rows: Sequence[dict[str, Any]], side: str = "input") -> str | None:
+def length_text(rows: Sequence[LengthThird], side: str = "input") -> str | None:
     """One line of the per-length speedups, with a warning where a third loses to the baseline: for inputs the
     longest (a drafter that collapses at long context), for outputs any third (the answers of that length are
     served slower than without speculation)."""
     if not rows:
         return None
-    key = f"{side}_tokens"
     parts = [
-        f"{r['bucket']} {side}s ({r[key][0]}-{r[key][1]} tokens, {r['prompts']} prompts) {r['speedup']:.2f}x"
+        f"{r.bucket} {side}s ({r.tokens[0]}-{r.tokens[1]} tokens, {r.prompts} prompts) {r.speedup:.2f}x"
         for r in rows
-        if r["speedup"] is not None
+        if r.speedup is not None
     ]
     text = f"by {side} length (search measurement): " + "; ".join(parts)
     if side == "input":
         last = rows[-1]
-        if last["bucket"] == "long" and last["speedup"] is not None and last["speedup"] < 1:
-            text += f" - WARNING: the longest inputs lose to the baseline ({last['speedup']:.2f}x)"
+        if last.bucket == "long" and last.speedup is not None and last.speedup < 1:
+            text += f" - WARNING: the longest inputs lose to the baseline ({last.speedup:.2f}x)"
         return text
-    losing = [r for r in rows if r["speedup"] is not None and r["speedup"] < 1]
+    losing = [r for r in rows if r.speedup is not None and r.speedup < 1]
     if losing:
-        named = ", ".join(f"{r['bucket']} ({r['speedup']:.2f}x)" for r in losing)
+        named = ", ".join(f"{r.bucket} ({r.speedup:.2f}x)" for r in losing)
         text += f" - WARNING: answers of these lengths lose to the baseline: {named}"
     return text
 

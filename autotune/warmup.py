@@ -79,40 +79,54 @@ class WarmUp:
         )
 
 
-def summary(warmups: Sequence[WarmUp]) -> dict[str, Any] | None:
-    """The study's warm-ups in a few figures (None when no start warmed up with passes): starts, passes per start
-    (median, most), seconds, the starts still rising at the end (recorded with ``auto``), and the median shift of
-    the last pass and of the first pass after the first (how far below steady a start measured right after one pass
-    would be)."""
+@dataclass(frozen=True)
+class WarmUpSummary:
+    """The study's warm-ups in a few figures (``summary``): starts, passes per start (median, most), seconds, the
+    starts still rising at the end (recorded with ``auto``), and the median shift of the last pass and of the first
+    pass after the first (how far below steady a start measured right after one pass would be)."""
+
+    starts: int
+    passes_median: int
+    passes_max: int
+    seconds: float
+    not_steady: int
+    first_shift_median: float | None
+    last_shift_median: float | None
+
+    @property
+    def text(self) -> str:
+        """One line for the report."""
+        line = (
+            f"{self.starts} starts warmed up with {self.passes_median} pass(es) of the prompts (median; at most "
+            f"{self.passes_max}), {self.seconds:.0f} s in all"
+        )
+        if self.first_shift_median is not None:
+            line += f"; the second pass ran {self.first_shift_median:+.1%} against the first"
+        if self.last_shift_median is not None and self.passes_max > 2:
+            line += f", the last {self.last_shift_median:+.1%} against the one before"
+        if self.not_steady:
+            line += f"; {self.not_steady} start(s) still rising after the most passes (measured all the same)"
+        return line
+
+    def to_dict(self) -> dict[str, object]:
+        """The report's JSON: the figures and their line as ``text``."""
+        return {**self.__dict__, "text": self.text}
+
+
+def summary(warmups: Sequence[WarmUp]) -> WarmUpSummary | None:
+    """The warm-ups' ``WarmUpSummary`` (None when no start warmed up with passes)."""
     ws = [w for w in warmups if w.passes]
     if not ws:
         return None
     passes = sorted(w.passes for w in ws)
     lasts = sorted(s for w in ws if (s := w.last_shift) is not None)
     firsts = sorted(shift(w.tok_per_s[0], w.tok_per_s[1]) for w in ws if w.passes >= 2)
-    return {
-        "starts": len(ws),
-        "passes_median": passes[len(passes) // 2],
-        "passes_max": passes[-1],
-        "seconds": sum(w.seconds for w in ws),
-        "not_steady": sum(1 for w in ws if w.steady is False),
-        "first_shift_median": firsts[len(firsts) // 2] if firsts else None,
-        "last_shift_median": lasts[len(lasts) // 2] if lasts else None,
-    }
-
-
-def describe(s: dict[str, Any] | None) -> str | None:
-    """One line for the report from ``summary``."""
-    if not s:
-        return None
-    line = (
-        f"{s['starts']} starts warmed up with {s['passes_median']} pass(es) of the prompts (median; at most "
-        f"{s['passes_max']}), {s['seconds']:.0f} s in all"
+    return WarmUpSummary(
+        starts=len(ws),
+        passes_median=passes[len(passes) // 2],
+        passes_max=passes[-1],
+        seconds=sum(w.seconds for w in ws),
+        not_steady=sum(1 for w in ws if w.steady is False),
+        first_shift_median=firsts[len(firsts) // 2] if firsts else None,
+        last_shift_median=lasts[len(lasts) // 2] if lasts else None,
     )
-    if s.get("first_shift_median") is not None:
-        line += f"; the second pass ran {s['first_shift_median']:+.1%} against the first"
-    if s.get("last_shift_median") is not None and s["passes_max"] > 2:
-        line += f", the last {s['last_shift_median']:+.1%} against the one before"
-    if s.get("not_steady"):
-        line += f"; {s['not_steady']} start(s) still rising after the most passes (measured all the same)"
-    return line

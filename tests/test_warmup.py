@@ -53,12 +53,13 @@ def test_a_warm_up_round_trips_and_is_summarized():
         [w, WarmUp(((100.0,),), 2.0, None), WarmUp(), WarmUp(((1.0,), (2.0,), (2.0,), (3.0,)), 1, False)]
     )
     assert s is not None
-    assert (s["starts"], s["passes_median"], s["passes_max"], s["not_steady"]) == (3, 2, 4, 1)
-    assert s["seconds"] == pytest.approx(12.5)
-    text = warmup.describe(s)
+    assert (s.starts, s.passes_median, s.passes_max, s.not_steady) == (3, 2, 4, 1)
+    assert s.seconds == pytest.approx(12.5)
+    text = s.text
+    assert s.to_dict() == {**s.__dict__, "text": text}  # the report's JSON
     assert text.startswith("3 starts warmed up with 2 pass(es) of the prompts (median; at most 4), 12 s in all")
     assert "1 start(s) still rising after the most passes" in text
-    assert warmup.summary([WarmUp()]) is None and warmup.describe(None) is None
+    assert warmup.summary([WarmUp()]) is None
 
 
 # ------------------------------------------------------------------------------------------- recorded H200 runs

@@ -20,7 +20,7 @@ from autotune import checks
 from autotune.acceptance import AcceptPositions
 from autotune.backends.methods import MethodWalk
 from autotune.backends.streams import ChunkInfo, ChunkParser, parse_openai_chunk, parse_openai_logprobs
-from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
+from autotune.config import EffectiveConfig, KnobValue, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain, Method
 
@@ -102,7 +102,7 @@ class Backend(ABC):
         """Ask Optuna for one config of ``space``. Baseline is drafter "none"."""
 
     @abstractmethod
-    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+    def params(self, config: TrialConfig, space: Space) -> dict[str, KnobValue | None]:
         """The Optuna params ``suggest`` would produce for ``config`` (for ``study.enqueue_trial``)."""
 
     @abstractmethod

@@ -51,7 +51,7 @@ from autotune.backends.streams import (
     parse_openai_chunk,
     timings_accept_length,
 )
-from autotune.config import EffectiveConfig, TrialConfig
+from autotune.config import EffectiveConfig, KnobValue, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import KnobDomain
 from autotune.space import FloatRange
@@ -246,13 +246,13 @@ class LlamaCppBackend(Backend):
             drafter, cuda_graph, spec_type=spec_type, draft_n_max=n_max, draft_n_min=n_min, draft_p_min=p_min
         )
 
-    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+    def params(self, config: TrialConfig, space: Space) -> dict[str, KnobValue | None]:
         if config.is_baseline:
             return {"drafter": "none", "cuda_graph": bool(config.cuda_graph)}
         if space.search.methods:
             return self.tree.params(self.resolve(config, space), space)
         eff = self.resolve(config, space)
-        out: dict[str, Any] = {"drafter": eff.drafter, "cuda_graph": bool(eff.cuda_graph)}
+        out: dict[str, KnobValue | None] = {"drafter": eff.drafter, "cuda_graph": bool(eff.cuda_graph)}
         knobs = space.search.knobs
         if "spec_type" in knobs:
             out["spec_type"] = eff.knob("spec_type")

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotune.config import EffectiveConfig, TrialConfig
+from autotune.config import EffectiveConfig, KnobValue, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.servers import Method
 from autotune.space.model import Choices, FloatRange, IntRange, ParamSpec
@@ -69,7 +69,7 @@ class ReplayAsk:
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         self.values = values
-        self.params: dict[str, Any] = {}
+        self.params: dict[str, KnobValue | None] = {}
 
     def _take(self, knob: str, name: str, value: Any) -> Any:
         self.params[name] = value
@@ -142,7 +142,7 @@ class MethodWalk(ABC):
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
         return self.walk(OptunaAsk(trial), space)
 
-    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+    def params(self, config: TrialConfig, space: Space) -> dict[str, KnobValue | None]:
         values = {**config.knob_dict, "cuda_graph": bool(config.cuda_graph), "drafter": config.drafter}
         ask = ReplayAsk(values)
         method = str(config.knob(METHOD_KNOB))

@@ -61,7 +61,7 @@ from autotune.backends.streams import (
     parse_generate_logprobs,
     parse_openai_chunk,
 )
-from autotune.config import EffectiveConfig, ReferenceOutput, TrialConfig
+from autotune.config import EffectiveConfig, KnobValue, ReferenceOutput, TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.schedule import batch_ranges
 from autotune.space import ParamSpec, Prompt
@@ -161,7 +161,7 @@ class SGLangBackend(Backend):
         drafter, cuda_graph = suggest_drafter(trial, space)
         return TrialConfig.make(drafter, cuda_graph, **self.tree.walk_tree(OptunaAsk(trial), space, None))
 
-    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+    def params(self, config: TrialConfig, space: Space) -> dict[str, KnobValue | None]:
         if config.is_baseline:
             return {"cuda_graph": bool(config.cuda_graph)}  # enqueued by the study with role=baseline
         if space.search.methods:
@@ -169,7 +169,7 @@ class SGLangBackend(Backend):
         eff = self.resolve(config, space)
         steps, topk, ndt = (int(eff.knob(k)) for k in KNOBS)
         topk_name, ndt_name = self._names(space, steps, topk)
-        out: dict[str, Any] = {
+        out: dict[str, KnobValue | None] = {
             "drafter": config.drafter,
             "cuda_graph": bool(config.cuda_graph),
             "num_steps": steps,

@@ -39,7 +39,7 @@ from autotune.backends.vllm_methods import (
     architecture_problem,
     mtp_unavailable,
 )
-from autotune.config import EffectiveConfig, TrialConfig
+from autotune.config import EffectiveConfig, KnobValue, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.schedule import batch_ranges
 from autotune.servers import KnobDomain, version_lacks
@@ -165,13 +165,13 @@ class VLLMBackend(Backend):
             k = suggest_int(trial, "num_speculative_tokens", spec, allowed, log=False)
         return TrialConfig.make(drafter, cuda_graph, method=method, num_speculative_tokens=k)
 
-    def params(self, config: TrialConfig, space: Space) -> dict[str, Any]:
+    def params(self, config: TrialConfig, space: Space) -> dict[str, KnobValue | None]:
         if config.is_baseline:
             return {"cuda_graph": bool(config.cuda_graph)}
         if space.search.methods:
             return self.tree.params(self.resolve(config, space), space)
         eff = self.resolve(config, space)
-        out: dict[str, Any] = {"drafter": eff.drafter, "cuda_graph": eff.cuda_graph}
+        out: dict[str, KnobValue | None] = {"drafter": eff.drafter, "cuda_graph": eff.cuda_graph}
         if "method" in space.search.knobs:
             out[self._method_name(space, eff.drafter or "")] = eff.knob("method")
         if "num_speculative_tokens" in space.search.knobs:

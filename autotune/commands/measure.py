@@ -42,7 +42,8 @@ class BenchResult:
             "prompts": [r.to_dict() for r in m.results],
         }
         if m.levels:  # load levels: each level's figures and the objective
-            data["levels"] = [lv.summary() for lv in m.levels]
+            judged = ("speedup", "slo_broken")  # what a trial judges a level by: a bench has no baseline, no limits
+            data["levels"] = [{k: v for k, v in lv.summary().to_dict().items() if k not in judged} for lv in m.levels]
             data["objective_tok_per_s"] = m.tok_per_s
         return data
 

@@ -210,10 +210,10 @@ def _level_winners(ctx: StudyContext, complete: list[FrozenTrial], seen: set[str
     for c in ctx.space.benchmark.concurrency:
         ranked: list[tuple[float, FrozenTrial]] = []
         for t in complete:
-            x = next((x for x in TrialRecord(t).levels if int(x["level"]) == c), None)
-            if x is None or x.get("speedup") is None or x.get("slo_broken") or TrialRecord(t).lossy:
+            x = TrialRecord(t).level(c)
+            if x is None or x.speedup is None or x.slo_broken or TrialRecord(t).lossy:
                 continue
-            ranked.append((float(x["speedup"]), t))
+            ranked.append((float(x.speedup), t))
         ranked.sort(key=lambda p: (p[0], -p[1].number), reverse=True)
         for speedup, t in ranked[:LEVEL_CANDIDATES]:
             key = TrialRecord(t).config_key

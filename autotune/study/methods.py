@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune.stats import START_NOISE, speedup_interval, start_prior
+from autotune.stats import START_NOISE, Interval, speedup_interval, start_prior
 from autotune.study.levels import level_intervals, level_prior
 from autotune.study.race import measured_prior, paired_logs
 
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from autotune.records import LevelIntervals, MethodCatalogue, MethodEntry, Round
     from autotune.space import Space
 
-#: trial a, trial b -> the interval (``Interval.to_dict``) of a's tok/s over b's within confirmation's rounds, or None
-Versus = Callable[[int, int], "dict[str, float] | None"]
+#: trial a, trial b -> the interval of a's tok/s over b's within confirmation's rounds, or None
+Versus = Callable[[int, int], Interval | None]
 
 __all__ = [
     "METHOD_TIE",
@@ -107,8 +107,9 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def _ci_text(ci: Mapping[str, Any] | None) -> str:
-    return f" [{ci['low']:.2f}, {ci['high']:.2f}]" if ci else ""
+def _ci_text(ci: Interval | Mapping[str, float] | None) -> str:
+    d = ci.to_dict() if isinstance(ci, Interval) else ci  # typed, or as the summary holds it
+    return f" [{d['low']:.2f}, {d['high']:.2f}]" if d else ""
 
 
 def _geo(xs: Sequence[float]) -> float | None:
@@ -252,8 +253,8 @@ def _tied(out: list[dict[str, Any]], winner: str | None, versus: Versus | None =
         mine = float(e["best"]["speedup"])
         iv = versus(e["best"]["trial"], w["best"]["trial"]) if versus is not None else None
         if iv is not None:
-            e["best"]["versus_winner"] = iv
-        if abs(mine - top) <= METHOD_TIE * max(top, mine) or (iv is not None and iv["high"] >= 1.0):
+            e["best"]["versus_winner"] = iv.to_dict()
+        if abs(mine - top) <= METHOD_TIE * max(top, mine) or (iv is not None and iv.high >= 1.0):
             others.append(e)
     if not others:
         return []
@@ -359,16 +360,15 @@ def _adaptive_levels(
     prior = start_prior(float(info.get("start_noise", START_NOISE)))
     against_baseline: dict[int, LevelIntervals] = {}
 
-    def vs_baseline(n: int, level: int) -> dict[str, float] | None:
+    def vs_baseline(n: int, level: int) -> Interval | None:
         if n not in against_baseline:  # every level of one trial at once (``levels.level_intervals``)
             against_baseline[n] = level_intervals(n, graph[n], list(rounds), levels, confidence=confidence, prior=prior)
-        iv = against_baseline[n].get(level)
-        return None if iv is None else iv.to_dict()
+        return against_baseline[n].get(level)
 
-    def paired(a: int, b: int, level: int) -> dict[str, float] | None:
+    def paired(a: int, b: int, level: int) -> Interval | None:
         logs = paired_logs(rounds, a, b, level)
         p = level_prior(list(rounds), level, prior)
-        return speedup_interval(logs, confidence, p).to_dict() if len(logs) >= 2 else None
+        return speedup_interval(logs, confidence, p) if len(logs) >= 2 else None
 
     def usable(n: int, level: int) -> float | None:
         lv = by_level.get(n, {}).get(level)
@@ -386,19 +386,19 @@ def _adaptive_levels(
                 continue
             v, s = max(scored)
             a_ci, s_ci, ratio = vs_baseline(a, c), vs_baseline(s, c), paired(a, s, c)
-            a_pt = a_ci["point"] if a_ci else mine
-            s_pt = s_ci["point"] if s_ci else v
+            a_pt = a_ci.point if a_ci else mine
+            s_pt = s_ci.point if s_ci else v
             text = (
                 f"{c} streams: adaptive {_fmt(a_pt)}{_ci_text(a_ci)}{'' if a_ci else ' (search)'} vs static "
                 f"{_fmt(s_pt)}{_ci_text(s_ci)}{'' if s_ci else ' (search)'} (trial {s})"
-                + (f"; adaptive over static {_fmt(ratio['point'])}{_ci_text(ratio)}" if ratio else "")
+                + (f"; adaptive over static {_fmt(ratio.point)}{_ci_text(ratio)}" if ratio else "")
             )
             per_level.append(
                 {
                     "level": c,
-                    "adaptive": {"trial": a, "speedup": a_pt, "speedup_ci": a_ci},
-                    "static": {"trial": s, "speedup": s_pt, "speedup_ci": s_ci},
-                    "versus": ratio,
+                    "adaptive": {"trial": a, "speedup": a_pt, "speedup_ci": a_ci and a_ci.to_dict()},
+                    "static": {"trial": s, "speedup": s_pt, "speedup_ci": s_ci and s_ci.to_dict()},
+                    "versus": ratio and ratio.to_dict(),
                     "text": text,
                 }
             )
@@ -492,8 +492,8 @@ def paired_versus(rounds: Sequence[Round], start_noise: float, confidence: float
     own intervals are; None with fewer than 2 such rounds."""
     prior = measured_prior(list(rounds), start_prior(start_noise))
 
-    def versus(a: int, b: int) -> dict[str, float] | None:
+    def versus(a: int, b: int) -> Interval | None:
         logs = paired_logs(rounds, a, b)
-        return speedup_interval(logs, confidence, prior).to_dict() if len(logs) >= 2 else None
+        return speedup_interval(logs, confidence, prior) if len(logs) >= 2 else None
 
     return versus

@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import objective, records
-from autotune.config import TrialConfig
+from autotune.config import Config, TrialConfig
 from autotune.records import (
     CandidateResult,
     ConfirmationState,
@@ -25,11 +25,8 @@ from autotune.records import (
     is_baseline_trial,
 )
 from autotune.space import Space
-from autotune.stats import log_ratios
+from autotune.stats import Interval, log_ratios
 from autotune.verdict import Verdict, loses_on, search_verdict
-
-#: an interval as confirmation records it (``stats.Interval.to_dict``): point, low, high, n, confidence, df
-CI = dict[str, float]
 
 #: the confidence of the search-only verdict's clearly-loses test (confirmation's: the space's ``verdict.confidence``)
 SEARCH_VERDICT_CONFIDENCE = 0.95
@@ -62,17 +59,17 @@ class Best:
     """Confirmation's pick, with its headline interval (against the fastest baseline)."""
 
     trial: int
-    params: dict[str, Any]
-    config: dict[str, Any]
+    params: dict[str, object]  # as Optuna sampled them (a report row's too)
+    config: Config
     tok_per_s: float | None
     speedup: float | None
-    speedup_ci: CI | None
-    same_setting_speedup_ci: CI | None
+    speedup_ci: Interval | None
+    same_setting_speedup_ci: Interval | None
     search_tok_per_s: float | None
     accept_length: float | None
 
     def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        return {k: v.to_dict() if isinstance(v, Interval) else v for k, v in self.__dict__.items()}
 
 
 @dataclass(frozen=True)
@@ -80,12 +77,12 @@ class Recommendation:
     """The config to deploy, the trial that measured it and why; a confirmed speculative winner carries its
     interval against the fastest baseline (``winner``)."""
 
-    config: dict[str, Any] | None  # None: no baseline measured yet
+    config: Config | None  # None: no baseline measured yet
     trial: int | None
     tok_per_s: float | None
     why: str
     winner: bool = False
-    speedup_ci: CI | None = None
+    speedup_ci: Interval | None = None
 
     @property
     def trial_config(self) -> TrialConfig | None:
@@ -94,7 +91,7 @@ class Recommendation:
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"config": self.config, "trial": self.trial, "tok_per_s": self.tok_per_s}
         if self.winner:
-            out["speedup_ci"] = self.speedup_ci
+            out["speedup_ci"] = None if self.speedup_ci is None else self.speedup_ci.to_dict()
         out["why"] = self.why
         return out
 
@@ -208,8 +205,8 @@ def _best(
         config=c.config,
         tok_per_s=c.mean_tok_per_s,
         speedup=ci.point if ci else None,
-        speedup_ci=None if ci is None else ci.to_dict(),
-        same_setting_speedup_ci=None if c.speedup_ci is None else c.speedup_ci.to_dict(),
+        speedup_ci=ci,
+        same_setting_speedup_ci=c.speedup_ci,
         search_tok_per_s=t.value,
         accept_length=TrialRecord(t).accept_length,
     )

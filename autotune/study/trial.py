@@ -46,14 +46,14 @@ import functools
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import lossless, objective, records
-from autotune.config import LaunchInfo, LevelResult, PromptResult, ReferenceOutput, TrialConfig, summarize
+from autotune.config import LaunchInfo, LevelResult, LevelSummary, PromptResult, ReferenceOutput, TrialConfig, summarize
 from autotune.errors import (
     BenchmarkError,
     DrafterNotEngaged,
@@ -406,16 +406,14 @@ class Objective:
                 levels = run_levels(session, ctx.space, results, on_level=on_level, done=t.levels[1:])
         return self._complete(t, config, baseline, results, levels)
 
-    def _level_summaries(self, levels: list[LevelResult], baseline: FrozenTrial | None) -> list[dict[str, Any]]:
+    def _level_summaries(self, levels: list[LevelResult], baseline: FrozenTrial | None) -> list[LevelSummary]:
         """Each level's figures, its speedup over the baseline's same level and the latency limits it breaks."""
         base = TrialRecord(baseline).level_tok_per_s() if baseline is not None else {}
         out = []
         for lv in levels:
-            d = lv.summary()
-            b = base.get(lv.level)
-            d["speedup"] = d["tok_per_s"] / b if b and d["tok_per_s"] > 0 else None
-            d["slo_broken"] = objective.slo_broken(d, self.ctx.space.objective.slo)
-            out.append(d)
+            s, b = lv.summary(), base.get(lv.level)
+            s = replace(s, speedup=s.tok_per_s / b if b and s.tok_per_s > 0 else None)
+            out.append(replace(s, slo_broken=tuple(objective.slo_broken(s, self.ctx.space.objective.slo))))
         return out
 
     def _after_level(
@@ -436,7 +434,7 @@ class Objective:
         t.levels = list(levels)
         summaries = self._level_summaries(levels, baseline)
         t.record.levels(summaries)
-        self.ctx.emit(Event("level", t.number, {k: summaries[-1].get(k) for k in LEVEL_EVENT_KEYS}))
+        self.ctx.emit(Event("level", t.number, {k: getattr(summaries[-1], k) for k in LEVEL_EVENT_KEYS}))
         if baseline is not None and li < len(order) - 1 and t.trial.should_prune():
             d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
             raise Lost(d.reason if d else "pruned", d.upper_bound if d else None)
@@ -596,7 +594,7 @@ class Objective:
         t.record.levels(summaries)
         weights = ctx.space.objective.weights_for(ctx.space.benchmark.concurrency)
         value = objective.weighted_value({lv.level: lv.tok_per_s for lv in levels}, weights)
-        broken = [str(d["level"]) for d in summaries if d["slo_broken"]]
+        broken = [str(s.level) for s in summaries if s.slo_broken]
         t.record.slo_broken(broken)
         if broken:
             t.trial.set_constraint(records.CONSTRAINT_SLO, float(len(broken)))

@@ -1,11 +1,13 @@
 """The HTML report's per-level table, on the report of the real H200 load-level study (docs/gpu-runs): the recorded
-JSON's sections read back as the typed report's (``Load``; the baselines section's two fields)."""
+JSON's sections read back as the typed report's (``Load`` with its ``LevelSummary``s; the baselines section's two
+fields)."""
 
 from __future__ import annotations
 
 import json
 import types
 
+from autotune.config import LevelSummary
 from autotune.html import _levels
 from autotune.records import BaselineCheck, LevelVerdict
 from autotune.report import Load
@@ -19,6 +21,7 @@ def _load(report: dict) -> types.SimpleNamespace:
     if not report.get("load"):
         return types.SimpleNamespace(load=None)
     load = dict(report["load"])
+    load["levels"] = [LevelSummary.from_dict(x) for x in load["levels"]]
     if load["confirmed"] is not None:
         load["confirmed"] = [LevelVerdict.from_dict(v) for v in load["confirmed"]]
     return types.SimpleNamespace(load=Load(**load))

@@ -77,7 +77,7 @@ def test_pruning_saves_the_levels_a_pruned_trial_did_not_run(load_study):
     assert early and g["saved_by_pruning_s"] > 0
     # the search's time holds every start's load levels, not only its single-stream prompts
     starts = [TrialRecord(t) for t in study.get_trials() if TrialRecord(t).measured and not TrialRecord(t).is_duplicate]
-    levels = sum(x["seconds"] for r in starts for x in r.levels if int(x["level"]) > 1)
+    levels = sum(x.seconds for r in starts for x in r.levels if x.level > 1)
     prompts = sum(p.seconds for r in starts for p in r.prompt_results())
     assert levels > 0
     assert g["search_s"] == pytest.approx(sum(r.startup_s or 0 for r in starts) + prompts + levels)

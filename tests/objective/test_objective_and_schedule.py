@@ -8,8 +8,8 @@ import math
 import pytest
 
 from autotune import objective, schedule
-from autotune.config import LevelResult, PromptResult, level_requests
-from autotune.records import LevelPoint, LevelRow
+from autotune.config import LevelResult, LevelSummary, PromptResult, level_requests
+from autotune.records import LevelRow
 from autotune.space.model import ObjectiveSpec, SloSpec
 
 
@@ -54,10 +54,10 @@ def test_level_figures_and_requests():
     reqs = tuple(PromptResult(i % 2, 101, 2.0, ttft_s=0.5 + 0.1 * i) for i in range(4))
     lv = LevelResult(4, reqs, 4.0, failed=1)
     s = lv.summary()
-    assert s["tok_per_s"] == pytest.approx(404 / 4.0) and s["stream_tok_per_s"] == pytest.approx(50.5)
-    assert s["itl_p50_ms"] == pytest.approx((2.0 - 0.65) / 100 * 1000)
-    assert s["ttft_p99_ms"] <= 800.0 and s["failed"] == 1
-    assert objective.slo_broken(s, SloSpec(itl_p99_ms=10.0)) == [f"itl_p99_ms {s['itl_p99_ms']:.1f} > 10"]
+    assert s.tok_per_s == pytest.approx(404 / 4.0) and s.stream_tok_per_s == pytest.approx(50.5)
+    assert s.itl_p50_ms == pytest.approx((2.0 - 0.65) / 100 * 1000)
+    assert s.ttft_p99_ms <= 800.0 and s.failed == 1
+    assert objective.slo_broken(s, SloSpec(itl_p99_ms=10.0)) == [f"itl_p99_ms {s.itl_p99_ms:.1f} > 10"]
     assert objective.slo_broken(s, SloSpec(itl_p99_ms=100.0)) == []
 
 
@@ -66,7 +66,8 @@ def _row(trial, steps, speedups, broken=()):
         trial=trial,
         config={"drafter": "d", "cuda_graph": True, "topk": 1, "num_steps": steps, "num_draft_tokens": steps + 1},
         levels=tuple(
-            LevelPoint(c, s, ("itl",) if c in broken else ()) for c, s in zip((1, 8, 64, 256), speedups, strict=True)
+            LevelSummary(c, speedup=s, slo_broken=("itl",) if c in broken else ())
+            for c, s in zip((1, 8, 64, 256), speedups, strict=True)
         ),
         lossy=False,
     )

@@ -144,6 +144,8 @@ def test_user_attrs_are_touched_only_by_the_records_module():
 
 
 def test_the_record_reads_prompts_and_levels_back_typed():
+    from dataclasses import replace
+
     from autotune.config import LevelResult, PromptResult
     from autotune.records import TrialWriter
 
@@ -153,17 +155,18 @@ def test_the_record_reads_prompts_and_levels_back_typed():
         PromptResult(1, 50, 0.5),
     ]
     loaded = LevelResult(4, (*results, PromptResult(0, 80, 1.0, ttft_s=0.2)), 1.5, failed=1)
-    level4 = {**loaded.summary(), "speedup": 1.2, "slo_broken": ["itl_p99_ms"]}
+    level4 = replace(loaded.summary(), speedup=1.2, slo_broken=("itl_p99_ms",))
     writer = TrialWriter(trial)
     writer.prompts(results)
-    writer.levels([{**LevelResult.sequential(results).summary(), "speedup": None, "slo_broken": []}, level4])
+    writer.levels([LevelResult.sequential(results).summary(), level4])
 
     r = TrialRecord(trial)
     assert r.prompt_results() == [PromptResult(**{**results[0].__dict__, "text": ""}), results[1]]  # no text kept
     assert [x.tok_per_s for x in r.prompt_results()] == [p["tok_per_s"] for p in r.attrs["prompts"]] == [50.0, 100.0]
-    assert [x.level for x in r.level_results()] == [1, 4]
+    assert [x.level for x in r.levels] == [1, 4]
     x = r.level(4)
-    assert x.tok_per_s == loaded.tok_per_s and r.levels[1] == level4
+    assert x.tok_per_s == loaded.tok_per_s and r.levels[1] == level4  # read back whole
+    assert r.attrs["levels"][1] == {**loaded.summary().to_dict(), "speedup": 1.2, "slo_broken": ["itl_p99_ms"]}
     assert (x.speedup, x.slo_broken, r.level(1).speedup, r.level(8)) == (1.2, ("itl_p99_ms",), None, None)
     assert r.level_tok_per_s() == {1: 150 / 2.5, 4: loaded.tok_per_s}
 

@@ -14,6 +14,7 @@ from autotune.records import TrialRecord
 from autotune.render import render_report
 from autotune.report import Load, Traffic, build_report
 from autotune.space.model import TrafficInfo
+from autotune.stats import Interval
 from autotune.study import open_study, run
 from autotune.traffic import Guard
 
@@ -112,7 +113,7 @@ def test_the_closing_summary_is_at_most_12_lines_and_ends_the_report(study_and_r
     assert lines[0].startswith(f"verdict: {rep.verdict.value}") and lines[-1] == f"  {deploy}"
     assert any(x.startswith("recommended: trial ") for x in lines) and any(x.startswith("GPU time: ") for x in lines)
     # the most a report can say: an open verdict with its way to settle, per-level verdicts, a confirmed pick
-    ci = {"point": 1.2, "low": 1.1, "high": 1.3, "confidence": 0.95}
+    ci = Interval(point=1.2, low=1.1, high=1.3, n=4, confidence=0.95)
     full = replace(
         rep,
         to_settle={"text": "settling whether ... would take about 15 fresh rounds"},

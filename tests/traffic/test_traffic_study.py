@@ -234,7 +234,7 @@ def test_by_length_warns_when_the_longest_inputs_lose():
     base = [res(i, 100 * (i + 1), 1.0) for i in range(6)]
     spec = [res(i, 100 * (i + 1), 0.5 if i < 4 else 1.25) for i in range(6)]  # 2x on short, 0.8x on long inputs
     rows = by_length(spec, base)
-    assert [(x["bucket"], round(x["speedup"], 2)) for x in rows] == [("short", 2.0), ("medium", 2.0), ("long", 0.8)]
+    assert [(x.bucket, round(x.speedup, 2)) for x in rows] == [("short", 2.0), ("medium", 2.0), ("long", 0.8)]
     assert "WARNING: the longest inputs lose to the baseline (0.80x)" in length_text(rows)
     assert "WARNING" not in length_text(by_length(base, base))
 
@@ -252,7 +252,7 @@ def test_by_output_length_thirds_the_baselines_answers_and_names_every_losing_th
     base = [res(i, n, n / 100) for i, n in enumerate(outs)]
     spec = [res(i, n, n / 100 * (1.25 if n < 100 else 0.5)) for i, n in enumerate(outs)]
     rows = by_length(spec, base, side="output")
-    assert [(x["bucket"], x["output_tokens"], round(x["speedup"], 2)) for x in rows] == [
+    assert [(x.bucket, x.to_dict()["output_tokens"], round(x.speedup, 2)) for x in rows] == [
         ("short", [20, 40], 0.8),
         ("medium", [200, 220], 2.0),
         ("long", [800, 900], 2.0),
@@ -260,7 +260,10 @@ def test_by_output_length_thirds_the_baselines_answers_and_names_every_losing_th
     text = length_text(rows, side="output")
     assert text.startswith("by output length (search measurement): short outputs (20-40 tokens, 2 prompts) 0.80x")
     assert text.endswith("WARNING: answers of these lengths lose to the baseline: short (0.80x)")
-    assert by_length(spec, base)[0]["input_tokens"] == [450, 460]  # by input, the same prompts third otherwise
+    assert by_length(spec, base)[0].to_dict()["input_tokens"] == [
+        450,
+        460,
+    ]  # by input, the same prompts third otherwise
     assert "WARNING" not in length_text(by_length(base, base, side="output"), side="output")
 
 

@@ -86,7 +86,7 @@ def test_level_candidates_are_judged_by_their_level_and_leave_the_race_on_the_si
     measured = [t for t in study.get_trials() if t.state.name == "COMPLETE" and not TrialRecord(t).is_baseline]
 
     def at(t, c):
-        return next((x.get("speedup") or 0.0 for x in TrialRecord(t).levels if int(x["level"]) == c), 0.0)
+        return next((x.speedup or 0.0 for x in TrialRecord(t).levels if x.level == c), 0.0)
 
     for t in level_only:  # among the fastest measured at some level, where it beats the baseline
         assert any(
