@@ -255,18 +255,25 @@ class Objective:
             raise Infeasible(str(e)) from e
         t.record.resolved(eff)
         t.config = eff
-        with records.reading(ctx.study):  # both checks read one snapshot; a wait for another worker reads afresh
+        with records.reading(ctx.study):  # the checks read one snapshot; a wait for another worker reads afresh
             dup = records.find_duplicate(ctx.study, eff.key(), t.number)
             other = None if dup is not None else records.running_same_config(ctx.study, eff.key(), t.number)
+            if dup is None and other is None:
+                baseline = self._refusals(t, eff)
         if other is not None and self._await_same_config(t, eff, other):
             dup = records.find_duplicate(ctx.study, eff.key(), t.number)
         if dup is not None:
             return self._reuse(t, dup)
-        with records.reading(ctx.study):  # the refusal rules read one snapshot
-            refuse_known_failures(self.ctx.study, eff, self.ctx.backend, self.size_knob)
-            self._refuse_hopeless(t, eff)
-            baseline = None if eff.is_baseline else records.find_baseline(ctx.study, eff.cuda_graph)
-        return self._measure(t, eff, baseline)
+        if other is not None:  # its outcome came and was no duplicate (a failure), or the wait ran out
+            with records.reading(ctx.study):
+                baseline = self._refusals(t, eff)
+        return self._measure(t, eff, baseline)  # outside the snapshot: a wait for another worker reads afresh
+
+    def _refusals(self, t: _Trial, eff: TrialConfig) -> FrozenTrial | None:
+        """The refusal rules (raising what refuses the config), then the config's baseline if it needs one."""
+        refuse_known_failures(self.ctx.study, eff, self.ctx.backend, self.size_knob)
+        self._refuse_hopeless(t, eff)
+        return None if eff.is_baseline else records.find_baseline(self.ctx.study, eff.cuda_graph)
 
     def _await_same_config(self, t: _Trial, eff: TrialConfig, other: FrozenTrial) -> bool:
         """Another worker is measuring this server config now (trial ``other``): wait for its outcome (True when
