@@ -210,8 +210,8 @@ def _describe(ev: Event) -> str:
         return f"confirming trials {d['candidates']} with {d['repeats']} interleaved repeats against fresh baselines"
     if ev.kind == "confirm-measure":
         return f"  confirm: {d['config']}: {d['tok_per_s']:.1f} tok/s"
-    if ev.kind == "verdict":
-        text = f"verdict: {d['verdict']}" + (f" ({d['basis']})" if d.get("basis") else "")
+    if ev.kind == "verdict":  # the verdict itself opens the summary (or the report) printed next
+        text = f"confirmation done after {d['rounds']} round(s)"
         for e in d.get("excluded") or []:
             text += f"\n  excluded trial {e['trial']}: {e['kind']}: {e['reason']}"
         return text

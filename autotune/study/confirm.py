@@ -276,6 +276,7 @@ def confirm(ctx: StudyContext) -> ConfirmationState:
             "verdict",
             data={
                 "verdict": state.verdict,
+                "rounds": len(state.rounds),
                 "best": state.best,
                 "basis": state.rests_on,
                 "excluded": [e.to_dict() for e in excluded],
