@@ -1236,9 +1236,9 @@ def level_rows(study: optuna.Study) -> list[LevelRow]:
     out = []
     for t in trials(study, (TrialState.COMPLETE,)):
         r = TrialRecord(t)
-        if r.is_baseline or r.is_duplicate or not r.levels:
+        if r.is_baseline or r.is_duplicate or not (levels := r.levels):
             continue
-        out.append(LevelRow(t.number, r.effective, tuple(r.levels), r.lossy))
+        out.append(LevelRow(t.number, r.effective, tuple(levels), r.lossy))
     return out
 
 

@@ -258,8 +258,7 @@ class Objective:
         with records.reading(ctx.study):  # the checks read one snapshot; a wait for another worker reads afresh
             dup = records.find_duplicate(ctx.study, eff.key(), t.number)
             other = None if dup is not None else records.running_same_config(ctx.study, eff.key(), t.number)
-            if dup is None and other is None:
-                baseline = self._refusals(t, eff)
+            baseline = self._refusals(t, eff) if dup is None and other is None else None
         if other is not None and self._await_same_config(t, eff, other):
             dup = records.find_duplicate(ctx.study, eff.key(), t.number)
         if dup is not None:
@@ -419,8 +418,10 @@ class Objective:
         out = []
         for lv in levels:
             s, b = lv.summary(), base.get(lv.level)
-            s = replace(s, speedup=s.tok_per_s / b if b and s.tok_per_s > 0 else None)
-            out.append(replace(s, slo_broken=tuple(objective.slo_broken(s, self.ctx.space.objective.slo))))
+            speedup = s.tok_per_s / b if b and s.tok_per_s > 0 else None
+            out.append(
+                replace(s, speedup=speedup, slo_broken=tuple(objective.slo_broken(s, self.ctx.space.objective.slo)))
+            )
         return out
 
     def _after_level(
