@@ -170,4 +170,7 @@ def test_load_levels_over_real_concurrent_http_streams(tmp_path):
     assert lv.tok_per_s > 2.5 * single
     s = lv.summary()
     assert s.itl_p99_ms >= s.itl_p50_ms > 0 and s.ttft_p99_ms >= s.ttft_p50_ms > 0
-    assert s.stream_tok_per_s < single  # each stream is slower under load
+    # each stream gets less than the level's aggregate; that each is slower than a lone stream is the simulator's
+    # batch model (tests/sim/test_batch.py, noise-free): timed here over HTTP it is ~3.5% slower when the machine
+    # is quiet, and beside CI's other tests a lone stream timed at a busy moment ran slower than them (220 vs 228)
+    assert 0 < s.stream_tok_per_s < lv.tok_per_s / 2
