@@ -180,6 +180,23 @@ def test_the_designs_sobol_points_are_scipys_bit_for_bit(d):
             assert ours.dtype == scipys.dtype and np.array_equal(ours, scipys), (d, seed, n)
 
 
+def test_sobol_points_fall_back_to_scipys_sobol_in_another_scipy_layout(tmp_path, monkeypatch):
+    """Where scipy keeps its direction numbers elsewhere, the design asks ``scipy.stats.qmc``: the same points."""
+    import scipy
+    from scipy.stats import qmc
+
+    from autotune.study import search
+
+    monkeypatch.setattr(scipy, "__file__", str(tmp_path / "scipy" / "__init__.py"))
+    search._direction_numbers.cache_clear()
+    try:
+        assert search._direction_numbers() is None
+        for d, n, seed in ((1, 8, 0), (3, 16, 5), (7, 32, 11)):
+            assert np.array_equal(search.sobol_points(d, n, seed), qmc.Sobol(d=d, scramble=True, seed=seed).random(n))
+    finally:
+        search._direction_numbers.cache_clear()
+
+
 def test_the_design_does_not_import_scipy_stats():
     """Importing ``scipy.stats`` costs about 0.6 CPU-s, a ninth of a 40-trial simulated study."""
     script = (
