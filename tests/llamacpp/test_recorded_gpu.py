@@ -125,13 +125,25 @@ def test_every_recorded_confirmed_verdict_follows_from_its_confirmed_candidates(
 LEVELS22 = GPU_RUNS / "2026-12-04-h200-levels22"
 
 
-@pytest.mark.parametrize("run", ["reverify", "reverify-fixed"])
-def test_the_recorded_reverify_intervals_and_their_answer_are_rebuilt_from_their_rounds(run):
+DEFAULT26 = GPU_RUNS / "2026-12-06-h200-default"
+
+
+@pytest.mark.parametrize(
+    ("space_path", "run"),
+    [
+        (LEVELS22 / "first" / "space.yaml", LEVELS22 / "reverify"),
+        (LEVELS22 / "first" / "space.yaml", LEVELS22 / "reverify-fixed"),
+        (DEFAULT26 / "space.yaml", DEFAULT26 / "reverify"),
+    ],
+    ids=["levels22", "levels22-fixed", "default26"],
+)
+def test_the_recorded_reverify_intervals_and_their_answer_are_rebuilt_from_their_rounds(space_path, run):
     """``autotune reverify`` on the H200 (levels22's export, 3 rounds; the fixed run's 2 rounds with each load
-    level): its interval (the start-noise prior, 5 and 4 degrees of freedom), each level's, and whether the export
-    holds, recomputed from the recorded rounds by the code that computed them."""
-    space = load_space(str(LEVELS22 / "first" / "space.yaml"))
-    rec = json.loads((LEVELS22 / run / "reverify.json").read_text())
+    level; the default study of 2026-12-06, 3 rounds, one stream): its interval (the start-noise prior, 5 and 4
+    degrees of freedom), each level's, and whether the export holds, recomputed from the recorded rounds by the
+    code that computed them."""
+    space = load_space(str(space_path))
+    rec = json.loads((run / "reverify.json").read_text())
     rounds = [reverify.Round.from_dict(r) for r in rec["rounds"]]
     new = reverify._interval(rounds, space)
     assert new is not None
