@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from autotune import warmup as warm
 from autotune.config import LaunchInfo, LevelResult, PromptResult, TrialConfig, summarize
 from autotune.errors import BenchmarkError, LaunchError, StartsFailed, Unstable, crash_line, is_crash, server_seconds
-from autotune.objective import category_value, weighted_value
+from autotune.objective import Objective
 from autotune.seam import Runner, Session
 from autotune.space import Space
 from autotune.warmup import WarmUp
@@ -35,10 +35,7 @@ class Measurement:
     info: LaunchInfo
     results: list[PromptResult]
     levels: tuple[LevelResult, ...] = ()  # with load levels: every level (level 1 from ``results``)
-    weights: dict[int, float] | None = None
-    #: with ``objective.weights`` over prompt categories: each prompt's category and the weights
-    categories: tuple[str | None, ...] = ()
-    category_weights: dict[str, float] | None = None
+    objective: Objective = Objective()
     #: the untimed passes of the prompts before the timed ones (``autotune.warmup``)
     warmup: WarmUp = WarmUp()
     #: the server seconds of the starts that failed before this one (``measure_fresh``)
@@ -54,13 +51,9 @@ class Measurement:
 
     @property
     def tok_per_s(self) -> float:
-        """tok/s over the prompt set; with load levels the objective (``autotune.objective.weighted_value``), with
-        weights over prompt categories the categories' (``autotune.objective.category_value``)."""
-        if len(self.levels) > 1 and self.weights:
-            return weighted_value({lv.level: lv.tok_per_s for lv in self.levels}, self.weights)
-        if self.category_weights:
-            return category_value(self.results, self.categories, self.category_weights)
-        return self.summary["tok_per_s"]
+        """The start's objective (``autotune.objective.Objective.value``): tok/s over the prompt set, or over the load
+        levels or the prompt categories by their weights."""
+        return self.objective.value(self.results, self.levels)
 
 
 def run_levels(
@@ -168,25 +161,13 @@ def measure_config(
             n = len(space.benchmark.prompts)
             warm = warmup_rule(space)
             results = run_prompts(session, n, on_prompt=prompt_done, warmup=warm, on_warmup=warmed.append)
+            levels: list[LevelResult] = []
             if space.benchmark.loaded:
                 levels = run_levels(session, space, results, on_level=lambda lv, _: timed.append(lv.seconds))
         except BenchmarkError as e:  # the start is lost, and what it ran with it
             e.server_s = (session.info.startup_s or 0.0) + sum(w.seconds for w in warmed) + sum(timed)
             raise
-        w = warmed[0]
-        if not space.benchmark.loaded:
-            by_category = space.objective.category_weights()
-            if by_category:
-                return Measurement(
-                    session.info,
-                    results,
-                    categories=tuple(space.benchmark.categories),
-                    category_weights=by_category,
-                    warmup=w,
-                )
-            return Measurement(session.info, results, warmup=w)
-        weights = space.objective.weights_for(space.benchmark.concurrency)
-        return Measurement(session.info, results, tuple(levels), weights, warmup=w)
+        return Measurement(session.info, results, tuple(levels), Objective.of(space), warmup=warmed[0])
 
 
 #: fresh starts one measurement gets when its server fails: the first and one more (confirmation and ``reverify``

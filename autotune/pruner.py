@@ -21,7 +21,8 @@ EAGLE-3 configs truly best were pruned after two code prompts against an n-gram 
 uses the study's pooled prompt-to-prompt spread (``stats.pooled_spread``: every other measured trial's per-prompt
 log ratios against the same kind of reference, from a conservative prior), the trial's own where it is larger, and
 the start-to-start noise. With ``objective.weights`` over prompt categories both rules use the objective's
-weighted bound (``autotune.objective.category_prune_decision``). Pruners are not stored in the storage: every
+weighted bound; with load levels the objective's bound over prompts x levels, against the baseline only
+(``autotune.objective.Objective.prune``). Pruners are not stored in the storage: every
 worker constructs the same one.
 """
 
@@ -35,10 +36,10 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import objective
+from autotune.objective import Objective
 from autotune.records import BASELINE_DRAFTER, TrialRecord, find_baseline, is_baseline_trial, trials
 from autotune.stats import PRIOR_SPREAD, START_NOISE, Spread, log_ratios, pooled_spread
-from autotune.verdict import PruneDecision, prune_decision
+from autotune.verdict import PruneDecision
 
 #: the baseline's drafter param (``autotune.records.BASELINE_DRAFTER``)
 BASELINE = BASELINE_DRAFTER
@@ -137,11 +138,7 @@ class BaselinePruner(BasePruner):
         leader: bool = True,
         leader_margin: float = 0.05,
         pooled: bool = True,
-        levels: tuple[int, ...] = (1,),
-        weights: dict[int, float] | None = None,
-        n_prompts: int = 0,
-        categories: Sequence[str | None] = (),
-        category_weights: dict[str, float] | None = None,
+        objective: Objective | None = None,
         leader_after: int = 0,
     ) -> None:
         if not 0 <= leader_margin < 1:
@@ -159,15 +156,8 @@ class BaselinePruner(BasePruner):
         self.leader = leader
         self.leader_margin = leader_margin
         self.pooled = pooled
-        #: load levels (``autotune.objective``): with more than one, steps are prompts x levels
-        self.levels = tuple(levels)
-        self.weights = dict(weights or {})
-        self.n_prompts = int(n_prompts)
-        #: the objective over prompt categories (``autotune.objective``): each prompt's category and the weights
-        self.categories = tuple(categories)
-        self.category_weights = dict(category_weights or {})
-        if self.category_weights and not self.categories:
-            raise ValueError("category_weights need the prompts' categories")
+        #: what is pruned on (``autotune.objective``): the steps, the bound, which prompts count
+        self.objective = objective or Objective()
         if leader_after < 0:
             raise ValueError(f"leader_after must be at least 0 but got {leader_after}")
         #: a trial of a method (``search.methods``) is held to the leader only once its method has this many measured
@@ -184,25 +174,14 @@ class BaselinePruner(BasePruner):
         baseline = find_baseline(study, r.cuda_graph)
         if baseline is None:
             return None
-        if len(self.levels) > 1 and self.n_prompts > 0:
-            return objective.prune_decision(
-                trial.intermediate_values,
-                baseline.intermediate_values,
-                levels=self.levels,
-                weights=self.weights,
-                n_prompts=self.n_prompts,
-                confidence=self.confidence,
-                min_prompts=self.min_prompts,
-                start_noise=self.start_noise,
-            )
         everything = trials(study)  # the snapshot of an enclosing ``records.reading``, if any
+        obj = self.objective
         opts = _Opts(confidence=self.confidence, min_prompts=self.min_prompts, start_noise=self.start_noise)
         spread = spread_vs_baselines(study, everything, trial.number) if self.pooled else None
-        if self.category_weights:
-            d = self._by_category(trial.intermediate_values, baseline.intermediate_values, spread, baseline.number)
-        else:
-            d = prune_decision(*paired_values(trial, baseline), spread=spread, against=baseline.number, **opts)
-        if d.prune or not self.leader:
+        d = obj.prune(
+            trial.intermediate_values, baseline.intermediate_values, spread=spread, against=baseline.number, **opts
+        )
+        if d.prune or not self.leader or not obj.leader_rule:
             return d
         if (
             self.leader_after
@@ -213,17 +192,16 @@ class BaselinePruner(BasePruner):
         lead = leader_of(everything, exclude=trial.number)
         if lead is None or lead.number == baseline.number:
             return d
-        if self.leader_after and r.method != TrialRecord(lead).method and not self._every_category(trial):
+        if (
+            self.leader_after
+            and r.method != TrialRecord(lead).method
+            and not obj.every_category(trial.intermediate_values)
+        ):
             return d
         spread = spread_vs(lead, everything, trial.number) if self.pooled else None
         # the leader's figures shrunk by the margin: pruned only when clearly more than the margin slower
-        if self.category_weights:
-            ref = {s: v * (1.0 - self.leader_margin) for s, v in lead.intermediate_values.items()}
-            dl = self._by_category(trial.intermediate_values, ref, spread, lead.number, rule="leader")
-        else:
-            t, lv = paired_values(trial, lead)
-            shrunk = [v * (1.0 - self.leader_margin) for v in lv]
-            dl = prune_decision(t, shrunk, spread=spread, rule="leader", against=lead.number, **opts)
+        ref = {s: v * (1.0 - self.leader_margin) for s, v in lead.intermediate_values.items()}
+        dl = obj.prune(trial.intermediate_values, ref, spread=spread, rule="leader", against=lead.number, **opts)
         if not dl.prune:
             return d
         ub = dl.upper_bound * (1.0 - self.leader_margin)
@@ -232,34 +210,6 @@ class BaselinePruner(BasePruner):
             upper_bound=ub,
             reason=f"upper {self.confidence:.0%} bound of the speedup over the leader (trial {lead.number}) is "
             f"{ub:.3f} < {1 - self.leader_margin:.2f} after {dl.n} prompts",
-        )
-
-    def _every_category(self, trial: FrozenTrial) -> bool:
-        """Whether ``trial`` has measured a prompt of every category of the prompt set (True without categories)."""
-        wanted = {c for c in self.categories if c is not None}
-        seen = {self.categories[s] for s in trial.intermediate_values if 0 <= s < len(self.categories)}
-        return wanted <= seen
-
-    def _by_category(
-        self,
-        trial: dict[int, float],
-        reference: dict[int, float],
-        spread: Spread | None,
-        against: int,
-        rule: str = "baseline",
-    ) -> PruneDecision:
-        """The rule under weights over prompt categories (``objective.category_prune_decision``)."""
-        return objective.category_prune_decision(
-            trial,
-            reference,
-            categories=self.categories,
-            weights=self.category_weights,
-            confidence=self.confidence,
-            min_prompts=self.min_prompts,
-            start_noise=self.start_noise,
-            spread=spread,
-            rule=rule,
-            against=against,
         )
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:

@@ -10,13 +10,13 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import acceptance, bill, lossless, objective, records, warmup
+from autotune import acceptance, bill, lossless, records, warmup
 from autotune.acceptance import AcceptPositions
 from autotune.bill import bench_seconds, confirmation_starts, warmup_seconds
 from autotune.config import Config, LevelSummary
 from autotune.errors import DrafterNotEngaged, ServerOOM
 from autotune.lossless import LosslessRecord
-from autotune.objective import ObjectiveLine
+from autotune.objective import Objective, ObjectiveLine
 from autotune.records import (
     BaselineCheck,
     CandidateResult,
@@ -323,8 +323,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
     trials = list(res.trials)
     conf = res.confirmation
     by_number = {t.number: t for t in trials}
-    weights = objective.study_level_weights(study)
-    by_category = objective.study_category_weights(study)
+    obj = getattr(study.pruner, "objective", None) or Objective()  # every worker's pruner is built from the space
     n_prompts = len(records.prompt_ids(study)) or max((len(TrialRecord(t).prompt_results()) for t in trials), default=0)
     fastest_trial = by_number.get(res.fastest_baseline.trial) if res.fastest_baseline else None
     cis = {c.trial: c.speedup_ci for c in res.confirmed}
@@ -334,15 +333,15 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
         vs_fastest: tuple[float | None, str | None] = (None, None)
         speedup = r.speedup
         if r.role == records.ROLE_SPECULATIVE:
-            vs_fastest = objective_speedup(t, fastest_trial, weights, n_prompts, by_category)
+            vs_fastest = objective_speedup(t, fastest_trial, obj, n_prompts)
             if speedup is None and r.duplicate_of is None:  # stopped between levels: none recorded
                 own = by_number.get(r.baseline_trial) if r.baseline_trial is not None else None
-                speedup = objective_speedup(t, own, weights, n_prompts, by_category)[0] if own is not None else None
+                speedup = objective_speedup(t, own, obj, n_prompts)[0] if own is not None else None
         rows.append(_trial_row(t, speedup, vs_fastest, t.number in cis, cis.get(t.number)))
     spec = [r for r in rows if r.speculative]
     gpu = gpu_time(trials, conf)
     greedy = records.greedy_lossless(study)
-    describe = objective.describe(weights, by_category[0])
+    describe = obj.describe()
     traffic = records.traffic(study)  # spaces measured from a request log only
     return Report(
         result=res,

@@ -2,7 +2,7 @@
 
 - ``clearly_loses``: a config clearly loses to a reference (its baseline, or the leader) when the one-sided upper
   confidence bound of its paired speedup over it, widened by the start-to-start noise, is below 1 (the leader
-  rule: below 1 - margin). The pruner (``prune_decision``, ``autotune.objective.prune_decision``), confirmation's
+  rule: below 1 - margin). The pruner (``prune_decision``, ``autotune.objective.Objective.prune``), confirmation's
   eligibility (``autotune.study.confirm``) and the search-only verdict (``autotune.report``) all apply it; each
   passes its own confidence, noise and spread (``loses_on``).
 - ``verdict``: a speedup interval -> ``Verdict``; with a config the verdict could not weigh (an exclusion, a prune

@@ -10,6 +10,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune import records
+from autotune.objective import Objective
 from autotune.pruner import BaselinePruner, leader_of
 
 DIST = {
@@ -178,10 +179,10 @@ def test_another_methods_leader_cuts_a_trial_only_after_every_prompt_category() 
     n = len(PROMPT_SHAPE)
     code_first = ("code", "code") + ("chat",) * (n - 2)
     mixed = ("code", "chat") + ("chat",) * (n - 2)
-    held = BaselinePruner(leader_after=3, categories=code_first).decide(study, third)
+    held = BaselinePruner(leader_after=3, objective=Objective(categories=code_first)).decide(study, third)
     assert held is not None and not held.prune and held.rule == "baseline"  # no chat prompt measured yet
-    cut = BaselinePruner(leader_after=3, categories=mixed).decide(study, third)
+    cut = BaselinePruner(leader_after=3, objective=Objective(categories=mixed)).decide(study, third)
     assert cut is not None and cut.prune and cut.rule == "leader"
     own = _method_trial(study, "a", 1.1, running=True)  # the leader's own method: its first prompts suffice
-    d = BaselinePruner(leader_after=3, categories=code_first).decide(study, own)
+    d = BaselinePruner(leader_after=3, objective=Objective(categories=code_first)).decide(study, own)
     assert d is not None and d.prune and d.rule == "leader"

@@ -24,6 +24,7 @@ from autotune.backends.base import Backend
 from autotune.config import TrialConfig
 from autotune.errors import InfeasibleConfig
 from autotune.evidence import Evidence
+from autotune.objective import Objective
 from autotune.pruner import BaselinePruner
 from autotune.seam import Clock, MonotonicClock, Runner, VirtualClock
 from autotune.space import Space
@@ -70,6 +71,11 @@ class StudyContext:
 
     def __post_init__(self) -> None:
         self.pruner = make_pruner(self.space)
+
+    @property
+    def objective(self) -> Objective:
+        """The study's objective (the pruner's, built from the space)."""
+        return self.pruner.objective
 
     @functools.cached_property
     def grid(self) -> list[TrialConfig] | None:

@@ -6,15 +6,15 @@ the report: presentation reads the study's result, never the reverse."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import objective, records
+from autotune import records
 from autotune.config import Config, TrialConfig
+from autotune.objective import Objective
 from autotune.records import (
     CandidateResult,
     ConfirmationState,
@@ -136,7 +136,7 @@ class StudyResult:
         if r.speedup is not None or r.role != records.ROLE_SPECULATIVE or r.is_duplicate:
             return r.speedup
         own = self.trial(r.baseline_trial)
-        return objective_speedup(t, own, {}, 0)[0] if own is not None else None
+        return objective_speedup(t, own, Objective(), 0)[0] if own is not None else None
 
 
 def study_result(study: optuna.Study, space: Space | None = None) -> StudyResult:
@@ -260,42 +260,18 @@ def _lost(study: optuna.Study, t: FrozenTrial) -> bool | None:
 
 
 def objective_speedup(
-    t: FrozenTrial,
-    ref: FrozenTrial | None,
-    weights: dict[int, float],
-    n_prompts: int,
-    by_category: tuple[dict[str, float], tuple[str | None, ...]] | None = None,
+    t: FrozenTrial, ref: FrozenTrial | None, obj: Objective, n_prompts: int
 ) -> tuple[float | None, str | None]:
     """The one speedup of a study: ``t``'s objective over ``ref``'s (a COMPLETE baseline), and what it rests on.
 
-    COMPLETE: the ratio of the objective values (tok/s over the prompt set; with load levels the weighted geometric
-    mean of the levels' aggregate tok/s, ``autotune.objective``), the figure the search, confirmation and the
-    recommendation use. A trial stopped early has no objective value: the same ratio over what it measured, the
-    weighted geometric mean of its measured levels' speedups (weights of those levels), or with none its prompts'
-    aggregate tok/s against the reference's over the same prompts (with weights over prompt categories,
-    ``by_category``: the weighted geometric mean of the per-category speedups over the categories measured); the
-    basis says which."""
+    COMPLETE: the ratio of the objective values (``autotune.objective``), the figure the search, confirmation and
+    the recommendation use. A trial stopped early has no objective value: the same ratio over what it measured
+    (``Objective.partial_speedup``); the basis says which."""
     if ref is None or not ref.value or TrialRecord(t).is_duplicate:
         return None, None
     if t.state == TrialState.COMPLETE:
         return (t.value / ref.value, "objective") if t.value else (None, None)
     r, b = TrialRecord(t), TrialRecord(ref)
-    if by_category and by_category[0]:
-        mine, theirs = (x.prompt_results() for x in (r, b))
-        return objective.category_basis(mine, theirs, by_category[1], by_category[0], n_prompts)
-    if weights and r.levels:
-        ratios = objective.speedups(r.level_tok_per_s(), b.level_tok_per_s())
-        w = {c: weights.get(c, 0.0) for c in ratios if weights.get(c, 0.0) > 0}
-        if w:
-            total = sum(w.values())
-            value = math.exp(sum(x * math.log(ratios[c]) for c, x in w.items()) / total)
-            where = ", ".join(str(c) for c in sorted(w))
-            return value, f"levels {where} of {len(weights)} measured (weights of those levels)"
-    base = {p.index: p for p in b.prompt_results()}
-    pairs = [(p, q) for p in r.prompt_results() if (q := base.get(p.index)) is not None and p.seconds and q.seconds]
-    if not pairs:
-        return None, None
-    tps = sum(p.completion_tokens for p, _ in pairs) / sum(p.seconds for p, _ in pairs)
-    ref_tps = sum(q.completion_tokens for _, q in pairs) / sum(q.seconds for _, q in pairs)
-    where = f"{len(pairs)} of {n_prompts} prompts" + (" at 1 stream (level 1 only)" if weights else "")
-    return (tps / ref_tps if ref_tps > 0 else None), where
+    return obj.partial_speedup(
+        r.prompt_results(), b.prompt_results(), r.level_tok_per_s(), b.level_tok_per_s(), n_prompts
+    )

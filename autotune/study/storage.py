@@ -38,6 +38,7 @@ from optuna.trial import FrozenTrial
 
 from autotune import records
 from autotune.errors import UserError
+from autotune.objective import Objective
 from autotune.pruner import BaselinePruner
 from autotune.space import Space
 from autotune.study import _optuna
@@ -329,7 +330,6 @@ def _pg_advisory_lock(rdb: optuna.storages.RDBStorage, name: str, limit_s: float
 
 def make_pruner(space: Space) -> BaselinePruner:
     p = space.pruning
-    levels = space.benchmark.concurrency
     return BaselinePruner(
         p.confidence,
         p.min_prompts,
@@ -337,11 +337,7 @@ def make_pruner(space: Space) -> BaselinePruner:
         p.start_noise,
         leader=p.leader,
         leader_margin=p.leader_margin,
-        levels=levels,
-        weights=space.objective.weights_for(levels),
-        n_prompts=len(space.benchmark.prompts),
-        categories=space.benchmark.categories,
-        category_weights=space.objective.category_weights(),
+        objective=Objective.of(space),
         leader_after=MIN_OWN_EVIDENCE if space.search.methods else 0,
     )
 
@@ -507,13 +503,7 @@ def space_digest(space: Space) -> str:
     ]
     if own:  # logged requests' own settings and turns (absent: as before)
         fields["requests"] = own
-    if b.concurrency != (1,):  # the load levels and their weights define the objective (absent: as before)
-        fields["concurrency"] = list(b.concurrency)
-        fields["weights"] = {str(c): w for c, w in space.objective.weights_for(b.concurrency).items()}
-    by_category = space.objective.category_weights()
-    if by_category:  # weights over prompt categories define the objective (absent: as before)
-        fields["categories"] = list(b.categories)
-        fields["category_weights"] = by_category
+    fields.update(Objective.of(space).identity())  # load levels or category weights with their weights
     blob = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -69,7 +69,6 @@ from autotune.errors import is_crash as _crash
 from autotune.measure import run_levels, run_prompts, warmup_rule, with_fresh_starts
 from autotune.records import TrialRecord, TrialWriter
 from autotune.seam import Session
-from autotune.space import Space
 from autotune.study import _optuna
 from autotune.study.context import Event, StudyContext, idle, trial_limit_s
 from autotune.study.outcomes import (
@@ -408,7 +407,7 @@ class Objective:
                 self._holdout(t, session, results)
             levels = None
             if ctx.space.benchmark.loaded:
-                on_level = functools.partial(self._after_level, t, config, baseline, n)
+                on_level = functools.partial(self._after_level, t, config, baseline)
                 levels = run_levels(session, ctx.space, results, on_level=on_level, done=t.levels[1:])
         return self._complete(t, config, baseline, results, levels)
 
@@ -429,21 +428,19 @@ class Objective:
         t: _Trial,
         config: TrialConfig,
         baseline: FrozenTrial | None,
-        n: int,
         lv: LevelResult,
         levels: list[LevelResult],
     ) -> None:
         """Report the level's prompts as pruning steps (prompts x levels), record every level so far, and prune
         before the last level once the objective's upper bound is below 1."""
-        order = self.ctx.space.benchmark.concurrency
-        li = order.index(lv.level)
+        obj = self.ctx.objective
         for i, v in lv.per_prompt_tok_per_s().items():
-            t.trial.report(v, objective.step_of(li, i, n))
+            t.trial.report(v, obj.step(lv.level, i))
         t.levels = list(levels)
         summaries = self._level_summaries(levels, baseline)
         t.record.levels(summaries)
         self.ctx.emit(Event("level", t.number, {k: getattr(summaries[-1], k) for k in LEVEL_EVENT_KEYS}))
-        if baseline is not None and li < len(order) - 1 and t.trial.should_prune():
+        if baseline is not None and lv.level != obj.levels[-1] and t.trial.should_prune():
             d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
             raise Lost(d.reason if d else "pruned", d.upper_bound if d else None)
 
@@ -500,7 +497,7 @@ class Objective:
             # should_prune() would compute it a second time)
             d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
             if d is not None and d.prune:
-                self._record_speedup(t, results, baseline, self.ctx.space)
+                self._record_speedup(t, results, baseline, self.ctx.objective)
                 raise Lost(d.reason, d.upper_bound, d.rule, d.against)
 
     def _alarm(self, first: PromptResult) -> None:
@@ -557,8 +554,6 @@ class Objective:
         results: list[PromptResult],
         levels: list[LevelResult] | None = None,
     ) -> tuple[float, dict[str, object]]:
-        if levels is not None:
-            return self._complete_levels(t, config, baseline, results, levels)
         ctx = self.ctx
         summary = summarize(results)
         t.record.measured(summary["accept_length"])
@@ -568,40 +563,35 @@ class Objective:
             if ctx.space.benchmark.greedy:
                 ctx.baseline_floor(t.number, config, texts)
         else:
-            self._record_speedup(t, results, baseline, ctx.space)
+            self._record_speedup(t, results, baseline, ctx.objective)
             if baseline is not None and ctx.space.benchmark.greedy:
                 check = ctx.lossless_record(texts, baseline)
                 t.record.lossless(check)
                 if not check["ok"]:
                     ctx.emit(Event("note", t.number, {"message": "lossy: " + lossless.summary_line(check)}))
-        value = (
-            objective.one_stream_value(results, ctx.space) if ctx.space.objective.by_category else summary["tok_per_s"]
-        )
+        value = ctx.objective.value(results, levels or ())
         end = {
             "state": TrialState.COMPLETE.name,
             "tok_per_s": value,
-            "speedup": speedup_of(results, baseline, ctx.space),
+            "speedup": speedup_of(results, baseline, ctx.objective),
         }
+        if levels is not None:
+            end = self._complete_levels(t, baseline, levels, value, end)
         return value, end
 
     def _complete_levels(
         self,
         t: _Trial,
-        config: TrialConfig,
         baseline: FrozenTrial | None,
-        results: list[PromptResult],
         levels: list[LevelResult],
-    ) -> tuple[float, dict[str, object]]:
-        """With load levels: the value is the objective (weighted geometric mean of the levels' tok/s), the
-        speedup the objective's over the baseline's; levels breaking a latency limit make the ``slo`` constraint
-        positive (the sampler ranks the config after feasible ones)."""
-        ctx = self.ctx
-        value, end = self._complete(t, config, baseline, results)  # the single-stream records and checks
+        value: float,
+        end: dict[str, object],
+    ) -> dict[str, object]:
+        """With load levels: the speedup is the objective's over the baseline's; levels breaking a latency limit
+        make the ``slo`` constraint positive (the sampler ranks the config after feasible ones)."""
         t.levels = list(levels)
         summaries = self._level_summaries(levels, baseline)
         t.record.levels(summaries)
-        weights = ctx.space.objective.weights_for(ctx.space.benchmark.concurrency)
-        value = objective.weighted_value({lv.level: lv.tok_per_s for lv in levels}, weights)
         broken = [str(s.level) for s in summaries if s.slo_broken]
         t.record.slo_broken(broken)
         if broken:
@@ -610,12 +600,13 @@ class Objective:
         if baseline is not None and baseline.value:
             speedup = value / float(baseline.value)
             t.record.speedup(speedup)
-        end = {**end, "tok_per_s": value, "speedup": speedup, "slo_broken": broken}
-        return value, end
+        return {**end, "tok_per_s": value, "speedup": speedup, "slo_broken": broken}
 
     @staticmethod
-    def _record_speedup(t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None, space: Space) -> None:
-        s = speedup_of(results, baseline, space)
+    def _record_speedup(
+        t: _Trial, results: list[PromptResult], baseline: FrozenTrial | None, obj: objective.Objective
+    ) -> None:
+        s = speedup_of(results, baseline, obj)
         if s is not None:
             t.record.speedup(s)
 
@@ -629,21 +620,11 @@ def _baselines_of(study: optuna.Study, cuda_graph: object) -> list[FrozenTrial]:
     ]
 
 
-def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, space: Space | None = None) -> float | None:
-    """Aggregate tok/s over the measured prompts over the baseline's there (or ``objective.one_stream_speedup``)."""
+def speedup_of(results: list[PromptResult], baseline: FrozenTrial | None, obj: objective.Objective) -> float | None:
+    """A one-stream start's speedup over its baseline's prompts (``Objective.speedup``)."""
     if baseline is None or not results:
         return None
-    base_prompts = TrialRecord(baseline).prompt_results()
-    if space is not None and space.objective.by_category:
-        return objective.one_stream_speedup(results, base_prompts, space)
-    n = len(results)
-    base_tokens = sum(p.completion_tokens for p in base_prompts[:n])
-    base_seconds = sum(p.seconds for p in base_prompts[:n])
-    tokens = sum(r.completion_tokens for r in results)
-    seconds = sum(r.seconds for r in results)
-    if base_seconds > 0 and seconds > 0 and base_tokens > 0:
-        return (tokens / seconds) / (base_tokens / base_seconds)
-    return None
+    return obj.speedup(results, TrialRecord(baseline).prompt_results())
 
 
 #: failed starts of one family, none of which started, after which its configs are not launched

@@ -111,22 +111,26 @@ def _results(tps: list[float], tokens: int = 100) -> list[PromptResult]:
 CATS = ("code", "code", "chat", "chat")
 
 
+def _of(weights: dict[str, float], categories=CATS) -> objective.Objective:
+    return objective.Objective(categories=categories, category_weights=weights)
+
+
 def test_category_value_is_the_weighted_geometric_mean_of_category_tok_per_s():
     res = _results([100, 300, 50, 50])
     # code: 200 tokens in 1/100 + 1/300 s ... = 150 tok/s aggregate; chat 50 tok/s
-    by = objective.category_tok_per_s(res, CATS)
+    by = objective.Objective(categories=CATS).category_tok_per_s(res)
     assert by == pytest.approx({"code": 150.0, "chat": 50.0})
-    assert objective.category_value(res, CATS, {"code": 0.7, "chat": 0.3}) == pytest.approx(150**0.7 * 50**0.3)
-    assert objective.category_value(res, CATS, {"code": 1.0, "chat": 0.0}) == pytest.approx(150.0)
+    assert _of({"code": 0.7, "chat": 0.3}).value(res) == pytest.approx(150**0.7 * 50**0.3)
+    assert _of({"code": 1.0, "chat": 0.0}).value(res) == pytest.approx(150.0)
     # the ratio of two configs' objectives is the weighted geometric mean of their per-category speedups
     base = _results([100, 100, 50, 50])
     w = {"code": 0.7, "chat": 0.3}
-    ratio = objective.category_value(res, CATS, w) / objective.category_value(base, CATS, w)
-    s, on = objective.category_speedup(res, base, CATS, w)
+    ratio = _of(w).value(res) / _of(w).value(base)
+    s, on = _of(w).category_speedup(res, base)
     assert s == pytest.approx(ratio) and s == pytest.approx(1.5**0.7) and on == ["code", "chat"]
     # stopped early: over the categories measured, their weights renormalised
-    assert objective.category_speedup(res[:2], base, CATS, w) == (pytest.approx(1.5), ["code"])
-    assert objective.category_speedup(res[:2], base, CATS, {"code": 0.0, "chat": 1.0}) == (None, [])
+    assert _of(w).category_speedup(res[:2], base) == (pytest.approx(1.5), ["code"])
+    assert _of({"code": 0.0, "chat": 1.0}).category_speedup(res[:2], base) == (None, [])
 
 
 def _steps(tps: list[float]) -> dict[int, float]:
@@ -139,25 +143,21 @@ def test_category_prune_bound_follows_the_weights():
     cats = ("code",) * 4 + ("chat",) * 4
     base = _steps([100.0] * 8)
     trial = _steps([200, 205, 195, 200, 50, 51, 49, 50])
-    opts = {"categories": cats, "confidence": 0.95, "min_prompts": 2, "start_noise": 0.035}
-    chat = objective.category_prune_decision(trial, base, weights={"code": 0.0, "chat": 1.0}, **opts)
-    code = objective.category_prune_decision(trial, base, weights={"code": 1.0, "chat": 0.0}, **opts)
-    even = objective.category_prune_decision(trial, base, weights={"code": 0.5, "chat": 0.5}, **opts)
+    opts = {"confidence": 0.95, "min_prompts": 2, "start_noise": 0.035}
+    chat = _of({"code": 0.0, "chat": 1.0}, cats).prune(trial, base, **opts)
+    code = _of({"code": 1.0, "chat": 0.0}, cats).prune(trial, base, **opts)
+    even = _of({"code": 0.5, "chat": 0.5}, cats).prune(trial, base, **opts)
     assert chat.prune and chat.upper_bound < 0.6 and "categories weighted" in chat.reason
     assert not code.prune and code.upper_bound > 2.0
     assert not even.prune  # 2x and 0.5x: a geometric mean of 1
     # the code prompts come first: with chat weighted, nothing is decided on them alone
-    early = objective.category_prune_decision(
-        {i: trial[i] for i in range(5)}, base, weights={"code": 0.0, "chat": 1.0}, **opts
-    )
+    early = _of({"code": 0.0, "chat": 1.0}, cats).prune({i: trial[i] for i in range(5)}, base, **opts)
     assert not early.prune and math.isinf(early.upper_bound) and "category chat: only 1" in early.reason
     # equal weights over one category reduce to the pooled per-prompt bound's mean
-    one = objective.category_prune_decision(trial, base, weights={"chat": 1.0}, **opts)
+    one = _of({"chat": 1.0}, cats).prune(trial, base, **opts)
     assert one.upper_bound == pytest.approx(chat.upper_bound)
     # a wide study spread widens the bound
-    wide = objective.category_prune_decision(
-        trial, base, weights={"code": 0.0, "chat": 1.0}, spread=Spread(sd=0.5, df=20), **opts
-    )
+    wide = _of({"code": 0.0, "chat": 1.0}, cats).prune(trial, base, spread=Spread(sd=0.5, df=20), **opts)
     assert wide.upper_bound > chat.upper_bound
 
 
@@ -167,10 +167,10 @@ def test_pruner_uses_the_category_bound(tmp_path):
 
     space = load_space(flip_space(tmp_path, {"code-edit": 0, "chat": 1}))
     p = make_pruner(space)
-    assert p.category_weights == {"code-edit": 0.0, "chat": 1.0}
-    assert p.categories == space.benchmark.categories
+    assert p.objective.category_weights == {"code-edit": 0.0, "chat": 1.0}
+    assert p.objective.categories == space.benchmark.categories
     plain = make_pruner(load_space(flip_space(tmp_path, None, name="plain")))
-    assert plain.category_weights == {}
+    assert plain.objective.category_weights == {}
 
 
 # ------------------------------------------------------------------------------------------ a flip study
@@ -251,7 +251,9 @@ def test_pruner_judges_a_running_trial_by_the_weighted_categories():
         for i in range(steps):
             t.report(base[i] * ratios[i], i)
         frozen = study._storage.get_trial(t._trial_id)  # noqa: SLF001 - the frozen view the pruner gets
-        pruner = BaselinePruner(categories=cats, category_weights=weights, leader=False)
+        pruner = BaselinePruner(
+            objective=objective.Objective(categories=cats, category_weights=weights or {}), leader=False
+        )
         return pruner.decide(study, frozen)
 
     assert not decide({"code": 0.0, "chat": 1.0}, 4).prune  # one chat prompt: no decision yet

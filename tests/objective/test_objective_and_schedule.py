@@ -33,19 +33,23 @@ def _steps(levels_speedups, n=4, noise=0.0):
 
 
 def test_prune_bound_needs_the_weighted_levels_to_lose():
-    kw = dict(levels=(1, 32), n_prompts=4, confidence=0.95, min_prompts=2, start_noise=0.035)
+    kw = dict(confidence=0.95, min_prompts=2, start_noise=0.035)
+
+    def by(weights):
+        return objective.Objective(levels=(1, 32), weights=weights, n_prompts=4)
+
     # loses clearly at both levels: pruned
     t, b = _steps([0.7, 0.7], noise=0.01)
-    assert objective.prune_decision(t, b, weights={1: 0.5, 32: 0.5}, **kw).prune
+    assert by({1: 0.5, 32: 0.5}).prune(t, b, **kw).prune
     # loses at level 1 but wins at 32, which weighs most: not pruned
     t, b = _steps([0.8, 1.3], noise=0.01)
-    assert not objective.prune_decision(t, b, weights={1: 0.2, 32: 0.8}, **kw).prune
+    assert not by({1: 0.2, 32: 0.8}).prune(t, b, **kw).prune
     # only level 1 measured so far: level 32 is bounded by level 1's upper bound plus the slack
     t, b = _steps([0.95], noise=0.01)
-    d = objective.prune_decision(t, b, weights={1: 0.2, 32: 0.8}, **kw)
+    d = by({1: 0.2, 32: 0.8}).prune(t, b, **kw)
     assert not d.prune and d.upper_bound > 1.0
     t, b = _steps([0.6], noise=0.01)
-    assert objective.prune_decision(t, b, weights={1: 0.2, 32: 0.8}, **kw).prune
+    assert by({1: 0.2, 32: 0.8}).prune(t, b, **kw).prune
 
 
 def test_level_figures_and_requests():
