@@ -39,18 +39,6 @@ CONTAINER_HOST = "0.0.0.0"
 _SCRIPT_MARK = "@AUTOTUNE_SCRIPT_DIR@"
 
 
-class _NoAliases(yaml.SafeDumper):
-    """Plain YAML without anchors (``&id001``) for dicts that appear twice (labels); PyYAML calls
-    ``ignore_aliases``."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _dump(doc: Any) -> str:
-    return yaml.dump(doc, Dumper=_NoAliases, sort_keys=False)
-
-
 #: weight index files whose hash (with config.json's) fingerprints a checkpoint directory
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 

@@ -26,12 +26,17 @@ from autotune.export_bundle import (
     Bundle,
     ContainerLaunch,
     Options,
-    _dump,
-    _NoAliases,
 )
 from autotune.redact import is_secret_name
 from autotune.servers import backend_names
 from autotune.space import Space
+
+
+class _NoAliases(yaml.SafeDumper):
+    """Plain YAML without anchors (``&id001``) for dicts that appear twice (labels)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -> list[str]:
@@ -97,14 +102,6 @@ def fmt_command(b: Bundle, _opts: Options) -> str:
     words = [_script_word(a) for a in b.script_argv]
     lines = _comment_lines(b, lambda n: f"reads {n} beside this script (autotune export -o FILE writes it there)")
     return "\n".join(lines) + "\n" + " ".join([*prefix, *words]) + "\n"
-
-
-def fmt_json(b: Bundle, _opts: Options) -> str:
-    return json.dumps(b.public, indent=2) + "\n"
-
-
-def fmt_yaml(b: Bundle, _opts: Options) -> str:
-    return yaml.safe_dump(b.public, sort_keys=False)
 
 
 #: how an env export starts the server (README): ``SERVER_LAUNCHER`` and ``SERVER_ARGS`` hold shell-quoted words,
@@ -289,7 +286,7 @@ def fmt_compose(b: Bundle, opts: Options) -> str:
     )[:-1]
     lines += _image_lines(d, "compose")
     lines.append(_listen_line(d, f"in the container, published on {d.host}:{d.port} of this host"))
-    return "\n".join(lines) + "\n" + _dump(doc)
+    return "\n".join(lines) + "\n" + yaml.dump(doc, Dumper=_NoAliases, sort_keys=False)
 
 
 #: the start-up a Kubernetes startup probe allows: twice the study's slowest, or that plus this many seconds when
@@ -407,8 +404,8 @@ def fmt_k8s(b: Bundle, opts: Options) -> str:
 #: format name -> renderer (one function per format); each server's own format comes on top (``format_names``)
 FORMATS: dict[str, Callable[[Bundle, Options], str]] = {
     "command": fmt_command,
-    "yaml": fmt_yaml,
-    "json": fmt_json,
+    "yaml": lambda b, _opts: yaml.safe_dump(b.public, sort_keys=False),
+    "json": lambda b, _opts: json.dumps(b.public, indent=2) + "\n",
     "env": fmt_env,
     "compose": fmt_compose,
     "k8s": fmt_k8s,
