@@ -4,7 +4,7 @@ trials' rows, the cost and the checks. ``Report.to_json`` is ``report --json``; 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import optuna
@@ -344,7 +344,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
     greedy = records.greedy_lossless(study)
     describe = objective.describe(weights, by_category[0])
     traffic = records.traffic(study)  # spaces measured from a request log only
-    return Report(
+    report = Report(
         result=res,
         trials=tuple(rows),
         counts={
@@ -376,9 +376,10 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
         traffic=None
         if traffic is None
         else _traffic(traffic, records.traffic_holdout(study), records.traffic_acceptance(study), res, by_number),
-        methods=_methods_section(study, rows, res, describe),
+        methods=None,
         running=running,
     )
+    return _with_methods(study, report)
 
 
 def _trial_row(
@@ -482,13 +483,14 @@ def _traffic(
     t = by_number.get(res.recommended.trial) if res.recommended.trial is not None else None
     own = TrialRecord(t).baseline_trial if t is not None and not TrialRecord(t).is_baseline else None
     b = by_number.get(own) if own is not None else None
-    mine, base = (
-        (TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results())
+    by_input, by_output = (
+        [
+            by_length(TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results(), side=s)
+            for s in ("input", "output")
+        ]
         if t is not None and b is not None
         else ([], [])
     )
-    by_input = by_length(mine, base, side="input") if b is not None else []
-    by_output = by_length(mine, base, side="output") if b is not None else []
     return Traffic(
         info,
         holdout,
@@ -502,30 +504,18 @@ def _traffic(
     )
 
 
-def _methods_section(
-    study: optuna.Study, rows: list[TrialRow], res: StudyResult, describe: ObjectiveLine
-) -> dict[str, Any] | None:
-    """Per-method results (``study.methods``), each method's best with its per-position acceptance."""
-    per_method = _methods.from_study(
-        study,
-        {
-            "trials": [r.to_json() for r in rows],
-            "confirmed": [c.summary() for c in res.confirmed],
-            "best": res.best.to_json() if res.best is not None else None,
-            "verdict": res.verdict.value,
-            "objective": describe.to_dict(),
-        },
-        res.confirmation.rounds,
-    )
+def _with_methods(study: optuna.Study, report: Report) -> Report:
+    """``report`` with its per-method results (``study.methods``; spaces with search.methods only), each method's
+    best with its per-position acceptance."""
+    per_method = _methods.from_study(study, report.to_json(), report.result.confirmation.rounds)
     if per_method is None:
-        return None
-    by = {r.number: r for r in rows}
+        return report
     for entry in per_method.get("methods") or []:
         best = entry.get("best")
-        row = by.get(best.get("trial")) if best else None
+        row = report.row(best.get("trial")) if best else None
         if best and row is not None and row.accept_per_pos:
             best["accept_per_pos"] = acceptance.summary(row.accept_per_pos)
-    return per_method
+    return replace(report, methods=per_method)
 
 
 def _acceptance_guards(
@@ -709,8 +699,8 @@ def _lossless_summary(rows: list[TrialRow], floor: list[records.FloorEntry], gre
     return Lossless(
         numerics=sum(len(rec.get("numerics", [])) for r, rec in checked if r.duplicate_of is None),
         lossy_trials=[r.number for r, rec in checked if not rec.get("ok", True)],
-        tolerance=first.get("tolerance") if checked else None,
-        tolerance_source=first.get("tolerance_source") if checked else None,
+        tolerance=first.get("tolerance"),
+        tolerance_source=first.get("tolerance_source"),
         baseline_divergences=[f for f in floor if f.divergence is not None],
         baselines_compared=sum(1 for f in floor if f.divergence is None),
         greedy=greedy,
