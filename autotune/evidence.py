@@ -26,10 +26,6 @@ PROMPTS_NAME = "trial-{n}-prompts.jsonl"
 FIGURE_NAME = "trial-{n}-prompts.svg"
 
 
-def artifact_dir(studies_dir: str | Path, study_name: str) -> Path:
-    return Path(studies_dir) / study_name / "artifacts"
-
-
 def param_knobs(params: Mapping[str, object], config: Mapping[str, object] | None) -> dict[str, str]:
     """Each Optuna parameter name -> the knob it sets (a knob whose range depends on earlier knobs is suggested under
     its own name: ``num_draft_tokens_s4_k4``, ``autotune.backends.methods.cut_name``)."""

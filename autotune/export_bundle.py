@@ -284,7 +284,7 @@ def bundle(
         "simulated": res.simulated,
         "space": space.path,
         "backend": space.server.backend,
-        "server_version": space.server.version or getattr(backend, "version", None),
+        "server_version": space.server.version or None,
         "method": backend.deploy_method(config, space),
         "autotune_version": __version__,
         "exported_at": (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),

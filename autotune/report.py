@@ -747,7 +747,7 @@ def _flags(rows: list[TrialRow], greedy: GreedyLossless | None) -> list[str]:
         if record and not record.get("ok", True):
             out.append(
                 f"trial {r.number}: output diverges from the baseline at temperature 0 where the baseline was "
-                f"confident ({lossless.summary_line(record)}; matching prefix {record['min_prefix_fraction']:.0%}): "
+                f"confident ({r.lossless_summary}; matching prefix {record['min_prefix_fraction']:.0%}): "
                 "broken drafter, kernel or config"
             )
         if r.fail_kind == ServerOOM.kind:
