@@ -60,8 +60,8 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
     c, pruned = report.counts, report.pruned_by
     line(
         f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report.pruned_before_last_prompt} before the end "
-        f"of their benchmark: {pruned['baseline']} slower than their baseline, {pruned['leader']} slower than the leader), "
-        f"{c['FAIL']} failed"
+        f"of their benchmark: {pruned['baseline']} slower than their baseline, {pruned['leader']} slower than the "
+        f"leader), {c['FAIL']} failed"
     )
     _reasons(con, report)
     if report.objective.category_weights:
