@@ -93,13 +93,12 @@ def choose(res: StudyResult, trial: int | None) -> Chosen:
             raise ValueError("nothing to export yet: no baseline has been measured")
         best = res.best
         ci = rec.speedup_ci if rec.winner else None
-        is_best = best is not None and best.trial == rec.trial and ci is not None
         return Chosen(
             trial=rec.trial,
             config=config,
             why=rec.why,
             tok_per_s=rec.tok_per_s,
-            speedup=best.speedup if best is not None and is_best else None,
+            speedup=best.speedup if best is not None and best.trial == rec.trial and ci is not None else None,
             speedup_ci=ci,
             source="confirmation" if ci else "search",
             baseline=_baseline_entry(res.fastest_baseline),

@@ -60,15 +60,15 @@ def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -
         + (f" against baseline trial {p['baseline']['trial']}" if p.get("baseline") else ""),
     ]
     if sim:
-        scenario = sim.get("scenario") if isinstance(sim, dict) else None
-        lines.append(f"# SIMULATED: figures from autotune's simulator (scenario {scenario}), not measured on hardware")
+        lines.append(
+            f"# SIMULATED: figures from autotune's simulator (scenario {sim['scenario']}), not measured on hardware"
+        )
     t = p.get("translated")
     if t:
         lines.append(
             f"# translated from the {t['measured_on']} study to {b.backend.display_name or t['server']} "
             f"({'method ' + t['method'] if t['method'] else 'no speculation'}): measured on {t['measured_on']}, "
-            "never on this server; measure it there "
-            "before relying on the figures"
+            "never on this server; measure it there before relying on the figures"
         )
         if t.get("unchecked"):
             lines.append(

@@ -38,7 +38,7 @@ def _duration(s: float | None) -> str:
 
 
 def _console(out: IO[str]) -> Console:
-    tty = bool(getattr(out, "isatty", lambda: False)())
+    tty = out.isatty()
     return Console(file=out, width=None if tty else 160, force_terminal=tty, no_color=not tty, highlight=False)
 
 
