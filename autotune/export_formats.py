@@ -43,7 +43,7 @@ def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -
     """The comment block every text format starts with (``files_where(name)``: where this format finds a file)."""
     p = b.provenance
     m = p["measured"]
-    ci = m.get("speedup_ci")
+    ci, tps = m.get("speedup_ci"), m.get("tok_per_s")
     sim = p.get("simulated")
     method = p.get("method")
     lines = [
@@ -51,7 +51,7 @@ def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -
         + (f"method {method}" if method else "no speculation (the baseline)")
         + (" [SIMULATED]" if sim else "")
         + f", exported {p['exported_at']}",
-        f"# measured {_f(m.get('tok_per_s'))} {m.get('units') or 'tok/s'}"
+        f"# measured {'-' if tps is None else f'{tps:.1f}'} {m.get('units') or 'tok/s'}"
         + (
             f", speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
             if ci
@@ -82,10 +82,6 @@ def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -
     )
     lines += [f"# {where(name)}" for name in b.launch.get("files", {})]
     return lines + [PROVENANCE_COMMENT + json.dumps(p, sort_keys=True, separators=(",", ":"))]
-
-
-def _f(x: Any) -> str:
-    return "-" if x is None else f"{x:.1f}"
 
 
 def _script_word(arg: str) -> str:
