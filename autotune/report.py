@@ -243,7 +243,6 @@ class Report:
     best_configs: tuple[BestConfig, ...]
     verdict_text: str
     baseline_check: list[BaselineCheck]
-    suspect_prunes: list[SuspectPrune]
     lossless: Lossless
     flags: list[str]  # alarms
     acceptance_guards: tuple[Guard, ...]
@@ -297,7 +296,7 @@ class Report:
             "verdict_text": self.verdict_text,
             "exclusions": [e.to_dict() for e in res.exclusions],
             "baseline_check": [c.to_dict() for c in self.baseline_check],
-            "suspect_prunes": [p.to_dict() for p in self.suspect_prunes],
+            "suspect_prunes": [p.to_dict() for p in res.confirmation.suspect_prunes or []],
             "fastest_baseline": res.fastest_baseline.to_json() if res.fastest_baseline is not None else None,
             "lossless": self.lossless.to_json(),
             "recommended": res.recommended.to_json(),
@@ -366,7 +365,6 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
         best_configs=_best_configs(rows, res.confirmed, res.recommended.trial),
         verdict_text=_verdict_text(res.verdict, res.exclusions, conf.suspect_prunes or []),
         baseline_check=conf.baseline_check or [],
-        suspect_prunes=conf.suspect_prunes or [],
         lossless=_lossless_summary(rows, records.lossless_floor(study), greedy),
         flags=_flags(rows, greedy),
         acceptance_guards=_acceptance_guards(rows, by_number, records.drafter_references(study)),
