@@ -434,7 +434,7 @@ def study_note(study: optuna.Study, report: Report) -> str:
     except ValueError:
         best = None
     if best is not None:
-        value = f"{best.value:.1f}" if best.value is not None else "-"
+        value = fmt(best.value)
         is_base = records.TrialRecord(best).is_baseline
         if best.number == rec_trial:
             lines.append(
