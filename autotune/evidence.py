@@ -26,10 +26,6 @@ PROMPTS_NAME = "trial-{n}-prompts.jsonl"
 FIGURE_NAME = "trial-{n}-prompts.svg"
 
 
-def artifact_dir(studies_dir: str | Path, study_name: str) -> Path:
-    return Path(studies_dir) / study_name / "artifacts"
-
-
 def param_knobs(params: Mapping[str, object], config: Mapping[str, object] | None) -> dict[str, str]:
     """Each Optuna parameter name -> the knob it sets (a knob whose range depends on earlier knobs is suggested under
     its own name: ``num_draft_tokens_s4_k4``, ``autotune.backends.methods.cut_name``)."""
@@ -85,15 +81,16 @@ def trial_note(
         lines.append("**Measured:** " + ", ".join(figures))
     if attrs.get(records.DUPLICATE_OF) is not None:
         lines.append(f"Same server config as trial {attrs[records.DUPLICATE_OF]}: its measurement is copied.")
-    lines += ["", "### Config", "```json", json.dumps(attrs.get(records.CONFIG), indent=1, sort_keys=True), "```"]
-    mapped = {n: k for n, k in param_knobs(params or {}, attrs.get(records.CONFIG)).items() if n != k}
+    config: Any = attrs.get(records.CONFIG)
+    lines += ["", "### Config", "```json", json.dumps(config, indent=1, sort_keys=True), "```"]
+    mapped = {n: k for n, k in param_knobs(params or {}, config).items() if n != k}
     if mapped:
         lines.append(
             "Parameter names in the dashboard: "
-            + ", ".join(f"`{n}` is knob `{k}` = {(attrs.get(records.CONFIG) or {}).get(k)}" for n, k in mapped.items())
+            + ", ".join(f"`{n}` is knob `{k}` = {config[k]}" for n, k in mapped.items())
             + " (a knob whose allowed values depend on the knobs before it gets its own parameter per range)"
         )
-    if attrs.get(records.EFFECTIVE) and attrs.get(records.EFFECTIVE) != attrs.get(records.CONFIG):
+    if attrs.get(records.EFFECTIVE) and attrs.get(records.EFFECTIVE) != config:
         lines += ["Effective (after the backend's rules):", "```json"]
         lines += [json.dumps(attrs[records.EFFECTIVE], indent=1, sort_keys=True), "```"]
     if attrs.get(records.SERVER_EFFECTIVE):

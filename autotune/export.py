@@ -72,11 +72,6 @@ def export(
     return Exported(text, dict(b.launch.get("files", {})))
 
 
-def render(space: Space, backend: Backend, result: StudyResult, fmt: str, *, read_space: Space | None = None) -> str:
-    """The export's text in format ``fmt`` (``export``)."""
-    return export(space, backend, result, fmt, read_space=read_space).text
-
-
 def write(path: Path, text: str, files_: dict[str, str]) -> list[Path]:
     """The export to ``path`` and each of its files beside it, all or none (``atomic_write_all``); returns the files'
     paths. ValueError (nothing written) when one of them cannot be written there."""

@@ -39,18 +39,6 @@ CONTAINER_HOST = "0.0.0.0"
 _SCRIPT_MARK = "@AUTOTUNE_SCRIPT_DIR@"
 
 
-class _NoAliases(yaml.SafeDumper):
-    """Plain YAML without anchors (``&id001``) for dicts that appear twice (labels); PyYAML calls
-    ``ignore_aliases``."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _dump(doc: Any) -> str:
-    return yaml.dump(doc, Dumper=_NoAliases, sort_keys=False)
-
-
 #: weight index files whose hash (with config.json's) fingerprints a checkpoint directory
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
@@ -105,13 +93,12 @@ def choose(res: StudyResult, trial: int | None) -> Chosen:
             raise ValueError("nothing to export yet: no baseline has been measured")
         best = res.best
         ci = rec.speedup_ci if rec.winner else None
-        is_best = best is not None and best.trial == rec.trial and ci is not None
         return Chosen(
             trial=rec.trial,
             config=config,
             why=rec.why,
             tok_per_s=rec.tok_per_s,
-            speedup=best.speedup if best is not None and is_best else None,
+            speedup=best.speedup if best is not None and best.trial == rec.trial and ci is not None else None,
             speedup_ci=ci,
             source="confirmation" if ci else "search",
             baseline=_baseline_entry(res.fastest_baseline),
@@ -296,7 +283,7 @@ def bundle(
         "simulated": res.simulated,
         "space": space.path,
         "backend": space.server.backend,
-        "server_version": space.server.version or getattr(backend, "version", None),
+        "server_version": space.server.version or None,
         "method": backend.deploy_method(config, space),
         "autotune_version": __version__,
         "exported_at": (now or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),

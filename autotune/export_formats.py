@@ -26,19 +26,24 @@ from autotune.export_bundle import (
     Bundle,
     ContainerLaunch,
     Options,
-    _dump,
-    _NoAliases,
 )
 from autotune.redact import is_secret_name
 from autotune.servers import backend_names
 from autotune.space import Space
 
 
+class _NoAliases(yaml.SafeDumper):
+    """Plain YAML without anchors (``&id001``) for dicts that appear twice (labels)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -> list[str]:
     """The comment block every text format starts with (``files_where(name)``: where this format finds a file)."""
     p = b.provenance
     m = p["measured"]
-    ci = m.get("speedup_ci")
+    ci, tps = m.get("speedup_ci"), m.get("tok_per_s")
     sim = p.get("simulated")
     method = p.get("method")
     lines = [
@@ -46,7 +51,7 @@ def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -
         + (f"method {method}" if method else "no speculation (the baseline)")
         + (" [SIMULATED]" if sim else "")
         + f", exported {p['exported_at']}",
-        f"# measured {_f(m.get('tok_per_s'))} {m.get('units') or 'tok/s'}"
+        f"# measured {'-' if tps is None else f'{tps:.1f}'} {m.get('units') or 'tok/s'}"
         + (
             f", speedup {ci['point']:.3f} [{ci['low']:.3f}, {ci['high']:.3f}]"
             if ci
@@ -55,15 +60,15 @@ def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -
         + (f" against baseline trial {p['baseline']['trial']}" if p.get("baseline") else ""),
     ]
     if sim:
-        scenario = sim.get("scenario") if isinstance(sim, dict) else None
-        lines.append(f"# SIMULATED: figures from autotune's simulator (scenario {scenario}), not measured on hardware")
+        lines.append(
+            f"# SIMULATED: figures from autotune's simulator (scenario {sim['scenario']}), not measured on hardware"
+        )
     t = p.get("translated")
     if t:
         lines.append(
             f"# translated from the {t['measured_on']} study to {b.backend.display_name or t['server']} "
             f"({'method ' + t['method'] if t['method'] else 'no speculation'}): measured on {t['measured_on']}, "
-            "never on this server; measure it there "
-            "before relying on the figures"
+            "never on this server; measure it there before relying on the figures"
         )
         if t.get("unchecked"):
             lines.append(
@@ -77,10 +82,6 @@ def _comment_lines(b: Bundle, files_where: Callable[[str], str] | None = None) -
     )
     lines += [f"# {where(name)}" for name in b.launch.get("files", {})]
     return lines + [PROVENANCE_COMMENT + json.dumps(p, sort_keys=True, separators=(",", ":"))]
-
-
-def _f(x: Any) -> str:
-    return "-" if x is None else f"{x:.1f}"
 
 
 def _script_word(arg: str) -> str:
@@ -97,14 +98,6 @@ def fmt_command(b: Bundle, _opts: Options) -> str:
     words = [_script_word(a) for a in b.script_argv]
     lines = _comment_lines(b, lambda n: f"reads {n} beside this script (autotune export -o FILE writes it there)")
     return "\n".join(lines) + "\n" + " ".join([*prefix, *words]) + "\n"
-
-
-def fmt_json(b: Bundle, _opts: Options) -> str:
-    return json.dumps(b.public, indent=2) + "\n"
-
-
-def fmt_yaml(b: Bundle, _opts: Options) -> str:
-    return yaml.safe_dump(b.public, sort_keys=False)
 
 
 #: how an env export starts the server (README): ``SERVER_LAUNCHER`` and ``SERVER_ARGS`` hold shell-quoted words,
@@ -289,7 +282,7 @@ def fmt_compose(b: Bundle, opts: Options) -> str:
     )[:-1]
     lines += _image_lines(d, "compose")
     lines.append(_listen_line(d, f"in the container, published on {d.host}:{d.port} of this host"))
-    return "\n".join(lines) + "\n" + _dump(doc)
+    return "\n".join(lines) + "\n" + yaml.dump(doc, Dumper=_NoAliases, sort_keys=False)
 
 
 #: the start-up a Kubernetes startup probe allows: twice the study's slowest, or that plus this many seconds when
@@ -407,8 +400,8 @@ def fmt_k8s(b: Bundle, opts: Options) -> str:
 #: format name -> renderer (one function per format); each server's own format comes on top (``format_names``)
 FORMATS: dict[str, Callable[[Bundle, Options], str]] = {
     "command": fmt_command,
-    "yaml": fmt_yaml,
-    "json": fmt_json,
+    "yaml": lambda b, _opts: yaml.safe_dump(b.public, sort_keys=False),
+    "json": lambda b, _opts: json.dumps(b.public, indent=2) + "\n",
     "env": fmt_env,
     "compose": fmt_compose,
     "k8s": fmt_k8s,

@@ -285,9 +285,8 @@ def _trials(report: Report) -> list[str]:
         "<th>speedup</th><th>vs best</th><th>measured</th><th>accept len</th><th>startup s</th><th>note</th></tr>"
     ]
     for r in report.trials:
-        note = r.reason or (
-            r.prune_reason or r.fail_reason or (f"same as #{r.duplicate_of}" if r.duplicate_of is not None else "")
-        )
+        same = f"same as #{r.duplicate_of}" if r.duplicate_of is not None else ""
+        note = r.reason or r.prune_reason or r.fail_reason or same
         if r.state != "COMPLETE" and r.speedup_basis:
             note = f"{note} [speedup over {r.speedup_basis}]" if note else f"speedup over {r.speedup_basis}"
         early = "~" if r.state != "COMPLETE" else ""

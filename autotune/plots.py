@@ -118,9 +118,7 @@ def per_prompt(study: optuna.Study, report: Report, units: str, sim: str) -> go.
         go.Bar(x=ids[: len(base)], y=base, name=f"baseline (trial {fastest.trial})", marker_color=COLOURS["baseline"])
     )
     for i, c in enumerate(confirmed):
-        t = by_number.get(c.trial)
-        if t is None:
-            continue
+        t = by_number[c.trial]
         ys = [t.intermediate_values[s] for s in sorted(t.intermediate_values) if s < n]
         fig.add_trace(
             go.Bar(
@@ -187,11 +185,7 @@ def knobs(study: optuna.Study, report: Report, units: str, sim: str) -> go.Figur
     rows = [
         r
         for r in report.trials
-        if r.speculative
-        and r.state in ("COMPLETE", "PRUNED")
-        and r.config
-        and r.duplicate_of is None
-        and r.number in by_number
+        if r.speculative and r.state in ("COMPLETE", "PRUNED") and r.config and r.duplicate_of is None
     ]
     pts = [(r, v) for r in rows if (v := _value(by_number[r.number], report)) is not None]
     if not pts:

@@ -38,7 +38,7 @@ def _duration(s: float | None) -> str:
 
 
 def _console(out: IO[str]) -> Console:
-    tty = bool(getattr(out, "isatty", lambda: False)())
+    tty = out.isatty()
     return Console(file=out, width=None if tty else 160, force_terminal=tty, no_color=not tty, highlight=False)
 
 
@@ -57,10 +57,11 @@ def render_report(report: Report, out: IO[str], deploy: str | None = None) -> No
         "bold",
     )
     _baselines(con, report)
-    c = report.counts
+    c, pruned = report.counts, report.pruned_by
     line(
         f"trials: {c['COMPLETE']} complete, {c['PRUNED']} pruned ({report.pruned_before_last_prompt} before the end "
-        f"of their benchmark: {_pruned_by(report)}), {c['FAIL']} failed"
+        f"of their benchmark: {pruned['baseline']} slower than their baseline, {pruned['leader']} slower than the "
+        f"leader), {c['FAIL']} failed"
     )
     _reasons(con, report)
     if report.objective.category_weights:
@@ -237,10 +238,16 @@ def _alarm_lines(report: Report) -> list[str]:
     return out
 
 
+def _table(title: str, cols: tuple[str, ...], left: tuple[str, ...]) -> Table:
+    """A report table: its title on the left, no outer edge; the columns in ``left`` flush left, the rest right."""
+    t = Table(title=title, title_justify="left", show_edge=False)
+    for col in cols:
+        t.add_column(col, justify="left" if col in left else "right")
+    return t
+
+
 def _baselines(con: Console, report: Report) -> None:
-    t = Table(title="baselines", title_justify="left", show_edge=False)
-    for col in ("CUDA graphs", "tok/s", "trial", "per prompt tok/s"):
-        t.add_column(col, justify="left" if col == "CUDA graphs" else "right")
+    t = _table("baselines", ("CUDA graphs", "tok/s", "trial", "per prompt tok/s"), ("CUDA graphs",))
     for _key, b in sorted(report.result.baselines.items()):
         per = " ".join(f"{x:.0f}" for x in b.per_prompt_tok_per_s)
         t.add_row("on" if b.cuda_graph else "off", fmt(b.tok_per_s), str(b.trial), per)
@@ -251,10 +258,7 @@ def _reasons(con: Console, report: Report) -> None:
     rows = [(state, why, n) for state in ("PRUNED", "FAIL") for why, n in sorted(report.reasons[state].items())]
     if not rows:
         return
-    t = Table(title="pruned and failed, by reason", title_justify="left", show_edge=False)
-    t.add_column("state")
-    t.add_column("reason")
-    t.add_column("trials", justify="right")
+    t = _table("pruned and failed, by reason", ("state", "reason", "trials"), ("state", "reason"))
     for state, why, n in rows:
         t.add_row(state, why, str(n))
     con.print(t)
@@ -276,14 +280,12 @@ def _best(con: Console, report: Report) -> None:
     best = report.best_configs
     if not best:
         return
-    t = Table(
-        title="best configs (against the fastest baseline): the objective's speedup, ordered by the confirmed one "
-        "where confirmed, else the search's; * recommended",
-        title_justify="left",
-        show_edge=False,
+    t = _table(
+        "best configs (against the fastest baseline): the objective's speedup, ordered by the confirmed one where "
+        "confirmed, else the search's; * recommended",
+        ("#", "config", "tok/s", "search speedup", "confirmed interval", "accept"),
+        ("config",),
     )
-    for col in ("#", "config", "tok/s", "search speedup", "confirmed interval", "accept"):
-        t.add_column(col, justify="left" if col == "config" else "right")
     for b in best:
         t.add_row(
             f"{b.trial}{'*' if b.recommended else ''}",
@@ -324,16 +326,12 @@ def _methods_lines(m: dict[str, Any] | None) -> list[str]:
 
 
 def _trials(con: Console, report: Report) -> None:
-    t = Table(title="trials", title_justify="left", show_edge=False)
+    cols = ("#", "state", "config", "tok/s", "speedup", "vs best", "measured", "accept", "note")
+    t = _table("trials", cols, ("state", "config", "note"))
+    for c in t.columns:
+        c.overflow = "fold"
+    t.columns[-1].min_width, t.columns[-1].max_width = 30, 44  # the note
     n_levels = len(report.objective.weights or {})
-    for col in ("#", "state", "config", "tok/s", "speedup", "vs best", "measured", "accept", "note"):
-        t.add_column(
-            col,
-            justify="left" if col in ("state", "config", "note") else "right",
-            overflow="fold",
-            min_width=30 if col == "note" else None,
-            max_width=44 if col == "note" else None,
-        )
     colour = {"COMPLETE": "", "PRUNED": "dim", "FAIL": "red"}
     for r in report.trials:
         t.add_row(
@@ -380,11 +378,6 @@ def measured(r: TrialRow, n_levels: int) -> str:
         return str(r.prompts_measured)
     levels = r.levels_measured
     return f"{len(levels)}/{n_levels} levels" if levels else f"{r.prompts_measured} prompts"
-
-
-def _pruned_by(report: Report) -> str:
-    by = report.pruned_by
-    return f"{by['baseline']} slower than their baseline, {by['leader']} slower than the leader"
 
 
 def position_rows(report: Report) -> list[tuple[str, int, AcceptPositions]]:
@@ -441,7 +434,7 @@ def study_note(study: optuna.Study, report: Report) -> str:
     except ValueError:
         best = None
     if best is not None:
-        value = f"{best.value:.1f}" if best.value is not None else "-"
+        value = fmt(best.value)
         is_base = records.TrialRecord(best).is_baseline
         if best.number == rec_trial:
             lines.append(

@@ -4,7 +4,7 @@ trials' rows, the cost and the checks. ``Report.to_json`` is ``report --json``; 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import optuna
@@ -243,7 +243,6 @@ class Report:
     best_configs: tuple[BestConfig, ...]
     verdict_text: str
     baseline_check: list[BaselineCheck]
-    suspect_prunes: list[SuspectPrune]
     lossless: Lossless
     flags: list[str]  # alarms
     acceptance_guards: tuple[Guard, ...]
@@ -297,7 +296,7 @@ class Report:
             "verdict_text": self.verdict_text,
             "exclusions": [e.to_dict() for e in res.exclusions],
             "baseline_check": [c.to_dict() for c in self.baseline_check],
-            "suspect_prunes": [p.to_dict() for p in self.suspect_prunes],
+            "suspect_prunes": [p.to_dict() for p in res.confirmation.suspect_prunes or []],
             "fastest_baseline": res.fastest_baseline.to_json() if res.fastest_baseline is not None else None,
             "lossless": self.lossless.to_json(),
             "recommended": res.recommended.to_json(),
@@ -343,7 +342,7 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
     greedy = records.greedy_lossless(study)
     describe = obj.describe()
     traffic = records.traffic(study)  # spaces measured from a request log only
-    return Report(
+    report = Report(
         result=res,
         trials=tuple(rows),
         counts={
@@ -365,7 +364,6 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
         best_configs=_best_configs(rows, res.confirmed, res.recommended.trial),
         verdict_text=_verdict_text(res.verdict, res.exclusions, conf.suspect_prunes or []),
         baseline_check=conf.baseline_check or [],
-        suspect_prunes=conf.suspect_prunes or [],
         lossless=_lossless_summary(rows, records.lossless_floor(study), greedy),
         flags=_flags(rows, greedy),
         acceptance_guards=_acceptance_guards(rows, by_number, records.drafter_references(study)),
@@ -375,9 +373,10 @@ def build_report(study: optuna.Study, running: dict[str, object] | None = None) 
         traffic=None
         if traffic is None
         else _traffic(traffic, records.traffic_holdout(study), records.traffic_acceptance(study), res, by_number),
-        methods=_methods_section(study, rows, res, describe),
+        methods=None,
         running=running,
     )
+    return _with_methods(study, report)
 
 
 def _trial_row(
@@ -481,13 +480,14 @@ def _traffic(
     t = by_number.get(res.recommended.trial) if res.recommended.trial is not None else None
     own = TrialRecord(t).baseline_trial if t is not None and not TrialRecord(t).is_baseline else None
     b = by_number.get(own) if own is not None else None
-    mine, base = (
-        (TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results())
+    by_input, by_output = (
+        [
+            by_length(TrialRecord(t).prompt_results(), TrialRecord(b).prompt_results(), side=s)
+            for s in ("input", "output")
+        ]
         if t is not None and b is not None
         else ([], [])
     )
-    by_input = by_length(mine, base, side="input") if b is not None else []
-    by_output = by_length(mine, base, side="output") if b is not None else []
     return Traffic(
         info,
         holdout,
@@ -501,30 +501,18 @@ def _traffic(
     )
 
 
-def _methods_section(
-    study: optuna.Study, rows: list[TrialRow], res: StudyResult, describe: ObjectiveLine
-) -> dict[str, Any] | None:
-    """Per-method results (``study.methods``), each method's best with its per-position acceptance."""
-    per_method = _methods.from_study(
-        study,
-        {
-            "trials": [r.to_json() for r in rows],
-            "confirmed": [c.summary() for c in res.confirmed],
-            "best": res.best.to_json() if res.best is not None else None,
-            "verdict": res.verdict.value,
-            "objective": describe.to_dict(),
-        },
-        res.confirmation.rounds,
-    )
+def _with_methods(study: optuna.Study, report: Report) -> Report:
+    """``report`` with its per-method results (``study.methods``; spaces with search.methods only), each method's
+    best with its per-position acceptance."""
+    per_method = _methods.from_study(study, report.to_json(), report.result.confirmation.rounds)
     if per_method is None:
-        return None
-    by = {r.number: r for r in rows}
+        return report
     for entry in per_method.get("methods") or []:
         best = entry.get("best")
-        row = by.get(best.get("trial")) if best else None
+        row = report.row(best.get("trial")) if best else None
         if best and row is not None and row.accept_per_pos:
             best["accept_per_pos"] = acceptance.summary(row.accept_per_pos)
-    return per_method
+    return replace(report, methods=per_method)
 
 
 def _acceptance_guards(
@@ -708,8 +696,8 @@ def _lossless_summary(rows: list[TrialRow], floor: list[records.FloorEntry], gre
     return Lossless(
         numerics=sum(len(rec.get("numerics", [])) for r, rec in checked if r.duplicate_of is None),
         lossy_trials=[r.number for r, rec in checked if not rec.get("ok", True)],
-        tolerance=first.get("tolerance") if checked else None,
-        tolerance_source=first.get("tolerance_source") if checked else None,
+        tolerance=first.get("tolerance"),
+        tolerance_source=first.get("tolerance_source"),
         baseline_divergences=[f for f in floor if f.divergence is not None],
         baselines_compared=sum(1 for f in floor if f.divergence is None),
         greedy=greedy,
@@ -756,7 +744,7 @@ def _flags(rows: list[TrialRow], greedy: GreedyLossless | None) -> list[str]:
         if record and not record.get("ok", True):
             out.append(
                 f"trial {r.number}: output diverges from the baseline at temperature 0 where the baseline was "
-                f"confident ({lossless.summary_line(record)}; matching prefix {record['min_prefix_fraction']:.0%}): "
+                f"confident ({r.lossless_summary}; matching prefix {record['min_prefix_fraction']:.0%}): "
                 "broken drafter, kernel or config"
             )
         if r.fail_kind == ServerOOM.kind:

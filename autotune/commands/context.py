@@ -86,9 +86,7 @@ class Context:
     @property
     def artifact_dir(self) -> Path:
         """The study's trial evidence (an Optuna filesystem artifact store): ``STUDIES/NAME/artifacts``."""
-        from autotune.evidence import artifact_dir
-
-        return artifact_dir(self.studies_dir, self.study_name)
+        return self.studies_dir / self.study_name / "artifacts"
 
     def ensure_dirs(self) -> None:
         self.studies_dir.mkdir(parents=True, exist_ok=True)

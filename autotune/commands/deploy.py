@@ -105,14 +105,13 @@ def _check_finished(ctx: Context, study: Any, note: Note | None) -> None:
 def recommended_command(ctx: Context, result: StudyResult) -> str | None:
     """The launch command of the study's recommendation (the ``command`` export without its comments), for the
     end of a study's or report's text; None when the study has no recommendation or it cannot be rendered."""
-    from autotune.export import render
+    from autotune.export import export
 
     if result.recommended.trial is None:
         return None
     try:
-        text = render(
-            deploy_space(ctx), ctx.backend, result, "command", read_space=ctx.run_space if ctx.simulated else None
-        )
+        read_space = ctx.run_space if ctx.simulated else None
+        text = export(deploy_space(ctx), ctx.backend, result, "command", read_space=read_space).text
     except (ValueError, KeyError):
         return None
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]

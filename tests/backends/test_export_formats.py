@@ -93,7 +93,7 @@ def test_without_a_measured_start_up_the_startup_probe_allows_the_spaces_startup
 
     space = load_space(str(REPO / "spaces" / "eagle3.yaml"))  # server.startup_timeout_s: 1800
     result = recommending({"drafter": None, "cuda_graph": True}, "hand-made", Verdict.BASELINE_WINS, "test", trial=0)
-    text = export.render(space, get_backend("sglang"), result, "k8s")
+    text = export.export(space, get_backend("sglang"), result, "k8s").text
     (c,) = [d for d in yaml.safe_load_all(text) if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"][
         "containers"
     ]

@@ -201,7 +201,7 @@ def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filesp
     config = TrialConfig.from_dict(report.recommended.config)
     assert config.drafter == "eagle3-llama31-8b"
 
-    text = export.render(deploy, backend, report, NAME, read_space=space)
+    text = export.export(deploy, backend, report, NAME, read_space=space).text
     command = text.splitlines()[-1]
     assert command.startswith("CUDA_VISIBLE_DEVICES=0 filespec-server --model /models/Llama-3.1-8B-Instruct")
     assert command.endswith('--spec-config "$(dirname "$0")"/spec.json')  # beside the script
@@ -213,9 +213,9 @@ def test_a_simulated_study_runs_end_to_end_and_exports_its_file(tmp_path, filesp
     assert written == [out.parent / SPEC_FILE] and out.read_text() == text
     spec = json.loads((out.parent / SPEC_FILE).read_text())
     assert spec == {"drafter": "/models/EAGLE3-LLaMA3.1-Instruct-8B", "depth": config.knob("depth")}
-    doc = yaml.safe_load(export.render(deploy, backend, report, "compose", read_space=space))
+    doc = yaml.safe_load(export.export(deploy, backend, report, "compose", read_space=space).text)
     assert doc["services"]["llama31-8b-eagle3"]["image"] == "example.org/filespec:0.5.23"
-    assert json.loads(export.render(deploy, backend, report, "json", read_space=space))["launch"]["files"] == {
+    assert json.loads(export.export(deploy, backend, report, "json", read_space=space).text)["launch"]["files"] == {
         SPEC_FILE: (out.parent / SPEC_FILE).read_text()
     }
     problem = export_formats.format_problem(backend, "sglang")

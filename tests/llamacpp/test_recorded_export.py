@@ -115,7 +115,7 @@ def test_every_fitting_format_exports_the_recorded_winner_with_its_method(replay
         if fmt not in ("yaml", "json"):
             assert "method draft-simple" in out.text.splitlines()[0]
     script = tmp_path / "launch.sh"
-    text = export.render(space, backend, report, "command")
+    text = export.export(space, backend, report, "command").text
     script.write_text(text)
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     argv = shlex.split(text.strip().splitlines()[-1])
@@ -129,14 +129,16 @@ def test_every_fitting_format_exports_the_recorded_winner_with_its_method(replay
 def test_compose_and_k8s_mount_the_relative_gguf_paths_and_listen_on_every_interface(replayed):
     space, backend, report = replayed
     models = str(Path.cwd() / "studies" / "llamacpp-models")
-    doc = yaml.safe_load(export.render(space, backend, report, "compose"))
+    doc = yaml.safe_load(export.export(space, backend, report, "compose").text)
     ((_name, svc),) = doc["services"].items()
     assert svc["volumes"] == [f"{models}:{models}:ro"] and svc["working_dir"] == str(Path.cwd())
     assert svc["command"][svc["command"].index("--host") + 1] == "0.0.0.0"
     assert svc["ports"] == ["127.0.0.1:30080:30080"] and svc["image"] == "ghcr.io/ggml-org/llama.cpp:server-cuda"
     # the image's entrypoint is /app/llama-server: the command is its arguments, the model first
     assert svc["command"][:2] == ["-m", "studies/llamacpp-models/target.gguf"] and "entrypoint" not in svc
-    k8s = next(d for d in yaml.safe_load_all(export.render(space, backend, report, "k8s")) if d["kind"] == "Deployment")
+    k8s = next(
+        d for d in yaml.safe_load_all(export.export(space, backend, report, "k8s").text) if d["kind"] == "Deployment"
+    )
     (c,) = k8s["spec"]["template"]["spec"]["containers"]
     assert c["workingDir"] == str(Path.cwd()) and c["args"][c["args"].index("--host") + 1] == "0.0.0.0"
     assert c["command"] == ["/app/llama-server"]  # the only place that image installs it
@@ -154,7 +156,7 @@ def test_the_real_llama_server_starts_from_each_export_as_its_runtime_runs_it(re
     if server is None:
         pytest.skip("no llama-server binary (scripts/llamacpp_setup.sh)")
     space, backend, report = replayed
-    text = export.render(space, backend, report, fmt)
+    text = export.export(space, backend, report, fmt).text
     argv = as_run.exported_argv(text, fmt, tmp_path / "run")
     launcher = ["/app/llama-server"] if fmt in ("compose", "k8s") else ["llama-server"]
     args = as_run.after(argv, launcher)
