@@ -44,6 +44,18 @@ def _version() -> str:
         return "unknown"
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked (importlib.metadata costs every command
+    ~0.04 CPU-s)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        print(f"autotune {_version()}")
+        parser.exit()
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("space", help="space file (YAML)")
     p.add_argument(
@@ -77,7 +89,7 @@ def _add_heartbeat(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="autotune", description="Tune speculative decoding for an LLM inference server.")
-    p.add_argument("--version", action="version", version=f"autotune {_version()}")
+    p.add_argument("--version", action=_Version, help="show program's version number and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("study", help="measure the baseline, search with Optuna, confirm, give a verdict")

@@ -1452,11 +1452,17 @@ def label_study(
 
 
 def design_seed(study: optuna.Study) -> int:
-    """The seed of the search's design: the study's ``--seed``, else derived from its name (stable per study)."""
+    """The seed of the search's design: the study's ``--seed``, else derived from its name (stable per study). Set
+    when the study is created and never after, so it is read once per study object (the settled check asks it
+    before every trial)."""
+    known: int | None = study.__dict__.get("_autotune_design_seed")
+    if known is not None:
+        return known
     seed = study.user_attrs.get(SEED)
-    if isinstance(seed, int):
-        return seed
-    return int.from_bytes(hashlib.sha256(study.study_name.encode()).digest()[:4], "little")
+    if not isinstance(seed, int):
+        seed = int.from_bytes(hashlib.sha256(study.study_name.encode()).digest()[:4], "little")
+    study.__dict__["_autotune_design_seed"] = seed
+    return seed
 
 
 class WorkerSpec(TypedDict, total=False):

@@ -496,19 +496,20 @@ def _optimize(
     trial claims its place (user attr ``claimed``) before the lock is released, so that parallel workers never
     take the same last place. When the places left are all claimed by running trials of other workers, ``wait``
     says whether to wait for them (one of them may end as a duplicate, or its worker may be lost and its trial
-    queued again) or to return. ``stop()``, asked before each trial: the answer is settled, no more trials."""
+    queued again) or to return. ``stop()``, asked before each trial: the answer is settled, no more trials (asked
+    under the lock, on the read of the trials the count is made on: one storage read a trial, not two)."""
     waited_since: float | None = None
     while True:
-        with records.reading(ctx.study):  # one read of the trials for the cap and the settled check
-            if len(records.trials(ctx.study)) >= cap:
-                return
-            if deadline is not None and ctx.clock.now() >= deadline:
-                return
-            if stop is not None and stop():
-                return
         with contextlib.ExitStack() as held:
             held.enter_context(study_lock(ctx.study))
-            done, running = records.used_budget(ctx.study)
+            with records.reading(ctx.study):  # one read of the trials for the cap, the settled check and the count
+                if len(records.trials(ctx.study)) >= cap:
+                    return
+                if deadline is not None and ctx.clock.now() >= deadline:
+                    return
+                if stop is not None and stop():
+                    return
+                done, running = records.used_budget(ctx.study)
             if done >= target:
                 return
             if done + running >= target:

@@ -68,7 +68,15 @@ def make_storage(url: str, *, heartbeat_s: int | None = None) -> optuna.storages
     heartbeats is failed and retried once, ``RetryLostTrial``) and retries of connection errors
     (``RetryingRDBStorage``)."""
     if url.startswith("sqlite"):
-        storage = _schema_race(lambda: optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}}))
+        # a database file this call creates has the schema of the Optuna creating it: its compatibility check
+        # (alembic loading its migration scripts a second time) is skipped
+        db = sqlite_path(url)
+        fresh = db is not None and not db.exists()
+        storage = _schema_race(
+            lambda: optuna.storages.RDBStorage(
+                url, engine_kwargs={"connect_args": {"timeout": 30}}, skip_compatibility_check=fresh
+            )
+        )
         _sqlite_pragmas(storage)
         return storage
     interval = int(heartbeat_s or HEARTBEAT_INTERVAL_S)

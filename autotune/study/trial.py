@@ -441,7 +441,7 @@ class Objective:
         t.record.levels(summaries)
         self.ctx.emit(Event("level", t.number, {k: getattr(summaries[-1], k) for k in LEVEL_EVENT_KEYS}))
         if baseline is not None and lv.level != obj.levels[-1] and t.trial.should_prune():
-            d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
+            d = self.ctx.pruner.decide(self.ctx.study, _optuna.latest(t.trial))
             raise Lost(d.reason if d else "pruned", d.upper_bound if d else None)
 
     def _launch(self, t: _Trial, config: TrialConfig) -> Session:
@@ -495,7 +495,7 @@ class Objective:
         if baseline is not None and i < n - 1 and self.ctx.pruner.enabled:
             # one decision per prompt, with its numbers (the study's pruner is the same rule: Optuna's
             # should_prune() would compute it a second time)
-            d = self.ctx.pruner.decide(self.ctx.study, _optuna.frozen(t.trial))
+            d = self.ctx.pruner.decide(self.ctx.study, _optuna.latest(t.trial))
             if d is not None and d.prune:
                 self._record_speedup(t, results, baseline, self.ctx.objective)
                 raise Lost(d.reason, d.upper_bound, d.rule, d.against)

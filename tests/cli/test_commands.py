@@ -26,6 +26,29 @@ def test_the_cli_imports_no_study_machinery_for_help():
     assert out.strip() == "[]"
 
 
+def test_the_signal_handler_s_module_loads_no_http_client():
+    """Every command imports ``autotune.process.server`` (the CLI's signal handler); the runner and its HTTP client
+    load only where a real server is run (``autotune.process``'s names load on first use)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, autotune.process.server; before = 'httpx' in sys.modules; "
+        "from autotune.process import ProcessRunner, reap_leftovers; print(before, 'httpx' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
+
+
+def test_version_prints_the_installed_version():
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    done = subprocess.run([sys.executable, "-m", "autotune", "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"autotune {version('autotune')}\n", "")
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [

@@ -187,3 +187,27 @@ def test_reading_serves_one_snapshot_inside_and_the_study_outside(tmp_path):
         assert len(records.trials(study)) == 1  # the inner reading left the outer snapshot in place
     assert [t.state for t in records.trials(study)] == [TrialState.COMPLETE, TrialState.FAIL]
     assert [t.number for t in records.trials(study, (TrialState.FAIL,))] == [1]
+
+
+def test_the_running_trial_as_this_process_wrote_it_is_what_the_storage_holds(tmp_path):
+    """``_optuna.latest`` (what the pruner decides on after each prompt, no storage read): the running trial's
+    params, user attrs (the enqueued ones too) and reported values, as ``_optuna.frozen`` reads them back."""
+    from autotune.config import PromptResult
+    from autotune.study import _optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", direction="maximize")
+    study.enqueue_trial({"cuda_graph": True}, user_attrs={"role": "speculative"})
+    trial = study.ask()
+    trial.suggest_categorical("cuda_graph", [False, True])
+    trial.suggest_categorical("drafter", ["good", "bad"])
+    trial.suggest_int("num_draft_tokens", 2, 64)
+    records.TrialWriter(trial).prompts([PromptResult(0, 100, 2.0), PromptResult(1, 80, 1.0)])
+    trial.report(50.0, 0)
+    trial.report(80.0, 1)
+
+    def seen(t):
+        return t.number, t.state, t.params, t.user_attrs, t.intermediate_values
+
+    assert seen(_optuna.latest(trial)) == seen(_optuna.frozen(trial))
+    assert _optuna.latest(trial).intermediate_values == {0: 50.0, 1: 80.0}
