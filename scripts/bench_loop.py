@@ -7,6 +7,10 @@ tar -x -C DIR``), the two alternated run by run, so that both see the same machi
 trials, verdict and recommendation; elapsed times removed) must be identical between the two, or the script says
 so and exits 1.
 
+Each package runs once untimed first, with Python's bytecode cache on (``PYTHONDONTWRITEBYTECODE`` removed from the
+child's environment: this machine sets it), so the timed runs read compiled modules as an installed package does;
+``--cold`` times the first runs' cost instead, every source compiled again in every run (~0.35 CPU-s here).
+
     python scripts/bench_loop.py                      # writes docs/benchmarks.{md,json} (section "loop")
     git archive 327fd54 autotune | tar -x -C /tmp/before && python scripts/bench_loop.py --before /tmp/before --runs 3
 """
@@ -38,11 +42,14 @@ COMMAND = ["-m", "autotune", "study", SPACE, "--simulate", "--in-process"]
 _CLOCK = re.compile(r"\d+m\d+s|\d+(\.\d+)? s\b|GPU time.*|saved .*")
 
 
-def one_run(package: Path, n_trials: int, timeout_s: float) -> tuple[float, str]:
+def one_run(package: Path, n_trials: int, timeout_s: float, cold: bool = False) -> tuple[float, str]:
     """CPU seconds (user + system) of one study in a fresh folder, and its output without clock readings."""
     with tempfile.TemporaryDirectory(prefix="bench-loop-") as tmp:
         shutil.copytree(ROOT / "spaces", Path(tmp) / "spaces")
-        env = {**os.environ, "PYTHONPATH": str(package)}
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPATH"] = str(package)
+        if cold:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.Popen(
             [sys.executable, *COMMAND, "--n-trials", str(n_trials)],
@@ -72,13 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before", type=Path, help="another checkout's package root, measured alternately")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds one study may run")
     p.add_argument("--out", type=Path, default=ROOT / "docs")
+    p.add_argument("--cold", action="store_true", help="no bytecode cache: every run compiles every module")
     a = p.parse_args(argv)
     versions = {"after": ROOT} if a.before is None else {"before": a.before, "after": ROOT}
     cpu: dict[str, list[float]] = {v: [] for v in versions}
     outputs: dict[str, str] = {}
+    if not a.cold:  # compile each package's modules once, untimed
+        for package in versions.values():
+            one_run(package, 2, a.timeout)
     for _ in range(a.runs):
         for name, package in versions.items():
-            seconds, out = one_run(package, a.n_trials, a.timeout)
+            seconds, out = one_run(package, a.n_trials, a.timeout, a.cold)
             cpu[name].append(seconds)
             outputs.setdefault(name, out)
     same = len(set(outputs.values())) == 1
@@ -91,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "median_cpu_s": {v: round(statistics.median(xs), 2) for v, xs in cpu.items()},
         "same_output": same,
         "before": None if a.before is None else str(a.before),
+        "bytecode": "none (--cold)" if a.cold else "cached (one untimed run per package first)",
     }
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / "benchmarks.json"
@@ -105,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f" After / before: {result['median_cpu_s']['after'] / result['median_cpu_s']['before']:.2f}x."
     body = (
         "## The loop's own CPU (scripts/bench_loop.py)\n\n"
-        f"Produced by `python scripts/bench_loop.py{'' if a.before is None else ' --before ' + str(a.before)}` on "
-        f"{result['when']} ({result['machine']}): `{result['command']}`, user + system CPU seconds of the study's "
-        "process, the versions alternated run by run. Target of #44: at most 5 CPU-s.\n\n"
+        f"Produced by `python scripts/bench_loop.py{'' if a.before is None else ' --before ' + str(a.before)}"
+        f"{' --cold' if a.cold else ''}` on {result['when']} ({result['machine']}): `{result['command']}`, user + "
+        "system CPU seconds of the study's process, the versions alternated run by run; bytecode "
+        f"{result['bytecode']}. Target of #44: at most 5 CPU-s.\n\n"
         "| version | runs (CPU-s) | median |\n|---|---|---|\n"
         f"{rows}\n\n"
         f"Same trials, verdict and recommendation in every version: {'yes' if same else '**no**'}.{ratio}\n"

@@ -89,8 +89,9 @@ def test_kept_runs_continue_a_cut_benchmark(tmp_path):
 
 
 def test_bench_loop_tiny(tmp_path):
-    """Two short studies of this checkout, alternated as before/after: each run's CPU seconds are recorded, the
-    two outputs compare equal (the same package), and only its own section and key are written."""
+    """Two short studies of this checkout, alternated as before/after (after an untimed run that compiles each
+    package): each run's CPU seconds are recorded, the two outputs compare equal (the same package), and only its
+    own section and key are written."""
     (tmp_path / "benchmarks.json").write_text(json.dumps({"search": {"kept": True}}))
     rc = bench_loop.main(["--runs", "1", "--n-trials", "6", "--before", str(SCRIPTS.parent), "--out", str(tmp_path)])
     assert rc == 0
@@ -99,6 +100,7 @@ def test_bench_loop_tiny(tmp_path):
     loop = data["loop"]
     assert loop["same_output"] is True and set(loop["cpu_s"]) == {"before", "after"}
     assert all(len(xs) == 1 and xs[0] > 0 for xs in loop["cpu_s"].values())
+    assert loop["bytecode"].startswith("cached")
     assert "<!-- begin loop -->" in (tmp_path / "benchmarks.md").read_text()
 
 
