@@ -38,6 +38,7 @@ from autotune.backends.sglang_methods import (
     OLD_MAX_BS_FLAG,
     PER_PHASE,
     TREE_KNOBS,
+    AdaptiveEntry,
     MethodTree,
     cuda_graph_max_bs_flag,
     cuda_graph_off_flags,
@@ -441,13 +442,13 @@ class SGLangBackend(Backend):
         api: str = "completions",
         model: str | None = None,
         request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, dict[str, object]]:
         """Native ``/generate`` (carries acceptance per request); ``api == "chat"``: OpenAI chat."""
         if api == "chat":
             return super().request(
                 prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model, request=request
             )
-        sampling: dict[str, Any] = {"max_new_tokens": int(max_tokens), "temperature": float(temperature)}
+        sampling: dict[str, float] = {"max_new_tokens": int(max_tokens), "temperature": float(temperature)}
         if request is not None and request.top_p is not None:
             sampling["top_p"] = float(request.top_p)
         return "/generate", {"text": prompt, "sampling_params": sampling, "stream": True}
@@ -461,7 +462,7 @@ class SGLangBackend(Backend):
         api: str = "completions",
         model: str | None = None,
         request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, dict[str, object]]:
         """Native ``/generate``, not streamed, with ``return_logprob``, ``top_logprobs_num`` and token texts."""
         if api == "chat":
             return super().reference_request(
@@ -541,7 +542,7 @@ def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, str 
     return out
 
 
-def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, Any]:
+def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, AdaptiveEntry]:
     """SGLang's ``--speculative-adaptive-config`` file: per batch-size range of ``schedule.batch_ranges``, keyed by its
     first batch size, ``{"candidate_steps": [K]}`` with the schedule's draft length there (0: no speculation). SGLang
     0.5.23 (``speculative/adaptive_spec_params.py``) routes a decode batch to the entry with the largest key not above
