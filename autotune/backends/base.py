@@ -366,7 +366,7 @@ class Backend(ABC):
             return "/v1/chat/completions", {**body, **_chat_turns(prompt, request), **self.body_extra}
         return "/v1/completions", {**body, "prompt": prompt, **self.body_extra}
 
-    def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
+    def parse_chunk(self, obj: Mapping[str, object]) -> ChunkInfo:
         """Read one streamed JSON chunk of a server launched with its default output settings."""
         return parse_openai_chunk(obj)
 
@@ -397,7 +397,7 @@ class Backend(ABC):
         body.update({"prompt": prompt, self.top_n_field: int(top_n), **self.body_extra})
         return "/v1/completions", body
 
-    def parse_reference(self, obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
+    def parse_reference(self, obj: Mapping[str, object], index: int) -> ReferenceOutput | None:
         """The reference answer in a ``reference_request`` response (None: no log-probabilities in it)."""
         return parse_openai_logprobs(obj, index)
 

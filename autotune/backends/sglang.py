@@ -477,12 +477,12 @@ class SGLangBackend(Backend):
             "return_text_in_logprobs": True,
         }
 
-    def parse_reference(self, obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
+    def parse_reference(self, obj: Mapping[str, object], index: int) -> ReferenceOutput | None:
         if "meta_info" not in obj:
             return super().parse_reference(obj, index)
         return parse_generate_logprobs(obj, index)
 
-    def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
+    def parse_chunk(self, obj: Mapping[str, object]) -> ChunkInfo:
         """A ``/generate`` chunk (text so far: SGLang's default) or an OpenAI chunk."""
         if "meta_info" not in obj:
             return parse_openai_chunk(obj)
@@ -493,7 +493,7 @@ class SGLangBackend(Backend):
         if not incremental_output(space):
             return self.parse_chunk
 
-        def parse_deltas(obj: dict[str, Any]) -> ChunkInfo:
+        def parse_deltas(obj: Mapping[str, object]) -> ChunkInfo:
             info = self.parse_chunk(obj)
             return dataclasses.replace(info, cumulative=False) if info.cumulative else info
 
