@@ -700,6 +700,14 @@ class ConfirmationState:
                 out[k] = _ENCODE[k](v) if k in _ENCODE and v is not None else v
         return out
 
+    def __getitem__(self, key: str) -> Any:
+        """The stored (JSON) form of one key, for readers of the study attr's shape."""
+        return self.to_dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``self[key]``, or ``default`` when the state has no such key (the benchmark scripts read it so)."""
+        return self.to_dict().get(key, default)
+
 
 _FIELDS = frozenset(f.name for f in fields(ConfirmationState))
 _DECODE: dict[str, Callable[[Any], object]] = {
