@@ -63,7 +63,7 @@ class Problem:
 # -- the algorithm -------------------------------------------------------------------------------------------
 
 
-def _eagle3_evidence(cfg: Mapping[str, Any]) -> list[str]:
+def _eagle3_evidence(cfg: Mapping[str, object]) -> list[str]:
     """Why a drafter config looks like EAGLE-3 (empty: it does not)."""
     why: list[str] = []
     archs = _architectures(cfg)
@@ -85,7 +85,7 @@ def _eagle3_evidence(cfg: Mapping[str, Any]) -> list[str]:
     return why
 
 
-def derive_algorithm(drafter_config: Mapping[str, Any]) -> str | None:
+def derive_algorithm(drafter_config: Mapping[str, object]) -> str | None:
     """``"EAGLE3"``, ``"EAGLE"`` or None (cannot tell) from a drafter's ``config.json`` contents.
 
     EAGLE-3: ``architectures`` contain "Eagle3", or ``eagle_config.use_aux_hidden_state`` /
@@ -127,7 +127,7 @@ def resolved_algorithm(space: Space, drafter_name: str) -> str:
     return algo
 
 
-def _undeterminable(drafter: DrafterSpec, cfg: Mapping[str, Any]) -> str:
+def _undeterminable(drafter: DrafterSpec, cfg: Mapping[str, object]) -> str:
     archs = ", ".join(_architectures(cfg)) or "none"
     return (
         f"drafter {drafter.name}: cannot tell from its config.json (architectures: {archs}) whether it is an "
@@ -210,7 +210,7 @@ def _searched_drafters(space: Space) -> list[tuple[int, DrafterSpec]]:
     return [(i, d) for i, d in enumerate(space.drafters) if d.name in names]
 
 
-def _target_config(space: Space, problems: list[Problem]) -> tuple[dict[str, Any] | None, str | None]:
+def _target_config(space: Space, problems: list[Problem]) -> tuple[dict[str, object] | None, str | None]:
     path = Path(space.server.model_path) / "config.json"
     cfg, why = _read_json(path)
     if cfg is None:
@@ -227,7 +227,7 @@ def _check_drafter(
     space: Space,
     i: int,
     d: DrafterSpec,
-    target: dict[str, Any] | None,
+    target: dict[str, object] | None,
     problems: list[Problem],
     algorithm_flag: Callable[[str], str],
 ) -> None:
@@ -274,7 +274,12 @@ def _is_checkpoint_dir(add: Any, d: DrafterSpec, root: Path) -> bool:
 
 
 def _check_shapes(
-    add: Any, root: Path, cfg: Mapping[str, Any], target: Mapping[str, Any] | None, file: str, algorithm: str | None
+    add: Any,
+    root: Path,
+    cfg: Mapping[str, object],
+    target: Mapping[str, object] | None,
+    file: str,
+    algorithm: str | None,
 ) -> None:
     """An EAGLE drafter's hidden size and aux layers against the target (when its config was read), and its
     vocabulary."""
@@ -287,7 +292,7 @@ def _check_shapes(
     _check_vocab(add, root, cfg, target, file, algorithm)
 
 
-def _contradiction(flag: str, derived: str, forced: str, cfg: Mapping[str, Any]) -> str:
+def _contradiction(flag: str, derived: str, forced: str, cfg: Mapping[str, object]) -> str:
     """Why a forced algorithm contradicts the checkpoint (``flag``: how to launch the derived one)."""
     if derived == "EAGLE3":
         evidence = "; ".join(_eagle3_evidence(cfg))
@@ -309,7 +314,7 @@ def _contradiction(flag: str, derived: str, forced: str, cfg: Mapping[str, Any])
     )
 
 
-def _check_hidden(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any], file: str) -> None:
+def _check_hidden(add: Any, cfg: Mapping[str, object], target: Mapping[str, object], file: str) -> None:
     t_hidden = target.get("hidden_size")
     key = "target_hidden_size" if _is_int(cfg.get("target_hidden_size")) else "hidden_size"
     d_hidden = cfg.get(key)
@@ -320,7 +325,7 @@ def _check_hidden(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any], f
         add("error", msg, file=file)
 
 
-def _check_aux_layers(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any], file: str) -> None:
+def _check_aux_layers(add: Any, cfg: Mapping[str, object], target: Mapping[str, object], file: str) -> None:
     eagle = cfg.get("eagle_config")
     ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, Mapping) else None
     key = "eagle_config.eagle_aux_hidden_state_layer_ids"
@@ -341,10 +346,15 @@ def _check_aux_layers(add: Any, cfg: Mapping[str, Any], target: Mapping[str, Any
 
 
 def _check_vocab(
-    add: Any, root: Path, cfg: Mapping[str, Any], target: Mapping[str, Any] | None, file: str, algorithm: str | None
+    add: Any,
+    root: Path,
+    cfg: Mapping[str, object],
+    target: Mapping[str, object] | None,
+    file: str,
+    algorithm: str | None,
 ) -> None:
-    d_vocab = cfg.get("vocab_size") if _is_int(cfg.get("vocab_size")) else None
-    t_vocab = target.get("vocab_size") if target is not None and _is_int(target.get("vocab_size")) else None
+    d_vocab = dv if _is_int(dv := cfg.get("vocab_size")) else None
+    t_vocab = tv if target is not None and _is_int(tv := target.get("vocab_size")) else None
     if d_vocab is not None and t_vocab is not None and d_vocab != t_vocab:
         msg = f"vocab_size {d_vocab} differs from the target's vocab_size {t_vocab}: the drafter may have been trained"
         add("warning", msg + " with another tokenizer (padding differences are harmless)", file=file)
@@ -424,7 +434,7 @@ def _check_context(
     drafter: str | None,
     field: str,
     file: str | None,
-    cfg: Mapping[str, Any],
+    cfg: Mapping[str, object],
 ) -> None:
     """``max_position_embeddings`` against the longest prompt (estimated tokens) plus ``benchmark.max_tokens``."""
     longest = max((estimate_tokens(p.text) for p in space.benchmark.prompts), default=0)
@@ -442,7 +452,7 @@ def _check_context(
 # -- reading configs ---------------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> tuple[dict[str, Any] | None, str]:
+def _read_json(path: Path) -> tuple[dict[str, object] | None, str]:
     """(the JSON object, "") or (None, why not)."""
     try:
         with open(path, "rb") as f:
@@ -460,7 +470,7 @@ def _read_json(path: Path) -> tuple[dict[str, Any] | None, str]:
     return obj, ""
 
 
-def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+def _text_config(cfg: dict[str, object]) -> dict[str, object]:
     """Multimodal configs (e.g. Kimi-K2.5's) nest the language model's settings under ``text_config``."""
     for key in ("text_config", "language_config", "llm_config"):
         inner = cfg.get(key)
@@ -469,12 +479,12 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def _architectures(cfg: Mapping[str, Any]) -> list[str]:
+def _architectures(cfg: Mapping[str, object]) -> list[str]:
     archs = cfg.get("architectures")
     if isinstance(archs, str):
         return [archs]
     return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
 
-def _is_int(v: Any) -> TypeGuard[int]:
+def _is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)

@@ -95,7 +95,7 @@ from autotune.errors import (
 from autotune.space.model import TrafficInfo
 from autotune.stats import Interval
 from autotune.verdict import ToSettle, Verdict
-from autotune.warmup import WarmUp
+from autotune.warmup import WarmUp, WarmUpJSON
 
 ROLE = "role"
 SEEDED = "seeded"
@@ -224,6 +224,35 @@ def _graph(key: str) -> bool:
     return _GRAPHS[key]
 
 
+class RoundLevelsJSON(TypedDict, total=False):
+    """``RoundLevels`` stored: CUDA-graph settings / trial numbers, then load levels, as strings."""
+
+    baseline: dict[str, dict[str, float]]
+    candidates: dict[str, dict[str, float]]
+
+
+class StartRecordJSON(TypedDict):
+    tok_per_s: NotRequired[list[list[float]]]
+    startup_s: float
+    seconds: float
+    warmup: NotRequired[WarmUpJSON]
+    failed_s: NotRequired[list[float]]
+
+
+class RoundStartsJSON(TypedDict, total=False):
+    baseline: dict[str, StartRecordJSON]
+    candidates: dict[str, StartRecordJSON]
+
+
+class RoundJSON(TypedDict, total=False):
+    """``Round`` stored: tok/s by CUDA-graph setting (``"True"``/``"False"``) and by trial number (a string)."""
+
+    baseline: dict[str, float]
+    candidates: dict[str, float]
+    levels: RoundLevelsJSON | None
+    starts: RoundStartsJSON | None
+
+
 @dataclass
 class RoundLevels:
     """With load levels: each start's ``{level: tok/s}``, baselines by setting, candidates by trial number."""
@@ -232,7 +261,7 @@ class RoundLevels:
     candidates: dict[int, dict[int, float]] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RoundLevels:
+    def from_dict(cls, d: RoundLevelsJSON) -> RoundLevels:
         return cls(
             {_graph(k): {int(c): v for c, v in lv.items()} for k, lv in (d.get("baseline") or {}).items()},
             {int(k): {int(c): v for c, v in lv.items()} for k, lv in (d.get("candidates") or {}).items()},
@@ -258,7 +287,7 @@ class StartRecord:
     failed_s: tuple[float, ...] = ()
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> StartRecord:
+    def from_dict(cls, d: StartRecordJSON) -> StartRecord:
         return cls(
             [list(map(float, p)) for p in d.get("tok_per_s") or []],
             float(d["startup_s"]),
@@ -284,7 +313,7 @@ class RoundStarts:
     candidates: dict[int, StartRecord] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RoundStarts:
+    def from_dict(cls, d: RoundStartsJSON) -> RoundStarts:
         return cls(
             {_graph(k): StartRecord.from_dict(v) for k, v in (d.get("baseline") or {}).items()},
             {int(k): StartRecord.from_dict(v) for k, v in (d.get("candidates") or {}).items()},
@@ -308,7 +337,7 @@ class Round:
     starts: RoundStarts | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Round:
+    def from_dict(cls, d: RoundJSON) -> Round:
         lv, st = d.get("levels"), d.get("starts")
         return cls(
             {_graph(k): v for k, v in (d.get("baseline") or {}).items()},
@@ -329,7 +358,7 @@ class Round:
         return out
 
 
-def rounds_from(stored: list[dict[str, Any]] | None) -> list[Round]:
+def rounds_from(stored: list[RoundJSON] | None) -> list[Round]:
     return [Round.from_dict(r) for r in stored or []]
 
 
@@ -362,6 +391,17 @@ class _Stored:
 
     def to_dict(self) -> dict[str, object]:
         return {k: _json(v) for k, v in self.__dict__.items()}
+
+
+class CandidateResultJSON(TypedDict):
+    trial: int
+    config: NotRequired[Config]
+    tok_per_s: NotRequired[list[float]]
+    baseline_tok_per_s: NotRequired[list[float | None]]
+    speedup_ci: NotRequired[dict[str, float] | None]
+    deploy_baseline_tok_per_s: NotRequired[list[float | None]]
+    deploy_speedup_ci: NotRequired[dict[str, float] | None]
+    dropped: NotRequired[bool]
 
 
 @dataclass(frozen=True)
@@ -404,7 +444,7 @@ class CandidateResult(_Stored):
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CandidateResult:
+    def from_dict(cls, d: CandidateResultJSON) -> CandidateResult:
         return cls(
             int(d["trial"]),
             d.get("config") or {},
@@ -421,6 +461,13 @@ class CandidateResult(_Stored):
 LevelIntervals = dict[int, Interval | None]
 
 
+class LevelVerdictJSON(TypedDict):
+    level: int
+    trial: NotRequired[int | None]
+    speedup_ci: NotRequired[dict[str, float] | None]
+    verdict: str
+
+
 @dataclass(frozen=True)
 class LevelVerdict(_Stored):
     """One load level's verdict (``autotune.study.levels.level_verdicts``): the candidate with the best point
@@ -432,7 +479,7 @@ class LevelVerdict(_Stored):
     verdict: Verdict
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LevelVerdict:
+    def from_dict(cls, d: LevelVerdictJSON) -> LevelVerdict:
         return cls(int(d["level"]), d.get("trial"), _ci_from(d.get("speedup_ci")), Verdict(d["verdict"]))
 
 
@@ -442,6 +489,14 @@ def _level_results_from(stored: dict[str, dict[str, dict[str, float] | None]]) -
 
 def _level_results_to(per: dict[int, LevelIntervals]) -> dict[str, dict[str, dict[str, float] | None]]:
     return {str(n): {str(c): _ci(iv) for c, iv in ivs.items()} for n, ivs in per.items()}
+
+
+class ExclusionJSON(TypedDict):
+    trial: int
+    kind: str
+    config: NotRequired[Config | None]
+    reason: NotRequired[str | None]
+    speedup: NotRequired[float | None]
 
 
 @dataclass(frozen=True)
@@ -458,7 +513,7 @@ class Exclusion:
     in_confirmation: bool = False  # its starts failed in a confirmation round (``ConfirmationState.failed``)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Exclusion:
+    def from_dict(cls, d: ExclusionJSON) -> Exclusion:
         return cls(
             int(d["trial"]),
             str(d["kind"]),
@@ -476,6 +531,16 @@ class Exclusion:
         return out
 
 
+class BaselineCheckJSON(TypedDict):
+    cuda_graph: str
+    search_tok_per_s: float
+    fresh_tok_per_s: float
+    fresh: list[float]
+    ratio: float
+    limit: float
+    flagged: bool
+
+
 @dataclass(frozen=True)
 class BaselineCheck(_Stored):
     """The search's baseline of one CUDA-graph setting (``cuda_graph`` as stored: ``"True"``/``"False"``) against
@@ -491,9 +556,16 @@ class BaselineCheck(_Stored):
     flagged: bool
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BaselineCheck:
+    def from_dict(cls, d: BaselineCheckJSON) -> BaselineCheck:
         search, fresh = d["search_tok_per_s"], tuple(d["fresh"])
         return cls(str(d["cuda_graph"]), search, d["fresh_tok_per_s"], fresh, d["ratio"], d["limit"], d["flagged"])
+
+
+class SuspectPruneJSON(TypedDict):
+    trial: int
+    cuda_graph: str
+    speedup_upper: NotRequired[float | None]
+    corrected_upper: NotRequired[float | None]
 
 
 @dataclass(frozen=True)
@@ -507,8 +579,16 @@ class SuspectPrune(_Stored):
     corrected_upper: float | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SuspectPrune:
+    def from_dict(cls, d: SuspectPruneJSON) -> SuspectPrune:
         return cls(int(d["trial"]), str(d["cuda_graph"]), d.get("speedup_upper"), d.get("corrected_upper"))
+
+
+class FailedCandidateJSON(TypedDict):
+    trial: int
+    kind: str
+    reason: str
+    round: int
+    failed_s: NotRequired[list[float]]
 
 
 @dataclass(frozen=True)
@@ -527,7 +607,7 @@ class FailedCandidate(_Stored):
         return Exclusion(self.trial, self.kind, config, self.reason, None, in_confirmation=True)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FailedCandidate:
+    def from_dict(cls, d: FailedCandidateJSON) -> FailedCandidate:
         failed_s = tuple(float(s) for s in d.get("failed_s") or ())
         return cls(int(d["trial"]), str(d["kind"]), str(d["reason"]), int(d["round"]), failed_s)
 
@@ -594,7 +674,7 @@ class ConfirmationState:
         return s
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ConfirmationState:
+    def from_dict(cls, d: Mapping[str, object]) -> ConfirmationState:
         s = cls.__new__(cls)
         object.__setattr__(s, "rounds", [])
         extra: dict[str, object] = {}
@@ -609,9 +689,9 @@ class ConfirmationState:
                 s.__dict__.setdefault("_order", []).append(k)
         return s
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         extra = self.__dict__.get("_extra", {})
-        out = {}
+        out: dict[str, object] = {}
         for k in self.__dict__.get("_order", []):
             if k in extra:
                 out[k] = extra[k]

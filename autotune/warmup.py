@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,14 @@ def shift(before: Sequence[float], after: Sequence[float]) -> float:
     return math.exp(sum(logs) / len(logs)) - 1.0 if logs else 0.0
 
 
+class WarmUpJSON(TypedDict, total=False):
+    """``WarmUp``'s stored form (a trial's user attr ``warmup``, a confirmation start's ``warmup``)."""
+
+    tok_per_s: list[list[float]]
+    seconds: float
+    steady: bool | None
+
+
 @dataclass(frozen=True)
 class WarmUp:
     """What one start's warm-up passes measured: each pass's per-prompt tok/s and their seconds; ``steady``: None
@@ -66,11 +74,11 @@ class WarmUp:
         """The last pass over the one before (None with fewer than two)."""
         return shift(self.tok_per_s[-2], self.tok_per_s[-1]) if self.passes >= 2 else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> WarmUpJSON:
         return {"tok_per_s": [list(p) for p in self.tok_per_s], "seconds": self.seconds, "steady": self.steady}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> WarmUp:
+    def from_dict(cls, d: WarmUpJSON | None) -> WarmUp:
         d = d or {}
         return cls(
             tuple(tuple(float(x) for x in p) for p in d.get("tok_per_s") or ()),

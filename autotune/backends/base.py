@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NotRequired, TypedDict
 
 from autotune import checks
 from autotune.acceptance import AcceptPositions
@@ -348,11 +348,11 @@ class Backend(ABC):
         api: str = "completions",
         model: str | None = None,
         request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, dict[str, object]]:
         """One streaming request for ``prompt``: (path, JSON body). Default: the OpenAI API. ``request``: the space's
         prompt, whose logged ``top_p``, chat turns (``messages``, for the chat API) and thinking switch are sent as
         logged (``max_tokens`` and ``temperature`` come resolved: the caller's limits apply)."""
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "max_tokens": int(max_tokens),
             "temperature": float(temperature),
             "stream": True,
@@ -366,7 +366,7 @@ class Backend(ABC):
             return "/v1/chat/completions", {**body, **_chat_turns(prompt, request), **self.body_extra}
         return "/v1/completions", {**body, "prompt": prompt, **self.body_extra}
 
-    def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
+    def parse_chunk(self, obj: Mapping[str, object]) -> ChunkInfo:
         """Read one streamed JSON chunk of a server launched with its default output settings."""
         return parse_openai_chunk(obj)
 
@@ -384,11 +384,11 @@ class Backend(ABC):
         api: str = "completions",
         model: str | None = None,
         request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, dict[str, object]]:
         """One non-streaming temperature-0 request for ``prompt`` that asks for the ``top_n`` most likely tokens at
         every position (the lossless check's reference): (path, JSON body). Default: the OpenAI API. ``request``:
         as ``request``'s, its chat turns and thinking switch (its sampling not: the reference is greedy)."""
-        body: dict[str, Any] = {"max_tokens": int(max_tokens), "temperature": 0.0, "stream": False}
+        body: dict[str, object] = {"max_tokens": int(max_tokens), "temperature": 0.0, "stream": False}
         if model:
             body["model"] = model
         if api == "chat":
@@ -397,7 +397,7 @@ class Backend(ABC):
         body.update({"prompt": prompt, self.top_n_field: int(top_n), **self.body_extra})
         return "/v1/completions", body
 
-    def parse_reference(self, obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
+    def parse_reference(self, obj: Mapping[str, object], index: int) -> ReferenceOutput | None:
         """The reference answer in a ``reference_request`` response (None: no log-probabilities in it)."""
         return parse_openai_logprobs(obj, index)
 
@@ -410,11 +410,16 @@ class Backend(ABC):
         return None
 
 
-def _chat_turns(prompt: str, request: Prompt | None) -> dict[str, Any]:
+class ChatTurns(TypedDict):
+    messages: list[dict[str, str]]
+    chat_template_kwargs: NotRequired[dict[str, bool]]
+
+
+def _chat_turns(prompt: str, request: Prompt | None) -> ChatTurns:
     """The chat API's ``messages`` (a logged request's turns, else ``prompt`` as the one user turn) and its thinking
     switch (``chat_template_kwargs.enable_thinking``) where the request has one."""
     turns = request.messages if request is not None and request.messages else (("user", prompt),)
-    out: dict[str, Any] = {"messages": [{"role": role, "content": content} for role, content in turns]}
+    out: ChatTurns = {"messages": [{"role": role, "content": content} for role, content in turns]}
     if request is not None and request.thinking is not None:
         out["chat_template_kwargs"] = {"enable_thinking": bool(request.thinking)}
     return out

@@ -534,7 +534,7 @@ class LlamaCppBackend(Backend):
     #: ``top_logprobs``
     top_n_field = "n_probs"
 
-    def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
+    def parse_chunk(self, obj: Mapping[str, object]) -> ChunkInfo:
         """An OpenAI chunk; a chunk carrying ``timings`` (llama.cpp's last ones) also gives the acceptance length."""
         info = parse_openai_chunk(obj)
         timings = obj.get("timings")

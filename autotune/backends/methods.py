@@ -136,7 +136,7 @@ class MethodWalk(ABC):
         return TrialConfig.make(drafter, bool(cg), method=method, **self.walk_knobs(ask, space, method))
 
     @abstractmethod
-    def walk_knobs(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
+    def walk_knobs(self, ask: Any, space: Space, method: str) -> Mapping[str, KnobValue]:
         """The knobs of ``method``, each asked of ``ask`` (``OptunaAsk`` or ``ReplayAsk``) in the tree's order."""
 
     def suggest(self, trial: optuna.trial.BaseTrial, space: Space) -> TrialConfig:
@@ -207,9 +207,9 @@ class FlatMethods(MethodWalk):
 
     # -- the walk ------------------------------------------------------------------------------------------
 
-    def walk_knobs(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
+    def walk_knobs(self, ask: Any, space: Space, method: str) -> Mapping[str, KnobValue]:
         cat = self.catalogue[method]
-        knobs: dict[str, Any] = {}
+        knobs: dict[str, KnobValue] = {}
         for top, bottom, low in self.pairs:
             if top in cat.knobs:
                 knobs.update(self._walk_pair(ask, space, method, top, bottom, low))

@@ -38,6 +38,7 @@ from autotune.backends.sglang_methods import (
     OLD_MAX_BS_FLAG,
     PER_PHASE,
     TREE_KNOBS,
+    AdaptiveEntry,
     MethodTree,
     cuda_graph_max_bs_flag,
     cuda_graph_off_flags,
@@ -441,13 +442,13 @@ class SGLangBackend(Backend):
         api: str = "completions",
         model: str | None = None,
         request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, dict[str, object]]:
         """Native ``/generate`` (carries acceptance per request); ``api == "chat"``: OpenAI chat."""
         if api == "chat":
             return super().request(
                 prompt, max_tokens=max_tokens, temperature=temperature, api=api, model=model, request=request
             )
-        sampling: dict[str, Any] = {"max_new_tokens": int(max_tokens), "temperature": float(temperature)}
+        sampling: dict[str, float] = {"max_new_tokens": int(max_tokens), "temperature": float(temperature)}
         if request is not None and request.top_p is not None:
             sampling["top_p"] = float(request.top_p)
         return "/generate", {"text": prompt, "sampling_params": sampling, "stream": True}
@@ -461,7 +462,7 @@ class SGLangBackend(Backend):
         api: str = "completions",
         model: str | None = None,
         request: Prompt | None = None,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, dict[str, object]]:
         """Native ``/generate``, not streamed, with ``return_logprob``, ``top_logprobs_num`` and token texts."""
         if api == "chat":
             return super().reference_request(
@@ -476,12 +477,12 @@ class SGLangBackend(Backend):
             "return_text_in_logprobs": True,
         }
 
-    def parse_reference(self, obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
+    def parse_reference(self, obj: Mapping[str, object], index: int) -> ReferenceOutput | None:
         if "meta_info" not in obj:
             return super().parse_reference(obj, index)
         return parse_generate_logprobs(obj, index)
 
-    def parse_chunk(self, obj: dict[str, Any]) -> ChunkInfo:
+    def parse_chunk(self, obj: Mapping[str, object]) -> ChunkInfo:
         """A ``/generate`` chunk (text so far: SGLang's default) or an OpenAI chunk."""
         if "meta_info" not in obj:
             return parse_openai_chunk(obj)
@@ -492,7 +493,7 @@ class SGLangBackend(Backend):
         if not incremental_output(space):
             return self.parse_chunk
 
-        def parse_deltas(obj: dict[str, Any]) -> ChunkInfo:
+        def parse_deltas(obj: Mapping[str, object]) -> ChunkInfo:
             info = self.parse_chunk(obj)
             return dataclasses.replace(info, cumulative=False) if info.cumulative else info
 
@@ -541,7 +542,7 @@ def portable_settings(extra_args: tuple[str, ...] | list[str]) -> dict[str, str 
     return out
 
 
-def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, Any]:
+def adaptive_config(schedule: Mapping[str, Any]) -> dict[str, AdaptiveEntry]:
     """SGLang's ``--speculative-adaptive-config`` file: per batch-size range of ``schedule.batch_ranges``, keyed by its
     first batch size, ``{"candidate_steps": [K]}`` with the schedule's draft length there (0: no speculation). SGLang
     0.5.23 (``speculative/adaptive_spec_params.py``) routes a decode batch to the entry with the largest key not above

@@ -41,7 +41,7 @@ import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from autotune import checks
 from autotune.backends.methods import (
@@ -54,7 +54,7 @@ from autotune.backends.methods import (
     param_name,
     spec_values,
 )
-from autotune.config import EffectiveConfig, TrialConfig
+from autotune.config import EffectiveConfig, KnobValue, TrialConfig
 from autotune.errors import InfeasibleConfig, ValidationFailed
 from autotune.servers import KnobDomain, Method
 from autotune.space.model import Choices, ParamSpec
@@ -157,7 +157,7 @@ def run_help(argv: list[str], *, timeout_s: float) -> str | None:
     return out.decode("utf-8", "replace")
 
 
-def cuda_graph_state(info: Mapping[str, Any]) -> bool | None:
+def cuda_graph_state(info: Mapping[str, object]) -> bool | None:
     """Whether the server runs with CUDA graphs, from its server args (None: they do not say)."""
     keys = ("disable_cuda_graph", "disable_decode_cuda_graph", "disable_prefill_cuda_graph")
     seen = [bool(info[k]) for k in keys if k in info and info[k] is not None]
@@ -209,8 +209,20 @@ NGRAM_FLAGS = {
     "max_trie_depth": "--speculative-ngram-max-trie-depth",
 }
 MATCH_TYPES = ("BFS", "PROB")
-#: SGLang 0.5.23's ``DEFAULT_ADAPTIVE_CONFIG`` (``speculative/adaptive_spec_params.py``)
-DEFAULT_ADAPTIVE_CONFIG: dict[str, dict[str, Any]] = {
+
+
+class AdaptiveEntry(TypedDict, total=False):
+    """One batch-size slot of SGLang's adaptive config (``speculative/adaptive_spec_params.py``): the step counts it
+    moves between and its rule's settings (absent: SGLang's defaults)."""
+
+    candidate_steps: list[int]
+    up_hysteresis: float
+    down_hysteresis: float
+    ceiling_coeff: float
+
+
+#: SGLang 0.5.23's ``DEFAULT_ADAPTIVE_CONFIG`` (``speculative/adaptive_spec_params.py``), by batch size
+DEFAULT_ADAPTIVE_CONFIG: dict[str, AdaptiveEntry] = {
     "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0},
     "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
     "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
@@ -337,15 +349,17 @@ def parse_steps(text: Any) -> list[int] | None:
     return steps
 
 
-def adaptive_file(config: TrialConfig) -> dict[str, Any]:
+def adaptive_file(config: TrialConfig) -> dict[str, AdaptiveEntry]:
     """The ``--speculative-adaptive-config`` JSON of an adaptive config: SGLang's default with the batch-size-1
     slot's candidate steps and hysteresis from the config's knobs."""
     steps = parse_steps(config.knob("candidate_steps")) or [1, 3, 5, 7]
-    out: dict[str, Any] = json.loads(json.dumps(DEFAULT_ADAPTIVE_CONFIG))
+    out: dict[str, AdaptiveEntry] = json.loads(json.dumps(DEFAULT_ADAPTIVE_CONFIG))
     out["1"].update(
-        candidate_steps=steps,
-        up_hysteresis=float(config.knob("up_hysteresis", 0.0)),
-        down_hysteresis=float(config.knob("down_hysteresis", -0.25)),
+        {
+            "candidate_steps": steps,
+            "up_hysteresis": float(config.knob("up_hysteresis", 0.0)),
+            "down_hysteresis": float(config.knob("down_hysteresis", -0.25)),
+        }
     )
     return out
 
@@ -434,7 +448,7 @@ class MethodTree(MethodWalk):
 
     # -- the walk ------------------------------------------------------------------------------------------
 
-    def walk_knobs(self, ask: Any, space: Space, method: str) -> dict[str, Any]:
+    def walk_knobs(self, ask: Any, space: Space, method: str) -> Mapping[str, KnobValue]:
         if method == "ngram":
             return self._walk_ngram(ask, space)
         if method in ADAPTIVE_METHODS:
@@ -459,7 +473,7 @@ class MethodTree(MethodWalk):
     def steps(self, space: Space, method: str | None) -> list[int]:
         return [int(s) for s in self._values(space, method, "num_steps") if s >= 1 and self.topks(space, method, s)]
 
-    def walk_tree(self, ask: Any, space: Space, method: str | None) -> dict[str, Any]:
+    def walk_tree(self, ask: Any, space: Space, method: str | None) -> dict[str, int]:
         steps_allowed = self.steps(space, method)
         if not steps_allowed:
             where = "in the space" if method is None else f"for method {method}"
@@ -480,10 +494,10 @@ class MethodTree(MethodWalk):
         n = ask.int("num_draft_tokens", param_name(ndt_name), spec["num_draft_tokens"], ndt_allowed)
         return {"num_steps": s, "topk": k, "num_draft_tokens": n}
 
-    def _walk_ngram(self, ask: Any, space: Space) -> dict[str, Any]:
+    def _walk_ngram(self, ask: Any, space: Space) -> dict[str, KnobValue]:
         method = "ngram"
         spec = {k: self.spec(space, method, k) for k in METHODS[method].knobs}
-        out: dict[str, Any] = {}
+        out: dict[str, KnobValue] = {}
         ndt = [int(v) for v in self._values(space, method, "num_draft_tokens") if v >= 2]
         out["num_draft_tokens"] = ask.int(
             "num_draft_tokens", param_name(method, "num_draft_tokens"), spec["num_draft_tokens"], ndt

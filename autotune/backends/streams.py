@@ -50,7 +50,7 @@ class ChunkInfo:
 
 
 #: reads one streamed JSON chunk of one launch's server (``Backend.chunk_parser``)
-ChunkParser = Callable[[dict[str, Any]], ChunkInfo]
+ChunkParser = Callable[[Mapping[str, object]], ChunkInfo]
 
 
 def parse_openai_chunk(obj: Mapping[str, Any]) -> ChunkInfo:
@@ -274,7 +274,7 @@ def incremental_output(space: Space) -> bool:
     return INCREMENTAL_OUTPUT_FLAG in space.server.extra_args
 
 
-def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> ChunkInfo:
+def parse_generate_chunk(obj: Mapping[str, object], *, cumulative: bool = True) -> ChunkInfo:
     """One chunk of SGLang's native ``/generate`` stream. ``meta_info.finish_reason`` is None until the last chunk,
     which also has ``spec_accept_length`` (= completion_tokens / spec_verify_ct, bonus included) and, when a round was
     verified, ``spec_correct_drafts_histogram`` (SGLang 0.5.23: entry j counts the verify steps that accepted j draft
@@ -311,12 +311,12 @@ def parse_generate_chunk(obj: Mapping[str, Any], *, cumulative: bool = True) -> 
     )
 
 
-def _positions(meta: Mapping[str, Any]) -> AcceptPositions | None:
+def _positions(meta: Mapping[str, object]) -> AcceptPositions | None:
     hist = meta.get("spec_correct_drafts_histogram")
     return from_histogram(hist) if isinstance(hist, list) else None
 
 
-def parse_generate_logprobs(obj: Mapping[str, Any], index: int) -> ReferenceOutput | None:
+def parse_generate_logprobs(obj: Mapping[str, object], index: int) -> ReferenceOutput | None:
     """SGLang's ``/generate`` answer with ``return_logprob``: ``meta_info.output_token_logprobs`` =
     [[logprob, token_id, text], ...] and ``output_top_logprobs`` = one [[logprob, token_id, text], ...] list per
     generated token (texts present with ``return_text_in_logprobs``)."""
@@ -347,7 +347,7 @@ def accept_length(predicted_n: int | None, accepted: int | None) -> float | None
     return predicted_n / (predicted_n - accepted)
 
 
-def timings_accept_length(timings: Mapping[str, Any]) -> float | None:
+def timings_accept_length(timings: Mapping[str, object]) -> float | None:
     """The acceptance length of llama-server's final chunk's ``timings`` (1.0 when nothing was drafted)."""
     predicted = _int_or_none(timings.get("predicted_n"))
     if _int_or_none(timings.get("draft_n")):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,7 +184,7 @@ class ResolvedArgs:
     max_running_requests: int | None = None  # None: SGLang's default (48 for a speculative server)
     cuda_graph_max_bs: int | None = None  # None: the simulator's default (autotune.sim.batch.DEFAULT_GRAPH_MAX_BS)
     #: vLLM: the ``--speculative-config`` as vLLM resolved it (``parse_vllm_args``); None otherwise
-    speculative_config: dict[str, Any] | None = None
+    speculative_config: dict[str, object] | None = None
     log: list[str] = field(default_factory=list)  # lines printed while parsing (warnings, ignored flags)
 
     @property
@@ -213,7 +214,7 @@ class ResolvedArgs:
             t += self.scenario.cuda_graph_speculative_s * max(extra, 0)
         return t
 
-    def server_args(self) -> dict[str, Any]:
+    def server_args(self) -> dict[str, object]:
         """The launch's settings as the server reports them: SGLang's ``server_args`` (/server_info); vLLM's engine
         arguments that matter here (it logs them at start)."""
         if self.engine == "vllm":
@@ -826,7 +827,7 @@ def parse_vllm_args(argv: list[str], load: ScenarioLoader, log: list[str]) -> Re
     return _resolve_vllm(args, spec)
 
 
-def _spec_int(spec: dict[str, Any], key: str) -> int | None:
+def _spec_int(spec: Mapping[str, object], key: str) -> int | None:
     v = spec.get(key)
     if v is None:
         return None
@@ -835,7 +836,7 @@ def _spec_int(spec: dict[str, Any], key: str) -> int | None:
     return v
 
 
-def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any]) -> ResolvedArgs:
+def _resolve_vllm(args: ResolvedArgs, spec: dict[str, object]) -> ResolvedArgs:
     """``SpeculativeConfig.__post_init__`` for the methods the simulator plays."""
     log = args.log
     for key in spec:
@@ -856,12 +857,13 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any]) -> ResolvedArgs:
     if k < 1:
         raise _vllm_error(f"Expected num_speculative_tokens to be greater than zero ({k}).")
     drafter: SimDrafter | None = None
+    draft_path: str | None = None  # the n-gram method has none
     scenario = args.scenario
     if method == "mtp":
         drafter = scenario.mtp
         if drafter is None:
             raise _vllm_error("Unsupported speculative method: 'mtp' (the target's config.json names no MTP layers)")
-        model = args.model_path
+        model = draft_path = args.model_path
     elif method == "ngram":
         lo, hi = _spec_int(spec, "prompt_lookup_min"), _spec_int(spec, "prompt_lookup_max")
         lo, hi = (5, 5) if lo is None and hi is None else (lo if lo is not None else hi, hi if hi is not None else lo)
@@ -876,6 +878,7 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any]) -> ResolvedArgs:
     else:
         if not isinstance(model, str) or not model:
             raise _vllm_error("num_speculative_tokens was provided but without speculative model.")
+        draft_path = model
         drafter = _drafter(scenario, model)
         why = architecture_problem(method, drafter.name, drafter.dir)
         if why is not None:
@@ -884,7 +887,7 @@ def _resolve_vllm(args: ResolvedArgs, spec: dict[str, Any]) -> ResolvedArgs:
     args.speculative_algorithm = _ALGORITHMS[method]
     args.method = "MTP" if method == "mtp" else _ALGORITHMS[method]
     args.drafter = drafter
-    args.speculative_draft_model_path = model if method != "ngram" else None
+    args.speculative_draft_model_path = draft_path
     args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = k, 1, k + 1
     schedule = spec.get("num_speculative_tokens_per_batch_size")
     if schedule is not None:

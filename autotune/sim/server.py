@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from autotune.config import TokenChoice
 from autotune.sim.batch import Seq, Step
@@ -40,6 +40,103 @@ from autotune.sim.text import token_id
 STREAM_WAIT_S = 3600.0
 
 log = logging.getLogger("autotune.sim")
+
+
+class SpecMeta(TypedDict, total=False):
+    """SGLang's speculative fields of ``meta_info`` (and ``sglext``); none without speculation."""
+
+    spec_accept_length: float
+    spec_accept_rate: float
+    spec_verify_ct: int
+    spec_correct_drafts_histogram: list[int]
+
+
+class InternalState(TypedDict):
+    avg_spec_accept_length: float | None
+    last_gen_throughput: float
+
+
+class SimInfo(TypedDict):
+    """What the simulator adds to ``/server_info``: the scenario, the clock, the draws and the injected faults."""
+
+    scenario: str
+    time_scale: float
+    seed: int
+    launch_index: int
+    faults: list[str]
+    drafter: str | None
+
+
+class ServerInfo(TypedDict):
+    """SGLang's ``/server_info``, as far as the simulator plays it."""
+
+    server_args: dict[str, object]
+    version: str
+    launch_command: str
+    internal_states: list[InternalState]
+    sim: SimInfo
+
+
+#: SGLang's ``[logprob, token_id, text]`` (text None without ``return_text_in_logprobs``)
+LogprobTriple = list[float | int | str | None]
+
+
+class NativeLogprobs(TypedDict):
+    """The ``meta_info`` fields SGLang adds for ``return_logprob``."""
+
+    output_token_logprobs: list[LogprobTriple]
+    output_top_logprobs: NotRequired[list[list[LogprobTriple]]]
+
+
+class CompletionLogprobs(TypedDict):
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float | None]]
+    text_offset: list[int]
+
+
+class ChatToken(TypedDict):
+    token: str
+    logprob: float | None
+    bytes: list[int]
+
+
+class ChatChosen(ChatToken):
+    top_logprobs: list[ChatToken]
+
+
+class ChatLogprobs(TypedDict):
+    content: list[ChatChosen]
+
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Choice(TypedDict, total=False):
+    """One of an OpenAI answer's ``choices``: ``message`` (chat) or ``text``; a streamed chunk's ``delta`` (chat)
+    or ``text``."""
+
+    index: int
+    finish_reason: str | None
+    logprobs: CompletionLogprobs | ChatLogprobs | None
+    message: dict[str, str]
+    delta: dict[str, str]
+    text: str
+
+
+class Answer(TypedDict):
+    """An OpenAI completion (or chunk); ``sglext``: SGLang's extension, on the final one (vLLM has none)."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage | None
+    sglext: NotRequired[SpecMeta]
 
 
 class SimServer(ThreadingHTTPServer):
@@ -200,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
         a = self.server.args
         return a.served_model_name or a.model_path
 
-    def _server_info(self) -> dict[str, Any]:
+    def _server_info(self) -> ServerInfo:
         srv = self.server
         a = srv.args
         return {
@@ -275,8 +372,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _begin(
         self,
-        parse: Callable[[Mapping[str, Any]], int | None],
-        body: dict[str, Any],
+        parse: Callable[[Mapping[str, object]], int | None],
+        body: Mapping[str, object],
         prompt: str,
         max_new: int,
         temperature: float,
@@ -339,22 +436,24 @@ class _Handler(BaseHTTPRequestHandler):
             srv.scheduler.cancel(seq)
         return time.monotonic() - t0
 
-    def _spec_meta(self, gen: Generation) -> dict[str, Any]:
+    def _spec_meta(self, gen: Generation) -> SpecMeta:
         shape = self.server.engine.shape
         p = gen.plan
         if shape is None:
             return {}
         acc = p.accept_length
-        return {
+        meta: SpecMeta = {
             "spec_accept_length": acc,
             "spec_accept_rate": acc / shape.num_draft_tokens,
             "spec_verify_ct": p.verify_ct,
-            # SGLang 0.5.23 (TokenizerManager._calculate_spec_decoding_metrics): only when not empty
-            **({"spec_correct_drafts_histogram": hist} if (hist := p.correct_drafts_histogram) else {}),
         }
+        # SGLang 0.5.23 (TokenizerManager._calculate_spec_decoding_metrics): only when not empty
+        if hist := p.correct_drafts_histogram:
+            meta["spec_correct_drafts_histogram"] = hist
+        return meta
 
     @staticmethod
-    def _finish_reason(gen: Generation) -> dict[str, Any]:
+    def _finish_reason(gen: Generation) -> dict[str, str | int | None]:
         if gen.finish_reason == "length":
             return {"type": "length", "length": gen.plan.completion_tokens}
         return {"type": gen.finish_reason, "matched": None}
@@ -373,20 +472,20 @@ class _Handler(BaseHTTPRequestHandler):
         p = gen.plan
         rid = uuid.uuid4().hex
         if not body.get("stream"):
-            extra: dict[str, Any] = {}
+            logprobs: NativeLogprobs | None = None
             if top_n is not None:  # built before the wait, so the answer leaves on time
                 with_text = bool(body.get("return_text_in_logprobs"))
-                extra = native_meta(gen.choices(top_n), top_n, with_text=with_text)
+                logprobs = native_meta(gen.choices(top_n), top_n, with_text=with_text)
             wall = self._stream_rounds(gen, fault, lambda *_: None)
             self.server.engine.record(p)
-            meta = {
+            meta: dict[str, object] = {
                 "id": rid,
                 "prompt_tokens": p.prompt_tokens,
                 "completion_tokens": p.completion_tokens,
                 "finish_reason": self._finish_reason(gen),
                 "e2e_latency": wall,
                 **self._spec_meta(gen),
-                **extra,
+                **(logprobs or {}),
             }
             self._json(200, {"text": gen.text, "meta_info": meta})
             return
@@ -394,7 +493,7 @@ class _Handler(BaseHTTPRequestHandler):
         t0 = self.arrived
 
         def emit(_delta: str, sent: int, final: bool) -> None:
-            meta: dict[str, Any] = {
+            meta: dict[str, object] = {
                 "id": rid,
                 "prompt_tokens": p.prompt_tokens,
                 "completion_tokens": sent,
@@ -432,31 +531,38 @@ class _Handler(BaseHTTPRequestHandler):
         p = gen.plan
         cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
-        tokens = {"prompt_tokens": p.prompt_tokens, "completion_tokens": p.completion_tokens}
-        usage = {**tokens, "total_tokens": p.prompt_tokens + p.completion_tokens}
+        usage: Usage = {
+            "prompt_tokens": p.prompt_tokens,
+            "completion_tokens": p.completion_tokens,
+            "total_tokens": p.prompt_tokens + p.completion_tokens,
+        }
         # SGLang's extension of the OpenAI answer (vLLM has none)
         sglext = self._spec_meta(gen) if self.server.args.engine == "sglang" else None
 
-        def answer(obj: str, choices: list[Any], usage: Any, final: bool) -> dict[str, Any]:
-            out: dict[str, Any] = {
+        def answer(obj: str, choices: list[Choice], usage: Usage | None, final: bool) -> Answer:
+            out: Answer = {
                 "id": cid,
                 "object": obj,
                 "created": created,
                 "model": self._model_name(),
                 "choices": choices,
+                "usage": usage,
             }
-            out["usage"] = usage
             if final and sglext is not None:
                 out["sglext"] = sglext
             return out
 
         if not body.get("stream"):
-            lp = None
+            lp: CompletionLogprobs | ChatLogprobs | None = None
             if top_n is not None:  # built before the wait, so the answer leaves on time
-                lp = (chat_logprobs if chat else completions_logprobs)(gen.choices(top_n), top_n)
+                lp = (
+                    chat_logprobs(gen.choices(top_n), top_n)
+                    if chat
+                    else completions_logprobs(gen.choices(top_n), top_n)
+                )
             self._stream_rounds(gen, fault, lambda *_: None)
             self.server.engine.record(p)
-            choice: dict[str, Any] = {"index": 0, "finish_reason": gen.finish_reason, "logprobs": lp}
+            choice: Choice = {"index": 0, "finish_reason": gen.finish_reason, "logprobs": lp}
             if chat:
                 choice["message"] = {"role": "assistant", "content": gen.text}
             else:
@@ -469,8 +575,11 @@ class _Handler(BaseHTTPRequestHandler):
 
         def emit(delta: str, _sent: int, final: bool) -> None:
             reason = gen.finish_reason if final else None
-            choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": reason}
-            choice.update({"delta": {"content": delta}} if chat else {"text": delta})
+            choice: Choice = {"index": 0, "logprobs": None, "finish_reason": reason}
+            if chat:
+                choice["delta"] = {"content": delta}
+            else:
+                choice["text"] = delta
             self._send_event(json.dumps(answer(obj, [choice], None, final)))
 
         self._stream_rounds(gen, fault, emit)
@@ -578,13 +687,13 @@ class LogprobRequestError(ValueError):
     """A request's log-probability fields are invalid (the server answers 400 with this message)."""
 
 
-def _count(v: Any, name: str) -> int:
+def _count(v: object, name: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise LogprobRequestError(f"'{name}' must be a non-negative integer, got {v!r}")
     return v
 
 
-def native_request(body: Mapping[str, Any]) -> int | None:
+def native_request(body: Mapping[str, object]) -> int | None:
     """``/generate``: the number of top log-probabilities asked for, or None when ``return_logprob`` is off."""
     if not body.get("return_logprob"):
         return None
@@ -592,7 +701,7 @@ def native_request(body: Mapping[str, Any]) -> int | None:
     return 0 if n is None else _count(n, "top_logprobs_num")
 
 
-def completions_request(body: Mapping[str, Any]) -> int | None:
+def completions_request(body: Mapping[str, object]) -> int | None:
     """``/v1/completions``: ``logprobs`` (an integer; null or false: not asked)."""
     v = body.get("logprobs")
     if v is None or v is False:
@@ -600,7 +709,7 @@ def completions_request(body: Mapping[str, Any]) -> int | None:
     return _count(v, "logprobs")
 
 
-def chat_request(body: Mapping[str, Any]) -> int | None:
+def chat_request(body: Mapping[str, object]) -> int | None:
     """``/v1/chat/completions``: ``top_logprobs`` when ``logprobs`` is true, else None."""
     asked = body.get("logprobs")
     top = body.get("top_logprobs")
@@ -613,19 +722,19 @@ def chat_request(body: Mapping[str, Any]) -> int | None:
     return 0 if top is None else _count(top, "top_logprobs")
 
 
-def _triple(text: str, logprob: float | None, with_text: bool) -> list[Any]:
+def _triple(text: str, logprob: float | None, with_text: bool) -> LogprobTriple:
     return [logprob, token_id(text), text if with_text else None]
 
 
-def native_meta(choices: Sequence[TokenChoice], top_n: int, *, with_text: bool) -> dict[str, Any]:
+def native_meta(choices: Sequence[TokenChoice], top_n: int, *, with_text: bool) -> NativeLogprobs:
     """The ``meta_info`` fields SGLang adds for ``return_logprob`` (output tokens only)."""
-    meta: dict[str, Any] = {"output_token_logprobs": [_triple(c.text, c.logprob, with_text) for c in choices]}
+    meta: NativeLogprobs = {"output_token_logprobs": [_triple(c.text, c.logprob, with_text) for c in choices]}
     if top_n > 0:
         meta["output_top_logprobs"] = [[_triple(t, lp, with_text) for t, lp in c.top[:top_n]] for c in choices]
     return meta
 
 
-def completions_logprobs(choices: Sequence[TokenChoice], top_n: int) -> dict[str, Any]:
+def completions_logprobs(choices: Sequence[TokenChoice], top_n: int) -> CompletionLogprobs:
     """``choices[0].logprobs`` of a legacy completion."""
     offsets, at = [], 0
     tops = []
@@ -643,15 +752,20 @@ def completions_logprobs(choices: Sequence[TokenChoice], top_n: int) -> dict[str
     }
 
 
-def _chat_entry(text: str, logprob: float | None) -> dict[str, Any]:
+def _chat_entry(text: str, logprob: float | None) -> ChatToken:
     return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
 
-def chat_logprobs(choices: Sequence[TokenChoice], top_n: int) -> dict[str, Any]:
+def chat_logprobs(choices: Sequence[TokenChoice], top_n: int) -> ChatLogprobs:
     """``choices[0].logprobs`` of a chat completion."""
     return {
         "content": [
-            {**_chat_entry(c.text, c.logprob), "top_logprobs": [_chat_entry(t, lp) for t, lp in c.top[:top_n]]}
+            {
+                "token": c.text,
+                "logprob": c.logprob,
+                "bytes": list(c.text.encode("utf-8")),
+                "top_logprobs": [_chat_entry(t, lp) for t, lp in c.top[:top_n]],
+            }
             for c in choices
         ]
     }

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from autotune.stats import START_NOISE, Interval, speedup_interval, start_prior
 from autotune.study.levels import level_intervals, level_prior
@@ -25,11 +25,128 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.backends.base import Backend
+    from autotune.config import Config, KnobValue
     from autotune.records import LevelIntervals, MethodCatalogue, MethodEntry, Round
     from autotune.space import Space
 
 #: trial a, trial b -> the interval of a's tok/s over b's within confirmation's rounds, or None
 Versus = Callable[[int, int], Interval | None]
+
+
+class LevelRow(TypedDict, total=False):
+    """A trial row's figures at one load level (``LevelSummary.to_dict``), the fields read here."""
+
+    level: int | None
+    speedup: float | None
+    slo_broken: list[str] | None
+
+
+class Row(TypedDict, total=False):
+    """A report's trial row (``report.TrialRow.to_json``), the fields read here."""
+
+    number: int
+    role: str | None
+    state: str
+    config: Config | None
+    duplicate_of: int | None
+    gpu_s: float | None
+    prompts_measured: int | None
+    accept_length: float | None
+    speedup: float | None
+    speedup_vs_fastest: float | None
+    lossless: Mapping[str, object] | None
+    levels: list[LevelRow]
+
+
+class ConfirmedRow(TypedDict):
+    """A confirmed candidate as the report holds it (``CandidateResult.summary``), the fields read here."""
+
+    trial: int
+    config: Config
+    speedup_ci: dict[str, float] | None
+    deploy_speedup_ci: dict[str, float] | None
+
+
+class Best(TypedDict):
+    """A method's best config: confirmed (its interval), else its search figure (``pruned``: only pruned trials
+    had one; ``lossy``: no lossless config was measured)."""
+
+    trial: int
+    config: Config
+    speedup: float
+    speedup_ci: dict[str, float] | None
+    confirmed: bool
+    pruned: NotRequired[bool]
+    accept_length: float | None
+    lossy: NotRequired[bool]
+    versus_winner: NotRequired[dict[str, float]]  # the interval of its tok/s over the winner's (``_tied``)
+
+
+class Budget(TypedDict):
+    """A method's share of the search's speculative trials and of their server time."""
+
+    trials: int
+    trials_share: float | None
+    gpu_s: float
+    gpu_share: float | None
+    text: NotRequired[str]
+
+
+class MethodResult(TypedDict):
+    method: str
+    label: str
+    adaptive: bool
+    adapts: str | None
+    unavailable: str | None
+    trials: int
+    measured: int
+    configs_measured: int
+    tuned: bool
+    budget: Budget
+    accept_length: float | None
+    best: Best | None
+
+
+class LevelPick(TypedDict):
+    trial: int
+    speedup: float
+    speedup_ci: dict[str, float] | None
+
+
+class LevelComparison(TypedDict):
+    """One load level: the adaptive best against the tuned static schedule's pick there."""
+
+    level: int
+    adaptive: LevelPick
+    static: LevelPick
+    versus: dict[str, float] | None
+    text: str
+
+
+class AdaptiveRow(TypedDict):
+    """An adaptive method's best beside the static config it competes with (``levels``: with load levels)."""
+
+    adaptive: Best
+    static: Best
+    static_method: str
+    static_configs: int
+    static_tuned: bool
+    text: str
+    levels: NotRequired[list[LevelComparison]]
+
+
+class MethodSummary(TypedDict):
+    """``summarize``: per method, the winner, the methods tied with it, in words, adaptive against static, and
+    each prompt category's speedup per method."""
+
+    methods: list[MethodResult]
+    winner: str | None
+    tied: list[str]
+    text: str
+    adaptive: list[AdaptiveRow]
+    categories: dict[str, dict[str, float | None]]
+    category_weights: NotRequired[dict[str, float]]
+
 
 __all__ = [
     "METHOD_TIE",
@@ -118,16 +235,16 @@ def _geo(xs: Sequence[float]) -> float | None:
 
 
 def summarize(
-    info: Mapping[str, Any],
-    rows: Sequence[Mapping[str, Any]],
-    confirmed: Sequence[Mapping[str, Any]],
-    best: Mapping[str, Any] | None,
+    info: MethodCatalogue,
+    rows: Sequence[Row],
+    confirmed: Sequence[ConfirmedRow],
+    best: Row | None,
     verdict: str,
     per_prompt: Mapping[int, Sequence[float | None]] | None = None,
     category_weights: Mapping[str, float] | None = None,
     versus: Versus | None = None,
     rounds: Sequence[Round] = (),
-) -> dict[str, Any]:
+) -> MethodSummary:
     """Per-method results from a report's trial rows (``speedup_vs_fastest``, ``accept_length``), its confirmed
     candidates and pick (``best``), its verdict, and ``per_prompt``: trial number -> per-prompt speedup over its
     baseline (for the category table), and the objective's ``category_weights`` when it weighs categories (the
@@ -141,15 +258,15 @@ def summarize(
     counted = [r for r in speculative if r.get("duplicate_of") is None]
     all_trials = len(counted)
     all_gpu = sum(float(r.get("gpu_s") or 0.0) for r in counted)
-    out: list[dict[str, Any]] = []
+    out: list[MethodResult] = []
     for name, m in cat.items():
-        mine = [r for r in speculative if r["config"].get("method") == name]
+        mine = [r for r in speculative if (r.get("config") or {}).get("method") == name]
         own = [r for r in mine if r.get("duplicate_of") is None]
         measured = [r for r in own if r.get("state") == "COMPLETE"]
         configs = [r for r in own if r.get("state") in ("COMPLETE", "PRUNED") and (r.get("prompts_measured") or 0) > 0]
-        accepts = [r["accept_length"] for r in measured if r.get("accept_length") is not None]
+        accepts = [a for r in measured if (a := r.get("accept_length")) is not None]
         gpu_s = sum(float(r.get("gpu_s") or 0.0) for r in own)
-        entry: dict[str, Any] = {
+        entry: MethodResult = {
             "method": name,
             "label": m["label"],
             "adaptive": bool(m.get("adaptive")),
@@ -171,10 +288,9 @@ def summarize(
         }
         entry["budget"]["text"] = _budget_text(entry)
         ours = [confirmed_by[r["number"]] for r in mine if r["number"] in confirmed_by]
-        ours = [c for c in ours if (c.get("deploy_speedup_ci") or c.get("speedup_ci"))]
-        if ours:
-            c = max(ours, key=lambda c: (c.get("deploy_speedup_ci") or c["speedup_ci"])["point"])
-            ci = c.get("deploy_speedup_ci") or c["speedup_ci"]
+        headlines = [(ci, c) for c in ours if (ci := c.get("deploy_speedup_ci") or c.get("speedup_ci"))]
+        if headlines:
+            ci, c = max(headlines, key=lambda h: h[0]["point"])
             row = next(r for r in mine if r["number"] == c["trial"])
             entry["best"] = {
                 "trial": c["trial"],
@@ -199,27 +315,33 @@ def summarize(
                         and r.get("speedup") is not None
                         and _lossy(r) is lossy
                     ]
-                if fast:
-                    key = "speedup" if pruned else "speedup_vs_fastest"
-                    r = max(fast, key=lambda r: r[key])
-                    entry["best"] = {
+                scored = [
+                    (v, r)
+                    for r in fast
+                    if (v := r.get("speedup") if pruned else r.get("speedup_vs_fastest")) is not None
+                ]
+                if scored:
+                    v, r = max(scored, key=lambda p: p[0])
+                    best_here: Best = {
                         "trial": r["number"],
-                        "config": r["config"],
-                        "speedup": r[key],
+                        "config": r.get("config") or {},
+                        "speedup": v,
                         "speedup_ci": None,
                         "confirmed": False,
                         "pruned": pruned,
                         "accept_length": r.get("accept_length"),
                     }
                     if lossy:
-                        entry["best"]["lossy"] = True
+                        best_here["lossy"] = True
+                    entry["best"] = best_here
                     break
         out.append(entry)
     winner = None
     if verdict == "speculation-wins" and best is not None:
-        winner = (best.get("config") or {}).get("method")
+        method = (best.get("config") or {}).get("method")
+        winner = None if method is None else str(method)
     tied = _tied(out, winner, versus)
-    summary = {
+    summary: MethodSummary = {
         "methods": out,
         "winner": winner,
         "tied": tied,
@@ -232,40 +354,41 @@ def summarize(
     return summary
 
 
-def _lossy(row: Mapping[str, Any]) -> bool:
+def _lossy(row: Row) -> bool:
     """Whether a trial row's answers left the baseline's where the baseline was confident (``lossless.ok`` False)."""
     return (row.get("lossless") or {}).get("ok") is False
 
 
-def _tied(out: list[dict[str, Any]], winner: str | None, versus: Versus | None = None) -> list[str]:
+def _tied(out: list[MethodResult], winner: str | None, versus: Versus | None = None) -> list[str]:
     """The winner and every other method whose confirmed best is within ``METHOD_TIE`` of the winner's confirmed
     best or that confirmation did not tell apart from it (``versus``' interval reaches 1; kept on the other's best
     as ``versus_winner``), the winner first, the rest by speedup; empty when no other method ties or the winner's
     best was not confirmed."""
     w = next((e for e in out if e["method"] == winner), None)
-    if w is None or w["best"] is None or not w["best"]["confirmed"]:
+    wb = None if w is None else w["best"]
+    if w is None or wb is None or not wb["confirmed"]:
         return []
-    top = float(w["best"]["speedup"])
-    others = []
+    top = float(wb["speedup"])
+    others: list[tuple[MethodResult, Best]] = []
     for e in out:
-        if e is w or e["best"] is None or not e["best"]["confirmed"]:
+        b = e["best"]
+        if e is w or b is None or not b["confirmed"]:
             continue
-        mine = float(e["best"]["speedup"])
-        iv = versus(e["best"]["trial"], w["best"]["trial"]) if versus is not None else None
+        mine = float(b["speedup"])
+        iv = versus(b["trial"], wb["trial"]) if versus is not None else None
         if iv is not None:
-            e["best"]["versus_winner"] = iv.to_dict()
+            b["versus_winner"] = iv.to_dict()
         if abs(mine - top) <= METHOD_TIE * max(top, mine) or (iv is not None and iv.high >= 1.0):
-            others.append(e)
+            others.append((e, b))
     if not others:
         return []
-    return [w["method"]] + [e["method"] for e in sorted(others, key=lambda e: -float(e["best"]["speedup"]))]
+    return [w["method"]] + [e["method"] for e, _ in sorted(others, key=lambda p: -float(p[1]["speedup"]))]
 
 
-def _text(out: list[dict[str, Any]], winner: str | None, tied: Sequence[str] = ()) -> str:
-    ranked = sorted((e for e in out if e["best"] is not None), key=lambda e: e["best"]["speedup"], reverse=True)
+def _text(out: list[MethodResult], winner: str | None, tied: Sequence[str] = ()) -> str:
+    ranked = sorted(((e, b) for e in out if (b := e["best"]) is not None), key=lambda p: p[1]["speedup"], reverse=True)
     parts = []
-    for e in ranked:
-        b = e["best"]
+    for e, b in ranked:
         head = f"{e['label']} {_fmt(b['speedup'])}{_ci_text(b['speedup_ci'])}"
         if b.get("lossy"):
             head += " (lossy: every config measured changed the answers)"
@@ -286,7 +409,10 @@ def _text(out: list[dict[str, Any]], winner: str | None, tied: Sequence[str] = (
             apart = [
                 f"{e['label']} {_fmt(iv['point'])}{_ci_text(iv)} of {w['label']}"
                 for e in out
-                if e["method"] in tied[1:] and (iv := e["best"].get("versus_winner")) and iv["high"] >= 1.0
+                if e["method"] in tied[1:]
+                and (b := e["best"]) is not None
+                and (iv := b.get("versus_winner"))
+                and iv["high"] >= 1.0
             ]
             why = f"not told apart, {', '.join(apart)}" if apart else f"within {METHOD_TIE:.0%}"
             first = f"{names} tie on this prompt set ({why}: either; {w['label']} recommended): "
@@ -296,24 +422,24 @@ def _text(out: list[dict[str, Any]], winner: str | None, tied: Sequence[str] = (
     return "no method wins on this prompt set: " + "; ".join(parts)
 
 
-def _adaptive_rows(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _adaptive_rows(out: list[MethodResult]) -> list[AdaptiveRow]:
     """Each adaptive method's best beside the tuned static config it competes with: the best static config of the
     method it adapts (adaptive MTP: MTP's), else of the same drafter, else the best static config of any method."""
-    rows = []
-    static = [e for e in out if not e["adaptive"] and e["best"] is not None]
+    rows: list[AdaptiveRow] = []
+    static = [(e, b) for e in out if not e["adaptive"] and (b := e["best"]) is not None]
     for e in out:
-        if not e["adaptive"] or e["best"] is None:
+        a = e["best"]
+        if not e["adaptive"] or a is None:
             continue
-        drafter = e["best"]["config"].get("drafter")
+        drafter = a["config"].get("drafter")
         if e.get("adapts"):
-            same = [s for s in static if s["method"] == e["adapts"]]
+            same = [(s, b) for s, b in static if s["method"] == e["adapts"]]
         else:
-            same = [s for s in static if s["best"]["config"].get("drafter") == drafter]
+            same = [(s, b) for s, b in static if b["config"].get("drafter") == drafter]
         pool = same or static
         if not pool:
             continue
-        s = max(pool, key=lambda s: s["best"]["speedup"])
-        a, b = e["best"], s["best"]
+        s, b = max(pool, key=lambda p: p[1]["speedup"])
         tuned = bool(s.get("tuned"))
         rows.append(
             {
@@ -334,23 +460,23 @@ def _adaptive_rows(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _adaptive_levels(
-    adaptive: list[dict[str, Any]], rows: Sequence[Mapping[str, Any]], rounds: Sequence[Round], info: Mapping[str, Any]
-) -> list[dict[str, Any]]:
+    adaptive: list[AdaptiveRow], rows: Sequence[Row], rounds: Sequence[Round], info: MethodCatalogue
+) -> list[AdaptiveRow]:
     """With load levels (#46): each adaptive row gets ``levels``, one entry per level: the adaptive best config
     (one config: the engine adapts it to the load itself) against the tuned static schedule's pick there (the
     static method's measured config fastest at that level within the latency limits, what a per-level schedule
     would run), each with its interval against the same round's fresh baseline where confirmation measured it in 2
     rounds or more (else its search figure), and the paired interval of adaptive over static within each round
     where both were. Unchanged without levels."""
-    by_level: dict[int, dict[int, Mapping[str, Any]]] = {}
+    by_level: dict[int, dict[int, LevelRow]] = {}
     graph: dict[int, bool] = {}
-    method: dict[int, Any] = {}
+    method: dict[int, KnobValue | None] = {}
     for r in rows:
         if r.get("role") != "speculative" or r.get("state") != "COMPLETE" or r.get("duplicate_of") is not None:
             continue
         if _lossy(r) or not r.get("levels"):
             continue
-        by_level[r["number"]] = {int(lv["level"]): lv for lv in r["levels"] if lv.get("level") is not None}
+        by_level[r["number"]] = {int(c): lv for lv in r["levels"] if (c := lv.get("level")) is not None}
         graph[r["number"]] = bool((r.get("config") or {}).get("cuda_graph"))
         method[r["number"]] = (r.get("config") or {}).get("method")
     levels = sorted({c for lv in by_level.values() for c in lv})
@@ -372,13 +498,16 @@ def _adaptive_levels(
 
     def usable(n: int, level: int) -> float | None:
         lv = by_level.get(n, {}).get(level)
-        return None if lv is None or lv.get("slo_broken") or not lv.get("speedup") else float(lv["speedup"])
+        if lv is None or lv.get("slo_broken"):
+            return None
+        v = lv.get("speedup")
+        return float(v) if v else None
 
-    out = []
+    out: list[AdaptiveRow] = []
     for row in adaptive:
         a = int(row["adaptive"]["trial"])
         static = [n for n in by_level if method[n] == row["static_method"]]
-        per_level = []
+        per_level: list[LevelComparison] = []
         for c in levels:
             mine = usable(a, c)
             scored = [(v, n) for n in static if (v := usable(n, c)) is not None]
@@ -396,13 +525,13 @@ def _adaptive_levels(
             per_level.append(
                 {
                     "level": c,
-                    "adaptive": {"trial": a, "speedup": a_pt, "speedup_ci": a_ci and a_ci.to_dict()},
-                    "static": {"trial": s, "speedup": s_pt, "speedup_ci": s_ci and s_ci.to_dict()},
-                    "versus": ratio and ratio.to_dict(),
+                    "adaptive": {"trial": a, "speedup": a_pt, "speedup_ci": None if a_ci is None else a_ci.to_dict()},
+                    "static": {"trial": s, "speedup": s_pt, "speedup_ci": None if s_ci is None else s_ci.to_dict()},
+                    "versus": None if ratio is None else ratio.to_dict(),
                     "text": text,
                 }
             )
-        out.append({**row, "levels": per_level} if per_level else row)
+        out.append(AdaptiveRow(**row, levels=per_level) if per_level else row)
     return out
 
 
@@ -411,7 +540,7 @@ def _configs(n: int | None) -> str:
     return f"{n} config{'' if n == 1 else 's'} measured"
 
 
-def _budget_text(e: Mapping[str, Any]) -> str:
+def _budget_text(e: MethodResult) -> str:
     """A method's measured configs and its share of the search: ``3 configs measured; 7 trials (18% of the
     search's), 0.52 h of server time (21%)``."""
     b = e.get("budget") or {}
@@ -426,7 +555,7 @@ def _budget_text(e: Mapping[str, Any]) -> str:
 
 
 def _categories(
-    out: list[dict[str, Any]], categories: Sequence[str | None], per_prompt: Mapping[int, Sequence[float | None]]
+    out: list[MethodResult], categories: Sequence[str | None], per_prompt: Mapping[int, Sequence[float | None]]
 ) -> dict[str, dict[str, float | None]]:
     """Each prompt category's speedup (geometric mean over its prompts, against the trial's own baseline) of each
     method's best config; empty without categories."""
@@ -472,16 +601,18 @@ def from_study(study: optuna.Study, report: Mapping[str, Any], rounds: Sequence[
         per_prompt[t.number] = [(a / b) if (a := mine.get(i)) and (b := theirs.get(i)) else None for i in range(n)]
     weights = (report.get("objective") or {}).get("category_weights")
     versus = paired_versus(rounds, float(info.get("start_noise", START_NOISE)), float(info.get("confidence", 0.95)))
-    return summarize(
-        info,
-        report["trials"],
-        report["confirmed"],
-        report.get("best"),
-        report["verdict"],
-        per_prompt,
-        weights,
-        versus,
-        rounds,
+    return dict(  # as the report holds it
+        summarize(
+            info,
+            report["trials"],
+            report["confirmed"],
+            report.get("best"),
+            report["verdict"],
+            per_prompt,
+            weights,
+            versus,
+            rounds,
+        )
     )
 
 

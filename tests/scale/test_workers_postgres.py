@@ -375,7 +375,7 @@ def test_two_slots_give_the_budget_exactly_and_the_verdict_of_one(pg_url, tmp_pa
     study = optuna.load_study(study_name=f"{name}-sim", storage=storage)
     assert records.counted_trials(study) == 12
     assert len({t.user_attrs[records.WORKER] for t in study.trials}) == 2
-    assert records.confirmation(study)["done"]  # confirmed once, by the study command
+    assert records.confirmation(study).done  # confirmed once, by the study command
     optuna.delete_study(study_name=f"{name}-sim", storage=storage)
     storage.engine.dispose()
 

@@ -108,21 +108,21 @@ def test_a_fast_first_baseline_no_longer_buries_a_winner():
     search leaves nothing to confirm. Two fresh baseline starts find it fast, the configs are judged against them,
     and the verdict is the truth instead of "the baseline wins"."""
     state, study, runner = _run(first_baseline=1.25, speed=1.08)
-    assert len(state["check_rounds"]) == 2
+    assert len(state.check_rounds or []) == 2
     [c] = state.baseline_check or []
     assert c.flagged and c.ratio < 0.85
-    assert state["verdict"] == "speculation-wins" and state["basis"] == "confirmed"
-    assert "chosen against those" in state["rests_on"]
+    assert state.verdict == "speculation-wins" and state.basis == "confirmed"
+    assert "chosen against those" in (state.rests_on or "")
     rep = build_report(study)
     assert rep.to_json()["gpu_time"]["confirmation_starts"] == sum(
-        len(r["baseline"]) + len(r["candidates"]) for r in state["check_rounds"] + state["rounds"]
+        len(r.baseline) + len(r.candidates) for r in (state.check_rounds or []) + state.rounds
     )
 
 
 def test_a_true_loser_still_loses_after_the_check():
     state, study, runner = _run(first_baseline=1.0, speed=0.8)
-    assert len(state["check_rounds"]) == 2 and not state["baseline_check"][0]["flagged"]
-    assert state["verdict"] == "baseline-wins" and state["rounds"] == []
+    assert len(state.check_rounds or []) == 2 and not (state.baseline_check or [])[0].flagged
+    assert state.verdict == "baseline-wins" and state.rounds == []
     assert sum(1 for c in runner.launches if c.is_baseline) == 3  # the search's one and the check's two
 
 
@@ -130,11 +130,12 @@ def test_a_slow_first_baseline_is_said_and_the_verdict_rests_on_the_paired_round
     state, study, _ = _run(first_baseline=0.85, speed=1.08)
     [c] = state.baseline_check or []
     assert c.flagged and c.ratio > 1.1 and not state.recorded("check_rounds")
-    assert state["verdict"] == "speculation-wins"
-    best = next(r for r in state["results"] if r["trial"] == state["best"])
-    assert best["speedup_ci"]["point"] == pytest.approx(1.08, abs=0.03)  # not the search's inflated ~1.27x
+    assert state.verdict == "speculation-wins"
+    best = next(r for r in state.results or [] if r.trial == state.best)
+    assert best.speedup_ci is not None
+    assert best.speedup_ci.point == pytest.approx(1.08, abs=0.03)  # not the search's inflated ~1.27x
     rep = build_report(study)
-    assert rep.to_json()["baseline_check"] == state["baseline_check"]
+    assert rep.to_json()["baseline_check"] == state.to_dict()["baseline_check"]
     out = io.StringIO()
     render_report(rep, out)
     assert "baseline check (graphs on): the search's baseline ran" in out.getvalue()
@@ -143,6 +144,7 @@ def test_a_slow_first_baseline_is_said_and_the_verdict_rests_on_the_paired_round
 
 def test_a_fast_first_baseline_over_true_losers_still_ends_in_baseline_wins():
     state, _, _ = _run(first_baseline=1.25, speed=0.7)
-    assert state["baseline_check"][0]["flagged"] and state["baseline_check"][0]["ratio"] < 0.85
-    assert state["rounds"] == [] and state["verdict"] == "baseline-wins"
-    assert state["rests_on"].endswith("and no config beat those either")
+    [c] = state.baseline_check or []
+    assert c.flagged and c.ratio < 0.85
+    assert state.rounds == [] and state.verdict == "baseline-wins"
+    assert (state.rests_on or "").endswith("and no config beat those either")

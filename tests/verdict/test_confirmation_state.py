@@ -137,7 +137,7 @@ def test_the_state_is_typed() -> None:
     assert state.verdict is Verdict.INCONCLUSIVE and state.level_only == [12]
     assert state.rounds[0].candidates == {7: 120.0, 12: 0.0} and state.check_rounds == [Round({True: 99.0})]
     assert state.recorded("deploy_cuda_graph") and state.deploy_cuda_graph is None
-    assert state["verdict"] == "inconclusive" and state["rounds"][1] == LOADED  # the stored form by key
+    assert state.to_dict()["verdict"] == "inconclusive" and state.to_dict()["rounds"][1] == LOADED  # the stored form
     assert state.results is not None and state.exclusions is not None and state.failed is not None
     seven = state.results[0]
     assert isinstance(seven, CandidateResult) and seven.tok_per_s == (120.0, 130.0) and not seven.dropped

@@ -62,12 +62,12 @@ def test_a_confirmed_interval_is_rebuilt_from_its_own_rounds():
     state = orch.confirm()
     prior = race.measured_prior(state.rounds, start_prior(space.pruning.start_noise))
     assert state.results is not None and len(state.results) == 2 and prior is not None
-    assert state["confidence"] == pytest.approx(1 - 0.05 / 2)  # the two candidates racing share the error
+    assert state.confidence == pytest.approx(1 - 0.05 / 2)  # the two candidates racing share the error
     for r in state.results:
         pairs = [(x.candidates[r.trial], x.baseline[True]) for x in state.rounds if r.trial in x.candidates]
         logs = log_ratios([c for c, _ in pairs], [b for _, b in pairs])
         assert len(logs) >= space.verdict.repeats
         ci = r.speedup_ci
         assert ci is not None
-        assert ci.to_dict() == pytest.approx(speedup_interval(logs, state["confidence"], prior).to_dict())
+        assert ci.to_dict() == pytest.approx(speedup_interval(logs, state.confidence, prior).to_dict())
         assert ci.low <= 1.3 <= ci.high

@@ -94,10 +94,10 @@ def test_level_candidates_are_judged_by_their_level_and_leave_the_race_on_the_si
             for c in space.benchmark.concurrency
         ), f"trial {t.number} is not among the fastest measured at any level"
     state = orch.confirm()
-    assert state["level_only"] == [str(t.number) for t in level_only]  # stored as strings
+    assert state.to_dict()["level_only"] == [str(t.number) for t in level_only]  # stored as strings
     gone = confirm._race(orch.ctx, ours + level_only, state).level_only_out(state.rounds)
     assert gone  # on this landscape one of them leads no level after two rounds
     for key in gone:  # measured in the first two rounds only
         measured = [i for i, r in enumerate(state.rounds) if key in r.candidates]
         assert measured == list(range(race.LEVEL_ONLY_ROUNDS))
-        assert all(v["trial"] != key for v in state["level_verdicts"])
+        assert all(v.trial != key for v in state.level_verdicts or [])

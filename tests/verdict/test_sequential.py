@@ -177,9 +177,9 @@ def test_the_orchestrated_confirmation_extends_an_open_verdict_and_records_its_c
             for i in range(first, len(rounds)):
                 asked = the_race.next_round(rounds[:i])
                 assert sorted(rounds[i].candidates) == sorted(asked)
-            assert state["confidence"] == pytest.approx(1 - 0.05 / k / (space.verdict.max_rounds - first))
+            assert state.confidence == pytest.approx(1 - 0.05 / k / (space.verdict.max_rounds - first))
         else:
-            assert state["confidence"] == pytest.approx(1 - 0.05 / k)
+            assert state.confidence == pytest.approx(1 - 0.05 / k)
     assert extended >= 1
 
 
