@@ -7,13 +7,13 @@ virtual clock.
 Outcome vocabulary (Optuna's): a measured config is COMPLETE (value = tok/s over the prompt set); a config that
 clearly lost to the baseline, or that the server would reject, or that ran out of memory is PRUNED (the last two are
 also marked infeasible with a constraint, so the sampler learns to avoid them); a server that crashed, hung, or whose
-drafter was not engaged is FAIL with the reason and the log tail. ``trial.Objective`` settles every outcome.
+drafter was not engaged is FAIL with the reason and the log tail. ``trial.TrialObjective`` settles every outcome.
 
 Modules, one job each:
 
 - ``storage``: study names, the storage (SQLite pragmas, heartbeats), sampler and pruner, ``open_study``
 - ``search``: recovery of a killed run, seeding, the TPE + surrogate loop, the budget
-- ``trial``: one trial (``Objective``), from the suggestion to its outcome, and the configs refused before launch
+- ``trial``: one trial (``TrialObjective``), from the suggestion to its outcome, and the configs refused before launch
 - ``confirm``: candidates, confirmation rounds, exclusions, the verdict
 - ``race``: the confirmation's math (pure)
 - ``context``: what the jobs share, progress events, waiting for other workers

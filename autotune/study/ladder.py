@@ -135,7 +135,7 @@ def level_picks(ctx: StudyContext) -> list[TrialConfig]:
     return picks
 
 
-def run(ctx: StudyContext, objective: _search.Objective, *, deadline: float | None = None) -> int:
+def run(ctx: StudyContext, objective: _search.TrialFn, *, deadline: float | None = None) -> int:
     """Measure each level's surrogate pick and the ladder's unmeasured rungs; returns how many were queued. A run
     cut in this phase left its queued picks or rungs waiting: they are measured first (``_drain``), and what is
     queued is not queued again."""
@@ -173,7 +173,7 @@ def _ours(waiting: list[FrozenTrial]) -> int:
 
 
 def _measure(
-    ctx: StudyContext, objective: _search.Objective, configs: list[TrialConfig], seeded: str, deadline: float | None
+    ctx: StudyContext, objective: _search.TrialFn, configs: list[TrialConfig], seeded: str, deadline: float | None
 ) -> int:
     queued = _queued(ctx)
     n = 0
@@ -186,7 +186,7 @@ def _measure(
     return n
 
 
-def _drain(ctx: StudyContext, objective: _search.Objective, deadline: float | None) -> None:
+def _drain(ctx: StudyContext, objective: _search.TrialFn, deadline: float | None) -> None:
     """Run this phase's queued trials (and whatever the queue holds before them: it runs in order), and no
     sampler trial: until none of this phase's waits (one that resolves to a measured config ends as a duplicate
     and uses no budget, so a trial count alone would let the sampler add one), the cap or the deadline."""

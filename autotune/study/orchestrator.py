@@ -46,7 +46,7 @@ class Orchestrator:
             quiet if listener is None else listener,
             evidence,
         )
-        self.objective = _trial.Objective(self.ctx, gate=functools.partial(_search.not_worth_a_start, self.ctx))
+        self.objective = _trial.TrialObjective(self.ctx, gate=functools.partial(_search.not_worth_a_start, self.ctx))
 
     # -- the search -----------------------------------------------------------------------------------
     def search(self, n_trials: int, *, timeout_s: float | None = None) -> None:

@@ -1,4 +1,4 @@
-"""A trial's outcomes before ``trial.Objective`` settles them: what its steps raise (the table in ``trial``)."""
+"""A trial's outcomes before ``trial.TrialObjective`` settles them: what its steps raise (the table in ``trial``)."""
 
 from __future__ import annotations
 

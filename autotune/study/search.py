@@ -57,7 +57,7 @@ RESOLUTION = 0.01
 SETTLE_SAMPLES = 512
 IMPROVE_AFTER_PICKS = 3
 
-Objective = Callable[[optuna.Trial], float]
+TrialFn = Callable[[optuna.Trial], float]  # what Optuna optimizes: trial.TrialObjective
 
 
 # ---------------------------------------------------------------------------------------------- budget
@@ -303,7 +303,7 @@ def seed_configs(ctx: StudyContext) -> list[TrialConfig]:
 # ---------------------------------------------------------------------------------------------- the loop
 
 
-def search(ctx: StudyContext, objective: Objective, n_trials: int, *, timeout_s: float | None = None) -> None:
+def search(ctx: StudyContext, objective: TrialFn, n_trials: int, *, timeout_s: float | None = None) -> None:
     """Run the search until ``n_trials`` trials used the budget (resuming what the study already has). Parallel
     workers of one study (GPU slots, other nodes) share the budget exactly: each trial claims its place under the
     study lock (``_optimize``), and the last worker waits for the others' running trials instead of stopping."""
@@ -480,7 +480,7 @@ def _next_target(ctx: StudyContext, n_trials: int) -> int:
 
 def _optimize(
     ctx: StudyContext,
-    objective: Objective,
+    objective: TrialFn,
     target: int,
     cap: int,
     deadline: float | None,
@@ -640,7 +640,7 @@ def not_worth_a_start(ctx: StudyContext, config: TrialConfig, seeded: str | None
     """Whether a proposal of the sampler (TPE) or of the design is not worth a server start: the surrogate gives it
     less than ``SKIP_BELOW`` probability of reaching the best measured config (the measured config
     with the highest posterior mean among those not judged lossy, or the fastest baseline when that is faster).
-    Then it is not launched (the trial ends PRUNED without a measurement; ``trial.Objective``) and what the
+    Then it is not launched (the trial ends PRUNED without a measurement; ``trial.TrialObjective``) and what the
     surrogate said is returned for its record; None: launch it.
 
     Asked only where the answer is the objective's best config (not with load levels: a level's winner can be a

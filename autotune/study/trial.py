@@ -2,7 +2,7 @@
 
 The steps (resolve, the checks that refuse a launch, launch, the config check, the prompts with the zero-acceptance
 alarm and pruning, the reference answers, the lossless record, the speedup) raise when the trial ends early;
-``Objective.__call__`` is the one place that settles the outcome, as ``optuna.study._optimize._run_trial`` does one
+``TrialObjective.__call__`` is the one place that settles the outcome, as ``optuna.study._optimize._run_trial`` does one
 level up: it records the reason, announces the trial's end (one ``trial-end`` event) and hands Optuna its vocabulary.
 
 What a step raises            outcome   recorded
@@ -28,7 +28,7 @@ it (a duplicate); a speculative trial whose baseline another worker is still mea
 waits for the baseline before its first prompt.
 
 Configs not launched because of what earlier trials showed (``refuse_known_failures``, called by
-``trial.Objective`` before every launch): each refusal is a FAIL or PRUNED trial with its reason and no server start.
+``TrialObjective`` before every launch): each refusal is a FAIL or PRUNED trial with its reason and no server start.
 
 - the same server config failed twice (one retry covers transient faults), or crashed on every start (unstable);
 - a family (drafter and method, under one CUDA-graph setting) that never started: ``NEVER_STARTED`` launches of
@@ -90,7 +90,7 @@ Gate = Callable[[TrialConfig, str | None], records.Skip | None]
 #: what a ``level`` event carries (the live view shows it)
 LEVEL_EVENT_KEYS = ("level", "tok_per_s", "speedup", "stream_tok_per_s", "itl_p99_ms", "ttft_p99_ms", "failed")
 #: this many servers in a row that did not start (before any speculative config ran) stop the study with a
-#: ``UserError`` (``Objective._fatal``)
+#: ``UserError`` (``TrialObjective._fatal``)
 MAX_CONSECUTIVE_LAUNCH_FAILURES = 3
 
 
@@ -125,7 +125,7 @@ class _Trial:
 # ---------------------------------------------------------------------------------------------- the objective
 
 
-class Objective:
+class TrialObjective:
     """Optuna's objective for the study of ``ctx``: tok/s over the prompt set (see the module's outcome table)."""
 
     def __init__(self, ctx: StudyContext, gate: Gate | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Each outcome of a trial is settled in one place (``autotune.study.trial.Objective``): recorded once, announced by
+"""Each outcome of a trial is settled in one place (``study.trial.TrialObjective``): recorded once, announced by
 exactly one ``trial-end`` event, the last event of its trial; and ``measure_config`` stops its server whatever
 happens."""
 
