@@ -174,14 +174,16 @@ class BaselinePruner(BasePruner):
         baseline = find_baseline(study, r.cuda_graph)
         if baseline is None:
             return None
-        everything = trials(study)  # the snapshot of an enclosing ``records.reading``, if any
         obj = self.objective
         opts = _Opts(confidence=self.confidence, min_prompts=self.min_prompts, start_noise=self.start_noise)
+        if not obj.leader_rule:  # load levels: the levels' bound against the baseline; no spread, no leader
+            return obj.prune(trial.intermediate_values, baseline.intermediate_values, **opts)
+        everything = trials(study)  # the snapshot of an enclosing ``records.reading``, if any
         spread = spread_vs_baselines(study, everything, trial.number) if self.pooled else None
         d = obj.prune(
             trial.intermediate_values, baseline.intermediate_values, spread=spread, against=baseline.number, **opts
         )
-        if d.prune or not self.leader or not obj.leader_rule:
+        if d.prune or not self.leader:
             return d
         if (
             self.leader_after
